@@ -1,0 +1,1 @@
+"""The bench kit: mock provider, load generator, memory benchmark, reports."""

@@ -1,0 +1,85 @@
+"""The `agentos` command: parse arguments, build Settings, hand over. No logic lives here."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agentos.config import dump_toml, load_settings, to_toml_dict
+from agentos.errors import ConfigError
+
+# CLI flag -> dotted config key. Flags win over env vars, which win over the file.
+_FLAG_KEYS = {
+    "host": "server.host",
+    "port": "server.port",
+    "data_dir": "data_dir",
+    "provider_url": "provider.url",
+    "model": "provider.model",
+    "max_in_flight_turns": "kernel.max_in_flight_turns",
+    "concurrency_limit": "kernel.concurrency_limit",
+    "session_ttl_secs": "kernel.session_ttl_secs",
+}
+
+
+def _add_settings_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, help="TOML config file")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--data-dir")
+    p.add_argument("--provider-url", help="OpenAI-compatible base URL (…/v1); empty: built-in mock")
+    p.add_argument("--model")
+    p.add_argument("--max-in-flight-turns", type=int, help="admission gate, 0 = off")
+    p.add_argument("--concurrency-limit", type=int, help="concurrent provider streams")
+    p.add_argument("--session-ttl-secs", type=float)
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    overrides = {key: getattr(args, flag, None) for flag, key in _FLAG_KEYS.items()}
+    return load_settings(args.config, environ=os.environ, overrides=overrides)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentos", description="Agent OS: host LLM agents at scale.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the server")
+    _add_settings_flags(serve)
+    serve.set_defaults(handler=_serve)
+
+    config = commands.add_parser("config", help="configuration")
+    config_commands = config.add_subparsers(dest="config_command", required=True)
+    show = config_commands.add_parser("show", help="print the effective config")
+    _add_settings_flags(show)
+    show.set_defaults(handler=_config_show)
+
+    from agentos.bench.cli import register_commands
+
+    register_commands(commands)
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from agentos.server import run_server
+
+    return run_server(settings_from_args(args))
+
+
+def _config_show(args: argparse.Namespace) -> int:
+    sys.stdout.write(dump_toml(to_toml_dict(settings_from_args(args))))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result: int = args.handler(args)
+    except ConfigError as exc:
+        print(f"agentos: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return result

@@ -1,0 +1,246 @@
+"""Settings: one frozen tree, loaded from a TOML file, then `AGENTOS_*` env vars, then CLI flags.
+
+Usage::
+
+    settings = load_settings(config_path, environ=os.environ, overrides={"kernel.concurrency_limit": 8})
+
+Every key has a dotted name (`kernel.max_in_flight_turns`) and an env var made from it
+(`AGENTOS_KERNEL_MAX_IN_FLIGHT_TURNS`); the common ones also have a short alias (`ENV_ALIASES`).
+An invalid value stops start-up with a `ConfigError` that names the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from agentos.errors import ConfigError
+
+NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
+PosInt = Annotated[int, msgspec.Meta(ge=1)]
+PosFloat = Annotated[float, msgspec.Meta(gt=0)]
+NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class Secret(str):
+    """A string that never shows itself in a repr or a config dump."""
+
+    def __repr__(self) -> str:
+        return "'**********'" if self else "''"
+
+
+class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    host: str = "127.0.0.1"
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
+    max_body_bytes: PosInt = 1 << 20
+    api_token: str = ""
+    access_log: bool = True
+
+
+class KernelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    max_in_flight_turns: NonNegInt = 0  # 0 = admission gate off
+    concurrency_limit: PosInt = 64  # concurrent provider streams
+    session_ttl_secs: PosFloat = 300.0
+    permit_wait_timeout_s: PosFloat = 30.0  # bounded wait for a provider permit
+    retry_after_s: PosInt = 1  # the Retry-After of a 429
+    history_max_messages: PosInt = 50  # transcript tail sent to the provider
+    max_input_chars: PosInt = 100_000
+
+
+class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    url: str = ""  # empty: start the built-in mock provider
+    model: str = "mock-1"
+    api_key: str = ""
+    connect_timeout_s: PosFloat = 5.0
+    first_token_timeout_s: PosFloat = 60.0
+    idle_timeout_s: PosFloat = 30.0
+    total_timeout_s: PosFloat = 600.0
+    max_retries: NonNegInt = 2
+    retry_budget_s: NonNegFloat = 10.0
+    max_tokens: NonNegInt = 0  # 0 = let the provider decide
+
+
+class MockConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The built-in mock provider started when `provider.url` is empty."""
+
+    ttft_ms: NonNegFloat = 50.0
+    tps: PosFloat = 200.0
+    tokens: PosInt = 8
+
+
+class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    enabled: bool = True
+    synchronous: Literal["off", "normal", "full"] = "normal"
+    queue_max_rows: PosInt = 20_000  # per writer; events and access rows beyond it are shed
+    batch_max_rows: PosInt = 1000
+    busy_timeout_ms: NonNegInt = 5000
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    data_dir: str = "./data"
+    jsonl_dir: str = ""  # empty: no JSONL event log
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    server: ServerConfig = msgspec.field(default_factory=ServerConfig)
+    kernel: KernelConfig = msgspec.field(default_factory=KernelConfig)
+    provider: ProviderConfig = msgspec.field(default_factory=ProviderConfig)
+    mock: MockConfig = msgspec.field(default_factory=MockConfig)
+    store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    agents: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+
+    @property
+    def provider_api_key(self) -> Secret:
+        return Secret(self.provider.api_key)
+
+    @property
+    def api_token(self) -> Secret:
+        return Secret(self.server.api_token)
+
+
+ENV_ALIASES: dict[str, str] = {
+    "AGENTOS_HOST": "server.host",
+    "AGENTOS_PORT": "server.port",
+    "AGENTOS_API_TOKEN": "server.api_token",
+    "AGENTOS_DATA_DIR": "data_dir",
+    "AGENTOS_JSONL_DIR": "jsonl_dir",
+    "AGENTOS_LOG_LEVEL": "log_level",
+    "AGENTOS_PROVIDER_URL": "provider.url",
+    "AGENTOS_MODEL": "provider.model",
+    "AGENTOS_PROVIDER_API_KEY": "provider.api_key",
+    "AGENTOS_MAX_IN_FLIGHT_TURNS": "kernel.max_in_flight_turns",
+    "AGENTOS_CONCURRENCY_LIMIT": "kernel.concurrency_limit",
+    "AGENTOS_SESSION_TTL_SECS": "kernel.session_ttl_secs",
+    "AGENTOS_STORE_ENABLED": "store.enabled",
+}
+
+_SECTIONS = ("server", "kernel", "provider", "mock", "store")
+
+
+def _known_keys() -> dict[str, str]:
+    """Every settable dotted key, mapped to its generic env var name."""
+    keys: dict[str, str] = {}
+    for name in Settings.__struct_fields__:
+        if name in _SECTIONS:
+            section = getattr(Settings().__getattribute__(name), "__struct_fields__", ())
+            for sub in section:
+                keys[f"{name}.{sub}"] = f"AGENTOS_{name}_{sub}".upper()
+        elif name != "agents":
+            keys[name] = f"AGENTOS_{name}".upper()
+    return keys
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    head, _, rest = dotted.partition(".")
+    if not rest:
+        tree[head] = value
+        return
+    node = tree.setdefault(head, {})
+    if not isinstance(node, dict):
+        raise ConfigError(f"config key {head!r} must be a table")
+    _set_dotted(node, rest, value)
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
+    by_env = {env: dotted for dotted, env in _known_keys().items()} | ENV_ALIASES
+    return {by_env[name]: value for name, value in environ.items() if name in by_env}
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(path)!r} not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
+
+
+def load_settings(
+    config_path: Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """File, then env, then explicit overrides (CLI flags); the last one wins."""
+    tree: dict[str, Any] = read_toml(config_path) if config_path else {}
+    known = _known_keys()
+    for dotted, value in _env_overrides(environ or {}).items():
+        _set_dotted(tree, dotted, value)
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if dotted not in known:
+            raise ConfigError(f"unknown config key {dotted!r}")
+        _set_dotted(tree, dotted, value)
+    return settings_from_dict(tree)
+
+
+def settings_from_dict(tree: Mapping[str, Any]) -> Settings:
+    try:
+        settings = msgspec.convert(tree, type=Settings, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"invalid config: {_key_message(exc)}") from None
+    _check(settings)
+    return settings
+
+
+def _key_message(exc: msgspec.ValidationError) -> str:
+    """msgspec says `... - at `$.kernel.max_in_flight_turns``; lead with the key instead."""
+    text = str(exc)
+    message, sep, where = text.rpartition(" - at `$.")
+    if not sep:
+        return text.replace("Object contains unknown field", "unknown config key")
+    key = where.rstrip("`").replace("[", ".").replace("]", "").replace("'", "").replace('"', "")
+    message = message.replace("Object contains unknown field", "unknown config key")
+    return f"{key}: {message}"
+
+
+def _check(settings: Settings) -> None:
+    url = settings.provider.url
+    if url and not url.startswith(("http://", "https://")):
+        raise ConfigError(f"provider.url: must start with http:// or https://, got {url!r}")
+
+
+def to_toml_dict(settings: Settings) -> dict[str, Any]:
+    """The effective config as plain data, secrets masked."""
+    data: dict[str, Any] = msgspec.to_builtins(settings)
+    if data["server"]["api_token"]:
+        data["server"]["api_token"] = "**********"
+    if data["provider"]["api_key"]:
+        data["provider"]["api_key"] = "**********"
+    return data
+
+
+def dump_toml(data: Mapping[str, Any]) -> str:
+    """A small TOML writer for `agentos config show` (scalars, lists and nested tables)."""
+    lines: list[str] = []
+    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
+    for key, value in data.items():
+        if not isinstance(value, dict):
+            lines.append(f"{key} = {_toml_value(value)}")
+    for name, table in tables.items():
+        _dump_table(lines, name, table)
+    return "\n".join(lines) + "\n"
+
+
+def _dump_table(lines: list[str], name: str, table: Mapping[str, Any]) -> None:
+    lines.append(f"\n[{name}]")
+    subtables = {k: v for k, v in table.items() if isinstance(v, dict)}
+    for key, value in table.items():
+        if not isinstance(value, dict):
+            lines.append(f"{key} = {_toml_value(value)}")
+    for key, sub in subtables.items():
+        _dump_table(lines, f"{name}.{key}", sub)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return msgspec.json.encode(str(value)).decode()

@@ -1,0 +1,130 @@
+"""The whole error tree of Agent OS.
+
+    AgentOSError
+      ConfigError                  # operator mistake: fail at start-up, naming the key
+      RequestError(status, code)   # the client's fault -> 4xx with a JSON body
+        BadRequest            400  malformed JSON, bad query parameters
+        Unauthorized          401
+        NotFound              404  SessionNotFound, RunNotFound, AgentNotFound
+        NotAcceptable         406
+        Conflict              409
+        PayloadTooLarge       413
+        InvalidInput          422  well-formed JSON of the wrong shape
+        AdmissionRejected     429  carries retry_after_s
+      ProviderError(retryable, retry_after_s, code)   # the upstream's fault
+        ProviderTimeout  ProviderHTTPError(status_code)  ProviderProtocolError  ProviderUnavailable
+      StoreError
+
+Errors are mapped to HTTP in one place (`agentos.api.errors`), and provider errors become a
+`turn.failed` event with the error's `code` as the reason.
+"""
+
+from __future__ import annotations
+
+
+class AgentOSError(Exception):
+    """Base of every error Agent OS raises on purpose."""
+
+
+class ConfigError(AgentOSError):
+    """The configuration is invalid; the message names the offending key."""
+
+
+class RequestError(AgentOSError):
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class BadRequest(RequestError):
+    status = 400
+    code = "bad_request"
+
+
+class Unauthorized(RequestError):
+    status = 401
+    code = "unauthorized"
+
+
+class NotFound(RequestError):
+    status = 404
+    code = "not_found"
+
+
+class SessionNotFound(NotFound):
+    code = "session_not_found"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} not found")
+
+
+class NotAcceptable(RequestError):
+    status = 406
+    code = "not_acceptable"
+
+
+class Conflict(RequestError):
+    status = 409
+    code = "conflict"
+
+
+class PayloadTooLarge(RequestError):
+    status = 413
+    code = "payload_too_large"
+
+
+class InvalidInput(RequestError):
+    status = 422
+    code = "invalid_input"
+
+
+class AdmissionRejected(RequestError):
+    status = 429
+    code = "overloaded"
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__(f"too many turns in flight; retry after {retry_after_s}s")
+        self.retry_after_s = retry_after_s
+
+
+class ProviderError(AgentOSError):
+    """The provider failed; `code` is the reason reported in `turn.failed`."""
+
+    code = "provider_error"
+
+    def __init__(self, message: str, *, retryable: bool = False, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after_s = retry_after_s
+
+
+class ProviderTimeout(ProviderError):
+    code = "provider_timeout"
+
+
+class ProviderHTTPError(ProviderError):
+    code = "provider_http_error"
+
+    def __init__(self, status_code: int, message: str, *, retry_after_s: float | None = None) -> None:
+        retryable = status_code == 429 or status_code >= 500
+        super().__init__(message, retryable=retryable, retry_after_s=retry_after_s)
+        self.status_code = status_code
+        if status_code == 429:
+            self.code = "provider_rate_limited"
+
+
+class ProviderProtocolError(ProviderError):
+    code = "provider_protocol_error"
+
+
+class ProviderUnavailable(ProviderError):
+    code = "provider_unavailable"
+
+
+class StoreError(AgentOSError):
+    """The store failed to write or read."""
