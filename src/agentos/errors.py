@@ -13,6 +13,7 @@
         AdmissionRejected     429  carries retry_after_s
       ProviderError(retryable, retry_after_s, code)   # the upstream's fault
         ProviderTimeout  ProviderHTTPError(status_code)  ProviderProtocolError  ProviderUnavailable
+        ProviderLimitTimeout  # no provider permit within kernel.permit_wait_timeout_s
       StoreError
 
 Errors are mapped to HTTP in one place (`agentos.api.errors`), and provider errors become a
@@ -124,6 +125,12 @@ class ProviderProtocolError(ProviderError):
 
 class ProviderUnavailable(ProviderError):
     code = "provider_unavailable"
+
+
+class ProviderLimitTimeout(ProviderError):
+    """The turn waited longer than `kernel.permit_wait_timeout_s` for a provider permit."""
+
+    code = "provider_limit_timeout"
 
 
 class StoreError(AgentOSError):

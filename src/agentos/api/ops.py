@@ -1,0 +1,36 @@
+"""Health, readiness, metrics and the OpenAPI document."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from agentos.api.keys import METRICS, RUNTIME
+from agentos.api.openapi import OPENAPI
+from agentos.api.sessions import json_response
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/healthz")
+async def healthz(request: web.Request) -> web.Response:
+    return json_response({"status": "ok"})
+
+
+@routes.get("/readyz")
+async def readyz(request: web.Request) -> web.Response:
+    runtime = request.app.get(RUNTIME)
+    if runtime is None or not runtime.accepting:
+        return json_response({"status": "not_ready"}, status=503)
+    return json_response({"status": "ready"})
+
+
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[METRICS].render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+@routes.get("/openapi.json")
+async def openapi(request: web.Request) -> web.Response:
+    return json_response(OPENAPI)

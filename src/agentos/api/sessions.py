@@ -1,0 +1,99 @@
+"""Sessions: create, list, read, delete; their transcript and events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from agentos.api.body import SessionCreate, query_int, read_body
+from agentos.api.keys import RUNTIME
+from agentos.store.records import SessionRecord
+
+routes = web.RouteTableDef()
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=msgspec.json.encode(data), status=status, content_type="application/json")
+
+
+def session_json(record: SessionRecord) -> dict[str, Any]:
+    return {
+        "id": record.session_id,
+        "agent": record.agent,
+        "metadata": record.metadata,
+        "tenant_id": record.tenant_id,
+        "created_at_ms": record.created_at_ms,
+    }
+
+
+@routes.post("/v1/sessions")
+async def create_session(request: web.Request) -> web.Response:
+    body = await read_body(request, SessionCreate, empty_ok=True)
+    record = await request.app[RUNTIME].create_session(body.agent, body.metadata)
+    return json_response(session_json(record), status=201)
+
+
+@routes.get("/v1/sessions")
+async def list_sessions(request: web.Request) -> web.Response:
+    limit = query_int(request, "limit", 50, low=1, high=500)
+    after = request.query.get("after")
+    records = await request.app[RUNTIME].store.list_sessions(limit=limit, after=after)
+    cursor = records[-1].session_id if len(records) == limit else None
+    return json_response({"data": [session_json(r) for r in records], "next_cursor": cursor})
+
+
+@routes.get("/v1/sessions/{session_id}")
+async def get_session(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    session_id = request.match_info["session_id"]
+    record = await runtime.get_session(session_id)
+    data = session_json(record) | {"active_turn": runtime.kernel.active_turn(session_id)}
+    return json_response(data)
+
+
+@routes.delete("/v1/sessions/{session_id}")
+async def delete_session(request: web.Request) -> web.Response:
+    await request.app[RUNTIME].delete_session(request.match_info["session_id"])
+    return web.Response(status=204)
+
+
+@routes.get("/v1/sessions/{session_id}/messages")
+async def list_messages(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    session_id = request.match_info["session_id"]
+    limit = query_int(request, "limit", 100, low=1, high=1000)
+    after = query_int(request, "after", 0, low=0, high=2**62)
+    await runtime.get_session(session_id)
+    records = await runtime.store.list_messages(session_id, after=after, limit=limit)
+    data = [
+        {
+            "id": m.message_id,
+            "turn_id": m.turn_id,
+            "role": m.role,
+            "content": m.content,
+            "status": m.status,
+            "usage": m.usage,
+            "created_at_ms": m.created_at_ms,
+        }
+        for m in records
+    ]
+    cursor = records[-1].message_id if len(records) == limit else None
+    return json_response({"data": data, "next_cursor": cursor})
+
+
+@routes.get("/v1/sessions/{session_id}/events")
+async def list_events(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    session_id = request.match_info["session_id"]
+    limit = query_int(request, "limit", 100, low=1, high=1000)
+    after = query_int(request, "after", 0, low=0, high=2**62)
+    await runtime.get_session(session_id)
+    records = await runtime.store.list_events(session_id, after=after, limit=limit)
+    data = [
+        {"id": e.event_id, "turn_id": e.turn_id, "type": e.type, "data": e.data, "created_at_ms": e.created_at_ms}
+        for e in records
+    ]
+    cursor = records[-1].event_id if len(records) == limit else None
+    return json_response({"data": data, "next_cursor": cursor})

@@ -1,0 +1,53 @@
+"""Inputs to the kernel: things that happened, named in the past tense."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSubmitted:
+    session_id: str
+    turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderReleased:
+    """The turn's provider stream is closed: its permit can go to the next waiter."""
+
+    turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnded:
+    """The turn's task is over, whatever the outcome."""
+
+    turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequested:
+    session_id: str
+    reason: str = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOpened:
+    """The session is in memory (created, or loaded back from the store)."""
+
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionClosed:
+    """The session was deleted."""
+
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passed: fire the deadlines that are due."""
+
+
+Event = TurnSubmitted | ProviderReleased | TurnEnded | CancelRequested | SessionOpened | SessionClosed | Tick

@@ -1,0 +1,263 @@
+"""The client for OpenAI-compatible `/chat/completions` streams, on aiohttp.
+
+aiohttp rather than httpx: at 1000 concurrent streams on two cores its client spends a
+fraction of httpx's CPU per stream (docs/benchmarking.md). Every aiohttp and timeout error is
+translated here, once, into the `ProviderError` tree; nothing above this module sees aiohttp.
+
+Timeouts: `connect_timeout_s` for the TCP connect, `first_token_timeout_s` from the request to
+the first content, `idle_timeout_s` between chunks after that, `total_timeout_s` for the whole
+stream. 429 and 5xx answers, and connection failures, are retried before the first token while
+`max_retries` and `retry_budget_s` allow, honouring Retry-After.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from agentos.config import ProviderConfig
+from agentos.errors import (
+    ProviderError,
+    ProviderHTTPError,
+    ProviderProtocolError,
+    ProviderTimeout,
+    ProviderUnavailable,
+)
+from agentos.providers.base import ChatRequest, Completion, StreamItem, TextDelta, ToolCall, Usage
+from agentos.providers.sse_parser import SSEParser
+
+
+class _Function(msgspec.Struct):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolCallDelta(msgspec.Struct):
+    index: int = 0
+    id: str | None = None
+    function: _Function | None = None
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    tool_calls: list[_ToolCallDelta] | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class _Chunk(msgspec.Struct):
+    choices: list[_Choice] = []
+    usage: _Usage | None = None
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
+_encode = msgspec.json.encode
+
+
+def new_client_session(config: ProviderConfig) -> aiohttp.ClientSession:
+    # No connection cap here: the kernel's permits are the one limit on concurrent streams.
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
+    timeout = aiohttp.ClientTimeout(total=None, connect=config.connect_timeout_s, sock_connect=config.connect_timeout_s)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=True)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP-date: fall back to our own backoff
+
+
+class _ToolCallAccumulator:
+    __slots__ = ("_calls",)
+
+    def __init__(self) -> None:
+        self._calls: dict[int, list[str]] = {}
+
+    def add(self, deltas: list[_ToolCallDelta]) -> None:
+        for d in deltas:
+            call = self._calls.setdefault(d.index, ["", "", ""])
+            if d.id:
+                call[0] = d.id
+            if d.function is not None:
+                call[1] += d.function.name or ""
+                call[2] += d.function.arguments or ""
+
+    def result(self) -> tuple[ToolCall, ...]:
+        return tuple(ToolCall(c[0] or f"call_{i}", c[1], c[2]) for i, c in sorted(self._calls.items()))
+
+
+class _Watchdog:
+    """One timer per stream, re-armed lazily: `extend()` only moves the deadline."""
+
+    __slots__ = ("_loop", "_response", "_deadline", "_handle", "fired", "phase")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, response: aiohttp.ClientResponse, deadline: float) -> None:
+        self._loop = loop
+        self._response = response
+        self._deadline = deadline
+        self.fired = False
+        self.phase = "first_token"
+        self._handle: asyncio.TimerHandle | None = loop.call_at(deadline, self._fire)
+
+    def extend(self, deadline: float) -> None:
+        self.phase = "idle"
+        self._deadline = deadline
+
+    def _fire(self) -> None:
+        if self._loop.time() < self._deadline:
+            self._handle = self._loop.call_at(self._deadline, self._fire)
+            return
+        self._handle = None
+        self.fired = True
+        self._response.close()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
+class OpenAICompatProvider:
+    def __init__(self, config: ProviderConfig, session: aiohttp.ClientSession | None = None) -> None:
+        self._config = config
+        self._session = session or new_client_session(config)
+        self._owns_session = session is None
+        self._url = config.url.rstrip("/") + "/chat/completions"
+        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if config.api_key:
+            self._headers["Authorization"] = f"Bearer {config.api_key}"
+
+    async def aclose(self) -> None:
+        if self._owns_session:
+            await self._session.close()
+
+    def _body(self, request: ChatRequest) -> bytes:
+        body: dict[str, Any] = {
+            "model": request.model or self._config.model,
+            "messages": request.messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            body["tools"] = request.tools
+        max_tokens = request.max_tokens or self._config.max_tokens
+        if max_tokens:
+            body["max_tokens"] = max_tokens
+        return _encode(body)
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamItem]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        total_deadline = start + self._config.total_timeout_s
+        first_deadline = min(start + self._config.first_token_timeout_s, total_deadline)
+        try:
+            async with asyncio.timeout_at(first_deadline):
+                response = await self._open(self._body(request), start)
+        except TimeoutError:
+            raise ProviderTimeout("provider first_token timeout (no response)") from None
+        # A watchdog closes the response at its deadline rather than cancelling a task: this
+        # generator yields to its consumer, so a cancel-based timeout could hit the consumer.
+        watchdog = _Watchdog(loop, response, first_deadline)
+        text: list[str] = []
+        tools = _ToolCallAccumulator()
+        usage = _Usage()
+        finish = None
+        try:
+            async for chunk in self._chunks(response):
+                delta, finish, usage = self._apply(chunk, tools, finish, usage)
+                if delta:
+                    watchdog.extend(min(loop.time() + self._config.idle_timeout_s, total_deadline))
+                    text.append(delta)
+                    yield TextDelta(delta)
+            if watchdog.fired:
+                raise ProviderTimeout(f"provider {watchdog.phase} timeout")
+            if finish is None:
+                raise ProviderProtocolError("the stream ended without a finish_reason")
+            watchdog.cancel()
+            response.release()
+        except aiohttp.ClientError as exc:
+            if watchdog.fired:
+                raise ProviderTimeout(f"provider {watchdog.phase} timeout") from None
+            raise ProviderProtocolError(f"provider stream broke: {exc.__class__.__name__}") from None
+        finally:
+            watchdog.cancel()
+            response.close()  # a no-op after release(); aborts the upstream otherwise
+        yield Completion("".join(text), finish, Usage(usage.prompt_tokens, usage.completion_tokens), tools.result())
+
+    @staticmethod
+    def _apply(
+        chunk: _Chunk, tools: _ToolCallAccumulator, finish: str | None, usage: _Usage
+    ) -> tuple[str, str | None, _Usage]:
+        delta = ""
+        for choice in chunk.choices:
+            if choice.delta is not None:
+                delta += choice.delta.content or ""
+                if choice.delta.tool_calls:
+                    tools.add(choice.delta.tool_calls)
+            finish = choice.finish_reason or finish
+        return delta, finish, chunk.usage or usage
+
+    async def _chunks(self, response: aiohttp.ClientResponse) -> AsyncIterator[_Chunk]:
+        parser = SSEParser()
+        async for raw in response.content.iter_any():
+            for event in parser.feed(raw):
+                if event.data == "[DONE]":
+                    return
+                try:
+                    yield _decode_chunk(event.data)
+                except msgspec.DecodeError:
+                    raise ProviderProtocolError("the provider sent a chunk that is not valid JSON") from None
+
+    async def _open(self, body: bytes, start: float) -> aiohttp.ClientResponse:
+        """POST the request, retrying 429, 5xx and connection failures within the budget."""
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        while True:
+            try:
+                response = await self._post(body)
+                if response.status < 400:
+                    return response
+                error = await self._http_error(response)
+            except ProviderUnavailable as exc:
+                error = exc
+            attempt += 1
+            delay = error.retry_after_s if error.retry_after_s is not None else min(2.0, 0.1 * 2**attempt)
+            delay *= 1 + random.random() * 0.1  # jitter: many turns retrying together must not stampede
+            spent = loop.time() - start
+            if not error.retryable or attempt > self._config.max_retries or spent + delay > self._config.retry_budget_s:
+                raise error
+            await asyncio.sleep(delay)
+
+    async def _post(self, body: bytes) -> aiohttp.ClientResponse:
+        try:
+            return await self._session.post(self._url, data=body, headers=self._headers)
+        except (aiohttp.ClientConnectionError, OSError) as exc:
+            raise ProviderUnavailable(f"cannot reach the provider: {exc}", retryable=True) from None
+
+    @staticmethod
+    async def _http_error(response: aiohttp.ClientResponse) -> ProviderError:
+        try:
+            detail = (await response.content.read(2048)).decode("utf-8", errors="replace")
+        except aiohttp.ClientError:
+            detail = ""
+        finally:
+            response.close()
+        retry_after = parse_retry_after(response.headers.get("Retry-After"))
+        message = f"provider answered HTTP {response.status}: {detail[:200]}".rstrip(": ")
+        return ProviderHTTPError(response.status, message, retry_after_s=retry_after)

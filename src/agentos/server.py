@@ -1,0 +1,88 @@
+"""`agentos serve`: bind, run until SIGTERM/SIGINT, then drain and stop."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import resource
+import signal
+import sys
+
+from aiohttp import web
+
+from agentos.api.app import DRAIN_TIMEOUT_S, create_app
+from agentos.api.keys import RUNTIME
+from agentos.config import Settings
+from agentos.errors import ConfigError
+
+log = logging.getLogger("agentos")
+
+
+def check_bind(settings: Settings) -> None:
+    """Refuse a non-loopback address unless a bearer token guards the API."""
+    host = settings.server.host
+    if settings.server.api_token:
+        return
+    if host == "localhost":
+        return
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ConfigError(f"server.host: refusing to listen on {host!r} without auth; set AGENTOS_API_TOKEN")
+
+
+def raise_fd_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def run_server(settings: Settings) -> int:
+    check_bind(settings)
+    _configure_logging(settings.log_level)
+    raise_fd_limit()
+    try:
+        import uvloop
+
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:  # pragma: no cover - uvloop is a dependency on every supported platform
+        runner = asyncio.Runner()
+    with runner:
+        runner.run(serve(settings))
+    return 0
+
+
+async def serve(settings: Settings, started: asyncio.Future[int] | None = None) -> None:
+    app = create_app(settings)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=5)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.server.host, settings.server.port, backlog=4096, reuse_address=True)
+    await site.start()
+    port = runner.addresses[0][1]
+    print(f"agentos listening on http://{settings.server.host}:{port}", flush=True)
+    if started is not None:
+        started.set_result(port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down: draining turns (up to %.0fs) and writer queues", DRAIN_TIMEOUT_S)
+        await app[RUNTIME].drain(DRAIN_TIMEOUT_S)
+        await runner.cleanup()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,51 @@
+"""What the store keeps. Every row carries a tenant id from the start."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+DEFAULT_TENANT = "default"
+
+MessageStatus = Literal["completed", "cancelled", "failed"]
+
+
+class SessionRecord(msgspec.Struct, kw_only=True):
+    session_id: str
+    tenant_id: str = DEFAULT_TENANT
+    agent: str = "default"
+    metadata: dict[str, Any] = {}
+    created_at_ms: int = 0
+
+
+class MessageRecord(msgspec.Struct, kw_only=True):
+    session_id: str
+    turn_id: str
+    role: Literal["user", "assistant", "system", "tool"]
+    content: str
+    status: MessageStatus = "completed"
+    tenant_id: str = DEFAULT_TENANT
+    created_at_ms: int = 0
+    usage: dict[str, int] | None = None
+    message_id: int = 0  # assigned by the store
+
+
+class EventRecord(msgspec.Struct, kw_only=True):
+    session_id: str
+    turn_id: str
+    type: str
+    data: dict[str, Any]
+    tenant_id: str = DEFAULT_TENANT
+    created_at_ms: int = 0
+    event_id: int = 0  # assigned by the store
+
+
+class AccessRecord(msgspec.Struct, kw_only=True, array_like=True):
+    ts_ms: int
+    method: str
+    path: str
+    status: int
+    duration_ms: float
+    remote: str
+    tenant_id: str = DEFAULT_TENANT

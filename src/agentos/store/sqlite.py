@@ -1,0 +1,262 @@
+"""The embedded store: three SQLite files in WAL mode, each with its own writer thread.
+
+`sessions.db` holds sessions and transcripts (never shed), `events.db` the turn events and
+`access.db` the access log (both shed under overload, counted). Separate files keep the
+sheddable writers from holding the transcript writer's lock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from agentos.config import StoreConfig
+from agentos.store.base import StoreStatistics
+from agentos.store.jsonl import JsonlLog
+from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
+from agentos.store.writer import Writer
+
+_SESSIONS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    message_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    status TEXT NOT NULL,
+    usage TEXT,
+    created_at_ms INTEGER NOT NULL,
+    UNIQUE (turn_id, role)
+);
+CREATE INDEX IF NOT EXISTS messages_by_session ON messages (session_id, message_id);
+"""
+
+_EVENTS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    event_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    type TEXT NOT NULL,
+    data TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_session ON events (session_id, event_id);
+"""
+
+_ACCESS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS access_log (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant_id TEXT NOT NULL,
+    ts_ms INTEGER NOT NULL,
+    method TEXT NOT NULL,
+    path TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    duration_ms REAL NOT NULL,
+    remote TEXT NOT NULL
+);
+"""
+
+# Upsert: a writer retry may repeat a batch, and a turn has one message per role.
+_INSERT_MESSAGE = """
+INSERT INTO messages (tenant_id, session_id, turn_id, role, content, status, usage, created_at_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (turn_id, role) DO UPDATE SET content = excluded.content, status = excluded.status, usage = excluded.usage
+"""
+_INSERT_EVENT = (
+    "INSERT INTO events (tenant_id, session_id, turn_id, type, data, created_at_ms) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_INSERT_ACCESS = (
+    "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+_encode = msgspec.json.encode
+_decode = msgspec.json.decode
+
+
+def _message_params(r: MessageRecord) -> tuple[Any, ...]:
+    usage = _encode(r.usage).decode() if r.usage is not None else None
+    return (r.tenant_id, r.session_id, r.turn_id, r.role, r.content, r.status, usage, r.created_at_ms)
+
+
+def _message_from_row(row: tuple[Any, ...]) -> MessageRecord:
+    mid, tenant, sid, tid, role, content, status, usage, created = row
+    return MessageRecord(
+        message_id=mid,
+        tenant_id=tenant,
+        session_id=sid,
+        turn_id=tid,
+        role=role,
+        content=content,
+        status=status,
+        usage=_decode(usage) if usage else None,
+        created_at_ms=created,
+    )
+
+
+def _session_from_row(row: tuple[Any, ...]) -> SessionRecord:
+    sid, tenant, agent, metadata, created = row
+    return SessionRecord(
+        session_id=sid, tenant_id=tenant, agent=agent, metadata=_decode(metadata), created_at_ms=created
+    )
+
+
+_MESSAGE_COLUMNS = "message_id, tenant_id, session_id, turn_id, role, content, status, usage, created_at_ms"
+
+
+class SQLiteStore:
+    def __init__(
+        self,
+        data_dir: Path,
+        config: StoreConfig,
+        *,
+        jsonl_dir: str = "",
+        on_batch: Callable[[int, float], None] | None = None,
+    ) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        opts: dict[str, Any] = {
+            "synchronous": config.synchronous,
+            "queue_max_rows": config.queue_max_rows,
+            "batch_max_rows": config.batch_max_rows,
+            "busy_timeout_ms": config.busy_timeout_ms,
+        }
+        self._sessions = Writer("messages", data_dir / "sessions.db", _SESSIONS_SCHEMA, **opts)
+        self._events = Writer("events", data_dir / "events.db", _EVENTS_SCHEMA, on_batch=on_batch, **opts)
+        self._access = Writer("access", data_dir / "access.db", _ACCESS_SCHEMA, **opts)
+        self._jsonl = JsonlLog(Path(jsonl_dir), queue_max_rows=config.queue_max_rows) if jsonl_dir else None
+
+    async def start(self) -> None:
+        for writer in (self._sessions, self._events, self._access):
+            writer.start()
+        if self._jsonl is not None:
+            self._jsonl.start()
+
+    async def close(self) -> None:
+        for writer in (self._sessions, self._events, self._access):
+            await writer.close()
+        if self._jsonl is not None:
+            await self._jsonl.close()
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    async def create_session(self, r: SessionRecord) -> None:
+        params = (r.session_id, r.tenant_id, r.agent, _encode(r.metadata).decode(), r.created_at_ms)
+        await self._sessions.submit("INSERT INTO sessions VALUES (?, ?, ?, ?, ?)", params)
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        def read(conn: sqlite3.Connection) -> SessionRecord | None:
+            row = conn.execute("SELECT * FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+            return _session_from_row(row) if row else None
+
+        result: SessionRecord | None = await self._sessions.submit(apply=read)
+        return result
+
+    async def list_sessions(self, *, limit: int, after: str | None) -> list[SessionRecord]:
+        def read(conn: sqlite3.Connection) -> list[SessionRecord]:
+            rows = conn.execute(
+                "SELECT * FROM sessions WHERE session_id > ? ORDER BY session_id LIMIT ?", (after or "", limit)
+            ).fetchall()
+            return [_session_from_row(row) for row in rows]
+
+        result: list[SessionRecord] = await self._sessions.submit(apply=read)
+        return result
+
+    async def delete_session(self, session_id: str) -> bool:
+        def delete(conn: sqlite3.Connection) -> bool:
+            gone = conn.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,)).rowcount
+            conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+            return bool(gone)
+
+        deleted: bool = await self._sessions.submit(apply=delete)
+        if deleted:
+            self._events.put("DELETE FROM events WHERE session_id = ?", (session_id,))
+        return deleted
+
+    def forget_session(self, session_id: str) -> None:
+        """Nothing to do: the session's state stays on disk when it leaves memory."""
+
+    # -- messages ------------------------------------------------------------------------------
+
+    async def wait_space(self) -> None:
+        await self._sessions.wait_space()
+
+    def add_message(self, record: MessageRecord) -> None:
+        self._sessions.put(_INSERT_MESSAGE, _message_params(record))
+
+    async def commit_message(self, record: MessageRecord) -> None:
+        await self._sessions.submit(_INSERT_MESSAGE, _message_params(record))
+
+    async def history(self, session_id: str, *, limit: int) -> list[MessageRecord]:
+        def read(conn: sqlite3.Connection) -> list[MessageRecord]:
+            rows = conn.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY message_id DESC LIMIT ?",
+                (session_id, limit),
+            ).fetchall()
+            return [_message_from_row(row) for row in reversed(rows)]
+
+        result: list[MessageRecord] = await self._sessions.submit(apply=read)
+        return result
+
+    async def list_messages(self, session_id: str, *, after: int, limit: int) -> list[MessageRecord]:
+        def read(conn: sqlite3.Connection) -> list[MessageRecord]:
+            rows = conn.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND message_id > ? "
+                "ORDER BY message_id LIMIT ?",
+                (session_id, after, limit),
+            ).fetchall()
+            return [_message_from_row(row) for row in rows]
+
+        result: list[MessageRecord] = await self._sessions.submit(apply=read)
+        return result
+
+    # -- events and access log -------------------------------------------------------------------
+
+    def add_event(self, r: EventRecord) -> None:
+        data = _encode(r.data).decode()
+        self._events.put(
+            _INSERT_EVENT, (r.tenant_id, r.session_id, r.turn_id, r.type, data, r.created_at_ms), sheddable=True
+        )
+        if self._jsonl is not None:
+            self._jsonl.write(r)
+
+    async def list_events(self, session_id: str, *, after: int, limit: int) -> list[EventRecord]:
+        def read(conn: sqlite3.Connection) -> list[EventRecord]:
+            rows = conn.execute(
+                "SELECT event_id, tenant_id, session_id, turn_id, type, data, created_at_ms FROM events "
+                "WHERE session_id = ? AND event_id > ? ORDER BY event_id LIMIT ?",
+                (session_id, after, limit),
+            ).fetchall()
+            return [
+                EventRecord(event_id=e, tenant_id=t, session_id=s, turn_id=u, type=k, data=_decode(d), created_at_ms=c)
+                for e, t, s, u, k, d, c in rows
+            ]
+
+        result: list[EventRecord] = await self._events.submit(apply=read)
+        return result
+
+    def log_access(self, r: AccessRecord) -> None:
+        params = (r.tenant_id, r.ts_ms, r.method, r.path, r.status, r.duration_ms, r.remote)
+        self._access.put(_INSERT_ACCESS, params, sheddable=True)
+
+    def statistics(self) -> StoreStatistics:
+        m, e, a = (w.statistics() for w in (self._sessions, self._events, self._access))
+        jsonl_dropped = self._jsonl.dropped_total if self._jsonl is not None else 0
+        return StoreStatistics(
+            message_queue=m.queued,
+            event_queue=e.queued,
+            access_queue=a.queued,
+            events_dropped_total=e.dropped_total + jsonl_dropped,
+            access_dropped_total=a.dropped_total,
+        )
