@@ -11,7 +11,7 @@ from aiohttp import web
 
 from agentos.api import ops, sessions, turns, websocket
 from agentos.api.errors import error_middleware
-from agentos.api.keys import METRICS, RUNTIME, SETTINGS
+from agentos.api.keys import MAX_BODY_BYTES, METRICS, RUNTIME, SETTINGS
 from agentos.api.middleware import access_log_middleware, auth_middleware
 from agentos.config import Settings
 from agentos.metrics import Metrics
@@ -35,7 +35,7 @@ def create_app(settings: Settings) -> web.Application:
         middlewares.append(auth_middleware(settings.server.api_token))
     # aiohttp's own body cap sits a little above ours so that ours answers with a JSON 413.
     app = web.Application(middlewares=middlewares, client_max_size=settings.server.max_body_bytes + 1)
-    app["max_body_bytes"] = settings.server.max_body_bytes
+    app[MAX_BODY_BYTES] = settings.server.max_body_bytes
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
     for table in (sessions.routes, turns.routes, websocket.routes, ops.routes):

@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
+from agentos.api.keys import MAX_BODY_BYTES
 from agentos.errors import BadRequest, InvalidInput, PayloadTooLarge
 
 T = TypeVar("T")
@@ -22,7 +23,7 @@ class TurnCreate(msgspec.Struct, forbid_unknown_fields=True):
 
 
 async def read_body(request: web.Request, kind: type[T], *, empty_ok: bool = False) -> T:
-    limit = request.app["max_body_bytes"]
+    limit = request.app[MAX_BODY_BYTES]
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(f"request body over {limit} bytes")
     try:

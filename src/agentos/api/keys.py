@@ -14,3 +14,4 @@ if TYPE_CHECKING:
 RUNTIME: web.AppKey[Runtime] = web.AppKey("runtime")
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
+MAX_BODY_BYTES: web.AppKey[int] = web.AppKey("max_body_bytes", int)

@@ -11,7 +11,7 @@ import msgspec
 from aiohttp import WSMsgType, web
 
 from agentos.api.body import decode_json
-from agentos.api.keys import RUNTIME
+from agentos.api.keys import MAX_BODY_BYTES, RUNTIME
 from agentos.api.turns import check_input
 from agentos.errors import RequestError
 from agentos.runtime.runtime import Runtime
@@ -31,7 +31,7 @@ async def session_socket(request: web.Request) -> web.WebSocketResponse:
     runtime = request.app[RUNTIME]
     session_id = request.match_info["session_id"]
     await runtime.ensure_loaded(session_id)  # 404 before the upgrade
-    ws = web.WebSocketResponse(heartbeat=30, max_msg_size=request.app["max_body_bytes"])
+    ws = web.WebSocketResponse(heartbeat=30, max_msg_size=request.app[MAX_BODY_BYTES])
     await ws.prepare(request)
     forwarders: set[asyncio.Task[None]] = set()
     turns: list[Turn] = []

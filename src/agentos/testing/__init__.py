@@ -1,0 +1,70 @@
+"""Helpers shipped for tests (ours and yours): a server on a loopback port, an SSE reader."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import msgspec
+from aiohttp import web
+
+from agentos.api.app import create_app
+from agentos.api.keys import RUNTIME
+from agentos.config import Settings
+from agentos.providers.sse_parser import SSEParser
+from agentos.runtime.runtime import Runtime
+
+
+@dataclass
+class RunningServer:
+    url: str
+    app: web.Application
+    runner: web.AppRunner
+
+    @property
+    def runtime(self) -> Runtime:
+        return self.app[RUNTIME]
+
+    async def close(self) -> None:
+        await self.runtime.drain(5.0)
+        await self.runner.cleanup()
+
+
+async def start_server(settings: Settings) -> RunningServer:
+    """The real application on 127.0.0.1 and a free port, in this event loop."""
+    app = create_app(settings)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return RunningServer(f"http://127.0.0.1:{port}", app, runner)
+
+
+@dataclass(frozen=True)
+class Event:
+    name: str
+    id: str | None
+    data: dict[str, Any]
+
+
+async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[Event]:
+    """Parse an SSE response body into events as they arrive."""
+    parser = SSEParser()
+    async for chunk in response.content.iter_any():
+        for event in parser.feed(chunk):
+            yield Event(event.event, event.id, msgspec.json.decode(event.data))
+
+
+async def eventually(predicate: Callable[[], bool], timeout_s: float = 5.0, what: str = "condition") -> None:
+    """Wait until `predicate()` holds, for state in another component that offers no event to
+    wait on (a peer process's counters). Bounded: fails after `timeout_s`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(0.01)

@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from agentos.bench.mock_llm import MockServer, MockSettings, start_mock
+from agentos.config import Settings, load_settings
+from agentos.testing import RunningServer, start_server
+
+
+@pytest.fixture(autouse=True)
+def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never see the developer's AGENTOS_* settings or real provider keys."""
+    for name in list(os.environ):
+        if name.startswith(("AGENTOS_", "MOCK_", "OPENAI_")):
+            monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+async def mock_factory() -> AsyncIterator[Callable[..., Awaitable[MockServer]]]:
+    started: list[MockServer] = []
+
+    async def make(**kwargs: Any) -> MockServer:
+        kwargs.setdefault("ttft_ms", 5)
+        kwargs.setdefault("tps", 2000)
+        kwargs.setdefault("tokens", 4)
+        server = await start_mock(MockSettings(**kwargs))
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        await server.close()
+
+
+@pytest.fixture
+async def mock(mock_factory: Callable[..., Awaitable[MockServer]]) -> MockServer:
+    return await mock_factory()
+
+
+def make_settings(data_dir: Path, provider_url: str, **overrides: Any) -> Settings:
+    """Settings from dotted keys: make_settings(d, url, **{"kernel.concurrency_limit": 2})."""
+    base = {"data_dir": str(data_dir), "provider.url": provider_url, "provider.retry_budget_s": 2.0}
+    return load_settings(None, environ={}, overrides=base | overrides)
+
+
+@pytest.fixture
+async def server_factory(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[RunningServer]]]:
+    started: list[RunningServer] = []
+
+    async def make(provider_url: str, **overrides: Any) -> RunningServer:
+        server = await start_server(make_settings(tmp_path / "data", provider_url, **overrides))
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        await server.close()
+
+
+@pytest.fixture
+async def server(server_factory: Callable[..., Awaitable[RunningServer]], mock: MockServer) -> RunningServer:
+    return await server_factory(mock.url)
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        yield session
