@@ -47,9 +47,7 @@ async def test_the_transcript_and_events_are_stored(server: RunningServer, http:
     assert await events_stored() == ["turn.started", "turn.completed"] * 2
 
 
-async def test_the_history_goes_to_the_provider(
-    server_factory, mock_factory, http: aiohttp.ClientSession
-) -> None:
+async def test_the_history_goes_to_the_provider(server_factory, mock_factory, http: aiohttp.ClientSession) -> None:
     mock: MockServer = await mock_factory()
     server: RunningServer = await server_factory(mock.url)
     sid = await new_session(http, server.url)
@@ -142,7 +140,9 @@ async def test_admission_rejects_with_429_and_leaves_the_running_turn_alone(
         async for event in sse_events(r):
             events.append(event)
             if event.name == "token" and len(events) == 2:
-                async with http.post(f"{server.url}/v1/sessions/{other}/turns", json={"input": "y"}, headers=SSE) as rej:
+                async with http.post(
+                    f"{server.url}/v1/sessions/{other}/turns", json={"input": "y"}, headers=SSE
+                ) as rej:
                     assert rej.status == 429
                     assert rej.headers["Retry-After"] == "1"
                     assert (await rej.json())["error"]["code"] == "overloaded"

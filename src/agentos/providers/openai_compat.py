@@ -105,7 +105,7 @@ class _ToolCallAccumulator:
 class _Watchdog:
     """One timer per stream, re-armed lazily: `extend()` only moves the deadline."""
 
-    __slots__ = ("_loop", "_response", "_deadline", "_handle", "fired", "phase")
+    __slots__ = ("_loop", "_response", "_deadline", "_armed_at", "_handle", "fired", "phase")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, response: aiohttp.ClientResponse, deadline: float) -> None:
         self._loop = loop
@@ -113,17 +113,27 @@ class _Watchdog:
         self._deadline = deadline
         self.fired = False
         self.phase = "first_token"
-        self._handle: asyncio.TimerHandle | None = loop.call_at(deadline, self._fire)
+        self._handle: asyncio.TimerHandle | None = None
+        self._arm(deadline)
+
+    def _arm(self, when: float) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._armed_at = when
+        self._handle = self._loop.call_at(when, self._fire)
 
     def extend(self, deadline: float) -> None:
+        """Move the deadline; re-arm only when it comes earlier than the armed timer."""
         self.phase = "idle"
         self._deadline = deadline
+        if deadline < self._armed_at:
+            self._arm(deadline)
 
     def _fire(self) -> None:
-        if self._loop.time() < self._deadline:
-            self._handle = self._loop.call_at(self._deadline, self._fire)
-            return
         self._handle = None
+        if self._loop.time() < self._deadline:
+            self._arm(self._deadline)
+            return
         self.fired = True
         self._response.close()
 

@@ -7,6 +7,7 @@ lines starting with `:` are comments; a blank line dispatches; an event with no 
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass
 
 
@@ -18,9 +19,11 @@ class SSEEvent:
 
 
 class SSEParser:
-    __slots__ = ("_buffer", "_data", "_event", "_id", "_pending_cr")
+    __slots__ = ("_buffer", "_data", "_decoder", "_event", "_id", "_pending_cr")
 
     def __init__(self) -> None:
+        # Incremental: a multi-byte character may be split across two chunks.
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._buffer = ""
         self._data: list[str] = []
         self._event = ""
@@ -28,7 +31,7 @@ class SSEParser:
         self._pending_cr = False
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        text = chunk.decode("utf-8", errors="replace")
+        text = self._decoder.decode(chunk)
         if self._pending_cr and text.startswith("\n"):
             text = text[1:]
         self._pending_cr = text.endswith("\r")

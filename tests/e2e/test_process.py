@@ -1,0 +1,103 @@
+"""The real `agentos serve` process: kill -9 after turn.completed, SIGTERM drain, bind safety."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from agentos.bench.mock_llm import MockServer
+from agentos.testing import eventually
+from tests.api.helpers import new_session, turn_events
+
+pytestmark = pytest.mark.slow
+
+
+@asynccontextmanager
+async def agentos_process(
+    *args: str, env: dict[str, str] | None = None
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agentos",
+        "serve",
+        "--port",
+        "0",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env={"PATH": os.environ.get("PATH", ""), **(env or {})},
+    )
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+        assert line.startswith("agentos listening on "), line
+        yield proc, line.split()[-1]
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_completed_turns_survive_kill_9(tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession) -> None:
+    data = str(tmp_path / "data")
+    completed: dict[str, list[str]] = {}
+    for round_ in range(3):
+        async with agentos_process("--data-dir", data, "--provider-url", mock.url) as (proc, url):
+            sessions = [await new_session(http, url) for _ in range(5)]
+            results = await asyncio.gather(*(turn_events(http, url, s, f"round {round_}") for s in sessions))
+            for sid, events in zip(sessions, results, strict=True):
+                assert events[-1].name == "turn.completed"
+                completed[sid] = [e.data["turn_id"] for e in events if e.name == "turn.completed"]
+            proc.send_signal(signal.SIGKILL)  # at once, after the clients saw turn.completed
+            await proc.wait()
+    async with agentos_process("--data-dir", data, "--provider-url", mock.url) as (_, url):
+        for sid, turn_ids in completed.items():
+            async with http.get(f"{url}/v1/sessions/{sid}/messages") as r:
+                messages = (await r.json())["data"]
+            stored = {m["turn_id"] for m in messages if m["role"] == "assistant" and m["status"] == "completed"}
+            assert set(turn_ids) <= stored, f"{sid} lost a completed turn"
+
+
+async def test_sigterm_drains_and_exits_cleanly(tmp_path: Path, mock_factory, http: aiohttp.ClientSession) -> None:
+    mock = await mock_factory(ttft_ms=200, tps=100, tokens=5)
+    async with agentos_process("--data-dir", str(tmp_path), "--provider-url", mock.url) as (proc, url):
+        sid = await new_session(http, url)
+        turn = asyncio.create_task(turn_events(http, url, sid))
+        await eventually(lambda: mock.stats.requests == 1, what="the turn to reach the provider")
+        proc.send_signal(signal.SIGTERM)
+        events = await turn
+        assert events[-1].name == "turn.completed"  # the running turn finished during the drain
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+
+
+async def test_a_public_bind_without_a_token_is_refused(tmp_path: Path) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agentos",
+        "serve",
+        "--host",
+        "0.0.0.0",
+        "--data-dir",
+        str(tmp_path),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    assert b"AGENTOS_API_TOKEN" in err and b"server.host" in err
+
+
+async def test_the_default_starts_the_builtin_mock(tmp_path: Path, http: aiohttp.ClientSession) -> None:
+    async with agentos_process("--data-dir", str(tmp_path)) as (_, url):
+        sid = await new_session(http, url)
+        assert (await turn_events(http, url, sid))[-1].name == "turn.completed"
