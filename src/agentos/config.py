@@ -77,6 +77,7 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     synchronous: Literal["off", "normal", "full"] = "normal"
     queue_max_rows: PosInt = 20_000  # per writer; events and access rows beyond it are shed
     batch_max_rows: PosInt = 1000
+    linger_ms: NonNegFloat = 2.0  # under load, how long a writer waits for its batch to fill
     busy_timeout_ms: NonNegInt = 5000
 
 

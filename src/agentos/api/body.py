@@ -39,7 +39,15 @@ def decode_json(raw: bytes | str, kind: type[T]) -> T:
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
+        _check_well_formed(raw)  # msgspec reports a wrong type before it reaches a syntax error
         raise InvalidInput(str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"malformed JSON: {exc}", code="malformed_json") from None
+
+
+def _check_well_formed(raw: bytes | str) -> None:
+    try:
+        msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         raise BadRequest(f"malformed JSON: {exc}", code="malformed_json") from None
 

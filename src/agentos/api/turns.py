@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from aiohttp import web
@@ -13,7 +12,7 @@ from agentos.api.sessions import json_response
 from agentos.api.sse import encode_event
 from agentos.errors import InvalidInput, NotAcceptable, RequestError
 from agentos.runtime.runtime import Runtime
-from agentos.runtime.turn import TERMINAL_EVENTS, Turn
+from agentos.runtime.turn import CollectingSink, Turn
 
 routes = web.RouteTableDef()
 
@@ -42,6 +41,18 @@ def check_input(runtime: Runtime, text: str) -> None:
         raise InvalidInput(f"input is {len(text)} characters; the limit is {limit}")
 
 
+class SSESink:
+    """Writes each event to the response as it comes: no queue between the turn and the socket."""
+
+    __slots__ = ("_response",)
+
+    def __init__(self, response: web.StreamResponse) -> None:
+        self._response = response
+
+    async def send(self, event_id: str, name: str, data: dict[str, Any]) -> None:
+        await self._response.write(encode_event(event_id, name, data))
+
+
 @routes.post("/v1/sessions/{session_id}/turns")
 async def post_turn(request: web.Request) -> web.StreamResponse:
     runtime = request.app[RUNTIME]
@@ -51,40 +62,34 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     if not runtime.accepting:
         raise ShuttingDown("the server is shutting down")
     turn = await runtime.start_turn(request.match_info["session_id"], body.input)
-    try:
-        if sse:
-            return await _stream(request, turn)
-        return await _collect(turn)
-    except (asyncio.CancelledError, ConnectionResetError):
-        runtime.drop_turn(turn, "client_disconnected")
-        raise
-
-
-async def _stream(request: web.Request, turn: Turn) -> web.StreamResponse:
+    if not sse:
+        return await _collect(runtime, turn)
     response = web.StreamResponse(headers=_SSE_HEADERS)
-    await response.prepare(request)
-    while True:
-        event_id, name, data = await turn.next_event()
-        await response.write(encode_event(event_id, name, data))
-        if name in TERMINAL_EVENTS:
-            break
+    try:
+        await response.prepare(request)
+    except BaseException:
+        await runtime.run_turn(turn, _GoneSink())  # record it as cancelled; never leave it admitted
+        raise
+    await runtime.run_turn(turn, SSESink(response))
     await response.write_eof()
     return response
 
 
-async def _collect(turn: Turn) -> web.Response:
-    parts: list[str] = []
-    while True:
-        _, name, data = await turn.next_event()
-        if name == "token":
-            parts.append(data["delta"])
-        elif name in TERMINAL_EVENTS:
-            break
+class _GoneSink:
+    async def send(self, event_id: str, name: str, data: dict[str, Any]) -> None:
+        raise ConnectionResetError("the client went away before the stream started")
+
+
+async def _collect(runtime: Runtime, turn: Turn) -> web.Response:
+    sink = CollectingSink()
+    await runtime.run_turn(turn, sink)
+    _, name, data = sink.events[-1]
+    output = "".join(d["delta"] for _, n, d in sink.events if n == "token")
     result: dict[str, Any] = {
         "turn_id": turn.turn_id,
         "session_id": turn.session_id,
         "status": name.removeprefix("turn."),
-        "output": "".join(parts),
+        "output": output,
     }
     result |= {k: v for k, v in data.items() if k in ("usage", "reason", "message", "finish_reason")}
     return json_response(result)

@@ -5,7 +5,7 @@ cancels the running turn: nothing outlives its client."""
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 from aiohttp import WSMsgType, web
@@ -15,7 +15,7 @@ from agentos.api.keys import MAX_BODY_BYTES, RUNTIME
 from agentos.api.turns import check_input
 from agentos.errors import RequestError
 from agentos.runtime.runtime import Runtime
-from agentos.runtime.turn import TERMINAL_EVENTS, Turn
+from agentos.runtime.turn import Turn
 
 routes = web.RouteTableDef()
 _encode = msgspec.json.encode
@@ -33,8 +33,8 @@ async def session_socket(request: web.Request) -> web.WebSocketResponse:
     await runtime.ensure_loaded(session_id)  # 404 before the upgrade
     ws = web.WebSocketResponse(heartbeat=30, max_msg_size=request.app[MAX_BODY_BYTES])
     await ws.prepare(request)
-    forwarders: set[asyncio.Task[None]] = set()
-    turns: list[Turn] = []
+    running: set[asyncio.Task[None]] = set()
+    sink = WebSocketSink(ws)
     try:
         async for message in ws:
             if message.type is not WSMsgType.TEXT:
@@ -46,15 +46,15 @@ async def session_socket(request: web.Request) -> web.WebSocketResponse:
                 await _send_error(ws, exc.code, exc.message)
                 continue
             if turn is not None:
-                turns = [t for t in turns if t.task is not None and not t.task.done()] + [turn]
-                task = asyncio.create_task(_forward(ws, turn))
-                forwarders.add(task)
-                task.add_done_callback(forwarders.discard)
+                # its own task, so this loop keeps reading frames (a cancel, a newer turn)
+                task = asyncio.create_task(runtime.run_turn(turn, sink))
+                running.add(task)
+                task.add_done_callback(running.discard)
     finally:
-        for turn in turns:
-            runtime.drop_turn(turn, "client_disconnected")
-        for task in list(forwarders):
-            task.cancel()
+        for task in list(running):
+            task.cancel()  # the socket is gone: its turns end as client_disconnected
+        if running:
+            await asyncio.wait(running)
     return ws
 
 
@@ -67,14 +67,16 @@ async def _on_frame(runtime: Runtime, session_id: str, raw: str) -> Turn | None:
     return await runtime.start_turn(session_id, frame.input)
 
 
-async def _forward(ws: web.WebSocketResponse, turn: Turn) -> None:
-    while True:
-        event_id, name, data = await turn.next_event()
-        if ws.closed:
-            return
-        await ws.send_str(_encode({"type": name, "id": event_id, "data": data}).decode())
-        if name in TERMINAL_EVENTS:
-            return
+class WebSocketSink:
+    __slots__ = ("_ws",)
+
+    def __init__(self, ws: web.WebSocketResponse) -> None:
+        self._ws = ws
+
+    async def send(self, event_id: str, name: str, data: dict[str, Any]) -> None:
+        if self._ws.closed:
+            raise ConnectionResetError("the WebSocket is closed")
+        await self._ws.send_str(_encode({"type": name, "id": event_id, "data": data}).decode())
 
 
 async def _send_error(ws: web.WebSocketResponse, code: str, message: str) -> None:

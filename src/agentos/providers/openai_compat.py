@@ -199,8 +199,7 @@ class OpenAICompatProvider:
                 raise ProviderTimeout(f"provider {watchdog.phase} timeout")
             if finish is None:
                 raise ProviderProtocolError("the stream ended without a finish_reason")
-            watchdog.cancel()
-            response.release()
+            await self._drain(response)
         except aiohttp.ClientError as exc:
             if watchdog.fired:
                 raise ProviderTimeout(f"provider {watchdog.phase} timeout") from None
@@ -209,6 +208,16 @@ class OpenAICompatProvider:
             watchdog.cancel()
             response.close()  # a no-op after release(); aborts the upstream otherwise
         yield Completion("".join(text), finish, Usage(usage.prompt_tokens, usage.completion_tokens), tools.result())
+
+    @staticmethod
+    async def _drain(response: aiohttp.ClientResponse) -> None:
+        """Read past [DONE] to the end of the body: only a fully read response returns its
+        connection to the pool, and a new connect per turn costs more than the whole turn."""
+        try:
+            await response.read()
+        except aiohttp.ClientError:
+            return  # the answer is whole; the connection just cannot be reused
+        response.release()
 
     @staticmethod
     def _apply(

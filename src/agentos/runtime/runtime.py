@@ -8,9 +8,11 @@ kernel's next deadline, and feeds `Tick` when it fires.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import uuid
 from collections.abc import Iterable
+from contextlib import aclosing, suppress
 from typing import Any
 
 from agentos.clock import Clock, MonotonicClock, wall_ms
@@ -19,6 +21,7 @@ from agentos.errors import (
     AdmissionRejected,
     ProviderError,
     ProviderLimitTimeout,
+    ProviderProtocolError,
     SessionNotFound,
 )
 from agentos.kernel import (
@@ -42,15 +45,20 @@ from agentos.kernel import (
 )
 from agentos.metrics import Metrics
 from agentos.providers.base import ChatRequest, Completion, Message, Provider
-from agentos.runtime.turn import Turn
+from agentos.runtime.turn import Turn, TurnSink
 from agentos.store.base import Store
 from agentos.store.records import EventRecord, MessageRecord, SessionRecord
 
 log = logging.getLogger("agentos.turns")
 
 
+_ID_PREFIX = uuid.uuid4().hex[:16]  # random per process: ids stay unique across restarts
+_id_counter = itertools.count(1)
+
+
 def new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
+    """Unique ids without a syscall per id (uuid4 reads the kernel's random pool each time)."""
+    return f"{prefix}_{_ID_PREFIX}{next(_id_counter):08x}"
 
 
 class Runtime:
@@ -83,6 +91,8 @@ class Runtime:
         self._timer_at = float("inf")
         self._history_limit = k.history_max_messages
         self.accepting = True
+        self._idle = asyncio.Event()  # set while no turn is live
+        self._idle.set()
         metrics.bind(self.kernel.statistics, store.statistics, lambda: len(self._turns))
 
     # -- driving the kernel ------------------------------------------------------------------
@@ -113,10 +123,11 @@ class Runtime:
 
     def _cancel_task(self, turn_id: str, reason: str) -> None:
         turn = self._turns.get(turn_id)
-        if turn is None or turn.finishing or turn.task is None:
+        if turn is None or turn.finishing:
             return
         turn.cancel_reason = reason
-        turn.task.cancel()
+        if turn.task is not None:
+            turn.task.cancel()
 
     def _arm_timer(self) -> None:
         deadline = self.kernel.next_deadline()
@@ -164,16 +175,17 @@ class Runtime:
     # -- turns ----------------------------------------------------------------------------------
 
     async def start_turn(self, session_id: str, text: str) -> Turn:
+        """Admit a turn (or raise AdmissionRejected / SessionNotFound); `run_turn` runs it."""
         await self.ensure_loaded(session_id)
         turn = Turn(new_id("turn"), session_id, text, self.clock.now())
         self._turns[turn.turn_id] = turn
+        self._idle.clear()
         commands = self._handle(TurnSubmitted(session_id, turn.turn_id))
-        if isinstance(commands[-1], RejectTurn) and len(commands) == 1:
-            del self._turns[turn.turn_id]
+        if isinstance(commands[0], RejectTurn):
+            self._forget(turn)
             raise AdmissionRejected(commands[0].retry_after_s)
-        if not any(isinstance(c, GrantPermit) and c.turn_id == turn.turn_id for c in commands):
+        if GrantPermit(turn.turn_id) not in commands:
             turn.permit = asyncio.get_running_loop().create_future()
-        turn.task = asyncio.create_task(self._run(turn), name=turn.turn_id)
         return turn
 
     def cancel_turn(self, session_id: str, reason: str = "cancelled") -> str | None:
@@ -182,38 +194,48 @@ class Runtime:
         self._handle(CancelRequested(session_id, reason))
         return turn_id
 
-    def drop_turn(self, turn: Turn, reason: str) -> None:
-        """The client went away: cancel the turn if it is still running."""
-        if turn.task is not None and not turn.task.done() and self.kernel.active_turn(turn.session_id) == turn.turn_id:
-            self._handle(CancelRequested(turn.session_id, reason))
-
     @property
     def live_turns(self) -> Iterable[Turn]:
         return self._turns.values()
 
-    async def _run(self, turn: Turn) -> None:
+    async def run_turn(self, turn: Turn, sink: TurnSink) -> None:
+        """Run an admitted turn in the calling task, sending its events to `sink`.
+
+        First-party cancels (last-wins, DELETE, shutdown) end it with `turn.cancelled`; an
+        outside cancel of the calling task (its client went away) is recorded, then re-raised.
+        """
+        turn.task = asyncio.current_task()
         partial: list[str] = []
         try:
-            await self._run_steps(turn, partial)
+            if turn.cancel_reason is not None:  # cancelled before it started running
+                raise asyncio.CancelledError
+            await self._run_steps(turn, sink, partial)
         except asyncio.CancelledError:
-            if turn.cancel_reason is None:  # the server itself is being cancelled: that wins
-                self._finish(turn, "turn.cancelled", "cancelled", {"reason": "shutdown"}, partial)
+            if turn.cancel_reason is None:
+                await self._finish(turn, sink, "turn.cancelled", {"reason": "client_disconnected"}, partial)
                 raise
-            task = asyncio.current_task()
-            assert task is not None
-            task.uncancel()
-            self._finish(turn, "turn.cancelled", "cancelled", {"reason": turn.cancel_reason}, partial)
+            if turn.task is not None:
+                turn.task.uncancel()
+            await self._finish(turn, sink, "turn.cancelled", {"reason": turn.cancel_reason}, partial)
+        except ConnectionError:
+            await self._finish(turn, sink, "turn.cancelled", {"reason": "client_disconnected"}, partial)
         except ProviderError as exc:
-            self._finish(turn, "turn.failed", "failed", {"reason": exc.code, "message": str(exc)}, partial)
+            await self._finish(turn, sink, "turn.failed", {"reason": exc.code, "message": str(exc)}, partial)
         except Exception as exc:
             log.exception("turn %s failed", turn.turn_id)
-            self._finish(turn, "turn.failed", "failed", {"reason": "internal_error", "message": str(exc)}, partial)
+            data = {"reason": "internal_error", "message": str(exc)}
+            await self._finish(turn, sink, "turn.failed", data, partial)
         finally:
+            self._forget(turn)
             self._handle(TurnEnded(turn.turn_id))
-            self._turns.pop(turn.turn_id, None)
 
-    async def _run_steps(self, turn: Turn, partial: list[str]) -> None:
-        turn.emit("turn.started", {"turn_id": turn.turn_id, "session_id": turn.session_id})
+    def _forget(self, turn: Turn) -> None:
+        self._turns.pop(turn.turn_id, None)
+        if not self._turns:
+            self._idle.set()
+
+    async def _run_steps(self, turn: Turn, sink: TurnSink, partial: list[str]) -> None:
+        await sink.send(turn.next_event_id(), "turn.started", {"turn_id": turn.turn_id, "session_id": turn.session_id})
         self._record_event(turn, "turn.started", {})
         await self.store.wait_space()
         self.store.add_message(self._message(turn, "user", turn.input, "completed"))
@@ -221,7 +243,7 @@ class Runtime:
         if turn.permit is not None:
             await turn.permit
         try:
-            completion = await self._stream(turn, self._messages(history), partial)
+            completion = await self._stream(turn, sink, self._messages(history), partial)
         finally:
             self._handle(ProviderReleased(turn.turn_id))
         turn.finishing = True
@@ -234,19 +256,22 @@ class Runtime:
         self.metrics.tokens_prompt.inc(completion.usage.prompt_tokens)
         self.metrics.tokens_completion.inc(completion.usage.completion_tokens)
         data = {"turn_id": turn.turn_id, "usage": usage, "finish_reason": completion.finish_reason}
-        self._finish(turn, "turn.completed", "completed", data, None)
+        await self._finish(turn, sink, "turn.completed", data, None)
 
-    async def _stream(self, turn: Turn, messages: list[Message], partial: list[str]) -> Completion:
+    async def _stream(self, turn: Turn, sink: TurnSink, messages: list[Message], partial: list[str]) -> Completion:
         first = True
-        async for item in self.provider.stream(ChatRequest(messages)):
-            if isinstance(item, Completion):
-                return item
-            if first:
-                first = False
-                self.metrics.ttft_ms.observe((self.clock.now() - turn.submitted_s) * 1000)
-            partial.append(item.text)
-            turn.emit("token", {"delta": item.text})
-        raise ProviderError("the provider stream ended without a completion")  # pragma: no cover
+        # aclosing: an error in this loop's body (the client went away) must abort the
+        # upstream now, not whenever the generator is collected.
+        async with aclosing(self.provider.stream(ChatRequest(messages))) as stream:
+            async for item in stream:
+                if isinstance(item, Completion):
+                    return item
+                if first:
+                    first = False
+                    self.metrics.ttft_ms.observe((self.clock.now() - turn.submitted_s) * 1000)
+                partial.append(item.text)
+                await sink.send(turn.next_event_id(), "token", {"delta": item.text})
+        raise ProviderProtocolError("the provider stream ended without a completion")  # pragma: no cover
 
     def _messages(self, history: list[MessageRecord]) -> list[Message]:
         return [{"role": m.role, "content": m.content} for m in history if m.role == "user" or m.status == "completed"]
@@ -264,12 +289,14 @@ class Runtime:
             created_at_ms=wall_ms(),
         )
 
-    def _finish(self, turn: Turn, name: Any, outcome: str, data: dict[str, Any], partial: list[str] | None) -> None:
-        """Record and emit the terminal event. Synchronous: safe inside cancellation handlers."""
+    async def _finish(
+        self, turn: Turn, sink: TurnSink, name: str, data: dict[str, Any], partial: list[str] | None
+    ) -> None:
+        """Record the terminal event first (synchronously), then try to deliver it."""
+        outcome = name.removeprefix("turn.")
         if partial is not None:
             self.store.add_message(self._message(turn, "assistant", "".join(partial), outcome))
             data = {"turn_id": turn.turn_id, **data}
-        turn.emit(name, data)
         self._record_event(turn, name, data)
         duration_ms = (self.clock.now() - turn.submitted_s) * 1000
         self.metrics.observe_turn(outcome, duration_ms)
@@ -281,6 +308,10 @@ class Runtime:
             data.get("reason", "-"),
             duration_ms,
         )
+        if data.get("reason") == "client_disconnected":
+            return  # nobody to tell
+        with suppress(ConnectionError):  # the client left just now; the outcome is stored all the same
+            await sink.send(turn.next_event_id(), name, data)
 
     def _record_event(self, turn: Turn, name: str, data: dict[str, Any]) -> None:
         self.store.add_event(
@@ -292,12 +323,17 @@ class Runtime:
     async def drain(self, timeout_s: float) -> None:
         """Stop admitting, let running turns finish (bounded), then cancel the rest."""
         self.accepting = False
-        tasks = [t.task for t in self._turns.values() if t.task is not None]
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=timeout_s)
-            for turn in list(self._turns.values()):
-                self._cancel_task(turn.turn_id, "shutdown")
-            if pending:
-                await asyncio.wait(pending, timeout=5)
+        if not await self._wait_idle(timeout_s):
+            for turn_id in list(self._turns):
+                self._cancel_task(turn_id, "shutdown")
+            await self._wait_idle(5.0)
         if self._timer is not None:
             self._timer.cancel()
+
+    async def _wait_idle(self, timeout_s: float) -> bool:
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._idle.wait()
+        except TimeoutError:
+            return False
+        return True

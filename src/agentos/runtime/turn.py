@@ -1,15 +1,35 @@
-"""A turn in the runtime: its identity, its outbound event channel and its bookkeeping."""
+"""A turn in the runtime: its identity, where its events go, and its bookkeeping.
+
+A turn runs in the task of whoever calls `Runtime.run_turn` (for SSE and JSON, the request's
+own handler task: no extra task and no queue hop per token) and sends its events to a
+`TurnSink`. The WebSocket runs each turn in a task of its own, so it can keep reading frames.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 EventName = Literal["turn.started", "token", "turn.completed", "turn.cancelled", "turn.failed"]
 TERMINAL_EVENTS: frozenset[str] = frozenset({"turn.completed", "turn.cancelled", "turn.failed"})
 
-# (event id, name, data); the id is "<turn_id>:<seq>" so a later resume can name its place.
-TurnEvent = tuple[str, str, dict[str, Any]]
+
+class TurnSink(Protocol):
+    async def send(self, event_id: str, name: str, data: dict[str, Any]) -> None:
+        """Deliver one event. Raises ConnectionError when the client has gone away."""
+        ...
+
+
+class CollectingSink:
+    """Keeps the events: the JSON answer, and tests."""
+
+    __slots__ = ("events",)
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, dict[str, Any]]] = []
+
+    async def send(self, event_id: str, name: str, data: dict[str, Any]) -> None:
+        self.events.append((event_id, name, data))
 
 
 class Turn:
@@ -17,7 +37,6 @@ class Turn:
         "turn_id",
         "session_id",
         "input",
-        "events",
         "task",
         "permit",
         "cancel_reason",
@@ -30,18 +49,15 @@ class Turn:
         self.turn_id = turn_id
         self.session_id = session_id
         self.input = text
-        self.events: asyncio.Queue[TurnEvent] = asyncio.Queue()
-        self.task: asyncio.Task[None] | None = None
-        # None until the kernel grants a permit; a future while the turn waits for one.
+        self.task: asyncio.Task[Any] | None = None  # the task running it, once it runs
+        # None once the kernel granted a permit; a future while the turn waits for one.
         self.permit: asyncio.Future[None] | None = None
         self.cancel_reason: str | None = None
         self.finishing = False  # the answer is complete: a cancel no longer applies
         self.submitted_s = submitted_s
         self._seq = 0
 
-    def emit(self, name: EventName, data: dict[str, Any]) -> None:
+    def next_event_id(self) -> str:
+        """`<turn_id>:<seq>`: a later resume can name its place in the stream."""
         self._seq += 1
-        self.events.put_nowait((f"{self.turn_id}:{self._seq}", name, data))
-
-    async def next_event(self) -> TurnEvent:
-        return await self.events.get()
+        return f"{self.turn_id}:{self._seq}"

@@ -131,6 +131,7 @@ class SQLiteStore:
             "queue_max_rows": config.queue_max_rows,
             "batch_max_rows": config.batch_max_rows,
             "busy_timeout_ms": config.busy_timeout_ms,
+            "linger_ms": config.linger_ms,
         }
         self._sessions = Writer("messages", data_dir / "sessions.db", _SESSIONS_SCHEMA, **opts)
         self._events = Writer("events", data_dir / "events.db", _EVENTS_SCHEMA, on_batch=on_batch, **opts)
