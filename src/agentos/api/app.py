@@ -8,6 +8,7 @@ from pathlib import Path
 
 import msgspec
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from agentos.api import ops, sessions, turns, websocket
 from agentos.api.errors import error_middleware
@@ -27,7 +28,7 @@ DRAIN_TIMEOUT_S = 30.0
 
 
 def create_app(settings: Settings) -> web.Application:
-    middlewares = []
+    middlewares: list[Middleware] = []
     if settings.server.access_log and settings.store.enabled:
         middlewares.append(access_log_middleware)
     middlewares.append(error_middleware)

@@ -7,7 +7,7 @@ early (`aclose()`, or cancelling the task that iterates it) aborts the upstream 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -52,6 +52,6 @@ StreamItem = TextDelta | Completion
 
 
 class Provider(Protocol):
-    def stream(self, request: ChatRequest) -> AsyncIterator[StreamItem]: ...
+    def stream(self, request: ChatRequest) -> AsyncGenerator[StreamItem, None]: ...
 
     async def aclose(self) -> None: ...

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -171,7 +171,7 @@ class OpenAICompatProvider:
             body["max_tokens"] = max_tokens
         return _encode(body)
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamItem]:
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamItem, None]:
         loop = asyncio.get_running_loop()
         start = loop.time()
         total_deadline = start + self._config.total_timeout_s
