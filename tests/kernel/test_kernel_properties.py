@@ -32,7 +32,9 @@ class KernelMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.limits = KernelLimits(max_in_flight_turns=3, concurrency_limit=2, session_ttl_s=50, permit_wait_timeout_s=20)
+        self.limits = KernelLimits(
+            max_in_flight_turns=3, concurrency_limit=2, session_ttl_s=50, permit_wait_timeout_s=20
+        )
         self.kernel = Kernel(self.limits)
         self.now = 0.0
         self.next_id = 0

@@ -1,0 +1,141 @@
+"""`agentos bench sweep|memory|compare`: parse arguments, run, write the report. No logic here."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+_RESULTS = Path("bench/results")
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `sweep`, `memory` and `compare` to `agentos bench`."""
+    _register_sweep(commands)
+    _register_memory(commands)
+    compare = commands.add_parser("compare", help="compare two report JSONs; exit 1 on a regression")
+    compare.add_argument("old", type=Path, help="the baseline report (A)")
+    compare.add_argument("new", type=Path, help="the new report (B)")
+    compare.add_argument("--threshold", type=float, default=0.20, help="growth that counts as a regression")
+    compare.set_defaults(handler=_compare)
+
+
+def _add_mock_flags(p: argparse.ArgumentParser, ttft_ms: float, tps: float, tokens: int) -> None:
+    p.add_argument("--mock-ttft-ms", type=float, default=ttft_ms)
+    p.add_argument("--mock-tps", type=float, default=tps)
+    p.add_argument("--mock-tokens", type=int, default=tokens)
+
+
+def _add_output_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out-dir", type=Path, default=_RESULTS, help="where the report goes")
+    p.add_argument("--name", help="machine name in the file names (default: cores + CPU model)")
+
+
+def _register_sweep(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sweep = commands.add_parser("sweep", help="closed-loop load sweep over concurrency points")
+    sweep.add_argument("--sweep", default="1,2,4,8,16,32,64", help="concurrency points, comma-separated")
+    sweep.add_argument("--profile", default="no-store", help="bench/profiles names or paths, comma-separated")
+    sweep.add_argument("--target", choices=["both", "server", "direct"], default="both")
+    sweep.add_argument("--duration-secs", type=float, default=15.0)
+    sweep.add_argument("--warmup-secs", type=float, default=3.0)
+    sweep.add_argument("--turn-timeout-secs", type=float, default=60.0)
+    sweep.add_argument("--sessions", type=int, help="sessions per point; must equal the concurrency (one point)")
+    sweep.add_argument("--concurrency", type=int, help="a single point (same as --sweep N)")
+    sweep.add_argument("--server-url", help="measure an already running server instead of starting one")
+    sweep.add_argument("--server-pid", type=int, help="its pid, for CPU and memory")
+    sweep.add_argument("--mock-url", help="use an already running mock (…/v1)")
+    sweep.add_argument("--mock-pid", type=int)
+    sweep.add_argument("--keep-data", action="store_true", help="keep the temporary data and logs")
+    _add_mock_flags(sweep, 2000.0, 200.0, 8)
+    _add_output_flags(sweep)
+    sweep.set_defaults(handler=_sweep)
+
+
+def _register_memory(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    memory = commands.add_parser("memory", help="per-session memory staircase of the server")
+    memory.add_argument("--sessions", type=int, default=200)
+    memory.add_argument("--profile", default="no-store")
+    memory.add_argument("--session-ttl-secs", type=float, default=20.0)
+    memory.add_argument("--settle-secs", type=float, default=0.2)
+    _add_mock_flags(memory, 5.0, 2000.0, 8)
+    _add_output_flags(memory)
+    memory.set_defaults(handler=_memory)
+
+
+def _command_line() -> str:
+    return "agentos " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def _points(args: argparse.Namespace) -> list[int]:
+    if args.sessions is not None and args.concurrency is not None and args.sessions != args.concurrency:
+        raise SystemExit("agentos bench sweep: --sessions must equal --concurrency (one session per worker)")
+    single = args.concurrency or args.sessions
+    return [single] if single else [int(p) for p in args.sweep.split(",") if p.strip()]
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from agentos.bench.mock_llm import MockSettings
+    from agentos.bench.mock_main import raise_fd_limit, run_loop
+    from agentos.bench.sweep import SweepPlan, run_sweep
+
+    raise_fd_limit()
+    plan = SweepPlan(
+        points=_points(args),
+        profiles=[] if args.target == "direct" else [p for p in args.profile.split(",") if p],
+        direct=args.target in ("both", "direct"),
+        duration_s=args.duration_secs,
+        warmup_s=args.warmup_secs,
+        turn_timeout_s=args.turn_timeout_secs,
+        mock=MockSettings(ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens),
+        mock_url=args.mock_url,
+        mock_pid=args.mock_pid,
+        server_url=args.server_url if args.target != "direct" else None,
+        server_pid=args.server_pid,
+        command=_command_line(),
+        keep_data=args.keep_data,
+    )
+    report = run_loop(run_sweep(plan))
+    label = "+".join(report["profiles"]) or "direct"
+    return _write(report, "sweep", label, args)
+
+
+def _memory(args: argparse.Namespace) -> int:
+    from agentos.bench.memory import MemoryPlan, run_memory
+    from agentos.bench.mock_llm import MockSettings
+    from agentos.bench.mock_main import raise_fd_limit, run_loop
+
+    raise_fd_limit()
+    plan = MemoryPlan(
+        sessions=args.sessions,
+        profile=args.profile,
+        session_ttl_s=args.session_ttl_secs,
+        settle_s=args.settle_secs,
+        mock=MockSettings(ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens),
+        command=_command_line(),
+    )
+    report = run_loop(run_memory(plan))
+    return _write(report, "memory", args.profile, args)
+
+
+def _write(report: dict[str, object], kind: str, label: str, args: argparse.Namespace) -> int:
+    from agentos.bench.machine import machine_info, result_stem, utc_now
+    from agentos.bench.report import write_report
+
+    stem = result_stem(kind, Path(label).stem, machine_info(), utc_now(), args.name)
+    for path in write_report(dict(report), args.out_dir, stem):
+        print(path)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from agentos.bench.compare import compare_reports, format_comparisons
+    from agentos.bench.report import load_report
+
+    try:
+        comparisons = compare_reports(load_report(args.old), load_report(args.new), args.threshold)
+    except (ValueError, OSError) as exc:
+        print(f"agentos bench compare: {exc}", file=sys.stderr)
+        return 2
+    print(format_comparisons(comparisons))
+    return 1 if any(c.regression for c in comparisons) else 0

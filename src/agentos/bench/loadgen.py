@@ -1,0 +1,239 @@
+"""The closed-loop load generator: N workers, each with its own session, turns back to back.
+
+Usage::
+
+    async with bench_http_session() as http:
+        point = await run_point(ServerTarget(url), http, PointPlan(concurrency=8, warmup_s=2, duration_s=10))
+
+Worker starts are spread over the first half of the warm-up, so a thousand workers do not send
+their turns in lockstep (a synchronized burst every turn would measure the burst, not the server).
+A point warms up for `warmup_s`, then measures for `duration_s`: every turn that *ends* inside the
+window counts (successes give TTFT and turn time; failures are counted by kind). Workers start no
+turn after the window closes; the turns still running finish (bounded by the turn timeout) but
+are not counted, so nothing is cancelled mid-flight and no abort bleeds into the next point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from agentos.bench.procfs import TreeSample, sample_tree, self_cpu_s
+from agentos.bench.stats import percentiles_ms
+from agentos.bench.targets import FAILURE_KINDS, Target, TurnSample
+
+_FAILURE_PAUSE_S = 0.05  # after a non-429 failure, so a dead server is not hammered in a hot loop
+_MAX_BACKOFF_S = 5.0
+_SAMPLE_INTERVAL_S = 0.5
+_MAX_STAGGER_S = 2.0  # worker starts are spread over min(warm-up / 2, this)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PointPlan:
+    concurrency: int
+    warmup_s: float = 3.0
+    duration_s: float = 15.0
+    turn_timeout_s: float = 60.0
+
+
+@dataclass(kw_only=True)
+class PointResult:
+    """One row of a sweep report (JSON-ready through `as_row`)."""
+
+    target: str
+    concurrency: int
+    duration_s: float
+    samples: list[TurnSample] = field(default_factory=list)
+    server: dict[str, float] = field(default_factory=dict)  # cpu and memory of the server tree
+    mock_stats: dict[str, int] = field(default_factory=dict)
+    mock_cpu_cores: float | None = None
+    loadgen_cpu_cores: float | None = None
+    setup_failures: int = 0
+
+    def as_row(self) -> dict[str, Any]:
+        ok = [s for s in self.samples if s.ok]
+        failures = Counter(s.failure for s in self.samples if s.failure)
+        return {
+            "target": self.target,
+            "concurrency": self.concurrency,
+            "duration_s": self.duration_s,
+            "turns_ok": len(ok),
+            "turns_per_s": round(len(ok) / self.duration_s, 2),
+            "ttft_ms": percentiles_ms([s.ttft_s for s in ok if s.ttft_s is not None]),
+            "turn_ms": percentiles_ms([s.turn_s for s in ok]),
+            "failures": {kind: failures[kind] for kind in FAILURE_KINDS if failures[kind]},
+            "failures_total": sum(failures.values()),
+            "setup_failures": self.setup_failures,
+            **self.server,
+            "server_cpu_ms_per_turn": _per_turn_ms(self.server.get("server_cpu_s"), len(ok)),
+            "mock_max_concurrent": self.mock_stats.get("max_concurrent"),
+            "mock_aborted": self.mock_stats.get("aborted"),
+            "mock_cpu_cores": _round(self.mock_cpu_cores),
+            "loadgen_cpu_cores": _round(self.loadgen_cpu_cores),
+        }
+
+
+def _per_turn_ms(cpu_s: float | None, turns: int) -> float | None:
+    return None if cpu_s is None or not turns else round(cpu_s * 1000 / turns, 2)
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+@contextlib.asynccontextmanager
+async def bench_http_session() -> AsyncIterator[aiohttp.ClientSession]:
+    """One client for the whole run: no connection cap, no client-side queueing."""
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=None, enable_cleanup_closed=False)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as http:
+        yield http
+
+
+@dataclass(kw_only=True)
+class Probes:
+    """Where CPU and memory come from: the server's pid (tree), the mock's pid, the mock's /stats URL."""
+
+    server_pid: int | None = None
+    mock_pid: int | None = None
+    mock_base_url: str | None = None  # without /v1
+
+
+async def run_point(target: Target, http: aiohttp.ClientSession, plan: PointPlan, probes: Probes) -> PointResult:
+    """Run one concurrency point against `target` and return its measurements."""
+    loop = asyncio.get_running_loop()
+    await _mock_call(http, probes, "POST", "/stats/reset")
+    workers = await asyncio.gather(*(_open(target, http) for _ in range(plan.concurrency)))
+    window_start = loop.time() + plan.warmup_s
+    window_end = window_start + plan.duration_s
+    result = PointResult(target=target.name, concurrency=plan.concurrency, duration_s=plan.duration_s)
+    result.setup_failures = sum(1 for w in workers if isinstance(w, _SetupFailed))
+    live = [w for w in workers if not isinstance(w, _SetupFailed)]
+    sampler = asyncio.create_task(_sample_window(probes, window_start, window_end, result))
+    stagger_s = min(plan.warmup_s / 2, _MAX_STAGGER_S)
+    loops = [
+        _worker(target, http, w, plan, window_end, result.samples, delay_s=stagger_s * i / len(live))
+        for i, w in enumerate(live)
+    ]
+    await _bounded_gather(loops, window_end + plan.turn_timeout_s + 5.0 - loop.time())
+    await sampler
+    result.samples = [s for s in result.samples if window_start <= s.ended <= window_end]
+    result.mock_stats = await _mock_call(http, probes, "GET", "/stats")
+    await asyncio.gather(*(target.close_worker(http, w) for w in live))
+    return result
+
+
+class _SetupFailed:
+    pass
+
+
+async def _open(target: Target, http: aiohttp.ClientSession) -> str | None | _SetupFailed:
+    try:
+        return await target.open_worker(http)
+    except (aiohttp.ClientError, TimeoutError, RuntimeError):
+        return _SetupFailed()
+
+
+async def _worker(
+    target: Target,
+    http: aiohttp.ClientSession,
+    worker: str | None,
+    plan: PointPlan,
+    window_end: float,
+    samples: list[TurnSample],
+    delay_s: float = 0.0,
+) -> None:
+    loop = asyncio.get_running_loop()
+    await asyncio.sleep(delay_s)  # spread the first turns so the workers do not move in lockstep
+    while loop.time() < window_end:
+        sample = await target.turn(http, worker, plan.turn_timeout_s)
+        samples.append(sample)
+        pause = _pause_after(sample)
+        if pause:
+            await asyncio.sleep(min(pause, max(0.0, window_end - loop.time())))
+
+
+def _pause_after(sample: TurnSample) -> float:
+    if sample.failure == "429":
+        return min(sample.retry_after_s or 1.0, _MAX_BACKOFF_S)
+    return _FAILURE_PAUSE_S if sample.failure else 0.0
+
+
+async def _bounded_gather(coroutines: list[Awaitable[None]], timeout_s: float) -> None:
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=max(timeout_s, 0.1))
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _sleep_until(deadline: float) -> None:
+    delay = deadline - asyncio.get_running_loop().time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+async def _sample_window(probes: Probes, start: float, end: float, result: PointResult) -> None:
+    """CPU as deltas over the window; server memory every half second (peak) and at the end."""
+    await _sleep_until(start)
+    sample = _tree_sampler(probes.server_pid)
+    first, mock_first, self_first = sample(True), _cpu(probes.mock_pid), self_cpu_s()
+    peak = latest = first
+    loop = asyncio.get_running_loop()
+    while loop.time() < end:
+        await asyncio.sleep(min(_SAMPLE_INTERVAL_S, max(0.0, end - loop.time())))
+        latest = sample(True)
+        peak = _max_sample(peak, latest)
+    duration = end - start
+    result.loadgen_cpu_cores = (self_cpu_s() - self_first) / duration
+    if mock_first is not None:
+        result.mock_cpu_cores = ((_cpu(probes.mock_pid) or mock_first) - mock_first) / duration
+    if first is not None and latest is not None and peak is not None:
+        result.server = _server_row(first, latest, peak, duration)
+
+
+def _tree_sampler(pid: int | None) -> Callable[[bool], TreeSample | None]:
+    def sample(memory: bool) -> TreeSample | None:
+        return None if pid is None else sample_tree(pid, memory=memory)
+
+    return sample
+
+
+def _cpu(pid: int | None) -> float | None:
+    return None if pid is None else sample_tree(pid, memory=False).cpu_s
+
+
+def _max_sample(a: TreeSample | None, b: TreeSample | None) -> TreeSample | None:
+    if a is None or b is None:
+        return a or b
+    return TreeSample(b.cpu_s, max(a.rss_kb, b.rss_kb), max(a.private_dirty_kb, b.private_dirty_kb), b.processes)
+
+
+def _server_row(first: TreeSample, last: TreeSample, peak: TreeSample, duration_s: float) -> dict[str, float]:
+    return {
+        "server_cpu_s": round(last.cpu_s - first.cpu_s, 2),
+        "server_cpu_cores": round((last.cpu_s - first.cpu_s) / duration_s, 3),
+        "server_rss_mb_peak": round(peak.rss_kb / 1024, 1),
+        "server_rss_mb_end": round(last.rss_kb / 1024, 1),
+        "server_private_dirty_mb_peak": round(peak.private_dirty_kb / 1024, 1),
+        "server_private_dirty_mb_end": round(last.private_dirty_kb / 1024, 1),
+        "server_processes": last.processes,
+    }
+
+
+async def _mock_call(http: aiohttp.ClientSession, probes: Probes, method: str, path: str) -> dict[str, int]:
+    if probes.mock_base_url is None:
+        return {}
+    try:
+        async with http.request(method, f"{probes.mock_base_url}{path}", timeout=aiohttp.ClientTimeout(total=10)) as r:
+            data: dict[str, int] = await r.json()
+            return data
+    except (aiohttp.ClientError, TimeoutError):
+        return {}

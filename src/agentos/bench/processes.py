@@ -1,0 +1,158 @@
+"""Start and stop the processes a bench run needs: the mock provider and the Agent OS server.
+
+Everything is started as a child of this process, bound to 127.0.0.1, and stopped by its own pid
+(SIGTERM, then SIGKILL after a bounded wait). Readiness is polled with a deadline, never forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from agentos.bench.mock_llm import MockSettings
+
+_READY_LINE = "mock-llm listening on "
+
+
+class BenchSetupError(RuntimeError):
+    """A process the bench needs did not start or did not become ready."""
+
+
+@dataclass(kw_only=True)
+class Child:
+    name: str
+    process: asyncio.subprocess.Process
+    url: str  # mock: …/v1; server: the base URL
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def mock_argv(settings: MockSettings) -> list[str]:
+    return [
+        *[sys.executable, "-m", "agentos", "mock-llm", "--host", "127.0.0.1", "--port", "0"],
+        *["--ttft-ms", str(settings.ttft_ms), "--tps", str(settings.tps), "--tokens", str(settings.tokens)],
+        *["--error-rate", str(settings.error_rate), "--fail-every", str(settings.fail_every)],
+        *["--hang-rate", str(settings.hang_rate), "--scenario", settings.scenario, "--seed", str(settings.seed)],
+    ]
+
+
+async def start_mock_process(settings: MockSettings, log_dir: Path, ready_timeout_s: float = 30.0) -> Child:
+    """Run `agentos mock-llm` and wait for its `listening on` line.
+
+    Raises:
+        BenchSetupError: it exited or stayed silent past `ready_timeout_s`.
+    """
+    log_path = log_dir / "mock-llm.log"
+    with log_path.open("wb") as log:
+        process = await asyncio.create_subprocess_exec(
+            *mock_argv(settings), stdout=asyncio.subprocess.PIPE, stderr=log, stdin=asyncio.subprocess.DEVNULL
+        )
+    assert process.stdout is not None
+    try:
+        line = await asyncio.wait_for(process.stdout.readline(), ready_timeout_s)
+    except TimeoutError:
+        line = b""
+    text = line.decode().strip()
+    if not text.startswith(_READY_LINE):
+        await stop_child(process)
+        raise BenchSetupError(f"mock-llm did not start (see {str(log_path)!r}): {text!r}")
+    return Child(name="mock-llm", process=process, url=text.removeprefix(_READY_LINE), log_path=log_path)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerPlan:
+    profile_path: Path
+    provider_url: str
+    data_dir: Path
+    session_ttl_s: float | None = None
+    ready_timeout_s: float = 60.0
+
+
+def server_argv(plan: ServerPlan, port: int) -> list[str]:
+    argv = [sys.executable, "-m", "agentos", "serve", "--config", str(plan.profile_path)]
+    argv += ["--host", "127.0.0.1", "--port", str(port), "--provider-url", plan.provider_url]
+    argv += ["--data-dir", str(plan.data_dir)]
+    if plan.session_ttl_s is not None:
+        argv += ["--session-ttl-secs", str(plan.session_ttl_s)]
+    return argv
+
+
+async def start_server_process(plan: ServerPlan, log_dir: Path) -> Child:
+    """Run `agentos serve` with a profile and wait until `GET /readyz` answers 200.
+
+    Raises:
+        BenchSetupError: it exited or was not ready within `plan.ready_timeout_s`.
+    """
+    port = free_port()
+    log_path = log_dir / "server.log"
+    plan.data_dir.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        process = await asyncio.create_subprocess_exec(
+            *server_argv(plan, port), stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL
+        )
+    child = Child(name="server", process=process, url=f"http://127.0.0.1:{port}", log_path=log_path)
+    if not await wait_ready(child, plan.ready_timeout_s):
+        await stop_child(process)
+        raise BenchSetupError(f"server not ready in {plan.ready_timeout_s}s (see {str(log_path)!r})")
+    return child
+
+
+async def wait_ready(child: Child, timeout_s: float) -> bool:
+    """Poll `/readyz` until 200, the process exits, or the deadline passes."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+        while loop.time() < deadline and child.process.returncode is None:
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with http.get(f"{child.url}/readyz") as response:
+                    if response.status == 200:
+                        return True
+            await asyncio.sleep(0.1)
+    return False
+
+
+async def stop_child(process: asyncio.subprocess.Process, timeout_s: float = 15.0) -> int | None:
+    """SIGTERM the child by pid, SIGKILL it after `timeout_s`; return its exit code."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), timeout_s)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)
+            await process.wait()
+    return process.returncode
+
+
+def resolve_profile(name_or_path: str, root: Path | None = None) -> Path:
+    """A profile file: an existing path, or `bench/profiles/<name>.toml` under `root` (default: cwd).
+
+    Raises:
+        BenchSetupError: no such profile.
+    """
+    direct = Path(name_or_path)
+    if direct.is_file():
+        return direct
+    candidate = (root or Path.cwd()) / "bench" / "profiles" / f"{name_or_path}.toml"
+    if candidate.is_file():
+        return candidate
+    raise BenchSetupError(f"profile {name_or_path!r} not found (looked for {str(candidate)!r})")

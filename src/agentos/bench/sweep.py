@@ -1,0 +1,189 @@
+"""`agentos bench sweep`: start what is needed, run every point, stop it all, write the report.
+
+Usage::
+
+    report = await run_sweep(SweepPlan(points=(1, 2, 4), profiles=("no-store",), command="..."))
+
+Order: the mock starts once; the `direct` rows run first against it (the zero-overhead row of
+this very run); then, per profile, a fresh server starts, runs every point, and stops.
+An external server (`server_url`) or mock (`mock_url`) is used as given and never stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from agentos.bench.loadgen import PointPlan, PointResult, Probes, bench_http_session, run_point
+from agentos.bench.machine import machine_info, utc_now, versions
+from agentos.bench.mock_llm import MockSettings
+from agentos.bench.processes import (
+    BenchSetupError,
+    ServerPlan,
+    resolve_profile,
+    start_mock_process,
+    start_server_process,
+    stop_child,
+)
+from agentos.bench.report import SCHEMA_VERSION
+from agentos.bench.targets import DirectTarget, ServerTarget, Target
+
+DEFAULT_POINTS = (1, 2, 4, 8, 16, 32, 64)
+BENCH_MOCK = MockSettings(ttft_ms=2000.0, tps=200.0, tokens=8)  # a turn ≈ 2.04 s, as in the reference bench
+EXTERNAL = "external"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepPlan:
+    points: Sequence[int] = DEFAULT_POINTS
+    profiles: Sequence[str] = ("no-store",)
+    direct: bool = True
+    duration_s: float = 15.0
+    warmup_s: float = 3.0
+    settle_s: float = 1.0
+    turn_timeout_s: float = 60.0
+    mock: MockSettings = BENCH_MOCK
+    mock_url: str | None = None  # an already running mock (…/v1)
+    mock_pid: int | None = None
+    server_url: str | None = None  # an already running server: replaces `profiles`
+    server_pid: int | None = None
+    command: str = ""
+    keep_data: bool = False
+
+
+@dataclass(kw_only=True)
+class _Mock:
+    url: str
+    pid: int | None
+
+    @property
+    def base_url(self) -> str:
+        return self.url.removesuffix("/v1")
+
+
+@dataclass(kw_only=True)
+class SweepRun:
+    plan: SweepPlan
+    work_dir: Path
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+@contextlib.asynccontextmanager
+async def _mock(plan: SweepPlan, work_dir: Path) -> AsyncIterator[_Mock]:
+    if plan.mock_url:
+        yield _Mock(url=plan.mock_url.rstrip("/"), pid=plan.mock_pid)
+        return
+    child = await start_mock_process(plan.mock, work_dir)
+    _log(f"mock-llm pid {child.pid} at {child.url}")
+    try:
+        yield _Mock(url=child.url, pid=child.pid)
+    finally:
+        await stop_child(child.process)
+
+
+async def _points(
+    run: SweepRun, http: aiohttp.ClientSession, target: Target, probes: Probes, profile: str | None
+) -> None:
+    for concurrency in run.plan.points:
+        plan = PointPlan(
+            concurrency=concurrency,
+            warmup_s=run.plan.warmup_s,
+            duration_s=run.plan.duration_s,
+            turn_timeout_s=run.plan.turn_timeout_s,
+        )
+        result: PointResult = await run_point(target, http, plan, probes)
+        row = {"profile": profile, **result.as_row()}
+        run.rows.append(row)
+        _log(_progress(row))
+        await asyncio.sleep(run.plan.settle_s)
+
+
+def _progress(row: dict[str, Any]) -> str:
+    return (
+        f"{row['target']:>6} {row['profile'] or '':<10} c={row['concurrency']:<5} "
+        f"{row['turns_per_s']:>8} turns/s  ttft p50 {row['ttft_ms']['p50']} ms  turn p95 {row['turn_ms']['p95']} ms  "
+        f"failures {row['failures_total']}  server cpu {row.get('server_cpu_cores')}"
+    )
+
+
+async def _server_rows(run: SweepRun, http: aiohttp.ClientSession, mock: _Mock, profile: str) -> None:
+    plan = ServerPlan(
+        profile_path=resolve_profile(profile), provider_url=mock.url, data_dir=run.work_dir / f"data-{profile}"
+    )
+    child = await start_server_process(plan, run.work_dir)
+    _log(f"server ({profile}) pid {child.pid} at {child.url}")
+    probes = Probes(server_pid=child.pid, mock_pid=mock.pid, mock_base_url=mock.base_url)
+    try:
+        await _points(run, http, ServerTarget(child.url), probes, profile)
+    finally:
+        code = await stop_child(child.process)
+        if code not in (0, -15, None):
+            run.notes.append(f"server ({profile}) exited with {code}; log kept at {child.log_path}")
+
+
+async def run_sweep(plan: SweepPlan) -> dict[str, Any]:
+    """Run the whole sweep and return the report (not yet written)."""
+    work_dir = Path(tempfile.mkdtemp(prefix="agentos-bench-"))
+    run = SweepRun(plan=plan, work_dir=work_dir)
+    try:
+        async with _mock(plan, work_dir) as mock, bench_http_session() as http:
+            if plan.direct:
+                await _points(
+                    run, http, DirectTarget(mock.url), Probes(mock_pid=mock.pid, mock_base_url=mock.base_url), None
+                )
+            if plan.server_url:
+                probes = Probes(server_pid=plan.server_pid, mock_pid=mock.pid, mock_base_url=mock.base_url)
+                await _points(run, http, ServerTarget(plan.server_url), probes, EXTERNAL)
+            else:
+                for profile in plan.profiles:
+                    try:
+                        await _server_rows(run, http, mock, profile)
+                    except BenchSetupError as exc:  # keep the rows measured so far; say what is missing
+                        run.notes.append(f"profile {profile!r} not measured: {exc}")
+                        _log(run.notes[-1])
+    finally:
+        if not plan.keep_data and not run.notes:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    return sweep_report(run)
+
+
+def sweep_report(run: SweepRun) -> dict[str, Any]:
+    plan = run.plan
+    profiles = [EXTERNAL] if plan.server_url else list(plan.profiles)
+    return {
+        "kind": "sweep",
+        "schema": SCHEMA_VERSION,
+        "created_utc": utc_now().isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "versions": versions(),
+        "topology": _topology(plan),
+        "profiles": profiles,
+        "mock": asdict(plan.mock) if not plan.mock_url else {"url": plan.mock_url},
+        "command": plan.command,
+        "window": {"warmup_s": plan.warmup_s, "duration_s": plan.duration_s, "turn_timeout_s": plan.turn_timeout_s},
+        "rows": run.rows,
+        "notes": run.notes,
+    }
+
+
+def _topology(plan: SweepPlan) -> str:
+    server = f"external server at {plan.server_url}" if plan.server_url else "server (one process per profile)"
+    mock = f"external mock at {plan.mock_url}" if plan.mock_url else "mock-llm (one process, uvloop)"
+    return (
+        f"one machine, loopback only: {mock}; {server}; load generator (one process, uvloop, "
+        "aiohttp TCPConnector(limit=0)); all three share the cores"
+    )
