@@ -143,6 +143,10 @@ class Runtime:
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = float("inf")
+        self.tick()
+
+    def tick(self) -> None:
+        """Fire the kernel's due deadlines (the timer calls this; tests with a FakeClock too)."""
         self._handle(Tick())
 
     # -- sessions -------------------------------------------------------------------------------

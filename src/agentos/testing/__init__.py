@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +14,7 @@ from aiohttp import web
 from agentos.api.app import create_app
 from agentos.api.keys import RUNTIME
 from agentos.config import Settings
+from agentos.providers.base import ChatRequest, Completion, StreamItem, TextDelta, Usage
 from agentos.providers.sse_parser import SSEParser
 from agentos.runtime.runtime import Runtime
 
@@ -68,3 +69,51 @@ async def eventually(predicate: Callable[[], bool], timeout_s: float = 5.0, what
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
         await asyncio.sleep(0.01)
+
+
+class FakeClock:
+    """Time that moves only when a test says so."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = start
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        assert seconds >= 0
+        self._now += seconds
+
+
+class ScriptedProvider:
+    """A provider that answers from a script: `deltas`, then a completion; or hangs until released.
+
+    It records every request and whether each stream was closed early (aborted)."""
+
+    def __init__(self, deltas: Sequence[str] = ("a ", "b "), *, hang: bool = False) -> None:
+        self.deltas = list(deltas)
+        self.hang = hang
+        self.release = asyncio.Event()
+        self.requests: list[ChatRequest] = []
+        self.opened = asyncio.Event()
+        self.aborted = 0
+        self.completed = 0
+
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamItem, None]:
+        self.requests.append(request)
+        self.opened.set()
+        finished = False
+        try:
+            if self.hang:
+                await self.release.wait()
+            for delta in self.deltas:
+                yield TextDelta(delta)
+            finished = True
+            self.completed += 1
+            yield Completion("".join(self.deltas), "stop", Usage(1, len(self.deltas)))
+        finally:
+            if not finished:
+                self.aborted += 1
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,123 @@
+"""The runtime around the kernel, with fakes: a scripted provider, the memory store, fake time.
+
+Deadlines fire because the test advances the FakeClock and ticks, never because time passed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentos.config import load_settings
+from agentos.errors import AdmissionRejected
+from agentos.metrics import Metrics
+from agentos.runtime.runtime import Runtime
+from agentos.runtime.turn import CollectingSink
+from agentos.store.memory import MemoryStore
+from agentos.testing import FakeClock, ScriptedProvider
+
+
+def make_runtime(provider: ScriptedProvider, clock: FakeClock, **overrides: object) -> Runtime:
+    settings = load_settings(None, environ={}, overrides={"store.enabled": False, **overrides})
+    return Runtime(settings, MemoryStore(), provider, Metrics(), clock=clock)
+
+
+def names(sink: CollectingSink) -> list[str]:
+    return [name for _, name, _ in sink.events]
+
+
+async def test_a_turn_streams_and_stores_its_answer() -> None:
+    provider, clock = ScriptedProvider(["x ", "y"]), FakeClock()
+    runtime = make_runtime(provider, clock)
+    session = await runtime.create_session("default", {})
+    sink = CollectingSink()
+    await runtime.run_turn(await runtime.start_turn(session.session_id, "hi"), sink)
+    assert names(sink) == ["turn.started", "token", "token", "turn.completed"]
+    history = await runtime.store.history(session.session_id, limit=10)
+    assert [(m.role, m.content) for m in history] == [("user", "hi"), ("assistant", "x y")]
+    assert provider.requests[0].messages == [{"role": "user", "content": "hi"}]
+
+
+async def test_last_wins_aborts_the_first_upstream() -> None:
+    provider, clock = ScriptedProvider(hang=True), FakeClock()
+    runtime = make_runtime(provider, clock)
+    sid = (await runtime.create_session("default", {})).session_id
+    first_sink = CollectingSink()
+    first = asyncio.create_task(runtime.run_turn(await runtime.start_turn(sid, "one"), first_sink))
+    await provider.opened.wait()
+    second_turn = await runtime.start_turn(sid, "two")
+    await first
+    assert names(first_sink)[-1] == "turn.cancelled"
+    assert first_sink.events[-1][2]["reason"] == "superseded"
+    assert provider.aborted == 1
+    provider.release.set()
+    second_sink = CollectingSink()
+    await runtime.run_turn(second_turn, second_sink)
+    assert names(second_sink)[-1] == "turn.completed"
+    assert runtime.kernel.statistics().permits_in_use == 0
+
+
+async def test_a_permit_wait_times_out_on_fake_time() -> None:
+    provider, clock = ScriptedProvider(hang=True), FakeClock()
+    runtime = make_runtime(provider, clock, **{"kernel.concurrency_limit": 1, "kernel.permit_wait_timeout_s": 10})
+    a = (await runtime.create_session("default", {})).session_id
+    b = (await runtime.create_session("default", {})).session_id
+    holder = asyncio.create_task(runtime.run_turn(await runtime.start_turn(a, "hold"), CollectingSink()))
+    await provider.opened.wait()
+    waiter_sink = CollectingSink()
+    waiter = asyncio.create_task(runtime.run_turn(await runtime.start_turn(b, "wait"), waiter_sink))
+    await asyncio.sleep(0)  # let the waiter reach its permit (a yield, not a wait for time)
+    clock.advance(9.9)
+    runtime.tick()
+    assert not waiter.done()
+    clock.advance(0.1)
+    runtime.tick()
+    await waiter
+    assert names(waiter_sink)[-1] == "turn.failed"
+    assert waiter_sink.events[-1][2]["reason"] == "provider_limit_timeout"
+    provider.release.set()
+    await holder
+    assert runtime.kernel.statistics().in_flight_turns == 0
+
+
+async def test_idle_sessions_are_evicted_on_fake_time() -> None:
+    provider, clock = ScriptedProvider(), FakeClock()
+    runtime = make_runtime(provider, clock, **{"kernel.session_ttl_secs": 60})
+    sid = (await runtime.create_session("default", {})).session_id
+    await runtime.run_turn(await runtime.start_turn(sid, "hi"), CollectingSink())
+    clock.advance(59)
+    runtime.tick()
+    assert runtime.kernel.has_session(sid)
+    clock.advance(1)
+    runtime.tick()
+    assert not runtime.kernel.has_session(sid)
+    assert await runtime.store.get_session(sid) is None  # no store: nothing to come back from
+
+
+async def test_admission_is_decided_before_any_work() -> None:
+    provider, clock = ScriptedProvider(hang=True), FakeClock()
+    runtime = make_runtime(provider, clock, **{"kernel.max_in_flight_turns": 1})
+    a = (await runtime.create_session("default", {})).session_id
+    b = (await runtime.create_session("default", {})).session_id
+    held = asyncio.create_task(runtime.run_turn(await runtime.start_turn(a, "x"), CollectingSink()))
+    await provider.opened.wait()
+    with pytest.raises(AdmissionRejected) as rejected:
+        await runtime.start_turn(b, "y")
+    assert rejected.value.retry_after_s == 1
+    assert len(provider.requests) == 1
+    runtime.cancel_turn(a)
+    await held
+    assert runtime.kernel.statistics().in_flight_turns == 0
+
+
+async def test_drain_cancels_what_does_not_finish() -> None:
+    provider, clock = ScriptedProvider(hang=True), FakeClock()
+    runtime = make_runtime(provider, clock)
+    sid = (await runtime.create_session("default", {})).session_id
+    sink = CollectingSink()
+    task = asyncio.create_task(runtime.run_turn(await runtime.start_turn(sid, "x"), sink))
+    await provider.opened.wait()
+    await runtime.drain(0.01)
+    await task
+    assert sink.events[-1][2]["reason"] == "shutdown"
+    assert not runtime.accepting
