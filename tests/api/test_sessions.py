@@ -10,8 +10,8 @@ import msgspec
 
 from agentos.api.openapi import OPENAPI
 from agentos.bench.mock_llm import MockServer
-from agentos.testing import RunningServer, eventually, start_server
-from tests.api.helpers import new_session, turn_events
+from agentos.testing import RunningServer, eventually, sse_events, start_server
+from tests.api.helpers import SSE, new_session, turn_events
 from tests.conftest import make_settings
 
 
@@ -190,3 +190,20 @@ async def test_concurrent_sessions_are_independent(server: RunningServer, http) 
     sessions = [await new_session(http, server.url) for _ in range(20)]
     results = await asyncio.gather(*(turn_events(http, server.url, s) for s in sessions))
     assert all(r[-1].name == "turn.completed" for r in results)
+
+
+async def test_deleting_a_session_mid_turn_cancels_it_and_leaves_nothing(server_factory, mock_factory, http) -> None:
+    mock: MockServer = await mock_factory(ttft_ms=5, tps=20, tokens=100)
+    server: RunningServer = await server_factory(mock.url)
+    sid = await new_session(http, server.url)
+    events = []
+    async with http.post(f"{server.url}/v1/sessions/{sid}/turns", json={"input": "x"}, headers=SSE) as r:
+        async for event in sse_events(r):
+            events.append(event)
+            if event.name == "token":
+                async with http.delete(f"{server.url}/v1/sessions/{sid}") as d:
+                    assert d.status == 204
+    assert events[-1].name == "turn.cancelled" and events[-1].data["reason"] == "session_deleted"
+    assert await server.runtime.store.list_messages(sid, after=0, limit=10) == []
+    async with http.get(f"{server.url}/v1/sessions/{sid}/messages") as r:
+        assert r.status == 404

@@ -178,3 +178,30 @@ async def test_a_turn_waiting_too_long_for_a_permit_fails_clearly(
     assert events[-1].name == "turn.failed" and events[-1].data["reason"] == "provider_limit_timeout"
     server.runtime.cancel_turn(a)
     assert (await long_turn)[-1].name == "turn.cancelled"
+
+
+async def test_overload_gets_fast_429s_and_accepted_turns_finish_cleanly(
+    server_factory, mock_factory, http: aiohttp.ClientSession
+) -> None:
+    mock: MockServer = await mock_factory(ttft_ms=50, tps=200, tokens=5)
+    server: RunningServer = await server_factory(
+        mock.url, **{"kernel.max_in_flight_turns": 8, "kernel.concurrency_limit": 3}
+    )
+    sessions = [await new_session(http, server.url) for _ in range(40)]
+
+    async def attempt(sid: str) -> tuple[int, list]:
+        async with http.post(f"{server.url}/v1/sessions/{sid}/turns", json={"input": "x"}, headers=SSE) as r:
+            if r.status != 200:
+                return r.status, []
+            return 200, [e async for e in sse_events(r)]
+
+    results = await asyncio.gather(*(attempt(s) for s in sessions))
+    statuses = [status for status, _ in results]
+    assert set(statuses) == {200, 429}
+    assert statuses.count(200) >= 8
+    for status, events in results:
+        if status == 200:
+            assert events[-1].name == "turn.completed"  # no broken streams, no failures
+    assert mock.stats.max_concurrent <= 3
+    # recovery: once the burst is over, a turn goes straight through
+    assert (await turn_events(http, server.url, sessions[0]))[-1].name == "turn.completed"

@@ -299,9 +299,11 @@ class Runtime:
         """Record the terminal event first (synchronously), then try to deliver it."""
         outcome = name.removeprefix("turn.")
         if partial is not None:
-            self.store.add_message(self._message(turn, "assistant", "".join(partial), outcome))
             data = {"turn_id": turn.turn_id, **data}
-        self._record_event(turn, name, data)
+        if data.get("reason") != "session_deleted":  # nothing may outlive a deleted session
+            if partial is not None:
+                self.store.add_message(self._message(turn, "assistant", "".join(partial), outcome))
+            self._record_event(turn, name, data)
         duration_ms = (self.clock.now() - turn.submitted_s) * 1000
         self.metrics.observe_turn(outcome, duration_ms)
         log.info(
