@@ -74,3 +74,10 @@ def test_the_cli_reports_a_bad_config(tmp_path: Path, capsys: pytest.CaptureFixt
     path = write(tmp_path, "[kernel]\nconcurrency_limit = 0\n")
     assert main(["config", "show", "--config", str(path)]) == 2
     assert "kernel.concurrency_limit" in capsys.readouterr().err
+
+
+def test_an_invalid_agent_table_names_its_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"agents\.ops\.max_turns"):
+        load_settings(write(tmp_path, "[agents.ops]\nmax_turns = 1000\n"), environ={})
+    s = load_settings(write(tmp_path, '[agents.ops]\ntools = ["run_command"]\n'), environ={})
+    assert s.agents["ops"]["tools"] == ["run_command"]

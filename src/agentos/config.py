@@ -203,6 +203,10 @@ def _check(settings: Settings) -> None:
     url = settings.provider.url
     if url and not url.startswith(("http://", "https://")):
         raise ConfigError(f"provider.url: must start with http:// or https://, got {url!r}")
+    if settings.agents:
+        from agentos.agents.spec import parse_config_agents  # only when agents are configured
+
+        parse_config_agents(settings.agents)  # raises ConfigError naming agents.<name>.<key>
 
 
 def to_toml_dict(settings: Settings) -> dict[str, Any]:

@@ -16,10 +16,10 @@ from tests.conftest import make_settings
 
 
 async def test_session_crud_and_pagination(server: RunningServer, http: aiohttp.ClientSession) -> None:
-    ids = sorted([await new_session(http, server.url, agent="helper", metadata={"user": i}) for i in range(5)])
+    ids = sorted([await new_session(http, server.url, metadata={"user": i}) for i in range(5)])
     async with http.get(f"{server.url}/v1/sessions/{ids[0]}") as r:
         session = await r.json()
-    assert session["agent"] == "helper" and session["tenant_id"] == "default" and session["active_turn"] is None
+    assert session["agent"] == "default" and session["tenant_id"] == "default" and session["active_turn"] is None
     async with http.get(f"{server.url}/v1/sessions", params={"limit": "2"}) as r:
         page = await r.json()
     seen = [s["id"] for s in page["data"]]
@@ -30,6 +30,8 @@ async def test_session_crud_and_pagination(server: RunningServer, http: aiohttp.
     assert seen == ids
     async with http.delete(f"{server.url}/v1/sessions/{ids[0]}") as r:
         assert r.status == 204
+    async with http.post(f"{server.url}/v1/sessions", json={"agent": "nobody"}) as r:
+        assert r.status == 422 and "nobody" in (await r.json())["error"]["message"]
     async with http.get(f"{server.url}/v1/sessions/{ids[0]}") as r:
         assert r.status == 404
 

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 
 import pytest
 
 from agentos.bench.cli import mock_settings_from
 from agentos.bench.mock_check import check_tools_contract
 from agentos.bench.mock_llm import MockSettings
-from agentos.bench.processes import start_mock_process, stop_child
+from agentos.bench.mock_main import raise_fd_limit
+from agentos.bench.processes import (
+    BenchSetupError,
+    ServerPlan,
+    mock_argv,
+    resolve_profile,
+    server_argv,
+    start_mock_process,
+    stop_child,
+)
 from agentos.cli import build_parser, main
+from agentos.config import load_settings
 
 
 def test_flags_win_over_env_which_win_over_defaults() -> None:
@@ -32,7 +43,7 @@ def test_sessions_must_equal_concurrency() -> None:
 
 
 @pytest.mark.slow
-async def test_mock_llm_process_announces_its_url_and_serves_the_contract(tmp_path) -> None:
+async def test_mock_llm_process_announces_its_url_and_serves_the_contract(tmp_path: Path) -> None:
     child = await start_mock_process(MockSettings(ttft_ms=1.0, tps=5000.0, scenario="tools"), tmp_path)
     try:
         assert child.url.startswith("http://127.0.0.1:") and child.url.endswith("/v1")
@@ -45,3 +56,38 @@ async def test_mock_llm_process_announces_its_url_and_serves_the_contract(tmp_pa
         code = await stop_child(child.process)
     assert checker.returncode == 0 and out.startswith(b"OK ")
     assert code == 0  # SIGTERM is a clean stop
+
+
+def test_profiles_resolve_by_name_or_path(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    assert resolve_profile("no-store", root) == root / "bench/profiles/no-store.toml"
+    assert resolve_profile(str(root / "bench/profiles/full-store.toml")) == root / "bench/profiles/full-store.toml"
+    with pytest.raises(BenchSetupError, match="nope"):
+        resolve_profile("nope", tmp_path)
+
+
+def test_bench_profiles_set_what_the_sweep_needs() -> None:
+    root = Path(__file__).resolve().parents[2]
+    for name, store in (("no-store", False), ("full-store", True)):
+        settings = load_settings(root / f"bench/profiles/{name}.toml")
+        assert settings.store.enabled is store
+        assert settings.kernel.max_in_flight_turns == 0 and settings.kernel.concurrency_limit == 1000
+
+
+def test_server_and_mock_command_lines(tmp_path: Path) -> None:
+    plan = ServerPlan(
+        profile_path=tmp_path / "p.toml", provider_url="http://127.0.0.1:1/v1", data_dir=tmp_path, session_ttl_s=9.0
+    )
+    argv = server_argv(plan, 4321)
+    assert argv[1:4] == ["-m", "agentos", "serve"]
+    assert argv[argv.index("--port") + 1] == "4321" and argv[argv.index("--session-ttl-secs") + 1] == "9.0"
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    mock = mock_argv(MockSettings(ttft_ms=3.0, scenario="tools"))
+    assert mock[mock.index("--ttft-ms") + 1] == "3.0" and mock[mock.index("--scenario") + 1] == "tools"
+
+
+def test_fd_limit_is_raised_to_the_hard_limit() -> None:
+    import resource
+
+    soft = raise_fd_limit()
+    assert soft == resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= 1024

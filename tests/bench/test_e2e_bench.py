@@ -53,5 +53,6 @@ async def test_short_memory_staircase(monkeypatch: pytest.MonkeyPatch) -> None:
     assert report["failed_turns"] == 0
     assert report["summary"]["base_mb"]["rss"] > 10
     assert set(report["release"]) == {"after_delete", "after_ttl"}
+    assert report["top"]["agentos_active_sessions"] == 4
     assert report["release"]["after_delete"]["agentos_active_sessions"] == 2
     assert report["release"]["after_ttl"]["agentos_active_sessions"] == 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any as Stub  # the `stub` fixture of conftest.py
+from typing import Any
 
 from agentos.bench.loadgen import PointPlan, Probes, bench_http_session, run_point
 from agentos.bench.mock_llm import MockSettings, start_mock
@@ -29,7 +29,7 @@ async def test_direct_point_row() -> None:
     assert row["loadgen_cpu_cores"] is not None
 
 
-async def test_server_point_counts_failures_by_kind_and_cleans_up(stub: Stub) -> None:
+async def test_server_point_counts_failures_by_kind_and_cleans_up(stub: Any) -> None:
     stub.state.modes = ["ok", "500", "ok", "break"]
     async with bench_http_session() as http:
         plan = PointPlan(concurrency=2, **SHORT)

@@ -15,6 +15,7 @@ from agentos.bench.chat_stream import ChatAnswer, add_chunk
 from agentos.bench.mock_check import check_tools_contract, stream_answer
 from agentos.bench.mock_llm import MockServer, MockSettings, MockStats, decide_fault, start_mock
 from agentos.bench.sse import SSEParser
+from agentos.errors import ConfigError
 
 FAST = {"ttft_ms": 5.0, "tps": 1000.0}
 USER = [{"role": "user", "content": "hello mock world"}]
@@ -284,3 +285,12 @@ async def _embed(client: aiohttp.ClientSession, url: str, inputs: list[str]) -> 
     async with client.post(f"{url}/embeddings", json={"input": inputs}) as response:
         body = await response.json()
     return [item["embedding"] for item in body["data"]]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"tps": 0.0}, {"ttft_ms": -1.0}, {"tokens": 0}, {"error_rate": 1.5}, {"hang_rate": -0.1}, {"fail_every": -1}],
+)
+def test_invalid_settings_are_a_config_error(bad: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match=next(iter(bad))):
+        MockSettings(**bad)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any as Stub  # the `stub` fixture of conftest.py
+from typing import Any
 
 import aiohttp
 import pytest
@@ -31,7 +31,7 @@ from agentos.bench.targets import (
         ("cancelled", "cancelled"),
     ],
 )
-async def test_server_turn_outcomes(stub: Stub, mode: str, failure: str | None) -> None:
+async def test_server_turn_outcomes(stub: Any, mode: str, failure: str | None) -> None:
     stub.state.modes = [mode]
     target = ServerTarget(stub.url)
     async with bench_http_session() as http:

@@ -10,6 +10,7 @@ import msgspec
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from agentos.agents import RUN_SERVICE, RunService, add_routes
 from agentos.api import ops, sessions, turns, websocket
 from agentos.api.errors import error_middleware
 from agentos.api.keys import MAX_BODY_BYTES, METRICS, RUNTIME, SETTINGS
@@ -41,6 +42,7 @@ def create_app(settings: Settings) -> web.Application:
     app[METRICS] = Metrics()
     for table in (sessions.routes, turns.routes, websocket.routes, ops.routes):
         app.router.add_routes(table)
+    add_routes(app, RUN_SERVICE)
     app.cleanup_ctx.append(_lifespan)
     return app
 
@@ -70,11 +72,15 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
     store = _make_store(settings, app[METRICS])
     await store.start()
     provider = OpenAICompatProvider(provider_config)
-    app[RUNTIME] = Runtime(settings, store, provider, app[METRICS])
+    runs = RunService(provider, Path(settings.data_dir) if settings.store.enabled else None, settings)
+    await runs.start()  # resumes every unfinished run from its journal
+    app[RUN_SERVICE] = runs
+    app[RUNTIME] = Runtime(settings, store, provider, app[METRICS], runs=runs)
     try:
         yield
     finally:
         await app[RUNTIME].drain(DRAIN_TIMEOUT_S)
+        await runs.close()  # before the provider: draining runs may still call the model
         await provider.aclose()
         await store.close()
         if mock is not None:

@@ -21,6 +21,8 @@ def _json(description: str, ref: str) -> dict[str, Any]:
 
 
 _SESSION_ID = {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+_RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
 _PAGE = [
     {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1}},
     {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0}, "description": "cursor"},
@@ -119,6 +121,73 @@ OPENAPI: dict[str, Any] = {
             "get": {
                 "summary": "WebSocket: {type: turn, input} and {type: cancel} in; {type, id, data} events out",
                 "responses": {"101": {"description": "Switching protocols"}, "404": _error("Unknown session")},
+            },
+        },
+        "/v1/agents": {
+            "post": {
+                "summary": "Create or replace an agent (docs/agents.md)",
+                "responses": {
+                    "201": {"description": "The agent"},
+                    "409": _error("A config agent"),
+                    "422": _error("Bad field"),
+                },
+            },
+            "get": {"summary": "List agents", "responses": {"200": {"description": "{data}"}}},
+        },
+        "/v1/agents/{name}": {
+            "parameters": [_NAME],
+            "get": {
+                "summary": "Read an agent",
+                "responses": {"200": {"description": "The agent"}, "404": _error("Unknown agent")},
+            },
+        },
+        "/v1/agents/{name}/runs": {
+            "parameters": [_NAME],
+            "post": {
+                "summary": "Start a background run: {input, session_id?}",
+                "responses": {
+                    "202": {"description": "{run_id, status, run_url, events_url}"},
+                    "404": _error("Unknown agent"),
+                },
+            },
+        },
+        "/v1/runs/{run_id}": {
+            "parameters": [_RUN_ID],
+            "get": {
+                "summary": "A run's status, result and pending human request",
+                "responses": {"200": {"description": "The run"}, "404": _error("Unknown run")},
+            },
+        },
+        "/v1/runs/{run_id}/events": {
+            "parameters": [_RUN_ID],
+            "get": {
+                "summary": "The run's events as SSE, resumable with Last-Event-ID",
+                "responses": {"200": {"description": "text/event-stream"}, "404": _error("Unknown run")},
+            },
+        },
+        "/v1/runs/{run_id}/cancel": {
+            "parameters": [_RUN_ID],
+            "post": {
+                "summary": "Soft cancel: the loop stops at its next step",
+                "responses": {"200": {"description": "The run"}, "404": _error("Unknown run")},
+            },
+        },
+        "/v1/runs/{run_id}/terminate": {
+            "parameters": [_RUN_ID],
+            "post": {
+                "summary": "Hard stop in every state; records run.cancelled",
+                "responses": {"200": {"description": "The run"}, "404": _error("Unknown run")},
+            },
+        },
+        "/v1/runs/{run_id}/answer": {
+            "parameters": [_RUN_ID],
+            "post": {
+                "summary": "Answer a human request: {operation_id, answer?, approve?, args_hash?}",
+                "responses": {
+                    "200": {"description": "The run"},
+                    "409": _error("Not waiting, or the hash does not match"),
+                    "422": _error("Bad body"),
+                },
             },
         },
         "/healthz": {"get": {"summary": "Liveness", "responses": {"200": {"description": "ok"}}}},

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,7 +164,7 @@ def _pause_after(sample: TurnSample) -> float:
     return _FAILURE_PAUSE_S if sample.failure else 0.0
 
 
-async def _bounded_gather(coroutines: list[Awaitable[None]], timeout_s: float) -> None:
+async def _bounded_gather(coroutines: Sequence[Awaitable[None]], timeout_s: float) -> None:
     tasks = [asyncio.ensure_future(c) for c in coroutines]
     if not tasks:
         return

@@ -46,10 +46,21 @@ def versions() -> dict[str, str]:
 
 
 def git_commit() -> str:
-    """The checked-out commit (read-only `git rev-parse`; never touches the index)."""
+    """The checked-out commit, `+dirty` when tracked files differ from it.
+
+    Read-only: `GIT_OPTIONAL_LOCKS=0` stops `git status` from refreshing the index.
+    """
+    head = _git("rev-parse", "--short", "HEAD")
+    if not head:
+        return "unknown"
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    return f"{head}+dirty" if dirty else head
+
+
+def _git(*args: str) -> str:
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
+            ["git", *args],
             capture_output=True,
             text=True,
             timeout=5,
@@ -57,8 +68,8 @@ def git_commit() -> str:
             env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
         )
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip() or "unknown"
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
 
 
 def machine_info() -> dict[str, Any]:

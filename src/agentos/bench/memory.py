@@ -32,6 +32,7 @@ from agentos.bench.report import SCHEMA_VERSION
 from agentos.bench.stats import slope
 from agentos.bench.targets import ServerTarget, delete_session
 
+_STEP_ESTIMATE_S = 0.1  # one session + one fast turn on this kind of machine; only sizes the default TTL
 MEMORY_MOCK = MockSettings(ttft_ms=5.0, tps=2000.0, tokens=8)  # fast: the staircase measures memory, not time
 
 
@@ -39,9 +40,16 @@ MEMORY_MOCK = MockSettings(ttft_ms=5.0, tps=2000.0, tokens=8)  # fast: the stair
 class MemoryPlan:
     sessions: int = 200
     profile: str = "no-store"
-    session_ttl_s: float = 20.0
-    settle_s: float = 0.2
+    session_ttl_s: float | None = None  # None: long enough that no session expires during the climb
+    settle_s: float = 0.1
     release_settle_s: float = 2.0
+
+    @property
+    def ttl_s(self) -> float:
+        if self.session_ttl_s is not None:
+            return self.session_ttl_s
+        return max(20.0, round(self.sessions * (self.settle_s + _STEP_ESTIMATE_S) * 2 + 10))
+
     mock: MockSettings = MEMORY_MOCK
     command: str = ""
 
@@ -53,6 +61,7 @@ class _Staircase:
     steps: list[dict[str, Any]] = field(default_factory=list)
     marks: dict[str, dict[str, float]] = field(default_factory=dict)
     failed_turns: int = 0
+    top: dict[str, float] = field(default_factory=dict)  # the server's gauges at the top of the climb
 
 
 def _mb(sample: TreeSample, **extra: Any) -> dict[str, Any]:
@@ -84,6 +93,7 @@ async def _climb(stairs: _Staircase, http: aiohttp.ClientSession, target: Server
         stairs.steps.append(_mb(stairs.sample(), sessions=count))
         if count % 50 == 0:
             print(f"memory: {count} sessions, {stairs.steps[-1]}", file=sys.stderr, flush=True)
+    stairs.top = await server_gauges(http, target.base_url)
     return session_ids
 
 
@@ -95,10 +105,20 @@ async def _release(
     await asyncio.sleep(stairs.plan.release_settle_s)
     stairs.marks["after_delete"] = _mb(stairs.sample(), sessions_deleted=half)
     stairs.marks["after_delete"] |= await server_gauges(http, target.base_url)
-    ttl = stairs.plan.session_ttl_s
-    await asyncio.sleep(ttl + max(5.0, ttl * 0.5))
+    await _wait_expired(http, target.base_url, deadline_s=stairs.plan.ttl_s * 2 + 15.0)
+    await asyncio.sleep(stairs.plan.release_settle_s)
     stairs.marks["after_ttl"] = _mb(stairs.sample(), sessions_left_to_expire=len(session_ids) - half)
     stairs.marks["after_ttl"] |= await server_gauges(http, target.base_url)
+
+
+async def _wait_expired(http: aiohttp.ClientSession, base_url: str, deadline_s: float) -> None:
+    """Poll the server's `agentos_active_sessions` once a second until it is 0 (bounded)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + deadline_s
+    while loop.time() < deadline:
+        if (await server_gauges(http, base_url)).get("agentos_active_sessions", 0.0) == 0.0:
+            return
+        await asyncio.sleep(1.0)
 
 
 _GAUGES = ("agentos_active_sessions", "agentos_sessions_evicted_total")
@@ -145,7 +165,7 @@ async def _with_server(plan: MemoryPlan, work_dir: Path, mock_url: str) -> dict[
         profile_path=resolve_profile(plan.profile),
         provider_url=mock_url,
         data_dir=work_dir / "data",
-        session_ttl_s=plan.session_ttl_s,
+        session_ttl_s=plan.ttl_s,
     )
     child = await start_server_process(server_plan, work_dir)
     stairs = _Staircase(plan=plan, sample=lambda: sample_tree(child.pid))
@@ -196,7 +216,8 @@ def memory_report(stairs: _Staircase, start: dict[str, Any]) -> dict[str, Any]:
         "mock": asdict(plan.mock),
         "command": plan.command,
         "sessions": plan.sessions,
-        "session_ttl_s": plan.session_ttl_s,
+        "session_ttl_s": plan.ttl_s,
+        "top": stairs.top,
         "settle_s": plan.settle_s,
         "failed_turns": stairs.failed_turns,
         "start": start,

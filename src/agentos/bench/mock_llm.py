@@ -31,6 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 
 from agentos.bench.scenario import AnswerPlan, Scenario, plan_answer, prompt_tokens
 from agentos.bench.wire import DONE, ChunkWriter, completion_body, embeddings_body, usage
+from agentos.errors import ConfigError
 
 MOCK_MODEL = "mock-1"
 _MAX_HANG_S = 600.0  # a hung request is released after this even if the client stays
@@ -39,6 +40,7 @@ _EMBEDDING_DIMENSIONS = 16
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 _FIRST_TOKEN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 2.5, 5.0, 10.0)
 
+_SCENARIOS = ("plain", "tools")
 Fault = Literal["none", "rate_limit", "error", "hang"]
 
 
@@ -55,6 +57,22 @@ class MockSettings:
     hang_rate: float = 0.0  # share held open without an answer (until the client goes away)
     scenario: Scenario = "plain"
     seed: int = 0  # random faults are reproducible
+
+    def __post_init__(self) -> None:
+        """Raises: ConfigError naming every invalid field."""
+        checks = (
+            (self.ttft_ms >= 0, "ttft_ms must be >= 0"),
+            (self.tps > 0, "tps must be > 0"),
+            (self.tokens >= 1, "tokens must be >= 1"),
+            (0 <= self.error_rate <= 1, "error_rate must be within [0, 1]"),
+            (0 <= self.hang_rate <= 1, "hang_rate must be within [0, 1]"),
+            (self.fail_every >= 0, "fail_every must be >= 0"),
+            (self.retry_after_s >= 0, "retry_after_s must be >= 0"),
+            (self.scenario in _SCENARIOS, "scenario must be 'plain' or 'tools'"),
+        )
+        problems = [message for ok, message in checks if not ok]
+        if problems:
+            raise ConfigError(f"mock-llm: {'; '.join(problems)} (got {self!r})")
 
 
 @dataclass(kw_only=True)

@@ -49,34 +49,52 @@ def plot_latency(rows: Sequence[dict[str, Any]], metric: str, title: str, path: 
 
 
 def plot_throughput(rows: Sequence[dict[str, Any]], path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for label, group in _series(rows).items():
-        ax.plot([r["concurrency"] for r in group], [r["turns_per_s"] for r in group], marker="o", label=label)
-    _log2_axis(ax, rows)
-    ax.set_yscale("log")
-    ax.set_ylabel("successful turns per second")
-    ax.set_title("Throughput against concurrency (direct = the mock alone)")
-    ax.legend(fontsize=8)
+    """Turns/s against concurrency (top), and each server series ÷ the direct row (bottom)."""
+    series = _series(rows)
+    direct = {r["concurrency"]: r["turns_per_s"] for r in rows if r["target"] == "direct"}
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True, height_ratios=(2, 1))
+    for index, (label, group) in enumerate(series.items()):
+        xs = [r["concurrency"] for r in group]
+        top.plot(xs, [r["turns_per_s"] for r in group], marker="o", color=f"C{index}", label=label)
+        ratios = [
+            (r["concurrency"], r["turns_per_s"] / direct[r["concurrency"]])
+            for r in group
+            if direct.get(r["concurrency"])
+        ]
+        if ratios and group[0]["target"] != "direct":
+            bottom.plot(*zip(*ratios, strict=True), marker="o", color=f"C{index}", label=label)
+    top.set_yscale("log")
+    top.set_ylabel("successful turns per second")
+    top.set_title("Throughput against concurrency (direct = the mock alone)")
+    top.legend(fontsize=8)
+    top.grid(True, which="both", alpha=0.3)
+    bottom.axhline(0.95, linestyle="--", color="grey", linewidth=1, label="95% of direct")
+    bottom.set_ylabel("server ÷ direct")
+    bottom.legend(fontsize=8)
+    _log2_axis(bottom, rows)
     return _save(fig, path)
 
 
 def plot_staircase(report: dict[str, Any], path: Path) -> Path:
+    """RSS and Private_Dirty against sessions, one panel each (their own scale), release marks at the right."""
     steps = report["steps"]
     xs = [s["sessions"] for s in steps]
-    fig, ax = plt.subplots(figsize=(8, 5))
-    ax.plot(xs, [s["rss_mb"] for s in steps], label="RSS (server tree)")
-    ax.plot(xs, [s["private_dirty_mb"] for s in steps], label="Private_Dirty (server tree)")
-    for name, marker in (("after_delete", "v"), ("after_ttl", "s")):
-        point = report.get("release", {}).get(name)
-        if point:
-            ax.plot([xs[-1]], [point["rss_mb"]], marker, color="C0", label=f"RSS {name.replace('_', ' ')}")
-            ax.plot([xs[-1]], [point["private_dirty_mb"]], marker, color="C1")
-    ax.set_xlabel("sessions (each with one completed turn)")
-    ax.set_ylabel("MB")
-    ax.set_title(f"Memory staircase: {report.get('profile')}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
+    for ax, (field_name, label, colour) in zip(axes, _MEMORY_SERIES, strict=True):
+        ax.plot(xs, [s[field_name] for s in steps], color=colour, label=f"{label} (server tree)")
+        for name, marker in (("after_delete", "v"), ("after_ttl", "s")):
+            point = report.get("release", {}).get(name)
+            if point:
+                ax.plot([xs[-1]], [point[field_name]], marker, color="black", label=name.replace("_", " "))
+        ax.set_ylabel(f"{label}, MB")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_title(f"Memory staircase: {report.get('profile')}")
+    axes[-1].set_xlabel("sessions (each with one completed turn)")
     return _save(fig, path)
+
+
+_MEMORY_SERIES = (("rss_mb", "RSS", "C0"), ("private_dirty_mb", "Private_Dirty", "C1"))
 
 
 def _save(fig: Any, path: Path) -> Path:

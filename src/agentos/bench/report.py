@@ -11,8 +11,6 @@ from typing import Any
 
 import msgspec
 
-from agentos.bench import plots
-
 SCHEMA_VERSION = 1
 
 
@@ -201,7 +199,8 @@ def _memory_text(report: dict[str, Any]) -> str:
     return (
         f"{report['sessions']} sessions, one completed turn each ({failures} failed), sampled "
         f"{report['settle_s']} s after each step. TTL {report['session_ttl_s']} s. "
-        f"Server counters: {gauges or 'not read'}. RAM planning: base + marginal × concurrent sessions."
+        f"Server counters at the top: active sessions {_fmt(report.get('top', {}).get('agentos_active_sessions'))}; "
+        f"{gauges or 'not read'}. RAM planning: base + marginal × concurrent sessions."
     )
 
 
@@ -217,6 +216,8 @@ def write_report(report: dict[str, Any], out_dir: Path, stem: str) -> list[Path]
 
 
 def _write_plots(report: dict[str, Any], out_dir: Path, stem: str) -> dict[str, Path]:
+    from agentos.bench import plots  # matplotlib only where plots are drawn (`compare` needs none)
+
     if report["kind"] == "memory":
         return {"memory staircase": plots.plot_staircase(report, out_dir / f"{stem}-staircase.png")}
     rows = [r for r in report["rows"] if r["turns_ok"]]

@@ -13,12 +13,13 @@ import logging
 import uuid
 from collections.abc import Iterable
 from contextlib import aclosing, suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentos.clock import Clock, MonotonicClock, wall_ms
 from agentos.config import Settings
 from agentos.errors import (
     AdmissionRejected,
+    InvalidInput,
     ProviderError,
     ProviderLimitTimeout,
     ProviderProtocolError,
@@ -49,11 +50,19 @@ from agentos.runtime.turn import Turn, TurnSink
 from agentos.store.base import Store
 from agentos.store.records import EventRecord, MessageRecord, SessionRecord
 
+if TYPE_CHECKING:
+    from agentos.agents import RunService
+
 log = logging.getLogger("agentos.turns")
 
 
 _ID_PREFIX = uuid.uuid4().hex[:16]  # random per process: ids stay unique across restarts
 _id_counter = itertools.count(1)
+
+
+DEFAULT_AGENT = "default"  # a plain chat turn: one model call, no tools
+_STOPS_RUN = frozenset({"superseded", "cancelled", "session_deleted"})
+_RUN_TERMINAL = frozenset({"run.completed", "run.failed", "run.cancelled"})
 
 
 def new_id(prefix: str) -> str:
@@ -70,6 +79,7 @@ class Runtime:
         metrics: Metrics,
         *,
         clock: Clock | None = None,
+        runs: RunService | None = None,
     ) -> None:
         k = settings.kernel
         self.kernel = Kernel(
@@ -87,6 +97,10 @@ class Runtime:
         self.metrics = metrics
         self.clock = clock or MonotonicClock()
         self._turns: dict[str, Turn] = {}
+        self.runs = runs
+        # The agent of each in-memory session whose agent is not the plain chat default; kept
+        # here so that a turn does not read the store to learn how to run.
+        self._session_agents: dict[str, str] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
         self._history_limit = k.history_max_messages
@@ -118,6 +132,7 @@ class Runtime:
                     turn.permit.set_exception(ProviderLimitTimeout("no provider permit in time"))
             case EvictSession(session_id):
                 self.store.forget_session(session_id)
+                self._session_agents.pop(session_id, None)
             case AcceptTurn() | RejectTurn():
                 pass  # answered by the caller of _handle
 
@@ -152,10 +167,17 @@ class Runtime:
     # -- sessions -------------------------------------------------------------------------------
 
     async def create_session(self, agent: str, metadata: dict[str, Any]) -> SessionRecord:
+        if agent != DEFAULT_AGENT and (self.runs is None or not self.runs.has_agent(agent)):
+            raise InvalidInput(f"unknown agent {agent!r}; define it in the config or with POST /v1/agents")
         record = SessionRecord(session_id=new_id("ses"), agent=agent, metadata=metadata, created_at_ms=wall_ms())
         await self.store.create_session(record)
-        self._handle(SessionOpened(record.session_id))
+        self._open(record)
         return record
+
+    def _open(self, record: SessionRecord) -> None:
+        if record.agent != DEFAULT_AGENT:
+            self._session_agents[record.session_id] = record.agent
+        self._handle(SessionOpened(record.session_id))
 
     async def get_session(self, session_id: str) -> SessionRecord:
         record = await self.store.get_session(session_id)
@@ -167,14 +189,15 @@ class Runtime:
         """Bring an evicted session back into memory; 404 if the store does not know it."""
         if self.kernel.has_session(session_id):
             return
-        await self.get_session(session_id)
+        record = await self.get_session(session_id)
         if not self.kernel.has_session(session_id):
-            self._handle(SessionOpened(session_id))
+            self._open(record)
 
     async def delete_session(self, session_id: str) -> None:
         if not await self.store.delete_session(session_id):
             raise SessionNotFound(session_id)
         self._handle(SessionClosed(session_id))
+        self._session_agents.pop(session_id, None)
 
     # -- turns ----------------------------------------------------------------------------------
 
@@ -213,13 +236,18 @@ class Runtime:
         try:
             if turn.cancel_reason is not None:  # cancelled before it started running
                 raise asyncio.CancelledError
-            await self._run_steps(turn, sink, partial)
+            agent = self._session_agents.get(turn.session_id)
+            if agent is not None and self.runs is not None:
+                await self._run_agent(turn, agent, self.runs, sink, partial)
+            else:
+                await self._run_steps(turn, sink, partial)
         except asyncio.CancelledError:
             if turn.cancel_reason is None:
                 await self._finish(turn, sink, "turn.cancelled", {"reason": "client_disconnected"}, partial)
                 raise
             if turn.task is not None:
                 turn.task.uncancel()
+            await self._stop_run(turn, turn.cancel_reason)
             await self._finish(turn, sink, "turn.cancelled", {"reason": turn.cancel_reason}, partial)
         except ConnectionError:
             await self._finish(turn, sink, "turn.cancelled", {"reason": "client_disconnected"}, partial)
@@ -262,6 +290,45 @@ class Runtime:
         data = {"turn_id": turn.turn_id, "usage": usage, "finish_reason": completion.finish_reason}
         await self._finish(turn, sink, "turn.completed", data, None)
 
+    async def _run_agent(self, turn: Turn, agent: str, runs: RunService, sink: TurnSink, partial: list[str]) -> None:
+        """A turn in a session with an agent is a run of that agent: the same durable tool
+        loop as `POST /v1/agents/{name}/runs`, its events streamed as the turn's."""
+        await sink.send(turn.next_event_id(), "turn.started", {"turn_id": turn.turn_id, "session_id": turn.session_id})
+        self._record_event(turn, "turn.started", {})
+        await self.store.wait_space()
+        self.store.add_message(self._message(turn, "user", turn.input, "completed"))
+        # The run engine schedules its own model calls (and holds a run slot while it works).
+        self._handle(ProviderReleased(turn.turn_id))
+        turn.run_id = await runs.start_run(agent, turn.input, turn.session_id)
+        async for event in runs.events(turn.run_id):
+            if event.type == "token":
+                partial.append(event.data.get("delta", ""))
+            elif event.type in _RUN_TERMINAL:
+                await self._end_run_turn(turn, sink, event.type, event.data)
+                return
+            if event.type != "run.started":  # the client answers humans at /v1/runs/{run_id}
+                await sink.send(turn.next_event_id(), event.type, {**event.data, "run_id": turn.run_id})
+
+    async def _stop_run(self, turn: Turn, reason: str) -> None:
+        """A first-party cancel reaches the run behind the turn. Not a shutdown, and not a
+        client that went away: the run is durable, resumes after a restart, and stays
+        reachable at /v1/runs/{run_id}."""
+        if turn.run_id is not None and self.runs is not None and reason in _STOPS_RUN:
+            await asyncio.shield(self.runs.terminate(turn.run_id))
+
+    async def _end_run_turn(self, turn: Turn, sink: TurnSink, kind: str, data: dict[str, Any]) -> None:
+        turn.finishing = True
+        run = {"run_id": turn.run_id}
+        if kind == "run.completed":
+            result = str(data.get("result") or "")
+            await self.store.commit_message(self._message(turn, "assistant", result, "completed"))
+            await self._finish(turn, sink, "turn.completed", {"turn_id": turn.turn_id, **run, "result": result}, None)
+        else:
+            name = "turn.failed" if kind == "run.failed" else "turn.cancelled"
+            reason = {"reason": str(data.get("reason", "run_failed")), **run}
+            self.store.add_message(self._message(turn, "assistant", str(data.get("result") or ""), name[5:]))
+            await self._finish(turn, sink, name, {"turn_id": turn.turn_id, **reason}, None)
+
     async def _stream(self, turn: Turn, sink: TurnSink, messages: list[Message], partial: list[str]) -> Completion:
         first = True
         # aclosing: an error in this loop's body (the client went away) must abort the
@@ -300,6 +367,8 @@ class Runtime:
         outcome = name.removeprefix("turn.")
         if partial is not None:
             data = {"turn_id": turn.turn_id, **data}
+        if turn.run_id is not None:
+            data = {**data, "run_id": turn.run_id}
         if data.get("reason") != "session_deleted":  # nothing may outlive a deleted session
             if partial is not None:
                 self.store.add_message(self._message(turn, "assistant", "".join(partial), outcome))

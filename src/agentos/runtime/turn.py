@@ -41,6 +41,7 @@ class Turn:
         "permit",
         "cancel_reason",
         "finishing",
+        "run_id",
         "submitted_s",
         "_seq",
     )
@@ -54,6 +55,7 @@ class Turn:
         self.permit: asyncio.Future[None] | None = None
         self.cancel_reason: str | None = None
         self.finishing = False  # the answer is complete: a cancel no longer applies
+        self.run_id: str | None = None  # set when the session's agent runs the turn
         self.submitted_s = submitted_s
         self._seq = 0
 

@@ -1,0 +1,43 @@
+"""Landlock (Linux >= 5.13): the file-access policy of a sandboxed command.
+
+`policy(workdir, abi)` is built in the server and applied in the command's process by the
+fork server (`_zygote.py`). Reads are allowed below the system directories needed to run
+programs; writes only below `workdir` and to a few device files. `/proc` is not granted: a
+command cannot read the server's `/proc/<pid>/environ`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+from typing import Any
+
+_CREATE_RULESET = {"x86_64": 444, "aarch64": 444}
+_CREATE_RULESET_VERSION = 1
+
+_EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1, 2, 4, 8
+_WRITE_TREE = sum(1 << i for i in range(4, 13))  # remove/make dir, file, sym, fifo, ...
+_REFER, _TRUNCATE = 1 << 13, 1 << 14
+_READ_ONLY_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc", "/opt")
+_DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
+
+
+def abi_version() -> int:
+    """The kernel's Landlock ABI version, 0 when Landlock is unavailable."""
+    number = _CREATE_RULESET.get(platform.machine())
+    if number is None:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    version = libc.syscall(number, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    return max(int(version), 0)
+
+
+def policy(workdir: str, abi: int) -> dict[str, Any]:
+    """`{"handled": mask, "rules": [[path, access], ...]}` for the fork server."""
+    handled = _EXECUTE | _WRITE_FILE | _READ_FILE | _READ_DIR | _WRITE_TREE
+    handled |= (_REFER if abi >= 2 else 0) | (_TRUNCATE if abi >= 3 else 0)
+    device_rights = (_WRITE_FILE | _READ_FILE | (_TRUNCATE if abi >= 3 else 0)) & handled
+    rules = [[path, _EXECUTE | _READ_FILE | _READ_DIR] for path in _READ_ONLY_DIRS]
+    rules += [[path, device_rights] for path in _DEVICE_FILES]
+    rules.append([workdir, handled])
+    return {"handled": handled, "rules": rules}

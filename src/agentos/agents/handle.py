@@ -1,0 +1,68 @@
+"""The in-memory face of a run that is not finished: its event sequence, subscribers and task.
+
+A handle is small on purpose: a run waiting for a human keeps only this (no task, no steps,
+no thread). `steps` is loaded from the journal when the run becomes active and dropped when
+it parks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agentos.agents.journal import RunRow, Step
+from agentos.agents.spec import AgentSpec
+
+EventType = Literal[
+    "run.started",
+    "run.resumed",
+    "run.child_started",
+    "token",
+    "tool.call",
+    "tool.result",
+    "tool.uncertain",
+    "human.requested",
+    "human.answered",
+    "run.completed",
+    "run.failed",
+    "run.cancelled",
+]
+TERMINAL_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled"})
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    seq: int
+    type: str
+    data: dict[str, Any]
+
+
+@dataclass(slots=True, eq=False)
+class RunHandle:
+    row: RunRow
+    spec: AgentSpec
+    status: str
+    next_event_seq: int
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    task: asyncio.Task[None] | None = None
+    cancel_requested: bool = False
+    steps: list[Step] | None = None
+    subscribers: list[asyncio.Queue[RunEvent]] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        return self.row.run_id
+
+    def record(self, step: Step) -> None:
+        """Keep the in-memory steps in line with what was just journaled."""
+        assert self.steps is not None, f"run {self.run_id!r} is not active"
+        if step.seq <= len(self.steps):
+            self.steps[step.seq - 1] = step
+        else:
+            assert step.seq == len(self.steps) + 1, "steps are journaled in order"
+            self.steps.append(step)
+
+    def publish(self, event: RunEvent) -> None:
+        for queue in self.subscribers:
+            queue.put_nowait(event)

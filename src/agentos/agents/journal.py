@@ -1,0 +1,245 @@
+"""The durable journal of agent runs: schema, row types, and the statements that write them.
+
+A run is a sequence of steps, numbered from 1 (`seq`):
+
+    kind     status                       input payload             output payload
+    model    started -> done              -                         the reply (text, tool calls, usage)
+    tool     started -> done | uncertain  the call (id, name, args)  the result given to the model
+    human    waiting -> done              the request               the answer
+
+A step's result is committed before the next step starts. Payloads are stored once in
+`payloads`, keyed by the sha256 of their canonical JSON, and referenced from the step.
+Events (`run_events`) are what `GET /v1/runs/{id}/events` streams; they are written in the
+same ordered queue but the loop does not wait for them. Every row carries `tenant_id`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+
+from agentos.agents.store import Op
+
+RunStatus = Literal["queued", "running", "waiting_human", "completed", "failed", "cancelled"]
+TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+StepKind = Literal["model", "tool", "human"]
+StepStatus = Literal["started", "waiting", "done", "uncertain"]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS agents (
+  tenant_id TEXT NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL, source TEXT NOT NULL,
+  created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL, PRIMARY KEY (tenant_id, name));
+CREATE TABLE IF NOT EXISTS runs (
+  run_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, agent TEXT NOT NULL, session_id TEXT,
+  parent_run_id TEXT, depth INTEGER NOT NULL, spec_ref TEXT NOT NULL, input TEXT NOT NULL,
+  status TEXT NOT NULL, result TEXT, reason TEXT, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS runs_open ON runs (status) WHERE status NOT IN ('completed', 'failed', 'cancelled');
+CREATE INDEX IF NOT EXISTS runs_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS steps (
+  tenant_id TEXT NOT NULL, run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
+  operation_id TEXT NOT NULL, status TEXT NOT NULL, input_ref TEXT, payload_ref TEXT,
+  attempts INTEGER NOT NULL DEFAULT 1, updated_ms INTEGER NOT NULL, PRIMARY KEY (run_id, seq));
+CREATE TABLE IF NOT EXISTS payloads (hash TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, body BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS run_events (
+  tenant_id TEXT NOT NULL, run_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL,
+  data TEXT NOT NULL, created_ms INTEGER NOT NULL, PRIMARY KEY (run_id, seq));
+"""
+
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+def canonical_json(value: Any) -> bytes:
+    """Sorted keys, no whitespace: the bytes that hashes are taken of."""
+    return _encoder.encode(value)
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def arguments_hash(arguments_json: str) -> str:
+    """The hash a human approves: sha256 of the canonical form of the tool's JSON arguments."""
+    try:
+        value = msgspec.json.decode(arguments_json)
+    except msgspec.DecodeError:
+        return sha256_hex(arguments_json.encode())
+    return sha256_hex(canonical_json(value))
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    run_id: str
+    tenant_id: str
+    agent: str
+    session_id: str | None
+    parent_run_id: str | None
+    depth: int
+    spec_ref: str
+    input: str
+    status: str
+    result: str | None
+    reason: str | None
+    created_ms: int
+    updated_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "agent": self.agent,
+            "session_id": self.session_id,
+            "parent_run_id": self.parent_run_id,
+            "status": self.status,
+            "result": self.result,
+            "reason": self.reason,
+            "created_ms": self.created_ms,
+            "updated_ms": self.updated_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    seq: int
+    kind: str
+    operation_id: str
+    status: str
+    input: Any
+    output: Any
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    seq: int
+    type: str
+    data: str  # JSON text
+
+
+class Journal:
+    """Builds the statements for one tenant; reads run on the store's thread."""
+
+    def __init__(self, tenant_id: str) -> None:
+        self.tenant_id = tenant_id
+
+    # --- writes (lists of statements for RunStore.write / write_nowait) ---
+
+    def payload(self, value: Any) -> tuple[str, Op]:
+        body = canonical_json(value)
+        ref = sha256_hex(body)
+        return ref, (
+            "INSERT OR IGNORE INTO payloads (hash, tenant_id, body) VALUES (?, ?, ?)",
+            (ref, self.tenant_id, body),
+        )
+
+    def insert_run(self, row: RunRow) -> Op:
+        return (
+            "INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (row.run_id, row.tenant_id, row.agent, row.session_id, row.parent_run_id, row.depth, row.spec_ref,
+             row.input, row.status, row.result, row.reason, row.created_ms, row.updated_ms),
+        )  # fmt: skip
+
+    def set_status(self, run_id: str, status: str, now_ms: int, *, result: str | None = None,
+                   reason: str | None = None) -> Op:  # fmt: skip
+        return (
+            "UPDATE runs SET status = ?, result = coalesce(?, result), reason = coalesce(?, reason), updated_ms = ?"
+            " WHERE run_id = ?",
+            (status, result, reason, now_ms, run_id),
+        )
+
+    def begin_step(self, run_id: str, seq: int, kind: StepKind, status: StepStatus, input_value: Any,
+                   now_ms: int) -> list[Op]:  # fmt: skip
+        """A new step (or a retry of it: `attempts` counts how often it was started)."""
+        ref, put = self.payload(input_value) if input_value is not None else (None, None)
+        upsert = (
+            "INSERT INTO steps (tenant_id, run_id, seq, kind, operation_id, status, input_ref, updated_ms)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, seq) DO UPDATE SET"
+            " status = excluded.status, attempts = attempts + 1, updated_ms = excluded.updated_ms",
+            (self.tenant_id, run_id, seq, kind, f"{run_id}:{seq}", status, ref, now_ms),
+        )
+        return [put, upsert] if put is not None else [upsert]
+
+    def finish_step(self, run_id: str, seq: int, status: StepStatus, output: Any, now_ms: int) -> list[Op]:
+        ref, put = self.payload(output)
+        update = (
+            "UPDATE steps SET status = ?, payload_ref = ?, updated_ms = ? WHERE run_id = ? AND seq = ?",
+            (status, ref, now_ms, run_id, seq),
+        )
+        return [put, update]
+
+    def event(self, run_id: str, seq: int, event_type: str, data_json: str, now_ms: int) -> Op:
+        return (
+            "INSERT OR IGNORE INTO run_events VALUES (?, ?, ?, ?, ?, ?)",
+            (self.tenant_id, run_id, seq, event_type, data_json, now_ms),
+        )
+
+    def put_agent(self, name: str, spec_json: str, source: str, now_ms: int) -> Op:
+        return (
+            "INSERT INTO agents VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, name) DO UPDATE SET"
+            " spec = excluded.spec, source = excluded.source, updated_ms = excluded.updated_ms",
+            (self.tenant_id, name, spec_json, source, now_ms, now_ms),
+        )
+
+    # --- reads (run on the store's thread) ---
+
+    def load_run(self, db: sqlite3.Connection, run_id: str) -> RunRow | None:
+        row = db.execute("SELECT * FROM runs WHERE run_id = ? AND tenant_id = ?", (run_id, self.tenant_id)).fetchone()
+        return RunRow(*row) if row is not None else None
+
+    def open_runs(self, db: sqlite3.Connection) -> list[RunRow]:
+        rows = db.execute(
+            "SELECT * FROM runs WHERE status NOT IN ('completed', 'failed', 'cancelled') AND tenant_id = ?"
+            " ORDER BY created_ms",
+            (self.tenant_id,),
+        ).fetchall()
+        return [RunRow(*r) for r in rows]
+
+    def load_steps(self, db: sqlite3.Connection, run_id: str) -> list[Step]:
+        rows = db.execute(
+            "SELECT s.seq, s.kind, s.operation_id, s.status, i.body, o.body, s.attempts FROM steps s"
+            " LEFT JOIN payloads i ON i.hash = s.input_ref LEFT JOIN payloads o ON o.hash = s.payload_ref"
+            " WHERE s.run_id = ? ORDER BY s.seq",
+            (run_id,),
+        ).fetchall()
+        return [Step(r[0], r[1], r[2], r[3], _decode(r[4]), _decode(r[5]), r[6]) for r in rows]
+
+    def load_payload(self, db: sqlite3.Connection, ref: str) -> Any:
+        row = db.execute("SELECT body FROM payloads WHERE hash = ?", (ref,)).fetchone()
+        return _decode(row[0]) if row is not None else None
+
+    def load_events(self, db: sqlite3.Connection, run_id: str, after_seq: int) -> list[EventRow]:
+        rows = db.execute(
+            "SELECT seq, type, data FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq", (run_id, after_seq)
+        ).fetchall()
+        return [EventRow(*r) for r in rows]
+
+    def last_event_seq(self, db: sqlite3.Connection, run_id: str) -> int:
+        row = db.execute("SELECT max(seq) FROM run_events WHERE run_id = ?", (run_id,)).fetchone()
+        return int(row[0] or 0)
+
+    def count_children(self, db: sqlite3.Connection, run_id: str) -> int:
+        row = db.execute("SELECT count(*) FROM runs WHERE parent_run_id = ?", (run_id,)).fetchone()
+        return int(row[0])
+
+    def open_children(self, db: sqlite3.Connection, run_id: str) -> list[str]:
+        rows = db.execute(
+            "SELECT run_id FROM runs WHERE parent_run_id = ? AND status NOT IN ('completed', 'failed', 'cancelled')",
+            (run_id,),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def load_agents(self, db: sqlite3.Connection) -> list[tuple[str, str, str]]:
+        rows = db.execute("SELECT name, spec, source FROM agents WHERE tenant_id = ? ORDER BY name", (self.tenant_id,))
+        return [(r[0], r[1], r[2]) for r in rows.fetchall()]
+
+    def list_runs(self, db: sqlite3.Connection, agent: str | None, limit: int) -> list[RunRow]:
+        sql = "SELECT * FROM runs WHERE tenant_id = ?" + (" AND agent = ?" if agent else "")
+        params: tuple[Any, ...] = (self.tenant_id, agent) if agent else (self.tenant_id,)
+        rows = db.execute(sql + " ORDER BY created_ms DESC LIMIT ?", (*params, limit)).fetchall()
+        return [RunRow(*r) for r in rows]
+
+
+def _decode(body: bytes | None) -> Any:
+    return msgspec.json.decode(body) if body is not None else None

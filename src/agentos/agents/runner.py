@@ -1,0 +1,309 @@
+"""The agent loop: model -> tool calls -> model -> ... -> answer, one journaled step at a time.
+
+`Runner.drive(handle)` runs while the run is active: each turn of the loop asks `replay()`
+for the next action, carries it out, and commits its result to the journal before the next
+one starts. It returns when the run finishes or parks waiting for a human (the task then
+ends: a waiting run holds no task). Limits end the run with a reason, never a hang:
+`max_turns`, `token_budget`, `max_delegation_depth`, `max_delegation_width`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NoReturn, Protocol
+
+import msgspec
+
+from agentos.agents.handle import RunHandle
+from agentos.agents.journal import Journal, RunRow, Step, StepKind, StepStatus, arguments_hash
+from agentos.agents.replay import Call, CallModel, Finish, Reconcile, RunTool, WaitHuman, replay
+from agentos.agents.sandbox import Sandbox, check_argv
+from agentos.agents.spec import AgentSpec
+from agentos.agents.store import RunStore
+from agentos.agents.tools import builtin_schemas, is_idempotent
+from agentos.errors import InvalidInput, NotFound, ProviderError
+from agentos.providers.base import ChatRequest, Completion, Provider, TextDelta
+
+
+class ToolHub(Protocol):
+    """MCP tools (see `agentos.agents.mcp_tools`)."""
+
+    async def schemas(self, spec: AgentSpec) -> list[dict[str, Any]]: ...
+
+    async def call(self, spec: AgentSpec, tool_name: str, arguments: dict[str, Any]) -> str: ...
+
+
+class RunHost(Protocol):
+    """What the loop needs from the service that owns it."""
+
+    store: RunStore
+    journal: Journal
+    provider: Provider
+    sandbox: Sandbox
+    mcp: ToolHub
+
+    @property
+    def suspending(self) -> bool: ...
+
+    def now_ms(self) -> int: ...
+
+    def emit(self, handle: RunHandle, event_type: str, data: dict[str, Any]) -> None: ...
+
+    def workdir(self, run_id: str) -> Path: ...
+
+    async def finish(self, handle: RunHandle, status: str, *, result: str | None = None, reason: str) -> None: ...
+
+    async def park(self, handle: RunHandle, request: dict[str, Any]) -> None: ...
+
+    async def run_child(self, parent: RunHandle, seq: int, agent: str, text: str) -> RunRow: ...
+
+    async def child_exists(self, child_run_id: str) -> bool: ...
+
+    async def count_children(self, run_id: str) -> int: ...
+
+
+class _Parked(Exception):
+    """The run now waits for a human; the task ends here."""
+
+
+class _Ended(Exception):
+    """The run reached a terminal state."""
+
+
+class Runner:
+    def __init__(self, host: RunHost) -> None:
+        self._host = host
+
+    async def drive(self, handle: RunHandle) -> None:
+        """Advance the run until it parks or ends."""
+        try:
+            while True:
+                await self._advance(handle)
+        except (_Parked, _Ended):
+            return
+
+    async def _advance(self, h: RunHandle) -> None:
+        if self._host.suspending:
+            raise _Parked  # the server is closing: the journal holds everything, resume at start
+        if h.cancel_requested:
+            await self._end(h, "cancelled", reason="cancelled")
+        assert h.steps is not None
+        state = replay(h.spec.system_prompt, h.row.input, h.steps)
+        action = state.action
+        if isinstance(action, Finish):
+            await self._end(h, "completed", result=action.text, reason="completed")
+        if isinstance(action, WaitHuman):
+            await self._host.park(h, action.request)
+            raise _Parked
+        if h.spec.token_budget and state.tokens > h.spec.token_budget:
+            await self._end(h, "failed", reason=f"token_budget: {state.tokens} tokens spent of {h.spec.token_budget}")
+        if isinstance(action, CallModel):
+            if state.turns >= h.spec.max_turns:
+                await self._end(h, "failed", reason=f"max_turns: {h.spec.max_turns} model turns without an answer")
+            await self._call_model(h, state.messages, action.seq)
+        elif isinstance(action, Reconcile):
+            await self._reconcile(h, action)
+        else:
+            await self._run_tool(h, action)
+
+    async def _end(self, h: RunHandle, status: str, *, reason: str, result: str | None = None) -> NoReturn:
+        await self._host.finish(h, status, result=result, reason=reason)
+        raise _Ended
+
+    # --- journal helpers ---
+
+    async def _journal(self, h: RunHandle, ops: list[Any], step: Step, *, durable: bool = True) -> None:
+        if durable:
+            await self._host.store.write(ops)
+        else:
+            self._host.store.write_nowait(ops)
+        h.record(step)
+
+    def _begin(self, h: RunHandle, seq: int, kind: StepKind, status: StepStatus, value: Any) -> list[Any]:
+        return self._host.journal.begin_step(h.run_id, seq, kind, status, value, self._host.now_ms())
+
+    def _done(self, h: RunHandle, seq: int, status: StepStatus, value: Any) -> list[Any]:
+        return self._host.journal.finish_step(h.run_id, seq, status, value, self._host.now_ms())
+
+    # --- model ---
+
+    async def _call_model(self, h: RunHandle, messages: list[Any], seq: int) -> None:
+        attempts = _attempts(h, seq) + 1
+        # The model call has no side effects, so its start need not be durable: after a crash
+        # the replay simply calls the model again.
+        await self._journal(
+            h, self._begin(h, seq, "model", "started", None), _step(seq, "model", "started", None, h, attempts),
+            durable=False,
+        )  # fmt: skip
+        try:
+            reply = await self._stream(h, messages)
+        except ProviderError as exc:
+            await self._end(h, "failed", reason=f"provider: {exc.code}: {exc}")
+        await self._journal(h, self._done(h, seq, "done", reply), _step(seq, "model", "done", None, h, attempts, reply))
+
+    async def _stream(self, h: RunHandle, messages: list[Any]) -> dict[str, Any]:
+        tools = builtin_schemas(h.spec) + await self._host.mcp.schemas(h.spec)
+        request = ChatRequest(messages=list(messages), model=h.spec.model, tools=tools or None)
+        completion: Completion | None = None
+        stream = self._host.provider.stream(request)
+        try:
+            async for item in stream:
+                if isinstance(item, TextDelta):
+                    self._host.emit(h, "token", {"delta": item.text})
+                else:
+                    completion = item
+        finally:
+            await stream.aclose()  # aborts the upstream request when we stop early
+        if completion is None:
+            raise ProviderError("the provider stream ended without a completion")
+        return _reply_dict(completion)
+
+    # --- tools ---
+
+    async def _run_tool(self, h: RunHandle, action: RunTool) -> None:
+        call, seq = action.call, action.seq
+        try:
+            arguments = _decode_arguments(call)
+        except InvalidInput as exc:
+            return await self._tool_error(h, seq, call, str(exc))
+        if call.name == "ask_human" and "ask_human" in h.spec.tools:
+            return await self._ask(h, seq, call, "question", {"question": str(arguments.get("question", ""))})
+        if not self._allowed(h.spec, call.name):
+            return await self._tool_error(h, seq, call, f"unknown tool {call.name!r}")
+        if call.name in h.spec.approval_required and not action.approved:
+            return await self._ask(h, seq, call, "approval", {"tool": call.name, "arguments": call.arguments})
+        await self._execute(h, seq, call, arguments)
+
+    def _allowed(self, spec: AgentSpec, name: str) -> bool:
+        return name in spec.tools or spec.mcp_server(name) is not None
+
+    async def _reconcile(self, h: RunHandle, action: Reconcile) -> None:
+        call = action.call
+        if is_idempotent(h.spec, call.name):
+            await self._execute(h, action.seq, call, _decode_arguments(call))  # same step, same operation id
+            return
+        operation_id = f"{h.run_id}:{action.seq}"
+        ops = self._done(h, action.seq, "uncertain", {"outcome": "uncertain", "operation_id": operation_id})
+        h.record(_step(action.seq, "tool", "uncertain", _call_dict(call), h, _attempts(h, action.seq)))
+        self._host.emit(h, "tool.uncertain", {"operation_id": operation_id, "call_id": call.call_id, "name": call.name})
+        await self._ask(h, action.seq + 1, call, "uncertain", {"tool": call.name, "arguments": call.arguments,
+                                                              "operation_id_uncertain": operation_id}, ops)  # fmt: skip
+
+    async def _execute(self, h: RunHandle, seq: int, call: Call, arguments: dict[str, Any]) -> None:
+        operation_id = f"{h.run_id}:{seq}"
+        attempts = _attempts(h, seq) + 1
+        call_value = _call_dict(call)
+        await self._journal(h, self._begin(h, seq, "tool", "started", call_value),
+                            _step(seq, "tool", "started", call_value, h, attempts))  # fmt: skip
+        self._host.emit(h, "tool.call", {"operation_id": operation_id, **call_value})
+        content = await self._dispatch(h, seq, call, arguments)
+        await self._finish_tool(h, seq, call, content, attempts)
+
+    async def _finish_tool(self, h: RunHandle, seq: int, call: Call, content: str, attempts: int) -> None:
+        output = {"content": content}
+        await self._journal(h, self._done(h, seq, "done", output),
+                            _step(seq, "tool", "done", _call_dict(call), h, attempts, output))  # fmt: skip
+        self._host.emit(h, "tool.result", {"operation_id": f"{h.run_id}:{seq}", "call_id": call.call_id,
+                                           "name": call.name, "content": content})  # fmt: skip
+
+    async def _tool_error(self, h: RunHandle, seq: int, call: Call, message: str) -> None:
+        """A call that cannot run at all: the model is told why and may try again."""
+        content = f"error: {message}"
+        ops = self._begin(h, seq, "tool", "started", _call_dict(call)) + self._done(
+            h, seq, "done", {"content": content}
+        )
+        await self._journal(h, ops, _step(seq, "tool", "done", _call_dict(call), h, 1, {"content": content}))
+        self._host.emit(h, "tool.result", {"operation_id": f"{h.run_id}:{seq}", "call_id": call.call_id,
+                                           "name": call.name, "content": content})  # fmt: skip
+
+    async def _dispatch(self, h: RunHandle, seq: int, call: Call, arguments: dict[str, Any]) -> str:
+        if call.name == "run_command":
+            return await self._run_command(h, seq, arguments)
+        if call.name == "delegate":
+            return await self._delegate(h, seq, arguments)
+        try:
+            return await self._host.mcp.call(h.spec, call.name, arguments)
+        except InvalidInput as exc:
+            return f"error: {exc}"
+
+    async def _run_command(self, h: RunHandle, seq: int, arguments: dict[str, Any]) -> str:
+        try:
+            argv = check_argv(arguments.get("command"))
+        except InvalidInput as exc:
+            return f"error: {exc}"
+        workdir = self._host.workdir(h.run_id)
+        try:
+            result = await self._host.sandbox.run(argv, workdir, h.spec.command, operation_id=f"{h.run_id}:{seq}")
+        except OSError as exc:  # the sandbox itself failed (fork server gone, no fds left...)
+            return f"error: the sandbox failed, the command may or may not have run: {exc}"
+        return msgspec.json.encode(result.to_dict()).decode()
+
+    async def _delegate(self, h: RunHandle, seq: int, arguments: dict[str, Any]) -> str:
+        child_id = f"{h.run_id}.{seq}"
+        if not await self._host.child_exists(child_id):
+            if h.row.depth + 1 > h.spec.max_delegation_depth:
+                await self._end(h, "failed", reason=f"max_delegation_depth: {h.spec.max_delegation_depth} reached")
+            if await self._host.count_children(h.run_id) >= h.spec.max_delegation_width:
+                await self._end(h, "failed", reason=f"max_delegation_width: {h.spec.max_delegation_width} reached")
+        agent = str(arguments.get("agent") or h.row.agent)
+        try:
+            child = await self._host.run_child(h, seq, agent, str(arguments.get("input", "")))
+        except NotFound as exc:
+            return f"error: {exc}"
+        if child.status == "completed":
+            return child.result or ""
+        return f"error: the child run {child.run_id!r} ended {child.status}: {child.reason}"
+
+    # --- humans ---
+
+    async def _ask(self, h: RunHandle, seq: int, call: Call, kind: str, details: dict[str, Any],
+                   extra_ops: list[Any] | None = None) -> None:  # fmt: skip
+        now = self._host.now_ms()
+        request = {
+            "operation_id": f"{h.run_id}:{seq}",
+            "call_id": call.call_id,
+            "kind": kind,
+            "args_hash": arguments_hash(call.arguments),
+            "deadline_ms": now + int(h.spec.human_timeout_s * 1000),
+            **details,
+        }
+        ops = [*(extra_ops or []), *self._begin(h, seq, "human", "waiting", request)]
+        ops.append(self._host.journal.set_status(h.run_id, "waiting_human", now))
+        await self._journal(h, ops, _step(seq, "human", "waiting", request, h, 1))
+        await self._host.park(h, request)
+        raise _Parked
+
+
+def _attempts(h: RunHandle, seq: int) -> int:
+    assert h.steps is not None
+    return h.steps[seq - 1].attempts if seq <= len(h.steps) else 0
+
+
+def _step(seq: int, kind: str, status: str, value: Any, h: RunHandle, attempts: int, output: Any = None) -> Step:
+    return Step(seq, kind, f"{h.run_id}:{seq}", status, value, output, attempts)
+
+
+def _call_dict(call: Call) -> dict[str, str]:
+    return {"call_id": call.call_id, "name": call.name, "arguments": call.arguments}
+
+
+def _decode_arguments(call: Call) -> dict[str, Any]:
+    try:
+        value = msgspec.json.decode(call.arguments or "{}")
+    except msgspec.DecodeError:
+        raise InvalidInput(f"the arguments of {call.name!r} are not valid JSON") from None
+    if not isinstance(value, dict):
+        raise InvalidInput(f"the arguments of {call.name!r} must be a JSON object")
+    return value
+
+
+def _reply_dict(completion: Completion) -> dict[str, Any]:
+    return {
+        "text": completion.text,
+        "finish_reason": completion.finish_reason,
+        "usage": {
+            "prompt_tokens": completion.usage.prompt_tokens,
+            "completion_tokens": completion.usage.completion_tokens,
+        },
+        "tool_calls": [{"id": c.call_id, "name": c.name, "arguments": c.arguments} for c in completion.tool_calls],
+    }

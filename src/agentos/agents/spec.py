@@ -1,0 +1,162 @@
+"""Agent specifications: what an agent may do, parsed from a TOML table or an API body.
+
+Usage::
+
+    spec = parse_agent_spec({"name": "ops", "tools": ["run_command", "ask_human"]})
+    spec = parse_agent_spec(settings.agents["ops"], name="ops", error=ConfigError, where="agents.ops")
+
+Every validation error names the offending field (`agents.ops.max_turns: ...`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from agentos.errors import AgentOSError, ConfigError, InvalidInput
+
+BUILTIN_TOOLS = ("run_command", "ask_human", "delegate")
+MAX_TURNS_CEILING = 100
+MCP_TOOL_SEPARATOR = "__"
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+PosInt = Annotated[int, msgspec.Meta(ge=1)]
+NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
+PosFloat = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class CommandLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Limits of one `run_command` call (see `agentos.agents.sandbox`)."""
+
+    timeout_s: PosFloat = 30.0
+    cpu_s: PosInt = 30
+    memory_mb: PosInt = 1024
+    file_size_mb: PosInt = 64
+    max_processes: PosInt = 1024  # RLIMIT_NPROC counts per uid, so it bounds all commands together
+    output_max_bytes: PosInt = 16_384
+
+
+class McpServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """An MCP server whose tools the agent may call, as `<server>__<tool>`."""
+
+    name: str
+    transport: Literal["stdio", "http"] = "stdio"
+    command: tuple[str, ...] = ()  # stdio: the server's argv
+    url: str = ""  # http: the streamable HTTP endpoint
+    idempotent_tools: tuple[str, ...] = ()  # safe to retry after a crash
+
+
+class AgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: str
+    model: str | None = None  # None: the provider's configured model
+    system_prompt: str = ""
+    tools: tuple[str, ...] = ("run_command", "ask_human")
+    mcp_servers: tuple[McpServerSpec, ...] = ()
+    max_turns: Annotated[int, msgspec.Meta(ge=1, le=MAX_TURNS_CEILING)] = 8
+    token_budget: NonNegInt = 0  # prompt + completion tokens per run; 0 = unlimited
+    max_delegation_depth: NonNegInt = 1
+    max_delegation_width: NonNegInt = 4
+    approval_required: tuple[str, ...] = ()
+    human_timeout_s: PosFloat = 3600.0
+    command: CommandLimits = msgspec.field(default_factory=CommandLimits)
+
+    def mcp_server(self, tool_name: str) -> McpServerSpec | None:
+        """The MCP server a `<server>__<tool>` name belongs to, if any."""
+        server, sep, _ = tool_name.partition(MCP_TOOL_SEPARATOR)
+        if not sep:
+            return None
+        return next((s for s in self.mcp_servers if s.name == server), None)
+
+
+def parse_agent_spec(
+    data: Mapping[str, Any],
+    *,
+    name: str | None = None,
+    error: type[AgentOSError] = InvalidInput,
+    where: str = "",
+) -> AgentSpec:
+    """Validate `data` into an `AgentSpec`.
+
+    Args:
+        data: a config table (`[agents.<name>]`) or an API body.
+        name: the agent's name when it comes from the table's key rather than the body.
+        error: `ConfigError` for config tables, `InvalidInput` (422) for API bodies.
+        where: a prefix for field names in messages (`agents.ops`).
+
+    Raises:
+        ConfigError | InvalidInput: the message names the offending field.
+    """
+    tree = dict(data)
+    if name is not None:
+        tree.setdefault("name", name)
+    try:
+        spec = msgspec.convert(tree, type=AgentSpec, strict=False)
+        _check(spec)
+    except msgspec.ValidationError as exc:
+        raise error(_field_message(str(exc), where)) from None
+    except _FieldError as exc:
+        raise error(_prefixed(exc.field, exc.message, where)) from None
+    return spec
+
+
+def parse_config_agents(tables: Mapping[str, Mapping[str, Any]]) -> list[AgentSpec]:
+    """The `[agents.<name>]` tables of the config file, validated.
+
+    Raises:
+        ConfigError: naming `agents.<name>.<field>`.
+    """
+    return [parse_agent_spec(t, name=n, error=ConfigError, where=f"agents.{n}") for n, t in tables.items()]
+
+
+def spec_to_dict(spec: AgentSpec) -> dict[str, Any]:
+    data: dict[str, Any] = msgspec.to_builtins(spec)
+    return data
+
+
+class _FieldError(Exception):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def _check(spec: AgentSpec) -> None:
+    if not _NAME_RE.match(spec.name):
+        raise _FieldError("name", f"must match {_NAME_RE.pattern}, got {spec.name!r}")
+    servers = {s.name for s in spec.mcp_servers}
+    for tool in spec.tools:
+        if tool not in BUILTIN_TOOLS:
+            raise _FieldError("tools", f"unknown tool {tool!r}; built-ins are {', '.join(BUILTIN_TOOLS)}")
+    for i, server in enumerate(spec.mcp_servers):
+        _check_server(server, f"mcp_servers.{i}")
+    if len(servers) != len(spec.mcp_servers):
+        raise _FieldError("mcp_servers", "server names must be unique")
+    for tool in spec.approval_required:
+        if tool not in spec.tools and spec.mcp_server(tool) is None:
+            raise _FieldError("approval_required", f"{tool!r} is not one of the agent's tools")
+
+
+def _check_server(server: McpServerSpec, field: str) -> None:
+    if not _NAME_RE.match(server.name) or MCP_TOOL_SEPARATOR in server.name:
+        raise _FieldError(f"{field}.name", f"must match {_NAME_RE.pattern} without '__', got {server.name!r}")
+    if server.transport == "stdio" and not server.command:
+        raise _FieldError(f"{field}.command", "a stdio server needs its argv")
+    if server.transport == "http" and not server.url.startswith(("http://", "https://")):
+        raise _FieldError(f"{field}.url", f"must start with http:// or https://, got {server.url!r}")
+
+
+def _prefixed(field: str, message: str, where: str) -> str:
+    return f"{where}.{field}: {message}" if where else f"{field}: {message}"
+
+
+def _field_message(text: str, where: str) -> str:
+    """msgspec says `Expected ... - at `$.max_turns``; lead with the field instead."""
+    message, sep, at = text.rpartition(" - at `$.")
+    if not sep:
+        message = text.replace("Object contains unknown field", "unknown field")
+        return f"{where}: {message}" if where else message
+    field = at.rstrip("`").replace("[", ".").replace("]", "")
+    return _prefixed(field, message, where)

@@ -1,0 +1,58 @@
+"""A RunService behind its HTTP routes, as a separate process the durability test can kill -9.
+
+    python -m tests.agents.run_server --data-dir D --provider-url URL --port-file F
+
+Writes the bound port to F (atomically) once it accepts connections, then serves until killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+from aiohttp import web
+
+from agentos.agents.http import RUN_SERVICE, add_routes, error_middleware
+from agentos.agents.service import RunService
+from agentos.config import ProviderConfig, Settings
+from agentos.providers.openai_compat import OpenAICompatProvider
+
+AGENTS = {"ops": {"tools": ["run_command", "ask_human"], "command": {"timeout_s": 10}}}
+
+
+async def serve(data_dir: Path, provider_url: str, port_file: Path) -> None:
+    provider = OpenAICompatProvider(ProviderConfig(url=provider_url, model="mock-1", max_retries=0))
+    service = RunService(provider, data_dir, Settings(agents=AGENTS))
+    await service.start()
+    app = web.Application(middlewares=[error_middleware])
+    app[RUN_SERVICE] = service
+    add_routes(app, RUN_SERVICE)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    tmp = port_file.with_suffix(".tmp")
+    tmp.write_text(str(runner.addresses[0][1]))
+    os.replace(tmp, port_file)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+    await service.close()
+    await provider.aclose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--provider-url", required=True)
+    parser.add_argument("--port-file", type=Path, required=True)
+    args = parser.parse_args()
+    asyncio.run(serve(args.data_dir, args.provider_url, args.port_file))
+
+
+if __name__ == "__main__":
+    main()

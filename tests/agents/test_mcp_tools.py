@@ -1,0 +1,101 @@
+"""MCP tools through the official client, against a real MCP server process."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentos.agents.mcp_tools import McpHub
+from agentos.agents.spec import parse_agent_spec
+from agentos.providers.base import ChatRequest, Completion
+from tests.agents.conftest import ServiceFactory, collect
+from tests.agents.fakes import ScriptedProvider, answer, call
+
+SERVER = [sys.executable, str(Path(__file__).with_name("mcp_server.py"))]
+AGENT = {"tools": [], "mcp_servers": [{"name": "calc", "command": SERVER, "idempotent_tools": ["add"]}]}
+
+
+@pytest.mark.slow
+async def test_hub_lists_and_calls_tools() -> None:
+    spec = parse_agent_spec({"name": "a", **AGENT})
+    hub = McpHub()
+    try:
+        schemas = await hub.schemas(spec)
+        names = sorted(s["function"]["name"] for s in schemas)
+        assert names == ["calc__add", "calc__fail"]
+        add = next(s for s in schemas if s["function"]["name"] == "calc__add")
+        assert set(add["function"]["parameters"]["properties"]) == {"a", "b"}
+        assert await hub.call(spec, "calc__add", {"a": 2, "b": 40}) == "42"
+        assert (await hub.call(spec, "calc__fail", {"reason": "nope"})).startswith("error:")
+        assert (await hub.call(spec, "calc__missing", {})).startswith("error:")
+    finally:
+        await hub.close()
+
+
+async def test_a_server_that_does_not_start_offers_no_tools() -> None:
+    spec = parse_agent_spec({"name": "a", "mcp_servers": [{"name": "gone", "command": ["/nonexistent/mcp"]}]})
+    hub = McpHub()
+    assert await hub.schemas(spec) == []
+    assert (await hub.call(spec, "gone__x", {})).startswith("error:")
+    await hub.close()
+
+
+def use_calc(request: ChatRequest) -> Completion:
+    if request.messages[-1]["role"] == "tool":
+        return answer(f"the sum is {request.messages[-1]['content']}")
+    assert request.tools is not None and {t["function"]["name"] for t in request.tools} == {"calc__add", "calc__fail"}
+    return call("calc__add", {"a": 2, "b": 3})
+
+
+async def test_an_agent_calls_an_mcp_tool(make_service: ServiceFactory) -> None:
+    service = await make_service(ScriptedProvider(use_calc), agents={"calc": AGENT})
+    run_id = await service.start_run("calc", "add 2 and 3")
+    events = await collect(service, run_id)
+    assert events[-1].type == "run.completed" and events[-1].data["result"] == "the sum is 5"
+    assert [e.data["name"] for e in events if e.type == "tool.call"] == ["calc__add"]
+
+
+@pytest.mark.slow
+async def test_streamable_http_server(tmp_path: Path) -> None:
+    port = free_port()
+    log = tmp_path / "mcp.log"
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(*SERVER, "--http", str(port), stdout=out, stderr=out)
+    try:
+        await wait_listening(port, proc)
+        url = f"http://127.0.0.1:{port}/mcp"
+        spec = parse_agent_spec({"name": "a", "mcp_servers": [{"name": "web", "transport": "http", "url": url}]})
+        hub = McpHub()
+        try:
+            assert {s["function"]["name"] for s in await hub.schemas(spec)} == {"web__add", "web__fail"}
+            assert await hub.call(spec, "web__add", {"a": 1, "b": 1}) == "2"
+        finally:
+            await hub.close()
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def wait_listening(port: int, proc: asyncio.subprocess.Process) -> None:
+    """Poll the peer process's port (it offers no readiness event); bounded."""
+    async with asyncio.timeout(20):
+        while True:
+            assert proc.returncode is None, "the MCP server exited"
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                await asyncio.sleep(0.05)
+                continue
+            writer.close()
+            await writer.wait_closed()
+            return

@@ -1,0 +1,152 @@
+"""run_command's confinement, with real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from agentos.agents.sandbox import Sandbox, check_argv
+from agentos.agents.spec import CommandLimits
+from agentos.errors import InvalidInput
+from agentos.testing import eventually
+
+LIMITS = CommandLimits(timeout_s=5, output_max_bytes=1000)
+
+
+@pytest.fixture
+async def sandbox() -> AsyncIterator[Sandbox]:
+    sandbox = Sandbox()
+    yield sandbox
+    await sandbox.close()
+
+
+def test_a_string_command_is_rejected() -> None:
+    with pytest.raises(InvalidInput, match="argv array"):
+        check_argv("rm -rf /")
+    for bad in ([], [1, 2], None, ["a\x00b"]):
+        with pytest.raises(InvalidInput):
+            check_argv(bad)
+    assert check_argv(["ls", "-l"]) == ["ls", "-l"]
+
+
+async def test_runs_in_its_own_directory(sandbox: Sandbox, tmp_path: Path) -> None:
+    result = await sandbox.run(
+        ["sh", "-c", "pwd; echo hi > f.txt; cat f.txt; echo oops >&2; exit 3"], tmp_path / "w", LIMITS
+    )
+    assert result.exit_code == 3 and not result.timed_out
+    assert result.stdout == f"{tmp_path / 'w'}\nhi\n" and result.stderr == "oops\n"
+    assert (tmp_path / "w" / "f.txt").read_text() == "hi\n"
+
+
+async def test_cannot_read_the_servers_environment(
+    sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTOS_TEST_SECRET", "hunter2")
+    server_env = f"/proc/{os.getpid()}/environ"
+    script = f"env; cat /proc/$PPID/environ; cat /proc/1/environ; cat /proc/self/environ; cat {server_env}"
+    result = await sandbox.run(["sh", "-c", script], tmp_path / "w", LIMITS)
+    assert "hunter2" not in result.stdout + result.stderr
+    assert "AGENTOS_TEST_SECRET" not in result.stdout
+    names = {line.split("=")[0] for line in result.stdout.splitlines() if "=" in line}
+    assert names <= {"PATH", "HOME", "TMPDIR", "LANG", "PWD"}
+
+
+async def test_the_operation_id_is_given(sandbox: Sandbox, tmp_path: Path) -> None:
+    result = await sandbox.run(["sh", "-c", "echo $AGENTOS_OPERATION_ID"], tmp_path / "w", LIMITS, operation_id="r:2")
+    assert result.stdout == "r:2\n"
+
+
+async def test_cannot_write_outside_its_directory(sandbox: Sandbox, tmp_path: Path) -> None:
+    if sandbox.statistics().landlock_abi == 0:
+        pytest.skip("Landlock is not available on this kernel")
+    outside = tmp_path / "outside.txt"
+    script = f"echo x > {outside}; echo y > ../escape.txt; touch /tmp/agentos-escape-$$; mkdir ../d; echo done"
+    result = await sandbox.run(["sh", "-c", script], tmp_path / "w", LIMITS)
+    assert result.stdout == "done\n"
+    assert not outside.exists() and not (tmp_path / "escape.txt").exists() and not (tmp_path / "d").exists()
+    assert "Permission denied" in result.stderr
+
+
+async def test_has_no_network(sandbox: Sandbox, tmp_path: Path) -> None:
+    await sandbox.run(["true"], tmp_path / "w", LIMITS)  # the probe runs on first use
+    if sandbox.statistics().net_mode == "none":
+        pytest.skip("this OS refuses network namespaces")
+    probe = "import socket; socket.create_connection(('127.0.0.1', 9), timeout=1)"
+    result = await sandbox.run(["python3", "-c", probe], tmp_path / "w", LIMITS)
+    assert result.exit_code != 0
+    assert "unreachable" in result.stderr or "refused" in result.stderr or "Errno" in result.stderr
+
+
+@pytest.mark.slow
+async def test_killed_at_its_timeout_with_its_children(sandbox: Sandbox, tmp_path: Path) -> None:
+    limits = CommandLimits(timeout_s=0.3)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    result = await sandbox.run(["sh", "-c", "sleep 30 & echo $! > child.pid; sleep 30"], tmp_path / "w", limits)
+    assert result.timed_out and result.exit_code is None
+    assert loop.time() - started < 5
+    child = int((tmp_path / "w" / "child.pid").read_text())
+    await eventually(lambda: dead(child), 2.0, "the background child to die with its group")
+
+
+def dead(pid: int) -> bool:
+    """Gone, or a zombie waiting for init to reap it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
+
+
+async def test_output_is_truncated_and_marked(sandbox: Sandbox, tmp_path: Path) -> None:
+    result = await sandbox.run(["sh", "-c", "yes | head -c 100000; yes e | head -c 5000 >&2"], tmp_path / "w", LIMITS)
+    assert result.exit_code == 0
+    assert result.stdout_truncated and result.stderr_truncated
+    assert result.stdout.endswith("[output truncated]") and len(result.stdout) < 1100
+
+
+async def test_file_size_limit(sandbox: Sandbox, tmp_path: Path) -> None:
+    limits = CommandLimits(file_size_mb=1)
+    result = await sandbox.run(["sh", "-c", "head -c 3000000 /dev/zero > big"], tmp_path / "w", limits)
+    assert result.exit_code != 0  # SIGXFSZ or EFBIG
+    assert (tmp_path / "w" / "big").stat().st_size <= 1024 * 1024
+
+
+async def test_a_missing_program(sandbox: Sandbox, tmp_path: Path) -> None:
+    result = await sandbox.run(["no-such-program-xyz"], tmp_path / "w", LIMITS)
+    assert result.exit_code == 127 and "no-such-program-xyz" in result.stderr
+
+
+async def test_many_commands_at_once(sandbox: Sandbox, tmp_path: Path) -> None:
+    """More requests than the fork server's socket buffer holds: senders queue, none is lost."""
+    results = await asyncio.gather(
+        *(sandbox.run(["sh", "-c", f"echo {i}"], tmp_path / f"w{i}", LIMITS) for i in range(150))
+    )
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(150)]
+
+
+async def test_the_fork_server_comes_back_after_it_dies(sandbox: Sandbox, tmp_path: Path) -> None:
+    assert (await sandbox.run(["true"], tmp_path / "w", LIMITS)).exit_code == 0
+    zygote = sandbox._forks._proc  # a test reaches in to kill it
+    assert zygote is not None
+    zygote.kill()
+    await asyncio.to_thread(zygote.wait)
+    results = [await sandbox.run(["echo", "back"], tmp_path / "w", LIMITS) for _ in range(2)]
+    assert [r.stdout for r in results] == ["back\n", "back\n"]
+
+
+async def test_commands_die_with_the_server_side(tmp_path: Path) -> None:
+    """Closing (or losing) the server's end of the fork server kills the commands still running."""
+    sandbox = Sandbox()
+    run = asyncio.ensure_future(sandbox.run(["sh", "-c", "echo $$ > pid; sleep 30"], tmp_path / "w", LIMITS))
+    await eventually(lambda: (tmp_path / "w" / "pid").exists() and bool((tmp_path / "w" / "pid").read_text()))
+    pid = int((tmp_path / "w" / "pid").read_text())
+    sandbox._forks._detach(ConnectionError("simulated loss of the server"))  # what a crash looks like to it
+    await eventually(lambda: dead(pid), 5.0, "the command to die")
+    with pytest.raises(ConnectionError):
+        await run
+    await sandbox.close()

@@ -1,0 +1,253 @@
+"""RunService in-process, with a scripted provider: the loop, HITL, limits, cancel and terminate."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentos.agents.handle import RunEvent
+from agentos.agents.service import RunService
+from agentos.config import Settings
+from agentos.errors import Conflict, InvalidInput, NotFound
+from agentos.providers.base import ChatRequest, Completion
+from tests.agents.conftest import ServiceFactory, collect
+from tests.agents.fakes import ScriptedProvider, answer, call, tool_messages_since_user
+
+
+def types(events: list[RunEvent]) -> list[str]:
+    return [e.type for e in events if e.type != "token"]
+
+
+async def wait_status(service: RunService, run_id: str, status: str) -> dict[str, Any]:
+    """Wait (on the run's own event stream) until the run reaches `status`."""
+    wanted = {"waiting_human": "human.requested", "completed": "run.completed", "failed": "run.failed",
+              "cancelled": "run.cancelled"}[status]  # fmt: skip
+    await collect(service, run_id, until=wanted)
+    info = await service.get_run(run_id)
+    assert info["status"] == status, info
+    return info
+
+
+async def test_full_loop_two_commands_then_human_then_answer(make_service: ServiceFactory, tmp_path: Path) -> None:
+    service = await make_service()
+    run_id = await service.start_run("ops", "do the thing")
+    info = await wait_status(service, run_id, "waiting_human")
+    pending = info["pending"]
+    assert pending["kind"] == "question" and pending["question"] == "Proceed with the final answer?"
+    assert service.statistics().active_runs == 0  # a waiting run holds no task
+    await service.answer(run_id, pending["operation_id"], "yes")
+    info = await wait_status(service, run_id, "completed")
+    assert info["result"] == "All done."
+    events = await collect(service, run_id)
+    assert types(events) == [
+        "run.started", "tool.call", "tool.result", "tool.call", "tool.result", "human.requested",
+        "human.answered", "run.completed",
+    ]  # fmt: skip
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    effects = (tmp_path / "data" / "workspaces" / run_id / "effects.log").read_text()
+    assert effects == "step-1\nstep-2\n"
+    result = next(e for e in events if e.type == "tool.result")
+    assert '"exit_code":0' in result.data["content"] and "one" in result.data["content"]
+
+
+async def test_events_resume_after_seq(make_service: ServiceFactory) -> None:
+    service = await make_service(ScriptedProvider(lambda r: answer("hello")))
+    run_id = await service.start_run("ops", "hi")
+    events = await collect(service, run_id)
+    later = [e async for e in service.events(run_id, after_seq=2)]
+    assert later == events[2:]
+    assert "".join(e.data["delta"] for e in events if e.type == "token") == "hello"
+
+
+async def test_max_turns_ends_the_run(make_service: ServiceFactory) -> None:
+    looping = ScriptedProvider(lambda r: call("run_command", {"command": ["true"]}, f"c{len(r.messages)}"))
+    service = await make_service(looping, agents={"a": {"max_turns": 3}})
+    run_id = await service.start_run("a", "loop forever")
+    info = await wait_status(service, run_id, "failed")
+    assert str(info["reason"]).startswith("max_turns")
+    assert len(looping.requests) == 3
+
+
+async def test_token_budget_ends_the_run(make_service: ServiceFactory) -> None:
+    looping = ScriptedProvider(lambda r: call("run_command", {"command": ["true"]}, f"c{len(r.messages)}"))
+    service = await make_service(looping, agents={"a": {"token_budget": 20}})
+    run_id = await service.start_run("a", "spend")
+    info = await wait_status(service, run_id, "failed")
+    assert str(info["reason"]).startswith("token_budget")
+    assert len(looping.requests) == 2  # 15 tokens after one reply, 30 after two: over 20
+
+
+def delegating(request: ChatRequest) -> Completion:
+    # A child's conversation starts with its own user message: k counts tool results since then.
+    k = tool_messages_since_user(request)
+    return call("delegate", {"input": "sub-task"}, f"d{k}") if k < 3 else answer("parent done")
+
+
+async def test_delegation_depth_limit(make_service: ServiceFactory) -> None:
+    agents = {"a": {"tools": ["delegate"], "max_delegation_depth": 1}}
+    service = await make_service(ScriptedProvider(delegating), agents=agents)
+    run_id = await service.start_run("a", "delegate")
+    await wait_status(service, run_id, "completed")
+    child = await service.get_run(f"{run_id}.2")  # the child of the root's step 2 (its first tool step)
+    assert child["parent_run_id"] == run_id
+    assert child["status"] == "failed" and str(child["reason"]).startswith("max_delegation_depth: 1")
+    results = [e.data["content"] for e in await collect(service, run_id) if e.type == "tool.result"]
+    assert "max_delegation_depth" in results[0]
+
+
+async def test_delegation_width_limit(make_service: ServiceFactory) -> None:
+    def script(request: ChatRequest) -> Completion:
+        messages = request.messages
+        if messages[-1]["role"] == "user" and messages[-1]["content"] == "sub-task":
+            return answer("child answer")
+        k = tool_messages_since_user(request)
+        return call("delegate", {"input": "sub-task"}, f"d{k}")
+
+    service = await make_service(
+        ScriptedProvider(script), agents={"a": {"tools": ["delegate"], "max_delegation_width": 2}}
+    )
+    run_id = await service.start_run("a", "fan out")
+    info = await wait_status(service, run_id, "failed")
+    assert str(info["reason"]).startswith("max_delegation_width: 2")
+    children = [e for e in await collect(service, run_id) if e.type == "tool.result"]
+    assert [c.data["content"] for c in children] == ["child answer", "child answer"]
+
+
+async def test_approval_needs_the_same_hash(make_service: ServiceFactory) -> None:
+    script = ScriptedProvider(
+        lambda r: answer("ok") if r.messages[-1]["role"] == "tool" else call("run_command", {"command": ["echo", "hi"]})
+    )
+    service = await make_service(script, agents={"a": {"approval_required": ["run_command"]}})
+    run_id = await service.start_run("a", "approve me")
+    pending = (await wait_status(service, run_id, "waiting_human"))["pending"]
+    assert pending["kind"] == "approval" and pending["tool"] == "run_command"
+    op = pending["operation_id"]
+    with pytest.raises(Conflict):
+        await service.answer(run_id, op, approve=True, args_hash="0" * 64)
+    with pytest.raises(InvalidInput):
+        await service.answer(run_id, op, approve=True)
+    with pytest.raises(Conflict):
+        await service.answer(run_id, "other:1", approve=True, args_hash=pending["args_hash"])
+    await service.answer(run_id, op, approve=True, args_hash=pending["args_hash"])
+    info = await wait_status(service, run_id, "completed")
+    assert info["result"] == "ok"
+    assert '"stdout":"hi\\n"' in script.requests[-1].messages[-1]["content"]
+
+
+async def test_approval_denied_tells_the_model(make_service: ServiceFactory) -> None:
+    script = ScriptedProvider(
+        lambda r: (
+            answer(r.messages[-1]["content"])
+            if r.messages[-1]["role"] == "tool"
+            else call("run_command", {"command": ["echo", "hi"]})
+        )
+    )
+    service = await make_service(script, agents={"a": {"approval_required": ["run_command"]}})
+    run_id = await service.start_run("a", "approve me")
+    pending = (await wait_status(service, run_id, "waiting_human"))["pending"]
+    await service.answer(run_id, pending["operation_id"], "too risky", approve=False, args_hash=pending["args_hash"])
+    info = await wait_status(service, run_id, "completed")
+    assert info["result"] == "denied by a human: too risky"
+
+
+async def test_human_timeout_fails_the_run(make_service: ServiceFactory) -> None:
+    service = await make_service(agents={"ops": {"human_timeout_s": 0.05}})
+    run_id = await service.start_run("ops", "ask")
+    info = await wait_status(service, run_id, "failed")
+    assert str(info["reason"]).startswith("human_timeout")
+
+
+async def test_unknown_run_and_agent(make_service: ServiceFactory) -> None:
+    service = await make_service()
+    with pytest.raises(NotFound):
+        await service.get_run("nope")
+    with pytest.raises(NotFound):
+        await service.start_run("nope", "x")
+    with pytest.raises(InvalidInput):
+        await service.start_run("ops", "  ")
+
+
+# --- cancel and terminate in every state ---
+
+
+async def test_cancel_and_terminate_while_waiting_human(make_service: ServiceFactory) -> None:
+    service = await make_service()
+    first = await service.start_run("ops", "one")
+    second = await service.start_run("ops", "two")
+    await wait_status(service, first, "waiting_human")
+    await wait_status(service, second, "waiting_human")
+    assert (await service.cancel(first))["reason"] == "cancelled"
+    assert (await service.terminate(second))["reason"] == "terminated"
+    for run_id in (first, second):
+        assert (await service.get_run(run_id))["status"] == "cancelled"
+        assert types(await collect(service, run_id))[-1] == "run.cancelled"
+
+
+async def test_cancel_is_soft_while_running(make_service: ServiceFactory) -> None:
+    provider = ScriptedProvider(gate_at=1)
+    service = await make_service(provider)
+    run_id = await service.start_run("ops", "x")
+    await provider.entered.wait()
+    info = await service.cancel(run_id)
+    assert info["status"] == "running"  # stops at the next step, not in the middle of one
+    provider.gate.set()
+    info = await wait_status(service, run_id, "cancelled")
+    assert len(provider.requests) == 1
+    assert "tool.call" not in types(await collect(service, run_id))
+
+
+async def test_terminate_is_immediate_while_running(make_service: ServiceFactory) -> None:
+    provider = ScriptedProvider(gate_at=1)
+    service = await make_service(provider)
+    run_id = await service.start_run("ops", "x")
+    await provider.entered.wait()
+    info = await service.terminate(run_id)
+    assert info["status"] == "cancelled" and info["reason"] == "terminated"
+
+
+async def test_terminate_during_a_command(make_service: ServiceFactory) -> None:
+    started = ScriptedProvider(lambda r: call("run_command", {"command": ["sleep", "30"]}))
+    service = await make_service(started)
+    run_id = await service.start_run("ops", "x")
+    await collect(service, run_id, until="tool.call")
+    info = await asyncio.wait_for(service.terminate(run_id), timeout=5)
+    assert info["status"] == "cancelled"
+
+
+async def test_cancel_and_terminate_while_queued(make_service: ServiceFactory) -> None:
+    provider = ScriptedProvider(gate_at=1)
+    service = await make_service(provider, max_active_runs=1)
+    busy = await service.start_run("ops", "busy")
+    await provider.entered.wait()
+    queued_a = await service.start_run("ops", "a")
+    queued_b = await service.start_run("ops", "b")
+    assert (await service.get_run(queued_a))["status"] == "queued"
+    assert (await service.cancel(queued_a))["status"] == "cancelled"
+    assert (await service.terminate(queued_b))["status"] == "cancelled"
+    await service.terminate(busy)
+    assert len(provider.requests) == 1
+
+
+async def test_cancel_and_terminate_when_finished_change_nothing(make_service: ServiceFactory) -> None:
+    service = await make_service(ScriptedProvider(lambda r: answer("fine")))
+    run_id = await service.start_run("ops", "x")
+    await wait_status(service, run_id, "completed")
+    assert (await service.cancel(run_id))["status"] == "completed"
+    assert (await service.terminate(run_id))["status"] == "completed"
+    with pytest.raises(Conflict):
+        await service.answer(run_id, f"{run_id}:1", "late")
+
+
+async def test_in_memory_journal() -> None:
+    """data_dir=None: nothing on disk but a temporary workspace, removed at close."""
+    service = RunService(ScriptedProvider(), None, Settings(agents={"ops": {}}))
+    await service.start()
+    run_id = await service.start_run("ops", "x")
+    await wait_status(service, run_id, "waiting_human")
+    workspace = service.workdir(run_id)
+    assert (workspace / "effects.log").read_text() == "step-1\nstep-2\n"
+    await service.close()
+    assert not workspace.exists()

@@ -1,0 +1,52 @@
+"""RunStore: one writer thread, batched commits, reads ordered after writes, durable across reopen."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from agentos.agents.journal import SCHEMA, Journal
+from agentos.agents.store import RunStore
+from agentos.errors import StoreError
+
+
+async def test_writes_batch_and_reads_see_earlier_writes(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs.db", schema=SCHEMA)
+    await store.open()
+    journal = Journal("default")
+    for seq in range(1, 201):
+        store.write_nowait([journal.event("r1", seq, "token", "{}", 0)])
+    await store.write([journal.event("r1", 201, "run.completed", "{}", 0)])
+    events = await store.read(lambda db: journal.load_events(db, "r1", 0))
+    assert [e.seq for e in events] == list(range(1, 202))
+    assert store.statistics().batches < 201  # grouped into fewer transactions
+    await store.close()
+    reopened = RunStore(tmp_path / "runs.db", schema=SCHEMA)
+    await reopened.open()
+    assert await reopened.read(lambda db: journal.last_event_seq(db, "r1")) == 201
+    await reopened.close()
+
+
+async def test_payloads_are_stored_once(tmp_path: Path) -> None:
+    store = RunStore(None, schema=SCHEMA)
+    await store.open()
+    journal = Journal("default")
+    big = {"content": "x" * 10_000}
+    ops = journal.begin_step("r1", 1, "tool", "started", big, 0) + journal.finish_step("r1", 1, "done", big, 0)
+    await store.write(ops)
+    count = await store.read(lambda db: db.execute("SELECT count(*) FROM payloads").fetchone()[0])
+    assert count == 1
+    [step] = await store.read(lambda db: journal.load_steps(db, "r1"))
+    assert step.input == big and step.output == big and step.status == "done"
+    await store.close()
+
+
+async def test_a_failed_batch_fails_its_waiters_and_the_thread_lives_on() -> None:
+    store = RunStore(None, schema=SCHEMA)
+    await store.open()
+    with pytest.raises(StoreError):
+        await store.write([("INSERT INTO nowhere VALUES (1)", ())])
+    assert await asyncio.wait_for(store.read(lambda db: db.execute("SELECT 1").fetchone()[0]), 5) == 1
+    await store.close()

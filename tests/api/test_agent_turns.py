@@ -1,0 +1,80 @@
+"""A turn in a session with an agent is a run of that agent: the tool loop, streamed as the turn.
+
+Real server, real mock in its `tools` scenario (two run_command calls, ask_human, an answer)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+
+from agentos.bench.mock_llm import MockServer
+from agentos.config import settings_from_dict
+from agentos.testing import RunningServer, sse_events, start_server
+from tests.api.helpers import SSE, new_session
+
+OPS = {"tools": ["run_command", "ask_human"], "command": {"timeout_s": 10}}
+
+
+async def start(tmp_path: Path, mock: MockServer) -> RunningServer:
+    settings = settings_from_dict(
+        {"data_dir": str(tmp_path / "data"), "provider": {"url": mock.url}, "agents": {"ops": OPS}}
+    )
+    return await start_server(settings)
+
+
+async def test_a_session_turn_runs_its_agents_tool_loop(tmp_path: Path, mock_factory, http) -> None:
+    mock: MockServer = await mock_factory(scenario="tools")
+    server = await start(tmp_path, mock)
+    try:
+        sid = await new_session(http, server.url, agent="ops")
+        url = f"{server.url}/v1/sessions/{sid}/turns"
+        names: list[str] = []
+        async with http.post(url, json={"input": "build it"}, headers=SSE) as r:
+            async for event in sse_events(r):
+                names.append(event.name)
+                if event.name == "human.requested":
+                    run_id = event.data["run_id"]
+                    body = {"operation_id": event.data["operation_id"], "answer": "yes"}
+                    async with http.post(f"{server.url}/v1/runs/{run_id}/answer", json=body) as a:
+                        assert a.status == 200, await a.text()
+                if event.name == "turn.completed":
+                    completed = event.data
+        assert names[0] == "turn.started" and names[-1] == "turn.completed"
+        assert names.count("tool.call") == 2 and names.count("tool.result") == 2  # ask_human is a human.requested
+        assert "human.requested" in names and "token" in names
+        assert completed["result"] and completed["run_id"]
+        async with http.get(f"{server.url}/v1/sessions/{sid}/messages") as r:
+            messages = (await r.json())["data"]
+        assert [(m["role"], m["status"]) for m in messages] == [("user", "completed"), ("assistant", "completed")]
+        assert messages[1]["content"] == completed["result"]
+    finally:
+        await server.close()
+
+
+async def test_last_wins_terminates_the_run_behind_a_turn(tmp_path: Path, mock_factory, http) -> None:
+    mock: MockServer = await mock_factory(scenario="tools")
+    server = await start(tmp_path, mock)
+    try:
+        sid = await new_session(http, server.url, agent="ops")
+        url = f"{server.url}/v1/sessions/{sid}/turns"
+        first: list = []
+        async with http.post(url, json={"input": "one"}, headers=SSE) as r:
+            async for event in sse_events(r):
+                first.append(event)
+                if event.name == "human.requested":  # the run now waits for a human
+                    second = asyncio.create_task(_post(http, url))
+        assert first[-1].name == "turn.cancelled" and first[-1].data["reason"] == "superseded"
+        async with http.get(f"{server.url}/v1/runs/{first[-1].data['run_id']}") as r:
+            assert (await r.json())["status"] == "cancelled"
+        second.cancel()
+        await asyncio.gather(second, return_exceptions=True)
+    finally:
+        await server.close()
+
+
+async def _post(http: aiohttp.ClientSession, url: str) -> None:
+    async with http.post(url, json={"input": "two"}, headers=SSE) as r:
+        async for _ in sse_events(r):
+            pass
