@@ -69,7 +69,12 @@ class Metrics:
         self.tokens_completion = Counter(
             "agentos_tokens_completion", "Completion tokens reported by the provider", registry=r
         )
-        self._completed = self.turn_duration_ms.labels("completed")
+        self.loop_lag_ms = Histogram(
+            "agentos_event_loop_lag_ms",
+            "How late a 100 ms timer fires: the event loop's queueing delay",
+            buckets=_WAIT_BUCKETS + (2500, 5000),
+            registry=r,
+        )
         self._outcomes = {o: self.turn_duration_ms.labels(o) for o in ("completed", "cancelled", "failed")}
 
     def bind(

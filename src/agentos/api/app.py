@@ -76,6 +76,7 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
     await runs.start()  # resumes every unfinished run from its journal
     app[RUN_SERVICE] = runs
     app[RUNTIME] = Runtime(settings, store, provider, app[METRICS], runs=runs)
+    app[RUNTIME].start_lag_probe()
     try:
         yield
     finally:

@@ -22,6 +22,7 @@ import asyncio
 import itertools
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
@@ -41,6 +42,7 @@ _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"
 _FIRST_TOKEN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 2.5, 5.0, 10.0)
 
 _SCENARIOS = ("plain", "tools")
+CompletionHook = Callable[[list[dict[str, Any]]], None]  # the messages of a request answered in full
 Fault = Literal["none", "rate_limit", "error", "hang"]
 
 
@@ -137,8 +139,9 @@ class _Metrics:
 class _MockApp:
     """The request handlers and the state they share."""
 
-    def __init__(self, settings: MockSettings) -> None:
+    def __init__(self, settings: MockSettings, on_completed: CompletionHook | None = None) -> None:
         self.settings = settings
+        self._on_completed = on_completed
         self.stats = MockStats()
         self.metrics = _Metrics(self.stats)
         self.closing = asyncio.Event()
@@ -163,13 +166,13 @@ class _MockApp:
         plan = plan_answer(self.settings.scenario, messages, _token_count(self.settings.tokens, body))
         prompt = prompt_tokens(messages)
         if body.get("stream"):
-            return await self._stream(request, plan, prompt, started)
+            return await self._stream(request, plan, (messages, prompt), started)
         try:
             await _sleep_until(started + self._answer_s(plan.tokens))
         except asyncio.CancelledError:
             self._count_abort()
             raise
-        self._count_outcome("completed")
+        self._completed(messages)
         created, completion_id = int(time.time()), self._next_id()
         return _json(completion_body(completion_id, created, _model(body), plan, prompt))
 
@@ -195,13 +198,16 @@ class _MockApp:
                 return
             await asyncio.sleep(_HANG_POLL_S)
 
-    async def _stream(self, request: web.Request, plan: AnswerPlan, prompt: int, started: float) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, plan: AnswerPlan, prompt: tuple[list[dict[str, Any]], int], started: float
+    ) -> web.StreamResponse:
+        messages, prompt_count = prompt
         response = web.StreamResponse(headers=_SSE_HEADERS)
         writer = ChunkWriter(self._next_id(), int(time.time()), MOCK_MODEL)
         try:
             await response.prepare(request)
             await self._write_answer(response, writer, plan, started)
-            final = writer.final("tool_calls" if plan.tool_call else "stop", usage(prompt, plan.tokens))
+            final = writer.final("tool_calls" if plan.tool_call else "stop", usage(prompt_count, plan.tokens))
             await response.write(final + DONE)  # one write: a syscall fewer per stream
         except ConnectionResetError:
             self._count_abort()
@@ -209,7 +215,7 @@ class _MockApp:
         except asyncio.CancelledError:
             self._count_abort()
             raise
-        self._count_outcome("completed")
+        self._completed(messages)
         return response
 
     async def _write_answer(
@@ -230,6 +236,11 @@ class _MockApp:
     def _count_abort(self) -> None:
         self.stats.aborted += 1
         self.metrics.requests.labels("aborted").inc()
+
+    def _completed(self, messages: list[dict[str, Any]]) -> None:
+        self._count_outcome("completed")
+        if self._on_completed is not None:
+            self._on_completed(messages)
 
     def _count_outcome(self, outcome: str) -> None:
         self.stats.completed += 1
@@ -266,9 +277,15 @@ class _MockApp:
 MOCK_KEY = web.AppKey("agentos_mock", _MockApp)
 
 
-def create_mock_app(settings: MockSettings) -> web.Application:
-    """The mock provider as an aiohttp application (not started)."""
-    mock = _MockApp(settings)
+def create_mock_app(settings: MockSettings, *, on_completed: CompletionHook | None = None) -> web.Application:
+    """The mock provider as an aiohttp application (not started).
+
+    Args:
+        settings: timing, faults and scenario.
+        on_completed: called, in the request's task, with the request's messages each time an
+            answer has been sent in full (what the `completed` counter counts).
+    """
+    mock = _MockApp(settings, on_completed)
     app = web.Application(client_max_size=16 << 20)
     app[MOCK_KEY] = mock
     app.router.add_post("/v1/chat/completions", mock.chat)
@@ -293,9 +310,11 @@ class MockServer:
         await self.runner.cleanup()
 
 
-async def start_mock(settings: MockSettings, host: str = "127.0.0.1", port: int = 0) -> MockServer:
+async def start_mock(
+    settings: MockSettings, host: str = "127.0.0.1", port: int = 0, *, on_completed: CompletionHook | None = None
+) -> MockServer:
     """Start the mock on `host:port` (0: a free port) and return once it accepts connections."""
-    app = create_mock_app(settings)
+    app = create_mock_app(settings, on_completed=on_completed)
     # handler_cancellation: a client that goes away cancels its handler at once, so an abandoned
     # stream is counted as aborted even while it waits for its first token.
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5)

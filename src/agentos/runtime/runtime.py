@@ -103,6 +103,7 @@ class Runtime:
         self._session_agents: dict[str, str] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
+        self._lag_timer: asyncio.TimerHandle | None = None
         self._history_limit = k.history_max_messages
         self.accepting = True
         self._idle = asyncio.Event()  # set while no turn is live
@@ -159,6 +160,18 @@ class Runtime:
         self._timer = None
         self._timer_at = float("inf")
         self.tick()
+
+    def start_lag_probe(self, interval_s: float = 0.1) -> None:
+        """Measure how late the loop runs a timer: the queueing delay every request sees."""
+        loop = asyncio.get_running_loop()
+
+        def probe(expected: float) -> None:
+            now = loop.time()
+            self.metrics.loop_lag_ms.observe(max(0.0, now - expected) * 1000)
+            if self.accepting:
+                self._lag_timer = loop.call_at(now + interval_s, probe, now + interval_s)
+
+        self._lag_timer = loop.call_at(loop.time() + interval_s, probe, loop.time() + interval_s)
 
     def tick(self) -> None:
         """Fire the kernel's due deadlines (the timer calls this; tests with a FakeClock too)."""
@@ -404,6 +417,8 @@ class Runtime:
             await self._wait_idle(5.0)
         if self._timer is not None:
             self._timer.cancel()
+        if self._lag_timer is not None:
+            self._lag_timer.cancel()
 
     async def _wait_idle(self, timeout_s: float) -> bool:
         try:

@@ -1,0 +1,90 @@
+"""`agentos bench runs`: concurrent agent runs with human answers. Parse arguments, run, write the report.
+
+Registered from `cli_bench.register` through `register(commands)`; also runnable alone::
+
+    python -m agentos.bench.runs --runs 100,1000 --answer-delay-secs 1
+
+The method is in `agentos.bench.runs_bench`. Heavy imports happen in the handler, so registering
+the command costs the CLI nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+_RESULTS = Path("bench/results")
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `runs` to `agentos bench`."""
+    runs = commands.add_parser("runs", help="N concurrent agent runs (tools scenario) and 1000 runs waiting")
+    add_arguments(runs)
+    runs.set_defaults(handler=run_command)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs", default="100,1000", help="concurrent runs per point, comma-separated")
+    p.add_argument("--answer-delay-secs", type=float, default=1.0, help="human answer after the question")
+    p.add_argument("--run-timeout-secs", type=float, default=120.0, help="per run; it is terminated after")
+    p.add_argument("--waiting-runs", type=int, default=1000, help="runs parked on a human for memory (0: skip)")
+    p.add_argument("--waiting-timeout-secs", type=float, default=120.0)
+    p.add_argument("--settle-secs", type=float, default=1.0)
+    p.add_argument("--profile", default="runs", help="a bench/profiles name or a path")
+    p.add_argument("--agent", default="bench", help="the profile's agent to run")
+    p.add_argument("--mock-ttft-ms", type=float, default=200.0)
+    p.add_argument("--mock-tps", type=float, default=200.0)
+    p.add_argument("--mock-tokens", type=int, default=8)
+    p.add_argument("--keep-dir", type=Path, help="keep the data and logs there (default: a temporary dir)")
+    p.add_argument("--out-dir", type=Path, default=_RESULTS, help="where the report goes")
+    p.add_argument("--name", help="machine name in the file names (default: cores + CPU model)")
+
+
+def _points(text: str) -> tuple[int, ...]:
+    points = tuple(int(p) for p in text.split(",") if p.strip())
+    if not points or min(points) < 1:
+        raise SystemExit(f"agentos bench runs: --runs needs positive counts, got {text!r}")
+    return points
+
+
+def run_command(args: argparse.Namespace, command: str | None = None) -> int:
+    """Run the bench and write the report; print the files written."""
+    from agentos.bench.machine import machine_info, result_stem, utc_now
+    from agentos.bench.mock_llm import MockSettings
+    from agentos.bench.mock_main import raise_fd_limit, run_loop
+    from agentos.bench.runs_bench import RunsPlan, run_runs_bench
+    from agentos.bench.runs_report import write_runs_report
+
+    fd_limit = raise_fd_limit()  # 1000 SSE connections here, inherited by the server and the mock
+    plan = RunsPlan(
+        points=_points(args.runs),
+        answer_delay_s=args.answer_delay_secs,
+        run_timeout_s=args.run_timeout_secs,
+        waiting_runs=args.waiting_runs,
+        waiting_timeout_s=args.waiting_timeout_secs,
+        settle_s=args.settle_secs,
+        profile=args.profile,
+        agent=args.agent,
+        mock=MockSettings(ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens, scenario="tools"),
+        command=command or "agentos " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+    )
+    report = run_loop(run_runs_bench(plan, keep_dir=args.keep_dir))
+    report["fd_limit"] = fd_limit
+    stem = result_stem("runs", Path(args.profile).stem, machine_info(), utc_now(), args.name)
+    for path in write_runs_report(report, args.out_dir, stem):
+        print(path)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agentos.bench.runs", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    quoted = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    return run_command(args, command=f"agentos bench runs {quoted}".rstrip())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

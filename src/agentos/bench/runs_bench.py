@@ -1,0 +1,389 @@
+"""`agentos bench runs`: N concurrent agent runs of the mock's `tools` scenario, and waiting runs.
+
+Method. Start the mock (`tools` scenario: two `run_command` calls, `ask_human`, a final answer)
+and the server with the `runs` profile. For each point N: start N runs at once, follow each
+over its own SSE connection, answer its question after `answer_delay_s`, and record per run the
+start-call latency and the duration (start call sent -> terminal event). Around the point, the
+server's process tree (the sandbox fork server and its commands included) is sampled: CPU as the
+delta of cumulative CPU time, memory (RSS, Private_Dirty) every 0.5 s for the peak and once at
+the end. Steps are the results the server journals: model calls (the mock's request counter over
+the point) plus `tool.result` and `human.answered` events seen on the streams.
+
+Waiting point: a fresh server (so that the earlier points' high-water memory does not hide the
+cost), one throwaway run to pay one-time costs, a base sample, then `waiting_runs` runs started at
+once and polled (`GET /v1/runs/{id}`, bounded) until all wait for a human. The start burst's
+connections are closed before the sample, so only the waiting runs are counted. Then every run is
+answered and followed to its end. Everything is bounded by deadlines; every process is stopped by
+its pid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from agentos.bench.loadgen import bench_http_session
+from agentos.bench.machine import machine_info, utc_now, versions
+from agentos.bench.mock_llm import MockSettings
+from agentos.bench.processes import (
+    Child,
+    ServerPlan,
+    resolve_profile,
+    start_mock_process,
+    start_server_process,
+    stop_child,
+)
+from agentos.bench.procfs import TreeSample, sample_tree, self_cpu_s
+from agentos.bench.report import SCHEMA_VERSION
+from agentos.bench.runs_client import (
+    FAILURE_KINDS,
+    RunOutcome,
+    RunTarget,
+    answer_run,
+    drive_run,
+    get_run,
+    start_run,
+    terminate_run,
+)
+from agentos.bench.stats import percentiles_ms
+
+RUNS_MOCK = MockSettings(ttft_ms=200.0, tps=200.0, tokens=8, scenario="tools")
+STEPS_COUNTED_AS = (
+    "model calls (the mock's request counter over the point) + `tool.result` events + `human.answered` "
+    "events seen on the runs' streams: the results the server journals, one step each"
+)
+_SAMPLE_INTERVAL_S = 0.5
+_POLL_INTERVAL_S = 0.5
+_POLL_CONCURRENCY = 32
+_TERMINAL = ("completed", "failed", "cancelled")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunsPlan:
+    points: tuple[int, ...] = (100, 1000)
+    answer_delay_s: float = 1.0
+    run_timeout_s: float = 120.0  # per run, start call to terminal event
+    waiting_runs: int = 1000  # 0: no waiting point
+    waiting_timeout_s: float = 120.0  # to reach waiting_human, and again to finish after the answers
+    settle_s: float = 1.0
+    profile: str = "runs"
+    agent: str = "bench"
+    mock: MockSettings = RUNS_MOCK
+    command: str = ""
+
+
+class _PeakSampler:
+    """The peak memory of a process tree, sampled every 0.5 s off the event loop."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = TreeSample(0.0, 0, 0, 0)
+
+    def _take(self, sample: TreeSample) -> None:
+        self.peak = TreeSample(
+            sample.cpu_s,
+            max(self.peak.rss_kb, sample.rss_kb),
+            max(self.peak.private_dirty_kb, sample.private_dirty_kb),
+            max(self.peak.processes, sample.processes),
+        )
+
+    async def run(self) -> None:
+        while True:
+            self._take(await asyncio.to_thread(sample_tree, self.pid))
+            await asyncio.sleep(_SAMPLE_INTERVAL_S)
+
+
+@asynccontextmanager
+async def _sampling(pid: int) -> AsyncIterator[_PeakSampler]:
+    sampler = _PeakSampler(pid)
+    task = asyncio.create_task(sampler.run())
+    try:
+        yield sampler
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        sampler._take(await asyncio.to_thread(sample_tree, pid))
+
+
+def _mb(kb: int) -> float:
+    return round(kb / 1024, 1)
+
+
+async def _mock_call(http: aiohttp.ClientSession, mock: Child, method: str, path: str) -> dict[str, Any]:
+    base = mock.url.removesuffix("/v1")
+    try:
+        async with http.request(method, f"{base}{path}") as response:
+            data: dict[str, Any] = await response.json()
+            return data
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return {}
+
+
+async def measure_point(plan: RunsPlan, n: int, server: Child, mock: Child) -> dict[str, Any]:
+    """N runs at once, each followed to its end; return the point's row."""
+    loop = asyncio.get_running_loop()
+    target = RunTarget(server.url, agent=plan.agent)
+    async with bench_http_session() as http:
+        await _mock_call(http, mock, "POST", "/stats/reset")
+        before, mock_before, client_before = sample_tree(server.pid), sample_tree(mock.pid, False), self_cpu_s()
+        started = loop.time()
+        async with _sampling(server.pid) as sampler:
+            outcomes = await asyncio.gather(*(_drive(http, target, plan) for _ in range(n)))
+            wall_s = loop.time() - started
+            end, mock_end, client_cpu_s = sample_tree(server.pid), sample_tree(mock.pid, False), self_cpu_s()
+        mock_stats = await _mock_call(http, mock, "GET", "/stats")
+    return point_row(
+        n,
+        list(outcomes),
+        wall_s=wall_s,
+        server=(before, end, sampler.peak),
+        mock_stats=mock_stats,
+        cpu={"mock_cpu_s": mock_end.cpu_s - mock_before.cpu_s, "client_cpu_s": client_cpu_s - client_before},
+    )
+
+
+async def _drive(http: aiohttp.ClientSession, target: RunTarget, plan: RunsPlan) -> RunOutcome:
+    return await drive_run(http, target, answer_delay_s=plan.answer_delay_s, timeout_s=plan.run_timeout_s)
+
+
+def point_row(
+    n: int,
+    outcomes: Sequence[RunOutcome],
+    *,
+    wall_s: float,
+    server: tuple[TreeSample, TreeSample, TreeSample],
+    mock_stats: dict[str, Any],
+    cpu: dict[str, float],
+) -> dict[str, Any]:
+    """One point of the report, from the runs' outcomes and the samples around them (pure)."""
+    before, end, peak = server
+    ok = [o for o in outcomes if o.ok]
+    failures = Counter(o.failure for o in outcomes if o.failure)
+    model_calls = int(mock_stats.get("requests", 0))
+    tool_results = sum(o.tool_results for o in outcomes)
+    human_answers = sum(o.human_answers for o in outcomes)
+    steps = model_calls + tool_results + human_answers
+    server_cpu_s = end.cpu_s - before.cpu_s
+    return {
+        "runs": n,
+        "completed": len(ok),
+        "failures": {kind: failures[kind] for kind in FAILURE_KINDS if failures[kind]},
+        "failures_total": sum(failures.values()),
+        "start_ms": percentiles_ms([o.start_s for o in outcomes if o.start_s is not None]),
+        "duration_ms": percentiles_ms([o.duration_s for o in ok if o.duration_s is not None]),
+        "duration_min_ms": round(min(o.duration_s or 0.0 for o in ok) * 1000, 1) if ok else None,
+        "wall_s": round(wall_s, 2),
+        "model_calls": model_calls,
+        "tool_results": tool_results,
+        "human_answers": human_answers,
+        "steps": steps,
+        "steps_per_s": round(steps / wall_s, 1) if wall_s > 0 else None,
+        "mock_max_concurrent": mock_stats.get("max_concurrent"),
+        "server_cpu_s": round(server_cpu_s, 2),
+        "server_cpu_cores": round(server_cpu_s / wall_s, 3) if wall_s > 0 else None,
+        "server_cpu_ms_per_run": round(server_cpu_s * 1000 / len(ok), 2) if ok else None,
+        "server_cpu_ms_per_step": round(server_cpu_s * 1000 / steps, 2) if steps else None,
+        "server_rss_mb_before": _mb(before.rss_kb),
+        "server_rss_mb_peak": _mb(peak.rss_kb),
+        "server_rss_mb_end": _mb(end.rss_kb),
+        "server_private_dirty_mb_before": _mb(before.private_dirty_kb),
+        "server_private_dirty_mb_peak": _mb(peak.private_dirty_kb),
+        "server_private_dirty_mb_end": _mb(end.private_dirty_kb),
+        "server_processes_peak": peak.processes,
+        "mock_cpu_s": round(cpu["mock_cpu_s"], 2),
+        "client_cpu_s": round(cpu["client_cpu_s"], 2),
+    }
+
+
+@asynccontextmanager
+async def _poll_session() -> AsyncIterator[aiohttp.ClientSession]:
+    """A small client for polling: few connections, so it adds little to the server's memory."""
+    connector = aiohttp.TCPConnector(limit=_POLL_CONCURRENCY)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as http:
+        yield http
+
+
+async def poll_until(
+    http: aiohttp.ClientSession,
+    base_url: str,
+    run_ids: Sequence[str],
+    done: Callable[[dict[str, Any]], bool],
+    timeout_s: float,
+) -> dict[str, dict[str, Any]]:
+    """Poll `GET /v1/runs/{id}` of the runs not yet `done` until all are, or `timeout_s` passes.
+
+    Returns the last JSON seen of every run that is `done`.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    finished: dict[str, dict[str, Any]] = {}
+    while len(finished) < len(run_ids) and loop.time() < deadline:
+        pending = [r for r in run_ids if r not in finished]
+        for run in await asyncio.gather(*(get_run(http, base_url, r) for r in pending)):
+            if run is not None and done(run):
+                finished[str(run["run_id"])] = run
+        if len(finished) < len(run_ids):
+            await asyncio.sleep(_POLL_INTERVAL_S)
+    return finished
+
+
+def _settled(run: dict[str, Any]) -> bool:
+    return run.get("status") in ("waiting_human", *_TERMINAL)
+
+
+async def measure_waiting(plan: RunsPlan, mock: Child, work_dir: Path) -> dict[str, Any]:
+    """A fresh server; `waiting_runs` runs parked on a human; their memory; then answered."""
+    server = await _start_server(plan, mock, work_dir / "waiting")
+    target = RunTarget(server.url, agent=plan.agent)
+    try:
+        async with bench_http_session() as http:  # one throwaway run: fork server, journal, first model call
+            await drive_run(http, target, answer_delay_s=0.0, timeout_s=plan.run_timeout_s)
+        await asyncio.sleep(plan.settle_s)
+        base = sample_tree(server.pid)
+        async with _sampling(server.pid) as sampler:
+            return await _park_and_release(plan, server, target, base, sampler)
+    finally:
+        await stop_child(server.process)
+
+
+async def _park_and_release(
+    plan: RunsPlan, server: Child, target: RunTarget, base: TreeSample, sampler: _PeakSampler
+) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with bench_http_session() as http:  # closed before the sample: the burst's sockets are not runs
+        results = await asyncio.gather(*(start_run(http, target) for _ in range(plan.waiting_runs)))
+    run_ids = [run_id for run_id, _ in results if run_id is not None]
+    async with _poll_session() as http:
+        settled = await poll_until(http, server.url, run_ids, _settled, plan.waiting_timeout_s)
+        wait_s = loop.time() - started
+        waiting = {r: run for r, run in settled.items() if run["status"] == "waiting_human"}
+        await asyncio.sleep(plan.settle_s)
+        parked = sample_tree(server.pid)
+        answered = await _answer_all(http, server.url, waiting)
+        ended = await poll_until(
+            http, server.url, run_ids, lambda r: r.get("status") in _TERMINAL, plan.waiting_timeout_s
+        )
+        for run_id in set(run_ids) - set(ended):
+            await terminate_run(http, server.url, run_id)
+    statuses = Counter(str(run["status"]) for run in ended.values())
+    return waiting_row(
+        plan.waiting_runs,
+        started=len(run_ids),
+        waiting=len(waiting),
+        wait_s=wait_s,
+        samples=(base, parked, sampler.peak),
+        after={"answered": answered, "statuses": dict(statuses), "terminated": len(run_ids) - len(ended)},
+    )
+
+
+async def _answer_all(http: aiohttp.ClientSession, base_url: str, waiting: dict[str, dict[str, Any]]) -> int:
+    answers = [answer_run(http, base_url, r, str(run["pending"]["operation_id"])) for r, run in waiting.items()]
+    return sum(await asyncio.gather(*answers))
+
+
+def waiting_row(
+    runs: int,
+    *,
+    started: int,
+    waiting: int,
+    wait_s: float,
+    samples: tuple[TreeSample, TreeSample, TreeSample],
+    after: dict[str, Any],
+) -> dict[str, Any]:
+    """The waiting point of the report (pure)."""
+    base, parked, peak = samples
+    return {
+        "runs": runs,
+        "started": started,
+        "waiting_human": waiting,
+        "seconds_to_all_waiting": round(wait_s, 2),
+        "base_mb": {"rss": _mb(base.rss_kb), "private_dirty": _mb(base.private_dirty_kb)},
+        "waiting_mb": {"rss": _mb(parked.rss_kb), "private_dirty": _mb(parked.private_dirty_kb)},
+        "peak_mb": {"rss": _mb(peak.rss_kb), "private_dirty": _mb(peak.private_dirty_kb)},
+        "per_waiting_run_kb": {
+            "rss": round((parked.rss_kb - base.rss_kb) / waiting, 2) if waiting else None,
+            "private_dirty": round((parked.private_dirty_kb - base.private_dirty_kb) / waiting, 2) if waiting else None,
+        },
+        "processes_waiting": parked.processes,
+        **after,
+    }
+
+
+async def _start_server(plan: RunsPlan, mock: Child, work_dir: Path) -> Child:
+    # start_server_process creates data_dir with its parents, so work_dir exists before its log is opened
+    server_plan = ServerPlan(
+        profile_path=resolve_profile(plan.profile), provider_url=mock.url, data_dir=work_dir / "data"
+    )
+    return await start_server_process(server_plan, work_dir)
+
+
+async def run_runs_bench(plan: RunsPlan, keep_dir: Path | None = None) -> dict[str, Any]:
+    """Start the mock and the server, measure every point and the waiting point, stop both."""
+    work_dir = keep_dir or Path(tempfile.mkdtemp(prefix="agentos-runs-"))
+    try:
+        mock = await start_mock_process(plan.mock, work_dir)
+        try:
+            points = await _points(plan, mock, work_dir)
+            waiting = await measure_waiting(plan, mock, work_dir) if plan.waiting_runs else None
+        finally:
+            await stop_child(mock.process)
+    finally:
+        if keep_dir is None:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    return runs_report(plan, points, waiting)
+
+
+async def _points(plan: RunsPlan, mock: Child, work_dir: Path) -> list[dict[str, Any]]:
+    server = await _start_server(plan, mock, work_dir / "points")
+    rows = []
+    try:
+        async with bench_http_session() as http:  # one throwaway run: one-time costs out of the first point
+            await drive_run(http, RunTarget(server.url, agent=plan.agent), answer_delay_s=0.0, timeout_s=30.0)
+        for n in plan.points:
+            await asyncio.sleep(plan.settle_s)
+            rows.append(await measure_point(plan, n, server, mock))
+            print(f"runs: N={n}: {_progress(rows[-1])}", file=sys.stderr, flush=True)
+    finally:
+        await stop_child(server.process)
+    return rows
+
+
+def _progress(row: dict[str, Any]) -> str:
+    return (
+        f"{row['completed']}/{row['runs']} completed in {row['wall_s']} s, "
+        f"duration p50 {row['duration_ms']['p50']} ms, "
+        f"failures {row['failures'] or 0}"
+    )
+
+
+def runs_report(plan: RunsPlan, points: list[dict[str, Any]], waiting: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "kind": "runs",
+        "schema": SCHEMA_VERSION,
+        "created_utc": utc_now().isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "versions": versions(),
+        "topology": "one machine, loopback only: mock-llm (one process); server (one process tree, sampled, "
+        "with the sandbox fork server and its commands); the bench client (one process, one SSE connection per run)",
+        "profile": plan.profile,
+        "profiles": [plan.profile],
+        "agent": plan.agent,
+        "mock": asdict(plan.mock),
+        "command": plan.command,
+        "answer_delay_s": plan.answer_delay_s,
+        "run_timeout_s": plan.run_timeout_s,
+        "steps_counted_as": STEPS_COUNTED_AS,
+        "points": points,
+        "waiting": waiting,
+    }

@@ -1,0 +1,161 @@
+"""The `agentos bench runs` report: JSON (the data), Markdown (for people) and a PNG plot.
+
+The Markdown starts with the header every bench report has (machine, versions, topology, profile,
+exact command), drawn by `agentos.bench.report`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+# report.py keeps its header and cell formatting private; reusing them keeps every report's header identical
+from agentos.bench.report import _fmt, _header, _pcts
+
+_POINT_COLUMNS = (
+    "| N | completed | failures | start ms p50/p95/p99 | run ms p50/p95/p99 | wall s | steps | steps/s "
+    "| server CPU s (cores) | CPU ms/run | RSS MB before/peak/end | Private_Dirty MB before/peak/end "
+    "| mock max conc. | mock CPU s | client CPU s |"
+)
+
+_NOTES = """
+## What the columns mean
+
+- **N**: runs started at once (one `POST /v1/agents/{name}/runs` each, all sent together), each
+  followed on its own SSE connection (`GET /v1/runs/{id}/events`); its `human.requested` is
+  answered `answer_delay_s` after it arrives.
+- **start ms**: latency of the start call (request sent → `202` read), over all N.
+  **run ms**: start call sent → terminal event received, over completed runs only (it includes
+  the answer delay). Nearest-rank percentiles.
+- **failures** by kind: `start_429` / `start_5xx` / `start_4xx` / `start_error` (the start call),
+  `events_http`, `stream_break` (the stream ended without a terminal event), `answer_error`,
+  `timeout` (run timeout; the run is then terminated), `run_failed` / `run_cancelled`.
+- **steps**: {steps}. **steps/s** is steps ÷ wall time of the point (first start call to last
+  terminal event), so at small N it is bounded by the answer delay, not by the server.
+- **server CPU**: delta of the cumulative CPU time of the server's process tree (the sandbox fork
+  server and the reaped commands included) over the point; cores = CPU s ÷ wall s.
+  **RSS / Private_Dirty**: `/proc/<pid>/smaps_rollup` summed over the tree, before the point,
+  peak (sampled every 0.5 s) and at its end. CPython keeps freed arenas, so "end" stays near the peak.
+- **mock CPU / client CPU**: the mock provider and this bench client share the machine with the server.
+"""
+
+
+def _failures(row: dict[str, Any]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in row["failures"].items()) or "0"
+
+
+def _triple(row: dict[str, Any], name: str) -> str:
+    return " / ".join(_fmt(row.get(f"{name}_{part}")) for part in ("before", "peak", "end"))
+
+
+def _point_line(row: dict[str, Any]) -> str:
+    cells = [
+        row["runs"],
+        row["completed"],
+        _failures(row),
+        _pcts(row["start_ms"]),
+        _pcts(row["duration_ms"]),
+        _fmt(row["wall_s"]),
+        row["steps"],
+        _fmt(row["steps_per_s"]),
+        f"{_fmt(row['server_cpu_s'])} ({_fmt(row['server_cpu_cores'])})",
+        _fmt(row["server_cpu_ms_per_run"]),
+        _triple(row, "server_rss_mb"),
+        _triple(row, "server_private_dirty_mb"),
+        _fmt(row["mock_max_concurrent"]),
+        _fmt(row["mock_cpu_s"]),
+        _fmt(row["client_cpu_s"]),
+    ]
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _waiting_lines(waiting: dict[str, Any] | None) -> list[str]:
+    if not waiting:
+        return []
+    lines = ["", "## Runs waiting for a human", ""]
+    lines += [
+        f"{waiting['started']} of {waiting['runs']} runs started at once on a fresh server; "
+        f"{waiting['waiting_human']} reached `waiting_human` within {waiting['seconds_to_all_waiting']} s. "
+        f"Then all were answered ({waiting['answered']} answers accepted); end states: "
+        f"{_statuses(waiting['statuses'])}; terminated by the bench: {waiting['terminated']}.",
+        "",
+        "| quantity | RSS | Private_Dirty |",
+        "|---|---|---|",
+    ]
+    for key, label in _WAITING_ROWS:
+        lines.append(f"| {label} | {_fmt(waiting[key]['rss'])} | {_fmt(waiting[key]['private_dirty'])} |")
+    return lines
+
+
+_WAITING_ROWS = (
+    ("base_mb", "base: ready, one throwaway run done, MB"),
+    ("waiting_mb", "all runs waiting for a human (start connections closed, settled), MB"),
+    ("peak_mb", "peak while they started and ran to the question, MB"),
+    ("per_waiting_run_kb", "cost per waiting run: (waiting − base) ÷ runs waiting, KB"),
+)
+
+
+def _statuses(statuses: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) or "none"
+
+
+def runs_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
+    lines = [f"# Agent runs: {report['profile']} ({report['created_utc'][:10]})", ""]
+    lines += _header(report)
+    lines.append(
+        f"- **Runs:** agent `{report['agent']}`, answer delay {report['answer_delay_s']} s, "
+        f"run timeout {report['run_timeout_s']} s"
+    )
+    lines += ["", "## Concurrent runs", "", _POINT_COLUMNS, "|" + "---|" * 15]
+    lines += [_point_line(r) for r in report["points"]]
+    lines += _waiting_lines(report.get("waiting"))
+    if report.get("notes"):
+        lines += ["", "## Notes from the run", ""] + [f"- {note}" for note in report["notes"]]
+    if images:
+        lines += ["", "## Plot", ""] + [f"![{name}]({file})" for name, file in images.items()]
+    lines.append(_NOTES.replace("{steps}", report["steps_counted_as"]))
+    return "\n".join(lines) + "\n"
+
+
+def plot_durations(points: list[dict[str, Any]], path: Path) -> Path:
+    """Run duration p50/p95/p99 (and start-call p50/p99) against N, log-scale N."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed (as agentos.bench.plots does)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    rows = [p for p in points if p["duration_ms"]["p50"] is not None]
+    xs = [p["runs"] for p in rows]
+    for percentile, style in (("p50", "-"), ("p95", "--"), ("p99", ":")):
+        ax.plot(
+            xs, [p["duration_ms"][percentile] for p in rows], style, marker="o", color="C0", label=f"run {percentile}"
+        )
+    for percentile, style in (("p50", "-"), ("p99", ":")):
+        ys = [p["start_ms"][percentile] for p in rows]
+        ax.plot(xs, ys, style, marker="s", color="C1", label=f"start call {percentile}")
+    ax.set_xscale("log")
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set_xlabel("concurrent runs (N)")
+    ax.set_ylabel("milliseconds")
+    ax.set_title("Agent run duration (start call → terminal event) and start-call latency")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_runs_report(report: dict[str, Any], out_dir: Path, stem: str) -> list[Path]:
+    """Write `<stem>.json`, `<stem>.md` and `<stem>-duration.png`; return the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    images: dict[str, Path] = {}
+    if any(p["duration_ms"]["p50"] is not None for p in report["points"]):
+        images["run duration percentiles"] = plot_durations(report["points"], out_dir / f"{stem}-duration.png")
+    json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
+    json_path.write_bytes(msgspec.json.format(msgspec.json.encode(report), indent=2) + b"\n")
+    md_path.write_text(runs_markdown(report, {name: path.name for name, path in images.items()}))
+    return [json_path, md_path, *images.values()]
