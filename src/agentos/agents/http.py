@@ -22,6 +22,7 @@ own) turns them into `{"error": {"code", "message"}}`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -119,12 +120,14 @@ class _Routes:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         events = service.events(run_id, after)
-        try:
-            while (event := await self._next_or_keepalive(events, response)) is not None:
-                await response.write(encode_sse(event.seq, event.type, event.data))
-        finally:
-            await events.aclose()
-        await response.write_eof()
+        # Once the stream has started nothing may escape: a client that leaves just ends it.
+        with contextlib.suppress(ConnectionError):
+            try:
+                while (event := await self._next_or_keepalive(events, response)) is not None:
+                    await response.write(encode_sse(event.seq, event.type, event.data))
+            finally:
+                await events.aclose()
+            await response.write_eof()
         return response
 
     async def _next_or_keepalive(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import Any
 
 from aiohttp import web
@@ -71,7 +72,8 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
         await runtime.run_turn(turn, _GoneSink())  # record it as cancelled; never leave it admitted
         raise
     await runtime.run_turn(turn, SSESink(response))
-    await response.write_eof()
+    with suppress(ConnectionError):  # the client may leave right after the terminal event
+        await response.write_eof()
     return response
 
 

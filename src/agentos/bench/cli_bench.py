@@ -1,4 +1,4 @@
-"""`agentos bench sweep|memory|compare`: parse arguments, run, write the report. No logic here."""
+"""`agentos bench sweep|memory|compare` (and `runs`, from `agentos.bench.runs`): parse, run, write. No logic."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ _RESULTS = Path("bench/results")
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `sweep`, `memory` and `compare` to `agentos bench`."""
+    """Add `sweep`, `memory`, `compare` and `runs` to `agentos bench`."""
     _register_sweep(commands)
     _register_memory(commands)
     compare = commands.add_parser("compare", help="compare two report JSONs; exit 1 on a regression")
@@ -19,6 +19,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     compare.add_argument("new", type=Path, help="the new report (B)")
     compare.add_argument("--threshold", type=float, default=0.20, help="growth that counts as a regression")
     compare.set_defaults(handler=_compare)
+    from agentos.bench import runs  # `agentos bench runs` (agent runs), owned by the agent-runs work
+
+    runs.register(commands)
 
 
 def _add_mock_flags(p: argparse.ArgumentParser, ttft_ms: float, tps: float, tokens: int) -> None:

@@ -30,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--answer-delay-secs", type=float, default=1.0, help="human answer after the question")
     p.add_argument("--run-timeout-secs", type=float, default=120.0, help="per run; it is terminated after")
     p.add_argument("--waiting-runs", type=int, default=1000, help="runs parked on a human for memory (0: skip)")
+    p.add_argument("--waiting-batches", type=int, default=4, help="start the waiting runs in this many bursts")
     p.add_argument("--waiting-timeout-secs", type=float, default=120.0)
     p.add_argument("--settle-secs", type=float, default=1.0)
     p.add_argument("--profile", default="runs", help="a bench/profiles name or a path")
@@ -63,6 +64,7 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
         answer_delay_s=args.answer_delay_secs,
         run_timeout_s=args.run_timeout_secs,
         waiting_runs=args.waiting_runs,
+        waiting_batches=args.waiting_batches,
         waiting_timeout_s=args.waiting_timeout_secs,
         settle_s=args.settle_secs,
         profile=args.profile,
@@ -70,6 +72,8 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
         mock=MockSettings(ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens, scenario="tools"),
         command=command or "agentos " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
     )
+    if args.keep_dir is not None:
+        args.keep_dir.mkdir(parents=True, exist_ok=True)
     report = run_loop(run_runs_bench(plan, keep_dir=args.keep_dir))
     report["fd_limit"] = fd_limit
     stem = result_stem("runs", Path(args.profile).stem, machine_info(), utc_now(), args.name)

@@ -9,12 +9,8 @@ delta of cumulative CPU time, memory (RSS, Private_Dirty) every 0.5 s for the pe
 the end. Steps are the results the server journals: model calls (the mock's request counter over
 the point) plus `tool.result` and `human.answered` events seen on the streams.
 
-Waiting point: a fresh server (so that the earlier points' high-water memory does not hide the
-cost), one throwaway run to pay one-time costs, a base sample, then `waiting_runs` runs started at
-once and polled (`GET /v1/runs/{id}`, bounded) until all wait for a human. The start burst's
-connections are closed before the sample, so only the waiting runs are counted. Then every run is
-answered and followed to its end. Everything is bounded by deadlines; every process is stopped by
-its pid.
+Waiting point: on a fresh server, runs parked on a human (method in `agentos.bench.runs_waiting`).
+Everything is bounded by deadlines; every process is stopped by its pid.
 """
 
 from __future__ import annotations
@@ -24,8 +20,7 @@ import shutil
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -47,14 +42,13 @@ from agentos.bench.procfs import TreeSample, sample_tree, self_cpu_s
 from agentos.bench.report import SCHEMA_VERSION
 from agentos.bench.runs_client import (
     FAILURE_KINDS,
+    PHASE_ENDED_BY,
     RunOutcome,
     RunTarget,
-    answer_run,
     drive_run,
-    get_run,
-    start_run,
-    terminate_run,
 )
+from agentos.bench.runs_probes import mb, own_cpu_s, peak_sampling
+from agentos.bench.runs_waiting import measure_waiting
 from agentos.bench.stats import percentiles_ms
 
 RUNS_MOCK = MockSettings(ttft_ms=200.0, tps=200.0, tokens=8, scenario="tools")
@@ -62,10 +56,6 @@ STEPS_COUNTED_AS = (
     "model calls (the mock's request counter over the point) + `tool.result` events + `human.answered` "
     "events seen on the runs' streams: the results the server journals, one step each"
 )
-_SAMPLE_INTERVAL_S = 0.5
-_POLL_INTERVAL_S = 0.5
-_POLL_CONCURRENCY = 32
-_TERMINAL = ("completed", "failed", "cancelled")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,49 +64,13 @@ class RunsPlan:
     answer_delay_s: float = 1.0
     run_timeout_s: float = 120.0  # per run, start call to terminal event
     waiting_runs: int = 1000  # 0: no waiting point
+    waiting_batches: int = 4  # the waiting runs start in this many bursts, memory sampled after each
     waiting_timeout_s: float = 120.0  # to reach waiting_human, and again to finish after the answers
     settle_s: float = 1.0
     profile: str = "runs"
     agent: str = "bench"
     mock: MockSettings = RUNS_MOCK
     command: str = ""
-
-
-class _PeakSampler:
-    """The peak memory of a process tree, sampled every 0.5 s off the event loop."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.peak = TreeSample(0.0, 0, 0, 0)
-
-    def _take(self, sample: TreeSample) -> None:
-        self.peak = TreeSample(
-            sample.cpu_s,
-            max(self.peak.rss_kb, sample.rss_kb),
-            max(self.peak.private_dirty_kb, sample.private_dirty_kb),
-            max(self.peak.processes, sample.processes),
-        )
-
-    async def run(self) -> None:
-        while True:
-            self._take(await asyncio.to_thread(sample_tree, self.pid))
-            await asyncio.sleep(_SAMPLE_INTERVAL_S)
-
-
-@asynccontextmanager
-async def _sampling(pid: int) -> AsyncIterator[_PeakSampler]:
-    sampler = _PeakSampler(pid)
-    task = asyncio.create_task(sampler.run())
-    try:
-        yield sampler
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        sampler._take(await asyncio.to_thread(sample_tree, pid))
-
-
-def _mb(kb: int) -> float:
-    return round(kb / 1024, 1)
 
 
 async def _mock_call(http: aiohttp.ClientSession, mock: Child, method: str, path: str) -> dict[str, Any]:
@@ -135,20 +89,23 @@ async def measure_point(plan: RunsPlan, n: int, server: Child, mock: Child) -> d
     target = RunTarget(server.url, agent=plan.agent)
     async with bench_http_session() as http:
         await _mock_call(http, mock, "POST", "/stats/reset")
-        before, mock_before, client_before = sample_tree(server.pid), sample_tree(mock.pid, False), self_cpu_s()
+        before, main_before = sample_tree(server.pid), own_cpu_s(server.pid)
+        mock_before, client_before = sample_tree(mock.pid, False).cpu_s, self_cpu_s()
         started = loop.time()
-        async with _sampling(server.pid) as sampler:
+        async with peak_sampling(server.pid) as sampler:
             outcomes = await asyncio.gather(*(_drive(http, target, plan) for _ in range(n)))
             wall_s = loop.time() - started
-            end, mock_end, client_cpu_s = sample_tree(server.pid), sample_tree(mock.pid, False), self_cpu_s()
+            end, main_end = sample_tree(server.pid), own_cpu_s(server.pid)
+            mock_end, client_end = sample_tree(mock.pid, False).cpu_s, self_cpu_s()
         mock_stats = await _mock_call(http, mock, "GET", "/stats")
+    cpu = {"server_main_cpu_s": main_end - main_before, "mock_cpu_s": mock_end - mock_before}
     return point_row(
         n,
         list(outcomes),
         wall_s=wall_s,
         server=(before, end, sampler.peak),
         mock_stats=mock_stats,
-        cpu={"mock_cpu_s": mock_end.cpu_s - mock_before.cpu_s, "client_cpu_s": client_cpu_s - client_before},
+        cpu=cpu | {"client_cpu_s": client_end - client_before},
     )
 
 
@@ -181,6 +138,7 @@ def point_row(
         "failures_total": sum(failures.values()),
         "start_ms": percentiles_ms([o.start_s for o in outcomes if o.start_s is not None]),
         "duration_ms": percentiles_ms([o.duration_s for o in ok if o.duration_s is not None]),
+        "phase_ms": phase_percentiles(ok),
         "duration_min_ms": round(min(o.duration_s or 0.0 for o in ok) * 1000, 1) if ok else None,
         "wall_s": round(wall_s, 2),
         "model_calls": model_calls,
@@ -193,131 +151,28 @@ def point_row(
         "server_cpu_cores": round(server_cpu_s / wall_s, 3) if wall_s > 0 else None,
         "server_cpu_ms_per_run": round(server_cpu_s * 1000 / len(ok), 2) if ok else None,
         "server_cpu_ms_per_step": round(server_cpu_s * 1000 / steps, 2) if steps else None,
-        "server_rss_mb_before": _mb(before.rss_kb),
-        "server_rss_mb_peak": _mb(peak.rss_kb),
-        "server_rss_mb_end": _mb(end.rss_kb),
-        "server_private_dirty_mb_before": _mb(before.private_dirty_kb),
-        "server_private_dirty_mb_peak": _mb(peak.private_dirty_kb),
-        "server_private_dirty_mb_end": _mb(end.private_dirty_kb),
+        "server_main_cpu_s": round(cpu["server_main_cpu_s"], 2),
+        "server_main_cpu_cores": round(cpu["server_main_cpu_s"] / wall_s, 3) if wall_s > 0 else None,
+        "server_rss_mb_before": mb(before.rss_kb),
+        "server_rss_mb_peak": mb(peak.rss_kb),
+        "server_rss_mb_end": mb(end.rss_kb),
+        "server_private_dirty_mb_before": mb(before.private_dirty_kb),
+        "server_private_dirty_mb_peak": mb(peak.private_dirty_kb),
+        "server_private_dirty_mb_end": mb(end.private_dirty_kb),
         "server_processes_peak": peak.processes,
         "mock_cpu_s": round(cpu["mock_cpu_s"], 2),
         "client_cpu_s": round(cpu["client_cpu_s"], 2),
     }
 
 
-@asynccontextmanager
-async def _poll_session() -> AsyncIterator[aiohttp.ClientSession]:
-    """A small client for polling: few connections, so it adds little to the server's memory."""
-    connector = aiohttp.TCPConnector(limit=_POLL_CONCURRENCY)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as http:
-        yield http
-
-
-async def poll_until(
-    http: aiohttp.ClientSession,
-    base_url: str,
-    run_ids: Sequence[str],
-    done: Callable[[dict[str, Any]], bool],
-    timeout_s: float,
-) -> dict[str, dict[str, Any]]:
-    """Poll `GET /v1/runs/{id}` of the runs not yet `done` until all are, or `timeout_s` passes.
-
-    Returns the last JSON seen of every run that is `done`.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    finished: dict[str, dict[str, Any]] = {}
-    while len(finished) < len(run_ids) and loop.time() < deadline:
-        pending = [r for r in run_ids if r not in finished]
-        for run in await asyncio.gather(*(get_run(http, base_url, r) for r in pending)):
-            if run is not None and done(run):
-                finished[str(run["run_id"])] = run
-        if len(finished) < len(run_ids):
-            await asyncio.sleep(_POLL_INTERVAL_S)
-    return finished
-
-
-def _settled(run: dict[str, Any]) -> bool:
-    return run.get("status") in ("waiting_human", *_TERMINAL)
-
-
-async def measure_waiting(plan: RunsPlan, mock: Child, work_dir: Path) -> dict[str, Any]:
-    """A fresh server; `waiting_runs` runs parked on a human; their memory; then answered."""
-    server = await _start_server(plan, mock, work_dir / "waiting")
-    target = RunTarget(server.url, agent=plan.agent)
-    try:
-        async with bench_http_session() as http:  # one throwaway run: fork server, journal, first model call
-            await drive_run(http, target, answer_delay_s=0.0, timeout_s=plan.run_timeout_s)
-        await asyncio.sleep(plan.settle_s)
-        base = sample_tree(server.pid)
-        async with _sampling(server.pid) as sampler:
-            return await _park_and_release(plan, server, target, base, sampler)
-    finally:
-        await stop_child(server.process)
-
-
-async def _park_and_release(
-    plan: RunsPlan, server: Child, target: RunTarget, base: TreeSample, sampler: _PeakSampler
-) -> dict[str, Any]:
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    async with bench_http_session() as http:  # closed before the sample: the burst's sockets are not runs
-        results = await asyncio.gather(*(start_run(http, target) for _ in range(plan.waiting_runs)))
-    run_ids = [run_id for run_id, _ in results if run_id is not None]
-    async with _poll_session() as http:
-        settled = await poll_until(http, server.url, run_ids, _settled, plan.waiting_timeout_s)
-        wait_s = loop.time() - started
-        waiting = {r: run for r, run in settled.items() if run["status"] == "waiting_human"}
-        await asyncio.sleep(plan.settle_s)
-        parked = sample_tree(server.pid)
-        answered = await _answer_all(http, server.url, waiting)
-        ended = await poll_until(
-            http, server.url, run_ids, lambda r: r.get("status") in _TERMINAL, plan.waiting_timeout_s
-        )
-        for run_id in set(run_ids) - set(ended):
-            await terminate_run(http, server.url, run_id)
-    statuses = Counter(str(run["status"]) for run in ended.values())
-    return waiting_row(
-        plan.waiting_runs,
-        started=len(run_ids),
-        waiting=len(waiting),
-        wait_s=wait_s,
-        samples=(base, parked, sampler.peak),
-        after={"answered": answered, "statuses": dict(statuses), "terminated": len(run_ids) - len(ended)},
-    )
-
-
-async def _answer_all(http: aiohttp.ClientSession, base_url: str, waiting: dict[str, dict[str, Any]]) -> int:
-    answers = [answer_run(http, base_url, r, str(run["pending"]["operation_id"])) for r, run in waiting.items()]
-    return sum(await asyncio.gather(*answers))
-
-
-def waiting_row(
-    runs: int,
-    *,
-    started: int,
-    waiting: int,
-    wait_s: float,
-    samples: tuple[TreeSample, TreeSample, TreeSample],
-    after: dict[str, Any],
-) -> dict[str, Any]:
-    """The waiting point of the report (pure)."""
-    base, parked, peak = samples
-    return {
-        "runs": runs,
-        "started": started,
-        "waiting_human": waiting,
-        "seconds_to_all_waiting": round(wait_s, 2),
-        "base_mb": {"rss": _mb(base.rss_kb), "private_dirty": _mb(base.private_dirty_kb)},
-        "waiting_mb": {"rss": _mb(parked.rss_kb), "private_dirty": _mb(parked.private_dirty_kb)},
-        "peak_mb": {"rss": _mb(peak.rss_kb), "private_dirty": _mb(peak.private_dirty_kb)},
-        "per_waiting_run_kb": {
-            "rss": round((parked.rss_kb - base.rss_kb) / waiting, 2) if waiting else None,
-            "private_dirty": round((parked.private_dirty_kb - base.private_dirty_kb) / waiting, 2) if waiting else None,
-        },
-        "processes_waiting": parked.processes,
-        **after,
-    }
+def phase_percentiles(outcomes: Sequence[RunOutcome]) -> dict[str, dict[str, float | None]]:
+    """p50/p95/p99 of each phase (`PHASE_ENDED_BY`) over every occurrence in the given runs."""
+    pooled: dict[str, list[float]] = {}
+    for outcome in outcomes:
+        for phase, seconds in outcome.phases.items():
+            pooled.setdefault(phase, []).extend(seconds)
+    order = dict.fromkeys(PHASE_ENDED_BY.values())
+    return {phase: percentiles_ms(pooled[phase]) for phase in order if phase in pooled}
 
 
 async def _start_server(plan: RunsPlan, mock: Child, work_dir: Path) -> Child:
@@ -335,13 +190,23 @@ async def run_runs_bench(plan: RunsPlan, keep_dir: Path | None = None) -> dict[s
         mock = await start_mock_process(plan.mock, work_dir)
         try:
             points = await _points(plan, mock, work_dir)
-            waiting = await measure_waiting(plan, mock, work_dir) if plan.waiting_runs else None
+            waiting = await _waiting(plan, mock, work_dir) if plan.waiting_runs else None
         finally:
             await stop_child(mock.process)
     finally:
         if keep_dir is None:
             shutil.rmtree(work_dir, ignore_errors=True)
     return runs_report(plan, points, waiting)
+
+
+async def _waiting(plan: RunsPlan, mock: Child, work_dir: Path) -> dict[str, Any]:
+    server = await _start_server(plan, mock, work_dir / "waiting")
+    try:
+        row = await measure_waiting(plan, server)
+    finally:
+        await stop_child(server.process)
+    print(f"runs: {row['waiting_human']} waiting, {row['per_waiting_run_kb']} KB each", file=sys.stderr, flush=True)
+    return row
 
 
 async def _points(plan: RunsPlan, mock: Child, work_dir: Path) -> list[dict[str, Any]]:
@@ -383,6 +248,7 @@ def runs_report(plan: RunsPlan, points: list[dict[str, Any]], waiting: dict[str,
         "command": plan.command,
         "answer_delay_s": plan.answer_delay_s,
         "run_timeout_s": plan.run_timeout_s,
+        "waiting_batches": plan.waiting_batches,
         "steps_counted_as": STEPS_COUNTED_AS,
         "points": points,
         "waiting": waiting,

@@ -8,15 +8,16 @@ Usage::
 `drive_run` times the start call (`POST /v1/agents/{name}/runs`, the start-API latency), then
 follows `GET /v1/runs/{id}/events` on one SSE connection, answers each `human.requested` after
 `answer_delay_s` (in a task of its own, so the stream keeps being read), and ends at the terminal
-event. Duration is from sending the start call to receiving the terminal event. Nothing here
-raises: every failure becomes a kind in the outcome (`FAILURE_KINDS`).
+event, then reads the stream to its end. Duration is from sending the start call to receiving the
+terminal event; the time between consecutive events is filed by phase (`PHASE_ENDED_BY`). Nothing
+here raises: every failure becomes a kind in the outcome (`FAILURE_KINDS`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -37,6 +38,16 @@ FAILURE_KINDS = (
     "run_failed",
     "run_cancelled",
 )
+_DRAIN_TIMEOUT_S = 5.0
+# The phase that ends with an event: what the run was doing since the previous (non-token) event.
+PHASE_ENDED_BY = {
+    "run.started": "queued",  # from sending the start call
+    "tool.call": "model_call",
+    "human.requested": "model_call",  # ask_human is announced by its request, not by a tool.call
+    "run.completed": "model_call",
+    "tool.result": "tool",
+    "human.answered": "human_wait",  # includes the answer delay
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +67,7 @@ class RunOutcome:
     failure: str | None = None  # one of FAILURE_KINDS
     tool_results: int = 0
     human_answers: int = 0  # `human.answered` events seen
+    phases: dict[str, list[float]] = field(default_factory=dict)  # phase -> seconds, from event arrival times
 
     @property
     def ok(self) -> bool:
@@ -125,6 +137,7 @@ async def drive_run(
         return outcome
     outcome.run_id = run_id
     follower = _Follower(http, target.base_url, run_id, outcome, answer_delay_s)
+    follower.last_event_at = sent  # the `queued` phase starts when the start call is sent
     try:
         await asyncio.wait_for(follower.follow(), max(0.0, timeout_s - outcome.start_s))
     except TimeoutError:
@@ -137,6 +150,13 @@ async def drive_run(
     return outcome
 
 
+async def _drain(response: aiohttp.ClientResponse) -> None:
+    """Read the stream to its end (the server ends it after the terminal event), so the server
+    finishes its response instead of finding the connection cut; bounded, errors ignored."""
+    with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+        await asyncio.wait_for(response.read(), _DRAIN_TIMEOUT_S)
+
+
 class _Follower:
     """Reads one run's SSE stream; answers questions after the delay."""
 
@@ -147,6 +167,7 @@ class _Follower:
         self._outcome, self._answer_delay_s = outcome, answer_delay_s
         self._answers: set[asyncio.Task[None]] = set()
         self.ended_at = 0.0
+        self.last_event_at = asyncio.get_running_loop().time()
 
     async def follow(self) -> None:
         url = f"{self._base_url}/v1/runs/{self._run_id}/events"
@@ -156,6 +177,7 @@ class _Follower:
                     self._outcome.failure = "events_http"
                     return
                 if await self._read(response):
+                    await _drain(response)
                     return
         except (aiohttp.ClientError, TimeoutError):
             pass
@@ -171,6 +193,7 @@ class _Follower:
         return False
 
     def _on_event(self, name: str, data: str) -> bool:
+        self._mark(name)
         if name == "tool.result":
             self._outcome.tool_results += 1
         elif name == "human.answered":
@@ -185,6 +208,14 @@ class _Follower:
             self._outcome.failure = self._outcome.failure or TERMINAL_EVENTS[name]
             return True
         return False
+
+    def _mark(self, name: str) -> None:
+        phase = PHASE_ENDED_BY.get(name)
+        if phase is None:
+            return
+        now = asyncio.get_running_loop().time()
+        self._outcome.phases.setdefault(phase, []).append(now - self.last_event_at)
+        self.last_event_at = now
 
     async def _answer(self, operation_id: str) -> None:
         await asyncio.sleep(self._answer_delay_s)

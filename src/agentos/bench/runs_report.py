@@ -16,7 +16,8 @@ from agentos.bench.report import _fmt, _header, _pcts
 
 _POINT_COLUMNS = (
     "| N | completed | failures | start ms p50/p95/p99 | run ms p50/p95/p99 | wall s | steps | steps/s "
-    "| server CPU s (cores) | CPU ms/run | RSS MB before/peak/end | Private_Dirty MB before/peak/end "
+    "| server CPU s (cores) | main process CPU s (cores) | CPU ms/run | RSS MB before/peak/end "
+    "| Private_Dirty MB before/peak/end "
     "| mock max conc. | mock CPU s | client CPU s |"
 )
 
@@ -35,9 +36,14 @@ _NOTES = """
 - **steps**: {steps}. **steps/s** is steps ÷ wall time of the point (first start call to last
   terminal event), so at small N it is bounded by the answer delay, not by the server.
 - **server CPU**: delta of the cumulative CPU time of the server's process tree (the sandbox fork
-  server and the reaped commands included) over the point; cores = CPU s ÷ wall s.
+  server and the reaped commands included) over the point; cores = CPU s ÷ wall s. **main
+  process CPU**: the server process alone (its event loop and writer threads, without the fork
+  server and the commands); one event loop can use at most one core.
   **RSS / Private_Dirty**: `/proc/<pid>/smaps_rollup` summed over the tree, before the point,
   peak (sampled every 0.5 s) and at its end. CPython keeps freed arenas, so "end" stays near the peak.
+  RSS counts a page shared between processes once per process, and every sandboxed command
+  starts as a fork of the fork server, so RSS peaks while commands run; Private_Dirty does not
+  double count and is the figure to plan RAM with.
 - **mock CPU / client CPU**: the mock provider and this bench client share the machine with the server.
 """
 
@@ -61,6 +67,7 @@ def _point_line(row: dict[str, Any]) -> str:
         row["steps"],
         _fmt(row["steps_per_s"]),
         f"{_fmt(row['server_cpu_s'])} ({_fmt(row['server_cpu_cores'])})",
+        f"{_fmt(row['server_main_cpu_s'])} ({_fmt(row['server_main_cpu_cores'])})",
         _fmt(row["server_cpu_ms_per_run"]),
         _triple(row, "server_rss_mb"),
         _triple(row, "server_private_dirty_mb"),
@@ -71,21 +78,45 @@ def _point_line(row: dict[str, Any]) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
+_PHASES = {
+    "queued": "start call sent → `run.started`",
+    "model_call": "one model call (previous event → `tool.call` / `human.requested` / `run.completed`)",
+    "tool": "one `run_command` (`tool.call` → `tool.result`)",
+    "human_wait": "`human.requested` → `human.answered` (includes the answer delay)",
+}
+
+
+def _phase_lines(points: list[dict[str, Any]]) -> list[str]:
+    """Where a run's time goes, from the arrival times of its events at the client."""
+    lines = ["", "### Where the time goes (ms p50/p95/p99, completed runs, at the client)", ""]
+    lines += ["| phase | " + " | ".join(f"N={p['runs']}" for p in points) + " |", "|---|" + "---|" * len(points)]
+    for phase, label in _PHASES.items():
+        cells = [_pcts(p.get("phase_ms", {}).get(phase, {})) for p in points]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _waiting_lines(waiting: dict[str, Any] | None) -> list[str]:
     if not waiting:
         return []
+    after = waiting["after_end"]
     lines = ["", "## Runs waiting for a human", ""]
     lines += [
-        f"{waiting['started']} of {waiting['runs']} runs started at once on a fresh server; "
-        f"{waiting['waiting_human']} reached `waiting_human` within {waiting['seconds_to_all_waiting']} s. "
-        f"Then all were answered ({waiting['answered']} answers accepted); end states: "
-        f"{_statuses(waiting['statuses'])}; terminated by the bench: {waiting['terminated']}.",
+        f"{waiting['started']} of {waiting['runs']} runs started on a fresh server, in {waiting['batches']} "
+        f"bursts (each at once); {waiting['waiting_human']} reached `waiting_human`, all within "
+        f"{waiting['seconds_to_all_waiting']} s. Then all were answered ({waiting['answered']} answers accepted); "
+        f"end states: {_statuses(waiting['statuses'])}; terminated by the bench: {waiting['terminated']}.",
         "",
         "| quantity | RSS | Private_Dirty |",
         "|---|---|---|",
     ]
     for key, label in _WAITING_ROWS:
         lines.append(f"| {label} | {_fmt(waiting[key]['rss'])} | {_fmt(waiting[key]['private_dirty'])} |")
+    lines.append(
+        f"| after all were answered and ended, MB | {_fmt(after['rss_mb'])} | {_fmt(after['private_dirty_mb'])} |"
+    )
+    lines += ["", "| runs waiting | RSS MB | Private_Dirty MB |", "|---|---|---|"]
+    lines += [f"| {s['waiting']} | {_fmt(s['rss_mb'])} | {_fmt(s['private_dirty_mb'])} |" for s in waiting["steps"]]
     return lines
 
 
@@ -93,7 +124,8 @@ _WAITING_ROWS = (
     ("base_mb", "base: ready, one throwaway run done, MB"),
     ("waiting_mb", "all runs waiting for a human (start connections closed, settled), MB"),
     ("peak_mb", "peak while they started and ran to the question, MB"),
-    ("per_waiting_run_kb", "cost per waiting run: (waiting − base) ÷ runs waiting, KB"),
+    ("per_waiting_run_kb", "(waiting − base) ÷ runs waiting, KB"),
+    ("marginal_kb_per_waiting_run", "marginal cost per waiting run (least squares over the bursts), KB"),
 )
 
 
@@ -106,10 +138,11 @@ def runs_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
     lines += _header(report)
     lines.append(
         f"- **Runs:** agent `{report['agent']}`, answer delay {report['answer_delay_s']} s, "
-        f"run timeout {report['run_timeout_s']} s"
+        f"run timeout {report['run_timeout_s']} s, client open-files limit {_fmt(report.get('fd_limit'))}"
     )
-    lines += ["", "## Concurrent runs", "", _POINT_COLUMNS, "|" + "---|" * 15]
+    lines += ["", "## Concurrent runs", "", _POINT_COLUMNS, "|" + "---|" * 16]
     lines += [_point_line(r) for r in report["points"]]
+    lines += _phase_lines(report["points"])
     lines += _waiting_lines(report.get("waiting"))
     if report.get("notes"):
         lines += ["", "## Notes from the run", ""] + [f"- {note}" for note in report["notes"]]
