@@ -294,3 +294,15 @@ async def _embed(client: aiohttp.ClientSession, url: str, inputs: list[str]) -> 
 def test_invalid_settings_are_a_config_error(bad: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match=next(iter(bad))):
         MockSettings(**bad)
+
+
+async def test_completion_hook_sees_the_messages_of_full_answers(client: aiohttp.ClientSession) -> None:
+    seen: list[list[dict[str, Any]]] = []
+    server = await start_mock(MockSettings(ttft_ms=5.0, tps=1000.0, tokens=2, fail_every=2), on_completed=seen.append)
+    try:
+        await _raw_stream(client, server.url)
+        assert await _status(client, server.url) == 429
+        assert await _status(client, server.url) == 200
+    finally:
+        await server.close()
+    assert seen == [USER, USER]
