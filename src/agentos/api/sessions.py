@@ -9,6 +9,7 @@ from aiohttp import web
 
 from agentos.api.body import SessionCreate, query_int, read_body
 from agentos.api.keys import RUNTIME
+from agentos.runtime.runtime import Runtime
 from agentos.store.records import SessionRecord
 
 routes = web.RouteTableDef()
@@ -59,13 +60,19 @@ async def delete_session(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-@routes.get("/v1/sessions/{session_id}/messages")
-async def list_messages(request: web.Request) -> web.Response:
+async def _page(request: web.Request) -> tuple[Runtime, str, int, int]:
+    """The runtime, the (existing) session id, `after` and `limit` of a cursor-paginated read."""
     runtime = request.app[RUNTIME]
     session_id = request.match_info["session_id"]
     limit = query_int(request, "limit", 100, low=1, high=1000)
     after = query_int(request, "after", 0, low=0, high=2**62)
-    await runtime.get_session(session_id)
+    await runtime.get_session(session_id)  # 404 for an unknown session
+    return runtime, session_id, after, limit
+
+
+@routes.get("/v1/sessions/{session_id}/messages")
+async def list_messages(request: web.Request) -> web.Response:
+    runtime, session_id, after, limit = await _page(request)
     records = await runtime.store.list_messages(session_id, after=after, limit=limit)
     data = [
         {
@@ -85,11 +92,7 @@ async def list_messages(request: web.Request) -> web.Response:
 
 @routes.get("/v1/sessions/{session_id}/events")
 async def list_events(request: web.Request) -> web.Response:
-    runtime = request.app[RUNTIME]
-    session_id = request.match_info["session_id"]
-    limit = query_int(request, "limit", 100, low=1, high=1000)
-    after = query_int(request, "after", 0, low=0, high=2**62)
-    await runtime.get_session(session_id)
+    runtime, session_id, after, limit = await _page(request)
     records = await runtime.store.list_events(session_id, after=after, limit=limit)
     data = [
         {"id": e.event_id, "turn_id": e.turn_id, "type": e.type, "data": e.data, "created_at_ms": e.created_at_ms}
