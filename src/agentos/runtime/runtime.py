@@ -377,6 +377,7 @@ class Runtime:
         self, turn: Turn, sink: TurnSink, name: str, data: dict[str, Any], partial: list[str] | None
     ) -> None:
         """Record the terminal event first (synchronously), then try to deliver it."""
+        turn.finishing = True  # from here a cancel would only cut the terminal event short
         outcome = name.removeprefix("turn.")
         if partial is not None:
             data = {"turn_id": turn.turn_id, **data}
