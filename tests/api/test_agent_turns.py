@@ -78,3 +78,21 @@ async def _post(http: aiohttp.ClientSession, url: str) -> None:
     async with http.post(url, json={"input": "two"}, headers=SSE) as r:
         async for _ in sse_events(r):
             pass
+
+
+async def test_an_agent_named_default_runs_every_plain_session(tmp_path: Path, mock_factory, http) -> None:
+    mock: MockServer = await mock_factory(scenario="tools")
+    settings = settings_from_dict(
+        {"data_dir": str(tmp_path / "data"), "provider": {"url": mock.url}, "agents": {"default": OPS}}
+    )
+    server = await start_server(settings)
+    try:
+        sid = await new_session(http, server.url)  # no agent named: "default"
+        async with http.post(f"{server.url}/v1/sessions/{sid}/turns", json={"input": "x"}, headers=SSE) as r:
+            async for event in sse_events(r):
+                if event.name == "tool.call":
+                    assert event.data["run_id"]
+                    break
+        server.runtime.cancel_turn(sid)
+    finally:
+        await server.close()

@@ -188,7 +188,9 @@ class Runtime:
         return record
 
     def _open(self, record: SessionRecord) -> None:
-        if record.agent != DEFAULT_AGENT:
+        # "default" is the plain chat turn unless an agent of that name is defined: then every
+        # session without an agent of its own runs it.
+        if record.agent != DEFAULT_AGENT or (self.runs is not None and self.runs.has_agent(DEFAULT_AGENT)):
             self._session_agents[record.session_id] = record.agent
         self._handle(SessionOpened(record.session_id))
 
