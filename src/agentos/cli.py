@@ -7,9 +7,8 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from agentos.config import dump_toml, load_settings, to_toml_dict
+from agentos.config import Settings, dump_toml, load_settings, to_toml_dict
 from agentos.errors import ConfigError
 
 # CLI flag -> dotted config key. Flags win over env vars, which win over the file.
@@ -37,7 +36,7 @@ def _add_settings_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--session-ttl-secs", type=float)
 
 
-def settings_from_args(args: argparse.Namespace) -> Any:
+def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides = {key: getattr(args, flag, None) for flag, key in _FLAG_KEYS.items()}
     return load_settings(args.config, environ=os.environ, overrides=overrides)
 

@@ -122,13 +122,13 @@ _SECTIONS = ("server", "kernel", "provider", "mock", "store")
 
 def _known_keys() -> dict[str, str]:
     """Every settable dotted key, mapped to its generic env var name."""
+    defaults = Settings()
     keys: dict[str, str] = {}
     for name in Settings.__struct_fields__:
         if name in _SECTIONS:
-            section = getattr(Settings().__getattribute__(name), "__struct_fields__", ())
-            for sub in section:
+            for sub in getattr(defaults, name).__struct_fields__:
                 keys[f"{name}.{sub}"] = f"AGENTOS_{name}_{sub}".upper()
-        elif name != "agents":
+        elif name != "agents":  # agents are tables of their own: config file only
             keys[name] = f"AGENTOS_{name}".upper()
     return keys
 
