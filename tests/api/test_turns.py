@@ -140,17 +140,17 @@ async def test_admission_rejects_with_429_and_leaves_the_running_turn_alone(
         async for event in sse_events(r):
             events.append(event)
             if event.name == "token" and len(events) == 2:
-                async with http.post(
-                    f"{server.url}/v1/sessions/{other}/turns", json={"input": "y"}, headers=SSE
-                ) as rej:
-                    assert rej.status == 429
-                    assert rej.headers["Retry-After"] == "1"
-                    assert (await rej.json())["error"]["code"] == "overloaded"
+                for target in (other, busy):  # the busy session's own new turn is refused too
+                    turns_url = f"{server.url}/v1/sessions/{target}/turns"
+                    async with http.post(turns_url, json={"input": "y"}, headers=SSE) as rej:
+                        assert rej.status == 429
+                        assert rej.headers["Retry-After"] == "1"
+                        assert (await rej.json())["error"]["code"] == "overloaded"
     assert events[-1].name == "turn.completed"
     assert len([e for e in events if e.name == "token"]) == 30
     async with http.get(f"{server.url}/metrics") as m:
         text = await m.text()
-    assert "agentos_admission_rejected_total 1.0" in text
+    assert "agentos_admission_rejected_total 2.0" in text
     assert "agentos_admission_limit 1.0" in text
 
 

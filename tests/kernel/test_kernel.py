@@ -64,8 +64,16 @@ def test_admission_rejects_over_the_limit_without_touching_the_running_turn() ->
     assert k.statistics().rejected_total == 1
 
 
-def test_a_replacing_turn_is_admitted_at_the_limit() -> None:
-    k = make(max_in_flight_turns=1)
+def test_a_rejected_turn_never_cancels_the_running_turn_of_its_session() -> None:
+    k = make(max_in_flight_turns=1, session_ttl_s=10)
+    k.handle(TurnSubmitted("s1", "t1"), now=0.0)
+    assert k.handle(TurnSubmitted("s1", "t2"), now=5.0) == [RejectTurn("t2", 1)]
+    assert k.active_turn("s1") == "t1" and k.turn_state("t1") is TurnState.STREAMING
+    assert k.statistics().in_flight_turns == 1
+
+
+def test_below_the_limit_a_replacing_turn_is_admitted() -> None:
+    k = make(max_in_flight_turns=2)
     k.handle(TurnSubmitted("s1", "t1"), now=0.0)
     commands = k.handle(TurnSubmitted("s1", "t2"), now=0.0)
     assert CancelTurn("t1", "superseded") in commands and AcceptTurn("t2") in commands

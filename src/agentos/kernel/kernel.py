@@ -21,8 +21,9 @@ Counting rules:
   cancelling turns included: the upstream is busy until it is really closed.
 - A session idle (no active turn) for `session_ttl_s` is evicted; activity moves it to the
   back of an insertion-ordered dict, so expiry scans only the expired front.
-- A turn replacing its own session's running turn is admitted even at the limit: it does not
-  add load. Any other turn over the limit is rejected and touches nothing.
+- Over the limit every new turn is rejected before anything changes, one meant to replace its
+  own session's running turn included: replacing costs a new upstream request, and that is the
+  work the gate exists to refuse. The running turn goes on unharmed.
 """
 
 from __future__ import annotations
@@ -181,11 +182,11 @@ class Kernel:
 
     def _submit(self, session_id: str, turn_id: str, now: float) -> list[Command]:
         assert turn_id not in self._turns, f"turn {turn_id!r} submitted twice"
-        session = self._touch(session_id, now)
         limit = self.limits.max_in_flight_turns
-        if limit and session.active_turn is None and self._in_flight >= limit:
+        if limit and self._in_flight >= limit:
             self._rejected += 1
             return [RejectTurn(turn_id, self.limits.retry_after_s)]
+        session = self._touch(session_id, now)
         commands: list[Command] = []
         if session.active_turn is not None:
             commands += self._cancel(session.active_turn, "superseded")
