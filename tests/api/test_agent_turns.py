@@ -9,7 +9,7 @@ from pathlib import Path
 
 import aiohttp
 
-from agentos.bench.mock_llm import MockServer
+from agentos.bench.mock_llm import MockServer, MockSettings, start_mock
 from agentos.config import settings_from_dict
 from agentos.testing import RunningServer, sse_events, start_server
 from tests.api.helpers import SSE, new_session
@@ -96,3 +96,31 @@ async def test_an_agent_named_default_runs_every_plain_session(tmp_path: Path, m
         server.runtime.cancel_turn(sid)
     finally:
         await server.close()
+
+
+async def test_a_runs_model_sees_the_sessions_earlier_turns(tmp_path: Path, http) -> None:
+    requests: list[list[dict]] = []
+    mock = await start_mock(MockSettings(scenario="tools", ttft_ms=1, tps=5000), on_completed=requests.append)
+    server = await start(tmp_path, mock)
+    try:
+        sid = await new_session(http, server.url, agent="ops")
+        for text in ("first question", "second question"):
+            await _answer_through(http, server.url, sid, text)
+        second_run = [m for m in requests if any(x.get("content") == "second question" for x in m)]
+        contents = [m.get("content") for m in second_run[0]]
+        assert contents.index("first question") < contents.index("second question")
+        assert any(m["role"] == "assistant" for m in second_run[0][: contents.index("second question")])
+    finally:
+        await server.close()
+        await mock.close()
+
+
+async def _answer_through(http: aiohttp.ClientSession, url: str, sid: str, text: str) -> None:
+    async with http.post(f"{url}/v1/sessions/{sid}/turns", json={"input": text}, headers=SSE) as r:
+        async for event in sse_events(r):
+            if event.name == "human.requested":
+                body = {"operation_id": event.data["operation_id"], "answer": "yes"}
+                async with http.post(f"{url}/v1/runs/{event.data['run_id']}/answer", json=body) as a:
+                    assert a.status == 200
+            last = event
+    assert last.name == "turn.completed"

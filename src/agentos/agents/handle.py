@@ -49,6 +49,7 @@ class RunHandle:
     cancel_requested: bool = False
     steps: list[Step] | None = None
     subscribers: list[asyncio.Queue[RunEvent]] = field(default_factory=list)
+    context: list[dict[str, Any]] = field(default_factory=list)  # earlier session messages, before the input
 
     @property
     def run_id(self) -> str:

@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS agents (
 CREATE TABLE IF NOT EXISTS runs (
   run_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, agent TEXT NOT NULL, session_id TEXT,
   parent_run_id TEXT, depth INTEGER NOT NULL, spec_ref TEXT NOT NULL, input TEXT NOT NULL,
-  status TEXT NOT NULL, result TEXT, reason TEXT, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL);
+  status TEXT NOT NULL, result TEXT, reason TEXT, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,
+  context_ref TEXT);
 CREATE INDEX IF NOT EXISTS runs_open ON runs (status) WHERE status NOT IN ('completed', 'failed', 'cancelled');
 CREATE INDEX IF NOT EXISTS runs_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS steps (
@@ -48,6 +49,18 @@ CREATE TABLE IF NOT EXISTS run_events (
   tenant_id TEXT NOT NULL, run_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL,
   data TEXT NOT NULL, created_ms INTEGER NOT NULL, PRIMARY KEY (run_id, seq));
 """
+
+# Columns added after a release of the schema: (table, column, type). `migrate` adds the ones an
+# older runs.db lacks, so a data dir from an earlier version keeps working.
+_ADDED_COLUMNS = (("runs", "context_ref", "TEXT"),)
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    for table, column, kind in _ADDED_COLUMNS:
+        columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if column not in columns:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+
 
 _encoder = msgspec.json.Encoder(order="sorted")
 
@@ -85,6 +98,7 @@ class RunRow:
     reason: str | None
     created_ms: int
     updated_ms: int
+    context_ref: str | None = None  # payload: earlier messages of the session the run continues
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -136,9 +150,9 @@ class Journal:
 
     def insert_run(self, row: RunRow) -> Op:
         return (
-            "INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (row.run_id, row.tenant_id, row.agent, row.session_id, row.parent_run_id, row.depth, row.spec_ref,
-             row.input, row.status, row.result, row.reason, row.created_ms, row.updated_ms),
+             row.input, row.status, row.result, row.reason, row.created_ms, row.updated_ms, row.context_ref),
         )  # fmt: skip
 
     def set_status(self, run_id: str, status: str, now_ms: int, *, result: str | None = None,

@@ -14,6 +14,7 @@ Next actions:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,9 +81,10 @@ class _Walk:
     open_step: Action | None = None
 
 
-def replay(system_prompt: str, user_input: str, steps: list[Step]) -> RunState:
-    """The conversation rebuilt from `steps`, and what to do next."""
+def replay(system_prompt: str, user_input: str, steps: list[Step], context: Sequence[Message] = ()) -> RunState:
+    """The conversation rebuilt from `steps` (after the `context` it continues), and what to do next."""
     messages: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    messages.extend(context)
     messages.append({"role": "user", "content": user_input})
     state = RunState(messages=messages, next_seq=len(steps) + 1)
     walk = _Walk()

@@ -88,7 +88,7 @@ class Runner:
         if h.cancel_requested:
             await self._end(h, "cancelled", reason="cancelled")
         assert h.steps is not None
-        state = replay(h.spec.system_prompt, h.row.input, h.steps)
+        state = replay(h.spec.system_prompt, h.row.input, h.steps, h.context)
         action = state.action
         if isinstance(action, Finish):
             await self._end(h, "completed", result=action.text, reason="completed")

@@ -35,7 +35,7 @@ import msgspec
 from agentos.agents.agents import AgentRegistry
 from agentos.agents.deadlines import Deadlines
 from agentos.agents.handle import TERMINAL_EVENTS, RunEvent, RunHandle
-from agentos.agents.journal import SCHEMA, TERMINAL, Journal, RunRow, Step
+from agentos.agents.journal import SCHEMA, TERMINAL, Journal, RunRow, Step, migrate
 from agentos.agents.mcp_tools import McpHub
 from agentos.agents.runner import Runner, ToolHub
 from agentos.agents.sandbox import Sandbox
@@ -44,7 +44,7 @@ from agentos.agents.store import RunStore
 from agentos.clock import wall_ms
 from agentos.config import Settings
 from agentos.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
-from agentos.providers.base import Provider
+from agentos.providers.base import Message, Provider
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class RunService:
         """
         self.provider = provider
         self.journal = Journal(tenant_id)
-        self.store = RunStore(data_dir / "runs.db" if data_dir else None, schema=SCHEMA)
+        self.store = RunStore(data_dir / "runs.db" if data_dir else None, schema=SCHEMA, migrate=migrate)
         self.sandbox = Sandbox()
         self.mcp: ToolHub = mcp or McpHub()
         self.now_ms = now_ms
@@ -182,8 +182,11 @@ class RunService:
 
     # --- runs ---
 
-    async def start_run(self, agent: str, text: str, session_id: str | None = None) -> str:
-        """Start a run in the background and return its id.
+    async def start_run(
+        self, agent: str, text: str, session_id: str | None = None, *, context: list[Message] | None = None
+    ) -> str:
+        """Start a run in the background and return its id. `context`: earlier messages (a
+        session's transcript) the model sees before `text`; journaled with the run.
 
         Raises:
             NotFound: no such agent.
@@ -192,7 +195,8 @@ class RunService:
         """
         spec = self._agents.get(agent)
         _check_input(text, self._settings.kernel.max_input_chars)
-        handle = await self._create_run(spec, text, session_id, parent=None, run_id=f"run_{uuid.uuid4().hex[:20]}")
+        run_id = f"run_{uuid.uuid4().hex[:20]}"
+        handle = await self._create_run(spec, text, session_id, parent=None, run_id=run_id, context=context)
         self._activate(handle, queued=True)
         return handle.run_id
 
@@ -394,16 +398,28 @@ class RunService:
     # --- internals ---
 
     async def _create_run(
-        self, spec: AgentSpec, text: str, session_id: str | None, *, parent: RunHandle | None, run_id: str
+        self,
+        spec: AgentSpec,
+        text: str,
+        session_id: str | None,
+        *,
+        parent: RunHandle | None,
+        run_id: str,
+        context: list[Message] | None = None,
     ) -> RunHandle:
         now = self.now_ms()
         spec_ref, put_spec = self.journal.payload(spec_to_dict(spec))
+        writes = [put_spec]
+        context_ref = None
+        if context:
+            context_ref, put_context = self.journal.payload(context)
+            writes.append(put_context)
         row = RunRow(
             run_id, self.journal.tenant_id, spec.name, session_id, parent.run_id if parent else None,
-            parent.row.depth + 1 if parent else 0, spec_ref, text, "queued", None, None, now, now,
+            parent.row.depth + 1 if parent else 0, spec_ref, text, "queued", None, None, now, now, context_ref,
         )  # fmt: skip
-        await self.store.write([put_spec, self.journal.insert_run(row)])
-        handle = RunHandle(row=row, spec=spec, status="queued", next_event_seq=1, steps=[])
+        await self.store.write([*writes, self.journal.insert_run(row)])
+        handle = RunHandle(row=row, spec=spec, status="queued", next_event_seq=1, steps=[], context=context or [])
         self._handles[run_id] = handle
         return handle
 
@@ -457,14 +473,17 @@ class RunService:
             return None if row.status in TERMINAL else await self._load_handle(row)
 
     async def _load_handle(self, row: RunRow) -> RunHandle:
-        def read(db: Any) -> tuple[Any, int]:
-            return self.journal.load_payload(db, row.spec_ref), self.journal.last_event_seq(db, row.run_id)
+        def read(db: Any) -> tuple[Any, int, Any]:
+            context = self.journal.load_payload(db, row.context_ref) if row.context_ref else None
+            return self.journal.load_payload(db, row.spec_ref), self.journal.last_event_seq(db, row.run_id), context
 
         spec = self._specs.get(row.spec_ref)
-        spec_data, last_seq = await self.store.read(read)
+        spec_data, last_seq, context = await self.store.read(read)
         if spec is None:
             spec = self._specs[row.spec_ref] = parse_agent_spec(spec_data)
-        handle = RunHandle(row=row, spec=spec, status=row.status, next_event_seq=last_seq + 1)
+        handle = RunHandle(
+            row=row, spec=spec, status=row.status, next_event_seq=last_seq + 1, context=list(context or [])
+        )
         self._handles[row.run_id] = handle
         return handle
 

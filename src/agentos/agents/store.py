@@ -62,9 +62,17 @@ class RunStore:
         await store.close()
     """
 
-    def __init__(self, path: Path | None, *, schema: str, batch_max_writes: int = 1000) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        *,
+        schema: str,
+        migrate: Callable[[sqlite3.Connection], None] | None = None,
+        batch_max_writes: int = 1000,
+    ) -> None:
         self._path = path
         self._schema = schema
+        self._migrate = migrate
         self._batch_max_writes = batch_max_writes
         self._queue: queue.SimpleQueue[_Write | _Read | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -134,6 +142,8 @@ class RunStore:
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=5000")
         db.executescript(self._schema)
+        if self._migrate is not None:
+            self._migrate(db)
         return db
 
     def _serve(self, db: sqlite3.Connection) -> None:

@@ -311,10 +311,12 @@ class Runtime:
         await sink.send(turn.next_event_id(), "turn.started", {"turn_id": turn.turn_id, "session_id": turn.session_id})
         self._record_event(turn, "turn.started", {})
         await self.store.wait_space()
+        history = await self.store.history(turn.session_id, limit=self._history_limit)
         self.store.add_message(self._message(turn, "user", turn.input, "completed"))
         # The run engine schedules its own model calls (and holds a run slot while it works).
         self._handle(ProviderReleased(turn.turn_id))
-        turn.run_id = await runs.start_run(agent, turn.input, turn.session_id)
+        context = self._messages(history)  # the session so far: the run continues it
+        turn.run_id = await runs.start_run(agent, turn.input, turn.session_id, context=context)
         async for event in runs.events(turn.run_id):
             if event.type == "token":
                 partial.append(event.data.get("delta", ""))
