@@ -124,3 +124,38 @@ async def _answer_through(http: aiohttp.ClientSession, url: str, sid: str, text:
                     assert a.status == 200
             last = event
     assert last.name == "turn.completed"
+
+
+async def test_runs_and_turns_share_the_provider_limit(tmp_path: Path, http) -> None:
+    mock = await start_mock(MockSettings(scenario="tools", ttft_ms=30, tps=1000))
+    settings = settings_from_dict(
+        {
+            "data_dir": str(tmp_path / "data"),
+            "provider": {"url": mock.url},
+            "kernel": {"concurrency_limit": 2},
+            "agents": {"ops": OPS},
+        }
+    )
+    server = await start_server(settings)
+    try:
+        sessions = [await new_session(http, server.url, agent="ops") for _ in range(3)]
+        plain = [await new_session(http, server.url) for _ in range(3)]
+
+        async def until_human(sid: str) -> str:
+            async with http.post(f"{server.url}/v1/sessions/{sid}/turns", json={"input": "go"}, headers=SSE) as r:
+                async for event in sse_events(r):
+                    if event.name == "human.requested":
+                        return event.name
+            return "ended"
+
+        async def plain_turn(sid: str) -> str:
+            async with http.post(f"{server.url}/v1/sessions/{sid}/turns", json={"input": "hi"}) as r:
+                return (await r.json())["status"]
+
+        results = await asyncio.gather(*map(until_human, sessions), *map(plain_turn, plain))
+        assert results == ["human.requested"] * 3 + ["completed"] * 3
+        assert mock.stats.max_concurrent == 2  # 9 model calls of runs and 3 of turns, never over 2
+        assert server.runtime.kernel.statistics().permits_in_use == 0
+    finally:
+        await server.close()
+        await mock.close()

@@ -20,6 +20,7 @@ from agentos.kernel import (
     RejectTurn,
     SessionClosed,
     SessionOpened,
+    StreamRequested,
     Tick,
     TurnEnded,
     TurnState,
@@ -188,3 +189,17 @@ def test_the_kernel_imports_only_the_stdlib_and_itself() -> None:
                 names = [node.module or ""]
             for name in names:
                 assert any(name == a or name.startswith(a + ".") for a in allowed), f"{path.name} imports {name}"
+
+
+def test_run_streams_share_the_permits_with_turns_but_not_the_gate() -> None:
+    k = make(concurrency_limit=1, max_in_flight_turns=1, permit_wait_timeout_s=5)
+    assert k.handle(StreamRequested("r1"), now=0.0) == [GrantPermit("r1")]
+    assert k.statistics().in_flight_turns == 0  # a run's model call is not a session's turn
+    assert k.handle(TurnSubmitted("s1", "t1"), now=0.0) == [AcceptTurn("t1")]  # waits for the permit
+    assert k.handle(StreamRequested("r2"), now=1.0) == []  # queued behind the turn
+    assert k.handle(TurnEnded("r1"), now=2.0) == [GrantPermit("t1")]
+    assert k.handle(Tick(), now=6.0) == [FailTurn("r2", "provider_limit_timeout")]
+    assert k.handle(TurnEnded("r2"), now=6.0) == []
+    k.handle(TurnEnded("t1"), now=7.0)
+    stats = k.statistics()
+    assert (stats.permits_in_use, stats.live_turns, stats.in_flight_turns) == (0, 0, 0)

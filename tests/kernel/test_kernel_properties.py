@@ -19,6 +19,7 @@ from agentos.kernel import (
     ProviderReleased,
     RejectTurn,
     SessionClosed,
+    StreamRequested,
     Tick,
     TurnEnded,
     TurnSubmitted,
@@ -65,6 +66,14 @@ class KernelMachine(RuleBasedStateMachine):
     def submit(self, session: str) -> None:
         self.next_id += 1
         self.apply(self.kernel.handle(TurnSubmitted(session, f"t{self.next_id}"), self.now))
+
+    @rule()
+    def request_stream(self) -> None:
+        """An agent run's model call: it queues for a permit beside the turns."""
+        self.next_id += 1
+        stream = f"r{self.next_id}"
+        self.live.add(stream)
+        self.apply(self.kernel.handle(StreamRequested(stream), self.now))
 
     @rule(session=SESSIONS)
     def cancel(self, session: str) -> None:

@@ -72,11 +72,14 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
     store = _make_store(settings, app[METRICS])
     await store.start()
     provider = OpenAICompatProvider(provider_config)
-    runs = RunService(provider, Path(settings.data_dir) if settings.store.enabled else None, settings)
+    runtime = app[RUNTIME] = Runtime(settings, store, provider, app[METRICS])
+    # Runs call the model through the kernel's permits: runs and turns share concurrency_limit.
+    runs = RunService(
+        runtime.permitted(provider), Path(settings.data_dir) if settings.store.enabled else None, settings
+    )
     await runs.start()  # resumes every unfinished run from its journal
-    app[RUN_SERVICE] = runs
-    app[RUNTIME] = Runtime(settings, store, provider, app[METRICS], runs=runs)
-    app[RUNTIME].start_lag_probe()
+    app[RUN_SERVICE] = runtime.runs = runs
+    runtime.start_lag_probe()
     try:
         yield
     finally:

@@ -12,6 +12,16 @@ class TurnSubmitted:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamRequested:
+    """A provider stream outside any session turn (an agent run's model call) wants a permit.
+
+    It shares the permit queue with turns but not the admission count; it ends with
+    `TurnEnded(stream_id)`."""
+
+    stream_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class ProviderReleased:
     """The turn's provider stream is closed: its permit can go to the next waiter."""
 
@@ -50,4 +60,13 @@ class Tick:
     """Time passed: fire the deadlines that are due."""
 
 
-Event = TurnSubmitted | ProviderReleased | TurnEnded | CancelRequested | SessionOpened | SessionClosed | Tick
+Event = (
+    TurnSubmitted
+    | StreamRequested
+    | ProviderReleased
+    | TurnEnded
+    | CancelRequested
+    | SessionOpened
+    | SessionClosed
+    | Tick
+)

@@ -9,6 +9,7 @@ the runtime calls it from the event loop without a lock and tests drive it with 
 A turn moves through these states:
 
     submitted --(over the admission limit)--> rejected            [RejectTurn]
+    (a StreamRequested, an agent run's model call, skips admission and queues for a permit)
     submitted --> waiting --(permit free)--> streaming             [AcceptTurn, GrantPermit]
     waiting   --(permit wait deadline)--> ended                    [FailTurn("provider_limit_timeout")]
     waiting | streaming --(cancel, or a newer turn in its session)--> cancelling  [CancelTurn]
@@ -47,6 +48,7 @@ from agentos.kernel.events import (
     ProviderReleased,
     SessionClosed,
     SessionOpened,
+    StreamRequested,
     Tick,
     TurnEnded,
     TurnSubmitted,
@@ -92,8 +94,8 @@ class TurnState(Enum):
 class _Turn:
     __slots__ = ("session_id", "state", "holds_permit", "counted")
 
-    def __init__(self, session_id: str) -> None:
-        self.session_id = session_id
+    def __init__(self, session_id: str | None) -> None:
+        self.session_id = session_id  # None: a stream outside any session (StreamRequested)
         self.state = TurnState.WAITING
         self.holds_permit = False
         self.counted = True
@@ -161,6 +163,8 @@ class Kernel:
         match event:
             case TurnSubmitted(session_id, turn_id):
                 return self._submit(session_id, turn_id, now)
+            case StreamRequested(stream_id):
+                return self._request_stream(stream_id, now)
             case ProviderReleased(turn_id):
                 return self._release(turn_id, now)
             case TurnEnded(turn_id):
@@ -195,11 +199,19 @@ class Kernel:
         self._in_flight += 1
         self._admitted += 1
         commands.append(AcceptTurn(turn_id))
+        return commands + self._queue_for_permit(turn_id, now)
+
+    def _request_stream(self, stream_id: str, now: float) -> list[Command]:
+        assert stream_id not in self._turns, f"stream {stream_id!r} requested twice"
+        stream = self._turns[stream_id] = _Turn(None)
+        stream.counted = False  # not a session's turn: the admission gate does not count it
+        return self._queue_for_permit(stream_id, now)
+
+    def _queue_for_permit(self, turn_id: str, now: float) -> list[Command]:
         if self._permits < self.limits.concurrency_limit and not self._waiters:
-            commands.append(self._grant(turn_id))
-        else:
-            self._waiters.append((now + self.limits.permit_wait_timeout_s, turn_id))
-        return commands
+            return [self._grant(turn_id)]
+        self._waiters.append((now + self.limits.permit_wait_timeout_s, turn_id))
+        return []
 
     def _grant(self, turn_id: str) -> GrantPermit:
         turn = self._turns[turn_id]
@@ -232,7 +244,7 @@ class Kernel:
         commands = self._release(turn_id, now)
         self._uncount(turn_id, turn)
         del self._turns[turn_id]
-        if turn.session_id in self._sessions:
+        if turn.session_id is not None and turn.session_id in self._sessions:
             self._touch(turn.session_id, now)
         return commands
 
@@ -241,7 +253,7 @@ class Kernel:
         if turn.counted:
             turn.counted = False
             self._in_flight -= 1
-        session = self._sessions.get(turn.session_id)
+        session = self._sessions.get(turn.session_id) if turn.session_id is not None else None
         if session is not None and session.active_turn == turn_id:
             session.active_turn = None
 

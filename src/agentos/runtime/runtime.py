@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import AsyncGenerator, Iterable
 from contextlib import aclosing, suppress
 from typing import TYPE_CHECKING, Any
 
@@ -40,12 +40,13 @@ from agentos.kernel import (
     RejectTurn,
     SessionClosed,
     SessionOpened,
+    StreamRequested,
     Tick,
     TurnEnded,
     TurnSubmitted,
 )
 from agentos.metrics import Metrics
-from agentos.providers.base import ChatRequest, Completion, Message, Provider
+from agentos.providers.base import ChatRequest, Completion, Message, Provider, StreamItem
 from agentos.runtime.turn import Turn, TurnSink
 from agentos.store.base import Store
 from agentos.store.records import EventRecord, MessageRecord, SessionRecord
@@ -97,6 +98,7 @@ class Runtime:
         self.metrics = metrics
         self.clock = clock or MonotonicClock()
         self._turns: dict[str, Turn] = {}
+        self._stream_permits: dict[str, asyncio.Future[None]] = {}  # run model calls waiting
         self.runs = runs
         # The agent of each in-memory session whose agent is not the plain chat default; kept
         # here so that a turn does not read the store to learn how to run.
@@ -123,14 +125,16 @@ class Runtime:
         match command:
             case GrantPermit(turn_id):
                 turn = self._turns.get(turn_id)
-                if turn is not None and turn.permit is not None and not turn.permit.done():
-                    turn.permit.set_result(None)
+                permit = turn.permit if turn is not None else self._stream_permits.get(turn_id)
+                if permit is not None and not permit.done():
+                    permit.set_result(None)
             case CancelTurn(turn_id, reason):
                 self._cancel_task(turn_id, reason)
             case FailTurn(turn_id, reason):
                 turn = self._turns.get(turn_id)
-                if turn is not None and turn.permit is not None and not turn.permit.done():
-                    turn.permit.set_exception(ProviderLimitTimeout("no provider permit in time"))
+                permit = turn.permit if turn is not None else self._stream_permits.get(turn_id)
+                if permit is not None and not permit.done():
+                    permit.set_exception(ProviderLimitTimeout("no provider permit in time"))
             case EvictSession(session_id):
                 self.store.forget_session(session_id)
                 self._session_agents.pop(session_id, None)
@@ -235,6 +239,28 @@ class Runtime:
         turn_id = self.kernel.active_turn(session_id)
         self._handle(CancelRequested(session_id, reason))
         return turn_id
+
+    async def acquire_stream(self, stream_id: str) -> None:
+        """Take a provider permit for a stream outside any turn (an agent run's model call):
+        runs and turns share `kernel.concurrency_limit`. Raises ProviderLimitTimeout."""
+        commands = self._handle(StreamRequested(stream_id))
+        if GrantPermit(stream_id) in commands:
+            return
+        permit = self._stream_permits[stream_id] = asyncio.get_running_loop().create_future()
+        try:
+            await permit
+        except BaseException:
+            self.release_stream(stream_id)
+            raise
+        finally:
+            self._stream_permits.pop(stream_id, None)
+
+    def release_stream(self, stream_id: str) -> None:
+        self._handle(TurnEnded(stream_id))
+
+    def permitted(self, provider: Provider) -> Provider:
+        """`provider`, each of whose streams holds one of this runtime's permits."""
+        return _PermittedProvider(self, provider)
 
     @property
     def live_turns(self) -> Iterable[Turn]:
@@ -432,3 +458,24 @@ class Runtime:
         except TimeoutError:
             return False
         return True
+
+
+class _PermittedProvider:
+    """A provider whose every stream first takes a kernel permit, and gives it back at the end."""
+
+    def __init__(self, runtime: Runtime, provider: Provider) -> None:
+        self._runtime = runtime
+        self._provider = provider
+
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamItem, None]:
+        stream_id = new_id("stream")
+        await self._runtime.acquire_stream(stream_id)
+        try:
+            async with aclosing(self._provider.stream(request)) as items:
+                async for item in items:
+                    yield item
+        finally:
+            self._runtime.release_stream(stream_id)
+
+    async def aclose(self) -> None:
+        return None  # the wrapped provider belongs to the server
