@@ -124,22 +124,26 @@ class Runtime:
     def _execute(self, command: Command) -> None:
         match command:
             case GrantPermit(turn_id):
-                turn = self._turns.get(turn_id)
-                permit = turn.permit if turn is not None else self._stream_permits.get(turn_id)
-                if permit is not None and not permit.done():
+                permit = self._waiting_permit(turn_id)
+                if permit is not None:
                     permit.set_result(None)
             case CancelTurn(turn_id, reason):
                 self._cancel_task(turn_id, reason)
             case FailTurn(turn_id, reason):
-                turn = self._turns.get(turn_id)
-                permit = turn.permit if turn is not None else self._stream_permits.get(turn_id)
-                if permit is not None and not permit.done():
+                permit = self._waiting_permit(turn_id)
+                if permit is not None:
                     permit.set_exception(ProviderLimitTimeout("no provider permit in time"))
             case EvictSession(session_id):
                 self.store.forget_session(session_id)
                 self._session_agents.pop(session_id, None)
             case AcceptTurn() | RejectTurn():
                 pass  # answered by the caller of _handle
+
+    def _waiting_permit(self, turn_id: str) -> asyncio.Future[None] | None:
+        """The future a turn or a run's stream waits on for its permit, if it still waits."""
+        turn = self._turns.get(turn_id)
+        permit = turn.permit if turn is not None else self._stream_permits.get(turn_id)
+        return permit if permit is not None and not permit.done() else None
 
     def _cancel_task(self, turn_id: str, reason: str) -> None:
         turn = self._turns.get(turn_id)
@@ -307,16 +311,23 @@ class Runtime:
         if not self._turns:
             self._idle.set()
 
-    async def _run_steps(self, turn: Turn, sink: TurnSink, partial: list[str]) -> None:
+    async def _begin(self, turn: Turn, sink: TurnSink) -> list[Message]:
+        """Announce the turn, store its input; return the session's earlier messages
+        (`history_max_messages` in all with this turn's input)."""
         await sink.send(turn.next_event_id(), "turn.started", {"turn_id": turn.turn_id, "session_id": turn.session_id})
         self._record_event(turn, "turn.started", {})
         await self.store.wait_space()
+        earlier = self._history_limit - 1
+        history = await self.store.history(turn.session_id, limit=earlier) if earlier else []
         self.store.add_message(self._message(turn, "user", turn.input, "completed"))
-        history = await self.store.history(turn.session_id, limit=self._history_limit)
+        return self._messages(history)
+
+    async def _run_steps(self, turn: Turn, sink: TurnSink, partial: list[str]) -> None:
+        messages = [*await self._begin(turn, sink), {"role": "user", "content": turn.input}]
         if turn.permit is not None:
             await turn.permit
         try:
-            completion = await self._stream(turn, sink, self._messages(history), partial)
+            completion = await self._stream(turn, sink, messages, partial)
         finally:
             self._handle(ProviderReleased(turn.turn_id))
         turn.finishing = True
@@ -334,14 +345,9 @@ class Runtime:
     async def _run_agent(self, turn: Turn, agent: str, runs: RunService, sink: TurnSink, partial: list[str]) -> None:
         """A turn in a session with an agent is a run of that agent: the same durable tool
         loop as `POST /v1/agents/{name}/runs`, its events streamed as the turn's."""
-        await sink.send(turn.next_event_id(), "turn.started", {"turn_id": turn.turn_id, "session_id": turn.session_id})
-        self._record_event(turn, "turn.started", {})
-        await self.store.wait_space()
-        history = await self.store.history(turn.session_id, limit=self._history_limit)
-        self.store.add_message(self._message(turn, "user", turn.input, "completed"))
-        # The run engine schedules its own model calls (and holds a run slot while it works).
+        context = await self._begin(turn, sink)  # the session so far: the run continues it
+        # The run's model calls take permits of their own (Runtime.permitted).
         self._handle(ProviderReleased(turn.turn_id))
-        context = self._messages(history)  # the session so far: the run continues it
         turn.run_id = await runs.start_run(agent, turn.input, turn.session_id, context=context)
         async for event in runs.events(turn.run_id):
             if event.type == "token":
