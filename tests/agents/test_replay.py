@@ -8,12 +8,12 @@ from agentos.agents.journal import Step, arguments_hash
 from agentos.agents.replay import CallModel, Finish, Reconcile, RunTool, WaitHuman, replay
 
 
-def model(seq: int, calls: list[tuple[str, str]], text: str = "", status: str = "done") -> Step:
+def model(seq: int, calls: list[tuple[str, str]], text: str = "", status: str = "done", arguments: str = "{}") -> Step:
     reply = {
         "text": text,
         "finish_reason": "tool_calls" if calls else "stop",
         "usage": {"prompt_tokens": 3, "completion_tokens": 2},
-        "tool_calls": [{"id": cid, "name": name, "arguments": "{}"} for cid, name in calls],
+        "tool_calls": [{"id": cid, "name": name, "arguments": arguments} for cid, name in calls],
     }
     return Step(seq, "model", f"r:{seq}", status, None, reply if status == "done" else None, 1)
 
@@ -23,8 +23,8 @@ def tool(seq: int, call_id: str, name: str, content: str | None, status: str = "
     return Step(seq, "tool", f"r:{seq}", status, {"call_id": call_id, "name": name, "arguments": "{}"}, output, 1)
 
 
-def human(seq: int, call_id: str, kind: str, answer: dict[str, Any] | None) -> Step:
-    request = {"call_id": call_id, "kind": kind, "operation_id": f"r:{seq}"}
+def human(seq: int, call_id: str, kind: str, answer: dict[str, Any] | None, arguments: str = "{}") -> Step:
+    request = {"call_id": call_id, "kind": kind, "operation_id": f"r:{seq}", "args_hash": arguments_hash(arguments)}
     return Step(seq, "human", f"r:{seq}", "done" if answer else "waiting", request, answer, 1)
 
 
@@ -75,3 +75,28 @@ def test_humans() -> None:
 def test_arguments_hash_is_canonical() -> None:
     assert arguments_hash('{"b": 1, "a": [1, 2]}') == arguments_hash('{"a":[1,2],"b":1}')
     assert arguments_hash('{"a": 1}') != arguments_hash('{"a": 2}')
+
+
+def test_an_approval_binds_to_its_step_and_arguments_only() -> None:
+    """Defect: approvals were keyed by call id alone, so a later call reusing the id ran unasked."""
+    harmless, evil = '{"command": ["echo", "harmless"]}', '{"command": ["sh", "-c", "echo EVIL > pwned"]}'
+    approved = [
+        model(1, [("c1", "run_command")], arguments=harmless),
+        human(2, "c1", "approval", {"approve": True}, arguments=harmless),
+    ]
+    first = replay("", "x", approved).action
+    assert isinstance(first, RunTool) and first.approved and first.seq == 3
+    ran = [*approved, tool(3, "c1", "run_command", "harmless")]
+    later = replay("", "x", [*ran, model(4, [("c1", "run_command")], arguments=evil)]).action
+    assert isinstance(later, RunTool) and later.seq == 5 and not later.approved
+    same_args_again = replay("", "x", [*ran, model(4, [("c1", "run_command")], arguments=harmless)]).action
+    assert isinstance(same_args_again, RunTool) and not same_args_again.approved
+
+
+def test_an_approval_of_other_arguments_does_not_approve_the_call() -> None:
+    steps = [
+        model(1, [("c1", "run_command")], arguments='{"command": ["rm", "-rf", "x"]}'),
+        human(2, "c1", "approval", {"approve": True}, arguments='{"command": ["ls"]}'),
+    ]
+    action = replay("", "x", steps).action
+    assert isinstance(action, RunTool) and not action.approved

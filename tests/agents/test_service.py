@@ -251,3 +251,30 @@ async def test_in_memory_journal() -> None:
     assert (workspace / "effects.log").read_text() == "step-1\nstep-2\n"
     await service.close()
     assert not workspace.exists()
+
+
+async def test_an_approval_never_carries_over_to_a_later_call_with_the_same_id(
+    make_service: ServiceFactory, tmp_path: Path
+) -> None:
+    """Defect 2 of issue 7: after one approved `c1`, a later `c1` with other arguments ran unasked."""
+    script = [
+        call("run_command", {"command": ["echo", "harmless"]}, "c1"),
+        call("run_command", {"command": ["sh", "-c", "echo EVIL > pwned"]}, "c1"),
+        answer("done"),
+    ]
+    provider = ScriptedProvider(lambda r: script[tool_messages_since_user(r)])
+    agents = {"guard": {"tools": ["run_command"], "approval_required": ["run_command"]}}
+    service = await make_service(provider, agents=agents)
+    run_id = await service.start_run("guard", "go")
+    first = (await wait_status(service, run_id, "waiting_human"))["pending"]
+    assert first["arguments"] == script[0].tool_calls[0].arguments
+    await service.answer(run_id, first["operation_id"], approve=True, args_hash=first["args_hash"])
+    after_first = (await collect(service, run_id, until="human.answered"))[-1].seq
+    async for event in service.events(run_id, after_seq=after_first):
+        assert event.type not in ("run.completed", "run.failed"), event
+        if event.type == "human.requested":
+            break
+    second = (await service.get_run(run_id))["pending"]
+    assert second["kind"] == "approval" and second["operation_id"] != first["operation_id"]
+    assert "EVIL" in second["arguments"]
+    assert not (tmp_path / "data" / "workspaces" / run_id / "pwned").exists()

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentos.agents.journal import Step
+from agentos.agents.journal import Step, arguments_hash
 from agentos.providers.base import Message
 
 
@@ -38,7 +38,7 @@ class CallModel:
 class RunTool:
     seq: int
     call: Call
-    approved: bool  # a human approved this exact call
+    approved: bool  # a human approved this exact call, at this step, with these arguments
     retry_confirmed: bool  # a human asked to retry it after an uncertain outcome
 
 
@@ -75,8 +75,12 @@ class RunState:
 class _Walk:
     calls: list[Call] = field(default_factory=list)
     results: dict[str, str] = field(default_factory=dict)
-    approved: set[str] = field(default_factory=set)
-    retry: set[str] = field(default_factory=set)
+    # A human's yes binds to one step: call id -> (the seq of the tool step it allows, the
+    # hash of the arguments it saw). Both reset with every model reply, so an approval never
+    # carries over to a later call that happens to reuse the id (providers that omit ids get
+    # `call_0`, `call_1`... in every reply).
+    approved: dict[str, tuple[int, str]] = field(default_factory=dict)
+    retry: dict[str, int] = field(default_factory=dict)
     reply_text: str | None = None
     open_step: Action | None = None
 
@@ -112,6 +116,8 @@ def _apply_model(state: RunState, walk: _Walk, step: Step) -> None:
     state.tokens += reply["usage"]["prompt_tokens"] + reply["usage"]["completion_tokens"]
     walk.calls = [Call(c["id"], c["name"], c["arguments"]) for c in reply["tool_calls"]]
     walk.results = {}
+    walk.approved = {}
+    walk.retry = {}
     walk.reply_text = reply["text"]
     state.messages.append(assistant_message(reply))
 
@@ -133,11 +139,11 @@ def _apply_human(state: RunState, walk: _Walk, step: Step) -> None:
     if kind == "question":
         _add_result(state, walk, call_id, answer["answer"])
     elif kind == "approval" and answer.get("approve"):
-        walk.approved.add(call_id)
+        walk.approved[call_id] = (step.seq + 1, request["args_hash"])
     elif kind == "approval":
         _add_result(state, walk, call_id, f"denied by a human: {answer.get('answer') or 'no reason given'}")
     elif answer.get("answer") == "retry":
-        walk.retry.add(call_id)
+        walk.retry[call_id] = step.seq + 1
     else:
         _add_result(state, walk, call_id, "outcome unknown: the tool was interrupted and a human chose not to retry")
 
@@ -152,10 +158,22 @@ def _next(state: RunState, walk: _Walk) -> Action:
         return CallModel(state.next_seq)
     for call in walk.calls:
         if call.call_id not in walk.results:
-            return RunTool(state.next_seq, call, call.call_id in walk.approved, call.call_id in walk.retry)
+            return RunTool(
+                state.next_seq,
+                call,
+                _approved(walk, call, state.next_seq),
+                walk.retry.get(call.call_id) == state.next_seq,
+            )
     if walk.calls:
         return CallModel(state.next_seq)
     return Finish(walk.reply_text)
+
+
+def _approved(walk: _Walk, call: Call, seq: int) -> bool:
+    """Whether a human approved exactly this call: the step right after the approval, with
+    the very arguments whose hash the human confirmed."""
+    binding = walk.approved.get(call.call_id)
+    return binding is not None and binding == (seq, arguments_hash(call.arguments))
 
 
 def assistant_message(reply: dict[str, Any]) -> Message:
