@@ -49,6 +49,7 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     retry_after_s: PosInt = 1  # the Retry-After of a 429
     history_max_messages: PosInt = 50  # transcript tail sent to the provider
     max_input_chars: PosInt = 100_000
+    max_active_runs: NonNegInt = 1024  # agent runs working at once (children excluded); 0 = no gate
 
 
 class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -12,12 +12,13 @@ import resource
 import signal
 import sys
 
+import msgspec
 from aiohttp import web
 
-from agentos.api.app import DRAIN_TIMEOUT_S, create_app
-from agentos.api.keys import RUNTIME
+from agentos.api.app import create_app
 from agentos.config import Settings
 from agentos.errors import ConfigError
+from agentos.services import DRAIN_TIMEOUT_S, Services, open_services
 
 log = logging.getLogger("agentos")
 
@@ -97,8 +98,28 @@ def run_server(settings: Settings) -> int:
 
 
 async def serve(settings: Settings, started: asyncio.Future[int] | None = None) -> None:
-    app = create_app(settings)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=5)
+    mock = None
+    if not settings.provider.url:
+        # The bench kit's mock, so the README's first command streams a token with no setup.
+        from agentos.bench.mock_llm import MockSettings, start_mock
+
+        m = settings.mock
+        mock = await start_mock(MockSettings(ttft_ms=m.ttft_ms, tps=m.tps, tokens=m.tokens))
+        settings = msgspec.structs.replace(settings, provider=msgspec.structs.replace(settings.provider, url=mock.url))
+        log.warning("no provider configured (--provider-url): using the built-in mock provider at %s", mock.url)
+    try:
+        services = await open_services(settings)
+        try:
+            await _listen(settings, services, started)
+        finally:
+            await services.close(DRAIN_TIMEOUT_S)
+    finally:
+        if mock is not None:
+            await mock.close()
+
+
+async def _listen(settings: Settings, services: Services, started: asyncio.Future[int] | None) -> None:
+    runner = web.AppRunner(create_app(services), handler_cancellation=True, access_log=None, shutdown_timeout=5)
     await runner.setup()
     site = web.TCPSite(runner, settings.server.host, settings.server.port, backlog=4096, reuse_address=True)
     await site.start()
@@ -115,7 +136,7 @@ async def serve(settings: Settings, started: asyncio.Future[int] | None = None) 
         await stop.wait()
     finally:
         log.info("shutting down: draining turns (up to %.0fs) and writer queues", DRAIN_TIMEOUT_S)
-        await app[RUNTIME].drain(DRAIN_TIMEOUT_S)
+        await services.drain(DRAIN_TIMEOUT_S)
         await runner.cleanup()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)

@@ -54,12 +54,40 @@ async def test_full_loop_two_commands_then_human_then_answer(make_service: Servi
 
 
 async def test_events_resume_after_seq(make_service: ServiceFactory) -> None:
-    service = await make_service(ScriptedProvider(lambda r: answer("hello")))
+    provider = ScriptedProvider(lambda r: answer("hello"), gate_at=1)
+    service = await make_service(provider)
     run_id = await service.start_run("ops", "hi")
-    events = await collect(service, run_id)
-    later = [e async for e in service.events(run_id, after_seq=2)]
-    assert later == events[2:]
-    assert "".join(e.data["delta"] for e in events if e.type == "token") == "hello"
+    await provider.entered.wait()  # the model call is held until we follow the run live
+    live = service.events(run_id)
+    first = await anext(live)
+    provider.gate.set()
+    events = [first] + [e async for e in live]
+    assert "".join(e.data["delta"] for e in events if e.type == "token") == "hello"  # live subscribers get tokens
+    stored = [e for e in events if e.type != "token"]
+    assert [e.type for e in stored] == ["run.started", "run.completed"]
+    assert [e async for e in service.events(run_id)] == stored  # tokens are live-only
+    assert [e async for e in service.events(run_id, after_seq=1)] == stored[1:]
+
+
+async def test_a_slow_subscriber_is_bounded_and_loses_only_tokens(make_service: ServiceFactory) -> None:
+    """Defect 5 of issue 7: a subscriber's queue grew without bound while its reader did not read."""
+    long_text = "x" * 2000  # the scripted provider streams it as two deltas; many runs make many tokens
+    provider = ScriptedProvider(lambda r: answer(long_text), gate_at=1)
+    service = await make_service(provider)
+    run_id = await service.start_run("ops", "hi")
+    await provider.entered.wait()
+    slow = service.events(run_id)
+    assert (await anext(slow)).type == "run.started"
+    handle = service._runs.handles[run_id]
+    for i in range(10_000):  # far more than the bound, published while the reader sleeps
+        service._runs.emit(handle, "token", {"delta": str(i)})
+    assert service._runs.fanout.count() == 1
+    provider.gate.set()
+    rest = [e async for e in slow]
+    tokens = [e for e in rest if e.type == "token"]
+    assert len(tokens) <= 256  # the bound: the rest were dropped, not queued
+    assert rest[-1].type == "run.completed"  # the journaled events all arrive
+    assert service.statistics().subscribers == 0
 
 
 async def test_max_turns_ends_the_run(make_service: ServiceFactory) -> None:
@@ -247,7 +275,7 @@ async def test_in_memory_journal() -> None:
     await service.start()
     run_id = await service.start_run("ops", "x")
     await wait_status(service, run_id, "waiting_human")
-    workspace = service.workdir(run_id)
+    workspace = service._runs.workdir(run_id)
     assert (workspace / "effects.log").read_text() == "step-1\nstep-2\n"
     await service.close()
     assert not workspace.exists()

@@ -170,7 +170,7 @@ async def test_the_openapi_document_matches_the_routes(server: RunningServer, ht
 async def test_readyz_reports_draining(server: RunningServer, http) -> None:
     async with http.get(f"{server.url}/readyz") as r:
         assert r.status == 200
-    server.runtime.accepting = False
+    await server.services.drain(1.0)
     async with http.get(f"{server.url}/readyz") as r:
         assert r.status == 503
     sid = await new_session(http, server.url)

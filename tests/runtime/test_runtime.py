@@ -10,8 +10,10 @@ import pytest
 
 from agentos.config import load_settings
 from agentos.errors import AdmissionRejected
+from agentos.kernel import Kernel
 from agentos.metrics import Metrics
-from agentos.runtime.runtime import Runtime
+from agentos.runtime.driver import Driver
+from agentos.runtime.runtime import Runtime, kernel_limits
 from agentos.runtime.turn import CollectingSink
 from agentos.store.memory import MemoryStore
 from agentos.testing import FakeClock, ScriptedProvider
@@ -19,7 +21,8 @@ from agentos.testing import FakeClock, ScriptedProvider
 
 def make_runtime(provider: ScriptedProvider, clock: FakeClock, **overrides: object) -> Runtime:
     settings = load_settings(None, environ={}, overrides={"store.enabled": False, **overrides})
-    return Runtime(settings, MemoryStore(), provider, Metrics(), clock=clock)
+    driver = Driver(Kernel(kernel_limits(settings)), clock)
+    return Runtime(settings, MemoryStore(), provider, Metrics(), driver=driver)
 
 
 def names(sink: CollectingSink) -> list[str]:
@@ -66,10 +69,10 @@ async def test_a_permit_wait_times_out_on_fake_time() -> None:
     await provider.opened.wait()
     waiter_sink = CollectingSink()
     waiter = asyncio.create_task(runtime.run_turn(await runtime.start_turn(b, "wait"), waiter_sink))
-    await asyncio.sleep(0)  # let the waiter reach its permit (a yield, not a wait for time)
     clock.advance(9.9)
     runtime.tick()
-    assert not waiter.done()
+    stats = runtime.kernel.statistics()
+    assert stats.waiting_for_permit == 1 and stats.permit_timeouts_total == 0  # not yet timed out
     clock.advance(0.1)
     runtime.tick()
     await waiter
@@ -121,3 +124,31 @@ async def test_drain_cancels_what_does_not_finish() -> None:
     await task
     assert sink.events[-1][2]["reason"] == "shutdown"
     assert not runtime.accepting
+
+
+async def test_an_outside_cancel_is_never_swallowed_by_a_first_party_one() -> None:
+    """Defect 4 of issue 7: a shutdown cancel arriving with a last-wins cancel was swallowed."""
+    provider, clock = ScriptedProvider(hang=True), FakeClock()
+    runtime = make_runtime(provider, clock)
+    sid = (await runtime.create_session("default", {})).session_id
+    sink = CollectingSink()
+    task = asyncio.create_task(runtime.run_turn(await runtime.start_turn(sid, "x"), sink))
+    await provider.opened.wait()
+    runtime.cancel_turn(sid)  # first party: cancels the task with a reason
+    task.cancel()  # and the server cancels it too, in the same loop iteration
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert names(sink)[-1] == "turn.cancelled"
+    assert runtime.kernel.statistics().in_flight_turns == 0
+
+
+async def test_a_first_party_cancel_alone_ends_the_turn_and_returns() -> None:
+    provider, clock = ScriptedProvider(hang=True), FakeClock()
+    runtime = make_runtime(provider, clock)
+    sid = (await runtime.create_session("default", {})).session_id
+    sink = CollectingSink()
+    task = asyncio.create_task(runtime.run_turn(await runtime.start_turn(sid, "x"), sink))
+    await provider.opened.wait()
+    runtime.cancel_turn(sid)
+    await task  # returns: our own cancel is not the caller's
+    assert sink.events[-1][2]["reason"] == "cancelled"

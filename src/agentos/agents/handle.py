@@ -1,4 +1,4 @@
-"""The in-memory face of a run that is not finished: its event sequence, subscribers and task.
+"""The in-memory face of a run that is not finished: its event sequence, state and task.
 
 A handle is small on purpose: a run waiting for a human keeps only this (no task, no steps,
 no thread). `steps` is loaded from the journal when the run becomes active and dropped when
@@ -11,8 +11,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentos.agents.fanout import RunEvent
 from agentos.agents.journal import RunRow, Step
 from agentos.agents.spec import AgentSpec
+
+__all__ = ["TERMINAL_EVENTS", "EventType", "RunEvent", "RunHandle"]
 
 EventType = Literal[
     "run.started",
@@ -31,13 +34,6 @@ EventType = Literal[
 TERMINAL_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled"})
 
 
-@dataclass(frozen=True, slots=True)
-class RunEvent:
-    seq: int
-    type: str
-    data: dict[str, Any]
-
-
 @dataclass(slots=True, eq=False)
 class RunHandle:
     row: RunRow
@@ -48,7 +44,6 @@ class RunHandle:
     task: asyncio.Task[None] | None = None
     cancel_requested: bool = False
     steps: list[Step] | None = None
-    subscribers: list[asyncio.Queue[RunEvent]] = field(default_factory=list)
     context: list[dict[str, Any]] = field(default_factory=list)  # earlier session messages, before the input
 
     @property
@@ -63,7 +58,3 @@ class RunHandle:
         else:
             assert step.seq == len(self.steps) + 1, "steps are journaled in order"
             self.steps.append(step)
-
-    def publish(self, event: RunEvent) -> None:
-        for queue in self.subscribers:
-            queue.put_nowait(event)

@@ -149,7 +149,10 @@ class _Routes:
 
 
 def encode_sse(seq: int, event_type: str, data: dict[str, Any]) -> bytes:
-    # JSON never contains a raw newline, so one `data:` line is always enough.
+    # JSON never contains a raw newline, so one `data:` line is always enough. Tokens are
+    # live-only: no `id:`, so a client's Last-Event-ID stays on the last journaled event.
+    if event_type == "token":
+        return b"event: token\ndata: %s\n\n" % msgspec.json.encode(data)
     return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, event_type.encode(), msgspec.json.encode(data))
 
 

@@ -9,6 +9,7 @@ ends: a waiting run holds no task). Limits end the run with a reason, never a ha
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager, aclosing
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
@@ -50,6 +51,10 @@ class RunHost(Protocol):
     def emit(self, handle: RunHandle, event_type: str, data: dict[str, Any]) -> None: ...
 
     def workdir(self, run_id: str) -> Path: ...
+
+    def permit(self, run_id: str) -> AbstractAsyncContextManager[None]:
+        """Hold a provider permit of the kernel for one model call of the run."""
+        ...
 
     async def finish(self, handle: RunHandle, status: str, *, result: str | None = None, reason: str) -> None: ...
 
@@ -145,15 +150,14 @@ class Runner:
         tools = builtin_schemas(h.spec) + await self._host.mcp.schemas(h.spec)
         request = ChatRequest(messages=list(messages), model=h.spec.model, tools=tools or None)
         completion: Completion | None = None
-        stream = self._host.provider.stream(request)
-        try:
+        # aclosing aborts the upstream request when we stop early; the permit is given back
+        # once the stream is closed, not before.
+        async with self._host.permit(h.run_id), aclosing(self._host.provider.stream(request)) as stream:
             async for item in stream:
                 if isinstance(item, TextDelta):
                     self._host.emit(h, "token", {"delta": item.text})
                 else:
                     completion = item
-        finally:
-            await stream.aclose()  # aborts the upstream request when we stop early
         if completion is None:
             raise ProviderError("the provider stream ended without a completion")
         return _reply_dict(completion)

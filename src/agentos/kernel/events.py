@@ -9,6 +9,7 @@ from dataclasses import dataclass
 class TurnSubmitted:
     session_id: str
     turn_id: str
+    wants_permit: bool = True  # False: an agent's turn, whose run's model calls take permits
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +20,7 @@ class StreamRequested:
     `TurnEnded(stream_id)`."""
 
     stream_id: str
+    owner: str | None = None  # the run whose model call this is
 
 
 @dataclass(frozen=True, slots=True)

@@ -161,9 +161,9 @@ class Kernel:
 
     def handle(self, event: Event, now: float) -> list[Command]:
         match event:
-            case TurnSubmitted(session_id, turn_id):
-                return self._submit(session_id, turn_id, now)
-            case StreamRequested(stream_id):
+            case TurnSubmitted(session_id, turn_id, wants_permit):
+                return self._submit(session_id, turn_id, now, wants_permit)
+            case StreamRequested(stream_id, _):
                 return self._request_stream(stream_id, now)
             case ProviderReleased(turn_id):
                 return self._release(turn_id, now)
@@ -184,7 +184,7 @@ class Kernel:
 
     # -- transitions -----------------------------------------------------------------------------
 
-    def _submit(self, session_id: str, turn_id: str, now: float) -> list[Command]:
+    def _submit(self, session_id: str, turn_id: str, now: float, wants_permit: bool) -> list[Command]:
         assert turn_id not in self._turns, f"turn {turn_id!r} submitted twice"
         limit = self.limits.max_in_flight_turns
         if limit and self._in_flight >= limit:
@@ -199,6 +199,9 @@ class Kernel:
         self._in_flight += 1
         self._admitted += 1
         commands.append(AcceptTurn(turn_id))
+        if not wants_permit:
+            self._turns[turn_id].state = TurnState.STREAMING  # its run's model calls queue instead
+            return commands
         return commands + self._queue_for_permit(turn_id, now)
 
     def _request_stream(self, stream_id: str, now: float) -> list[Command]:

@@ -8,6 +8,7 @@ own handler task: no extra task and no queue hop per token) and sends its events
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 EventName = Literal["turn.started", "token", "turn.completed", "turn.cancelled", "turn.failed"]
@@ -18,6 +19,14 @@ class TurnSink(Protocol):
     async def send(self, event_id: str, name: str, data: dict[str, Any]) -> None:
         """Deliver one event. Raises ConnectionError when the client has gone away."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a turn ended normally: its terminal event, with the answer already stored."""
+
+    name: str
+    data: dict[str, Any]
 
 
 class CollectingSink:
@@ -42,11 +51,12 @@ class Turn:
         "cancel_reason",
         "finishing",
         "run_id",
+        "agent",
         "submitted_s",
         "_seq",
     )
 
-    def __init__(self, turn_id: str, session_id: str, text: str, submitted_s: float) -> None:
+    def __init__(self, turn_id: str, session_id: str, text: str, submitted_s: float, agent: str | None = None) -> None:
         self.turn_id = turn_id
         self.session_id = session_id
         self.input = text
@@ -55,6 +65,7 @@ class Turn:
         self.permit: asyncio.Future[None] | None = None
         self.cancel_reason: str | None = None
         self.finishing = False  # the answer is complete: a cancel no longer applies
+        self.agent = agent  # the agent that runs the turn; None: a plain chat turn
         self.run_id: str | None = None  # set when the session's agent runs the turn
         self.submitted_s = submitted_s
         self._seq = 0

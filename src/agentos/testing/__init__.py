@@ -12,11 +12,11 @@ import msgspec
 from aiohttp import web
 
 from agentos.api.app import create_app
-from agentos.api.keys import RUNTIME
 from agentos.config import Settings
 from agentos.providers.base import ChatRequest, Completion, StreamItem, TextDelta, Usage
 from agentos.providers.sse_parser import SSEParser
 from agentos.runtime.runtime import Runtime
+from agentos.services import Services, open_services
 
 
 @dataclass
@@ -24,25 +24,29 @@ class RunningServer:
     url: str
     app: web.Application
     runner: web.AppRunner
+    services: Services
 
     @property
     def runtime(self) -> Runtime:
-        return self.app[RUNTIME]
+        return self.services.runtime
 
     async def close(self) -> None:
-        await self.runtime.drain(5.0)
+        await self.services.drain(5.0)
         await self.runner.cleanup()
+        await self.services.close(5.0)
 
 
 async def start_server(settings: Settings) -> RunningServer:
-    """The real application on 127.0.0.1 and a free port, in this event loop."""
-    app = create_app(settings)
+    """The real application on 127.0.0.1 and a free port, in this event loop, built as
+    `agentos serve` builds it."""
+    services = await open_services(settings)
+    app = create_app(services)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    return RunningServer(f"http://127.0.0.1:{port}", app, runner)
+    return RunningServer(f"http://127.0.0.1:{port}", app, runner, services)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,217 @@
+"""The run engine: the handles of unfinished runs, their tasks, and what the loop calls.
+
+Theory of operation. A run is a row in `runs` plus its journaled steps. While it works it has
+a `RunHandle` with one task (`Runner.drive`); when it waits for a human the task ends and
+only the small handle remains. The task changes the state only by finishing or parking, and
+sets `handle.status` before its first await so a concurrent terminate sees the truth.
+
+Every event of a run except `token` is journaled (in the one ordered write queue, without
+waiting) and then published to live subscribers (`Fanout`). Token events are live-only: the
+model step's reply, journaled when the call ends, holds the text, and one journal row per
+streamed token would be the largest write load of the server for nothing a replay needs.
+
+Model calls take a provider permit from the kernel (`permit`), owned by the run, and give it
+back when the stream closes: a run waiting for a human holds none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from agentos.agents.fanout import Fanout, RunEvent
+from agentos.agents.handle import RunHandle
+from agentos.agents.journal import TERMINAL, EventRow, Journal, RunRow
+from agentos.agents.runner import ToolHub
+from agentos.agents.sandbox import Sandbox
+from agentos.agents.spec import AgentSpec, parse_agent_spec, spec_to_dict
+from agentos.agents.store import RunStore
+from agentos.errors import NotFound
+from agentos.ids import new_id
+from agentos.providers.base import Message, Provider
+from agentos.runtime.driver import Driver
+
+log = logging.getLogger("agentos.agents")
+
+
+class RunEngine:
+    """What `Runner` calls (the `RunHost` protocol), and the handles of unfinished runs."""
+
+    def __init__(
+        self,
+        *,
+        store: RunStore,
+        journal: Journal,
+        provider: Provider,
+        sandbox: Sandbox,
+        mcp: ToolHub,
+        driver: Driver | None,
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.store = store
+        self.journal = journal
+        self.provider = provider
+        self.sandbox = sandbox
+        self.mcp = mcp
+        self.fanout = Fanout()
+        self.handles: dict[str, RunHandle] = {}
+        self.workspaces: Path | None = None
+        self.closing = False
+        self._driver = driver
+        self._now_ms = now_ms
+        self._specs: dict[str, AgentSpec] = {}  # by snapshot hash: waiting runs share their agent's spec
+        self._load_lock = asyncio.Lock()
+
+    # --- RunHost ---
+
+    @property
+    def suspending(self) -> bool:
+        """True while closing: runs stop at their next step boundary, still unfinished."""
+        return self.closing
+
+    def now_ms(self) -> int:
+        return self._now_ms()
+
+    def emit(self, handle: RunHandle, event_type: str, data: dict[str, Any]) -> None:
+        if event_type == "token":  # live-only, see the module docstring
+            self.fanout.publish(handle.run_id, RunEvent(handle.next_event_seq - 1, event_type, data))
+            return
+        seq = handle.next_event_seq
+        handle.next_event_seq += 1
+        encoded = msgspec.json.encode(data).decode()
+        self.store.write_nowait([self.journal.event(handle.run_id, seq, event_type, encoded, self.now_ms())])
+        self.fanout.publish(handle.run_id, RunEvent(seq, event_type, data))
+
+    def workdir(self, run_id: str) -> Path:
+        assert self.workspaces is not None, "service not started"
+        return self.workspaces / run_id
+
+    @asynccontextmanager
+    async def permit(self, run_id: str) -> AsyncIterator[None]:
+        """Hold one of the kernel's provider permits for a model call of `run_id`.
+
+        Raises:
+            ProviderLimitTimeout: none was free within `kernel.permit_wait_timeout_s`.
+        """
+        if self._driver is None:  # a service used on its own (tests, tools): no shared limit
+            yield
+            return
+        stream_id = new_id("stream")
+        await self._driver.acquire_permit(stream_id, owner=run_id)
+        try:
+            yield
+        finally:
+            self._driver.release_permit(stream_id)
+
+    # --- handles ---
+
+    def new_handle(self, row: RunRow, spec: AgentSpec, context: list[Message] | None) -> RunHandle:
+        handle = RunHandle(row=row, spec=spec, status=row.status, next_event_seq=1, steps=[], context=context or [])
+        self.handles[row.run_id] = handle
+        return handle
+
+    async def handle(self, run_id: str) -> RunHandle | None:
+        """The run's handle, loaded if needed; None when the run is finished.
+
+        Raises: NotFound.
+        """
+        handle = self.handles.get(run_id)
+        if handle is not None:
+            return handle
+        async with self._load_lock:
+            handle = self.handles.get(run_id)
+            if handle is not None:
+                return handle
+            row = await self.store.read(lambda db: self.journal.load_run(db, run_id))
+            if row is None:
+                raise NotFound(f"run {run_id!r} not found", code="run_not_found")
+            return None if row.status in TERMINAL else await self.load_handle(row)
+
+    async def load_handle(self, row: RunRow) -> RunHandle:
+        def read(db: Any) -> tuple[Any, int, Any]:
+            context = self.journal.load_payload(db, row.context_ref) if row.context_ref else None
+            return self.journal.load_payload(db, row.spec_ref), self.journal.last_event_seq(db, row.run_id), context
+
+        spec = self._specs.get(row.spec_ref)
+        spec_data, last_seq, context = await self.store.read(read)
+        if spec is None:
+            spec = self._specs[row.spec_ref] = parse_agent_spec(spec_data)
+        handle = RunHandle(
+            row=row, spec=spec, status=row.status, next_event_seq=last_seq + 1, context=list(context or [])
+        )
+        self.handles[row.run_id] = handle
+        return handle
+
+    def children(self, run_id: str) -> list[RunHandle]:
+        return [h for h in self.handles.values() if h.row.parent_run_id == run_id]
+
+    # --- the journal ---
+
+    async def insert_run(
+        self, spec: AgentSpec, text: str, session_id: str | None, run_id: str, parent: RunHandle | None,
+        context: list[Message] | None,
+    ) -> RunRow:  # fmt: skip
+        now = self.now_ms()
+        spec_ref, put_spec = self.journal.payload(spec_to_dict(spec))
+        writes = [put_spec]
+        context_ref = None
+        if context:
+            context_ref, put_context = self.journal.payload(context)
+            writes.append(put_context)
+        row = RunRow(
+            run_id, self.journal.tenant_id, spec.name, session_id, parent.run_id if parent else None,
+            parent.row.depth + 1 if parent else 0, spec_ref, text, "queued", None, None, now, now, context_ref,
+        )  # fmt: skip
+        await self.store.write([*writes, self.journal.insert_run(row)])
+        return row
+
+    async def record_finish(self, handle: RunHandle, status: str, result: str | None, reason: str) -> RunRow:
+        """Journal the terminal state; the caller has set `handle.status` already."""
+        self.emit(handle, f"run.{status}", {"status": status, "result": result, "reason": reason})
+        self.handles.pop(handle.run_id, None)
+        write = self.journal.set_status(handle.run_id, status, self.now_ms(), result=result, reason=reason)
+        await self.store.write([write])
+        log.info("run %s %s: %s", handle.run_id, status, reason)
+        return replace(handle.row, status=status, result=result, reason=reason)
+
+    async def child_exists(self, child_run_id: str) -> bool:
+        return await self.store.read(lambda db: self.journal.load_run(db, child_run_id)) is not None
+
+    async def count_children(self, run_id: str) -> int:
+        return await self.store.read(lambda db: self.journal.count_children(db, run_id))
+
+    # --- events ---
+
+    def _events_after(self, run_id: str, after_seq: int) -> Callable[[Any], list[EventRow]]:
+        return lambda db: self.journal.load_events(db, run_id, after_seq)
+
+    async def events(self, run_id: str, handle: RunHandle | None, after_seq: int) -> AsyncIterator[RunEvent]:
+        """Stored events after `after_seq`, then live ones, until the terminal event."""
+        last = after_seq
+        while True:
+            subscription = self.fanout.subscribe(run_id) if handle is not None else None
+            try:  # subscribed before reading the journal: nothing falls between the two
+                for row in await self.store.read(self._events_after(run_id, last)):
+                    last = row.seq
+                    yield RunEvent(row.seq, row.type, msgspec.json.decode(row.data))
+                    if row.type.startswith("run.") and row.type[4:] in TERMINAL:
+                        return
+                if subscription is None:
+                    return
+                while (event := await subscription.get()) is not None:
+                    if event.type == "token" or event.seq > last:
+                        last = max(last, event.seq)
+                        yield event
+                        if event.type.startswith("run.") and event.type[4:] in TERMINAL:
+                            return
+                # The subscriber fell behind its bound: catch up from the journal.
+            finally:
+                if subscription is not None:
+                    self.fanout.unsubscribe(run_id, subscription)

@@ -1,0 +1,83 @@
+"""Run events to live subscribers, with a bound per subscriber.
+
+Every event but `token` is journaled before it is published, so the journal is the truth and a
+subscriber's queue is only a fast path. That gives the policy for a slow subscriber (an SSE
+client that does not read): when its queue holds `max_queued` events, the queue is emptied and
+the subscription marked behind; its reader then re-reads the journal from its last event and
+subscribes afresh. A slow reader loses token events (they are live-only), never a journaled
+one, and never grows memory past the bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_MAX_QUEUED = 256
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    seq: int  # a token carries the seq of the last journaled event before it
+    type: str
+    data: dict[str, Any]
+
+
+class Subscription:
+    __slots__ = ("_events", "_ready", "_max", "behind")
+
+    def __init__(self, max_queued: int) -> None:
+        self._events: deque[RunEvent] = deque()
+        self._ready = asyncio.Event()
+        self._max = max_queued
+        self.behind = False  # the queue overflowed: re-read the journal
+
+    def offer(self, event: RunEvent) -> None:
+        if self.behind:
+            return
+        if len(self._events) >= self._max:
+            self._events.clear()
+            self.behind = True
+        else:
+            self._events.append(event)
+        self._ready.set()
+
+    async def get(self) -> RunEvent | None:
+        """The next event, or None when the subscription fell behind."""
+        while not self._events:
+            if self.behind:
+                return None
+            self._ready.clear()
+            await self._ready.wait()
+        return self._events.popleft()
+
+
+class Fanout:
+    """The live subscribers of each run."""
+
+    def __init__(self, max_queued: int = DEFAULT_MAX_QUEUED) -> None:
+        self._subscribers: dict[str, list[Subscription]] = {}
+        self._max = max_queued
+
+    def subscribe(self, run_id: str) -> Subscription:
+        subscription = Subscription(self._max)
+        self._subscribers.setdefault(run_id, []).append(subscription)
+        return subscription
+
+    def unsubscribe(self, run_id: str, subscription: Subscription) -> None:
+        subscribers = self._subscribers.get(run_id)
+        if subscribers is None:
+            return
+        if subscription in subscribers:
+            subscribers.remove(subscription)
+        if not subscribers:
+            del self._subscribers[run_id]
+
+    def publish(self, run_id: str, event: RunEvent) -> None:
+        for subscription in self._subscribers.get(run_id, ()):
+            subscription.offer(event)
+
+    def count(self) -> int:
+        return sum(len(s) for s in self._subscribers.values())

@@ -1,0 +1,59 @@
+"""A turn in a session with an agent: a run of that agent, its events streamed as the turn's.
+
+The run is the same durable tool loop as `POST /v1/agents/{name}/runs`. The turn itself holds
+no provider permit (it was submitted with `wants_permit=False`): each of its run's model calls
+takes one, so a run waiting for a human holds none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from agentos.runtime.transcript import begin, message
+from agentos.runtime.turn import Outcome, Turn, TurnSink
+from agentos.store.base import Store
+
+if TYPE_CHECKING:
+    from agentos.agents import RunService
+
+# First-party cancels that stop the run behind the turn. Not a shutdown, and not a client
+# that went away: the run is durable, resumes after a restart, and stays reachable at
+# /v1/runs/{run_id}.
+_STOPS_RUN = frozenset({"superseded", "cancelled", "session_deleted"})
+_RUN_TERMINAL = frozenset({"run.completed", "run.failed", "run.cancelled"})
+
+
+class AgentTurns:
+    def __init__(self, runs: RunService, store: Store, history_max: int) -> None:
+        self._runs = runs
+        self._store = store
+        self._history_max = history_max
+
+    async def run(self, turn: Turn, sink: TurnSink, partial: list[str]) -> Outcome:
+        assert turn.agent is not None
+        context = await begin(self._store, turn, sink, self._history_max)  # the run continues the session
+        turn.run_id = await self._runs.start_run(turn.agent, turn.input, turn.session_id, context=context)
+        async for event in self._runs.events(turn.run_id):
+            if event.type == "token":
+                partial.append(event.data.get("delta", ""))
+            elif event.type in _RUN_TERMINAL:
+                return await self._end(turn, event.type, event.data)
+            if event.type != "run.started":  # the client answers humans at /v1/runs/{run_id}
+                await sink.send(turn.next_event_id(), event.type, {**event.data, "run_id": turn.run_id})
+        raise AssertionError("a run's event stream ends with its terminal event")  # pragma: no cover
+
+    async def stop(self, turn: Turn, reason: str) -> None:
+        if turn.run_id is not None and reason in _STOPS_RUN:
+            await asyncio.shield(self._runs.terminate(turn.run_id))
+
+    async def _end(self, turn: Turn, kind: str, data: dict[str, Any]) -> Outcome:
+        turn.finishing = True
+        run = {"turn_id": turn.turn_id, "run_id": turn.run_id}
+        if kind == "run.completed":
+            result = str(data.get("result") or "")
+            await self._store.commit_message(message(turn, "assistant", result, "completed"))
+            return Outcome("turn.completed", {**run, "result": result})
+        name = "turn.failed" if kind == "run.failed" else "turn.cancelled"
+        self._store.add_message(message(turn, "assistant", str(data.get("result") or ""), name[5:]))
+        return Outcome(name, {**run, "reason": str(data.get("reason", "run_failed"))})

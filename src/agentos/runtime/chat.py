@@ -1,0 +1,64 @@
+"""A plain chat turn: one model call, its tokens streamed to the client, its answer stored."""
+
+from __future__ import annotations
+
+from contextlib import aclosing
+from typing import Any
+
+from agentos.clock import Clock
+from agentos.errors import ProviderProtocolError
+from agentos.kernel import ProviderReleased
+from agentos.metrics import Metrics
+from agentos.providers.base import ChatRequest, Completion, Message, Provider
+from agentos.runtime.driver import Driver
+from agentos.runtime.transcript import begin, message
+from agentos.runtime.turn import Outcome, Turn, TurnSink
+from agentos.store.base import Store
+
+
+class ChatTurns:
+    def __init__(
+        self, driver: Driver, store: Store, provider: Provider, metrics: Metrics, clock: Clock, history_max: int
+    ) -> None:
+        self._driver = driver
+        self._store = store
+        self._provider = provider
+        self._metrics = metrics
+        self._clock = clock
+        self._history_max = history_max
+
+    async def run(self, turn: Turn, sink: TurnSink, partial: list[str]) -> Outcome:
+        messages: list[Message] = [*await begin(self._store, turn, sink, self._history_max)]
+        messages.append({"role": "user", "content": turn.input})
+        if turn.permit is not None:
+            await self._driver.wait_permit(turn.turn_id, turn.permit)
+        try:
+            completion = await self._stream(turn, sink, messages, partial)
+        finally:
+            self._driver.handle(ProviderReleased(turn.turn_id))
+        turn.finishing = True
+        usage = {
+            "prompt_tokens": completion.usage.prompt_tokens,
+            "completion_tokens": completion.usage.completion_tokens,
+        }
+        answer = message(turn, "assistant", completion.text, "completed", usage)
+        await self._store.commit_message(answer)  # durable before the client sees turn.completed
+        self._metrics.tokens_prompt.inc(completion.usage.prompt_tokens)
+        self._metrics.tokens_completion.inc(completion.usage.completion_tokens)
+        data: dict[str, Any] = {"turn_id": turn.turn_id, "usage": usage, "finish_reason": completion.finish_reason}
+        return Outcome("turn.completed", data)
+
+    async def _stream(self, turn: Turn, sink: TurnSink, messages: list[Message], partial: list[str]) -> Completion:
+        first = True
+        # aclosing: an error in this loop's body (the client went away) must abort the
+        # upstream now, not whenever the generator is collected.
+        async with aclosing(self._provider.stream(ChatRequest(messages))) as stream:
+            async for item in stream:
+                if isinstance(item, Completion):
+                    return item
+                if first:
+                    first = False
+                    self._metrics.ttft_ms.observe((self._clock.now() - turn.submitted_s) * 1000)
+                partial.append(item.text)
+                await sink.send(turn.next_event_id(), "token", {"delta": item.text})
+        raise ProviderProtocolError("the provider stream ended without a completion")  # pragma: no cover

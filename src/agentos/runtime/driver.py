@@ -1,0 +1,133 @@
+"""The driver: the one caller of `Kernel.handle`, and the one timer.
+
+Chat turns and agent runs are both kernel citizens: whoever has something to tell the kernel
+(a turn submitted, a run parked on a human, a stream closed) calls `Driver.handle(event)`.
+The kernel is synchronous, so each call is atomic on the event loop and needs no lock. The
+commands it returns go to the executor registered for their type (`Driver.on`): the turn
+runtime executes turn commands, the run service run commands. Registering instead of
+importing keeps the driver below both and lets them be built in order.
+
+Provider permits are the one command the driver executes itself: a turn's or a run's model
+call waits on a future here (`acquire_permit`), resolved by `GrantPermit` or failed by the
+kernel's `FailTurn` (the permit wait ran out).
+
+One real timer is armed for `kernel.next_deadline()`; when it fires the driver feeds `Tick`.
+Tests with a `FakeClock` call `tick()` themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from agentos.clock import Clock
+from agentos.errors import ProviderLimitTimeout
+from agentos.kernel import Command, Event, FailTurn, GrantPermit, Kernel, StreamRequested, Tick, TurnEnded
+
+C = TypeVar("C")
+
+
+class Driver:
+    def __init__(self, kernel: Kernel, clock: Clock) -> None:
+        self.kernel = kernel
+        self.clock = clock
+        self._executors: dict[type[Any], Callable[[Any], None]] = {}
+        self._permits: dict[str, asyncio.Future[None]] = {}  # model calls waiting for a permit
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = float("inf")
+        self._closed = False
+
+    def on(self, kind: type[C], execute: Callable[[C], None]) -> None:
+        """Carry out every command of type `kind` with `execute` (synchronous: it may start
+        tasks or resolve futures, never await)."""
+        assert kind not in self._executors, f"two executors for {kind.__name__}"
+        self._executors[kind] = execute
+
+    def handle(self, event: Event) -> list[Command]:
+        """Feed one event to the kernel and carry out what it answers."""
+        commands = self.kernel.handle(event, self.clock.now())
+        for command in commands:
+            self._execute(command)
+        self._arm_timer()
+        return commands
+
+    def tick(self) -> None:
+        """Fire the kernel's due deadlines (the timer calls this; tests with a FakeClock too)."""
+        self.handle(Tick())
+
+    def close(self) -> None:
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # -- provider permits --------------------------------------------------------------------
+
+    def waits_for_permit(self, stream_id: str) -> asyncio.Future[None]:
+        """Register a wait for `stream_id`'s permit, when the kernel did not grant it at once."""
+        future = asyncio.get_running_loop().create_future()
+        self._permits[stream_id] = future
+        return future
+
+    async def wait_permit(self, stream_id: str, future: asyncio.Future[None]) -> None:
+        """Wait for the permit `future` of `stream_id`.
+
+        Raises:
+            ProviderLimitTimeout: no permit within `kernel.permit_wait_timeout_s`.
+        """
+        try:
+            await future
+        finally:
+            self._permits.pop(stream_id, None)
+
+    async def acquire_permit(self, stream_id: str, owner: str | None = None) -> None:
+        """Take a provider permit for a stream outside any chat turn (a run's model call).
+
+        Raises:
+            ProviderLimitTimeout: no permit within `kernel.permit_wait_timeout_s`.
+        """
+        commands = self.handle(StreamRequested(stream_id, owner))
+        if GrantPermit(stream_id) in commands:
+            return
+        future = self.waits_for_permit(stream_id)
+        try:
+            await self.wait_permit(stream_id, future)
+        except BaseException:
+            self.handle(TurnEnded(stream_id))
+            raise
+
+    def release_permit(self, stream_id: str) -> None:
+        self.handle(TurnEnded(stream_id))
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _execute(self, command: Command) -> None:
+        match command:
+            case GrantPermit(stream_id):
+                future = self._permits.get(stream_id)
+                if future is not None and not future.done():
+                    future.set_result(None)
+            case FailTurn(stream_id, reason) if stream_id in self._permits:
+                future = self._permits[stream_id]
+                if not future.done():
+                    future.set_exception(ProviderLimitTimeout(f"no provider permit in time ({reason})"))
+                return  # a stream still waiting: its waiter ends it
+        execute = self._executors.get(type(command))
+        if execute is not None:
+            execute(command)
+
+    def _arm_timer(self) -> None:
+        deadline = self.kernel.next_deadline()
+        if deadline is None or deadline >= self._timer_at or self._closed:
+            return  # a timer that fires early only costs one empty Tick
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer_at = deadline
+        self._timer = loop.call_later(max(0.0, deadline - self.clock.now()), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = float("inf")
+        self.tick()

@@ -1,0 +1,88 @@
+"""Sessions in memory: which are loaded, and which agent runs each one's turns.
+
+The store holds every session; the kernel holds the ones in memory and evicts the idle ones
+(`EvictSession`). A turn for an evicted session loads it back first (`ensure_loaded`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from agentos.clock import wall_ms
+from agentos.errors import InvalidInput, SessionNotFound
+from agentos.ids import new_id
+from agentos.kernel import EvictSession, SessionClosed, SessionOpened
+from agentos.runtime.driver import Driver
+from agentos.store.base import Store
+from agentos.store.records import SessionRecord
+
+if TYPE_CHECKING:
+    from agentos.agents import RunService
+
+DEFAULT_AGENT = "default"  # a plain chat turn: one model call, no tools
+
+
+class Sessions:
+    def __init__(self, driver: Driver, store: Store, runs: RunService | None) -> None:
+        self._driver = driver
+        self._store = store
+        self._runs = runs
+        # The agent of each in-memory session whose turns an agent runs; kept here so that a
+        # turn does not read the store to learn how to run.
+        self._agents: dict[str, str] = {}
+        driver.on(EvictSession, self._evict)
+
+    def agent_of(self, session_id: str) -> str | None:
+        """The agent that runs the session's turns, or None for plain chat turns."""
+        return self._agents.get(session_id)
+
+    async def create(self, agent: str, metadata: dict[str, Any]) -> SessionRecord:
+        """Raises: InvalidInput (unknown agent)."""
+        if agent != DEFAULT_AGENT and (self._runs is None or not self._runs.has_agent(agent)):
+            raise InvalidInput(f"unknown agent {agent!r}; define it in the config or with POST /v1/agents")
+        record = SessionRecord(session_id=new_id("ses"), agent=agent, metadata=metadata, created_at_ms=wall_ms())
+        await self._store.create_session(record)
+        self._open(record)
+        return record
+
+    async def get(self, session_id: str) -> SessionRecord:
+        """Raises: SessionNotFound."""
+        record = await self._store.get_session(session_id)
+        if record is None:
+            raise SessionNotFound(session_id)
+        return record
+
+    async def ensure_loaded(self, session_id: str) -> None:
+        """Bring an evicted session back into memory.
+
+        Raises: SessionNotFound.
+        """
+        if self._driver.kernel.has_session(session_id):
+            return
+        record = await self.get(session_id)
+        if not self._driver.kernel.has_session(session_id):
+            self._open(record)
+
+    async def delete(self, session_id: str) -> None:
+        """Delete the session with everything it left: transcript, events, its runs.
+
+        Raises: SessionNotFound.
+        """
+        if not await self._store.delete_session(session_id):
+            raise SessionNotFound(session_id)
+        self._driver.handle(SessionClosed(session_id))  # cancels its running turn
+        self._agents.pop(session_id, None)
+        if self._runs is not None:
+            await self._runs.delete_session_runs(session_id)
+
+    def _open(self, record: SessionRecord) -> None:
+        # "default" is the plain chat turn unless an agent of that name is defined: then every
+        # session without an agent of its own runs it.
+        runs = self._runs
+        if record.agent != DEFAULT_AGENT or (runs is not None and runs.has_agent(DEFAULT_AGENT)):
+            self._agents[record.session_id] = record.agent
+        self._driver.handle(SessionOpened(record.session_id))
+
+    def _evict(self, command: EvictSession) -> None:
+        self._store.forget_session(command.session_id)
+        self._agents.pop(command.session_id, None)

@@ -1,0 +1,181 @@
+"""Turns: admission, the turn's task, and how every turn ends.
+
+A turn runs in the task of whoever calls `run` (for SSE and JSON the request's own handler
+task: no extra task and no queue hop per token). Whatever happens, it ends with exactly one
+terminal event (`turn.completed`, `turn.cancelled` or `turn.failed`), recorded before it is
+sent, and with `TurnEnded` fed to the kernel.
+
+Cancellation: a first-party cancel (last-wins, DELETE, shutdown) sets `cancel_reason` and
+cancels the task; the turn ends with `turn.cancelled` and the task goes on. Any other cancel
+of the task (its client went away, the server is stopping) is recorded, then re-raised: if
+both arrive together, the outside one wins and is never swallowed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import suppress
+from typing import Any
+
+from agentos.clock import Clock
+from agentos.errors import AdmissionRejected, ProviderError, ShuttingDown, new_error_id
+from agentos.ids import new_id
+from agentos.kernel import CancelRequested, CancelTurn, GrantPermit, RejectTurn, TurnEnded, TurnSubmitted
+from agentos.metrics import Metrics
+from agentos.runtime.agent_turn import AgentTurns
+from agentos.runtime.chat import ChatTurns
+from agentos.runtime.driver import Driver
+from agentos.runtime.sessions import Sessions
+from agentos.runtime.transcript import message, record_event
+from agentos.runtime.turn import Outcome, Turn, TurnSink
+from agentos.store.base import Store
+
+log = logging.getLogger("agentos.turns")
+
+
+class Turns:
+    def __init__(
+        self,
+        driver: Driver,
+        store: Store,
+        metrics: Metrics,
+        clock: Clock,
+        sessions: Sessions,
+        chat: ChatTurns,
+        agents: AgentTurns | None,
+    ) -> None:
+        self._driver = driver
+        self._store = store
+        self._metrics = metrics
+        self._clock = clock
+        self._sessions = sessions
+        self._chat = chat
+        self._agents = agents
+        self._turns: dict[str, Turn] = {}
+        self.accepting = True
+        self.idle = asyncio.Event()  # set while no turn is live
+        self.idle.set()
+        driver.on(CancelTurn, self._on_cancel)
+
+    def __len__(self) -> int:
+        return len(self._turns)
+
+    def ids(self) -> list[str]:
+        return list(self._turns)
+
+    async def start(self, session_id: str, text: str) -> Turn:
+        """Admit a turn; `run` runs it.
+
+        Raises:
+            ShuttingDown: the server is draining.
+            SessionNotFound: no such session.
+            AdmissionRejected: over `kernel.max_in_flight_turns`.
+        """
+        if not self.accepting:
+            raise ShuttingDown("the server is shutting down")
+        await self._sessions.ensure_loaded(session_id)
+        agent = self._sessions.agent_of(session_id) if self._agents is not None else None
+        turn = Turn(new_id("turn"), session_id, text, self._clock.now(), agent)
+        self._turns[turn.turn_id] = turn
+        self.idle.clear()
+        commands = self._driver.handle(TurnSubmitted(session_id, turn.turn_id, wants_permit=agent is None))
+        if isinstance(commands[0], RejectTurn):
+            self._forget(turn)
+            raise AdmissionRejected(commands[0].retry_after_s)
+        if agent is None and GrantPermit(turn.turn_id) not in commands:
+            turn.permit = self._driver.waits_for_permit(turn.turn_id)
+        return turn
+
+    def cancel(self, session_id: str, reason: str = "cancelled") -> str | None:
+        """Cancel the session's running turn; returns its id, or None if none was running."""
+        turn_id = self._driver.kernel.active_turn(session_id)
+        self._driver.handle(CancelRequested(session_id, reason))
+        return turn_id
+
+    def cancel_all(self, reason: str) -> None:
+        for turn_id in list(self._turns):
+            self._on_cancel(CancelTurn(turn_id, reason))
+
+    async def run(self, turn: Turn, sink: TurnSink) -> None:
+        """Run an admitted turn in the calling task, sending its events to `sink`."""
+        turn.task = asyncio.current_task()
+        partial: list[str] = []
+        try:
+            if turn.cancel_reason is not None:  # cancelled before it started running
+                raise asyncio.CancelledError
+            outcome = await self._execute(turn, sink, partial)
+            await self._finish(turn, sink, outcome.name, outcome.data, None)
+        except asyncio.CancelledError:
+            await self._cancelled(turn, sink, partial)
+        except ConnectionError:
+            await self._finish(turn, sink, "turn.cancelled", {"reason": "client_disconnected"}, partial)
+        except ProviderError as exc:
+            await self._finish(turn, sink, "turn.failed", {"reason": exc.code, "message": str(exc)}, partial)
+        except Exception:
+            error_id = new_error_id()
+            log.exception("turn %s failed (error_id=%s)", turn.turn_id, error_id)
+            await self._finish(turn, sink, "turn.failed", {"reason": "internal_error", "error_id": error_id}, partial)
+        finally:
+            self._forget(turn)
+            self._driver.handle(TurnEnded(turn.turn_id))
+
+    async def _execute(self, turn: Turn, sink: TurnSink, partial: list[str]) -> Outcome:
+        if turn.agent is not None and self._agents is not None:
+            return await self._agents.run(turn, sink, partial)
+        return await self._chat.run(turn, sink, partial)
+
+    async def _cancelled(self, turn: Turn, sink: TurnSink, partial: list[str]) -> None:
+        """End a cancelled turn; re-raise unless the cancel was only our own."""
+        task = asyncio.current_task()
+        outside = turn.cancel_reason is None or (task is not None and task.uncancel() > 0)
+        if turn.cancel_reason is not None and self._agents is not None:
+            await self._agents.stop(turn, turn.cancel_reason)
+        reason = turn.cancel_reason or "client_disconnected"
+        await self._finish(turn, sink, "turn.cancelled", {"reason": reason}, partial)
+        if outside:
+            raise asyncio.CancelledError
+
+    def _on_cancel(self, command: CancelTurn) -> None:
+        turn = self._turns.get(command.turn_id)
+        if turn is None or turn.finishing:
+            return
+        turn.cancel_reason = command.reason
+        if turn.task is not None:
+            turn.task.cancel()
+
+    def _forget(self, turn: Turn) -> None:
+        self._turns.pop(turn.turn_id, None)
+        if not self._turns:
+            self.idle.set()
+
+    async def _finish(
+        self, turn: Turn, sink: TurnSink, name: str, data: dict[str, Any], partial: list[str] | None
+    ) -> None:
+        """Record the terminal event first (synchronously), then try to deliver it.
+
+        `partial`: the tokens streamed so far, stored as the answer of a turn that did not
+        complete; None when the answer is already stored."""
+        turn.finishing = True  # from here a cancel would only cut the terminal event short
+        outcome = name.removeprefix("turn.")
+        data = {"turn_id": turn.turn_id, **data}
+        if turn.run_id is not None:
+            data["run_id"] = turn.run_id
+        if data.get("reason") != "session_deleted":  # nothing may outlive a deleted session
+            if partial is not None:
+                self._store.add_message(message(turn, "assistant", "".join(partial), outcome))
+            record_event(self._store, turn, name, data)
+        duration_ms = (self._clock.now() - turn.submitted_s) * 1000
+        self._metrics.observe_turn(outcome, duration_ms)
+        log.info(
+            "turn session=%s turn=%s outcome=%s reason=%s duration_ms=%.1f",
+            turn.session_id,
+            turn.turn_id,
+            outcome,
+            data.get("reason", "-"),
+            duration_ms,
+        )
+        if data.get("reason") == "client_disconnected":
+            return  # nobody to tell
+        with suppress(ConnectionError):  # the client left just now; the outcome is stored all the same
+            await sink.send(turn.next_event_id(), name, data)

@@ -1,0 +1,100 @@
+"""Build every service from the settings, in order, and close them in reverse.
+
+    store -> provider -> driver (the kernel) -> runs -> runtime
+
+Each part receives what it needs when it is built, so nothing is wired by assignment later;
+the CLI, the test helpers and the bench all build the server this one way.
+
+Usage::
+
+    services = await open_services(settings)
+    try:
+        app = create_app(services)
+        ...
+    finally:
+        await services.close()
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentos.agents import RunService
+from agentos.clock import Clock, MonotonicClock
+from agentos.config import Settings
+from agentos.errors import ConfigError
+from agentos.kernel import Kernel
+from agentos.metrics import Metrics
+from agentos.providers.base import Provider
+from agentos.providers.openai_compat import OpenAICompatProvider
+from agentos.runtime.driver import Driver
+from agentos.runtime.runtime import Runtime, kernel_limits
+from agentos.store.base import Store
+from agentos.store.memory import MemoryStore
+from agentos.store.sqlite import SQLiteStore
+
+log = logging.getLogger("agentos")
+
+DRAIN_TIMEOUT_S = 30.0
+
+
+@dataclass(slots=True)
+class Services:
+    settings: Settings
+    metrics: Metrics
+    store: Store
+    provider: Provider
+    driver: Driver
+    runs: RunService
+    runtime: Runtime
+
+    async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+        """Refuse new turns and runs; let running turns finish (bounded), then cancel the rest."""
+        self.runs.accepting = False
+        await self.runtime.drain(timeout_s)
+
+    async def close(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+        """Drain, then close everything in the reverse order of building it."""
+        await self.drain(timeout_s)
+        await self.runs.close()  # before the provider: draining runs may still call the model
+        self.driver.close()
+        await self.provider.aclose()
+        await self.store.close()
+
+
+async def open_services(
+    settings: Settings, *, metrics: Metrics | None = None, clock: Clock | None = None, provider: Provider | None = None
+) -> Services:
+    """Build and start every service. `provider` replaces the one `provider.url` names.
+
+    Raises:
+        ConfigError: no provider URL and no provider given (`agentos serve` starts its mock first).
+        StoreError: the store cannot be opened.
+    """
+    metrics = metrics or Metrics()
+    if provider is None and not settings.provider.url:
+        raise ConfigError("provider.url: no provider configured")
+    store = _make_store(settings, metrics)
+    await store.start()
+    try:
+        provider = provider or OpenAICompatProvider(settings.provider)
+        driver = Driver(Kernel(kernel_limits(settings)), clock or MonotonicClock())
+        data_dir = Path(settings.data_dir) if settings.store.enabled else None
+        runs = RunService(provider, data_dir, settings, driver=driver)
+        await runs.start()  # resumes every unfinished run from its journal
+    except BaseException:
+        await store.close()
+        raise
+    runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs)
+    runtime.start_lag_probe()
+    return Services(settings, metrics, store, provider, driver, runs, runtime)
+
+
+def _make_store(settings: Settings, metrics: Metrics) -> Store:
+    if not settings.store.enabled:
+        return MemoryStore()
+    return SQLiteStore(
+        Path(settings.data_dir), settings.store, jsonl_dir=settings.jsonl_dir, on_batch=metrics.observe_event_batch
+    )
