@@ -63,7 +63,7 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
     mock = None
     provider_config = settings.provider
     if not provider_config.url:
-        from agentos.bench.mock_llm import MockSettings, start_mock
+        from agentos.bench.mock.server import MockSettings, start_mock
 
         m = settings.mock
         mock = await start_mock(MockSettings(ttft_ms=m.ttft_ms, tps=m.tps, tokens=m.tokens))
