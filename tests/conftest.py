@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.bench.mock_llm import MockServer, MockSettings, start_mock
+from agentos.bench.mock.server import MockServer, MockSettings, start_mock
 from agentos.config import Settings, load_settings
 from agentos.testing import RunningServer, start_server
 

@@ -101,7 +101,7 @@ async def serve(settings: Settings, started: asyncio.Future[int] | None = None) 
     mock = None
     if not settings.provider.url:
         # The bench kit's mock, so the README's first command streams a token with no setup.
-        from agentos.bench.mock_llm import MockSettings, start_mock
+        from agentos.bench.mock.server import MockSettings, start_mock
 
         m = settings.mock
         mock = await start_mock(MockSettings(ttft_ms=m.ttft_ms, tps=m.tps, tokens=m.tokens))

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.bench.mock_llm import MockSettings
+from agentos.bench.mock.server import MockSettings
 from agentos.testing import eventually
 from tests.agents.counting_mock import CountingMock, Key, start_counting_mock
 

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from agentos.agents.http import RUN_SERVICE, add_routes, error_middleware
 from agentos.agents.service import RunService
-from agentos.bench.mock_llm import MockServer
+from agentos.bench.mock.server import MockServer
 from agentos.config import ProviderConfig, Settings
 from agentos.providers.openai_compat import OpenAICompatProvider
 from agentos.testing import Event, eventually, sse_events

@@ -9,7 +9,7 @@ import aiohttp
 import msgspec
 
 from agentos.api.openapi import OPENAPI
-from agentos.bench.mock_llm import MockServer
+from agentos.bench.mock.server import MockServer
 from agentos.testing import RunningServer, eventually, sse_events, start_server
 from tests.api.helpers import SSE, new_session, turn_events
 from tests.conftest import make_settings

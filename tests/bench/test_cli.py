@@ -9,18 +9,17 @@ from pathlib import Path
 import pytest
 
 from agentos.bench.cli import mock_settings_from
-from agentos.bench.mock_check import check_tools_contract
-from agentos.bench.mock_llm import MockSettings
-from agentos.bench.mock_main import raise_fd_limit
-from agentos.bench.processes import (
+from agentos.bench.common.loop import raise_fd_limit
+from agentos.bench.common.processes import (
     BenchSetupError,
     ServerPlan,
-    mock_argv,
     resolve_profile,
     server_argv,
-    start_mock_process,
     stop_child,
 )
+from agentos.bench.mock.check import check_tools_contract
+from agentos.bench.mock.process import mock_argv, start_mock_process
+from agentos.bench.mock.server import MockSettings
 from agentos.cli import build_parser, main
 from agentos.config import load_settings
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agentos.bench.memory import MemoryPlan, run_memory
-from agentos.bench.mock_llm import MockSettings
-from agentos.bench.report import load_report, write_report
-from agentos.bench.sweep import SweepPlan, run_sweep
+from agentos.bench.load.sweep import SweepPlan, run_sweep
+from agentos.bench.memory.staircase import MemoryPlan, run_memory
+from agentos.bench.mock.server import MockSettings
+from agentos.bench.report.document import load_report, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [

@@ -4,27 +4,37 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentos.bench.loadgen import PointPlan, Probes, bench_http_session, run_point
-from agentos.bench.mock_llm import MockSettings, start_mock
-from agentos.bench.targets import DirectTarget, ServerTarget
+from agentos.bench.common.http import bench_http_session
+from agentos.bench.load.loadgen import PointPlan, Probes, run_point
+from agentos.bench.load.targets import DirectTarget, ServerTarget
+from agentos.bench.mock.server import MockSettings, start_mock
 
 SHORT = {"warmup_s": 0.1, "duration_s": 0.5, "turn_timeout_s": 5.0}
+TTFT_S = 0.020
 
 
 async def test_direct_point_row() -> None:
-    server = await start_mock(MockSettings(ttft_ms=20.0, tps=500.0, tokens=3))
+    server = await start_mock(MockSettings(ttft_ms=TTFT_S * 1000, tps=500.0, tokens=3))
     base = server.url.removesuffix("/v1")
     try:
         async with bench_http_session() as http:
-            plan = PointPlan(concurrency=3, **SHORT)
+            # a warm-up long enough that its turns, if counted, would show in the rate
+            plan = PointPlan(concurrency=3, warmup_s=0.3, duration_s=0.5, turn_timeout_s=5.0)
             result = await run_point(DirectTarget(server.url), http, plan, Probes(mock_base_url=base))
     finally:
         await server.close()
     row = result.as_row()
     assert row["target"] == "direct" and row["concurrency"] == 3
     assert row["turns_ok"] > 3 and row["failures_total"] == 0
-    assert row["turns_per_s"] == round(row["turns_ok"] / 0.5, 2)
-    assert 20 <= row["ttft_ms"]["p50"] <= row["turn_ms"]["p50"]
+    # Little's law for a closed loop with no think time: throughput = workers / mean turn time. The
+    # turn times come from the samples, not from the count the row divides, so a count that took in
+    # warm-up turns or a rate over the wrong duration lands outside. Window edges cost <= 1 turn a worker.
+    turn_s = [s.turn_s for s in result.samples if s.ok]
+    littles_law = plan.concurrency / (sum(turn_s) / len(turn_s))
+    assert 0.85 * littles_law <= row["turns_per_s"] <= 1.15 * littles_law, (row["turns_per_s"], littles_law)
+    # No turn is faster than the mock's TTFT, so no worker ends more than window / TTFT + 1 turns in it.
+    assert row["turns_per_s"] <= plan.concurrency * (plan.duration_s / TTFT_S + 1) / plan.duration_s
+    assert TTFT_S * 1000 <= row["ttft_ms"]["p50"] <= row["turn_ms"]["p50"]
     assert row["mock_max_concurrent"] == 3
     assert row["loadgen_cpu_cores"] is not None
 

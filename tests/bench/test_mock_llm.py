@@ -11,10 +11,10 @@ import aiohttp
 import msgspec
 import pytest
 
-from agentos.bench.chat_stream import ChatAnswer, add_chunk
-from agentos.bench.mock_check import check_tools_contract, stream_answer
-from agentos.bench.mock_llm import MockServer, MockSettings, MockStats, decide_fault, start_mock
-from agentos.bench.sse import SSEParser
+from agentos.bench.common.chat_stream import ChatAnswer, add_chunk
+from agentos.bench.common.sse import SSEParser
+from agentos.bench.mock.check import check_tools_contract, stream_answer
+from agentos.bench.mock.server import MockServer, MockSettings, MockStats, decide_fault, start_mock
 from agentos.errors import ConfigError
 
 FAST = {"ttft_ms": 5.0, "tps": 1000.0}

@@ -6,7 +6,7 @@ import asyncio
 import os
 import sys
 
-from agentos.bench.procfs import parse_smaps_rollup, parse_stat, sample_tree, tree_pids
+from agentos.bench.common.procfs import parse_smaps_rollup, parse_stat, sample_tree, tree_pids
 
 # field 2 (comm) may hold spaces and parentheses; utime..cstime = 100 200 30 40 ticks
 STAT = "4242 (we (ird) name) S 17 4242 4242 0 -1 4194560 1 0 0 0 100 200 30 40 20 0 1 0 5 1000 50"

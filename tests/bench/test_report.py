@@ -8,10 +8,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentos.bench.compare import compare_reports, format_comparisons
-from agentos.bench.machine import machine_info, machine_slug, result_stem, utc_now, versions
-from agentos.bench.memory import parse_gauges, summarize
-from agentos.bench.report import load_report, overhead_rows, write_report
+from agentos.bench.memory.staircase import parse_gauges, summarize
+from agentos.bench.report.compare import compare_reports, format_comparisons
+from agentos.bench.report.document import load_report, overhead_rows, write_report
+from agentos.bench.report.machine import machine_info, machine_slug, result_stem, utc_now, versions
 from agentos.cli import main
 
 

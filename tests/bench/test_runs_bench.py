@@ -11,9 +11,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from agentos.bench.mock_llm import MockSettings
-from agentos.bench.runs_bench import RunsPlan, run_runs_bench
-from agentos.bench.runs_report import write_runs_report
+from agentos.bench.mock.server import MockSettings
+from agentos.bench.runs.bench import run_runs_bench
+from agentos.bench.runs.plan import RunsPlan
+from agentos.bench.runs.report import write_runs_report
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS_PER_RUN = 7  # 4 model calls + 2 run_command results + 1 human answer

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentos.bench.sse import SSEEvent, SSEParser
+from agentos.bench.common.sse import SSEEvent, SSEParser
 
 STREAM = (
     b": a comment\n"

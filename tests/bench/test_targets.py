@@ -7,10 +7,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.bench.loadgen import bench_http_session
-from agentos.bench.mock_llm import MockSettings, start_mock
-from agentos.bench.sse import SSEEvent
-from agentos.bench.targets import (
+from agentos.bench.common.http import bench_http_session
+from agentos.bench.common.sse import SSEEvent
+from agentos.bench.load.targets import (
     DirectTarget,
     ServerTarget,
     direct_verdict,
@@ -18,6 +17,7 @@ from agentos.bench.targets import (
     server_verdict,
     status_failure,
 )
+from agentos.bench.mock.server import MockSettings, start_mock
 
 
 @pytest.mark.parametrize(

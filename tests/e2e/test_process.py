@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agentos.bench.mock_llm import MockServer
+from agentos.bench.mock.server import MockServer
 from agentos.testing import eventually
 from tests.api.helpers import new_session, turn_events
 

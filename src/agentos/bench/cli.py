@@ -50,7 +50,7 @@ def _register_mock(commands: argparse._SubParsersAction[argparse.ArgumentParser]
 
 def mock_settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Any:
     """Flags win over `MOCK_*` env vars, which win over the defaults."""
-    from agentos.bench.mock_llm import MockSettings
+    from agentos.bench.mock.server import MockSettings
 
     values: dict[str, Any] = {}
     for name, kind in _MOCK_FLAGS.items():
@@ -66,12 +66,12 @@ def mock_settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> 
 
 
 def _run_mock(args: argparse.Namespace) -> int:
-    from agentos.bench.mock_main import serve_mock
+    from agentos.bench.mock.main import serve_mock
 
     return serve_mock(mock_settings_from(args, os.environ), args.host, args.port)
 
 
 def _check_mock(args: argparse.Namespace) -> int:
-    from agentos.bench.mock_main import check_mock
+    from agentos.bench.mock.main import check_mock
 
     return check_mock(args.url)

@@ -1,4 +1,4 @@
-"""`agentos bench sweep|memory|compare` (and `runs`, from `agentos.bench.runs`): parse, run, write. No logic."""
+"""`agentos bench sweep|memory|compare` (and `runs`, from `agentos.bench.runs.cli`): parse, run, write. No logic."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     compare.add_argument("new", type=Path, help="the new report (B)")
     compare.add_argument("--threshold", type=float, default=0.20, help="growth that counts as a regression")
     compare.set_defaults(handler=_compare)
-    from agentos.bench import runs  # `agentos bench runs` (agent runs), owned by the agent-runs work
+    from agentos.bench.runs import cli as runs_cli  # `agentos bench runs` (agent runs)
 
-    runs.register(commands)
+    runs_cli.register(commands)
 
 
 def _add_mock_flags(p: argparse.ArgumentParser, ttft_ms: float, tps: float, tokens: int) -> None:
@@ -78,9 +78,9 @@ def _points(args: argparse.Namespace) -> list[int]:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from agentos.bench.mock_llm import MockSettings
-    from agentos.bench.mock_main import raise_fd_limit, run_loop
-    from agentos.bench.sweep import SweepPlan, run_sweep
+    from agentos.bench.common.loop import raise_fd_limit, run_loop
+    from agentos.bench.load.sweep import SweepPlan, run_sweep
+    from agentos.bench.mock.server import MockSettings
 
     raise_fd_limit()
     plan = SweepPlan(
@@ -104,9 +104,9 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _memory(args: argparse.Namespace) -> int:
-    from agentos.bench.memory import MemoryPlan, run_memory
-    from agentos.bench.mock_llm import MockSettings
-    from agentos.bench.mock_main import raise_fd_limit, run_loop
+    from agentos.bench.common.loop import raise_fd_limit, run_loop
+    from agentos.bench.memory.staircase import MemoryPlan, run_memory
+    from agentos.bench.mock.server import MockSettings
 
     raise_fd_limit()
     plan = MemoryPlan(
@@ -122,8 +122,8 @@ def _memory(args: argparse.Namespace) -> int:
 
 
 def _write(report: dict[str, object], kind: str, label: str, args: argparse.Namespace) -> int:
-    from agentos.bench.machine import machine_info, result_stem, utc_now
-    from agentos.bench.report import write_report
+    from agentos.bench.report.document import write_report
+    from agentos.bench.report.machine import machine_info, result_stem, utc_now
 
     stem = result_stem(kind, Path(label).stem, machine_info(), utc_now(), args.name)
     for path in write_report(dict(report), args.out_dir, stem):
@@ -132,8 +132,8 @@ def _write(report: dict[str, object], kind: str, label: str, args: argparse.Name
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from agentos.bench.compare import compare_reports, format_comparisons
-    from agentos.bench.report import load_report
+    from agentos.bench.report.compare import compare_reports, format_comparisons
+    from agentos.bench.report.document import load_report
 
     try:
         comparisons = compare_reports(load_report(args.old), load_report(args.new), args.threshold)

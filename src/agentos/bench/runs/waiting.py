@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from agentos.bench.loadgen import bench_http_session
-from agentos.bench.procfs import TreeSample, sample_tree
-from agentos.bench.runs_client import RunTarget, answer_run, drive_run, start_run, terminate_run
-from agentos.bench.runs_probes import TERMINAL_STATUSES, mb, peak_sampling, poll_session, poll_until
-from agentos.bench.stats import slope
-
-if TYPE_CHECKING:
-    from agentos.bench.processes import Child
-    from agentos.bench.runs_bench import RunsPlan
+from agentos.bench.common.http import bench_http_session
+from agentos.bench.common.processes import Child
+from agentos.bench.common.procfs import TreeSample, sample_tree
+from agentos.bench.report.stats import slope
+from agentos.bench.runs.client import RunTarget, answer_run, drive_run, start_run, terminate_run
+from agentos.bench.runs.plan import RunsPlan
+from agentos.bench.runs.probes import TERMINAL_STATUSES, mb, peak_sampling, poll_session, poll_until
 
 
 def _settled(run: dict[str, Any]) -> bool:

@@ -1,6 +1,6 @@
 """The closed-loop load generator: N workers, each with its own session, turns back to back.
 
-Usage::
+Usage (`bench_http_session` is in `agentos.bench.common.http`)::
 
     async with bench_http_session() as http:
         point = await run_point(ServerTarget(url), http, PointPlan(concurrency=8, warmup_s=2, duration_s=10))
@@ -16,17 +16,16 @@ are not counted, so nothing is cancelled mid-flight and no abort bleeds into the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
-from agentos.bench.procfs import TreeSample, sample_tree, self_cpu_s
-from agentos.bench.stats import percentiles_ms
-from agentos.bench.targets import FAILURE_KINDS, Target, TurnSample
+from agentos.bench.common.procfs import TreeSample, sample_tree, self_cpu_s
+from agentos.bench.load.targets import FAILURE_KINDS, Target, TurnSample
+from agentos.bench.report.stats import percentiles_ms
 
 _FAILURE_PAUSE_S = 0.05  # after a non-429 failure, so a dead server is not hammered in a hot loop
 _MAX_BACKOFF_S = 5.0
@@ -85,14 +84,6 @@ def _per_turn_ms(cpu_s: float | None, turns: int) -> float | None:
 
 def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
-
-
-@contextlib.asynccontextmanager
-async def bench_http_session() -> AsyncIterator[aiohttp.ClientSession]:
-    """One client for the whole run: no connection cap, no client-side queueing."""
-    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=None, enable_cleanup_closed=False)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as http:
-        yield http
 
 
 @dataclass(kw_only=True)

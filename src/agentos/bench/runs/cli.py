@@ -4,7 +4,7 @@ Registered from `cli_bench.register` through `register(commands)`; also runnable
 
     python -m agentos.bench.runs --runs 100,1000 --answer-delay-secs 1
 
-The method is in `agentos.bench.runs_bench`. Heavy imports happen in the handler, so registering
+The method is in `agentos.bench.runs.bench`. Heavy imports happen in the handler, so registering
 the command costs the CLI nothing.
 """
 
@@ -52,11 +52,12 @@ def _points(text: str) -> tuple[int, ...]:
 
 def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     """Run the bench and write the report; print the files written."""
-    from agentos.bench.machine import machine_info, result_stem, utc_now
-    from agentos.bench.mock_llm import MockSettings
-    from agentos.bench.mock_main import raise_fd_limit, run_loop
-    from agentos.bench.runs_bench import RunsPlan, run_runs_bench
-    from agentos.bench.runs_report import write_runs_report
+    from agentos.bench.common.loop import raise_fd_limit, run_loop
+    from agentos.bench.mock.server import MockSettings
+    from agentos.bench.report.machine import machine_info, result_stem, utc_now
+    from agentos.bench.runs.bench import run_runs_bench
+    from agentos.bench.runs.plan import RunsPlan
+    from agentos.bench.runs.report import write_runs_report
 
     fd_limit = raise_fd_limit()  # 1000 SSE connections here, inherited by the server and the mock
     plan = RunsPlan(

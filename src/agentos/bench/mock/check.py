@@ -18,9 +18,9 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from agentos.bench.chat_stream import ChatAnswer, add_chunk
-from agentos.bench.scenario import expected_tool_steps
-from agentos.bench.sse import SSEParser
+from agentos.bench.common.chat_stream import ChatAnswer, add_chunk
+from agentos.bench.common.sse import SSEParser
+from agentos.bench.mock.scenario import expected_tool_steps
 
 _TIMEOUT = aiohttp.ClientTimeout(total=30)
 

@@ -23,19 +23,20 @@ from typing import Any
 
 import aiohttp
 
-from agentos.bench.loadgen import PointPlan, PointResult, Probes, bench_http_session, run_point
-from agentos.bench.machine import machine_info, utc_now, versions
-from agentos.bench.mock_llm import MockSettings
-from agentos.bench.processes import (
+from agentos.bench.common.http import bench_http_session
+from agentos.bench.common.processes import (
     BenchSetupError,
     ServerPlan,
     resolve_profile,
-    start_mock_process,
     start_server_process,
     stop_child,
 )
-from agentos.bench.report import SCHEMA_VERSION
-from agentos.bench.targets import DirectTarget, ServerTarget, Target
+from agentos.bench.load.loadgen import PointPlan, PointResult, Probes, run_point
+from agentos.bench.load.targets import DirectTarget, ServerTarget, Target
+from agentos.bench.mock.process import start_mock_process
+from agentos.bench.mock.server import MockSettings
+from agentos.bench.report.document import SCHEMA_VERSION
+from agentos.bench.report.machine import machine_info, utc_now, versions
 
 DEFAULT_POINTS = (1, 2, 4, 8, 16, 32, 64)
 BENCH_MOCK = MockSettings(ttft_ms=2000.0, tps=200.0, tokens=8)  # a turn ≈ 2.04 s, as in the reference bench

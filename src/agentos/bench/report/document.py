@@ -216,7 +216,7 @@ def write_report(report: dict[str, Any], out_dir: Path, stem: str) -> list[Path]
 
 
 def _write_plots(report: dict[str, Any], out_dir: Path, stem: str) -> dict[str, Path]:
-    from agentos.bench import plots  # matplotlib only where plots are drawn (`compare` needs none)
+    from agentos.bench.report import plots  # matplotlib only where plots are drawn (`compare` needs none)
 
     if report["kind"] == "memory":
         return {"memory staircase": plots.plot_staircase(report, out_dir / f"{stem}-staircase.png")}

@@ -1,7 +1,7 @@
 """The `agentos bench runs` report: JSON (the data), Markdown (for people) and a PNG plot.
 
 The Markdown starts with the header every bench report has (machine, versions, topology, profile,
-exact command), drawn by `agentos.bench.report`.
+exact command), drawn by `agentos.bench.report.document`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 # report.py keeps its header and cell formatting private; reusing them keeps every report's header identical
-from agentos.bench.report import _fmt, _header, _pcts
+from agentos.bench.report.document import _fmt, _header, _pcts
 
 _POINT_COLUMNS = (
     "| N | completed | failures | start ms p50/p95/p99 | run ms p50/p95/p99 | wall s | steps | steps/s "
@@ -156,7 +156,7 @@ def plot_durations(points: list[dict[str, Any]], path: Path) -> Path:
     """Run duration p50/p95/p99 (and start-call p50/p99) against N, log-scale N."""
     import matplotlib
 
-    matplotlib.use("Agg")  # no display needed (as agentos.bench.plots does)
+    matplotlib.use("Agg")  # no display needed (as agentos.bench.report.plots does)
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))

@@ -1,4 +1,4 @@
-"""Start and stop the processes a bench run needs: the mock provider and the Agent OS server.
+"""Start and stop the processes a bench run needs: the Agent OS server (the mock: `agentos.bench.mock.process`).
 
 Everything is started as a child of this process, bound to 127.0.0.1, and stopped by its own pid
 (SIGTERM, then SIGKILL after a bounded wait). Readiness is polled with a deadline, never forever.
@@ -16,10 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
-
-from agentos.bench.mock_llm import MockSettings
-
-_READY_LINE = "mock-llm listening on "
 
 
 class BenchSetupError(RuntimeError):
@@ -43,38 +39,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def mock_argv(settings: MockSettings) -> list[str]:
-    return [
-        *[sys.executable, "-m", "agentos", "mock-llm", "--host", "127.0.0.1", "--port", "0"],
-        *["--ttft-ms", str(settings.ttft_ms), "--tps", str(settings.tps), "--tokens", str(settings.tokens)],
-        *["--error-rate", str(settings.error_rate), "--fail-every", str(settings.fail_every)],
-        *["--hang-rate", str(settings.hang_rate), "--scenario", settings.scenario, "--seed", str(settings.seed)],
-    ]
-
-
-async def start_mock_process(settings: MockSettings, log_dir: Path, ready_timeout_s: float = 30.0) -> Child:
-    """Run `agentos mock-llm` and wait for its `listening on` line.
-
-    Raises:
-        BenchSetupError: it exited or stayed silent past `ready_timeout_s`.
-    """
-    log_path = log_dir / "mock-llm.log"
-    with log_path.open("wb") as log:
-        process = await asyncio.create_subprocess_exec(
-            *mock_argv(settings), stdout=asyncio.subprocess.PIPE, stderr=log, stdin=asyncio.subprocess.DEVNULL
-        )
-    assert process.stdout is not None
-    try:
-        line = await asyncio.wait_for(process.stdout.readline(), ready_timeout_s)
-    except TimeoutError:
-        line = b""
-    text = line.decode().strip()
-    if not text.startswith(_READY_LINE):
-        await stop_child(process)
-        raise BenchSetupError(f"mock-llm did not start (see {str(log_path)!r}): {text!r}")
-    return Child(name="mock-llm", process=process, url=text.removeprefix(_READY_LINE), log_path=log_path)
 
 
 @dataclass(frozen=True, kw_only=True)

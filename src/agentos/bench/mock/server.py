@@ -30,8 +30,8 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from agentos.bench.scenario import AnswerPlan, Scenario, plan_answer, prompt_tokens
-from agentos.bench.wire import DONE, ChunkWriter, completion_body, embeddings_body, usage
+from agentos.bench.mock.scenario import AnswerPlan, Scenario, plan_answer, prompt_tokens
+from agentos.bench.mock.wire import DONE, ChunkWriter, completion_body, embeddings_body, usage
 from agentos.errors import ConfigError
 
 MOCK_MODEL = "mock-1"

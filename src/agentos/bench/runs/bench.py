@@ -9,7 +9,7 @@ delta of cumulative CPU time, memory (RSS, Private_Dirty) every 0.5 s for the pe
 the end. Steps are the results the server journals: model calls (the mock's request counter over
 the point) plus `tool.result` and `human.answered` events seen on the streams.
 
-Waiting point: on a fresh server, runs parked on a human (method in `agentos.bench.runs_waiting`).
+Waiting point: on a fresh server, runs parked on a human (method in `agentos.bench.runs.waiting`).
 Everything is bounded by deadlines; every process is stopped by its pid.
 """
 
@@ -21,56 +21,40 @@ import sys
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from agentos.bench.loadgen import bench_http_session
-from agentos.bench.machine import machine_info, utc_now, versions
-from agentos.bench.mock_llm import MockSettings
-from agentos.bench.processes import (
+from agentos.bench.common.http import bench_http_session
+from agentos.bench.common.processes import (
     Child,
     ServerPlan,
     resolve_profile,
-    start_mock_process,
     start_server_process,
     stop_child,
 )
-from agentos.bench.procfs import TreeSample, sample_tree, self_cpu_s
-from agentos.bench.report import SCHEMA_VERSION
-from agentos.bench.runs_client import (
+from agentos.bench.common.procfs import TreeSample, sample_tree, self_cpu_s
+from agentos.bench.mock.process import start_mock_process
+from agentos.bench.report.document import SCHEMA_VERSION
+from agentos.bench.report.machine import machine_info, utc_now, versions
+from agentos.bench.report.stats import percentiles_ms
+from agentos.bench.runs.client import (
     FAILURE_KINDS,
     PHASE_ENDED_BY,
     RunOutcome,
     RunTarget,
     drive_run,
 )
-from agentos.bench.runs_probes import mb, own_cpu_s, peak_sampling
-from agentos.bench.runs_waiting import measure_waiting
-from agentos.bench.stats import percentiles_ms
+from agentos.bench.runs.plan import RunsPlan
+from agentos.bench.runs.probes import mb, own_cpu_s, peak_sampling
+from agentos.bench.runs.waiting import measure_waiting
 
-RUNS_MOCK = MockSettings(ttft_ms=200.0, tps=200.0, tokens=8, scenario="tools")
 STEPS_COUNTED_AS = (
     "model calls (the mock's request counter over the point) + `tool.result` events + `human.answered` "
     "events seen on the runs' streams: the results the server journals, one step each"
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunsPlan:
-    points: tuple[int, ...] = (100, 1000)
-    answer_delay_s: float = 1.0
-    run_timeout_s: float = 120.0  # per run, start call to terminal event
-    waiting_runs: int = 1000  # 0: no waiting point
-    waiting_batches: int = 4  # the waiting runs start in this many bursts, memory sampled after each
-    waiting_timeout_s: float = 120.0  # to reach waiting_human, and again to finish after the answers
-    settle_s: float = 1.0
-    profile: str = "runs"
-    agent: str = "bench"
-    mock: MockSettings = RUNS_MOCK
-    command: str = ""
 
 
 async def _mock_call(http: aiohttp.ClientSession, mock: Child, method: str, path: str) -> dict[str, Any]:

@@ -1,0 +1,16 @@
+"""The bench's HTTP client: one session for a whole run, with no client-side limits."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import aiohttp
+
+
+@contextlib.asynccontextmanager
+async def bench_http_session() -> AsyncIterator[aiohttp.ClientSession]:
+    """One client for the whole run: no connection cap, no client-side queueing."""
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=None, enable_cleanup_closed=False)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as http:
+        yield http

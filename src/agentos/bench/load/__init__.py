@@ -1,0 +1,1 @@
+"""The closed-loop load generator and `agentos bench sweep`."""

@@ -1,0 +1,1 @@
+"""`agentos bench memory`: the per-session memory staircase of the server."""

@@ -1,0 +1,1 @@
+"""`agentos bench runs`: concurrent agent runs and runs waiting for a human."""
