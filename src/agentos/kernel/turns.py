@@ -146,12 +146,13 @@ class Turns:
 
     def _uncount(self, turn_id: str, turn: _Turn) -> None:
         """Take the turn out of `in_flight` and out of its session's active slot."""
-        if turn.counted:
+        if turn.counted:  # then it is its session's active turn, and the session is in memory
             turn.counted = False
             self.in_flight -= 1
-            session = self.sessions.get(turn.session_id) if turn.session_id is not None else None
-            if session is not None and session.active_turn == turn_id:
-                session.active_turn = None
+            assert turn.session_id is not None
+            session = self.sessions[turn.session_id]
+            assert session.active_turn == turn_id
+            session.active_turn = None
 
     def _cancel(self, turn_id: str, reason: str) -> list[Command]:
         turn = self.table[turn_id]
