@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from agentos.kernel import (
+    AcceptRun,
     AcceptTurn,
     CancelRequested,
     CancelTurn,
@@ -18,8 +19,10 @@ from agentos.kernel import (
     KernelLimits,
     ProviderReleased,
     RejectTurn,
+    RunSubmitted,
     SessionClosed,
     SessionOpened,
+    StartRun,
     StreamRequested,
     Tick,
     TurnEnded,
@@ -178,7 +181,16 @@ def test_limits_are_validated() -> None:
 
 def test_the_kernel_imports_only_the_stdlib_and_itself() -> None:
     """The layer rule: kernel/ does no I/O, so it imports nothing that could."""
-    allowed = {"__future__", "collections", "dataclasses", "enum", "typing", "agentos.kernel", "agentos.errors"}
+    allowed = {
+        "__future__",
+        "collections",
+        "dataclasses",
+        "enum",
+        "heapq",
+        "typing",
+        "agentos.kernel",
+        "agentos.errors",
+    }
     kernel_dir = Path(__file__).parents[2] / "src" / "agentos" / "kernel"
     for path in kernel_dir.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -203,3 +215,51 @@ def test_run_streams_share_the_permits_with_turns_but_not_the_gate() -> None:
     k.handle(TurnEnded("t1"), now=7.0)
     stats = k.statistics()
     assert (stats.permits_in_use, stats.live_turns, stats.in_flight_turns) == (0, 0, 0)
+
+
+def test_an_agent_turn_never_queues_and_its_run_stream_gets_the_freed_permit() -> None:
+    """Defect 1 of issue #7: the agent turn used to queue for a permit it would never use, take
+    the one `t1` released, and keep it for the whole run; its run's model call starved."""
+    k = make(concurrency_limit=1, permit_wait_timeout_s=5)
+    assert k.handle(TurnSubmitted("s1", "t1"), now=0.0) == [AcceptTurn("t1"), GrantPermit("t1")]
+    assert k.handle(TurnSubmitted("s2", "t2", wants_permit=False), now=0.0) == [AcceptTurn("t2")]
+    assert k.turn_state("t2") is TurnState.RUNNING
+    assert k.statistics().in_flight_turns == 2  # counted like any turn
+    assert k.handle(RunSubmitted("r2"), now=0.0) == [AcceptRun("r2"), StartRun("r2")]
+    assert k.handle(StreamRequested("r2.m1", owner="r2"), now=0.1) == []  # behind t1
+    assert k.handle(ProviderReleased("t2"), now=0.1) == []  # the agent turn holds nothing to release
+    assert k.handle(ProviderReleased("t1"), now=0.2) == [GrantPermit("r2.m1")]
+    assert not k.holds_permit("t2") and k.holds_permit("r2.m1")
+    assert k.handle(Tick(), now=10.0) == []  # nothing waited long enough to fail
+    assert k.turn_state("t2") is TurnState.RUNNING and k.statistics().in_flight_turns == 2
+
+
+def test_an_agent_turn_is_superseded_and_gated_like_any_turn() -> None:
+    k = make(max_in_flight_turns=1)
+    k.handle(TurnSubmitted("s1", "t1", wants_permit=False), now=0.0)
+    assert k.handle(TurnSubmitted("s2", "t2"), now=0.0) == [RejectTurn("t2", 1)]
+    k.handle(SessionOpened("s1"), now=0.0)
+    assert k.handle(CancelRequested("s1"), now=1.0) == [CancelTurn("t1", "cancelled")]
+    assert k.turn_state("t1") is TurnState.CANCELLING and k.statistics().in_flight_turns == 0
+
+
+def test_a_cancelled_waiter_leaves_the_line_at_once() -> None:
+    k = make(concurrency_limit=1)
+    k.handle(TurnSubmitted("s1", "t1"), now=0.0)
+    k.handle(TurnSubmitted("s2", "t2"), now=0.0)
+    assert k.statistics().waiting_for_permit == 1
+    k.handle(CancelRequested("s2"), now=0.0)
+    assert k.statistics().waiting_for_permit == 0
+    assert k.next_deadline() == 300.0  # only the session TTL is left, no stale permit deadline
+    k.handle(TurnEnded("t2"), now=0.0)
+    assert k.handle(TurnEnded("t1"), now=0.0) == []
+    assert k.statistics().permits_in_use == 0
+
+
+def test_a_waiting_turn_that_ends_leaves_the_line() -> None:
+    k = make(concurrency_limit=1)
+    k.handle(TurnSubmitted("s1", "t1"), now=0.0)
+    k.handle(TurnSubmitted("s2", "t2"), now=0.0)
+    k.handle(TurnSubmitted("s3", "t3"), now=0.0)
+    k.handle(TurnEnded("t2"), now=0.0)  # its task died while it waited
+    assert k.handle(ProviderReleased("t1"), now=1.0) == [GrantPermit("t3")]

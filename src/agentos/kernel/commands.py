@@ -1,8 +1,14 @@
-"""Outputs of the kernel: what the runtime must do, named in the imperative."""
+"""Outputs of the kernel: what the runtime must do, named in the imperative.
+
+Turn commands first, run commands after them. Each docstring says what the runtime must do.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+AnswerRejection = Literal["not_waiting", "operation_mismatch", "approval_required", "args_hash_mismatch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,14 +26,15 @@ class AcceptTurn:
 
 @dataclass(frozen=True, slots=True)
 class GrantPermit:
-    """The turn may open its provider stream."""
+    """The turn (or stream) may open its provider stream."""
 
     turn_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class CancelTurn:
-    """Stop the turn: abort its upstream, store its partial output as cancelled."""
+    """Stop the turn (or abort the stream): abort its upstream, store its partial output as
+    cancelled, then send `ProviderReleased`/`TurnEnded` as usual."""
 
     turn_id: str
     reason: str
@@ -35,7 +42,8 @@ class CancelTurn:
 
 @dataclass(frozen=True, slots=True)
 class FailTurn:
-    """End the turn as failed before it reached the provider."""
+    """End the turn (or stream) as failed before it reached the provider: wake its permit wait
+    with an error. It never gets a permit; it still ends with `TurnEnded`."""
 
     turn_id: str
     reason: str
@@ -48,4 +56,95 @@ class EvictSession:
     session_id: str
 
 
-Command = RejectTurn | AcceptTurn | GrantPermit | CancelTurn | FailTurn | EvictSession
+# -- runs -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptRun:
+    """The run is admitted: answer its start call (201/202); `StartRun` follows."""
+
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RejectRun:
+    """Over `max_active_runs`: answer 429 with Retry-After; journal and start nothing."""
+
+    run_id: str
+    retry_after_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class StartRun:
+    """Start (or restart) the run's task: it replays its journal and works until it ends
+    (`RunEnded`) or parks (`HumanRequested`)."""
+
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StopRun:
+    """Stop the run's task. Soft (`hard=False`): let the current step finish, then end the run
+    as cancelled at its next step boundary. Hard: cancel the task now (its streams get
+    `CancelTurn`/`FailTurn` of their own). Either way the task ends with `RunEnded`."""
+
+    run_id: str
+    hard: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class FinishRun:
+    """The run, which has no task, ended: journal its terminal status with `reason`, publish
+    `run.<status>`, wake whoever waits for it. The kernel has forgotten it; send no `RunEnded`."""
+
+    run_id: str
+    status: Literal["failed", "cancelled"]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptAnswer:
+    """The answer binds to the pending request: journal step `step_seq` as answered, publish
+    `human.answered`; `StartRun` follows."""
+
+    run_id: str
+    operation_id: str
+    step_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class RejectAnswer:
+    """The answer does not bind: change nothing; answer 409 ("approval_required": 400) with `code`."""
+
+    run_id: str
+    code: AnswerRejection
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireHuman:
+    """Nobody answered in time: journal step `step_seq` as timed out. `FinishRun(run_id, "failed",
+    "human_timeout")` follows."""
+
+    run_id: str
+    operation_id: str
+    step_seq: int
+
+
+Command = (
+    RejectTurn
+    | AcceptTurn
+    | GrantPermit
+    | CancelTurn
+    | FailTurn
+    | EvictSession
+    | AcceptRun
+    | RejectRun
+    | StartRun
+    | StopRun
+    | FinishRun
+    | AcceptAnswer
+    | RejectAnswer
+    | ExpireHuman
+)

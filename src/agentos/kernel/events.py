@@ -1,26 +1,48 @@
-"""Inputs to the kernel: things that happened, named in the past tense."""
+"""Inputs to the kernel: things that happened, named in the past tense.
+
+Turn and session events come first, run events after them. Every event is a frozen dataclass;
+the runtime builds one, passes it with `now` to `Kernel.handle`, and carries out the commands it
+gets back. Each docstring says when the runtime sends it and what the kernel answers.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+RunOutcome = Literal["completed", "failed", "cancelled", "suspended"]
+"""How a run's task ended. "suspended": it stopped for a shutdown and stays unfinished in the
+journal, to be resumed (`RunResumed`) by the next process."""
 
 
 @dataclass(frozen=True, slots=True)
 class TurnSubmitted:
+    """A session turn arrives. -> `RejectTurn`, or `AcceptTurn` (+ `CancelTurn` of the session's
+    running turn, + `GrantPermit` when a permit is free).
+
+    `wants_permit=False`: a turn run by an agent. It is admitted, counted and superseded like any
+    turn but never queues for a permit itself: its run's model calls are streams of their own
+    (`StreamRequested(owner=run_id)`)."""
+
     session_id: str
     turn_id: str
-    wants_permit: bool = True  # False: an agent's turn, whose run's model calls take permits
+    wants_permit: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class StreamRequested:
-    """A provider stream outside any session turn (an agent run's model call) wants a permit.
+    """A provider stream outside any session turn (a run's model call) wants a permit.
 
     It shares the permit queue with turns but not the admission count; it ends with
-    `TurnEnded(stream_id)`."""
+    `TurnEnded(stream_id)`. -> `GrantPermit` at once, or nothing (it waits; later `GrantPermit`
+    or `FailTurn("provider_limit_timeout")`).
+
+    `owner`: the run it belongs to. An owned stream is refused at once with
+    `FailTurn(stream_id, "run_not_running")` (and not recorded) unless that run is running or
+    stopping softly; when the run stops, parks or ends, the kernel fails or cancels it."""
 
     stream_id: str
-    owner: str | None = None  # the run whose model call this is
+    owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +54,7 @@ class ProviderReleased:
 
 @dataclass(frozen=True, slots=True)
 class TurnEnded:
-    """The turn's task is over, whatever the outcome."""
+    """The turn's (or stream's) task is over, whatever the outcome. Unknown ids are ignored."""
 
     turn_id: str
 
@@ -59,7 +81,96 @@ class SessionClosed:
 
 @dataclass(frozen=True, slots=True)
 class Tick:
-    """Time passed: fire the deadlines that are due."""
+    """Time passed: fire the deadlines that are due (permit waits, session TTLs, human waits)."""
+
+
+# -- runs -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunSubmitted:
+    """A new run (the runs API, a session turn's agent, or a parent's delegation) wants to start.
+
+    -> `AcceptRun` + `StartRun`, or `RejectRun(retry_after_s)` over `max_active_runs`. A child of
+    a running parent (`parent_run_id` names a run the kernel has running) is never refused: the
+    parent waits for it, and refusing it could deadlock the parent. Submitting a known id is a
+    bug (AssertionError, nothing changed)."""
+
+    run_id: str
+    parent_run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunResumed:
+    """A known unfinished run continues without an admission check -> `StartRun`.
+
+    Sent at start-up for each run the journal has running (or queued), and for a waiting run
+    whose answer the runtime found already journaled. Resuming a run that is running is a bug
+    (AssertionError, nothing changed)."""
+
+    run_id: str
+    parent_run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HumanRequested:
+    """The run journaled a human request and its task ends: the run waits, holds no task and no
+    permit, and its deadline joins the kernel's (`next_deadline()`).
+
+    Sent by a running run (its streams still open are failed or cancelled), or at start-up for a
+    run the journal has waiting (it becomes known, waiting). A run with a cancel pending is
+    finished at once instead: `FinishRun(run_id, "cancelled", reason)`.
+
+    Args:
+        operation_id: the request's id, `f"{run_id}:{step_seq}"`.
+        step_seq: the journal step that waits.
+        args_hash: the hash of the arguments awaiting approval; None when the request is not an
+            approval (a question, an uncertain step).
+        deadline_s: when it expires, on the kernel's clock (the `now` the runtime passes).
+        parent_run_id: the run's parent, so that a restart keeps cancels cascading.
+    """
+
+    run_id: str
+    operation_id: str
+    step_seq: int
+    args_hash: str | None
+    deadline_s: float
+    parent_run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HumanAnswered:
+    """A human answers. -> `AcceptAnswer` + `StartRun` (the deadline is gone at once), or
+    `RejectAnswer(code)`: "not_waiting" (the run waits for nothing), "operation_mismatch" (it
+    waits for another operation), "approval_required" (an approval answered without `approve`),
+    "args_hash_mismatch" (an approval whose `args_hash` is not the pending one's)."""
+
+    run_id: str
+    operation_id: str
+    args_hash: str | None = None
+    approve: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunCancelRequested:
+    """Cancel (soft) or terminate (hard) a run and, with the same force, its children.
+
+    Running, soft -> `StopRun(hard=False, reason="cancelled")`; running or stopping, hard ->
+    `StopRun(hard=True, reason="terminated")` and its streams are failed or cancelled; waiting ->
+    `FinishRun(run_id, "cancelled", reason)` at once. An unknown (finished) run, or a repeat, -> []."""
+
+    run_id: str
+    hard: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnded:
+    """The run's task is over (`status` says how): the kernel forgets the run, frees its count,
+    fails or cancels its streams still open, and terminates its children unless it completed or
+    was suspended. Unknown runs are ignored."""
+
+    run_id: str
+    status: RunOutcome
 
 
 Event = (
@@ -71,4 +182,10 @@ Event = (
     | SessionOpened
     | SessionClosed
     | Tick
+    | RunSubmitted
+    | RunResumed
+    | HumanRequested
+    | HumanAnswered
+    | RunCancelRequested
+    | RunEnded
 )

@@ -1,4 +1,4 @@
-"""The kernel: admission, last-wins, provider permits and session TTL, as plain logic.
+"""The kernel: turns, provider permits, sessions and agent runs, as plain logic.
 
 Theory of operation
 -------------------
@@ -6,46 +6,40 @@ Theory of operation
 commands the runtime must carry out; it never waits, never reads a clock and does no I/O, so
 the runtime calls it from the event loop without a lock and tests drive it with plain floats.
 
-A turn moves through these states:
+The work is split by subject, each module with its own theory of operation:
 
-    submitted --(over the admission limit)--> rejected            [RejectTurn]
-    (a StreamRequested, an agent run's model call, skips admission and queues for a permit)
-    submitted --> waiting --(permit free)--> streaming             [AcceptTurn, GrantPermit]
-    waiting   --(permit wait deadline)--> ended                    [FailTurn("provider_limit_timeout")]
-    waiting | streaming --(cancel, or a newer turn in its session)--> cancelling  [CancelTurn]
-    any live state --(TurnEnded)--> gone
+- `permits.py`: the provider permit pool shared by session turns and run streams;
+- `turns.py`: session turns and streams (admission, last-wins, permit waits, session TTL);
+- `runs.py`: agent runs (admission, lifecycle, human waits and deadlines, approval binding);
+- `deadlines.py`: the human deadline set, bounded by the number of waiting runs.
 
-Counting rules:
-- `in_flight` counts each session's *active* turn. A turn leaves the count the moment it is
-  cancelled or fails, so a superseding turn never pushes the count over the limit.
-- A turn holds a provider permit from `GrantPermit` until `ProviderReleased` (or `TurnEnded`),
-  cancelling turns included: the upstream is busy until it is really closed.
-- A session idle (no active turn) for `session_ttl_s` is evicted; activity moves it to the
-  back of an insertion-ordered dict, so expiry scans only the expired front.
-- Over the limit every new turn is rejected before anything changes, one meant to replace its
-  own session's running turn included: replacing costs a new upstream request, and that is the
-  work the gate exists to refuse. The running turn goes on unharmed.
+This module only dispatches events and joins the two places where subjects meet: an owned
+stream is recorded both as a permit holder (`turns`) and as one of its run's streams (`runs`),
+and `Tick` and `next_deadline()` span every deadline.
+
+An event that breaks the kernel's contract (a turn or run id submitted twice, a run resumed or
+parked twice) raises AssertionError before anything changes: it is a bug in the runtime.
+Events that may race with the kernel's own decisions (ending, releasing, cancelling or
+answering something already gone) are answered without a change.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
+from typing import Any
 
-from agentos.kernel.commands import (
-    AcceptTurn,
-    CancelTurn,
-    Command,
-    EvictSession,
-    FailTurn,
-    GrantPermit,
-    RejectTurn,
-)
+from agentos.kernel.commands import Command, FailTurn
 from agentos.kernel.events import (
     CancelRequested,
     Event,
+    HumanAnswered,
+    HumanRequested,
     ProviderReleased,
+    RunCancelRequested,
+    RunEnded,
+    RunResumed,
+    RunSubmitted,
     SessionClosed,
     SessionOpened,
     StreamRequested,
@@ -53,20 +47,12 @@ from agentos.kernel.events import (
     TurnEnded,
     TurnSubmitted,
 )
+from agentos.kernel.limits import KernelLimits
+from agentos.kernel.permits import PermitPool
+from agentos.kernel.runs import PendingHuman, Runs, RunState
+from agentos.kernel.turns import Turns, TurnState
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class KernelLimits:
-    max_in_flight_turns: int = 0  # 0 = no admission gate
-    concurrency_limit: int = 64
-    session_ttl_s: float = 300.0
-    permit_wait_timeout_s: float = 30.0
-    retry_after_s: int = 1
-
-    def __post_init__(self) -> None:
-        assert self.max_in_flight_turns >= 0
-        assert self.concurrency_limit >= 1
-        assert self.session_ttl_s > 0 and self.permit_wait_timeout_s > 0
+__all__ = ["Kernel", "KernelLimits", "KernelStatistics", "PendingHuman", "RunState", "TurnState"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,229 +68,125 @@ class KernelStatistics:
     cancelled_total: int
     permit_timeouts_total: int
     evicted_total: int
-
-
-class TurnState(Enum):
-    WAITING = "waiting"
-    STREAMING = "streaming"
-    CANCELLING = "cancelling"
-    FAILED = "failed"
-
-
-class _Turn:
-    __slots__ = ("session_id", "state", "holds_permit", "counted")
-
-    def __init__(self, session_id: str | None) -> None:
-        self.session_id = session_id  # None: a stream outside any session (StreamRequested)
-        self.state = TurnState.WAITING
-        self.holds_permit = False
-        self.counted = True
-
-
-class _Session:
-    __slots__ = ("active_turn", "last_active_s")
-
-    def __init__(self, now: float) -> None:
-        self.active_turn: str | None = None
-        self.last_active_s = now
+    active_runs: int = 0  # runs with a task: running, stopping, terminating
+    waiting_runs: int = 0  # runs waiting for a human (no task, no permit)
+    runs_admitted_total: int = 0
+    runs_rejected_total: int = 0
+    human_deadlines_pending: int = 0
+    human_timeouts_total: int = 0
+    run_admission_limit: int = 0  # max_active_runs (0 = off)
 
 
 class Kernel:
     def __init__(self, limits: KernelLimits) -> None:
         self.limits = limits
-        self._sessions: OrderedDict[str, _Session] = OrderedDict()
-        self._turns: dict[str, _Turn] = {}
-        self._waiters: deque[tuple[float, str]] = deque()
-        self._in_flight = 0
-        self._permits = 0
-        self._admitted = self._rejected = self._cancelled = self._timeouts = self._evicted = 0
+        self._permits = PermitPool(limits.concurrency_limit, limits.permit_wait_timeout_s)
+        self._turns = Turns(limits, self._permits)
+        self._runs = Runs(limits, self._turns)
+        turns, runs = self._turns, self._runs
+        self._dispatch: dict[type[Any], Callable[[Any, float], list[Command]]] = {
+            TurnSubmitted: lambda e, now: turns.submit(e.session_id, e.turn_id, e.wants_permit, now),
+            StreamRequested: self._request_stream,
+            ProviderReleased: lambda e, now: turns.release(e.turn_id),
+            TurnEnded: self._end_turn,
+            CancelRequested: lambda e, now: turns.cancel_session_turn(e.session_id, e.reason),
+            SessionOpened: self._open_session,
+            SessionClosed: lambda e, now: turns.close_session(e.session_id),
+            Tick: lambda e, now: turns.tick(now) + runs.tick(now),
+            RunSubmitted: lambda e, now: runs.submit(e.run_id, e.parent_run_id),
+            RunResumed: lambda e, now: runs.resume(e.run_id, e.parent_run_id),
+            HumanRequested: lambda e, now: runs.request_human(e),
+            HumanAnswered: lambda e, now: runs.answer(e),
+            RunCancelRequested: lambda e, now: runs.cancel(e.run_id, e.hard),
+            RunEnded: lambda e, now: runs.end(e.run_id, e.status),
+        }
 
-    # -- queries ---------------------------------------------------------------------------
+    # -- queries -------------------------------------------------------------------------------
 
     def has_session(self, session_id: str) -> bool:
-        return session_id in self._sessions
+        return session_id in self._turns.sessions
 
     def active_turn(self, session_id: str) -> str | None:
-        session = self._sessions.get(session_id)
-        return session.active_turn if session else None
+        return self._turns.active_turn(session_id)
 
     def turn_state(self, turn_id: str) -> TurnState | None:
-        turn = self._turns.get(turn_id)
-        return turn.state if turn else None
+        """The state of a turn or stream; None once it ended (or was never admitted)."""
+        return self._turns.state(turn_id)
+
+    def holds_permit(self, turn_id: str) -> bool:
+        return self._permits.holds(turn_id)
+
+    def stream_owner(self, stream_id: str) -> str | None:
+        return self._turns.owner(stream_id)
+
+    def run_state(self, run_id: str) -> RunState | None:
+        """The state of a run; None once it is finished (or was never admitted)."""
+        return self._runs.state(run_id)
+
+    def pending_human(self, run_id: str) -> PendingHuman | None:
+        """The human request a waiting run waits on; None for any other run."""
+        return self._runs.pending(run_id)
+
+    def human_deadline(self, run_id: str) -> float | None:
+        """The run's entry in the deadline set (only waiting runs have one)."""
+        return self._runs.deadlines.get(run_id)
 
     def next_deadline(self) -> float | None:
         """The earliest time at which a `Tick` would do something, or None."""
-        deadlines = []
-        if self._waiters:
-            deadlines.append(self._waiters[0][0])
-        for session in self._sessions.values():
-            deadlines.append(session.last_active_s + self.limits.session_ttl_s)
-            break
+        deadlines = [d for d in (self._turns.next_deadline(), self._runs.deadlines.next()) if d is not None]
         return min(deadlines) if deadlines else None
 
     def statistics(self) -> KernelStatistics:
+        turns, runs = self._turns, self._runs
         return KernelStatistics(
-            in_flight_turns=self._in_flight,
+            in_flight_turns=turns.in_flight,
             admission_limit=self.limits.max_in_flight_turns,
-            active_sessions=len(self._sessions),
-            live_turns=len(self._turns),
-            permits_in_use=self._permits,
-            waiting_for_permit=sum(1 for t in self._turns.values() if t.state is TurnState.WAITING),
-            admitted_total=self._admitted,
-            rejected_total=self._rejected,
-            cancelled_total=self._cancelled,
-            permit_timeouts_total=self._timeouts,
-            evicted_total=self._evicted,
+            active_sessions=len(turns.sessions),
+            live_turns=len(turns.table),
+            permits_in_use=self._permits.in_use,
+            waiting_for_permit=self._permits.waiting,
+            admitted_total=turns.admitted,
+            rejected_total=turns.rejected,
+            cancelled_total=turns.cancelled,
+            permit_timeouts_total=turns.timeouts,
+            evicted_total=turns.evicted,
+            active_runs=runs.active,
+            waiting_runs=runs.waiting,
+            runs_admitted_total=runs.admitted,
+            runs_rejected_total=runs.rejected,
+            human_deadlines_pending=len(runs.deadlines),
+            human_timeouts_total=runs.timeouts,
+            run_admission_limit=self.limits.max_active_runs,
         )
 
     # -- the one entry point -------------------------------------------------------------------
 
     def handle(self, event: Event, now: float) -> list[Command]:
-        match event:
-            case TurnSubmitted(session_id, turn_id, wants_permit):
-                return self._submit(session_id, turn_id, now, wants_permit)
-            case StreamRequested(stream_id, _):
-                return self._request_stream(stream_id, now)
-            case ProviderReleased(turn_id):
-                return self._release(turn_id, now)
-            case TurnEnded(turn_id):
-                return self._end(turn_id, now)
-            case CancelRequested(session_id, reason):
-                return self._cancel_session_turn(session_id, reason)
-            case SessionOpened(session_id):
-                self._touch(session_id, now)
-                return []
-            case SessionClosed(session_id):
-                commands = self._cancel_session_turn(session_id, "session_deleted")
-                self._sessions.pop(session_id, None)
-                return commands
-            case Tick():
-                return self._expire_waiters(now) + self._expire_sessions(now)
-        raise AssertionError(f"unknown event {event!r}")  # pragma: no cover
+        """Apply `event` at time `now`; return the commands the runtime must carry out, in order.
 
-    # -- transitions -----------------------------------------------------------------------------
+        Raises:
+            AssertionError: the event breaks the kernel's contract (see the module docstring);
+                the state is unchanged.
+        """
+        return self._dispatch[type(event)](event, now)
 
-    def _submit(self, session_id: str, turn_id: str, now: float, wants_permit: bool) -> list[Command]:
-        assert turn_id not in self._turns, f"turn {turn_id!r} submitted twice"
-        limit = self.limits.max_in_flight_turns
-        if limit and self._in_flight >= limit:
-            self._rejected += 1
-            return [RejectTurn(turn_id, self.limits.retry_after_s)]
-        session = self._touch(session_id, now)
-        commands: list[Command] = []
-        if session.active_turn is not None:
-            commands += self._cancel(session.active_turn, "superseded")
-        self._turns[turn_id] = _Turn(session_id)
-        session.active_turn = turn_id
-        self._in_flight += 1
-        self._admitted += 1
-        commands.append(AcceptTurn(turn_id))
-        if not wants_permit:
-            self._turns[turn_id].state = TurnState.STREAMING  # its run's model calls queue instead
-            return commands
-        return commands + self._queue_for_permit(turn_id, now)
+    def _request_stream(self, event: StreamRequested, now: float) -> list[Command]:
+        owner = event.owner
+        if owner is None:
+            return self._turns.request_stream(event.stream_id, None, now)
+        if not self._runs.may_stream(owner):
+            assert self._turns.state(event.stream_id) is None, f"stream {event.stream_id!r} requested twice"
+            return [FailTurn(event.stream_id, "run_not_running")]
+        commands = self._turns.request_stream(event.stream_id, owner, now)
+        self._runs.add_stream(owner, event.stream_id)
+        return commands
 
-    def _request_stream(self, stream_id: str, now: float) -> list[Command]:
-        assert stream_id not in self._turns, f"stream {stream_id!r} requested twice"
-        stream = self._turns[stream_id] = _Turn(None)
-        stream.counted = False  # not a session's turn: the admission gate does not count it
-        return self._queue_for_permit(stream_id, now)
+    def _end_turn(self, event: TurnEnded, now: float) -> list[Command]:
+        owner = self._turns.owner(event.turn_id)
+        if owner is not None:
+            self._runs.drop_stream(owner, event.turn_id)
+        return self._turns.end(event.turn_id, now)
 
-    def _queue_for_permit(self, turn_id: str, now: float) -> list[Command]:
-        if self._permits < self.limits.concurrency_limit and not self._waiters:
-            return [self._grant(turn_id)]
-        self._waiters.append((now + self.limits.permit_wait_timeout_s, turn_id))
+    def _open_session(self, event: SessionOpened, now: float) -> list[Command]:
+        self._turns.touch(event.session_id, now)
         return []
-
-    def _grant(self, turn_id: str) -> GrantPermit:
-        turn = self._turns[turn_id]
-        turn.state = TurnState.STREAMING
-        turn.holds_permit = True
-        self._permits += 1
-        return GrantPermit(turn_id)
-
-    def _release(self, turn_id: str, now: float) -> list[Command]:
-        turn = self._turns.get(turn_id)
-        if turn is None or not turn.holds_permit:
-            return []
-        turn.holds_permit = False
-        self._permits -= 1
-        return self._grant_waiters(now)
-
-    def _grant_waiters(self, now: float) -> list[Command]:
-        commands: list[Command] = []
-        while self._waiters and self._permits < self.limits.concurrency_limit:
-            _, turn_id = self._waiters.popleft()
-            turn = self._turns.get(turn_id)
-            if turn is not None and turn.state is TurnState.WAITING:
-                commands.append(self._grant(turn_id))
-        return commands
-
-    def _end(self, turn_id: str, now: float) -> list[Command]:
-        turn = self._turns.get(turn_id)
-        if turn is None:
-            return []
-        commands = self._release(turn_id, now)
-        self._uncount(turn_id, turn)
-        del self._turns[turn_id]
-        if turn.session_id is not None and turn.session_id in self._sessions:
-            self._touch(turn.session_id, now)
-        return commands
-
-    def _uncount(self, turn_id: str, turn: _Turn) -> None:
-        """Take the turn out of `in_flight` and out of its session's active slot."""
-        if turn.counted:
-            turn.counted = False
-            self._in_flight -= 1
-        session = self._sessions.get(turn.session_id) if turn.session_id is not None else None
-        if session is not None and session.active_turn == turn_id:
-            session.active_turn = None
-
-    def _cancel(self, turn_id: str, reason: str) -> list[Command]:
-        turn = self._turns[turn_id]
-        if turn.state in (TurnState.CANCELLING, TurnState.FAILED):
-            return []
-        turn.state = TurnState.CANCELLING
-        self._uncount(turn_id, turn)
-        self._cancelled += 1
-        return [CancelTurn(turn_id, reason)]
-
-    def _cancel_session_turn(self, session_id: str, reason: str) -> list[Command]:
-        turn_id = self.active_turn(session_id)
-        return self._cancel(turn_id, reason) if turn_id else []
-
-    def _touch(self, session_id: str, now: float) -> _Session:
-        session = self._sessions.get(session_id)
-        if session is None:
-            session = self._sessions[session_id] = _Session(now)
-        else:
-            session.last_active_s = now
-            self._sessions.move_to_end(session_id)
-        return session
-
-    def _expire_waiters(self, now: float) -> list[Command]:
-        commands: list[Command] = []
-        while self._waiters and self._waiters[0][0] <= now:
-            _, turn_id = self._waiters.popleft()
-            turn = self._turns.get(turn_id)
-            if turn is not None and turn.state is TurnState.WAITING:
-                turn.state = TurnState.FAILED
-                self._uncount(turn_id, turn)
-                self._timeouts += 1
-                commands.append(FailTurn(turn_id, "provider_limit_timeout"))
-        return commands
-
-    def _expire_sessions(self, now: float) -> list[Command]:
-        commands: list[Command] = []
-        ttl = self.limits.session_ttl_s
-        while self._sessions:
-            session_id, session = next(iter(self._sessions.items()))
-            if session.last_active_s + ttl > now:
-                break
-            if session.active_turn is not None:
-                self._touch(session_id, now)  # busy sessions never expire mid-turn
-                continue
-            del self._sessions[session_id]
-            self._evicted += 1
-            commands.append(EvictSession(session_id))
-        return commands
