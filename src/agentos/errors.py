@@ -91,8 +91,8 @@ class AdmissionRejected(RequestError):
     status = 429
     code = "overloaded"
 
-    def __init__(self, retry_after_s: int) -> None:
-        super().__init__(f"too many turns in flight; retry after {retry_after_s}s")
+    def __init__(self, retry_after_s: int, *, what: str = "turns") -> None:
+        super().__init__(f"too many {what} in flight; retry after {retry_after_s}s")
         self.retry_after_s = retry_after_s
 
 

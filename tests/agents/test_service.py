@@ -11,7 +11,7 @@ import pytest
 from agentos.agents.handle import RunEvent
 from agentos.agents.service import RunService
 from agentos.config import Settings
-from agentos.errors import Conflict, InvalidInput, NotFound
+from agentos.errors import AdmissionRejected, Conflict, InvalidInput, NotFound
 from agentos.providers.base import ChatRequest, Completion
 from tests.agents.conftest import ServiceFactory, collect
 from tests.agents.fakes import ScriptedProvider, answer, call, tool_messages_since_user
@@ -245,18 +245,20 @@ async def test_terminate_during_a_command(make_service: ServiceFactory) -> None:
     assert info["status"] == "cancelled"
 
 
-async def test_cancel_and_terminate_while_queued(make_service: ServiceFactory) -> None:
+async def test_over_max_active_runs_a_start_is_refused_with_retry_after(make_service: ServiceFactory) -> None:
+    """Defect 5 of issue 7: runs queued without bound behind a semaphore; now they get a 429."""
     provider = ScriptedProvider(gate_at=1)
     service = await make_service(provider, max_active_runs=1)
     busy = await service.start_run("ops", "busy")
     await provider.entered.wait()
-    queued_a = await service.start_run("ops", "a")
-    queued_b = await service.start_run("ops", "b")
-    assert (await service.get_run(queued_a))["status"] == "queued"
-    assert (await service.cancel(queued_a))["status"] == "cancelled"
-    assert (await service.terminate(queued_b))["status"] == "cancelled"
-    await service.terminate(busy)
+    with pytest.raises(AdmissionRejected) as rejected:
+        await service.start_run("ops", "one too many")
+    assert rejected.value.retry_after_s >= 1
+    assert service.statistics().handles == 1  # nothing was kept for the refused run
     assert len(provider.requests) == 1
+    assert (await service.terminate(busy))["status"] == "cancelled"
+    again = await service.start_run("ops", "now there is room")  # the slot came back
+    assert (await service.terminate(again))["status"] == "cancelled"
 
 
 async def test_cancel_and_terminate_when_finished_change_nothing(make_service: ServiceFactory) -> None:

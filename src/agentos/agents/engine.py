@@ -52,7 +52,7 @@ class RunEngine:
         provider: Provider,
         sandbox: Sandbox,
         mcp: ToolHub,
-        driver: Driver | None,
+        driver: Driver,
         now_ms: Callable[[], int],
     ) -> None:
         self.store = store
@@ -100,9 +100,6 @@ class RunEngine:
         Raises:
             ProviderLimitTimeout: none was free within `kernel.permit_wait_timeout_s`.
         """
-        if self._driver is None:  # a service used on its own (tests, tools): no shared limit
-            yield
-            return
         stream_id = new_id("stream")
         await self._driver.acquire_permit(stream_id, owner=run_id)
         try:
@@ -154,10 +151,11 @@ class RunEngine:
 
     # --- the journal ---
 
-    async def insert_run(
+    def new_run(
         self, spec: AgentSpec, text: str, session_id: str | None, run_id: str, parent: RunHandle | None,
         context: list[Message] | None,
-    ) -> RunRow:  # fmt: skip
+    ) -> tuple[RunRow, list[Any]]:  # fmt: skip
+        """The run's row, and the writes that create it (its spec and context payloads first)."""
         now = self.now_ms()
         spec_ref, put_spec = self.journal.payload(spec_to_dict(spec))
         writes = [put_spec]
@@ -169,8 +167,7 @@ class RunEngine:
             run_id, self.journal.tenant_id, spec.name, session_id, parent.run_id if parent else None,
             parent.row.depth + 1 if parent else 0, spec_ref, text, "queued", None, None, now, now, context_ref,
         )  # fmt: skip
-        await self.store.write([*writes, self.journal.insert_run(row)])
-        return row
+        return row, [*writes, self.journal.insert_run(row)]
 
     async def record_finish(self, handle: RunHandle, status: str, result: str | None, reason: str) -> RunRow:
         """Journal the terminal state; the caller has set `handle.status` already."""

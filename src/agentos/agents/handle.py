@@ -40,9 +40,10 @@ class RunHandle:
     spec: AgentSpec
     status: str
     next_event_seq: int
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     task: asyncio.Task[None] | None = None
-    cancel_requested: bool = False
+    cancel_requested: bool = False  # stop at the next step boundary (the kernel's StopRun)
+    stop_reason: str | None = None
+    outcome: Literal["completed", "failed", "cancelled", "suspended", "parked"] = "suspended"  # how the task ended
     steps: list[Step] | None = None
     context: list[dict[str, Any]] = field(default_factory=list)  # earlier session messages, before the input
 

@@ -1,7 +1,18 @@
-"""The lifecycle of runs: start, park on a human, resume, cancel, terminate, finish, recover.
+"""The lifecycle of runs, decided by the kernel and carried out here.
 
-Answering, cancelling and terminating take the handle's lock, so they never race each other;
-the run's own task changes the state only by finishing or parking.
+Whether a run may start (`max_active_runs`), when it stops, whether an answer binds to the
+pending request, when a human deadline expires and which children a cancel reaches: all of
+that is `agentos.kernel.runs`, pure logic fed through the shared `Driver`. This module turns
+its commands into tasks and journal writes:
+
+    StartRun   -> a task runs `Runner.drive` until the run finishes or parks
+    StopRun    -> soft: the runner stops at its next step boundary; hard: the task is cancelled
+    FinishRun  -> a run with no task (waiting) ends: journal it, publish, wake its waiters
+    ExpireHuman-> journal the waiting step as timed out (FinishRun follows)
+
+A run's task reports how it ended with `RunEnded`; a run that parks reports `HumanRequested`
+instead. Journal writes go through the one ordered queue, so a task started after a write
+reads what the write wrote.
 """
 
 from __future__ import annotations
@@ -12,67 +23,90 @@ from dataclasses import replace
 from typing import Any
 
 from agentos.agents.agents import AgentRegistry
-from agentos.agents.deadlines import Deadlines
 from agentos.agents.engine import RunEngine
 from agentos.agents.handle import RunHandle
 from agentos.agents.journal import TERMINAL, RunRow, Step
 from agentos.agents.runner import Runner
 from agentos.agents.spec import AgentSpec
-from agentos.errors import new_error_id
+from agentos.errors import AdmissionRejected, new_error_id
+from agentos.kernel import (
+    ExpireHuman,
+    FinishRun,
+    HumanRequested,
+    RejectRun,
+    RunEnded,
+    RunResumed,
+    RunSubmitted,
+    StartRun,
+    StopRun,
+)
 from agentos.providers.base import Message
+from agentos.runtime.driver import Driver
 
 log = logging.getLogger("agentos.agents")
 
 
 class RunLifecycle(RunEngine):
-    def __init__(self, *, agents: AgentRegistry, max_active_runs: int, **engine: Any) -> None:
-        super().__init__(**engine)
+    def __init__(self, *, agents: AgentRegistry, driver: Driver, **engine: Any) -> None:
+        super().__init__(driver=driver, **engine)
         self.agents = agents
+        self.driver = driver
         self._runner = Runner(self)
-        self._deadlines = Deadlines(self._expire, self.now_ms)
-        self._slots = asyncio.Semaphore(max_active_runs)
         self._waiters: dict[str, list[asyncio.Future[RunRow]]] = {}
-        self._background: set[asyncio.Task[Any]] = set()
-
-    def start_timers(self) -> None:
-        self._deadlines.start()
+        driver.on(StartRun, self._on_start)
+        driver.on(StopRun, self._on_stop)
+        driver.on(FinishRun, self._on_finish)
+        driver.on(ExpireHuman, self._on_expire)
 
     async def stop(self, drain_s: float) -> None:
-        """Suspend every run at its next step boundary (up to `drain_s`), then cancel the rest."""
+        """Suspend every run at its next step boundary (up to `drain_s`), then cancel the rest.
+        Unfinished runs stay in the journal and resume at the next start."""
         self.closing = True
-        await self._deadlines.close()
         tasks = [h.task for h in self.handles.values() if h.task is not None]
         if tasks and drain_s > 0:
             await asyncio.wait(tasks, timeout=drain_s)
-        tasks += list(self._background)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def pending_deadlines(self) -> int:
-        return self._deadlines.statistics().pending
-
     # --- starting ---
 
-    async def create(
+    async def submit(
         self, spec: AgentSpec, text: str, session_id: str | None, run_id: str, *, parent: RunHandle | None = None,
         context: list[Message] | None = None,
     ) -> RunHandle:  # fmt: skip
-        row = await self.insert_run(spec, text, session_id, run_id, parent, context)
-        return self.new_handle(row, spec, context)
+        """Admit and start a new run; returns once its row is committed.
 
-    def activate(self, handle: RunHandle, *, queued: bool) -> None:
-        if self.closing:
-            return
-        handle.task = asyncio.create_task(self._drive(handle, queued), name=f"run-{handle.run_id}")
+        Raises:
+            AdmissionRejected: over `kernel.max_active_runs`.
+        """
+        row, writes = self.new_run(spec, text, session_id, run_id, parent, context)
+        handle = self.new_handle(row, spec, context)
+        parent_id = parent.run_id if parent else None
+        commands = self.driver.handle(RunSubmitted(run_id, parent_id))  # StartRun: the task starts next
+        if isinstance(commands[0], RejectRun):
+            self.handles.pop(run_id, None)
+            raise AdmissionRejected(commands[0].retry_after_s, what="runs")
+        # Enqueued before the task's first read; concurrent starts share one commit.
+        await self.store.write(writes)
+        return handle
 
-    async def _drive(self, handle: RunHandle, queued: bool) -> None:
+    def _on_start(self, command: StartRun) -> None:
+        handle = self.handles[command.run_id]
+        handle.outcome = "suspended"
+        handle.task = asyncio.create_task(self._drive(handle), name=f"run-{handle.run_id}")
+
+    async def _drive(self, handle: RunHandle) -> None:
         try:
-            if queued and handle.row.parent_run_id is None:
-                async with self._slots:
-                    await self._work(handle)
-            else:
-                await self._work(handle)
+            await self._work(handle)
+        except asyncio.CancelledError:
+            if handle.stop_reason is None or self.closing:
+                raise  # the server is stopping: the run stays unfinished, resumes at start-up
+            task = asyncio.current_task()
+            outside = task is not None and task.uncancel() > 0
+            await asyncio.shield(self.finish(handle, "cancelled", reason=handle.stop_reason))
+            if outside:
+                raise
         except Exception:  # a bug must end this run with a reason, not hang it
             error_id = new_error_id()
             log.exception("run %s failed (error_id=%s)", handle.run_id, error_id)
@@ -80,19 +114,27 @@ class RunLifecycle(RunEngine):
         finally:
             if asyncio.current_task() is handle.task:
                 handle.task = None
+            if handle.outcome != "parked":
+                self.driver.handle(RunEnded(handle.run_id, handle.outcome))
 
     async def _work(self, handle: RunHandle) -> None:
-        if handle.cancel_requested:
-            await self.finish(handle, "cancelled", reason="cancelled")
-            return
         if handle.steps is None:
             handle.steps = await self.store.read(lambda db: self.journal.load_steps(db, handle.run_id))
-        if handle.status == "queued":
+        if handle.status in ("queued", "waiting_human"):
+            if handle.status == "queued" and not handle.steps:
+                self.emit(handle, "run.started", {"agent": handle.row.agent})
             handle.status = "running"
             self.store.write_nowait([self.journal.set_status(handle.run_id, "running", self.now_ms())])
-            if not handle.steps:
-                self.emit(handle, "run.started", {"agent": handle.row.agent})
         await self._runner.drive(handle)
+
+    def _on_stop(self, command: StopRun) -> None:
+        handle = self.handles.get(command.run_id)
+        if handle is None:
+            return
+        handle.stop_reason = command.reason
+        handle.cancel_requested = True  # soft: the runner ends the run at its next step boundary
+        if command.hard and handle.task is not None:
+            handle.task.cancel()
 
     # --- RunHost: what the runner calls ---
 
@@ -101,19 +143,24 @@ class RunLifecycle(RunEngine):
         if handle.status in TERMINAL:
             return
         handle.status = status
+        handle.outcome = status  # type: ignore[assignment]  # a terminal status is a RunOutcome
         final = await self.record_finish(handle, status, result, reason)
-        for future in self._waiters.pop(handle.run_id, []):
-            if not future.done():
-                future.set_result(final)
-        if status != "completed":
-            for child in self.children(handle.run_id):
-                self.spawn(self.terminate(child.run_id))
+        self._wake(handle.run_id, final)
 
     async def park(self, handle: RunHandle, request: dict[str, Any]) -> None:
         handle.status = "waiting_human"
+        handle.outcome = "parked"
         handle.steps = None  # a waiting run keeps nothing but its handle
         self.emit(handle, "human.requested", request)
-        self._deadlines.add(request["deadline_ms"], handle.run_id, request["operation_id"])
+        self.driver.handle(self._human_requested(handle, request))
+
+    def _human_requested(self, handle: RunHandle, request: dict[str, Any]) -> HumanRequested:
+        seq = int(str(request["operation_id"]).rsplit(":", 1)[1])
+        args_hash = request["args_hash"] if request["kind"] == "approval" else None
+        deadline_s = self.driver.clock.now() + (int(request["deadline_ms"]) - self.now_ms()) / 1000
+        return HumanRequested(
+            handle.run_id, request["operation_id"], seq, args_hash, deadline_s, handle.row.parent_run_id
+        )
 
     async def run_child(self, parent: RunHandle, seq: int, agent: str, text: str) -> RunRow:
         """Start (or find again, after a crash) the child run of `parent`'s step `seq`; wait for its end.
@@ -121,95 +168,71 @@ class RunLifecycle(RunEngine):
         Raises: NotFound (no such agent).
         """
         child_id = f"{parent.run_id}.{seq}"
-        waiter: asyncio.Future[RunRow] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(child_id, []).append(waiter)
+        waiter = self.waiter(child_id)
         row = await self.store.read(lambda db: self.journal.load_run(db, child_id))
         if row is not None and row.status in TERMINAL and child_id not in self.handles:
             return row
         if row is None:
             spec = self.agents.get(agent)
-            child = await self.create(spec, text, parent.row.session_id, child_id, parent=parent)
+            await self.submit(spec, text, parent.row.session_id, child_id, parent=parent)
             self.emit(parent, "run.child_started", {"child_run_id": child_id, "agent": spec.name})
-            self.activate(child, queued=True)
         return await waiter
 
-    # --- cancel, terminate, answer ---
+    def waiter(self, run_id: str) -> asyncio.Future[RunRow]:
+        """A future resolved with the run's final row when it finishes."""
+        future: asyncio.Future[RunRow] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(run_id, []).append(future)
+        return future
 
-    async def cancel(self, run_id: str) -> None:
-        """Soft cancel: a working run stops before its next step; a waiting or queued one at once.
+    def _wake(self, run_id: str, final: RunRow) -> None:
+        for future in self._waiters.pop(run_id, []):
+            if not future.done():
+                future.set_result(final)
 
-        Raises: NotFound.
-        """
-        handle = await self.handle(run_id)
-        if handle is None:
-            return
-        async with handle.lock:
-            if handle.status in TERMINAL:
-                return
-            for child in self.children(handle.run_id):
-                self.spawn(self.cancel(child.run_id))
-            if handle.task is not None and handle.status == "running":
-                handle.cancel_requested = True
-                return
-            await self._stop_task(handle)
-            await self.finish(handle, "cancelled", reason="cancelled")
-
-    async def terminate(self, run_id: str) -> None:
-        """Hard stop in any state: the task is cancelled and `run.cancelled` recorded here.
-
-        Raises: NotFound.
-        """
-        handle = await self.handle(run_id)
-        if handle is not None:
-            async with handle.lock:
-                await self._stop_task(handle)
-                await self.finish(handle, "cancelled", reason="terminated")
-
-    async def _stop_task(self, handle: RunHandle) -> None:
-        task = handle.task
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.wait([task])
+    # --- answers ---
 
     async def pending_step(self, handle: RunHandle) -> Step | None:
-        """The human step the run waits on, if it waits on one."""
-        if handle.status != "waiting_human" or handle.task is not None:
+        """The journaled human step the run waits on, if the kernel has it waiting."""
+        if self.driver.kernel.pending_human(handle.run_id) is None:
             return None
         steps = await self.store.read(lambda db: self.journal.load_steps(db, handle.run_id))
         step = steps[-1] if steps else None
         if step is None or step.kind != "human" or step.status != "waiting":
             return None
-        handle.steps = steps
         return step
 
     async def record_answer(self, handle: RunHandle, step: Step, output: dict[str, Any]) -> None:
+        """Journal an answer the kernel accepted. Its resumed task was created but has not run
+        yet: the event is published first, and the write is queued before the task's first read."""
+        self.emit(handle, "human.answered", {"operation_id": step.operation_id, "kind": step.input["kind"], **output})
         now = self.now_ms()
         ops = self.journal.finish_step(handle.run_id, step.seq, "done", output, now)
         ops.append(self.journal.set_status(handle.run_id, "running", now))
         await self.store.write(ops)
-        handle.record(replace(step, status="done", output=output))
-        handle.status = "running"
-        self.emit(handle, "human.answered", {"operation_id": step.operation_id, "kind": step.input["kind"], **output})
-        self.activate(handle, queued=False)
 
-    async def _expire(self, run_id: str, operation_id: str) -> None:
-        handle = self.handles.get(run_id)
-        if handle is None:
+    # --- runs without a task ---
+
+    def _on_finish(self, command: FinishRun) -> None:
+        handle = self.handles.get(command.run_id)
+        if handle is None or handle.status in TERMINAL:
             return
-        async with handle.lock:
-            step = await self.pending_step(handle)
-            if step is None or step.operation_id != operation_id:
-                return
-            done = self.journal.finish_step(run_id, step.seq, "done", {"timed_out": True}, self.now_ms())
-            await self.store.write(done)
-            timeout_s = handle.spec.human_timeout_s
-            reason = f"human_timeout: no answer to {operation_id!r} within {timeout_s:g}s"
-            await self.finish(handle, "failed", reason=reason)
+        handle.status = command.status
+        self.emit(handle, f"run.{command.status}", {"status": command.status, "result": None, "reason": command.reason})
+        self.handles.pop(handle.run_id, None)
+        write = self.journal.set_status(handle.run_id, command.status, self.now_ms(), reason=command.reason)
+        self.store.write_nowait([write])
+        log.info("run %s %s: %s", handle.run_id, command.status, command.reason)
+        self._wake(handle.run_id, _final(handle.row, command.status, command.reason))
+
+    def _on_expire(self, command: ExpireHuman) -> None:
+        done = self.journal.finish_step(command.run_id, command.step_seq, "done", {"timed_out": True}, self.now_ms())
+        self.store.write_nowait(done)
 
     # --- recovery ---
 
     async def recover(self) -> int:
-        """Give every unfinished run a handle again; resume those not waiting for a human.
+        """Give every unfinished run found in the journal a handle and tell the kernel about it:
+        a waiting run waits again (its deadline armed), the others resume.
 
         Returns:
             how many runs were found unfinished.
@@ -227,21 +250,17 @@ class RunLifecycle(RunEngine):
             log.exception("run %s cannot resume", row.run_id)
             stub = RunHandle(row=row, spec=AgentSpec(name=row.agent), status=row.status, next_event_seq=1)
             stub.next_event_seq = 1 + await self.store.read(lambda db: self.journal.last_event_seq(db, row.run_id))
-            await self.finish(stub, "failed", reason=f"cannot resume: {type(exc).__name__}")
-            return
-        if row.status != "waiting_human":
-            if row.status == "running":
-                self.emit(handle, "run.resumed", {"agent": row.agent})
-            self.activate(handle, queued=False)
+            await self.record_finish(stub, "failed", None, f"cannot resume: {type(exc).__name__}")
             return
         steps = await self.store.read(lambda db: self.journal.load_steps(db, row.run_id))
         last = steps[-1] if steps else None
-        if last is not None and last.kind == "human" and last.status == "waiting":
-            self._deadlines.add(last.input["deadline_ms"], row.run_id, last.operation_id)
-        else:
-            self.activate(handle, queued=False)
+        if row.status == "waiting_human" and last is not None and last.kind == "human" and last.status == "waiting":
+            self.driver.handle(self._human_requested(handle, last.input))
+            return
+        if row.status == "running":
+            self.emit(handle, "run.resumed", {"agent": row.agent})
+        self.driver.handle(RunResumed(row.run_id, row.parent_run_id))
 
-    def spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+
+def _final(row: RunRow, status: str, reason: str) -> RunRow:
+    return replace(row, status=status, reason=reason)

@@ -22,13 +22,12 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from agentos.agents.agents import AgentRegistry
 from agentos.agents.fanout import RunEvent
-from agentos.agents.handle import RunHandle
 from agentos.agents.journal import SCHEMA, Journal, RunRow, Step, migrate
 from agentos.agents.lifecycle import RunLifecycle
 from agentos.agents.mcp_tools import McpHub
@@ -36,11 +35,13 @@ from agentos.agents.runner import ToolHub
 from agentos.agents.sandbox import Sandbox
 from agentos.agents.spec import AgentSpec, spec_to_dict
 from agentos.agents.store import RunStore
-from agentos.clock import wall_ms
+from agentos.clock import MonotonicClock, wall_ms
 from agentos.config import Settings
 from agentos.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, ShuttingDown
+from agentos.kernel import HumanAnswered, Kernel, RejectAnswer, RunCancelRequested
 from agentos.providers.base import Message, Provider
 from agentos.runtime.driver import Driver
+from agentos.runtime.runtime import kernel_limits
 
 _ANSWER_KINDS = ("question", "approval", "uncertain")
 
@@ -63,7 +64,7 @@ class RunService:
         *,
         driver: Driver | None = None,
         tenant_id: str = "default",
-        max_active_runs: int | None = None,
+        max_active_runs: int | None = None,  # overrides kernel.max_active_runs without a driver
         workspace_dir: Path | None = None,
         mcp: ToolHub | None = None,
         now_ms: Callable[[], int] = wall_ms,
@@ -80,10 +81,15 @@ class RunService:
         store = RunStore(data_dir / "runs.db" if data_dir else None, schema=SCHEMA, migrate=migrate)
         self._settings = settings
         self._agents = AgentRegistry(store, journal, settings.agents)
-        limit = settings.kernel.max_active_runs if max_active_runs is None else max_active_runs
+        if driver is None:  # a service on its own (tools, tests): a kernel of its own
+            limits = kernel_limits(settings)
+            if max_active_runs is not None:
+                limits = replace(limits, max_active_runs=max_active_runs)
+            driver = Driver(Kernel(limits), MonotonicClock())
+        self._driver = driver
         self._runs = RunLifecycle(
-            agents=self._agents, max_active_runs=limit or 1 << 30, store=store, journal=journal,
-            provider=provider, sandbox=Sandbox(), mcp=mcp or McpHub(), driver=driver, now_ms=now_ms,
+            agents=self._agents, store=store, journal=journal, provider=provider, sandbox=Sandbox(),
+            mcp=mcp or McpHub(), driver=driver, now_ms=now_ms,
         )  # fmt: skip
         self._workspaces = workspace_dir or (data_dir / "workspaces" if data_dir else None)
         self._temporary_workspaces: Path | None = None
@@ -106,7 +112,6 @@ class RunService:
         self._runs.workspaces = self._workspaces
         await self.store.open()
         await self._agents.load()
-        self._runs.start_timers()
         await self._runs.recover()
 
     async def recover(self) -> int:
@@ -129,12 +134,12 @@ class RunService:
             await asyncio.to_thread(shutil.rmtree, self._temporary_workspaces, True)
 
     def statistics(self) -> RunServiceStatistics:
-        handles = list(self._runs.handles.values())
+        kernel = self._driver.kernel.statistics()
         return RunServiceStatistics(
-            active_runs=sum(h.task is not None for h in handles),
-            waiting_runs=sum(h.status == "waiting_human" and h.task is None for h in handles),
-            handles=len(handles),
-            pending_deadlines=self._runs.pending_deadlines(),
+            active_runs=kernel.active_runs,
+            waiting_runs=kernel.waiting_runs,
+            handles=len(self._runs.handles),
+            pending_deadlines=kernel.human_deadlines_pending,
             subscribers=self._runs.fanout.count(),
         )
 
@@ -171,6 +176,7 @@ class RunService:
 
         Raises:
             ShuttingDown: the server is draining.
+            AdmissionRejected: over `kernel.max_active_runs`.
             NotFound: no such agent.
             InvalidInput: empty input.
             PayloadTooLarge: input over `kernel.max_input_chars`.
@@ -180,8 +186,7 @@ class RunService:
         spec = self._agents.get(agent)
         _check_input(text, self._settings.kernel.max_input_chars)
         run_id = f"run_{uuid.uuid4().hex[:20]}"
-        handle = await self._runs.create(spec, text, session_id, run_id, context=context)
-        self._runs.activate(handle, queued=True)
+        handle = await self._runs.submit(spec, text, session_id, run_id, context=context)
         return handle.run_id
 
     async def get_run(self, run_id: str) -> dict[str, Any]:
@@ -217,19 +222,28 @@ class RunService:
             yield event
 
     async def cancel(self, run_id: str) -> dict[str, Any]:
-        """Soft cancel: a working run stops before its next step; a waiting or queued one at once.
+        """Soft cancel: a working run stops before its next step; a waiting one at once.
 
         Raises: NotFound.
         """
-        await self._runs.cancel(run_id)
+        if await self._runs.handle(run_id) is not None:
+            self._driver.handle(RunCancelRequested(run_id, hard=False))
         return await self.get_run(run_id)
 
     async def terminate(self, run_id: str) -> dict[str, Any]:
-        """Hard stop in any state: the task is cancelled and `run.cancelled` recorded.
+        """Hard stop in any state: the task is cancelled and `run.cancelled` recorded; returns
+        once the run has ended.
 
         Raises: NotFound.
         """
-        await self._runs.terminate(run_id)
+        handle = await self._runs.handle(run_id)
+        if handle is not None:
+            ended = self._runs.waiter(run_id)
+            self._driver.handle(RunCancelRequested(run_id, hard=True))
+            if self._driver.kernel.run_state(run_id) is None and not ended.done():
+                # Unknown to the kernel (a handle loaded for a run nobody drives): end it here.
+                await self._runs.finish(handle, "cancelled", reason="terminated")
+            await ended
         return await self.get_run(run_id)
 
     async def answer(
@@ -237,6 +251,9 @@ class RunService:
         args_hash: str | None = None,
     ) -> dict[str, Any]:  # fmt: skip
         """Answer the human request `operation_id` and resume the run.
+
+        The kernel decides whether the answer binds: the run must wait for exactly that
+        operation and, for an approval, `args_hash` must be the hash of the arguments awaiting it.
 
         Raises:
             NotFound: no such run.
@@ -246,29 +263,22 @@ class RunService:
                 with something else than "retry" or "skip".
         """
         handle = await self._runs.handle(run_id)
-        if handle is None:
-            raise Conflict(f"run {run_id!r} is finished and awaits no answer", code="not_waiting")
-        async with handle.lock:
-            step = await self._pending_step(handle, operation_id)
-            output = _check_answer(step.input, answer, approve, args_hash)
-            await self._runs.record_answer(handle, step, output)
+        step = await self._runs.pending_step(handle) if handle is not None else None
+        if handle is None or step is None:
+            raise Conflict(f"run {run_id!r} is not waiting for a human", code="not_waiting")
+        output = _check_answer(step.input, answer, approve, args_hash)
+        commands = self._driver.handle(HumanAnswered(run_id, operation_id, args_hash, approve))
+        rejected = next((c for c in commands if isinstance(c, RejectAnswer)), None)
+        if rejected is not None:
+            error = InvalidInput if rejected.code == "approval_required" else Conflict
+            raise error(rejected.message, code=rejected.code)
+        await self._runs.record_answer(handle, step, output)  # enqueued before the resumed task reads
         return await self.get_run(run_id)
-
-    async def _pending_step(self, handle: RunHandle, operation_id: str) -> Step:
-        step = await self._runs.pending_step(handle)
-        if step is None:
-            raise Conflict(f"run {handle.run_id!r} is {handle.status}, not waiting for a human", code="not_waiting")
-        if step.operation_id != operation_id:
-            raise Conflict(
-                f"operation {operation_id!r} is not awaiting an answer (pending: {step.operation_id!r})",
-                code="operation_mismatch",
-            )
-        return step
 
     async def delete_session_runs(self, session_id: str) -> None:
         """Terminate the session's runs and delete them: journal rows, payloads, workspaces."""
         for handle in [h for h in self._runs.handles.values() if h.row.session_id == session_id]:
-            await self._runs.terminate(handle.run_id)
+            await self.terminate(handle.run_id)
         deleted: list[str] = await self.store.read(lambda db: _delete_runs(db, session_id))
         if self._workspaces is not None:
             workspaces = self._workspaces
