@@ -176,7 +176,12 @@ class Writer:
         Raises:
             StoreError: the writer is closed or dead (a sheddable write is dropped instead).
         """
-        return self._put(Operation(sql, params, None, None, sheddable))
+        # Called per turn for events and messages: one allocation (the Operation), no lock.
+        if sheddable and (self._shed_queued >= self._shed_max or self._refusing()):
+            self._dropped += 1
+            return False
+        self._enqueue(Operation(sql, params, None, None, sheddable))
+        return True
 
     def put_apply(self, apply: Apply, *, sheddable: bool = False) -> bool:
         """Enqueue `apply(connection)` as a write and return at once, like `put`; a failure is logged.
@@ -184,13 +189,10 @@ class Writer:
         Raises:
             StoreError: the writer is closed or dead (a sheddable write is dropped instead).
         """
-        return self._put(Operation(None, None, apply, None, sheddable))
-
-    def _put(self, op: Operation) -> bool:
-        if op.sheddable and (self._shed_queued >= self._shed_max or self._refusing()):
+        if sheddable and (self._shed_queued >= self._shed_max or self._refusing()):
             self._dropped += 1
             return False
-        self._enqueue(op)
+        self._enqueue(Operation(None, None, apply, None, sheddable))
         return True
 
     def submit(
