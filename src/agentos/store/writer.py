@@ -275,7 +275,8 @@ class Writer:
         self._dead = _died(self.name, exc)
         stranded.extend(op for op in self._ops if op is not _STOP)
         self._ops.clear()
-        self._resolve(stranded, [_died(self.name, exc) for _ in stranded], 0.0)
+        if stranded:
+            self._resolve(stranded, [_died(self.name, exc) for _ in stranded], 0.0)
         self._space.set()
 
     # -- the thread's side ---------------------------------------------------------------------
