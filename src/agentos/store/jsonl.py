@@ -59,7 +59,12 @@ class JsonlLog:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._line_session = msgspec.json.Decoder(_SessionOf)
-        self.dropped_total = 0
+        self._dropped = 0  # over the bound; only the loop writes it
+        self._unwritten = 0  # lost to a write error; only the thread writes it
+
+    @property
+    def dropped_total(self) -> int:
+        return self._dropped + self._unwritten
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -69,7 +74,7 @@ class JsonlLog:
     def write(self, record: EventRecord) -> None:
         """Queue one event line; over the bound (or closed) it is dropped and counted."""
         if self._thread is None or self._queue.qsize() >= self._max:
-            self.dropped_total += 1
+            self._dropped += 1
             return
         self._queue.put(record)
 
@@ -119,7 +124,7 @@ class JsonlLog:
                 f.write(b"".join(encoder.encode(r) + b"\n" for r in records))
         except OSError:  # a full disk must not end the log: later batches may succeed
             log.exception("JSONL log: %d events could not be written", len(records))
-            self.dropped_total += len(records)
+            self._unwritten += len(records)
 
     def _remove_all(self, doomed: set[str]) -> Exception | None:
         try:
