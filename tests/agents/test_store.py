@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import threading
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from agentos.agents.journal import SCHEMA, Journal
@@ -48,5 +51,42 @@ async def test_a_failed_batch_fails_its_waiters_and_the_thread_lives_on() -> Non
     await store.open()
     with pytest.raises(StoreError):
         await store.write([("INSERT INTO nowhere VALUES (1)", ())])
+    assert await asyncio.wait_for(store.read(lambda db: db.execute("SELECT 1").fetchone()[0]), 5) == 1
+    await store.close()
+
+
+async def test_a_failing_write_fails_alone_and_other_runs_rows_commit() -> None:
+    """Defect 3 in runs.db: one bad write used to roll back every run's rows of its batch."""
+    store = RunStore(None, schema=SCHEMA)
+    await store.open()
+    journal = Journal("default")
+    entered, opened = threading.Event(), threading.Event()
+
+    def gate(db: sqlite3.Connection) -> None:  # holds the thread so the writes below share one batch
+        entered.set()
+        opened.wait(5)
+
+    held = asyncio.ensure_future(store.read(gate))
+    assert await asyncio.to_thread(entered.wait, 5)
+    store.write_nowait([journal.event("r1", 1, "token", "{}", 0)])
+    failing = [journal.event("r2", 1, "token", "{}", 0), ("INSERT INTO nowhere VALUES (1)", ())]
+    bad = asyncio.ensure_future(store.write(failing))
+    good = asyncio.ensure_future(store.write([journal.event("r3", 1, "token", "{}", 0)]))
+    opened.set()
+    await asyncio.wait_for(held, 5)
+    with pytest.raises(StoreError):
+        await asyncio.wait_for(bad, 5)
+    await asyncio.wait_for(good, 5)
+    runs = await store.read(lambda db: [r[0] for r in db.execute("SELECT run_id FROM run_events ORDER BY run_id")])
+    assert runs == ["r1", "r3"]  # r2's first statement went with its failing second one
+    await store.close()
+
+
+async def test_a_reader_that_raises_gets_a_store_error_and_the_thread_lives_on() -> None:
+    store = RunStore(None, schema=SCHEMA)
+    await store.open()
+    with pytest.raises(StoreError) as caught:
+        await asyncio.wait_for(store.read(lambda db: msgspec.json.decode(b"{bad")), 5)
+    assert isinstance(caught.value.__cause__, msgspec.DecodeError)
     assert await asyncio.wait_for(store.read(lambda db: db.execute("SELECT 1").fetchone()[0]), 5) == 1
     await store.close()

@@ -70,6 +70,8 @@ async def test_events(store: Store) -> None:
         ("turn.completed", {"n": "turn.completed"}),
     ]
     assert await store.list_events("s", after=events[0].event_id, limit=10) == events[1:]
+    assert await store.delete_session("s")
+    assert await store.list_events("s", after=0, limit=10) == []
 
 
 async def test_sqlite_sheds_events_and_access_rows_but_never_messages(tmp_path: Path) -> None:

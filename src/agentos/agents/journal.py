@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS runs (
   context_ref TEXT);
 CREATE INDEX IF NOT EXISTS runs_open ON runs (status) WHERE status NOT IN ('completed', 'failed', 'cancelled');
 CREATE INDEX IF NOT EXISTS runs_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS runs_session ON runs (session_id) WHERE session_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS steps (
   tenant_id TEXT NOT NULL, run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
   operation_id TEXT NOT NULL, status TEXT NOT NULL, input_ref TEXT, payload_ref TEXT,
@@ -196,6 +197,34 @@ class Journal:
             (self.tenant_id, name, spec_json, source, now_ms, now_ms),
         )
 
+    # --- deletion (runs on the store's thread, inside its transaction: `RunStore.apply`) ---
+
+    def delete_session_runs(self, db: sqlite3.Connection, session_id: str) -> list[str]:
+        """Delete every run of `session_id` with its child runs, steps, events and payloads.
+
+        A child run's id is its parent's followed by `.n`, so the id range `(r., r/)` finds
+        every descendant on the primary key. A payload goes only when no remaining run or step
+        refers to it: payloads are shared by hash (an agent's spec by all its runs). That check
+        scans the runs and steps tables once: the price of a deletion, not of a turn.
+
+        Returns:
+            the ids of the deleted runs (the caller removes their workspaces and handles).
+        """
+        for statement in _DELETION_SETUP:
+            db.execute(statement)
+        db.execute(_DOOM_SESSION_RUNS, (session_id, self.tenant_id))
+        db.execute(_DOOM_CHILD_RUNS, (self.tenant_id,))
+        run_ids = [row[0] for row in db.execute("SELECT run_id FROM temp.doomed_runs ORDER BY run_id")]
+        if not run_ids:
+            return []
+        db.execute(_DOOM_PAYLOADS)
+        for table in ("run_events", "steps", "runs"):
+            db.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT run_id FROM temp.doomed_runs)")
+        live = [(row[0],) for row in db.execute(_LIVE_DOOMED_PAYLOADS)]
+        db.executemany("DELETE FROM temp.doomed_payloads WHERE hash = ?", live)
+        db.execute("DELETE FROM payloads WHERE hash IN (SELECT hash FROM temp.doomed_payloads)")
+        return run_ids
+
     # --- reads (run on the store's thread) ---
 
     def load_run(self, db: sqlite3.Connection, run_id: str) -> RunRow | None:
@@ -253,6 +282,37 @@ class Journal:
         params: tuple[Any, ...] = (self.tenant_id, agent) if agent else (self.tenant_id,)
         rows = db.execute(sql + " ORDER BY created_ms DESC LIMIT ?", (*params, limit)).fetchall()
         return [RunRow(*r) for r in rows]
+
+
+_DELETION_SETUP = (
+    "CREATE TEMP TABLE IF NOT EXISTS doomed_runs (run_id TEXT PRIMARY KEY)",
+    "CREATE TEMP TABLE IF NOT EXISTS doomed_payloads (hash TEXT PRIMARY KEY)",
+    "DELETE FROM temp.doomed_runs",
+    "DELETE FROM temp.doomed_payloads",
+)
+_DOOM_SESSION_RUNS = (
+    "INSERT OR IGNORE INTO temp.doomed_runs SELECT run_id FROM runs WHERE session_id = ? AND tenant_id = ?"
+)
+_DOOM_CHILD_RUNS = (
+    "INSERT OR IGNORE INTO temp.doomed_runs SELECT c.run_id FROM temp.doomed_runs d"
+    " JOIN runs c ON c.run_id > d.run_id || '.' AND c.run_id < d.run_id || '/' WHERE c.tenant_id = ?"
+)
+_DOOMED = "IN (SELECT run_id FROM temp.doomed_runs)"
+_DOOM_PAYLOADS = f"""
+INSERT OR IGNORE INTO temp.doomed_payloads SELECT ref FROM (
+  SELECT spec_ref AS ref FROM runs WHERE run_id {_DOOMED}
+  UNION SELECT context_ref FROM runs WHERE run_id {_DOOMED}
+  UNION SELECT input_ref FROM steps WHERE run_id {_DOOMED}
+  UNION SELECT payload_ref FROM steps WHERE run_id {_DOOMED}
+) WHERE ref IS NOT NULL
+"""
+_REFERRED = "IN (SELECT hash FROM temp.doomed_payloads)"
+_LIVE_DOOMED_PAYLOADS = f"""
+SELECT spec_ref FROM runs WHERE spec_ref {_REFERRED}
+UNION SELECT context_ref FROM runs WHERE context_ref {_REFERRED}
+UNION SELECT input_ref FROM steps WHERE input_ref {_REFERRED}
+UNION SELECT payload_ref FROM steps WHERE payload_ref {_REFERRED}
+"""
 
 
 def _decode(body: bytes | None) -> Any:

@@ -1,10 +1,11 @@
-"""A SQLite database owned by one writer thread, so the event loop never touches the disk.
+"""The `runs.db` journal store: a thin user of the one writer (`agentos.store.writer.Writer`).
 
-Every statement goes through one FIFO queue to one thread with one connection. The thread
-drains the queue into batches and commits each batch in one transaction; `await write(...)`
-returns after the commit that holds its rows (group commit), `write_nowait(...)` does not
-wait but is still ordered before every later write. Reads go through the same queue, so a
-read sees every write queued before it.
+Every statement goes through the writer's FIFO queue to its thread and connection. The
+thread commits the queue in batches; `await write(...)` returns after the commit that holds
+its rows (group commit), `write_nowait(...)` does not wait but is still ordered before every
+later write. Reads go through the same queue, so a read sees every write queued before it.
+Failures follow the writer's policy: one failing write fails alone (the rest of its batch
+commits), a failed commit is retried once, and callers get `StoreError`.
 
 With WAL and `synchronous=NORMAL` a committed batch survives `kill -9` of the server (not
 a power cut: that would need `synchronous=FULL`).
@@ -12,42 +13,26 @@ a power cut: that would need `synchronous=FULL`).
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import queue
 import sqlite3
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agentos.errors import StoreError
-
-log = logging.getLogger(__name__)
+from agentos.store.writer import Writer
 
 T = TypeVar("T")
 Op = tuple[str, Sequence[Any]]  # one SQL statement and its parameters
-_Reader = Callable[[sqlite3.Connection], Any]
-
-
-@dataclass(slots=True)
-class _Write:
-    ops: Sequence[Op]
-    future: asyncio.Future[None] | None
-
-
-@dataclass(slots=True)
-class _Read:
-    reader: _Reader
-    future: asyncio.Future[Any]
 
 
 @dataclass(frozen=True, slots=True)
 class StoreStatistics:
     batches: int
-    statements: int
+    statements: int  # statements queued in total
     queued: int
+    dropped_total: int = 0  # sheddable writes dropped over the bound
+    failed_total: int = 0  # writes and reads that failed with StoreError
 
 
 class RunStore:
@@ -69,140 +54,103 @@ class RunStore:
         schema: str,
         migrate: Callable[[sqlite3.Connection], None] | None = None,
         batch_max_writes: int = 1000,
+        queue_max_rows: int = 20_000,
+        linger_ms: float = 2.0,
     ) -> None:
         self._path = path
-        self._schema = schema
-        self._migrate = migrate
-        self._batch_max_writes = batch_max_writes
-        self._queue: queue.SimpleQueue[_Write | _Read | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._batches = 0
+        self._writer = Writer(
+            "runs",
+            path,
+            schema,
+            migrate=migrate,
+            batch_max_rows=batch_max_writes,
+            queue_max_rows=queue_max_rows,
+            linger_ms=linger_ms,
+        )
         self._statements = 0
 
+    @property
+    def path(self) -> Path | None:
+        """The database file; None for an in-memory journal."""
+        return self._path
+
     async def open(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        ready: asyncio.Future[None] = self._loop.create_future()
-        self._thread = threading.Thread(target=self._run, args=(ready,), name="agentos-runs-db", daemon=True)
-        self._thread.start()
-        await ready
+        """Open the database (its schema and migrations applied) and start the writer thread.
+
+        Raises:
+            StoreError: the file cannot be opened or migrated.
+        """
+        await self._writer.open()
 
     async def close(self) -> None:
         """Commit everything queued, then stop the thread."""
-        if self._thread is None:
-            return
-        self._queue.put(None)
-        await asyncio.to_thread(self._thread.join)
-        self._thread = None
+        await self._writer.close()
 
     def statistics(self) -> StoreStatistics:
-        return StoreStatistics(batches=self._batches, statements=self._statements, queued=self._queue.qsize())
+        w = self._writer.statistics()
+        return StoreStatistics(
+            batches=w.batches_total,
+            statements=self._statements,
+            queued=w.queued + w.shed_queued,
+            dropped_total=w.dropped_total,
+            failed_total=w.failed_total,
+        )
 
-    async def write(self, ops: Sequence[Op]) -> None:
-        """Queue `ops` and wait until they are committed.
+    async def wait_space(self) -> None:
+        """Wait until the durable lane is under its bound (backpressure for `write_nowait`).
 
         Raises:
-            StoreError: the batch holding them failed.
+            StoreError: the writer thread died.
         """
-        assert self._loop is not None, "store is not open"
-        future: asyncio.Future[None] = self._loop.create_future()
-        self._queue.put(_Write(ops, future))
-        await future
+        await self._writer.wait_space()
 
-    def write_nowait(self, ops: Sequence[Op]) -> None:
-        """Queue `ops` without waiting; a failure is logged."""
-        self._queue.put(_Write(ops, None))
+    async def write(self, ops: Sequence[Op]) -> None:
+        """Queue `ops` and wait until they are committed, all of them or none.
+
+        Raises:
+            StoreError: the writes failed (their savepoint was rolled back) or their batch did.
+        """
+        self._statements += len(ops)
+        await self._writer.submit(apply=partial(_execute, ops))
+
+    def write_nowait(self, ops: Sequence[Op], *, sheddable: bool = False) -> None:
+        """Queue `ops` without waiting; a failure is logged.
+
+        Args:
+            sheddable: the writes may be dropped (and counted) when the sheddable lane is full.
+
+        Raises:
+            StoreError: the store is closed or its writer died.
+        """
+        self._statements += len(ops)
+        if len(ops) == 1:  # the common case (one event): no closure to allocate
+            sql, params = ops[0]
+            self._writer.put(sql, params, sheddable=sheddable)
+        else:
+            self._writer.put_apply(partial(_execute, ops), sheddable=sheddable)
 
     async def read(self, reader: Callable[[sqlite3.Connection], T]) -> T:
-        assert self._loop is not None, "store is not open"
-        future: asyncio.Future[T] = self._loop.create_future()
-        self._queue.put(_Read(reader, future))
-        return await future
+        """Run `reader` on the writer's thread, after every write queued before it.
 
-    # --- the writer thread ---
+        Raises:
+            StoreError: the reader failed (any exception; our own `AgentOSError`s pass unchanged).
+        """
+        result: T = await self._writer.submit(apply=reader)
+        return result
 
-    def _run(self, ready: asyncio.Future[None]) -> None:
-        try:
-            db = self._connect()
-        except sqlite3.Error as exc:
-            self._resolve([(ready, StoreError(f"cannot open runs database: {exc}"))])
-            return
-        self._resolve([(ready, None)])
-        try:
-            self._serve(db)
-        finally:
-            db.close()
+    async def apply(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn` (which may write) in the writer's transaction; return once it is committed.
 
-    def _connect(self) -> sqlite3.Connection:
-        target = str(self._path) if self._path is not None else ":memory:"
-        if self._path is not None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("PRAGMA busy_timeout=5000")
-        db.executescript(self._schema)
-        if self._migrate is not None:
-            self._migrate(db)
-        return db
+        `fn`'s writes commit together or not at all (it runs in its own savepoint if another
+        operation of its batch fails).
 
-    def _serve(self, db: sqlite3.Connection) -> None:
-        while True:
-            job = self._queue.get()
-            batch: list[_Write] = []
-            while True:
-                if job is None:
-                    self._commit(db, batch)
-                    return
-                if isinstance(job, _Read):
-                    self._commit(db, batch)  # a read sees every write queued before it
-                    batch = []
-                    self._answer(db, job)
-                else:
-                    batch.append(job)
-                if len(batch) >= self._batch_max_writes or self._queue.empty():
-                    break
-                job = self._queue.get_nowait()
-            self._commit(db, batch)
-
-    def _commit(self, db: sqlite3.Connection, writes: list[_Write]) -> None:
-        if not writes:
-            return
-        error: StoreError | None = None
-        try:
-            db.execute("BEGIN")
-            for write in writes:
-                for sql, params in write.ops:
-                    db.execute(sql, params)
-            db.execute("COMMIT")
-            self._batches += 1
-            self._statements += sum(len(w.ops) for w in writes)
-        except (sqlite3.Error, ValueError, TypeError) as exc:  # bad parameters must not kill the thread
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            error = StoreError(f"runs database write failed: {exc}")
-            log.error("%s", error)
-        self._resolve([(w.future, error) for w in writes if w.future is not None])
-
-    def _answer(self, db: sqlite3.Connection, job: _Read) -> None:
-        try:
-            result: Any = job.reader(db)
-        except sqlite3.Error as exc:
-            result = StoreError(f"runs database read failed: {exc}")
-        except Exception as exc:  # the reader's own error (NotFound...) goes to its caller
-            result = exc
-        self._resolve([(job.future, result)])
-
-    def _resolve(self, outcomes: list[tuple[asyncio.Future[Any], Any]]) -> None:
-        if outcomes and self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(_settle, outcomes)
+        Raises:
+            StoreError: `fn` failed (its writes are rolled back) or its batch failed to commit.
+        """
+        result: T = await self._writer.submit(apply=fn)
+        return result
 
 
-def _settle(outcomes: list[tuple[asyncio.Future[Any], Any]]) -> None:
-    for future, value in outcomes:
-        if future.done():
-            continue
-        if isinstance(value, BaseException):
-            future.set_exception(value)
-        else:
-            future.set_result(value)
+def _execute(ops: Sequence[Op], db: sqlite3.Connection) -> None:
+    for sql, params in ops:
+        db.execute(sql, params)

@@ -7,6 +7,7 @@ sheddable writers from holding the transcript writer's lock.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -69,7 +70,10 @@ CREATE TABLE IF NOT EXISTS access_log (
 );
 """
 
-# Upsert: a writer retry may repeat a batch, and a turn has one message per role.
+# A writer retry may repeat a batch (after a COMMIT that reported failure), so writes with a
+# natural key are idempotent. Events and access rows have none; they are sheddable anyway.
+_INSERT_SESSION = "INSERT INTO sessions VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING"
+# Upsert: a turn has one message per role.
 _INSERT_MESSAGE = """
 INSERT INTO messages (tenant_id, session_id, turn_id, role, content, status, usage, created_at_ms)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
@@ -154,7 +158,7 @@ class SQLiteStore:
 
     async def create_session(self, r: SessionRecord) -> None:
         params = (r.session_id, r.tenant_id, r.agent, _encode(r.metadata).decode(), r.created_at_ms)
-        await self._sessions.submit("INSERT INTO sessions VALUES (?, ?, ?, ?, ?)", params)
+        await self._sessions.submit(_INSERT_SESSION, params)
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         def read(conn: sqlite3.Connection) -> SessionRecord | None:
@@ -175,15 +179,28 @@ class SQLiteStore:
         return result
 
     async def delete_session(self, session_id: str) -> bool:
-        def delete(conn: sqlite3.Connection) -> bool:
-            gone = conn.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,)).rowcount
-            conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
-            return bool(gone)
+        """Delete the session with its transcript, its events and its JSONL lines.
 
-        deleted: bool = await self._sessions.submit(apply=delete)
-        if deleted:
-            self._events.put("DELETE FROM events WHERE session_id = ?", (session_id,))
-        return deleted
+        Each deletion goes through the queue of the file it cleans, so it is ordered after
+        every write of the session queued before it. The session row goes last: if the
+        process dies half-way, the session still exists and deleting it again finishes.
+
+        Raises:
+            StoreError: a database or the JSONL log failed; the session may be half deleted.
+        """
+
+        def delete_transcript(conn: sqlite3.Connection) -> bool:
+            conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+            return conn.execute("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)).fetchone() is not None
+
+        if not await self._sessions.submit(apply=delete_transcript):
+            return False
+        cascade = [self._events.submit("DELETE FROM events WHERE session_id = ?", (session_id,))]
+        if self._jsonl is not None:
+            cascade.append(asyncio.ensure_future(self._jsonl.delete_session(session_id)))
+        await asyncio.gather(*cascade)
+        gone: int = await self._sessions.submit("DELETE FROM sessions WHERE session_id = ?", (session_id,))
+        return gone > 0
 
     def forget_session(self, session_id: str) -> None:
         """Nothing to do: the session's state stays on disk when it leaves memory."""

@@ -1,16 +1,34 @@
-"""A background writer thread: one SQLite connection, batched, one transaction per batch.
+"""The one writer: a thread that owns one SQLite connection and commits its queue in batches.
 
-The event loop never touches the connection. It enqueues operations; the thread takes as
-many as are waiting (up to `batch_max_rows`), applies them in one transaction and resolves
-the batch's futures with a single `call_soon_threadsafe`, which is what group commit means
-here: every turn finishing in the same few milliseconds shares one commit.
+Every SQLite file of Agent OS (sessions.db, events.db, access.db, runs.db) has one `Writer`.
+The event loop never touches the connection: it enqueues operations, the thread applies a
+batch (the `Batcher` decides when) in one transaction and resolves the batch's futures with
+a single `call_soon_threadsafe`. Every turn finishing in the same few milliseconds shares
+one commit (group commit). Reads go through the same queue, so a read sees every write
+enqueued before it.
 
-Reads go through the same queue, so a read always sees every write enqueued before it.
+Two lanes share the FIFO, each with its own bound:
+- durable (`put`, `submit`): never dropped; callers await `wait_space()` first (backpressure);
+- sheddable (`put(..., sheddable=True)`): dropped and counted once its lane is full.
+
+Failures, and what they cost:
+- an operation that raises (any `Exception`, a bad statement or a reader's decode error)
+  fails only its own future; the batch is applied again with a SAVEPOINT around each
+  operation, so the other operations' rows commit;
+- a failed BEGIN or COMMIT (disk full, I/O error, a lock held past `busy_timeout_ms`) rolls
+  back and retries the whole batch once, then fails every future of the batch. Statements
+  must therefore be idempotent (upserts on natural keys); a repeat only follows a COMMIT
+  that reported failure, after which SQLite has not committed the batch;
+- errors reach callers as `StoreError` with the cause chained; our own `AgentOSError`s
+  raised by a reader (a NotFound) pass unchanged;
+- the thread does not die on an operation's error. A `BaseException` that still kills it
+  fails every queued operation, and every later call raises `StoreError`: nothing hangs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 import threading
@@ -22,101 +40,127 @@ from pathlib import Path
 from typing import Any
 
 from agentos.errors import StoreError
+from agentos.store.batching import Batcher
+from agentos.store.ops import Apply, Operation, apply_batch
 
 log = logging.getLogger("agentos.store")
 
-Apply = Callable[[sqlite3.Connection], Any]
-_Result = tuple["asyncio.Future[Any]", Any, BaseException | None]
+_BUSY_WINDOW_S = 0.02  # a batch this recent means the writer is busy
 
 
 @dataclass(frozen=True, slots=True)
 class WriterStatistics:
     name: str
-    queued: int
+    queued: int  # durable lane
     written_total: int
-    dropped_total: int
+    dropped_total: int  # sheddable lane, over its bound
     batches_total: int
+    shed_queued: int = 0  # sheddable lane
+    failed_total: int = 0  # operations that failed (their futures got a StoreError)
+    retried_total: int = 0  # batches applied again after a failed BEGIN or COMMIT
 
 
-class _Op:
-    __slots__ = ("sql", "params", "apply", "future", "enqueued_ns")
-
-    def __init__(
-        self,
-        sql: str | None,
-        params: Sequence[Any] | None,
-        apply: Apply | None,
-        future: asyncio.Future[Any] | None,
-    ) -> None:
-        self.sql = sql
-        self.params = params
-        self.apply = apply
-        self.future = future
-        self.enqueued_ns = time.perf_counter_ns()
-
-
-_STOP = _Op(None, None, None, None)
-_BUSY_WINDOW_S = 0.02  # a batch this recent means the writer is busy
+_STOP = Operation(None, None, None, None)
 
 
 class Writer:
-    """Owns one SQLite file. `put()` never blocks; `submit()` awaits the batch's commit."""
+    """Owns one SQLite file. `put()` never blocks; `submit()` awaits the batch's commit.
+
+    Usage::
+
+        writer = Writer("events", path, SCHEMA)
+        writer.start()                                   # or `await writer.open()`
+        writer.put("INSERT ...", (1, 2), sheddable=True)
+        rows = await writer.submit(apply=lambda db: db.execute("SELECT ...").fetchall())
+        await writer.close()
+    """
 
     def __init__(
         self,
         name: str,
-        path: Path | str,
+        path: Path | str | None,
         schema: str,
         *,
+        migrate: Callable[[sqlite3.Connection], None] | None = None,
         synchronous: str = "normal",
         queue_max_rows: int = 20_000,
+        shed_max_rows: int | None = None,
         batch_max_rows: int = 1000,
         busy_timeout_ms: int = 5000,
         linger_ms: float = 2.0,
         on_batch: Callable[[int, float], None] | None = None,
     ) -> None:
         self.name = name
-        self._path = str(path)
+        self._path = path
         self._schema = schema
+        self._migrate = migrate
         self._synchronous = synchronous
         self._max = queue_max_rows
-        self._batch_max = batch_max_rows
+        self._shed_max = shed_max_rows if shed_max_rows is not None else queue_max_rows
         self._busy_timeout_ms = busy_timeout_ms
         self._on_batch = on_batch
-        self._linger_s = linger_ms / 1000
-        self._last_batch_s = 0.0
+        self._batcher: Batcher[Operation] = Batcher(
+            max_items=batch_max_rows, linger_s=linger_ms / 1000, busy_window_s=_BUSY_WINDOW_S
+        )
         self._pause = threading.Event()  # never set: a sleep that ruff's time.sleep ban allows here
         # A deque, not a queue.Queue: an append is one atomic op with no lock and no wake-up.
         # The thread is woken through `_wake` only when it parked itself on an empty deque.
-        self._ops: deque[_Op] = deque()
+        self._ops: deque[Operation] = deque()
         self._wake = threading.Event()
         self._parked = False
-        self._queued = 0  # approximate; only the loop increments, only the thread decrements
-        self._written = self._dropped = self._batches = 0
+        self._inflight: list[Operation] = []  # the batch being applied (failed if the thread dies)
+        # Lane counts: only the loop increments, only the loop (in `_resolve`) decrements.
+        self._queued = self._shed_queued = 0
+        self._written = self._dropped = self._batches = self._failed = self._retried = 0
         self._space = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._closing = False
+        self._dead: StoreError | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Open the file on the caller's stack (fail at start-up if it is unusable), start the thread.
+
+        Raises:
+            StoreError: the file cannot be opened or its schema applied.
+        """
+        self._launch(self._connect())
+
+    async def open(self) -> None:
+        """`start()`, with the file opened on a worker thread instead of the event loop.
+
+        Raises:
+            StoreError: the file cannot be opened or its schema applied.
+        """
+        self._launch(await asyncio.to_thread(self._connect))
+
+    def _launch(self, conn: sqlite3.Connection) -> None:
         self._loop = asyncio.get_running_loop()
-        conn = self._connect()  # fail at start-up, on the caller's stack, if the file is unusable
         self._thread = threading.Thread(target=self._run, args=(conn,), name=f"agentos-{self.name}", daemon=True)
         self._thread.start()
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={self._synchronous.upper()}")
-        conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
-        conn.executescript(self._schema)
+        try:
+            if isinstance(self._path, Path):
+                self._path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(str(self._path or ":memory:"), check_same_thread=False, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._synchronous.upper()}")
+            conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
+            conn.executescript(self._schema)
+            if self._migrate is not None:
+                self._migrate(conn)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot open the {self.name} database {str(self._path)!r}: {exc}") from exc
         return conn
 
     async def close(self) -> None:
-        """Drain every queued operation, then stop the thread."""
+        """Refuse new operations, apply every queued one, then stop the thread."""
         if self._thread is None:
             return
+        self._closing = True
         self._push(_STOP)
         await asyncio.to_thread(self._thread.join)
         self._thread = None
@@ -124,121 +168,180 @@ class Writer:
     # -- the loop's side ---------------------------------------------------------------------
 
     def put(self, sql: str, params: Sequence[Any], *, sheddable: bool = False) -> bool:
-        """Enqueue a write and return at once. A sheddable write over the bound is dropped."""
-        if sheddable and self._queued >= self._max:
+        """Enqueue a write and return at once. A sheddable write over its lane's bound is dropped.
+
+        Returns:
+            False if the write was dropped.
+
+        Raises:
+            StoreError: the writer is closed or dead (a sheddable write is dropped instead).
+        """
+        # Called per turn for events and messages: one allocation (the Operation), no lock.
+        if sheddable and (self._shed_queued >= self._shed_max or self._refusing()):
             self._dropped += 1
             return False
-        self._enqueue(_Op(sql, params, None, None))
+        self._enqueue(Operation(sql, params, None, None, sheddable))
+        return True
+
+    def put_apply(self, apply: Apply, *, sheddable: bool = False) -> bool:
+        """Enqueue `apply(connection)` as a write and return at once, like `put`; a failure is logged.
+
+        Raises:
+            StoreError: the writer is closed or dead (a sheddable write is dropped instead).
+        """
+        if sheddable and (self._shed_queued >= self._shed_max or self._refusing()):
+            self._dropped += 1
+            return False
+        self._enqueue(Operation(None, None, apply, None, sheddable))
         return True
 
     def submit(
         self, sql: str | None = None, params: Sequence[Any] | None = None, *, apply: Apply | None = None
     ) -> asyncio.Future[Any]:
-        """Enqueue an operation; the future resolves once its batch is committed."""
+        """Enqueue an operation; the future resolves once its batch is committed.
+
+        Raises:
+            StoreError: the writer is closed or dead (the future fails the same way later).
+        """
         assert self._loop is not None, "writer not started"
         future: asyncio.Future[Any] = self._loop.create_future()
-        self._enqueue(_Op(sql, params, apply, future))
+        self._enqueue(Operation(sql, params, apply, future))
         return future
 
     async def wait_space(self) -> None:
-        """Backpressure for writes that must never be dropped: wait until under the bound."""
-        while self._queued >= self._max:
+        """Backpressure for writes that must never be dropped: wait until under the bound.
+
+        Raises:
+            StoreError: the writer died; waiting would never end.
+        """
+        while self._queued >= self._max and self._dead is None:
             self._space.clear()
             await self._space.wait()
+        if self._dead is not None:
+            raise self._dead
 
-    def _enqueue(self, op: _Op) -> None:
-        if self._thread is None:
-            raise StoreError(f"{self.name} writer is closed")
-        self._queued += 1
+    def _refusing(self) -> bool:
+        return self._thread is None or self._closing or self._dead is not None
+
+    def _enqueue(self, op: Operation) -> None:
+        if self._refusing():
+            raise self._dead or StoreError(f"{self.name} writer is closed")
+        if op.sheddable:
+            self._shed_queued += 1
+        else:
+            self._queued += 1
         self._push(op)
 
-    def _push(self, op: _Op) -> None:
+    def _push(self, op: Operation) -> None:
         self._ops.append(op)
         if self._parked:
             self._parked = False
             self._wake.set()
 
     def statistics(self) -> WriterStatistics:
-        return WriterStatistics(self.name, max(self._queued, 0), self._written, self._dropped, self._batches)
+        return WriterStatistics(
+            self.name,
+            self._queued,
+            self._written,
+            self._dropped,
+            self._batches,
+            self._shed_queued,
+            self._failed,
+            self._retried,
+        )
+
+    def _resolve(self, batch: list[Operation], results: list[Any], wait_ms: float) -> None:
+        shed = 0
+        for op, result in zip(batch, results, strict=True):
+            shed += op.sheddable
+            future = op.future
+            if isinstance(result, BaseException):
+                self._failed += 1
+                if future is not None and not future.done():
+                    future.set_exception(result)
+            elif future is not None and not future.done():
+                future.set_result(result)
+        self._queued -= len(batch) - shed
+        self._shed_queued -= shed
+        self._written += len(batch)
+        self._batches += 1
+        if self._queued < self._max:
+            self._space.set()
+        if self._on_batch is not None:
+            self._on_batch(len(batch), wait_ms)
+
+    def _die(self, stranded: list[Operation], exc: BaseException) -> None:
+        """On the loop: the thread is gone. Fail what it held, what is queued, and what comes."""
+        self._dead = _died(self.name, exc)
+        stranded.extend(op for op in self._ops if op is not _STOP)
+        self._ops.clear()
+        if stranded:
+            self._resolve(stranded, [_died(self.name, exc) for _ in stranded], 0.0)
+        self._space.set()
 
     # -- the thread's side ---------------------------------------------------------------------
 
     def _run(self, conn: sqlite3.Connection) -> None:
         try:
-            while True:
-                batch = self._take()
-                stop = batch[-1] is _STOP
-                if stop:
-                    batch.pop()
-                if batch:
-                    self._apply(conn, batch)
-                    self._last_batch_s = time.monotonic()
-                if stop:
-                    return
+            self._serve(conn)
+        except BaseException as exc:  # noqa: B036 - the thread's last act: fail everything rather than hang
+            log.critical("%s writer thread died", self.name, exc_info=True)
+            self._post(self._die, [*self._inflight, *self._batcher.clear()], exc)
         finally:
             conn.close()
 
-    def _take(self) -> list[_Op]:
-        self._wait_for_work()
-        # Under load, linger a moment so the batch fills: fewer transactions, and fewer
-        # wake-ups of this thread. Idle, commit at once: a lone turn pays no window.
-        if self._linger_s and time.monotonic() - self._last_batch_s < _BUSY_WINDOW_S:
-            self._pause.wait(self._linger_s)
-        batch: list[_Op] = []
-        ops = self._ops
-        while ops and len(batch) < self._batch_max:
-            batch.append(ops.popleft())
-            if batch[-1] is _STOP:
-                break
-        return batch
-
-    def _wait_for_work(self) -> None:
-        while not self._ops:
-            self._wake.clear()
-            self._parked = True
-            if self._ops:  # an op landed between the check and parking: do not sleep on it
-                self._parked = False
-                return
-            self._wake.wait()
-
-    def _apply(self, conn: sqlite3.Connection, batch: list[_Op]) -> None:
-        results: list[_Result] = []
-        try:
-            conn.execute("BEGIN")
-            for op in batch:
-                result = self._apply_one(conn, op)
-                if op.future is not None:
-                    results.append((op.future, result, None))
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            log.exception("%s writer: batch of %d failed", self.name, len(batch))
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            results = [(op.future, None, exc) for op in batch if op.future is not None]
-        self._written += len(batch)
-        self._batches += 1
-        now_ns = time.perf_counter_ns()
-        wait_ms = (now_ns - batch[0].enqueued_ns) / 1e6
-        assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._resolve, results, len(batch), wait_ms)
-
-    @staticmethod
-    def _apply_one(conn: sqlite3.Connection, op: _Op) -> Any:
-        if op.apply is not None:
-            return op.apply(conn)
-        assert op.sql is not None
-        return conn.execute(op.sql, op.params or ()).rowcount
-
-    def _resolve(self, results: list[_Result], n: int, wait_ms: float) -> None:
-        self._queued -= n
-        if self._queued < self._max:
-            self._space.set()
-        for future, result, exc in results:
-            if future.cancelled():
+    def _serve(self, conn: sqlite3.Connection) -> None:
+        batcher, stopping = self._batcher, False
+        while True:
+            now = time.monotonic()
+            stopping = self._pull(now) or stopping
+            batch = batcher.take(now, flush=stopping)
+            if batch:
+                self._inflight = batch
+                self._apply(conn, batch)
+                self._inflight = []
                 continue
-            if exc is not None:
-                future.set_exception(exc)
+            if stopping:
+                return
+            due = batcher.due_at()
+            if due is None:
+                self._park()
             else:
-                future.set_result(result)
-        if self._on_batch is not None:
-            self._on_batch(n, wait_ms)
+                self._pause.wait(due - now)
+
+    def _pull(self, now: float) -> bool:
+        """Move the handed-over operations into the batcher; True once the stop marker came."""
+        ops, add = self._ops, self._batcher.add
+        while ops:
+            op = ops.popleft()
+            if op is _STOP:
+                return True
+            add(op, now)
+        return False
+
+    def _park(self) -> None:
+        self._wake.clear()
+        self._parked = True
+        if self._ops:  # an op landed between the check and parking: do not sleep on it
+            self._parked = False
+            return
+        self._wake.wait()
+
+    def _apply(self, conn: sqlite3.Connection, batch: list[Operation]) -> None:
+        results, retried = apply_batch(conn, batch, self.name)
+        self._retried += retried  # only this thread writes it; the loop reads it for statistics
+        wait_ms = (time.perf_counter_ns() - batch[0].enqueued_ns) / 1e6
+        self._post(self._resolve, batch, results, wait_ms)
+
+    def _post(self, callback: Callable[..., None], *args: Any) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed in between: nobody is left to tell
+            loop.call_soon_threadsafe(callback, *args)
+
+
+def _died(name: str, exc: BaseException) -> StoreError:
+    error = StoreError(f"{name} writer thread died: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error

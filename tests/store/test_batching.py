@@ -1,0 +1,105 @@
+"""The batching policy with plain floats for time: no thread, no clock, no event loop."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentos.store.batching import Batcher
+
+LINGER = 0.002
+BUSY = 0.02
+
+
+def batcher(max_items: int = 10) -> Batcher[str]:
+    return Batcher(max_items=max_items, linger_s=LINGER, busy_window_s=BUSY)
+
+
+def test_nothing_pending_is_never_due() -> None:
+    b = batcher()
+    assert b.due_at() is None
+    assert b.take(100.0) is None
+    assert b.take(100.0, flush=True) is None
+
+
+def test_an_idle_writer_takes_a_lone_item_at_once() -> None:
+    b = batcher()
+    b.add("a", now=5.0)
+    assert b.due_at() == 5.0
+    assert b.take(5.0) == ["a"]
+    assert len(b) == 0
+
+
+def test_under_load_items_linger_so_the_batch_fills() -> None:
+    b = batcher()
+    b.add("a", now=1.0)
+    assert b.take(1.0) == ["a"]
+    b.add("b", now=1.001)  # 1 ms after a take: busy
+    b.add("c", now=1.002)
+    assert b.due_at() == 1.001 + LINGER
+    assert b.take(1.002) is None
+    assert b.take(1.001 + LINGER) == ["b", "c"]
+
+
+def test_the_writer_is_idle_again_after_the_busy_window() -> None:
+    b = batcher()
+    b.add("a", now=1.0)
+    assert b.take(1.0) == ["a"]
+    b.add("b", now=1.0 + BUSY)
+    assert b.take(1.0 + BUSY) == ["b"]
+
+
+def test_a_full_batch_is_due_at_once_even_under_load() -> None:
+    b = batcher(max_items=3)
+    b.add("x", now=0.0)
+    b.take(0.0)
+    for item in ("a", "b", "c", "d"):
+        b.add(item, now=0.001)
+    assert b.due_at() == 0.001
+    assert b.take(0.001) == ["a", "b", "c"]
+    # the rest is timed from that take, and lingers: the writer is busy
+    assert b.due_at() == 0.001 + LINGER
+    assert b.take(0.001 + LINGER) == ["d"]
+
+
+def test_flush_ignores_the_window() -> None:
+    b = batcher()
+    b.add("a", now=0.0)
+    b.take(0.0)
+    b.add("b", now=0.001)
+    assert b.take(0.001) is None
+    assert b.take(0.001, flush=True) == ["b"]
+
+
+def test_clear_hands_back_every_pending_item() -> None:
+    b = batcher(max_items=1)
+    for item in "abc":
+        b.add(item, now=0.0)
+    assert b.clear() == ["a", "b", "c"]
+    assert b.due_at() is None
+
+
+@given(
+    st.lists(st.tuples(st.floats(0, 0.05), st.integers(0, 5)), max_size=60),
+    st.integers(1, 8),
+)
+def test_every_item_is_taken_once_in_order_within_the_bounds(steps: list[tuple[float, int]], max_items: int) -> None:
+    """Whatever the arrivals, a writer that takes at `due_at()` never waits past linger_s and loses nothing."""
+    b: Batcher[int] = Batcher(max_items=max_items, linger_s=LINGER, busy_window_s=BUSY)
+    now, added, taken = 0.0, 0, []
+    for gap, count in steps:
+        now += gap
+        due = b.due_at()
+        while due is not None and due <= now:  # the writer wakes at each due time on the way
+            batch = b.take(due)
+            assert batch is not None and 1 <= len(batch) <= max_items
+            taken.extend(batch)
+            due = b.due_at()
+        for _ in range(count):
+            b.add(added, now)
+            added += 1
+        due = b.due_at()
+        assert due is None or due <= now + LINGER
+    while (batch := b.take(now, flush=True)) is not None:
+        taken.extend(batch)
+    assert taken == list(range(added))
