@@ -279,19 +279,10 @@ class RunService:
         """Terminate the session's runs and delete them: journal rows, payloads, workspaces."""
         for handle in [h for h in self._runs.handles.values() if h.row.session_id == session_id]:
             await self.terminate(handle.run_id)
-        deleted: list[str] = await self.store.read(lambda db: _delete_runs(db, session_id))
+        deleted = await self.store.apply(lambda db: self.journal.delete_session_runs(db, session_id))
         if self._workspaces is not None:
             workspaces = self._workspaces
             await asyncio.to_thread(_remove_dirs, [workspaces / run_id for run_id in deleted])
-
-
-def _delete_runs(db: Any, session_id: str) -> list[str]:
-    # Temporary until the store's own cascade lands.
-    ids = [r[0] for r in db.execute("SELECT run_id FROM runs WHERE session_id = ?", (session_id,))]
-    for run_id in ids:
-        for table in ("steps", "run_events", "runs"):
-            db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
-    return ids
 
 
 def _remove_dirs(paths: list[Path]) -> None:
