@@ -11,16 +11,20 @@
         PayloadTooLarge       413
         InvalidInput          422  well-formed JSON of the wrong shape
         AdmissionRejected     429  carries retry_after_s
+        ShuttingDown          503  the server is draining: nothing new starts
       ProviderError(retryable, retry_after_s, code)   # the upstream's fault
         ProviderTimeout  ProviderHTTPError(status_code)  ProviderProtocolError  ProviderUnavailable
         ProviderLimitTimeout  # no provider permit within kernel.permit_wait_timeout_s
       StoreError
 
 Errors are mapped to HTTP in one place (`agentos.api.errors`), and provider errors become a
-`turn.failed` event with the error's `code` as the reason.
+`turn.failed` event with the error's `code` as the reason. Anything else is an internal error:
+its details stay in the log under a `new_error_id()`; the client gets only the code and that id.
 """
 
 from __future__ import annotations
+
+import secrets
 
 
 class AgentOSError(Exception):
@@ -34,6 +38,7 @@ class ConfigError(AgentOSError):
 class RequestError(AgentOSError):
     status = 400
     code = "bad_request"
+    retry_after_s: int | None = None  # set: the answer carries `Retry-After`
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
@@ -91,6 +96,19 @@ class AdmissionRejected(RequestError):
     def __init__(self, retry_after_s: int) -> None:
         super().__init__(f"too many turns in flight; retry after {retry_after_s}s")
         self.retry_after_s = retry_after_s
+
+
+class ShuttingDown(RequestError):
+    """The server is draining: running work finishes, nothing new is started."""
+
+    status = 503
+    code = "shutting_down"
+    retry_after_s = 1
+
+
+def new_error_id() -> str:
+    """An id a client can quote for an internal error whose details stay in the server log."""
+    return f"err_{secrets.token_hex(8)}"
 
 
 class ProviderError(AgentOSError):

@@ -1,4 +1,4 @@
-"""A RunService behind its HTTP routes, as a separate process the durability test can kill -9.
+"""The real application (its RunService behind the API), as a process the durability test can kill -9.
 
     python -m tests.agents.run_server --data-dir D --provider-url URL --port-file F
 
@@ -15,21 +15,15 @@ from pathlib import Path
 
 from aiohttp import web
 
-from agentos.agents.http import RUN_SERVICE, add_routes, error_middleware
-from agentos.agents.service import RunService
+from agentos.api.app import create_app
 from agentos.config import ProviderConfig, Settings
-from agentos.providers.openai_compat import OpenAICompatProvider
 
 AGENTS = {"ops": {"tools": ["run_command", "ask_human"], "command": {"timeout_s": 10}}}
 
 
 async def serve(data_dir: Path, provider_url: str, port_file: Path) -> None:
-    provider = OpenAICompatProvider(ProviderConfig(url=provider_url, model="mock-1", max_retries=0))
-    service = RunService(provider, data_dir, Settings(agents=AGENTS))
-    await service.start()
-    app = web.Application(middlewares=[error_middleware])
-    app[RUN_SERVICE] = service
-    add_routes(app, RUN_SERVICE)
+    provider = ProviderConfig(url=provider_url, model="mock-1", max_retries=0)
+    app = create_app(Settings(data_dir=str(data_dir), provider=provider, agents=AGENTS))
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -41,8 +35,6 @@ async def serve(data_dir: Path, provider_url: str, port_file: Path) -> None:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
     await runner.cleanup()
-    await service.close()
-    await provider.aclose()
 
 
 def main() -> None:

@@ -3,8 +3,9 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
-from agentos.testing import Event, sse_events
+from agentos.testing import Event, RunningServer, sse_events
 
 SSE = {"Accept": "text/event-stream"}
 
@@ -21,3 +22,24 @@ async def turn_events(http: aiohttp.ClientSession, url: str, session_id: str, te
         assert r.status == 200, await r.text()
         assert r.headers["Content-Type"].startswith("text/event-stream")
         return [e async for e in sse_events(r)]
+
+
+async def serve(app: web.Application) -> RunningServer:
+    """Serve an app built with `create_app` (and changed by the test before it starts) on loopback."""
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return RunningServer(f"http://127.0.0.1:{runner.addresses[0][1]}", app, runner)
+
+
+async def expect_error(response: aiohttp.ClientResponse, status: int, code: str | None = None) -> dict[str, Any]:
+    """The response is the JSON error body `{"error": {"code", "message"}}` with `status`."""
+    assert response.status == status, await response.text()
+    assert response.headers["Content-Type"].startswith("application/json")
+    body: dict[str, Any] = await response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+    if code is not None:
+        assert body["error"]["code"] == code
+    assert body["error"]["message"]
+    return body

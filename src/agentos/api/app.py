@@ -10,10 +10,10 @@ import msgspec
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from agentos.agents import RUN_SERVICE, RunService, add_routes
-from agentos.api import ops, sessions, turns, websocket
+from agentos.agents import RunService
+from agentos.api import agents, ops, runs, sessions, turns, websocket
 from agentos.api.errors import error_middleware
-from agentos.api.keys import MAX_BODY_BYTES, METRICS, RUNTIME, SETTINGS
+from agentos.api.keys import MAX_BODY_BYTES, METRICS, RUNS, RUNTIME, SETTINGS, SSE_KEEPALIVE_S
 from agentos.api.middleware import access_log_middleware, auth_middleware
 from agentos.config import Settings
 from agentos.metrics import Metrics
@@ -26,6 +26,7 @@ from agentos.store.sqlite import SQLiteStore
 log = logging.getLogger("agentos")
 
 DRAIN_TIMEOUT_S = 30.0
+SSE_KEEPALIVE_S_DEFAULT = 15.0
 
 
 def create_app(settings: Settings) -> web.Application:
@@ -40,9 +41,9 @@ def create_app(settings: Settings) -> web.Application:
     app[MAX_BODY_BYTES] = settings.server.max_body_bytes
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
-    for table in (sessions.routes, turns.routes, websocket.routes, ops.routes):
+    app[SSE_KEEPALIVE_S] = SSE_KEEPALIVE_S_DEFAULT
+    for table in (sessions.routes, turns.routes, websocket.routes, agents.routes, runs.routes, ops.routes):
         app.router.add_routes(table)
-    add_routes(app, RUN_SERVICE)
     app.cleanup_ctx.append(_lifespan)
     return app
 
@@ -78,7 +79,7 @@ async def _lifespan(app: web.Application) -> AsyncIterator[None]:
         runtime.permitted(provider), Path(settings.data_dir) if settings.store.enabled else None, settings
     )
     await runs.start()  # resumes every unfinished run from its journal
-    app[RUN_SERVICE] = runtime.runs = runs
+    app[RUNS] = runtime.runs = runs
     runtime.start_lag_probe()
     try:
         yield

@@ -1,18 +1,21 @@
 """A session's WebSocket: frames `{"type": "turn", "input": ...}` and `{"type": "cancel"}` in,
 the turn events out as `{"type": <event>, "id": ..., "data": {...}}`. Closing the socket
-cancels the running turn: nothing outlives its client."""
+cancels the running turn: nothing outlives its client. While the server drains, a new turn
+gets an error frame with code `shutting_down`; the socket stays open for the turn it holds."""
 
 from __future__ import annotations
 
 import asyncio
+from contextlib import suppress
 from typing import Any, Literal
 
 import msgspec
 from aiohttp import WSMsgType, web
 
 from agentos.api.body import decode_json
+from agentos.api.errors import INTERNAL_MESSAGE, log_internal_error
 from agentos.api.keys import MAX_BODY_BYTES, RUNTIME
-from agentos.api.turns import check_input
+from agentos.api.turns import check_accepting, check_input
 from agentos.errors import RequestError
 from agentos.runtime.runtime import Runtime
 from agentos.runtime.turn import Turn
@@ -47,7 +50,7 @@ async def session_socket(request: web.Request) -> web.WebSocketResponse:
                 continue
             if turn is not None:
                 # its own task, so this loop keeps reading frames (a cancel, a newer turn)
-                task = asyncio.create_task(runtime.run_turn(turn, sink))
+                task = asyncio.create_task(_run_turn(runtime, turn, sink))
                 running.add(task)
                 task.add_done_callback(running.discard)
     finally:
@@ -64,20 +67,33 @@ async def _on_frame(runtime: Runtime, session_id: str, raw: str) -> Turn | None:
         runtime.cancel_turn(session_id)
         return None
     check_input(runtime, frame.input)
+    check_accepting(runtime)
     return await runtime.start_turn(session_id, frame.input)
 
 
+async def _run_turn(runtime: Runtime, turn: Turn, sink: WebSocketSink) -> None:
+    """The turn's task: a failure the runtime did not turn into an event becomes an error frame."""
+    try:
+        await runtime.run_turn(turn, sink)
+    except ConnectionError:
+        pass  # the socket is gone: nobody to tell
+    except Exception:
+        error_id = log_internal_error("turn %s failed on a WebSocket", turn.turn_id)
+        with suppress(ConnectionError):
+            await _send_error(sink.ws, "internal_error", INTERNAL_MESSAGE, error_id=error_id)
+
+
 class WebSocketSink:
-    __slots__ = ("_ws",)
+    __slots__ = ("ws",)
 
     def __init__(self, ws: web.WebSocketResponse) -> None:
-        self._ws = ws
+        self.ws = ws
 
     async def send(self, event_id: str, name: str, data: dict[str, Any]) -> None:
-        if self._ws.closed:
+        if self.ws.closed:
             raise ConnectionResetError("the WebSocket is closed")
-        await self._ws.send_str(_encode({"type": name, "id": event_id, "data": data}).decode())
+        await self.ws.send_str(_encode({"type": name, "id": event_id, "data": data}).decode())
 
 
-async def _send_error(ws: web.WebSocketResponse, code: str, message: str) -> None:
-    await ws.send_str(_encode({"type": "error", "error": {"code": code, "message": message}}).decode())
+async def _send_error(ws: web.WebSocketResponse, code: str, message: str, **extra: str) -> None:
+    await ws.send_str(_encode({"type": "error", "error": {"code": code, "message": message, **extra}}).decode())
