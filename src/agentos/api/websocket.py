@@ -48,6 +48,10 @@ async def session_socket(request: web.Request) -> web.WebSocketResponse:
             except RequestError as exc:
                 await _send_error(ws, exc.code, exc.message)
                 continue
+            except Exception:  # the socket is open: a failure is a frame, never an escaping exception
+                error_id = log_internal_error("a frame on the WebSocket of session %s failed", session_id)
+                await _send_error(ws, "internal_error", INTERNAL_MESSAGE, error_id=error_id)
+                continue
             if turn is not None:
                 # its own task, so this loop keeps reading frames (a cancel, a newer turn)
                 task = asyncio.create_task(_run_turn(runtime, turn, sink))
@@ -72,27 +76,28 @@ async def _on_frame(runtime: Runtime, session_id: str, raw: str) -> Turn | None:
 
 
 async def _run_turn(runtime: Runtime, turn: Turn, sink: WebSocketSink) -> None:
-    """The turn's task: a failure the runtime did not turn into an event becomes an error frame."""
+    """The turn's task: a failure the runtime did not turn into an event becomes `turn.failed`."""
     try:
         await runtime.run_turn(turn, sink)
     except ConnectionError:
         pass  # the socket is gone: nobody to tell
     except Exception:
         error_id = log_internal_error("turn %s failed on a WebSocket", turn.turn_id)
-        with suppress(ConnectionError):
-            await _send_error(sink.ws, "internal_error", INTERNAL_MESSAGE, error_id=error_id)
+        data = {"turn_id": turn.turn_id, "reason": "internal_error", "message": INTERNAL_MESSAGE, "error_id": error_id}
+        with suppress(ConnectionError):  # no id: it is not one of the turn's stored events
+            await sink.send(None, "turn.failed", data)
 
 
 class WebSocketSink:
-    __slots__ = ("ws",)
+    __slots__ = ("_ws",)
 
     def __init__(self, ws: web.WebSocketResponse) -> None:
-        self.ws = ws
+        self._ws = ws
 
-    async def send(self, event_id: str, name: str, data: dict[str, Any]) -> None:
-        if self.ws.closed:
+    async def send(self, event_id: str | None, name: str, data: dict[str, Any]) -> None:
+        if self._ws.closed:
             raise ConnectionResetError("the WebSocket is closed")
-        await self.ws.send_str(_encode({"type": name, "id": event_id, "data": data}).decode())
+        await self._ws.send_str(_encode({"type": name, "id": event_id, "data": data}).decode())
 
 
 async def _send_error(ws: web.WebSocketResponse, code: str, message: str, **extra: str) -> None:
