@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from agentos.api.app import create_app
+from agentos.config import Settings
 from agentos.testing import Event, RunningServer, sse_events
 
 SSE = {"Accept": "text/event-stream"}
@@ -24,8 +27,12 @@ async def turn_events(http: aiohttp.ClientSession, url: str, session_id: str, te
         return [e async for e in sse_events(r)]
 
 
-async def serve(app: web.Application) -> RunningServer:
-    """Serve an app built with `create_app` (and changed by the test before it starts) on loopback."""
+async def start_app(settings: Settings, change: Callable[[web.Application], None] | None = None) -> RunningServer:
+    """The real application on loopback, like `agentos.testing.start_server`, after `change`
+    has had the app before it starts (a test-only route, a shorter keepalive)."""
+    app = create_app(settings)
+    if change is not None:
+        change(app)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

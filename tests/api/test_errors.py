@@ -12,13 +12,19 @@ import msgspec
 import pytest
 from aiohttp import web
 
-from agentos.api.app import create_app
 from agentos.bench.mock_llm import MockServer
 from agentos.testing import sse_events
-from tests.api.helpers import SSE, new_session, serve
+from tests.api.helpers import SSE, new_session, start_app
 from tests.conftest import make_settings
 
 SECRET = "password=hunter2 at /srv/agentos/secret.py"
+
+
+def add_broken_route(app: web.Application) -> None:
+    async def broken(request: web.Request) -> web.Response:
+        raise RuntimeError(SECRET)
+
+    app.router.add_get("/test/broken", broken)
 
 
 def unhandled(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -30,13 +36,7 @@ async def test_an_internal_error_tells_the_client_only_an_id(
     tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
 ) -> None:
     """No route of ours fails on purpose, so this test's own app gets one that does."""
-    app = create_app(make_settings(tmp_path / "data", mock.url))
-
-    async def broken(request: web.Request) -> web.Response:
-        raise RuntimeError(SECRET)
-
-    app.router.add_get("/test/broken", broken)
-    server = await serve(app)
+    server = await start_app(make_settings(tmp_path / "data", mock.url), add_broken_route)
     try:
         caplog.set_level(logging.ERROR)
         async with http.get(f"{server.url}/test/broken") as r:
@@ -54,13 +54,7 @@ async def test_an_internal_error_tells_the_client_only_an_id(
 
 
 async def test_error_ids_differ(tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession) -> None:
-    app = create_app(make_settings(tmp_path / "data", mock.url))
-
-    async def broken(request: web.Request) -> web.Response:
-        raise RuntimeError(SECRET)
-
-    app.router.add_get("/test/broken", broken)
-    server = await serve(app)
+    server = await start_app(make_settings(tmp_path / "data", mock.url), add_broken_route)
     try:
         ids = set()
         for _ in range(3):
@@ -78,7 +72,7 @@ async def test_a_store_that_fails_mid_turn_ends_the_stream_with_turn_failed(
     still gets a terminal `turn.failed` and a clean end of the stream, and nothing escapes."""
     mock: MockServer = await mock_factory(ttft_ms=5, tps=200, tokens=40)
     settings = make_settings(tmp_path / "data", mock.url, **{"server.access_log": False})
-    server = await serve(create_app(settings))
+    server = await start_app(settings)
     try:
         sid = await new_session(http, server.url)
         caplog.set_level(logging.ERROR)
@@ -102,7 +96,7 @@ async def test_a_store_that_fails_mid_turn_ends_a_websocket_turn_with_turn_faile
 ) -> None:
     mock: MockServer = await mock_factory(ttft_ms=5, tps=200, tokens=40)
     settings = make_settings(tmp_path / "data", mock.url, **{"server.access_log": False})
-    server = await serve(create_app(settings))
+    server = await start_app(settings)
     try:
         sid = await new_session(http, server.url)
         caplog.set_level(logging.ERROR)

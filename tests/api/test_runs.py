@@ -14,13 +14,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.api.app import create_app
 from agentos.api.keys import RUNS, SSE_KEEPALIVE_S
 from agentos.api.openapi import OPENAPI
 from agentos.bench.mock_llm import MockServer
 from agentos.config import settings_from_dict
 from agentos.testing import Event, RunningServer, eventually, sse_events
-from tests.api.helpers import expect_error, serve
+from tests.api.helpers import expect_error, start_app
 
 AGENTS = {
     "ops": {"tools": ["run_command", "ask_human"]},
@@ -40,9 +39,7 @@ async def served(tmp_path: Path, mock_factory: Callable[..., Awaitable[MockServe
             "agents": AGENTS,
         }
     )
-    app = create_app(settings)
-    app[SSE_KEEPALIVE_S] = 0.05
-    server = await serve(app)
+    server = await start_app(settings, lambda app: app.__setitem__(SSE_KEEPALIVE_S, 0.05))
     yield server
     await server.close()
 
