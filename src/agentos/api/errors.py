@@ -48,11 +48,6 @@ def log_internal_error(what: str, *args: Any) -> str:
     return error_id
 
 
-def internal_error_data(error_id: str) -> dict[str, str]:
-    """What a client may learn about an internal error: that it happened, and its id."""
-    return {"code": "internal_error", "message": INTERNAL_MESSAGE, "error_id": error_id}
-
-
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
