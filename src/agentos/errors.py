@@ -18,7 +18,8 @@
       StoreError
 
 Errors are mapped to HTTP in one place (`agentos.api.errors`), and provider errors become a
-`turn.failed` event with the error's `code` as the reason.
+`turn.failed` event with the error's `code` as the reason. Anything else is an internal error:
+its details stay in the log under a `new_error_id()`; the client gets only the code and that id.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class ConfigError(AgentOSError):
 class RequestError(AgentOSError):
     status = 400
     code = "bad_request"
+    retry_after_s: int | None = None  # set: the answer carries `Retry-After`
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)

@@ -1,4 +1,4 @@
-"""A RunService behind its HTTP routes, as a separate process the durability test can kill -9.
+"""The real application (its RunService behind the API), as a process the durability test can kill -9.
 
     python -m tests.agents.run_server --data-dir D --provider-url URL --port-file F
 
@@ -15,22 +15,17 @@ from pathlib import Path
 
 from aiohttp import web
 
-from agentos.agents.http import RUN_SERVICE, add_routes, error_middleware
-from agentos.agents.service import RunService
+from agentos.api.app import create_app
 from agentos.config import ProviderConfig, Settings
-from agentos.providers.openai_compat import OpenAICompatProvider
+from agentos.services import open_services
 
 AGENTS = {"ops": {"tools": ["run_command", "ask_human"], "command": {"timeout_s": 10}}}
 
 
 async def serve(data_dir: Path, provider_url: str, port_file: Path) -> None:
-    provider = OpenAICompatProvider(ProviderConfig(url=provider_url, model="mock-1", max_retries=0))
-    service = RunService(provider, data_dir, Settings(agents=AGENTS))
-    await service.start()
-    app = web.Application(middlewares=[error_middleware])
-    app[RUN_SERVICE] = service
-    add_routes(app, RUN_SERVICE)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    provider = ProviderConfig(url=provider_url, model="mock-1", max_retries=0)
+    services = await open_services(Settings(data_dir=str(data_dir), provider=provider, agents=AGENTS))
+    runner = web.AppRunner(create_app(services), handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -40,9 +35,9 @@ async def serve(data_dir: Path, provider_url: str, port_file: Path) -> None:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
+    await services.drain(5.0)
     await runner.cleanup()
-    await service.close()
-    await provider.aclose()
+    await services.close(5.0)
 
 
 def main() -> None:

@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
-from agentos.testing import Event, sse_events
+from agentos.api.app import create_app
+from agentos.config import Settings
+from agentos.services import open_services
+from agentos.testing import Event, RunningServer, sse_events
 
 SSE = {"Accept": "text/event-stream"}
 
@@ -21,3 +26,29 @@ async def turn_events(http: aiohttp.ClientSession, url: str, session_id: str, te
         assert r.status == 200, await r.text()
         assert r.headers["Content-Type"].startswith("text/event-stream")
         return [e async for e in sse_events(r)]
+
+
+async def start_app(settings: Settings, change: Callable[[web.Application], None] | None = None) -> RunningServer:
+    """The real application on loopback, like `agentos.testing.start_server`, after `change`
+    has had the app before it starts (a test-only route, a shorter keepalive)."""
+    services = await open_services(settings)
+    app = create_app(services)
+    if change is not None:
+        change(app)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return RunningServer(f"http://127.0.0.1:{runner.addresses[0][1]}", app, runner, services)
+
+
+async def expect_error(response: aiohttp.ClientResponse, status: int, code: str | None = None) -> dict[str, Any]:
+    """The response is the JSON error body `{"error": {"code", "message"}}` with `status`."""
+    assert response.status == status, await response.text()
+    assert response.headers["Content-Type"].startswith("application/json")
+    body: dict[str, Any] = await response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+    if code is not None:
+        assert body["error"]["code"] == code
+    assert body["error"]["message"]
+    return body

@@ -8,17 +8,7 @@ import aiohttp
 import pytest
 
 from agentos.testing import RunningServer
-from tests.api.helpers import SSE, new_session
-
-
-async def expect_error(response: aiohttp.ClientResponse, status: int, code: str | None = None) -> dict:
-    assert response.status == status, await response.text()
-    assert response.headers["Content-Type"].startswith("application/json")
-    body = await response.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
-    if code is not None:
-        assert body["error"]["code"] == code
-    return body
+from tests.api.helpers import SSE, expect_error, new_session
 
 
 async def test_unknown_session_is_404(server: RunningServer, http: aiohttp.ClientSession) -> None:

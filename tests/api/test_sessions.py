@@ -1,4 +1,4 @@
-"""Sessions: CRUD, TTL eviction and reload, restart, WebSocket, auth, metrics, OpenAPI."""
+"""Sessions: CRUD, TTL eviction and reload, restart, WebSocket, auth, metrics."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 import aiohttp
 import msgspec
 
-from agentos.api.openapi import OPENAPI
 from agentos.bench.mock.server import MockServer
 from agentos.testing import RunningServer, eventually, sse_events, start_server
 from tests.api.helpers import SSE, new_session, turn_events
@@ -153,20 +152,6 @@ async def test_metrics_carry_every_documented_name(server: RunningServer, http) 
     assert "agentos_active_sessions 1.0" in text
 
 
-async def test_the_openapi_document_matches_the_routes(server: RunningServer, http) -> None:
-    async with http.get(f"{server.url}/openapi.json") as r:
-        assert msgspec.json.decode(await r.read()) == msgspec.json.decode(msgspec.json.encode(OPENAPI))
-    routes = {
-        (route.method.lower(), route.resource.canonical)
-        for route in server.app.router.routes()
-        if route.method != "HEAD" and route.resource is not None
-    }
-    documented = {
-        (method, path) for path, item in OPENAPI["paths"].items() for method in item if method != "parameters"
-    }
-    assert routes == documented
-
-
 async def test_readyz_reports_draining(server: RunningServer, http) -> None:
     async with http.get(f"{server.url}/readyz") as r:
         assert r.status == 200
@@ -176,6 +161,7 @@ async def test_readyz_reports_draining(server: RunningServer, http) -> None:
     sid = await new_session(http, server.url)
     async with http.post(f"{server.url}/v1/sessions/{sid}/turns", json={"input": "x"}) as r:
         assert r.status == 503 and (await r.json())["error"]["code"] == "shutting_down"
+        assert r.headers["Retry-After"] == "1"
 
 
 async def test_the_jsonl_log_records_events(tmp_path: Path, mock: MockServer, http) -> None:

@@ -5,17 +5,20 @@ from __future__ import annotations
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from agentos.agents import RUN_SERVICE, add_routes
-from agentos.api import ops, sessions, turns, websocket
+from agentos.api import agents, ops, runs, sessions, turns, websocket
 from agentos.api.errors import error_middleware
-from agentos.api.keys import MAX_BODY_BYTES, METRICS, RUNTIME, SETTINGS
+from agentos.api.keys import MAX_BODY_BYTES, METRICS, RUNS, RUNTIME, SETTINGS, SSE_KEEPALIVE_S
 from agentos.api.middleware import access_log_middleware, auth_middleware
 from agentos.services import Services
 
+SSE_KEEPALIVE_S_DEFAULT = 15.0
 
-def create_app(services: Services) -> web.Application:
+
+def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_DEFAULT) -> web.Application:
     """The HTTP application around built services (`agentos.services.open_services`); closing
-    the services is their owner's job, not the app's."""
+    the services is their owner's job, not the app's.
+
+    `sse_keepalive_s`: how often an idle event stream gets a comment line."""
     settings = services.settings
     middlewares: list[Middleware] = []
     if settings.server.access_log and settings.store.enabled:
@@ -29,8 +32,8 @@ def create_app(services: Services) -> web.Application:
     app[SETTINGS] = settings
     app[METRICS] = services.metrics
     app[RUNTIME] = services.runtime
-    app[RUN_SERVICE] = services.runs
-    for table in (sessions.routes, turns.routes, websocket.routes, ops.routes):
+    app[RUNS] = services.runs
+    app[SSE_KEEPALIVE_S] = sse_keepalive_s
+    for table in (sessions.routes, turns.routes, websocket.routes, agents.routes, runs.routes, ops.routes):
         app.router.add_routes(table)
-    add_routes(app, RUN_SERVICE)
     return app

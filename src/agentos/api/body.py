@@ -22,7 +22,28 @@ class TurnCreate(msgspec.Struct, forbid_unknown_fields=True):
     input: str
 
 
+class RunCreate(msgspec.Struct, forbid_unknown_fields=True):
+    input: str
+    session_id: str | None = None
+
+
+class AnswerCreate(msgspec.Struct, forbid_unknown_fields=True):
+    """An answer to a run's human request; an approval names the exact `args_hash` it approves."""
+
+    operation_id: str
+    answer: str = ""
+    approve: bool | None = None
+    args_hash: str | None = None
+
+
 async def read_body(request: web.Request, kind: type[T], *, empty_ok: bool = False) -> T:
+    """The request's JSON body as a `kind` (`empty_ok`: an empty body reads as `{}`).
+
+    Raises:
+        PayloadTooLarge: over `server.max_body_bytes`.
+        BadRequest: not JSON (`malformed_json`).
+        InvalidInput: JSON of the wrong shape.
+    """
     limit = request.app[MAX_BODY_BYTES]
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(f"request body over {limit} bytes")

@@ -1,18 +1,25 @@
-"""The single mapping from exceptions to HTTP answers: `{"error": {"code", "message"}}`."""
+"""The single mapping from exceptions to HTTP answers: `{"error": {"code", "message"}}`.
+
+A `RequestError` is the client's fault and says so; anything else is ours: the client gets
+`internal_error` and an `error_id` to quote, the log gets the traceback under the same id.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgspec
 from aiohttp import web
 
-from agentos.errors import AdmissionRejected, RequestError
+from agentos.errors import RequestError, new_error_id
 
 log = logging.getLogger("agentos.api")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+INTERNAL_MESSAGE = "internal server error"
 
 # aiohttp raises its own HTTP exceptions for routing and body limits; give them our codes.
 _AIOHTTP_CODES = {
@@ -24,19 +31,30 @@ _AIOHTTP_CODES = {
 }
 
 
-def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
-    body = msgspec.json.encode({"error": {"code": code, "message": message}})
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: str
+) -> web.Response:
+    body = msgspec.json.encode({"error": {"code": code, "message": message, **extra}})
     return web.Response(status=status, body=body, content_type="application/json", headers=headers)
+
+
+def log_internal_error(what: str, *args: Any) -> str:
+    """Log the exception being handled, with its traceback, under a new error id; return the id.
+
+    Call it from an `except` block: `what % args` says where it happened.
+    """
+    error_id = new_error_id()
+    log.exception("%s (error_id=%s)", what % args, error_id)
+    return error_id
 
 
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except AdmissionRejected as exc:
-        return error_response(429, exc.code, exc.message, {"Retry-After": str(exc.retry_after_s)})
     except RequestError as exc:
-        return error_response(exc.status, exc.code, exc.message)
+        headers = None if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
+        return error_response(exc.status, exc.code, exc.message, headers)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -44,5 +62,5 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
         return error_response(exc.status, code, exc.reason, headers)
     except Exception:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        return error_response(500, "internal_error", "internal server error")
+        error_id = log_internal_error("unhandled error on %s %s", request.method, request.path)
+        return error_response(500, "internal_error", INTERNAL_MESSAGE, error_id=error_id)

@@ -1,25 +1,35 @@
 """The OpenAPI 3.1 document served at /openapi.json, written by hand to match the handlers
-(tests/api check that every route is described and every described route exists)."""
+(tests/api/test_openapi.py checks that every route is described, every described route exists,
+and every request body matches the struct its handler reads)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from agentos.api.schemas import SCHEMAS, ref
+
 
 def _error(description: str) -> dict[str, Any]:
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-    }
+    return {"description": description, "content": {"application/json": {"schema": ref("Error")}}}
 
 
-def _json(description: str, ref: str) -> dict[str, Any]:
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}},
-    }
+def _json(description: str, schema: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": ref(schema)}}}
 
 
+def _body(schema: str) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": ref(schema)}}}
+
+
+def _retry_after(description: str) -> dict[str, Any]:
+    return {**_error(description), "headers": {"Retry-After": {"schema": {"type": "integer"}}}}
+
+
+_BAD_BODY = {
+    "400": _error("Malformed JSON"),
+    "413": _error("Body over the limit"),
+    "422": _error("Wrong types or values; the message names the field"),
+}
 _SESSION_ID = {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string"}}
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
 _RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
@@ -35,14 +45,8 @@ OPENAPI: dict[str, Any] = {
         "/v1/sessions": {
             "post": {
                 "summary": "Open a session",
-                "requestBody": {
-                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SessionCreate"}}}
-                },
-                "responses": {
-                    "201": _json("The session", "Session"),
-                    "400": _error("Malformed JSON"),
-                    "422": _error("Wrong types"),
-                },
+                "requestBody": {"content": {"application/json": {"schema": ref("SessionCreate")}}},
+                "responses": {"201": _json("The session", "Session"), **_BAD_BODY},
             },
             "get": {
                 "summary": "List sessions",
@@ -68,10 +72,7 @@ OPENAPI: dict[str, Any] = {
             "parameters": [_SESSION_ID],
             "post": {
                 "summary": "Send a turn; a running turn of the session is cancelled (last-wins)",
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TurnCreate"}}},
-                },
+                "requestBody": _body("TurnCreate"),
                 "responses": {
                     "200": {
                         "description": (
@@ -80,18 +81,14 @@ OPENAPI: dict[str, Any] = {
                         ),
                         "content": {
                             "text/event-stream": {"schema": {"type": "string"}},
-                            "application/json": {"schema": {"$ref": "#/components/schemas/TurnResult"}},
+                            "application/json": {"schema": ref("TurnResult")},
                         },
                     },
-                    "400": _error("Malformed JSON"),
+                    **_BAD_BODY,
                     "404": _error("Unknown session"),
                     "406": _error("Unsupported Accept"),
-                    "413": _error("Body over the limit"),
-                    "422": _error("Wrong types"),
-                    "429": {
-                        **_error("Over the admission limit"),
-                        "headers": {"Retry-After": {"schema": {"type": "integer"}}},
-                    },
+                    "429": _retry_after("Over the admission limit"),
+                    "503": _retry_after("Draining: the server starts no new turns"),
                 },
             },
         },
@@ -119,35 +116,42 @@ OPENAPI: dict[str, Any] = {
         "/v1/sessions/{session_id}/ws": {
             "parameters": [_SESSION_ID],
             "get": {
-                "summary": "WebSocket: {type: turn, input} and {type: cancel} in; {type, id, data} events out",
+                "summary": (
+                    "WebSocket: {type: turn, input} and {type: cancel} in; {type, id, data} events out;"
+                    " {type: error, error: {code, message}} for a refused frame (code shutting_down while draining)"
+                ),
                 "responses": {"101": {"description": "Switching protocols"}, "404": _error("Unknown session")},
             },
         },
         "/v1/agents": {
             "post": {
                 "summary": "Create or replace an agent (docs/agents.md)",
+                "requestBody": _body("AgentSpec"),
                 "responses": {
-                    "201": {"description": "The agent"},
+                    "201": _json("The agent", "Agent"),
+                    **_BAD_BODY,
                     "409": _error("A config agent"),
-                    "422": _error("Bad field"),
                 },
             },
-            "get": {"summary": "List agents", "responses": {"200": {"description": "{data}"}}},
+            "get": {"summary": "List agents", "responses": {"200": _json("Every agent", "AgentList")}},
         },
         "/v1/agents/{name}": {
             "parameters": [_NAME],
             "get": {
                 "summary": "Read an agent",
-                "responses": {"200": {"description": "The agent"}, "404": _error("Unknown agent")},
+                "responses": {"200": _json("The agent", "Agent"), "404": _error("Unknown agent")},
             },
         },
         "/v1/agents/{name}/runs": {
             "parameters": [_NAME],
             "post": {
-                "summary": "Start a background run: {input, session_id?}",
+                "summary": "Start a background run of the agent",
+                "requestBody": _body("RunCreate"),
                 "responses": {
-                    "202": {"description": "{run_id, status, run_url, events_url}"},
+                    "202": _json("Queued", "RunStarted"),
+                    **_BAD_BODY,
                     "404": _error("Unknown agent"),
+                    "503": _retry_after("Draining: the server starts no new runs"),
                 },
             },
         },
@@ -155,38 +159,55 @@ OPENAPI: dict[str, Any] = {
             "parameters": [_RUN_ID],
             "get": {
                 "summary": "A run's status, result and pending human request",
-                "responses": {"200": {"description": "The run"}, "404": _error("Unknown run")},
+                "responses": {"200": _json("The run", "Run"), "404": _error("Unknown run")},
             },
         },
         "/v1/runs/{run_id}/events": {
-            "parameters": [_RUN_ID],
+            "parameters": [
+                _RUN_ID,
+                {"name": "Last-Event-ID", "in": "header", "schema": {"type": "integer", "minimum": 0}},
+                {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+            ],
             "get": {
-                "summary": "The run's events as SSE, resumable with Last-Event-ID",
-                "responses": {"200": {"description": "text/event-stream"}, "404": _error("Unknown run")},
+                "summary": "The run's events as SSE (`id:` = seq), resumable after Last-Event-ID (or ?after=)",
+                "responses": {
+                    "200": {
+                        "description": (
+                            "run.started, token, tool.call, tool.result, human.requested, human.answered, then"
+                            " run.completed | run.failed | run.cancelled. If the stream itself fails, its last"
+                            " event is `error` {code, message, error_id}, without an id: reconnect to resume."
+                        ),
+                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                    },
+                    "400": _error("Bad Last-Event-ID"),
+                    "404": _error("Unknown run"),
+                },
             },
         },
         "/v1/runs/{run_id}/cancel": {
             "parameters": [_RUN_ID],
             "post": {
                 "summary": "Soft cancel: the loop stops at its next step",
-                "responses": {"200": {"description": "The run"}, "404": _error("Unknown run")},
+                "responses": {"200": _json("The run", "Run"), "404": _error("Unknown run")},
             },
         },
         "/v1/runs/{run_id}/terminate": {
             "parameters": [_RUN_ID],
             "post": {
                 "summary": "Hard stop in every state; records run.cancelled",
-                "responses": {"200": {"description": "The run"}, "404": _error("Unknown run")},
+                "responses": {"200": _json("The run", "Run"), "404": _error("Unknown run")},
             },
         },
         "/v1/runs/{run_id}/answer": {
             "parameters": [_RUN_ID],
             "post": {
-                "summary": "Answer a human request: {operation_id, answer?, approve?, args_hash?}",
+                "summary": "Answer the run's human request",
+                "requestBody": _body("AnswerCreate"),
                 "responses": {
-                    "200": {"description": "The run"},
+                    "200": _json("The run", "Run"),
+                    **_BAD_BODY,
+                    "404": _error("Unknown run"),
                     "409": _error("Not waiting, or the hash does not match"),
-                    "422": _error("Bad body"),
                 },
             },
         },
@@ -204,59 +225,7 @@ OPENAPI: dict[str, Any] = {
     },
     "components": {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        "schemas": {
-            "Error": {
-                "type": "object",
-                "required": ["error"],
-                "properties": {
-                    "error": {
-                        "type": "object",
-                        "required": ["code", "message"],
-                        "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
-                    }
-                },
-            },
-            "SessionCreate": {
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {"agent": {"type": "string"}, "metadata": {"type": "object"}},
-            },
-            "Session": {
-                "type": "object",
-                "properties": {
-                    "id": {"type": "string"},
-                    "agent": {"type": "string"},
-                    "metadata": {"type": "object"},
-                    "tenant_id": {"type": "string"},
-                    "created_at_ms": {"type": "integer"},
-                    "active_turn": {"type": ["string", "null"]},
-                },
-            },
-            "SessionPage": {
-                "type": "object",
-                "properties": {
-                    "data": {"type": "array", "items": {"$ref": "#/components/schemas/Session"}},
-                    "next_cursor": {"type": ["string", "null"]},
-                },
-            },
-            "TurnCreate": {
-                "type": "object",
-                "required": ["input"],
-                "additionalProperties": False,
-                "properties": {"input": {"type": "string", "minLength": 1}},
-            },
-            "TurnResult": {
-                "type": "object",
-                "properties": {
-                    "turn_id": {"type": "string"},
-                    "session_id": {"type": "string"},
-                    "status": {"enum": ["completed", "cancelled", "failed"]},
-                    "output": {"type": "string"},
-                    "usage": {"type": "object"},
-                    "reason": {"type": "string"},
-                },
-            },
-        },
+        "schemas": SCHEMAS,
     },
     "security": [{"bearer": []}],
 }

@@ -1,14 +1,109 @@
-"""Server-Sent Events framing. Pure: bytes in, bytes out."""
+"""Server-Sent Events: the framing (pure: bytes in, bytes out) and the one writer every stream uses.
+
+Once a stream has started, its status line is on the wire: a failure can no longer be an HTTP
+error, so no exception may leave the handler. `failures_as_events` turns one into a last event
+(logged under an error id, the client told only the id) and closes the stream; a client that
+went away just ends it.
+
+Usage::
+
+    stream = await SSEStream.open(request, terminal=TURN_TERMINAL)
+    async with failures_as_events(stream, "turn.failed", {"turn_id": turn_id}, "turn %s", turn_id):
+        await stream.send("1", "turn.started", {...})
+    return stream.response
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import AsyncIterator, Collection
+from contextlib import asynccontextmanager, suppress
+from typing import Any, TypeVar
 
 import msgspec
+from aiohttp import web
+
+from agentos.api.errors import INTERNAL_MESSAGE, log_internal_error
+
+T = TypeVar("T")
 
 _encode = msgspec.json.encode
 
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+KEEPALIVE = b": keep-alive\n\n"
 
-def encode_event(event_id: str, name: str, data: dict[str, Any]) -> bytes:
+
+def encode_event(event_id: str | int | None, name: str, data: dict[str, Any]) -> bytes:
+    """One event. Without an id the event is outside the stored stream: `Last-Event-ID` skips it."""
     # JSON never contains a raw newline, so one `data:` line is always enough.
-    return b"".join((b"event: ", name.encode(), b"\nid: ", event_id.encode(), b"\ndata: ", _encode(data), b"\n\n"))
+    if event_id is None:
+        return b"".join((b"event: ", name.encode(), b"\ndata: ", _encode(data), b"\n\n"))
+    return b"".join((b"event: ", name.encode(), b"\nid: ", str(event_id).encode(), b"\ndata: ", _encode(data), b"\n\n"))
+
+
+class SSEStream:
+    """An open `text/event-stream` response; also a turn sink (`send(event_id, name, data)`).
+
+    Remembers whether one of the `terminal` events was sent, so a failure after it adds none.
+    """
+
+    __slots__ = ("ended", "response", "_terminal")
+
+    def __init__(self, response: web.StreamResponse, terminal: Collection[str] = ()) -> None:
+        self.response = response
+        self.ended = False
+        self._terminal = terminal
+
+    @classmethod
+    async def open(cls, request: web.Request, terminal: Collection[str] = ()) -> SSEStream:
+        """Send the status line and headers: from here on, failures are events."""
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        return cls(response, terminal)
+
+    async def send(self, event_id: str | int | None, name: str, data: dict[str, Any]) -> None:
+        await self.response.write(encode_event(event_id, name, data))
+        if name in self._terminal:
+            self.ended = True
+
+    async def next_or_keepalive(self, events: AsyncIterator[T], keepalive_s: float) -> T | None:
+        """The next item of `events` (None at its end); while none comes (a run waiting for a
+        human), a comment line every `keepalive_s` keeps proxies from closing the idle stream."""
+        pending = asyncio.ensure_future(anext(events, None))
+        try:
+            while True:
+                done, _ = await asyncio.wait({pending}, timeout=keepalive_s)
+                if done:
+                    return pending.result()
+                await self.response.write(KEEPALIVE)
+        finally:
+            if not pending.done():  # the client went away: stop reading, let the generator unwind
+                pending.cancel()
+                await asyncio.wait({pending})
+
+    async def close(self) -> None:
+        with suppress(ConnectionError):  # the client may leave right after the last event
+            await self.response.write_eof()
+
+
+@asynccontextmanager
+async def failures_as_events(
+    stream: SSEStream, failed: str, data: dict[str, Any], what: str, *args: Any
+) -> AsyncIterator[None]:
+    """Run the body, then close the stream, whatever happened in the body.
+
+    A client that went away (`ConnectionError`) just ends it. Any other exception is logged
+    (`what % args`, with the traceback and an error id) and sent as the event `failed` with
+    `data`, `message` and `error_id`, unless a terminal event was sent already. Cancellation
+    is never caught.
+    """
+    try:
+        yield
+    except ConnectionError:
+        return
+    except Exception:
+        error_id = log_internal_error(what, *args)
+        if not stream.ended:
+            with suppress(ConnectionError):
+                await stream.send(None, failed, {**data, "message": INTERNAL_MESSAGE, "error_id": error_id})
+    await stream.close()

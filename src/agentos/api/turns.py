@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import suppress
 from typing import Any
 
 from aiohttp import web
@@ -10,19 +9,12 @@ from aiohttp import web
 from agentos.api.body import TurnCreate, read_body
 from agentos.api.keys import RUNTIME
 from agentos.api.sessions import json_response
-from agentos.api.sse import encode_event
-from agentos.errors import InvalidInput, NotAcceptable, RequestError
+from agentos.api.sse import SSEStream, failures_as_events
+from agentos.errors import InvalidInput, NotAcceptable, ShuttingDown
 from agentos.runtime.runtime import Runtime
-from agentos.runtime.turn import CollectingSink, Turn
+from agentos.runtime.turn import TERMINAL_EVENTS, CollectingSink, Turn
 
 routes = web.RouteTableDef()
-
-_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-class ShuttingDown(RequestError):
-    status = 503
-    code = "shutting_down"
 
 
 def wants_sse(accept: str) -> bool:
@@ -35,6 +27,7 @@ def wants_sse(accept: str) -> bool:
 
 
 def check_input(runtime: Runtime, text: str) -> None:
+    """Raises: InvalidInput: empty, or over `kernel.max_input_chars`."""
     if not text.strip():
         raise InvalidInput("input must not be empty")
     limit = runtime.settings.kernel.max_input_chars
@@ -42,16 +35,14 @@ def check_input(runtime: Runtime, text: str) -> None:
         raise InvalidInput(f"input is {len(text)} characters; the limit is {limit}")
 
 
-class SSESink:
-    """Writes each event to the response as it comes: no queue between the turn and the socket."""
+def check_accepting(runtime: Runtime) -> None:
+    """Every way in to new work (a turn over HTTP or WebSocket, a run) asks this first.
 
-    __slots__ = ("_response",)
-
-    def __init__(self, response: web.StreamResponse) -> None:
-        self._response = response
-
-    async def send(self, event_id: str, name: str, data: dict[str, Any]) -> None:
-        await self._response.write(encode_event(event_id, name, data))
+    Raises:
+        ShuttingDown: the server has begun to drain; it finishes what it holds, starts nothing.
+    """
+    if not runtime.accepting:
+        raise ShuttingDown("the server is shutting down")
 
 
 @routes.post("/v1/sessions/{session_id}/turns")
@@ -60,21 +51,20 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     sse = wants_sse(request.headers.get("Accept", ""))
     body = await read_body(request, TurnCreate)
     check_input(runtime, body.input)
-    if not runtime.accepting:
-        raise ShuttingDown("the server is shutting down")
+    check_accepting(runtime)
     turn = await runtime.start_turn(request.match_info["session_id"], body.input)
     if not sse:
         return await _collect(runtime, turn)
-    response = web.StreamResponse(headers=_SSE_HEADERS)
     try:
-        await response.prepare(request)
+        stream = await SSEStream.open(request, TERMINAL_EVENTS)
     except BaseException:
         await runtime.run_turn(turn, _GoneSink())  # record it as cancelled; never leave it admitted
         raise
-    await runtime.run_turn(turn, SSESink(response))
-    with suppress(ConnectionError):  # the client may leave right after the terminal event
-        await response.write_eof()
-    return response
+    # The stream writes each event as it comes: no queue between the turn and the socket.
+    failed = {"turn_id": turn.turn_id, "reason": "internal_error"}
+    async with failures_as_events(stream, "turn.failed", failed, "turn %s failed mid-stream", turn.turn_id):
+        await runtime.run_turn(turn, stream)
+    return stream.response
 
 
 class _GoneSink:

@@ -1,18 +1,21 @@
 """A session's WebSocket: frames `{"type": "turn", "input": ...}` and `{"type": "cancel"}` in,
 the turn events out as `{"type": <event>, "id": ..., "data": {...}}`. Closing the socket
-cancels the running turn: nothing outlives its client."""
+cancels the running turn: nothing outlives its client. While the server drains, a new turn
+gets an error frame with code `shutting_down`; the socket stays open for the turn it holds."""
 
 from __future__ import annotations
 
 import asyncio
+from contextlib import suppress
 from typing import Any, Literal
 
 import msgspec
 from aiohttp import WSMsgType, web
 
 from agentos.api.body import decode_json
+from agentos.api.errors import INTERNAL_MESSAGE, log_internal_error
 from agentos.api.keys import MAX_BODY_BYTES, RUNTIME
-from agentos.api.turns import check_input
+from agentos.api.turns import check_accepting, check_input
 from agentos.errors import RequestError
 from agentos.runtime.runtime import Runtime
 from agentos.runtime.turn import Turn
@@ -45,9 +48,13 @@ async def session_socket(request: web.Request) -> web.WebSocketResponse:
             except RequestError as exc:
                 await _send_error(ws, exc.code, exc.message)
                 continue
+            except Exception:  # the socket is open: a failure is a frame, never an escaping exception
+                error_id = log_internal_error("a frame on the WebSocket of session %s failed", session_id)
+                await _send_error(ws, "internal_error", INTERNAL_MESSAGE, error_id=error_id)
+                continue
             if turn is not None:
                 # its own task, so this loop keeps reading frames (a cancel, a newer turn)
-                task = asyncio.create_task(runtime.run_turn(turn, sink))
+                task = asyncio.create_task(_run_turn(runtime, turn, sink))
                 running.add(task)
                 task.add_done_callback(running.discard)
     finally:
@@ -64,7 +71,21 @@ async def _on_frame(runtime: Runtime, session_id: str, raw: str) -> Turn | None:
         runtime.cancel_turn(session_id)
         return None
     check_input(runtime, frame.input)
+    check_accepting(runtime)
     return await runtime.start_turn(session_id, frame.input)
+
+
+async def _run_turn(runtime: Runtime, turn: Turn, sink: WebSocketSink) -> None:
+    """The turn's task: a failure the runtime did not turn into an event becomes `turn.failed`."""
+    try:
+        await runtime.run_turn(turn, sink)
+    except ConnectionError:
+        pass  # the socket is gone: nobody to tell
+    except Exception:
+        error_id = log_internal_error("turn %s failed on a WebSocket", turn.turn_id)
+        data = {"turn_id": turn.turn_id, "reason": "internal_error", "message": INTERNAL_MESSAGE, "error_id": error_id}
+        with suppress(ConnectionError):  # no id: it is not one of the turn's stored events
+            await sink.send(None, "turn.failed", data)
 
 
 class WebSocketSink:
@@ -73,11 +94,11 @@ class WebSocketSink:
     def __init__(self, ws: web.WebSocketResponse) -> None:
         self._ws = ws
 
-    async def send(self, event_id: str, name: str, data: dict[str, Any]) -> None:
+    async def send(self, event_id: str | None, name: str, data: dict[str, Any]) -> None:
         if self._ws.closed:
             raise ConnectionResetError("the WebSocket is closed")
         await self._ws.send_str(_encode({"type": name, "id": event_id, "data": data}).decode())
 
 
-async def _send_error(ws: web.WebSocketResponse, code: str, message: str) -> None:
-    await ws.send_str(_encode({"type": "error", "error": {"code": code, "message": message}}).decode())
+async def _send_error(ws: web.WebSocketResponse, code: str, message: str, **extra: str) -> None:
+    await ws.send_str(_encode({"type": "error", "error": {"code": code, "message": message, **extra}}).decode())

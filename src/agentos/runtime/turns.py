@@ -115,7 +115,8 @@ class Turns:
         except Exception:
             error_id = new_error_id()
             log.exception("turn %s failed (error_id=%s)", turn.turn_id, error_id)
-            await self._finish(turn, sink, "turn.failed", {"reason": "internal_error", "error_id": error_id}, partial)
+            data = {"reason": "internal_error", "message": "internal server error", "error_id": error_id}
+            await self._finish(turn, sink, "turn.failed", data, partial)
         finally:
             self._forget(turn)
             self._driver.handle(TurnEnded(turn.turn_id))

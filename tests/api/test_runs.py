@@ -1,57 +1,52 @@
-"""The run routes over real HTTP, with the real provider client against the bench mock (`tools`)."""
+"""The agents and runs routes over real HTTP: the real app, its real RunService and SQLite
+journal, the real provider client against the bench mock (`tools` scenario)."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import logging
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
-from agentos.agents.http import RUN_SERVICE, add_routes, error_middleware
-from agentos.agents.service import RunService
+from agentos.api.keys import RUNS, SSE_KEEPALIVE_S
+from agentos.api.openapi import OPENAPI
 from agentos.bench.mock.server import MockServer
-from agentos.config import ProviderConfig, Settings
-from agentos.providers.openai_compat import OpenAICompatProvider
-from agentos.testing import Event, eventually, sse_events
+from agentos.config import settings_from_dict
+from agentos.testing import Event, RunningServer, eventually, sse_events
+from tests.api.helpers import expect_error, start_app
 
 AGENTS = {
     "ops": {"tools": ["run_command", "ask_human"]},
     "careful": {"tools": ["run_command", "ask_human"], "approval_required": ["run_command"]},
 }
-
-
-@dataclass
-class Served:
-    url: str
-    service: RunService
+MAX_BODY_BYTES = 4096
 
 
 @pytest.fixture
-async def base_url(served: Served) -> str:
-    return served.url
-
-
-@pytest.fixture
-async def served(tmp_path: Path, mock_factory: Callable[..., Awaitable[MockServer]]) -> AsyncIterator[Served]:
+async def served(tmp_path: Path, mock_factory: Callable[..., Awaitable[MockServer]]) -> AsyncIterator[RunningServer]:
     mock = await mock_factory(scenario="tools")
-    provider = OpenAICompatProvider(ProviderConfig(url=mock.url, model="mock-1"))
-    service = RunService(provider, tmp_path / "data", Settings(agents=AGENTS))
-    await service.start()
-    app = web.Application(middlewares=[error_middleware])
-    app[RUN_SERVICE] = service
-    add_routes(app, RUN_SERVICE, keepalive_s=0.05)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    yield Served(f"http://127.0.0.1:{runner.addresses[0][1]}", service)
-    await runner.cleanup()
-    await service.close()
-    await provider.aclose()
+    settings = settings_from_dict(
+        {
+            "data_dir": str(tmp_path / "data"),
+            "provider": {"url": mock.url, "retry_budget_s": 2.0},
+            "server": {"max_body_bytes": MAX_BODY_BYTES},
+            "agents": AGENTS,
+        }
+    )
+    server = await start_app(settings, lambda app: app.__setitem__(SSE_KEEPALIVE_S, 0.05))
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+def base_url(served: RunningServer) -> str:
+    return served.url
 
 
 async def read_events(http: aiohttp.ClientSession, url: str, until: str, last_id: str | None = None) -> list[Event]:
@@ -72,9 +67,17 @@ async def post(http: aiohttp.ClientSession, url: str, body: Any) -> tuple[int, A
         return response.status, await response.json()
 
 
+def assert_documented(value: dict[str, Any], schema: str) -> None:
+    """`value` has every field the OpenAPI schema requires, and no field it does not describe."""
+    documented = OPENAPI["components"]["schemas"][schema]
+    assert set(documented.get("required", ())) <= set(value), (schema, value)
+    assert set(value) <= set(documented["properties"]), (schema, set(value) - set(documented["properties"]))
+
+
 async def test_full_loop_over_http(base_url: str, http: aiohttp.ClientSession, tmp_path: Path) -> None:
     status, started = await post(http, f"{base_url}/v1/agents/ops/runs", {"input": "tidy up", "session_id": "s1"})
     assert status == 202 and started["status"] == "queued"
+    assert_documented(started, "RunStarted")
     run_id = started["run_id"]
     events_url = f"{base_url}{started['events_url']}"
     first = await read_events(http, events_url, until="human.requested")
@@ -86,14 +89,20 @@ async def test_full_loop_over_http(base_url: str, http: aiohttp.ClientSession, t
         info = await response.json()
     assert info["status"] == "waiting_human" and info["session_id"] == "s1"
     assert info["pending"]["operation_id"] == request["operation_id"]
-    status, _ = await post(
+    assert_documented(info, "Run")
+    status, answered = await post(
         http, f"{base_url}/v1/runs/{run_id}/answer", {"operation_id": request["operation_id"], "answer": "yes"}
     )
     assert status == 200
+    assert_documented(answered, "Run")
     rest = await read_events(http, events_url, until="run.completed", last_id=first[-1].id)
     assert [e.name for e in rest if e.name != "token"] == ["human.answered", "run.completed"]
     ids = [int(e.id or 0) for e in first + rest if e.name != "token"]
-    assert ids == list(range(1, len(ids) + 1))  # resumed exactly after Last-Event-ID
+    assert ids == sorted(set(ids)) and ids[0] == 1  # resumed exactly after Last-Event-ID: no repeats
+    assert any(e.name == "token" for e in first + rest)
+    for before, token in itertools.pairwise(first + rest):
+        if token.name == "token":  # live only: it has no id and leaves Last-Event-ID where it was
+            assert token.id == before.id
     assert rest[-1].data["result"]
     assert (tmp_path / "data" / "workspaces" / run_id / "effects.log").read_text() == "step-1\nstep-2\n"
 
@@ -135,9 +144,11 @@ async def test_agents_api(base_url: str, http: aiohttp.ClientSession) -> None:
         http, f"{base_url}/v1/agents", {"name": "helper", "max_turns": 3, "tools": ["ask_human"]}
     )
     assert status == 201 and agent["max_turns"] == 3 and agent["source"] == "api"
+    assert_documented(agent, "Agent")
     async with http.get(f"{base_url}/v1/agents") as response:
-        names = [a["name"] for a in (await response.json())["agents"]]
-    assert names == ["careful", "helper", "ops"]
+        listed = await response.json()
+    assert_documented(listed, "AgentList")
+    assert [a["name"] for a in listed["agents"]] == ["careful", "helper", "ops"]
     async with http.get(f"{base_url}/v1/agents/helper") as response:
         assert (await response.json())["tools"] == ["ask_human"]
     status, body = await post(http, f"{base_url}/v1/agents", {"name": "ops"})
@@ -149,31 +160,56 @@ async def test_agents_api(base_url: str, http: aiohttp.ClientSession) -> None:
     [
         ("post", "/v1/agents", {"name": "x", "max_turns": 101}, 422, "invalid_input"),
         ("post", "/v1/agents", {"name": "x", "tools": ["rm_rf"]}, 422, "invalid_input"),
+        ("post", "/v1/agents", [1, 2], 422, "invalid_input"),
         ("post", "/v1/agents", b"{not json", 400, "malformed_json"),
+        ("post", "/v1/agents", b"", 400, "malformed_json"),
         ("get", "/v1/agents/nope", None, 404, "agent_not_found"),
         ("post", "/v1/agents/nope/runs", {"input": "x"}, 404, "agent_not_found"),
         ("post", "/v1/agents/ops/runs", {"input": 3}, 422, "invalid_input"),
         ("post", "/v1/agents/ops/runs", {"input": ""}, 422, "invalid_input"),
+        ("post", "/v1/agents/ops/runs", {"input": "x", "session_id": 5}, 422, "invalid_input"),
+        ("post", "/v1/agents/ops/runs", {"input": "x", "extra": True}, 422, "invalid_input"),
+        ("post", "/v1/agents/ops/runs", {}, 422, "invalid_input"),
+        ("post", "/v1/agents/ops/runs", b'{"input": "x"', 400, "malformed_json"),
+        ("post", "/v1/agents/ops/runs", b"\xff\xfe", 400, "malformed_json"),
         ("get", "/v1/runs/nope", None, 404, "run_not_found"),
         ("get", "/v1/runs/nope/events", None, 404, "run_not_found"),
+        ("get", "/v1/runs/nope/events?after=-1", None, 400, "bad_request"),
+        ("get", "/v1/runs/nope/events?after=x", None, 400, "bad_request"),
         ("post", "/v1/runs/nope/cancel", None, 404, "run_not_found"),
+        ("post", "/v1/runs/nope/terminate", None, 404, "run_not_found"),
         ("post", "/v1/runs/nope/answer", {"operation_id": "x"}, 404, "run_not_found"),
+        ("post", "/v1/runs/nope/answer", {"operation_id": 7}, 422, "invalid_input"),
+        ("post", "/v1/runs/nope/answer", {"operation_id": "x", "approve": "yes"}, 422, "invalid_input"),
+        ("post", "/v1/runs/nope/answer", b"[", 400, "malformed_json"),
+        ("put", "/v1/runs/nope", None, 405, "method_not_allowed"),
     ],
 )
 async def test_bad_requests(base_url: str, http: aiohttp.ClientSession, method: str, path: str, body: Any,
                             status: int, code: str) -> None:  # fmt: skip
     kwargs: dict[str, Any] = {"data": body} if isinstance(body, bytes) else {"json": body}
     async with http.request(method, f"{base_url}{path}", **kwargs) as response:
-        assert response.status == status
-        error = (await response.json())["error"]
-        assert error["code"] == code and error["message"]
+        await expect_error(response, status, code)
+
+
+@pytest.mark.parametrize("path", ["/v1/agents", "/v1/agents/ops/runs", "/v1/runs/nope/answer"])
+async def test_a_body_over_the_limit_is_413(base_url: str, http: aiohttp.ClientSession, path: str) -> None:
+    async with http.post(f"{base_url}{path}", json={"input": "x" * MAX_BODY_BYTES}) as response:
+        await expect_error(response, 413, "payload_too_large")
+
+    async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: the limit must hold while reading
+        for _ in range(10):
+            yield b"x" * 1000
+
+    async with http.post(f"{base_url}{path}", data=chunked()) as response:
+        await expect_error(response, 413, "payload_too_large")
 
 
 async def test_field_named_in_agent_errors(base_url: str, http: aiohttp.ClientSession) -> None:
     _, body = await post(http, f"{base_url}/v1/agents", {"name": "x", "max_turns": 101})
     assert body["error"]["message"].startswith("max_turns:")
     async with http.get(f"{base_url}/v1/runs/x/events", headers={"Last-Event-ID": "abc"}) as response:
-        assert response.status == 400
+        await expect_error(response, 400, "bad_request")
 
 
 async def test_an_idle_stream_gets_keepalive_comments(base_url: str, http: aiohttp.ClientSession) -> None:
@@ -185,8 +221,41 @@ async def test_an_idle_stream_gets_keepalive_comments(base_url: str, http: aioht
     assert first == b": keep-alive\n\n"
 
 
-async def test_a_client_that_goes_away_leaves_no_subscriber(served: Served, http: aiohttp.ClientSession) -> None:
+async def test_a_client_that_goes_away_leaves_no_subscriber(served: RunningServer, http: aiohttp.ClientSession) -> None:
     _, started = await post(http, f"{served.url}/v1/agents/ops/runs", {"input": "x"})
     events_url = f"{served.url}{started['events_url']}"
     await read_events(http, events_url, until="human.requested")  # the client leaves after this event
-    await eventually(lambda: served.service.statistics().subscribers == 0, what="the stream's subscription to go")
+    await eventually(lambda: served.app[RUNS].statistics().subscribers == 0, what="the stream's subscription to go")
+
+
+async def test_a_failure_mid_stream_is_an_event_not_a_broken_response(
+    served: RunningServer, http: aiohttp.ClientSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A journal row that no longer decodes (a real corrupt file, the failure defect 3 names)
+    fails the events stream after it started: the client gets the events before it, then one
+    `error` event with an error id and a clean end; the log has the traceback under that id."""
+    status, started = await post(http, f"{served.url}/v1/agents/ops/runs", {"input": "x"})
+    run_url = f"{served.url}/v1/runs/{started['run_id']}"
+    await read_events(http, f"{run_url}/events", until="human.requested")
+    status, _ = await post(http, f"{run_url}/terminate", None)  # journaled before it answers
+    assert status == 200
+    await asyncio.to_thread(_corrupt_event, tmp_path / "data" / "runs.db", started["run_id"], seq=2)
+    caplog.set_level(logging.ERROR)
+    async with http.get(f"{run_url}/events") as response:
+        assert response.status == 200
+        events = [e async for e in sse_events(response)]  # to the end: a clean close, no payload error
+    assert [e.name for e in events] == ["run.started", "error"]
+    error = events[-1]
+    assert error.id == events[0].id == "1"  # it has no id of its own: a reconnect resumes after seq 1
+    assert error.data["code"] == "internal_error" and error.data["message"] == "internal server error"
+    logged = [r for r in caplog.records if error.data["error_id"] in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None
+    assert not [r for r in caplog.records if r.name == "aiohttp.server" or "unhandled" in r.getMessage()]
+
+
+def _corrupt_event(db_path: Path, run_id: str, *, seq: int) -> None:
+    with sqlite3.connect(db_path) as db:
+        changed = db.execute(
+            "UPDATE run_events SET data = 'not json' WHERE run_id = ? AND seq = ?", (run_id, seq)
+        ).rowcount
+    assert changed == 1

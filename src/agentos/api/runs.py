@@ -1,0 +1,93 @@
+"""Agent runs: start one, read it, follow its events, cancel or terminate it, answer its human.
+
+Routes::
+
+    POST /v1/agents/{name}/runs       {"input", "session_id"?}         202 {"run_id", "status", ...}
+    GET  /v1/runs/{run_id}                                             200 run
+    GET  /v1/runs/{run_id}/events     SSE, `id:` = seq; resumes after `Last-Event-ID` (or ?after=)
+    POST /v1/runs/{run_id}/cancel     soft                             200 run
+    POST /v1/runs/{run_id}/terminate  hard, any state                  200 run
+    POST /v1/runs/{run_id}/answer     {"operation_id", "answer"?, "approve"?, "args_hash"?}  200 run
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from agentos.api.body import AnswerCreate, RunCreate, read_body
+from agentos.api.keys import RUNS, RUNTIME, SSE_KEEPALIVE_S
+from agentos.api.sessions import json_response
+from agentos.api.sse import SSEStream, failures_as_events
+from agentos.api.turns import check_accepting
+from agentos.errors import BadRequest
+
+routes = web.RouteTableDef()
+
+_RUN_TERMINAL = frozenset({"run.completed", "run.failed", "run.cancelled"})
+
+
+@routes.post("/v1/agents/{name}/runs")
+async def start_run(request: web.Request) -> web.Response:
+    body = await read_body(request, RunCreate)
+    check_accepting(request.app[RUNTIME])
+    run_id = await request.app[RUNS].start_run(request.match_info["name"], body.input, body.session_id)
+    links = {"run_url": f"/v1/runs/{run_id}", "events_url": f"/v1/runs/{run_id}/events"}
+    return json_response({"run_id": run_id, "status": "queued", **links}, status=202)
+
+
+@routes.get("/v1/runs/{run_id}")
+async def get_run(request: web.Request) -> web.Response:
+    return json_response(await request.app[RUNS].get_run(request.match_info["run_id"]))
+
+
+@routes.post("/v1/runs/{run_id}/cancel")
+async def cancel_run(request: web.Request) -> web.Response:
+    return json_response(await request.app[RUNS].cancel(request.match_info["run_id"]))
+
+
+@routes.post("/v1/runs/{run_id}/terminate")
+async def terminate_run(request: web.Request) -> web.Response:
+    return json_response(await request.app[RUNS].terminate(request.match_info["run_id"]))
+
+
+@routes.post("/v1/runs/{run_id}/answer")
+async def answer_run(request: web.Request) -> web.Response:
+    body = await read_body(request, AnswerCreate)
+    runs = request.app[RUNS]
+    info = await runs.answer(
+        request.match_info["run_id"], body.operation_id, body.answer, approve=body.approve, args_hash=body.args_hash
+    )
+    return json_response(info)
+
+
+@routes.get("/v1/runs/{run_id}/events")
+async def run_events(request: web.Request) -> web.StreamResponse:
+    runs = request.app[RUNS]
+    run_id = request.match_info["run_id"]
+    after = _after_seq(request)
+    await runs.get_run(run_id)  # a 404 before the stream starts
+    stream = await SSEStream.open(request, _RUN_TERMINAL)
+    keepalive_s = request.app[SSE_KEEPALIVE_S]
+    events = runs.events(run_id, after)
+    # The run did not fail, its stream did: `error`, without an id, so a client that reconnects
+    # with Last-Event-ID resumes after the last event it got.
+    async with failures_as_events(stream, "error", {"code": "internal_error"}, "events of run %s failed", run_id):
+        try:
+            while (event := await stream.next_or_keepalive(events, keepalive_s)) is not None:
+                # Tokens are live only: no `id:`, so Last-Event-ID stays on the last journaled event.
+                await stream.send(None if event.type == "token" else event.seq, event.type, event.data)
+        finally:
+            await events.aclose()
+    return stream.response
+
+
+def _after_seq(request: web.Request) -> int:
+    """Raises: BadRequest: `Last-Event-ID` (or `?after=`) is not a non-negative integer."""
+    raw = request.headers.get("Last-Event-ID") or request.query.get("after") or "0"
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"Last-Event-ID must be an event seq (an integer), got {raw!r}") from None
+    if value < 0:
+        raise BadRequest(f"Last-Event-ID must not be negative, got {value}")
+    return value

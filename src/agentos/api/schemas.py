@@ -1,0 +1,172 @@
+"""JSON schemas of the request and response bodies, the `components` of the OpenAPI document.
+
+Written by hand to match the handlers, except the agent spec's, which msgspec derives from
+`AgentSpec` itself: it has a dozen fields and nested tables, and must never drift from the
+parser. tests/api/test_openapi.py checks the hand-written request schemas against the structs
+in `agentos.api.body`, and the route tests check real answers against the response schemas.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from agentos.agents.spec import AgentSpec
+
+_REF = "#/components/schemas/{name}"
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": _REF.format(name=name)}
+
+
+def _nullable(kind: str) -> dict[str, Any]:
+    return {"type": [kind, "null"]}
+
+
+_, _SPEC_SCHEMAS = msgspec.json.schema_components([AgentSpec], ref_template=_REF)
+_SPEC = _SPEC_SCHEMAS["AgentSpec"]
+
+_AGENT = {
+    "title": "Agent",
+    "type": "object",
+    "required": [*_SPEC["required"], "source"],
+    "properties": {
+        **_SPEC["properties"],
+        "source": {"enum": ["config", "api"], "description": "config agents cannot be replaced over the API"},
+    },
+}
+
+_RUN_STATUS = {"enum": ["queued", "running", "waiting_human", "completed", "failed", "cancelled"]}
+
+_SESSIONS: dict[str, Any] = {
+    "SessionCreate": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"agent": {"type": "string"}, "metadata": {"type": "object"}},
+    },
+    "Session": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "agent": {"type": "string"},
+            "metadata": {"type": "object"},
+            "tenant_id": {"type": "string"},
+            "created_at_ms": {"type": "integer"},
+            "active_turn": _nullable("string"),
+        },
+    },
+    "SessionPage": {
+        "type": "object",
+        "properties": {
+            "data": {"type": "array", "items": ref("Session")},
+            "next_cursor": _nullable("string"),
+        },
+    },
+    "TurnCreate": {
+        "type": "object",
+        "required": ["input"],
+        "additionalProperties": False,
+        "properties": {"input": {"type": "string", "minLength": 1}},
+    },
+    "TurnResult": {
+        "type": "object",
+        "properties": {
+            "turn_id": {"type": "string"},
+            "session_id": {"type": "string"},
+            "status": {"enum": ["completed", "cancelled", "failed"]},
+            "output": {"type": "string"},
+            "usage": {"type": "object"},
+            "reason": {"type": "string"},
+        },
+    },
+}
+
+_RUNS: dict[str, Any] = {
+    **_SPEC_SCHEMAS,
+    "Agent": _AGENT,
+    "AgentList": {
+        "type": "object",
+        "required": ["agents"],
+        "properties": {"agents": {"type": "array", "items": ref("Agent")}},
+    },
+    "RunCreate": {
+        "type": "object",
+        "required": ["input"],
+        "additionalProperties": False,
+        "properties": {
+            "input": {"type": "string", "minLength": 1},
+            "session_id": {**_nullable("string"), "description": "the session the run belongs to, if any"},
+        },
+    },
+    "RunStarted": {
+        "type": "object",
+        "required": ["run_id", "status", "run_url", "events_url"],
+        "properties": {
+            "run_id": {"type": "string"},
+            "status": {"const": "queued"},
+            "run_url": {"type": "string"},
+            "events_url": {"type": "string"},
+        },
+    },
+    "Run": {
+        "type": "object",
+        "required": ["run_id", "agent", "status", "created_ms", "updated_ms"],
+        "properties": {
+            "run_id": {"type": "string"},
+            "agent": {"type": "string"},
+            "session_id": _nullable("string"),
+            "parent_run_id": _nullable("string"),
+            "status": _RUN_STATUS,
+            "result": _nullable("string"),
+            "reason": _nullable("string"),
+            "created_ms": {"type": "integer"},
+            "updated_ms": {"type": "integer"},
+            "pending": {**ref("HumanRequest"), "description": "only while status is waiting_human"},
+        },
+    },
+    "HumanRequest": {
+        "type": "object",
+        "required": ["operation_id", "kind"],
+        "properties": {
+            "operation_id": {"type": "string"},
+            "kind": {"enum": ["question", "approval", "uncertain"]},
+            "args_hash": {"type": "string", "description": "an approval must quote it"},
+            "deadline_ms": {"type": "integer"},
+            "question": {"type": "string"},
+            "tool": {"type": "string"},
+        },
+    },
+    "AnswerCreate": {
+        "type": "object",
+        "required": ["operation_id"],
+        "additionalProperties": False,
+        "properties": {
+            "operation_id": {"type": "string"},
+            "answer": {"type": "string"},
+            "approve": _nullable("boolean"),
+            "args_hash": {**_nullable("string"), "description": "required with approve: the request's args_hash"},
+        },
+    },
+}
+
+SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {
+                    "code": {"type": "string"},
+                    "message": {"type": "string"},
+                    "error_id": {"type": "string", "description": "internal errors only: quote it to the operator"},
+                },
+            }
+        },
+    },
+    **_SESSIONS,
+    **_RUNS,
+}
