@@ -25,6 +25,8 @@ def test_defaults() -> None:
         ({"name": "ops", "mcp_servers": [{"name": "fs"}]}, "mcp_servers.0.command"),
         ({"name": "ops", "mcp_servers": [{"name": "w", "transport": "http", "url": "ftp://x"}]}, "mcp_servers.0.url"),
         ({"name": "ops", "max_turn": 3}, "max_turn"),
+        ({"name": "ops", "human_timeout_s": 1e12}, "human_timeout_s"),  # bounded: a wait holds memory
+        ({"name": "ops", "human_timeout_s": 0}, "human_timeout_s"),
     ],
 )
 def test_errors_name_the_field(data: dict[str, object], field: str) -> None:

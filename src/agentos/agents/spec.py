@@ -20,6 +20,9 @@ from agentos.errors import AgentOSError, ConfigError, InvalidInput
 
 BUILTIN_TOOLS = ("run_command", "ask_human", "delegate")
 MAX_TURNS_CEILING = 100
+# A waiting run costs a handle and a deadline for as long as it waits: bounded, like every
+# other limit a caller can set.
+MAX_HUMAN_TIMEOUT_S = 7 * 24 * 3600.0
 MCP_TOOL_SEPARATOR = "__"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
@@ -60,7 +63,7 @@ class AgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     max_delegation_depth: NonNegInt = 1
     max_delegation_width: NonNegInt = 4
     approval_required: tuple[str, ...] = ()
-    human_timeout_s: PosFloat = 3600.0
+    human_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=MAX_HUMAN_TIMEOUT_S)] = 3600.0
     command: CommandLimits = msgspec.field(default_factory=CommandLimits)
 
     def mcp_server(self, tool_name: str) -> McpServerSpec | None:
