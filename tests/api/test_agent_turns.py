@@ -159,3 +159,59 @@ async def test_runs_and_turns_share_the_provider_limit(tmp_path: Path, http) -> 
     finally:
         await server.close()
         await mock.close()
+
+
+def _rows_mentioning(db_path: Path, needle: str) -> list[tuple[str, str]]:
+    import sqlite3
+
+    found = []
+    with sqlite3.connect(db_path) as db:
+        for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+            for row in db.execute(f"SELECT * FROM {table}"):
+                text = " ".join(v.decode(errors="replace") if isinstance(v, bytes) else str(v) for v in row)
+                if needle in text:
+                    found.append((table, text[:120]))
+    return found
+
+
+async def test_deleting_a_session_deletes_its_runs_journal_payloads_and_workspaces(
+    tmp_path: Path, mock_factory, http
+) -> None:
+    """Defect 7 of issue 7: the transcript stayed in run context payloads, the run's events in the
+    journal, its workspace on disk and its lines in the JSONL log."""
+    mock: MockServer = await mock_factory(scenario="tools")
+    settings = settings_from_dict(
+        {
+            "data_dir": str(tmp_path / "data"),
+            "jsonl_dir": str(tmp_path / "jsonl"),
+            "provider": {"url": mock.url},
+            "agents": {"ops": OPS},
+        }
+    )
+    server = await start_server(settings)
+    secret = "zebra-transcript-4711"
+    try:
+        sid = await new_session(http, server.url, agent="ops")
+        url = f"{server.url}/v1/sessions/{sid}/turns"
+        run_ids = []
+        for text in (f"{secret} first", f"{secret} second"):  # the second run's context holds the first
+            async with http.post(url, json={"input": text}, headers=SSE) as r:
+                async for event in sse_events(r):
+                    if event.name == "human.requested":
+                        run_ids.append(event.data["run_id"])
+                        break  # leave the run waiting for its human; the next turn supersedes it
+        workspaces = [tmp_path / "data" / "workspaces" / run_id for run_id in run_ids]
+        assert all((w / "effects.log").exists() for w in workspaces)
+        async with http.delete(f"{server.url}/v1/sessions/{sid}") as r:
+            assert r.status == 204, await r.text()
+        async with http.get(f"{server.url}/v1/runs/{run_ids[0]}") as r:
+            assert r.status == 404
+    finally:
+        await server.close()
+    assert not any(w.exists() for w in workspaces)
+    for name in ("sessions.db", "events.db", "runs.db"):
+        for needle in (sid, secret, *run_ids):
+            assert _rows_mentioning(tmp_path / "data" / name, needle) == [], (name, needle)
+    for path in (tmp_path / "jsonl").rglob("*"):
+        if path.is_file():
+            assert sid not in path.read_text() and secret not in path.read_text()
