@@ -263,3 +263,10 @@ def test_a_waiting_turn_that_ends_leaves_the_line() -> None:
     k.handle(TurnSubmitted("s3", "t3"), now=0.0)
     k.handle(TurnEnded("t2"), now=0.0)  # its task died while it waited
     assert k.handle(ProviderReleased("t1"), now=1.0) == [GrantPermit("t3")]
+
+
+def test_kernel_modules_stay_small() -> None:
+    """One job per module (STYLE.md): none grows past 300 lines."""
+    kernel_dir = Path(__file__).parents[2] / "src" / "agentos" / "kernel"
+    for path in kernel_dir.glob("*.py"):
+        assert len(path.read_text().splitlines()) <= 300, path.name

@@ -44,14 +44,20 @@ class KernelMachine(RuleBasedStateMachine):
         self.terminal: dict[str, int] = {}  # turn -> terminal commands seen (cancel/fail)
         self.rejected: set[str] = set()
         self.granted: set[str] = set()
+        self.no_permit: set[str] = set()  # agent turns (wants_permit=False)
+        self.latest: dict[str, str] = {}  # session -> its last admitted turn
+        self.session_of: dict[str, str] = {}
 
     def apply(self, commands: list[Command]) -> None:
         for c in commands:
             match c:
                 case AcceptTurn(t):
                     self.live.add(t)
+                    if t in self.session_of:
+                        self.latest[self.session_of[t]] = t
                 case GrantPermit(t):
                     assert t not in self.rejected, "a rejected turn started the provider"
+                    assert t not in self.no_permit, "a permit went to a turn that never uses one"
                     assert t in self.live
                     self.streaming.add(t)
                     self.granted.add(t)
@@ -62,10 +68,14 @@ class KernelMachine(RuleBasedStateMachine):
                 case EvictSession(s):
                     assert self.kernel.active_turn(s) is None
 
-    @rule(session=SESSIONS)
-    def submit(self, session: str) -> None:
+    @rule(session=SESSIONS, wants_permit=st.booleans())
+    def submit(self, session: str, wants_permit: bool) -> None:
         self.next_id += 1
-        self.apply(self.kernel.handle(TurnSubmitted(session, f"t{self.next_id}"), self.now))
+        turn = f"t{self.next_id}"
+        self.session_of[turn] = session
+        if not wants_permit:
+            self.no_permit.add(turn)
+        self.apply(self.kernel.handle(TurnSubmitted(session, turn, wants_permit), self.now))
 
     @rule()
     def request_stream(self) -> None:
@@ -124,11 +134,13 @@ class KernelMachine(RuleBasedStateMachine):
         assert all(n == 1 for n in self.terminal.values())
 
     @invariant()
-    def one_active_turn_per_session(self) -> None:
-        actives = [self.kernel.active_turn(s) for s in ["s0", "s1", "s2", "s3", "s4"]]
-        active = [t for t in actives if t is not None]
-        assert len(active) == len(set(active))
-        assert all(t in self.live and t not in self.terminal for t in active)
+    def the_last_admitted_turn_of_a_session_is_its_active_one(self) -> None:
+        """Last-wins: a session's active turn is its newest admitted turn while that one is
+        neither over nor cancelled or failed; an older turn ending never clears it."""
+        for session in ["s0", "s1", "s2", "s3", "s4"]:
+            latest = self.latest.get(session)
+            expected = latest if latest in self.live and latest not in self.terminal else None
+            assert self.kernel.active_turn(session) == expected
 
     def teardown(self) -> None:
         """Every path releases its slot: end everything, and the kernel is back to zero."""

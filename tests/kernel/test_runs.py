@@ -449,3 +449,44 @@ def test_run_and_turn_deadlines_share_next_deadline() -> None:
     assert k.next_deadline() == 30.0
     k.handle(HumanAnswered("r1", "r1:2"), 0.0)
     assert k.next_deadline() == 60.0
+
+
+def snapshot(k: Kernel, ids: list[str]) -> object:
+    return (
+        k.statistics(),
+        k.next_deadline(),
+        [(k.run_state(i), k.pending_human(i), k.human_deadline(i), k.turn_state(i), k.holds_permit(i)) for i in ids],
+    )
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        RunCancelRequested("ghost", hard=True),
+        RunCancelRequested("stopping"),
+        RunCancelRequested("terminating", hard=True),
+        RunCancelRequested("terminating"),
+        RunEnded("ghost", "failed"),
+        TurnEnded("ghost"),
+        ProviderReleased("ghost"),
+        ProviderReleased("w"),  # a stream that waits holds nothing to release
+        StreamRequested("m9", owner="waiting"),
+        StreamRequested("m9", owner="terminating"),
+        HumanAnswered("waiting", "waiting:1"),
+        HumanAnswered("stopping", "stopping:2"),
+        Tick(),
+    ],
+)
+def test_events_that_race_the_kernel_are_answered_and_change_nothing(event: object) -> None:
+    k = make(concurrency_limit=1, max_active_runs=1)
+    started(k, "stopping")
+    k.handle(StreamRequested("s", owner="stopping"), 0.0)
+    k.handle(StreamRequested("w", owner="stopping"), 0.0)
+    k.handle(RunCancelRequested("stopping"), 0.0)
+    k.handle(RunResumed("terminating"), 0.0)
+    k.handle(RunCancelRequested("terminating", hard=True), 0.0)
+    k.handle(HumanRequested("waiting", "waiting:2", 2, "h", 50.0), 0.0)
+    ids = ["stopping", "terminating", "waiting", "ghost", "s", "w", "m9"]
+    before = snapshot(k, ids)
+    k.handle(event, 1.0)  # type: ignore[arg-type]
+    assert snapshot(k, ids) == before

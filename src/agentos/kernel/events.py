@@ -121,7 +121,7 @@ class HumanRequested:
     run the journal has waiting (it becomes known, waiting). A run with a cancel pending is
     finished at once instead: `FinishRun(run_id, "cancelled", reason)`.
 
-    Args:
+    Attributes:
         operation_id: the request's id, `f"{run_id}:{step_seq}"`.
         step_seq: the journal step that waits.
         args_hash: the hash of the arguments awaiting approval; None when the request is not an

@@ -68,13 +68,13 @@ class KernelStatistics:
     cancelled_total: int
     permit_timeouts_total: int
     evicted_total: int
-    active_runs: int = 0  # runs with a task: running, stopping, terminating
-    waiting_runs: int = 0  # runs waiting for a human (no task, no permit)
-    runs_admitted_total: int = 0
-    runs_rejected_total: int = 0
-    human_deadlines_pending: int = 0
-    human_timeouts_total: int = 0
-    run_admission_limit: int = 0  # max_active_runs (0 = off)
+    active_runs: int  # runs with a task: running, stopping, terminating
+    waiting_runs: int  # runs waiting for a human (no task, no permit)
+    runs_admitted_total: int
+    runs_rejected_total: int
+    human_deadlines_pending: int
+    human_timeouts_total: int
+    run_admission_limit: int  # max_active_runs (0 = off)
 
 
 class Kernel:

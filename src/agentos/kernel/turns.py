@@ -90,11 +90,11 @@ class Turns:
         return turn.owner if turn else None
 
     def next_deadline(self) -> float | None:
-        deadlines = [d for d in (self.permits.next_deadline(),) if d is not None]
-        for session in self.sessions.values():
-            deadlines.append(session.last_active_s + self.limits.session_ttl_s)
-            break
-        return min(deadlines) if deadlines else None
+        permit_deadline = self.permits.next_deadline()
+        for session in self.sessions.values():  # the front one is the least recently active
+            ttl_deadline = session.last_active_s + self.limits.session_ttl_s
+            return ttl_deadline if permit_deadline is None else min(ttl_deadline, permit_deadline)
+        return permit_deadline
 
     # -- transitions ---------------------------------------------------------------------------
 
