@@ -41,6 +41,9 @@ class RunHandle:
     status: str
     next_event_seq: int
     task: asyncio.Task[None] | None = None
+    # Set once the run's row is committed: a new run's task waits for it, so the run does no
+    # work before it exists durably, and a burst of start calls is answered before runs work.
+    created: asyncio.Future[None] | None = None
     cancel_requested: bool = False  # stop at the next step boundary (the kernel's StopRun)
     stop_reason: str | None = None
     outcome: Literal["completed", "failed", "cancelled", "suspended", "parked"] = "suspended"  # how the task ended

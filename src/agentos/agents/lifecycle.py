@@ -82,13 +82,18 @@ class RunLifecycle(RunEngine):
         """
         row, writes = self.new_run(spec, text, session_id, run_id, parent, context)
         handle = self.new_handle(row, spec, context)
-        parent_id = parent.run_id if parent else None
-        commands = self.driver.handle(RunSubmitted(run_id, parent_id))  # StartRun: the task starts next
+        created = handle.created = asyncio.get_running_loop().create_future()
+        commands = self.driver.handle(RunSubmitted(run_id, parent.run_id if parent else None))
         if isinstance(commands[0], RejectRun):
             self.handles.pop(run_id, None)
             raise AdmissionRejected(commands[0].retry_after_s, what="runs")
-        # Enqueued before the task's first read; concurrent starts share one commit.
-        await self.store.write(writes)
+        try:
+            await self.store.write(writes)  # concurrent starts share one commit (group commit)
+        except BaseException as exc:
+            created.set_exception(exc)
+            raise
+        # The task (started by StartRun) wakes after this call returns: its caller answers first.
+        created.set_result(None)
         return handle
 
     def _on_start(self, command: StartRun) -> None:
@@ -118,6 +123,9 @@ class RunLifecycle(RunEngine):
                 self.driver.handle(RunEnded(handle.run_id, handle.outcome))
 
     async def _work(self, handle: RunHandle) -> None:
+        if handle.created is not None:
+            created, handle.created = handle.created, None
+            await created  # the row is durable; raises if it could not be written
         if handle.steps is None:
             handle.steps = await self.store.read(lambda db: self.journal.load_steps(db, handle.run_id))
         if handle.status in ("queued", "waiting_human"):

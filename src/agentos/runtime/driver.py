@@ -90,6 +90,9 @@ class Driver:
         commands = self.handle(StreamRequested(stream_id, owner))
         if GrantPermit(stream_id) in commands:
             return
+        refused = next((c for c in commands if isinstance(c, FailTurn) and c.turn_id == stream_id), None)
+        if refused is not None:  # its run is not running (stopped, parked): nothing was recorded
+            raise ProviderLimitTimeout(f"no provider permit: {refused.reason}")
         future = self.waits_for_permit(stream_id)
         try:
             await self.wait_permit(stream_id, future)
@@ -111,7 +114,8 @@ class Driver:
             case FailTurn(stream_id, reason) if stream_id in self._permits:
                 future = self._permits[stream_id]
                 if not future.done():
-                    future.set_exception(ProviderLimitTimeout(f"no provider permit in time ({reason})"))
+                    message = "no provider permit in time" if reason == "provider_limit_timeout" else reason
+                    future.set_exception(ProviderLimitTimeout(message))
                 return  # a stream still waiting: its waiter ends it
         execute = self._executors.get(type(command))
         if execute is not None:
