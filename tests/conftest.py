@@ -9,6 +9,7 @@ import aiohttp
 import pytest
 
 from agentos.bench.mock.server import MockServer, MockSettings, start_mock
+from agentos.clock import Clock
 from agentos.config import Settings, load_settings
 from agentos.testing import RunningServer, start_server
 
@@ -19,6 +20,7 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith(("AGENTOS_", "MOCK_", "OPENAI_")):
             monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PYTHONPATH", child_env()["PYTHONPATH"])  # children that inherit it run this tree too
 
 
 @pytest.fixture
@@ -43,6 +45,15 @@ async def mock(mock_factory: Callable[..., Awaitable[MockServer]]) -> MockServer
     return await mock_factory()
 
 
+SRC = Path(__file__).resolve().parents[1] / "src"  # the tree under test, wherever it is checked out
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a child Python process that must run THIS tree's code: its `src` (and
+    the repository, for `tests.*` modules) come before any installed `agentos`."""
+    return {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.pathsep.join([str(SRC), str(SRC.parent)]), **extra}
+
+
 def make_settings(data_dir: Path, provider_url: str, **overrides: Any) -> Settings:
     """Settings from dotted keys: make_settings(d, url, **{"kernel.concurrency_limit": 2})."""
     base = {"data_dir": str(data_dir), "provider.url": provider_url, "provider.retry_budget_s": 2.0}
@@ -53,8 +64,8 @@ def make_settings(data_dir: Path, provider_url: str, **overrides: Any) -> Settin
 async def server_factory(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[RunningServer]]]:
     started: list[RunningServer] = []
 
-    async def make(provider_url: str, **overrides: Any) -> RunningServer:
-        server = await start_server(make_settings(tmp_path / "data", provider_url, **overrides))
+    async def make(provider_url: str, clock: Clock | None = None, **overrides: Any) -> RunningServer:
+        server = await start_server(make_settings(tmp_path / "data", provider_url, **overrides), clock=clock)
         started.append(server)
         return server
 

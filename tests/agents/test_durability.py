@@ -6,7 +6,6 @@ Not a unit test on purpose: only a killed process shows what survives a crash.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import signal
 import sqlite3
@@ -23,6 +22,7 @@ import pytest
 from agentos.bench.mock.server import MockSettings
 from agentos.testing import eventually
 from tests.agents.counting_mock import CountingMock, Key, start_counting_mock
+from tests.conftest import child_env
 
 REPO = Path(__file__).resolve().parents[2]
 RUNS = 24
@@ -40,9 +40,10 @@ async def start_server(tmp_path: Path, mock: CountingMock, n: int) -> ServerProc
     port_file = tmp_path / f"port-{n}"
     argv = ["-m", "tests.agents.run_server", "--data-dir", str(tmp_path / "data"), "--provider-url", mock.url,
             "--port-file", str(port_file)]  # fmt: skip
-    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO)}
     with (tmp_path / f"server-{n}.log").open("wb") as log:
-        proc = await asyncio.create_subprocess_exec(sys.executable, *argv, cwd=REPO, env=env, stdout=log, stderr=log)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, *argv, cwd=REPO, env=child_env(), stdout=log, stderr=log
+        )
     await eventually(lambda: port_file.exists() or proc.returncode is not None, 20.0, "the server to listen")
     assert proc.returncode is None, (tmp_path / f"server-{n}.log").read_text()
     return ServerProcess(proc, f"http://127.0.0.1:{port_file.read_text()}")
@@ -69,14 +70,18 @@ async def answer_waiting(http: aiohttp.ClientSession, url: str, infos: dict[str,
 
 async def drive(http: aiohttp.ClientSession, url: str, runs: list[str], done: Callable[[dict[str, Any]], bool],
                 timeout_s: float) -> dict[str, dict[str, Any]]:  # fmt: skip
-    """Answer every human request until `done(statuses)` holds."""
-    async with asyncio.timeout(timeout_s):
-        while True:
-            infos = await statuses(http, url, runs)
-            if done(infos):
-                return infos
-            await answer_waiting(http, url, infos)
-            await asyncio.sleep(0.01)
+    """Answer every human request until `done(statuses)` holds (a bounded poll of the server process)."""
+    infos: dict[str, dict[str, Any]] = {}
+
+    async def step() -> bool:
+        infos.update(await statuses(http, url, runs))
+        if done(infos):
+            return True
+        await answer_waiting(http, url, infos)
+        return False
+
+    await eventually(step, timeout_s, "the runs to progress")
+    return infos
 
 
 def done_model_keys(data_dir: Path) -> set[Key]:

@@ -12,6 +12,7 @@ import pytest
 from agentos.agents.mcp_tools import McpHub
 from agentos.agents.spec import parse_agent_spec
 from agentos.providers.base import ChatRequest, Completion
+from agentos.testing import eventually
 from tests.agents.conftest import ServiceFactory, collect
 from tests.agents.fakes import ScriptedProvider, answer, call
 
@@ -88,14 +89,15 @@ def free_port() -> int:
 
 async def wait_listening(port: int, proc: asyncio.subprocess.Process) -> None:
     """Poll the peer process's port (it offers no readiness event); bounded."""
-    async with asyncio.timeout(20):
-        while True:
-            assert proc.returncode is None, "the MCP server exited"
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-            except OSError:
-                await asyncio.sleep(0.05)
-                continue
-            writer.close()
-            await writer.wait_closed()
-            return
+
+    async def listening() -> bool:
+        assert proc.returncode is None, "the MCP server exited"
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            return False
+        writer.close()
+        await writer.wait_closed()
+        return True
+
+    await eventually(listening, 20.0, "the MCP server to listen")

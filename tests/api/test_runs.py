@@ -18,7 +18,7 @@ from agentos.api.keys import RUNS, SSE_KEEPALIVE_S
 from agentos.api.openapi import OPENAPI
 from agentos.bench.mock.server import MockServer
 from agentos.config import settings_from_dict
-from agentos.testing import Event, RunningServer, eventually, sse_events
+from agentos.testing import Event, RunningServer, sse_events
 from tests.api.helpers import expect_error, start_app
 
 AGENTS = {
@@ -225,7 +225,8 @@ async def test_a_client_that_goes_away_leaves_no_subscriber(served: RunningServe
     _, started = await post(http, f"{served.url}/v1/agents/ops/runs", {"input": "x"})
     events_url = f"{served.url}{started['events_url']}"
     await read_events(http, events_url, until="human.requested")  # the client leaves after this event
-    await eventually(lambda: served.app[RUNS].statistics().subscribers == 0, what="the stream's subscription to go")
+    assert await served.services.runs.wait_no_subscribers(5.0), "the stream's subscription stayed"
+    assert served.app[RUNS].statistics().subscribers == 0
 
 
 async def test_a_failure_mid_stream_is_an_event_not_a_broken_response(

@@ -9,7 +9,7 @@ import aiohttp
 import msgspec
 
 from agentos.bench.mock.server import MockServer
-from agentos.testing import RunningServer, eventually, sse_events, start_server
+from agentos.testing import FakeClock, RunningServer, sse_events, start_server
 from tests.api.helpers import SSE, new_session, turn_events
 from tests.conftest import make_settings
 
@@ -36,21 +36,34 @@ async def test_session_crud_and_pagination(server: RunningServer, http: aiohttp.
 
 
 async def test_idle_sessions_leave_memory_and_come_back(server_factory, mock, http) -> None:
-    server: RunningServer = await server_factory(mock.url, **{"kernel.session_ttl_secs": 0.2})
+    clock = FakeClock()
+    server: RunningServer = await server_factory(mock.url, clock, **{"kernel.session_ttl_secs": 60})
     sid = await new_session(http, server.url)
     first = await turn_events(http, server.url, sid, "one two three")
-    await eventually(lambda: not server.runtime.kernel.has_session(sid), what="TTL eviction")
-    assert server.runtime.kernel.statistics().evicted_total >= 1
+    assert await server.runtime.wait_idle(5.0)  # the turn has ended: the session's idle time starts now
+    clock.advance(59.9)
+    server.runtime.tick()
+    assert server.runtime.kernel.has_session(sid)  # not before its TTL
+    clock.advance(0.1)
+    server.runtime.tick()
+    assert not server.runtime.kernel.has_session(sid)
+    assert server.runtime.kernel.statistics().evicted_total == 1
     second = await turn_events(http, server.url, sid, "four")  # brought back from the store
     assert second[-1].name == "turn.completed"
     assert second[-1].data["usage"]["prompt_tokens"] > first[-1].data["usage"]["prompt_tokens"]
 
 
 async def test_without_a_store_an_evicted_session_is_gone(server_factory, mock, http) -> None:
-    server: RunningServer = await server_factory(mock.url, **{"kernel.session_ttl_secs": 0.2, "store.enabled": False})
+    clock = FakeClock()
+    server: RunningServer = await server_factory(
+        mock.url, clock, **{"kernel.session_ttl_secs": 60, "store.enabled": False}
+    )
     sid = await new_session(http, server.url)
     assert (await turn_events(http, server.url, sid))[-1].name == "turn.completed"
-    await eventually(lambda: not server.runtime.kernel.has_session(sid), what="TTL eviction")
+    assert await server.runtime.wait_idle(5.0)
+    clock.advance(60)
+    server.runtime.tick()
+    assert not server.runtime.kernel.has_session(sid)
     async with http.post(f"{server.url}/v1/sessions/{sid}/turns", json={"input": "x"}) as r:
         assert r.status == 404
 
@@ -100,8 +113,8 @@ async def test_closing_the_websocket_cancels_its_turn(server_factory, mock_facto
         await ws.send_json({"type": "turn", "input": "hello"})
         while (await ws.receive_json(timeout=5))["type"] != "token":
             pass
-    await eventually(lambda: not list(server.runtime.live_turns), what="the turn to end")
-    await eventually(lambda: mock.stats.aborted == 1, what="the upstream abort")
+    assert await server.runtime.wait_idle(5.0), "the turn did not end"
+    await mock.stats.wait_for(lambda s: s.aborted == 1, what="the upstream abort")
 
 
 async def test_a_websocket_turn_completes(server: RunningServer, http) -> None:

@@ -7,7 +7,7 @@ import asyncio
 import aiohttp
 
 from agentos.bench.mock.server import MockServer
-from agentos.testing import RunningServer, eventually, sse_events
+from agentos.testing import RunningServer, sse_events
 from tests.api.helpers import SSE, new_session, turn_events
 
 
@@ -83,7 +83,7 @@ async def test_last_wins_cancels_the_running_turn_and_aborts_its_upstream(
     assert first_events[-1].data["reason"] == "superseded"
     second_events = await second
     assert second_events[-1].name == "turn.completed"
-    await eventually(lambda: mock.stats.aborted == 1, what="the mock to see the first upstream aborted")
+    await mock.stats.wait_for(lambda s: s.aborted == 1, what="the mock to see the first upstream aborted")
     assert mock.stats.completed == 1  # only the second turn's upstream ran to its end
     # the partial output of the cancelled turn is kept, marked cancelled
     async with http.get(f"{server.url}/v1/sessions/{sid}/messages") as r:
@@ -124,9 +124,10 @@ async def test_a_client_that_drops_mid_stream_does_not_leak_its_turn(
         if event.name == "token":
             break
     r.close()  # drop the socket mid-stream
-    await eventually(lambda: not list(server.runtime.live_turns), what="the dropped turn to end")
+    assert await server.runtime.wait_idle(5.0), "the dropped turn did not end"
+    assert not list(server.runtime.live_turns)
     assert server.runtime.kernel.statistics().permits_in_use == 0
-    await eventually(lambda: mock.stats.aborted == 1, what="the upstream to be aborted")
+    await mock.stats.wait_for(lambda s: s.aborted == 1, what="the upstream to be aborted")
 
 
 async def test_admission_rejects_with_429_and_leaves_the_running_turn_alone(
@@ -173,7 +174,7 @@ async def test_a_turn_waiting_too_long_for_a_permit_fails_clearly(
     )
     a, b = await new_session(http, server.url), await new_session(http, server.url)
     long_turn = asyncio.create_task(turn_events(http, server.url, a))
-    await eventually(lambda: mock.stats.in_flight == 1, what="the first turn to hold the permit")
+    await mock.stats.wait_for(lambda s: s.in_flight == 1, what="the first turn to hold the permit")
     events = await turn_events(http, server.url, b)
     assert events[-1].name == "turn.failed" and events[-1].data["reason"] == "provider_limit_timeout"
     server.runtime.cancel_turn(a)

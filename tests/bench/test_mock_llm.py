@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -29,14 +29,6 @@ async def client() -> AsyncIterator[aiohttp.ClientSession]:
 
 async def _mock(**overrides: Any) -> MockServer:
     return await start_mock(MockSettings(**{**FAST, **overrides}))
-
-
-async def _eventually(condition: Callable[[], bool], timeout_s: float = 3.0) -> None:
-    """Poll a counter the server updates when it notices a socket went away (bounded)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
 
 
 async def _raw_stream(client: aiohttp.ClientSession, url: str) -> list[str]:
@@ -158,7 +150,7 @@ async def test_hung_request_is_held_until_client_leaves(client: aiohttp.ClientSe
         with pytest.raises(asyncio.TimeoutError):
             await _status(client, server.url, timeout_s=0.3)
         assert server.stats.hung == 1
-        await _eventually(lambda: server.stats.in_flight == 0)
+        await server.stats.wait_for(lambda s: s.in_flight == 0, 3.0)
     finally:
         await server.close()
     assert server.stats.completed == 0
@@ -181,8 +173,8 @@ async def test_client_leaving_mid_stream_counts_aborted(client: aiohttp.ClientSe
         async with client.post(f"{server.url}/chat/completions", json={"stream": True, "messages": USER}) as response:
             await response.content.readline()  # the first chunk has arrived
             response.close()
-        await _eventually(lambda: server.stats.aborted == 1)
-        await _eventually(lambda: server.stats.in_flight == 0)
+        await server.stats.wait_for(lambda s: s.aborted == 1, 3.0)
+        await server.stats.wait_for(lambda s: s.in_flight == 0, 3.0)
     finally:
         await server.close()
     assert server.stats.completed == 0
@@ -193,10 +185,25 @@ async def test_client_leaving_before_first_token_counts_aborted(client: aiohttp.
     try:
         with pytest.raises(asyncio.TimeoutError):
             await _status(client, server.url, timeout_s=0.2, stream=True, read_body=True)
-        await _eventually(lambda: server.stats.aborted == 1)
+        await server.stats.wait_for(lambda s: s.aborted == 1, 3.0)
     finally:
         await server.close()
     assert server.stats.in_flight == 0
+
+
+async def test_stats_wait_for_wakes_on_a_change_and_times_out_with_the_counters() -> None:
+    stats = MockStats()
+    waiter = asyncio.create_task(stats.wait_for(lambda s: s.aborted == 2, 5.0))
+    for _ in range(2):
+        await asyncio.sleep(0)  # let the waiter look at the counters before they change
+        assert not waiter.done()
+        stats.aborted += 1
+    async with asyncio.timeout(1.0):  # woken by the change
+        await waiter
+    await stats.wait_for(lambda s: s.aborted == 2, 0.0)  # already true: no wait at all
+    with pytest.raises(TimeoutError, match="'aborted': 2"):
+        await stats.wait_for(lambda s: s.completed == 1, 0.01, "a completion")
+    assert stats.as_dict() == MockStats(aborted=2).as_dict()  # the waiters are not counters
 
 
 async def test_stats_reset_and_metrics(client: aiohttp.ClientSession) -> None:

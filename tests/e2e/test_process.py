@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -14,8 +13,8 @@ import aiohttp
 import pytest
 
 from agentos.bench.mock.server import MockServer
-from agentos.testing import eventually
 from tests.api.helpers import new_session, turn_events
+from tests.conftest import SRC, child_env
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +33,7 @@ async def agentos_process(
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
-        env={"PATH": os.environ.get("PATH", ""), **(env or {})},
+        env=child_env(**(env or {})),
     )
     try:
         assert proc.stdout is not None
@@ -72,7 +71,7 @@ async def test_sigterm_drains_and_exits_cleanly(tmp_path: Path, mock_factory, ht
     async with agentos_process("--data-dir", str(tmp_path), "--provider-url", mock.url) as (proc, url):
         sid = await new_session(http, url)
         turn = asyncio.create_task(turn_events(http, url, sid))
-        await eventually(lambda: mock.stats.requests == 1, what="the turn to reach the provider")
+        await mock.stats.wait_for(lambda s: s.requests == 1, what="the turn to reach the provider")
         proc.send_signal(signal.SIGTERM)
         events = await turn
         assert events[-1].name == "turn.completed"  # the running turn finished during the drain
@@ -91,6 +90,7 @@ async def test_a_public_bind_without_a_token_is_refused(tmp_path: Path) -> None:
         str(tmp_path),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        env=child_env(),
     )
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2
@@ -101,3 +101,12 @@ async def test_the_default_starts_the_builtin_mock(tmp_path: Path, http: aiohttp
     async with agentos_process("--data-dir", str(tmp_path)) as (_, url):
         sid = await new_session(http, url)
         assert (await turn_events(http, url, sid))[-1].name == "turn.completed"
+
+
+async def test_a_child_process_runs_the_code_of_this_tree() -> None:
+    """A worktree or a clean clone tests its own code, not the `agentos` installed in the venv."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import agentos; print(agentos.__file__)", stdout=asyncio.subprocess.PIPE, env=child_env()
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    assert Path(out.decode().strip()).is_relative_to(SRC)

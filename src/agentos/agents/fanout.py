@@ -60,10 +60,13 @@ class Fanout:
     def __init__(self, max_queued: int = DEFAULT_MAX_QUEUED) -> None:
         self._subscribers: dict[str, list[Subscription]] = {}
         self._max = max_queued
+        self.idle = asyncio.Event()  # set while no run has a subscriber
+        self.idle.set()
 
     def subscribe(self, run_id: str) -> Subscription:
         subscription = Subscription(self._max)
         self._subscribers.setdefault(run_id, []).append(subscription)
+        self.idle.clear()
         return subscription
 
     def unsubscribe(self, run_id: str, subscription: Subscription) -> None:
@@ -74,6 +77,8 @@ class Fanout:
             subscribers.remove(subscription)
         if not subscribers:
             del self._subscribers[run_id]
+        if not self._subscribers:
+            self.idle.set()
 
     def publish(self, run_id: str, event: RunEvent) -> None:
         for subscription in self._subscribers.get(run_id, ()):

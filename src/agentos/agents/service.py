@@ -143,6 +143,15 @@ class RunService:
             subscribers=self._runs.fanout.count(),
         )
 
+    async def wait_no_subscribers(self, timeout_s: float) -> bool:
+        """Wait until no client follows any run's events; False if some still did after `timeout_s`."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._runs.fanout.idle.wait()
+        except TimeoutError:
+            return False
+        return True
+
     # --- agents ---
 
     async def create_agent(self, body: Mapping[str, Any]) -> dict[str, Any]:

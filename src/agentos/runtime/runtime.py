@@ -127,13 +127,16 @@ class Runtime:
     async def drain(self, timeout_s: float) -> None:
         """Stop admitting, let running turns finish (bounded), then cancel the rest."""
         self._turns.accepting = False
-        if not await self._wait_idle(timeout_s):
+        if not await self.wait_idle(timeout_s):
             self._turns.cancel_all("shutdown")
-            await self._wait_idle(5.0)
+            await self.wait_idle(5.0)
         if self._lag_timer is not None:
             self._lag_timer.cancel()
 
-    async def _wait_idle(self, timeout_s: float) -> bool:
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no turn is live (every turn has ended and fed `TurnEnded` to the kernel).
+
+        Returns False if turns were still live after `timeout_s`."""
         try:
             async with asyncio.timeout(timeout_s):
                 await self._turns.idle.wait()

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+import inspect
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,7 @@ import msgspec
 from aiohttp import web
 
 from agentos.api.app import create_app
+from agentos.clock import Clock
 from agentos.config import Settings
 from agentos.providers.base import ChatRequest, Completion, StreamItem, TextDelta, Usage
 from agentos.providers.sse_parser import SSEParser
@@ -36,10 +38,16 @@ class RunningServer:
         await self.services.close(5.0)
 
 
-async def start_server(settings: Settings) -> RunningServer:
+async def start_server(settings: Settings, *, clock: Clock | None = None) -> RunningServer:
     """The real application on 127.0.0.1 and a free port, in this event loop, built as
-    `agentos serve` builds it."""
-    services = await open_services(settings)
+    `agentos serve` builds it.
+
+    Args:
+        settings: the server's settings.
+        clock: the kernel's time (a `FakeClock` moves only when the test says so; deadlines
+            then fire when the test calls `server.runtime.tick()`). Default: monotonic time.
+    """
+    services = await open_services(settings, clock=clock)
     app = create_app(services)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2)
     await runner.setup()
@@ -64,15 +72,30 @@ async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[Event]:
             yield Event(event.event, event.id, msgspec.json.decode(event.data))
 
 
-async def eventually(predicate: Callable[[], bool], timeout_s: float = 5.0, what: str = "condition") -> None:
-    """Wait until `predicate()` holds, for state in another component that offers no event to
-    wait on (a peer process's counters). Bounded: fails after `timeout_s`."""
+async def eventually(
+    predicate: Callable[[], bool | Awaitable[bool]], timeout_s: float = 5.0, what: str = "condition"
+) -> None:
+    """Poll `predicate()` until it holds, for state in ANOTHER process (a file a subprocess
+    writes, a peer's port or HTTP answers), which offers no event this process could wait on.
+
+    State in this process has events: wait on them instead (`Runtime.wait_idle`,
+    `MockStats.wait_for`, an `asyncio.Event`). `predicate` may be a coroutine function (an
+    HTTP poll). Bounded: fails after `timeout_s`.
+
+    Raises:
+        AssertionError: `predicate()` did not hold within `timeout_s`.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    while not predicate():
+    while not await _holds(predicate):
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
         await asyncio.sleep(0.01)
+
+
+async def _holds(predicate: Callable[[], bool | Awaitable[bool]]) -> bool:
+    result = predicate()
+    return bool(await result) if inspect.isawaitable(result) else result
 
 
 class FakeClock:

@@ -79,7 +79,10 @@ class MockSettings:
 
 @dataclass(kw_only=True)
 class MockStats:
-    """Live counters of chat-completion requests (mutated by the app, read by anyone)."""
+    """Live counters of chat-completion requests (mutated by the app, read by anyone).
+
+    In the mock's own process, `wait_for` waits for the counters to reach a state: every
+    change wakes the waiters (tests wait on this instead of polling)."""
 
     requests: int = 0
     in_flight: int = 0
@@ -89,6 +92,32 @@ class MockStats:
     rate_limited: int = 0
     hung: int = 0
     aborted: int = 0
+
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+        for changed in self.__dict__.get("_waiters", ()):  # not a field: absent from as_dict
+            changed.set()
+
+    async def wait_for(
+        self, predicate: Callable[[MockStats], bool], timeout_s: float = 5.0, what: str = "the mock's counters"
+    ) -> None:
+        """Return once `predicate(self)` holds, checked after every change of a counter.
+
+        Raises:
+            TimeoutError: it did not hold within `timeout_s` (the message has the counters).
+        """
+        changed = asyncio.Event()
+        waiters: set[asyncio.Event] = self.__dict__.setdefault("_waiters", set())
+        waiters.add(changed)
+        try:
+            async with asyncio.timeout(timeout_s):
+                while not predicate(self):
+                    changed.clear()
+                    await changed.wait()
+        except TimeoutError:
+            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}: {self.as_dict()}") from None
+        finally:
+            waiters.discard(changed)
 
     def enter(self) -> None:
         self.in_flight += 1
