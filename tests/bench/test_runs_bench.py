@@ -30,6 +30,7 @@ POINT_FIELDS = {
     "failures",
     "failures_total",
     "start_ms",
+    "healthz_burst_ms",
     "duration_ms",
     "duration_min_ms",
     "phase_ms",

@@ -26,6 +26,7 @@ from agentos.agents.agents import AgentRegistry
 from agentos.agents.engine import RunEngine
 from agentos.agents.handle import RunHandle
 from agentos.agents.journal import TERMINAL, RunRow, Step
+from agentos.agents.pacer import Pacer
 from agentos.agents.runner import Runner
 from agentos.agents.spec import AgentSpec
 from agentos.errors import AdmissionRejected, new_error_id
@@ -52,6 +53,7 @@ class RunLifecycle(RunEngine):
         self.agents = agents
         self.driver = driver
         self._runner = Runner(self)
+        self._pacer = Pacer()
         self._waiters: dict[str, list[asyncio.Future[RunRow]]] = {}
         driver.on(StartRun, self._on_start)
         driver.on(StopRun, self._on_stop)
@@ -126,6 +128,7 @@ class RunLifecycle(RunEngine):
         if handle.created is not None:
             created, handle.created = handle.created, None
             await created  # the row is durable; raises if it could not be written
+        await self._pacer.wait()  # a burst of runs starts in waves (agents/pacer.py)
         if handle.steps is None:
             handle.steps = await self.store.read(lambda db: self.journal.load_steps(db, handle.run_id))
         if handle.status in ("queued", "waiting_human"):

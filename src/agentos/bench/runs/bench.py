@@ -74,6 +74,7 @@ async def measure_point(plan: RunsPlan, n: int, server: Child, mock: Child) -> d
     async with bench_http_session() as http:
         await _mock_call(http, mock, "POST", "/stats/reset")
         before, main_before = sample_tree(server.pid), own_cpu_s(server.pid)
+        floor = await _healthz_burst(http, server.url, n)
         mock_before, client_before = sample_tree(mock.pid, False).cpu_s, self_cpu_s()
         started = loop.time()
         async with peak_sampling(server.pid) as sampler:
@@ -90,7 +91,21 @@ async def measure_point(plan: RunsPlan, n: int, server: Child, mock: Child) -> d
         server=(before, end, sampler.peak),
         mock_stats=mock_stats,
         cpu=cpu | {"client_cpu_s": client_end - client_before},
-    )
+    ) | {"healthz_burst_ms": floor}
+
+
+async def _healthz_burst(http: aiohttp.ClientSession, base_url: str, n: int) -> dict[str, float | None]:
+    """N concurrent `GET /healthz` over warmed connections: the floor under a start call's latency."""
+    loop = asyncio.get_running_loop()
+
+    async def one() -> float:
+        sent = loop.time()
+        async with http.get(f"{base_url}/healthz") as response:
+            await response.read()
+        return loop.time() - sent
+
+    await asyncio.gather(*(one() for _ in range(n)))  # opens and warms N connections
+    return percentiles_ms(list(await asyncio.gather(*(one() for _ in range(n)))))
 
 
 async def _drive(http: aiohttp.ClientSession, target: RunTarget, plan: RunsPlan) -> RunOutcome:

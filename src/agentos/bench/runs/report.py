@@ -15,7 +15,8 @@ import msgspec
 from agentos.bench.report.document import _fmt, _header, _pcts
 
 _POINT_COLUMNS = (
-    "| N | completed | failures | start ms p50/p95/p99 | run ms p50/p95/p99 | wall s | steps | steps/s "
+    "| N | completed | failures | start ms p50/p95/p99 | floor: N × /healthz ms p50/p95/p99 "
+    "| run ms p50/p95/p99 | wall s | steps | steps/s "
     "| server CPU s (cores) | main process CPU s (cores) | CPU ms/run | RSS MB before/peak/end "
     "| Private_Dirty MB before/peak/end "
     "| mock max conc. | mock CPU s | client CPU s |"
@@ -28,6 +29,9 @@ _NOTES = """
   followed on its own SSE connection (`GET /v1/runs/{id}/events`); its `human.requested` is
   answered `answer_delay_s` after it arrives.
 - **start ms**: latency of the start call (request sent → `202` read), over all N.
+  **floor**: N concurrent `GET /healthz` from the same client just before the point (the
+  connections warmed first): what a burst of N requests costs on this loopback and these cores
+  with no work behind it. A start call cannot be faster than it.
   **run ms**: start call sent → terminal event received, over completed runs only (it includes
   the answer delay). Nearest-rank percentiles.
 - **failures** by kind: `start_429` / `start_5xx` / `start_4xx` / `start_error` (the start call),
@@ -62,6 +66,7 @@ def _point_line(row: dict[str, Any]) -> str:
         row["completed"],
         _failures(row),
         _pcts(row["start_ms"]),
+        _pcts(row["healthz_burst_ms"]) if row.get("healthz_burst_ms") else "–",
         _pcts(row["duration_ms"]),
         _fmt(row["wall_s"]),
         row["steps"],
