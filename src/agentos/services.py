@@ -52,7 +52,6 @@ class Services:
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Refuse new turns and runs; let running turns finish (bounded), then cancel the rest."""
-        self.runs.accepting = False
         await self.runtime.drain(timeout_s)
 
     async def close(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:

@@ -11,7 +11,7 @@ import pytest
 from agentos.agents.handle import RunEvent
 from agentos.agents.service import RunService
 from agentos.config import Settings
-from agentos.errors import AdmissionRejected, Conflict, InvalidInput, NotFound
+from agentos.errors import AdmissionRejected, Conflict, InvalidInput, NotFound, ShuttingDown
 from agentos.providers.base import ChatRequest, Completion
 from tests.agents.conftest import ServiceFactory, collect
 from tests.agents.fakes import ScriptedProvider, answer, call, tool_messages_since_user
@@ -308,3 +308,15 @@ async def test_an_approval_never_carries_over_to_a_later_call_with_the_same_id(
     assert second["kind"] == "approval" and second["operation_id"] != first["operation_id"]
     assert "EVIL" in second["arguments"]
     assert not (tmp_path / "data" / "workspaces" / run_id / "pwned").exists()
+
+
+async def test_a_draining_service_refuses_answers_and_new_runs(make_service: ServiceFactory) -> None:
+    service = await make_service()
+    run_id = await service.start_run("ops", "do the thing")
+    pending = (await wait_status(service, run_id, "waiting_human"))["pending"]
+    service.accepting = False  # what Runtime.drain does
+    with pytest.raises(ShuttingDown):
+        await service.answer(run_id, pending["operation_id"], "yes")
+    with pytest.raises(ShuttingDown):
+        await service.start_run("ops", "more")
+    assert (await service.get_run(run_id))["status"] == "waiting_human"  # nothing resumed

@@ -28,8 +28,8 @@ import msgspec
 
 from agentos.agents.fanout import Fanout, RunEvent
 from agentos.agents.handle import RunHandle
+from agentos.agents.host import ToolHub
 from agentos.agents.journal import TERMINAL, EventRow, Journal, RunRow
-from agentos.agents.runner import ToolHub
 from agentos.agents.sandbox import Sandbox
 from agentos.agents.spec import AgentSpec, parse_agent_spec, spec_to_dict
 from agentos.agents.store import RunStore

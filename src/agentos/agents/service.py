@@ -27,23 +27,22 @@ from pathlib import Path
 from typing import Any
 
 from agentos.agents.agents import AgentRegistry
+from agentos.agents.checks import check_answer, check_input, remove_dirs
 from agentos.agents.fanout import RunEvent
+from agentos.agents.host import ToolHub
 from agentos.agents.journal import SCHEMA, Journal, RunRow, Step, migrate
 from agentos.agents.lifecycle import RunLifecycle
 from agentos.agents.mcp_tools import McpHub
-from agentos.agents.runner import ToolHub
 from agentos.agents.sandbox import Sandbox
 from agentos.agents.spec import AgentSpec, spec_to_dict
 from agentos.agents.store import RunStore
 from agentos.clock import MonotonicClock, wall_ms
 from agentos.config import Settings
-from agentos.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, ShuttingDown
+from agentos.errors import Conflict, InvalidInput, NotFound, ShuttingDown
 from agentos.kernel import HumanAnswered, Kernel, RejectAnswer, RunCancelRequested
 from agentos.providers.base import Message, Provider
 from agentos.runtime.driver import Driver
 from agentos.runtime.runtime import kernel_limits
-
-_ANSWER_KINDS = ("question", "approval", "uncertain")
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +192,7 @@ class RunService:
         if not self.accepting:
             raise ShuttingDown("the server is shutting down")
         spec = self._agents.get(agent)
-        _check_input(text, self._settings.kernel.max_input_chars)
+        check_input(text, self._settings.kernel.max_input_chars)
         run_id = f"run_{uuid.uuid4().hex[:20]}"
         handle = await self._runs.submit(spec, text, session_id, run_id, context=context)
         return handle.run_id
@@ -265,17 +264,20 @@ class RunService:
         operation and, for an approval, `args_hash` must be the hash of the arguments awaiting it.
 
         Raises:
+            ShuttingDown: the server is draining.
             NotFound: no such run.
             Conflict: the run does not wait for that operation, or `args_hash` is not the hash of
                 the arguments awaiting approval.
             InvalidInput: an approval without `approve` or `args_hash`; an uncertain step answered
                 with something else than "retry" or "skip".
         """
+        if not self.accepting:  # an answer would start the run's task again
+            raise ShuttingDown("the server is shutting down")
         handle = await self._runs.handle(run_id)
         step = await self._runs.pending_step(handle) if handle is not None else None
         if handle is None or step is None:
             raise Conflict(f"run {run_id!r} is not waiting for a human", code="not_waiting")
-        output = _check_answer(step.input, answer, approve, args_hash)
+        output = check_answer(step.input, answer, approve, args_hash)
         commands = self._driver.handle(HumanAnswered(run_id, operation_id, args_hash, approve))
         rejected = next((c for c in commands if isinstance(c, RejectAnswer)), None)
         if rejected is not None:
@@ -291,29 +293,4 @@ class RunService:
         deleted = await self.store.apply(lambda db: self.journal.delete_session_runs(db, session_id))
         if self._workspaces is not None:
             workspaces = self._workspaces
-            await asyncio.to_thread(_remove_dirs, [workspaces / run_id for run_id in deleted])
-
-
-def _remove_dirs(paths: list[Path]) -> None:
-    for path in paths:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def _check_input(text: object, max_chars: int) -> None:
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidInput("input must be a non-empty string")
-    if len(text) > max_chars:
-        raise PayloadTooLarge(f"input is {len(text)} characters, over the limit of {max_chars}")
-
-
-def _check_answer(request: dict[str, Any], answer: str, approve: bool | None, args_hash: str | None) -> dict[str, Any]:
-    kind = request["kind"]
-    assert kind in _ANSWER_KINDS, kind
-    if kind == "approval":
-        if approve is None or args_hash is None:
-            raise InvalidInput("an approval needs both 'approve' (true or false) and 'args_hash'")
-        if args_hash != request["args_hash"]:
-            raise Conflict("args_hash does not match the arguments awaiting approval", code="args_hash_mismatch")
-    if kind == "uncertain" and answer not in ("retry", "skip"):
-        raise InvalidInput("an uncertain step is answered with 'retry' or 'skip'")
-    return {"answer": answer, "approve": approve}
+            await asyncio.to_thread(remove_dirs, [workspaces / run_id for run_id in deleted])

@@ -125,8 +125,10 @@ class Runtime:
         self._lag_timer = loop.call_at(loop.time() + interval_s, probe, loop.time() + interval_s)
 
     async def drain(self, timeout_s: float) -> None:
-        """Stop admitting, let running turns finish (bounded), then cancel the rest."""
+        """Stop admitting turns and runs, let running turns finish (bounded), then cancel the rest."""
         self._turns.accepting = False
+        if self.runs is not None:
+            self.runs.accepting = False  # new runs and answers are refused too
         if not await self.wait_idle(timeout_s):
             self._turns.cancel_all("shutdown")
             await self.wait_idle(5.0)

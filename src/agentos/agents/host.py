@@ -1,0 +1,55 @@
+"""What the agent loop (`Runner`) needs from the engine that owns it, as protocols."""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any, Protocol
+
+from agentos.agents.handle import RunHandle
+from agentos.agents.journal import Journal, RunRow
+from agentos.agents.sandbox import Sandbox
+from agentos.agents.spec import AgentSpec
+from agentos.agents.store import RunStore
+from agentos.providers.base import Provider
+
+
+class ToolHub(Protocol):
+    """MCP tools (see `agentos.agents.mcp_tools`)."""
+
+    async def schemas(self, spec: AgentSpec) -> list[dict[str, Any]]: ...
+
+    async def call(self, spec: AgentSpec, tool_name: str, arguments: dict[str, Any]) -> str: ...
+
+
+class RunHost(Protocol):
+    """What the loop needs from the service that owns it."""
+
+    store: RunStore
+    journal: Journal
+    provider: Provider
+    sandbox: Sandbox
+    mcp: ToolHub
+
+    @property
+    def suspending(self) -> bool: ...
+
+    def now_ms(self) -> int: ...
+
+    def emit(self, handle: RunHandle, event_type: str, data: dict[str, Any]) -> None: ...
+
+    def workdir(self, run_id: str) -> Path: ...
+
+    def permit(self, run_id: str) -> AbstractAsyncContextManager[None]:
+        """Hold a provider permit of the kernel for one model call of the run."""
+        ...
+
+    async def finish(self, handle: RunHandle, status: str, *, result: str | None = None, reason: str) -> None: ...
+
+    async def park(self, handle: RunHandle, request: dict[str, Any]) -> None: ...
+
+    async def run_child(self, parent: RunHandle, seq: int, agent: str, text: str) -> RunRow: ...
+
+    async def child_exists(self, child_run_id: str) -> bool: ...
+
+    async def count_children(self, run_id: str) -> int: ...
