@@ -62,9 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from agentos.bench.mock.builtin import builtin_mock
     from agentos.server import run_server
 
-    return run_server(settings_from_args(args))
+    return run_server(settings_from_args(args), provider_setup=builtin_mock)
 
 
 def _config_show(args: argparse.Namespace) -> int:

@@ -11,8 +11,9 @@ import queue
 import resource
 import signal
 import sys
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 
-import msgspec
 from aiohttp import web
 
 from agentos.api.app import create_app
@@ -21,6 +22,8 @@ from agentos.errors import ConfigError
 from agentos.services import DRAIN_TIMEOUT_S, Services, open_services
 
 log = logging.getLogger("agentos")
+
+ProviderSetup = Callable[[Settings], AbstractAsyncContextManager[Settings]]
 
 
 def check_bind(settings: Settings) -> None:
@@ -79,7 +82,7 @@ def _configure_logging(level: str) -> logging.handlers.QueueListener:
     return listener
 
 
-def run_server(settings: Settings) -> int:
+def run_server(settings: Settings, *, provider_setup: ProviderSetup | None = None) -> int:
     check_bind(settings)
     listener = _configure_logging(settings.log_level)
     raise_fd_limit()
@@ -91,31 +94,25 @@ def run_server(settings: Settings) -> int:
         runner = asyncio.Runner()
     try:
         with runner:
-            runner.run(serve(settings))
+            runner.run(serve(settings, provider_setup=provider_setup))
     finally:
         listener.stop()  # writes out every queued line
     return 0
 
 
-async def serve(settings: Settings, started: asyncio.Future[int] | None = None) -> None:
-    mock = None
-    if not settings.provider.url:
-        # The bench kit's mock, so the README's first command streams a token with no setup.
-        from agentos.bench.mock.server import MockSettings, start_mock
-
-        m = settings.mock
-        mock = await start_mock(MockSettings(ttft_ms=m.ttft_ms, tps=m.tps, tokens=m.tokens))
-        settings = msgspec.structs.replace(settings, provider=msgspec.structs.replace(settings.provider, url=mock.url))
-        log.warning("no provider configured (--provider-url): using the built-in mock provider at %s", mock.url)
-    try:
+async def serve(
+    settings: Settings, started: asyncio.Future[int] | None = None, *, provider_setup: ProviderSetup | None = None
+) -> None:
+    """Serve until SIGTERM/SIGINT. `provider_setup` may start a provider for the duration and
+    return settings that point at it (the CLI's built-in mock)."""
+    async with AsyncExitStack() as stack:
+        if provider_setup is not None:
+            settings = await stack.enter_async_context(provider_setup(settings))
         services = await open_services(settings)
         try:
             await _listen(settings, services, started)
         finally:
             await services.close(DRAIN_TIMEOUT_S)
-    finally:
-        if mock is not None:
-            await mock.close()
 
 
 async def _listen(settings: Settings, services: Services, started: asyncio.Future[int] | None) -> None:
