@@ -31,9 +31,8 @@ async def services() -> AsyncIterator[Services]:
     await built.close(1.0)
 
 
-async def test_an_agent_turn_gets_the_permit_a_plain_turn_releases(services: Services) -> None:
-    """Defect 1 of issue 7: the agent turn queued for a permit of its own, kept it, and its run's
-    model call then waited behind it until provider_limit_timeout."""
+async def plain_then_agent(services: Services) -> tuple[asyncio.Task[None], asyncio.Task[None], CollectingSink]:
+    """A plain turn holding the only permit (its provider hangs), then an agent turn."""
     runtime, provider = services.runtime, services.provider
     assert isinstance(provider, ScriptedProvider)
     plain = (await runtime.create_session("default", {})).session_id
@@ -42,6 +41,15 @@ async def test_an_agent_turn_gets_the_permit_a_plain_turn_releases(services: Ser
     await provider.opened.wait()
     agent_sink = CollectingSink()
     agent_task = asyncio.create_task(runtime.run_turn(await runtime.start_turn(agent, "go"), agent_sink))
+    return plain_task, agent_task, agent_sink
+
+
+async def test_an_agent_turn_gets_the_permit_a_plain_turn_releases(services: Services) -> None:
+    """Defect 1 of issue 7: the agent turn queued for a permit of its own, kept it, and its run's
+    model call then waited behind it until provider_limit_timeout."""
+    runtime, provider = services.runtime, services.provider
+    assert isinstance(provider, ScriptedProvider)
+    plain_task, agent_task, agent_sink = await plain_then_agent(services)
     stats = runtime.kernel.statistics()
     assert stats.permits_in_use == 1 and stats.in_flight_turns == 2
     provider.release.set()  # the plain turn ends and gives its permit back
@@ -57,12 +65,7 @@ async def test_an_agent_turn_gets_the_permit_a_plain_turn_releases(services: Ser
 async def test_a_run_waiting_for_its_permit_fails_cleanly_at_the_permit_deadline(services: Services) -> None:
     runtime, provider = services.runtime, services.provider
     assert isinstance(provider, ScriptedProvider)
-    plain = (await runtime.create_session("default", {})).session_id
-    agent = (await runtime.create_session("helper", {})).session_id
-    plain_task = asyncio.create_task(runtime.run_turn(await runtime.start_turn(plain, "hold"), CollectingSink()))
-    await provider.opened.wait()
-    agent_sink = CollectingSink()
-    agent_task = asyncio.create_task(runtime.run_turn(await runtime.start_turn(agent, "go"), agent_sink))
+    plain_task, agent_task, agent_sink = await plain_then_agent(services)
     async with asyncio.timeout(10):
         # Yields (no time passes) until the run's model call queues: the kernel has no event for
         # that, and a hook on the hot path only for this test would cost every turn.

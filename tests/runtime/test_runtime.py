@@ -113,13 +113,19 @@ async def test_admission_is_decided_before_any_work() -> None:
     assert runtime.kernel.statistics().in_flight_turns == 0
 
 
-async def test_drain_cancels_what_does_not_finish() -> None:
-    provider, clock = ScriptedProvider(hang=True), FakeClock()
-    runtime = make_runtime(provider, clock)
+async def hanging_turn(**overrides: object) -> tuple[Runtime, str, CollectingSink, asyncio.Task[None]]:
+    """A runtime on fakes with one turn streaming from a provider that hangs until released."""
+    provider = ScriptedProvider(hang=True)
+    runtime = make_runtime(provider, FakeClock(), **overrides)
     sid = (await runtime.create_session("default", {})).session_id
     sink = CollectingSink()
     task = asyncio.create_task(runtime.run_turn(await runtime.start_turn(sid, "x"), sink))
     await provider.opened.wait()
+    return runtime, sid, sink, task
+
+
+async def test_drain_cancels_what_does_not_finish() -> None:
+    runtime, _, sink, task = await hanging_turn()
     await runtime.drain(0.01)
     await task
     assert sink.events[-1][2]["reason"] == "shutdown"
@@ -128,12 +134,7 @@ async def test_drain_cancels_what_does_not_finish() -> None:
 
 async def test_an_outside_cancel_is_never_swallowed_by_a_first_party_one() -> None:
     """Defect 4 of issue 7: a shutdown cancel arriving with a last-wins cancel was swallowed."""
-    provider, clock = ScriptedProvider(hang=True), FakeClock()
-    runtime = make_runtime(provider, clock)
-    sid = (await runtime.create_session("default", {})).session_id
-    sink = CollectingSink()
-    task = asyncio.create_task(runtime.run_turn(await runtime.start_turn(sid, "x"), sink))
-    await provider.opened.wait()
+    runtime, sid, sink, task = await hanging_turn()
     runtime.cancel_turn(sid)  # first party: cancels the task with a reason
     task.cancel()  # and the server cancels it too, in the same loop iteration
     with pytest.raises(asyncio.CancelledError):
@@ -143,12 +144,7 @@ async def test_an_outside_cancel_is_never_swallowed_by_a_first_party_one() -> No
 
 
 async def test_a_first_party_cancel_alone_ends_the_turn_and_returns() -> None:
-    provider, clock = ScriptedProvider(hang=True), FakeClock()
-    runtime = make_runtime(provider, clock)
-    sid = (await runtime.create_session("default", {})).session_id
-    sink = CollectingSink()
-    task = asyncio.create_task(runtime.run_turn(await runtime.start_turn(sid, "x"), sink))
-    await provider.opened.wait()
+    runtime, sid, sink, task = await hanging_turn()
     runtime.cancel_turn(sid)
     await task  # returns: our own cancel is not the caller's
     assert sink.events[-1][2]["reason"] == "cancelled"
