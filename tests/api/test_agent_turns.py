@@ -215,3 +215,31 @@ async def test_deleting_a_session_deletes_its_runs_journal_payloads_and_workspac
     for path in (tmp_path / "jsonl").rglob("*"):
         if path.is_file():
             assert sid not in path.read_text() and secret not in path.read_text()
+
+
+async def test_an_agent_turn_behind_a_plain_turn_gets_the_freed_permit(tmp_path: Path, mock_factory, http) -> None:
+    """Defect 1 of issue 7 over HTTP: with one permit, the agent turn failed with
+    provider_limit_timeout although the plain turn freed the permit long before."""
+    mock: MockServer = await mock_factory(ttft_ms=500, tps=2000, tokens=2)
+    settings = settings_from_dict(
+        {
+            "data_dir": str(tmp_path / "data"),
+            "provider": {"url": mock.url},
+            "kernel": {"concurrency_limit": 1, "permit_wait_timeout_s": 4},
+            "agents": {"helper": {}},
+        }
+    )
+    server = await start_server(settings)
+    try:
+        plain, agent = await new_session(http, server.url), await new_session(http, server.url, agent="helper")
+
+        async def last_event(sid: str) -> str:
+            async with http.post(f"{server.url}/v1/sessions/{sid}/turns", json={"input": "x"}, headers=SSE) as r:
+                return [e async for e in sse_events(r)][-1].name
+
+        first = asyncio.create_task(last_event(plain))
+        await mock.stats.wait_for(lambda s: s.in_flight == 1, what="the plain turn to hold the permit")
+        assert await last_event(agent) == "turn.completed"
+        assert await first == "turn.completed"
+    finally:
+        await server.close()
