@@ -86,7 +86,7 @@ async def test_a_stream_that_keeps_failing_ends_in_a_stream_error(fake: Callable
 
     async def handler(request: web.Request) -> web.StreamResponse:
         failed = (None, "error", {"code": "internal_error", "message": "boom", "error_id": "err_1"})
-        first = [(1, "run.started", {})] if not server.last_event_ids else []
+        first: Sent = [(1, "run.started", {})] if not server.last_event_ids else []
         return await server.events(request, [*first, failed])
 
     async with AsyncClient(await fake(handler), max_reconnects=2, reconnect_delay_s=0) as client:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncGenerator, Coroutine, Iterator, Mapping
+from collections.abc import AsyncGenerator, Coroutine, Generator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -105,7 +105,7 @@ class Client:
             future.cancel()  # a KeyboardInterrupt here must not leave the request running
             raise
 
-    def _iterate(self, stream: AsyncGenerator[T, None]) -> Iterator[T]:
+    def _iterate(self, stream: AsyncGenerator[T, None]) -> Generator[T, None, None]:
         try:
             while items := self._run(_next(stream)):
                 yield items[0]
@@ -138,7 +138,7 @@ class Client:
     def send_turn(self, session_id: str, text: str) -> TurnResult:
         return self._run(self._async.send_turn(session_id, text))
 
-    def stream_turn(self, session_id: str, text: str) -> Iterator[TurnEvent]:
+    def stream_turn(self, session_id: str, text: str) -> Generator[TurnEvent, None, None]:
         return self._iterate(self._async.stream_turn(session_id, text))
 
     def cancel_turn(self, session_id: str) -> str | None:
@@ -175,7 +175,7 @@ class Client:
     ) -> Run:  # fmt: skip
         return self._run(self._async.answer(run_id, operation_id, answer, approve=approve, args_hash=args_hash))
 
-    def run_events(self, run_id: str, after: int | None = None) -> Iterator[RunEvent]:
+    def run_events(self, run_id: str, after: int | None = None) -> Generator[RunEvent, None, None]:
         return self._iterate(self._async.run_events(run_id, after))
 
 
