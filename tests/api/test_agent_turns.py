@@ -35,7 +35,7 @@ async def test_a_session_turn_runs_its_agents_tool_loop(tmp_path: Path, mock_fac
             async for event in client.stream_turn(sid, "build it"):
                 names.append(event.name)
                 if event.name == "human.requested":
-                    await client.answer(event.data["run_id"], event.data["operation_id"], "yes")
+                    await client.answer(event.data["run_id"], event.human_request().operation_id, "yes")
             completed = event.data
             messages = (await client.messages(sid)).data
         assert names[0] == "turn.started" and names[-1] == "turn.completed"

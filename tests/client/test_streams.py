@@ -116,6 +116,20 @@ async def test_a_refused_reconnect_is_an_api_error(fake: Callable[[Handler], Awa
     assert (caught.value.status, caught.value.code, caught.value.retry_after_s) == (503, "shutting_down", 1.0)
 
 
+async def test_a_turn_stream_cut_before_its_end_is_a_transport_error(fake: Callable[[Handler], Awaitable[str]]) -> None:
+    server = FakeRunServer()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await server.events(request, [(1, "turn.started", {}), (2, "token", {"delta": "a"})])
+
+    async with AsyncClient(await fake(handler)) as client:
+        names: list[str] = []
+        with pytest.raises(TransportError):
+            async for event in client.stream_turn("s1", "hi"):
+                names.append(event.name)
+    assert names == ["turn.started", "token"]
+
+
 async def test_an_answer_that_is_not_the_servers_json(fake: Callable[[Handler], Awaitable[str]]) -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         if request.path.startswith("/v1/runs"):

@@ -167,6 +167,7 @@ class AsyncClient:
                 yield event
                 if event.terminal:
                     return
+        raise TransportError(f"the stream of a turn in session {session_id!r} ended before the turn did")
 
     async def cancel_turn(self, session_id: str) -> str | None:
         """Cancel the session's running turn; the id of the turn cancelled, None when none ran.

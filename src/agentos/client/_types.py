@@ -81,6 +81,14 @@ class TurnEvent(msgspec.Struct, frozen=True):
     def terminal(self) -> bool:
         return self.name in TURN_TERMINAL
 
+    def human_request(self) -> HumanRequest:
+        """The request of a `human.requested` event (answer it at `data["run_id"]`).
+
+        Raises:
+            ValueError: this is another kind of event.
+        """
+        return _human_request(self.name, self.data)
+
 
 class RunRef(msgspec.Struct, frozen=True, kw_only=True):
     """A run just started (`start_run`): it is queued; follow it with `run_events(run_id)`."""
@@ -135,6 +143,10 @@ class RunEvent(msgspec.Struct, frozen=True):
         Raises:
             ValueError: this is another kind of event.
         """
-        if self.name != "human.requested":
-            raise ValueError(f"{self.name!r} is not a human.requested event")
-        return msgspec.convert(self.data, HumanRequest)
+        return _human_request(self.name, self.data)
+
+
+def _human_request(name: str, data: dict[str, Any]) -> HumanRequest:
+    if name != "human.requested":
+        raise ValueError(f"{name!r} is not a human.requested event")
+    return msgspec.convert(data, HumanRequest)
