@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 
 from agentos.bench.mock.server import MockServer, MockSettings, start_mock
+from agentos.client import AsyncClient
 from agentos.config import settings_from_dict
 from agentos.testing import RunningServer, sse_events, start_server
 from tests.api.helpers import SSE, new_session
@@ -24,31 +25,25 @@ async def start(tmp_path: Path, mock: MockServer) -> RunningServer:
     return await start_server(settings)
 
 
-async def test_a_session_turn_runs_its_agents_tool_loop(tmp_path: Path, mock_factory, http) -> None:
+async def test_a_session_turn_runs_its_agents_tool_loop(tmp_path: Path, mock_factory) -> None:
     mock: MockServer = await mock_factory(scenario="tools")
     server = await start(tmp_path, mock)
     try:
-        sid = await new_session(http, server.url, agent="ops")
-        url = f"{server.url}/v1/sessions/{sid}/turns"
-        names: list[str] = []
-        async with http.post(url, json={"input": "build it"}, headers=SSE) as r:
-            async for event in sse_events(r):
+        async with AsyncClient(server.url) as client:
+            sid = (await client.create_session(agent="ops")).session_id
+            names: list[str] = []
+            async for event in client.stream_turn(sid, "build it"):
                 names.append(event.name)
                 if event.name == "human.requested":
-                    run_id = event.data["run_id"]
-                    body = {"operation_id": event.data["operation_id"], "answer": "yes"}
-                    async with http.post(f"{server.url}/v1/runs/{run_id}/answer", json=body) as a:
-                        assert a.status == 200, await a.text()
-                if event.name == "turn.completed":
-                    completed = event.data
+                    await client.answer(event.data["run_id"], event.human_request().operation_id, "yes")
+            completed = event.data
+            messages = (await client.messages(sid)).data
         assert names[0] == "turn.started" and names[-1] == "turn.completed"
         assert names.count("tool.call") == 2 and names.count("tool.result") == 2  # ask_human is a human.requested
         assert "human.requested" in names and "token" in names
         assert completed["result"] and completed["run_id"]
-        async with http.get(f"{server.url}/v1/sessions/{sid}/messages") as r:
-            messages = (await r.json())["data"]
-        assert [(m["role"], m["status"]) for m in messages] == [("user", "completed"), ("assistant", "completed")]
-        assert messages[1]["content"] == completed["result"]
+        assert [(m.role, m.status) for m in messages] == [("user", "completed"), ("assistant", "completed")]
+        assert messages[1].content == completed["result"]
     finally:
         await server.close()
 

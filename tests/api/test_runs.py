@@ -8,6 +8,7 @@ import itertools
 import logging
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from agentos.api.keys import RUNS, SSE_KEEPALIVE_S
 from agentos.api.openapi import OPENAPI
 from agentos.bench.mock.server import MockServer
+from agentos.client import APIError, AsyncClient, RunEvent
 from agentos.config import settings_from_dict
 from agentos.testing import Event, RunningServer, sse_events
 from tests.api.helpers import expect_error, start_app
@@ -107,35 +109,47 @@ async def test_full_loop_over_http(base_url: str, http: aiohttp.ClientSession, t
     assert (tmp_path / "data" / "workspaces" / run_id / "effects.log").read_text() == "step-1\nstep-2\n"
 
 
-async def test_approval_with_a_wrong_hash_is_refused(base_url: str, http: aiohttp.ClientSession) -> None:
-    _, started = await post(http, f"{base_url}/v1/agents/careful/runs", {"input": "x"})
-    run_url = f"{base_url}/v1/runs/{started['run_id']}"
-    asked = (await read_events(http, f"{run_url}/events", until="human.requested"))[-1]
-    request = asked.data
-    assert request["kind"] == "approval" and request["tool"] == "run_command"
-    op = request["operation_id"]
-    status, body = await post(http, f"{run_url}/answer", {"operation_id": op, "approve": True, "args_hash": "f" * 64})
-    assert status == 409 and body["error"]["code"] == "args_hash_mismatch"
-    status, body = await post(http, f"{run_url}/answer", {"operation_id": op, "approve": True})
-    assert status == 422
-    status, body = await post(
-        http, f"{run_url}/answer", {"operation_id": op, "approve": True, "args_hash": request["args_hash"]}
-    )
-    assert status == 200
-    events = await read_events(http, f"{run_url}/events", until="human.requested", last_id=asked.id)
+async def test_approval_with_a_wrong_hash_is_refused(base_url: str) -> None:
+    async with AsyncClient(base_url) as client:
+        run_id = (await client.start_run("careful", "x")).run_id
+        asked = await next_request(client, run_id)
+        request = asked.human_request()
+        assert request.kind == "approval" and request.tool == "run_command"
+        op = request.operation_id
+        with pytest.raises(APIError) as wrong:
+            await client.answer(run_id, op, approve=True, args_hash="f" * 64)
+        assert (wrong.value.status, wrong.value.code) == (409, "args_hash_mismatch")
+        with pytest.raises(APIError) as missing:
+            await client.answer(run_id, op, approve=True)
+        assert missing.value.status == 422
+        await client.answer(run_id, op, approve=True, args_hash=request.args_hash)
+        events: list[RunEvent] = []
+        async with aclosing(client.run_events(run_id, after=asked.seq)) as stream:
+            async for event in stream:
+                events.append(event)
+                if event.name == "human.requested":
+                    break
     assert [e.name for e in events] == ["human.answered", "tool.call", "tool.result", "human.requested"]
     assert events[-1].data["operation_id"] != op  # the next command needs its own approval
 
 
-async def test_cancel_and_terminate_over_http(base_url: str, http: aiohttp.ClientSession) -> None:
-    _, started = await post(http, f"{base_url}/v1/agents/ops/runs", {"input": "x"})
-    run_url = f"{base_url}/v1/runs/{started['run_id']}"
-    await read_events(http, f"{run_url}/events", until="human.requested")
-    status, info = await post(http, f"{run_url}/terminate", None)
-    assert status == 200 and info["status"] == "cancelled" and info["reason"] == "terminated"
-    status, info = await post(http, f"{run_url}/cancel", None)
-    assert status == 200 and info["status"] == "cancelled"
-    events = await read_events(http, f"{run_url}/events", until="run.cancelled")
+async def next_request(client: AsyncClient, run_id: str) -> RunEvent:
+    """The run's first `human.requested` event (the stream is closed after it)."""
+    async with aclosing(client.run_events(run_id)) as stream:
+        async for event in stream:
+            if event.name == "human.requested":
+                return event
+    raise AssertionError(f"run {run_id} ended without asking")
+
+
+async def test_cancel_and_terminate_over_http(base_url: str) -> None:
+    async with AsyncClient(base_url) as client:
+        run_id = (await client.start_run("ops", "x")).run_id
+        await next_request(client, run_id)
+        info = await client.terminate_run(run_id)
+        assert info.status == "cancelled" and info.reason == "terminated"
+        assert (await client.cancel_run(run_id)).status == "cancelled"
+        events = [e async for e in client.run_events(run_id)]
     assert events[-1].name == "run.cancelled"
 
 

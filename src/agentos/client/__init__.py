@@ -1,0 +1,51 @@
+"""A typed Python client of the Agent OS HTTP API, async (`AsyncClient`) and blocking (`Client`).
+
+Usage::
+
+    from agentos.client import AsyncClient
+
+    async with AsyncClient("http://127.0.0.1:8080") as client:
+        ref = await client.start_run("ops", "tidy up")
+        async for event in client.run_events(ref.run_id):
+            if event.name == "human.requested":
+                request = event.human_request()
+                await client.answer(ref.run_id, request.operation_id, "yes")
+
+See docs/client.md.
+"""
+
+from agentos.client._async import AsyncClient
+from agentos.client._errors import APIError, ClientError, ProtocolError, StreamError, TransportError
+from agentos.client._sync import Client
+from agentos.client._types import (
+    HumanRequest,
+    Message,
+    Page,
+    Run,
+    RunEvent,
+    RunRef,
+    Session,
+    SessionEvent,
+    TurnEvent,
+    TurnResult,
+)
+
+__all__ = [
+    "APIError",
+    "AsyncClient",
+    "Client",
+    "ClientError",
+    "HumanRequest",
+    "Message",
+    "Page",
+    "ProtocolError",
+    "Run",
+    "RunEvent",
+    "RunRef",
+    "Session",
+    "SessionEvent",
+    "StreamError",
+    "TransportError",
+    "TurnEvent",
+    "TurnResult",
+]

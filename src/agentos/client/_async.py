@@ -1,0 +1,297 @@
+"""`AsyncClient`: every route of the Agent OS HTTP API as a typed coroutine or async iterator."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Mapping
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import msgspec
+
+from agentos.client._errors import ProtocolError, StreamError, TransportError
+from agentos.client._http import Params, Transport, decode
+from agentos.client._types import (
+    Message,
+    Page,
+    Run,
+    RunEvent,
+    RunRef,
+    Session,
+    SessionEvent,
+    TurnEvent,
+    TurnResult,
+)
+from agentos.providers.sse_parser import SSEEvent
+
+DEFAULT_TIMEOUT_S = 30.0
+# The server sends a comment every 15 s on an idle run stream; four missed ones mean it is gone.
+DEFAULT_STREAM_IDLE_TIMEOUT_S = 60.0
+DEFAULT_MAX_RECONNECTS = 3
+DEFAULT_RECONNECT_DELAY_S = 0.5
+_MAX_RECONNECT_DELAY_S = 8.0
+
+
+class _TurnCancel(msgspec.Struct):
+    cancelled: bool
+    turn_id: str | None = None
+
+
+def _path(template: str, *parts: str) -> str:
+    return template.format(*(quote(part, safe="") for part in parts))
+
+
+def _params(**values: str | int | None) -> Params:
+    return {name: value for name, value in values.items() if value is not None}
+
+
+class AsyncClient:
+    """A client of one Agent OS server.
+
+    Usage::
+
+        async with AsyncClient("http://127.0.0.1:8080", token=None) as client:
+            session = await client.create_session()
+            async for event in client.stream_turn(session.session_id, "hello"):
+                if event.name == "token":
+                    print(event.data["delta"], end="")
+
+    Args:
+        base_url: the server, e.g. `http://127.0.0.1:8080`.
+        token: the server's `server.api_token`, sent as a bearer token (None: no auth).
+        timeout_s: the whole of a plain request; the connect of a stream.
+        stream_idle_timeout_s: `run_events` treats this much silence as a broken stream.
+        max_reconnects: `run_events` reconnects this many times in a row without a new event
+            before it gives up.
+        reconnect_delay_s: the first pause before a reconnect; it doubles with each failure.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S,
+        max_reconnects: int = DEFAULT_MAX_RECONNECTS,
+        reconnect_delay_s: float = DEFAULT_RECONNECT_DELAY_S,
+    ) -> None:
+        self._http = Transport(base_url, token=token, timeout_s=timeout_s)
+        self._idle_timeout_s = stream_idle_timeout_s
+        self._max_reconnects = max_reconnects
+        self._reconnect_delay_s = reconnect_delay_s
+
+    @property
+    def base_url(self) -> str:
+        return self._http.base_url
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connections; the client may be used again afterwards (it reopens them)."""
+        await self._http.aclose()
+
+    # --- sessions ---
+
+    async def create_session(self, agent: str | None = None, metadata: Mapping[str, Any] | None = None) -> Session:
+        """Open a session; `agent`: the agent whose runs answer its turns (None: the server's default).
+
+        Raises:
+            APIError: 404 `agent_not_found`, 422 `invalid_input`; and every method's ClientErrors.
+        """
+        body: dict[str, Any] = {}
+        if agent is not None:
+            body["agent"] = agent
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
+        return await self._http.call("POST", "/v1/sessions", Session, body=body)
+
+    async def get_session(self, session_id: str) -> Session:
+        """Raises: APIError: 404 `session_not_found`."""
+        return await self._http.call("GET", _path("/v1/sessions/{}", session_id), Session)
+
+    async def list_sessions(self, limit: int | None = None, after: str | None = None) -> Page[Session]:
+        """One page of sessions, oldest first; `after`: the previous page's `next_cursor`."""
+        return await self._http.call("GET", "/v1/sessions", Page[Session], params=_params(limit=limit, after=after))
+
+    async def delete_session(self, session_id: str) -> None:
+        """Delete a session (its running turn is cancelled). Raises: APIError: 404 `session_not_found`."""
+        await self._http.call("DELETE", _path("/v1/sessions/{}", session_id), type(None))
+
+    async def messages(self, session_id: str, *, after: int | None = None, limit: int | None = None) -> Page[Message]:
+        """The session's transcript, one page. Raises: APIError: 404 `session_not_found`."""
+        path = _path("/v1/sessions/{}/messages", session_id)
+        return await self._http.call("GET", path, Page[Message], params=_params(after=after, limit=limit))
+
+    async def events(
+        self, session_id: str, *, after: int | None = None, limit: int | None = None
+    ) -> Page[SessionEvent]:
+        """The session's stored turn events, one page. Raises: APIError: 404 `session_not_found`."""
+        path = _path("/v1/sessions/{}/events", session_id)
+        return await self._http.call("GET", path, Page[SessionEvent], params=_params(after=after, limit=limit))
+
+    # --- turns ---
+
+    async def send_turn(self, session_id: str, text: str) -> TurnResult:
+        """Run a turn and return it whole, once it has ended.
+
+        Raises:
+            APIError: 404 `session_not_found`, 422 `invalid_input`, 429 `overloaded` (with
+                `retry_after_s`), 503 `shutting_down`.
+        """
+        path = _path("/v1/sessions/{}/turns", session_id)
+        return await self._http.call("POST", path, TurnResult, body={"input": text})
+
+    async def stream_turn(self, session_id: str, text: str) -> AsyncGenerator[TurnEvent, None]:
+        """Run a turn and yield its events as they come, ending with the terminal one.
+
+        Leaving the loop early closes the connection, which cancels the turn; wrap the iterator
+        in `contextlib.aclosing` to close it at once rather than when it is collected.
+
+        Raises:
+            APIError: as `send_turn`, before the first event.
+            TransportError: the connection broke mid-turn (a turn stream cannot be resumed; its
+                outcome is in `messages` and `events`).
+        """
+        path = _path("/v1/sessions/{}/turns", session_id)
+        async with self._http.stream("POST", path, body={"input": text}) as events:
+            async for sse in events:
+                event = TurnEvent(sse.event, sse.id, _data(sse))
+                yield event
+                if event.terminal:
+                    return
+        raise TransportError(f"the stream of a turn in session {session_id!r} ended before the turn did")
+
+    async def cancel_turn(self, session_id: str) -> str | None:
+        """Cancel the session's running turn; the id of the turn cancelled, None when none ran.
+
+        Raises: APIError: 404 `session_not_found`.
+        """
+        answer = await self._http.call("DELETE", _path("/v1/sessions/{}/turn", session_id), _TurnCancel)
+        return answer.turn_id if answer.cancelled else None
+
+    # --- agents ---
+
+    async def create_agent(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """Create or replace an agent from its spec (docs/agents.md); returns the agent as stored.
+
+        Raises: APIError: 422 `invalid_input` (the message names the field), 409 for a config agent.
+        """
+        return await self._http.call("POST", "/v1/agents", dict[str, Any], body=dict(spec))
+
+    async def list_agents(self) -> list[dict[str, Any]]:
+        body = await self._http.call("GET", "/v1/agents", dict[str, Any])
+        # Read both list shapes: `{"agents": [...]}` and the sessions' `{"data": [...]}`.
+        agents = body.get("data", body.get("agents"))
+        return decode(msgspec.json.encode(agents), list[dict[str, Any]])
+
+    async def get_agent(self, name: str) -> dict[str, Any]:
+        """Raises: APIError: 404 `agent_not_found`."""
+        return await self._http.call("GET", _path("/v1/agents/{}", name), dict[str, Any])
+
+    # --- runs ---
+
+    async def start_run(self, agent: str, text: str, session_id: str | None = None) -> RunRef:
+        """Start a run of `agent` on `text`; it works in the background. Follow it with `run_events`.
+
+        Raises:
+            APIError: 404 `agent_not_found`, 422 `invalid_input`, 429 `overloaded` (with
+                `retry_after_s`), 503 `shutting_down`.
+        """
+        body: dict[str, Any] = {"input": text} | ({} if session_id is None else {"session_id": session_id})
+        return await self._http.call("POST", _path("/v1/agents/{}/runs", agent), RunRef, body=body)
+
+    async def get_run(self, run_id: str) -> Run:
+        """Raises: APIError: 404 `run_not_found`."""
+        return await self._http.call("GET", _path("/v1/runs/{}", run_id), Run)
+
+    async def cancel_run(self, run_id: str) -> Run:
+        """Soft cancel: a working run stops before its next step, a waiting one at once."""
+        return await self._http.call("POST", _path("/v1/runs/{}/cancel", run_id), Run)
+
+    async def terminate_run(self, run_id: str) -> Run:
+        """Hard stop in any state; returns once the run has ended."""
+        return await self._http.call("POST", _path("/v1/runs/{}/terminate", run_id), Run)
+
+    async def answer(
+        self, run_id: str, operation_id: str, answer: str = "", *, approve: bool | None = None,
+        args_hash: str | None = None,
+    ) -> Run:  # fmt: skip
+        """Answer a run's human request: a question with `answer`; an approval with `approve` and
+        the request's `args_hash` (what exactly is approved); an uncertain step with "retry" or "skip".
+
+        Raises:
+            APIError: 404 `run_not_found`; 409 `args_hash_mismatch` or a request no longer open;
+                422 `invalid_input` (an approval without `approve` and `args_hash`).
+        """
+        body: dict[str, Any] = {"operation_id": operation_id, "answer": answer}
+        body |= {k: v for k, v in (("approve", approve), ("args_hash", args_hash)) if v is not None}
+        return await self._http.call("POST", _path("/v1/runs/{}/answer", run_id), Run, body=body)
+
+    async def run_events(self, run_id: str, after: int | None = None) -> AsyncGenerator[RunEvent, None]:
+        """The run's events after seq `after` (None: from its start), stored then live, until the
+        terminal one (`run.completed`, `run.failed`, `run.cancelled`).
+
+        A broken stream is resumed where it stopped (`Last-Event-ID`: the last seq received), up
+        to `max_reconnects` times in a row without a new event. Live `token` events are not
+        stored: the ones sent while disconnected are not replayed.
+
+        Raises:
+            APIError: 404 `run_not_found` (or any refusal of a reconnect).
+            StreamError: the stream kept failing (`stream_broken`, or the server's own code).
+        """
+        last = after
+        failures = 0
+        while True:
+            received = False
+            try:
+                async for event in self._run_events_once(run_id, last):
+                    received = True
+                    last = event.seq if event.seq is not None else last
+                    yield event
+                    if event.terminal:
+                        return
+                error = StreamError("stream_broken", f"the events of run {run_id!r} ended before the run did")
+            except TransportError as exc:
+                error = StreamError("stream_broken", str(exc))
+                error.__cause__ = exc
+            except StreamError as exc:
+                error = exc
+            failures = 0 if received else failures + 1
+            if failures > self._max_reconnects:
+                raise error
+            await asyncio.sleep(min(self._reconnect_delay_s * 2**failures, _MAX_RECONNECT_DELAY_S))
+
+    async def _run_events_once(self, run_id: str, after: int | None) -> AsyncGenerator[RunEvent, None]:
+        """One connection's events. Raises: StreamError: the server sent its `error` event."""
+        headers = {} if after is None else {"Last-Event-ID": str(after)}
+        path = _path("/v1/runs/{}/events", run_id)
+        async with self._http.stream("GET", path, headers=headers, idle_timeout_s=self._idle_timeout_s) as events:
+            async for sse in events:
+                data = _data(sse)
+                if sse.event == "error":  # the stream failed, not the run: no id, resume after the last one
+                    raise StreamError(str(data.get("code", "error")), str(data.get("message", "")),
+                                      error_id=data.get("error_id"))  # fmt: skip
+                yield RunEvent(sse.event, _seq(sse), data)
+
+
+def _seq(sse: SSEEvent) -> int | None:
+    """Raises: ProtocolError: an `id:` that is not a seq."""
+    # The parser keeps the last id for an event sent without one (a live token): not its seq.
+    if sse.event == "token" or sse.id is None:
+        return None
+    try:
+        return int(sse.id)
+    except ValueError:
+        raise ProtocolError(f"a run event's id must be its seq, got {sse.id!r}") from None
+
+
+def _data(sse: SSEEvent) -> dict[str, Any]:
+    return decode(sse.data, dict[str, Any])

@@ -1,0 +1,152 @@
+"""What the client returns: frozen msgspec Structs decoded straight from the server's JSON.
+
+Unknown fields are ignored, so a newer server that adds a field does not break an older client.
+Field names follow the server's, except that a bare `id` becomes `session_id`, `message_id`
+or `event_id` (the wire name is kept through `msgspec.field(name=...)`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Literal, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+
+TURN_TERMINAL = frozenset({"turn.completed", "turn.cancelled", "turn.failed"})
+RUN_TERMINAL = frozenset({"run.completed", "run.failed", "run.cancelled"})
+
+RunStatus = Literal["queued", "running", "waiting_human", "completed", "failed", "cancelled"]
+
+
+class Session(msgspec.Struct, frozen=True, kw_only=True):
+    session_id: str = msgspec.field(name="id")
+    agent: str | None = None
+    metadata: dict[str, Any] = {}
+    tenant_id: str | None = None
+    created_at_ms: int = 0
+    active_turn: str | None = None  # only `get_session` reports it
+
+
+class Page(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
+    """One page of a list; pass `next_cursor` as `after` for the next one (None: the last page)."""
+
+    data: list[T]
+    next_cursor: str | int | None = None
+
+
+class Message(msgspec.Struct, frozen=True, kw_only=True):
+    message_id: int = msgspec.field(name="id")
+    turn_id: str
+    role: str
+    content: str
+    status: str
+    usage: dict[str, int] | None = None
+    created_at_ms: int = 0
+
+
+class SessionEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """A stored turn event of a session (`turn.started`, `turn.completed`, ...); tokens are not stored."""
+
+    event_id: int = msgspec.field(name="id")
+    turn_id: str
+    type: str
+    data: dict[str, Any] = {}
+    created_at_ms: int = 0
+
+
+class TurnResult(msgspec.Struct, frozen=True, kw_only=True):
+    """A whole turn, answered as JSON (`send_turn`)."""
+
+    turn_id: str
+    session_id: str
+    status: Literal["completed", "cancelled", "failed"]
+    output: str
+    usage: dict[str, int] | None = None
+    reason: str | None = None
+    message: str | None = None
+    finish_reason: str | None = None
+
+
+class TurnEvent(msgspec.Struct, frozen=True):
+    """One event of a streamed turn: `turn.started`, `token` (`data["delta"]`), the terminal
+    `turn.completed` / `turn.cancelled` / `turn.failed`; an agent session's turn also carries
+    its run's events (`tool.call`, `human.requested`, ... with `data["run_id"]`)."""
+
+    name: str
+    event_id: str | None
+    data: dict[str, Any]
+
+    @property
+    def terminal(self) -> bool:
+        return self.name in TURN_TERMINAL
+
+    def human_request(self) -> HumanRequest:
+        """The request of a `human.requested` event (answer it at `data["run_id"]`).
+
+        Raises:
+            ValueError: this is another kind of event.
+        """
+        return _human_request(self.name, self.data)
+
+
+class RunRef(msgspec.Struct, frozen=True, kw_only=True):
+    """A run just started (`start_run`): it is queued; follow it with `run_events(run_id)`."""
+
+    run_id: str
+    status: str
+    run_url: str = ""
+    events_url: str = ""
+
+
+class HumanRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """What a run waits for: a `question` to answer, or an `approval` of `tool` with `arguments`,
+    which must quote `args_hash`; `uncertain`: answer "retry" or "skip"."""
+
+    operation_id: str
+    kind: Literal["question", "approval", "uncertain"]
+    args_hash: str | None = None
+    question: str | None = None
+    tool: str | None = None
+    arguments: Any = None
+    deadline_ms: int | None = None
+    call_id: str | None = None
+
+
+class Run(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    agent: str
+    status: RunStatus
+    session_id: str | None = None
+    parent_run_id: str | None = None
+    result: str | None = None
+    reason: str | None = None
+    created_ms: int = 0
+    updated_ms: int = 0
+    pending: HumanRequest | None = None  # only while `status` is "waiting_human"
+
+
+class RunEvent(msgspec.Struct, frozen=True):
+    """One event of a run. `seq` is its place in the run's journal; live `token` events have none."""
+
+    name: str
+    seq: int | None
+    data: dict[str, Any]
+
+    @property
+    def terminal(self) -> bool:
+        return self.name in RUN_TERMINAL
+
+    def human_request(self) -> HumanRequest:
+        """The request of a `human.requested` event.
+
+        Raises:
+            ValueError: this is another kind of event.
+        """
+        return _human_request(self.name, self.data)
+
+
+def _human_request(name: str, data: dict[str, Any]) -> HumanRequest:
+    if name != "human.requested":
+        raise ValueError(f"{name!r} is not a human.requested event")
+    return msgspec.convert(data, HumanRequest)
