@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 
-_PERCENTILE_STYLES = {"p50": "-", "p95": "--", "p99": ":"}
+_PERCENTILE_STYLES = {"p50": ("-", "o"), "p95": ("--", "s"), "p99": (":", "^")}  # line, marker
 _SAMPLE_NOTE = "points with too few turns are left out: p95 needs >= 20 on both sides, p99 >= 100"
 
 
@@ -37,11 +37,11 @@ def _percentile_lines(ax: Any, rows: Sequence[dict[str, Any]], metric: str) -> l
     """p50/p95/p99 of `metric` per series (None points skipped); returns every value drawn."""
     drawn: list[float] = []
     for index, (label, group) in enumerate(_series(rows).items()):
-        for percentile, style in _PERCENTILE_STYLES.items():
+        for percentile, (style, marker) in _PERCENTILE_STYLES.items():
             points = [(r["concurrency"], r[metric][percentile]) for r in group if r[metric].get(percentile) is not None]
             if points:
                 xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, style, color=f"C{index}", marker="o", markersize=3, label=f"{label} {percentile}")
+                ax.plot(xs, ys, style, color=f"C{index}", marker=marker, markersize=4, label=f"{label} {percentile}")
                 drawn += ys
     return drawn
 
@@ -59,7 +59,7 @@ def plot_overhead(overhead: Sequence[dict[str, Any]], metric: str, title: str, p
     ax.set_ylabel("server − direct, ms (same concurrency)")
     ax.set_title(title)
     _note(fig, _SAMPLE_NOTE)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, handlelength=4)
     return _save(fig, path)
 
 
@@ -103,7 +103,7 @@ def plot_latency(rows: Sequence[dict[str, Any]], metric: str, title: str, path: 
     ax.set_ylabel("milliseconds")
     ax.set_title(title)
     _note(fig, "points with too few turns are left out: p95 needs >= 20, p99 >= 100")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, handlelength=4)
     return _save(fig, path)
 
 

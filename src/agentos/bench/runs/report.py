@@ -182,7 +182,7 @@ def plot_durations(points: list[dict[str, Any]], path: Path) -> Path:
     ax.set_ylabel("milliseconds")
     ax.set_title("Agent run duration (start call → terminal event) and start-call latency")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, handlelength=4)
     fig.text(0.01, 0.005, "points with too few runs are left out: p95 needs >= 20, p99 >= 100", fontsize=7)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(path, dpi=110)
