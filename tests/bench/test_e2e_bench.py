@@ -38,12 +38,13 @@ async def test_short_sweep_against_the_real_server(tmp_path: Path, monkeypatch: 
     for row in rows.values():
         assert row["turns_ok"] > 0 and row["failures_total"] == 0
         assert row["ttft_ms"]["p50"] >= 50
+        assert row["ttft_ms"]["n"] == row["turn_ms"]["n"] == row["turns_ok"]
     server = rows[("server", 4)]
     assert server["mock_max_concurrent"] == 4
     assert server["server_cpu_cores"] > 0 and server["server_rss_mb_peak"] > 10
     write_report(report, tmp_path, "sweep")
     assert load_report(tmp_path / "sweep.json")["profiles"] == ["no-store"]
-    assert (tmp_path / "sweep-throughput.png").exists()
+    assert (tmp_path / "sweep-throughput-ratio.png").exists() and (tmp_path / "sweep-ttft-overhead.png").exists()
 
 
 async def test_short_memory_staircase(monkeypatch: pytest.MonkeyPatch) -> None:

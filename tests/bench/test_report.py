@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,10 @@ import pytest
 
 from agentos.bench.memory.staircase import parse_gauges, summarize
 from agentos.bench.report.compare import compare_reports, format_comparisons
-from agentos.bench.report.document import load_report, overhead_rows, write_report
+from agentos.bench.report.document import load_report, write_report
 from agentos.bench.report.machine import machine_info, machine_slug, result_stem, utc_now, versions
+from agentos.bench.report.overhead import overhead_rows
+from agentos.bench.report.plots import zero_based_limits
 from agentos.cli import main
 
 
@@ -25,8 +28,8 @@ def _row(
         "duration_s": 10.0,
         "turns_ok": 100 * concurrency,
         "turns_per_s": 10.0 * concurrency,
-        "ttft_ms": {"p50": p95 - 10, "p95": p95, "p99": p95 + 5},
-        "turn_ms": {"p50": p95 + 30, "p95": p95 + 40, "p99": p95 + 50},
+        "ttft_ms": {"n": 100 * concurrency, "p50": p95 - 10, "p95": p95, "p99": p95 + 5},
+        "turn_ms": {"n": 100 * concurrency, "p50": p95 + 30, "p95": p95 + 40, "p99": p95 + 50},
         "failures": {"429": 2} if concurrency > 1 else {},
         "failures_total": 2 if concurrency > 1 else 0,
         "setup_failures": 0,
@@ -83,7 +86,7 @@ def test_sweep_report_files_and_header(tmp_path: Path) -> None:
     names = sorted(p.name for p in paths)
     assert names == sorted(
         f"2026-01-01-test-sweep-no-store{suffix}"
-        for suffix in (".json", ".md", "-ttft.png", "-turn.png", "-throughput.png")
+        for suffix in (".json", ".md", "-ttft-overhead.png", "-turn-overhead.png", "-throughput-ratio.png")
     )
     markdown = (tmp_path / "2026-01-01-test-sweep-no-store.md").read_text()
     for needle in (
@@ -95,7 +98,7 @@ def test_sweep_report_files_and_header(tmp_path: Path) -> None:
         "**Command:** `agentos bench sweep",
     ):
         assert needle in markdown
-    assert "| 4 | 40.0 | 90 / 100 / 105 |" in markdown
+    assert "| 4 | 40.0 | 90 / 100 / 105 (n=400) | 130 / 140 / 150 (n=400) |" in markdown
     assert "429: 2" in markdown
     assert "### Server overhead against the direct row" in markdown
     assert load_report(tmp_path / "2026-01-01-test-sweep-no-store.json")["rows"][2]["profile"] == "no-store"
@@ -107,10 +110,57 @@ def test_overhead_is_server_minus_direct() -> None:
     assert overhead[0] == {
         "profile": "no-store",
         "concurrency": 1,
-        "ttft_p50_ms": 60.0,
-        "turn_p50_ms": 60.0,
+        "n_server": 100,
+        "n_direct": 100,
+        "ttft_ms": {"p50": 60.0, "p95": 60.0, "p99": 60.0},
+        "turn_ms": {"p50": 60.0, "p95": 60.0, "p99": 60.0},
         "turns_per_s_ratio": 1.0,
     }
+
+
+def _few_turns(row: dict[str, Any], n: int) -> dict[str, Any]:
+    """The row as a short window would give it: too few turns for p95 and p99 (stats.percentiles_ms)."""
+    for metric in ("ttft_ms", "turn_ms"):
+        row[metric] = {"n": n, "p50": row[metric]["p50"], "p95": None, "p99": None}
+    return row | {"turns_ok": n}
+
+
+def test_percentiles_without_enough_turns_show_a_dash_and_their_count(tmp_path: Path) -> None:
+    report = _sweep(p95=150.0)
+    report["rows"][2] = _few_turns(report["rows"][2], 3)  # server, c=1
+    (overhead,) = [o for o in overhead_rows(report["rows"]) if o["concurrency"] == 1]
+    assert overhead["ttft_ms"] == {"p50": 60.0, "p95": None, "p99": None} and overhead["n_server"] == 3
+    write_report(report, tmp_path, "few")
+    markdown = (tmp_path / "few.md").read_text()
+    assert "| 1 | 10.0 | 140 / – / – (n=3) | 180 / – / – (n=3) |" in markdown
+    assert "| no-store | 1 | 3 / 100 | 60 / – / – (n=3) |" not in markdown  # the overhead cell carries no n
+    assert "| no-store | 1 | 3 / 100 | 60 / – / – | 60 / – / – | 1 |" in markdown
+    assert "p95 at" in markdown and "p99 at" in markdown  # the rule is written next to the tables
+
+
+def test_sweep_without_a_direct_row_plots_absolute_numbers(tmp_path: Path) -> None:
+    report = _sweep()
+    report["rows"] = [r for r in report["rows"] if r["target"] == "server"]
+    names = {p.name for p in write_report(report, tmp_path, "abs")}
+    assert names == {"abs.json", "abs.md", "abs-ttft.png", "abs-turn.png", "abs-throughput.png"}
+
+
+def test_overhead_axis_holds_zero_and_every_value() -> None:
+    """The old plot zoomed onto 2000–2120 ms; an overhead axis always starts from zero."""
+    low, high = zero_based_limits([2.0, 3.0, 120.0])
+    assert low < 0 < 2.0 and high > 120.0 and high < 140.0
+    low, high = zero_based_limits([-5.0, 3.0])
+    assert low < -5.0 and high > 3.0
+    assert zero_based_limits([]) == (-0.25, 1.0)
+
+
+def test_a_second_report_with_the_same_stem_never_overwrites_the_first(tmp_path: Path) -> None:
+    first = write_report(_sweep(p95=100.0), tmp_path, "same")
+    first_json = (tmp_path / "same.json").read_bytes()
+    second = write_report(_sweep(p95=130.0), tmp_path, "same")
+    assert {p.name for p in second}.isdisjoint({p.name for p in first})
+    assert (tmp_path / "same-2.json") in second and (tmp_path / "same.json").read_bytes() == first_json
+    assert "![TTFT overhead](same-2-ttft-overhead.png)" in (tmp_path / "same-2.md").read_text()
 
 
 def test_memory_summary_and_report(tmp_path: Path) -> None:
@@ -121,7 +171,8 @@ def test_memory_summary_and_report(tmp_path: Path) -> None:
     assert summary["returned_mb"]["rss"] == pytest.approx(0.8)
     write_report(report, tmp_path, "mem")
     markdown = (tmp_path / "mem.md").read_text()
-    assert "marginal cost per session" in markdown and "![memory staircase](mem-staircase.png)" in markdown
+    assert "marginal cost per session (least squares over n=10 steps)" in markdown
+    assert "![memory staircase](mem-staircase.png)" in markdown
     assert (tmp_path / "mem-staircase.png").exists()
 
 
@@ -152,11 +203,16 @@ def test_compare_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["bench", "compare", str(bad), str(a)]) == 2
 
 
-def test_result_stem_names_date_and_machine() -> None:
+def test_result_stem_names_utc_time_to_the_second_and_machine() -> None:
     info = {"cpu": "AMD EPYC 7B13 64-Core Processor", "cores": 2}
     assert machine_slug(info) == "2c-amd-epyc-7b13"
-    stem = result_stem("sweep", "no-store+full-store", info, utc_now().replace(year=2026, month=1, day=2))
-    assert stem == "2026-01-02-2c-amd-epyc-7b13-sweep-no-store+full-store"
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    stem = result_stem("sweep", "no-store+full-store", info, when)
+    assert stem == "2026-01-02T030405Z-2c-amd-epyc-7b13-sweep-no-store+full-store"
+    later = result_stem("sweep", "no-store+full-store", info, when + dt.timedelta(seconds=1))
+    assert later != stem
+    plus_two = dt.datetime(2026, 1, 2, 5, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    assert result_stem("sweep", "x", info, plus_two, "m") == "2026-01-02T030405Z-m-sweep-x"
 
 
 def test_parse_gauges_reads_unlabelled_samples() -> None:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentos.bench.report.stats import nearest_rank, percentiles_ms, ratio, slope
+from agentos.bench.report.stats import min_samples, nearest_rank, percentiles_ms, ratio, slope
 
 
 def test_nearest_rank_textbook_examples() -> None:
@@ -41,9 +41,34 @@ def test_nearest_rank_is_an_observed_value_and_monotone(values: list[float], p: 
     assert result <= nearest_rank(ordered, min(100.0, p + 5))
 
 
-def test_percentiles_in_milliseconds() -> None:
-    assert percentiles_ms([0.1, 0.2, 0.3]) == {"p50": 200.0, "p95": 300.0, "p99": 300.0}
-    assert percentiles_ms([]) == {"p50": None, "p95": None, "p99": None}
+def test_percentiles_in_milliseconds_with_their_sample_count() -> None:
+    values = [i / 1000 for i in range(1, 101)]  # 1..100 ms
+    assert percentiles_ms(values) == {"n": 100, "p50": 50.0, "p95": 95.0, "p99": 99.0}
+    assert percentiles_ms([]) == {"n": 0, "p50": None, "p95": None, "p99": None}
+
+
+def test_a_tail_percentile_needs_enough_samples() -> None:
+    """Three turns give a median, not a p95 or a p99 (which would just be the slowest turn)."""
+    assert percentiles_ms([0.1, 0.2, 0.3]) == {"n": 3, "p50": 200.0, "p95": None, "p99": None}
+    assert percentiles_ms([0.1]) == {"n": 1, "p50": 100.0, "p95": None, "p99": None}
+    twenty = percentiles_ms([i / 1000 for i in range(1, 21)])
+    assert twenty["p95"] == 19.0 and twenty["p99"] is None
+    assert percentiles_ms([i / 1000 for i in range(1, 20)])["p95"] is None
+    assert percentiles_ms([i / 1000 for i in range(1, 100)])["p99"] is None
+
+
+def test_min_samples_rule() -> None:
+    assert [min_samples(p) for p in (1, 50, 90, 95, 99, 99.9)] == [1, 1, 10, 20, 100, 1000]
+    with pytest.raises(ValueError):
+        min_samples(100)
+
+
+@given(st.lists(st.floats(min_value=0, max_value=1e3), max_size=150))
+def test_a_percentile_is_shown_exactly_when_it_has_enough_samples(values: list[float]) -> None:
+    found = percentiles_ms(values)
+    assert found["n"] == len(values)
+    for p in (50, 95, 99):
+        assert (found[f"p{p}"] is not None) == (len(values) >= min_samples(p))
 
 
 def test_slope_and_ratio() -> None:

@@ -31,7 +31,10 @@ def _add_mock_flags(p: argparse.ArgumentParser, ttft_ms: float, tps: float, toke
 
 
 def _add_output_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out-dir", type=Path, default=_RESULTS, help="where the report goes")
+    from agentos.bench.report.output import DEFAULT_OUT_DIR  # stdlib only; ./bench-out is git-ignored
+
+    help_text = f"where the report goes (default: ./{DEFAULT_OUT_DIR}; {_RESULTS} to commit one)"
+    p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR, help=help_text)
     p.add_argument("--name", help="machine name in the file names (default: cores + CPU model)")
 
 

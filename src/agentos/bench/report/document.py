@@ -1,6 +1,8 @@
 """Reports: one JSON (the data, for `bench compare`) and one Markdown (for people), plus PNG plots.
 
 Every report starts with the same header: machine, versions, topology, profile(s), exact command.
+Every percentile cell carries the number of samples behind it, `(n=…)`; a percentile with too few
+samples is "–" (the rule is in `agentos.bench.report.stats`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
+from agentos.bench.report.output import claim_stem
+from agentos.bench.report.overhead import overhead_rows
 
 SCHEMA_VERSION = 1
 
@@ -41,11 +46,13 @@ def _fmt(value: Any) -> str:
 
 
 def _pcts(values: dict[str, Any]) -> str:
-    return " / ".join(_fmt(values.get(p)) for p in ("p50", "p95", "p99"))
+    """`p50 / p95 / p99 (n=K)`; reports written before `n` was recorded show no count."""
+    cell = " / ".join(_fmt(values.get(p)) for p in ("p50", "p95", "p99"))
+    return f"{cell} (n={values['n']})" if "n" in values else cell
 
 
 _SWEEP_COLUMNS = (
-    "| c | turns/s | TTFT ms p50/p95/p99 | turn ms p50/p95/p99 | failures | server CPU cores | CPU ms/turn "
+    "| c | turns/s | TTFT ms p50/p95/p99 (n) | turn ms p50/p95/p99 (n) | failures | server CPU cores | CPU ms/turn "
     "| RSS MB peak/end | Private_Dirty MB peak/end | mock max conc. | mock CPU | loadgen CPU |"
 )
 
@@ -90,41 +97,19 @@ def _sweep_tables(rows: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def overhead_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Server p50 minus direct p50 at the same concurrency: what the server adds to a turn."""
-    direct = {r["concurrency"]: r for r in rows if r["target"] == "direct"}
-    out = []
-    for row in rows:
-        base = direct.get(row["concurrency"])
-        if row["target"] != "server" or base is None:
-            continue
-        out.append(
-            {
-                "profile": row.get("profile"),
-                "concurrency": row["concurrency"],
-                "ttft_p50_ms": _minus(row["ttft_ms"]["p50"], base["ttft_ms"]["p50"]),
-                "turn_p50_ms": _minus(row["turn_ms"]["p50"], base["turn_ms"]["p50"]),
-                "turns_per_s_ratio": round(row["turns_per_s"] / base["turns_per_s"], 3)
-                if base["turns_per_s"]
-                else None,
-            }
-        )
-    return out
-
-
-def _minus(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else round(a - b, 1)
-
-
 def _overhead_table(rows: Sequence[dict[str, Any]]) -> list[str]:
     overhead = overhead_rows(rows)
     if not overhead:
         return []
-    lines = ["", "### Server overhead against the direct row (same concurrency)", ""]
-    lines += ["| profile | c | +TTFT p50 ms | +turn p50 ms | turns/s ÷ direct |", "|---|---|---|---|---|"]
+    lines = ["", "### Server overhead against the direct row (server − direct, same concurrency)", ""]
+    lines += [
+        "| profile | c | n server / direct | +TTFT ms p50/p95/p99 | +turn ms p50/p95/p99 | turns/s ÷ direct |",
+        "|---|---|---|---|---|---|",
+    ]
     for o in overhead:
-        cells = [o["profile"], o["concurrency"], o["ttft_p50_ms"], o["turn_p50_ms"], o["turns_per_s_ratio"]]
-        lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
+        counts = f"{_fmt(o['n_server'])} / {_fmt(o['n_direct'])}"
+        cells = [_fmt(o["profile"]), o["concurrency"], counts, _pcts(o["ttft_ms"]), _pcts(o["turn_ms"])]
+        lines.append("| " + " | ".join(str(c) for c in [*cells, _fmt(o["turns_per_s_ratio"])]) + " |")
     return lines
 
 
@@ -135,6 +120,12 @@ _SWEEP_NOTES = """
 - **TTFT**: from sending the turn request to the first content event (`token` from the server,
   a content chunk from the mock). **turn**: from sending to the terminal event. Both are
   nearest-rank percentiles over successful turns only; failures are counted apart, by kind.
+  **(n=…)** is the number of turns behind a cell. p50 needs one, p95 at least 20 and p99 at
+  least 100 (so that at least one turn lies above it); with fewer the cell shows "–" rather than
+  the maximum under another name.
+- **overhead**: server percentile minus direct percentile at the same concurrency (a difference
+  of percentiles: the turns are not paired), "–" when either side has too few turns for it;
+  throughput as server turns/s ÷ direct turns/s.
 - **failures**: `429` (admission), `5xx`, `stream_break` (the stream ended without a terminal
   event), `timeout`, `turn_failed` / `cancelled` (terminal events other than `turn.completed`).
 - **server CPU cores**: delta of the server tree's cumulative CPU time over the window ÷ window
@@ -167,7 +158,9 @@ def memory_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
     lines = [f"# Memory staircase: {report['profile']} ({report['created_utc'][:10]})", ""]
     lines += _header(report)
     lines += ["", "## Summary", "", "| quantity | RSS | Private_Dirty |", "|---|---|---|"]
-    for key, label in _MEMORY_ROWS:
+    climbed = sum(1 for step in report["steps"] if step["sessions"] > 0)  # the points behind the slope
+    for key, template in _MEMORY_ROWS:
+        label = template.replace("{n}", str(climbed))
         lines.append(f"| {label} | {_fmt(summary[key]['rss'])} | {_fmt(summary[key]['private_dirty'])} |")
     lines += ["", _memory_text(report), "", "## Plot", ""]
     lines += [f"![{name}]({file})" for name, file in images.items()]
@@ -181,7 +174,7 @@ _MEMORY_ROWS = (
     ("start_mb", "at start (ready, no session), MB"),
     ("base_mb", "fixed base (after the throwaway session), MB"),
     ("end_mb", "after the last session, MB"),
-    ("marginal_kb_per_session", "marginal cost per session (least squares), KB"),
+    ("marginal_kb_per_session", "marginal cost per session (least squares over n={n} steps), KB"),
     ("after_delete_mb", "after deleting half the sessions, MB"),
     ("after_ttl_mb", "after the rest expired (TTL), MB"),
     ("returned_mb", "returned at the end (end − last release sample), MB"),
@@ -205,8 +198,14 @@ def _memory_text(report: dict[str, Any]) -> str:
 
 
 def write_report(report: dict[str, Any], out_dir: Path, stem: str) -> list[Path]:
-    """Write `<stem>.json`, `<stem>.md` and the plots; return the paths written."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write `<stem>.json`, `<stem>.md` and the plots; return the paths written.
+
+    An existing report is never overwritten: the stem gets `-2`, `-3`, ... (`output.claim_stem`).
+
+    Raises:
+        OSError: `out_dir` cannot be created or written.
+    """
+    stem = claim_stem(out_dir, stem)
     images = _write_plots(report, out_dir, stem)
     json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
     json_path.write_bytes(msgspec.json.format(msgspec.json.encode(report), indent=2) + b"\n")
@@ -221,9 +220,20 @@ def _write_plots(report: dict[str, Any], out_dir: Path, stem: str) -> dict[str, 
     if report["kind"] == "memory":
         return {"memory staircase": plots.plot_staircase(report, out_dir / f"{stem}-staircase.png")}
     rows = [r for r in report["rows"] if r["turns_ok"]]
+    overhead = overhead_rows(rows)
+    if overhead:  # the direct row is the baseline: plot what the server adds to it
+        return {
+            "TTFT overhead": plots.plot_overhead(
+                overhead, "ttft_ms", "Time to first token: server overhead", out_dir / f"{stem}-ttft-overhead.png"
+            ),
+            "turn overhead": plots.plot_overhead(
+                overhead, "turn_ms", "Full turn: server overhead", out_dir / f"{stem}-turn-overhead.png"
+            ),
+            "throughput ratio": plots.plot_throughput_ratio(overhead, out_dir / f"{stem}-throughput-ratio.png"),
+        }
     if not rows:
         return {}
-    return {
+    return {  # nothing to subtract: absolute numbers are all there is
         "TTFT percentiles": plots.plot_latency(rows, "ttft_ms", "Time to first token", out_dir / f"{stem}-ttft.png"),
         "turn percentiles": plots.plot_latency(rows, "turn_ms", "Full turn time", out_dir / f"{stem}-turn.png"),
         "throughput": plots.plot_throughput(rows, out_dir / f"{stem}-throughput.png"),

@@ -94,6 +94,11 @@ def utc_now() -> dt.datetime:
 
 
 def result_stem(kind: str, label: str, info: dict[str, Any], when: dt.datetime, name: str | None = None) -> str:
-    """`<date>-<machine>-<kind>-<label>`: the common stem of a report's .json, .md and .png files."""
+    """`<UTC time>-<machine>-<kind>-<label>`: the common stem of a report's .json, .md and .png files.
+
+    The time is UTC to the second (`2026-12-01T081530Z`), so runs sort by time and a later run
+    does not take an earlier one's name; `output.claim_stem` settles runs within the same second.
+    """
     safe_label = re.sub(r"[^A-Za-z0-9+_.-]+", "-", label).strip("-")
-    return f"{when:%Y-%m-%d}-{name or machine_slug(info)}-{kind}-{safe_label}"
+    utc = when.astimezone(dt.UTC)
+    return f"{utc:%Y-%m-%dT%H%M%SZ}-{name or machine_slug(info)}-{kind}-{safe_label}"

@@ -12,14 +12,15 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 
-_PERCENTILE_STYLES = {"p50": "-", "p95": "--", "p99": ":"}
+_PERCENTILE_STYLES = {"p50": ("-", "o"), "p95": ("--", "s"), "p99": (":", "^")}  # line, marker
+_SAMPLE_NOTE = "points with too few turns are left out: p95 needs >= 20 on both sides, p99 >= 100"
 
 
 def _series(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Rows grouped by line label: `direct`, or `server:<profile>`."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        label = "direct (mock only)" if row["target"] == "direct" else f"server: {row.get('profile') or '?'}"
+        label = "direct (mock only)" if row.get("target") == "direct" else f"server: {row.get('profile') or '?'}"
         groups.setdefault(label, []).append(row)
     return {label: sorted(group, key=lambda r: r["concurrency"]) for label, group in groups.items()}
 
@@ -32,47 +33,96 @@ def _log2_axis(ax: Any, rows: Sequence[dict[str, Any]]) -> None:
     ax.grid(True, which="both", alpha=0.3)
 
 
-def plot_latency(rows: Sequence[dict[str, Any]], metric: str, title: str, path: Path) -> Path:
-    """`metric` is `ttft_ms` or `turn_ms`: p50/p95/p99 against concurrency, one colour per series."""
-    fig, ax = plt.subplots(figsize=(8, 5))
+def _percentile_lines(ax: Any, rows: Sequence[dict[str, Any]], metric: str) -> list[float]:
+    """p50/p95/p99 of `metric` per series (None points skipped); returns every value drawn."""
+    drawn: list[float] = []
     for index, (label, group) in enumerate(_series(rows).items()):
-        colour = f"C{index}"
-        for percentile, style in _PERCENTILE_STYLES.items():
-            xs = [r["concurrency"] for r in group if r[metric][percentile] is not None]
-            ys = [r[metric][percentile] for r in group if r[metric][percentile] is not None]
-            ax.plot(xs, ys, style, color=colour, marker="o", markersize=3, label=f"{label} {percentile}")
+        for percentile, (style, marker) in _PERCENTILE_STYLES.items():
+            points = [(r["concurrency"], r[metric][percentile]) for r in group if r[metric].get(percentile) is not None]
+            if points:
+                xs, ys = zip(*points, strict=True)
+                ax.plot(xs, ys, style, color=f"C{index}", marker=marker, markersize=4, label=f"{label} {percentile}")
+                drawn += ys
+    return drawn
+
+
+def plot_overhead(overhead: Sequence[dict[str, Any]], metric: str, title: str, path: Path) -> Path:
+    """Server minus direct, ms, for `metric` (`ttft_ms` or `turn_ms`) against concurrency, with a zero line.
+
+    The y axis always includes zero, so a 2 ms overhead looks small and a 200 ms one does not.
+    """
+    fig, ax = plt.subplots(figsize=(8, 5))
+    ax.axhline(0.0, color="black", linewidth=1)
+    drawn = _percentile_lines(ax, overhead, metric)
+    ax.set_ylim(*zero_based_limits(drawn))
+    _log2_axis(ax, overhead)
+    ax.set_ylabel("server − direct, ms (same concurrency)")
+    ax.set_title(title)
+    _note(fig, _SAMPLE_NOTE)
+    ax.legend(fontsize=7, handlelength=4)
+    return _save(fig, path)
+
+
+def zero_based_limits(values: Sequence[float]) -> tuple[float, float]:
+    """Y limits that hold every value and zero, with a margin of 10% of the span (at least 1 ms).
+
+    Zero is always on the axis, so the eye reads an overhead against "no overhead", not against
+    a window zoomed onto the data.
+    """
+    low, high = min([0.0, *values]), max([0.0, *values])
+    pad = max((high - low) * 0.1, 1.0)
+    return (low - pad if low < 0 else -pad / 4), high + pad
+
+
+def plot_throughput_ratio(overhead: Sequence[dict[str, Any]], path: Path) -> Path:
+    """Server turns/s ÷ direct turns/s against concurrency: 1.0 is no loss."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.axhline(1.0, color="black", linewidth=1, label="= direct (no loss)")
+    ax.axhline(0.95, linestyle="--", color="grey", linewidth=1, label="95% of direct")
+    ratios: list[float] = []
+    for index, (label, group) in enumerate(_series(overhead).items()):
+        points = [(r["concurrency"], r["turns_per_s_ratio"]) for r in group if r["turns_per_s_ratio"] is not None]
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, ys, marker="o", color=f"C{index}", label=label)
+            ratios += ys
+    ax.set_ylim(min([0.9, *ratios]) - 0.05, max([1.05, *ratios]) + 0.05)
+    _log2_axis(ax, overhead)
+    ax.set_ylabel("server turns/s ÷ direct turns/s")
+    ax.set_title("Throughput against the mock alone (same concurrency)")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_latency(rows: Sequence[dict[str, Any]], metric: str, title: str, path: Path) -> Path:
+    """Absolute p50/p95/p99 of `metric` against concurrency: for sweeps without a direct row to subtract."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    _percentile_lines(ax, rows, metric)
     _log2_axis(ax, rows)
+    ax.set_ylim(bottom=0)
     ax.set_ylabel("milliseconds")
     ax.set_title(title)
-    ax.legend(fontsize=7)
+    _note(fig, "points with too few turns are left out: p95 needs >= 20, p99 >= 100")
+    ax.legend(fontsize=7, handlelength=4)
     return _save(fig, path)
 
 
 def plot_throughput(rows: Sequence[dict[str, Any]], path: Path) -> Path:
-    """Turns/s against concurrency (top), and each server series ÷ the direct row (bottom)."""
-    series = _series(rows)
-    direct = {r["concurrency"]: r["turns_per_s"] for r in rows if r["target"] == "direct"}
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True, height_ratios=(2, 1))
-    for index, (label, group) in enumerate(series.items()):
-        xs = [r["concurrency"] for r in group]
-        top.plot(xs, [r["turns_per_s"] for r in group], marker="o", color=f"C{index}", label=label)
-        ratios = [
-            (r["concurrency"], r["turns_per_s"] / direct[r["concurrency"]])
-            for r in group
-            if direct.get(r["concurrency"])
-        ]
-        if ratios and group[0]["target"] != "direct":
-            bottom.plot(*zip(*ratios, strict=True), marker="o", color=f"C{index}", label=label)
-    top.set_yscale("log")
-    top.set_ylabel("successful turns per second")
-    top.set_title("Throughput against concurrency (direct = the mock alone)")
-    top.legend(fontsize=8)
-    top.grid(True, which="both", alpha=0.3)
-    bottom.axhline(0.95, linestyle="--", color="grey", linewidth=1, label="95% of direct")
-    bottom.set_ylabel("server ÷ direct")
-    bottom.legend(fontsize=8)
-    _log2_axis(bottom, rows)
+    """Absolute turns/s against concurrency: for sweeps without a direct row to divide by."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for index, (label, group) in enumerate(_series(rows).items()):
+        xs, ys = [r["concurrency"] for r in group], [r["turns_per_s"] for r in group]
+        ax.plot(xs, ys, marker="o", color=f"C{index}", label=label)
+    ax.set_yscale("log")
+    _log2_axis(ax, rows)
+    ax.set_ylabel("successful turns per second")
+    ax.set_title("Throughput against concurrency")
+    ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def _note(fig: Any, text: str) -> None:
+    fig.text(0.01, 0.005, text, fontsize=7, color="dimgrey", ha="left", va="bottom")
 
 
 def plot_staircase(report: dict[str, Any], path: Path) -> Path:
@@ -98,7 +148,7 @@ _MEMORY_SERIES = (("rss_mb", "RSS", "C0"), ("private_dirty_mb", "Private_Dirty",
 
 
 def _save(fig: Any, path: Path) -> Path:
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.03, 1, 1))  # room for the note under the axes
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -1,4 +1,10 @@
-"""Pure statistics for bench reports: nearest-rank percentiles and least-squares slopes."""
+"""Pure statistics for bench reports: nearest-rank percentiles and least-squares slopes.
+
+A percentile is reported only when enough samples stand behind it: p50 needs one sample, and a
+tail percentile p needs at least 100 / (100 - p) of them (p95: 20, p99: 100), so that at least one
+sample lies above it. With fewer, a "p99" would only be the maximum under another name, so it is
+`None` (drawn as "–") and the sample count `n` says why.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,19 @@ import math
 from collections.abc import Sequence
 
 PERCENTILES = (50, 95, 99)
+
+
+def min_samples(percentile: float) -> int:
+    """The fewest samples for which `percentile` is reported: 1 for p50 and below, 100 / (100 - p) above.
+
+    Raises:
+        ValueError: `percentile` is outside (0, 100).
+    """
+    if not 0 < percentile < 100:
+        raise ValueError(f"percentile {percentile!r} is outside (0, 100)")
+    if percentile <= 50:
+        return 1
+    return math.ceil(round(100 / (100 - percentile), 9))  # round: 100 / (100 - 99) is 100.00000000000001
 
 
 def nearest_rank(sorted_values: Sequence[float], percentile: float) -> float:
@@ -23,9 +42,16 @@ def nearest_rank(sorted_values: Sequence[float], percentile: float) -> float:
 
 
 def percentiles_ms(values_s: Sequence[float]) -> dict[str, float | None]:
-    """p50/p95/p99 in milliseconds (None each when there are no values)."""
+    """`n` (the sample count) and p50/p95/p99 in milliseconds; a percentile with too few samples is None.
+
+    See `min_samples` for how many samples each percentile needs.
+    """
     ordered = sorted(values_s)
-    return {f"p{p}": (round(nearest_rank(ordered, p) * 1000, 1) if ordered else None) for p in PERCENTILES}
+    found: dict[str, float | None] = {"n": len(ordered)}
+    for p in PERCENTILES:
+        enough = len(ordered) >= min_samples(p)
+        found[f"p{p}"] = round(nearest_rank(ordered, p) * 1000, 1) if enough else None
+    return found
 
 
 def slope(xs: Sequence[float], ys: Sequence[float]) -> float | None:

@@ -26,6 +26,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from agentos.bench.report.output import DEFAULT_OUT_DIR  # stdlib only; ./bench-out is git-ignored
+
     p.add_argument("--runs", default="100,1000", help="concurrent runs per point, comma-separated")
     p.add_argument("--answer-delay-secs", type=float, default=1.0, help="human answer after the question")
     p.add_argument("--run-timeout-secs", type=float, default=120.0, help="per run; it is terminated after")
@@ -39,7 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mock-tps", type=float, default=200.0)
     p.add_argument("--mock-tokens", type=int, default=8)
     p.add_argument("--keep-dir", type=Path, help="keep the data and logs there (default: a temporary dir)")
-    p.add_argument("--out-dir", type=Path, default=_RESULTS, help="where the report goes")
+    help_text = f"where the report goes (default: ./{DEFAULT_OUT_DIR}; {_RESULTS} to commit one)"
+    p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR, help=help_text)
     p.add_argument("--name", help="machine name in the file names (default: cores + CPU model)")
 
 

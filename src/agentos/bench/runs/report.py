@@ -1,7 +1,8 @@
 """The `agentos bench runs` report: JSON (the data), Markdown (for people) and a PNG plot.
 
 The Markdown starts with the header every bench report has (machine, versions, topology, profile,
-exact command), drawn by `agentos.bench.report.document`.
+exact command), drawn by `agentos.bench.report.document`. Percentile cells carry their sample
+count `(n=…)` and show "–" where there are too few samples (`agentos.bench.report.stats`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import msgspec
 
 # report.py keeps its header and cell formatting private; reusing them keeps every report's header identical
 from agentos.bench.report.document import _fmt, _header, _pcts
+from agentos.bench.report.output import claim_stem
 
 _POINT_COLUMNS = (
-    "| N | completed | failures | start ms p50/p95/p99 | floor: N × /healthz ms p50/p95/p99 "
-    "| run ms p50/p95/p99 | wall s | steps | steps/s "
+    "| N | completed | failures | start ms p50/p95/p99 (n) | floor: N × /healthz ms p50/p95/p99 (n) "
+    "| run ms p50/p95/p99 (n) | wall s | steps | steps/s "
     "| server CPU s (cores) | main process CPU s (cores) | CPU ms/run | RSS MB before/peak/end "
     "| Private_Dirty MB before/peak/end "
     "| mock max conc. | mock CPU s | client CPU s |"
@@ -33,7 +35,9 @@ _NOTES = """
   connections warmed first): what a burst of N requests costs on this loopback and these cores
   with no work behind it. A start call cannot be faster than it.
   **run ms**: start call sent → terminal event received, over completed runs only (it includes
-  the answer delay). Nearest-rank percentiles.
+  the answer delay). Nearest-rank percentiles; **(n=…)** is the number of samples behind a
+  cell. p50 needs one, p95 at least 20 and p99 at least 100 (so that at least one sample lies
+  above it); with fewer the cell shows "–" rather than the maximum under another name.
 - **failures** by kind: `start_429` / `start_5xx` / `start_4xx` / `start_error` (the start call),
   `events_http`, `stream_break` (the stream ended without a terminal event), `answer_error`,
   `timeout` (run timeout; the run is then terminated), `run_failed` / `run_cancelled`.
@@ -93,7 +97,7 @@ _PHASES = {
 
 def _phase_lines(points: list[dict[str, Any]]) -> list[str]:
     """Where a run's time goes, from the arrival times of its events at the client."""
-    lines = ["", "### Where the time goes (ms p50/p95/p99, completed runs, at the client)", ""]
+    lines = ["", "### Where the time goes (ms p50/p95/p99 (n), completed runs, at the client)", ""]
     lines += ["| phase | " + " | ".join(f"N={p['runs']}" for p in points) + " |", "|---|" + "---|" * len(points)]
     for phase, label in _PHASES.items():
         cells = [_pcts(p.get("phase_ms", {}).get(phase, {})) for p in points]
@@ -115,7 +119,8 @@ def _waiting_lines(waiting: dict[str, Any] | None) -> list[str]:
         "| quantity | RSS | Private_Dirty |",
         "|---|---|---|",
     ]
-    for key, label in _WAITING_ROWS:
+    for key, template in _WAITING_ROWS:
+        label = template.replace("{n}", str(len(waiting["steps"])))
         lines.append(f"| {label} | {_fmt(waiting[key]['rss'])} | {_fmt(waiting[key]['private_dirty'])} |")
     lines.append(
         f"| after all were answered and ended, MB | {_fmt(after['rss_mb'])} | {_fmt(after['private_dirty_mb'])} |"
@@ -130,7 +135,7 @@ _WAITING_ROWS = (
     ("waiting_mb", "all runs waiting for a human (start connections closed, settled), MB"),
     ("peak_mb", "peak while they started and ran to the question, MB"),
     ("per_waiting_run_kb", "(waiting − base) ÷ runs waiting, KB"),
-    ("marginal_kb_per_waiting_run", "marginal cost per waiting run (least squares over the bursts), KB"),
+    ("marginal_kb_per_waiting_run", "marginal cost per waiting run (least squares over n={n} bursts), KB"),
 )
 
 
@@ -165,31 +170,42 @@ def plot_durations(points: list[dict[str, Any]], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    rows = [p for p in points if p["duration_ms"]["p50"] is not None]
-    xs = [p["runs"] for p in rows]
     for percentile, style in (("p50", "-"), ("p95", "--"), ("p99", ":")):
-        ax.plot(
-            xs, [p["duration_ms"][percentile] for p in rows], style, marker="o", color="C0", label=f"run {percentile}"
-        )
+        _line(ax, points, "duration_ms", percentile, style=style, marker="o", color="C0", label=f"run {percentile}")
     for percentile, style in (("p50", "-"), ("p99", ":")):
-        ys = [p["start_ms"][percentile] for p in rows]
-        ax.plot(xs, ys, style, marker="s", color="C1", label=f"start call {percentile}")
+        _line(ax, points, "start_ms", percentile, style=style, marker="s", color="C1", label=f"start call {percentile}")
+    xs = sorted({p["runs"] for p in points})
     ax.set_xscale("log")
     ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("concurrent runs (N)")
     ax.set_ylabel("milliseconds")
     ax.set_title("Agent run duration (start call → terminal event) and start-call latency")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    ax.legend(fontsize=8, handlelength=4)
+    fig.text(0.01, 0.005, "points with too few runs are left out: p95 needs >= 20, p99 >= 100", fontsize=7)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
+def _line(ax: Any, points: list[dict[str, Any]], metric: str, percentile: str, style: str, **kw: Any) -> None:
+    """One percentile of `metric` against N, leaving out the points where it is None (too few samples)."""
+    drawn = [(p["runs"], p[metric][percentile]) for p in points if p[metric].get(percentile) is not None]
+    if drawn:
+        ax.plot(*zip(*drawn, strict=True), style, **kw)
+
+
 def write_runs_report(report: dict[str, Any], out_dir: Path, stem: str) -> list[Path]:
-    """Write `<stem>.json`, `<stem>.md` and `<stem>-duration.png`; return the paths written."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write `<stem>.json`, `<stem>.md` and `<stem>-duration.png`; return the paths written.
+
+    An existing report is never overwritten: the stem gets `-2`, `-3`, ... (`output.claim_stem`).
+
+    Raises:
+        OSError: `out_dir` cannot be created or written.
+    """
+    stem = claim_stem(out_dir, stem)
     images: dict[str, Path] = {}
     if any(p["duration_ms"]["p50"] is not None for p in report["points"]):
         images["run duration percentiles"] = plot_durations(report["points"], out_dir / f"{stem}-duration.png")
