@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentos.api.body import MAX_PAGE_LIMIT
 from agentos.api.schemas import SCHEMAS, ref
 
 
@@ -15,6 +16,10 @@ def _error(description: str) -> dict[str, Any]:
 
 def _json(description: str, schema: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": ref(schema)}}}
+
+
+def _text(description: str, media_type: str) -> dict[str, Any]:
+    return {"description": description, "content": {media_type: {"schema": {"type": "string"}}}}
 
 
 def _body(schema: str) -> dict[str, Any]:
@@ -33,10 +38,24 @@ _BAD_BODY = {
 _SESSION_ID = {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string"}}
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
 _RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
-_PAGE = [
-    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1}},
-    {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0}, "description": "cursor"},
-]
+
+
+def _limit(default: int) -> dict[str, Any]:
+    return {
+        "name": "limit",
+        "in": "query",
+        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LIMIT, "default": default},
+        "description": f"page size; anything else (0, -1, abc, over {MAX_PAGE_LIMIT}) is a 422 invalid_input",
+    }
+
+
+def _after(kind: str) -> dict[str, Any]:
+    schema = {"type": "integer", "minimum": 0} if kind == "integer" else {"type": "string"}
+    return {"name": "after", "in": "query", "schema": schema, "description": "the next_cursor of the page before"}
+
+
+_PAGE = [_limit(100), _after("integer")]
+_BAD_QUERY = {"422": _error("A bad limit or after; the message names the parameter")}
 
 OPENAPI: dict[str, Any] = {
     "openapi": "3.1.0",
@@ -50,11 +69,8 @@ OPENAPI: dict[str, Any] = {
             },
             "get": {
                 "summary": "List sessions",
-                "parameters": [
-                    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
-                    {"name": "after", "in": "query", "schema": {"type": "string"}, "description": "cursor"},
-                ],
-                "responses": {"200": _json("A page of sessions", "SessionPage")},
+                "parameters": [_limit(50), _after("string")],
+                "responses": {"200": _json("A page of sessions, oldest first", "SessionPage"), **_BAD_QUERY},
             },
         },
         "/v1/sessions/{session_id}": {
@@ -96,21 +112,32 @@ OPENAPI: dict[str, Any] = {
             "parameters": [_SESSION_ID],
             "delete": {
                 "summary": "Cancel the running turn",
-                "responses": {"200": {"description": "{cancelled, turn_id}"}, "404": _error("Unknown session")},
+                "responses": {
+                    "200": _json("Whether a turn was running", "TurnCancel"),
+                    "404": _error("Unknown session"),
+                },
             },
         },
         "/v1/sessions/{session_id}/messages": {
             "parameters": [_SESSION_ID, *_PAGE],
             "get": {
                 "summary": "The transcript, cursor-paginated",
-                "responses": {"200": {"description": "{data, next_cursor}"}, "404": _error("Unknown session")},
+                "responses": {
+                    "200": _json("A page of messages", "MessagePage"),
+                    **_BAD_QUERY,
+                    "404": _error("Unknown session"),
+                },
             },
         },
         "/v1/sessions/{session_id}/events": {
             "parameters": [_SESSION_ID, *_PAGE],
             "get": {
                 "summary": "Stored turn events, cursor-paginated",
-                "responses": {"200": {"description": "{data, next_cursor}"}, "404": _error("Unknown session")},
+                "responses": {
+                    "200": _json("A page of events", "EventPage"),
+                    **_BAD_QUERY,
+                    "404": _error("Unknown session"),
+                },
             },
         },
         "/v1/sessions/{session_id}/ws": {
@@ -133,7 +160,11 @@ OPENAPI: dict[str, Any] = {
                     "409": _error("A config agent"),
                 },
             },
-            "get": {"summary": "List agents", "responses": {"200": _json("Every agent", "AgentList")}},
+            "get": {
+                "summary": "List agents, by name",
+                "parameters": [_limit(100), _after("string")],
+                "responses": {"200": _json("A page of agents", "AgentPage"), **_BAD_QUERY},
+            },
         },
         "/v1/agents/{name}": {
             "parameters": [_NAME],
@@ -211,17 +242,55 @@ OPENAPI: dict[str, Any] = {
                 },
             },
         },
-        "/healthz": {"get": {"summary": "Liveness", "responses": {"200": {"description": "ok"}}}},
+        "/healthz": {"get": {"summary": "Liveness", "security": [], "responses": {"200": _json("ok", "Health")}}},
         "/readyz": {
             "get": {
                 "summary": "Readiness",
-                "responses": {"200": {"description": "ready"}, "503": {"description": "starting or draining"}},
+                "security": [],
+                "responses": {"200": _json("ready", "Health"), "503": _json("starting or draining", "Health")},
             }
         },
         "/metrics": {
-            "get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text exposition format"}}}
+            "get": {
+                "summary": "Prometheus metrics",
+                "responses": {"200": _text("text exposition format", "text/plain")},
+            }
         },
-        "/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3.1"}}}},
+        "/openapi.json": {
+            "get": {
+                "summary": "This document",
+                "security": [],
+                "responses": {
+                    "200": {
+                        "description": "OpenAPI 3.1",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    }
+                },
+            }
+        },
+        "/docs": {
+            "get": {
+                "summary": "This page: the document, browsable, with requests you can try",
+                "security": [],
+                "responses": {"200": _text("The page", "text/html")},
+            }
+        },
+        "/docs/{asset}": {
+            "parameters": [{"name": "asset", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "get": {
+                "summary": "The page's scripts and styles (vendored Swagger UI)",
+                "security": [],
+                "responses": {
+                    "200": {
+                        "description": "The asset",
+                        "content": {
+                            t: {"schema": {"type": "string"}} for t in ("text/javascript", "text/css", "text/plain")
+                        },
+                    },
+                    "404": _error("Not one of the page's assets"),
+                },
+            },
+        },
     },
     "components": {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

@@ -25,6 +25,16 @@ def _nullable(kind: str) -> dict[str, Any]:
     return {"type": [kind, "null"]}
 
 
+def _page(item: str, cursor: dict[str, Any]) -> dict[str, Any]:
+    """The shape every list shares: a page of items, and the cursor to pass as `?after=` for
+    the next page (null: there is none)."""
+    return {
+        "type": "object",
+        "required": ["data", "next_cursor"],
+        "properties": {"data": {"type": "array", "items": ref(item)}, "next_cursor": cursor},
+    }
+
+
 _, _SPEC_SCHEMAS = msgspec.json.schema_components([AgentSpec], ref_template=_REF)
 _SPEC = _SPEC_SCHEMAS["AgentSpec"]
 
@@ -44,24 +54,60 @@ _SESSIONS: dict[str, Any] = {
     "SessionCreate": {
         "type": "object",
         "additionalProperties": False,
-        "properties": {"agent": {"type": "string"}, "metadata": {"type": "object"}},
+        "properties": {
+            "agent": {
+                **_nullable("string"),
+                "description": "the agent that runs the turns; absent or null: the agent named default if"
+                " one is defined, else plain chat turns",
+            },
+            "metadata": {"type": "object"},
+        },
     },
     "Session": {
         "type": "object",
+        "required": ["id", "agent", "metadata", "tenant_id", "created_at_ms"],
         "properties": {
             "id": {"type": "string"},
-            "agent": {"type": "string"},
+            "agent": {**_nullable("string"), "description": "the agent that runs the turns; null: plain chat turns"},
             "metadata": {"type": "object"},
             "tenant_id": {"type": "string"},
             "created_at_ms": {"type": "integer"},
-            "active_turn": _nullable("string"),
+            "active_turn": {**_nullable("string"), "description": "GET of one session only"},
         },
     },
-    "SessionPage": {
+    "SessionPage": _page("Session", _nullable("string")),
+    "Message": {
         "type": "object",
+        "required": ["id", "turn_id", "role", "content", "status", "created_at_ms"],
         "properties": {
-            "data": {"type": "array", "items": ref("Session")},
-            "next_cursor": _nullable("string"),
+            "id": {"type": "integer"},
+            "turn_id": {"type": "string"},
+            "role": {"enum": ["user", "assistant", "system", "tool"]},
+            "content": {"type": "string"},
+            "status": {"enum": ["completed", "cancelled", "failed"]},
+            "usage": {"type": ["object", "null"], "additionalProperties": {"type": "integer"}},
+            "created_at_ms": {"type": "integer"},
+        },
+    },
+    "MessagePage": _page("Message", _nullable("integer")),
+    "StoredEvent": {
+        "type": "object",
+        "required": ["id", "turn_id", "type", "data", "created_at_ms"],
+        "properties": {
+            "id": {"type": "integer"},
+            "turn_id": {"type": "string"},
+            "type": {"type": "string", "description": "turn.started, turn.completed, ... (tokens are not stored)"},
+            "data": {"type": "object"},
+            "created_at_ms": {"type": "integer"},
+        },
+    },
+    "EventPage": _page("StoredEvent", _nullable("integer")),
+    "TurnCancel": {
+        "type": "object",
+        "required": ["cancelled", "turn_id"],
+        "properties": {
+            "cancelled": {"type": "boolean", "description": "false: no turn was running"},
+            "turn_id": {**_nullable("string"), "description": "the cancelled turn"},
         },
     },
     "TurnCreate": {
@@ -79,6 +125,8 @@ _SESSIONS: dict[str, Any] = {
             "output": {"type": "string"},
             "usage": {"type": "object"},
             "reason": {"type": "string"},
+            "message": {"type": "string"},
+            "finish_reason": {"type": "string"},
         },
     },
 }
@@ -86,11 +134,7 @@ _SESSIONS: dict[str, Any] = {
 _RUNS: dict[str, Any] = {
     **_SPEC_SCHEMAS,
     "Agent": _AGENT,
-    "AgentList": {
-        "type": "object",
-        "required": ["agents"],
-        "properties": {"agents": {"type": "array", "items": ref("Agent")}},
-    },
+    "AgentPage": _page("Agent", _nullable("string")),
     "RunCreate": {
         "type": "object",
         "required": ["input"],
@@ -151,6 +195,14 @@ _RUNS: dict[str, Any] = {
     },
 }
 
+_OPS: dict[str, Any] = {
+    "Health": {
+        "type": "object",
+        "required": ["status"],
+        "properties": {"status": {"enum": ["ok", "ready", "not_ready"]}},
+    },
+}
+
 SCHEMAS: dict[str, Any] = {
     "Error": {
         "type": "object",
@@ -169,4 +221,5 @@ SCHEMAS: dict[str, Any] = {
     },
     **_SESSIONS,
     **_RUNS,
+    **_OPS,
 }
