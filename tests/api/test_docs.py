@@ -3,7 +3,10 @@ serves (vendored, so it works offline), under a Content-Security-Policy without 
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+import re
+import shutil
 from html.parser import HTMLParser
 from urllib.parse import urljoin, urlsplit
 
@@ -11,6 +14,7 @@ import aiohttp
 import pytest
 
 from agentos.api.docs import ASSETS, accepts_gzip
+from agentos.api.openapi import OPENAPI
 from agentos.testing import RunningServer
 from tests.api.helpers import expect_error
 
@@ -125,3 +129,29 @@ async def test_the_page_is_open_without_the_token(server_factory, mock, http) ->
 )
 def test_accept_encoding(value: str, gzip_ok: bool) -> None:
     assert accepts_gzip(value) is gzip_ok
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install chromium)")
+async def test_a_headless_browser_renders_every_route_with_no_csp_violation(server: RunningServer) -> None:
+    """The page as a browser runs it: Swagger UI draws every documented path, and the console
+    reports nothing (a CSP violation is reported there: 'Applying inline style violates ...')."""
+    assert CHROMIUM is not None
+    args = ["--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0"]
+    process = await asyncio.create_subprocess_exec(
+        CHROMIUM,
+        *args,
+        "--virtual-time-budget=10000",
+        "--dump-dom",
+        f"{server.url}/docs",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    dom, log = await asyncio.wait_for(process.communicate(), timeout=90)
+    drawn = set(re.findall(r'data-path="([^"]+)"', dom.decode()))
+    assert drawn == set(OPENAPI["paths"])
+    console = [line for line in log.decode().splitlines() if ":CONSOLE" in line]
+    assert console == []

@@ -1,9 +1,10 @@
-"""JSON schemas of the request and response bodies, the `components` of the OpenAPI document.
+"""JSON schemas of the request and response bodies, the `components` of the OpenAPI document,
+and the pieces `agentos.api.openapi` builds its operations from (list parameters, tags).
 
 Written by hand to match the handlers, except the agent spec's, which msgspec derives from
 `AgentSpec` itself: it has a dozen fields and nested tables, and must never drift from the
 parser. tests/api/test_openapi.py checks the hand-written request schemas against the structs
-in `agentos.api.body`, and the route tests check real answers against the response schemas.
+in `agentos.api.body`, and real answers against the response schemas (with jsonschema).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import msgspec
 
 from agentos.agents.spec import AgentSpec
+from agentos.api.body import MAX_PAGE_LIMIT
 
 _REF = "#/components/schemas/{name}"
 
@@ -33,6 +35,50 @@ def _page(item: str, cursor: dict[str, Any]) -> dict[str, Any]:
         "required": ["data", "next_cursor"],
         "properties": {"data": {"type": "array", "items": ref(item)}, "next_cursor": cursor},
     }
+
+
+def limit_param(default: int) -> dict[str, Any]:
+    return {
+        "name": "limit",
+        "in": "query",
+        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LIMIT, "default": default},
+        "description": f"page size; anything else (0, -1, abc, over {MAX_PAGE_LIMIT}) is a 422 invalid_input",
+    }
+
+
+def after_param(kind: str) -> dict[str, Any]:
+    schema = {"type": "integer", "minimum": 0} if kind == "integer" else {"type": "string"}
+    return {"name": "after", "in": "query", "schema": schema, "description": "the next_cursor of the page before"}
+
+
+def tag_of(path: str) -> str:
+    """The group an operation is shown under on /docs."""
+    if "/turn" in path or path.endswith("/ws"):
+        return "turns"
+    if path.startswith("/v1/runs") or path.endswith("/runs"):
+        return "runs"
+    for prefix, tag in (("/v1/sessions", "sessions"), ("/v1/agents", "agents")):
+        if path.startswith(prefix):
+            return tag
+    return "server"
+
+
+def tagged(paths: dict[str, Any]) -> dict[str, Any]:
+    for path, item in paths.items():
+        for method, operation in item.items():
+            if method != "parameters":
+                operation["tags"] = [tag_of(path)]
+    return paths
+
+
+# The groups of operations on /docs, in the order shown.
+TAGS = [
+    {"name": "sessions", "description": "Sessions, their transcripts and stored events"},
+    {"name": "turns", "description": "Turns: streamed (SSE), whole (JSON) or over a WebSocket; last-wins"},
+    {"name": "agents", "description": "Agent definitions (docs/agents.md)"},
+    {"name": "runs", "description": "Background runs of an agent, their events, their human requests"},
+    {"name": "server", "description": "Health, metrics, and this documentation"},
+]
 
 
 _, _SPEC_SCHEMAS = msgspec.json.schema_components([AgentSpec], ref_template=_REF)
