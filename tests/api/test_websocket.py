@@ -95,3 +95,22 @@ async def test_every_turn_ends_once_with_or_without_turn_started(server: Running
         assert events[0] == "turn.started" or events == ["turn.cancelled"], events
     superseded = [f["data"]["reason"] for f in frames if f["type"] == "turn.cancelled"]
     assert superseded == ["superseded", "superseded"]
+
+
+async def test_a_frame_over_the_body_limit_closes_the_socket(server_factory, mock, http) -> None:
+    server: RunningServer = await server_factory(mock.url, **{"server.max_body_bytes": 1024})
+    sid = await new_session(http, server.url)
+    async with http.ws_connect(f"{server.url}/v1/sessions/{sid}/ws") as ws:
+        await ws.send_json({"type": "turn", "input": "x" * 2000})
+        message = await ws.receive(timeout=10)
+        assert message.type is aiohttp.WSMsgType.CLOSE and message.data == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+
+
+async def test_a_turn_for_a_deleted_session_is_an_error_frame(server: RunningServer, http) -> None:
+    sid = await new_session(http, server.url)
+    async with http.ws_connect(f"{server.url}/v1/sessions/{sid}/ws") as ws:
+        async with http.delete(f"{server.url}/v1/sessions/{sid}") as r:
+            assert r.status == 204
+        await ws.send_json({"type": "turn", "input": "anyone there?"})
+        error = await ws.receive_json(timeout=10)
+    assert error["type"] == "error" and error["error"]["code"] == "session_not_found"
