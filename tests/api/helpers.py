@@ -5,8 +5,10 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from jsonschema import Draft202012Validator
 
 from agentos.api.app import create_app
+from agentos.api.openapi import OPENAPI
 from agentos.config import Settings
 from agentos.services import open_services
 from agentos.testing import Event, RunningServer, sse_events
@@ -52,3 +54,15 @@ async def expect_error(response: aiohttp.ClientResponse, status: int, code: str 
         assert body["error"]["code"] == code
     assert body["error"]["message"]
     return body
+
+
+def assert_documented(value: Any, schema: str) -> None:
+    """`value` is valid against the OpenAPI document's schema `schema` (JSON Schema 2020-12, its
+    references resolved in the document), and has no field at the top that the schema does not
+    describe."""
+    root = {"$ref": f"#/components/schemas/{schema}", "components": OPENAPI["components"]}
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in Draft202012Validator(root).iter_errors(value)]
+    assert not errors, (schema, errors, value)
+    documented = OPENAPI["components"]["schemas"][schema]
+    if isinstance(value, dict) and "properties" in documented:
+        assert set(value) <= set(documented["properties"]), (schema, set(value) - set(documented["properties"]))

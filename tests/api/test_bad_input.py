@@ -84,16 +84,6 @@ async def test_an_unsupported_accept_is_406(server: RunningServer, http: aiohttp
         await expect_error(r, 406, "not_acceptable")
 
 
-async def test_bad_query_parameters(server: RunningServer, http: aiohttp.ClientSession) -> None:
-    sid = await new_session(http, server.url)
-    async with http.get(f"{server.url}/v1/sessions", params={"limit": "abc"}) as r:
-        await expect_error(r, 400)
-    async with http.get(f"{server.url}/v1/sessions", params={"limit": "0"}) as r:
-        await expect_error(r, 422)
-    async with http.get(f"{server.url}/v1/sessions/{sid}/messages", params={"after": "-1"}) as r:
-        await expect_error(r, 422)
-
-
 async def test_unknown_routes_and_methods(server: RunningServer, http: aiohttp.ClientSession) -> None:
     async with http.get(f"{server.url}/v2/nothing") as r:
         await expect_error(r, 404, "not_found")

@@ -10,7 +10,7 @@ import msgspec
 
 from agentos.bench.mock.server import MockServer
 from agentos.testing import FakeClock, RunningServer, sse_events, start_server
-from tests.api.helpers import SSE, new_session, turn_events
+from tests.api.helpers import SSE, assert_documented, new_session, turn_events
 from tests.conftest import make_settings
 
 
@@ -18,7 +18,7 @@ async def test_session_crud_and_pagination(server: RunningServer, http: aiohttp.
     ids = sorted([await new_session(http, server.url, metadata={"user": i}) for i in range(5)])
     async with http.get(f"{server.url}/v1/sessions/{ids[0]}") as r:
         session = await r.json()
-    assert session["agent"] == "default" and session["tenant_id"] == "default" and session["active_turn"] is None
+    assert session["agent"] is None and session["tenant_id"] == "default" and session["active_turn"] is None
     async with http.get(f"{server.url}/v1/sessions", params={"limit": "2"}) as r:
         page = await r.json()
     seen = [s["id"] for s in page["data"]]
@@ -33,6 +33,48 @@ async def test_session_crud_and_pagination(server: RunningServer, http: aiohttp.
         assert r.status == 422 and "nobody" in (await r.json())["error"]["message"]
     async with http.get(f"{server.url}/v1/sessions/{ids[0]}") as r:
         assert r.status == 404
+
+
+async def test_a_session_without_an_agent_reports_what_runs_its_turns(tmp_path: Path, mock, http) -> None:
+    """null while no agent is named "default" (plain chat turns), "default" once one is: in the
+    answer to POST, in GET and in the list, and after a restart from the same SQLite file."""
+    settings = make_settings(tmp_path / "data", mock.url)
+    server = await start_server(settings)
+    try:
+        async with http.post(f"{server.url}/v1/sessions", json={}) as r:
+            plain = await r.json()
+        assert r.status == 201 and plain["agent"] is None
+        assert_documented(plain, "Session")
+        async with http.post(f"{server.url}/v1/sessions", json={"agent": None}) as r:
+            assert (await r.json())["agent"] is None
+        async with http.post(f"{server.url}/v1/agents", json={"name": "default", "tools": []}) as r:
+            assert r.status == 201
+        async with http.post(f"{server.url}/v1/sessions") as r:  # no body at all
+            agented = await r.json()
+        assert agented["agent"] == "default"
+        # Opened before the agent existed, it keeps plain chat turns while in memory, and says so.
+        assert (await _session(http, server, plain["id"]))["agent"] is None
+        assert (await _session(http, server, agented["id"]))["agent"] == "default"
+        async with http.get(f"{server.url}/v1/sessions") as r:
+            listed = {s["id"]: s["agent"] for s in (await r.json())["data"]}
+        assert listed[plain["id"]] is None and listed[agented["id"]] == "default"
+    finally:
+        await server.close()
+    # The API-made agent outlives the restart: every session without an agent of its own runs it.
+    again = await start_server(settings)
+    try:
+        for sid in (plain["id"], agented["id"]):
+            assert (await _session(http, again, sid))["agent"] == "default"
+    finally:
+        await again.close()
+
+
+async def _session(http: aiohttp.ClientSession, server: RunningServer, sid: str) -> dict:
+    async with http.get(f"{server.url}/v1/sessions/{sid}") as r:
+        assert r.status == 200, await r.text()
+        session: dict = await r.json()
+    assert_documented(session, "Session")
+    return session
 
 
 async def test_idle_sessions_leave_memory_and_come_back(server_factory, mock, http) -> None:

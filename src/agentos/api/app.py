@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from agentos.api import agents, ops, runs, sessions, turns, websocket
+from agentos.api import agents, docs, ops, runs, sessions, turns, websocket
 from agentos.api.errors import error_middleware
 from agentos.api.keys import MAX_BODY_BYTES, METRICS, RUNS, RUNTIME, SETTINGS, SSE_KEEPALIVE_S
 from agentos.api.middleware import access_log_middleware, auth_middleware
@@ -34,6 +34,7 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     app[RUNTIME] = services.runtime
     app[RUNS] = services.runs
     app[SSE_KEEPALIVE_S] = sse_keepalive_s
-    for table in (sessions.routes, turns.routes, websocket.routes, agents.routes, runs.routes, ops.routes):
+    tables = (sessions.routes, turns.routes, websocket.routes, agents.routes, runs.routes, ops.routes, docs.routes)
+    for table in tables:
         app.router.add_routes(table)
     return app

@@ -14,7 +14,10 @@ T = TypeVar("T")
 
 
 class SessionCreate(msgspec.Struct, forbid_unknown_fields=True):
-    agent: str = "default"
+    """`agent`: the agent that runs the session's turns; None (or absent): the default, which is
+    the agent named "default" if one is defined, else plain chat turns."""
+
+    agent: str | None = None
     metadata: dict[str, Any] = {}
 
 
@@ -73,14 +76,35 @@ def _check_well_formed(raw: bytes | str) -> None:
         raise BadRequest(f"malformed JSON: {exc}", code="malformed_json") from None
 
 
+# Every paginated list takes `limit` from 1 to MAX_PAGE_LIMIT; each route has its own default.
+MAX_PAGE_LIMIT = 1000
+
+
+def page_limit(request: web.Request, default: int) -> int:
+    """The `limit` of a paginated list.
+
+    Raises:
+        InvalidInput: not an integer from 1 to `MAX_PAGE_LIMIT`.
+    """
+    return query_int(request, "limit", default, low=1, high=MAX_PAGE_LIMIT)
+
+
 def query_int(request: web.Request, name: str, default: int, *, low: int, high: int) -> int:
+    """The integer query parameter `name` (`default` when absent).
+
+    Every bad value, not a number or out of range, is the same error, so a client handles one
+    kind: 422 `invalid_input`, its message naming the parameter and the range.
+
+    Raises:
+        InvalidInput: not an integer, or outside `low..high`.
+    """
     raw = request.query.get(name)
     if raw is None:
         return default
     try:
         value = int(raw)
     except ValueError:
-        raise BadRequest(f"query parameter {name!r} must be an integer, got {raw!r}") from None
-    if not low <= value <= high:
-        raise InvalidInput(f"query parameter {name!r} must be between {low} and {high}, got {value}")
+        value = None
+    if value is None or not low <= value <= high:
+        raise InvalidInput(f"query parameter {name!r} must be an integer from {low} to {high}, got {raw!r}")
     return value

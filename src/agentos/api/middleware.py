@@ -13,7 +13,10 @@ from agentos.api.keys import RUNTIME
 from agentos.clock import wall_ms
 from agentos.store.records import AccessRecord
 
-_OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+# Open without the token: the probes, and the API's description with its page (a browser
+# cannot send the token to load them; every route they describe still asks for it).
+# Matched by route, not by path prefix, so no path reaches another route through an open one.
+_OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/{asset}"})
 
 
 def auth_middleware(token: str) -> Middleware:
@@ -21,13 +24,19 @@ def auth_middleware(token: str) -> Middleware:
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in _OPEN_PATHS:
+        if _route_of(request) not in _OPEN_ROUTES:
             given = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(given, expected):
                 return error_response(401, "unauthorized", "missing or wrong bearer token")
         return await handler(request)
 
     return check
+
+
+def _route_of(request: web.Request) -> str | None:
+    """The matched route's path pattern (`/docs/{asset}`); None when nothing matched."""
+    resource = request.match_info.route.resource
+    return None if resource is None else resource.canonical
 
 
 @web.middleware

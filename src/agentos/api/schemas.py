@@ -1,9 +1,10 @@
-"""JSON schemas of the request and response bodies, the `components` of the OpenAPI document.
+"""JSON schemas of the request and response bodies, the `components` of the OpenAPI document,
+and the pieces `agentos.api.openapi` builds its operations from (list parameters, tags).
 
 Written by hand to match the handlers, except the agent spec's, which msgspec derives from
 `AgentSpec` itself: it has a dozen fields and nested tables, and must never drift from the
 parser. tests/api/test_openapi.py checks the hand-written request schemas against the structs
-in `agentos.api.body`, and the route tests check real answers against the response schemas.
+in `agentos.api.body`, and real answers against the response schemas (with jsonschema).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import msgspec
 
 from agentos.agents.spec import AgentSpec
+from agentos.api.body import MAX_PAGE_LIMIT
 
 _REF = "#/components/schemas/{name}"
 
@@ -23,6 +25,60 @@ def ref(name: str) -> dict[str, str]:
 
 def _nullable(kind: str) -> dict[str, Any]:
     return {"type": [kind, "null"]}
+
+
+def _page(item: str, cursor: dict[str, Any]) -> dict[str, Any]:
+    """The shape every list shares: a page of items, and the cursor to pass as `?after=` for
+    the next page (null: there is none)."""
+    return {
+        "type": "object",
+        "required": ["data", "next_cursor"],
+        "properties": {"data": {"type": "array", "items": ref(item)}, "next_cursor": cursor},
+    }
+
+
+def limit_param(default: int) -> dict[str, Any]:
+    return {
+        "name": "limit",
+        "in": "query",
+        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LIMIT, "default": default},
+        "description": f"page size; anything else (0, -1, abc, over {MAX_PAGE_LIMIT}) is a 422 invalid_input",
+    }
+
+
+def after_param(kind: str) -> dict[str, Any]:
+    schema = {"type": "integer", "minimum": 0} if kind == "integer" else {"type": "string"}
+    return {"name": "after", "in": "query", "schema": schema, "description": "the next_cursor of the page before"}
+
+
+def tag_of(path: str) -> str:
+    """The group an operation is shown under on /docs."""
+    if "/turn" in path or path.endswith("/ws"):
+        return "turns"
+    if path.startswith("/v1/runs") or path.endswith("/runs"):
+        return "runs"
+    for prefix, tag in (("/v1/sessions", "sessions"), ("/v1/agents", "agents")):
+        if path.startswith(prefix):
+            return tag
+    return "server"
+
+
+def tagged(paths: dict[str, Any]) -> dict[str, Any]:
+    for path, item in paths.items():
+        for method, operation in item.items():
+            if method != "parameters":
+                operation["tags"] = [tag_of(path)]
+    return paths
+
+
+# The groups of operations on /docs, in the order shown.
+TAGS = [
+    {"name": "sessions", "description": "Sessions, their transcripts and stored events"},
+    {"name": "turns", "description": "Turns: streamed (SSE), whole (JSON) or over a WebSocket; last-wins"},
+    {"name": "agents", "description": "Agent definitions (docs/agents.md)"},
+    {"name": "runs", "description": "Background runs of an agent, their events, their human requests"},
+    {"name": "server", "description": "Health, metrics, and this documentation"},
+]
 
 
 _, _SPEC_SCHEMAS = msgspec.json.schema_components([AgentSpec], ref_template=_REF)
@@ -44,24 +100,60 @@ _SESSIONS: dict[str, Any] = {
     "SessionCreate": {
         "type": "object",
         "additionalProperties": False,
-        "properties": {"agent": {"type": "string"}, "metadata": {"type": "object"}},
+        "properties": {
+            "agent": {
+                **_nullable("string"),
+                "description": "the agent that runs the turns; absent or null: the agent named default if"
+                " one is defined, else plain chat turns",
+            },
+            "metadata": {"type": "object"},
+        },
     },
     "Session": {
         "type": "object",
+        "required": ["id", "agent", "metadata", "tenant_id", "created_at_ms"],
         "properties": {
             "id": {"type": "string"},
-            "agent": {"type": "string"},
+            "agent": {**_nullable("string"), "description": "the agent that runs the turns; null: plain chat turns"},
             "metadata": {"type": "object"},
             "tenant_id": {"type": "string"},
             "created_at_ms": {"type": "integer"},
-            "active_turn": _nullable("string"),
+            "active_turn": {**_nullable("string"), "description": "GET of one session only"},
         },
     },
-    "SessionPage": {
+    "SessionPage": _page("Session", _nullable("string")),
+    "Message": {
         "type": "object",
+        "required": ["id", "turn_id", "role", "content", "status", "created_at_ms"],
         "properties": {
-            "data": {"type": "array", "items": ref("Session")},
-            "next_cursor": _nullable("string"),
+            "id": {"type": "integer"},
+            "turn_id": {"type": "string"},
+            "role": {"enum": ["user", "assistant", "system", "tool"]},
+            "content": {"type": "string"},
+            "status": {"enum": ["completed", "cancelled", "failed"]},
+            "usage": {"type": ["object", "null"], "additionalProperties": {"type": "integer"}},
+            "created_at_ms": {"type": "integer"},
+        },
+    },
+    "MessagePage": _page("Message", _nullable("integer")),
+    "StoredEvent": {
+        "type": "object",
+        "required": ["id", "turn_id", "type", "data", "created_at_ms"],
+        "properties": {
+            "id": {"type": "integer"},
+            "turn_id": {"type": "string"},
+            "type": {"type": "string", "description": "turn.started, turn.completed, ... (tokens are not stored)"},
+            "data": {"type": "object"},
+            "created_at_ms": {"type": "integer"},
+        },
+    },
+    "EventPage": _page("StoredEvent", _nullable("integer")),
+    "TurnCancel": {
+        "type": "object",
+        "required": ["cancelled", "turn_id"],
+        "properties": {
+            "cancelled": {"type": "boolean", "description": "false: no turn was running"},
+            "turn_id": {**_nullable("string"), "description": "the cancelled turn"},
         },
     },
     "TurnCreate": {
@@ -79,6 +171,8 @@ _SESSIONS: dict[str, Any] = {
             "output": {"type": "string"},
             "usage": {"type": "object"},
             "reason": {"type": "string"},
+            "message": {"type": "string"},
+            "finish_reason": {"type": "string"},
         },
     },
 }
@@ -86,11 +180,7 @@ _SESSIONS: dict[str, Any] = {
 _RUNS: dict[str, Any] = {
     **_SPEC_SCHEMAS,
     "Agent": _AGENT,
-    "AgentList": {
-        "type": "object",
-        "required": ["agents"],
-        "properties": {"agents": {"type": "array", "items": ref("Agent")}},
-    },
+    "AgentPage": _page("Agent", _nullable("string")),
     "RunCreate": {
         "type": "object",
         "required": ["input"],
@@ -151,6 +241,14 @@ _RUNS: dict[str, Any] = {
     },
 }
 
+_OPS: dict[str, Any] = {
+    "Health": {
+        "type": "object",
+        "required": ["status"],
+        "properties": {"status": {"enum": ["ok", "ready", "not_ready"]}},
+    },
+}
+
 SCHEMAS: dict[str, Any] = {
     "Error": {
         "type": "object",
@@ -169,4 +267,5 @@ SCHEMAS: dict[str, Any] = {
     },
     **_SESSIONS,
     **_RUNS,
+    **_OPS,
 }

@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from agentos.api.body import SessionCreate, query_int, read_body
+from agentos.api.body import SessionCreate, page_limit, query_int, read_body
 from agentos.api.keys import RUNTIME
 from agentos.runtime.runtime import Runtime
 from agentos.store.records import SessionRecord
@@ -19,10 +19,11 @@ def json_response(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=msgspec.json.encode(data), status=status, content_type="application/json")
 
 
-def session_json(record: SessionRecord) -> dict[str, Any]:
+def session_json(runtime: Runtime, record: SessionRecord) -> dict[str, Any]:
+    """A session as the API shows it; `agent` is what runs its turns (None: plain chat turns)."""
     return {
         "id": record.session_id,
-        "agent": record.agent,
+        "agent": runtime.sessions.reported_agent(record),
         "metadata": record.metadata,
         "tenant_id": record.tenant_id,
         "created_at_ms": record.created_at_ms,
@@ -32,17 +33,18 @@ def session_json(record: SessionRecord) -> dict[str, Any]:
 @routes.post("/v1/sessions")
 async def create_session(request: web.Request) -> web.Response:
     body = await read_body(request, SessionCreate, empty_ok=True)
-    record = await request.app[RUNTIME].create_session(body.agent, body.metadata)
-    return json_response(session_json(record), status=201)
+    runtime = request.app[RUNTIME]
+    record = await runtime.create_session(body.agent, body.metadata)
+    return json_response(session_json(runtime, record), status=201)
 
 
 @routes.get("/v1/sessions")
 async def list_sessions(request: web.Request) -> web.Response:
-    limit = query_int(request, "limit", 50, low=1, high=500)
-    after = request.query.get("after")
-    records = await request.app[RUNTIME].store.list_sessions(limit=limit, after=after)
+    runtime = request.app[RUNTIME]
+    limit = page_limit(request, 50)
+    records = await runtime.store.list_sessions(limit=limit, after=request.query.get("after"))
     cursor = records[-1].session_id if len(records) == limit else None
-    return json_response({"data": [session_json(r) for r in records], "next_cursor": cursor})
+    return json_response({"data": [session_json(runtime, r) for r in records], "next_cursor": cursor})
 
 
 @routes.get("/v1/sessions/{session_id}")
@@ -50,7 +52,7 @@ async def get_session(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     session_id = request.match_info["session_id"]
     record = await runtime.get_session(session_id)
-    data = session_json(record) | {"active_turn": runtime.kernel.active_turn(session_id)}
+    data = session_json(runtime, record) | {"active_turn": runtime.kernel.active_turn(session_id)}
     return json_response(data)
 
 
@@ -64,7 +66,7 @@ async def _page(request: web.Request) -> tuple[Runtime, str, int, int]:
     """The runtime, the (existing) session id, `after` and `limit` of a cursor-paginated read."""
     runtime = request.app[RUNTIME]
     session_id = request.match_info["session_id"]
-    limit = query_int(request, "limit", 100, low=1, high=1000)
+    limit = page_limit(request, 100)
     after = query_int(request, "after", 0, low=0, high=2**62)
     await runtime.get_session(session_id)  # 404 for an unknown session
     return runtime, session_id, after, limit

@@ -1,7 +1,8 @@
 """A session's WebSocket: frames `{"type": "turn", "input": ...}` and `{"type": "cancel"}` in,
 the turn events out as `{"type": <event>, "id": ..., "data": {...}}`. Closing the socket
 cancels the running turn: nothing outlives its client. While the server drains, a new turn
-gets an error frame with code `shutting_down`; the socket stays open for the turn it holds."""
+gets an error frame with code `shutting_down`; the socket stays open for the turn it holds.
+docs/api.md describes the protocol: every frame, every error code."""
 
 from __future__ import annotations
 
@@ -45,8 +46,9 @@ async def session_socket(request: web.Request) -> web.WebSocketResponse:
                 continue
             try:
                 turn = await _on_frame(runtime, session_id, message.data)
-            except RequestError as exc:
-                await _send_error(ws, exc.code, exc.message)
+            except RequestError as exc:  # as over HTTP: overloaded and shutting_down say when to retry
+                retry = {} if exc.retry_after_s is None else {"retry_after_s": exc.retry_after_s}
+                await _send_error(ws, exc.code, exc.message, **retry)
                 continue
             except Exception:  # the socket is open: a failure is a frame, never an escaping exception
                 error_id = log_internal_error("a frame on the WebSocket of session %s failed", session_id)
@@ -100,5 +102,6 @@ class WebSocketSink:
         await self._ws.send_str(_encode({"type": name, "id": event_id, "data": data}).decode())
 
 
-async def _send_error(ws: web.WebSocketResponse, code: str, message: str, **extra: str) -> None:
+async def _send_error(ws: web.WebSocketResponse, code: str, message: str, **extra: str | int) -> None:
+    """An error frame `{"type": "error", "error": {"code", "message", ...}}` (docs/api.md)."""
     await ws.send_str(_encode({"type": "error", "error": {"code": code, "message": message, **extra}}).decode())

@@ -82,7 +82,7 @@ class Runtime:
 
     # -- sessions ---------------------------------------------------------------------------
 
-    async def create_session(self, agent: str, metadata: dict[str, Any]) -> SessionRecord:
+    async def create_session(self, agent: str | None, metadata: dict[str, Any]) -> SessionRecord:
         return await self.sessions.create(agent, metadata)
 
     async def get_session(self, session_id: str) -> SessionRecord:

@@ -19,7 +19,10 @@ from agentos.store.records import SessionRecord
 if TYPE_CHECKING:
     from agentos.agents import RunService
 
-DEFAULT_AGENT = "default"  # a plain chat turn: one model call, no tools
+# A session opened without an agent is stored with this name: it runs the agent so named if
+# one is defined, else plain chat turns (one model call, no tools). The API reports what runs
+# the turns (`reported_agent`): "default" for the agent, None for plain chat.
+DEFAULT_AGENT = "default"
 
 
 class Sessions:
@@ -36,8 +39,23 @@ class Sessions:
         """The agent that runs the session's turns, or None for plain chat turns."""
         return self._agents.get(session_id)
 
-    async def create(self, agent: str, metadata: dict[str, Any]) -> SessionRecord:
-        """Raises: InvalidInput (unknown agent)."""
+    def reported_agent(self, record: SessionRecord) -> str | None:
+        """The agent that runs (or, once loaded, will run) the session's turns; None for plain chat.
+
+        A session in memory answers with what its turns run now, so the two never disagree.
+        """
+        if record.agent != DEFAULT_AGENT:
+            return record.agent
+        if self._driver.kernel.has_session(record.session_id):
+            return self._agents.get(record.session_id)
+        return DEFAULT_AGENT if self._has_default_agent() else None
+
+    async def create(self, agent: str | None, metadata: dict[str, Any]) -> SessionRecord:
+        """Open a session run by `agent` (None: the default, see `DEFAULT_AGENT`).
+
+        Raises: InvalidInput (unknown agent).
+        """
+        agent = DEFAULT_AGENT if agent is None else agent
         if agent != DEFAULT_AGENT and (self._runs is None or not self._runs.has_agent(agent)):
             raise InvalidInput(f"unknown agent {agent!r}; define it in the config or with POST /v1/agents")
         record = SessionRecord(session_id=new_id("ses"), agent=agent, metadata=metadata, created_at_ms=wall_ms())
@@ -78,10 +96,12 @@ class Sessions:
     def _open(self, record: SessionRecord) -> None:
         # "default" is the plain chat turn unless an agent of that name is defined: then every
         # session without an agent of its own runs it.
-        runs = self._runs
-        if record.agent != DEFAULT_AGENT or (runs is not None and runs.has_agent(DEFAULT_AGENT)):
+        if record.agent != DEFAULT_AGENT or self._has_default_agent():
             self._agents[record.session_id] = record.agent
         self._driver.handle(SessionOpened(record.session_id))
+
+    def _has_default_agent(self) -> bool:
+        return self._runs is not None and self._runs.has_agent(DEFAULT_AGENT)
 
     def _evict(self, command: EvictSession) -> None:
         self._store.forget_session(command.session_id)
