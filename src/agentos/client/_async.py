@@ -188,9 +188,7 @@ class AsyncClient:
 
     async def list_agents(self) -> list[dict[str, Any]]:
         body = await self._http.call("GET", "/v1/agents", dict[str, Any])
-        # Read both list shapes: `{"agents": [...]}` and the sessions' `{"data": [...]}`.
-        agents = body.get("data", body.get("agents"))
-        return decode(msgspec.json.encode(agents), list[dict[str, Any]])
+        return decode(msgspec.json.encode(body["data"]), list[dict[str, Any]])
 
     async def get_agent(self, name: str) -> dict[str, Any]:
         """Raises: APIError: 404 `agent_not_found`."""
