@@ -219,7 +219,9 @@ def resolve_paths(settings: Settings) -> Settings:
     def absolute(path: str) -> str:
         return os.path.abspath(os.path.expanduser(path)) if path else path
 
-    return msgspec.structs.replace(settings, data_dir=absolute(settings.data_dir), jsonl_dir=absolute(settings.jsonl_dir))
+    return msgspec.structs.replace(
+        settings, data_dir=absolute(settings.data_dir), jsonl_dir=absolute(settings.jsonl_dir)
+    )
 
 
 def to_toml_dict(settings: Settings) -> dict[str, Any]:

@@ -95,8 +95,9 @@ async def test_a_rule_that_cannot_be_applied_fails_the_command(tmp_path: Path) -
     """The workspace rule names a directory that is not there: the command does not run at all
     (before, the rule was skipped and the command ran under another policy)."""
     missing = tmp_path / "gone"
-    request = {"argv": ["sh", "-c", "echo ran; echo ran > marker"], "cwd": str(tmp_path), "env": {"PATH": "/usr/bin:/bin"},
-               "rlimits": [], "net": "none", "landlock": _landlock.policy(str(missing), landlock_abi())}  # fmt: skip
+    request = {"argv": ["sh", "-c", "echo ran; echo ran > marker"], "cwd": str(tmp_path),
+               "env": {"PATH": "/usr/bin:/bin"}, "rlimits": [], "net": "none",
+               "landlock": _landlock.policy(str(missing), landlock_abi())}  # fmt: skip
     exit_code, output = await spawn(request)
     assert exit_code == 126
     assert output == f"sandbox set-up failed: the Landlock rule for {missing} cannot be applied (it does not exist)\n"

@@ -13,8 +13,8 @@ system paths are optional: a directory this OS does not have (`/lib64`, `/lib32`
 from __future__ import annotations
 
 import ctypes
-import platform
 import os
+import platform
 from typing import Any
 
 _CREATE_RULESET = {"x86_64": 444, "aarch64": 444}

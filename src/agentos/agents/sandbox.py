@@ -125,8 +125,7 @@ class Sandbox:
         A relative `workdir` is taken from the server's current directory, once, here: the
         command's process opens its Landlock rule after `chdir`.
         """
-        workdir = Path(os.path.abspath(workdir))
-        env = _prepare_workdir(workdir)
+        workdir, env = _prepare_workdir(workdir)
         if operation_id:
             env["AGENTOS_OPERATION_ID"] = operation_id
         request = {
@@ -248,11 +247,13 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _prepare_workdir(workdir: Path) -> dict[str, str]:
-    """Create the run's directory (two mkdir calls: microseconds, fine on the loop) and its env."""
+def _prepare_workdir(workdir: Path) -> tuple[Path, dict[str, str]]:
+    """The run's directory made absolute and created (a getcwd and two mkdir calls:
+    microseconds, fine on the loop), and the command's env."""
+    workdir = Path(os.path.abspath(workdir))
     tmp = workdir / ".tmp"
     tmp.mkdir(parents=True, exist_ok=True)
-    return {"PATH": _SAFE_PATH, "HOME": str(workdir), "TMPDIR": str(tmp), "LANG": "C.UTF-8"}
+    return workdir, {"PATH": _SAFE_PATH, "HOME": str(workdir), "TMPDIR": str(tmp), "LANG": "C.UTF-8"}
 
 
 def _rlimits(limits: CommandLimits) -> list[tuple[int, int]]:
