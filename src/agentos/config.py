@@ -11,6 +11,7 @@ An invalid value stops start-up with a `ConfigError` that names the key.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -208,6 +209,19 @@ def _check(settings: Settings) -> None:
         from agentos.agents.spec import parse_config_agents  # only when agents are configured
 
         parse_config_agents(settings.agents)  # raises ConfigError naming agents.<name>.<key>
+
+
+def resolve_paths(settings: Settings) -> Settings:
+    """`data_dir` and `jsonl_dir` as absolute paths (`~` expanded), taken from the current
+    directory now: the services are built with these, so a later `chdir` (the sandbox's, in
+    each command's process) cannot move them."""
+
+    def absolute(path: str) -> str:
+        return os.path.abspath(os.path.expanduser(path)) if path else path
+
+    return msgspec.structs.replace(
+        settings, data_dir=absolute(settings.data_dir), jsonl_dir=absolute(settings.jsonl_dir)
+    )
 
 
 def to_toml_dict(settings: Settings) -> dict[str, Any]:

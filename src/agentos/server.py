@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import ipaddress
 import logging
@@ -10,14 +11,17 @@ import logging.handlers
 import queue
 import resource
 import signal
+import socket
 import sys
+import tempfile
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from pathlib import Path
 
 from aiohttp import web
 
 from agentos.api.app import create_app
-from agentos.config import Settings
+from agentos.config import Settings, resolve_paths
 from agentos.errors import ConfigError
 from agentos.services import DRAIN_TIMEOUT_S, Services, open_services
 
@@ -39,6 +43,74 @@ def check_bind(settings: Settings) -> None:
         loopback = False
     if not loopback:
         raise ConfigError(f"server.host: refusing to listen on {host!r} without auth; set AGENTOS_API_TOKEN")
+
+
+def check_directories(settings: Settings) -> None:
+    """`data_dir` (and `jsonl_dir`, when set) exist or can be created, and are writable.
+
+    Raises:
+        ConfigError: one line naming the setting and how to choose another.
+    """
+    if not settings.store.enabled:  # nothing is written: runs keep their workspaces in a temporary directory
+        return
+    _check_directory("data_dir", settings.data_dir, "--data-dir or AGENTOS_DATA_DIR")
+    if settings.jsonl_dir:
+        _check_directory("jsonl_dir", settings.jsonl_dir, "AGENTOS_JSONL_DIR")
+
+
+def _check_directory(key: str, path: str, how: str) -> None:
+    directory = Path(path)
+    fix = f"choose another with {how}"
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"{key}: {path} is not a directory; {fix}")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot create {path} ({exc.strerror}); {fix}") from None
+    try:  # a real write: permission bits say nothing of a read-only file system, nor of root
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{key}: {path} is not writable ({exc.strerror}); {fix}") from None
+
+
+def check_port(settings: Settings) -> None:
+    """The server's address can be listened on: a port in use is found before anything starts.
+
+    The probe binds as the server will (`SO_REUSEADDR`, every address `host` resolves to, an
+    address family the OS lacks skipped), then lets go. Port 0 (any free port) is not probed.
+
+    Raises:
+        ConfigError: the port is in use, or the address cannot be listened on.
+    """
+    host, port = settings.server.host, settings.server.port
+    if port == 0:
+        return
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(
+            f"server.host: cannot resolve {host!r} ({exc.strerror}); set --host or AGENTOS_HOST"
+        ) from None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+                probe.listen(1)
+            except OSError as exc:
+                if exc.errno == errno.EADDRNOTAVAIL:  # this family is not enabled (asyncio skips it too)
+                    continue
+                raise listen_error(settings, exc) from None
+
+
+def listen_error(settings: Settings, exc: OSError) -> ConfigError:
+    """The one-line error for a failed bind of the server's address."""
+    where = f"{settings.server.host}:{settings.server.port}"
+    fix = "choose another with --port or AGENTOS_PORT"
+    if exc.errno == errno.EADDRINUSE:
+        return ConfigError(f"server.port: {where} is already in use; {fix}")
+    return ConfigError(f"server.port: cannot listen on {where} ({exc.strerror or exc}); {fix}")
 
 
 def raise_fd_limit() -> None:
@@ -83,7 +155,18 @@ def _configure_logging(level: str) -> logging.handlers.QueueListener:
 
 
 def run_server(settings: Settings, *, provider_setup: ProviderSetup | None = None) -> int:
+    """Check the settings, then serve until SIGTERM/SIGINT.
+
+    The checks come first, cheapest first, so that a mistake is one line and nothing has
+    started yet (the built-in mock, the store, the fork server).
+
+    Raises:
+        ConfigError: the address, the port or a directory cannot be used.
+    """
     check_bind(settings)
+    settings = resolve_paths(settings)
+    check_directories(settings)
+    check_port(settings)
     listener = _configure_logging(settings.log_level)
     raise_fd_limit()
     try:
@@ -119,7 +202,11 @@ async def _listen(settings: Settings, services: Services, started: asyncio.Futur
     runner = web.AppRunner(create_app(services), handler_cancellation=True, access_log=None, shutdown_timeout=5)
     await runner.setup()
     site = web.TCPSite(runner, settings.server.host, settings.server.port, backlog=4096, reuse_address=True)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:  # taken since `check_port`: still one line, not a traceback
+        await runner.cleanup()
+        raise listen_error(settings, exc) from None
     port = runner.addresses[0][1]
     tune_gc()
     print(f"agentos listening on http://{settings.server.host}:{port}", flush=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from agentos.agents import RunService
 from agentos.clock import Clock, MonotonicClock
-from agentos.config import Settings
+from agentos.config import Settings, resolve_paths
 from agentos.errors import ConfigError
 from agentos.kernel import Kernel
 from agentos.metrics import Metrics
@@ -68,10 +68,14 @@ async def open_services(
 ) -> Services:
     """Build and start every service. `provider` replaces the one `provider.url` names.
 
+    Relative `data_dir` and `jsonl_dir` are resolved against the current directory, once:
+    `Services.settings` holds the absolute paths.
+
     Raises:
         ConfigError: no provider URL and no provider given (`agentos serve` starts its mock first).
         StoreError: the store cannot be opened.
     """
+    settings = resolve_paths(settings)  # once, here: every part below gets the same absolute paths
     metrics = metrics or Metrics()
     if provider is None and not settings.provider.url:
         raise ConfigError("provider.url: no provider configured")

@@ -6,9 +6,12 @@ import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from agentos.agents import _landlock
+from agentos.agents.forkserver import ForkServer
 from agentos.agents.sandbox import Sandbox, check_argv
 from agentos.agents.spec import CommandLimits
 from agentos.errors import InvalidInput
@@ -40,6 +43,74 @@ async def test_runs_in_its_own_directory(sandbox: Sandbox, tmp_path: Path) -> No
     assert result.exit_code == 3 and not result.timed_out
     assert result.stdout == f"{tmp_path / 'w'}\nhi\n" and result.stderr == "oops\n"
     assert (tmp_path / "w" / "f.txt").read_text() == "hi\n"
+
+
+async def test_a_relative_workdir_can_be_written(
+    sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect 1 of issue 13: a relative workdir's Landlock rule was opened after `chdir`, failed,
+    and was skipped without a word: every write in the workspace was then denied."""
+    monkeypatch.chdir(tmp_path)
+    result = await sandbox.run(["sh", "-c", "echo x > f; cat f"], Path("data/w"), LIMITS)
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "x\n", "")
+    assert (tmp_path / "data" / "w" / "f").read_text() == "x\n"
+
+
+def test_the_policy_requires_the_workdir_rule_and_an_absolute_workdir() -> None:
+    """The policy builder: only system paths may be skipped; the workspace rule must apply."""
+    policy = _landlock.policy("/srv/agentos/data/workspaces/r1", abi=3)
+    required = [path for path, _, must in policy["rules"] if must]
+    assert required == ["/srv/agentos/data/workspaces/r1"]
+    assert policy["rules"][-1][1] == policy["handled"]  # the workspace gets every handled right
+    optional = {path for path, _, must in policy["rules"] if not must}
+    assert {"/usr", "/lib64", "/dev/null"} <= optional
+    with pytest.raises(ValueError, match="absolute"):
+        _landlock.policy("data/workspaces/r1", abi=3)
+
+
+async def spawn(request: dict[str, Any]) -> tuple[int, str]:
+    """Run a raw fork-server request (a policy built here, not by `Sandbox.run`): exit code, output."""
+    forks = ForkServer()
+    out_r, out_w = os.pipe()
+    try:
+        pid = await forks.spawn(request, out_w, out_w)
+    finally:
+        os.close(out_w)
+    try:
+        exit_code = await asyncio.wait_for(forks.wait(pid), 10)
+    finally:
+        await forks.close()
+    with os.fdopen(out_r, "rb") as out:  # the command has exited: its output is all in the pipe
+        return exit_code, (await asyncio.to_thread(out.read)).decode()
+
+
+def landlock_abi() -> int:
+    abi = _landlock.abi_version()
+    if not abi:
+        pytest.skip("Landlock is not available on this kernel: the fork server applies no rules to test")
+    return abi
+
+
+async def test_a_rule_that_cannot_be_applied_fails_the_command(tmp_path: Path) -> None:
+    """The workspace rule names a directory that is not there: the command does not run at all
+    (before, the rule was skipped and the command ran under another policy)."""
+    missing = tmp_path / "gone"
+    request = {"argv": ["sh", "-c", "echo ran; echo ran > marker"], "cwd": str(tmp_path),
+               "env": {"PATH": "/usr/bin:/bin"}, "rlimits": [], "net": "none",
+               "landlock": _landlock.policy(str(missing), landlock_abi())}  # fmt: skip
+    exit_code, output = await spawn(request)
+    assert exit_code == 126
+    assert output == f"sandbox set-up failed: the Landlock rule for {missing} cannot be applied (it does not exist)\n"
+    assert not (tmp_path / "marker").exists()
+
+
+async def test_a_missing_system_directory_is_skipped(tmp_path: Path) -> None:
+    """An optional rule (a system directory this OS lacks, like /lib64 on some) does not stop the command."""
+    policy = _landlock.policy(str(tmp_path), landlock_abi())
+    policy["rules"].insert(0, ["/no-such-system-directory", 1, False])
+    request = {"argv": ["sh", "-c", "echo ran > marker; cat marker"], "cwd": str(tmp_path),
+               "env": {"PATH": "/usr/bin:/bin"}, "rlimits": [], "net": "none", "landlock": policy}  # fmt: skip
+    assert await spawn(request) == (0, "ran\n")
 
 
 async def test_cannot_read_the_servers_environment(

@@ -4,11 +4,16 @@
 fork server (`_zygote.py`). Reads are allowed below the system directories needed to run
 programs; writes only below `workdir` and to a few device files. `/proc` is not granted: a
 command cannot read the server's `/proc/<pid>/environ`.
+
+Each rule says whether it is required. The workspace rule is: if it cannot be applied, the
+command must not run (it would run under a different policy than the one built here). The
+system paths are optional: a directory this OS does not have (`/lib64`, `/lib32`) is skipped.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import platform
 from typing import Any
 
@@ -33,11 +38,18 @@ def abi_version() -> int:
 
 
 def policy(workdir: str, abi: int) -> dict[str, Any]:
-    """`{"handled": mask, "rules": [[path, access], ...]}` for the fork server."""
+    """`{"handled": mask, "rules": [[path, access, required], ...]}` for the fork server.
+
+    Raises:
+        ValueError: `workdir` is relative: the fork server opens it after `chdir`, where a
+            relative path names another directory or none.
+    """
+    if not os.path.isabs(workdir):
+        raise ValueError(f"the sandbox needs an absolute working directory, got {workdir!r}")
     handled = _EXECUTE | _WRITE_FILE | _READ_FILE | _READ_DIR | _WRITE_TREE
     handled |= (_REFER if abi >= 2 else 0) | (_TRUNCATE if abi >= 3 else 0)
     device_rights = (_WRITE_FILE | _READ_FILE | (_TRUNCATE if abi >= 3 else 0)) & handled
-    rules = [[path, _EXECUTE | _READ_FILE | _READ_DIR] for path in _READ_ONLY_DIRS]
-    rules += [[path, device_rights] for path in _DEVICE_FILES]
-    rules.append([workdir, handled])
+    rules: list[list[Any]] = [[path, _EXECUTE | _READ_FILE | _READ_DIR, False] for path in _READ_ONLY_DIRS]
+    rules += [[path, device_rights, False] for path in _DEVICE_FILES]
+    rules.append([workdir, handled, True])
     return {"handled": handled, "rules": rules}

@@ -9,8 +9,9 @@ Protocol, on the SOCK_SEQPACKET socket FD (one datagram per message, JSON):
     server -> zygote  {"id", "argv", "cwd", "env", "rlimits", "net", "landlock"} + SCM_RIGHTS [stdout, stderr]
     zygote -> server  {"id", "pid"}               the command started (its own session and group)
     zygote -> server  {"pid", "exit_code"}        it ended (negative: killed by that signal)
-A command whose set-up fails exits 126 with the reason on its stderr; one that cannot be
-executed exits 127. When the server's end of the socket closes (a clean close, or the server
+A command whose set-up fails exits 126 with the reason on its stderr (a Landlock rule that
+cannot be applied included: only a missing optional system path is skipped); one that cannot
+be executed exits 127. When the server's end of the socket closes (a clean close, or the server
 was killed), the zygote kills the commands still running and exits.
 """
 
@@ -58,11 +59,10 @@ def _landlock(policy: dict[str, Any] | None) -> None:
     ruleset = _libc.syscall(create, attr, ctypes.c_size_t(8), ctypes.c_uint32(0))
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
-    for path, access in policy["rules"]:
-        try:
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        except OSError:
-            continue  # a directory this system does not have
+    for path, access, required in policy["rules"]:
+        fd = _open_rule_path(path, required)
+        if fd is None:
+            continue  # an optional system directory this OS does not have
         beneath = ctypes.create_string_buffer(struct.pack("=Qi", access, fd), 12)
         if _libc.syscall(add_rule, ruleset, _RULE_PATH_BENEATH, beneath, ctypes.c_uint32(0)) != 0:
             raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
@@ -71,6 +71,25 @@ def _landlock(policy: dict[str, Any] | None) -> None:
         raise OSError(ctypes.get_errno(), "prctl(NO_NEW_PRIVS)")
     if _libc.syscall(restrict, ruleset, ctypes.c_uint32(0)) != 0:
         raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+
+
+def _open_rule_path(path: str, required: bool) -> int | None:
+    """An `O_PATH` fd for a Landlock rule; None for a missing optional path.
+
+    Anything else fails the set-up: a rule left out changes what the command may do (without
+    its workspace rule, no write in the workspace succeeds), and that must not pass unseen.
+    """
+    if required and not os.path.isabs(path):  # opened after chdir, it would name another place
+        raise RuntimeError(f"the Landlock rule for {path!r} cannot be applied (a relative path)")
+    try:
+        return os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if not required:
+            return None
+        reason = "it does not exist"
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    raise RuntimeError(f"the Landlock rule for {path} cannot be applied ({reason})")
 
 
 def _child(request: dict[str, Any], out_fd: int, err_fd: int) -> None:

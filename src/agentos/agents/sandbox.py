@@ -8,7 +8,8 @@ each child between fork and exec:
   when not root), probed once per process; where the OS refuses, commands keep the host's
   network and `statistics()` / the log say so;
 - Landlock: writes only below its working directory, reads only system directories and its
-  own directory, no `/proc` (where Landlock is missing, this is logged and skipped);
+  own directory, no `/proc` (where Landlock is missing, this is logged and skipped; where a
+  rule for the working directory cannot be applied, the command fails with exit code 126);
 - a minimal environment built from scratch: nothing of the server's environment leaks.
 Output beyond `output_max_bytes` per stream is drained and dropped, and marked truncated.
 """
@@ -119,9 +120,12 @@ class Sandbox:
 
         `operation_id` is given to the command as `AGENTOS_OPERATION_ID`: stable across replays,
         so a command can make its effect idempotent. A program that cannot be started yields
-        exit code 127 and the reason on stderr; a failed confinement, 126.
+        exit code 127 and the reason on stderr; a failed confinement, 126 (a Landlock rule that
+        cannot be applied included: the command never runs under a weaker or different policy).
+        A relative `workdir` is taken from the server's current directory, once, here: the
+        command's process opens its Landlock rule after `chdir`.
         """
-        env = _prepare_workdir(workdir)
+        workdir, env = _prepare_workdir(workdir)
         if operation_id:
             env["AGENTOS_OPERATION_ID"] = operation_id
         request = {
@@ -243,11 +247,13 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _prepare_workdir(workdir: Path) -> dict[str, str]:
-    """Create the run's directory (two mkdir calls: microseconds, fine on the loop) and its env."""
+def _prepare_workdir(workdir: Path) -> tuple[Path, dict[str, str]]:
+    """The run's directory made absolute and created (a getcwd and two mkdir calls:
+    microseconds, fine on the loop), and the command's env."""
+    workdir = Path(os.path.abspath(workdir))
     tmp = workdir / ".tmp"
     tmp.mkdir(parents=True, exist_ok=True)
-    return {"PATH": _SAFE_PATH, "HOME": str(workdir), "TMPDIR": str(tmp), "LANG": "C.UTF-8"}
+    return workdir, {"PATH": _SAFE_PATH, "HOME": str(workdir), "TMPDIR": str(tmp), "LANG": "C.UTF-8"}
 
 
 def _rlimits(limits: CommandLimits) -> list[tuple[int, int]]:
