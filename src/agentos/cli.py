@@ -21,6 +21,10 @@ _FLAG_KEYS = {
     "max_in_flight_turns": "kernel.max_in_flight_turns",
     "concurrency_limit": "kernel.concurrency_limit",
     "session_ttl_secs": "kernel.session_ttl_secs",
+    "mock_scenario": "mock.scenario",
+    "mock_ttft_ms": "mock.ttft_ms",
+    "mock_tps": "mock.tps",
+    "mock_tokens": "mock.tokens",
 }
 
 
@@ -34,6 +38,11 @@ def _add_settings_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-in-flight-turns", type=int, help="admission gate, 0 = off")
     p.add_argument("--concurrency-limit", type=int, help="concurrent provider streams")
     p.add_argument("--session-ttl-secs", type=float)
+    mock = p.add_argument_group("built-in mock provider (when no --provider-url)")
+    mock.add_argument("--mock-scenario", choices=("plain", "tools"), help="tools: agents get tool calls")
+    mock.add_argument("--mock-ttft-ms", type=float, help="delay before the first token")
+    mock.add_argument("--mock-tps", type=float, help="tokens per second")
+    mock.add_argument("--mock-tokens", type=int, help="tokens per answer")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

@@ -67,11 +67,16 @@ class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
 
 class MockConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The built-in mock provider started when `provider.url` is empty."""
+    """The built-in mock provider started when `provider.url` is empty.
+
+    `scenario = "tools"` answers an agent with tool calls (two `run_command`, then `ask_human`,
+    then text; `agentos.bench.mock.scenario`), so a first agent run shows an approval and a question.
+    """
 
     ttft_ms: NonNegFloat = 50.0
     tps: PosFloat = 200.0
     tokens: PosInt = 8
+    scenario: Literal["plain", "tools"] = "plain"
 
 
 class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

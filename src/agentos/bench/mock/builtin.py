@@ -27,8 +27,12 @@ async def builtin_mock(settings: Settings) -> AsyncIterator[Settings]:
         yield settings
         return
     m = settings.mock
-    mock = await start_mock(MockSettings(ttft_ms=m.ttft_ms, tps=m.tps, tokens=m.tokens))
-    log.warning("no provider configured (--provider-url): using the built-in mock provider at %s", mock.url)
+    mock = await start_mock(MockSettings(ttft_ms=m.ttft_ms, tps=m.tps, tokens=m.tokens, scenario=m.scenario))
+    log.warning(
+        "no provider configured (--provider-url): using the built-in mock provider at %s (scenario %r)",
+        mock.url,
+        m.scenario,
+    )
     try:
         yield msgspec.structs.replace(settings, provider=msgspec.structs.replace(settings.provider, url=mock.url))
     finally:
