@@ -146,12 +146,9 @@ async def test_the_readme_first_run_works_as_written(tmp_path: Path) -> None:
     assert_first_run((await first_run(tmp_path)).events)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue #13 item 1: with the default relative ./data, Landlock's workspace rule is skipped "
-    "and the approved commands cannot write in their own workspace; remove this mark with that fix",
-)
 async def test_the_first_runs_commands_write_in_their_workspace(tmp_path: Path) -> None:
+    """Issue #13 item 1 from the README's side: with the default relative ./data the approved
+    commands write in their own workspace (Landlock's workspace rule was skipped before)."""
     run = await first_run(tmp_path)
     stderr = [msgspec.json.decode(e.data["content"])["stderr"] for e in run.events if e.name == "tool.result"]
     assert stderr == ["", ""]
