@@ -1,4 +1,4 @@
-"""`agentos serve`: bind, run until SIGTERM/SIGINT, then drain and stop."""
+"""`agentos serve`: bind, run until SIGTERM/SIGINT, then drain and stop; a second signal stops at once."""
 
 from __future__ import annotations
 
