@@ -81,3 +81,121 @@ def test_an_invalid_agent_table_names_its_key(tmp_path: Path) -> None:
         load_settings(write(tmp_path, "[agents.ops]\nmax_turns = 1000\n"), environ={})
     s = load_settings(write(tmp_path, '[agents.ops]\ntools = ["run_command"]\n'), environ={})
     assert s.agents["ops"]["tools"] == ["run_command"]
+
+
+# -- errors name their source: the env var, the flag or the file (issue 13, defect 5) ------------
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"AGENTOS_PORT": "abc"}, "AGENTOS_PORT=abc: server.port expects an integer"),
+        ({"AGENTOS_SERVER_PORT": "70000"}, "AGENTOS_SERVER_PORT=70000: server.port must be an integer <= 65535"),
+        ({"AGENTOS_STORE_ENABLED": "maybe"}, "AGENTOS_STORE_ENABLED=maybe: store.enabled expects true or false"),
+        (
+            {"AGENTOS_KERNEL_SESSION_TTL_SECS": "0"},
+            "AGENTOS_KERNEL_SESSION_TTL_SECS=0: kernel.session_ttl_secs must be a number > 0.0",
+        ),  # fmt: skip
+        (
+            {"AGENTOS_LOG_LEVEL": "loud"},
+            "AGENTOS_LOG_LEVEL=loud: log_level must be one of debug, error, info, warning, got 'loud'",
+        ),  # fmt: skip
+        ({"AGENTOS_PROVIDER_URL": "ftp://x"}, "AGENTOS_PROVIDER_URL=ftp://x: provider.url must start with http://"),
+    ],
+)
+def test_an_env_error_names_the_variable_and_its_value(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(None, environ=environ)
+    assert str(caught.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[agents]\nops = 5\n", "agents.ops must be a table"),
+        ("agents = 5\n", "agents must be a table"),
+        ("[server]\nport = 'abc'\n", "server.port expects an integer"),
+        ("[kernel]\nsurprise = 1\n", "kernel.surprise is not a known setting"),
+        ("surprise = 1\n", "surprise is not a known setting"),
+        ("[agents.ops]\nmax_turns = 1000\n", "agents.ops.max_turns: "),
+    ],
+)
+def test_a_file_error_names_the_file_and_the_key(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path, environ={})
+    assert str(caught.value).startswith(f"{path}: {message}")
+
+
+def test_the_source_that_won_is_the_one_named(tmp_path: Path) -> None:
+    path = write(tmp_path, "[server]\nport = 1\n")
+    with pytest.raises(ConfigError, match=r"^AGENTOS_PORT=abc: server\.port"):
+        load_settings(path, environ={"AGENTOS_PORT": "abc"})
+    with pytest.raises(ConfigError, match=rf"^{path}: server must be a table$"):  # the variable is fine
+        load_settings(write(tmp_path, "server = 1\n"), environ={"AGENTOS_PORT": "8081"})
+    path = write(tmp_path, "[server]\nport = 'abc'\n")
+    assert load_settings(path, environ={"AGENTOS_PORT": "9"}).server.port == 9  # the bad value lost
+    with pytest.raises(ConfigError, match=r"^--port 70000: server\.port must be an integer <= 65535$"):
+        load_settings(path, environ={}, overrides={"server.port": 70000}, flags={"server.port": "--port"})
+
+
+def test_a_secret_in_an_error_stays_masked() -> None:
+    from agentos.config_sources import InvalidSetting, Sources
+
+    sources = Sources(None)
+    sources.note("provider.api_key", "AGENTOS_PROVIDER_API_KEY=", "sk-live")
+    message = sources.describe(InvalidSetting("provider.api_key", "expects a string"))
+    assert "sk-live" not in message and message.startswith("AGENTOS_PROVIDER_API_KEY=*")
+
+
+def test_a_config_path_that_is_a_directory_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_settings(tmp_path, environ={})
+
+
+def test_log_level_from_file_env_and_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert load_settings(write(tmp_path, 'log_level = "warning"\n'), environ={}).log_level == "warning"
+    assert load_settings(None, environ={"AGENTOS_LOG_LEVEL": "DEBUG"}).log_level == "debug"
+    assert main(["config", "show", "--log-level", "error"]) == 0
+    assert 'log_level = "error"' in capsys.readouterr().out
+
+
+# -- the command line -----------------------------------------------------------------------------
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from agentos import __version__
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"agentos {__version__}\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage"),
+    [
+        (["serve", "--bogus"], "usage: agentos serve "),
+        (["config", "show", "--bogus"], "usage: agentos config show "),
+        (["bench", "sweep", "--bogus"], "usage: agentos bench sweep "),
+        (["mock-llm", "--bogus"], "usage: agentos mock-llm "),
+    ],
+)
+def test_an_unknown_flag_prints_the_usage_of_its_command(
+    argv: list[str], usage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert err.startswith(usage) and err.rstrip().endswith("error: unrecognized arguments: --bogus")
+
+
+def test_the_cli_names_the_flag_or_the_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["config", "show", "--port", "70000"]) == 2
+    assert capsys.readouterr().err == "agentos: --port 70000: server.port must be an integer <= 65535\n"
+    monkeypatch.setenv("AGENTOS_PORT", "abc")
+    assert main(["serve"]) == 2  # before anything starts
+    assert capsys.readouterr().err == "agentos: AGENTOS_PORT=abc: server.port expects an integer\n"

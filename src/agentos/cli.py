@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from agentos import __version__
 from agentos.config import Settings, dump_toml, load_settings, to_toml_dict
 from agentos.errors import ConfigError
 
@@ -15,6 +16,7 @@ from agentos.errors import ConfigError
 _FLAG_KEYS = {
     "host": "server.host",
     "port": "server.port",
+    "log_level": "log_level",
     "data_dir": "data_dir",
     "provider_url": "provider.url",
     "model": "provider.model",
@@ -33,6 +35,7 @@ def _add_settings_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host")
     p.add_argument("--port", type=int)
     p.add_argument("--data-dir")
+    p.add_argument("--log-level", type=str.lower, choices=("debug", "info", "warning", "error"))
     p.add_argument("--provider-url", help="OpenAI-compatible base URL (…/v1); empty: built-in mock")
     p.add_argument("--model")
     p.add_argument("--max-in-flight-turns", type=int, help="admission gate, 0 = off")
@@ -47,11 +50,13 @@ def _add_settings_flags(p: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides = {key: getattr(args, flag, None) for flag, key in _FLAG_KEYS.items()}
-    return load_settings(args.config, environ=os.environ, overrides=overrides)
+    flags = {key: "--" + flag.replace("_", "-") for flag, key in _FLAG_KEYS.items()}
+    return load_settings(args.config, environ=os.environ, overrides=overrides, flags=flags)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentos", description="Agent OS: host LLM agents at scale.")
+    parser.add_argument("--version", action="version", version=f"agentos {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the server")
@@ -82,8 +87,25 @@ def _config_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Like `parser.parse_args`, but an unknown flag is reported with the usage of the command
+    it was given to (`agentos serve --bogus` shows serve's flags, not the list of commands)."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The deepest sub-command parser that `args` went through."""
+    for action in parser._actions:  # argparse keeps its sub-commands here and nowhere public
+        if isinstance(action, argparse._SubParsersAction) and getattr(args, action.dest, None) in action.choices:
+            return _command_parser(action.choices[getattr(args, action.dest)], args)
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     try:
         result: int = args.handler(args)
     except ConfigError as exc:

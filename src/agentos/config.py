@@ -6,7 +6,8 @@ Usage::
 
 Every key has a dotted name (`kernel.max_in_flight_turns`) and an env var made from it
 (`AGENTOS_KERNEL_MAX_IN_FLIGHT_TURNS`); the common ones also have a short alias (`ENV_ALIASES`).
-An invalid value stops start-up with a `ConfigError` that names the key.
+An invalid value stops start-up with a `ConfigError` that names its source and key
+(`AGENTOS_PORT=abc: server.port expects an integer`; `agentos.config_sources`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from agentos.config_sources import InvalidSetting, Sources, from_validation_error
 from agentos.errors import ConfigError
 
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
@@ -147,13 +149,14 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
         return
     node = tree.setdefault(head, {})
     if not isinstance(node, dict):
-        raise ConfigError(f"config key {head!r} must be a table")
+        raise InvalidSetting(head, "must be a table")
     _set_dotted(node, rest, value)
 
 
-def _env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
+def _env_overrides(environ: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """(variable, dotted key, value) for every `AGENTOS_*` variable that names a setting."""
     by_env = {env: dotted for dotted, env in _known_keys().items()} | ENV_ALIASES
-    return {by_env[name]: value for name, value in environ.items() if name in by_env}
+    return [(name, by_env[name], value) for name, value in environ.items() if name in by_env]
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -162,6 +165,8 @@ def read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError(f"config file {str(path)!r} not found") from None
+    except OSError as exc:  # a directory, no permission
+        raise ConfigError(f"config file {str(path)!r} cannot be read: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
 
@@ -171,45 +176,78 @@ def load_settings(
     *,
     environ: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    flags: Mapping[str, str] | None = None,
 ) -> Settings:
-    """File, then env, then explicit overrides (CLI flags); the last one wins."""
+    """File, then env, then explicit overrides (CLI flags); the last one wins.
+
+    Args:
+        flags: the CLI flag behind each override key (`{"server.port": "--port"}`), for errors.
+
+    Raises:
+        ConfigError: an invalid value; the message names its source (file, `VAR=value` or
+            `--flag value`) and the dotted key.
+    """
     tree: dict[str, Any] = read_toml(config_path) if config_path else {}
+    sources = Sources(config_path)
     known = _known_keys()
-    for dotted, value in _env_overrides(environ or {}).items():
-        _set_dotted(tree, dotted, value)
-    for dotted, value in (overrides or {}).items():
-        if value is None:
-            continue
-        if dotted not in known:
-            raise ConfigError(f"unknown config key {dotted!r}")
-        _set_dotted(tree, dotted, value)
-    return settings_from_dict(tree)
+    try:
+        for name, dotted, value in _env_overrides(environ or {}):
+            sources.note(dotted, f"{name}=", value)
+            _set_dotted(tree, dotted, value)
+        for dotted, value in (overrides or {}).items():
+            if value is None:
+                continue
+            if dotted not in known:
+                raise ConfigError(f"unknown config key {dotted!r}")
+            sources.note(dotted, f"{(flags or {}).get(dotted, dotted)} ", value)
+            _set_dotted(tree, dotted, value)
+    except InvalidSetting as exc:  # a scalar in the file where a table is needed
+        raise ConfigError(sources.in_file(str(exc))) from None
+    return _convert(tree, sources)
 
 
 def settings_from_dict(tree: Mapping[str, Any]) -> Settings:
+    """Settings from a plain tree (`{"kernel": {"concurrency_limit": 8}}`).
+
+    Raises:
+        ConfigError: naming the dotted key.
+    """
+    return _convert(tree, Sources(None))
+
+
+def _convert(tree: Mapping[str, Any], sources: Sources) -> Settings:
     try:
-        settings = msgspec.convert(tree, type=Settings, strict=False)
+        _check_agent_tables(tree)
+        settings = msgspec.convert(_normalized(tree), type=Settings, strict=False)
+        _check(settings)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"invalid config: {_key_message(exc)}") from None
-    _check(settings)
+        raise ConfigError(sources.describe(from_validation_error(exc, Settings))) from None
+    except InvalidSetting as exc:
+        raise ConfigError(sources.describe(exc)) from None
+    except ConfigError as exc:  # from the agent tables, which only the file sets
+        raise ConfigError(sources.in_file(str(exc))) from None
     return settings
 
 
-def _key_message(exc: msgspec.ValidationError) -> str:
-    """msgspec says `... - at `$.kernel.max_in_flight_turns``; lead with the key instead."""
-    text = str(exc)
-    message, sep, where = text.rpartition(" - at `$.")
-    if not sep:
-        return text.replace("Object contains unknown field", "unknown config key")
-    key = where.rstrip("`").replace("[", ".").replace("]", "").replace("'", "").replace('"', "")
-    message = message.replace("Object contains unknown field", "unknown config key")
-    return f"{key}: {message}"
+def _normalized(tree: Mapping[str, Any]) -> Mapping[str, Any]:
+    level = tree.get("log_level")
+    return {**tree, "log_level": level.lower()} if isinstance(level, str) else tree
+
+
+def _check_agent_tables(tree: Mapping[str, Any]) -> None:
+    """msgspec reports a bad entry of a dict as `agents[...]`, without its name: check here."""
+    agents = tree.get("agents", {})
+    if not isinstance(agents, dict):
+        raise InvalidSetting("agents", "must be a table")
+    for name, table in agents.items():
+        if not isinstance(table, dict):
+            raise InvalidSetting(f"agents.{name}", "must be a table")
 
 
 def _check(settings: Settings) -> None:
     url = settings.provider.url
     if url and not url.startswith(("http://", "https://")):
-        raise ConfigError(f"provider.url: must start with http:// or https://, got {url!r}")
+        raise InvalidSetting("provider.url", f"must start with http:// or https://, got {url!r}")
     if settings.agents:
         from agentos.agents.spec import parse_config_agents  # only when agents are configured
 

@@ -1,4 +1,4 @@
-"""`agentos serve`: bind, run until SIGTERM/SIGINT, then drain and stop."""
+"""`agentos serve`: bind, run until SIGTERM/SIGINT, then drain and stop; a second signal stops at once."""
 
 from __future__ import annotations
 
@@ -186,19 +186,28 @@ def run_server(settings: Settings, *, provider_setup: ProviderSetup | None = Non
 async def serve(
     settings: Settings, started: asyncio.Future[int] | None = None, *, provider_setup: ProviderSetup | None = None
 ) -> None:
-    """Serve until SIGTERM/SIGINT. `provider_setup` may start a provider for the duration and
-    return settings that point at it (the CLI's built-in mock)."""
-    async with AsyncExitStack() as stack:
-        if provider_setup is not None:
-            settings = await stack.enter_async_context(provider_setup(settings))
-        services = await open_services(settings)
-        try:
-            await _listen(settings, services, started)
-        finally:
-            await services.close(DRAIN_TIMEOUT_S)
+    """Serve until SIGTERM/SIGINT, then drain; a second signal stops at once. `provider_setup`
+    may start a provider for the duration and return settings that point at it (the CLI's
+    built-in mock)."""
+    stop = _Stop()
+    loop = asyncio.get_running_loop()
+    for sig in _SIGNALS:  # from the start: a Ctrl-C while closing the stores must not cut them short
+        loop.add_signal_handler(sig, stop.signal)
+    try:
+        async with AsyncExitStack() as stack:
+            if provider_setup is not None:
+                settings = await stack.enter_async_context(provider_setup(settings))
+            services = await open_services(settings)
+            try:
+                await _listen(settings, services, started, stop)
+            finally:
+                await services.close(0.0 if stop.now.is_set() else DRAIN_TIMEOUT_S)
+    finally:
+        for sig in _SIGNALS:
+            loop.remove_signal_handler(sig)
 
 
-async def _listen(settings: Settings, services: Services, started: asyncio.Future[int] | None) -> None:
+async def _listen(settings: Settings, services: Services, started: asyncio.Future[int] | None, stop: _Stop) -> None:
     runner = web.AppRunner(create_app(services), handler_cancellation=True, access_log=None, shutdown_timeout=5)
     await runner.setup()
     site = web.TCPSite(runner, settings.server.host, settings.server.port, backlog=4096, reuse_address=True)
@@ -212,15 +221,55 @@ async def _listen(settings: Settings, services: Services, started: asyncio.Futur
     print(f"agentos listening on http://{settings.server.host}:{port}", flush=True)
     if started is not None:
         started.set_result(port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        await stop.drain.wait()
+        await _drain(services, stop)
     finally:
-        log.info("shutting down: draining turns (up to %.0fs) and writer queues", DRAIN_TIMEOUT_S)
-        await services.drain(DRAIN_TIMEOUT_S)
         await runner.cleanup()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class _Stop:
+    """The stop signals: the first asks for a drain, the second (or any later one) for a stop now."""
+
+    def __init__(self) -> None:
+        self.drain = asyncio.Event()
+        self.now = asyncio.Event()
+
+    def signal(self) -> None:
+        if self.drain.is_set():
+            self.now.set()
+        self.drain.set()
+
+
+async def _drain(services: Services, stop: _Stop) -> None:
+    """Let running turns finish (up to DRAIN_TIMEOUT_S) unless `stop.now` comes first: then every
+    live turn ends at once with `turn.cancelled` (reason "shutdown"), and `serve` gives runs no
+    time to reach their next step (they stay in the journal and resume at the next start).
+    What was committed stays either way: the stores are still closed in order."""
+    turns, runs = _left(services)
+    log.warning("draining: %s and %s left (up to %.0f s); press Ctrl-C again to stop now", turns, runs, DRAIN_TIMEOUT_S)
+    drain = asyncio.ensure_future(services.drain(DRAIN_TIMEOUT_S))
+    now = asyncio.ensure_future(stop.now.wait())
+    try:
+        await asyncio.wait({drain, now}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        now.cancel()
+        if not drain.done():
+            drain.cancel()
+            await asyncio.wait({drain})  # its cancellation only: ours, if any, still propagates
+    if drain.cancelled():
+        turns, runs = _left(services)
+        log.warning("stopping now: cancelling %s (reason: shutdown) and suspending %s", turns, runs)
+        await services.drain(0.0)  # cancels every live turn and waits (briefly) for each to end
+    else:
+        drain.result()
+
+
+def _left(services: Services) -> tuple[str, str]:
+    """How many turns and agent runs are still working, as words: ("1 turn", "2 runs")."""
+    turns = len(list(services.runtime.live_turns))
+    runs = services.runs.statistics().active_runs
+    return f"{turns} turn{'' if turns == 1 else 's'}", f"{runs} run{'' if runs == 1 else 's'}"

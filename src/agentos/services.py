@@ -57,7 +57,7 @@ class Services:
     async def close(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Drain, then close everything in the reverse order of building it."""
         await self.drain(timeout_s)
-        await self.runs.close()  # before the provider: draining runs may still call the model
+        await self.runs.close(min(timeout_s, 5.0))  # before the provider: draining runs may still call it
         self.driver.close()
         await self.provider.aclose()
         await self.store.close()

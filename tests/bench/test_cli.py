@@ -90,3 +90,65 @@ def test_fd_limit_is_raised_to_the_hard_limit() -> None:
 
     soft = raise_fd_limit()
     assert soft == resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= 1024
+
+
+# -- pre-flight: a mistake is one line and exit 2 before anything is measured (issue 13, defect 3) --
+
+
+@pytest.mark.parametrize(
+    ("argv", "profile"),
+    [
+        (
+            ["sweep", "--profile", "full-store", "--target", "server", "--sweep", "1", "--duration-secs", "0.1"],
+            "full-store",
+        ),  # fmt: skip
+        (
+            ["sweep", "--profile", "no-store,nope", "--target", "server", "--sweep", "1", "--duration-secs", "0.1"],
+            "nope",
+        ),  # fmt: skip
+        (["memory", "--sessions", "1"], "no-store"),
+        (["runs", "--runs", "1", "--waiting-runs", "0"], "runs"),
+    ],
+)
+def test_a_missing_profile_stops_the_bench_before_it_starts(
+    argv: list[str], profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "bench/profiles").mkdir(parents=True)
+    (tmp_path / "bench/profiles/no-store.toml").write_bytes((root / "bench/profiles/no-store.toml").read_bytes())
+    if profile == "no-store":
+        (tmp_path / "bench/profiles/no-store.toml").unlink()
+    monkeypatch.chdir(tmp_path)  # outside the repository: bench/profiles holds no-store only
+    out = tmp_path / "out"
+    assert main(["bench", *argv, "--out-dir", str(out)]) == 2
+    where = tmp_path / "bench" / "profiles"
+    expected = f"agentos: --profile {profile}: no such profile (looked in {where}); pass a path to a TOML file\n"
+    assert capsys.readouterr().err == expected
+    assert not out.exists()
+
+
+def test_a_profile_given_as_a_path_passes_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentos.bench.cli_bench import check_profile
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(tmp_path)
+    assert check_profile(str(root / "bench/profiles/full-store.toml")) == root / "bench/profiles/full-store.toml"
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["sweep", "--target", "direct", "--sweep", "1", "--duration-secs", "0.2", "--warmup-secs", "0"], "sweep"),
+        (["memory", "--sessions", "1"], "memory"),
+        (["runs", "--runs", "1", "--waiting-runs", "0"], "runs"),
+    ],
+)
+def test_without_matplotlib_the_bench_stops_before_it_measures(
+    argv: list[str], command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails, as without the extra
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # the repository: its profiles exist
+    out = tmp_path / "out"
+    assert main(["bench", *argv, "--out-dir", str(out)]) == 2
+    assert capsys.readouterr().err == f"agentos: bench {command} needs the bench extra: pip install 'agentos[bench]'\n"
+    assert not out.exists()

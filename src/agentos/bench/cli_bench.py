@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 _RESULTS = Path("bench/results")
@@ -22,6 +23,51 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     from agentos.bench.runs import cli as runs_cli  # `agentos bench runs` (agent runs)
 
     runs_cli.register(commands)
+    commands.choices["runs"].set_defaults(handler=_checked("runs", runs_cli.run_command, lambda a: [a.profile]))
+
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _checked(command: str, handler: Handler, profiles: Callable[[argparse.Namespace], Sequence[str]]) -> Handler:
+    """`handler`, after the checks that need no measuring: a missing profile or a missing
+    matplotlib would otherwise surface after the whole measurement, with nothing saved."""
+
+    def run(args: argparse.Namespace) -> int:
+        for name in profiles(args):
+            check_profile(name)
+        check_plots(command)
+        return handler(args)
+
+    return run
+
+
+def check_profile(name: str) -> Path:
+    """Raises:
+    ConfigError: `name` is neither a file nor a profile under ./bench/profiles.
+    """
+    from agentos.bench.common.processes import BenchSetupError, resolve_profile
+    from agentos.errors import ConfigError
+
+    try:
+        return resolve_profile(name)
+    except BenchSetupError:
+        where = Path.cwd() / "bench" / "profiles"
+        raise ConfigError(
+            f"--profile {name}: no such profile (looked in {where}); pass a path to a TOML file"
+        ) from None
+
+
+def check_plots(command: str) -> None:
+    """Raises:
+    ConfigError: matplotlib, which draws the report's plots, is not installed.
+    """
+    from agentos.errors import ConfigError
+
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"bench {command} needs the bench extra: pip install 'agentos[bench]'") from None
 
 
 def _add_mock_flags(p: argparse.ArgumentParser, ttft_ms: float, tps: float, tokens: int) -> None:
@@ -55,7 +101,7 @@ def _register_sweep(commands: argparse._SubParsersAction[argparse.ArgumentParser
     sweep.add_argument("--keep-data", action="store_true", help="keep the temporary data and logs")
     _add_mock_flags(sweep, 2000.0, 200.0, 8)
     _add_output_flags(sweep)
-    sweep.set_defaults(handler=_sweep)
+    sweep.set_defaults(handler=_checked("sweep", _sweep, _sweep_profiles))
 
 
 def _register_memory(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,7 +112,7 @@ def _register_memory(commands: argparse._SubParsersAction[argparse.ArgumentParse
     memory.add_argument("--settle-secs", type=float, default=0.1)
     _add_mock_flags(memory, 5.0, 2000.0, 8)
     _add_output_flags(memory)
-    memory.set_defaults(handler=_memory)
+    memory.set_defaults(handler=_checked("memory", _memory, lambda a: [a.profile]))
 
 
 def _command_line() -> str:
@@ -78,6 +124,13 @@ def _points(args: argparse.Namespace) -> list[int]:
         raise SystemExit("agentos bench sweep: --sessions must equal --concurrency (one session per worker)")
     single = args.concurrency or args.sessions
     return [single] if single else [int(p) for p in args.sweep.split(",") if p.strip()]
+
+
+def _sweep_profiles(args: argparse.Namespace) -> list[str]:
+    """The profiles the sweep starts a server with (none for `--target direct` or `--server-url`)."""
+    if args.target == "direct" or args.server_url:
+        return []
+    return [p for p in args.profile.split(",") if p]
 
 
 def _sweep(args: argparse.Namespace) -> int:
