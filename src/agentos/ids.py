@@ -1,14 +1,16 @@
-"""Ids for turns, runs and streams: unique, cheap, and not guessable across restarts."""
+"""Ids for sessions, turns and streams: unguessable, and sorted by creation time.
+
+`<prefix>_<12 hex digits of wall-clock ms><24 hex digits of randomness>`: 96 random bits make an
+id impossible to guess from another (a caller who knows one session's id learns nothing about
+the next), and the time prefix keeps cursor pagination (ordered by id) in creation order across
+restarts. One `os.urandom` call costs about 0.5 us.
+"""
 
 from __future__ import annotations
 
-import itertools
-import uuid
-
-_ID_PREFIX = uuid.uuid4().hex[:16]  # random per process: ids stay unique across restarts
-_id_counter = itertools.count(1)
+import os
+import time
 
 
 def new_id(prefix: str) -> str:
-    """Unique ids without a syscall per id (uuid4 reads the kernel's random pool each time)."""
-    return f"{prefix}_{_ID_PREFIX}{next(_id_counter):08x}"
+    return f"{prefix}_{time.time_ns() // 1_000_000:012x}{os.urandom(12).hex()}"
