@@ -53,8 +53,8 @@ class AgentPolicy:
 
 
 def expand_server_names(body: Mapping[str, Any], policy: AgentPolicy) -> dict[str, Any]:
-    """An API body's `mcp_servers` entries that name an allowed server (`"files"` or
-    `{"name": "files"}`) replaced by its definition.
+    """An API body's `mcp_servers` entries that only name a server (`{"name": "files"}`)
+    replaced by the administrator's definition of it.
 
     Raises:
         Forbidden: `mcp_server_not_allowed`, a name the administrator did not list.
@@ -66,16 +66,14 @@ def expand_server_names(body: Mapping[str, Any], policy: AgentPolicy) -> dict[st
 
 
 def _expand(entry: Any, policy: AgentPolicy) -> Any:
-    name = entry if isinstance(entry, str) else None
-    if isinstance(entry, Mapping) and set(entry) == {"name"} and isinstance(entry["name"], str):
-        name = entry["name"]
-    if name is None:
+    if not (isinstance(entry, Mapping) and set(entry) == {"name"} and isinstance(entry["name"], str)):
         return entry
-    server = policy.mcp_servers.get(name)
+    server = policy.mcp_servers.get(entry["name"])
     if server is None:
         allowed = ", ".join(sorted(policy.mcp_servers)) or "none"
         raise Forbidden(
-            f"mcp_servers: {name!r} is not a server the administrator allows (security.api_mcp_servers: {allowed})",
+            f"mcp_servers: {entry['name']!r} is not a server the administrator allows "
+            f"(security.api_mcp_servers: {allowed})",
             code="mcp_server_not_allowed",
         )
     return msgspec.to_builtins(server)
