@@ -6,13 +6,20 @@ service through a URL check that parsed it differently from the client that conn
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
+import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from agentos.agents.mcp_http import pinned_client
 from agentos.errors import ConfigError, Forbidden
@@ -44,6 +51,9 @@ HOSTILE = [
     "http://224.0.0.1/",
     "http://240.0.0.1/",
     "http://255.255.255.255/",
+    "http://192.0.2.1/",  # documentation
+    "http://198.18.0.1/",  # benchmarking
+    "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/",  # Teredo
     "http://2130706433/",  # 127.0.0.1 as one decimal number
     "http://0x7f.1/",
     "http://0x7f000001/",
@@ -226,3 +236,62 @@ async def test_the_environment_proxy_is_not_used(origin: Origin, monkeypatch: py
 def test_the_client_follows_no_redirect_by_itself() -> None:
     client = pinned_client(DEFAULT)
     assert client.follow_redirects is False and isinstance(client, httpx2.AsyncClient)
+
+
+# --- TLS: pinned to an address, the certificate is still checked against the name ---
+
+
+def tls_pair(tmp_path: Path, name: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server context with a certificate for `name`, client context trusting its CA)."""
+    now = datetime.datetime.now(datetime.UTC)
+
+    def cert(subject: str, key: ec.EllipticCurvePrivateKey, issuer: str, signer: Any, ca: bool) -> x509.Certificate:
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(subject)]), critical=False)
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key, leaf_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_cert = cert("test ca", ca_key, "test ca", ca_key, True)
+    leaf = cert(name, leaf_key, "test ca", ca_key, False)
+    (tmp_path / "leaf.pem").write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(
+        leaf_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(tmp_path / "leaf.pem", tmp_path / "key.pem")
+    client = ssl.create_default_context(cadata=ca_cert.public_bytes(serialization.Encoding.PEM).decode())
+    return server, client
+
+
+async def test_tls_is_verified_against_the_name_not_the_pinned_address(tmp_path: Path) -> None:
+    server_tls, client_tls = tls_pair(tmp_path, "mcp.test")
+
+    async def host(request: web.Request) -> web.Response:
+        return web.Response(text=request.headers["Host"])
+
+    app = web.Application()
+    app.router.add_get("/ok", host)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_tls).start()
+    port = runner.addresses[0][1]
+    names = resolver({"mcp.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]})
+    try:
+        async with pinned_client(LOOPBACK_ONLY, names, client_tls) as client:
+            assert (await client.get(f"https://mcp.test:{port}/ok")).text == f"mcp.test:{port}"
+            with pytest.raises(httpx2.ConnectError, match="CERTIFICATE_VERIFY_FAILED|match"):
+                await client.get(f"https://other.test:{port}/ok")  # same address, wrong name
+    finally:
+        await runner.cleanup()

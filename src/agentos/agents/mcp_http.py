@@ -13,6 +13,7 @@ passes through `handle_async_request` again; this client itself follows none.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterable
 from typing import Any
 
@@ -68,13 +69,15 @@ class PinnedBackend(httpcore2.AsyncNetworkBackend):
 class PinnedTransport(httpx2.AsyncHTTPTransport):
     """`httpx2.AsyncHTTPTransport` with the URL check per request and a pinned pool."""
 
-    def __init__(self, policy: OutboundPolicy, resolver: Resolver | None = None) -> None:
+    def __init__(
+        self, policy: OutboundPolicy, resolver: Resolver | None = None, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         super().__init__(trust_env=False)  # no proxy from the environment: it would connect for us
         self._policy = policy
         # httpx2's transport has no `network_backend` argument: build its pool again with one.
         # tests/agents/test_outbound_http.py proves the pin, so a change in httpx2 shows there.
         self._pool = httpcore2.AsyncConnectionPool(
-            ssl_context=httpx2.create_ssl_context(trust_env=False),
+            ssl_context=ssl_context or httpx2.create_ssl_context(trust_env=False),
             network_backend=PinnedBackend(policy, resolver),
             max_connections=100,  # httpx2's DEFAULT_LIMITS
             max_keepalive_connections=20,
@@ -86,8 +89,13 @@ class PinnedTransport(httpx2.AsyncHTTPTransport):
         return await super().handle_async_request(request)
 
 
-def pinned_client(policy: OutboundPolicy, resolver: Resolver | None = None) -> httpx2.AsyncClient:
-    """A client for one caller-named MCP server; enter it (`async with`) to close its pool."""
-    return httpx2.AsyncClient(
-        transport=PinnedTransport(policy, resolver), timeout=_MCP_TIMEOUT, follow_redirects=False, trust_env=False
-    )
+def pinned_client(
+    policy: OutboundPolicy, resolver: Resolver | None = None, ssl_context: ssl.SSLContext | None = None
+) -> httpx2.AsyncClient:
+    """A client for one caller-named MCP server; enter it (`async with`) to close its pool.
+
+    Args:
+        ssl_context: the CAs to trust (default: the system's, as httpx2's).
+    """
+    transport = PinnedTransport(policy, resolver, ssl_context)
+    return httpx2.AsyncClient(transport=transport, timeout=_MCP_TIMEOUT, follow_redirects=False, trust_env=False)
