@@ -44,7 +44,7 @@ _LOCALHOST_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-
 _LOOPBACK = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _URL_SCHEMES = ("http", "https")
-_BAD_URL_CHARS = frozenset("\\ \t\r\n\x00")
+_BAD_URL_CHARS = frozenset("\\ \x7f") | {chr(c) for c in range(0x20)}  # a backslash, a space, controls
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +165,7 @@ async def system_resolve(host: str, port: int) -> list[str]:
 
 def _parse(url: str) -> Target:
     if not isinstance(url, str) or any(c in _BAD_URL_CHARS for c in url):
-        raise _refused("the URL holds a backslash, a space or a control character")
+        raise _refused("the URL holds a backslash, a space or a control character")  # parsers disagree on them
     try:
         parts = urlsplit(url)
         port = parts.port

@@ -67,6 +67,8 @@ HOSTILE = [
     "http://user:pass@example.com/",
     "http://example.com@127.0.0.1/",
     "http://127.0.0.1\\@example.com/",
+    "http://example.com\x01@127.0.0.1/",
+    "http://127.0.0.1\t/",
     "http://127.0.0.%31/",
     "http://１２７.0.0.1/",  # full-width digits, which IDNA would fold to 127.0.0.1
     "file:///etc/passwd",
