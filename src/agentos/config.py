@@ -90,6 +90,38 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     busy_timeout_ms: NonNegInt = 5000
 
 
+class CommandCaps(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The most an API-defined agent's `command` limits may ask for (`agentos.agents.policy`)."""
+
+    timeout_s: PosFloat = 300.0
+    cpu_s: PosInt = 300
+    memory_mb: PosInt = 4096
+    file_size_mb: PosInt = 1024
+    max_processes: PosInt = 1024
+    output_max_bytes: PosInt = 1 << 20
+
+
+class SecurityConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What agents defined through the API may ask for; config-file agents are the
+    administrator's and are not limited by it (docs/security.md)."""
+
+    # Hosts an API agent's URLs may name ("mcp.example.com", "*.example.com"); empty: any
+    # public host. Loopback, private, link-local and metadata addresses are refused whatever
+    # the name, unless their network is listed in `outbound_allow_networks` (CIDR).
+    outbound_allow: list[str] = msgspec.field(default_factory=list)
+    outbound_allow_networks: list[str] = msgspec.field(default_factory=list)
+    # MCP servers an API agent may name ("mcp_servers": ["files"]): the only way it gets a
+    # stdio server, which is a process on this host. Tables as in `[[agents.x.mcp_servers]]`.
+    api_mcp_servers: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+    api_tools: list[str] = msgspec.field(default_factory=lambda: ["run_command", "ask_human", "delegate"])
+    max_command: CommandCaps = msgspec.field(default_factory=CommandCaps)
+    max_turns: PosInt = 100
+    max_token_budget: NonNegInt = 0  # 0: no cap; else API agents need 1..max_token_budget
+    max_human_timeout_s: PosFloat = 7 * 24 * 3600.0
+    max_delegation_depth: NonNegInt = 4
+    max_delegation_width: NonNegInt = 16
+
+
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     data_dir: str = "./data"
     jsonl_dir: str = ""  # empty: no JSONL event log
@@ -99,6 +131,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     provider: ProviderConfig = msgspec.field(default_factory=ProviderConfig)
     mock: MockConfig = msgspec.field(default_factory=MockConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    security: SecurityConfig = msgspec.field(default_factory=SecurityConfig)
     agents: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
 
     @property
@@ -126,7 +159,7 @@ ENV_ALIASES: dict[str, str] = {
     "AGENTOS_STORE_ENABLED": "store.enabled",
 }
 
-_SECTIONS = ("server", "kernel", "provider", "mock", "store")
+_SECTIONS = ("server", "kernel", "provider", "mock", "store", "security")
 
 
 def _known_keys() -> dict[str, str]:
@@ -252,6 +285,10 @@ def _check(settings: Settings) -> None:
         from agentos.agents.spec import parse_config_agents  # only when agents are configured
 
         parse_config_agents(settings.agents)  # raises ConfigError naming agents.<name>.<key>
+    if settings.security != SecurityConfig():
+        from agentos.agents.policy import AgentPolicy  # only when the administrator set any
+
+        AgentPolicy.from_settings(settings)  # raises ConfigError naming security.<key>
 
 
 def resolve_paths(settings: Settings) -> Settings:

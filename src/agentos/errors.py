@@ -5,6 +5,7 @@
       RequestError(status, code)   # the client's fault -> 4xx with a JSON body
         BadRequest            400  malformed JSON, bad query parameters
         Unauthorized          401
+        Forbidden             403  the caller may not ask for this (a host process, a private URL)
         NotFound              404  SessionNotFound, RunNotFound, AgentNotFound
         NotAcceptable         406
         Conflict              409
@@ -55,6 +56,11 @@ class BadRequest(RequestError):
 class Unauthorized(RequestError):
     status = 401
     code = "unauthorized"
+
+
+class Forbidden(RequestError):
+    status = 403
+    code = "forbidden"
 
 
 class NotFound(RequestError):

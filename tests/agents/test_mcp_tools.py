@@ -11,6 +11,7 @@ import pytest
 
 from agentos.agents.mcp_tools import McpHub
 from agentos.agents.spec import parse_agent_spec
+from agentos.outbound import OutboundPolicy
 from agentos.providers.base import ChatRequest, Completion
 from agentos.testing import eventually
 from tests.agents.conftest import ServiceFactory, collect
@@ -23,7 +24,7 @@ AGENT = {"tools": [], "mcp_servers": [{"name": "calc", "command": SERVER, "idemp
 @pytest.mark.slow
 async def test_hub_lists_and_calls_tools() -> None:
     spec = parse_agent_spec({"name": "a", **AGENT})
-    hub = McpHub()
+    hub = McpHub(trusted=spec.mcp_servers)  # as the config file's agents are
     try:
         schemas = await hub.schemas(spec)
         names = sorted(s["function"]["name"] for s in schemas)
@@ -39,7 +40,7 @@ async def test_hub_lists_and_calls_tools() -> None:
 
 async def test_a_server_that_does_not_start_offers_no_tools() -> None:
     spec = parse_agent_spec({"name": "a", "mcp_servers": [{"name": "gone", "command": ["/nonexistent/mcp"]}]})
-    hub = McpHub()
+    hub = McpHub(trusted=spec.mcp_servers)
     assert await hub.schemas(spec) == []
     assert (await hub.call(spec, "gone__x", {})).startswith("error:")
     await hub.close()
@@ -70,7 +71,8 @@ async def test_streamable_http_server(tmp_path: Path) -> None:
         await wait_listening(port, proc)
         url = f"http://127.0.0.1:{port}/mcp"
         spec = parse_agent_spec({"name": "a", "mcp_servers": [{"name": "web", "transport": "http", "url": url}]})
-        hub = McpHub()
+        # Not an administrator's server: reached through the pinned client, loopback allowed.
+        hub = McpHub(policy=OutboundPolicy.from_lists([], ["127.0.0.1/32"]))
         try:
             assert {s["function"]["name"] for s in await hub.schemas(spec)} == {"web__add", "web__fail"}
             assert await hub.call(spec, "web__add", {"a": 1, "b": 1}) == "2"

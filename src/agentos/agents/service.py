@@ -33,6 +33,7 @@ from agentos.agents.host import ToolHub
 from agentos.agents.journal import SCHEMA, Journal, RunRow, Step, migrate
 from agentos.agents.lifecycle import RunLifecycle
 from agentos.agents.mcp_tools import McpHub
+from agentos.agents.policy import AgentPolicy
 from agentos.agents.sandbox import Sandbox
 from agentos.agents.spec import AgentSpec, spec_to_dict
 from agentos.agents.store import RunStore
@@ -79,7 +80,7 @@ class RunService:
         journal = Journal(tenant_id)
         store = RunStore(data_dir / "runs.db" if data_dir else None, schema=SCHEMA, migrate=migrate)
         self._settings = settings
-        self._agents = AgentRegistry(store, journal, settings.agents)
+        self._agents = AgentRegistry(store, journal, settings.agents, AgentPolicy.from_settings(settings))
         if driver is None:  # a service on its own (tools, tests): a kernel of its own
             limits = kernel_limits(settings)
             if max_active_runs is not None:
@@ -88,7 +89,8 @@ class RunService:
         self._driver = driver
         self._runs = RunLifecycle(
             agents=self._agents, store=store, journal=journal, provider=provider, sandbox=Sandbox(),
-            mcp=mcp or McpHub(), driver=driver, now_ms=now_ms,
+            mcp=mcp or McpHub(trusted=self._agents.trusted_mcp_servers(), policy=self._agents.policy.outbound),
+            driver=driver, now_ms=now_ms,
         )  # fmt: skip
         self._workspaces = workspace_dir or (data_dir / "workspaces" if data_dir else None)
         self._temporary_workspaces: Path | None = None

@@ -114,6 +114,24 @@ def parse_config_agents(tables: Mapping[str, Mapping[str, Any]]) -> list[AgentSp
     return [parse_agent_spec(t, name=n, error=ConfigError, where=f"agents.{n}") for n, t in tables.items()]
 
 
+def parse_mcp_server(
+    data: Mapping[str, Any], *, name: str, error: type[AgentOSError] = InvalidInput, where: str = ""
+) -> McpServerSpec:
+    """One MCP server table (`[security.api_mcp_servers.<name>]`), validated as in an agent.
+
+    Raises:
+        ConfigError | InvalidInput: the message names the offending field.
+    """
+    try:
+        server = msgspec.convert({**data, "name": name}, type=McpServerSpec, strict=False)
+        _check_server(server, where)
+    except msgspec.ValidationError as exc:
+        raise error(_field_message(str(exc), where)) from None
+    except _FieldError as exc:
+        raise error(f"{exc.field}: {exc.message}") from None
+    return server
+
+
 def spec_to_dict(spec: AgentSpec) -> dict[str, Any]:
     data: dict[str, Any] = msgspec.to_builtins(spec)
     return data

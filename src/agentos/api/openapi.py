@@ -155,6 +155,7 @@ OPENAPI: dict[str, Any] = {
                     "responses": {
                         "201": _json("The agent", "Agent"),
                         **_BAD_BODY,
+                        "403": _error("Asks for what an API caller may not have (docs/security.md)"),
                         "409": _error("A config agent"),
                     },
                 },
