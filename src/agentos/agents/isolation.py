@@ -81,15 +81,19 @@ def _described(parts: tuple[str, ...]) -> str:
 
 
 async def probe(try_parts: TryParts, *, root: bool, landlock_abi: int, allow_weaker: bool) -> SandboxStatus:
-    """Which parts this OS gives; each tried on its own only when all of them together fail."""
-    identity: IdentityKind = "setuid" if root else "userns"
+    """Which parts this OS gives; each tried on its own only when all of them together fail.
+
+    Root whose `setresuid` is refused (root of a container's user namespace, with other uids
+    unmapped) falls back to a user namespace of its own, like any other user.
+    """
+    kinds: list[IdentityKind] = ["setuid", "userns"] if root else ["userns"]
     landlock = landlock_abi > 0
-    reason = await try_parts(["pid", "net"], identity, landlock)
+    reason = await try_parts(["pid", "net"], kinds[0], landlock)
     if not reason and landlock:
-        return SandboxStatus("strict", (), identity, ("pid", "net"), True)
+        return SandboxStatus("strict", (), kinds[0], ("pid", "net"), True)
     log.debug("sandbox: the strict set-up failed: %s", reason)
-    works = {"identity": not await _failed(try_parts, [], identity, False, "identity")}
-    kind = identity if works["identity"] else None
+    kind = await _first_identity(try_parts, kinds)
+    works = {"identity": kind is not None}
     works["pid_namespace"] = not await _failed(try_parts, ["pid"], kind, False, "pid_namespace")
     works["network_namespace"] = not await _failed(try_parts, ["net"], kind, False, "network_namespace")
     works["landlock"] = landlock and not await _failed(try_parts, [], None, True, "landlock")
@@ -97,6 +101,13 @@ async def probe(try_parts: TryParts, *, root: bool, landlock_abi: int, allow_wea
     namespaces = tuple(ns for ns, part in (("pid", "pid_namespace"), ("net", "network_namespace")) if works[part])
     mode: Mode = "strict" if not missing else "weaker" if allow_weaker else "refused"
     return SandboxStatus(mode, missing, kind, namespaces, works["landlock"])
+
+
+async def _first_identity(try_parts: TryParts, kinds: list[IdentityKind]) -> IdentityKind | None:
+    for kind in kinds:
+        if not await _failed(try_parts, [], kind, False, "identity"):
+            return kind
+    return None
 
 
 async def _failed(try_parts: TryParts, namespaces: list[str], kind: IdentityKind | None, landlock: bool,
