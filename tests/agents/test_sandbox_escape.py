@@ -236,7 +236,7 @@ async def test_a_run_that_kills_everything_leaves_the_server_serving(
         await assert_cannot_signal(guard, victim.pid, tmp_path / "guard")
     finally:
         await guard.close()
-    attack = {"command": ["sh", "-c", f"kill -9 -1; kill -9 {os.getpid()}; echo survived"]}
+    attack: dict[str, object] = {"command": ["sh", "-c", f"kill -9 -1; kill -9 {os.getpid()}; echo survived"]}
 
     def model(request: ChatRequest) -> Completion:
         if not request.tools:  # a plain chat turn

@@ -44,6 +44,7 @@ from agentos.agents.isolation import (
     probe,
     unsearchable_parent,
 )
+from agentos.agents.pipes import Output, drain
 from agentos.agents.spec import CommandLimits
 from agentos.config import SandboxConfig
 from agentos.errors import InvalidInput
@@ -51,8 +52,6 @@ from agentos.errors import InvalidInput
 log = logging.getLogger(__name__)
 
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
-_READ_CHUNK = 65_536
-_DRAIN_AFTER_EXIT_S = 2.0  # output still open this long after the kill came from an escaped process
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,9 +229,9 @@ class Sandbox:
         finally:
             os.close(out_w)
             os.close(err_w)
-        async with _Output(out_r, limits.output_max_bytes) as out, _Output(err_r, limits.output_max_bytes) as err:
+        async with Output(out_r, limits.output_max_bytes) as out, Output(err_r, limits.output_max_bytes) as err:
             exit_code, timed_out = await self._wait(pid, limits.timeout_s)
-            await _drain(out, err)
+            await drain(out, err)
         return CommandResult(exit_code, out.text(), err.text(), out.truncated, err.truncated, timed_out)
 
     async def _wait(self, pid: int, timeout_s: float) -> tuple[int | None, bool]:
@@ -249,55 +248,6 @@ class Sandbox:
         except BaseException:
             _kill_group(pid)
             raise
-
-
-class _Output:
-    """One output pipe of a command, read on the loop, keeping the first `max_bytes`."""
-
-    def __init__(self, fd: int, max_bytes: int) -> None:
-        self._fd = fd
-        self._max_bytes = max_bytes
-        self._kept = bytearray()
-        self.truncated = False
-        self.task: asyncio.Task[None] | None = None
-        self._transport: asyncio.ReadTransport | None = None
-
-    async def __aenter__(self) -> _Output:
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=_READ_CHUNK)
-        pipe = os.fdopen(self._fd, "rb", buffering=0)
-        self._transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
-        self.task = asyncio.ensure_future(self._read(reader))
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        assert self.task is not None and self._transport is not None
-        if not self.task.done():
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-        self._transport.close()
-
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        """Keep the head, drain the rest so the child never blocks on a full pipe."""
-        while chunk := await reader.read(_READ_CHUNK):
-            room = self._max_bytes - len(self._kept)
-            if len(chunk) > room:
-                self.truncated = True
-            self._kept += chunk[: max(room, 0)]
-
-    def text(self) -> str:
-        text = self._kept.decode("utf-8", errors="replace")
-        return text + "\n[output truncated]" if self.truncated else text
-
-
-async def _drain(*outputs: _Output) -> None:
-    """Wait for the pipes' EOF; a process that left the group may hold them open: stop waiting."""
-    tasks = [o.task for o in outputs if o.task is not None]
-    _, pending = await asyncio.wait(tasks, timeout=_DRAIN_AFTER_EXIT_S)
-    for output in outputs:
-        if output.task in pending:
-            output.truncated = True
 
 
 def _kill_group(pgid: int) -> None:
