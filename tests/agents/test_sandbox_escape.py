@@ -11,8 +11,10 @@ command kill every process on the machine.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import os
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -266,3 +268,44 @@ async def start(settings: Settings, provider: ScriptedProvider) -> RunningServer
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     return RunningServer(f"http://127.0.0.1:{runner.addresses[0][1]}", runner.app, runner, services)
+
+
+async def test_cannot_reach_the_hosts_abstract_unix_sockets(strict: Sandbox, tmp_path: Path) -> None:
+    name = f"agentos-escape-{uuid.uuid4().hex}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(f"\0{name}")
+    listener.listen()
+    try:
+        probe = f"import socket; socket.socket(socket.AF_UNIX).connect('\\0{name}'); print('connected')"
+        result = await strict.run(["python3", "-c", probe], tmp_path / "w", LIMITS)
+        assert result.exit_code != 0 and "Connection refused" in result.stderr
+    finally:
+        listener.close()
+
+
+async def test_cannot_regain_privileges(strict: Sandbox, tmp_path: Path) -> None:
+    """No capabilities (it cannot become root) and no new privileges (setuid binaries give none)."""
+    probe = """
+import ctypes, os
+print(ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))  # PR_GET_NO_NEW_PRIVS
+for attempt in (lambda: os.setuid(0), lambda: os.setgroups([0]), lambda: os.chroot(".")):
+    try:
+        attempt()
+        print("allowed")
+    except PermissionError:
+        print("refused")
+"""
+    result = await strict.run(["python3", "-c", probe], tmp_path / "w", LIMITS)
+    assert result.stdout == "1\nrefused\nrefused\nrefused\n", result
+
+
+async def test_cannot_see_the_hosts_system_v_ipc(strict: Sandbox, tmp_path: Path) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    key = uuid.uuid4().int & 0x7FFFFFFF
+    shm = libc.shmget(key, 4096, 0o1000 | 0o666)  # IPC_CREAT, readable and writable by everyone
+    assert shm >= 0, os.strerror(ctypes.get_errno())
+    try:
+        probe = f"import ctypes; print(ctypes.CDLL(None).shmget({key}, 0, 0))"
+        assert (await strict.run(["python3", "-c", probe], tmp_path / "w", LIMITS)).stdout == "-1\n"
+    finally:
+        libc.shmctl(shm, 0, None)  # IPC_RMID
