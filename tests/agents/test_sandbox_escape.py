@@ -309,3 +309,25 @@ async def test_cannot_see_the_hosts_system_v_ipc(strict: Sandbox, tmp_path: Path
         assert (await strict.run(["python3", "-c", probe], tmp_path / "w", LIMITS)).stdout == "-1\n"
     finally:
         libc.shmctl(shm, 0, None)  # IPC_RMID
+
+
+async def test_a_workspace_made_before_is_handed_to_its_identity(strict: Sandbox, tmp_path: Path) -> None:
+    """A workspace an earlier version made (owned by the server's user) becomes the run's own,
+    whole, once; a symbolic link in it is not followed out of it."""
+    workdir, outside = make_old_workspace(tmp_path)
+    result = await strict.run(["sh", "-c", "echo more >> notes; echo x > sub/new; cat notes"], workdir, LIMITS)
+    assert (result.exit_code, result.stdout) == (0, "old\nmore\n"), result
+    uid = os.stat(workdir).st_uid
+    assert {
+        os.stat(p, follow_symlinks=False).st_uid for p in (workdir / "notes", workdir / "sub", workdir / "link")
+    } == {uid}
+    assert os.stat(outside).st_uid == os.getuid()
+
+
+def make_old_workspace(tmp_path: Path) -> tuple[Path, Path]:
+    workdir, outside = tmp_path / "w", tmp_path / "outside"
+    (workdir / "sub").mkdir(parents=True)
+    (workdir / "notes").write_text("old\n")
+    outside.write_text("the server's\n")
+    (workdir / "link").symlink_to(outside)
+    return workdir, outside
