@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -203,6 +204,32 @@ async def test_file_size_limit(sandbox: Sandbox, tmp_path: Path) -> None:
     result = await sandbox.run(["sh", "-c", "head -c 3000000 /dev/zero > big"], tmp_path / "w", limits)
     assert result.exit_code != 0  # SIGXFSZ or EFBIG
     assert (tmp_path / "w" / "big").stat().st_size <= 1024 * 1024
+
+
+async def test_a_command_killed_by_a_signal_reports_it(sandbox: Sandbox, tmp_path: Path) -> None:
+    """The command is PID 1 of its namespace, behind a supervisor: its death by a signal still
+    reaches the server as that signal, and leaves no core file."""
+    result = await sandbox.run(["python3", "-c", "import ctypes; ctypes.string_at(0)"], tmp_path / "w", LIMITS)
+    assert result.exit_code == -11
+    assert not any(name.startswith("core") for name in os.listdir(tmp_path / "w"))
+
+
+async def test_a_command_killed_from_outside_reports_the_signal(sandbox: Sandbox, tmp_path: Path) -> None:
+    """What the OOM killer does: SIGKILL to the command alone, not to its supervisor."""
+    if "pid_namespace" in (await sandbox.start()).missing:
+        pytest.skip("no PID namespace on this OS: no supervisor between the fork server and the command")
+    run = asyncio.ensure_future(sandbox.run(["sleep", "30"], tmp_path / "w", LIMITS))
+    await eventually(lambda: len(processes_in(tmp_path / "w")) == 2, 5.0, "the supervisor and the command")
+    supervisor, command = sorted(processes_in(tmp_path / "w"), key=parent_pid)
+    assert parent_pid(command) == supervisor
+    os.kill(command, signal.SIGKILL)
+    result = await run
+    assert (result.exit_code, result.stderr) == (-9, "")
+
+
+def parent_pid(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rpartition(")")[2].split()[1])
 
 
 async def test_a_missing_program(sandbox: Sandbox, tmp_path: Path) -> None:
