@@ -122,6 +122,20 @@ class SecurityConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     max_delegation_width: NonNegInt = 16
 
 
+class SandboxConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`run_command`'s sandbox (`agentos.agents.sandbox`; docs/security.md).
+
+    `allow_weaker`: where the OS cannot give every layer (a PID namespace, a separate identity,
+    a network namespace, Landlock), run commands with the layers it has instead of refusing them.
+    `uid_base`/`uid_count`: when the server runs as root, each workspace gets its own uid and gid
+    from `[uid_base + 1, uid_base + uid_count)`; `uid_base` itself is the start-up probe's.
+    """
+
+    allow_weaker: bool = False
+    uid_base: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 2**20)] = 1_000_000_000
+    uid_count: Annotated[int, msgspec.Meta(ge=2, le=2**20)] = 1 << 20
+
+
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     data_dir: str = "./data"
     jsonl_dir: str = ""  # empty: no JSONL event log
@@ -132,6 +146,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     mock: MockConfig = msgspec.field(default_factory=MockConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     security: SecurityConfig = msgspec.field(default_factory=SecurityConfig)
+    sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
     agents: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
 
     @property
@@ -159,7 +174,7 @@ ENV_ALIASES: dict[str, str] = {
     "AGENTOS_STORE_ENABLED": "store.enabled",
 }
 
-_SECTIONS = ("server", "kernel", "provider", "mock", "store", "security")
+_SECTIONS = ("server", "kernel", "provider", "mock", "store", "security", "sandbox")
 
 
 def _known_keys() -> dict[str, str]:

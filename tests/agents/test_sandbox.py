@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from agentos.agents import _landlock
 from agentos.agents.forkserver import ForkServer
 from agentos.agents.sandbox import Sandbox, check_argv
 from agentos.agents.spec import CommandLimits
+from agentos.config import SandboxConfig
 from agentos.errors import InvalidInput
 from agentos.testing import eventually
 
@@ -22,7 +24,9 @@ LIMITS = CommandLimits(timeout_s=5, output_max_bytes=1000)
 
 @pytest.fixture
 async def sandbox() -> AsyncIterator[Sandbox]:
-    sandbox = Sandbox()
+    """What a command sees, on any OS: a weaker sandbox where this one lacks a part
+    (tests/agents/test_sandbox_escape.py holds the strict sandbox to its promises)."""
+    sandbox = Sandbox(SandboxConfig(allow_weaker=True))
     yield sandbox
     await sandbox.close()
 
@@ -96,8 +100,8 @@ async def test_a_rule_that_cannot_be_applied_fails_the_command(tmp_path: Path) -
     (before, the rule was skipped and the command ran under another policy)."""
     missing = tmp_path / "gone"
     request = {"argv": ["sh", "-c", "echo ran; echo ran > marker"], "cwd": str(tmp_path),
-               "env": {"PATH": "/usr/bin:/bin"}, "rlimits": [], "net": "none",
-               "landlock": _landlock.policy(str(missing), landlock_abi())}  # fmt: skip
+               "env": {"PATH": "/usr/bin:/bin"}, "rlimits": [], "namespaces": [],
+               "identity": None, "landlock": _landlock.policy(str(missing), landlock_abi())}  # fmt: skip
     exit_code, output = await spawn(request)
     assert exit_code == 126
     assert output == f"sandbox set-up failed: the Landlock rule for {missing} cannot be applied (it does not exist)\n"
@@ -109,7 +113,8 @@ async def test_a_missing_system_directory_is_skipped(tmp_path: Path) -> None:
     policy = _landlock.policy(str(tmp_path), landlock_abi())
     policy["rules"].insert(0, ["/no-such-system-directory", 1, False])
     request = {"argv": ["sh", "-c", "echo ran > marker; cat marker"], "cwd": str(tmp_path),
-               "env": {"PATH": "/usr/bin:/bin"}, "rlimits": [], "net": "none", "landlock": policy}  # fmt: skip
+               "env": {"PATH": "/usr/bin:/bin"}, "rlimits": [], "namespaces": [],
+               "identity": None, "landlock": policy}  # fmt: skip
     assert await spawn(request) == (0, "ran\n")
 
 
@@ -144,7 +149,7 @@ async def test_cannot_write_outside_its_directory(sandbox: Sandbox, tmp_path: Pa
 
 async def test_has_no_network(sandbox: Sandbox, tmp_path: Path) -> None:
     await sandbox.run(["true"], tmp_path / "w", LIMITS)  # the probe runs on first use
-    if sandbox.statistics().net_mode == "none":
+    if "network_namespace" in sandbox.statistics().missing:
         pytest.skip("this OS refuses network namespaces")
     probe = "import socket; socket.create_connection(('127.0.0.1', 9), timeout=1)"
     result = await sandbox.run(["python3", "-c", probe], tmp_path / "w", LIMITS)
@@ -157,11 +162,25 @@ async def test_killed_at_its_timeout_with_its_children(sandbox: Sandbox, tmp_pat
     limits = CommandLimits(timeout_s=0.3)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    result = await sandbox.run(["sh", "-c", "sleep 30 & echo $! > child.pid; sleep 30"], tmp_path / "w", limits)
+    run = asyncio.ensure_future(sandbox.run(["sh", "-c", "sleep 30 & sleep 30"], tmp_path / "w", limits))
+    await eventually(lambda: len(processes_in(tmp_path / "w")) >= 3, 5.0, "sh and both sleeps")  # pid ns: + its parent
+    result = await run
     assert result.timed_out and result.exit_code is None
     assert loop.time() - started < 5
-    child = int((tmp_path / "w" / "child.pid").read_text())
-    await eventually(lambda: dead(child), 2.0, "the background child to die with its group")
+    await eventually(lambda: not processes_in(tmp_path / "w"), 2.0, "the background child to die with its group")
+
+
+def processes_in(workdir: Path) -> list[int]:
+    """The host pids of the live processes whose working directory is `workdir` (a command's
+    own `$$` is its pid inside its PID namespace: 1)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.readlink(entry / "cwd") == str(workdir) and not dead(int(entry.name)):
+                pids.append(int(entry.name))
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+    return pids
 
 
 def dead(pid: int) -> bool:
@@ -185,6 +204,32 @@ async def test_file_size_limit(sandbox: Sandbox, tmp_path: Path) -> None:
     result = await sandbox.run(["sh", "-c", "head -c 3000000 /dev/zero > big"], tmp_path / "w", limits)
     assert result.exit_code != 0  # SIGXFSZ or EFBIG
     assert (tmp_path / "w" / "big").stat().st_size <= 1024 * 1024
+
+
+async def test_a_command_killed_by_a_signal_reports_it(sandbox: Sandbox, tmp_path: Path) -> None:
+    """The command is PID 1 of its namespace, behind a supervisor: its death by a signal still
+    reaches the server as that signal, and leaves no core file."""
+    result = await sandbox.run(["python3", "-c", "import ctypes; ctypes.string_at(0)"], tmp_path / "w", LIMITS)
+    assert result.exit_code == -11
+    assert not any(name.startswith("core") for name in os.listdir(tmp_path / "w"))
+
+
+async def test_a_command_killed_from_outside_reports_the_signal(sandbox: Sandbox, tmp_path: Path) -> None:
+    """What the OOM killer does: SIGKILL to the command alone, not to its supervisor."""
+    if "pid_namespace" in (await sandbox.start()).missing:
+        pytest.skip("no PID namespace on this OS: no supervisor between the fork server and the command")
+    run = asyncio.ensure_future(sandbox.run(["sleep", "30"], tmp_path / "w", LIMITS))
+    await eventually(lambda: len(processes_in(tmp_path / "w")) == 2, 5.0, "the supervisor and the command")
+    supervisor, command = sorted(processes_in(tmp_path / "w"), key=parent_pid)
+    assert parent_pid(command) == supervisor
+    os.kill(command, signal.SIGKILL)
+    result = await run
+    assert (result.exit_code, result.stderr) == (-9, "")
+
+
+def parent_pid(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rpartition(")")[2].split()[1])
 
 
 async def test_a_missing_program(sandbox: Sandbox, tmp_path: Path) -> None:
@@ -212,12 +257,11 @@ async def test_the_fork_server_comes_back_after_it_dies(sandbox: Sandbox, tmp_pa
 
 async def test_commands_die_with_the_server_side(tmp_path: Path) -> None:
     """Closing (or losing) the server's end of the fork server kills the commands still running."""
-    sandbox = Sandbox()
-    run = asyncio.ensure_future(sandbox.run(["sh", "-c", "echo $$ > pid; sleep 30"], tmp_path / "w", LIMITS))
-    await eventually(lambda: (tmp_path / "w" / "pid").exists() and bool((tmp_path / "w" / "pid").read_text()))
-    pid = int((tmp_path / "w" / "pid").read_text())
+    sandbox = Sandbox(SandboxConfig(allow_weaker=True))
+    run = asyncio.ensure_future(sandbox.run(["sh", "-c", "sleep 30"], tmp_path / "w", LIMITS))
+    await eventually(lambda: bool(processes_in(tmp_path / "w")), 5.0, "the command to start")
     sandbox._forks._detach(ConnectionError("simulated loss of the server"))  # what a crash looks like to it
-    await eventually(lambda: dead(pid), 5.0, "the command to die")
+    await eventually(lambda: not processes_in(tmp_path / "w"), 5.0, "the command to die")
     with pytest.raises(ConnectionError):
         await run
     await sandbox.close()

@@ -6,13 +6,27 @@ process: confining a command needs code between fork and exec, which makes Pytho
 Forking from this ~10 MB process instead costs a fraction of a millisecond, off the loop.
 
 Protocol, on the SOCK_SEQPACKET socket FD (one datagram per message, JSON):
-    server -> zygote  {"id", "argv", "cwd", "env", "rlimits", "net", "landlock"} + SCM_RIGHTS [stdout, stderr]
+    server -> zygote  {"id", "argv", "cwd", "env", "rlimits", "namespaces", "identity", "landlock",
+                       "probe"?} + SCM_RIGHTS [stdout, stderr]
     zygote -> server  {"id", "pid"}               the command started (its own session and group)
     zygote -> server  {"pid", "exit_code"}        it ended (negative: killed by that signal)
 A command whose set-up fails exits 126 with the reason on its stderr (a Landlock rule that
 cannot be applied included: only a missing optional system path is skipped); one that cannot
-be executed exits 127. When the server's end of the socket closes (a clean close, or the server
+be executed exits 127. A probe (`"probe": true`) is confined the same way, then exits 0 instead
+of executing anything. When the server's end of the socket closes (a clean close, or the server
 was killed), the zygote kills the commands still running and exits.
+
+Confinement, in the forked child, in this order:
+1. its own session and process group; stdin /dev/null; `chdir` to its workspace, still as the
+   server's user (so the workspace's parents need not be searchable by the command's identity);
+2. `unshare` of the requested namespaces: "pid" (with IPC), "net", and a user namespace when
+   the identity is "userns" (uid/gid maps written right after);
+3. with "pid": fork once more. The new child is PID 1 of the new PID namespace and becomes the
+   command; this process stays outside as its supervisor, waits, and ends the way it ended.
+   When the command (the namespace's init) ends, the kernel kills everything left inside;
+4. resource limits; the Landlock ruleset is built (its paths opened while still privileged);
+5. identity "setuid" (the server is root): no groups, the workspace's own gid and uid;
+6. no new privileges, then Landlock applied; exec.
 """
 
 from __future__ import annotations
@@ -31,30 +45,73 @@ import struct
 import sys
 from typing import Any
 
-_CLONE_NEWNET, _CLONE_NEWUSER = 0x40000000, 0x10000000
+_CLONE_NEWUSER = 0x10000000
+_NAMESPACES = {"pid": 0x20000000 | 0x08000000, "net": 0x40000000}  # pid: CLONE_NEWPID | CLONE_NEWIPC
 _LANDLOCK = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}
 _RULE_PATH_BENEATH = 1
-_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _isolate_network(mode: str) -> None:
-    if mode == "none":
+def _unshare(namespaces: list[str], identity: dict[str, Any] | None) -> None:
+    userns = identity is not None and identity["how"] == "userns"
+    flags = sum(_NAMESPACES[name] for name in namespaces) | (_CLONE_NEWUSER if userns else 0)
+    if not flags:
         return
-    uid, gid = os.getuid(), os.getgid()
-    if _libc.unshare(_CLONE_NEWNET | (_CLONE_NEWUSER if mode == "userns" else 0)) != 0:
-        raise OSError(ctypes.get_errno(), "unshare")
-    if mode == "userns":
-        for path, data in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"),
-                           ("/proc/self/gid_map", f"{gid} {gid} 1")):  # fmt: skip
+    uid, gid = os.getuid(), os.getgid()  # read before: inside, unmapped ids read as 65534
+    if _libc.unshare(flags) != 0:
+        raise OSError(ctypes.get_errno(), f"unshare({'+'.join(namespaces + ['user'] * userns)})")
+    if userns:  # the server's ids appear inside as the workspace's: never as root
+        assert identity is not None
+        for path, data in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{identity['uid']} {uid} 1"),
+                           ("/proc/self/gid_map", f"{identity['gid']} {gid} 1")):  # fmt: skip
             with open(path, "w") as f:
                 f.write(data)
 
 
-def _landlock(policy: dict[str, Any] | None) -> None:
-    if policy is None:
+def _fork_init() -> None:
+    """Returns in the new PID namespace's first process; this one supervises it from outside."""
+    pid = os.fork()
+    if pid == 0:
+        _die_with_parent()
         return
-    create, add_rule, restrict = _LANDLOCK[platform.machine()]
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:  # end by the same signal, so the server sees what the command saw
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code if code >= 0 else 128 - code)
+
+
+def _die_with_parent() -> None:
+    # Reset by every change of identity: set again after the drop.
+    if _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PDEATHSIG)")
+
+
+def _drop_identity(identity: dict[str, Any] | None) -> None:
+    if identity is None or identity["how"] != "setuid":
+        return
+    uid, gid = identity["uid"], identity["gid"]
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)  # from root to another uid: every capability goes too
+    if os.getuid() != uid or os.geteuid() != uid or os.getgroups():
+        raise RuntimeError(f"the identity {uid}:{gid} did not take")
+
+
+def _no_new_privs() -> None:
+    if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(NO_NEW_PRIVS)")
+
+
+def _landlock_ruleset(policy: dict[str, Any] | None) -> int | None:
+    """The ruleset fd; its paths are opened now, before the identity changes."""
+    if policy is None:
+        return None
+    create, add_rule, _ = _LANDLOCK[platform.machine()]
     attr = ctypes.create_string_buffer(struct.pack("=Q", policy["handled"]), 8)
     ruleset = _libc.syscall(create, attr, ctypes.c_size_t(8), ctypes.c_uint32(0))
     if ruleset < 0:
@@ -67,10 +124,16 @@ def _landlock(policy: dict[str, Any] | None) -> None:
         if _libc.syscall(add_rule, ruleset, _RULE_PATH_BENEATH, beneath, ctypes.c_uint32(0)) != 0:
             raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
         os.close(fd)
-    if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(NO_NEW_PRIVS)")
+    return int(ruleset)
+
+
+def _landlock_restrict(ruleset: int | None) -> None:
+    if ruleset is None:
+        return
+    restrict = _LANDLOCK[platform.machine()][2]
     if _libc.syscall(restrict, ruleset, ctypes.c_uint32(0)) != 0:
         raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+    os.close(ruleset)
 
 
 def _open_rule_path(path: str, required: bool) -> int | None:
@@ -95,26 +158,43 @@ def _open_rule_path(path: str, required: bool) -> int | None:
 def _child(request: dict[str, Any], out_fd: int, err_fd: int) -> None:
     """In the forked child: confine, then exec. Never returns."""
     try:
-        os.setsid()
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out_fd, 1)
-        os.dup2(err_fd, 2)
-        os.chdir(request["cwd"])
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        for which, value in request["rlimits"]:
-            resource.setrlimit(which, (value, value))
-        _isolate_network(request["net"])
-        _landlock(request["landlock"])
+        _confine(request, out_fd, err_fd)
     except BaseException as exc:
         os.write(2, f"sandbox set-up failed: {exc}\n".encode())
         os._exit(126)
+    if request.get("probe"):
+        os._exit(0)
     try:
         os.execvpe(request["argv"][0], request["argv"], request["env"])
     except OSError as exc:
         os.write(2, f"cannot start {request['argv'][0]!r}: {exc.strerror}\n".encode())
         os._exit(127)
+
+
+def _confine(request: dict[str, Any], out_fd: int, err_fd: int) -> None:
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    os.chdir(request["cwd"])
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    identity, pid_namespace = request["identity"], "pid" in request["namespaces"]
+    _unshare(request["namespaces"], identity)
+    if pid_namespace:
+        _fork_init()
+    for which, value in request["rlimits"]:
+        resource.setrlimit(which, (value, value))
+    ruleset = _landlock_ruleset(request["landlock"])
+    _drop_identity(identity)
+    if pid_namespace:
+        _die_with_parent()
+    _no_new_privs()
+    _landlock_restrict(ruleset)
+    if request.get("tmpdir"):  # made by the command's identity: the server never follows its paths
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(request["tmpdir"], 0o700)
 
 
 _children: set[int] = set()

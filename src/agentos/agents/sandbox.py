@@ -1,16 +1,22 @@
 """`run_command`: run an argv in a confined child process without blocking the event loop.
 
 Commands are started by a small fork server (`forkserver.py`, `_zygote.py`), which confines
-each child between fork and exec:
-- its own session and process group (a timeout kills the whole group with SIGKILL);
+each child between fork and exec (what each layer gives: docs/security.md):
+- its own PID (and IPC) namespace: the command is PID 1 there and sees or signals nothing
+  outside its own tree; when it ends, the kernel kills what it left behind;
+- an identity of its workspace's own: as root, a dedicated uid and gid per workspace
+  (`isolation.Identities`); otherwise a user namespace mapping the server's uid to that uid;
+- its workspace, mode 0700 and owned by that identity; its own process group, killed with
+  SIGKILL at the timeout;
 - `resource` limits: CPU seconds, address space, file size, process count, no core files;
-- no network: a fresh network namespace (`unshare(CLONE_NEWNET)`, inside a user namespace
-  when not root), probed once per process; where the OS refuses, commands keep the host's
-  network and `statistics()` / the log say so;
+- no network: a fresh network namespace;
 - Landlock: writes only below its working directory, reads only system directories and its
-  own directory, no `/proc` (where Landlock is missing, this is logged and skipped; where a
-  rule for the working directory cannot be applied, the command fails with exit code 126);
-- a minimal environment built from scratch: nothing of the server's environment leaks.
+  own directory, no `/proc` (a rule for the working directory that cannot be applied fails the
+  command with exit code 126);
+- no new privileges; a minimal environment built from scratch: nothing of the server's leaks.
+What the OS allows is probed once (`start()`). The sandbox fails closed: if a part is missing,
+every command is refused with a clear error unless `sandbox.allow_weaker` is set, and the
+mode is logged at start-up and shown by `/readyz` (`status()`).
 Output beyond `output_max_bytes` per stream is drained and dropped, and marked truncated.
 """
 
@@ -25,19 +31,27 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from agentos.agents import _landlock
 from agentos.agents.forkserver import ForkServer
+from agentos.agents.isolation import (
+    Identities,
+    IdentityKind,
+    SandboxStatus,
+    chown_tree,
+    private_workspace,
+    probe,
+    unsearchable_parent,
+)
+from agentos.agents.pipes import Output, drain
 from agentos.agents.spec import CommandLimits
+from agentos.config import SandboxConfig
 from agentos.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 
-NetMode = Literal["netns", "userns", "none"]
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
-_READ_CHUNK = 65_536
-_DRAIN_AFTER_EXIT_S = 2.0  # output still open this long after the kill came from an escaped process
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +62,15 @@ class CommandResult:
     stdout_truncated: bool
     stderr_truncated: bool
     timed_out: bool
+    refused: str = ""  # why the sandbox refused to run it (then nothing ran)
+
+    @classmethod
+    def refusal(cls, reason: str) -> CommandResult:
+        return cls(None, "", "", False, False, False, refused=reason)
 
     def to_dict(self) -> dict[str, object]:
+        if self.refused:
+            return {"error": self.refused}
         return {
             "exit_code": self.exit_code,
             "stdout": self.stdout,
@@ -62,7 +83,8 @@ class CommandResult:
 
 @dataclass(frozen=True, slots=True)
 class SandboxStatistics:
-    net_mode: NetMode
+    mode: str  # "unprobed" before the first command or `start()`
+    missing: tuple[str, ...]
     landlock_abi: int
     commands_started: int
     commands_running: int
@@ -84,31 +106,51 @@ def check_argv(command: object) -> list[str]:
 
 
 class Sandbox:
-    """Runs commands confined; probes what the OS allows once, on first use.
+    """Runs commands confined; probes what the OS allows once, at `start()` or first use.
 
     Usage::
 
-        sandbox = Sandbox()
+        sandbox = Sandbox(SandboxConfig())
+        status = await sandbox.start()             # logs the mode; status.to_dict() for /readyz
         result = await sandbox.run(["ls", "-l"], Path("work/run_1"), CommandLimits())
         await sandbox.close()
     """
 
-    def __init__(self) -> None:
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        self._config = config or SandboxConfig()
         self._forks = ForkServer()
-        self._net_mode: NetMode | None = None
+        self._status: SandboxStatus | None = None
         self._landlock_abi = _landlock.abi_version()
-        if not self._landlock_abi:
-            log.warning("sandbox: no Landlock on this kernel; commands may write outside their directory")
+        self._identities = Identities(self._config.uid_base, self._config.uid_count)
+        self._warned_parents: set[Path] = set()
         self._probe_lock = asyncio.Lock()
 
+    def status(self) -> SandboxStatus | None:
+        """What `start()` found; None before."""
+        return self._status
+
     def statistics(self) -> SandboxStatistics:
-        forks = self._forks.statistics()
+        forks, status = self._forks.statistics(), self._status
         return SandboxStatistics(
-            net_mode=self._net_mode or "none",
+            mode=status.mode if status else "unprobed",
+            missing=status.missing if status else (),
             landlock_abi=self._landlock_abi,
             commands_started=forks.spawned,
             commands_running=forks.running,
         )
+
+    async def start(self) -> SandboxStatus:
+        """Probe what the OS gives (once) and log the mode."""
+        if self._status is not None:
+            return self._status
+        async with self._probe_lock:
+            if self._status is None:
+                status = await probe(self._try_parts, root=os.geteuid() == 0, landlock_abi=self._landlock_abi,
+                                     allow_weaker=self._config.allow_weaker)  # fmt: skip
+                level = logging.INFO if status.mode == "strict" else logging.WARNING
+                log.log(level, "%s", status.summary())
+                self._status = status
+        return self._status
 
     async def close(self) -> None:
         await self._forks.close()
@@ -122,10 +164,19 @@ class Sandbox:
         so a command can make its effect idempotent. A program that cannot be started yields
         exit code 127 and the reason on stderr; a failed confinement, 126 (a Landlock rule that
         cannot be applied included: the command never runs under a weaker or different policy).
-        A relative `workdir` is taken from the server's current directory, once, here: the
-        command's process opens its Landlock rule after `chdir`.
+        A sandbox missing a part (and not allowed to be weaker) runs nothing: the result's
+        `refused` says why. A relative `workdir` is taken from the server's current directory,
+        once, here: the command's process opens its Landlock rule after `chdir`.
+
+        Raises:
+            OSError: the workspace cannot be prepared, or the fork server failed.
         """
-        workdir, env = _prepare_workdir(workdir)
+        status = await self.start()
+        if status.mode == "refused":
+            return CommandResult.refusal(status.refusal())
+        workdir = _absolute(workdir)
+        uid = await self._prepare(workdir, status.identity)
+        env = {"PATH": _SAFE_PATH, "HOME": str(workdir), "TMPDIR": str(workdir / ".tmp"), "LANG": "C.UTF-8"}
         if operation_id:
             env["AGENTOS_OPERATION_ID"] = operation_id
         request = {
@@ -133,10 +184,38 @@ class Sandbox:
             "cwd": str(workdir),
             "env": env,
             "rlimits": _rlimits(limits),
-            "net": await self._probe(),
-            "landlock": _landlock.policy(str(workdir), self._landlock_abi) if self._landlock_abi else None,
+            "namespaces": list(status.namespaces),
+            "identity": _identity(status.identity, uid),
+            "landlock": _landlock.policy(str(workdir), self._landlock_abi) if status.landlock else None,
+            "tmpdir": ".tmp",
         }
         return await self._execute(request, limits)
+
+    async def _prepare(self, workdir: Path, identity: IdentityKind | None) -> int:
+        """The workspace's uid; the workspace made, private, and owned by it."""
+        uid = self._identities.of(workdir)
+        if private_workspace(workdir, uid if identity == "setuid" else None):
+            await asyncio.to_thread(chown_tree, workdir, uid)
+        if identity == "setuid" and workdir.parent not in self._warned_parents:
+            self._warned_parents.add(workdir.parent)
+            self._warn_if_unsearchable(workdir)
+        return uid
+
+    @staticmethod
+    def _warn_if_unsearchable(workdir: Path) -> None:
+        if (blocked := unsearchable_parent(workdir)) is not None:
+            log.warning("sandbox: %s is not searchable by other users: commands in %s reach their workspace "
+                        "by relative paths only (chmod o+x it to allow $HOME and absolute paths)",
+                        blocked, workdir.parent)  # fmt: skip
+
+    async def _try_parts(self, namespaces: list[str], identity: IdentityKind | None, landlock: bool) -> str:
+        """Confine a throwaway child with these parts (it exits instead of executing): "" when
+        that worked, else why not."""
+        request = {"argv": ["true"], "cwd": "/", "env": {"PATH": _SAFE_PATH}, "rlimits": [], "probe": True,
+                   "namespaces": namespaces, "identity": _identity(identity, self._identities.probe_uid),
+                   "landlock": _landlock.policy("/", self._landlock_abi) if landlock else None}  # fmt: skip
+        result = await self._execute(request, CommandLimits(timeout_s=10))
+        return "" if result.exit_code == 0 else (result.stderr.strip() or f"exit code {result.exit_code}")
 
     async def _execute(self, request: dict[str, Any], limits: CommandLimits) -> CommandResult:
         out_r, out_w = os.pipe()
@@ -150,9 +229,9 @@ class Sandbox:
         finally:
             os.close(out_w)
             os.close(err_w)
-        async with _Output(out_r, limits.output_max_bytes) as out, _Output(err_r, limits.output_max_bytes) as err:
+        async with Output(out_r, limits.output_max_bytes) as out, Output(err_r, limits.output_max_bytes) as err:
             exit_code, timed_out = await self._wait(pid, limits.timeout_s)
-            await _drain(out, err)
+            await drain(out, err)
         return CommandResult(exit_code, out.text(), err.text(), out.truncated, err.truncated, timed_out)
 
     async def _wait(self, pid: int, timeout_s: float) -> tuple[int | None, bool]:
@@ -170,90 +249,19 @@ class Sandbox:
             _kill_group(pid)
             raise
 
-    async def _probe(self) -> NetMode:
-        if self._net_mode is not None:
-            return self._net_mode
-        async with self._probe_lock:
-            if self._net_mode is None:
-                self._net_mode = await self._probe_net_mode()
-        return self._net_mode
-
-    async def _probe_net_mode(self) -> NetMode:
-        """The first isolation mode a throwaway `true` starts under."""
-        modes: list[NetMode] = ["netns", "userns"] if os.getuid() == 0 else ["userns"]
-        for mode in modes:
-            request = {"argv": ["true"], "cwd": "/", "env": {"PATH": _SAFE_PATH}, "rlimits": [], "net": mode,
-                       "landlock": None}  # fmt: skip
-            result = await self._execute(request, CommandLimits(timeout_s=10))
-            if result.exit_code == 0:
-                log.info("sandbox: commands run without network (%s)", mode)
-                return mode
-            log.debug("sandbox: %s unavailable: %s", mode, result.stderr.strip())
-        log.warning("sandbox: the OS refuses network namespaces; commands keep the host's network")
-        return "none"
-
-
-class _Output:
-    """One output pipe of a command, read on the loop, keeping the first `max_bytes`."""
-
-    def __init__(self, fd: int, max_bytes: int) -> None:
-        self._fd = fd
-        self._max_bytes = max_bytes
-        self._kept = bytearray()
-        self.truncated = False
-        self.task: asyncio.Task[None] | None = None
-        self._transport: asyncio.ReadTransport | None = None
-
-    async def __aenter__(self) -> _Output:
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=_READ_CHUNK)
-        pipe = os.fdopen(self._fd, "rb", buffering=0)
-        self._transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
-        self.task = asyncio.ensure_future(self._read(reader))
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        assert self.task is not None and self._transport is not None
-        if not self.task.done():
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-        self._transport.close()
-
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        """Keep the head, drain the rest so the child never blocks on a full pipe."""
-        while chunk := await reader.read(_READ_CHUNK):
-            room = self._max_bytes - len(self._kept)
-            if len(chunk) > room:
-                self.truncated = True
-            self._kept += chunk[: max(room, 0)]
-
-    def text(self) -> str:
-        text = self._kept.decode("utf-8", errors="replace")
-        return text + "\n[output truncated]" if self.truncated else text
-
-
-async def _drain(*outputs: _Output) -> None:
-    """Wait for the pipes' EOF; a process that left the group may hold them open: stop waiting."""
-    tasks = [o.task for o in outputs if o.task is not None]
-    _, pending = await asyncio.wait(tasks, timeout=_DRAIN_AFTER_EXIT_S)
-    for output in outputs:
-        if output.task in pending:
-            output.truncated = True
-
 
 def _kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _prepare_workdir(workdir: Path) -> tuple[Path, dict[str, str]]:
-    """The run's directory made absolute and created (a getcwd and two mkdir calls:
-    microseconds, fine on the loop), and the command's env."""
-    workdir = Path(os.path.abspath(workdir))
-    tmp = workdir / ".tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
-    return workdir, {"PATH": _SAFE_PATH, "HOME": str(workdir), "TMPDIR": str(tmp), "LANG": "C.UTF-8"}
+def _absolute(workdir: Path) -> Path:
+    """Taken from the server's current directory (a getcwd: microseconds, fine on the loop)."""
+    return Path(os.path.abspath(workdir))
+
+
+def _identity(kind: IdentityKind | None, uid: int) -> dict[str, Any] | None:
+    return {"how": kind, "uid": uid, "gid": uid} if kind else None
 
 
 def _rlimits(limits: CommandLimits) -> list[tuple[int, int]]:

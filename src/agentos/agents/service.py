@@ -30,6 +30,7 @@ from agentos.agents.agents import AgentRegistry
 from agentos.agents.checks import check_answer, check_input, remove_dirs
 from agentos.agents.fanout import RunEvent
 from agentos.agents.host import ToolHub
+from agentos.agents.isolation import SandboxStatus
 from agentos.agents.journal import SCHEMA, Journal, RunRow, Step, migrate
 from agentos.agents.lifecycle import RunLifecycle
 from agentos.agents.mcp_tools import McpHub
@@ -88,13 +89,17 @@ class RunService:
             driver = Driver(Kernel(limits), MonotonicClock())
         self._driver = driver
         self._runs = RunLifecycle(
-            agents=self._agents, store=store, journal=journal, provider=provider, sandbox=Sandbox(),
+            agents=self._agents, store=store, journal=journal, provider=provider, sandbox=Sandbox(settings.sandbox),
             mcp=mcp or McpHub(trusted=self._agents.trusted_mcp_servers(), policy=self._agents.policy.outbound),
             driver=driver, now_ms=now_ms,
         )  # fmt: skip
         self._workspaces = workspace_dir or (data_dir / "workspaces" if data_dir else None)
         self._temporary_workspaces: Path | None = None
         self.accepting = True
+
+    @property
+    def sandbox_status(self) -> SandboxStatus | None:
+        return self._runs.sandbox.status()
 
     @property
     def store(self) -> RunStore:
@@ -110,7 +115,9 @@ class RunService:
         """Open the journal, load agents, resume unfinished runs."""
         if self._workspaces is None:  # an in-memory journal: its workspaces go when it goes
             self._workspaces = self._temporary_workspaces = Path(tempfile.mkdtemp(prefix="agentos-workspaces-"))
+            self._workspaces.chmod(0o711)  # a sandboxed command's own uid must reach its workspace
         self._runs.workspaces = self._workspaces
+        await self._runs.sandbox.start()  # probes what the OS gives and logs the sandbox's mode
         await self.store.open()
         await self._agents.load()
         await self._runs.recover()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from agentos.api.keys import METRICS, RUNTIME
+from agentos.api.keys import METRICS, RUNS, RUNTIME
 from agentos.api.openapi import OPENAPI
 from agentos.api.sessions import json_response
 
@@ -19,10 +19,15 @@ async def healthz(request: web.Request) -> web.Response:
 
 @routes.get("/readyz")
 async def readyz(request: web.Request) -> web.Response:
+    """Ready, with the sandbox `run_command` gets: `{"mode": "strict" | "weaker" | "refused",
+    "missing": [...]}`. A weaker or refusing sandbox keeps the server ready (its chats work; the
+    administrator chose it, or commands are refused), but says so here."""
     runtime = request.app.get(RUNTIME)
     if runtime is None or not runtime.accepting:
         return json_response({"status": "not_ready"}, status=503)
-    return json_response({"status": "ready"})
+    runs = request.app.get(RUNS)
+    sandbox = runs.sandbox_status if runs is not None else None
+    return json_response({"status": "ready", "sandbox": sandbox.to_dict() if sandbox else None})
 
 
 @routes.get("/metrics")

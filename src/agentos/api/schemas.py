@@ -245,7 +245,18 @@ _OPS: dict[str, Any] = {
     "Health": {
         "type": "object",
         "required": ["status"],
-        "properties": {"status": {"enum": ["ok", "ready", "not_ready"]}},
+        "properties": {
+            "status": {"enum": ["ok", "ready", "not_ready"]},
+            "sandbox": {
+                "description": "/readyz: run_command's sandbox (strict; weaker: allowed by sandbox.allow_weaker;"
+                " refused: commands are refused) and the parts this OS does not give",
+                "type": ["object", "null"],
+                "properties": {
+                    "mode": {"enum": ["strict", "weaker", "refused"]},
+                    "missing": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        },
     },
 }
 

@@ -1,0 +1,90 @@
+"""Issue 8: the sandbox fails closed. Where the OS lacks a part, `run_command` is refused with a
+clear error unless `sandbox.allow_weaker` is set; `/readyz` and the start-up log say which."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentos.agents.isolation import IdentityKind, TryParts, probe
+from tests.conftest import child_env
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+def os_without(*refused: str) -> TryParts:
+    """`try_parts` of an OS that refuses these namespaces ("pid", "net") or identities ("setuid", "userns")."""
+
+    async def try_parts(namespaces: list[str], identity: IdentityKind | None, landlock: bool) -> str:
+        asked = [*namespaces, *([identity] if identity else [])]
+        failing = [part for part in asked if part in refused]
+        return f"{failing[0]} refused" if failing else ""
+
+    return try_parts
+
+
+async def test_an_os_with_every_part_is_strict() -> None:
+    status = await probe(os_without(), root=True, landlock_abi=3, allow_weaker=False)
+    assert (status.mode, status.missing, status.identity, status.namespaces) == ("strict", (), "setuid", ("pid", "net"))
+    assert status.to_dict() == {"mode": "strict", "missing": []}
+
+
+async def test_a_missing_part_refuses_commands_unless_weaker_is_allowed() -> None:
+    refused = await probe(os_without("net"), root=True, landlock_abi=3, allow_weaker=False)
+    assert refused.to_dict() == {"mode": "refused", "missing": ["network_namespace"]}
+    assert "a network namespace" in refused.refusal() and "sandbox.allow_weaker" in refused.refusal()
+    weaker = await probe(os_without("net"), root=True, landlock_abi=3, allow_weaker=True)
+    assert (weaker.mode, weaker.missing, weaker.namespaces, weaker.identity) == (
+        "weaker", ("network_namespace",), ("pid",), "setuid")  # fmt: skip
+    no_landlock = await probe(os_without(), root=False, landlock_abi=0, allow_weaker=False)
+    assert no_landlock.missing == ("landlock",) and no_landlock.identity == "userns"
+
+
+async def test_root_that_cannot_change_uid_maps_itself_in_a_user_namespace() -> None:
+    status = await probe(os_without("setuid"), root=True, landlock_abi=3, allow_weaker=False)
+    assert (status.mode, status.identity) == ("strict", "userns")
+    nothing = await probe(os_without("setuid", "userns"), root=True, landlock_abi=3, allow_weaker=False)
+    assert nothing.missing == ("identity",) and nothing.identity is None
+
+
+async def serve_without_an_identity(data_dir: Path, allow_weaker: bool) -> tuple[dict[str, object], str]:
+    """The real server in a user namespace where root cannot change uid (other uids are unmapped)
+    and no further user namespace may be made: no identity of its own for commands."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) to make an OS without the identity part")
+    limit = "echo 0 > /proc/sys/user/max_user_namespaces"
+    child = f"{limit} && exec {sys.executable} -m tests.agents.sandbox_child {data_dir} {int(allow_weaker)}"
+    proc = await asyncio.create_subprocess_exec(
+        "unshare", "--user", "--map-root-user", "sh", "-c", child, env=child_env(),
+        cwd=REPOSITORY, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    if proc.returncode != 0 and b"unshare failed" in err:
+        pytest.skip(f"this OS does not let us make a user namespace: {err.decode().strip()}")
+    assert proc.returncode == 0, err.decode()
+    return json.loads(out), err.decode()
+
+
+async def test_commands_are_refused_and_readyz_and_the_log_say_why(tmp_path: Path) -> None:
+    report, log = await serve_without_an_identity(tmp_path / "data", allow_weaker=False)
+    assert report["readyz"] == {"status_code": 200, "status": "ready",
+                                "sandbox": {"mode": "refused", "missing": ["identity"]}}  # fmt: skip
+    assert report["tool_result"] == {
+        "error": "run_command is refused: this server cannot give commands an identity of its own, "
+        "and its administrator has not allowed a weaker sandbox (sandbox.allow_weaker)"
+    }
+    assert "sandbox: run_command is refused: this OS cannot give commands an identity of its own" in log
+
+
+async def test_allow_weaker_runs_commands_and_says_so(tmp_path: Path) -> None:
+    report, log = await serve_without_an_identity(tmp_path / "data", allow_weaker=True)
+    assert report["readyz"] == {"status_code": 200, "status": "ready",
+                                "sandbox": {"mode": "weaker", "missing": ["identity"]}}  # fmt: skip
+    result = report["tool_result"]
+    assert isinstance(result, dict) and (result["exit_code"], result["stdout"]) == (0, "ran\n")
+    assert "sandbox: WEAKER, allowed by sandbox.allow_weaker: commands run without an identity of its own" in log
