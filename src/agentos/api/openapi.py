@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentos.api.schemas import SCHEMAS, TAGS, after_param, limit_param, ref, tagged
+from agentos.api.schemas import SCHEMAS, TAGS, after_param, limit_param, ref, secured, tagged
 
 
 def _error(description: str) -> dict[str, Any]:
@@ -37,7 +37,6 @@ _BAD_BODY = {
 _SESSION_ID = {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string"}}
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
 _RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
-
 
 _PAGE = [limit_param(100), after_param("integer")]
 _BAD_QUERY = {"422": _error("A bad limit or after; the message names the parameter")}
@@ -298,3 +297,4 @@ OPENAPI: dict[str, Any] = {
     },
     "security": [{"bearer": []}],
 }
+secured(OPENAPI["paths"])  # after the dict: each operation's `security` decides its 401
