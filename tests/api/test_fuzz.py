@@ -24,6 +24,7 @@ import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from schemathesis import GenerationMode, checks
 
 from agentos.agents.spec import parse_agent_spec
@@ -87,6 +88,25 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_ServerThr
 
 
 @pytest.fixture(scope="module")
+def existing(fuzz_server: _ServerThread) -> dict[str, str]:
+    """Path parameters that name things that exist (a session, an agent, a finished run), so
+    that half the cases get past the 404 into the handlers' real work."""
+
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = requests.post(f"{fuzz_server.url}{path}", json=body, headers=_AUTH, timeout=_CALL_TIMEOUT_S)
+        assert response.ok, response.text
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    session_id = post("/v1/sessions", {})["id"]
+    post("/v1/agents", {"name": "fuzz", "tools": []})
+    run_id = post("/v1/agents/fuzz/runs", {"input": "hello"})["run_id"]
+    events = requests.get(f"{fuzz_server.url}/v1/runs/{run_id}/events", headers=_AUTH, timeout=_CALL_TIMEOUT_S)
+    assert "run.completed" in events.text  # the stream ends with the run: reading it cannot hang
+    return {"session_id": session_id, "name": "fuzz", "run_id": run_id, "asset": "swagger-ui.css"}
+
+
+@pytest.fixture(scope="module")
 def served_schema(fuzz_server: _ServerThread) -> Any:
     """The document as the server serves it (not the module's dict): what a client sees."""
     return schemathesis.openapi.from_url(f"{fuzz_server.url}/openapi.json", timeout=_CALL_TIMEOUT_S)
@@ -121,12 +141,17 @@ def _operations() -> list[Any]:
 
 @pytest.mark.parametrize(("path", "method", "mode"), _operations())
 def test_every_operation_conforms(
-    served_schema: Any, fuzz_server: _ServerThread, path: str, method: str, mode: GenerationMode
+    served_schema: Any,
+    fuzz_server: _ServerThread,
+    existing: dict[str, str],
+    path: str,
+    method: str,
+    mode: GenerationMode,
 ) -> None:
     """Valid requests (POSITIVE) and requests that break the document (NEGATIVE) alike."""
     operation = served_schema[path][method]
 
-    @given(case=operation.as_strategy(generation_mode=mode))
+    @given(case=operation.as_strategy(generation_mode=mode), real=st.booleans())
     @settings(
         max_examples=_EXAMPLES,
         derandomize=True,  # the same cases every CI run
@@ -134,7 +159,9 @@ def test_every_operation_conforms(
         suppress_health_check=list(HealthCheck),
         database=None,  # no .hypothesis directory; derandomize replays the same cases anyway
     )
-    def call(case: Any) -> None:
+    def call(case: Any, real: bool) -> None:
+        if real:
+            case.path_parameters = {k: existing.get(k, v) for k, v in case.path_parameters.items()}
         response = case.call(base_url=fuzz_server.url, headers=_AUTH, timeout=_CALL_TIMEOUT_S)
         case.validate_response(response, checks=_CHECKS)
 
@@ -183,3 +210,16 @@ def test_the_documented_agent_name_pattern_is_what_the_parser_checks(name: str) 
     except InvalidInput:
         accepted = False
     assert (re.fullmatch(pattern, name) is not None) == accepted
+
+
+@pytest.mark.parametrize("resume", [{"headers": {"Last-Event-ID": str(2**80)}}, {"params": {"after": str(2**80)}}])
+def test_a_resume_point_past_any_seq_is_a_400_not_a_failed_stream(
+    fuzz_server: _ServerThread, existing: dict[str, str], resume: dict[str, Any]
+) -> None:
+    """Found: a Last-Event-ID over SQLite's 64-bit integer opened the stream, then failed it with
+    an `error` event (internal_error, a logged exception) instead of refusing the request."""
+    url = f"{fuzz_server.url}/v1/runs/{existing['run_id']}/events"
+    headers = _AUTH | resume.get("headers", {})
+    response = requests.get(url, headers=headers, params=resume.get("params"), timeout=_CALL_TIMEOUT_S)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "bad_request"

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from agentos.agents.spec import AgentSpec
-from agentos.api.body import MAX_PAGE_LIMIT
+from agentos.api.body import MAX_AFTER, MAX_PAGE_LIMIT
 
 _REF = "#/components/schemas/{name}"
 _ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
@@ -45,10 +45,6 @@ def limit_param(default: int) -> dict[str, Any]:
         "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LIMIT, "default": default},
         "description": f"page size; anything else (0, -1, abc, over {MAX_PAGE_LIMIT}) is a 422 invalid_input",
     }
-
-
-# The largest integer cursor the handlers take (a SQLite integer is 64-bit signed).
-MAX_AFTER = 2**62
 
 
 def after_param(kind: str) -> dict[str, Any]:
@@ -259,6 +255,8 @@ _RUNS: dict[str, Any] = {
 }
 
 _OPS: dict[str, Any] = {
+    # One event of a `text/event-stream` answer, as a client parses it (the OpenAPI 3.2 reading).
+    "ServerSentEvent": {"type": "object", "properties": {k: {"type": "string"} for k in ("event", "data", "id")}},
     "Health": {
         "type": "object",
         "required": ["status"],
