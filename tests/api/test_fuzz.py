@@ -39,6 +39,8 @@ _TOKEN = "fuzz-token"
 _AUTH = {"Authorization": f"Bearer {_TOKEN}"}
 _EXAMPLES = 50  # per operation and mode: ~23 operations x 2 x 50 calls take ~20 s on 2 cores
 _CALL_TIMEOUT_S = 10.0  # a turn against the mock takes milliseconds; 10 s is a hang
+# Accept is no documented parameter, yet it picks a turn's answer (SSE, JSON or a 406): vary it.
+_ACCEPTS = ["", "text/event-stream", "application/json", "*/*", "text/html", "text/event-stream, application/json"]
 _CHECKS = [
     checks.not_a_server_error,
     checks.status_code_conformance,
@@ -87,23 +89,29 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_ServerThr
     server.close()
 
 
+def _post(server: _ServerThread, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = requests.post(f"{server.url}{path}", json=body, headers=_AUTH, timeout=_CALL_TIMEOUT_S)
+    assert response.ok, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
 @pytest.fixture(scope="module")
-def existing(fuzz_server: _ServerThread) -> dict[str, str]:
-    """Path parameters that name things that exist (a session, an agent, a finished run), so
-    that half the cases get past the 404 into the handlers' real work."""
-
-    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = requests.post(f"{fuzz_server.url}{path}", json=body, headers=_AUTH, timeout=_CALL_TIMEOUT_S)
-        assert response.ok, response.text
-        answer: dict[str, Any] = response.json()
-        return answer
-
-    session_id = post("/v1/sessions", {})["id"]
-    post("/v1/agents", {"name": "fuzz", "tools": []})
-    run_id = post("/v1/agents/fuzz/runs", {"input": "hello"})["run_id"]
+def finished_run(fuzz_server: _ServerThread) -> str:
+    _post(fuzz_server, "/v1/agents", {"name": "fuzz", "tools": []})
+    run_id: str = _post(fuzz_server, "/v1/agents/fuzz/runs", {"input": "hello"})["run_id"]
     events = requests.get(f"{fuzz_server.url}/v1/runs/{run_id}/events", headers=_AUTH, timeout=_CALL_TIMEOUT_S)
     assert "run.completed" in events.text  # the stream ends with the run: reading it cannot hang
-    return {"session_id": session_id, "name": "fuzz", "run_id": run_id, "asset": "swagger-ui.css"}
+    return run_id
+
+
+@pytest.fixture
+def existing(fuzz_server: _ServerThread, finished_run: str) -> dict[str, str]:
+    """Path parameters that name things that exist (a session, an agent, a finished run), so
+    that half the cases get past the 404 into the handlers' real work. The session is new for
+    each test: DELETE /v1/sessions/{session_id} deletes it."""
+    session_id = _post(fuzz_server, "/v1/sessions", {})["id"]
+    return {"session_id": session_id, "name": "fuzz", "run_id": finished_run, "asset": "swagger-ui.css"}
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +147,7 @@ def _operations() -> list[Any]:
     return params
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("path", "method", "mode"), _operations())
 def test_every_operation_conforms(
     served_schema: Any,
@@ -151,7 +160,7 @@ def test_every_operation_conforms(
     """Valid requests (POSITIVE) and requests that break the document (NEGATIVE) alike."""
     operation = served_schema[path][method]
 
-    @given(case=operation.as_strategy(generation_mode=mode), real=st.booleans())
+    @given(case=operation.as_strategy(generation_mode=mode), real=st.booleans(), accept=st.sampled_from(_ACCEPTS))
     @settings(
         max_examples=_EXAMPLES,
         derandomize=True,  # the same cases every CI run
@@ -159,10 +168,11 @@ def test_every_operation_conforms(
         suppress_health_check=list(HealthCheck),
         database=None,  # no .hypothesis directory; derandomize replays the same cases anyway
     )
-    def call(case: Any, real: bool) -> None:
+    def call(case: Any, real: bool, accept: str) -> None:
         if real:
             case.path_parameters = {k: existing.get(k, v) for k, v in case.path_parameters.items()}
-        response = case.call(base_url=fuzz_server.url, headers=_AUTH, timeout=_CALL_TIMEOUT_S)
+        headers = _AUTH | ({"Accept": accept} if accept else {})
+        response = case.call(base_url=fuzz_server.url, headers=headers, timeout=_CALL_TIMEOUT_S)
         case.validate_response(response, checks=_CHECKS)
 
     call()
