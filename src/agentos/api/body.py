@@ -78,6 +78,8 @@ def _check_well_formed(raw: bytes | str) -> None:
 
 # Every paginated list takes `limit` from 1 to MAX_PAGE_LIMIT; each route has its own default.
 MAX_PAGE_LIMIT = 1000
+# The largest integer cursor (`after`, `Last-Event-ID`) taken: a SQLite integer is 64-bit signed.
+MAX_AFTER = 2**62
 
 
 def page_limit(request: web.Request, default: int) -> int:

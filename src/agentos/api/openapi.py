@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentos.api.schemas import SCHEMAS, TAGS, after_param, limit_param, ref, tagged
+from agentos.api.body import MAX_AFTER
+from agentos.api.schemas import SCHEMAS, TAGS, after_param, limit_param, ref, secured, tagged
 
 
 def _error(description: str) -> dict[str, Any]:
@@ -37,11 +38,9 @@ _BAD_BODY = {
 _SESSION_ID = {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string"}}
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
 _RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
-
-
 _PAGE = [limit_param(100), after_param("integer")]
+_SEQ = {"type": "integer", "minimum": 0, "maximum": MAX_AFTER}
 _BAD_QUERY = {"422": _error("A bad limit or after; the message names the parameter")}
-
 
 OPENAPI: dict[str, Any] = {
     "openapi": "3.1.0",
@@ -91,7 +90,7 @@ OPENAPI: dict[str, Any] = {
                                 " | turn.failed. `application/json`: the whole turn."
                             ),
                             "content": {
-                                "text/event-stream": {"schema": {"type": "string"}},
+                                "text/event-stream": {"schema": ref("ServerSentEvent")},
                                 "application/json": {"schema": ref("TurnResult")},
                             },
                         },
@@ -195,8 +194,8 @@ OPENAPI: dict[str, Any] = {
             "/v1/runs/{run_id}/events": {
                 "parameters": [
                     _RUN_ID,
-                    {"name": "Last-Event-ID", "in": "header", "schema": {"type": "integer", "minimum": 0}},
-                    {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+                    {"name": "Last-Event-ID", "in": "header", "schema": _SEQ},
+                    {"name": "after", "in": "query", "schema": _SEQ},
                 ],
                 "get": {
                     "summary": "The run's events as SSE (`id:` = seq), resumable after Last-Event-ID (or ?after=)",
@@ -207,9 +206,9 @@ OPENAPI: dict[str, Any] = {
                                 " run.completed | run.failed | run.cancelled. If the stream itself fails, its last"
                                 " event is `error` {code, message, error_id}, without an id: reconnect to resume."
                             ),
-                            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                            "content": {"text/event-stream": {"schema": ref("ServerSentEvent")}},
                         },
-                        "400": _error("Bad Last-Event-ID"),
+                        "400": _error("Bad Last-Event-ID or after: not an integer from 0 to 2**62"),
                         "404": _error("Unknown run"),
                     },
                 },
@@ -298,3 +297,4 @@ OPENAPI: dict[str, Any] = {
     },
     "security": [{"bearer": []}],
 }
+secured(OPENAPI["paths"])  # after the dict: each operation's `security` decides its 401

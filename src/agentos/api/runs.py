@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from agentos.api.body import AnswerCreate, RunCreate, read_body
+from agentos.api.body import MAX_AFTER, AnswerCreate, RunCreate, read_body
 from agentos.api.keys import RUNS, RUNTIME, SSE_KEEPALIVE_S
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSEStream, failures_as_events
@@ -88,6 +88,6 @@ def _after_seq(request: web.Request) -> int:
         value = int(raw)
     except ValueError:
         raise BadRequest(f"Last-Event-ID must be an event seq (an integer), got {raw!r}") from None
-    if value < 0:
-        raise BadRequest(f"Last-Event-ID must not be negative, got {value}")
+    if not 0 <= value <= MAX_AFTER:  # a larger one overflows SQLite's integer mid-stream
+        raise BadRequest(f"Last-Event-ID must be an event seq from 0 to {MAX_AFTER}, got {value}")
     return value

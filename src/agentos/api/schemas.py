@@ -14,9 +14,10 @@ from typing import Any
 import msgspec
 
 from agentos.agents.spec import AgentSpec
-from agentos.api.body import MAX_PAGE_LIMIT
+from agentos.api.body import MAX_AFTER, MAX_PAGE_LIMIT
 
 _REF = "#/components/schemas/{name}"
+_ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
 
 
 def ref(name: str) -> dict[str, str]:
@@ -47,7 +48,7 @@ def limit_param(default: int) -> dict[str, Any]:
 
 
 def after_param(kind: str) -> dict[str, Any]:
-    schema = {"type": "integer", "minimum": 0} if kind == "integer" else {"type": "string"}
+    schema = {"type": "integer", "minimum": 0, "maximum": MAX_AFTER} if kind == "integer" else {"type": "string"}
     return {"name": "after", "in": "query", "schema": schema, "description": "the next_cursor of the page before"}
 
 
@@ -71,6 +72,17 @@ def tagged(paths: dict[str, Any]) -> dict[str, Any]:
     return paths
 
 
+def secured(paths: dict[str, Any]) -> dict[str, Any]:
+    """Every operation that asks for the token (all but those with `security: []`) documents
+    the 401 it answers without it."""
+    unauthorized = {"description": "Missing or wrong bearer token (a server with `server.api_token`)"}
+    for item in paths.values():
+        for method, operation in item.items():
+            if method != "parameters" and operation.get("security") != []:
+                operation["responses"].setdefault("401", unauthorized | {"content": _ERROR_CONTENT})
+    return paths
+
+
 # The groups of operations on /docs, in the order shown.
 TAGS = [
     {"name": "sessions", "description": "Sessions, their transcripts and stored events"},
@@ -83,6 +95,7 @@ TAGS = [
 
 _, _SPEC_SCHEMAS = msgspec.json.schema_components([AgentSpec], ref_template=_REF)
 _SPEC = _SPEC_SCHEMAS["AgentSpec"]
+_SPEC["properties"]["name"]["pattern"] = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"  # what parse_agent_spec checks
 
 _AGENT = {
     "title": "Agent",
@@ -242,6 +255,8 @@ _RUNS: dict[str, Any] = {
 }
 
 _OPS: dict[str, Any] = {
+    # One event of a `text/event-stream` answer, as a client parses it (the OpenAPI 3.2 reading).
+    "ServerSentEvent": {"type": "object", "properties": {k: {"type": "string"} for k in ("event", "data", "id")}},
     "Health": {
         "type": "object",
         "required": ["status"],

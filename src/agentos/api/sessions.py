@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from agentos.api.body import SessionCreate, page_limit, query_int, read_body
+from agentos.api.body import MAX_AFTER, SessionCreate, page_limit, query_int, read_body
 from agentos.api.keys import RUNTIME
 from agentos.runtime.runtime import Runtime
 from agentos.store.records import SessionRecord
@@ -67,7 +67,7 @@ async def _page(request: web.Request) -> tuple[Runtime, str, int, int]:
     runtime = request.app[RUNTIME]
     session_id = request.match_info["session_id"]
     limit = page_limit(request, 100)
-    after = query_int(request, "after", 0, low=0, high=2**62)
+    after = query_int(request, "after", 0, low=0, high=MAX_AFTER)
     await runtime.get_session(session_id)  # 404 for an unknown session
     return runtime, session_id, after, limit
 
