@@ -20,8 +20,11 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from agentos.config_security import CommandCaps, SandboxConfig, SecurityConfig
 from agentos.config_sources import InvalidSetting, Sources, from_validation_error
 from agentos.errors import ConfigError
+
+__all__ = ["CommandCaps", "SandboxConfig", "SecurityConfig", "Settings", "load_settings", "settings_from_dict"]
 
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
 PosInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -88,52 +91,6 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     batch_max_rows: PosInt = 1000
     linger_ms: NonNegFloat = 2.0  # under load, how long a writer waits for its batch to fill
     busy_timeout_ms: NonNegInt = 5000
-
-
-class CommandCaps(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The most an API-defined agent's `command` limits may ask for (`agentos.agents.policy`)."""
-
-    timeout_s: PosFloat = 300.0
-    cpu_s: PosInt = 300
-    memory_mb: PosInt = 4096
-    file_size_mb: PosInt = 1024
-    max_processes: PosInt = 1024
-    output_max_bytes: PosInt = 1 << 20
-
-
-class SecurityConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """What agents defined through the API may ask for; config-file agents are the
-    administrator's and are not limited by it (docs/security.md)."""
-
-    # Hosts an API agent's URLs may name ("mcp.example.com", "*.example.com"); empty: any
-    # public host. Loopback, private, link-local and metadata addresses are refused whatever
-    # the name, unless their network is listed in `outbound_allow_networks` (CIDR).
-    outbound_allow: list[str] = msgspec.field(default_factory=list)
-    outbound_allow_networks: list[str] = msgspec.field(default_factory=list)
-    # MCP servers an API agent may name ("mcp_servers": ["files"]): the only way it gets a
-    # stdio server, which is a process on this host. Tables as in `[[agents.x.mcp_servers]]`.
-    api_mcp_servers: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
-    api_tools: list[str] = msgspec.field(default_factory=lambda: ["run_command", "ask_human", "delegate"])
-    max_command: CommandCaps = msgspec.field(default_factory=CommandCaps)
-    max_turns: PosInt = 100
-    max_token_budget: NonNegInt = 0  # 0: no cap; else API agents need 1..max_token_budget
-    max_human_timeout_s: PosFloat = 7 * 24 * 3600.0
-    max_delegation_depth: NonNegInt = 4
-    max_delegation_width: NonNegInt = 16
-
-
-class SandboxConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """`run_command`'s sandbox (`agentos.agents.sandbox`; docs/security.md).
-
-    `allow_weaker`: where the OS cannot give every layer (a PID namespace, a separate identity,
-    a network namespace, Landlock), run commands with the layers it has instead of refusing them.
-    `uid_base`/`uid_count`: when the server runs as root, each workspace gets its own uid and gid
-    from `[uid_base + 1, uid_base + uid_count)`; `uid_base` itself is the start-up probe's.
-    """
-
-    allow_weaker: bool = False
-    uid_base: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 2**20)] = 1_000_000_000
-    uid_count: Annotated[int, msgspec.Meta(ge=2, le=2**20)] = 1 << 20
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -317,45 +274,3 @@ def resolve_paths(settings: Settings) -> Settings:
     return msgspec.structs.replace(
         settings, data_dir=absolute(settings.data_dir), jsonl_dir=absolute(settings.jsonl_dir)
     )
-
-
-def to_toml_dict(settings: Settings) -> dict[str, Any]:
-    """The effective config as plain data, secrets masked."""
-    data: dict[str, Any] = msgspec.to_builtins(settings)
-    if data["server"]["api_token"]:
-        data["server"]["api_token"] = "**********"
-    if data["provider"]["api_key"]:
-        data["provider"]["api_key"] = "**********"
-    return data
-
-
-def dump_toml(data: Mapping[str, Any]) -> str:
-    """A small TOML writer for `agentos config show` (scalars, lists and nested tables)."""
-    lines: list[str] = []
-    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
-    for key, value in data.items():
-        if not isinstance(value, dict):
-            lines.append(f"{key} = {_toml_value(value)}")
-    for name, table in tables.items():
-        _dump_table(lines, name, table)
-    return "\n".join(lines) + "\n"
-
-
-def _dump_table(lines: list[str], name: str, table: Mapping[str, Any]) -> None:
-    lines.append(f"\n[{name}]")
-    subtables = {k: v for k, v in table.items() if isinstance(v, dict)}
-    for key, value in table.items():
-        if not isinstance(value, dict):
-            lines.append(f"{key} = {_toml_value(value)}")
-    for key, sub in subtables.items():
-        _dump_table(lines, f"{name}.{key}", sub)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return msgspec.json.encode(str(value)).decode()

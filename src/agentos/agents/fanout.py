@@ -84,5 +84,14 @@ class Fanout:
         for subscription in self._subscribers.get(run_id, ()):
             subscription.offer(event)
 
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no run has a subscriber; False if some still had one after `timeout_s`."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.idle.wait()
+        except TimeoutError:
+            return False
+        return True
+
     def count(self) -> int:
         return sum(len(s) for s in self._subscribers.values())

@@ -153,12 +153,7 @@ class RunService:
 
     async def wait_no_subscribers(self, timeout_s: float) -> bool:
         """Wait until no client follows any run's events; False if some still did after `timeout_s`."""
-        try:
-            async with asyncio.timeout(timeout_s):
-                await self._runs.fanout.idle.wait()
-        except TimeoutError:
-            return False
-        return True
+        return await self._runs.fanout.wait_idle(timeout_s)
 
     # --- agents ---
 
