@@ -15,6 +15,20 @@ from agentos.store.records import AccessRecord, EventRecord, MessageRecord, Sess
 
 
 @dataclass(frozen=True, slots=True)
+class WriterStatistics:
+    """One writer's counters (`agentos.store.writer.Writer.statistics`)."""
+
+    name: str
+    queued: int  # durable lane
+    written_total: int
+    dropped_total: int  # sheddable lane, over its bound
+    batches_total: int
+    shed_queued: int = 0  # sheddable lane
+    failed_total: int = 0  # operations that failed (their futures got a StoreError)
+    retried_total: int = 0  # batches applied again after a failed BEGIN or COMMIT
+
+
+@dataclass(frozen=True, slots=True)
 class StoreStatistics:
     message_queue: int
     event_queue: int

@@ -1,18 +1,29 @@
-"""One queued operation, and how a batch of them is applied in one SQLite transaction.
+"""The SQLite side of the one writer: opening a file, one queued operation, and how a batch of
+them is applied in one transaction.
 
-This is the writer thread's half of the failure policy described in `agentos.store.writer`:
-an operation that raises fails alone (its savepoint is rolled back, the rest commits); a
-failed BEGIN or COMMIT is retried once for the whole batch, then fails every operation.
-Errors are mapped to `StoreError` here, at the boundary, with the cause chained.
+Failures, and what they cost:
+- an operation that raises (any `Exception`, a bad statement or a reader's decode error)
+  fails only its own future; the batch is applied again with a SAVEPOINT around each
+  operation, so the other operations' rows commit;
+- a failed BEGIN or COMMIT (disk full, I/O error, a lock held past `busy_timeout_ms`) rolls
+  back and retries the whole batch once, then fails every future of the batch. Statements
+  must therefore be idempotent (upserts on natural keys); a repeat only follows a COMMIT
+  that reported failure, after which SQLite has not committed the batch;
+- errors reach callers as `StoreError` with the cause chained; our own `AgentOSError`s
+  raised by a reader (a NotFound) pass unchanged;
+- the thread does not die on an operation's error. A `BaseException` that still kills it
+  fails every queued operation, and every later call raises `StoreError`: nothing hangs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from agentos.errors import AgentOSError, StoreError
@@ -114,3 +125,47 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
     except sqlite3.Error:
         log.exception("rollback failed")
+
+
+def connect(
+    name: str,
+    path: Path | str | None,
+    schema: str,
+    *,
+    synchronous: str,
+    busy_timeout_ms: int,
+    migrate: Callable[[sqlite3.Connection], None] | None,
+) -> sqlite3.Connection:
+    """Open `path` (None: in memory) in WAL mode and apply `schema` and `migrate`.
+
+    Raises:
+        StoreError: the file cannot be opened or its schema applied.
+    """
+    try:
+        if isinstance(path, Path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(path or ":memory:"), check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        conn.executescript(schema)
+        if migrate is not None:
+            migrate(conn)
+    except (sqlite3.Error, OSError) as exc:
+        raise StoreError(f"cannot open the {name} database {str(path)!r}: {exc}") from exc
+    return conn
+
+
+def died(name: str, exc: BaseException) -> StoreError:
+    """The error every operation of a writer whose thread died gets."""
+    error = StoreError(f"{name} writer thread died: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+def post(loop: asyncio.AbstractEventLoop | None, callback: Callable[..., None], *args: Any) -> None:
+    """From the writer thread: run `callback(*args)` on the loop, unless the loop is gone."""
+    if loop is None or loop.is_closed():
+        return
+    with contextlib.suppress(RuntimeError):  # the loop closed in between: nobody is left to tell
+        loop.call_soon_threadsafe(callback, *args)

@@ -11,55 +11,30 @@ Two lanes share the FIFO, each with its own bound:
 - durable (`put`, `submit`): never dropped; callers await `wait_space()` first (backpressure);
 - sheddable (`put(..., sheddable=True)`): dropped and counted once its lane is full.
 
-Failures, and what they cost:
-- an operation that raises (any `Exception`, a bad statement or a reader's decode error)
-  fails only its own future; the batch is applied again with a SAVEPOINT around each
-  operation, so the other operations' rows commit;
-- a failed BEGIN or COMMIT (disk full, I/O error, a lock held past `busy_timeout_ms`) rolls
-  back and retries the whole batch once, then fails every future of the batch. Statements
-  must therefore be idempotent (upserts on natural keys); a repeat only follows a COMMIT
-  that reported failure, after which SQLite has not committed the batch;
-- errors reach callers as `StoreError` with the cause chained; our own `AgentOSError`s
-  raised by a reader (a NotFound) pass unchanged;
-- the thread does not die on an operation's error. A `BaseException` that still kills it
-  fails every queued operation, and every later call raises `StoreError`: nothing hangs.
+Failures (an operation that raises fails alone; a failed commit is retried once; a dead
+thread fails everything instead of hanging) are described and handled in `agentos.store.ops`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sqlite3
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentos.errors import StoreError
+from agentos.store.base import WriterStatistics
 from agentos.store.batching import Batcher
-from agentos.store.ops import Apply, Operation, apply_batch
+from agentos.store.ops import Apply, Operation, apply_batch, connect, died, post
 
 log = logging.getLogger("agentos.store")
 
 _BUSY_WINDOW_S = 0.02  # a batch this recent means the writer is busy
-
-
-@dataclass(frozen=True, slots=True)
-class WriterStatistics:
-    name: str
-    queued: int  # durable lane
-    written_total: int
-    dropped_total: int  # sheddable lane, over its bound
-    batches_total: int
-    shed_queued: int = 0  # sheddable lane
-    failed_total: int = 0  # operations that failed (their futures got a StoreError)
-    retried_total: int = 0  # batches applied again after a failed BEGIN or COMMIT
-
-
 _STOP = Operation(None, None, None, None)
 
 
@@ -142,19 +117,10 @@ class Writer:
         self._thread.start()
 
     def _connect(self) -> sqlite3.Connection:
-        try:
-            if isinstance(self._path, Path):
-                self._path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(str(self._path or ":memory:"), check_same_thread=False, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self._synchronous.upper()}")
-            conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
-            conn.executescript(self._schema)
-            if self._migrate is not None:
-                self._migrate(conn)
-        except (sqlite3.Error, OSError) as exc:
-            raise StoreError(f"cannot open the {self.name} database {str(self._path)!r}: {exc}") from exc
-        return conn
+        return connect(
+            self.name, self._path, self._schema, synchronous=self._synchronous,
+            busy_timeout_ms=self._busy_timeout_ms, migrate=self._migrate,
+        )  # fmt: skip
 
     async def close(self) -> None:
         """Refuse new operations, apply every queued one, then stop the thread."""
@@ -177,11 +143,7 @@ class Writer:
             StoreError: the writer is closed or dead (a sheddable write is dropped instead).
         """
         # Called per turn for events and messages: one allocation (the Operation), no lock.
-        if sheddable and (self._shed_queued >= self._shed_max or self._refusing()):
-            self._dropped += 1
-            return False
-        self._enqueue(Operation(sql, params, None, None, sheddable))
-        return True
+        return self._offer(Operation(sql, params, None, None, sheddable))
 
     def put_apply(self, apply: Apply, *, sheddable: bool = False) -> bool:
         """Enqueue `apply(connection)` as a write and return at once, like `put`; a failure is logged.
@@ -189,10 +151,13 @@ class Writer:
         Raises:
             StoreError: the writer is closed or dead (a sheddable write is dropped instead).
         """
-        if sheddable and (self._shed_queued >= self._shed_max or self._refusing()):
+        return self._offer(Operation(None, None, apply, None, sheddable))
+
+    def _offer(self, op: Operation) -> bool:
+        if op.sheddable and (self._shed_queued >= self._shed_max or self._refusing()):
             self._dropped += 1
             return False
-        self._enqueue(Operation(None, None, apply, None, sheddable))
+        self._enqueue(op)
         return True
 
     def submit(
@@ -272,11 +237,11 @@ class Writer:
 
     def _die(self, stranded: list[Operation], exc: BaseException) -> None:
         """On the loop: the thread is gone. Fail what it held, what is queued, and what comes."""
-        self._dead = _died(self.name, exc)
+        self._dead = died(self.name, exc)
         stranded.extend(op for op in self._ops if op is not _STOP)
         self._ops.clear()
         if stranded:
-            self._resolve(stranded, [_died(self.name, exc) for _ in stranded], 0.0)
+            self._resolve(stranded, [died(self.name, exc) for _ in stranded], 0.0)
         self._space.set()
 
     # -- the thread's side ---------------------------------------------------------------------
@@ -286,7 +251,7 @@ class Writer:
             self._serve(conn)
         except BaseException as exc:  # noqa: B036 - the thread's last act: fail everything rather than hang
             log.critical("%s writer thread died", self.name, exc_info=True)
-            self._post(self._die, [*self._inflight, *self._batcher.clear()], exc)
+            post(self._loop, self._die, [*self._inflight, *self._batcher.clear()], exc)
         finally:
             conn.close()
 
@@ -331,17 +296,4 @@ class Writer:
         results, retried = apply_batch(conn, batch, self.name)
         self._retried += retried  # only this thread writes it; the loop reads it for statistics
         wait_ms = (time.perf_counter_ns() - batch[0].enqueued_ns) / 1e6
-        self._post(self._resolve, batch, results, wait_ms)
-
-    def _post(self, callback: Callable[..., None], *args: Any) -> None:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        with contextlib.suppress(RuntimeError):  # the loop closed in between: nobody is left to tell
-            loop.call_soon_threadsafe(callback, *args)
-
-
-def _died(name: str, exc: BaseException) -> StoreError:
-    error = StoreError(f"{name} writer thread died: {type(exc).__name__}: {exc}")
-    error.__cause__ = exc
-    return error
+        post(self._loop, self._resolve, batch, results, wait_ms)
