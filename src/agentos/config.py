@@ -23,6 +23,7 @@ import msgspec
 from agentos.config_security import CommandCaps, SandboxConfig, SecurityConfig
 from agentos.config_sources import InvalidSetting, Sources, from_validation_error
 from agentos.errors import ConfigError
+from agentos.tenancy.limits import TenantLimits
 
 __all__ = ["CommandCaps", "SandboxConfig", "SecurityConfig", "Settings", "load_settings", "settings_from_dict"]
 
@@ -104,6 +105,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     security: SecurityConfig = msgspec.field(default_factory=SecurityConfig)
     sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
+    tenant_limits: TenantLimits = msgspec.field(default_factory=TenantLimits)  # every tenant's defaults
     agents: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
 
     @property

@@ -24,8 +24,7 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     if settings.server.access_log and settings.store.enabled:
         middlewares.append(access_log_middleware)
     middlewares.append(error_middleware)
-    if settings.server.api_token:
-        middlewares.append(auth_middleware(settings.server.api_token))
+    middlewares.append(auth_middleware(settings.server.api_token))
     # aiohttp's own body cap sits a little above ours so that ours answers with a JSON 413.
     app = web.Application(middlewares=middlewares, client_max_size=settings.server.max_body_bytes + 1)
     app[MAX_BODY_BYTES] = settings.server.max_body_bytes

@@ -11,7 +11,8 @@ from aiohttp.typedefs import Middleware
 from agentos.api.errors import Handler, error_response
 from agentos.api.keys import RUNTIME
 from agentos.clock import wall_ms
-from agentos.store.records import AccessRecord
+from agentos.store.records import DEFAULT_TENANT, AccessRecord
+from agentos.tenancy.principal import ALL_SCOPES, OPEN_PRINCIPAL, PRINCIPAL, Principal
 
 # Open without the token: the probes, and the API's description with its page (a browser
 # cannot send the token to load them; every route they describe still asks for it).
@@ -19,15 +20,23 @@ from agentos.store.records import AccessRecord
 _OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/{asset}"})
 
 
+# The principal of `server.api_token` (AGENTOS_API_TOKEN): an admin key of the default tenant.
+TOKEN_PRINCIPAL = Principal(DEFAULT_TENANT, "token", ALL_SCOPES)
+
+
 def auth_middleware(token: str) -> Middleware:
+    """Sets `request[PRINCIPAL]`: with no `token`, every request is `OPEN_PRINCIPAL`."""
     expected = f"Bearer {token}".encode()
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if _route_of(request) not in _OPEN_ROUTES:
+        if not token:
+            request[PRINCIPAL] = OPEN_PRINCIPAL
+        elif _route_of(request) not in _OPEN_ROUTES:
             given = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(given, expected):
                 return error_response(401, "unauthorized", "missing or wrong bearer token")
+            request[PRINCIPAL] = TOKEN_PRINCIPAL
         return await handler(request)
 
     return check

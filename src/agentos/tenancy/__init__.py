@@ -1,0 +1,5 @@
+"""Tenants, their API keys, and what a caller may do: the trust boundary's data.
+
+`principal.Principal` is who a request acts for (set on every request by the auth middleware);
+`limits.TenantLimits` is what a tenant may consume.
+"""
