@@ -35,13 +35,13 @@ async def make_service(tmp_path: Path) -> AsyncIterator[ServiceFactory]:
 
 
 async def collect(
-    service: RunService, run_id: str, *, until: str | None = None, timeout_s: float = 10.0
+    service: RunService, run_id: str, *, until: str | None = None, timeout_s: float = 10.0, tenant: str = "default"
 ) -> list[RunEvent]:
-    """Events from the start until a terminal event (or the first `until` event)."""
+    """Events (as `tenant` sees them) from the start until a terminal event (or the first `until` event)."""
     events: list[RunEvent] = []
 
     async def read() -> None:
-        async for event in service.events(run_id):
+        async for event in service.events(tenant, run_id):
             events.append(event)
             if event.type == until:
                 return

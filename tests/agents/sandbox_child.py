@@ -43,7 +43,7 @@ async def main(data_dir: str, allow_weaker: bool) -> None:
         url = f"http://127.0.0.1:{runner.addresses[0][1]}/readyz"
         async with aiohttp.ClientSession() as http, http.get(url) as r:
             readyz = {"status_code": r.status, **(await r.json())}
-        run_id = await services.runs.start_run("ops", "go")
+        run_id = await services.runs.start_run("default", "ops", "go")
         info = await wait_status(services.runs, run_id, "completed")
         print(json.dumps({"readyz": readyz, "tool_result": json.loads(str(info["result"]))}), flush=True)
     finally:

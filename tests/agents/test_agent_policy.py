@@ -177,8 +177,8 @@ async def open_service(tmp_path: Path, provider: Any, security: dict[str, Any], 
 async def test_a_run_of_an_api_agent_uses_the_allowed_stdio_server(tmp_path: Path) -> None:
     service = await open_service(tmp_path, ScriptedProvider(use_calc), SECURITY)
     try:
-        await service.create_agent({"name": "adder", "tools": [], "mcp_servers": [{"name": "calc"}]})
-        events = await collect(service, await service.start_run("adder", "add 2 and 3"))
+        await service.create_agent("default", {"name": "adder", "tools": [], "mcp_servers": [{"name": "calc"}]})
+        events = await collect(service, await service.start_run("default", "adder", "add 2 and 3"))
     finally:
         await service.close(drain_s=0)
     assert events[-1].type == "run.completed" and events[-1].data["result"] == "the sum is 5"
@@ -192,18 +192,20 @@ async def test_a_stored_agent_that_is_no_longer_allowed_is_not_loaded(
     marker = tmp_path / "ran"
     evil = {"name": "evil", "tools": [], "mcp_servers": [{"name": "sh", "command": ["touch", str(marker)]}]}
     service = await open_service(tmp_path, ScriptedProvider(), {})
-    await service.create_agent({"name": "fine", "tools": []})
-    await service.store.write([service.journal.put_agent("evil", msgspec.json.encode(evil).decode(), "api", 1)])
+    await service.create_agent("default", {"name": "fine", "tools": []})
+    await service.store.write(
+        [service.journal.put_agent("default", "evil", msgspec.json.encode(evil).decode(), "api", 1)]
+    )
     await service.close(drain_s=0)
     with caplog.at_level(logging.WARNING, logger="agentos.agents.agents"):
         service = await open_service(tmp_path, ScriptedProvider(), {})
     try:
-        assert service.get_agent("fine")["source"] == "api"
+        assert service.get_agent("default", "fine")["source"] == "api"
         with pytest.raises(NotFound):
-            service.get_agent("evil")
+            service.get_agent("default", "evil")
     finally:
         await service.close(drain_s=0)
-    assert "agent 'evil' is not loaded: mcp_servers.0: a stdio server" in caplog.text
+    assert "agent 'evil' of tenant 'default' is not loaded: mcp_servers.0: a stdio server" in caplog.text
     assert not marker.exists()
 
 
@@ -249,17 +251,17 @@ async def test_loopback_http_mcp_config_agents_and_allowed_api_agents(tmp_path: 
     agents = {"cfg": {"tools": [], "mcp_servers": [server]}}
     service = await open_service(tmp_path, ScriptedProvider(use_calc), {}, agents=agents)
     try:
-        events = await collect(service, await service.start_run("cfg", "add 2 and 3"))
+        events = await collect(service, await service.start_run("default", "cfg", "add 2 and 3"))
         assert events[-1].data.get("result") == "the sum is 5", events[-1]
         with pytest.raises(Forbidden, match="loopback"):
-            await service.create_agent({"name": "api", "tools": [], "mcp_servers": [server]})
+            await service.create_agent("default", {"name": "api", "tools": [], "mcp_servers": [server]})
     finally:
         await service.close(drain_s=0)
     allowed = {"outbound_allow_networks": ["127.0.0.1/32"]}
     service = await open_service(tmp_path / "2", ScriptedProvider(use_calc), allowed)
     try:
-        await service.create_agent({"name": "api", "tools": [], "mcp_servers": [server]})
-        events = await collect(service, await service.start_run("api", "add 2 and 3"))
+        await service.create_agent("default", {"name": "api", "tools": [], "mcp_servers": [server]})
+        events = await collect(service, await service.start_run("default", "api", "add 2 and 3"))
         assert events[-1].data.get("result") == "the sum is 5", events[-1]
     finally:
         await service.close(drain_s=0)

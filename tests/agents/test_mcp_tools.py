@@ -55,7 +55,7 @@ def use_calc(request: ChatRequest) -> Completion:
 
 async def test_an_agent_calls_an_mcp_tool(make_service: ServiceFactory) -> None:
     service = await make_service(ScriptedProvider(use_calc), agents={"calc": AGENT})
-    run_id = await service.start_run("calc", "add 2 and 3")
+    run_id = await service.start_run("default", "calc", "add 2 and 3")
     events = await collect(service, run_id)
     assert events[-1].type == "run.completed" and events[-1].data["result"] == "the sum is 5"
     assert [e.data["name"] for e in events if e.type == "tool.call"] == ["calc__add"]

@@ -18,7 +18,7 @@ from tests.agents.fakes import ScriptedProvider, answer, call, tool_messages_sin
 
 async def pending(service: RunService, run_id: str) -> dict[str, Any]:
     await collect(service, run_id, until="human.requested")
-    info = await service.get_run(run_id)
+    info = await service.get_run("default", run_id)
     assert info["status"] == "waiting_human", info
     request: dict[str, Any] = info["pending"]
     return request
@@ -27,16 +27,16 @@ async def pending(service: RunService, run_id: str) -> dict[str, Any]:
 async def test_model_calls_and_tools_are_not_repeated(make_service: ServiceFactory, tmp_path: Path) -> None:
     first = ScriptedProvider(gate_at=3)  # two replies journaled, the third call never answers
     service = await make_service(first)
-    run_id = await service.start_run("ops", "x")
+    run_id = await service.start_run("default", "ops", "x")
     await first.entered.wait()
     await service.close(drain_s=0)  # like a crash: nothing gets to finish
     second = ScriptedProvider()
     resumed = await make_service(second)
     request = await pending(resumed, run_id)
     assert len(second.requests) == 1 and tool_messages_since_user(second.requests[0]) == 2
-    await resumed.answer(run_id, request["operation_id"], "yes")
+    await resumed.answer("default", run_id, request["operation_id"], "yes")
     await collect(resumed, run_id)
-    assert (await resumed.get_run(run_id))["status"] == "completed"
+    assert (await resumed.get_run("default", run_id))["status"] == "completed"
     assert len(second.requests) == 2
     assert (tmp_path / "data" / "workspaces" / run_id / "effects.log").read_text() == "step-1\nstep-2\n"
     names = [e.type for e in await collect(resumed, run_id)]
@@ -53,17 +53,17 @@ def slow_command(request: ChatRequest) -> Completion:
 async def test_an_interrupted_command_is_uncertain(make_service: ServiceFactory, tmp_path: Path, choice: str) -> None:
     agents = {"ops": {"command": {"timeout_s": 0.5 if choice == "retry" else 30}}}
     service = await make_service(ScriptedProvider(slow_command), agents=agents)
-    run_id = await service.start_run("ops", "x")
+    run_id = await service.start_run("default", "ops", "x")
     await collect(service, run_id, until="tool.call")
     await service.close(drain_s=0)  # the command is killed with the service: did it do its work? unknown
     resumed = await make_service(ScriptedProvider(slow_command), agents=agents)
     request = await pending(resumed, run_id)
     assert request["kind"] == "uncertain" and request["operation_id_uncertain"] == f"{run_id}:2"
     with pytest.raises(InvalidInput):
-        await resumed.answer(run_id, request["operation_id"], "maybe")
-    await resumed.answer(run_id, request["operation_id"], choice)
+        await resumed.answer("default", run_id, request["operation_id"], "maybe")
+    await resumed.answer("default", run_id, request["operation_id"], choice)
     await collect(resumed, run_id)
-    info = await resumed.get_run(run_id)
+    info = await resumed.get_run("default", run_id)
     assert info["status"] == "completed"
     log = tmp_path / "data" / "workspaces" / run_id / "effects.log"
     runs_before = 0 if not log.exists() else log.read_text().count("once") - (choice == "retry")
@@ -85,7 +85,7 @@ def delegate_once(request: ChatRequest) -> Completion:
 async def test_delegation_reattaches_to_its_child(make_service: ServiceFactory) -> None:
     agents = {"a": {"tools": ["delegate", "ask_human"]}}
     service = await make_service(ScriptedProvider(delegate_once), agents=agents)
-    run_id = await service.start_run("a", "parent")
+    run_id = await service.start_run("default", "a", "parent")
     child_id = f"{run_id}.2"
     started = await collect(service, run_id, until="run.child_started")
     assert started[-1].data["child_run_id"] == child_id
@@ -93,9 +93,9 @@ async def test_delegation_reattaches_to_its_child(make_service: ServiceFactory) 
     await service.close(drain_s=0)  # like a crash: nothing gets to finish
     resumed = await make_service(ScriptedProvider(delegate_once), agents=agents)
     request = await pending(resumed, child_id)
-    await resumed.answer(child_id, request["operation_id"], "yes")
+    await resumed.answer("default", child_id, request["operation_id"], "yes")
     await collect(resumed, run_id)
-    info = await resumed.get_run(run_id)
+    info = await resumed.get_run("default", run_id)
     assert info["status"] == "completed" and info["result"] == "parent got: child says hi"
     assert resumed.statistics().handles == 0
     with sqlite3.connect(Path(resumed.store._path or "")) as db:
@@ -105,7 +105,7 @@ async def test_delegation_reattaches_to_its_child(make_service: ServiceFactory) 
 async def test_a_run_that_cannot_resume_fails_with_the_reason(make_service: ServiceFactory, tmp_path: Path) -> None:
     first = ScriptedProvider(gate_at=1)
     service = await make_service(first)
-    run_id = await service.start_run("ops", "x")
+    run_id = await service.start_run("default", "ops", "x")
     await first.entered.wait()
     await service.close(drain_s=0)  # like a crash: nothing gets to finish
     with sqlite3.connect(tmp_path / "data" / "runs.db") as db:
@@ -114,13 +114,13 @@ async def test_a_run_that_cannot_resume_fails_with_the_reason(make_service: Serv
             (run_id,),
         )
     resumed = await make_service()
-    info = await resumed.get_run(run_id)
+    info = await resumed.get_run("default", run_id)
     assert info["status"] == "failed" and str(info["reason"]).startswith("cannot resume")
 
 
 async def test_waiting_runs_come_back_waiting_without_a_task(make_service: ServiceFactory) -> None:
     service = await make_service()
-    runs = [await service.start_run("ops", f"job-{i}") for i in range(20)]
+    runs = [await service.start_run("default", "ops", f"job-{i}") for i in range(20)]
     for run_id in runs:
         await pending(service, run_id)
     await service.close(drain_s=0)  # like a crash: nothing gets to finish
@@ -136,7 +136,7 @@ async def test_a_graceful_close_lets_the_current_step_finish(make_service: Servi
         return call("run_command", {"command": ["sh", "-c", "sleep 0.3; echo once >> effects.log"]})
 
     service = await make_service(ScriptedProvider(slowish))
-    run_id = await service.start_run("ops", "x")
+    run_id = await service.start_run("default", "ops", "x")
     await collect(service, run_id, until="tool.call")
     await service.close(drain_s=10)
     resumed = await make_service(ScriptedProvider(slowish))
@@ -148,7 +148,7 @@ async def test_a_graceful_close_lets_the_current_step_finish(make_service: Servi
 async def test_a_deadline_that_passed_while_down_fails_the_run(make_service: ServiceFactory) -> None:
     agents = {"ops": {"human_timeout_s": 60}}
     service = await make_service(agents=agents)
-    run_id = await service.start_run("ops", "x")
+    run_id = await service.start_run("default", "ops", "x")
     await pending(service, run_id)
     await service.close(drain_s=0)
     later = await make_service(agents=agents, now_ms=lambda: wall_ms() + 61_000)  # back a minute later

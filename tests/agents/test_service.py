@@ -26,19 +26,19 @@ async def wait_status(service: RunService, run_id: str, status: str) -> dict[str
     wanted = {"waiting_human": "human.requested", "completed": "run.completed", "failed": "run.failed",
               "cancelled": "run.cancelled"}[status]  # fmt: skip
     await collect(service, run_id, until=wanted)
-    info = await service.get_run(run_id)
+    info = await service.get_run("default", run_id)
     assert info["status"] == status, info
     return info
 
 
 async def test_full_loop_two_commands_then_human_then_answer(make_service: ServiceFactory, tmp_path: Path) -> None:
     service = await make_service()
-    run_id = await service.start_run("ops", "do the thing")
+    run_id = await service.start_run("default", "ops", "do the thing")
     info = await wait_status(service, run_id, "waiting_human")
     pending = info["pending"]
     assert pending["kind"] == "question" and pending["question"] == "Proceed with the final answer?"
     assert service.statistics().active_runs == 0  # a waiting run holds no task
-    await service.answer(run_id, pending["operation_id"], "yes")
+    await service.answer("default", run_id, pending["operation_id"], "yes")
     info = await wait_status(service, run_id, "completed")
     assert info["result"] == "All done."
     events = await collect(service, run_id)
@@ -56,17 +56,17 @@ async def test_full_loop_two_commands_then_human_then_answer(make_service: Servi
 async def test_events_resume_after_seq(make_service: ServiceFactory) -> None:
     provider = ScriptedProvider(lambda r: answer("hello"), gate_at=1)
     service = await make_service(provider)
-    run_id = await service.start_run("ops", "hi")
+    run_id = await service.start_run("default", "ops", "hi")
     await provider.entered.wait()  # the model call is held until we follow the run live
-    live = service.events(run_id)
+    live = service.events("default", run_id)
     first = await anext(live)
     provider.gate.set()
     events = [first] + [e async for e in live]
     assert "".join(e.data["delta"] for e in events if e.type == "token") == "hello"  # live subscribers get tokens
     stored = [e for e in events if e.type != "token"]
     assert [e.type for e in stored] == ["run.started", "run.completed"]
-    assert [e async for e in service.events(run_id)] == stored  # tokens are live-only
-    assert [e async for e in service.events(run_id, after_seq=1)] == stored[1:]
+    assert [e async for e in service.events("default", run_id)] == stored  # tokens are live-only
+    assert [e async for e in service.events("default", run_id, after_seq=1)] == stored[1:]
 
 
 async def test_a_slow_subscriber_is_bounded_and_loses_only_tokens(make_service: ServiceFactory) -> None:
@@ -74,9 +74,9 @@ async def test_a_slow_subscriber_is_bounded_and_loses_only_tokens(make_service: 
     long_text = "x" * 2000  # the scripted provider streams it as two deltas; many runs make many tokens
     provider = ScriptedProvider(lambda r: answer(long_text), gate_at=1)
     service = await make_service(provider)
-    run_id = await service.start_run("ops", "hi")
+    run_id = await service.start_run("default", "ops", "hi")
     await provider.entered.wait()
-    slow = service.events(run_id)
+    slow = service.events("default", run_id)
     assert (await anext(slow)).type == "run.started"
     handle = service._runs.handles[run_id]
     for i in range(10_000):  # far more than the bound, published while the reader sleeps
@@ -93,7 +93,7 @@ async def test_a_slow_subscriber_is_bounded_and_loses_only_tokens(make_service: 
 async def test_max_turns_ends_the_run(make_service: ServiceFactory) -> None:
     looping = ScriptedProvider(lambda r: call("run_command", {"command": ["true"]}, f"c{len(r.messages)}"))
     service = await make_service(looping, agents={"a": {"max_turns": 3}})
-    run_id = await service.start_run("a", "loop forever")
+    run_id = await service.start_run("default", "a", "loop forever")
     info = await wait_status(service, run_id, "failed")
     assert str(info["reason"]).startswith("max_turns")
     assert len(looping.requests) == 3
@@ -102,7 +102,7 @@ async def test_max_turns_ends_the_run(make_service: ServiceFactory) -> None:
 async def test_token_budget_ends_the_run(make_service: ServiceFactory) -> None:
     looping = ScriptedProvider(lambda r: call("run_command", {"command": ["true"]}, f"c{len(r.messages)}"))
     service = await make_service(looping, agents={"a": {"token_budget": 20}})
-    run_id = await service.start_run("a", "spend")
+    run_id = await service.start_run("default", "a", "spend")
     info = await wait_status(service, run_id, "failed")
     assert str(info["reason"]).startswith("token_budget")
     assert len(looping.requests) == 2  # 15 tokens after one reply, 30 after two: over 20
@@ -117,9 +117,9 @@ def delegating(request: ChatRequest) -> Completion:
 async def test_delegation_depth_limit(make_service: ServiceFactory) -> None:
     agents = {"a": {"tools": ["delegate"], "max_delegation_depth": 1}}
     service = await make_service(ScriptedProvider(delegating), agents=agents)
-    run_id = await service.start_run("a", "delegate")
+    run_id = await service.start_run("default", "a", "delegate")
     await wait_status(service, run_id, "completed")
-    child = await service.get_run(f"{run_id}.2")  # the child of the root's step 2 (its first tool step)
+    child = await service.get_run("default", f"{run_id}.2")  # the child of the root's step 2 (its first tool step)
     assert child["parent_run_id"] == run_id
     assert child["status"] == "failed" and str(child["reason"]).startswith("max_delegation_depth: 1")
     results = [e.data["content"] for e in await collect(service, run_id) if e.type == "tool.result"]
@@ -137,7 +137,7 @@ async def test_delegation_width_limit(make_service: ServiceFactory) -> None:
     service = await make_service(
         ScriptedProvider(script), agents={"a": {"tools": ["delegate"], "max_delegation_width": 2}}
     )
-    run_id = await service.start_run("a", "fan out")
+    run_id = await service.start_run("default", "a", "fan out")
     info = await wait_status(service, run_id, "failed")
     assert str(info["reason"]).startswith("max_delegation_width: 2")
     children = [e for e in await collect(service, run_id) if e.type == "tool.result"]
@@ -149,17 +149,17 @@ async def test_approval_needs_the_same_hash(make_service: ServiceFactory) -> Non
         lambda r: answer("ok") if r.messages[-1]["role"] == "tool" else call("run_command", {"command": ["echo", "hi"]})
     )
     service = await make_service(script, agents={"a": {"approval_required": ["run_command"]}})
-    run_id = await service.start_run("a", "approve me")
+    run_id = await service.start_run("default", "a", "approve me")
     pending = (await wait_status(service, run_id, "waiting_human"))["pending"]
     assert pending["kind"] == "approval" and pending["tool"] == "run_command"
     op = pending["operation_id"]
     with pytest.raises(Conflict):
-        await service.answer(run_id, op, approve=True, args_hash="0" * 64)
+        await service.answer("default", run_id, op, approve=True, args_hash="0" * 64)
     with pytest.raises(InvalidInput):
-        await service.answer(run_id, op, approve=True)
+        await service.answer("default", run_id, op, approve=True)
     with pytest.raises(Conflict):
-        await service.answer(run_id, "other:1", approve=True, args_hash=pending["args_hash"])
-    await service.answer(run_id, op, approve=True, args_hash=pending["args_hash"])
+        await service.answer("default", run_id, "other:1", approve=True, args_hash=pending["args_hash"])
+    await service.answer("default", run_id, op, approve=True, args_hash=pending["args_hash"])
     info = await wait_status(service, run_id, "completed")
     assert info["result"] == "ok"
     assert '"stdout":"hi\\n"' in script.requests[-1].messages[-1]["content"]
@@ -174,16 +174,18 @@ async def test_approval_denied_tells_the_model(make_service: ServiceFactory) -> 
         )
     )
     service = await make_service(script, agents={"a": {"approval_required": ["run_command"]}})
-    run_id = await service.start_run("a", "approve me")
+    run_id = await service.start_run("default", "a", "approve me")
     pending = (await wait_status(service, run_id, "waiting_human"))["pending"]
-    await service.answer(run_id, pending["operation_id"], "too risky", approve=False, args_hash=pending["args_hash"])
+    await service.answer(
+        "default", run_id, pending["operation_id"], "too risky", approve=False, args_hash=pending["args_hash"]
+    )
     info = await wait_status(service, run_id, "completed")
     assert info["result"] == "denied by a human: too risky"
 
 
 async def test_human_timeout_fails_the_run(make_service: ServiceFactory) -> None:
     service = await make_service(agents={"ops": {"human_timeout_s": 0.05}})
-    run_id = await service.start_run("ops", "ask")
+    run_id = await service.start_run("default", "ops", "ask")
     info = await wait_status(service, run_id, "failed")
     assert str(info["reason"]).startswith("human_timeout")
 
@@ -191,11 +193,11 @@ async def test_human_timeout_fails_the_run(make_service: ServiceFactory) -> None
 async def test_unknown_run_and_agent(make_service: ServiceFactory) -> None:
     service = await make_service()
     with pytest.raises(NotFound):
-        await service.get_run("nope")
+        await service.get_run("default", "nope")
     with pytest.raises(NotFound):
-        await service.start_run("nope", "x")
+        await service.start_run("default", "nope", "x")
     with pytest.raises(InvalidInput):
-        await service.start_run("ops", "  ")
+        await service.start_run("default", "ops", "  ")
 
 
 # --- cancel and terminate in every state ---
@@ -203,23 +205,23 @@ async def test_unknown_run_and_agent(make_service: ServiceFactory) -> None:
 
 async def test_cancel_and_terminate_while_waiting_human(make_service: ServiceFactory) -> None:
     service = await make_service()
-    first = await service.start_run("ops", "one")
-    second = await service.start_run("ops", "two")
+    first = await service.start_run("default", "ops", "one")
+    second = await service.start_run("default", "ops", "two")
     await wait_status(service, first, "waiting_human")
     await wait_status(service, second, "waiting_human")
-    assert (await service.cancel(first))["reason"] == "cancelled"
-    assert (await service.terminate(second))["reason"] == "terminated"
+    assert (await service.cancel("default", first))["reason"] == "cancelled"
+    assert (await service.terminate("default", second))["reason"] == "terminated"
     for run_id in (first, second):
-        assert (await service.get_run(run_id))["status"] == "cancelled"
+        assert (await service.get_run("default", run_id))["status"] == "cancelled"
         assert types(await collect(service, run_id))[-1] == "run.cancelled"
 
 
 async def test_cancel_is_soft_while_running(make_service: ServiceFactory) -> None:
     provider = ScriptedProvider(gate_at=1)
     service = await make_service(provider)
-    run_id = await service.start_run("ops", "x")
+    run_id = await service.start_run("default", "ops", "x")
     await provider.entered.wait()
-    info = await service.cancel(run_id)
+    info = await service.cancel("default", run_id)
     assert info["status"] == "running"  # stops at the next step, not in the middle of one
     provider.gate.set()
     info = await wait_status(service, run_id, "cancelled")
@@ -230,18 +232,18 @@ async def test_cancel_is_soft_while_running(make_service: ServiceFactory) -> Non
 async def test_terminate_is_immediate_while_running(make_service: ServiceFactory) -> None:
     provider = ScriptedProvider(gate_at=1)
     service = await make_service(provider)
-    run_id = await service.start_run("ops", "x")
+    run_id = await service.start_run("default", "ops", "x")
     await provider.entered.wait()
-    info = await service.terminate(run_id)
+    info = await service.terminate("default", run_id)
     assert info["status"] == "cancelled" and info["reason"] == "terminated"
 
 
 async def test_terminate_during_a_command(make_service: ServiceFactory) -> None:
     started = ScriptedProvider(lambda r: call("run_command", {"command": ["sleep", "30"]}))
     service = await make_service(started)
-    run_id = await service.start_run("ops", "x")
+    run_id = await service.start_run("default", "ops", "x")
     await collect(service, run_id, until="tool.call")
-    info = await asyncio.wait_for(service.terminate(run_id), timeout=5)
+    info = await asyncio.wait_for(service.terminate("default", run_id), timeout=5)
     assert info["status"] == "cancelled"
 
 
@@ -249,33 +251,33 @@ async def test_over_max_active_runs_a_start_is_refused_with_retry_after(make_ser
     """Defect 5 of issue 7: runs queued without bound behind a semaphore; now they get a 429."""
     provider = ScriptedProvider(gate_at=1)
     service = await make_service(provider, max_active_runs=1)
-    busy = await service.start_run("ops", "busy")
+    busy = await service.start_run("default", "ops", "busy")
     await provider.entered.wait()
     with pytest.raises(AdmissionRejected) as rejected:
-        await service.start_run("ops", "one too many")
+        await service.start_run("default", "ops", "one too many")
     assert rejected.value.retry_after_s >= 1
     assert service.statistics().handles == 1  # nothing was kept for the refused run
     assert len(provider.requests) == 1
-    assert (await service.terminate(busy))["status"] == "cancelled"
-    again = await service.start_run("ops", "now there is room")  # the slot came back
-    assert (await service.terminate(again))["status"] == "cancelled"
+    assert (await service.terminate("default", busy))["status"] == "cancelled"
+    again = await service.start_run("default", "ops", "now there is room")  # the slot came back
+    assert (await service.terminate("default", again))["status"] == "cancelled"
 
 
 async def test_cancel_and_terminate_when_finished_change_nothing(make_service: ServiceFactory) -> None:
     service = await make_service(ScriptedProvider(lambda r: answer("fine")))
-    run_id = await service.start_run("ops", "x")
+    run_id = await service.start_run("default", "ops", "x")
     await wait_status(service, run_id, "completed")
-    assert (await service.cancel(run_id))["status"] == "completed"
-    assert (await service.terminate(run_id))["status"] == "completed"
+    assert (await service.cancel("default", run_id))["status"] == "completed"
+    assert (await service.terminate("default", run_id))["status"] == "completed"
     with pytest.raises(Conflict):
-        await service.answer(run_id, f"{run_id}:1", "late")
+        await service.answer("default", run_id, f"{run_id}:1", "late")
 
 
 async def test_in_memory_journal() -> None:
     """data_dir=None: nothing on disk but a temporary workspace, removed at close."""
     service = RunService(ScriptedProvider(), None, Settings(agents={"ops": {}}))
     await service.start()
-    run_id = await service.start_run("ops", "x")
+    run_id = await service.start_run("default", "ops", "x")
     await wait_status(service, run_id, "waiting_human")
     workspace = service._runs.workdir(run_id)
     assert (workspace / "effects.log").read_text() == "step-1\nstep-2\n"
@@ -295,16 +297,16 @@ async def test_an_approval_never_carries_over_to_a_later_call_with_the_same_id(
     provider = ScriptedProvider(lambda r: script[tool_messages_since_user(r)])
     agents = {"guard": {"tools": ["run_command"], "approval_required": ["run_command"]}}
     service = await make_service(provider, agents=agents)
-    run_id = await service.start_run("guard", "go")
+    run_id = await service.start_run("default", "guard", "go")
     first = (await wait_status(service, run_id, "waiting_human"))["pending"]
     assert first["arguments"] == script[0].tool_calls[0].arguments
-    await service.answer(run_id, first["operation_id"], approve=True, args_hash=first["args_hash"])
+    await service.answer("default", run_id, first["operation_id"], approve=True, args_hash=first["args_hash"])
     after_first = (await collect(service, run_id, until="human.answered"))[-1].seq
-    async for event in service.events(run_id, after_seq=after_first):
+    async for event in service.events("default", run_id, after_seq=after_first):
         assert event.type not in ("run.completed", "run.failed"), event
         if event.type == "human.requested":
             break
-    second = (await service.get_run(run_id))["pending"]
+    second = (await service.get_run("default", run_id))["pending"]
     assert second["kind"] == "approval" and second["operation_id"] != first["operation_id"]
     assert "EVIL" in second["arguments"]
     assert not (tmp_path / "data" / "workspaces" / run_id / "pwned").exists()
@@ -312,11 +314,11 @@ async def test_an_approval_never_carries_over_to_a_later_call_with_the_same_id(
 
 async def test_a_draining_service_refuses_answers_and_new_runs(make_service: ServiceFactory) -> None:
     service = await make_service()
-    run_id = await service.start_run("ops", "do the thing")
+    run_id = await service.start_run("default", "ops", "do the thing")
     pending = (await wait_status(service, run_id, "waiting_human"))["pending"]
     service.accepting = False  # what Runtime.drain does
     with pytest.raises(ShuttingDown):
-        await service.answer(run_id, pending["operation_id"], "yes")
+        await service.answer("default", run_id, pending["operation_id"], "yes")
     with pytest.raises(ShuttingDown):
-        await service.start_run("ops", "more")
-    assert (await service.get_run(run_id))["status"] == "waiting_human"  # nothing resumed
+        await service.start_run("default", "ops", "more")
+    assert (await service.get_run("default", run_id))["status"] == "waiting_human"  # nothing resumed

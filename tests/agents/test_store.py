@@ -18,11 +18,11 @@ from agentos.errors import StoreError
 async def test_writes_batch_and_reads_see_earlier_writes(tmp_path: Path) -> None:
     store = RunStore(tmp_path / "runs.db", schema=SCHEMA)
     await store.open()
-    journal = Journal("default")
+    journal = Journal()
     for seq in range(1, 201):
-        store.write_nowait([journal.event("r1", seq, "token", "{}", 0)])
-    await store.write([journal.event("r1", 201, "run.completed", "{}", 0)])
-    events = await store.read(lambda db: journal.load_events(db, "r1", 0))
+        store.write_nowait([journal.event("default", "r1", seq, "token", "{}", 0)])
+    await store.write([journal.event("default", "r1", 201, "run.completed", "{}", 0)])
+    events = await store.read(lambda db: journal.load_events(db, "default", "r1", 0))
     assert [e.seq for e in events] == list(range(1, 202))
     assert store.statistics().batches < 201  # grouped into fewer transactions
     await store.close()
@@ -35,13 +35,15 @@ async def test_writes_batch_and_reads_see_earlier_writes(tmp_path: Path) -> None
 async def test_payloads_are_stored_once(tmp_path: Path) -> None:
     store = RunStore(None, schema=SCHEMA)
     await store.open()
-    journal = Journal("default")
+    journal = Journal()
     big = {"content": "x" * 10_000}
-    ops = journal.begin_step("r1", 1, "tool", "started", big, 0) + journal.finish_step("r1", 1, "done", big, 0)
+    ops = journal.begin_step("default", "r1", 1, "tool", "started", big, 0) + journal.finish_step(
+        "default", "r1", 1, "done", big, 0
+    )
     await store.write(ops)
     count = await store.read(lambda db: db.execute("SELECT count(*) FROM payloads").fetchone()[0])
     assert count == 1
-    [step] = await store.read(lambda db: journal.load_steps(db, "r1"))
+    [step] = await store.read(lambda db: journal.load_steps(db, "default", "r1"))
     assert step.input == big and step.output == big and step.status == "done"
     await store.close()
 
@@ -59,7 +61,7 @@ async def test_a_failing_write_fails_alone_and_other_runs_rows_commit() -> None:
     """Defect 3 in runs.db: one bad write used to roll back every run's rows of its batch."""
     store = RunStore(None, schema=SCHEMA)
     await store.open()
-    journal = Journal("default")
+    journal = Journal()
     entered, opened = threading.Event(), threading.Event()
 
     def gate(db: sqlite3.Connection) -> None:  # holds the thread so the writes below share one batch
@@ -68,10 +70,10 @@ async def test_a_failing_write_fails_alone_and_other_runs_rows_commit() -> None:
 
     held = asyncio.ensure_future(store.read(gate))
     assert await asyncio.to_thread(entered.wait, 5)
-    store.write_nowait([journal.event("r1", 1, "token", "{}", 0)])
-    failing = [journal.event("r2", 1, "token", "{}", 0), ("INSERT INTO nowhere VALUES (1)", ())]
+    store.write_nowait([journal.event("default", "r1", 1, "token", "{}", 0)])
+    failing = [journal.event("default", "r2", 1, "token", "{}", 0), ("INSERT INTO nowhere VALUES (1)", ())]
     bad = asyncio.ensure_future(store.write(failing))
-    good = asyncio.ensure_future(store.write([journal.event("r3", 1, "token", "{}", 0)]))
+    good = asyncio.ensure_future(store.write([journal.event("default", "r3", 1, "token", "{}", 0)]))
     opened.set()
     await asyncio.wait_for(held, 5)
     with pytest.raises(StoreError):

@@ -35,7 +35,7 @@ async def test_a_command_writes_in_its_workspace_with_a_relative_data_dir(
             str(tmp_path / "events"),
         )
         monkeypatch.chdir(tmp_path.parent)  # after start-up: must change nothing
-        run_id = await services.runs.start_run("a", "write a file")
+        run_id = await services.runs.start_run("default", "a", "write a file")
         info = await wait_status(services.runs, run_id, "completed")
         result = json.loads(str(info["result"]))
         assert (result["exit_code"], result["stdout"], result["stderr"]) == (0, "x\n", "")

@@ -88,7 +88,7 @@ async def test_an_agent_named_default_runs_every_plain_session(tmp_path: Path, m
                 if event.name == "tool.call":
                     assert event.data["run_id"]
                     break
-        server.runtime.cancel_turn(sid)
+        server.runtime.cancel_turn("default", sid)
     finally:
         await server.close()
 

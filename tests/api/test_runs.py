@@ -69,7 +69,12 @@ async def post(http: aiohttp.ClientSession, url: str, body: Any) -> tuple[int, A
 
 
 async def test_full_loop_over_http(base_url: str, http: aiohttp.ClientSession, tmp_path: Path) -> None:
-    status, started = await post(http, f"{base_url}/v1/agents/ops/runs", {"input": "tidy up", "session_id": "s1"})
+    status, session = await post(http, f"{base_url}/v1/sessions", {})
+    assert status == 201
+    sid = session["id"]
+    status, missing = await post(http, f"{base_url}/v1/agents/ops/runs", {"input": "x", "session_id": "ses_nope"})
+    assert status == 404 and missing["error"]["code"] == "session_not_found"  # a run joins the caller's session
+    status, started = await post(http, f"{base_url}/v1/agents/ops/runs", {"input": "tidy up", "session_id": sid})
     assert status == 202 and started["status"] == "queued"
     assert_documented(started, "RunStarted")
     run_id = started["run_id"]
@@ -81,7 +86,7 @@ async def test_full_loop_over_http(base_url: str, http: aiohttp.ClientSession, t
     assert request["question"] == "Proceed with the final answer?" and len(request["args_hash"]) == 64
     async with http.get(f"{base_url}/v1/runs/{run_id}") as response:
         info = await response.json()
-    assert info["status"] == "waiting_human" and info["session_id"] == "s1"
+    assert info["status"] == "waiting_human" and info["session_id"] == sid
     assert info["pending"]["operation_id"] == request["operation_id"]
     assert_documented(info, "Run")
     status, answered = await post(

@@ -247,6 +247,6 @@ async def test_deleting_a_session_mid_turn_cancels_it_and_leaves_nothing(server_
                 async with http.delete(f"{server.url}/v1/sessions/{sid}") as d:
                     assert d.status == 204
     assert events[-1].name == "turn.cancelled" and events[-1].data["reason"] == "session_deleted"
-    assert await server.runtime.store.list_messages(sid, after=0, limit=10) == []
+    assert await server.runtime.store.list_messages("default", sid, after=0, limit=10) == []
     async with http.get(f"{server.url}/v1/sessions/{sid}/messages") as r:
         assert r.status == 404

@@ -177,7 +177,7 @@ async def test_a_turn_waiting_too_long_for_a_permit_fails_clearly(
     await mock.stats.wait_for(lambda s: s.in_flight == 1, what="the first turn to hold the permit")
     events = await turn_events(http, server.url, b)
     assert events[-1].name == "turn.failed" and events[-1].data["reason"] == "provider_limit_timeout"
-    server.runtime.cancel_turn(a)
+    server.runtime.cancel_turn("default", a)
     assert (await long_turn)[-1].name == "turn.cancelled"
 
 

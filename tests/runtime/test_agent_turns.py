@@ -35,12 +35,14 @@ async def plain_then_agent(services: Services) -> tuple[asyncio.Task[None], asyn
     """A plain turn holding the only permit (its provider hangs), then an agent turn."""
     runtime, provider = services.runtime, services.provider
     assert isinstance(provider, ScriptedProvider)
-    plain = (await runtime.create_session("default", {})).session_id
-    agent = (await runtime.create_session("helper", {})).session_id
-    plain_task = asyncio.create_task(runtime.run_turn(await runtime.start_turn(plain, "hold"), CollectingSink()))
+    plain = (await runtime.create_session("default", "default", {})).session_id
+    agent = (await runtime.create_session("default", "helper", {})).session_id
+    plain_task = asyncio.create_task(
+        runtime.run_turn(await runtime.start_turn("default", plain, "hold"), CollectingSink())
+    )
     await provider.opened.wait()
     agent_sink = CollectingSink()
-    agent_task = asyncio.create_task(runtime.run_turn(await runtime.start_turn(agent, "go"), agent_sink))
+    agent_task = asyncio.create_task(runtime.run_turn(await runtime.start_turn("default", agent, "go"), agent_sink))
     return plain_task, agent_task, agent_sink
 
 

@@ -32,11 +32,11 @@ def names(sink: CollectingSink) -> list[str]:
 async def test_a_turn_streams_and_stores_its_answer() -> None:
     provider, clock = ScriptedProvider(["x ", "y"]), FakeClock()
     runtime = make_runtime(provider, clock)
-    session = await runtime.create_session("default", {})
+    session = await runtime.create_session("default", "default", {})
     sink = CollectingSink()
-    await runtime.run_turn(await runtime.start_turn(session.session_id, "hi"), sink)
+    await runtime.run_turn(await runtime.start_turn("default", session.session_id, "hi"), sink)
     assert names(sink) == ["turn.started", "token", "token", "turn.completed"]
-    history = await runtime.store.history(session.session_id, limit=10)
+    history = await runtime.store.history("default", session.session_id, limit=10)
     assert [(m.role, m.content) for m in history] == [("user", "hi"), ("assistant", "x y")]
     assert provider.requests[0].messages == [{"role": "user", "content": "hi"}]
 
@@ -44,11 +44,11 @@ async def test_a_turn_streams_and_stores_its_answer() -> None:
 async def test_last_wins_aborts_the_first_upstream() -> None:
     provider, clock = ScriptedProvider(hang=True), FakeClock()
     runtime = make_runtime(provider, clock)
-    sid = (await runtime.create_session("default", {})).session_id
+    sid = (await runtime.create_session("default", "default", {})).session_id
     first_sink = CollectingSink()
-    first = asyncio.create_task(runtime.run_turn(await runtime.start_turn(sid, "one"), first_sink))
+    first = asyncio.create_task(runtime.run_turn(await runtime.start_turn("default", sid, "one"), first_sink))
     await provider.opened.wait()
-    second_turn = await runtime.start_turn(sid, "two")
+    second_turn = await runtime.start_turn("default", sid, "two")
     await first
     assert names(first_sink)[-1] == "turn.cancelled"
     assert first_sink.events[-1][2]["reason"] == "superseded"
@@ -63,12 +63,12 @@ async def test_last_wins_aborts_the_first_upstream() -> None:
 async def test_a_permit_wait_times_out_on_fake_time() -> None:
     provider, clock = ScriptedProvider(hang=True), FakeClock()
     runtime = make_runtime(provider, clock, **{"kernel.concurrency_limit": 1, "kernel.permit_wait_timeout_s": 10})
-    a = (await runtime.create_session("default", {})).session_id
-    b = (await runtime.create_session("default", {})).session_id
-    holder = asyncio.create_task(runtime.run_turn(await runtime.start_turn(a, "hold"), CollectingSink()))
+    a = (await runtime.create_session("default", "default", {})).session_id
+    b = (await runtime.create_session("default", "default", {})).session_id
+    holder = asyncio.create_task(runtime.run_turn(await runtime.start_turn("default", a, "hold"), CollectingSink()))
     await provider.opened.wait()
     waiter_sink = CollectingSink()
-    waiter = asyncio.create_task(runtime.run_turn(await runtime.start_turn(b, "wait"), waiter_sink))
+    waiter = asyncio.create_task(runtime.run_turn(await runtime.start_turn("default", b, "wait"), waiter_sink))
     clock.advance(9.9)
     runtime.tick()
     stats = runtime.kernel.statistics()
@@ -86,29 +86,29 @@ async def test_a_permit_wait_times_out_on_fake_time() -> None:
 async def test_idle_sessions_are_evicted_on_fake_time() -> None:
     provider, clock = ScriptedProvider(), FakeClock()
     runtime = make_runtime(provider, clock, **{"kernel.session_ttl_secs": 60})
-    sid = (await runtime.create_session("default", {})).session_id
-    await runtime.run_turn(await runtime.start_turn(sid, "hi"), CollectingSink())
+    sid = (await runtime.create_session("default", "default", {})).session_id
+    await runtime.run_turn(await runtime.start_turn("default", sid, "hi"), CollectingSink())
     clock.advance(59)
     runtime.tick()
     assert runtime.kernel.has_session(sid)
     clock.advance(1)
     runtime.tick()
     assert not runtime.kernel.has_session(sid)
-    assert await runtime.store.get_session(sid) is None  # no store: nothing to come back from
+    assert await runtime.store.get_session("default", sid) is None  # no store: nothing to come back from
 
 
 async def test_admission_is_decided_before_any_work() -> None:
     provider, clock = ScriptedProvider(hang=True), FakeClock()
     runtime = make_runtime(provider, clock, **{"kernel.max_in_flight_turns": 1})
-    a = (await runtime.create_session("default", {})).session_id
-    b = (await runtime.create_session("default", {})).session_id
-    held = asyncio.create_task(runtime.run_turn(await runtime.start_turn(a, "x"), CollectingSink()))
+    a = (await runtime.create_session("default", "default", {})).session_id
+    b = (await runtime.create_session("default", "default", {})).session_id
+    held = asyncio.create_task(runtime.run_turn(await runtime.start_turn("default", a, "x"), CollectingSink()))
     await provider.opened.wait()
     with pytest.raises(AdmissionRejected) as rejected:
-        await runtime.start_turn(b, "y")
+        await runtime.start_turn("default", b, "y")
     assert rejected.value.retry_after_s == 1
     assert len(provider.requests) == 1
-    runtime.cancel_turn(a)
+    runtime.cancel_turn("default", a)
     await held
     assert runtime.kernel.statistics().in_flight_turns == 0
 
@@ -117,9 +117,9 @@ async def hanging_turn(**overrides: object) -> tuple[Runtime, str, CollectingSin
     """A runtime on fakes with one turn streaming from a provider that hangs until released."""
     provider = ScriptedProvider(hang=True)
     runtime = make_runtime(provider, FakeClock(), **overrides)
-    sid = (await runtime.create_session("default", {})).session_id
+    sid = (await runtime.create_session("default", "default", {})).session_id
     sink = CollectingSink()
-    task = asyncio.create_task(runtime.run_turn(await runtime.start_turn(sid, "x"), sink))
+    task = asyncio.create_task(runtime.run_turn(await runtime.start_turn("default", sid, "x"), sink))
     await provider.opened.wait()
     return runtime, sid, sink, task
 
@@ -135,7 +135,7 @@ async def test_drain_cancels_what_does_not_finish() -> None:
 async def test_an_outside_cancel_is_never_swallowed_by_a_first_party_one() -> None:
     """Defect 4 of issue 7: a shutdown cancel arriving with a last-wins cancel was swallowed."""
     runtime, sid, sink, task = await hanging_turn()
-    runtime.cancel_turn(sid)  # first party: cancels the task with a reason
+    runtime.cancel_turn("default", sid)  # first party: cancels the task with a reason
     task.cancel()  # and the server cancels it too, in the same loop iteration
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -145,6 +145,6 @@ async def test_an_outside_cancel_is_never_swallowed_by_a_first_party_one() -> No
 
 async def test_a_first_party_cancel_alone_ends_the_turn_and_returns() -> None:
     runtime, sid, sink, task = await hanging_turn()
-    runtime.cancel_turn(sid)
+    runtime.cancel_turn("default", sid)
     await task  # returns: our own cancel is not the caller's
     assert sink.events[-1][2]["reason"] == "cancelled"

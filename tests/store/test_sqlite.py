@@ -20,14 +20,16 @@ async def test_a_damaged_row_fails_its_read_and_the_store_goes_on(tmp_path: Path
     store = SQLiteStore(tmp_path, StoreConfig())
     await store.start()
     for sid in ("s", "t"):
-        await store.create_session(SessionRecord(session_id=sid))
-        await store.commit_message(MessageRecord(session_id=sid, turn_id=f"{sid}1", role="user", content="hi"))
+        await store.create_session(SessionRecord(tenant_id="default", session_id=sid))
+        await store.commit_message(
+            MessageRecord(tenant_id="default", session_id=sid, turn_id=f"{sid}1", role="user", content="hi")
+        )
     with sqlite3.connect(tmp_path / "sessions.db") as db:  # what a torn write or a bad migration leaves
         db.execute("UPDATE messages SET usage = '{not json' WHERE session_id = 's'")
     with pytest.raises(StoreError):
-        await asyncio.wait_for(store.history("s", limit=10), WAIT_S)
-    store.add_message(MessageRecord(session_id="t", turn_id="t2", role="user", content="again"))
-    history = await asyncio.wait_for(store.history("t", limit=10), WAIT_S)
+        await asyncio.wait_for(store.history("default", "s", limit=10), WAIT_S)
+    store.add_message(MessageRecord(tenant_id="default", session_id="t", turn_id="t2", role="user", content="again"))
+    history = await asyncio.wait_for(store.history("default", "t", limit=10), WAIT_S)
     assert [m.content for m in history] == ["hi", "again"]
     await asyncio.wait_for(store.wait_space(), WAIT_S)
     await store.close()
@@ -38,15 +40,19 @@ async def test_deleting_a_session_removes_its_jsonl_lines_and_its_queued_events(
     store = SQLiteStore(tmp_path / "data", StoreConfig(), jsonl_dir=str(jsonl))
     await store.start()
     for sid in ("ses_gone", "ses_kept"):
-        await store.create_session(SessionRecord(session_id=sid))
-        store.add_event(EventRecord(session_id=sid, turn_id="t", type="turn.started", data={"n": 1}))
-    await store.list_events("ses_gone", after=0, limit=10)  # the first events are on disk
+        await store.create_session(SessionRecord(tenant_id="default", session_id=sid))
+        store.add_event(
+            EventRecord(tenant_id="default", session_id=sid, turn_id="t", type="turn.started", data={"n": 1})
+        )
+    await store.list_events("default", "ses_gone", after=0, limit=10)  # the first events are on disk
     (jsonl / "notes.txt").write_text("ses_gone: not a log file, not ours")
     for sid in ("ses_gone", "ses_kept"):  # queued, not awaited: the deletion is ordered after them
-        store.add_event(EventRecord(session_id=sid, turn_id="t", type="turn.completed", data={"n": 2}))
-    assert await store.delete_session("ses_gone") is True
-    assert await store.list_events("ses_gone", after=0, limit=10) == []
-    assert len(await store.list_events("ses_kept", after=0, limit=10)) == 2
+        store.add_event(
+            EventRecord(tenant_id="default", session_id=sid, turn_id="t", type="turn.completed", data={"n": 2})
+        )
+    assert await store.delete_session("default", "ses_gone") is True
+    assert await store.list_events("default", "ses_gone", after=0, limit=10) == []
+    assert len(await store.list_events("default", "ses_kept", after=0, limit=10)) == 2
     await store.close()
     lines = b"".join(p.read_bytes() for p in jsonl.glob("*.jsonl")).decode().splitlines()
     assert len(lines) == 2 and all("ses_kept" in line for line in lines)

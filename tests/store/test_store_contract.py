@@ -25,61 +25,65 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
 
 def msg(session_id: str, turn_id: str, role: str, content: str, status: str = "completed") -> MessageRecord:
-    return MessageRecord(session_id=session_id, turn_id=turn_id, role=role, content=content, status=status)  # type: ignore[arg-type]
+    return MessageRecord(
+        tenant_id="default", session_id=session_id, turn_id=turn_id, role=role, content=content, status=status
+    )  # type: ignore[arg-type]
 
 
 async def test_sessions(store: Store) -> None:
     for sid in ("b", "a", "c"):
-        await store.create_session(SessionRecord(session_id=sid, metadata={"k": sid}))
-    assert (await store.get_session("a")) == SessionRecord(session_id="a", metadata={"k": "a"})
-    assert await store.get_session("zz") is None
-    assert [s.session_id for s in await store.list_sessions(limit=2, after=None)] == ["a", "b"]
-    assert [s.session_id for s in await store.list_sessions(limit=2, after="b")] == ["c"]
-    assert await store.delete_session("a") is True
-    assert await store.delete_session("a") is False
-    assert await store.get_session("a") is None
+        await store.create_session(SessionRecord(tenant_id="default", session_id=sid, metadata={"k": sid}))
+    assert (await store.get_session("default", "a")) == SessionRecord(
+        tenant_id="default", session_id="a", metadata={"k": "a"}
+    )
+    assert await store.get_session("default", "zz") is None
+    assert [s.session_id for s in await store.list_sessions("default", limit=2, after=None)] == ["a", "b"]
+    assert [s.session_id for s in await store.list_sessions("default", limit=2, after="b")] == ["c"]
+    assert await store.delete_session("default", "a") is True
+    assert await store.delete_session("default", "a") is False
+    assert await store.get_session("default", "a") is None
 
 
 async def test_messages_history_and_upsert(store: Store) -> None:
-    await store.create_session(SessionRecord(session_id="s"))
+    await store.create_session(SessionRecord(tenant_id="default", session_id="s"))
     store.add_message(msg("s", "t1", "user", "hi"))
     await store.commit_message(msg("s", "t1", "assistant", "partial", "cancelled"))
     await store.commit_message(msg("s", "t1", "assistant", "whole"))  # a repeated write replaces, not duplicates
     store.add_message(msg("s", "t2", "user", "again"))
-    history = await store.history("s", limit=10)
+    history = await store.history("default", "s", limit=10)
     assert [(m.role, m.content, m.status) for m in history] == [
         ("user", "hi", "completed"),
         ("assistant", "whole", "completed"),
         ("user", "again", "completed"),
     ]
-    assert [m.content for m in await store.history("s", limit=2)] == ["whole", "again"]
-    page = await store.list_messages("s", after=0, limit=2)
-    rest = await store.list_messages("s", after=page[-1].message_id, limit=10)
+    assert [m.content for m in await store.history("default", "s", limit=2)] == ["whole", "again"]
+    page = await store.list_messages("default", "s", after=0, limit=2)
+    rest = await store.list_messages("default", "s", after=page[-1].message_id, limit=10)
     assert [m.content for m in page + rest] == ["hi", "whole", "again"]
-    assert await store.delete_session("s")
-    assert await store.history("s", limit=10) == []
+    assert await store.delete_session("default", "s")
+    assert await store.history("default", "s", limit=10) == []
 
 
 async def test_events(store: Store) -> None:
-    await store.create_session(SessionRecord(session_id="s"))
+    await store.create_session(SessionRecord(tenant_id="default", session_id="s"))
     for name in ("turn.started", "turn.completed"):
-        store.add_event(EventRecord(session_id="s", turn_id="t", type=name, data={"n": name}))
-    events = await store.list_events("s", after=0, limit=10)
+        store.add_event(EventRecord(tenant_id="default", session_id="s", turn_id="t", type=name, data={"n": name}))
+    events = await store.list_events("default", "s", after=0, limit=10)
     assert [(e.type, e.data) for e in events] == [
         ("turn.started", {"n": "turn.started"}),
         ("turn.completed", {"n": "turn.completed"}),
     ]
-    assert await store.list_events("s", after=events[0].event_id, limit=10) == events[1:]
-    assert await store.delete_session("s")
-    assert await store.list_events("s", after=0, limit=10) == []
+    assert await store.list_events("default", "s", after=events[0].event_id, limit=10) == events[1:]
+    assert await store.delete_session("default", "s")
+    assert await store.list_events("default", "s", after=0, limit=10) == []
 
 
 async def test_sqlite_sheds_events_and_access_rows_but_never_messages(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path, StoreConfig(queue_max_rows=5))
     await store.start()
-    await store.create_session(SessionRecord(session_id="s"))
+    await store.create_session(SessionRecord(tenant_id="default", session_id="s"))
     for i in range(200):
-        store.add_event(EventRecord(session_id="s", turn_id=f"t{i}", type="x", data={}))
+        store.add_event(EventRecord(tenant_id="default", session_id="s", turn_id=f"t{i}", type="x", data={}))
         store.log_access(AccessRecord(ts_ms=i, method="GET", path="/", status=200, duration_ms=1.0, remote=""))
     for i in range(50):
         await store.wait_space()
@@ -96,10 +100,10 @@ async def test_sqlite_sheds_events_and_access_rows_but_never_messages(tmp_path: 
 async def test_sqlite_close_drains_every_queue(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path, StoreConfig(), jsonl_dir=str(tmp_path / "jsonl"))
     await store.start()
-    await store.create_session(SessionRecord(session_id="s"))
+    await store.create_session(SessionRecord(tenant_id="default", session_id="s"))
     for i in range(1000):
         store.add_message(msg("s", f"t{i}", "user", str(i)))
-        store.add_event(EventRecord(session_id="s", turn_id=f"t{i}", type="x", data={"i": i}))
+        store.add_event(EventRecord(tenant_id="default", session_id="s", turn_id=f"t{i}", type="x", data={"i": i}))
     await store.close()
     db = sqlite3.connect(tmp_path / "sessions.db")
     assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 1000
@@ -111,9 +115,9 @@ async def test_sqlite_close_drains_every_queue(tmp_path: Path) -> None:
 async def test_every_row_carries_a_tenant(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path, StoreConfig())
     await store.start()
-    await store.create_session(SessionRecord(session_id="s"))
+    await store.create_session(SessionRecord(tenant_id="default", session_id="s"))
     await store.commit_message(msg("s", "t", "user", "x"))
-    store.add_event(EventRecord(session_id="s", turn_id="t", type="x", data={}))
+    store.add_event(EventRecord(tenant_id="default", session_id="s", turn_id="t", type="x", data={}))
     store.log_access(AccessRecord(ts_ms=1, method="GET", path="/", status=200, duration_ms=1.0, remote=""))
     await store.close()
     for db, table in [

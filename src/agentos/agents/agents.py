@@ -3,6 +3,12 @@
 An API body passes `agentos.agents.policy.check_agent` before it is stored, and again when it
 is loaded after a restart (the administrator may have narrowed `[security]` since, and agents
 stored by an older version were never checked): one that no longer passes is not loaded.
+
+Tenancy: config agents are the administrator's, visible (read-only) to every tenant. An API
+agent belongs to the tenant that created it and is seen by that tenant only; another tenant's
+agent answers `agent_not_found` exactly like one that does not exist. An API agent may not take
+a config agent's name (409). One created by an admin-scoped key is stored with source
+`admin`, so that it passes the policy again as an administrator's after a restart.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from agentos.errors import Conflict, InvalidInput, NotFound, RequestError
 
 log = logging.getLogger(__name__)
 
+# The `source` stored for an agent an admin-scoped key created (the API still reports "api").
+_ADMIN_SOURCE = "admin"
+
 
 class AgentRegistry:
     def __init__(
@@ -34,7 +43,7 @@ class AgentRegistry:
         self._journal = journal
         self._policy = policy or AgentPolicy()
         self._config = {spec.name: spec for spec in parse_config_agents(config_tables)}
-        self._agents: dict[str, AgentSpec] = dict(self._config)
+        self._tenants: dict[str, dict[str, AgentSpec]] = {}  # tenant -> its API agents by name
 
     @property
     def policy(self) -> AgentPolicy:
@@ -46,22 +55,22 @@ class AgentRegistry:
         return servers + list(self._policy.mcp_servers.values())
 
     async def load(self) -> None:
-        """Bring back the agents created through the API before a restart."""
-        for name, spec_json, _source in await self._store.read(self._journal.load_agents):
+        """Bring back the agents created through the API before a restart, each its tenant's."""
+        for tenant, name, spec_json, source in await self._store.read(self._journal.agents_of_every_tenant):
             if name in self._config:
                 continue
             try:
                 spec = parse_agent_spec(msgspec.json.decode(spec_json))
-                # Stored agents were all created by non-admin callers so far; the keys' scopes
-                # will store the creator's and pass it here.
-                check_agent(spec, self._policy, caller_is_admin=False)
+                check_agent(spec, self._policy, caller_is_admin=source == _ADMIN_SOURCE)
             except RequestError as exc:
-                log.warning("agent %r is not loaded: %s (docs/security.md)", name, exc.message)
+                log.warning("agent %r of tenant %r is not loaded: %s (docs/security.md)", name, tenant, exc.message)
                 continue
-            self._agents[name] = spec
+            self._tenants.setdefault(tenant, {})[name] = spec
 
-    async def create(self, body: Mapping[str, Any], now_ms: int, *, caller_is_admin: bool = False) -> AgentSpec:
-        """Create or replace an API-defined agent.
+    async def create(
+        self, tenant_id: str, body: Mapping[str, Any], now_ms: int, *, caller_is_admin: bool = False
+    ) -> AgentSpec:
+        """Create or replace an API-defined agent of `tenant_id`.
 
         Args:
             caller_is_admin: an administrator may define any agent; everyone else only what
@@ -79,19 +88,25 @@ class AgentRegistry:
         if spec.name in self._config:
             raise Conflict(f"agent {spec.name!r} is defined in the config file and cannot be replaced")
         spec_json = msgspec.json.encode(spec_to_dict(spec)).decode()
-        await self._store.write([self._journal.put_agent(spec.name, spec_json, "api", now_ms)])
-        self._agents[spec.name] = spec
+        source = _ADMIN_SOURCE if caller_is_admin else "api"
+        await self._store.write([self._journal.put_agent(tenant_id, spec.name, spec_json, source, now_ms)])
+        self._tenants.setdefault(tenant_id, {})[spec.name] = spec
         return spec
 
-    def get(self, name: str) -> AgentSpec:
-        """Raises: NotFound."""
-        spec = self._agents.get(name)
+    def get(self, tenant_id: str, name: str) -> AgentSpec:
+        """A config agent, or one of the tenant's own.
+
+        Raises: NotFound (also for another tenant's agent).
+        """
+        spec = self._config.get(name) or self._tenants.get(tenant_id, {}).get(name)
         if spec is None:
             raise NotFound(f"agent {name!r} not found", code="agent_not_found")
         return spec
 
-    def list(self) -> list[AgentSpec]:
-        return sorted(self._agents.values(), key=lambda s: s.name)
+    def list(self, tenant_id: str) -> list[AgentSpec]:
+        """The agents the tenant sees: the config's and its own."""
+        visible = {**self._tenants.get(tenant_id, {}), **self._config}
+        return sorted(visible.values(), key=lambda s: s.name)
 
     def source(self, name: str) -> str:
         return "config" if name in self._config else "api"

@@ -12,6 +12,10 @@ streamed token would be the largest write load of the server for nothing a repla
 
 Model calls take a provider permit from the kernel (`permit`), owned by the run, and give it
 back when the stream closes: a run waiting for a human holds none.
+
+Tenancy: a run belongs to the tenant on its row, and everything it writes carries that tenant.
+`handle(tenant_id, run_id)`, the way in for requests, answers NotFound for another tenant's run
+whether it is in memory or only in the journal.
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ from agentos.providers.base import Message, Provider
 from agentos.runtime.driver import Driver
 
 log = logging.getLogger("agentos.agents")
+
+
+def run_not_found(run_id: str) -> NotFound:
+    return NotFound(f"run {run_id!r} not found", code="run_not_found")
 
 
 class RunEngine:
@@ -86,7 +94,8 @@ class RunEngine:
         seq = handle.next_event_seq
         handle.next_event_seq += 1
         encoded = msgspec.json.encode(data).decode()
-        self.store.write_nowait([self.journal.event(handle.run_id, seq, event_type, encoded, self.now_ms())])
+        tenant = handle.row.tenant_id
+        self.store.write_nowait([self.journal.event(tenant, handle.run_id, seq, event_type, encoded, self.now_ms())])
         self.fanout.publish(handle.run_id, RunEvent(seq, event_type, data))
 
     def workdir(self, run_id: str) -> Path:
@@ -114,27 +123,36 @@ class RunEngine:
         self.handles[row.run_id] = handle
         return handle
 
-    async def handle(self, run_id: str) -> RunHandle | None:
-        """The run's handle, loaded if needed; None when the run is finished.
+    async def handle(self, tenant_id: str, run_id: str) -> RunHandle | None:
+        """The tenant's run's handle, loaded if needed; None when the run is finished.
 
-        Raises: NotFound.
+        Raises: NotFound (also for another tenant's run).
         """
-        handle = self.handles.get(run_id)
+        handle = self._owned(tenant_id, run_id)
         if handle is not None:
             return handle
         async with self._load_lock:
-            handle = self.handles.get(run_id)
+            handle = self._owned(tenant_id, run_id)
             if handle is not None:
                 return handle
-            row = await self.store.read(lambda db: self.journal.load_run(db, run_id))
+            row = await self.store.read(lambda db: self.journal.load_run(db, tenant_id, run_id))
             if row is None:
-                raise NotFound(f"run {run_id!r} not found", code="run_not_found")
+                raise run_not_found(run_id)
             return None if row.status in TERMINAL else await self.load_handle(row)
 
+    def _owned(self, tenant_id: str, run_id: str) -> RunHandle | None:
+        handle = self.handles.get(run_id)
+        if handle is not None and handle.row.tenant_id != tenant_id:
+            raise run_not_found(run_id)  # exactly as a run that does not exist
+        return handle
+
     async def load_handle(self, row: RunRow) -> RunHandle:
+        tenant = row.tenant_id
+
         def read(db: Any) -> tuple[Any, int, Any]:
-            context = self.journal.load_payload(db, row.context_ref) if row.context_ref else None
-            return self.journal.load_payload(db, row.spec_ref), self.journal.last_event_seq(db, row.run_id), context
+            context = self.journal.load_payload(db, tenant, row.context_ref) if row.context_ref else None
+            spec = self.journal.load_payload(db, tenant, row.spec_ref)
+            return spec, self.journal.last_event_seq(db, row.run_id), context
 
         spec = self._specs.get(row.spec_ref)
         spec_data, last_seq, context = await self.store.read(read)
@@ -152,19 +170,19 @@ class RunEngine:
     # --- the journal ---
 
     def new_run(
-        self, spec: AgentSpec, text: str, session_id: str | None, run_id: str, parent: RunHandle | None,
-        context: list[Message] | None,
+        self, tenant_id: str, spec: AgentSpec, text: str, session_id: str | None, run_id: str,
+        parent: RunHandle | None, context: list[Message] | None,
     ) -> tuple[RunRow, list[Any]]:  # fmt: skip
         """The run's row, and the writes that create it (its spec and context payloads first)."""
         now = self.now_ms()
-        spec_ref, put_spec = self.journal.payload(spec_to_dict(spec))
+        spec_ref, put_spec = self.journal.payload(tenant_id, spec_to_dict(spec))
         writes = [put_spec]
         context_ref = None
         if context:
-            context_ref, put_context = self.journal.payload(context)
+            context_ref, put_context = self.journal.payload(tenant_id, context)
             writes.append(put_context)
         row = RunRow(
-            run_id, self.journal.tenant_id, spec.name, session_id, parent.run_id if parent else None,
+            run_id, tenant_id, spec.name, session_id, parent.run_id if parent else None,
             parent.row.depth + 1 if parent else 0, spec_ref, text, "queued", None, None, now, now, context_ref,
         )  # fmt: skip
         return row, [*writes, self.journal.insert_run(row)]
@@ -178,24 +196,28 @@ class RunEngine:
         log.info("run %s %s: %s", handle.run_id, status, reason)
         return replace(handle.row, status=status, result=result, reason=reason)
 
-    async def child_exists(self, child_run_id: str) -> bool:
-        return await self.store.read(lambda db: self.journal.load_run(db, child_run_id)) is not None
+    async def child_exists(self, parent: RunHandle, child_run_id: str) -> bool:
+        tenant = parent.row.tenant_id
+        return await self.store.read(lambda db: self.journal.load_run(db, tenant, child_run_id)) is not None
 
     async def count_children(self, run_id: str) -> int:
         return await self.store.read(lambda db: self.journal.count_children(db, run_id))
 
     # --- events ---
 
-    def _events_after(self, run_id: str, after_seq: int) -> Callable[[Any], list[EventRow]]:
-        return lambda db: self.journal.load_events(db, run_id, after_seq)
+    def _events_after(self, tenant_id: str, run_id: str, after_seq: int) -> Callable[[Any], list[EventRow]]:
+        return lambda db: self.journal.load_events(db, tenant_id, run_id, after_seq)
 
-    async def events(self, run_id: str, handle: RunHandle | None, after_seq: int) -> AsyncIterator[RunEvent]:
-        """Stored events after `after_seq`, then live ones, until the terminal event."""
+    async def events(
+        self, tenant_id: str, run_id: str, handle: RunHandle | None, after_seq: int
+    ) -> AsyncIterator[RunEvent]:
+        """Stored events after `after_seq`, then live ones, until the terminal event. The caller
+        checked that the run is the tenant's (`handle`)."""
         last = after_seq
         while True:
             subscription = self.fanout.subscribe(run_id) if handle is not None else None
             try:  # subscribed before reading the journal: nothing falls between the two
-                for row in await self.store.read(self._events_after(run_id, last)):
+                for row in await self.store.read(self._events_after(tenant_id, run_id, last)):
                     last = row.seq
                     yield RunEvent(row.seq, row.type, msgspec.json.decode(row.data))
                     if row.type.startswith("run.") and row.type[4:] in TERMINAL:

@@ -7,10 +7,17 @@ A run is a sequence of steps, numbered from 1 (`seq`):
     tool     started -> done | uncertain  the call (id, name, args)  the result given to the model
     human    waiting -> done              the request               the answer
 
-A step's result is committed before the next step starts. Payloads are stored once in
-`payloads`, keyed by the sha256 of their canonical JSON, and referenced from the step.
-Events (`run_events`) are what `GET /v1/runs/{id}/events` streams; they are written in the
-same ordered queue but the loop does not wait for them. Every row carries `tenant_id`.
+A step's result is committed before the next step starts. Payloads are stored once per
+tenant in `payloads`, keyed by the sha256 of the tenant and their canonical JSON, and
+referenced from the step. Events (`run_events`) are what `GET /v1/runs/{id}/events` streams;
+they are written in the same ordered queue but the loop does not wait for them.
+
+Tenancy: every row carries the `tenant_id` of its run (writes take it from the run's row), and
+every read a request can reach names the caller's tenant in its WHERE clause: another tenant's
+run reads as missing. Run ids are global, so the updates of a run already admitted (status,
+step results) go by run id. The only reads across tenants are the start-up ones
+(`open_runs_of_every_tenant`, `agents_of_every_tenant`): recovery resumes each run under the
+tenant on its row.
 """
 
 from __future__ import annotations
@@ -103,19 +110,18 @@ class EventRow:
 
 
 class Journal:
-    """Builds the statements for one tenant; reads run on the store's thread."""
-
-    def __init__(self, tenant_id: str) -> None:
-        self.tenant_id = tenant_id
+    """Builds the statements; reads run on the store's thread."""
 
     # --- writes (lists of statements for RunStore.write / write_nowait) ---
 
-    def payload(self, value: Any) -> tuple[str, Op]:
+    def payload(self, tenant_id: str, value: Any) -> tuple[str, Op]:
+        """The payload's ref and its insert. The tenant is part of the hashed bytes: two tenants'
+        equal payloads are two rows, each its tenant's (no row is shared across tenants)."""
         body = canonical_json(value)
-        ref = sha256_hex(body)
+        ref = sha256_hex(tenant_id.encode() + b"\0" + body)
         return ref, (
             "INSERT OR IGNORE INTO payloads (hash, tenant_id, body) VALUES (?, ?, ?)",
-            (ref, self.tenant_id, body),
+            (ref, tenant_id, body),
         )
 
     def insert_run(self, row: RunRow) -> Op:
@@ -133,43 +139,45 @@ class Journal:
             (status, result, reason, now_ms, run_id),
         )
 
-    def begin_step(self, run_id: str, seq: int, kind: StepKind, status: StepStatus, input_value: Any,
-                   now_ms: int) -> list[Op]:  # fmt: skip
+    def begin_step(self, tenant_id: str, run_id: str, seq: int, kind: StepKind, status: StepStatus,
+                   input_value: Any, now_ms: int) -> list[Op]:  # fmt: skip
         """A new step (or a retry of it: `attempts` counts how often it was started)."""
-        ref, put = self.payload(input_value) if input_value is not None else (None, None)
+        ref, put = self.payload(tenant_id, input_value) if input_value is not None else (None, None)
         upsert = (
             "INSERT INTO steps (tenant_id, run_id, seq, kind, operation_id, status, input_ref, updated_ms)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, seq) DO UPDATE SET"
             " status = excluded.status, attempts = attempts + 1, updated_ms = excluded.updated_ms",
-            (self.tenant_id, run_id, seq, kind, f"{run_id}:{seq}", status, ref, now_ms),
+            (tenant_id, run_id, seq, kind, f"{run_id}:{seq}", status, ref, now_ms),
         )
         return [put, upsert] if put is not None else [upsert]
 
-    def finish_step(self, run_id: str, seq: int, status: StepStatus, output: Any, now_ms: int) -> list[Op]:
-        ref, put = self.payload(output)
+    def finish_step(
+        self, tenant_id: str, run_id: str, seq: int, status: StepStatus, output: Any, now_ms: int
+    ) -> list[Op]:
+        ref, put = self.payload(tenant_id, output)
         update = (
             "UPDATE steps SET status = ?, payload_ref = ?, updated_ms = ? WHERE run_id = ? AND seq = ?",
             (status, ref, now_ms, run_id, seq),
         )
         return [put, update]
 
-    def event(self, run_id: str, seq: int, event_type: str, data_json: str, now_ms: int) -> Op:
+    def event(self, tenant_id: str, run_id: str, seq: int, event_type: str, data_json: str, now_ms: int) -> Op:
         return (
             "INSERT OR IGNORE INTO run_events VALUES (?, ?, ?, ?, ?, ?)",
-            (self.tenant_id, run_id, seq, event_type, data_json, now_ms),
+            (tenant_id, run_id, seq, event_type, data_json, now_ms),
         )
 
-    def put_agent(self, name: str, spec_json: str, source: str, now_ms: int) -> Op:
+    def put_agent(self, tenant_id: str, name: str, spec_json: str, source: str, now_ms: int) -> Op:
         return (
             "INSERT INTO agents VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, name) DO UPDATE SET"
             " spec = excluded.spec, source = excluded.source, updated_ms = excluded.updated_ms",
-            (self.tenant_id, name, spec_json, source, now_ms, now_ms),
+            (tenant_id, name, spec_json, source, now_ms, now_ms),
         )
 
     # --- deletion (runs on the store's thread, inside its transaction: `RunStore.apply`) ---
 
-    def delete_session_runs(self, db: sqlite3.Connection, session_id: str) -> list[str]:
-        """Delete every run of `session_id` with its child runs, steps, events and payloads.
+    def delete_session_runs(self, db: sqlite3.Connection, tenant_id: str, session_id: str) -> list[str]:
+        """Delete every run of the tenant's `session_id` with its child runs, steps, events and payloads.
 
         A child run's id is its parent's followed by `.n`, so the id range `(r., r/)` finds
         every descendant on the primary key. A payload goes only when no remaining run or step
@@ -181,8 +189,8 @@ class Journal:
         """
         for statement in _DELETION_SETUP:
             db.execute(statement)
-        db.execute(_DOOM_SESSION_RUNS, (session_id, self.tenant_id))
-        db.execute(_DOOM_CHILD_RUNS, (self.tenant_id,))
+        db.execute(_DOOM_SESSION_RUNS, (session_id, tenant_id))
+        db.execute(_DOOM_CHILD_RUNS, (tenant_id,))
         run_ids = [row[0] for row in db.execute("SELECT run_id FROM temp.doomed_runs ORDER BY run_id")]
         if not run_ids:
             return []
@@ -196,34 +204,36 @@ class Journal:
 
     # --- reads (run on the store's thread) ---
 
-    def load_run(self, db: sqlite3.Connection, run_id: str) -> RunRow | None:
-        row = db.execute("SELECT * FROM runs WHERE run_id = ? AND tenant_id = ?", (run_id, self.tenant_id)).fetchone()
+    def load_run(self, db: sqlite3.Connection, tenant_id: str, run_id: str) -> RunRow | None:
+        """The tenant's run; None when there is none (or it is another tenant's)."""
+        row = db.execute("SELECT * FROM runs WHERE run_id = ? AND tenant_id = ?", (run_id, tenant_id)).fetchone()
         return RunRow(*row) if row is not None else None
 
-    def open_runs(self, db: sqlite3.Connection) -> list[RunRow]:
+    def open_runs_of_every_tenant(self, db: sqlite3.Connection) -> list[RunRow]:
+        """Start-up recovery only (no request reaches it): each row names its run's tenant."""
         rows = db.execute(
-            "SELECT * FROM runs WHERE status NOT IN ('completed', 'failed', 'cancelled') AND tenant_id = ?"
-            " ORDER BY created_ms",
-            (self.tenant_id,),
+            "SELECT * FROM runs WHERE status NOT IN ('completed', 'failed', 'cancelled') ORDER BY created_ms"
         ).fetchall()
         return [RunRow(*r) for r in rows]
 
-    def load_steps(self, db: sqlite3.Connection, run_id: str) -> list[Step]:
+    def load_steps(self, db: sqlite3.Connection, tenant_id: str, run_id: str) -> list[Step]:
         rows = db.execute(
             "SELECT s.seq, s.kind, s.operation_id, s.status, i.body, o.body, s.attempts FROM steps s"
-            " LEFT JOIN payloads i ON i.hash = s.input_ref LEFT JOIN payloads o ON o.hash = s.payload_ref"
-            " WHERE s.run_id = ? ORDER BY s.seq",
-            (run_id,),
+            " LEFT JOIN payloads i ON i.hash = s.input_ref AND i.tenant_id = s.tenant_id"
+            " LEFT JOIN payloads o ON o.hash = s.payload_ref AND o.tenant_id = s.tenant_id"
+            " WHERE s.run_id = ? AND s.tenant_id = ? ORDER BY s.seq",
+            (run_id, tenant_id),
         ).fetchall()
         return [Step(r[0], r[1], r[2], r[3], _decode(r[4]), _decode(r[5]), r[6]) for r in rows]
 
-    def load_payload(self, db: sqlite3.Connection, ref: str) -> Any:
-        row = db.execute("SELECT body FROM payloads WHERE hash = ?", (ref,)).fetchone()
+    def load_payload(self, db: sqlite3.Connection, tenant_id: str, ref: str) -> Any:
+        row = db.execute("SELECT body FROM payloads WHERE hash = ? AND tenant_id = ?", (ref, tenant_id)).fetchone()
         return _decode(row[0]) if row is not None else None
 
-    def load_events(self, db: sqlite3.Connection, run_id: str, after_seq: int) -> list[EventRow]:
+    def load_events(self, db: sqlite3.Connection, tenant_id: str, run_id: str, after_seq: int) -> list[EventRow]:
         rows = db.execute(
-            "SELECT seq, type, data FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq", (run_id, after_seq)
+            "SELECT seq, type, data FROM run_events WHERE run_id = ? AND tenant_id = ? AND seq > ? ORDER BY seq",
+            (run_id, tenant_id, after_seq),
         ).fetchall()
         return [EventRow(*r) for r in rows]
 
@@ -242,15 +252,10 @@ class Journal:
         ).fetchall()
         return [r[0] for r in rows]
 
-    def load_agents(self, db: sqlite3.Connection) -> list[tuple[str, str, str]]:
-        rows = db.execute("SELECT name, spec, source FROM agents WHERE tenant_id = ? ORDER BY name", (self.tenant_id,))
-        return [(r[0], r[1], r[2]) for r in rows.fetchall()]
-
-    def list_runs(self, db: sqlite3.Connection, agent: str | None, limit: int) -> list[RunRow]:
-        sql = "SELECT * FROM runs WHERE tenant_id = ?" + (" AND agent = ?" if agent else "")
-        params: tuple[Any, ...] = (self.tenant_id, agent) if agent else (self.tenant_id,)
-        rows = db.execute(sql + " ORDER BY created_ms DESC LIMIT ?", (*params, limit)).fetchall()
-        return [RunRow(*r) for r in rows]
+    def agents_of_every_tenant(self, db: sqlite3.Connection) -> list[tuple[str, str, str, str]]:
+        """Start-up only: (tenant_id, name, spec, source) of every API-defined agent."""
+        rows = db.execute("SELECT tenant_id, name, spec, source FROM agents ORDER BY tenant_id, name")
+        return [(r[0], r[1], r[2], r[3]) for r in rows.fetchall()]
 
 
 _DELETION_SETUP = (

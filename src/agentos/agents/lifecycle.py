@@ -13,6 +13,10 @@ its commands into tasks and journal writes:
 A run's task reports how it ended with `RunEnded`; a run that parks reports `HumanRequested`
 instead. Journal writes go through the one ordered queue, so a task started after a write
 reads what the write wrote.
+
+Tenancy: `submit` takes the tenant the run belongs to; a child run (`delegate`) is its parent's
+tenant's and may start only an agent that tenant sees. Recovery reads the unfinished runs of
+every tenant and resumes each under the tenant on its row.
 """
 
 from __future__ import annotations
@@ -74,15 +78,15 @@ class RunLifecycle(RunEngine):
     # --- starting ---
 
     async def submit(
-        self, spec: AgentSpec, text: str, session_id: str | None, run_id: str, *, parent: RunHandle | None = None,
-        context: list[Message] | None = None,
+        self, tenant_id: str, spec: AgentSpec, text: str, session_id: str | None, run_id: str, *,
+        parent: RunHandle | None = None, context: list[Message] | None = None,
     ) -> RunHandle:  # fmt: skip
-        """Admit and start a new run; returns once its row is committed.
+        """Admit and start a new run of `tenant_id`; returns once its row is committed.
 
         Raises:
             AdmissionRejected: over `kernel.max_active_runs`.
         """
-        row, writes = self.new_run(spec, text, session_id, run_id, parent, context)
+        row, writes = self.new_run(tenant_id, spec, text, session_id, run_id, parent, context)
         handle = self.new_handle(row, spec, context)
         created = handle.created = asyncio.get_running_loop().create_future()
         commands = self.driver.handle(RunSubmitted(run_id, parent.run_id if parent else None))
@@ -130,7 +134,8 @@ class RunLifecycle(RunEngine):
             await created  # the row is durable; raises if it could not be written
         await self._pacer.wait()  # a burst of runs starts in waves (agents/pacer.py)
         if handle.steps is None:
-            handle.steps = await self.store.read(lambda db: self.journal.load_steps(db, handle.run_id))
+            tenant = handle.row.tenant_id
+            handle.steps = await self.store.read(lambda db: self.journal.load_steps(db, tenant, handle.run_id))
         if handle.status in ("queued", "waiting_human"):
             if handle.status == "queued" and not handle.steps:
                 self.emit(handle, "run.started", {"agent": handle.row.agent})
@@ -176,16 +181,17 @@ class RunLifecycle(RunEngine):
     async def run_child(self, parent: RunHandle, seq: int, agent: str, text: str) -> RunRow:
         """Start (or find again, after a crash) the child run of `parent`'s step `seq`; wait for its end.
 
-        Raises: NotFound (no such agent).
+        Raises: NotFound (no such agent, or one the parent's tenant does not see).
         """
         child_id = f"{parent.run_id}.{seq}"
+        tenant = parent.row.tenant_id
         waiter = self.waiter(child_id)
-        row = await self.store.read(lambda db: self.journal.load_run(db, child_id))
+        row = await self.store.read(lambda db: self.journal.load_run(db, tenant, child_id))
         if row is not None and row.status in TERMINAL and child_id not in self.handles:
             return row
         if row is None:
-            spec = self.agents.get(agent)
-            await self.submit(spec, text, parent.row.session_id, child_id, parent=parent)
+            spec = self.agents.get(tenant, agent)
+            await self.submit(tenant, spec, text, parent.row.session_id, child_id, parent=parent)
             self.emit(parent, "run.child_started", {"child_run_id": child_id, "agent": spec.name})
         return await waiter
 
@@ -206,7 +212,8 @@ class RunLifecycle(RunEngine):
         """The journaled human step the run waits on, if the kernel has it waiting."""
         if self.driver.kernel.pending_human(handle.run_id) is None:
             return None
-        steps = await self.store.read(lambda db: self.journal.load_steps(db, handle.run_id))
+        tenant = handle.row.tenant_id
+        steps = await self.store.read(lambda db: self.journal.load_steps(db, tenant, handle.run_id))
         step = steps[-1] if steps else None
         if step is None or step.kind != "human" or step.status != "waiting":
             return None
@@ -217,7 +224,7 @@ class RunLifecycle(RunEngine):
         yet: the event is published first, and the write is queued before the task's first read."""
         self.emit(handle, "human.answered", {"operation_id": step.operation_id, "kind": step.input["kind"], **output})
         now = self.now_ms()
-        ops = self.journal.finish_step(handle.run_id, step.seq, "done", output, now)
+        ops = self.journal.finish_step(handle.row.tenant_id, handle.run_id, step.seq, "done", output, now)
         ops.append(self.journal.set_status(handle.run_id, "running", now))
         await self.store.write(ops)
 
@@ -236,8 +243,13 @@ class RunLifecycle(RunEngine):
         self._wake(handle.run_id, _final(handle.row, command.status, command.reason))
 
     def _on_expire(self, command: ExpireHuman) -> None:
-        done = self.journal.finish_step(command.run_id, command.step_seq, "done", {"timed_out": True}, self.now_ms())
-        self.store.write_nowait(done)
+        handle = self.handles.get(command.run_id)
+        if handle is None:  # a waiting run always has a handle; nothing to journal without one
+            return
+        output = {"timed_out": True}
+        tenant = handle.row.tenant_id
+        self.store.write_nowait(self.journal.finish_step(tenant, command.run_id, command.step_seq, "done", output,
+                                                         self.now_ms()))  # fmt: skip
 
     # --- recovery ---
 
@@ -248,7 +260,7 @@ class RunLifecycle(RunEngine):
         Returns:
             how many runs were found unfinished.
         """
-        rows = await self.store.read(self.journal.open_runs)
+        rows = await self.store.read(self.journal.open_runs_of_every_tenant)
         for row in rows:
             if row.run_id not in self.handles:
                 await self._recover_one(row)
@@ -263,7 +275,7 @@ class RunLifecycle(RunEngine):
             stub.next_event_seq = 1 + await self.store.read(lambda db: self.journal.last_event_seq(db, row.run_id))
             await self.record_finish(stub, "failed", None, f"cannot resume: {type(exc).__name__}")
             return
-        steps = await self.store.read(lambda db: self.journal.load_steps(db, row.run_id))
+        steps = await self.store.read(lambda db: self.journal.load_steps(db, row.tenant_id, row.run_id))
         last = steps[-1] if steps else None
         if row.status == "waiting_human" and last is not None and last.kind == "human" and last.status == "waiting":
             self.driver.handle(self._human_requested(handle, last.input))

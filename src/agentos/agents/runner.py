@@ -83,10 +83,10 @@ class Runner:
         h.record(step)
 
     def _begin(self, h: RunHandle, seq: int, kind: StepKind, status: StepStatus, value: Any) -> list[Any]:
-        return self._host.journal.begin_step(h.run_id, seq, kind, status, value, self._host.now_ms())
+        return self._host.journal.begin_step(h.row.tenant_id, h.run_id, seq, kind, status, value, self._host.now_ms())
 
     def _done(self, h: RunHandle, seq: int, status: StepStatus, value: Any) -> list[Any]:
-        return self._host.journal.finish_step(h.run_id, seq, status, value, self._host.now_ms())
+        return self._host.journal.finish_step(h.row.tenant_id, h.run_id, seq, status, value, self._host.now_ms())
 
     # --- model ---
 
@@ -202,7 +202,7 @@ class Runner:
 
     async def _delegate(self, h: RunHandle, seq: int, arguments: dict[str, Any]) -> str:
         child_id = f"{h.run_id}.{seq}"
-        if not await self._host.child_exists(child_id):
+        if not await self._host.child_exists(h, child_id):
             if h.row.depth + 1 > h.spec.max_delegation_depth:
                 await self._end(h, "failed", reason=f"max_delegation_depth: {h.spec.max_delegation_depth} reached")
             if await self._host.count_children(h.run_id) >= h.spec.max_delegation_width:

@@ -6,12 +6,17 @@ handles, journal, events) and the lifecycle (`RunLifecycle`: start, park, resume
 finish, recover) live in their own modules; this one validates what callers send and answers
 them.
 
+Tenancy: every call names the caller's tenant first. A run, its events and its human requests,
+and an API-defined agent, are one tenant's: another tenant's answers `run_not_found` /
+`agent_not_found` (404) exactly like one that does not exist. Config agents are visible to
+every tenant. Runs of every tenant share one journal file, one kernel and one recovery.
+
 Usage::
 
     service = RunService(provider, data_dir=Path("data"), settings=settings, driver=driver)
     await service.start()
-    run_id = await service.start_run("ops", "clean the logs")
-    async for event in service.events(run_id): ...
+    run_id = await service.start_run("acme", "ops", "clean the logs")
+    async for event in service.events("acme", run_id): ...
     await service.close()
 """
 
@@ -22,12 +27,13 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from agentos.agents.agents import AgentRegistry
 from agentos.agents.checks import check_answer, check_input, remove_dirs
+from agentos.agents.engine import run_not_found
 from agentos.agents.fanout import RunEvent
 from agentos.agents.host import ToolHub
 from agentos.agents.isolation import SandboxStatus
@@ -37,6 +43,7 @@ from agentos.agents.mcp_tools import McpHub
 from agentos.agents.policy import AgentPolicy
 from agentos.agents.sandbox import Sandbox
 from agentos.agents.spec import AgentSpec, spec_to_dict
+from agentos.agents.statistics import RunServiceStatistics, run_statistics
 from agentos.agents.store import RunStore
 from agentos.clock import MonotonicClock, wall_ms
 from agentos.config import Settings
@@ -47,15 +54,6 @@ from agentos.runtime.driver import Driver
 from agentos.runtime.runtime import kernel_limits
 
 
-@dataclass(frozen=True, slots=True)
-class RunServiceStatistics:
-    active_runs: int  # runs with a task
-    waiting_runs: int  # runs parked on a human (no task)
-    handles: int
-    pending_deadlines: int
-    subscribers: int
-
-
 class RunService:
     def __init__(
         self,
@@ -64,7 +62,6 @@ class RunService:
         settings: Settings,
         *,
         driver: Driver | None = None,
-        tenant_id: str = "default",
         max_active_runs: int | None = None,  # overrides kernel.max_active_runs without a driver
         workspace_dir: Path | None = None,
         mcp: ToolHub | None = None,
@@ -78,7 +75,7 @@ class RunService:
         driver: the kernel's driver, shared with chat turns; None (a service on its own) has
             no shared provider limit.
         """
-        journal = Journal(tenant_id)
+        journal = Journal()
         store = RunStore(data_dir / "runs.db" if data_dir else None, schema=SCHEMA, migrate=migrate)
         self._settings = settings
         self._agents = AgentRegistry(store, journal, settings.agents, AgentPolicy.from_settings(settings))
@@ -142,14 +139,7 @@ class RunService:
             await asyncio.to_thread(shutil.rmtree, self._temporary_workspaces, True)
 
     def statistics(self) -> RunServiceStatistics:
-        kernel = self._driver.kernel.statistics()
-        return RunServiceStatistics(
-            active_runs=kernel.active_runs,
-            waiting_runs=kernel.waiting_runs,
-            handles=len(self._runs.handles),
-            pending_deadlines=kernel.human_deadlines_pending,
-            subscribers=self._runs.fanout.count(),
-        )
+        return run_statistics(self._driver.kernel, self._runs)
 
     async def wait_no_subscribers(self, timeout_s: float) -> bool:
         """Wait until no client follows any run's events; False if some still did after `timeout_s`."""
@@ -157,23 +147,26 @@ class RunService:
 
     # --- agents ---
 
-    async def create_agent(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Raises: InvalidInput, Conflict."""
-        return self._agent_dict(await self._agents.create(body, self._runs.now_ms()))
+    async def create_agent(
+        self, tenant_id: str, body: Mapping[str, Any], *, caller_is_admin: bool = False
+    ) -> dict[str, Any]:
+        """Raises: InvalidInput, Forbidden (what only an administrator may define), Conflict."""
+        spec = await self._agents.create(tenant_id, body, self._runs.now_ms(), caller_is_admin=caller_is_admin)
+        return self._agent_dict(spec)
 
-    def list_agents(self) -> list[dict[str, Any]]:
-        return [self._agent_dict(spec) for spec in self._agents.list()]
+    def list_agents(self, tenant_id: str) -> list[dict[str, Any]]:
+        return [self._agent_dict(spec) for spec in self._agents.list(tenant_id)]
 
-    def has_agent(self, name: str) -> bool:
+    def has_agent(self, tenant_id: str, name: str) -> bool:
         try:
-            self._agents.get(name)
+            self._agents.get(tenant_id, name)
         except NotFound:
             return False
         return True
 
-    def get_agent(self, name: str) -> dict[str, Any]:
-        """Raises: NotFound."""
-        return self._agent_dict(self._agents.get(name))
+    def get_agent(self, tenant_id: str, name: str) -> dict[str, Any]:
+        """Raises: NotFound (also for another tenant's agent)."""
+        return self._agent_dict(self._agents.get(tenant_id, name))
 
     def _agent_dict(self, spec: AgentSpec) -> dict[str, Any]:
         return {**spec_to_dict(spec), "source": self._agents.source(spec.name)}
@@ -181,32 +174,35 @@ class RunService:
     # --- runs ---
 
     async def start_run(
-        self, agent: str, text: str, session_id: str | None = None, *, context: list[Message] | None = None
-    ) -> str:
-        """Start a run in the background and return its id. `context`: earlier messages (a
-        session's transcript) the model sees before `text`; journaled with the run.
+        self, tenant_id: str, agent: str, text: str, session_id: str | None = None, *,
+        context: list[Message] | None = None,
+    ) -> str:  # fmt: skip
+        """Start a run of `tenant_id` in the background and return its id. `context`: earlier
+        messages (a session's transcript) the model sees before `text`; journaled with the run.
+        `session_id` must be a session of the tenant: the caller checks it (the HTTP route,
+        an agent turn).
 
         Raises:
             ShuttingDown: the server is draining.
             AdmissionRejected: over `kernel.max_active_runs`.
-            NotFound: no such agent.
+            NotFound: no such agent (or another tenant's).
             InvalidInput: empty input.
             PayloadTooLarge: input over `kernel.max_input_chars`.
         """
         if not self.accepting:
             raise ShuttingDown("the server is shutting down")
-        spec = self._agents.get(agent)
+        spec = self._agents.get(tenant_id, agent)
         check_input(text, self._settings.kernel.max_input_chars)
         run_id = f"run_{uuid.uuid4().hex[:20]}"
-        handle = await self._runs.submit(spec, text, session_id, run_id, context=context)
+        handle = await self._runs.submit(tenant_id, spec, text, session_id, run_id, context=context)
         return handle.run_id
 
-    async def get_run(self, run_id: str) -> dict[str, Any]:
-        """The run's row, plus the pending human request when it waits for one.
+    async def get_run(self, tenant_id: str, run_id: str) -> dict[str, Any]:
+        """The tenant's run's row, plus the pending human request when it waits for one.
 
-        Raises: NotFound.
+        Raises: NotFound (also for another tenant's run).
         """
-        row, steps = await self.store.read(lambda db: self._row_and_steps(db, run_id))
+        row, steps = await self.store.read(lambda db: self._row_and_steps(db, tenant_id, run_id))
         info = row.to_dict()
         handle = self._runs.handles.get(run_id)
         if handle is not None:
@@ -216,39 +212,39 @@ class RunService:
             info["pending"] = pending.input
         return info
 
-    def _row_and_steps(self, db: Any, run_id: str) -> tuple[RunRow, list[Step]]:
-        row = self.journal.load_run(db, run_id)
+    def _row_and_steps(self, db: Any, tenant_id: str, run_id: str) -> tuple[RunRow, list[Step]]:
+        row = self.journal.load_run(db, tenant_id, run_id)
         if row is None:
-            raise NotFound(f"run {run_id!r} not found", code="run_not_found")
-        steps = self.journal.load_steps(db, run_id) if row.status == "waiting_human" else []
+            raise run_not_found(run_id)
+        steps = self.journal.load_steps(db, tenant_id, run_id) if row.status == "waiting_human" else []
         return row, steps
 
-    async def events(self, run_id: str, after_seq: int = 0) -> AsyncGenerator[RunEvent, None]:
+    async def events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> AsyncGenerator[RunEvent, None]:
         """Every event of the run after `after_seq`, stored then live, ending with the terminal
         one. Token events are live only.
 
-        Raises: NotFound (before the first event).
+        Raises: NotFound (before the first event; also for another tenant's run).
         """
-        handle = await self._runs.handle(run_id)
-        async for event in self._runs.events(run_id, handle, after_seq):
+        handle = await self._runs.handle(tenant_id, run_id)
+        async for event in self._runs.events(tenant_id, run_id, handle, after_seq):
             yield event
 
-    async def cancel(self, run_id: str) -> dict[str, Any]:
+    async def cancel(self, tenant_id: str, run_id: str) -> dict[str, Any]:
         """Soft cancel: a working run stops before its next step; a waiting one at once.
 
-        Raises: NotFound.
+        Raises: NotFound (also for another tenant's run).
         """
-        if await self._runs.handle(run_id) is not None:
+        if await self._runs.handle(tenant_id, run_id) is not None:
             self._driver.handle(RunCancelRequested(run_id, hard=False))
-        return await self.get_run(run_id)
+        return await self.get_run(tenant_id, run_id)
 
-    async def terminate(self, run_id: str) -> dict[str, Any]:
+    async def terminate(self, tenant_id: str, run_id: str) -> dict[str, Any]:
         """Hard stop in any state: the task is cancelled and `run.cancelled` recorded; returns
         once the run has ended.
 
-        Raises: NotFound.
+        Raises: NotFound (also for another tenant's run).
         """
-        handle = await self._runs.handle(run_id)
+        handle = await self._runs.handle(tenant_id, run_id)
         if handle is not None:
             ended = self._runs.waiter(run_id)
             self._driver.handle(RunCancelRequested(run_id, hard=True))
@@ -256,10 +252,10 @@ class RunService:
                 # Unknown to the kernel (a handle loaded for a run nobody drives): end it here.
                 await self._runs.finish(handle, "cancelled", reason="terminated")
             await ended
-        return await self.get_run(run_id)
+        return await self.get_run(tenant_id, run_id)
 
     async def answer(
-        self, run_id: str, operation_id: str, answer: str = "", *, approve: bool | None = None,
+        self, tenant_id: str, run_id: str, operation_id: str, answer: str = "", *, approve: bool | None = None,
         args_hash: str | None = None,
     ) -> dict[str, Any]:  # fmt: skip
         """Answer the human request `operation_id` and resume the run.
@@ -269,7 +265,7 @@ class RunService:
 
         Raises:
             ShuttingDown: the server is draining.
-            NotFound: no such run.
+            NotFound: no such run (or another tenant's).
             Conflict: the run does not wait for that operation, or `args_hash` is not the hash of
                 the arguments awaiting approval.
             InvalidInput: an approval without `approve` or `args_hash`; an uncertain step answered
@@ -277,7 +273,7 @@ class RunService:
         """
         if not self.accepting:  # an answer would start the run's task again
             raise ShuttingDown("the server is shutting down")
-        handle = await self._runs.handle(run_id)
+        handle = await self._runs.handle(tenant_id, run_id)
         step = await self._runs.pending_step(handle) if handle is not None else None
         if handle is None or step is None:
             raise Conflict(f"run {run_id!r} is not waiting for a human", code="not_waiting")
@@ -288,13 +284,15 @@ class RunService:
             error = InvalidInput if rejected.code == "approval_required" else Conflict
             raise error(rejected.message, code=rejected.code)
         await self._runs.record_answer(handle, step, output)  # enqueued before the resumed task reads
-        return await self.get_run(run_id)
+        return await self.get_run(tenant_id, run_id)
 
-    async def delete_session_runs(self, session_id: str) -> None:
-        """Terminate the session's runs and delete them: journal rows, payloads, workspaces."""
-        for handle in [h for h in self._runs.handles.values() if h.row.session_id == session_id]:
-            await self.terminate(handle.run_id)
-        deleted = await self.store.apply(lambda db: self.journal.delete_session_runs(db, session_id))
+    async def delete_session_runs(self, tenant_id: str, session_id: str) -> None:
+        """Terminate the tenant's session's runs and delete them: journal rows, payloads, workspaces."""
+        handles = self._runs.handles.values()
+        ours = [h for h in handles if h.row.session_id == session_id and h.row.tenant_id == tenant_id]
+        for handle in ours:
+            await self.terminate(tenant_id, handle.run_id)
+        deleted = await self.store.apply(lambda db: self.journal.delete_session_runs(db, tenant_id, session_id))
         if self._workspaces is not None:
             workspaces = self._workspaces
             await asyncio.to_thread(remove_dirs, [workspaces / run_id for run_id in deleted])

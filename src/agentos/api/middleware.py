@@ -59,6 +59,8 @@ async def access_log_middleware(request: web.Request, handler: Handler) -> web.S
     finally:
         runtime = request.app.get(RUNTIME)
         if runtime is not None:
+            # The principal's tenant; a request refused before auth set one is the default's.
+            who = request.get(PRINCIPAL)
             runtime.store.log_access(
                 AccessRecord(
                     ts_ms=wall_ms(),
@@ -67,5 +69,6 @@ async def access_log_middleware(request: web.Request, handler: Handler) -> web.S
                     status=status,
                     duration_ms=(time.perf_counter() - start) * 1000,
                     remote=request.remote or "",
+                    tenant_id=who.tenant_id if who is not None else DEFAULT_TENANT,
                 )
             )

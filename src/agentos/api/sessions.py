@@ -1,4 +1,8 @@
-"""Sessions: create, list, read, delete; their transcript and events."""
+"""Sessions: create, list, read, delete; their transcript and events.
+
+Every handler asks `require` for its scope and passes the principal's tenant down: another
+tenant's session is a 404 `session_not_found`, exactly like one that does not exist.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from agentos.api.body import MAX_AFTER, SessionCreate, page_limit, query_int, re
 from agentos.api.keys import RUNTIME
 from agentos.runtime.runtime import Runtime
 from agentos.store.records import SessionRecord
+from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
 
@@ -32,50 +37,56 @@ def session_json(runtime: Runtime, record: SessionRecord) -> dict[str, Any]:
 
 @routes.post("/v1/sessions")
 async def create_session(request: web.Request) -> web.Response:
+    who = require(request, Scope.SESSIONS_WRITE)
     body = await read_body(request, SessionCreate, empty_ok=True)
     runtime = request.app[RUNTIME]
-    record = await runtime.create_session(body.agent, body.metadata)
+    record = await runtime.create_session(who.tenant_id, body.agent, body.metadata)
     return json_response(session_json(runtime, record), status=201)
 
 
 @routes.get("/v1/sessions")
 async def list_sessions(request: web.Request) -> web.Response:
+    who = require(request, Scope.SESSIONS_READ)
     runtime = request.app[RUNTIME]
     limit = page_limit(request, 50)
-    records = await runtime.store.list_sessions(limit=limit, after=request.query.get("after"))
+    records = await runtime.store.list_sessions(who.tenant_id, limit=limit, after=request.query.get("after"))
     cursor = records[-1].session_id if len(records) == limit else None
     return json_response({"data": [session_json(runtime, r) for r in records], "next_cursor": cursor})
 
 
 @routes.get("/v1/sessions/{session_id}")
 async def get_session(request: web.Request) -> web.Response:
+    who = require(request, Scope.SESSIONS_READ)
     runtime = request.app[RUNTIME]
     session_id = request.match_info["session_id"]
-    record = await runtime.get_session(session_id)
+    record = await runtime.get_session(who.tenant_id, session_id)
     data = session_json(runtime, record) | {"active_turn": runtime.kernel.active_turn(session_id)}
     return json_response(data)
 
 
 @routes.delete("/v1/sessions/{session_id}")
 async def delete_session(request: web.Request) -> web.Response:
-    await request.app[RUNTIME].delete_session(request.match_info["session_id"])
+    who = require(request, Scope.SESSIONS_WRITE)
+    await request.app[RUNTIME].delete_session(who.tenant_id, request.match_info["session_id"])
     return web.Response(status=204)
 
 
-async def _page(request: web.Request) -> tuple[Runtime, str, int, int]:
-    """The runtime, the (existing) session id, `after` and `limit` of a cursor-paginated read."""
+async def _page(request: web.Request) -> tuple[Runtime, str, str, int, int]:
+    """The runtime, the caller's tenant, the (existing, the tenant's) session id, `after` and
+    `limit` of a cursor-paginated read."""
+    who = require(request, Scope.SESSIONS_READ)
     runtime = request.app[RUNTIME]
     session_id = request.match_info["session_id"]
     limit = page_limit(request, 100)
     after = query_int(request, "after", 0, low=0, high=MAX_AFTER)
-    await runtime.get_session(session_id)  # 404 for an unknown session
-    return runtime, session_id, after, limit
+    await runtime.get_session(who.tenant_id, session_id)  # 404 for an unknown (or another tenant's) session
+    return runtime, who.tenant_id, session_id, after, limit
 
 
 @routes.get("/v1/sessions/{session_id}/messages")
 async def list_messages(request: web.Request) -> web.Response:
-    runtime, session_id, after, limit = await _page(request)
-    records = await runtime.store.list_messages(session_id, after=after, limit=limit)
+    runtime, tenant_id, session_id, after, limit = await _page(request)
+    records = await runtime.store.list_messages(tenant_id, session_id, after=after, limit=limit)
     data = [
         {
             "id": m.message_id,
@@ -94,8 +105,8 @@ async def list_messages(request: web.Request) -> web.Response:
 
 @routes.get("/v1/sessions/{session_id}/events")
 async def list_events(request: web.Request) -> web.Response:
-    runtime, session_id, after, limit = await _page(request)
-    records = await runtime.store.list_events(session_id, after=after, limit=limit)
+    runtime, tenant_id, session_id, after, limit = await _page(request)
+    records = await runtime.store.list_events(tenant_id, session_id, after=after, limit=limit)
     data = [
         {"id": e.event_id, "turn_id": e.turn_id, "type": e.type, "data": e.data, "created_at_ms": e.created_at_ms}
         for e in records

@@ -13,6 +13,7 @@ from agentos.api.sse import SSEStream, failures_as_events
 from agentos.errors import InvalidInput, NotAcceptable, ShuttingDown
 from agentos.runtime.runtime import Runtime
 from agentos.runtime.turn import TERMINAL_EVENTS, CollectingSink, Turn
+from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
 
@@ -47,12 +48,13 @@ def check_accepting(runtime: Runtime) -> None:
 
 @routes.post("/v1/sessions/{session_id}/turns")
 async def post_turn(request: web.Request) -> web.StreamResponse:
+    who = require(request, Scope.SESSIONS_WRITE)
     runtime = request.app[RUNTIME]
     sse = wants_sse(request.headers.get("Accept", ""))
     body = await read_body(request, TurnCreate)
     check_input(runtime, body.input)
     check_accepting(runtime)
-    turn = await runtime.start_turn(request.match_info["session_id"], body.input)
+    turn = await runtime.start_turn(who.tenant_id, request.match_info["session_id"], body.input)
     if not sse:
         return await _collect(runtime, turn)
     try:
@@ -89,8 +91,9 @@ async def _collect(runtime: Runtime, turn: Turn) -> web.Response:
 
 @routes.delete("/v1/sessions/{session_id}/turn")
 async def cancel_turn(request: web.Request) -> web.Response:
+    who = require(request, Scope.SESSIONS_WRITE)
     runtime = request.app[RUNTIME]
     session_id = request.match_info["session_id"]
-    await runtime.ensure_loaded(session_id)
-    turn_id = runtime.cancel_turn(session_id)
+    await runtime.ensure_loaded(who.tenant_id, session_id)
+    turn_id = runtime.cancel_turn(who.tenant_id, session_id)
     return json_response({"cancelled": turn_id is not None, "turn_id": turn_id})

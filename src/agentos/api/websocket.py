@@ -2,7 +2,11 @@
 the turn events out as `{"type": <event>, "id": ..., "data": {...}}`. Closing the socket
 cancels the running turn: nothing outlives its client. While the server drains, a new turn
 gets an error frame with code `shutting_down`; the socket stays open for the turn it holds.
-docs/api.md describes the protocol: every frame, every error code."""
+docs/api.md describes the protocol: every frame, every error code.
+
+The socket sends turns and cancels them, so opening it takes `sessions:write`; the session
+must be the caller's tenant's (else a 404 before the upgrade), and every frame acts as that
+tenant."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from agentos.api.turns import check_accepting, check_input
 from agentos.errors import RequestError
 from agentos.runtime.runtime import Runtime
 from agentos.runtime.turn import Turn
+from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
 _encode = msgspec.json.encode
@@ -32,9 +37,10 @@ class Frame(msgspec.Struct, forbid_unknown_fields=True):
 
 @routes.get("/v1/sessions/{session_id}/ws")
 async def session_socket(request: web.Request) -> web.WebSocketResponse:
+    tenant_id = require(request, Scope.SESSIONS_WRITE).tenant_id
     runtime = request.app[RUNTIME]
     session_id = request.match_info["session_id"]
-    await runtime.ensure_loaded(session_id)  # 404 before the upgrade
+    await runtime.ensure_loaded(tenant_id, session_id)  # 404 before the upgrade
     ws = web.WebSocketResponse(heartbeat=30, max_msg_size=request.app[MAX_BODY_BYTES])
     await ws.prepare(request)
     running: set[asyncio.Task[None]] = set()
@@ -45,7 +51,7 @@ async def session_socket(request: web.Request) -> web.WebSocketResponse:
                 await _send_error(ws, "unsupported_frame", "send JSON text frames")
                 continue
             try:
-                turn = await _on_frame(runtime, session_id, message.data)
+                turn = await _on_frame(runtime, tenant_id, session_id, message.data)
             except RequestError as exc:  # as over HTTP: overloaded and shutting_down say when to retry
                 retry = {} if exc.retry_after_s is None else {"retry_after_s": exc.retry_after_s}
                 await _send_error(ws, exc.code, exc.message, **retry)
@@ -67,14 +73,15 @@ async def session_socket(request: web.Request) -> web.WebSocketResponse:
     return ws
 
 
-async def _on_frame(runtime: Runtime, session_id: str, raw: str) -> Turn | None:
+async def _on_frame(runtime: Runtime, tenant_id: str, session_id: str, raw: str) -> Turn | None:
     frame = decode_json(raw, Frame)
     if frame.type == "cancel":
-        runtime.cancel_turn(session_id)
+        await runtime.ensure_loaded(tenant_id, session_id)  # it may have been evicted since
+        runtime.cancel_turn(tenant_id, session_id)
         return None
     check_input(runtime, frame.input)
     check_accepting(runtime)
-    return await runtime.start_turn(session_id, frame.input)
+    return await runtime.start_turn(tenant_id, session_id, frame.input)
 
 
 async def _run_turn(runtime: Runtime, turn: Turn, sink: WebSocketSink) -> None:

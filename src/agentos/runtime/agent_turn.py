@@ -33,8 +33,10 @@ class AgentTurns:
     async def run(self, turn: Turn, sink: TurnSink, partial: list[str]) -> Outcome:
         assert turn.agent is not None
         context = await begin(self._store, turn, sink, self._history_max)  # the run continues the session
-        turn.run_id = await self._runs.start_run(turn.agent, turn.input, turn.session_id, context=context)
-        async for event in self._runs.events(turn.run_id):
+        turn.run_id = await self._runs.start_run(
+            turn.tenant_id, turn.agent, turn.input, turn.session_id, context=context
+        )
+        async for event in self._runs.events(turn.tenant_id, turn.run_id):
             if event.type == "token":
                 partial.append(event.data.get("delta", ""))
             elif event.type in _RUN_TERMINAL:
@@ -45,7 +47,7 @@ class AgentTurns:
 
     async def stop(self, turn: Turn, reason: str) -> None:
         if turn.run_id is not None and reason in _STOPS_RUN:
-            await asyncio.shield(self._runs.terminate(turn.run_id))
+            await asyncio.shield(self._runs.terminate(turn.tenant_id, turn.run_id))
 
     async def _end(self, turn: Turn, kind: str, data: dict[str, Any]) -> Outcome:
         turn.finishing = True

@@ -82,28 +82,35 @@ class Runtime:
 
     # -- sessions ---------------------------------------------------------------------------
 
-    async def create_session(self, agent: str | None, metadata: dict[str, Any]) -> SessionRecord:
-        return await self.sessions.create(agent, metadata)
+    # Every call names the caller's tenant: another tenant's session is a SessionNotFound.
 
-    async def get_session(self, session_id: str) -> SessionRecord:
-        return await self.sessions.get(session_id)
+    async def create_session(self, tenant_id: str, agent: str | None, metadata: dict[str, Any]) -> SessionRecord:
+        return await self.sessions.create(tenant_id, agent, metadata)
 
-    async def ensure_loaded(self, session_id: str) -> None:
-        await self.sessions.ensure_loaded(session_id)
+    async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord:
+        return await self.sessions.get(tenant_id, session_id)
 
-    async def delete_session(self, session_id: str) -> None:
-        await self.sessions.delete(session_id)
+    async def ensure_loaded(self, tenant_id: str, session_id: str) -> None:
+        await self.sessions.ensure_loaded(tenant_id, session_id)
+
+    async def delete_session(self, tenant_id: str, session_id: str) -> None:
+        await self.sessions.delete(tenant_id, session_id)
 
     # -- turns ------------------------------------------------------------------------------
 
-    async def start_turn(self, session_id: str, text: str) -> Turn:
+    async def start_turn(self, tenant_id: str, session_id: str, text: str) -> Turn:
         """Admit a turn (or raise ShuttingDown / SessionNotFound / AdmissionRejected)."""
-        return await self._turns.start(session_id, text)
+        return await self._turns.start(tenant_id, session_id, text)
 
     async def run_turn(self, turn: Turn, sink: TurnSink) -> None:
         await self._turns.run(turn, sink)
 
-    def cancel_turn(self, session_id: str, reason: str = "cancelled") -> str | None:
+    def cancel_turn(self, tenant_id: str, session_id: str, reason: str = "cancelled") -> str | None:
+        """Cancel the running turn of a session in memory (`ensure_loaded` first).
+
+        Raises: SessionNotFound (not in memory, or another tenant's).
+        """
+        self.sessions.check_loaded(tenant_id, session_id)
         return self._turns.cancel(session_id, reason)
 
     @property

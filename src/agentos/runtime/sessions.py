@@ -2,6 +2,10 @@
 
 The store holds every session; the kernel holds the ones in memory and evicts the idle ones
 (`EvictSession`). A turn for an evicted session loads it back first (`ensure_loaded`).
+
+Every call names the caller's tenant; a session of another tenant answers `SessionNotFound`,
+exactly like one that does not exist. The tenant of each in-memory session is kept here, so
+a turn for a loaded session checks it without a store read.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class Sessions:
         # The agent of each in-memory session whose turns an agent runs; kept here so that a
         # turn does not read the store to learn how to run.
         self._agents: dict[str, str] = {}
+        self._tenants: dict[str, str] = {}  # session id -> tenant, for the sessions in memory
         driver.on(EvictSession, self._evict)
 
     def agent_of(self, session_id: str) -> str | None:
@@ -48,61 +53,78 @@ class Sessions:
             return record.agent
         if self._driver.kernel.has_session(record.session_id):
             return self._agents.get(record.session_id)
-        return DEFAULT_AGENT if self._has_default_agent() else None
+        return DEFAULT_AGENT if self._has_default_agent(record.tenant_id) else None
 
-    async def create(self, agent: str | None, metadata: dict[str, Any]) -> SessionRecord:
-        """Open a session run by `agent` (None: the default, see `DEFAULT_AGENT`).
+    async def create(self, tenant_id: str, agent: str | None, metadata: dict[str, Any]) -> SessionRecord:
+        """Open a session of `tenant_id` run by `agent` (None: the default, see `DEFAULT_AGENT`);
+        the agent must be one the tenant sees (a config agent or one of its own).
 
         Raises: InvalidInput (unknown agent).
         """
         agent = DEFAULT_AGENT if agent is None else agent
-        if agent != DEFAULT_AGENT and (self._runs is None or not self._runs.has_agent(agent)):
+        if agent != DEFAULT_AGENT and (self._runs is None or not self._runs.has_agent(tenant_id, agent)):
             raise InvalidInput(f"unknown agent {agent!r}; define it in the config or with POST /v1/agents")
-        record = SessionRecord(session_id=new_id("ses"), agent=agent, metadata=metadata, created_at_ms=wall_ms())
+        record = SessionRecord(
+            session_id=new_id("ses"), tenant_id=tenant_id, agent=agent, metadata=metadata, created_at_ms=wall_ms()
+        )
         await self._store.create_session(record)
         self._open(record)
         return record
 
-    async def get(self, session_id: str) -> SessionRecord:
-        """Raises: SessionNotFound."""
-        record = await self._store.get_session(session_id)
+    async def get(self, tenant_id: str, session_id: str) -> SessionRecord:
+        """Raises: SessionNotFound (also for another tenant's session)."""
+        record = await self._store.get_session(tenant_id, session_id)
         if record is None:
             raise SessionNotFound(session_id)
         return record
 
-    async def ensure_loaded(self, session_id: str) -> None:
-        """Bring an evicted session back into memory.
+    def check_loaded(self, tenant_id: str, session_id: str) -> None:
+        """For a session in memory: it is the tenant's.
 
-        Raises: SessionNotFound.
+        Raises: SessionNotFound (not in memory, or another tenant's).
         """
-        if self._driver.kernel.has_session(session_id):
+        if self._tenants.get(session_id) != tenant_id:
+            raise SessionNotFound(session_id)
+
+    async def ensure_loaded(self, tenant_id: str, session_id: str) -> None:
+        """Bring an evicted session of the tenant back into memory.
+
+        Raises: SessionNotFound (also for another tenant's session).
+        """
+        if self._driver.kernel.has_session(session_id) and session_id in self._tenants:
+            self.check_loaded(tenant_id, session_id)
             return
-        record = await self.get(session_id)
+        record = await self.get(tenant_id, session_id)
         if not self._driver.kernel.has_session(session_id):
             self._open(record)
+        else:  # loaded meanwhile by another request
+            self._tenants[session_id] = record.tenant_id
 
-    async def delete(self, session_id: str) -> None:
-        """Delete the session with everything it left: transcript, events, its runs.
+    async def delete(self, tenant_id: str, session_id: str) -> None:
+        """Delete the tenant's session with everything it left: transcript, events, its runs.
 
-        Raises: SessionNotFound.
+        Raises: SessionNotFound (also for another tenant's session).
         """
-        if not await self._store.delete_session(session_id):
+        if not await self._store.delete_session(tenant_id, session_id):
             raise SessionNotFound(session_id)
         self._driver.handle(SessionClosed(session_id))  # cancels its running turn
         self._agents.pop(session_id, None)
+        self._tenants.pop(session_id, None)
         if self._runs is not None:
-            await self._runs.delete_session_runs(session_id)
+            await self._runs.delete_session_runs(tenant_id, session_id)
 
     def _open(self, record: SessionRecord) -> None:
         # "default" is the plain chat turn unless an agent of that name is defined: then every
         # session without an agent of its own runs it.
-        if record.agent != DEFAULT_AGENT or self._has_default_agent():
+        if record.agent != DEFAULT_AGENT or self._has_default_agent(record.tenant_id):
             self._agents[record.session_id] = record.agent
+        self._tenants[record.session_id] = record.tenant_id
         self._driver.handle(SessionOpened(record.session_id))
 
-    def _has_default_agent(self) -> bool:
-        return self._runs is not None and self._runs.has_agent(DEFAULT_AGENT)
+    def _has_default_agent(self, tenant_id: str) -> bool:
+        return self._runs is not None and self._runs.has_agent(tenant_id, DEFAULT_AGENT)
 
     def _evict(self, command: EvictSession) -> None:
         self._store.forget_session(command.session_id)
         self._agents.pop(command.session_id, None)
+        self._tenants.pop(command.session_id, None)

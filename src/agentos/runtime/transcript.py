@@ -13,6 +13,7 @@ from agentos.store.records import EventRecord, MessageRecord
 
 def message(turn: Turn, role: Any, content: str, status: Any, usage: dict[str, int] | None = None) -> MessageRecord:
     return MessageRecord(
+        tenant_id=turn.tenant_id,
         session_id=turn.session_id,
         turn_id=turn.turn_id,
         role=role,
@@ -25,7 +26,14 @@ def message(turn: Turn, role: Any, content: str, status: Any, usage: dict[str, i
 
 def record_event(store: Store, turn: Turn, name: str, data: dict[str, Any]) -> None:
     store.add_event(
-        EventRecord(session_id=turn.session_id, turn_id=turn.turn_id, type=name, data=data, created_at_ms=wall_ms())
+        EventRecord(
+            tenant_id=turn.tenant_id,
+            session_id=turn.session_id,
+            turn_id=turn.turn_id,
+            type=name,
+            data=data,
+            created_at_ms=wall_ms(),
+        )
     )
 
 
@@ -41,6 +49,6 @@ async def begin(store: Store, turn: Turn, sink: TurnSink, history_max_messages: 
     record_event(store, turn, "turn.started", {})
     await store.wait_space()
     earlier = history_max_messages - 1
-    history = await store.history(turn.session_id, limit=earlier) if earlier else []
+    history = await store.history(turn.tenant_id, turn.session_id, limit=earlier) if earlier else []
     store.add_message(message(turn, "user", turn.input, "completed"))
     return as_messages(history)

@@ -44,6 +44,7 @@ class CollectingSink:
 class Turn:
     __slots__ = (
         "turn_id",
+        "tenant_id",
         "session_id",
         "input",
         "task",
@@ -56,8 +57,11 @@ class Turn:
         "_seq",
     )
 
-    def __init__(self, turn_id: str, session_id: str, text: str, submitted_s: float, agent: str | None = None) -> None:
+    def __init__(
+        self, turn_id: str, tenant_id: str, session_id: str, text: str, submitted_s: float, agent: str | None = None
+    ) -> None:
         self.turn_id = turn_id
+        self.tenant_id = tenant_id  # of its session: every message and event it writes carries it
         self.session_id = session_id
         self.input = text
         self.task: asyncio.Task[Any] | None = None  # the task running it, once it runs

@@ -64,19 +64,19 @@ class Turns:
     def ids(self) -> list[str]:
         return list(self._turns)
 
-    async def start(self, session_id: str, text: str) -> Turn:
-        """Admit a turn; `run` runs it.
+    async def start(self, tenant_id: str, session_id: str, text: str) -> Turn:
+        """Admit a turn in the tenant's session; `run` runs it.
 
         Raises:
             ShuttingDown: the server is draining.
-            SessionNotFound: no such session.
+            SessionNotFound: no such session (or another tenant's).
             AdmissionRejected: over `kernel.max_in_flight_turns`.
         """
         if not self.accepting:
             raise ShuttingDown("the server is shutting down")
-        await self._sessions.ensure_loaded(session_id)
+        await self._sessions.ensure_loaded(tenant_id, session_id)
         agent = self._sessions.agent_of(session_id) if self._agents is not None else None
-        turn = Turn(new_id("turn"), session_id, text, self._clock.now(), agent)
+        turn = Turn(new_id("turn"), tenant_id, session_id, text, self._clock.now(), agent)
         self._turns[turn.turn_id] = turn
         self.idle.clear()
         commands = self._driver.handle(TurnSubmitted(session_id, turn.turn_id, wants_permit=agent is None))

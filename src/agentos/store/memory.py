@@ -3,7 +3,8 @@
 It keeps sessions and their transcripts in dicts while they are in memory; a session evicted
 by the TTL is forgotten with its history (there is nowhere else to keep it). Events and the
 access log are not kept at all. It is the kernel's ceiling in the bench, and a verified fake
-of `SQLiteStore` in tests.
+of `SQLiteStore` in tests: every read takes the caller's tenant and sees only that tenant's
+rows, exactly like the SQLite store's queries.
 """
 
 from __future__ import annotations
@@ -29,20 +30,27 @@ class MemoryStore:
         return None
 
     async def create_session(self, record: SessionRecord) -> None:
+        if record.session_id in self._sessions:  # as SQLite's ON CONFLICT DO NOTHING
+            return
         self._sessions[record.session_id] = record
         self._messages[record.session_id] = []
 
-    async def get_session(self, session_id: str) -> SessionRecord | None:
-        return self._sessions.get(session_id)
+    def _owned(self, tenant_id: str, session_id: str) -> SessionRecord | None:
+        record = self._sessions.get(session_id)
+        return record if record is not None and record.tenant_id == tenant_id else None
 
-    async def list_sessions(self, *, limit: int, after: str | None) -> list[SessionRecord]:
-        ids = sorted(s for s in self._sessions if s > (after or ""))[:limit]
-        return [self._sessions[s] for s in ids]
+    async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
+        return self._owned(tenant_id, session_id)
 
-    async def delete_session(self, session_id: str) -> bool:
-        self._messages.pop(session_id, None)
-        self._events.pop(session_id, None)
-        return self._sessions.pop(session_id, None) is not None
+    async def list_sessions(self, tenant_id: str, *, limit: int, after: str | None) -> list[SessionRecord]:
+        ids = sorted(s for s, r in self._sessions.items() if r.tenant_id == tenant_id and s > (after or ""))
+        return [self._sessions[s] for s in ids[:limit]]
+
+    async def delete_session(self, tenant_id: str, session_id: str) -> bool:
+        if self._owned(tenant_id, session_id) is None:
+            return False
+        self.forget_session(session_id)
+        return True
 
     def forget_session(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
@@ -67,19 +75,23 @@ class MemoryStore:
     async def commit_message(self, record: MessageRecord) -> None:
         self.add_message(record)
 
-    async def history(self, session_id: str, *, limit: int) -> list[MessageRecord]:
-        return self._messages.get(session_id, [])[-limit:]
+    def _transcript(self, tenant_id: str, session_id: str) -> list[MessageRecord]:
+        return [m for m in self._messages.get(session_id, []) if m.tenant_id == tenant_id]
 
-    async def list_messages(self, session_id: str, *, after: int, limit: int) -> list[MessageRecord]:
-        return [m for m in self._messages.get(session_id, []) if m.message_id > after][:limit]
+    async def history(self, tenant_id: str, session_id: str, *, limit: int) -> list[MessageRecord]:
+        return self._transcript(tenant_id, session_id)[-limit:]
+
+    async def list_messages(self, tenant_id: str, session_id: str, *, after: int, limit: int) -> list[MessageRecord]:
+        return [m for m in self._transcript(tenant_id, session_id) if m.message_id > after][:limit]
 
     def add_event(self, record: EventRecord) -> None:
         if self._keep_events and record.session_id in self._sessions:
             record.event_id = next(self._ids)
             self._events.setdefault(record.session_id, []).append(record)
 
-    async def list_events(self, session_id: str, *, after: int, limit: int) -> list[EventRecord]:
-        return [e for e in self._events.get(session_id, []) if e.event_id > after][:limit]
+    async def list_events(self, tenant_id: str, session_id: str, *, after: int, limit: int) -> list[EventRecord]:
+        events = self._events.get(session_id, [])
+        return [e for e in events if e.tenant_id == tenant_id and e.event_id > after][:limit]
 
     def log_access(self, record: AccessRecord) -> None:
         return None

@@ -1,4 +1,8 @@
-"""What the store keeps. Every row carries a tenant id from the start."""
+"""What the store keeps. Every row carries a tenant id from the start.
+
+`tenant_id` is required on sessions, messages and events (no default): whoever makes a record
+names its tenant, so no write can fall into the default tenant by omission.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ MessageStatus = Literal["completed", "cancelled", "failed"]
 
 class SessionRecord(msgspec.Struct, kw_only=True):
     session_id: str
-    tenant_id: str = DEFAULT_TENANT
+    tenant_id: str
     agent: str = "default"
     metadata: dict[str, Any] = {}
     created_at_ms: int = 0
@@ -25,7 +29,7 @@ class MessageRecord(msgspec.Struct, kw_only=True):
     role: Literal["user", "assistant", "system", "tool"]
     content: str
     status: MessageStatus = "completed"
-    tenant_id: str = DEFAULT_TENANT
+    tenant_id: str
     created_at_ms: int = 0
     usage: dict[str, int] | None = None
     message_id: int = 0  # assigned by the store
@@ -36,7 +40,7 @@ class EventRecord(msgspec.Struct, kw_only=True):
     turn_id: str
     type: str
     data: dict[str, Any]
-    tenant_id: str = DEFAULT_TENANT
+    tenant_id: str
     created_at_ms: int = 0
     event_id: int = 0  # assigned by the store
 

@@ -3,6 +3,11 @@
 `sessions.db` holds sessions and transcripts (never shed), `events.db` the turn events and
 `access.db` the access log (both shed under overload, counted). Separate files keep the
 sheddable writers from holding the transcript writer's lock.
+
+Tenancy: every read and deletion filters on the caller's `tenant_id` in its WHERE clause, and
+the indexes those queries use are led by `tenant_id`, so another tenant's rows are never even
+visited. The schema script replaces the session-led indexes of older files (a migration that
+runs when a file is opened: CREATE INDEX IF NOT EXISTS, DROP INDEX IF EXISTS).
 """
 
 from __future__ import annotations
@@ -41,7 +46,9 @@ CREATE TABLE IF NOT EXISTS messages (
     created_at_ms INTEGER NOT NULL,
     UNIQUE (turn_id, role)
 );
-CREATE INDEX IF NOT EXISTS messages_by_session ON messages (session_id, message_id);
+CREATE INDEX IF NOT EXISTS sessions_by_tenant ON sessions (tenant_id, session_id);
+CREATE INDEX IF NOT EXISTS messages_by_tenant ON messages (tenant_id, session_id, message_id);
+DROP INDEX IF EXISTS messages_by_session;
 """
 
 _EVENTS_SCHEMA = """
@@ -54,7 +61,8 @@ CREATE TABLE IF NOT EXISTS events (
     data TEXT NOT NULL,
     created_at_ms INTEGER NOT NULL
 );
-CREATE INDEX IF NOT EXISTS events_by_session ON events (session_id, event_id);
+CREATE INDEX IF NOT EXISTS events_by_tenant ON events (tenant_id, session_id, event_id);
+DROP INDEX IF EXISTS events_by_session;
 """
 
 _ACCESS_SCHEMA = """
@@ -160,26 +168,29 @@ class SQLiteStore:
         params = (r.session_id, r.tenant_id, r.agent, _encode(r.metadata).decode(), r.created_at_ms)
         await self._sessions.submit(_INSERT_SESSION, params)
 
-    async def get_session(self, session_id: str) -> SessionRecord | None:
+    async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
         def read(conn: sqlite3.Connection) -> SessionRecord | None:
-            row = conn.execute("SELECT * FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+            row = conn.execute(
+                "SELECT * FROM sessions WHERE session_id = ? AND tenant_id = ?", (session_id, tenant_id)
+            ).fetchone()
             return _session_from_row(row) if row else None
 
         result: SessionRecord | None = await self._sessions.submit(apply=read)
         return result
 
-    async def list_sessions(self, *, limit: int, after: str | None) -> list[SessionRecord]:
+    async def list_sessions(self, tenant_id: str, *, limit: int, after: str | None) -> list[SessionRecord]:
         def read(conn: sqlite3.Connection) -> list[SessionRecord]:
             rows = conn.execute(
-                "SELECT * FROM sessions WHERE session_id > ? ORDER BY session_id LIMIT ?", (after or "", limit)
+                "SELECT * FROM sessions WHERE tenant_id = ? AND session_id > ? ORDER BY session_id LIMIT ?",
+                (tenant_id, after or "", limit),
             ).fetchall()
             return [_session_from_row(row) for row in rows]
 
         result: list[SessionRecord] = await self._sessions.submit(apply=read)
         return result
 
-    async def delete_session(self, session_id: str) -> bool:
-        """Delete the session with its transcript, its events and its JSONL lines.
+    async def delete_session(self, tenant_id: str, session_id: str) -> bool:
+        """Delete the tenant's session with its transcript, its events and its JSONL lines.
 
         Each deletion goes through the queue of the file it cleans, so it is ordered after
         every write of the session queued before it. The session row goes last: if the
@@ -189,17 +200,22 @@ class SQLiteStore:
             StoreError: a database or the JSONL log failed; the session may be half deleted.
         """
 
+        key = (tenant_id, session_id)
+
         def delete_transcript(conn: sqlite3.Connection) -> bool:
-            conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
-            return conn.execute("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)).fetchone() is not None
+            owned = "SELECT 1 FROM sessions WHERE tenant_id = ? AND session_id = ?"
+            if conn.execute(owned, key).fetchone() is None:
+                return False  # unknown, or another tenant's: nothing of it is touched
+            conn.execute("DELETE FROM messages WHERE tenant_id = ? AND session_id = ?", key)
+            return True
 
         if not await self._sessions.submit(apply=delete_transcript):
             return False
-        cascade = [self._events.submit("DELETE FROM events WHERE session_id = ?", (session_id,))]
+        cascade = [self._events.submit("DELETE FROM events WHERE tenant_id = ? AND session_id = ?", key)]
         if self._jsonl is not None:
             cascade.append(asyncio.ensure_future(self._jsonl.delete_session(session_id)))
         await asyncio.gather(*cascade)
-        gone: int = await self._sessions.submit("DELETE FROM sessions WHERE session_id = ?", (session_id,))
+        gone: int = await self._sessions.submit("DELETE FROM sessions WHERE tenant_id = ? AND session_id = ?", key)
         return gone > 0
 
     def forget_session(self, session_id: str) -> None:
@@ -216,23 +232,24 @@ class SQLiteStore:
     async def commit_message(self, record: MessageRecord) -> None:
         await self._sessions.submit(_INSERT_MESSAGE, _message_params(record))
 
-    async def history(self, session_id: str, *, limit: int) -> list[MessageRecord]:
+    async def history(self, tenant_id: str, session_id: str, *, limit: int) -> list[MessageRecord]:
         def read(conn: sqlite3.Connection) -> list[MessageRecord]:
             rows = conn.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY message_id DESC LIMIT ?",
-                (session_id, limit),
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE tenant_id = ? AND session_id = ?"
+                " ORDER BY message_id DESC LIMIT ?",
+                (tenant_id, session_id, limit),
             ).fetchall()
             return [_message_from_row(row) for row in reversed(rows)]
 
         result: list[MessageRecord] = await self._sessions.submit(apply=read)
         return result
 
-    async def list_messages(self, session_id: str, *, after: int, limit: int) -> list[MessageRecord]:
+    async def list_messages(self, tenant_id: str, session_id: str, *, after: int, limit: int) -> list[MessageRecord]:
         def read(conn: sqlite3.Connection) -> list[MessageRecord]:
             rows = conn.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND message_id > ? "
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE tenant_id = ? AND session_id = ? AND message_id > ? "
                 "ORDER BY message_id LIMIT ?",
-                (session_id, after, limit),
+                (tenant_id, session_id, after, limit),
             ).fetchall()
             return [_message_from_row(row) for row in rows]
 
@@ -249,12 +266,12 @@ class SQLiteStore:
         if self._jsonl is not None:
             self._jsonl.write(r)
 
-    async def list_events(self, session_id: str, *, after: int, limit: int) -> list[EventRecord]:
+    async def list_events(self, tenant_id: str, session_id: str, *, after: int, limit: int) -> list[EventRecord]:
         def read(conn: sqlite3.Connection) -> list[EventRecord]:
             rows = conn.execute(
                 "SELECT event_id, tenant_id, session_id, turn_id, type, data, created_at_ms FROM events "
-                "WHERE session_id = ? AND event_id > ? ORDER BY event_id LIMIT ?",
-                (session_id, after, limit),
+                "WHERE tenant_id = ? AND session_id = ? AND event_id > ? ORDER BY event_id LIMIT ?",
+                (tenant_id, session_id, after, limit),
             ).fetchall()
             return [
                 EventRecord(event_id=e, tenant_id=t, session_id=s, turn_id=u, type=k, data=_decode(d), created_at_ms=c)
