@@ -8,6 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from agentos.api.keys import METRICS, RUNS, RUNTIME
 from agentos.api.openapi import OPENAPI
 from agentos.api.sessions import json_response
+from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
 
@@ -32,6 +33,8 @@ async def readyz(request: web.Request) -> web.Response:
 
 @routes.get("/metrics")
 async def metrics(request: web.Request) -> web.Response:
+    """Server-wide numbers, every tenant's together: the administrator's."""
+    require(request, Scope.ADMIN)
     body = request.app[METRICS].render()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
