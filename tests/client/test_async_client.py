@@ -94,7 +94,8 @@ async def test_an_agent_run_approved_and_answered_to_completion(tools_server: Ru
         assert [a["name"] for a in await client.list_agents()] == ["careful"]
         assert (await client.get_agent("careful"))["tools"] == ["run_command", "ask_human"]
 
-        ref = await client.start_run("careful", "tidy up", session_id="s1")
+        session = await client.create_session()  # a run joins a session of the caller's tenant
+        ref = await client.start_run("careful", "tidy up", session_id=session.session_id)
         assert ref.status == "queued" and ref.events_url == f"/v1/runs/{ref.run_id}/events"
         seen: list[RunEvent] = []
         async for event in client.run_events(ref.run_id):
@@ -120,7 +121,7 @@ async def test_an_agent_run_approved_and_answered_to_completion(tools_server: Ru
         assert seqs == list(range(1, len(seqs) + 1))
         assert all(e.seq is None for e in seen if e.name == "token")
         run = await client.get_run(ref.run_id)
-        assert (run.status, run.session_id, run.pending) == ("completed", "s1", None) and run.result
+        assert (run.status, run.session_id, run.pending) == ("completed", session.session_id, None) and run.result
     assert (tmp_path / "data" / "workspaces" / ref.run_id / "effects.log").read_text() == "step-1\nstep-2\n"
 
 
