@@ -173,3 +173,12 @@ async def test_a_well_formed_key_that_fails_is_logged_with_its_key_id(
         "SELECT tenant_id, key_id, status FROM access_log WHERE path = '/v1/sessions'"
     )
     assert list(rows) == [("", alice.key_id, 401)]
+
+
+async def test_with_the_store_off_keys_live_in_memory(
+    server_factory: Factory, mock: MockServer, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    server = await server_factory(mock.url, **{"server.api_token": TOKEN, "store.enabled": False})
+    alice = await create_tenant_key(server.url, TOKEN)
+    assert await _status(http, f"{server.url}/v1/sessions", alice.headers) == 200
+    assert not (tmp_path / "data" / "tenants.db").exists() and not (tmp_path / "data" / "key_pepper").exists()
