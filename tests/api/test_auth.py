@@ -202,3 +202,15 @@ async def test_undecodable_or_odd_authorization_bytes_are_a_401_not_a_500(guarde
         answer = await asyncio.wait_for(reader.read(), 10)
         writer.close()
         assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
+
+
+async def test_keys_survive_a_restart_of_the_server(
+    server_factory: Factory, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    first = await server_factory(mock.url)  # open: its first key is made without any
+    async with http.post(f"{first.url}/v1/admin/keys", json={"tenant_id": "default", "scopes": ["admin"]}) as r:
+        key = (await r.json())["key"]
+    await first.close()
+    second = await server_factory(mock.url)  # same data dir, no token: the stored key closes it
+    assert await _status(http, f"{second.url}/v1/sessions") == 401
+    assert await _status(http, f"{second.url}/v1/admin/tenants", {"Authorization": f"Bearer {key}"}) == 200
