@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentos.agents.service import RunService
-from agentos.errors import Conflict, NotFound
+from agentos.errors import Conflict, Forbidden, NotFound
 from agentos.providers.base import ChatRequest, Completion
 from tests.agents.conftest import ServiceFactory, collect
 from tests.agents.fakes import ScriptedProvider, answer, call
@@ -168,3 +168,14 @@ async def test_recovery_resumes_each_tenants_runs_under_its_tenant(make_service:
         events = await collect(resumed, run_id, tenant=tenant)
         assert events[-1].type == "run.completed"
         assert events[-1].data["result"] == "All done."
+
+
+async def test_an_admins_agent_passes_the_policy_again_after_a_restart(make_service: ServiceFactory) -> None:
+    stdio = {"name": "shell", "tools": [], "mcp_servers": [{"name": "sh", "command": ["sh", "-c", "true"]}]}
+    service = await make_service()
+    with pytest.raises(Forbidden):
+        await service.create_agent(A, stdio)  # a tenant's key: refused
+    await service.create_agent(A, stdio, caller_is_admin=True)
+    await service.close(drain_s=0)
+    again = await make_service()
+    assert list(again.get_agent(A, "shell")["mcp_servers"][0]["command"]) == ["sh", "-c", "true"]
