@@ -24,6 +24,7 @@ from agentos.config import StoreConfig
 from agentos.store.base import StoreStatistics
 from agentos.store.jsonl import JsonlLog
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
+from agentos.store.sqlite_rows import MESSAGE_COLUMNS, message_from_row, message_params, session_from_row
 from agentos.store.writer import Writer
 
 _SESSIONS_SCHEMA = """
@@ -108,36 +109,6 @@ _encode = msgspec.json.encode
 _decode = msgspec.json.decode
 
 
-def _message_params(r: MessageRecord) -> tuple[Any, ...]:
-    usage = _encode(r.usage).decode() if r.usage is not None else None
-    return (r.tenant_id, r.session_id, r.turn_id, r.role, r.content, r.status, usage, r.created_at_ms)
-
-
-def _message_from_row(row: tuple[Any, ...]) -> MessageRecord:
-    mid, tenant, sid, tid, role, content, status, usage, created = row
-    return MessageRecord(
-        message_id=mid,
-        tenant_id=tenant,
-        session_id=sid,
-        turn_id=tid,
-        role=role,
-        content=content,
-        status=status,
-        usage=_decode(usage) if usage else None,
-        created_at_ms=created,
-    )
-
-
-def _session_from_row(row: tuple[Any, ...]) -> SessionRecord:
-    sid, tenant, agent, metadata, created = row
-    return SessionRecord(
-        session_id=sid, tenant_id=tenant, agent=agent, metadata=_decode(metadata), created_at_ms=created
-    )
-
-
-_MESSAGE_COLUMNS = "message_id, tenant_id, session_id, turn_id, role, content, status, usage, created_at_ms"
-
-
 class SQLiteStore:
     def __init__(
         self,
@@ -183,7 +154,7 @@ class SQLiteStore:
             row = conn.execute(
                 "SELECT * FROM sessions WHERE session_id = ? AND tenant_id = ?", (session_id, tenant_id)
             ).fetchone()
-            return _session_from_row(row) if row else None
+            return session_from_row(row) if row else None
 
         result: SessionRecord | None = await self._sessions.submit(apply=read)
         return result
@@ -194,7 +165,7 @@ class SQLiteStore:
                 "SELECT * FROM sessions WHERE tenant_id = ? AND session_id > ? ORDER BY session_id LIMIT ?",
                 (tenant_id, after or "", limit),
             ).fetchall()
-            return [_session_from_row(row) for row in rows]
+            return [session_from_row(row) for row in rows]
 
         result: list[SessionRecord] = await self._sessions.submit(apply=read)
         return result
@@ -237,19 +208,19 @@ class SQLiteStore:
         await self._sessions.wait_space()
 
     def add_message(self, record: MessageRecord) -> None:
-        self._sessions.put(_INSERT_MESSAGE, _message_params(record))
+        self._sessions.put(_INSERT_MESSAGE, message_params(record))
 
     async def commit_message(self, record: MessageRecord) -> None:
-        await self._sessions.submit(_INSERT_MESSAGE, _message_params(record))
+        await self._sessions.submit(_INSERT_MESSAGE, message_params(record))
 
     async def history(self, tenant_id: str, session_id: str, *, limit: int) -> list[MessageRecord]:
         def read(conn: sqlite3.Connection) -> list[MessageRecord]:
             rows = conn.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE tenant_id = ? AND session_id = ?"
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE tenant_id = ? AND session_id = ?"
                 " ORDER BY message_id DESC LIMIT ?",
                 (tenant_id, session_id, limit),
             ).fetchall()
-            return [_message_from_row(row) for row in reversed(rows)]
+            return [message_from_row(row) for row in reversed(rows)]
 
         result: list[MessageRecord] = await self._sessions.submit(apply=read)
         return result
@@ -257,11 +228,11 @@ class SQLiteStore:
     async def list_messages(self, tenant_id: str, session_id: str, *, after: int, limit: int) -> list[MessageRecord]:
         def read(conn: sqlite3.Connection) -> list[MessageRecord]:
             rows = conn.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE tenant_id = ? AND session_id = ? AND message_id > ? "
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE tenant_id = ? AND session_id = ? AND message_id > ? "
                 "ORDER BY message_id LIMIT ?",
                 (tenant_id, session_id, after, limit),
             ).fetchall()
-            return [_message_from_row(row) for row in rows]
+            return [message_from_row(row) for row in rows]
 
         result: list[MessageRecord] = await self._sessions.submit(apply=read)
         return result
