@@ -1,6 +1,6 @@
 """Build every service from the settings, in order, and close them in reverse.
 
-    store -> provider -> driver (the kernel) -> runs -> runtime
+    store -> quotas (seeded from the store) -> provider -> driver (the kernel) -> runs -> runtime
 
 Each part receives what it needs when it is built, so nothing is wired by assignment later;
 the CLI, the test helpers and the bench all build the server this one way.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentos.agents import RunService
-from agentos.clock import Clock, MonotonicClock
+from agentos.clock import Clock, MonotonicClock, WallClock
 from agentos.config import Settings, resolve_paths
 from agentos.errors import ConfigError
 from agentos.kernel import Kernel
@@ -34,6 +34,7 @@ from agentos.runtime.runtime import Runtime, kernel_limits
 from agentos.store.base import Store
 from agentos.store.memory import MemoryStore
 from agentos.store.sqlite import SQLiteStore
+from agentos.tenancy.quotas import Quotas
 
 log = logging.getLogger("agentos")
 
@@ -49,6 +50,7 @@ class Services:
     driver: Driver
     runs: RunService
     runtime: Runtime
+    quotas: Quotas
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Refuse new turns and runs; let running turns finish (bounded), then cancel the rest."""
@@ -64,9 +66,16 @@ class Services:
 
 
 async def open_services(
-    settings: Settings, *, metrics: Metrics | None = None, clock: Clock | None = None, provider: Provider | None = None
+    settings: Settings,
+    *,
+    metrics: Metrics | None = None,
+    clock: Clock | None = None,
+    provider: Provider | None = None,
+    wall_clock: Clock | None = None,
 ) -> Services:
-    """Build and start every service. `provider` replaces the one `provider.url` names.
+    """Build and start every service. `provider` replaces the one `provider.url` names;
+    `clock` is the kernel's and the rate limiters' (monotonic), `wall_clock` the quotas' (epoch
+    seconds: it decides the UTC day).
 
     Relative `data_dir` and `jsonl_dir` are resolved against the current directory, once:
     `Services.settings` holds the absolute paths.
@@ -82,6 +91,7 @@ async def open_services(
     store = _make_store(settings, metrics)
     await store.start()
     try:
+        quotas = await _seeded_quotas(store, wall_clock or WallClock())
         provider = provider or OpenAICompatProvider(settings.provider)
         driver = Driver(Kernel(kernel_limits(settings)), clock or MonotonicClock())
         data_dir = Path(settings.data_dir) if settings.store.enabled else None
@@ -92,7 +102,14 @@ async def open_services(
         raise
     runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs)
     runtime.start_lag_probe()
-    return Services(settings, metrics, store, provider, driver, runs, runtime)
+    return Services(settings, metrics, store, provider, driver, runs, runtime, quotas)
+
+
+async def _seeded_quotas(store: Store, wall_clock: Clock) -> Quotas:
+    """The quota counters as the store left them: they survive a restart."""
+    quotas = Quotas(wall_clock)
+    quotas.seed(await store.session_counts(), await store.token_usage_since(quotas.day_start_ms()))
+    return quotas
 
 
 def _make_store(settings: Settings, metrics: Metrics) -> Store:

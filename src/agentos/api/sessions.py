@@ -8,9 +8,10 @@ import msgspec
 from aiohttp import web
 
 from agentos.api.body import MAX_AFTER, SessionCreate, page_limit, query_int, read_body
-from agentos.api.keys import RUNTIME
+from agentos.api.keys import QUOTAS, RUNTIME
 from agentos.runtime.runtime import Runtime
 from agentos.store.records import SessionRecord
+from agentos.tenancy.principal import principal
 
 routes = web.RouteTableDef()
 
@@ -34,7 +35,13 @@ def session_json(runtime: Runtime, record: SessionRecord) -> dict[str, Any]:
 async def create_session(request: web.Request) -> web.Response:
     body = await read_body(request, SessionCreate, empty_ok=True)
     runtime = request.app[RUNTIME]
-    record = await runtime.create_session(body.agent, body.metadata)
+    quotas, who = request.app[QUOTAS], principal(request)
+    quotas.reserve_session(who)  # counted before the await: concurrent creates cannot overshoot
+    try:
+        record = await runtime.create_session(body.agent, body.metadata)
+    except BaseException:
+        quotas.release_session(who.tenant_id)
+        raise
     return json_response(session_json(runtime, record), status=201)
 
 
@@ -59,6 +66,7 @@ async def get_session(request: web.Request) -> web.Response:
 @routes.delete("/v1/sessions/{session_id}")
 async def delete_session(request: web.Request) -> web.Response:
     await request.app[RUNTIME].delete_session(request.match_info["session_id"])
+    request.app[QUOTAS].release_session(principal(request).tenant_id)
     return web.Response(status=204)
 
 

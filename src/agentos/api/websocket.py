@@ -13,13 +13,15 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import WSMsgType, web
 
+from agentos.api.admission import MeteredSink, admit_turn
 from agentos.api.body import decode_json
 from agentos.api.errors import INTERNAL_MESSAGE, log_internal_error
-from agentos.api.keys import MAX_BODY_BYTES, RUNTIME
+from agentos.api.keys import MAX_BODY_BYTES, QUOTAS, RUNTIME
 from agentos.api.turns import check_accepting, check_input
 from agentos.errors import RequestError
 from agentos.runtime.runtime import Runtime
 from agentos.runtime.turn import Turn
+from agentos.tenancy.principal import Principal, principal
 
 routes = web.RouteTableDef()
 _encode = msgspec.json.encode
@@ -34,18 +36,19 @@ class Frame(msgspec.Struct, forbid_unknown_fields=True):
 async def session_socket(request: web.Request) -> web.WebSocketResponse:
     runtime = request.app[RUNTIME]
     session_id = request.match_info["session_id"]
+    who = principal(request)
     await runtime.ensure_loaded(session_id)  # 404 before the upgrade
     ws = web.WebSocketResponse(heartbeat=30, max_msg_size=request.app[MAX_BODY_BYTES])
     await ws.prepare(request)
     running: set[asyncio.Task[None]] = set()
-    sink = WebSocketSink(ws)
+    sink = MeteredSink(WebSocketSink(ws), request.app[QUOTAS], who.tenant_id)
     try:
         async for message in ws:
             if message.type is not WSMsgType.TEXT:
                 await _send_error(ws, "unsupported_frame", "send JSON text frames")
                 continue
             try:
-                turn = await _on_frame(runtime, session_id, message.data)
+                turn = await _on_frame(request.app, who, session_id, message.data)
             except RequestError as exc:  # as over HTTP: overloaded and shutting_down say when to retry
                 retry = {} if exc.retry_after_s is None else {"retry_after_s": exc.retry_after_s}
                 await _send_error(ws, exc.code, exc.message, **retry)
@@ -67,17 +70,19 @@ async def session_socket(request: web.Request) -> web.WebSocketResponse:
     return ws
 
 
-async def _on_frame(runtime: Runtime, session_id: str, raw: str) -> Turn | None:
+async def _on_frame(app: web.Application, who: Principal, session_id: str, raw: str) -> Turn | None:
+    runtime = app[RUNTIME]
     frame = decode_json(raw, Frame)
     if frame.type == "cancel":
         runtime.cancel_turn(session_id)
         return None
     check_input(runtime, frame.input)
     check_accepting(runtime)
+    admit_turn(app, who)  # a turn started over the socket counts like one over HTTP
     return await runtime.start_turn(session_id, frame.input)
 
 
-async def _run_turn(runtime: Runtime, turn: Turn, sink: WebSocketSink) -> None:
+async def _run_turn(runtime: Runtime, turn: Turn, sink: MeteredSink) -> None:
     """The turn's task: a failure the runtime did not turn into an event becomes `turn.failed`."""
     try:
         await runtime.run_turn(turn, sink)

@@ -117,6 +117,10 @@ def _session_from_row(row: tuple[Any, ...]) -> SessionRecord:
     )
 
 
+# Once at start (the quotas' seed): one scan of the messages, no index needed.
+_TOKENS_SINCE = """SELECT tenant_id, SUM(COALESCE(json_extract(usage, '$.prompt_tokens'), 0)
++ COALESCE(json_extract(usage, '$.completion_tokens'), 0)) FROM messages
+WHERE usage IS NOT NULL AND created_at_ms >= ? GROUP BY tenant_id"""
 _MESSAGE_COLUMNS = "message_id, tenant_id, session_id, turn_id, role, content, status, usage, created_at_ms"
 
 
@@ -201,6 +205,20 @@ class SQLiteStore:
         await asyncio.gather(*cascade)
         gone: int = await self._sessions.submit("DELETE FROM sessions WHERE session_id = ?", (session_id,))
         return gone > 0
+
+    async def session_counts(self) -> dict[str, int]:
+        def read(conn: sqlite3.Connection) -> dict[str, int]:
+            return dict(conn.execute("SELECT tenant_id, COUNT(*) FROM sessions GROUP BY tenant_id").fetchall())
+
+        result: dict[str, int] = await self._sessions.submit(apply=read)
+        return result
+
+    async def token_usage_since(self, since_ms: int) -> dict[str, int]:
+        def read(conn: sqlite3.Connection) -> dict[str, int]:
+            return dict(conn.execute(_TOKENS_SINCE, (since_ms,)).fetchall())
+
+        result: dict[str, int] = await self._sessions.submit(apply=read)
+        return result
 
     def forget_session(self, session_id: str) -> None:
         """Nothing to do: the session's state stays on disk when it leaves memory."""
