@@ -1,0 +1,176 @@
+"""Rate limits over a real server: requests per key and per tenant, turns and runs per tenant.
+
+The limiters run on the server's clock, a FakeClock here: the tests move time, never sleep.
+The RateLimit headers are parsed as RFC 9651 Structured Fields (tests/api/structured_fields.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+
+from agentos.api.ratelimit import Limiters
+from agentos.bench.mock.server import MockServer
+from agentos.tenancy.limits import TenantLimits
+from agentos.tenancy.principal import OPEN_PRINCIPAL
+from agentos.testing import FakeClock, RunningServer
+from tests.api.helpers import SSE, expect_error, new_session
+from tests.api.structured_fields import policies
+
+ServerFactory = Callable[..., Awaitable[RunningServer]]
+
+
+def limits(**values: int) -> dict[str, Any]:
+    return {f"tenant_limits.{name}": value for name, value in values.items()}
+
+
+def rate_state(response: aiohttp.ClientResponse) -> tuple[dict[str, Any], dict[str, Any]]:
+    return policies(response.headers["RateLimit-Policy"]), policies(response.headers["RateLimit"])
+
+
+async def test_over_the_key_limit_is_a_429_that_says_when_to_retry(
+    server_factory: ServerFactory, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    clock = FakeClock()
+    server = await server_factory(mock.url, clock=clock, **limits(key_requests_per_minute=3))
+    remaining = []
+    for _ in range(3):
+        async with http.get(f"{server.url}/v1/sessions") as r:
+            assert r.status == 200
+            policy, state = rate_state(r)
+            assert policy == {"key": {"q": 3, "w": 60}}
+            remaining.append(state["key"]["r"])
+            assert state["key"]["t"] == 20  # one more unit every 60 / 3 s
+    assert remaining == [2, 1, 0]
+    async with http.get(f"{server.url}/v1/sessions") as r:
+        await expect_error(r, 429, "key_rate_limited")
+        assert r.headers["Retry-After"] == "20"
+        policy, state = rate_state(r)
+        assert policy == {"key": {"q": 3, "w": 60}} and state == {"key": {"r": 0, "t": 20}}
+    clock.advance(19.5)
+    async with http.get(f"{server.url}/v1/sessions") as r:
+        assert r.status == 429 and r.headers["Retry-After"] == "1"  # 0.5 s, rounded up
+    clock.advance(0.5)
+    async with http.get(f"{server.url}/v1/sessions") as r:
+        assert r.status == 200
+
+
+async def test_a_429_takes_nothing(
+    server_factory: ServerFactory, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    clock = FakeClock()
+    server = await server_factory(mock.url, clock=clock, **limits(key_requests_per_minute=2))
+    statuses = []
+    for _ in range(8):
+        async with http.get(f"{server.url}/v1/sessions") as r:
+            statuses.append(r.status)
+    assert statuses == [200, 200] + [429] * 6
+    clock.advance(30)  # one unit back, however many refusals came before
+    for expected in (200, 429):
+        async with http.get(f"{server.url}/v1/sessions") as r:
+            assert r.status == expected
+
+
+async def test_the_tenant_limit_counts_every_key(
+    server_factory: ServerFactory, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    server = await server_factory(
+        mock.url, clock=FakeClock(), **limits(key_requests_per_minute=100, requests_per_minute=2)
+    )
+    for _ in range(2):
+        async with http.get(f"{server.url}/v1/sessions") as r:
+            assert r.status == 200
+    async with http.get(f"{server.url}/v1/sessions") as r:
+        await expect_error(r, 429, "tenant_rate_limited")
+        policy, state = rate_state(r)
+        assert policy == {"key": {"q": 100, "w": 60}, "tenant": {"q": 2, "w": 60}}
+        assert state["tenant"] == {"r": 0, "t": 30} and state["key"]["r"] == 97
+        assert r.headers["Retry-After"] == "30"
+
+
+def test_two_keys_of_one_tenant_have_their_own_limits_and_share_the_tenants() -> None:
+    """Per key and per tenant at the limiter (the server has one key until keys exist)."""
+    clock = FakeClock()
+    limiters = Limiters(clock)
+    tenant_limits = TenantLimits(key_requests_per_minute=2, requests_per_minute=3)
+    a = replace(OPEN_PRINCIPAL, tenant_id="t", key_id="key_a", limits=tenant_limits)
+    b = replace(a, key_id="key_b")
+    other = replace(a, tenant_id="u", key_id="key_c")
+
+    def code(who: Any) -> str | None:
+        _, refused = limiters.check_request(who)
+        return None if refused is None else str(refused.text)
+
+    assert code(a) is None and code(a) is None
+    assert "key_rate_limited" in str(code(a))  # a's own limit
+    assert code(b) is None  # b has its own...
+    assert "tenant_rate_limited" in str(code(b))  # ...but the tenant's third unit is gone
+    assert code(other) is None  # another tenant is untouched
+
+
+async def test_open_routes_are_never_limited(
+    server_factory: ServerFactory, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    overrides = limits(key_requests_per_minute=1, requests_per_minute=1)
+    for token in ("", "secret"):
+        server = await server_factory(mock.url, clock=FakeClock(), **overrides, **{"server.api_token": token})
+        for path in ("/healthz", "/readyz", "/openapi.json", "/docs") * 3:
+            async with http.get(f"{server.url}{path}") as r:
+                assert r.status == 200, path
+                assert "RateLimit" not in r.headers and "RateLimit-Policy" not in r.headers
+
+
+async def test_no_limit_configured_means_no_headers(server: RunningServer, http: aiohttp.ClientSession) -> None:
+    async with http.get(f"{server.url}/v1/sessions") as r:
+        assert r.status == 200 and "RateLimit" not in r.headers
+
+
+async def test_a_streamed_turn_carries_the_headers(
+    server_factory: ServerFactory, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    server = await server_factory(mock.url, clock=FakeClock(), **limits(key_requests_per_minute=10))
+    sid = await new_session(http, server.url)
+    async with http.post(f"{server.url}/v1/sessions/{sid}/turns", json={"input": "hi"}, headers=SSE) as r:
+        assert r.status == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+        assert rate_state(r)[1] == {"key": {"r": 8, "t": 6}}
+        await r.read()
+
+
+async def test_turns_per_minute(server_factory: ServerFactory, mock: MockServer, http: aiohttp.ClientSession) -> None:
+    clock = FakeClock()
+    server = await server_factory(mock.url, clock=clock, **limits(turns_per_minute=2))
+    sid = await new_session(http, server.url)
+    url = f"{server.url}/v1/sessions/{sid}/turns"
+    for _ in range(2):
+        async with http.post(url, json={"input": "hi"}) as r:
+            assert r.status == 200 and (await r.json())["status"] == "completed"
+    async with http.post(url, json={"input": "hi"}, headers=SSE) as r:
+        await expect_error(r, 429, "turn_rate_limited")
+        assert r.headers["Retry-After"] == "30"
+    async with http.ws_connect(f"{server.url}/v1/sessions/{sid}/ws") as ws:  # the socket counts too
+        await ws.send_json({"type": "turn", "input": "hi"})
+        error = await ws.receive_json(timeout=10)
+        assert error["type"] == "error" and error["error"]["code"] == "turn_rate_limited"
+        assert error["error"]["retry_after_s"] == 30
+        clock.advance(30)
+        await ws.send_json({"type": "turn", "input": "hi"})
+        assert (await ws.receive_json(timeout=10))["type"] == "turn.started"
+
+
+async def test_runs_per_minute(server_factory: ServerFactory, mock: MockServer, http: aiohttp.ClientSession) -> None:
+    clock = FakeClock()
+    server = await server_factory(mock.url, clock=clock, **limits(runs_per_minute=1))
+    async with http.post(f"{server.url}/v1/agents", json={"name": "helper", "tools": []}) as r:
+        assert r.status == 201, await r.text()
+    url = f"{server.url}/v1/agents/helper/runs"
+    async with http.post(url, json={"input": "go"}) as r:
+        assert r.status == 202
+    async with http.post(url, json={"input": "go"}) as r:
+        await expect_error(r, 429, "run_rate_limited")
+        assert r.headers["Retry-After"] == "60"
+    clock.advance(60)
+    async with http.post(url, json={"input": "go"}) as r:
+        assert r.status == 202
