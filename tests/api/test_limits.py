@@ -174,3 +174,21 @@ async def test_runs_per_minute(server_factory: ServerFactory, mock: MockServer, 
     clock.advance(60)
     async with http.post(url, json={"input": "go"}) as r:
         assert r.status == 202
+
+
+def test_the_document_describes_the_limits_on_every_limited_operation() -> None:
+    from agentos.api.openapi import OPENAPI
+
+    error = {"$ref": "#/components/schemas/Error"}
+    for path, item in OPENAPI["paths"].items():
+        for method, operation in item.items():
+            if method == "parameters" or operation.get("security") == []:
+                continue
+            responses = operation["responses"]
+            assert responses["429"]["content"]["application/json"]["schema"] == error, (method, path)
+            assert {"Retry-After", "RateLimit", "RateLimit-Policy"} <= set(responses["429"]["headers"])
+            for status, answer in responses.items():
+                assert {"RateLimit", "RateLimit-Policy"} <= set(answer["headers"]), (method, path, status)
+    quota = [("/v1/sessions", "post"), ("/v1/sessions/{session_id}/turns", "post"), ("/v1/agents/{name}/runs", "post")]
+    for path, method in quota:
+        assert OPENAPI["paths"][path][method]["responses"]["403"]["content"]["application/json"]["schema"] == error

@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentos.api.body import MAX_AFTER
+from agentos.api.openapi_limits import limited
+from agentos.api.openapi_limits import retry_error as _retryafter_param
 from agentos.api.schemas import SCHEMAS, TAGS, after_param, limit_param, ref, secured, tagged
 
 
@@ -24,10 +26,6 @@ def _text(description: str, media_type: str) -> dict[str, Any]:
 
 def _body(schema: str) -> dict[str, Any]:
     return {"required": True, "content": {"application/json": {"schema": ref(schema)}}}
-
-
-def _retryafter_param(description: str) -> dict[str, Any]:
-    return {**_error(description), "headers": {"Retry-After": {"schema": {"type": "integer"}}}}
 
 
 _BAD_BODY = {
@@ -297,4 +295,4 @@ OPENAPI: dict[str, Any] = {
     },
     "security": [{"bearer": []}],
 }
-secured(OPENAPI["paths"])  # after the dict: each operation's `security` decides its 401
+limited(secured(OPENAPI["paths"]))  # after the dict: each operation's `security` decides its 401 and 429
