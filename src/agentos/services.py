@@ -95,7 +95,7 @@ async def open_services(
         provider = provider or OpenAICompatProvider(settings.provider)
         driver = Driver(Kernel(kernel_limits(settings)), clock or MonotonicClock())
         data_dir = Path(settings.data_dir) if settings.store.enabled else None
-        runs = RunService(provider, data_dir, settings, driver=driver)
+        runs = RunService(provider, data_dir, settings, driver=driver, on_usage=quotas.add_tokens)
         await runs.start()  # resumes every unfinished run from its journal
     except BaseException:
         await store.close()
