@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentos.agents import RunService
-from agentos.clock import Clock, MonotonicClock, WallClock
+from agentos.agents.usage import model_tokens
+from agentos.clock import Clock, MonotonicClock, WallClock, wall_ms
 from agentos.config import Settings, resolve_paths
 from agentos.errors import ConfigError
 from agentos.kernel import Kernel
@@ -96,7 +97,10 @@ async def open_services(
         driver = Driver(Kernel(kernel_limits(settings)), clock or MonotonicClock())
         data_dir = Path(settings.data_dir) if settings.store.enabled else None
         runs = RunService(provider, data_dir, settings, driver=driver, on_usage=quotas.add_tokens)
+        started_ms = wall_ms()  # model steps from here on are counted as they finish (on_usage)
         await runs.start()  # resumes every unfinished run from its journal
+        for tenant_id, tokens in (await model_tokens(runs.store, quotas.day_start_ms(), started_ms)).items():
+            quotas.add_tokens(tenant_id, tokens)
     except BaseException:
         await store.close()
         raise

@@ -96,7 +96,8 @@ async def test_tokens_per_day_refuses_until_midnight_utc_and_survives_a_restart(
 
 
 async def test_a_runs_model_calls_count_against_the_day(tmp_path: Path, mock: MockServer, http) -> None:
-    async with served(tmp_path, mock.url, FakeClock(time.time()), tokens_per_day=5) as server:
+    wall = FakeClock(time.time())
+    async with served(tmp_path, mock.url, wall, tokens_per_day=5) as server:
         async with http.post(f"{server.url}/v1/agents", json={"name": "helper", "tools": []}) as r:
             assert r.status == 201
         async with http.post(f"{server.url}/v1/agents/helper/runs", json={"input": "go"}) as r:
@@ -109,3 +110,7 @@ async def test_a_runs_model_calls_count_against_the_day(tmp_path: Path, mock: Mo
             await expect_error(r, 403, "quota_tokens_per_day")
         sid = await new_session(http, server.url)
         assert (await turn(http, server.url, sid)).status == 403  # the same tokens as chat turns
+    async with served(tmp_path, mock.url, wall, tokens_per_day=5) as server:  # seeded from the run journal
+        assert server.services.quotas.tokens_today("default") >= 5
+        async with http.post(f"{server.url}/v1/agents/helper/runs", json={"input": "go"}) as r:
+            await expect_error(r, 403, "quota_tokens_per_day")
