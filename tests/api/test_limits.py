@@ -160,11 +160,26 @@ async def test_turns_per_minute(server_factory: ServerFactory, mock: MockServer,
         assert (await ws.receive_json(timeout=10))["type"] == "turn.started"
 
 
+async def test_a_turn_that_did_not_start_takes_nothing(
+    server_factory: ServerFactory, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    server = await server_factory(mock.url, clock=FakeClock(), **limits(turns_per_minute=1))
+    for _ in range(3):
+        async with http.post(f"{server.url}/v1/sessions/nope/turns", json={"input": "hi"}) as r:
+            await expect_error(r, 404, "session_not_found")
+    sid = await new_session(http, server.url)
+    async with http.post(f"{server.url}/v1/sessions/{sid}/turns", json={"input": "hi"}) as r:
+        assert r.status == 200
+
+
 async def test_runs_per_minute(server_factory: ServerFactory, mock: MockServer, http: aiohttp.ClientSession) -> None:
     clock = FakeClock()
     server = await server_factory(mock.url, clock=clock, **limits(runs_per_minute=1))
     async with http.post(f"{server.url}/v1/agents", json={"name": "helper", "tools": []}) as r:
         assert r.status == 201, await r.text()
+    for _ in range(3):  # a run that did not start takes nothing
+        async with http.post(f"{server.url}/v1/agents/nobody/runs", json={"input": "go"}) as r:
+            assert r.status == 404
     url = f"{server.url}/v1/agents/helper/runs"
     async with http.post(url, json={"input": "go"}) as r:
         assert r.status == 202

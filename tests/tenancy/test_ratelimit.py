@@ -74,3 +74,15 @@ def test_memory_stays_bounded_over_a_stream_of_distinct_keys() -> None:
     clock.advance(WINDOW_S + 1)
     gcra.decide("last", 1, clock.now())
     assert len(gcra) == 1
+
+
+def test_a_refund_gives_back_exactly_one_unit() -> None:
+    gcra = Gcra()
+    for _ in range(3):
+        assert gcra.decide("k", 3, 0.0).allowed
+    assert not gcra.decide("k", 3, 0.0).allowed
+    gcra.refund("k", 3)
+    assert gcra.decide("k", 3, 0.0).allowed
+    assert not gcra.decide("k", 3, 0.0).allowed
+    gcra.refund("nobody", 3)  # a full bucket stays full
+    assert len(gcra) == 1

@@ -1,7 +1,9 @@
 """What a caller must pass before new work starts, and the meter that counts what it used.
 
-Every way in to a turn (HTTP, WebSocket) and to a run asks `admit_turn` / `admit_run` first:
-the tenant's tokens-per-day quota (403, no unit taken), then its turns or runs per minute (429).
+Every way in to a turn (HTTP, WebSocket) and to a run starts it inside `starting_turn` /
+`starting_run`: the tenant's tokens-per-day quota (403, no unit taken), then its turns or runs
+per minute (429); a start that fails after that (no such session, the server is full) gives
+its unit back, so only work that started counts.
 `MeteredSink` sits between a turn and its client and adds the provider tokens of the turn's
 `turn.completed` event to the tenant's count for the day, before passing the event on (so a
 client that left just then is counted all the same).
@@ -9,6 +11,8 @@ client that left just then is counted all the same).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from aiohttp import web
@@ -19,18 +23,37 @@ from agentos.tenancy.principal import Principal, principal
 from agentos.tenancy.quotas import Quotas
 
 
-def admit_turn(app: web.Application, who: Principal) -> None:
-    """Raises: QuotaExceeded (`quota_tokens_per_day`), RateLimited (`turn_rate_limited`)."""
+@contextmanager
+def starting_turn(app: web.Application, who: Principal) -> Iterator[None]:
+    """Around starting a turn: the unit it took is given back if the start fails.
+
+    Raises: QuotaExceeded (`quota_tokens_per_day`), RateLimited (`turn_rate_limited`).
+    """
     app[QUOTAS].check_tokens(who)
-    app[LIMITERS].check_turn(who)
+    limiters = app[LIMITERS]
+    limiters.check_turn(who)
+    try:
+        yield
+    except BaseException:
+        limiters.refund_turn(who)
+        raise
 
 
-def admit_run(request: web.Request) -> Principal:
-    """Raises: QuotaExceeded (`quota_tokens_per_day`), RateLimited (`run_rate_limited`)."""
+@contextmanager
+def starting_run(request: web.Request) -> Iterator[None]:
+    """Around starting a run, like `starting_turn`.
+
+    Raises: QuotaExceeded (`quota_tokens_per_day`), RateLimited (`run_rate_limited`).
+    """
     who = principal(request)
     request.app[QUOTAS].check_tokens(who)
-    request.app[LIMITERS].check_run(who)
-    return who
+    limiters = request.app[LIMITERS]
+    limiters.check_run(who)
+    try:
+        yield
+    except BaseException:
+        limiters.refund_run(who)
+        raise
 
 
 def tokens_of(usage: Any) -> int:

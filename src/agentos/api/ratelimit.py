@@ -83,6 +83,15 @@ class Limiters:
         """Raises: RateLimited (`run_rate_limited`): the tenant started `runs_per_minute` runs."""
         self._take(self.runs, who.tenant_id, who.limits.runs_per_minute, "run_rate_limited", "runs")
 
+    def refund_turn(self, who: Principal) -> None:
+        """The turn `check_turn` admitted did not start (no such session, the server is full)."""
+        if who.limits.turns_per_minute:
+            self.turns.refund(who.tenant_id, who.limits.turns_per_minute)
+
+    def refund_run(self, who: Principal) -> None:
+        if who.limits.runs_per_minute:
+            self.runs.refund(who.tenant_id, who.limits.runs_per_minute)
+
     def _take(self, limiter: Gcra, key: str, per_minute: int, code: str, what: str) -> None:
         if not per_minute:
             return

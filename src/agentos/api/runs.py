@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from agentos.api.admission import admit_run
+from agentos.api.admission import starting_run
 from agentos.api.body import MAX_AFTER, AnswerCreate, RunCreate, read_body
 from agentos.api.keys import RUNS, RUNTIME, SSE_KEEPALIVE_S
 from agentos.api.sessions import json_response
@@ -31,8 +31,8 @@ _RUN_TERMINAL = frozenset({"run.completed", "run.failed", "run.cancelled"})
 async def start_run(request: web.Request) -> web.Response:
     body = await read_body(request, RunCreate)
     check_accepting(request.app[RUNTIME])
-    admit_run(request)
-    run_id = await request.app[RUNS].start_run(request.match_info["name"], body.input, body.session_id)
+    with starting_run(request):
+        run_id = await request.app[RUNS].start_run(request.match_info["name"], body.input, body.session_id)
     links = {"run_url": f"/v1/runs/{run_id}", "events_url": f"/v1/runs/{run_id}/events"}
     return json_response({"run_id": run_id, "status": "queued", **links}, status=202)
 

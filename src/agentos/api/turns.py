@@ -6,7 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agentos.api.admission import MeteredSink, admit_turn
+from agentos.api.admission import MeteredSink, starting_turn
 from agentos.api.body import TurnCreate, read_body
 from agentos.api.keys import QUOTAS, RUNTIME
 from agentos.api.sessions import json_response
@@ -56,8 +56,8 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     check_input(runtime, body.input)
     check_accepting(runtime)
     who = principal(request)
-    admit_turn(request.app, who)
-    turn = await runtime.start_turn(request.match_info["session_id"], body.input)
+    with starting_turn(request.app, who):
+        turn = await runtime.start_turn(request.match_info["session_id"], body.input)
     quotas = request.app[QUOTAS]
     if not sse:
         return await _collect(runtime, turn, quotas, who.tenant_id)

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import WSMsgType, web
 
-from agentos.api.admission import MeteredSink, admit_turn
+from agentos.api.admission import MeteredSink, starting_turn
 from agentos.api.body import decode_json
 from agentos.api.errors import INTERNAL_MESSAGE, log_internal_error
 from agentos.api.keys import MAX_BODY_BYTES, QUOTAS, RUNTIME
@@ -78,8 +78,8 @@ async def _on_frame(app: web.Application, who: Principal, session_id: str, raw: 
         return None
     check_input(runtime, frame.input)
     check_accepting(runtime)
-    admit_turn(app, who)  # a turn started over the socket counts like one over HTTP
-    return await runtime.start_turn(session_id, frame.input)
+    with starting_turn(app, who):  # a turn started over the socket counts like one over HTTP
+        return await runtime.start_turn(session_id, frame.input)
 
 
 async def _run_turn(runtime: Runtime, turn: Turn, sink: MeteredSink) -> None:

@@ -97,6 +97,13 @@ class Gcra:
             if now >= self._next_sweep or len(self._tat) >= self._sweep_size:
                 self.sweep(now)
 
+    def refund(self, key: str, per_minute: int) -> None:
+        """Give back one unit taken from `key` (the work it admitted did not start). The TAT is
+        a sum of intervals, so taking one off undoes exactly one unit, whatever came between."""
+        tat = self._tat.get(key)
+        if tat is not None:
+            self._tat[key] = tat - WINDOW_S / per_minute
+
     def sweep(self, now: float) -> None:
         """Drop every key whose bucket is full again (TAT not after `now`)."""
         expired = [key for key, tat in self._tat.items() if tat <= now]
