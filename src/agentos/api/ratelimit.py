@@ -65,8 +65,9 @@ class Limiters:
         key_rate, tenant_rate = limits.key_requests_per_minute, limits.requests_per_minute
         by_key = self.keys.decide(who.key_id or OPEN_KEY, key_rate, now, commit=False) if key_rate else None
         by_tenant = self.tenants.decide(who.tenant_id, tenant_rate, now, commit=False) if tenant_rate else None
-        headers = {"RateLimit-Policy": self._policy(key_rate, tenant_rate), "RateLimit": _state(by_key, by_tenant)}
         refused = _refused(by_key, by_tenant)
+        state = _state(by_key, by_tenant, taken=refused is None)
+        headers = {"RateLimit-Policy": self._policy(key_rate, tenant_rate), "RateLimit": state}
         if refused is not None:
             return headers, refused
         if by_key is not None:
@@ -112,12 +113,15 @@ class Limiters:
         return policy
 
 
-def _state(by_key: Decision | None, by_tenant: Decision | None) -> str:
-    items = [
-        f'"{name}";r={d.remaining};t={math.ceil(d.reset)}'
-        for name, d in (("key", by_key), ("tenant", by_tenant))
-        if d is not None
-    ]
+def _state(by_key: Decision | None, by_tenant: Decision | None, *, taken: bool) -> str:
+    """The `RateLimit` field. A refused request took nothing, so a limit that would have allowed
+    it still has the unit its decision counted as taken."""
+    items = []
+    for name, d in (("key", by_key), ("tenant", by_tenant)):
+        if d is not None:
+            left = d.remaining if taken or not d.allowed else d.remaining + 1
+            wait = 0 if left >= d.limit else math.ceil(d.reset)  # a full bucket waits for nothing
+            items.append(f'"{name}";r={left};t={wait}')
     return ", ".join(items)
 
 
