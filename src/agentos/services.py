@@ -1,6 +1,6 @@
 """Build every service from the settings, in order, and close them in reverse.
 
-    store -> quotas (seeded from the store) -> provider -> driver (the kernel) -> runs -> runtime
+    tenants -> store -> quotas (seeded from the store) -> provider -> driver (the kernel) -> runs -> runtime
 
 Each part receives what it needs when it is built, so nothing is wired by assignment later;
 the CLI, the test helpers and the bench all build the server this one way.
@@ -18,6 +18,7 @@ Usage::
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +36,9 @@ from agentos.runtime.runtime import Runtime, kernel_limits
 from agentos.store.base import Store
 from agentos.store.memory import MemoryStore
 from agentos.store.sqlite import SQLiteStore
+from agentos.tenancy.pepper import load_pepper
 from agentos.tenancy.quotas import Quotas
+from agentos.tenancy.registry import TenantRegistry, registry_path
 
 log = logging.getLogger("agentos")
 
@@ -51,6 +54,7 @@ class Services:
     driver: Driver
     runs: RunService
     runtime: Runtime
+    tenants: TenantRegistry
     quotas: Quotas
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
@@ -64,6 +68,7 @@ class Services:
         self.driver.close()
         await self.provider.aclose()
         await self.store.close()
+        await self.tenants.close()
 
 
 async def open_services(
@@ -72,11 +77,13 @@ async def open_services(
     metrics: Metrics | None = None,
     clock: Clock | None = None,
     provider: Provider | None = None,
+    now_ms: Callable[[], int] = wall_ms,
     wall_clock: Clock | None = None,
 ) -> Services:
     """Build and start every service. `provider` replaces the one `provider.url` names;
-    `clock` is the kernel's and the rate limiters' (monotonic), `wall_clock` the quotas' (epoch
-    seconds: it decides the UTC day).
+    `now_ms` is the wall clock keys expire by (tests pass a fake one); `clock` is the kernel's
+    and the rate limiters' (monotonic), `wall_clock` the quotas' (epoch seconds: it decides the
+    UTC day).
 
     Relative `data_dir` and `jsonl_dir` are resolved against the current directory, once:
     `Services.settings` holds the absolute paths.
@@ -89,8 +96,13 @@ async def open_services(
     metrics = metrics or Metrics()
     if provider is None and not settings.provider.url:
         raise ConfigError("provider.url: no provider configured")
+    tenants = await open_tenants(settings, now_ms)
     store = _make_store(settings, metrics)
-    await store.start()
+    try:
+        await store.start()
+    except BaseException:
+        await tenants.close()
+        raise
     try:
         quotas = await _seeded_quotas(store, wall_clock or WallClock())
         provider = provider or OpenAICompatProvider(settings.provider)
@@ -103,10 +115,11 @@ async def open_services(
             quotas.add_tokens(tenant_id, tokens)
     except BaseException:
         await store.close()
+        await tenants.close()
         raise
     runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs)
     runtime.start_lag_probe()
-    return Services(settings, metrics, store, provider, driver, runs, runtime, quotas)
+    return Services(settings, metrics, store, provider, driver, runs, runtime, tenants, quotas)
 
 
 async def _seeded_quotas(store: Store, wall_clock: Clock) -> Quotas:
@@ -114,6 +127,20 @@ async def _seeded_quotas(store: Store, wall_clock: Clock) -> Quotas:
     quotas = Quotas(wall_clock)
     quotas.seed(await store.session_counts(), await store.token_usage_since(quotas.day_start_ms()))
     return quotas
+
+
+async def open_tenants(settings: Settings, now_ms: Callable[[], int] = wall_ms) -> TenantRegistry:
+    """The tenant registry: `<data_dir>/tenants.db` (in memory with the store off), read into memory.
+
+    Raises:
+        ConfigError: the key pepper cannot be read or made.
+        StoreError: the registry's file cannot be opened.
+    """
+    data_dir = Path(settings.data_dir) if settings.store.enabled else None
+    pepper = load_pepper(settings.security.key_pepper, data_dir)
+    registry = TenantRegistry(registry_path(data_dir), pepper, defaults=settings.tenant_limits, now_ms=now_ms)
+    await registry.open()
+    return registry
 
 
 def _make_store(settings: Settings, metrics: Metrics) -> Store:

@@ -1,8 +1,19 @@
-"""Bearer-token auth and the access log."""
+"""Bearer-key auth and the access log.
+
+Who a request acts for (`request[PRINCIPAL]`), decided once per request, in memory:
+- `Authorization: Bearer <server.api_token>`: `TOKEN_PRINCIPAL`, an admin of tenant "default";
+- `Authorization: Bearer aos_...`: the key's principal from the tenant registry (one dict
+  lookup and one HMAC; `agentos.tenancy.registry`);
+- no token configured, no usable key in the registry, and a loopback bind: every request is
+  `OPEN_PRINCIPAL` (a single user on their own machine; the README's commands need no key);
+- anything else: 401 with `WWW-Authenticate: Bearer`. A key is read only from the header,
+  never from the URL (URLs end up in logs, histories and Referer headers).
+"""
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import time
 from dataclasses import replace
 
@@ -12,40 +23,101 @@ from aiohttp.typedefs import Middleware
 from agentos.api.errors import Handler, error_response
 from agentos.api.keys import RUNTIME
 from agentos.clock import wall_ms
+from agentos.errors import InvalidInput
 from agentos.store.records import DEFAULT_TENANT, AccessRecord
-from agentos.tenancy.limits import TenantLimits
 from agentos.tenancy.principal import ALL_SCOPES, OPEN_PRINCIPAL, PRINCIPAL, Principal
+from agentos.tenancy.registry import Refused, TenantRegistry
 
-# Open without the token: the probes, and the API's description with its page (a browser
-# cannot send the token to load them; every route they describe still asks for it).
+# Open without a key: the probes, and the API's description with its page (a browser cannot
+# send a key to load them; every route they describe still asks for it).
 # Matched by route, not by path prefix, so no path reaches another route through an open one.
 OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/{asset}"})
-
 
 # The principal of `server.api_token` (AGENTOS_API_TOKEN): an admin key of the default tenant.
 TOKEN_PRINCIPAL = Principal(DEFAULT_TENANT, "token", ALL_SCOPES)
 
+# The key_id of a well-formed key that was refused, for the access log ("" when malformed).
+REFUSED_KEY_ID: web.RequestKey[str] = web.RequestKey("refused_key_id", str)
 
-def auth_middleware(token: str, limits: TenantLimits | None = None) -> Middleware:
-    """Sets `request[PRINCIPAL]`: with no `token`, every request is `OPEN_PRINCIPAL`.
+_MISSING = {"WWW-Authenticate": 'Bearer realm="agentos"'}
+_INVALID = {"WWW-Authenticate": 'Bearer realm="agentos", error="invalid_token"'}
 
-    `limits`: the default tenant's limits (`Settings.tenant_limits`), carried by its principals."""
-    expected = f"Bearer {token}".encode()
-    open_principal = OPEN_PRINCIPAL if limits is None else replace(OPEN_PRINCIPAL, limits=limits)
-    token_principal = TOKEN_PRINCIPAL if limits is None else replace(TOKEN_PRINCIPAL, limits=limits)
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def auth_middleware(token: str, registry: TenantRegistry, *, loopback: bool) -> Middleware:
+    """Sets `request[PRINCIPAL]` (see the module docstring) or answers 401."""
+    token_bytes = token.encode()
+    defaults = _DefaultPrincipals(registry)
+
+    def open_server() -> bool:
+        return not token and loopback and not registry.has_usable_keys()
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not token:
-            request[PRINCIPAL] = open_principal
-        elif route_of(request) not in OPEN_ROUTES:
-            given = request.headers.get("Authorization", "").encode()
-            if not hmac.compare_digest(given, expected):
-                return error_response(401, "unauthorized", "missing or wrong bearer token")
-            request[PRINCIPAL] = token_principal
+        if route_of(request) in OPEN_ROUTES:
+            return await handler(request)
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        given = given.strip()
+        if scheme.lower() != "bearer" or not given:
+            if open_server():
+                request[PRINCIPAL] = defaults.open()
+                return await handler(request)
+            return error_response(401, "unauthorized", "missing bearer key (Authorization: Bearer ...)", _MISSING)
+        if token and hmac.compare_digest(given.encode(), token_bytes):
+            request[PRINCIPAL] = defaults.token()
+            return await handler(request)
+        found = registry.authenticate(given)
+        if isinstance(found, Refused):
+            if open_server():  # today's open loopback server ignores whatever header comes
+                request[PRINCIPAL] = defaults.open()
+                return await handler(request)
+            request[REFUSED_KEY_ID] = found.key_id
+            return error_response(401, "unauthorized", f"invalid bearer key: {found.reason}", _INVALID)
+        request[PRINCIPAL] = found
         return await handler(request)
 
     return check
+
+
+class _DefaultPrincipals:
+    """`OPEN_PRINCIPAL` and `TOKEN_PRINCIPAL` with the default tenant's effective limits (the
+    config's `[tenant_limits]` under its row's overrides), rebuilt only when that row changes:
+    per request, one dict lookup and an identity check."""
+
+    __slots__ = ("_registry", "_tenant", "_open", "_token")
+
+    def __init__(self, registry: TenantRegistry) -> None:
+        self._registry = registry
+        self._tenant: object = None
+        self._open = OPEN_PRINCIPAL
+        self._token = TOKEN_PRINCIPAL
+
+    def open(self) -> Principal:
+        self._refresh()
+        return self._open
+
+    def token(self) -> Principal:
+        self._refresh()
+        return self._token
+
+    def _refresh(self) -> None:
+        tenant = self._registry.tenant(DEFAULT_TENANT)  # always exists (the registry makes it)
+        if tenant is not self._tenant:
+            try:
+                limits = self._registry.limits_of(DEFAULT_TENANT)
+            except InvalidInput:  # a row written by a newer version: the defaults, as for keys
+                limits = self._registry.defaults
+            self._open = replace(OPEN_PRINCIPAL, limits=limits)
+            self._token = replace(TOKEN_PRINCIPAL, limits=limits)
+            self._tenant = tenant
 
 
 def route_of(request: web.Request) -> str | None:
@@ -56,6 +128,7 @@ def route_of(request: web.Request) -> str | None:
 
 @web.middleware
 async def access_log_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """One row per request: who (tenant and key_id, never the key), what, how it ended."""
     start = time.perf_counter()
     status = 500
     try:
@@ -65,6 +138,7 @@ async def access_log_middleware(request: web.Request, handler: Handler) -> web.S
     finally:
         runtime = request.app.get(RUNTIME)
         if runtime is not None:
+            who = request.get(PRINCIPAL)
             runtime.store.log_access(
                 AccessRecord(
                     ts_ms=wall_ms(),
@@ -73,5 +147,7 @@ async def access_log_middleware(request: web.Request, handler: Handler) -> web.S
                     status=status,
                     duration_ms=(time.perf_counter() - start) * 1000,
                     remote=request.remote or "",
+                    tenant_id=who.tenant_id if who is not None else "",
+                    key_id=(who.key_id or "") if who is not None else request.get(REFUSED_KEY_ID, ""),
                 )
             )

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from agentos.config import StoreConfig
+from agentos.store import usage
 from agentos.store.base import StoreStatistics
 from agentos.store.jsonl import JsonlLog
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
@@ -66,9 +67,18 @@ CREATE TABLE IF NOT EXISTS access_log (
     path TEXT NOT NULL,
     status INTEGER NOT NULL,
     duration_ms REAL NOT NULL,
-    remote TEXT NOT NULL
+    remote TEXT NOT NULL,
+    key_id TEXT NOT NULL DEFAULT ''
 );
 """
+
+
+def _migrate_access(conn: sqlite3.Connection) -> None:
+    """Files made before keys existed lack `key_id`: add it (old rows read '')."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(access_log)")}
+    if "key_id" not in columns:
+        conn.execute("ALTER TABLE access_log ADD COLUMN key_id TEXT NOT NULL DEFAULT ''")
+
 
 # A writer retry may repeat a batch (after a COMMIT that reported failure), so writes with a
 # natural key are idempotent. Events and access rows have none; they are sheddable anyway.
@@ -83,7 +93,8 @@ _INSERT_EVENT = (
     "INSERT INTO events (tenant_id, session_id, turn_id, type, data, created_at_ms) VALUES (?, ?, ?, ?, ?, ?)"
 )
 _INSERT_ACCESS = (
-    "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote, key_id)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 _encode = msgspec.json.encode
@@ -117,10 +128,6 @@ def _session_from_row(row: tuple[Any, ...]) -> SessionRecord:
     )
 
 
-# Once at start (the quotas' seed): one scan of the messages, no index needed.
-_TOKENS_SINCE = """SELECT tenant_id, SUM(COALESCE(json_extract(usage, '$.prompt_tokens'), 0)
-+ COALESCE(json_extract(usage, '$.completion_tokens'), 0)) FROM messages
-WHERE usage IS NOT NULL AND created_at_ms >= ? GROUP BY tenant_id"""
 _MESSAGE_COLUMNS = "message_id, tenant_id, session_id, turn_id, role, content, status, usage, created_at_ms"
 
 
@@ -143,7 +150,7 @@ class SQLiteStore:
         }
         self._sessions = Writer("messages", data_dir / "sessions.db", _SESSIONS_SCHEMA, **opts)
         self._events = Writer("events", data_dir / "events.db", _EVENTS_SCHEMA, on_batch=on_batch, **opts)
-        self._access = Writer("access", data_dir / "access.db", _ACCESS_SCHEMA, **opts)
+        self._access = Writer("access", data_dir / "access.db", _ACCESS_SCHEMA, migrate=_migrate_access, **opts)
         self._jsonl = JsonlLog(Path(jsonl_dir), queue_max_rows=config.queue_max_rows) if jsonl_dir else None
 
     async def start(self) -> None:
@@ -207,18 +214,12 @@ class SQLiteStore:
         return gone > 0
 
     async def session_counts(self) -> dict[str, int]:
-        def read(conn: sqlite3.Connection) -> dict[str, int]:
-            return dict(conn.execute("SELECT tenant_id, COUNT(*) FROM sessions GROUP BY tenant_id").fetchall())
-
-        result: dict[str, int] = await self._sessions.submit(apply=read)
-        return result
+        counts: dict[str, int] = await self._sessions.submit(apply=usage.session_counts)
+        return counts
 
     async def token_usage_since(self, since_ms: int) -> dict[str, int]:
-        def read(conn: sqlite3.Connection) -> dict[str, int]:
-            return dict(conn.execute(_TOKENS_SINCE, (since_ms,)).fetchall())
-
-        result: dict[str, int] = await self._sessions.submit(apply=read)
-        return result
+        tokens: dict[str, int] = await self._sessions.submit(apply=usage.tokens_since(since_ms))
+        return tokens
 
     def forget_session(self, session_id: str) -> None:
         """Nothing to do: the session's state stays on disk when it leaves memory."""
@@ -283,7 +284,7 @@ class SQLiteStore:
         return result
 
     def log_access(self, r: AccessRecord) -> None:
-        params = (r.tenant_id, r.ts_ms, r.method, r.path, r.status, r.duration_ms, r.remote)
+        params = (r.tenant_id, r.ts_ms, r.method, r.path, r.status, r.duration_ms, r.remote, r.key_id)
         self._access.put(_INSERT_ACCESS, params, sheddable=True)
 
     def statistics(self) -> StoreStatistics:
