@@ -17,6 +17,7 @@ from agentos.bench.mock.server import MockServer
 from agentos.tenancy.limits import TenantLimits
 from agentos.tenancy.principal import OPEN_PRINCIPAL
 from agentos.testing import FakeClock, RunningServer
+from agentos.testing.tenants import TenantKey, create_tenant_key
 from tests.api.helpers import SSE, expect_error, new_session
 from tests.api.structured_fields import policies
 
@@ -91,8 +92,33 @@ async def test_the_tenant_limit_counts_every_key(
         assert r.headers["Retry-After"] == "30"
 
 
+async def test_two_keys_of_one_tenant_over_a_real_server(
+    server_factory: ServerFactory, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    """Each key has its own limit; the tenant's counts both; another tenant is untouched; and the
+    tenant's row (set through the admin API) overrides the config's defaults."""
+    clock = FakeClock()
+    server = await server_factory(mock.url, clock=clock, **{"server.api_token": "admin"})
+    row = {"key_requests_per_minute": 2, "requests_per_minute": 3}
+    a = await create_tenant_key(server.url, "admin", tenant_id="acme", limits=row)
+    b = await create_tenant_key(server.url, "admin", tenant_id="acme")
+    other = await create_tenant_key(server.url, "admin", tenant_id="umbrella", limits=row)
+
+    async def get(key: TenantKey) -> tuple[int, str | None]:
+        async with http.get(f"{server.url}/v1/sessions", headers=key.headers) as r:
+            return r.status, (await r.json())["error"]["code"] if r.status != 200 else None
+
+    assert [await get(a), await get(a), await get(a)] == [(200, None), (200, None), (429, "key_rate_limited")]
+    assert [await get(b), await get(b)] == [(200, None), (429, "tenant_rate_limited")]
+    assert await get(other) == (200, None)
+    async with http.get(f"{server.url}/v1/sessions", headers=b.headers) as r:
+        assert policies(r.headers["RateLimit-Policy"]) == {"key": {"q": 2, "w": 60}, "tenant": {"q": 3, "w": 60}}
+    clock.advance(20)  # one tenant unit back (60 / 3 s)
+    assert await get(b) == (200, None)
+
+
 def test_two_keys_of_one_tenant_have_their_own_limits_and_share_the_tenants() -> None:
-    """Per key and per tenant at the limiter (the server has one key until keys exist)."""
+    """Per key and per tenant at the limiter itself."""
     clock = FakeClock()
     limiters = Limiters(clock)
     tenant_limits = TenantLimits(key_requests_per_minute=2, requests_per_minute=3)

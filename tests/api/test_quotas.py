@@ -15,6 +15,7 @@ import aiohttp
 from agentos.bench.mock.server import MockServer
 from agentos.tenancy.quotas import DAY_S
 from agentos.testing import FakeClock, RunningServer, start_server
+from agentos.testing.tenants import create_tenant_key
 from tests.api.helpers import SSE, expect_error, new_session
 from tests.conftest import make_settings
 
@@ -114,3 +115,16 @@ async def test_a_runs_model_calls_count_against_the_day(tmp_path: Path, mock: Mo
         assert server.services.quotas.tokens_today("default") >= 5
         async with http.post(f"{server.url}/v1/agents/helper/runs", json={"input": "go"}) as r:
             await expect_error(r, 403, "quota_tokens_per_day")
+
+
+async def test_each_tenant_has_its_own_sessions_quota(server_factory, mock: MockServer, http) -> None:
+    server = await server_factory(mock.url, **{"server.api_token": "admin"})
+    a = await create_tenant_key(server.url, "admin", tenant_id="acme", limits={"max_sessions": 1})
+    b = await create_tenant_key(server.url, "admin", tenant_id="umbrella", limits={"max_sessions": 1})
+    for key in (a, b):
+        async with http.post(f"{server.url}/v1/sessions", json={}, headers=key.headers) as r:
+            assert r.status == 201
+    async with http.post(f"{server.url}/v1/sessions", json={}, headers=a.headers) as r:
+        await expect_error(r, 403, "quota_sessions")
+    async with http.post(f"{server.url}/v1/sessions", json={}, headers={"Authorization": "Bearer admin"}) as r:
+        assert r.status == 201  # the default tenant has no quota
