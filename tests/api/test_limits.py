@@ -233,3 +233,18 @@ def test_the_document_describes_the_limits_on_every_limited_operation() -> None:
     quota = [("/v1/sessions", "post"), ("/v1/sessions/{session_id}/turns", "post"), ("/v1/agents/{name}/runs", "post")]
     for path, method in quota:
         assert OPENAPI["paths"][path][method]["responses"]["403"]["content"]["application/json"]["schema"] == error
+
+
+async def test_the_default_tenants_row_limits_the_server_token(
+    server_factory: ServerFactory, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    server = await server_factory(mock.url, clock=FakeClock(), **{"server.api_token": "admin"})
+    admin = {"Authorization": "Bearer admin"}
+    body = {"limits": {"key_requests_per_minute": 2}}
+    async with http.patch(f"{server.url}/v1/admin/tenants/default", json=body, headers=admin) as r:
+        assert r.status == 200, await r.text()
+    statuses = []
+    for _ in range(3):
+        async with http.get(f"{server.url}/v1/sessions", headers=admin) as r:
+            statuses.append(r.status)
+    assert statuses == [200, 200, 429]
