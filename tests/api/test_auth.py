@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 from collections.abc import Awaitable, Callable
@@ -182,3 +183,34 @@ async def test_with_the_store_off_keys_live_in_memory(
     alice = await create_tenant_key(server.url, TOKEN)
     assert await _status(http, f"{server.url}/v1/sessions", alice.headers) == 200
     assert not (tmp_path / "data" / "tenants.db").exists() and not (tmp_path / "data" / "key_pepper").exists()
+
+
+async def test_undecodable_or_odd_authorization_bytes_are_a_401_not_a_500(guarded: RunningServer) -> None:
+    """A raw request: aiohttp's client would refuse to send these bytes."""
+    host, port = guarded.url.removeprefix("http://").split(":")
+    body = "aos_" + "a" * 12 + "_" + "b" * 30
+    for value in (
+        b"Bearer \xff\xfe",
+        b"Bearer " + body.encode() + "é".encode() * 3,
+        b"Bearer " + TOKEN.encode() + b"\xff",
+    ):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"GET /v1/sessions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: " + value + b"\r\n\r\n"
+        )
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
+
+
+async def test_keys_survive_a_restart_of_the_server(
+    server_factory: Factory, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    first = await server_factory(mock.url)  # open: its first key is made without any
+    async with http.post(f"{first.url}/v1/admin/keys", json={"tenant_id": "default", "scopes": ["admin"]}) as r:
+        key = (await r.json())["key"]
+    await first.close()
+    second = await server_factory(mock.url)  # same data dir, no token: the stored key closes it
+    assert await _status(http, f"{second.url}/v1/sessions") == 401
+    assert await _status(http, f"{second.url}/v1/admin/tenants", {"Authorization": f"Bearer {key}"}) == 200

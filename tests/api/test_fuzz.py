@@ -228,9 +228,12 @@ def test_every_operation_that_asks_for_the_token_documents_its_401() -> None:
         for method, operation in item.items():
             if method == "parameters" or operation.get("security") == []:
                 continue
-            assert operation["responses"]["401"]["content"]["application/json"]["schema"] == {
-                "$ref": "#/components/schemas/Error"
-            }, f"{method} {path}"
+            for status in ("401", "403"):  # 403: a key without the operation's scope
+                assert operation["responses"][status]["content"]["application/json"]["schema"] == {
+                    "$ref": "#/components/schemas/Error"
+                }, f"{method} {path}"
+            assert operation["security"] == [{"bearer": []}], f"{method} {path}"
+    assert OPENAPI["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
 
 
 def test_an_integer_cursor_documents_the_largest_value_the_server_takes(fuzz_server: _ServerThread) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -121,6 +122,12 @@ async def test_bad_tenants_and_limits_are_refused(registry: TenantRegistry) -> N
         await registry.create_key("nobody")
     with pytest.raises(TenantNotFound):
         await registry.update_tenant("nobody", disabled=True)
+
+
+async def test_racing_creations_of_one_tenant_make_it_once(registry: TenantRegistry) -> None:
+    results = await asyncio.gather(*(registry.create_tenant("acme") for _ in range(5)), return_exceptions=True)
+    assert sum(isinstance(r, TenantExists) for r in results) == 4
+    assert len([t for t in registry.tenants(after=None, limit=10) if t.tenant_id == "acme"]) == 1
 
 
 async def test_lists_are_paginated_by_id(registry: TenantRegistry) -> None:

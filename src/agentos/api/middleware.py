@@ -71,7 +71,8 @@ def auth_middleware(token: str, registry: TenantRegistry, *, loopback: bool) -> 
                 request[PRINCIPAL] = defaults.open()
                 return await handler(request)
             return error_response(401, "unauthorized", "missing bearer key (Authorization: Bearer ...)", _MISSING)
-        if token and hmac.compare_digest(given.encode(), token_bytes):
+        # surrogateescape: aiohttp keeps a header's undecodable bytes as surrogates; compare them as sent
+        if token and hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token_bytes):
             request[PRINCIPAL] = defaults.token()
             return await handler(request)
         found = registry.authenticate(given)

@@ -1,5 +1,7 @@
 """Tenants, their API keys, and what a caller may do: the trust boundary's data.
 
 `principal.Principal` is who a request acts for (set on every request by the auth middleware);
-`limits.TenantLimits` is what a tenant may consume.
+`limits.TenantLimits` is what a tenant may consume; `keys` is the key format and its keyed hash;
+`registry.TenantRegistry` holds every tenant and key in memory, persisted in `tenants.db`
+(`tables`), with the hash keyed by the `pepper`.
 """

@@ -83,10 +83,10 @@ def parse(key: str) -> ParsedKey:
     id_end = len(PREFIX) + KEY_ID_CHARS
     if key[id_end] != "_":
         raise MalformedKey("not an Agent OS key")
-    key_id, secret = key[len(PREFIX) : id_end], key[id_end + 1 : -CHECKSUM_CHARS]
-    if not _ALPHABET.issuperset(key_id) or not _ALPHABET.issuperset(secret):
-        raise MalformedKey("not an Agent OS key")
-    if not hmac.compare_digest(checksum(key[:-CHECKSUM_CHARS]), key[-CHECKSUM_CHARS:]):
+    key_id, secret, check = key[len(PREFIX) : id_end], key[id_end + 1 : -CHECKSUM_CHARS], key[-CHECKSUM_CHARS:]
+    if not (_ALPHABET.issuperset(key_id) and _ALPHABET.issuperset(secret) and _ALPHABET.issuperset(check)):
+        raise MalformedKey("not an Agent OS key")  # also keeps non-ASCII text from compare_digest
+    if not hmac.compare_digest(checksum(key[:-CHECKSUM_CHARS]), check):
         raise MalformedKey("the key's checksum does not match (a typo, or not a key)")
     return ParsedKey(key_id, secret)
 

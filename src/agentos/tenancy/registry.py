@@ -15,6 +15,7 @@ Theory of operation:
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +91,7 @@ class TenantRegistry:
         self._tenants: dict[str, Tenant] = {}
         self._keys: dict[str, ApiKey] = {}
         self._entries: dict[str, _Entry] = {}
+        self._usable_until_ms: float = 0  # inf: an unrevoked key that never expires
         self._lock = asyncio.Lock()
 
     async def open(self) -> None:
@@ -126,9 +128,9 @@ class TenantRegistry:
         return entry.principal
 
     def has_usable_keys(self) -> bool:
-        """Whether any key is neither revoked nor expired (with none, a loopback server is open)."""
-        now = self.now_ms()
-        return any(k.status(now) == "active" for k in self._keys.values())
+        """Whether any key is neither revoked nor expired (with none, a loopback server is open).
+        O(1): the latest expiry of the unrevoked keys is kept up to date by every change."""
+        return self.now_ms() < self._usable_until_ms
 
     def statistics(self) -> RegistryStatistics:
         now = self.now_ms()
@@ -256,6 +258,11 @@ class TenantRegistry:
         self._rebuild([record])
 
     def _rebuild(self, changed: Iterable[ApiKey]) -> None:
+        self._rebuild_entries(changed)
+        unrevoked = [k.expires_ms or math.inf for k in self._keys.values() if k.revoked_ms is None]
+        self._usable_until_ms = max(unrevoked, default=0)
+
+    def _rebuild_entries(self, changed: Iterable[ApiKey]) -> None:
         for record in changed:
             tenant = self._tenants.get(record.tenant_id)
             refusal = "the key was revoked" if record.revoked_ms is not None else ""

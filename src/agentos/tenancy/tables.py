@@ -96,7 +96,7 @@ def count_usable_keys(path: Path, now_ms: int) -> int:
     """
     if not path.exists():
         return 0
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = sqlite3.connect(path)  # read-write: it may recover a WAL left by a killed server
     try:
         row = conn.execute(
             "SELECT count(*) FROM api_keys WHERE revoked_ms IS NULL AND (expires_ms IS NULL OR expires_ms > ?)",
