@@ -64,8 +64,11 @@ def make_settings(data_dir: Path, provider_url: str, **overrides: Any) -> Settin
 async def server_factory(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[RunningServer]]]:
     started: list[RunningServer] = []
 
-    async def make(provider_url: str, clock: Clock | None = None, **overrides: Any) -> RunningServer:
-        server = await start_server(make_settings(tmp_path / "data", provider_url, **overrides), clock=clock)
+    async def make(
+        provider_url: str, clock: Clock | None = None, wall_clock: Clock | None = None, **overrides: Any
+    ) -> RunningServer:
+        settings = make_settings(tmp_path / "data", provider_url, **overrides)
+        server = await start_server(settings, clock=clock, wall_clock=wall_clock)
         started.append(server)
         return server
 

@@ -22,3 +22,12 @@ class MonotonicClock:
 def wall_ms() -> int:
     """Wall-clock milliseconds since the epoch, for timestamps stored in rows."""
     return time.time_ns() // 1_000_000
+
+
+class WallClock:
+    """Seconds since the epoch (UTC): what a calendar quota (tokens per UTC day) counts in."""
+
+    __slots__ = ()
+
+    def now(self) -> float:
+        return time.time()

@@ -133,7 +133,7 @@ ENV_ALIASES: dict[str, str] = {
     "AGENTOS_STORE_ENABLED": "store.enabled",
 }
 
-_SECTIONS = ("server", "kernel", "provider", "mock", "store", "security", "sandbox")
+_SECTIONS = ("server", "kernel", "provider", "mock", "store", "security", "sandbox", "tenant_limits")
 
 
 def _known_keys() -> dict[str, str]:

@@ -6,12 +6,14 @@
         BadRequest            400  malformed JSON, bad query parameters
         Unauthorized          401
         Forbidden             403  the caller may not ask for this (a host process, a private URL)
+          QuotaExceeded       403  a tenant quota (sessions, tokens per day); may carry retry_after_s
         NotFound              404  SessionNotFound, RunNotFound, AgentNotFound
         NotAcceptable         406
         Conflict              409
         PayloadTooLarge       413
         InvalidInput          422  well-formed JSON of the wrong shape
         AdmissionRejected     429  carries retry_after_s
+        RateLimited           429  a rate limit of the caller's key or tenant; carries retry_after_s
         ShuttingDown          503  the server is draining: nothing new starts
       ProviderError(retryable, retry_after_s, code)   # the upstream's fault
         ProviderTimeout  ProviderHTTPError(status_code)  ProviderProtocolError  ProviderUnavailable
@@ -63,6 +65,17 @@ class Forbidden(RequestError):
     code = "forbidden"
 
 
+class QuotaExceeded(Forbidden):
+    """A tenant quota is used up; `code` names it (`quota_sessions`, `quota_tokens_per_day`).
+
+    A 403, not a 429: waiting a little does not help, except for a quota that renews
+    (tokens per day), which says when in `retry_after_s`."""
+
+    def __init__(self, message: str, *, code: str, retry_after_s: int | None = None) -> None:
+        super().__init__(message, code=code)
+        self.retry_after_s = retry_after_s
+
+
 class NotFound(RequestError):
     status = 404
     code = "not_found"
@@ -101,6 +114,16 @@ class AdmissionRejected(RequestError):
 
     def __init__(self, retry_after_s: int, *, what: str = "turns") -> None:
         super().__init__(f"too many {what} in flight; retry after {retry_after_s}s")
+        self.retry_after_s = retry_after_s
+
+
+class RateLimited(RequestError):
+    """Over a rate limit; `code` names it (`turn_rate_limited`, `run_rate_limited`, ...)."""
+
+    status = 429
+
+    def __init__(self, message: str, *, code: str, retry_after_s: int) -> None:
+        super().__init__(message, code=code)
         self.retry_after_s = retry_after_s
 
 

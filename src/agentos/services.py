@@ -1,6 +1,6 @@
 """Build every service from the settings, in order, and close them in reverse.
 
-    tenants -> store -> provider -> driver (the kernel) -> runs -> runtime
+    tenants -> store -> quotas (seeded from the store) -> provider -> driver (the kernel) -> runs -> runtime
 
 Each part receives what it needs when it is built, so nothing is wired by assignment later;
 the CLI, the test helpers and the bench all build the server this one way.
@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentos.agents import RunService
-from agentos.clock import Clock, MonotonicClock, wall_ms
+from agentos.agents.usage import model_tokens
+from agentos.clock import Clock, MonotonicClock, WallClock, wall_ms
 from agentos.config import Settings, resolve_paths
 from agentos.errors import ConfigError
 from agentos.kernel import Kernel
@@ -36,6 +37,7 @@ from agentos.store.base import Store
 from agentos.store.memory import MemoryStore
 from agentos.store.sqlite import SQLiteStore
 from agentos.tenancy.pepper import load_pepper
+from agentos.tenancy.quotas import Quotas
 from agentos.tenancy.registry import TenantRegistry, registry_path
 
 log = logging.getLogger("agentos")
@@ -53,6 +55,7 @@ class Services:
     runs: RunService
     runtime: Runtime
     tenants: TenantRegistry
+    quotas: Quotas
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Refuse new turns and runs; let running turns finish (bounded), then cancel the rest."""
@@ -75,9 +78,12 @@ async def open_services(
     clock: Clock | None = None,
     provider: Provider | None = None,
     now_ms: Callable[[], int] = wall_ms,
+    wall_clock: Clock | None = None,
 ) -> Services:
     """Build and start every service. `provider` replaces the one `provider.url` names;
-    `now_ms` is the wall clock keys expire by (tests pass a fake one).
+    `now_ms` is the wall clock keys expire by (tests pass a fake one); `clock` is the kernel's
+    and the rate limiters' (monotonic), `wall_clock` the quotas' (epoch seconds: it decides the
+    UTC day).
 
     Relative `data_dir` and `jsonl_dir` are resolved against the current directory, once:
     `Services.settings` holds the absolute paths.
@@ -98,18 +104,29 @@ async def open_services(
         await tenants.close()
         raise
     try:
+        quotas = await _seeded_quotas(store, wall_clock or WallClock())
         provider = provider or OpenAICompatProvider(settings.provider)
         driver = Driver(Kernel(kernel_limits(settings)), clock or MonotonicClock())
         data_dir = Path(settings.data_dir) if settings.store.enabled else None
-        runs = RunService(provider, data_dir, settings, driver=driver)
+        runs = RunService(provider, data_dir, settings, driver=driver, on_usage=quotas.add_tokens)
+        started_ms = wall_ms()  # model steps from here on are counted as they finish (on_usage)
         await runs.start()  # resumes every unfinished run from its journal
+        for tenant_id, tokens in (await model_tokens(runs.store, quotas.day_start_ms(), started_ms)).items():
+            quotas.add_tokens(tenant_id, tokens)
     except BaseException:
         await store.close()
         await tenants.close()
         raise
     runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs)
     runtime.start_lag_probe()
-    return Services(settings, metrics, store, provider, driver, runs, runtime, tenants)
+    return Services(settings, metrics, store, provider, driver, runs, runtime, tenants, quotas)
+
+
+async def _seeded_quotas(store: Store, wall_clock: Clock) -> Quotas:
+    """The quota counters as the store left them: they survive a restart."""
+    quotas = Quotas(wall_clock)
+    quotas.seed(await store.session_counts(), await store.token_usage_since(quotas.day_start_ms()))
+    return quotas
 
 
 async def open_tenants(settings: Settings, now_ms: Callable[[], int] = wall_ms) -> TenantRegistry:

@@ -44,6 +44,13 @@ _TENANT_EXAMPLES = 15
 _CALL_TIMEOUT_S = 10.0  # a turn against the mock takes milliseconds; 10 s is a hang
 # Accept is no documented parameter, yet it picks a turn's answer (SSE, JSON or a 406): vary it.
 _ACCEPTS = ["", "text/event-stream", "application/json", "*/*", "text/html", "text/event-stream, application/json"]
+# Limits high enough never to refuse the fixtures, so every answer carries the RateLimit headers
+# (checked against the document); turns low enough that the fuzzer meets turn_rate_limited.
+_LIMITS = {
+    "tenant_limits.key_requests_per_minute": 1_000_000,
+    "tenant_limits.requests_per_minute": 1_000_000,
+    "tenant_limits.turns_per_minute": 20,
+}
 _CHECKS = [
     checks.not_a_server_error,
     checks.status_code_conformance,
@@ -77,7 +84,7 @@ class _ServerThread:
     async def _start(self, data_dir: Path) -> str:
         mock = await start_mock(MockSettings(ttft_ms=1, tps=5000, tokens=4))
         self._closers.append(mock.close)
-        overrides = {"server.api_token": _TOKEN, "server.access_log": True}
+        overrides = {"server.api_token": _TOKEN, "server.access_log": True, **_LIMITS}
         server = await start_server(make_settings(data_dir, mock.url, **overrides))
         self._closers.insert(0, server.close)
         return server.url

@@ -128,3 +128,30 @@ async def test_every_row_carries_a_tenant(tmp_path: Path) -> None:
     ]:
         tenants = sqlite3.connect(tmp_path / f"{db}.db").execute(f"SELECT DISTINCT tenant_id FROM {table}").fetchall()
         assert tenants == [("default",)], table
+
+
+async def test_what_the_quotas_are_seeded_from(store: Store) -> None:
+    """Sessions per tenant, and tokens (prompt + completion) of messages since a time, per tenant."""
+    for sid, tenant in (("a", "t1"), ("b", "t1"), ("c", "t2")):
+        await store.create_session(SessionRecord(session_id=sid, tenant_id=tenant))
+    assert await store.session_counts() == {"t1": 2, "t2": 1}
+
+    def answer(sid: str, tenant: str, turn: str, at_ms: int, usage: dict[str, int] | None) -> MessageRecord:
+        return MessageRecord(
+            session_id=sid,
+            turn_id=turn,
+            role="assistant",
+            content="x",
+            tenant_id=tenant,
+            created_at_ms=at_ms,
+            usage=usage,
+        )
+
+    await store.commit_message(answer("a", "t1", "old", 999, {"prompt_tokens": 100, "completion_tokens": 100}))
+    await store.commit_message(answer("a", "t1", "t1", 1000, {"prompt_tokens": 3, "completion_tokens": 4}))
+    await store.commit_message(answer("b", "t1", "t2", 2000, {"completion_tokens": 5}))
+    await store.commit_message(answer("c", "t2", "t3", 3000, {"prompt_tokens": 1, "completion_tokens": 1}))
+    await store.commit_message(answer("c", "t2", "t4", 3000, None))
+    assert await store.token_usage_since(1000) == {"t1": 12, "t2": 2}
+    assert await store.delete_session("t1", "b")
+    assert await store.session_counts() == {"t1": 1, "t2": 1}

@@ -62,6 +62,7 @@ class RunEngine:
         mcp: ToolHub,
         driver: Driver,
         now_ms: Callable[[], int],
+        on_usage: Callable[[str, int], None] | None = None,
     ) -> None:
         self.store = store
         self.journal = journal
@@ -74,6 +75,7 @@ class RunEngine:
         self.closing = False
         self._driver = driver
         self._now_ms = now_ms
+        self._on_usage = on_usage  # (tenant_id, tokens): the tenant's tokens-per-day quota
         self._specs: dict[str, AgentSpec] = {}  # by snapshot hash: waiting runs share their agent's spec
         self._load_lock = asyncio.Lock()
 
@@ -97,6 +99,11 @@ class RunEngine:
         tenant = handle.row.tenant_id
         self.store.write_nowait([self.journal.event(tenant, handle.run_id, seq, event_type, encoded, self.now_ms())])
         self.fanout.publish(handle.run_id, RunEvent(seq, event_type, data))
+
+    def spent(self, handle: RunHandle, usage: dict[str, int]) -> None:
+        """A model call of the run finished with this usage (prompt and completion tokens)."""
+        if self._on_usage is not None:
+            self._on_usage(handle.row.tenant_id, usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0))
 
     def workdir(self, run_id: str) -> Path:
         assert self.workspaces is not None, "service not started"

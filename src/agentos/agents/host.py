@@ -38,6 +38,10 @@ class RunHost(Protocol):
 
     def emit(self, handle: RunHandle, event_type: str, data: dict[str, Any]) -> None: ...
 
+    def spent(self, handle: RunHandle, usage: dict[str, int]) -> None:
+        """A model call of the run finished with this usage (the tenant's tokens per day)."""
+        ...
+
     def workdir(self, run_id: str) -> Path: ...
 
     def permit(self, run_id: str) -> AbstractAsyncContextManager[None]:

@@ -103,6 +103,7 @@ class Runner:
         except ProviderError as exc:
             await self._end(h, "failed", reason=f"provider: {exc.code}: {exc}")
         await self._journal(h, self._done(h, seq, "done", reply), _step(seq, "model", "done", None, h, attempts, reply))
+        self._host.spent(h, reply["usage"])
 
     async def _stream(self, h: RunHandle, messages: list[Any]) -> dict[str, Any]:
         tools = builtin_schemas(h.spec) + await self._host.mcp.schemas(h.spec)

@@ -66,14 +66,14 @@ class RunService:
         workspace_dir: Path | None = None,
         mcp: ToolHub | None = None,
         now_ms: Callable[[], int] = wall_ms,
+        on_usage: Callable[[str, int], None] | None = None,  # (tenant_id, tokens) after each model call
     ) -> None:
         """Args:
         provider: the chat model every agent talks to.
         data_dir: where `runs.db` and the run workspaces live; None keeps the journal in memory.
         settings: `settings.agents` defines the config agents; `kernel.max_input_chars` bounds
             input; `kernel.max_active_runs` bounds the runs working at once.
-        driver: the kernel's driver, shared with chat turns; None (a service on its own) has
-            no shared provider limit.
+        driver: the kernel's driver, shared with chat turns; None: a kernel of its own (no shared limit).
         """
         journal = Journal()
         store = RunStore(data_dir / "runs.db" if data_dir else None, schema=SCHEMA, migrate=migrate)
@@ -88,7 +88,7 @@ class RunService:
         self._runs = RunLifecycle(
             agents=self._agents, store=store, journal=journal, provider=provider, sandbox=Sandbox(settings.sandbox),
             mcp=mcp or McpHub(trusted=self._agents.trusted_mcp_servers(), policy=self._agents.policy.outbound),
-            driver=driver, now_ms=now_ms,
+            driver=driver, now_ms=now_ms, on_usage=on_usage,
         )  # fmt: skip
         self._workspaces = workspace_dir or (data_dir / "workspaces" if data_dir else None)
         self._temporary_workspaces: Path | None = None

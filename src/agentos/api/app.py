@@ -7,8 +7,19 @@ from aiohttp.typedefs import Middleware
 
 from agentos.api import admin, agents, docs, ops, runs, sessions, turns, websocket
 from agentos.api.errors import error_middleware
-from agentos.api.keys import MAX_BODY_BYTES, METRICS, RUNS, RUNTIME, SETTINGS, SSE_KEEPALIVE_S, TENANTS
+from agentos.api.keys import (
+    LIMITERS,
+    MAX_BODY_BYTES,
+    METRICS,
+    QUOTAS,
+    RUNS,
+    RUNTIME,
+    SETTINGS,
+    SSE_KEEPALIVE_S,
+    TENANTS,
+)
 from agentos.api.middleware import access_log_middleware, auth_middleware, is_loopback
+from agentos.api.ratelimit import Limiters, add_rate_headers, rate_limit_middleware
 from agentos.services import Services
 
 SSE_KEEPALIVE_S_DEFAULT = 15.0
@@ -26,6 +37,8 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     middlewares.append(error_middleware)
     loopback = is_loopback(settings.server.host)
     middlewares.append(auth_middleware(settings.server.api_token, services.tenants, loopback=loopback))
+    limiters = Limiters(services.driver.clock)  # the kernel's clock: a FakeClock in tests drives both
+    middlewares.append(rate_limit_middleware(limiters))  # after auth: it limits the principal
     # aiohttp's own body cap sits a little above ours so that ours answers with a JSON 413.
     app = web.Application(middlewares=middlewares, client_max_size=settings.server.max_body_bytes + 1)
     app[MAX_BODY_BYTES] = settings.server.max_body_bytes
@@ -35,6 +48,9 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     app[RUNS] = services.runs
     app[TENANTS] = services.tenants
     app[SSE_KEEPALIVE_S] = sse_keepalive_s
+    app[LIMITERS] = limiters
+    app[QUOTAS] = services.quotas
+    app.on_response_prepare.append(add_rate_headers)  # before an event stream's headers leave
     tables = [sessions.routes, turns.routes, websocket.routes, agents.routes, runs.routes, admin.routes]
     tables += [ops.routes, docs.routes]
     for table in tables:

@@ -8,9 +8,11 @@ from aiohttp import web
 
 if TYPE_CHECKING:
     from agentos.agents.service import RunService
+    from agentos.api.ratelimit import Limiters
     from agentos.config import Settings
     from agentos.metrics import Metrics
     from agentos.runtime.runtime import Runtime
+    from agentos.tenancy.quotas import Quotas
     from agentos.tenancy.registry import TenantRegistry
 
 RUNTIME: web.AppKey[Runtime] = web.AppKey("runtime")
@@ -21,3 +23,5 @@ METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 MAX_BODY_BYTES: web.AppKey[int] = web.AppKey("max_body_bytes", int)
 # How often an idle event stream (a run waiting for a human) gets a comment line.
 SSE_KEEPALIVE_S: web.AppKey[float] = web.AppKey("sse_keepalive_s", float)
+LIMITERS: web.AppKey[Limiters] = web.AppKey("limiters")
+QUOTAS: web.AppKey[Quotas] = web.AppKey("quotas")

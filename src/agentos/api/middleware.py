@@ -15,6 +15,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import time
+from dataclasses import replace
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -22,6 +23,7 @@ from aiohttp.typedefs import Middleware
 from agentos.api.errors import Handler, error_response
 from agentos.api.keys import RUNTIME
 from agentos.clock import wall_ms
+from agentos.errors import InvalidInput
 from agentos.store.records import DEFAULT_TENANT, AccessRecord
 from agentos.tenancy.principal import ALL_SCOPES, OPEN_PRINCIPAL, PRINCIPAL, Principal
 from agentos.tenancy.registry import Refused, TenantRegistry
@@ -29,7 +31,7 @@ from agentos.tenancy.registry import Refused, TenantRegistry
 # Open without a key: the probes, and the API's description with its page (a browser cannot
 # send a key to load them; every route they describe still asks for it).
 # Matched by route, not by path prefix, so no path reaches another route through an open one.
-_OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/{asset}"})
+OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/{asset}"})
 
 # The principal of `server.api_token` (AGENTOS_API_TOKEN): an admin key of the default tenant.
 TOKEN_PRINCIPAL = Principal(DEFAULT_TENANT, "token", ALL_SCOPES)
@@ -53,29 +55,30 @@ def is_loopback(host: str) -> bool:
 def auth_middleware(token: str, registry: TenantRegistry, *, loopback: bool) -> Middleware:
     """Sets `request[PRINCIPAL]` (see the module docstring) or answers 401."""
     token_bytes = token.encode()
+    defaults = _DefaultPrincipals(registry)
 
     def open_server() -> bool:
         return not token and loopback and not registry.has_usable_keys()
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if _route_of(request) in _OPEN_ROUTES:
+        if route_of(request) in OPEN_ROUTES:
             return await handler(request)
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         given = given.strip()
         if scheme.lower() != "bearer" or not given:
             if open_server():
-                request[PRINCIPAL] = OPEN_PRINCIPAL
+                request[PRINCIPAL] = defaults.open()
                 return await handler(request)
             return error_response(401, "unauthorized", "missing bearer key (Authorization: Bearer ...)", _MISSING)
         # surrogateescape: aiohttp keeps a header's undecodable bytes as surrogates; compare them as sent
         if token and hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token_bytes):
-            request[PRINCIPAL] = TOKEN_PRINCIPAL
+            request[PRINCIPAL] = defaults.token()
             return await handler(request)
         found = registry.authenticate(given)
         if isinstance(found, Refused):
             if open_server():  # today's open loopback server ignores whatever header comes
-                request[PRINCIPAL] = OPEN_PRINCIPAL
+                request[PRINCIPAL] = defaults.open()
                 return await handler(request)
             request[REFUSED_KEY_ID] = found.key_id
             return error_response(401, "unauthorized", f"invalid bearer key: {found.reason}", _INVALID)
@@ -85,7 +88,40 @@ def auth_middleware(token: str, registry: TenantRegistry, *, loopback: bool) -> 
     return check
 
 
-def _route_of(request: web.Request) -> str | None:
+class _DefaultPrincipals:
+    """`OPEN_PRINCIPAL` and `TOKEN_PRINCIPAL` with the default tenant's effective limits (the
+    config's `[tenant_limits]` under its row's overrides), rebuilt only when that row changes:
+    per request, one dict lookup and an identity check."""
+
+    __slots__ = ("_registry", "_tenant", "_open", "_token")
+
+    def __init__(self, registry: TenantRegistry) -> None:
+        self._registry = registry
+        self._tenant: object = None
+        self._open = OPEN_PRINCIPAL
+        self._token = TOKEN_PRINCIPAL
+
+    def open(self) -> Principal:
+        self._refresh()
+        return self._open
+
+    def token(self) -> Principal:
+        self._refresh()
+        return self._token
+
+    def _refresh(self) -> None:
+        tenant = self._registry.tenant(DEFAULT_TENANT)  # always exists (the registry makes it)
+        if tenant is not self._tenant:
+            try:
+                limits = self._registry.limits_of(DEFAULT_TENANT)
+            except InvalidInput:  # a row written by a newer version: the defaults, as for keys
+                limits = self._registry.defaults
+            self._open = replace(OPEN_PRINCIPAL, limits=limits)
+            self._token = replace(TOKEN_PRINCIPAL, limits=limits)
+            self._tenant = tenant
+
+
+def route_of(request: web.Request) -> str | None:
     """The matched route's path pattern (`/docs/{asset}`); None when nothing matched."""
     resource = request.match_info.route.resource
     return None if resource is None else resource.canonical

@@ -8,6 +8,8 @@ from typing import Any
 
 from agentos.api.body import MAX_AFTER
 from agentos.api.openapi_admin import ADMIN_PATHS, ADMIN_SCHEMAS
+from agentos.api.openapi_limits import limited
+from agentos.api.openapi_limits import retry_error as _retryafter_param
 from agentos.api.openapi_parts import BAD_BODY, BEARER, secured
 from agentos.api.openapi_parts import error as _error
 from agentos.api.openapi_parts import json_answer as _json
@@ -17,10 +19,6 @@ from agentos.api.schemas import SCHEMAS, TAGS, after_param, limit_param, ref, ta
 
 def _text(description: str, media_type: str) -> dict[str, Any]:
     return {"description": description, "content": {media_type: {"schema": {"type": "string"}}}}
-
-
-def _retryafter_param(description: str) -> dict[str, Any]:
-    return {**_error(description), "headers": {"Retry-After": {"schema": {"type": "integer"}}}}
 
 
 _BAD_BODY = BAD_BODY
@@ -287,4 +285,4 @@ OPENAPI: dict[str, Any] = {
     },
     "security": [{"bearer": []}],
 }
-secured(OPENAPI["paths"])  # after the dict: each operation's `security` decides its 401
+limited(secured(OPENAPI["paths"]))  # after the dict: each operation's `security` decides its 401 and 429

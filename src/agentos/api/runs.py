@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from agentos.api.admission import starting_run
 from agentos.api.body import MAX_AFTER, AnswerCreate, RunCreate, read_body
 from agentos.api.keys import RUNS, RUNTIME, SSE_KEEPALIVE_S
 from agentos.api.sessions import json_response
@@ -37,9 +38,10 @@ async def start_run(request: web.Request) -> web.Response:
     body = await read_body(request, RunCreate)
     runtime = request.app[RUNTIME]
     check_accepting(runtime)
-    if body.session_id is not None:
-        await runtime.get_session(tenant_id, body.session_id)  # 404 unless it is the tenant's
-    run_id = await request.app[RUNS].start_run(tenant_id, request.match_info["name"], body.input, body.session_id)
+    with starting_run(request):
+        if body.session_id is not None:
+            await runtime.get_session(tenant_id, body.session_id)  # 404 unless it is the tenant's
+        run_id = await request.app[RUNS].start_run(tenant_id, request.match_info["name"], body.input, body.session_id)
     links = {"run_url": f"/v1/runs/{run_id}", "events_url": f"/v1/runs/{run_id}/events"}
     return json_response({"run_id": run_id, "status": "queued", **links}, status=202)
 

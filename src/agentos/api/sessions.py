@@ -12,7 +12,7 @@ import msgspec
 from aiohttp import web
 
 from agentos.api.body import MAX_AFTER, SessionCreate, page_limit, query_int, read_body
-from agentos.api.keys import RUNTIME
+from agentos.api.keys import QUOTAS, RUNTIME
 from agentos.runtime.runtime import Runtime
 from agentos.store.records import SessionRecord
 from agentos.tenancy.principal import Scope, require
@@ -40,7 +40,13 @@ async def create_session(request: web.Request) -> web.Response:
     who = require(request, Scope.SESSIONS_WRITE)
     body = await read_body(request, SessionCreate, empty_ok=True)
     runtime = request.app[RUNTIME]
-    record = await runtime.create_session(who.tenant_id, body.agent, body.metadata)
+    quotas = request.app[QUOTAS]
+    quotas.reserve_session(who)  # counted before the await: concurrent creates cannot overshoot
+    try:
+        record = await runtime.create_session(who.tenant_id, body.agent, body.metadata)
+    except BaseException:
+        quotas.release_session(who.tenant_id)
+        raise
     return json_response(session_json(runtime, record), status=201)
 
 
@@ -68,6 +74,7 @@ async def get_session(request: web.Request) -> web.Response:
 async def delete_session(request: web.Request) -> web.Response:
     who = require(request, Scope.SESSIONS_WRITE)
     await request.app[RUNTIME].delete_session(who.tenant_id, request.match_info["session_id"])
+    request.app[QUOTAS].release_session(who.tenant_id)
     return web.Response(status=204)
 
 

@@ -6,14 +6,16 @@ from typing import Any
 
 from aiohttp import web
 
+from agentos.api.admission import MeteredSink, starting_turn
 from agentos.api.body import TurnCreate, read_body
-from agentos.api.keys import RUNTIME
+from agentos.api.keys import QUOTAS, RUNTIME
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSEStream, failures_as_events
 from agentos.errors import InvalidInput, NotAcceptable, ShuttingDown
 from agentos.runtime.runtime import Runtime
 from agentos.runtime.turn import TERMINAL_EVENTS, CollectingSink, Turn
 from agentos.tenancy.principal import Scope, require
+from agentos.tenancy.quotas import Quotas
 
 routes = web.RouteTableDef()
 
@@ -54,9 +56,11 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     body = await read_body(request, TurnCreate)
     check_input(runtime, body.input)
     check_accepting(runtime)
-    turn = await runtime.start_turn(who.tenant_id, request.match_info["session_id"], body.input)
+    with starting_turn(request.app, who):
+        turn = await runtime.start_turn(who.tenant_id, request.match_info["session_id"], body.input)
+    quotas = request.app[QUOTAS]
     if not sse:
-        return await _collect(runtime, turn)
+        return await _collect(runtime, turn, quotas, who.tenant_id)
     try:
         stream = await SSEStream.open(request, TERMINAL_EVENTS)
     except BaseException:
@@ -65,7 +69,7 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     # The stream writes each event as it comes: no queue between the turn and the socket.
     failed = {"turn_id": turn.turn_id, "reason": "internal_error"}
     async with failures_as_events(stream, "turn.failed", failed, "turn %s failed mid-stream", turn.turn_id):
-        await runtime.run_turn(turn, stream)
+        await runtime.run_turn(turn, MeteredSink(stream, quotas, who.tenant_id))
     return stream.response
 
 
@@ -74,9 +78,9 @@ class _GoneSink:
         raise ConnectionResetError("the client went away before the stream started")
 
 
-async def _collect(runtime: Runtime, turn: Turn) -> web.Response:
+async def _collect(runtime: Runtime, turn: Turn, quotas: Quotas, tenant_id: str) -> web.Response:
     sink = CollectingSink()
-    await runtime.run_turn(turn, sink)
+    await runtime.run_turn(turn, MeteredSink(sink, quotas, tenant_id))
     _, name, data = sink.events[-1]
     output = "".join(d["delta"] for _, n, d in sink.events if n == "token")
     result: dict[str, Any] = {

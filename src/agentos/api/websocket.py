@@ -17,14 +17,15 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import WSMsgType, web
 
+from agentos.api.admission import MeteredSink, starting_turn
 from agentos.api.body import decode_json
 from agentos.api.errors import INTERNAL_MESSAGE, log_internal_error
-from agentos.api.keys import MAX_BODY_BYTES, RUNTIME
+from agentos.api.keys import MAX_BODY_BYTES, QUOTAS, RUNTIME
 from agentos.api.turns import check_accepting, check_input
 from agentos.errors import RequestError
 from agentos.runtime.runtime import Runtime
 from agentos.runtime.turn import Turn
-from agentos.tenancy.principal import Scope, require
+from agentos.tenancy.principal import Principal, Scope, require
 
 routes = web.RouteTableDef()
 _encode = msgspec.json.encode
@@ -37,21 +38,21 @@ class Frame(msgspec.Struct, forbid_unknown_fields=True):
 
 @routes.get("/v1/sessions/{session_id}/ws")
 async def session_socket(request: web.Request) -> web.WebSocketResponse:
-    tenant_id = require(request, Scope.SESSIONS_WRITE).tenant_id
+    who = require(request, Scope.SESSIONS_WRITE)
     runtime = request.app[RUNTIME]
     session_id = request.match_info["session_id"]
-    await runtime.ensure_loaded(tenant_id, session_id)  # 404 before the upgrade
+    await runtime.ensure_loaded(who.tenant_id, session_id)  # 404 before the upgrade
     ws = web.WebSocketResponse(heartbeat=30, max_msg_size=request.app[MAX_BODY_BYTES])
     await ws.prepare(request)
     running: set[asyncio.Task[None]] = set()
-    sink = WebSocketSink(ws)
+    sink = MeteredSink(WebSocketSink(ws), request.app[QUOTAS], who.tenant_id)
     try:
         async for message in ws:
             if message.type is not WSMsgType.TEXT:
                 await _send_error(ws, "unsupported_frame", "send JSON text frames")
                 continue
             try:
-                turn = await _on_frame(runtime, tenant_id, session_id, message.data)
+                turn = await _on_frame(request.app, who, session_id, message.data)
             except RequestError as exc:  # as over HTTP: overloaded and shutting_down say when to retry
                 retry = {} if exc.retry_after_s is None else {"retry_after_s": exc.retry_after_s}
                 await _send_error(ws, exc.code, exc.message, **retry)
@@ -73,7 +74,8 @@ async def session_socket(request: web.Request) -> web.WebSocketResponse:
     return ws
 
 
-async def _on_frame(runtime: Runtime, tenant_id: str, session_id: str, raw: str) -> Turn | None:
+async def _on_frame(app: web.Application, who: Principal, session_id: str, raw: str) -> Turn | None:
+    runtime, tenant_id = app[RUNTIME], who.tenant_id
     frame = decode_json(raw, Frame)
     if frame.type == "cancel":
         await runtime.ensure_loaded(tenant_id, session_id)  # it may have been evicted since
@@ -81,10 +83,11 @@ async def _on_frame(runtime: Runtime, tenant_id: str, session_id: str, raw: str)
         return None
     check_input(runtime, frame.input)
     check_accepting(runtime)
-    return await runtime.start_turn(tenant_id, session_id, frame.input)
+    with starting_turn(app, who):  # a turn started over the socket counts like one over HTTP
+        return await runtime.start_turn(tenant_id, session_id, frame.input)
 
 
-async def _run_turn(runtime: Runtime, turn: Turn, sink: WebSocketSink) -> None:
+async def _run_turn(runtime: Runtime, turn: Turn, sink: MeteredSink) -> None:
     """The turn's task: a failure the runtime did not turn into an event becomes `turn.failed`."""
     try:
         await runtime.run_turn(turn, sink)

@@ -57,6 +57,15 @@ class Store(Protocol):
         """
         ...
 
+    async def session_counts(self) -> dict[str, int]:
+        """Sessions stored, per tenant (the sessions quota is seeded from it at start)."""
+        ...
+
+    async def token_usage_since(self, since_ms: int) -> dict[str, int]:
+        """Provider tokens (prompt + completion) in the usage of messages written at or after
+        `since_ms`, per tenant (the tokens-per-day quota is seeded from it at start)."""
+        ...
+
     def forget_session(self, session_id: str) -> None:
         """The session left memory (TTL). Persistent stores keep it; the memory store drops it."""
         ...

@@ -10,6 +10,7 @@ rows, exactly like the SQLite store's queries.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 
 from agentos.store.base import StoreStatistics
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
@@ -51,6 +52,17 @@ class MemoryStore:
             return False
         self.forget_session(session_id)
         return True
+
+    async def session_counts(self) -> dict[str, int]:
+        return dict(Counter(r.tenant_id for r in self._sessions.values()))
+
+    async def token_usage_since(self, since_ms: int) -> dict[str, int]:
+        used: Counter[str] = Counter()
+        for transcript in self._messages.values():
+            for m in transcript:
+                if m.usage and m.created_at_ms >= since_ms:
+                    used[m.tenant_id] += m.usage.get("prompt_tokens", 0) + m.usage.get("completion_tokens", 0)
+        return dict(used)
 
     def forget_session(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from agentos.config import StoreConfig
+from agentos.store import usage
 from agentos.store.base import StoreStatistics
 from agentos.store.jsonl import JsonlLog
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
@@ -198,6 +199,14 @@ class SQLiteStore:
         await asyncio.gather(*cascade)
         gone: int = await self._sessions.submit("DELETE FROM sessions WHERE tenant_id = ? AND session_id = ?", key)
         return gone > 0
+
+    async def session_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = await self._sessions.submit(apply=usage.session_counts)
+        return counts
+
+    async def token_usage_since(self, since_ms: int) -> dict[str, int]:
+        tokens: dict[str, int] = await self._sessions.submit(apply=usage.tokens_since(since_ms))
+        return tokens
 
     def forget_session(self, session_id: str) -> None:
         """Nothing to do: the session's state stays on disk when it leaves memory."""

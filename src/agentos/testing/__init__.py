@@ -38,16 +38,20 @@ class RunningServer:
         await self.services.close(5.0)
 
 
-async def start_server(settings: Settings, *, clock: Clock | None = None) -> RunningServer:
+async def start_server(
+    settings: Settings, *, clock: Clock | None = None, wall_clock: Clock | None = None
+) -> RunningServer:
     """The real application on 127.0.0.1 and a free port, in this event loop, built as
     `agentos serve` builds it.
 
     Args:
         settings: the server's settings.
         clock: the kernel's time (a `FakeClock` moves only when the test says so; deadlines
-            then fire when the test calls `server.runtime.tick()`). Default: monotonic time.
+            then fire when the test calls `server.runtime.tick()`); the rate limiters' too.
+            Default: monotonic time.
+        wall_clock: the quotas' calendar (epoch seconds; a FakeClock crosses midnight on cue).
     """
-    services = await open_services(settings, clock=clock)
+    services = await open_services(settings, clock=clock, wall_clock=wall_clock)
     app = create_app(services)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2)
     await runner.setup()

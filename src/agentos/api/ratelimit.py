@@ -1,0 +1,164 @@
+"""Rate limits at the edge: requests per key and per tenant, turns and runs started per tenant.
+
+The middleware runs after auth, on the principal it set, and before any handler: a refused
+request costs no database read. A request is checked against its key's limit
+(`key_requests_per_minute`; the open, key-less principal counts as one key) and its tenant's
+(`requests_per_minute`, all its keys together: keys are free to mint, so a per-key limit alone
+is no limit). It takes a unit from both only if both allow it, so a 429 costs nothing.
+
+Answers follow draft-ietf-httpapi-ratelimit-headers-10 (September 2025): Structured Fields
+(RFC 9651) naming each policy as a String, on every response of a limited caller, 429s included:
+
+    RateLimit-Policy: "key";q=100;w=60, "tenant";q=1000;w=60
+    RateLimit: "key";r=99;t=1, "tenant";r=990;t=1
+
+`q` is the quota per window `w` (seconds; the burst is the quota, see `tenancy.ratelimit`), `r`
+the units left now, `t` the seconds until one more unit is available (-10's reading of `t`).
+A 429 also carries `Retry-After` (whole seconds, at least 1), which takes precedence.
+
+The headers are added when the response is prepared (`on_response_prepare`), so an event stream,
+whose headers leave before its handler returns, carries them too. Routes that need no token
+(/healthz, /readyz, /openapi.json, /docs) are never limited. Every limiter here is per process.
+"""
+
+from __future__ import annotations
+
+import math
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from agentos.api.errors import Handler, error_response
+from agentos.api.middleware import OPEN_ROUTES, route_of
+from agentos.clock import Clock
+from agentos.errors import RateLimited
+from agentos.tenancy.limits import TenantLimits
+from agentos.tenancy.principal import PRINCIPAL, Principal
+from agentos.tenancy.ratelimit import WINDOW_S, Decision, Gcra
+
+# The key the open (key-less) principal is counted under.
+OPEN_KEY = "-"
+
+RATE_HEADERS: web.RequestKey[dict[str, str]] = web.RequestKey("rate_headers", dict)
+
+
+def retry_after(seconds: float) -> int:
+    """`Retry-After` in whole seconds: rounded up, and at least 1 (0 would invite a busy loop)."""
+    return max(1, math.ceil(seconds))
+
+
+class Limiters:
+    """The process's rate limiters, on one clock (the server's monotonic one; a FakeClock in tests)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.keys = Gcra()
+        self.tenants = Gcra()
+        self.turns = Gcra()
+        self.runs = Gcra()
+        self._policies: dict[tuple[int, int], str] = {}
+
+    def check_request(self, who: Principal) -> tuple[dict[str, str], web.Response | None]:
+        """The RateLimit headers for `who`'s request, and the 429 to answer if it is over a limit."""
+        limits = who.limits
+        now = self.clock.now()
+        key_rate, tenant_rate = limits.key_requests_per_minute, limits.requests_per_minute
+        by_key = self.keys.decide(who.key_id or OPEN_KEY, key_rate, now, commit=False) if key_rate else None
+        by_tenant = self.tenants.decide(who.tenant_id, tenant_rate, now, commit=False) if tenant_rate else None
+        refused = _refused(by_key, by_tenant)
+        state = _state(by_key, by_tenant, taken=refused is None)
+        headers = {"RateLimit-Policy": self._policy(key_rate, tenant_rate), "RateLimit": state}
+        if refused is not None:
+            return headers, refused
+        if by_key is not None:
+            self.keys.commit(who.key_id or OPEN_KEY, by_key, now)
+        if by_tenant is not None:
+            self.tenants.commit(who.tenant_id, by_tenant, now)
+        return headers, None
+
+    def check_turn(self, who: Principal) -> None:
+        """Raises: RateLimited (`turn_rate_limited`): the tenant started `turns_per_minute` turns."""
+        self._take(self.turns, who.tenant_id, who.limits.turns_per_minute, "turn_rate_limited", "turns")
+
+    def check_run(self, who: Principal) -> None:
+        """Raises: RateLimited (`run_rate_limited`): the tenant started `runs_per_minute` runs."""
+        self._take(self.runs, who.tenant_id, who.limits.runs_per_minute, "run_rate_limited", "runs")
+
+    def refund_turn(self, who: Principal) -> None:
+        """The turn `check_turn` admitted did not start (no such session, the server is full)."""
+        if who.limits.turns_per_minute:
+            self.turns.refund(who.tenant_id, who.limits.turns_per_minute)
+
+    def refund_run(self, who: Principal) -> None:
+        if who.limits.runs_per_minute:
+            self.runs.refund(who.tenant_id, who.limits.runs_per_minute)
+
+    def _take(self, limiter: Gcra, key: str, per_minute: int, code: str, what: str) -> None:
+        if not per_minute:
+            return
+        decision = limiter.decide(key, per_minute, self.clock.now())
+        if not decision.allowed:
+            wait = retry_after(decision.retry_after)
+            raise RateLimited(
+                f"over the tenant's {per_minute} {what} per minute; retry after {wait}s", code=code, retry_after_s=wait
+            )
+
+    def _policy(self, key_rate: int, tenant_rate: int) -> str:
+        policy = self._policies.get((key_rate, tenant_rate))
+        if policy is None:
+            window = int(WINDOW_S)
+            rates = (("key", key_rate), ("tenant", tenant_rate))
+            items = [f'"{name}";q={rate};w={window}' for name, rate in rates if rate]
+            policy = self._policies[(key_rate, tenant_rate)] = ", ".join(items)
+        return policy
+
+
+def _state(by_key: Decision | None, by_tenant: Decision | None, *, taken: bool) -> str:
+    """The `RateLimit` field. A refused request took nothing, so a limit that would have allowed
+    it still has the unit its decision counted as taken."""
+    items = []
+    for name, d in (("key", by_key), ("tenant", by_tenant)):
+        if d is not None:
+            left = d.remaining if taken or not d.allowed else d.remaining + 1
+            wait = 0 if left >= d.limit else math.ceil(d.reset)  # a full bucket waits for nothing
+            items.append(f'"{name}";r={left};t={wait}')
+    return ", ".join(items)
+
+
+def _refused(by_key: Decision | None, by_tenant: Decision | None) -> web.Response | None:
+    """The 429 for the first limit that refuses, or None. The key's is named first: it is the
+    one the caller can do something about by itself."""
+    for decision, code, whose in ((by_key, "key_rate_limited", "key"), (by_tenant, "tenant_rate_limited", "tenant")):
+        if decision is not None and not decision.allowed:
+            wait = retry_after(decision.retry_after)
+            message = f"over the {whose}'s {decision.limit} requests per minute; retry after {wait}s"
+            return error_response(429, code, message, {"Retry-After": str(wait)})
+    return None
+
+
+def rate_limit_middleware(limiters: Limiters) -> Middleware:
+    """Limits every request of a principal with a request limit; see the module docstring."""
+
+    @web.middleware
+    async def limit(request: web.Request, handler: Handler) -> web.StreamResponse:
+        who = request.get(PRINCIPAL)  # None: an open route on a server with a token
+        if who is None or not _limited(who.limits) or route_of(request) in OPEN_ROUTES:
+            return await handler(request)
+        headers, refused = limiters.check_request(who)
+        request[RATE_HEADERS] = headers
+        if refused is not None:
+            return refused
+        return await handler(request)
+
+    return limit
+
+
+def _limited(limits: TenantLimits) -> bool:
+    return bool(limits.key_requests_per_minute or limits.requests_per_minute)
+
+
+async def add_rate_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """`on_response_prepare`: the RateLimit headers, before the status line leaves."""
+    headers = request.get(RATE_HEADERS)
+    if headers:
+        response.headers.update(headers)
