@@ -14,7 +14,7 @@ from agentos.ids import new_id
 from agentos.kernel import EvictSession, SessionClosed, SessionOpened
 from agentos.runtime.driver import Driver
 from agentos.store.base import Store
-from agentos.store.records import SessionRecord
+from agentos.store.records import DEFAULT_TENANT, SessionRecord
 
 if TYPE_CHECKING:
     from agentos.agents import RunService
@@ -33,11 +33,17 @@ class Sessions:
         # The agent of each in-memory session whose turns an agent runs; kept here so that a
         # turn does not read the store to learn how to run.
         self._agents: dict[str, str] = {}
+        # The tenant of each in-memory session not of the default tenant (its turns' fair share).
+        self._tenants: dict[str, str] = {}
         driver.on(EvictSession, self._evict)
 
     def agent_of(self, session_id: str) -> str | None:
         """The agent that runs the session's turns, or None for plain chat turns."""
         return self._agents.get(session_id)
+
+    def tenant_of(self, session_id: str) -> str:
+        """The tenant of an in-memory session (the kernel's fair share and caps are per tenant)."""
+        return self._tenants.get(session_id, DEFAULT_TENANT)
 
     def reported_agent(self, record: SessionRecord) -> str | None:
         """The agent that runs (or, once loaded, will run) the session's turns; None for plain chat.
@@ -90,6 +96,7 @@ class Sessions:
             raise SessionNotFound(session_id)
         self._driver.handle(SessionClosed(session_id))  # cancels its running turn
         self._agents.pop(session_id, None)
+        self._tenants.pop(session_id, None)
         if self._runs is not None:
             await self._runs.delete_session_runs(session_id)
 
@@ -98,6 +105,8 @@ class Sessions:
         # session without an agent of its own runs it.
         if record.agent != DEFAULT_AGENT or self._has_default_agent():
             self._agents[record.session_id] = record.agent
+        if record.tenant_id != DEFAULT_TENANT:
+            self._tenants[record.session_id] = record.tenant_id
         self._driver.handle(SessionOpened(record.session_id))
 
     def _has_default_agent(self) -> bool:
@@ -106,3 +115,4 @@ class Sessions:
     def _evict(self, command: EvictSession) -> None:
         self._store.forget_session(command.session_id)
         self._agents.pop(command.session_id, None)
+        self._tenants.pop(command.session_id, None)
