@@ -65,9 +65,13 @@ def test_secrets_do_not_show(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 def test_config_show_masks_secrets(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("AGENTOS_PROVIDER_API_KEY", "sk-live")
+    monkeypatch.setenv("AGENTOS_API_TOKEN", "tok-live")
+    monkeypatch.setenv("AGENTOS_SECURITY_KEY_PEPPER", "pepper-live")
     assert main(["config", "show"]) == 0
     out = capsys.readouterr().out
     assert "sk-live" not in out and 'api_key = "**********"' in out
+    assert "tok-live" not in out and 'api_token = "**********"' in out
+    assert "pepper-live" not in out and 'key_pepper = "**********"' in out
 
 
 def test_the_cli_reports_a_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

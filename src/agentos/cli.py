@@ -52,6 +52,11 @@ def _add_settings_flags(p: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides = {key: getattr(args, flag, None) for flag, key in _FLAG_KEYS.items()}
     flags = {key: "--" + flag.replace("_", "-") for flag, key in _FLAG_KEYS.items()}
+    if getattr(args, "api_token_file", None) is not None:
+        from agentos.cli_admin import read_secret_file
+
+        overrides["server.api_token"] = read_secret_file(args.api_token_file, "--api-token-file")
+        flags["server.api_token"] = "--api-token-file"
     return load_settings(args.config, environ=os.environ, overrides=overrides, flags=flags)
 
 
@@ -62,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="run the server")
     _add_settings_flags(serve)
+    serve.add_argument(
+        "--api-token-file", type=Path, help="read the admin token (AGENTOS_API_TOKEN) from this file, not a flag"
+    )
     serve.set_defaults(handler=_serve)
 
     config = commands.add_parser("config", help="configuration")
@@ -70,8 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings_flags(show)
     show.set_defaults(handler=_config_show)
 
+    from agentos import cli_admin
     from agentos.bench.cli import register_commands
 
+    cli_admin.register(commands, os.environ)
     register_commands(commands)
     return parser
 

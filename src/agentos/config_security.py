@@ -42,6 +42,9 @@ class SecurityConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     max_human_timeout_s: PosFloat = 7 * 24 * 3600.0
     max_delegation_depth: NonNegInt = 4
     max_delegation_width: NonNegInt = 16
+    # The secret every API key hash is keyed with (agentos.tenancy.pepper); empty: the file
+    # <data_dir>/key_pepper, made on the first start. Masked in `agentos config show`.
+    key_pepper: str = ""
 
 
 class SandboxConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

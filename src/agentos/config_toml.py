@@ -17,6 +17,8 @@ def to_toml_dict(settings: Settings) -> dict[str, Any]:
         data["server"]["api_token"] = "**********"
     if data["provider"]["api_key"]:
         data["provider"]["api_key"] = "**********"
+    if data["security"]["key_pepper"]:
+        data["security"]["key_pepper"] = "**********"
     return data
 
 

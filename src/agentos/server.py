@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import gc
-import ipaddress
 import logging
 import logging.handlers
 import queue
 import resource
 import signal
 import socket
+import sqlite3
 import sys
 import tempfile
 from collections.abc import Callable
@@ -21,9 +21,12 @@ from pathlib import Path
 from aiohttp import web
 
 from agentos.api.app import create_app
+from agentos.api.middleware import is_loopback
+from agentos.clock import wall_ms
 from agentos.config import Settings, resolve_paths
 from agentos.errors import ConfigError
 from agentos.services import DRAIN_TIMEOUT_S, Services, open_services
+from agentos.tenancy.tables import count_usable_keys
 
 log = logging.getLogger("agentos")
 
@@ -31,18 +34,29 @@ ProviderSetup = Callable[[Settings], AbstractAsyncContextManager[Settings]]
 
 
 def check_bind(settings: Settings) -> None:
-    """Refuse a non-loopback address unless a bearer token guards the API."""
+    """Refuse a non-loopback address unless keys guard the API: `server.api_token`, or a usable
+    key in `<data_dir>/tenants.db` (read here, before anything starts).
+
+    Raises:
+        ConfigError: one line saying how to give the server a key.
+    """
     host = settings.server.host
-    if settings.server.api_token:
+    if settings.server.api_token or is_loopback(host) or _stored_keys(settings):
         return
-    if host == "localhost":
-        return
+    raise ConfigError(
+        f"server.host: refusing to listen on {host!r} without API keys; set AGENTOS_API_TOKEN or --api-token-file"
+        " (`agentos keys generate` makes one), or create a key on a loopback start first"
+    )
+
+
+def _stored_keys(settings: Settings) -> int:
+    if not settings.store.enabled:
+        return 0
+    path = Path(settings.data_dir) / "tenants.db"
     try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        raise ConfigError(f"server.host: refusing to listen on {host!r} without auth; set AGENTOS_API_TOKEN")
+        return count_usable_keys(path, wall_ms())
+    except sqlite3.Error as exc:
+        raise ConfigError(f"data_dir: cannot read {str(path)!r} ({exc})") from None
 
 
 def check_directories(settings: Settings) -> None:
@@ -163,8 +177,8 @@ def run_server(settings: Settings, *, provider_setup: ProviderSetup | None = Non
     Raises:
         ConfigError: the address, the port or a directory cannot be used.
     """
-    check_bind(settings)
     settings = resolve_paths(settings)
+    check_bind(settings)
     check_directories(settings)
     check_port(settings)
     listener = _configure_logging(settings.log_level)

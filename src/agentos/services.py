@@ -1,6 +1,6 @@
 """Build every service from the settings, in order, and close them in reverse.
 
-    store -> provider -> driver (the kernel) -> runs -> runtime
+    tenants -> store -> provider -> driver (the kernel) -> runs -> runtime
 
 Each part receives what it needs when it is built, so nothing is wired by assignment later;
 the CLI, the test helpers and the bench all build the server this one way.
@@ -18,11 +18,12 @@ Usage::
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from agentos.agents import RunService
-from agentos.clock import Clock, MonotonicClock
+from agentos.clock import Clock, MonotonicClock, wall_ms
 from agentos.config import Settings, resolve_paths
 from agentos.errors import ConfigError
 from agentos.kernel import Kernel
@@ -34,6 +35,8 @@ from agentos.runtime.runtime import Runtime, kernel_limits
 from agentos.store.base import Store
 from agentos.store.memory import MemoryStore
 from agentos.store.sqlite import SQLiteStore
+from agentos.tenancy.pepper import load_pepper
+from agentos.tenancy.registry import TenantRegistry, registry_path
 
 log = logging.getLogger("agentos")
 
@@ -49,6 +52,7 @@ class Services:
     driver: Driver
     runs: RunService
     runtime: Runtime
+    tenants: TenantRegistry
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Refuse new turns and runs; let running turns finish (bounded), then cancel the rest."""
@@ -61,12 +65,19 @@ class Services:
         self.driver.close()
         await self.provider.aclose()
         await self.store.close()
+        await self.tenants.close()
 
 
 async def open_services(
-    settings: Settings, *, metrics: Metrics | None = None, clock: Clock | None = None, provider: Provider | None = None
+    settings: Settings,
+    *,
+    metrics: Metrics | None = None,
+    clock: Clock | None = None,
+    provider: Provider | None = None,
+    now_ms: Callable[[], int] = wall_ms,
 ) -> Services:
-    """Build and start every service. `provider` replaces the one `provider.url` names.
+    """Build and start every service. `provider` replaces the one `provider.url` names;
+    `now_ms` is the wall clock keys expire by (tests pass a fake one).
 
     Relative `data_dir` and `jsonl_dir` are resolved against the current directory, once:
     `Services.settings` holds the absolute paths.
@@ -79,8 +90,13 @@ async def open_services(
     metrics = metrics or Metrics()
     if provider is None and not settings.provider.url:
         raise ConfigError("provider.url: no provider configured")
+    tenants = await open_tenants(settings, now_ms)
     store = _make_store(settings, metrics)
-    await store.start()
+    try:
+        await store.start()
+    except BaseException:
+        await tenants.close()
+        raise
     try:
         provider = provider or OpenAICompatProvider(settings.provider)
         driver = Driver(Kernel(kernel_limits(settings)), clock or MonotonicClock())
@@ -89,10 +105,25 @@ async def open_services(
         await runs.start()  # resumes every unfinished run from its journal
     except BaseException:
         await store.close()
+        await tenants.close()
         raise
     runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs)
     runtime.start_lag_probe()
-    return Services(settings, metrics, store, provider, driver, runs, runtime)
+    return Services(settings, metrics, store, provider, driver, runs, runtime, tenants)
+
+
+async def open_tenants(settings: Settings, now_ms: Callable[[], int] = wall_ms) -> TenantRegistry:
+    """The tenant registry: `<data_dir>/tenants.db` (in memory with the store off), read into memory.
+
+    Raises:
+        ConfigError: the key pepper cannot be read or made.
+        StoreError: the registry's file cannot be opened.
+    """
+    data_dir = Path(settings.data_dir) if settings.store.enabled else None
+    pepper = load_pepper(settings.security.key_pepper, data_dir)
+    registry = TenantRegistry(registry_path(data_dir), pepper, defaults=settings.tenant_limits, now_ms=now_ms)
+    await registry.open()
+    return registry
 
 
 def _make_store(settings: Settings, metrics: Metrics) -> Store:

@@ -1,7 +1,9 @@
 """Property-based fuzzing of every operation in /openapi.json with schemathesis (issue 8).
 
 The real server runs on loopback with a real SQLite data dir, the mock provider over HTTP and
-`server.api_token` set; every call carries the bearer token. schemathesis generates requests
+`server.api_token` set (the bootstrap only): every call carries an API key made through the real
+admin API, an admin key for every operation, and a tenant key (no admin scope) too, whose admin
+calls must all be documented 403s. schemathesis generates requests
 from the document the server itself serves (valid and invalid ones), and each answer must:
 not be a 5xx, have a documented status code, content type and headers, and match the
 documented schema (so every error is `{"error": {"code", "message"}}`, the `Error` schema).
@@ -33,11 +35,12 @@ from agentos.api.schemas import SCHEMAS
 from agentos.bench.mock.server import MockSettings, start_mock
 from agentos.errors import InvalidInput
 from agentos.testing import start_server
+from agentos.testing.tenants import TenantKey, create_tenant_key
 from tests.conftest import make_settings
 
 _TOKEN = "fuzz-token"
-_AUTH = {"Authorization": f"Bearer {_TOKEN}"}
 _EXAMPLES = 50  # per operation and mode: ~23 operations x 2 x 50 calls take ~20 s on 2 cores
+_TENANT_EXAMPLES = 15
 _CALL_TIMEOUT_S = 10.0  # a turn against the mock takes milliseconds; 10 s is a hang
 # Accept is no documented parameter, yet it picks a turn's answer (SSE, JSON or a 406): vary it.
 _ACCEPTS = ["", "text/event-stream", "application/json", "*/*", "text/html", "text/event-stream, application/json"]
@@ -62,6 +65,11 @@ class _ServerThread:
         self._thread.start()
         self._closers: list[Any] = []
         self.url: str = self._run(self._start(data_dir))
+        # The path parameters' "existing" tenant and key are a victim's: the fuzzer may disable or
+        # revoke them, and must not lock itself out.
+        self.admin: TenantKey = self._run(create_tenant_key(self.url, _TOKEN, tenant_id="fuzz-admin", scopes=["admin"]))
+        self.tenant: TenantKey = self._run(create_tenant_key(self.url, _TOKEN, tenant_id="fuzz-tenant"))
+        self.victim: TenantKey = self._run(create_tenant_key(self.url, _TOKEN, tenant_id="fuzz-victim"))
 
     def _run(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=30)
@@ -89,8 +97,12 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_ServerThr
     server.close()
 
 
+def _auth(server: _ServerThread) -> dict[str, str]:
+    return server.admin.headers
+
+
 def _post(server: _ServerThread, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    response = requests.post(f"{server.url}{path}", json=body, headers=_AUTH, timeout=_CALL_TIMEOUT_S)
+    response = requests.post(f"{server.url}{path}", json=body, headers=_auth(server), timeout=_CALL_TIMEOUT_S)
     assert response.ok, response.text
     answer: dict[str, Any] = response.json()
     return answer
@@ -100,7 +112,8 @@ def _post(server: _ServerThread, path: str, body: dict[str, Any]) -> dict[str, A
 def finished_run(fuzz_server: _ServerThread) -> str:
     _post(fuzz_server, "/v1/agents", {"name": "fuzz", "tools": []})
     run_id: str = _post(fuzz_server, "/v1/agents/fuzz/runs", {"input": "hello"})["run_id"]
-    events = requests.get(f"{fuzz_server.url}/v1/runs/{run_id}/events", headers=_AUTH, timeout=_CALL_TIMEOUT_S)
+    url = f"{fuzz_server.url}/v1/runs/{run_id}/events"
+    events = requests.get(url, headers=_auth(fuzz_server), timeout=_CALL_TIMEOUT_S)
     assert "run.completed" in events.text  # the stream ends with the run: reading it cannot hang
     return run_id
 
@@ -111,7 +124,15 @@ def existing(fuzz_server: _ServerThread, finished_run: str) -> dict[str, str]:
     that half the cases get past the 404 into the handlers' real work. The session is new for
     each test: DELETE /v1/sessions/{session_id} deletes it."""
     session_id = _post(fuzz_server, "/v1/sessions", {})["id"]
-    return {"session_id": session_id, "name": "fuzz", "run_id": finished_run, "asset": "swagger-ui.css"}
+    victim = fuzz_server.victim
+    return {
+        "session_id": session_id,
+        "name": "fuzz",
+        "run_id": finished_run,
+        "asset": "swagger-ui.css",
+        "tenant_id": victim.tenant_id,
+        "key_id": victim.key_id,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -143,12 +164,14 @@ def _operations() -> list[Any]:
                     # An open route with no body and only free-text parameters: no request breaks its
                     # document, so schemathesis has no negative case to make (Unsatisfiable).
                     marks = [pytest.mark.skip(reason="nothing to negate")]
-                params.append(pytest.param(path, method, mode, marks=marks, id=f"{method.upper()} {path} {mode}"))
+                for who in ("admin", "tenant"):
+                    name = f"{method.upper()} {path} {mode} {who}"
+                    params.append(pytest.param(path, method, mode, who, marks=marks, id=name))
     return params
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("path", "method", "mode"), _operations())
+@pytest.mark.parametrize(("path", "method", "mode", "who"), _operations())
 def test_every_operation_conforms(
     served_schema: Any,
     fuzz_server: _ServerThread,
@@ -156,13 +179,16 @@ def test_every_operation_conforms(
     path: str,
     method: str,
     mode: GenerationMode,
+    who: str,
 ) -> None:
-    """Valid requests (POSITIVE) and requests that break the document (NEGATIVE) alike."""
+    """Valid requests (POSITIVE) and requests that break the document (NEGATIVE) alike, with an
+    admin key and with a tenant key (fewer cases: most of its answers are the same 403s)."""
     operation = served_schema[path][method]
+    key: TenantKey = getattr(fuzz_server, who)
 
     @given(case=operation.as_strategy(generation_mode=mode), real=st.booleans(), accept=st.sampled_from(_ACCEPTS))
     @settings(
-        max_examples=_EXAMPLES,
+        max_examples=_EXAMPLES if who == "admin" else _TENANT_EXAMPLES,
         derandomize=True,  # the same cases every CI run
         deadline=None,  # a hang is caught per call (_CALL_TIMEOUT_S), not per example
         suppress_health_check=list(HealthCheck),
@@ -171,7 +197,7 @@ def test_every_operation_conforms(
     def call(case: Any, real: bool, accept: str) -> None:
         if real:
             case.path_parameters = {k: existing.get(k, v) for k, v in case.path_parameters.items()}
-        headers = _AUTH | ({"Accept": accept} if accept else {})
+        headers = key.headers | ({"Accept": accept} if accept else {})
         response = case.call(base_url=fuzz_server.url, headers=headers, timeout=_CALL_TIMEOUT_S)
         case.validate_response(response, checks=_CHECKS)
 
@@ -180,7 +206,8 @@ def test_every_operation_conforms(
 
 def test_websocket_without_upgrade_is_a_documented_error(fuzz_server: _ServerThread) -> None:
     """The one operation the fuzzer skips, called the way a plain HTTP client would."""
-    response = requests.get(f"{fuzz_server.url}/v1/sessions/nope/ws", headers=_AUTH, timeout=_CALL_TIMEOUT_S)
+    url = f"{fuzz_server.url}/v1/sessions/nope/ws"
+    response = requests.get(url, headers=_auth(fuzz_server), timeout=_CALL_TIMEOUT_S)
     assert response.status_code == 404
     assert set(response.json()["error"]) == {"code", "message"}
 
@@ -194,19 +221,23 @@ def test_every_operation_that_asks_for_the_token_documents_its_401() -> None:
         for method, operation in item.items():
             if method == "parameters" or operation.get("security") == []:
                 continue
-            assert operation["responses"]["401"]["content"]["application/json"]["schema"] == {
-                "$ref": "#/components/schemas/Error"
-            }, f"{method} {path}"
+            for status in ("401", "403"):  # 403: a key without the operation's scope
+                assert operation["responses"][status]["content"]["application/json"]["schema"] == {
+                    "$ref": "#/components/schemas/Error"
+                }, f"{method} {path}"
+            assert operation["security"] == [{"bearer": []}], f"{method} {path}"
+    assert OPENAPI["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
 
 
 def test_an_integer_cursor_documents_the_largest_value_the_server_takes(fuzz_server: _ServerThread) -> None:
     """Found: `after` was documented without a maximum, and a valid-looking huge cursor got a 422."""
     documented = OPENAPI["paths"]["/v1/sessions/{session_id}/events"]["parameters"]
     maximum = next(p["schema"]["maximum"] for p in documented if p["name"] == "after")
-    session = requests.post(f"{fuzz_server.url}/v1/sessions", json={}, headers=_AUTH, timeout=_CALL_TIMEOUT_S).json()
+    auth = _auth(fuzz_server)
+    session = requests.post(f"{fuzz_server.url}/v1/sessions", json={}, headers=auth, timeout=_CALL_TIMEOUT_S).json()
     url = f"{fuzz_server.url}/v1/sessions/{session['id']}/events"
-    assert requests.get(url, params={"after": maximum}, headers=_AUTH, timeout=_CALL_TIMEOUT_S).status_code == 200
-    over = requests.get(url, params={"after": maximum + 1}, headers=_AUTH, timeout=_CALL_TIMEOUT_S)
+    assert requests.get(url, params={"after": maximum}, headers=auth, timeout=_CALL_TIMEOUT_S).status_code == 200
+    over = requests.get(url, params={"after": maximum + 1}, headers=auth, timeout=_CALL_TIMEOUT_S)
     assert over.status_code == 422 and over.json()["error"]["code"] == "invalid_input"
 
 
@@ -229,7 +260,7 @@ def test_a_resume_point_past_any_seq_is_a_400_not_a_failed_stream(
     """Found: a Last-Event-ID over SQLite's 64-bit integer opened the stream, then failed it with
     an `error` event (internal_error, a logged exception) instead of refusing the request."""
     url = f"{fuzz_server.url}/v1/runs/{existing['run_id']}/events"
-    headers = _AUTH | resume.get("headers", {})
+    headers = _auth(fuzz_server) | resume.get("headers", {})
     response = requests.get(url, headers=headers, params=resume.get("params"), timeout=_CALL_TIMEOUT_S)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == "bad_request"

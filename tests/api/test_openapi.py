@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from agentos.agents.spec import AgentSpec
+from agentos.api.admin import KeyCreate, TenantCreate, TenantUpdate
 from agentos.api.body import AnswerCreate, RunCreate, SessionCreate, TurnCreate
 from agentos.api.openapi import OPENAPI
 from agentos.testing import RunningServer
@@ -22,6 +23,9 @@ BODIES: dict[tuple[str, str], tuple[type[Any], str]] = {
     ("post", "/v1/agents"): (AgentSpec, "AgentSpec"),
     ("post", "/v1/agents/{name}/runs"): (RunCreate, "RunCreate"),
     ("post", "/v1/runs/{run_id}/answer"): (AnswerCreate, "AnswerCreate"),
+    ("post", "/v1/admin/tenants"): (TenantCreate, "TenantCreate"),
+    ("patch", "/v1/admin/tenants/{tenant_id}"): (TenantUpdate, "TenantUpdate"),
+    ("post", "/v1/admin/keys"): (KeyCreate, "KeyCreate"),
 }
 
 
@@ -104,16 +108,27 @@ async def test_real_answers_match_the_documented_schemas(server: RunningServer, 
         ("get", "/v1/runs/{run_id}", None, {}),
         ("post", "/v1/runs/{run_id}/terminate", None, {}),
         ("post", "/v1/runs/{run_id}/answer", {"operation_id": "op"}, {}),
+        ("post", "/v1/admin/tenants", {"tenant_id": "acme", "limits": {"weight": 2}}, {}),
+        ("post", "/v1/admin/tenants", {"tenant_id": "acme"}, {}),
+        ("get", "/v1/admin/tenants", None, {}),
+        ("patch", "/v1/admin/tenants/{tenant_id}", {"disabled": True}, {}),
+        ("get", "/v1/admin/tenants/{tenant_id}", None, {"tenant_id": "nobody"}),
+        ("post", "/v1/admin/keys", {"tenant_id": "acme", "expires_in_s": 60}, {}),
+        ("get", "/v1/admin/keys", {"tenant_id": "acme"}, {}),
+        ("get", "/v1/admin/keys/{key_id}", None, {}),
+        ("post", "/v1/admin/keys/{key_id}/revoke", None, {}),
+        ("delete", "/v1/admin/keys/{key_id}", None, {"key_id": "nokey"}),
         ("get", "/healthz", None, {}),
         ("get", "/readyz", None, {}),
     ]
-    values = {"session_id": sid, "name": "helper", "run_id": ""}
+    values = {"session_id": sid, "name": "helper", "run_id": "", "tenant_id": "acme", "key_id": ""}
     for method, template, body, own in calls:
         path = template.format(**(values | own))
         query, json_body = (body, None) if method == "get" else (None, body)
         async with http.request(method, url + path, json=json_body, params=query) as r:
             answer = await _checked(r, method, template)
         values["run_id"] = answer.get("run_id", values["run_id"])
+        values["key_id"] = answer.get("key_id", values["key_id"])
     assert values["run_id"]
 
 
@@ -133,7 +148,7 @@ def test_a_request_body_matches_the_struct_its_handler_reads(key: tuple[str, str
     operation = operations()[key]
     assert operation["requestBody"]["content"]["application/json"]["schema"] == {"$ref": f"#/components/schemas/{name}"}
     documented = OPENAPI["components"]["schemas"][name]
-    (actual,) = msgspec.json.schema_components([kind])[1].values() if kind is not AgentSpec else [_spec()]
+    actual = msgspec.json.schema_components([kind])[1][name] if kind is not AgentSpec else _spec()
     assert set(documented["properties"]) == set(actual["properties"])
     assert set(documented.get("required", ())) == set(actual.get("required", ()))
     assert documented.get("additionalProperties") is False  # unknown fields are refused: say so

@@ -5,10 +5,10 @@ from __future__ import annotations
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from agentos.api import agents, docs, ops, runs, sessions, turns, websocket
+from agentos.api import admin, agents, docs, ops, runs, sessions, turns, websocket
 from agentos.api.errors import error_middleware
-from agentos.api.keys import MAX_BODY_BYTES, METRICS, RUNS, RUNTIME, SETTINGS, SSE_KEEPALIVE_S
-from agentos.api.middleware import access_log_middleware, auth_middleware
+from agentos.api.keys import MAX_BODY_BYTES, METRICS, RUNS, RUNTIME, SETTINGS, SSE_KEEPALIVE_S, TENANTS
+from agentos.api.middleware import access_log_middleware, auth_middleware, is_loopback
 from agentos.services import Services
 
 SSE_KEEPALIVE_S_DEFAULT = 15.0
@@ -24,7 +24,8 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     if settings.server.access_log and settings.store.enabled:
         middlewares.append(access_log_middleware)
     middlewares.append(error_middleware)
-    middlewares.append(auth_middleware(settings.server.api_token))
+    loopback = is_loopback(settings.server.host)
+    middlewares.append(auth_middleware(settings.server.api_token, services.tenants, loopback=loopback))
     # aiohttp's own body cap sits a little above ours so that ours answers with a JSON 413.
     app = web.Application(middlewares=middlewares, client_max_size=settings.server.max_body_bytes + 1)
     app[MAX_BODY_BYTES] = settings.server.max_body_bytes
@@ -32,8 +33,10 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     app[METRICS] = services.metrics
     app[RUNTIME] = services.runtime
     app[RUNS] = services.runs
+    app[TENANTS] = services.tenants
     app[SSE_KEEPALIVE_S] = sse_keepalive_s
-    tables = (sessions.routes, turns.routes, websocket.routes, agents.routes, runs.routes, ops.routes, docs.routes)
+    tables = [sessions.routes, turns.routes, websocket.routes, agents.routes, runs.routes, admin.routes]
+    tables += [ops.routes, docs.routes]
     for table in tables:
         app.router.add_routes(table)
     return app

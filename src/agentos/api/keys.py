@@ -11,9 +11,11 @@ if TYPE_CHECKING:
     from agentos.config import Settings
     from agentos.metrics import Metrics
     from agentos.runtime.runtime import Runtime
+    from agentos.tenancy.registry import TenantRegistry
 
 RUNTIME: web.AppKey[Runtime] = web.AppKey("runtime")
 RUNS: web.AppKey[RunService] = web.AppKey("runs")
+TENANTS: web.AppKey[TenantRegistry] = web.AppKey("tenants")
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 MAX_BODY_BYTES: web.AppKey[int] = web.AppKey("max_body_bytes", int)

@@ -1,8 +1,19 @@
-"""Bearer-token auth and the access log."""
+"""Bearer-key auth and the access log.
+
+Who a request acts for (`request[PRINCIPAL]`), decided once per request, in memory:
+- `Authorization: Bearer <server.api_token>`: `TOKEN_PRINCIPAL`, an admin of tenant "default";
+- `Authorization: Bearer aos_...`: the key's principal from the tenant registry (one dict
+  lookup and one HMAC; `agentos.tenancy.registry`);
+- no token configured, no usable key in the registry, and a loopback bind: every request is
+  `OPEN_PRINCIPAL` (a single user on their own machine; the README's commands need no key);
+- anything else: 401 with `WWW-Authenticate: Bearer`. A key is read only from the header,
+  never from the URL (URLs end up in logs, histories and Referer headers).
+"""
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import time
 
 from aiohttp import web
@@ -13,30 +24,62 @@ from agentos.api.keys import RUNTIME
 from agentos.clock import wall_ms
 from agentos.store.records import DEFAULT_TENANT, AccessRecord
 from agentos.tenancy.principal import ALL_SCOPES, OPEN_PRINCIPAL, PRINCIPAL, Principal
+from agentos.tenancy.registry import Refused, TenantRegistry
 
-# Open without the token: the probes, and the API's description with its page (a browser
-# cannot send the token to load them; every route they describe still asks for it).
+# Open without a key: the probes, and the API's description with its page (a browser cannot
+# send a key to load them; every route they describe still asks for it).
 # Matched by route, not by path prefix, so no path reaches another route through an open one.
 _OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/{asset}"})
-
 
 # The principal of `server.api_token` (AGENTOS_API_TOKEN): an admin key of the default tenant.
 TOKEN_PRINCIPAL = Principal(DEFAULT_TENANT, "token", ALL_SCOPES)
 
+# The key_id of a well-formed key that was refused, for the access log ("" when malformed).
+REFUSED_KEY_ID: web.RequestKey[str] = web.RequestKey("refused_key_id", str)
 
-def auth_middleware(token: str) -> Middleware:
-    """Sets `request[PRINCIPAL]`: with no `token`, every request is `OPEN_PRINCIPAL`."""
-    expected = f"Bearer {token}".encode()
+_MISSING = {"WWW-Authenticate": 'Bearer realm="agentos"'}
+_INVALID = {"WWW-Authenticate": 'Bearer realm="agentos", error="invalid_token"'}
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def auth_middleware(token: str, registry: TenantRegistry, *, loopback: bool) -> Middleware:
+    """Sets `request[PRINCIPAL]` (see the module docstring) or answers 401."""
+    token_bytes = token.encode()
+
+    def open_server() -> bool:
+        return not token and loopback and not registry.has_usable_keys()
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not token:
-            request[PRINCIPAL] = OPEN_PRINCIPAL
-        elif _route_of(request) not in _OPEN_ROUTES:
-            given = request.headers.get("Authorization", "").encode()
-            if not hmac.compare_digest(given, expected):
-                return error_response(401, "unauthorized", "missing or wrong bearer token")
+        if _route_of(request) in _OPEN_ROUTES:
+            return await handler(request)
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        given = given.strip()
+        if scheme.lower() != "bearer" or not given:
+            if open_server():
+                request[PRINCIPAL] = OPEN_PRINCIPAL
+                return await handler(request)
+            return error_response(401, "unauthorized", "missing bearer key (Authorization: Bearer ...)", _MISSING)
+        # surrogateescape: aiohttp keeps a header's undecodable bytes as surrogates; compare them as sent
+        if token and hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token_bytes):
             request[PRINCIPAL] = TOKEN_PRINCIPAL
+            return await handler(request)
+        found = registry.authenticate(given)
+        if isinstance(found, Refused):
+            if open_server():  # today's open loopback server ignores whatever header comes
+                request[PRINCIPAL] = OPEN_PRINCIPAL
+                return await handler(request)
+            request[REFUSED_KEY_ID] = found.key_id
+            return error_response(401, "unauthorized", f"invalid bearer key: {found.reason}", _INVALID)
+        request[PRINCIPAL] = found
         return await handler(request)
 
     return check
@@ -50,6 +93,7 @@ def _route_of(request: web.Request) -> str | None:
 
 @web.middleware
 async def access_log_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """One row per request: who (tenant and key_id, never the key), what, how it ended."""
     start = time.perf_counter()
     status = 500
     try:
@@ -59,6 +103,7 @@ async def access_log_middleware(request: web.Request, handler: Handler) -> web.S
     finally:
         runtime = request.app.get(RUNTIME)
         if runtime is not None:
+            who = request.get(PRINCIPAL)
             runtime.store.log_access(
                 AccessRecord(
                     ts_ms=wall_ms(),
@@ -67,5 +112,7 @@ async def access_log_middleware(request: web.Request, handler: Handler) -> web.S
                     status=status,
                     duration_ms=(time.perf_counter() - start) * 1000,
                     remote=request.remote or "",
+                    tenant_id=who.tenant_id if who is not None else "",
+                    key_id=(who.key_id or "") if who is not None else request.get(REFUSED_KEY_ID, ""),
                 )
             )

@@ -7,34 +7,23 @@ from __future__ import annotations
 from typing import Any
 
 from agentos.api.body import MAX_AFTER
-from agentos.api.schemas import SCHEMAS, TAGS, after_param, limit_param, ref, secured, tagged
-
-
-def _error(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": ref("Error")}}}
-
-
-def _json(description: str, schema: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": ref(schema)}}}
+from agentos.api.openapi_admin import ADMIN_PATHS, ADMIN_SCHEMAS
+from agentos.api.openapi_parts import BAD_BODY, BEARER, secured
+from agentos.api.openapi_parts import error as _error
+from agentos.api.openapi_parts import json_answer as _json
+from agentos.api.openapi_parts import json_body as _body
+from agentos.api.schemas import SCHEMAS, TAGS, after_param, limit_param, ref, tagged
 
 
 def _text(description: str, media_type: str) -> dict[str, Any]:
     return {"description": description, "content": {media_type: {"schema": {"type": "string"}}}}
 
 
-def _body(schema: str) -> dict[str, Any]:
-    return {"required": True, "content": {"application/json": {"schema": ref(schema)}}}
-
-
 def _retryafter_param(description: str) -> dict[str, Any]:
     return {**_error(description), "headers": {"Retry-After": {"schema": {"type": "integer"}}}}
 
 
-_BAD_BODY = {
-    "400": _error("Malformed JSON"),
-    "413": _error("Body over the limit"),
-    "422": _error("Wrong types or values; the message names the field"),
-}
+_BAD_BODY = BAD_BODY
 _SESSION_ID = {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string"}}
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
 _RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
@@ -247,6 +236,7 @@ OPENAPI: dict[str, Any] = {
                     },
                 },
             },
+            **ADMIN_PATHS,
             "/healthz": {"get": {"summary": "Liveness", "security": [], "responses": {"200": _json("ok", "Health")}}},
             "/readyz": {
                 "get": {
@@ -299,8 +289,8 @@ OPENAPI: dict[str, Any] = {
         }
     ),
     "components": {
-        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        "schemas": SCHEMAS,
+        "securitySchemes": {"bearer": BEARER},
+        "schemas": {**SCHEMAS, **ADMIN_SCHEMAS},
     },
     "security": [{"bearer": []}],
 }

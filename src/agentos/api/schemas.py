@@ -17,7 +17,6 @@ from agentos.agents.spec import AgentSpec
 from agentos.api.body import MAX_AFTER, MAX_PAGE_LIMIT
 
 _REF = "#/components/schemas/{name}"
-_ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
 
 
 def ref(name: str) -> dict[str, str]:
@@ -58,7 +57,7 @@ def tag_of(path: str) -> str:
         return "turns"
     if path.startswith("/v1/runs") or path.endswith("/runs"):
         return "runs"
-    for prefix, tag in (("/v1/sessions", "sessions"), ("/v1/agents", "agents")):
+    for prefix, tag in (("/v1/sessions", "sessions"), ("/v1/agents", "agents"), ("/v1/admin", "admin")):
         if path.startswith(prefix):
             return tag
     return "server"
@@ -72,23 +71,13 @@ def tagged(paths: dict[str, Any]) -> dict[str, Any]:
     return paths
 
 
-def secured(paths: dict[str, Any]) -> dict[str, Any]:
-    """Every operation that asks for the token (all but those with `security: []`) documents
-    the 401 it answers without it."""
-    unauthorized = {"description": "Missing or wrong bearer token (a server with `server.api_token`)"}
-    for item in paths.values():
-        for method, operation in item.items():
-            if method != "parameters" and operation.get("security") != []:
-                operation["responses"].setdefault("401", unauthorized | {"content": _ERROR_CONTENT})
-    return paths
-
-
 # The groups of operations on /docs, in the order shown.
 TAGS = [
     {"name": "sessions", "description": "Sessions, their transcripts and stored events"},
     {"name": "turns", "description": "Turns: streamed (SSE), whole (JSON) or over a WebSocket; last-wins"},
     {"name": "agents", "description": "Agent definitions (docs/agents.md)"},
     {"name": "runs", "description": "Background runs of an agent, their events, their human requests"},
+    {"name": "admin", "description": "Tenants and their API keys (the admin scope; docs/security.md)"},
     {"name": "server", "description": "Health, metrics, and this documentation"},
 ]
 

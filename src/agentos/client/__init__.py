@@ -14,6 +14,7 @@ Usage::
 See docs/client.md.
 """
 
+from agentos.client._admin import AdminClient
 from agentos.client._async import AsyncClient
 from agentos.client._errors import APIError, ClientError, ProtocolError, StreamError, TransportError
 from agentos.client._sync import Client
@@ -32,6 +33,7 @@ from agentos.client._types import (
 
 __all__ = [
     "APIError",
+    "AdminClient",
     "AsyncClient",
     "Client",
     "ClientError",

@@ -48,4 +48,5 @@ class AccessRecord(msgspec.Struct, kw_only=True, array_like=True):
     status: int
     duration_ms: float
     remote: str
-    tenant_id: str = DEFAULT_TENANT
+    tenant_id: str = DEFAULT_TENANT  # "" when the request had no principal (an open route, a 401)
+    key_id: str = ""  # the public id of the key presented, never the key; "" if none or malformed

@@ -66,9 +66,18 @@ CREATE TABLE IF NOT EXISTS access_log (
     path TEXT NOT NULL,
     status INTEGER NOT NULL,
     duration_ms REAL NOT NULL,
-    remote TEXT NOT NULL
+    remote TEXT NOT NULL,
+    key_id TEXT NOT NULL DEFAULT ''
 );
 """
+
+
+def _migrate_access(conn: sqlite3.Connection) -> None:
+    """Files made before keys existed lack `key_id`: add it (old rows read '')."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(access_log)")}
+    if "key_id" not in columns:
+        conn.execute("ALTER TABLE access_log ADD COLUMN key_id TEXT NOT NULL DEFAULT ''")
+
 
 # A writer retry may repeat a batch (after a COMMIT that reported failure), so writes with a
 # natural key are idempotent. Events and access rows have none; they are sheddable anyway.
@@ -83,7 +92,8 @@ _INSERT_EVENT = (
     "INSERT INTO events (tenant_id, session_id, turn_id, type, data, created_at_ms) VALUES (?, ?, ?, ?, ?, ?)"
 )
 _INSERT_ACCESS = (
-    "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote, key_id)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 _encode = msgspec.json.encode
@@ -139,7 +149,7 @@ class SQLiteStore:
         }
         self._sessions = Writer("messages", data_dir / "sessions.db", _SESSIONS_SCHEMA, **opts)
         self._events = Writer("events", data_dir / "events.db", _EVENTS_SCHEMA, on_batch=on_batch, **opts)
-        self._access = Writer("access", data_dir / "access.db", _ACCESS_SCHEMA, **opts)
+        self._access = Writer("access", data_dir / "access.db", _ACCESS_SCHEMA, migrate=_migrate_access, **opts)
         self._jsonl = JsonlLog(Path(jsonl_dir), queue_max_rows=config.queue_max_rows) if jsonl_dir else None
 
     async def start(self) -> None:
@@ -265,7 +275,7 @@ class SQLiteStore:
         return result
 
     def log_access(self, r: AccessRecord) -> None:
-        params = (r.tenant_id, r.ts_ms, r.method, r.path, r.status, r.duration_ms, r.remote)
+        params = (r.tenant_id, r.ts_ms, r.method, r.path, r.status, r.duration_ms, r.remote, r.key_id)
         self._access.put(_INSERT_ACCESS, params, sheddable=True)
 
     def statistics(self) -> StoreStatistics:

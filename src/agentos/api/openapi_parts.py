@@ -1,0 +1,51 @@
+"""Small builders the OpenAPI document's operations share (`agentos.api.openapi`, `.openapi_admin`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentos.api.schemas import ref
+
+
+def error(description: str) -> dict[str, Any]:
+    """An answer whose body is the `Error` schema."""
+    return {"description": description, "content": {"application/json": {"schema": ref("Error")}}}
+
+
+def json_answer(description: str, schema: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": ref(schema)}}}
+
+
+def json_body(schema: str) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": ref(schema)}}}
+
+
+_ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+_WWW = {"WWW-Authenticate": {"schema": {"type": "string"}, "description": 'Bearer realm="agentos"[, error=...]'}}
+
+BEARER = {
+    "type": "http",
+    "scheme": "bearer",
+    "bearerFormat": "aos_<key_id>_<secret><checksum>",
+    "description": "An API key (POST /v1/admin/keys) or the server's api_token; never in the URL. docs/security.md",
+}
+
+BAD_BODY = {
+    "400": error("Malformed JSON"),
+    "413": error("Body over the limit"),
+    "422": error("Wrong types or values; the message names the field"),
+}
+
+
+def secured(paths: dict[str, Any]) -> dict[str, Any]:
+    """Every operation but the open ones (`security: []`) names the bearer scheme and documents
+    its 401 (no usable key) and 403 (the key lacks the scope the operation needs)."""
+    unauthorized = {"description": "Missing, malformed, unknown, expired or revoked bearer key", "headers": _WWW}
+    forbidden = {"description": "The key lacks the scope this operation needs (insufficient_scope)"}
+    for item in paths.values():
+        for method, operation in item.items():
+            if method != "parameters" and operation.get("security") != []:
+                operation["security"] = [{"bearer": []}]
+                operation["responses"].setdefault("401", unauthorized | {"content": _ERROR_CONTENT})
+                operation["responses"].setdefault("403", forbidden | {"content": _ERROR_CONTENT})
+    return paths

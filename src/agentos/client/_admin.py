@@ -1,0 +1,96 @@
+"""`AdminClient`: the admin API (tenants and keys) for operators' scripts and `agentos tenants|keys`.
+
+Answers are the server's JSON as plain dicts (`docs/api.md` describes each); errors are the
+client's (`APIError`, `TransportError`), as for `AsyncClient`.
+
+Usage::
+
+    async with AdminClient("http://127.0.0.1:8080", token=admin_key) as admin:
+        await admin.create_tenant("acme", name="Acme")
+        made = await admin.create_key("acme", scopes=["sessions:read", "sessions:write"])
+        print(made["key"])  # shown once
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+from agentos.client._http import Params, Transport
+
+Json = dict[str, Any]
+DEFAULT_TIMEOUT_S = 30.0
+
+
+class AdminClient:
+    def __init__(self, base_url: str, *, token: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self._transport = Transport(base_url, token=token, timeout_s=timeout_s)
+
+    async def __aenter__(self) -> AdminClient:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+    async def _call(self, method: str, path: str, *, body: Any = None, params: Params | None = None) -> Json:
+        answer: Json = await self._transport.call(method, path, Json, body=body, params=params)
+        return answer
+
+    # -- tenants -------------------------------------------------------------------------------
+
+    async def create_tenant(self, tenant_id: str, *, name: str = "", limits: Mapping[str, int] | None = None) -> Json:
+        body = {"tenant_id": tenant_id, "name": name, "limits": dict(limits or {})}
+        return await self._call("POST", "/v1/admin/tenants", body=body)
+
+    async def list_tenants(self, *, limit: int = 100, after: str | None = None) -> Json:
+        return await self._call("GET", "/v1/admin/tenants", params=_page(limit, after))
+
+    async def get_tenant(self, tenant_id: str) -> Json:
+        return await self._call("GET", f"/v1/admin/tenants/{quote(tenant_id, safe='')}")
+
+    async def update_tenant(
+        self,
+        tenant_id: str,
+        *,
+        name: str | None = None,
+        limits: Mapping[str, int | None] | None = None,
+        disabled: bool | None = None,
+    ) -> Json:
+        """Change what is given; in `limits`, None drops an override."""
+        body: Json = {"name": name, "limits": None if limits is None else dict(limits), "disabled": disabled}
+        body = {k: v for k, v in body.items() if v is not None}
+        return await self._call("PATCH", f"/v1/admin/tenants/{quote(tenant_id, safe='')}", body=body)
+
+    # -- keys ----------------------------------------------------------------------------------
+
+    async def create_key(
+        self, tenant_id: str, *, name: str = "", scopes: Iterable[str] | None = None, expires_in_s: int | None = None
+    ) -> Json:
+        """A new key; the answer's `key` is the only time the key is shown."""
+        body: Json = {"tenant_id": tenant_id, "name": name}
+        if scopes is not None:
+            body["scopes"] = list(scopes)
+        if expires_in_s is not None:
+            body["expires_in_s"] = expires_in_s
+        return await self._call("POST", "/v1/admin/keys", body=body)
+
+    async def list_keys(self, *, tenant_id: str | None = None, limit: int = 100, after: str | None = None) -> Json:
+        params = _page(limit, after) | ({"tenant_id": tenant_id} if tenant_id else {})
+        return await self._call("GET", "/v1/admin/keys", params=params)
+
+    async def get_key(self, key_id: str) -> Json:
+        return await self._call("GET", f"/v1/admin/keys/{quote(key_id, safe='')}")
+
+    async def revoke_key(self, key_id: str) -> Json:
+        return await self._call("POST", f"/v1/admin/keys/{quote(key_id, safe='')}/revoke")
+
+
+def _page(limit: int, after: str | None) -> dict[str, str | int]:
+    return {"limit": limit} | ({"after": after} if after else {})

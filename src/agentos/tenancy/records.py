@@ -1,0 +1,117 @@
+"""What the tenant registry keeps: tenants and their API keys, and how each is shown over the API.
+
+A key row holds its keyed hash, never the key (`agentos.tenancy.keys`); the key itself exists
+only in the answer to its creation.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import msgspec
+
+from agentos.errors import Conflict, InvalidInput, NotFound
+from agentos.tenancy.limits import TenantLimits
+
+TENANT_ID_PATTERN = "^[a-z0-9][a-z0-9_-]{0,62}$"
+_TENANT_ID = re.compile(TENANT_ID_PATTERN)
+KeyStatus = Literal["active", "expired", "revoked"]
+
+
+class Tenant(msgspec.Struct, frozen=True, kw_only=True):
+    """`limits`: the tenant's own overrides of `Settings.tenant_limits` (a partial table)."""
+
+    tenant_id: str
+    name: str = ""
+    limits: dict[str, int] = {}
+    disabled: bool = False
+    created_ms: int = 0
+
+
+class ApiKey(msgspec.Struct, frozen=True, kw_only=True):
+    key_id: str
+    tenant_id: str
+    name: str
+    scopes: tuple[str, ...]
+    created_ms: int
+    expires_ms: int | None = None
+    revoked_ms: int | None = None
+    hash: bytes = b""
+
+    def __repr__(self) -> str:  # the hash stays out of logs and tracebacks too
+        return f"ApiKey(key_id={self.key_id!r}, tenant_id={self.tenant_id!r}, scopes={self.scopes!r})"
+
+    def status(self, now_ms: int) -> KeyStatus:
+        if self.revoked_ms is not None:
+            return "revoked"
+        if self.expires_ms is not None and now_ms >= self.expires_ms:
+            return "expired"
+        return "active"
+
+
+class TenantNotFound(NotFound):
+    code = "tenant_not_found"
+
+    def __init__(self, tenant_id: str) -> None:
+        super().__init__(f"tenant {tenant_id!r} not found")
+
+
+class KeyNotFound(NotFound):
+    code = "key_not_found"
+
+    def __init__(self, key_id: str) -> None:
+        super().__init__(f"key {key_id!r} not found")
+
+
+class TenantExists(Conflict):
+    code = "tenant_exists"
+
+    def __init__(self, tenant_id: str) -> None:
+        super().__init__(f"tenant {tenant_id!r} already exists")
+
+
+def check_tenant_id(tenant_id: str) -> str:
+    """Raises: InvalidInput: not a slug of `TENANT_ID_PATTERN`."""
+    if not _TENANT_ID.fullmatch(tenant_id):  # not `match`: its `$` lets a trailing newline through
+        raise InvalidInput(f"tenant_id must match {TENANT_ID_PATTERN}, got {tenant_id!r}")
+    return tenant_id
+
+
+def effective_limits(defaults: TenantLimits, overrides: dict[str, int]) -> TenantLimits:
+    """The defaults with a tenant's overrides on top.
+
+    Raises:
+        InvalidInput: an unknown limit, or a value out of its range (the message names it).
+    """
+    unknown = sorted(set(overrides) - set(TenantLimits.__struct_fields__))
+    if unknown:
+        raise InvalidInput(f"unknown limit {unknown[0]!r}; known: {', '.join(TenantLimits.__struct_fields__)}")
+    try:
+        return msgspec.convert(msgspec.to_builtins(defaults) | overrides, TenantLimits)
+    except msgspec.ValidationError as exc:
+        raise InvalidInput(f"limits: {exc}") from None
+
+
+def tenant_json(tenant: Tenant, defaults: TenantLimits) -> dict[str, Any]:
+    return {
+        "tenant_id": tenant.tenant_id,
+        "name": tenant.name,
+        "disabled": tenant.disabled,
+        "limit_overrides": tenant.limits,
+        "limits": msgspec.to_builtins(effective_limits(defaults, tenant.limits)),
+        "created_ms": tenant.created_ms,
+    }
+
+
+def key_json(key: ApiKey, now_ms: int) -> dict[str, Any]:
+    return {
+        "key_id": key.key_id,
+        "tenant_id": key.tenant_id,
+        "name": key.name,
+        "scopes": list(key.scopes),
+        "status": key.status(now_ms),
+        "created_ms": key.created_ms,
+        "expires_ms": key.expires_ms,
+        "revoked_ms": key.revoked_ms,
+    }

@@ -1,0 +1,284 @@
+"""The tenant registry: every tenant and key in memory, persisted in `tenants.db`.
+
+Theory of operation:
+- `open()` reads the whole file once; after that a request's key check (`authenticate`) is a
+  parse, one dict lookup and one HMAC, and never touches the database.
+- Each key's answer is precomputed as an `_Entry` (its hash, expiry, revocation and the
+  `Principal` it yields, with its tenant's effective limits). A change (a key created or
+  revoked, a tenant updated or disabled) is committed to the file first, then replaces the
+  entries it affects: the next request sees it. Changes are serialized by one lock, so two
+  admins racing on one id cannot interleave between the check and the commit.
+- Tenant "default" always exists (created on the first open).
+- Time comes from `now_ms` (injected: tests use a FakeClock and never sleep).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from agentos.clock import wall_ms
+from agentos.errors import InvalidInput
+from agentos.store.records import DEFAULT_TENANT
+from agentos.tenancy import keys
+from agentos.tenancy.limits import TenantLimits
+from agentos.tenancy.principal import Principal, Scope
+from agentos.tenancy.records import (
+    ApiKey,
+    KeyNotFound,
+    Tenant,
+    TenantExists,
+    TenantNotFound,
+    check_tenant_id,
+    effective_limits,
+)
+from agentos.tenancy.tables import TenantTables
+
+MAX_EXPIRES_IN_S = 10 * 365 * 24 * 3600
+_KNOWN_SCOPES = frozenset(s.value for s in Scope)
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Why a bearer key was refused; `key_id` is that of a well-formed key ("" otherwise)."""
+
+    key_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    hash: bytes
+    expires_ms: int | None
+    refusal: str  # "" = usable; else why not (revoked, tenant disabled), checked after the HMAC
+    principal: Principal
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryStatistics:
+    tenants: int
+    keys: int
+    usable_keys: int
+
+
+class TenantRegistry:
+    """Usage::
+
+    registry = TenantRegistry(Path("data/tenants.db"), pepper, defaults=settings.tenant_limits)
+    await registry.open()
+    key, record = await registry.create_key("default", name="ci", scopes=[Scope.SESSIONS_READ])
+    registry.authenticate(key)        # -> Principal, or Refused
+    await registry.close()
+    """
+
+    def __init__(
+        self,
+        path: Path | None,
+        pepper: bytes,
+        *,
+        defaults: TenantLimits | None = None,
+        now_ms: Callable[[], int] = wall_ms,
+    ) -> None:
+        self._tables = TenantTables(path)
+        self._pepper = pepper
+        self.defaults = defaults or TenantLimits()
+        self.now_ms = now_ms
+        self._tenants: dict[str, Tenant] = {}
+        self._keys: dict[str, ApiKey] = {}
+        self._entries: dict[str, _Entry] = {}
+        self._usable_until_ms: float = 0  # inf: an unrevoked key that never expires
+        self._lock = asyncio.Lock()
+
+    async def open(self) -> None:
+        """Read the file into memory; create tenant "default" the first time.
+
+        Raises:
+            StoreError: the file cannot be opened or read.
+        """
+        tenants, stored = await self._tables.open()
+        self._tenants = {t.tenant_id: t for t in tenants}
+        self._keys = {k.key_id: k for k in stored}
+        if DEFAULT_TENANT not in self._tenants:
+            await self._put_tenant(Tenant(tenant_id=DEFAULT_TENANT, name="default", created_ms=self.now_ms()))
+        self._rebuild(self._keys.values())
+
+    async def close(self) -> None:
+        await self._tables.close()
+
+    # -- the request path: memory only ---------------------------------------------------------
+
+    def authenticate(self, key: str) -> Principal | Refused:
+        """The principal of a bearer key, or why it is refused. No I/O."""
+        try:
+            parsed = keys.parse(key)
+        except keys.MalformedKey as exc:
+            return Refused("", str(exc))
+        entry = self._entries.get(parsed.key_id)
+        if entry is None or not keys.verify(self._pepper, parsed.secret, entry.hash):
+            return Refused(parsed.key_id, "unknown key")
+        if entry.refusal:
+            return Refused(parsed.key_id, entry.refusal)
+        if entry.expires_ms is not None and self.now_ms() >= entry.expires_ms:
+            return Refused(parsed.key_id, "the key has expired")
+        return entry.principal
+
+    def has_usable_keys(self) -> bool:
+        """Whether any key is neither revoked nor expired (with none, a loopback server is open).
+        O(1): the latest expiry of the unrevoked keys is kept up to date by every change."""
+        return self.now_ms() < self._usable_until_ms
+
+    def statistics(self) -> RegistryStatistics:
+        now = self.now_ms()
+        usable = sum(k.status(now) == "active" for k in self._keys.values())
+        return RegistryStatistics(len(self._tenants), len(self._keys), usable)
+
+    # -- tenants -------------------------------------------------------------------------------
+
+    def tenant(self, tenant_id: str) -> Tenant:
+        """Raises: TenantNotFound."""
+        try:
+            return self._tenants[tenant_id]
+        except KeyError:
+            raise TenantNotFound(tenant_id) from None
+
+    def tenants(self, *, after: str | None, limit: int) -> list[Tenant]:
+        return [self._tenants[t] for t in sorted(self._tenants) if after is None or t > after][:limit]
+
+    def limits_of(self, tenant_id: str) -> TenantLimits:
+        """The tenant's effective limits (its overrides over the defaults). Raises: TenantNotFound."""
+        return effective_limits(self.defaults, self.tenant(tenant_id).limits)
+
+    async def create_tenant(self, tenant_id: str, *, name: str = "", limits: dict[str, int] | None = None) -> Tenant:
+        """Raises: InvalidInput (a bad id or limit), TenantExists, StoreError."""
+        check_tenant_id(tenant_id)
+        effective_limits(self.defaults, limits or {})
+        async with self._lock:
+            if tenant_id in self._tenants:
+                raise TenantExists(tenant_id)
+            tenant = Tenant(tenant_id=tenant_id, name=name, limits=limits or {}, created_ms=self.now_ms())
+            await self._put_tenant(tenant)
+        return tenant
+
+    async def update_tenant(
+        self,
+        tenant_id: str,
+        *,
+        name: str | None = None,
+        limits: dict[str, int | None] | None = None,
+        disabled: bool | None = None,
+    ) -> Tenant:
+        """Change what is given; `limits` is merged into the overrides (a None value drops one).
+
+        Raises: TenantNotFound, InvalidInput, StoreError.
+        """
+        async with self._lock:
+            tenant = self.tenant(tenant_id)
+            overrides = dict(tenant.limits)
+            for limit, value in (limits or {}).items():
+                if value is None:
+                    overrides.pop(limit, None)
+                else:
+                    overrides[limit] = value
+            effective_limits(self.defaults, overrides)
+            tenant = msgspec.structs.replace(
+                tenant,
+                limits=overrides,
+                name=tenant.name if name is None else name,
+                disabled=tenant.disabled if disabled is None else disabled,
+            )
+            await self._put_tenant(tenant)
+            self._rebuild(k for k in self._keys.values() if k.tenant_id == tenant_id)
+        return tenant
+
+    async def _put_tenant(self, tenant: Tenant) -> None:
+        await self._tables.put_tenant(tenant)
+        self._tenants[tenant.tenant_id] = tenant
+
+    # -- keys ----------------------------------------------------------------------------------
+
+    def key(self, key_id: str) -> ApiKey:
+        """Raises: KeyNotFound."""
+        try:
+            return self._keys[key_id]
+        except KeyError:
+            raise KeyNotFound(key_id) from None
+
+    def keys(self, *, tenant_id: str | None = None, after: str | None = None, limit: int = 100) -> list[ApiKey]:
+        chosen = (k for k in sorted(self._keys) if after is None or k > after)
+        return [self._keys[k] for k in chosen if tenant_id is None or self._keys[k].tenant_id == tenant_id][:limit]
+
+    async def create_key(
+        self, tenant_id: str, *, name: str = "", scopes: Iterable[Scope] = (), expires_in_s: int | None = None
+    ) -> tuple[str, ApiKey]:
+        """A new key of `tenant_id`: the key itself (shown once, never stored) and its record.
+
+        Raises: TenantNotFound, InvalidInput (expiry out of range), StoreError.
+        """
+        if expires_in_s is not None and not 1 <= expires_in_s <= MAX_EXPIRES_IN_S:
+            raise InvalidInput(f"expires_in_s must be from 1 to {MAX_EXPIRES_IN_S}, got {expires_in_s}")
+        async with self._lock:
+            self.tenant(tenant_id)
+            key_id = keys.new_key_id()
+            while key_id in self._keys:  # pragma: no cover - 71 random bits
+                key_id = keys.new_key_id()
+            key = keys.generate(key_id)
+            now = self.now_ms()
+            record = ApiKey(
+                key_id=key_id,
+                tenant_id=tenant_id,
+                name=name,
+                scopes=tuple(sorted({Scope(s).value for s in scopes})),
+                created_ms=now,
+                expires_ms=None if expires_in_s is None else now + expires_in_s * 1000,
+                hash=keys.hash_secret(self._pepper, keys.parse(key).secret),
+            )
+            await self._put_key(record)
+        return key, record
+
+    async def revoke_key(self, key_id: str) -> ApiKey:
+        """Revoke the key from the next request on; revoking a revoked key changes nothing.
+
+        Raises: KeyNotFound, StoreError.
+        """
+        async with self._lock:
+            record = self.key(key_id)
+            if record.revoked_ms is None:
+                record = msgspec.structs.replace(record, revoked_ms=self.now_ms())
+                await self._put_key(record)
+        return record
+
+    async def _put_key(self, record: ApiKey) -> None:
+        await self._tables.put_key(record)
+        self._keys[record.key_id] = record
+        self._rebuild([record])
+
+    def _rebuild(self, changed: Iterable[ApiKey]) -> None:
+        self._rebuild_entries(changed)
+        unrevoked = [k.expires_ms or math.inf for k in self._keys.values() if k.revoked_ms is None]
+        self._usable_until_ms = max(unrevoked, default=0)
+
+    def _rebuild_entries(self, changed: Iterable[ApiKey]) -> None:
+        for record in changed:
+            tenant = self._tenants.get(record.tenant_id)
+            refusal = "the key was revoked" if record.revoked_ms is not None else ""
+            if tenant is None or tenant.disabled:
+                refusal = refusal or "the key's tenant is disabled"
+            scopes = frozenset(Scope(s) for s in record.scopes if s in _KNOWN_SCOPES)  # a newer file's: ignored
+            who = Principal(record.tenant_id, record.key_id, scopes, self._limits(tenant))
+            self._entries[record.key_id] = _Entry(record.hash, record.expires_ms, refusal, who)
+
+    def _limits(self, tenant: Tenant | None) -> TenantLimits:
+        try:
+            return effective_limits(self.defaults, tenant.limits) if tenant else self.defaults
+        except InvalidInput:  # a row written by a newer version, with a limit this one lacks
+            return self.defaults
+
+
+def registry_path(data_dir: Path | None) -> Path | None:
+    """Where the registry lives: `<data_dir>/tenants.db`, or None (in memory) with the store off."""
+    return None if data_dir is None else data_dir / "tenants.db"

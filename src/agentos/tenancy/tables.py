@@ -1,0 +1,109 @@
+"""`tenants.db`: the registry's SQLite file, written through the project's one writer.
+
+A file of its own rather than tables in `sessions.db`: tenants and keys are few and written
+rarely, but must never wait behind a burst of transcript writes (nor be shed with the events);
+their schema evolves with the tenancy package alone; and an operator can back up, inspect or
+move the trust data (with `key_pepper` beside it) apart from the conversations.
+
+Every write is an upsert of the whole row, so a writer retry of a batch is harmless.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import msgspec
+
+from agentos.store.writer import Writer
+from agentos.tenancy.records import ApiKey, Tenant
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tenants (
+    tenant_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    limits TEXT NOT NULL,
+    disabled INTEGER NOT NULL,
+    created_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS api_keys (
+    key_id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    scopes TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    expires_ms INTEGER,
+    revoked_ms INTEGER,
+    hash BLOB NOT NULL
+);
+"""
+
+_UPSERT_TENANT = "INSERT OR REPLACE INTO tenants VALUES (?, ?, ?, ?, ?)"
+_UPSERT_KEY = "INSERT OR REPLACE INTO api_keys VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+class TenantTables:
+    """The registry's file (None: an in-memory database, for `store.enabled = false`)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._writer = Writer("tenants", path, SCHEMA, queue_max_rows=1000, linger_ms=0.0)
+
+    async def open(self) -> tuple[list[Tenant], list[ApiKey]]:
+        """Open the file and read every row (the registry serves from memory after this).
+
+        Raises:
+            StoreError: the file cannot be opened or read.
+        """
+        await self._writer.open()
+        loaded: tuple[list[Tenant], list[ApiKey]] = await self._writer.submit(apply=_load)
+        return loaded
+
+    async def close(self) -> None:
+        await self._writer.close()
+
+    async def put_tenant(self, t: Tenant) -> None:
+        limits = msgspec.json.encode(t.limits).decode()
+        await self._writer.submit(_UPSERT_TENANT, (t.tenant_id, t.name, limits, int(t.disabled), t.created_ms))
+
+    async def put_key(self, k: ApiKey) -> None:
+        scopes = " ".join(k.scopes)
+        row = (k.key_id, k.tenant_id, k.name, scopes, k.created_ms, k.expires_ms, k.revoked_ms, k.hash)
+        await self._writer.submit(_UPSERT_KEY, row)
+
+
+def _load(conn: sqlite3.Connection) -> tuple[list[Tenant], list[ApiKey]]:
+    tenants = [
+        Tenant(tenant_id=t, name=n, limits=_decode_limits(lim), disabled=bool(d), created_ms=c)
+        for t, n, lim, d, c in conn.execute("SELECT * FROM tenants ORDER BY tenant_id")
+    ]
+    keys = [
+        ApiKey(key_id=k, tenant_id=t, name=n, scopes=tuple(s.split()), created_ms=c, expires_ms=e, revoked_ms=r, hash=h)
+        for k, t, n, s, c, e, r, h in conn.execute("SELECT * FROM api_keys ORDER BY key_id")
+    ]
+    return tenants, keys
+
+
+def _decode_limits(raw: str) -> dict[str, int]:
+    return msgspec.json.decode(raw, type=dict[str, int])
+
+
+def count_usable_keys(path: Path, now_ms: int) -> int:
+    """Keys in `path` neither revoked nor expired, read before the server starts (the bind check);
+    0 when the file does not exist yet.
+
+    Raises:
+        sqlite3.Error: the file exists but cannot be read.
+    """
+    if not path.exists():
+        return 0
+    conn = sqlite3.connect(path)  # read-write: it may recover a WAL left by a killed server
+    try:
+        row = conn.execute(
+            "SELECT count(*) FROM api_keys WHERE revoked_ms IS NULL AND (expires_ms IS NULL OR expires_ms > ?)",
+            (now_ms,),
+        ).fetchone()
+    except sqlite3.OperationalError:  # a file without the table yet
+        return 0
+    finally:
+        conn.close()
+    return int(row[0])

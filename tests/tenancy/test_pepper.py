@@ -1,0 +1,34 @@
+"""The pepper: configured, else a 0600 file made once, else (store off) in memory."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from agentos.errors import ConfigError
+from agentos.tenancy.pepper import PEPPER_BYTES, load_pepper
+
+
+def test_the_pepper_file_is_made_once_private_and_then_reused(tmp_path: Path) -> None:
+    first = load_pepper("", tmp_path)
+    path = tmp_path / "key_pepper"
+    assert len(first) == PEPPER_BYTES and path.read_bytes() == first
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load_pepper("", tmp_path) == first
+
+
+def test_a_configured_pepper_wins_and_no_file_is_made(tmp_path: Path) -> None:
+    assert load_pepper("from-config", tmp_path) == b"from-config"
+    assert not (tmp_path / "key_pepper").exists()
+
+
+def test_with_the_store_off_each_start_has_its_own_pepper() -> None:
+    assert load_pepper("", None) != load_pepper("", None)
+
+
+def test_a_damaged_pepper_file_stops_the_start_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "key_pepper").write_bytes(b"short")
+    with pytest.raises(ConfigError, match="not 32 bytes"):
+        load_pepper("", tmp_path)
