@@ -9,8 +9,12 @@ import aiohttp
 
 from agentos.bench.mock.server import MockServer
 from agentos.config import settings_from_dict
+from agentos.kernel import TenantShare
 from agentos.testing import RunningServer, sse_events, start_server
+from agentos.testing.tenants import create_tenant_key
 from tests.api.helpers import SSE, new_session
+
+ADMIN = "admin-token-for-tests"
 
 
 async def test_over_the_tenants_concurrent_turns_a_turn_gets_429_with_the_tenants_code(
@@ -62,3 +66,17 @@ async def test_over_the_tenants_active_runs_a_run_gets_429_with_the_tenants_code
             assert (await rej.json())["error"]["code"] == "tenant_active_runs"
     finally:
         await server.close()
+
+
+async def test_a_tenants_weight_and_caps_reach_the_kernel_from_the_admin_api(server_factory, mock: MockServer) -> None:
+    server: RunningServer = await server_factory(mock.url, **{"server.api_token": ADMIN})
+    kernel = server.services.driver.kernel
+    assert not kernel.statistics().shared  # only "default" so far
+    await create_tenant_key(server.url, ADMIN, tenant_id="acme", limits={"weight": 3, "max_concurrent_turns": 2})
+    assert kernel.tenant_share("acme") == TenantShare(weight=3, max_concurrent_turns=2, max_active_runs=0)
+    assert kernel.statistics().shared  # two tenants: the reserve applies
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {ADMIN}"}) as admin:
+        patch = {"limits": {"weight": None, "max_active_runs": 5}}
+        async with admin.patch(f"{server.url}/v1/admin/tenants/acme", json=patch) as r:
+            assert r.status == 200
+    assert kernel.tenant_share("acme") == TenantShare(weight=1, max_concurrent_turns=2, max_active_runs=5)

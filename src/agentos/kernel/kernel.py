@@ -151,6 +151,10 @@ class Kernel:
         """The run's entry in the deadline set (only waiting runs have one)."""
         return self._runs.deadlines.get(run_id)
 
+    def tenant_share(self, tenant_id: str) -> TenantShare:
+        """The tenant's weight and caps (configured, or the defaults)."""
+        return self._tenants.share(tenant_id)
+
     def tenant_usage(self, tenant_id: str) -> TenantUsage:
         tenants = self._tenants
         return TenantUsage(

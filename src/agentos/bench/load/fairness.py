@@ -2,7 +2,7 @@
 
 Usage::
 
-    report = await run_fairness(FairnessPlan(users=8, ratio=10), make_key)
+    report = await run_fairness(FairnessPlan(users=8, ratio=10), AdminKeys())
 
 Scenario (issue 8, "fair share of the provider"): the provider limit binds
 (`kernel.concurrency_limit`, 64 by default, below the offered load). Tenant B runs `users`
@@ -12,7 +12,7 @@ alone) compares like with like. The target: at most 1.10.
 
 Each variant is a fresh server with its own settings: the fair-share reserve on
 (`kernel.fair_reserve`, default 0.1) and off (0: weighted fair queuing alone). A and B are real
-tenants with their own API keys, made by `make_key` (through the admin API) on each new server.
+tenants with their own API keys, made through the admin API (`AdminKeys`) on each new server.
 Optionally (`fifo_src`) the code from before fair queuing serves the same load with no keys, as
 one tenant: one FIFO line, the contrast of what tenants had before.
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,13 +34,11 @@ from agentos.bench.common.processes import ServerPlan, resolve_profile, start_se
 from agentos.bench.load.loadgen import Group, PointPlan, Probes, run_groups
 from agentos.bench.load.sweep import BENCH_MOCK
 from agentos.bench.load.targets import ServerTarget
+from agentos.bench.load.tenant_keys import AdminKeys
 from agentos.bench.mock.process import start_mock_process
 from agentos.bench.mock.server import MockSettings
 from agentos.bench.report.document import SCHEMA_VERSION
 from agentos.bench.report.machine import machine_info, utc_now, versions
-
-KeyMaker = Callable[[aiohttp.ClientSession, str, str], Awaitable[str]]
-"""(http, server base URL, tenant name) -> a new API key of that tenant on that server."""
 
 TARGET_RATIO = 1.10  # B's TTFT p95 with A flooding / alone
 
@@ -78,7 +76,7 @@ def variants(plan: FairnessPlan) -> list[Variant]:
     return found
 
 
-async def run_fairness(plan: FairnessPlan, make_key: KeyMaker | None) -> dict[str, Any]:
+async def run_fairness(plan: FairnessPlan, keys: AdminKeys) -> dict[str, Any]:
     """Run every variant (a server each) and return the report (not yet written)."""
     work_dir = Path(tempfile.mkdtemp(prefix="agentos-fairness-"))
     rows: list[dict[str, Any]] = []
@@ -88,11 +86,8 @@ async def run_fairness(plan: FairnessPlan, make_key: KeyMaker | None) -> dict[st
         try:
             async with bench_http_session() as http:
                 for index, variant in enumerate(variants(plan)):
-                    if variant.keyed and make_key is None:
-                        notes.append(f"{variant.name}: not measured, no way to make tenant keys")
-                        continue
                     data_dir = work_dir / f"data-{index}"
-                    rows += await _variant_rows(plan, variant, http, mock.url, make_key, data_dir)
+                    rows += await _variant_rows(plan, variant, http, mock.url, keys, data_dir)
         finally:
             await stop_child(mock.process)
     finally:
@@ -103,17 +98,18 @@ async def run_fairness(plan: FairnessPlan, make_key: KeyMaker | None) -> dict[st
 
 async def _variant_rows(
     plan: FairnessPlan, variant: Variant, http: aiohttp.ClientSession, mock_url: str,
-    make_key: KeyMaker | None, data_dir: Path,
+    keys: AdminKeys, data_dir: Path,
 ) -> list[dict[str, Any]]:  # fmt: skip
+    env = {**variant.env, **keys.env} if variant.keyed else variant.env
     server_plan = ServerPlan(
-        profile_path=resolve_profile(plan.profile), provider_url=mock_url, data_dir=data_dir, env=variant.env
+        profile_path=resolve_profile(plan.profile), provider_url=mock_url, data_dir=data_dir, env=env
     )
     child = await start_server_process(server_plan, data_dir.parent)
     _log(f"server ({variant.name}) pid {child.pid} at {child.url}")
     try:
-        keys = {t: await make_key(http, child.url, t) for t in ("A", "B")} if make_key and variant.keyed else {}
-        b = Group(ServerTarget(child.url, api_key=keys.get("B"), name="B"), plan.users)
-        a = Group(ServerTarget(child.url, api_key=keys.get("A"), name="A"), plan.users * plan.ratio)
+        made = {t: await keys(http, child.url, t) for t in ("A", "B")} if variant.keyed else {}
+        b = Group(ServerTarget(child.url, api_key=made.get("B"), name="B"), plan.users)
+        a = Group(ServerTarget(child.url, api_key=made.get("A"), name="A"), plan.users * plan.ratio)
         point = PointPlan(
             concurrency=0, warmup_s=plan.warmup_s, duration_s=plan.duration_s, turn_timeout_s=plan.turn_timeout_s
         )

@@ -33,7 +33,7 @@ def run_command(args: argparse.Namespace) -> int:
     from agentos.bench.common.loop import raise_fd_limit, run_loop
     from agentos.bench.load.fairness import FairnessPlan, run_fairness
     from agentos.bench.load.fairness_doc import write_fairness
-    from agentos.bench.load.tenant_keys import make_key
+    from agentos.bench.load.tenant_keys import AdminKeys
     from agentos.bench.mock.server import MockSettings
 
     raise_fd_limit()
@@ -50,7 +50,7 @@ def run_command(args: argparse.Namespace) -> int:
         command="agentos " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         keep_data=args.keep_data,
     )
-    report = run_loop(run_fairness(plan, make_key))
+    report = run_loop(run_fairness(plan, AdminKeys()))
     for path in write_fairness(report, args.out_dir, args.name):
         print(path)
     return 0
