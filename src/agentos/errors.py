@@ -12,7 +12,7 @@
         Conflict              409
         PayloadTooLarge       413
         InvalidInput          422  well-formed JSON of the wrong shape
-        AdmissionRejected     429  carries retry_after_s
+        AdmissionRejected     429  carries retry_after_s; code: overloaded, tenant_concurrent_turns, tenant_active_runs
         RateLimited           429  a rate limit of the caller's key or tenant; carries retry_after_s
         ShuttingDown          503  the server is draining: nothing new starts
       ProviderError(retryable, retry_after_s, code)   # the upstream's fault
@@ -112,8 +112,9 @@ class AdmissionRejected(RequestError):
     status = 429
     code = "overloaded"
 
-    def __init__(self, retry_after_s: int, *, what: str = "turns") -> None:
-        super().__init__(f"too many {what} in flight; retry after {retry_after_s}s")
+    def __init__(self, retry_after_s: int, *, what: str = "turns", code: str = "overloaded") -> None:
+        whose = "" if code == "overloaded" else "of this tenant "
+        super().__init__(f"too many {what} {whose}in flight; retry after {retry_after_s}s", code=code)
         self.retry_after_s = retry_after_s
 
 

@@ -107,6 +107,7 @@ async def open_services(
         quotas = await _seeded_quotas(store, wall_clock or WallClock())
         provider = provider or OpenAICompatProvider(settings.provider)
         driver = Driver(Kernel(kernel_limits(settings)), clock or MonotonicClock())
+        tenants.watch_limits(driver.configure_tenant)  # weights and caps per tenant, kept current
         data_dir = Path(settings.data_dir) if settings.store.enabled else None
         runs = RunService(provider, data_dir, settings, driver=driver, on_usage=quotas.add_tokens)
         started_ms = wall_ms()  # model steps from here on are counted as they finish (on_usage)

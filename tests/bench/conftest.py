@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ class StubState:
     created: int = 0
     deleted: int = 0
     turns: int = 0
+    auth: Counter[str] = field(default_factory=Counter)  # "<route> <Authorization>" -> requests
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
 
@@ -32,11 +34,13 @@ def _frame(event: str, event_id: int, data: str) -> bytes:
 async def _create(request: web.Request) -> web.Response:
     state = request.app[STATE]
     state.created += 1
+    state.auth[f"create {request.headers.get('Authorization', '-')}"] += 1
     return web.json_response({"id": f"s{next(state._ids)}"}, status=201)
 
 
 async def _delete(request: web.Request) -> web.Response:
     request.app[STATE].deleted += 1
+    request.app[STATE].auth[f"delete {request.headers.get('Authorization', '-')}"] += 1
     return web.Response(status=204)
 
 
@@ -44,6 +48,7 @@ async def _turn(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     mode = state.modes[state.turns % len(state.modes)]
     state.turns += 1
+    state.auth[f"turn {request.headers.get('Authorization', '-')}"] += 1
     if mode == "429":
         return web.json_response({"error": {"code": "overloaded"}}, status=429, headers={"Retry-After": "0.01"})
     if mode == "500":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentos.bench.common.http import bench_http_session
-from agentos.bench.load.loadgen import PointPlan, Probes, run_point
+from agentos.bench.load.loadgen import Group, PointPlan, PointResult, Probes, _interleave, run_groups, run_point
 from agentos.bench.load.targets import DirectTarget, ServerTarget
 from agentos.bench.mock.server import MockSettings, start_mock
 
@@ -57,3 +57,24 @@ async def test_unreachable_server_counts_setup_failures() -> None:
         result = await run_point(ServerTarget("http://127.0.0.1:9"), http, plan, Probes())
     assert result.setup_failures == 2
     assert result.as_row()["turns_ok"] == 0
+
+
+async def test_groups_share_one_window_and_each_tenant_gets_its_own_row_and_key(stub: Any) -> None:
+    a = ServerTarget(stub.url, api_key="key-a", name="A")
+    b = ServerTarget(stub.url, api_key="key-b", name="B")
+    async with bench_http_session() as http:
+        plan = PointPlan(concurrency=0, **SHORT)
+        result_b, result_a = await run_groups([Group(b, 1), Group(a, 3)], http, plan, Probes())
+    assert (result_b.target, result_b.concurrency, result_a.target, result_a.concurrency) == ("B", 1, "A", 3)
+    assert result_b.as_row()["turns_ok"] > 0 and result_a.as_row()["turns_ok"] > result_b.as_row()["turns_ok"]
+    auth = stub.state.auth
+    assert (auth["create Bearer key-a"], auth["create Bearer key-b"], auth["create -"]) == (3, 1, 0)
+    assert (auth["delete Bearer key-a"], auth["delete Bearer key-b"]) == (3, 1)
+    assert auth["turn Bearer key-a"] + auth["turn Bearer key-b"] == stub.state.turns and auth["turn -"] == 0
+
+
+def test_the_workers_of_groups_interleave_in_the_stagger() -> None:
+    a, b = Group(ServerTarget("http://x", name="A"), 4), Group(ServerTarget("http://x", name="B"), 2)
+    result = PointResult(target="-", concurrency=0, duration_s=1.0)
+    live = [(a, f"a{i}", result) for i in range(4)] + [(b, f"b{i}", result) for i in range(2)]
+    assert [w for _, w, _ in _interleave(live)] == ["a0", "b0", "a1", "a2", "b1", "a3"]

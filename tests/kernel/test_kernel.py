@@ -187,6 +187,7 @@ def test_the_kernel_imports_only_the_stdlib_and_itself() -> None:
         "dataclasses",
         "enum",
         "heapq",
+        "math",
         "typing",
         "agentos.kernel",
         "agentos.errors",

@@ -39,6 +39,7 @@ from agentos.agents.spec import AgentSpec, parse_agent_spec, spec_to_dict
 from agentos.agents.store import RunStore
 from agentos.errors import NotFound
 from agentos.ids import new_id
+from agentos.kernel import DEFAULT_TENANT
 from agentos.providers.base import Message, Provider
 from agentos.runtime.driver import Driver
 
@@ -117,7 +118,9 @@ class RunEngine:
             ProviderLimitTimeout: none was free within `kernel.permit_wait_timeout_s`.
         """
         stream_id = new_id("stream")
-        await self._driver.acquire_permit(stream_id, owner=run_id)
+        handle = self.handles.get(run_id)
+        tenant_id = handle.row.tenant_id if handle is not None else DEFAULT_TENANT
+        await self._driver.acquire_permit(stream_id, owner=run_id, tenant_id=tenant_id)
         try:
             yield
         finally:

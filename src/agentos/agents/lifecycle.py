@@ -84,15 +84,16 @@ class RunLifecycle(RunEngine):
         """Admit and start a new run of `tenant_id`; returns once its row is committed.
 
         Raises:
-            AdmissionRejected: over `kernel.max_active_runs`.
+            AdmissionRejected: over `kernel.max_active_runs` (code "overloaded") or the tenant's
+                `max_active_runs` ("tenant_active_runs").
         """
         row, writes = self.new_run(tenant_id, spec, text, session_id, run_id, parent, context)
         handle = self.new_handle(row, spec, context)
         created = handle.created = asyncio.get_running_loop().create_future()
-        commands = self.driver.handle(RunSubmitted(run_id, parent.run_id if parent else None))
+        commands = self.driver.handle(RunSubmitted(run_id, parent.run_id if parent else None, row.tenant_id))
         if isinstance(commands[0], RejectRun):
             self.handles.pop(run_id, None)
-            raise AdmissionRejected(commands[0].retry_after_s, what="runs")
+            raise AdmissionRejected(commands[0].retry_after_s, what="runs", code=commands[0].code)
         try:
             await self.store.write(writes)  # concurrent starts share one commit (group commit)
         except BaseException as exc:
@@ -174,8 +175,9 @@ class RunLifecycle(RunEngine):
         seq = int(str(request["operation_id"]).rsplit(":", 1)[1])
         args_hash = request["args_hash"] if request["kind"] == "approval" else None
         deadline_s = self.driver.clock.now() + (int(request["deadline_ms"]) - self.now_ms()) / 1000
+        row = handle.row
         return HumanRequested(
-            handle.run_id, request["operation_id"], seq, args_hash, deadline_s, handle.row.parent_run_id
+            row.run_id, request["operation_id"], seq, args_hash, deadline_s, row.parent_run_id, row.tenant_id
         )
 
     async def run_child(self, parent: RunHandle, seq: int, agent: str, text: str) -> RunRow:
@@ -282,7 +284,7 @@ class RunLifecycle(RunEngine):
             return
         if row.status == "running":
             self.emit(handle, "run.resumed", {"agent": row.agent})
-        self.driver.handle(RunResumed(row.run_id, row.parent_run_id))
+        self.driver.handle(RunResumed(row.run_id, row.parent_run_id, row.tenant_id))
 
 
 def _final(row: RunRow, status: str, reason: str) -> RunRow:

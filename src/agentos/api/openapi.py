@@ -84,7 +84,10 @@ OPENAPI: dict[str, Any] = {
                         **_BAD_BODY,
                         "404": _error("Unknown session"),
                         "406": _error("Unsupported Accept"),
-                        "429": _retryafter_param("Over the admission limit"),
+                        "429": _retryafter_param(
+                            "Over the admission limit (`overloaded`) or the tenant's concurrent turns"
+                            " (`tenant_concurrent_turns`)"
+                        ),
                         "503": _retryafter_param("Draining: the server starts no new turns"),
                     },
                 },
@@ -167,6 +170,10 @@ OPENAPI: dict[str, Any] = {
                         "202": _json("Queued", "RunStarted"),
                         **_BAD_BODY,
                         "404": _error("Unknown agent"),
+                        "429": _retryafter_param(
+                            "Over `kernel.max_active_runs` (`overloaded`) or the tenant's active runs"
+                            " (`tenant_active_runs`)"
+                        ),
                         "503": _retryafter_param("Draining: the server starts no new runs"),
                     },
                 },

@@ -1,4 +1,4 @@
-"""`agentos bench sweep|memory|compare` (and `runs`, from `agentos.bench.runs.cli`): parse, run, write. No logic."""
+"""`agentos bench sweep|memory|compare` (`runs` and `fairness` from their own cli modules): parse, run, write."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     """Add `sweep`, `memory`, `compare` and `runs` to `agentos bench`."""
     _register_sweep(commands)
     _register_memory(commands)
+    from agentos.bench.load import fairness_cli  # `agentos bench fairness` (tenants sharing the provider)
+
+    fairness_cli.register(commands)
     compare = commands.add_parser("compare", help="compare two report JSONs; exit 1 on a regression")
     compare.add_argument("old", type=Path, help="the baseline report (A)")
     compare.add_argument("new", type=Path, help="the new report (B)")

@@ -15,8 +15,10 @@ from agentos.kernel.commands import (
     RejectAnswer,
     RejectRun,
     RejectTurn,
+    RunRejection,
     StartRun,
     StopRun,
+    TurnRejection,
 )
 from agentos.kernel.events import (
     CancelRequested,
@@ -32,13 +34,24 @@ from agentos.kernel.events import (
     SessionClosed,
     SessionOpened,
     StreamRequested,
+    TenantConfigured,
     Tick,
     TurnEnded,
     TurnSubmitted,
 )
-from agentos.kernel.kernel import Kernel, KernelLimits, KernelStatistics, PendingHuman, RunState, TurnState
+from agentos.kernel.kernel import (
+    Kernel,
+    KernelLimits,
+    KernelStatistics,
+    PendingHuman,
+    RunState,
+    TenantUsage,
+    TurnState,
+)
+from agentos.kernel.tenants import DEFAULT_TENANT, TenantShare
 
 __all__ = [
+    "DEFAULT_TENANT",
     "AcceptAnswer",
     "AcceptRun",
     "AcceptTurn",
@@ -65,6 +78,7 @@ __all__ = [
     "RunCancelRequested",
     "RunEnded",
     "RunOutcome",
+    "RunRejection",
     "RunResumed",
     "RunState",
     "RunSubmitted",
@@ -73,8 +87,12 @@ __all__ = [
     "StartRun",
     "StopRun",
     "StreamRequested",
+    "TenantConfigured",
+    "TenantShare",
+    "TenantUsage",
     "Tick",
     "TurnEnded",
+    "TurnRejection",
     "TurnState",
     "TurnSubmitted",
 ]

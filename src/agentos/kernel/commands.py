@@ -9,14 +9,20 @@ from dataclasses import dataclass
 from typing import Literal
 
 AnswerRejection = Literal["not_waiting", "operation_mismatch", "approval_required", "args_hash_mismatch"]
+TurnRejection = Literal["overloaded", "tenant_concurrent_turns"]
+RunRejection = Literal["overloaded", "tenant_active_runs"]
 
 
 @dataclass(frozen=True, slots=True)
 class RejectTurn:
-    """Over the admission limit: answer 429 with Retry-After, start nothing."""
+    """Over an admission limit: answer 429 with Retry-After and `code`, start nothing.
+
+    `code`: "overloaded" (the server's `max_in_flight_turns`) or "tenant_concurrent_turns"
+    (the tenant's `max_concurrent_turns`)."""
 
     turn_id: str
     retry_after_s: int
+    code: TurnRejection = "overloaded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +74,13 @@ class AcceptRun:
 
 @dataclass(frozen=True, slots=True)
 class RejectRun:
-    """Over `max_active_runs`: answer 429 with Retry-After; journal and start nothing."""
+    """Over `max_active_runs`: answer 429 with Retry-After and `code`; journal and start nothing.
+
+    `code`: "overloaded" (the server's limit) or "tenant_active_runs" (the tenant's)."""
 
     run_id: str
     retry_after_s: int
+    code: RunRejection = "overloaded"
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from agentos.kernel.tenants import DEFAULT_TENANT
+
 RunOutcome = Literal["completed", "failed", "cancelled", "suspended"]
 """How a run's task ended. "suspended": it stopped for a shutdown and stays unfinished in the
 journal, to be resumed (`RunResumed`) by the next process."""
@@ -22,11 +24,15 @@ class TurnSubmitted:
 
     `wants_permit=False`: a turn run by an agent. It is admitted, counted and superseded like any
     turn but never queues for a permit itself: its run's model calls are streams of their own
-    (`StreamRequested(owner=run_id)`)."""
+    (`StreamRequested(owner=run_id)`).
+
+    `tenant_id`: the session's tenant. Over its `max_concurrent_turns` the turn is refused with
+    `RejectTurn(code="tenant_concurrent_turns")`; its permit comes from its tenant's fair share."""
 
     session_id: str
     turn_id: str
     wants_permit: bool = True
+    tenant_id: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +45,13 @@ class StreamRequested:
 
     `owner`: the run it belongs to. An owned stream is refused at once with
     `FailTurn(stream_id, "run_not_running")` (and not recorded) unless that run is running or
-    stopping softly; when the run stops, parks or ends, the kernel fails or cancels it."""
+    stopping softly; when the run stops, parks or ends, the kernel fails or cancels it.
+
+    `tenant_id`: whose fair share of the permits it draws on (its run's tenant)."""
 
     stream_id: str
     owner: str | None = None
+    tenant_id: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +103,14 @@ class RunSubmitted:
     -> `AcceptRun` + `StartRun`, or `RejectRun(retry_after_s)` over `max_active_runs`. A child of
     a running parent (`parent_run_id` names a run the kernel has running) is never refused: the
     parent waits for it, and refusing it could deadlock the parent. Submitting a known id is a
-    bug (AssertionError, nothing changed)."""
+    bug (AssertionError, nothing changed).
+
+    `tenant_id`: the run's tenant; over its `max_active_runs` (same exemptions) the run is
+    refused with `RejectRun(code="tenant_active_runs")`."""
 
     run_id: str
     parent_run_id: str | None = None
+    tenant_id: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +119,11 @@ class RunResumed:
 
     Sent at start-up for each run the journal has running (or queued), and for a waiting run
     whose answer the runtime found already journaled. Resuming a run that is running is a bug
-    (AssertionError, nothing changed)."""
+    (AssertionError, nothing changed). `tenant_id`: the run's, for its tenant's count."""
 
     run_id: str
     parent_run_id: str | None = None
+    tenant_id: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +142,7 @@ class HumanRequested:
             approval (a question, an uncertain step).
         deadline_s: when it expires, on the kernel's clock (the `now` the runtime passes).
         parent_run_id: the run's parent, so that a restart keeps cancels cascading.
+        tenant_id: the run's tenant (read at start-up, when the kernel learns the run here).
     """
 
     run_id: str
@@ -136,6 +151,7 @@ class HumanRequested:
     args_hash: str | None
     deadline_s: float
     parent_run_id: str | None = None
+    tenant_id: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +189,20 @@ class RunEnded:
     status: RunOutcome
 
 
+@dataclass(frozen=True, slots=True)
+class TenantConfigured:
+    """A tenant's share of the provider permits and its caps (0 = none) -> [].
+
+    Unknown tenants have `KernelLimits.tenant_defaults`. A new weight applies from the next
+    grant; new caps from the next admission (nothing admitted is refused afterwards). Two tenants
+    configured make the server shared: the fair-share reserve applies (`permits.py`)."""
+
+    tenant_id: str
+    weight: int = 1
+    max_concurrent_turns: int = 0
+    max_active_runs: int = 0
+
+
 Event = (
     TurnSubmitted
     | StreamRequested
@@ -188,4 +218,5 @@ Event = (
     | HumanAnswered
     | RunCancelRequested
     | RunEnded
+    | TenantConfigured
 )

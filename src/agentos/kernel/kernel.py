@@ -8,7 +8,9 @@ the runtime calls it from the event loop without a lock and tests drive it with 
 
 The work is split by subject, each module with its own theory of operation:
 
-- `permits.py`: the provider permit pool shared by session turns and run streams;
+- `permits.py`: the provider permit pool shared by session turns and run streams, by weighted
+  fair queuing across tenants;
+- `tenants.py`: each tenant's weight and caps, and its counts of turns and runs;
 - `turns.py`: session turns and streams (admission, last-wins, permit waits, session TTL);
 - `runs.py`: agent runs (admission, lifecycle, human waits and deadlines, approval binding);
 - `deadlines.py`: the human deadline set, bounded by the number of waiting runs.
@@ -43,6 +45,7 @@ from agentos.kernel.events import (
     SessionClosed,
     SessionOpened,
     StreamRequested,
+    TenantConfigured,
     Tick,
     TurnEnded,
     TurnSubmitted,
@@ -50,9 +53,10 @@ from agentos.kernel.events import (
 from agentos.kernel.limits import KernelLimits
 from agentos.kernel.permits import PermitPool
 from agentos.kernel.runs import PendingHuman, Runs, RunState
+from agentos.kernel.tenants import Tenants, TenantShare
 from agentos.kernel.turns import Turns, TurnState
 
-__all__ = ["Kernel", "KernelLimits", "KernelStatistics", "PendingHuman", "RunState", "TurnState"]
+__all__ = ["Kernel", "KernelLimits", "KernelStatistics", "PendingHuman", "RunState", "TenantUsage", "TurnState"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,17 +79,32 @@ class KernelStatistics:
     human_deadlines_pending: int
     human_timeouts_total: int
     run_admission_limit: int  # max_active_runs (0 = off)
+    shared: bool  # two tenants configured or seen: the fair-share reserve applies
+    tenant_permit_cap: int  # the most permits one tenant may hold now
+
+
+@dataclass(frozen=True, slots=True)
+class TenantUsage:
+    """What one tenant holds and waits for now (`Kernel.tenant_usage`)."""
+
+    permits_held: int
+    waiting_for_permit: int
+    turns_in_flight: int
+    active_runs: int
 
 
 class Kernel:
     def __init__(self, limits: KernelLimits) -> None:
         self.limits = limits
-        self._permits = PermitPool(limits.concurrency_limit, limits.permit_wait_timeout_s)
-        self._turns = Turns(limits, self._permits)
-        self._runs = Runs(limits, self._turns)
+        self._tenants = Tenants(limits.tenant_defaults)
+        self._permits = PermitPool(
+            limits.concurrency_limit, limits.permit_wait_timeout_s, self._tenants, limits.fair_reserve
+        )
+        self._turns = Turns(limits, self._permits, self._tenants)
+        self._runs = Runs(limits, self._turns, self._tenants)
         turns, runs = self._turns, self._runs
         self._dispatch: dict[type[Any], Callable[[Any, float], list[Command]]] = {
-            TurnSubmitted: lambda e, now: turns.submit(e.session_id, e.turn_id, e.wants_permit, now),
+            TurnSubmitted: lambda e, now: turns.submit(e.session_id, e.turn_id, e.wants_permit, now, e.tenant_id),
             StreamRequested: self._request_stream,
             ProviderReleased: lambda e, now: turns.release(e.turn_id),
             TurnEnded: self._end_turn,
@@ -93,12 +112,13 @@ class Kernel:
             SessionOpened: self._open_session,
             SessionClosed: lambda e, now: turns.close_session(e.session_id),
             Tick: lambda e, now: turns.tick(now) + runs.tick(now),
-            RunSubmitted: lambda e, now: runs.submit(e.run_id, e.parent_run_id),
-            RunResumed: lambda e, now: runs.resume(e.run_id, e.parent_run_id),
+            RunSubmitted: lambda e, now: runs.submit(e.run_id, e.parent_run_id, e.tenant_id),
+            RunResumed: lambda e, now: runs.resume(e.run_id, e.parent_run_id, e.tenant_id),
             HumanRequested: lambda e, now: runs.request_human(e),
             HumanAnswered: lambda e, now: runs.answer(e),
             RunCancelRequested: lambda e, now: runs.cancel(e.run_id, e.hard),
             RunEnded: lambda e, now: runs.end(e.run_id, e.status),
+            TenantConfigured: self._configure_tenant,
         }
 
     # -- queries -------------------------------------------------------------------------------
@@ -131,6 +151,19 @@ class Kernel:
         """The run's entry in the deadline set (only waiting runs have one)."""
         return self._runs.deadlines.get(run_id)
 
+    def tenant_share(self, tenant_id: str) -> TenantShare:
+        """The tenant's weight and caps (configured, or the defaults)."""
+        return self._tenants.share(tenant_id)
+
+    def tenant_usage(self, tenant_id: str) -> TenantUsage:
+        tenants = self._tenants
+        return TenantUsage(
+            permits_held=self._permits.held_by(tenant_id),
+            waiting_for_permit=self._permits.waiting_of(tenant_id),
+            turns_in_flight=tenants.turns[tenant_id],
+            active_runs=tenants.runs[tenant_id],
+        )
+
     def next_deadline(self) -> float | None:
         """The earliest time at which a `Tick` would do something, or None."""
         deadlines = [d for d in (self._turns.next_deadline(), self._runs.deadlines.next()) if d is not None]
@@ -157,6 +190,8 @@ class Kernel:
             human_deadlines_pending=len(runs.deadlines),
             human_timeouts_total=runs.timeouts,
             run_admission_limit=self.limits.max_active_runs,
+            shared=self._tenants.multi,
+            tenant_permit_cap=self._permits.tenant_cap,
         )
 
     # -- the one entry point -------------------------------------------------------------------
@@ -173,11 +208,11 @@ class Kernel:
     def _request_stream(self, event: StreamRequested, now: float) -> list[Command]:
         owner = event.owner
         if owner is None:
-            return self._turns.request_stream(event.stream_id, None, now)
+            return self._turns.request_stream(event.stream_id, None, now, event.tenant_id)
         if not self._runs.may_stream(owner):
             assert self._turns.state(event.stream_id) is None, f"stream {event.stream_id!r} requested twice"
             return [FailTurn(event.stream_id, "run_not_running")]
-        commands = self._turns.request_stream(event.stream_id, owner, now)
+        commands = self._turns.request_stream(event.stream_id, owner, now, event.tenant_id)
         self._runs.add_stream(owner, event.stream_id)
         return commands
 
@@ -190,3 +225,8 @@ class Kernel:
     def _open_session(self, event: SessionOpened, now: float) -> list[Command]:
         self._turns.touch(event.session_id, now)
         return []
+
+    def _configure_tenant(self, event: TenantConfigured, now: float) -> list[Command]:
+        share = TenantShare(event.weight, event.max_concurrent_turns, event.max_active_runs)
+        self._tenants.configure(event.tenant_id, share)
+        return []  # a new weight or cap frees nothing: the next grant or admission uses it

@@ -9,7 +9,9 @@ gate off; the permit pool and the timeouts have no "off" (a pool of zero would d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from agentos.kernel.tenants import TenantShare
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -26,6 +28,11 @@ class KernelLimits:
         retry_after_s: the Retry-After of every 429 (turns and runs).
         max_active_runs: runs with a task at once (running, stopping); 0 = no run gate.
             Children of a running run, resumed runs and answered runs are never refused.
+        fair_reserve: on a server shared by several tenants, the fraction of
+            `concurrency_limit` no one tenant may take (rounded up), so a newcomer is granted at
+            once (`permits.py`); 0 = no reserve.
+        tenant_defaults: the weight and caps of every tenant not configured otherwise
+            (`TenantConfigured`).
     """
 
     max_in_flight_turns: int = 0
@@ -34,8 +41,11 @@ class KernelLimits:
     permit_wait_timeout_s: float = 30.0
     retry_after_s: int = 1
     max_active_runs: int = 0
+    fair_reserve: float = 0.1
+    tenant_defaults: TenantShare = field(default_factory=TenantShare)
 
     def __post_init__(self) -> None:
         assert self.max_in_flight_turns >= 0 and self.max_active_runs >= 0
+        assert 0 <= self.fair_reserve < 1
         assert self.concurrency_limit >= 1
         assert self.session_ttl_s > 0 and self.permit_wait_timeout_s > 0

@@ -22,7 +22,8 @@ Counting rules:
   and is not counted. `RunSubmitted` is refused when `active >= max_active_runs` (0 = off),
   except for a child of a working parent: the parent waits for it, so refusing would deadlock.
   Resumed and answered runs are never refused either: they were admitted once already. Hence
-  `active` may exceed the limit; only plain submissions are held to it.
+  `active` may exceed the limit; only plain submissions are held to it. Each tenant's active
+  runs are counted alike (`Tenants.runs`) and held to its `max_active_runs` by the same rule.
 - A run's streams (its model calls, `StreamRequested(owner=run_id)`) may be requested only
   while it is running or stopping softly (a soft stop lets the current step finish). When it
   parks, is terminated or ends, its streams are failed (waiting) or cancelled (streaming) and
@@ -52,12 +53,14 @@ from agentos.kernel.commands import (
     FinishRun,
     RejectAnswer,
     RejectRun,
+    RunRejection,
     StartRun,
     StopRun,
 )
 from agentos.kernel.deadlines import DeadlineSet
 from agentos.kernel.events import HumanAnswered, HumanRequested, RunOutcome
 from agentos.kernel.limits import KernelLimits
+from agentos.kernel.tenants import DEFAULT_TENANT, Tenants
 from agentos.kernel.turns import Turns
 
 
@@ -79,11 +82,12 @@ class PendingHuman:
 
 
 class _Run:
-    __slots__ = ("parent_run_id", "pending", "state", "streams")
+    __slots__ = ("parent_run_id", "pending", "state", "streams", "tenant")
 
-    def __init__(self, state: RunState, parent_run_id: str | None) -> None:
+    def __init__(self, state: RunState, parent_run_id: str | None, tenant: str) -> None:
         self.state = state
         self.parent_run_id = parent_run_id
+        self.tenant = tenant
         self.pending: PendingHuman | None = None
         # Allocated on a run's first model call and dropped when it parks: an empty set is
         # 216 bytes, more than the rest of a waiting run's entry.
@@ -91,9 +95,10 @@ class _Run:
 
 
 class Runs:
-    def __init__(self, limits: KernelLimits, turns: Turns) -> None:
+    def __init__(self, limits: KernelLimits, turns: Turns, tenants: Tenants) -> None:
         self.limits = limits
         self._turns = turns
+        self._tenants = tenants
         self.table: dict[str, _Run] = {}
         self._children: dict[str, set[str]] = {}  # parent run id -> its known children
         self.deadlines = DeadlineSet()
@@ -126,25 +131,32 @@ class Runs:
 
     # -- transitions ---------------------------------------------------------------------------
 
-    def submit(self, run_id: str, parent_run_id: str | None) -> list[Command]:
+    def submit(self, run_id: str, parent_run_id: str | None, tenant: str = DEFAULT_TENANT) -> list[Command]:
         assert run_id not in self.table, f"run {run_id!r} submitted twice"
         parent = self.table.get(parent_run_id) if parent_run_id is not None else None
         working_parent = parent is not None and parent.state is not RunState.WAITING
-        limit = self.limits.max_active_runs
-        if limit and self.active >= limit and not working_parent:
+        rejection = None if working_parent else self._over_limit(tenant)
+        if rejection is not None:
             self.rejected += 1
-            return [RejectRun(run_id, self.limits.retry_after_s)]
-        self._add(run_id, parent_run_id, RunState.RUNNING)
+            return [RejectRun(run_id, self.limits.retry_after_s, rejection)]
+        self._add(run_id, parent_run_id, RunState.RUNNING, tenant)
         self.admitted += 1
         commands: list[Command] = [AcceptRun(run_id), StartRun(run_id)]
         if parent is not None and parent.state in (RunState.STOPPING, RunState.TERMINATING):
             commands += self.cancel(run_id, hard=parent.state is RunState.TERMINATING)
         return commands
 
-    def resume(self, run_id: str, parent_run_id: str | None) -> list[Command]:
+    def _over_limit(self, tenant: str) -> RunRejection | None:
+        limit = self.limits.max_active_runs
+        if limit and self.active >= limit:
+            return "overloaded"
+        cap = self._tenants.share(tenant).max_active_runs
+        return "tenant_active_runs" if cap and self._tenants.runs[tenant] >= cap else None
+
+    def resume(self, run_id: str, parent_run_id: str | None, tenant: str = DEFAULT_TENANT) -> list[Command]:
         run = self.table.get(run_id)
         if run is None:
-            self._add(run_id, parent_run_id, RunState.RUNNING)
+            self._add(run_id, parent_run_id, RunState.RUNNING, tenant)
         else:
             assert run.state is RunState.WAITING, f"run {run_id!r} resumed while {run.state.value}"
             self._wake(run_id, run)
@@ -153,14 +165,14 @@ class Runs:
     def request_human(self, event: HumanRequested) -> list[Command]:
         run = self.table.get(event.run_id)
         if run is None:  # recovery: the journal says it waits
-            run = self._add(event.run_id, event.parent_run_id, RunState.WAITING)
+            run = self._add(event.run_id, event.parent_run_id, RunState.WAITING, event.tenant_id)
             self._arm(event, run)
             return []
         assert run.state is not RunState.WAITING, f"run {event.run_id!r} asked a human twice"
         commands = self._stop_streams(run, "run_parked")
         if run.state is RunState.RUNNING:
             run.state = RunState.WAITING
-            self.active -= 1
+            self._count(run, -1)
             self.waiting += 1
             self._arm(event, run)
             return commands
@@ -224,22 +236,27 @@ class Runs:
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _add(self, run_id: str, parent_run_id: str | None, state: RunState) -> _Run:
-        run = self.table[run_id] = _Run(state, parent_run_id)
+    def _add(self, run_id: str, parent_run_id: str | None, state: RunState, tenant: str) -> _Run:
+        run = self.table[run_id] = _Run(state, parent_run_id, tenant)
         if parent_run_id is not None:
             self._children.setdefault(parent_run_id, set()).add(run_id)
         if state is RunState.WAITING:
             self.waiting += 1
         else:
-            self.active += 1
+            self._count(run, 1)
         return run
+
+    def _count(self, run: _Run, delta: int) -> None:
+        """A run gains (+1) or loses (-1) its task: the server's and its tenant's counts."""
+        self.active += delta
+        self._tenants.runs.add(run.tenant, delta)
 
     def _wake(self, run_id: str, run: _Run) -> None:
         self.deadlines.remove(run_id)  # at once: an answered deadline must not linger
         run.pending = None
         run.state = RunState.RUNNING
         self.waiting -= 1
-        self.active += 1
+        self._count(run, 1)
 
     def _finish(self, run_id: str, status: Literal["failed", "cancelled"], reason: str) -> list[Command]:
         finish = FinishRun(run_id, status, reason)
@@ -251,7 +268,7 @@ class Runs:
             self.waiting -= 1
             self.deadlines.remove(run_id)
         else:
-            self.active -= 1
+            self._count(run, -1)
         commands = self._stop_streams(run, "run_ended")
         if run.parent_run_id is not None:
             siblings = self._children[run.parent_run_id]

@@ -26,6 +26,8 @@ Counting rules:
 - Over the limit every new turn is rejected before anything changes, one meant to replace its
   own session's running turn included: replacing costs a new upstream request, and that is the
   work the gate exists to refuse. The running turn goes on unharmed.
+- Each tenant's admitted turns are counted the same way (`Tenants.turns`); over its
+  `max_concurrent_turns` a turn is rejected by the same rule, with the tenant's code.
 - A session idle (no active turn) for `session_ttl_s` is evicted; activity moves it to the
   back of an insertion-ordered dict, so expiry scans only the expired front.
 """
@@ -35,9 +37,19 @@ from __future__ import annotations
 from collections import OrderedDict
 from enum import Enum
 
-from agentos.kernel.commands import AcceptTurn, CancelTurn, Command, EvictSession, FailTurn, GrantPermit, RejectTurn
+from agentos.kernel.commands import (
+    AcceptTurn,
+    CancelTurn,
+    Command,
+    EvictSession,
+    FailTurn,
+    GrantPermit,
+    RejectTurn,
+    TurnRejection,
+)
 from agentos.kernel.limits import KernelLimits
 from agentos.kernel.permits import PermitPool
+from agentos.kernel.tenants import DEFAULT_TENANT, Tenants
 
 
 class TurnState(Enum):
@@ -49,12 +61,13 @@ class TurnState(Enum):
 
 
 class _Turn:
-    __slots__ = ("counted", "owner", "session_id", "state")
+    __slots__ = ("counted", "owner", "session_id", "state", "tenant")
 
-    def __init__(self, session_id: str | None, owner: str | None, state: TurnState) -> None:
+    def __init__(self, session_id: str | None, owner: str | None, state: TurnState, tenant: str) -> None:
         self.session_id = session_id  # None: a stream outside any session turn
         self.owner = owner  # the run a stream belongs to, if any
         self.state = state
+        self.tenant = tenant
         self.counted = session_id is not None  # in `in_flight` (streams never are)
 
 
@@ -67,9 +80,10 @@ class _Session:
 
 
 class Turns:
-    def __init__(self, limits: KernelLimits, permits: PermitPool) -> None:
+    def __init__(self, limits: KernelLimits, permits: PermitPool, tenants: Tenants) -> None:
         self.limits = limits
         self.permits = permits
+        self.tenants = tenants
         self.sessions: OrderedDict[str, _Session] = OrderedDict()
         self.table: dict[str, _Turn] = {}
         self.in_flight = 0
@@ -98,31 +112,46 @@ class Turns:
 
     # -- transitions ---------------------------------------------------------------------------
 
-    def submit(self, session_id: str, turn_id: str, wants_permit: bool, now: float) -> list[Command]:
+    def submit(
+        self, session_id: str, turn_id: str, wants_permit: bool, now: float, tenant: str = DEFAULT_TENANT
+    ) -> list[Command]:
         assert turn_id not in self.table, f"turn {turn_id!r} submitted twice"
-        limit = self.limits.max_in_flight_turns
-        if limit and self.in_flight >= limit:
+        rejection = self._over_limit(tenant)
+        if rejection is not None:
             self.rejected += 1
-            return [RejectTurn(turn_id, self.limits.retry_after_s)]
+            return [RejectTurn(turn_id, self.limits.retry_after_s, rejection)]
         session = self.touch(session_id, now)
         commands: list[Command] = []
         if session.active_turn is not None:
             commands += self._cancel(session.active_turn, "superseded")
         state = TurnState.WAITING if wants_permit else TurnState.RUNNING
-        self.table[turn_id] = _Turn(session_id, None, state)
+        self.table[turn_id] = _Turn(session_id, None, state, tenant)
         session.active_turn = turn_id
         self.in_flight += 1
+        self.tenants.turns.add(tenant, 1)
         self.admitted += 1
         commands.append(AcceptTurn(turn_id))
         return commands + self._queue(turn_id, now) if wants_permit else commands
 
-    def request_stream(self, stream_id: str, owner: str | None, now: float) -> list[Command]:
+    def _over_limit(self, tenant: str) -> TurnRejection | None:
+        limit = self.limits.max_in_flight_turns
+        if limit and self.in_flight >= limit:
+            return "overloaded"
+        cap = self.tenants.share(tenant).max_concurrent_turns
+        if cap and self.tenants.turns[tenant] >= cap:
+            return "tenant_concurrent_turns"
+        return None
+
+    def request_stream(
+        self, stream_id: str, owner: str | None, now: float, tenant: str = DEFAULT_TENANT
+    ) -> list[Command]:
         assert stream_id not in self.table, f"stream {stream_id!r} requested twice"
-        self.table[stream_id] = _Turn(None, owner, TurnState.WAITING)
+        self.table[stream_id] = _Turn(None, owner, TurnState.WAITING, tenant)
         return self._queue(stream_id, now)
 
     def _queue(self, turn_id: str, now: float) -> list[Command]:
-        return self._grant([turn_id]) if self.permits.request(turn_id, now) else []
+        granted = self.permits.request(turn_id, self.table[turn_id].tenant, now)
+        return self._grant([turn_id]) if granted else []
 
     def _grant(self, turn_ids: list[str]) -> list[Command]:
         for turn_id in turn_ids:
@@ -149,6 +178,7 @@ class Turns:
         if turn.counted:  # then it is its session's active turn, and the session is in memory
             turn.counted = False
             self.in_flight -= 1
+            self.tenants.turns.add(turn.tenant, -1)
             assert turn.session_id is not None
             session = self.sessions[turn.session_id]
             assert session.active_turn == turn_id

@@ -11,6 +11,9 @@ Provider permits are the one command the driver executes itself: a turn's or a r
 call waits on a future here (`acquire_permit`), resolved by `GrantPermit` or failed by the
 kernel's `FailTurn` (the permit wait ran out).
 
+Tenants: the kernel shares the permits among tenants by weight and caps each one's turns and
+runs (`agentos.kernel.permits`, `tenants`); `configure_tenant` tells it a tenant's limits.
+
 One real timer is armed for `kernel.next_deadline()`; when it fires the driver feeds `Tick`.
 Tests with a `FakeClock` call `tick()` themselves.
 """
@@ -23,7 +26,19 @@ from typing import Any, TypeVar
 
 from agentos.clock import Clock
 from agentos.errors import ProviderLimitTimeout
-from agentos.kernel import Command, Event, FailTurn, GrantPermit, Kernel, StreamRequested, Tick, TurnEnded
+from agentos.kernel import (
+    DEFAULT_TENANT,
+    Command,
+    Event,
+    FailTurn,
+    GrantPermit,
+    Kernel,
+    StreamRequested,
+    TenantConfigured,
+    Tick,
+    TurnEnded,
+)
+from agentos.tenancy.limits import TenantLimits
 
 C = TypeVar("C")
 
@@ -56,6 +71,12 @@ class Driver:
         """Fire the kernel's due deadlines (the timer calls this; tests with a FakeClock too)."""
         self.handle(Tick())
 
+    def configure_tenant(self, tenant_id: str, limits: TenantLimits) -> None:
+        """Give the kernel a tenant's weight and caps (from its row, or the defaults); the next
+        grant and admission use them. Unknown tenants have `settings.tenant_limits`."""
+        configured = TenantConfigured(tenant_id, limits.weight, limits.max_concurrent_turns, limits.max_active_runs)
+        self.handle(configured)
+
     def close(self) -> None:
         self._closed = True
         if self._timer is not None:
@@ -81,13 +102,14 @@ class Driver:
         finally:
             self._permits.pop(stream_id, None)
 
-    async def acquire_permit(self, stream_id: str, owner: str | None = None) -> None:
-        """Take a provider permit for a stream outside any chat turn (a run's model call).
+    async def acquire_permit(self, stream_id: str, owner: str | None = None, tenant_id: str = DEFAULT_TENANT) -> None:
+        """Take a provider permit for a stream outside any chat turn (a run's model call), from
+        `tenant_id`'s fair share.
 
         Raises:
             ProviderLimitTimeout: no permit within `kernel.permit_wait_timeout_s`.
         """
-        commands = self.handle(StreamRequested(stream_id, owner))
+        commands = self.handle(StreamRequested(stream_id, owner, tenant_id))
         if GrantPermit(stream_id) in commands:
             return
         refused = next((c for c in commands if isinstance(c, FailTurn) and c.turn_id == stream_id), None)

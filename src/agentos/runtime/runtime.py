@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from agentos.clock import Clock
 from agentos.config import Settings
 from agentos.ids import new_id
-from agentos.kernel import Kernel, KernelLimits
+from agentos.kernel import Kernel, KernelLimits, TenantShare
 from agentos.metrics import Metrics
 from agentos.providers.base import Provider
 from agentos.runtime.agent_turn import AgentTurns
@@ -33,13 +33,16 @@ __all__ = ["DEFAULT_AGENT", "Runtime", "kernel_limits", "new_id"]
 
 
 def kernel_limits(settings: Settings) -> KernelLimits:
-    k = settings.kernel
+    k, t = settings.kernel, settings.tenant_limits
     return KernelLimits(
         max_in_flight_turns=k.max_in_flight_turns,
         concurrency_limit=k.concurrency_limit,
         session_ttl_s=k.session_ttl_secs,
         permit_wait_timeout_s=k.permit_wait_timeout_s,
         retry_after_s=k.retry_after_s,
+        max_active_runs=k.max_active_runs,
+        fair_reserve=k.fair_reserve,
+        tenant_defaults=TenantShare(t.weight, t.max_concurrent_turns, t.max_active_runs),
     )
 
 

@@ -70,7 +70,8 @@ class Turns:
         Raises:
             ShuttingDown: the server is draining.
             SessionNotFound: no such session (or another tenant's).
-            AdmissionRejected: over `kernel.max_in_flight_turns`.
+            AdmissionRejected: over `kernel.max_in_flight_turns` (code "overloaded") or the
+                session's tenant's `max_concurrent_turns` ("tenant_concurrent_turns").
         """
         if not self.accepting:
             raise ShuttingDown("the server is shutting down")
@@ -79,10 +80,10 @@ class Turns:
         turn = Turn(new_id("turn"), tenant_id, session_id, text, self._clock.now(), agent)
         self._turns[turn.turn_id] = turn
         self.idle.clear()
-        commands = self._driver.handle(TurnSubmitted(session_id, turn.turn_id, wants_permit=agent is None))
+        commands = self._driver.handle(TurnSubmitted(session_id, turn.turn_id, agent is None, tenant_id))
         if isinstance(commands[0], RejectTurn):
             self._forget(turn)
-            raise AdmissionRejected(commands[0].retry_after_s)
+            raise AdmissionRejected(commands[0].retry_after_s, code=commands[0].code)
         if agent is None and GrantPermit(turn.turn_id) not in commands:
             turn.permit = self._driver.waits_for_permit(turn.turn_id)
         return turn

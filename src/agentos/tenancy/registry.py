@@ -93,6 +93,7 @@ class TenantRegistry:
         self._entries: dict[str, _Entry] = {}
         self._usable_until_ms: float = 0  # inf: an unrevoked key that never expires
         self._lock = asyncio.Lock()
+        self._watchers: list[Callable[[str, TenantLimits], None]] = []
 
     async def open(self) -> None:
         """Read the file into memory; create tenant "default" the first time.
@@ -149,6 +150,13 @@ class TenantRegistry:
     def tenants(self, *, after: str | None, limit: int) -> list[Tenant]:
         return [self._tenants[t] for t in sorted(self._tenants) if after is None or t > after][:limit]
 
+    def watch_limits(self, notify: Callable[[str, TenantLimits], None]) -> None:
+        """Call `notify(tenant_id, effective limits)` for every tenant now and after every change
+        of one (the kernel's weights and caps follow the registry this way)."""
+        self._watchers.append(notify)
+        for tenant_id in self._tenants:
+            notify(tenant_id, self.limits_of(tenant_id))
+
     def limits_of(self, tenant_id: str) -> TenantLimits:
         """The tenant's effective limits (its overrides over the defaults). Raises: TenantNotFound."""
         return effective_limits(self.defaults, self.tenant(tenant_id).limits)
@@ -198,6 +206,8 @@ class TenantRegistry:
     async def _put_tenant(self, tenant: Tenant) -> None:
         await self._tables.put_tenant(tenant)
         self._tenants[tenant.tenant_id] = tenant
+        for notify in self._watchers:
+            notify(tenant.tenant_id, self.limits_of(tenant.tenant_id))
 
     # -- keys ----------------------------------------------------------------------------------
 

@@ -12,7 +12,8 @@ import os
 import signal
 import socket
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -48,6 +49,7 @@ class ServerPlan:
     data_dir: Path
     session_ttl_s: float | None = None
     ready_timeout_s: float = 60.0
+    env: Mapping[str, str] = field(default_factory=dict)  # added to this process's environment
 
 
 def server_argv(plan: ServerPlan, port: int) -> list[str]:
@@ -70,7 +72,11 @@ async def start_server_process(plan: ServerPlan, log_dir: Path) -> Child:
     plan.data_dir.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
         process = await asyncio.create_subprocess_exec(
-            *server_argv(plan, port), stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL
+            *server_argv(plan, port),
+            stdout=log,
+            stderr=log,
+            stdin=asyncio.subprocess.DEVNULL,
+            env={**os.environ, **plan.env} if plan.env else None,
         )
     child = Child(name="server", process=process, url=f"http://127.0.0.1:{port}", log_path=log_path)
     if not await wait_ready(child, plan.ready_timeout_s):

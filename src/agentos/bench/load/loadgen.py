@@ -11,6 +11,11 @@ A point warms up for `warmup_s`, then measures for `duration_s`: every turn that
 window counts (successes give TTFT and turn time; failures are counted by kind). Workers start no
 turn after the window closes; the turns still running finish (bounded by the turn timeout) but
 are not counted, so nothing is cancelled mid-flight and no abort bleeds into the next point.
+
+Several tenants in one point (`run_groups`): each group is a target (an Agent OS target with its
+tenant's API key) with its own number of workers. The groups share the window, the stagger (their
+workers interleave, so no tenant starts first) and the server's CPU and memory samples; each gets
+its own result, so latency and turns/s are reported per tenant of the very same run.
 """
 
 from __future__ import annotations
@@ -95,28 +100,69 @@ class Probes:
     mock_base_url: str | None = None  # without /v1
 
 
+@dataclass(frozen=True, slots=True)
+class Group:
+    """One tenant's share of a point: its target and its number of workers."""
+
+    target: Target
+    workers: int
+
+
 async def run_point(target: Target, http: aiohttp.ClientSession, plan: PointPlan, probes: Probes) -> PointResult:
     """Run one concurrency point against `target` and return its measurements."""
+    (result,) = await run_groups([Group(target, plan.concurrency)], http, plan, probes)
+    return result
+
+
+async def run_groups(
+    groups: Sequence[Group], http: aiohttp.ClientSession, plan: PointPlan, probes: Probes
+) -> list[PointResult]:
+    """Run every group's workers in one shared window; one result per group, in order.
+
+    `plan.concurrency` is ignored: each group has its own `workers`. The server's CPU and memory
+    (sampled once, for the whole server) go into every result."""
     loop = asyncio.get_running_loop()
     await _mock_call(http, probes, "POST", "/stats/reset")
-    workers = await asyncio.gather(*(_open(target, http) for _ in range(plan.concurrency)))
+    opened = await asyncio.gather(*(_open(g.target, http) for g in groups for _ in range(g.workers)))
     window_start = loop.time() + plan.warmup_s
     window_end = window_start + plan.duration_s
-    result = PointResult(target=target.name, concurrency=plan.concurrency, duration_s=plan.duration_s)
-    result.setup_failures = sum(1 for w in workers if isinstance(w, _SetupFailed))
-    live = [w for w in workers if not isinstance(w, _SetupFailed)]
-    sampler = asyncio.create_task(_sample_window(probes, window_start, window_end, result))
+    results = [PointResult(target=g.target.name, concurrency=g.workers, duration_s=plan.duration_s) for g in groups]
+    live: list[tuple[Group, str | None, PointResult]] = []
+    slots = iter(opened)
+    for group, result in zip(groups, results, strict=True):
+        mine = [next(slots) for _ in range(group.workers)]
+        result.setup_failures = sum(1 for w in mine if isinstance(w, _SetupFailed))
+        live += [(group, w, result) for w in mine if not isinstance(w, _SetupFailed)]
+    live = _interleave(live)
+    shared = results[0]
+    sampler = asyncio.create_task(_sample_window(probes, window_start, window_end, shared))
     stagger_s = min(plan.warmup_s / 2, _MAX_STAGGER_S)
     loops = [
-        _worker(target, http, w, plan, window_end, result.samples, delay_s=stagger_s * i / len(live))
-        for i, w in enumerate(live)
+        _worker(g.target, http, w, plan, window_end, r.samples, delay_s=stagger_s * i / len(live))
+        for i, (g, w, r) in enumerate(live)
     ]
     await _bounded_gather(loops, window_end + plan.turn_timeout_s + 5.0 - loop.time())
     await sampler
-    result.samples = [s for s in result.samples if window_start <= s.ended <= window_end]
-    result.mock_stats = await _mock_call(http, probes, "GET", "/stats")
-    await asyncio.gather(*(target.close_worker(http, w) for w in live))
-    return result
+    mock_stats = await _mock_call(http, probes, "GET", "/stats")
+    for result in results:
+        result.samples = [s for s in result.samples if window_start <= s.ended <= window_end]
+        result.server, result.mock_stats = shared.server, mock_stats
+        result.mock_cpu_cores, result.loadgen_cpu_cores = shared.mock_cpu_cores, shared.loadgen_cpu_cores
+    await asyncio.gather(*(g.target.close_worker(http, w) for g, w, _ in live))
+    return results
+
+
+def _interleave(live: list[tuple[Group, str | None, PointResult]]) -> list[tuple[Group, str | None, PointResult]]:
+    """Order the workers so each group's starts spread over the whole stagger (by rank within
+    the group), instead of one group starting entirely before the next."""
+    sizes = Counter(id(group) for group, _, _ in live)
+    seen: Counter[int] = Counter()
+    ranked = []
+    for entry in live:
+        key = id(entry[0])
+        ranked.append((seen[key] / sizes[key], entry))
+        seen[key] += 1
+    return [entry for _, entry in sorted(ranked, key=lambda pair: pair[0])]
 
 
 class _SetupFailed:

@@ -63,23 +63,29 @@ class Target(Protocol):
 
 
 class ServerTarget:
-    """Agent OS: one session per worker, `POST /v1/sessions/{id}/turns` streamed as SSE."""
+    """Agent OS: one session per worker, `POST /v1/sessions/{id}/turns` streamed as SSE.
 
-    name = "server"
+    `api_key`: sent as a bearer token on every request, so the sessions and turns are that key's
+    tenant's (several targets with different keys drive several tenants in one run); `name`
+    labels the rows."""
 
-    def __init__(self, base_url: str, turn_input: str = "hello") -> None:
+    def __init__(
+        self, base_url: str, turn_input: str = "hello", *, api_key: str | None = None, name: str = "server"
+    ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.name = name
         self._body = msgspec.json.encode({"input": turn_input})
+        self._auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
     async def open_worker(self, http: aiohttp.ClientSession) -> str | None:
-        return await create_session(http, self.base_url)
+        return await create_session(http, self.base_url, headers=self._auth)
 
     async def turn(self, http: aiohttp.ClientSession, worker: str | None, timeout_s: float) -> TurnSample:
         url = f"{self.base_url}/v1/sessions/{worker}/turns"
-        return await timed_stream(http, url, self._body, timeout_s, server_verdict)
+        return await timed_stream(http, url, self._body, timeout_s, server_verdict, self._auth)
 
     async def close_worker(self, http: aiohttp.ClientSession, worker: str | None) -> None:
-        await delete_session(http, self.base_url, str(worker))
+        await delete_session(http, self.base_url, str(worker), headers=self._auth)
 
 
 class DirectTarget:
@@ -134,14 +140,17 @@ async def timed_stream(
     body: bytes,
     timeout_s: float,
     verdict: Callable[[SSEEvent, bool], EventVerdict],
+    headers: dict[str, str] | None = None,
 ) -> TurnSample:
-    """POST `body`, read the SSE answer, and time the first content and the end."""
+    """POST `body` (with `headers` besides the SSE ones), read the SSE answer, and time the
+    first content and the end."""
     loop = asyncio.get_running_loop()
     started = loop.time()
     state = _StreamState()
+    all_headers = _SSE_HEADERS | headers if headers else _SSE_HEADERS
     try:
         async with asyncio.timeout(timeout_s):
-            failure, retry_after_s = await _post_and_read(http, url, body, verdict, state)
+            failure, retry_after_s = await _post_and_read(http, url, body, verdict, state, all_headers)
     except TimeoutError:
         failure, retry_after_s = "timeout", None
     except aiohttp.ClientConnectorError:
@@ -166,8 +175,9 @@ async def _post_and_read(
     body: bytes,
     verdict: Callable[[SSEEvent, bool], EventVerdict],
     state: _StreamState,
+    headers: dict[str, str],
 ) -> tuple[FailureKind | None, float | None]:
-    async with http.post(url, data=body, headers=_SSE_HEADERS) as response:
+    async with http.post(url, data=body, headers=headers) as response:
         if response.status != 200:
             await response.read()
             return status_failure(response.status), retry_after(response.headers.get("Retry-After"))
@@ -210,7 +220,9 @@ def retry_after(value: str | None) -> float | None:
         return None  # an HTTP date: the bench then backs off by its default
 
 
-async def create_session(http: aiohttp.ClientSession, base_url: str, attempts: int = 5) -> str:
+async def create_session(
+    http: aiohttp.ClientSession, base_url: str, attempts: int = 5, headers: dict[str, str] | None = None
+) -> str:
     """`POST /v1/sessions` → the new session's id (a few bounded retries on 429/5xx).
 
     Raises:
@@ -218,7 +230,7 @@ async def create_session(http: aiohttp.ClientSession, base_url: str, attempts: i
     """
     last = ""
     for attempt in range(attempts):
-        async with http.post(f"{base_url}/v1/sessions", json={}) as response:
+        async with http.post(f"{base_url}/v1/sessions", json={}, headers=headers) as response:
             text = await response.text()
             if response.status in (200, 201):
                 data: dict[str, Any] = msgspec.json.decode(text)
@@ -232,10 +244,12 @@ class SessionSetupError(RuntimeError):
     """The server refused to create a bench session."""
 
 
-async def delete_session(http: aiohttp.ClientSession, base_url: str, session_id: str) -> int:
+async def delete_session(
+    http: aiohttp.ClientSession, base_url: str, session_id: str, headers: dict[str, str] | None = None
+) -> int:
     """`DELETE /v1/sessions/{id}`; returns the status (errors are the server's, not ours)."""
     try:
-        async with http.delete(f"{base_url}/v1/sessions/{session_id}") as response:
+        async with http.delete(f"{base_url}/v1/sessions/{session_id}", headers=headers) as response:
             await response.read()
             return response.status
     except (aiohttp.ClientError, TimeoutError):
