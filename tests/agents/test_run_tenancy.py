@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from agentos.agents.service import RunService
-from agentos.errors import Conflict, Forbidden, NotFound
+from agentos.config import settings_from_dict
+from agentos.errors import ConfigError, Conflict, Forbidden, NotFound
 from agentos.providers.base import ChatRequest, Completion
 from tests.agents.conftest import ServiceFactory, collect
 from tests.agents.fakes import ScriptedProvider, answer, call
@@ -87,6 +88,31 @@ async def test_api_agents_belong_to_their_tenant_and_config_agents_to_all(make_s
     assert list(service.get_agent(B, "helper")["tools"]) == ["ask_human"]
     with pytest.raises(Conflict):  # a config agent's name is taken for every tenant
         await service.create_agent(B, {"name": "ops", "tools": []})
+
+
+async def test_a_config_agent_with_tenants_is_theirs_alone(make_service: ServiceFactory) -> None:
+    agents = {"ops": {"tools": ["ask_human"]}, "hostly": {"tools": ["run_command"], "tenants": [A]}}
+    service = await make_service(agents=agents)
+    assert [a["name"] for a in service.list_agents(A)] == ["hostly", "ops"]
+    assert [a["name"] for a in service.list_agents(B)] == ["ops"]
+    assert "tenants" not in service.get_agent(A, "hostly")  # the allow-list names other tenants
+    for attempt in (lambda: service.start_run(B, "hostly", "let me in"), lambda: _get(service, B, "hostly")):
+        with pytest.raises(NotFound) as caught:
+            await attempt()
+        assert caught.value.code == "agent_not_found"
+    assert not service.has_agent(B, "hostly")
+    run_id = await service.start_run(A, "hostly", "mine")
+    assert (await service.get_run(A, run_id))["agent"] == "hostly"
+
+
+async def _get(service: RunService, tenant: str, name: str) -> object:
+    return service.get_agent(tenant, name)
+
+
+@pytest.mark.parametrize("tenants", [[], "acme", [""], [1]])
+def test_a_config_agents_tenants_must_be_a_list_of_ids(tenants: object) -> None:
+    with pytest.raises(ConfigError, match="agents.hostly.tenants"):
+        settings_from_dict({"agents": {"hostly": {"tools": [], "tenants": tenants}}})
 
 
 async def test_api_agents_come_back_after_a_restart_each_its_tenants(make_service: ServiceFactory) -> None:

@@ -4,7 +4,8 @@ An API body passes `agentos.agents.policy.check_agent` before it is stored, and 
 is loaded after a restart (the administrator may have narrowed `[security]` since, and agents
 stored by an older version were never checked): one that no longer passes is not loaded.
 
-Tenancy: config agents are the administrator's, visible (read-only) to every tenant. An API
+Tenancy: config agents are the administrator's, visible (read-only) to every tenant, or only to
+the tenants their `tenants` list names (another tenant gets `agent_not_found`). An API
 agent belongs to the tenant that created it and is seen by that tenant only; another tenant's
 agent answers `agent_not_found` exactly like one that does not exist. An API agent may not take
 a config agent's name (409). One created by an admin-scoped key is stored with source
@@ -21,7 +22,14 @@ import msgspec
 
 from agentos.agents.journal import Journal
 from agentos.agents.policy import AgentPolicy, check_agent, expand_server_names
-from agentos.agents.spec import AgentSpec, McpServerSpec, parse_agent_spec, parse_config_agents, spec_to_dict
+from agentos.agents.spec import (
+    AgentSpec,
+    McpServerSpec,
+    config_agent_tenants,
+    parse_agent_spec,
+    parse_config_agents,
+    spec_to_dict,
+)
 from agentos.agents.store import RunStore
 from agentos.errors import Conflict, InvalidInput, NotFound, RequestError
 
@@ -43,6 +51,7 @@ class AgentRegistry:
         self._journal = journal
         self._policy = policy or AgentPolicy()
         self._config = {spec.name: spec for spec in parse_config_agents(config_tables)}
+        self._config_tenants = config_agent_tenants(config_tables)  # name -> who may see it
         self._tenants: dict[str, dict[str, AgentSpec]] = {}  # tenant -> its API agents by name
 
     @property
@@ -98,15 +107,21 @@ class AgentRegistry:
 
         Raises: NotFound (also for another tenant's agent).
         """
-        spec = self._config.get(name) or self._tenants.get(tenant_id, {}).get(name)
+        spec = self._config.get(name) if self._sees_config_agent(tenant_id, name) else None
+        spec = spec or self._tenants.get(tenant_id, {}).get(name)
         if spec is None:
             raise NotFound(f"agent {name!r} not found", code="agent_not_found")
         return spec
 
     def list(self, tenant_id: str) -> list[AgentSpec]:
         """The agents the tenant sees: the config's and its own."""
-        visible = {**self._tenants.get(tenant_id, {}), **self._config}
+        config = {n: spec for n, spec in self._config.items() if self._sees_config_agent(tenant_id, n)}
+        visible = {**self._tenants.get(tenant_id, {}), **config}
         return sorted(visible.values(), key=lambda s: s.name)
+
+    def _sees_config_agent(self, tenant_id: str, name: str) -> bool:
+        tenants = self._config_tenants.get(name)
+        return tenants is None or tenant_id in tenants
 
     def source(self, name: str) -> str:
         return "config" if name in self._config else "api"

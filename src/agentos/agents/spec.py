@@ -106,12 +106,40 @@ def parse_agent_spec(
 
 
 def parse_config_agents(tables: Mapping[str, Mapping[str, Any]]) -> list[AgentSpec]:
-    """The `[agents.<name>]` tables of the config file, validated.
+    """The `[agents.<name>]` tables of the config file, validated (`tenants` aside: see
+    `config_agent_tenants`).
 
     Raises:
         ConfigError: naming `agents.<name>.<field>`.
     """
-    return [parse_agent_spec(t, name=n, error=ConfigError, where=f"agents.{n}") for n, t in tables.items()]
+    config_agent_tenants(tables)  # validates `tenants`
+    return [
+        parse_agent_spec(_without_tenants(t), name=n, error=ConfigError, where=f"agents.{n}") for n, t in tables.items()
+    ]
+
+
+def config_agent_tenants(tables: Mapping[str, Mapping[str, Any]]) -> dict[str, frozenset[str]]:
+    """The config agents limited to some tenants (`tenants = ["acme"]`), each with its tenants.
+
+    A config agent is the administrator's and may hold what no tenant may define (a stdio MCP
+    server, a host process): `tenants` says who may see and run it; without it, every tenant.
+
+    Raises:
+        ConfigError: `tenants` is not a non-empty list of tenant ids.
+    """
+    limited: dict[str, frozenset[str]] = {}
+    for name, table in tables.items():
+        if "tenants" not in table:
+            continue
+        tenants = table["tenants"]
+        if not isinstance(tenants, list) or not tenants or not all(isinstance(t, str) and t for t in tenants):
+            raise ConfigError(f"agents.{name}.tenants: expected a non-empty list of tenant ids")
+        limited[name] = frozenset(tenants)
+    return limited
+
+
+def _without_tenants(table: Mapping[str, Any]) -> Mapping[str, Any]:
+    return {k: v for k, v in table.items() if k != "tenants"} if "tenants" in table else table
 
 
 def parse_mcp_server(
