@@ -1,4 +1,4 @@
-"""`agentos bench sweep|memory|compare` (and `runs`, from `agentos.bench.runs.cli`): parse, run, write. No logic."""
+"""`agentos bench sweep|memory|compare` (and `runs`, `auth-cost`, from their packages): parse, run, write. No logic."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ _RESULTS = Path("bench/results")
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `sweep`, `memory`, `compare` and `runs` to `agentos bench`."""
+    """Add `sweep`, `memory`, `compare`, `runs` and `auth-cost` to `agentos bench`."""
     _register_sweep(commands)
     _register_memory(commands)
     compare = commands.add_parser("compare", help="compare two report JSONs; exit 1 on a regression")
@@ -24,6 +24,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
     runs_cli.register(commands)
     commands.choices["runs"].set_defaults(handler=_checked("runs", runs_cli.run_command, lambda a: [a.profile]))
+    from agentos.bench.authcost import cli as auth_cost_cli  # `agentos bench auth-cost`
+
+    auth_cost_cli.register(commands)
 
 
 Handler = Callable[[argparse.Namespace], int]
