@@ -94,7 +94,8 @@ def _micro_lines(micro: dict[str, Any]) -> list[str]:
     lines = ["| what | µs per call |", "|---|---|"]
     lines += [f"| {text} | {micro[key]:.2f} |" for key, text in names if key in micro]
     lines.append("")
-    lines.append(f"Best of {micro['repeats']} repeats of {micro['calls']} calls; {micro['keys']} keys in the registry.")
+    each = max(1, micro["calls"] // micro["repeats"])
+    lines.append(f"Best of {micro['repeats']} interleaved repeats of {each} calls; {micro['keys']} keys registered.")
     return lines
 
 
