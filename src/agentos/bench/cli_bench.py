@@ -1,4 +1,4 @@
-"""`agentos bench sweep|memory|compare` (`runs` and `fairness` from their own cli modules): parse, run, write."""
+"""`agentos bench sweep|memory|compare` (`runs`, `fairness`, `auth-cost`: their own modules): parse, run, write."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ _RESULTS = Path("bench/results")
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `sweep`, `memory`, `compare` and `runs` to `agentos bench`."""
+    """Add `sweep`, `memory`, `compare`, `runs` and `auth-cost` to `agentos bench`."""
     _register_sweep(commands)
     _register_memory(commands)
     from agentos.bench.load import fairness_cli  # `agentos bench fairness` (tenants sharing the provider)
@@ -27,6 +27,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
     runs_cli.register(commands)
     commands.choices["runs"].set_defaults(handler=_checked("runs", runs_cli.run_command, lambda a: [a.profile]))
+    from agentos.bench.authcost import cli as auth_cost_cli  # `agentos bench auth-cost`
+
+    auth_cost_cli.register(commands)
 
 
 Handler = Callable[[argparse.Namespace], int]
