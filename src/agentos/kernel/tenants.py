@@ -65,7 +65,7 @@ class Tally:
 
 
 class Tenants:
-    __slots__ = ("_defaults", "_first", "_shares", "multi", "runs", "turns")
+    __slots__ = ("_defaults", "_first", "_shares", "multi", "runs", "turns", "version")
 
     def __init__(self, defaults: TenantShare) -> None:
         self._defaults = defaults
@@ -74,12 +74,14 @@ class Tenants:
         self.multi = False
         self.turns = Tally()  # admitted session turns per tenant
         self.runs = Tally()  # active runs (with a task) per tenant
+        self.version = 0  # counts `configure` calls: a weight may have changed
 
     def share(self, tenant: str) -> TenantShare:
         return self._shares.get(tenant, self._defaults)
 
     def configure(self, tenant: str, share: TenantShare) -> None:
         self.note(tenant)
+        self.version += 1
         if share == self._defaults:
             self._shares.pop(tenant, None)
         else:
