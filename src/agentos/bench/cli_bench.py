@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -145,8 +146,8 @@ def _sweep_profiles(args: argparse.Namespace) -> list[str]:
 def _check_tenants(args: argparse.Namespace) -> None:
     if args.tenants < 0:
         raise SystemExit("agentos bench sweep: --tenants must be 0 (one tenant, no keys) or more")
-    if args.tenants and args.server_url:  # the bench makes the keys with the admin token it starts a server with
-        raise SystemExit("agentos bench sweep: --tenants needs a server the bench starts (not --server-url)")
+    if args.tenants and args.server_url and not os.environ.get("AGENTOS_API_TOKEN"):
+        raise SystemExit("agentos bench sweep: --tenants with --server-url needs that server's AGENTOS_API_TOKEN")
 
 
 def _sweep(args: argparse.Namespace) -> int:

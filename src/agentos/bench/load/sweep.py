@@ -12,12 +12,15 @@ Tenancy (`tenants`): 0, the default, is the single-tenant path: no admin token, 
 session the default tenant's. With N > 0 each server starts with an admin token, the bench makes
 N tenants with one key each through the admin API, and every point spreads its users over them
 round-robin (`agentos.bench.load.sweep_tenants`). The direct rows are the same either way.
+An external server (`server_url`) with tenants needs its admin token in this process's
+`AGENTOS_API_TOKEN`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import sys
 import tempfile
@@ -188,7 +191,8 @@ async def run_sweep(plan: SweepPlan) -> dict[str, Any]:
                 await _points(run, _measure(DirectTarget(mock.url), http, direct_probes), None)
             if plan.server_url:
                 probes = Probes(server_pid=plan.server_pid, mock_pid=mock.pid, mock_base_url=mock.base_url)
-                await _points(run, _measure(ServerTarget(plan.server_url), http, probes), EXTERNAL)
+                admin = AdminKeys(os.environ.get("AGENTOS_API_TOKEN")) if plan.tenants else None
+                await _points(run, await _server_measure(plan, http, plan.server_url, probes, admin), EXTERNAL)
             else:
                 for profile in plan.profiles:
                     try:
