@@ -6,6 +6,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from agentos.bench.cli import mock_settings_from
@@ -41,6 +42,19 @@ def test_sessions_must_equal_concurrency() -> None:
         main(["bench", "sweep", "--sessions", "4", "--concurrency", "8"])
 
 
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [(["--tenants", "-1"], "must be 0"), (["--tenants", "3", "--server-url", "http://127.0.0.1:1"], "API_TOKEN")],
+)
+def test_tenants_need_a_count_and_an_admin_token(
+    argv: list[str], problem: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    monkeypatch.delenv("AGENTOS_API_TOKEN", raising=False)  # the external server's: the bench cannot make keys
+    with pytest.raises(SystemExit, match=problem):
+        main(["bench", "sweep", *argv])
+
+
 @pytest.mark.slow
 async def test_mock_llm_process_announces_its_url_and_serves_the_contract(tmp_path: Path) -> None:
     child = await start_mock_process(MockSettings(ttft_ms=1.0, tps=5000.0, scenario="tools"), tmp_path)
@@ -67,10 +81,13 @@ def test_profiles_resolve_by_name_or_path(tmp_path: Path) -> None:
 
 def test_bench_profiles_set_what_the_sweep_needs() -> None:
     root = Path(__file__).resolve().parents[2]
-    for name, store in (("no-store", False), ("full-store", True)):
+    for name, store in (("no-store", False), ("full-store", True), ("full-store-limits", True)):
         settings = load_settings(root / f"bench/profiles/{name}.toml")
         assert settings.store.enabled is store
         assert settings.kernel.max_in_flight_turns == 0 and settings.kernel.concurrency_limit == 1000
+    limits = load_settings(root / "bench/profiles/full-store-limits.toml").tenant_limits
+    rates = [v for k, v in msgspec.structs.asdict(limits).items() if k != "weight"]
+    assert min(rates) >= 1_000_000  # every limit set (so it runs), none near what a sweep offers
 
 
 def test_server_and_mock_command_lines(tmp_path: Path) -> None:

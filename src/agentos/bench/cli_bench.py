@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -105,6 +106,12 @@ def _register_sweep(commands: argparse._SubParsersAction[argparse.ArgumentParser
     sweep.add_argument("--mock-url", help="use an already running mock (…/v1)")
     sweep.add_argument("--mock-pid", type=int)
     sweep.add_argument("--keep-data", action="store_true", help="keep the temporary data and logs")
+    sweep.add_argument(
+        "--tenants",
+        type=int,
+        default=0,
+        help="spread the users round-robin over N tenants, one API key each (default 0: one tenant, no keys)",
+    )
     _add_mock_flags(sweep, 2000.0, 200.0, 8)
     _add_output_flags(sweep)
     sweep.set_defaults(handler=_checked("sweep", _sweep, _sweep_profiles))
@@ -139,11 +146,19 @@ def _sweep_profiles(args: argparse.Namespace) -> list[str]:
     return [p for p in args.profile.split(",") if p]
 
 
+def _check_tenants(args: argparse.Namespace) -> None:
+    if args.tenants < 0:
+        raise SystemExit("agentos bench sweep: --tenants must be 0 (one tenant, no keys) or more")
+    if args.tenants and args.server_url and not os.environ.get("AGENTOS_API_TOKEN"):
+        raise SystemExit("agentos bench sweep: --tenants with --server-url needs that server's AGENTOS_API_TOKEN")
+
+
 def _sweep(args: argparse.Namespace) -> int:
     from agentos.bench.common.loop import raise_fd_limit, run_loop
     from agentos.bench.load.sweep import SweepPlan, run_sweep
     from agentos.bench.mock.server import MockSettings
 
+    _check_tenants(args)
     raise_fd_limit()
     plan = SweepPlan(
         points=_points(args),
@@ -159,6 +174,7 @@ def _sweep(args: argparse.Namespace) -> int:
         server_pid=args.server_pid,
         command=_command_line(),
         keep_data=args.keep_data,
+        tenants=args.tenants,
     )
     report = run_loop(run_sweep(plan))
     label = "+".join(report["profiles"]) or "direct"

@@ -7,16 +7,24 @@ Usage::
 Order: the mock starts once; the `direct` rows run first against it (the zero-overhead row of
 this very run); then, per profile, a fresh server starts, runs every point, and stops.
 An external server (`server_url`) or mock (`mock_url`) is used as given and never stopped.
+
+Tenancy (`tenants`): 0, the default, is the single-tenant path: no admin token, no keys, every
+session the default tenant's. With N > 0 each server starts with an admin token, the bench makes
+N tenants with one key each through the admin API, and every point spreads its users over them
+round-robin (`agentos.bench.load.sweep_tenants`). The direct rows are the same either way.
+An external server (`server_url`) with tenants needs its admin token in this process's
+`AGENTOS_API_TOKEN`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,8 +39,10 @@ from agentos.bench.common.processes import (
     start_server_process,
     stop_child,
 )
-from agentos.bench.load.loadgen import PointPlan, PointResult, Probes, run_point
+from agentos.bench.load.loadgen import PointPlan, Probes, run_point
+from agentos.bench.load.sweep_tenants import make_tenant_keys, tenant_point_row
 from agentos.bench.load.targets import DirectTarget, ServerTarget, Target
+from agentos.bench.load.tenant_keys import AdminKeys
 from agentos.bench.mock.process import start_mock_process
 from agentos.bench.mock.server import MockSettings
 from agentos.bench.report.document import SCHEMA_VERSION
@@ -59,6 +69,7 @@ class SweepPlan:
     server_pid: int | None = None
     command: str = ""
     keep_data: bool = False
+    tenants: int = 0  # 0: one tenant, no keys; N: N tenants with a key each, users round-robin
 
 
 @dataclass(kw_only=True)
@@ -96,9 +107,17 @@ async def _mock(plan: SweepPlan, work_dir: Path) -> AsyncIterator[_Mock]:
         await stop_child(child.process)
 
 
-async def _points(
-    run: SweepRun, http: aiohttp.ClientSession, target: Target, probes: Probes, profile: str | None
-) -> None:
+Measure = Callable[[PointPlan], Awaitable[dict[str, Any]]]  # one point -> its row
+
+
+def _measure(target: Target, http: aiohttp.ClientSession, probes: Probes) -> Measure:
+    async def measure(plan: PointPlan) -> dict[str, Any]:
+        return (await run_point(target, http, plan, probes)).as_row()
+
+    return measure
+
+
+async def _points(run: SweepRun, measure: Measure, profile: str | None) -> None:
     for concurrency in run.plan.points:
         plan = PointPlan(
             concurrency=concurrency,
@@ -106,8 +125,7 @@ async def _points(
             duration_s=run.plan.duration_s,
             turn_timeout_s=run.plan.turn_timeout_s,
         )
-        result: PointResult = await run_point(target, http, plan, probes)
-        row = {"profile": profile, **result.as_row()}
+        row = {"profile": profile, **await measure(plan)}
         run.rows.append(row)
         _log(_progress(row))
         await asyncio.sleep(run.plan.settle_s)
@@ -122,18 +140,44 @@ def _progress(row: dict[str, Any]) -> str:
 
 
 async def _server_rows(run: SweepRun, http: aiohttp.ClientSession, mock: _Mock, profile: str) -> None:
+    admin = AdminKeys() if run.plan.tenants else None
     plan = ServerPlan(
-        profile_path=resolve_profile(profile), provider_url=mock.url, data_dir=run.work_dir / f"data-{profile}"
+        profile_path=resolve_profile(profile),
+        provider_url=mock.url,
+        data_dir=run.work_dir / f"data-{profile}",
+        env=admin.env if admin else {},
     )
     child = await start_server_process(plan, run.work_dir)
     _log(f"server ({profile}) pid {child.pid} at {child.url}")
     probes = Probes(server_pid=child.pid, mock_pid=mock.pid, mock_base_url=mock.base_url)
     try:
-        await _points(run, http, ServerTarget(child.url), probes, profile)
+        await _points(run, await _server_measure(run.plan, http, child.url, probes, admin), profile)
     finally:
         code = await stop_child(child.process)
         if code not in (0, -15, None):
             run.notes.append(f"server ({profile}) exited with {code}; log kept at {child.log_path}")
+
+
+async def _server_measure(
+    plan: SweepPlan, http: aiohttp.ClientSession, url: str, probes: Probes, admin: AdminKeys | None
+) -> Measure:
+    """How a point is measured on this server: one target, or the users spread over the tenants.
+
+    Raises:
+        BenchSetupError: the server refused to make the bench's tenants or keys.
+    """
+    if admin is None:
+        return _measure(ServerTarget(url), http, probes)
+    try:
+        keys = await make_tenant_keys(http, url, admin, plan.tenants)
+    except (RuntimeError, aiohttp.ClientError) as exc:
+        raise BenchSetupError(f"making {plan.tenants} tenants: {exc}") from exc
+    _log(f"{len(keys)} tenants with one key each")
+
+    async def measure(point: PointPlan) -> dict[str, Any]:
+        return await tenant_point_row(url, keys, http, point, probes)
+
+    return measure
 
 
 async def run_sweep(plan: SweepPlan) -> dict[str, Any]:
@@ -143,12 +187,12 @@ async def run_sweep(plan: SweepPlan) -> dict[str, Any]:
     try:
         async with _mock(plan, work_dir) as mock, bench_http_session() as http:
             if plan.direct:
-                await _points(
-                    run, http, DirectTarget(mock.url), Probes(mock_pid=mock.pid, mock_base_url=mock.base_url), None
-                )
+                direct_probes = Probes(mock_pid=mock.pid, mock_base_url=mock.base_url)
+                await _points(run, _measure(DirectTarget(mock.url), http, direct_probes), None)
             if plan.server_url:
                 probes = Probes(server_pid=plan.server_pid, mock_pid=mock.pid, mock_base_url=mock.base_url)
-                await _points(run, http, ServerTarget(plan.server_url), probes, EXTERNAL)
+                admin = AdminKeys(os.environ.get("AGENTOS_API_TOKEN")) if plan.tenants else None
+                await _points(run, await _server_measure(plan, http, plan.server_url, probes, admin), EXTERNAL)
             else:
                 for profile in plan.profiles:
                     try:
@@ -157,9 +201,14 @@ async def run_sweep(plan: SweepPlan) -> dict[str, Any]:
                         run.notes.append(f"profile {profile!r} not measured: {exc}")
                         _log(run.notes[-1])
     finally:
-        if not plan.keep_data and not run.notes:
+        if plan.keep_data or run.notes:
+            _log(f"data and logs kept in {work_dir}")
+        else:
             shutil.rmtree(work_dir, ignore_errors=True)
-    return sweep_report(run)
+    report = sweep_report(run)
+    if plan.keep_data:
+        report["kept_data"] = str(work_dir)  # data-<profile>/ per profile (the store), server.log
+    return report
 
 
 def sweep_report(run: SweepRun) -> dict[str, Any]:
@@ -175,9 +224,24 @@ def sweep_report(run: SweepRun) -> dict[str, Any]:
         "profiles": profiles,
         "mock": asdict(plan.mock) if not plan.mock_url else {"url": plan.mock_url},
         "command": plan.command,
+        "tenancy": tenancy(plan),
         "window": {"warmup_s": plan.warmup_s, "duration_s": plan.duration_s, "turn_timeout_s": plan.turn_timeout_s},
         "rows": run.rows,
         "notes": run.notes,
+    }
+
+
+def tenancy(plan: SweepPlan) -> dict[str, Any]:
+    """What the report's header says about tenants: how many, and how the users were spread."""
+    if not plan.tenants:
+        return {"tenants": 0, "text": "single tenant: no admin token, no keys (the default tenant, open on loopback)"}
+    return {
+        "tenants": plan.tenants,
+        "text": (
+            f"{plan.tenants} tenants, one API key each (made through /v1/admin after start, the server "
+            "started with an admin token); users assigned round-robin (user i -> tenant i mod "
+            f"{plan.tenants}), every request with its tenant's key"
+        ),
     }
 
 

@@ -15,6 +15,7 @@ import msgspec
 
 from agentos.bench.report.output import claim_stem
 from agentos.bench.report.overhead import overhead_rows
+from agentos.bench.report.tenants_table import tenancy_header, tenants_table
 
 SCHEMA_VERSION = 1
 
@@ -28,6 +29,7 @@ def _header(report: dict[str, Any]) -> list[str]:
         f"- **Versions:** {version_text}",
         f"- **Topology:** {report['topology']}",
         f"- **Profile(s):** {', '.join(report.get('profiles') or []) or 'none (direct only)'}",
+        *tenancy_header(report),
         f"- **Mock:** {_mock_text(report['mock'])}",
         f"- **Command:** `{report['command']}`",
     ]
@@ -146,6 +148,7 @@ def sweep_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
     lines += ["", "## Results"]
     lines += _sweep_tables(report["rows"])
     lines += _overhead_table(report["rows"])
+    lines += tenants_table(report["rows"])
     if report.get("notes"):
         lines += ["", "## Notes from the run", ""] + [f"- {note}" for note in report["notes"]]
     lines += ["", "## Plots", ""] + [f"![{name}]({file})" for name, file in images.items()]
