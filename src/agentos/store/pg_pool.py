@@ -1,0 +1,96 @@
+"""Connecting to PostgreSQL: the optional driver, the pool, and start-up errors that name the key.
+
+asyncpg is an optional dependency (`pip install 'agentos[postgres]'`) and is imported only
+here, only when `store.backend = "postgres"`: the embedded default never loads it. Every
+failure to reach the database at start-up becomes one `ConfigError` line naming
+`store.postgres_url` (the password is never shown).
+
+`store.postgres_schema` puts every table in one schema (created if missing) through the
+connection's `search_path`, so several installations (or tests) can share one database.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from agentos.errors import ConfigError
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from agentos.config import StoreConfig
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+def import_asyncpg() -> ModuleType:
+    """The asyncpg module.
+
+    Raises:
+        ConfigError: it is not installed; the message names the extra that brings it.
+    """
+    try:
+        return importlib.import_module("asyncpg")
+    except ImportError:
+        raise ConfigError(
+            "store.backend: postgres needs the asyncpg driver; install it with pip install 'agentos[postgres]'"
+        ) from None
+
+
+def shown_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    credentials, _, host = rest.rpartition("@")
+    return f"{scheme}://{credentials.split(':', 1)[0]}@{host}"
+
+
+def server_settings(schema: str) -> dict[str, str]:
+    return {"search_path": schema} if schema else {}
+
+
+async def connect(config: StoreConfig) -> asyncpg.Connection:
+    """One direct connection (migrations, `agentos db`), in the configured schema.
+
+    Raises:
+        ConfigError: naming store.postgres_url, when the server cannot be reached or refuses.
+    """
+    driver = import_asyncpg()
+    try:
+        conn: asyncpg.Connection = await driver.connect(config.postgres_url, timeout=CONNECT_TIMEOUT_S)
+    except Exception as exc:
+        raise unreachable(config.postgres_url, exc) from None
+    if config.postgres_schema:
+        await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{config.postgres_schema}"')
+        await conn.execute(f'SET search_path TO "{config.postgres_schema}"')
+    return conn
+
+
+async def create_pool(config: StoreConfig) -> asyncpg.Pool:
+    """The store's pool: small, with connections in the configured schema.
+
+    Raises:
+        ConfigError: naming store.postgres_url, when the server cannot be reached or refuses.
+    """
+    driver = import_asyncpg()
+    options: dict[str, Any] = {"server_settings": server_settings(config.postgres_schema)}
+    try:
+        pool: asyncpg.Pool = await driver.create_pool(
+            config.postgres_url,
+            min_size=1,
+            max_size=config.postgres_pool_max,
+            timeout=CONNECT_TIMEOUT_S,
+            command_timeout=30,
+            **options,
+        )
+    except Exception as exc:
+        raise unreachable(config.postgres_url, exc) from None
+    return pool
+
+
+def unreachable(url: str, exc: BaseException) -> ConfigError:
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return ConfigError(f"store.postgres_url: cannot connect to {shown_url(url)} ({reason})")
