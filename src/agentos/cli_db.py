@@ -51,7 +51,7 @@ async def _migrate(settings: Settings) -> list[int]:
     _require_postgres(settings)
     conn = await pg_pool.connect(settings.store)
     try:
-        return await pg_migrations.migrate(conn)
+        return await pg_migrations.migrate(conn, schema=settings.store.postgres_schema)
     finally:
         await conn.close()
 

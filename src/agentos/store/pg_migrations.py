@@ -66,8 +66,12 @@ def shipped() -> list[Migration]:
     return sorted(found, key=lambda m: m.version)
 
 
-async def migrate(conn: asyncpg.Connection, migrations: Sequence[Migration] | None = None) -> list[int]:
+async def migrate(
+    conn: asyncpg.Connection, migrations: Sequence[Migration] | None = None, *, schema: str = ""
+) -> list[int]:
     """Apply the pending migrations; the versions applied by this call (empty: up to date).
+
+    `schema` (the connection's search_path, `store.postgres_schema`) is created first if missing.
 
     Raises:
         MigrationError: an applied migration was edited, or the database is newer than this code.
@@ -75,6 +79,8 @@ async def migrate(conn: asyncpg.Connection, migrations: Sequence[Migration] | No
     migrations = shipped() if migrations is None else migrations
     await conn.execute("SELECT pg_advisory_lock($1)", LOCK_KEY)
     try:
+        if schema:  # under the lock: two nodes creating it at once would collide
+            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
         await conn.execute(_TABLE)
         applied = await _applied(conn)
         _verify(applied, migrations)

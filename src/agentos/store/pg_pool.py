@@ -5,8 +5,8 @@ here, only when `store.backend = "postgres"`: the embedded default never loads i
 failure to reach the database at start-up becomes one `ConfigError` line naming
 `store.postgres_url` (the password is never shown).
 
-`store.postgres_schema` puts every table in one schema (created if missing) through the
-connection's `search_path`, so several installations (or tests) can share one database.
+`store.postgres_schema` puts every table in one schema (created by the migrations, under their
+lock) through every connection's `search_path`, so several installations (or tests) can share one database.
 """
 
 from __future__ import annotations
@@ -59,13 +59,13 @@ async def connect(config: StoreConfig) -> asyncpg.Connection:
         ConfigError: naming store.postgres_url, when the server cannot be reached or refuses.
     """
     driver = import_asyncpg()
+    settings = server_settings(config.postgres_schema)
     try:
-        conn: asyncpg.Connection = await driver.connect(config.postgres_url, timeout=CONNECT_TIMEOUT_S)
+        conn: asyncpg.Connection = await driver.connect(
+            config.postgres_url, timeout=CONNECT_TIMEOUT_S, server_settings=settings
+        )
     except Exception as exc:
         raise unreachable(config.postgres_url, exc) from None
-    if config.postgres_schema:
-        await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{config.postgres_schema}"')
-        await conn.execute(f'SET search_path TO "{config.postgres_schema}"')
     return conn
 
 

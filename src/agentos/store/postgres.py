@@ -75,7 +75,7 @@ class PostgresStore:
         """
         conn = await pg_pool.connect(self._config)
         try:
-            await pg_migrations.migrate(conn)
+            await pg_migrations.migrate(conn, schema=self._config.postgres_schema)
         finally:
             await conn.close()
         self._pool = await pg_pool.create_pool(self._config)
