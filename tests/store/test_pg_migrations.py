@@ -84,3 +84,22 @@ async def test_a_failed_migration_rolls_back_alone_and_is_retried(config: StoreC
     assert [s.applied_at is not None for s in await states(config, [*pg_migrations.shipped(), broken])] == [True, False]
     fixed = Migration(2, "broken", "CREATE TABLE half (x int)")  # never applied, so it may still change
     assert await run(config, [*pg_migrations.shipped(), fixed]) == [2]
+
+
+def test_agentos_db_migrate_and_status(
+    config: StoreConfig, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentos.cli import main
+
+    flags = ["--store-backend", "postgres", "--postgres-url", config.postgres_url]
+    monkeypatch.setenv("AGENTOS_STORE_POSTGRES_SCHEMA", config.postgres_schema)
+    assert main(["db", "status", *flags]) == 1  # pending
+    assert capsys.readouterr().out == "0001_init  pending\n"
+    assert main(["db", "migrate", *flags]) == 0
+    assert capsys.readouterr().out == "applied 0001_init\n"
+    assert main(["db", "migrate", *flags]) == 0
+    assert capsys.readouterr().out == "up to date\n"
+    assert main(["db", "status", *flags]) == 0
+    assert capsys.readouterr().out.startswith("0001_init  20")
+    assert main(["db", "status"]) == 2  # the sqlite backend: one line naming store.backend
+    assert capsys.readouterr().err.startswith("agentos: store.backend: agentos db needs")

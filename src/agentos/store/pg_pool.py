@@ -11,6 +11,7 @@ lock) through every connection's `search_path`, so several installations (or tes
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -89,6 +90,20 @@ async def create_pool(config: StoreConfig) -> asyncpg.Pool:
     except Exception as exc:
         raise unreachable(config.postgres_url, exc) from None
     return pool
+
+
+def check_reachable(config: StoreConfig) -> None:
+    """Before anything starts (`agentos serve`): the driver is installed and the server answers.
+
+    Raises:
+        ConfigError: one line naming store.backend (no asyncpg) or store.postgres_url.
+    """
+    asyncio.run(_probe(config))
+
+
+async def _probe(config: StoreConfig) -> None:
+    conn = await connect(config)
+    await conn.close()
 
 
 def unreachable(url: str, exc: BaseException) -> ConfigError:
