@@ -150,7 +150,7 @@ def _make_store(settings: Settings, metrics: Metrics) -> Store:
     if settings.store.backend == "postgres":
         from agentos.store.postgres import PostgresStore  # asyncpg is loaded only for this backend
 
-        return PostgresStore(settings.store, on_batch=metrics.observe_event_batch)
+        return PostgresStore(settings.store, jsonl_dir=settings.jsonl_dir, on_batch=metrics.observe_event_batch)
     return SQLiteStore(
         Path(settings.data_dir), settings.store, jsonl_dir=settings.jsonl_dir, on_batch=metrics.observe_event_batch
     )

@@ -7,6 +7,7 @@ connection of our own, not through the store.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -57,9 +58,9 @@ async def test_sheds_events_and_access_rows_but_never_messages(config: StoreConf
     assert await count(config, "SELECT count(*) FROM messages") == 50
 
 
-async def test_close_drains_every_queue_in_few_transactions(config: StoreConfig) -> None:
+async def test_close_drains_every_queue_in_few_transactions(config: StoreConfig, tmp_path: Path) -> None:
     batches: list[int] = []
-    pg = PostgresStore(config, on_batch=lambda n, _wait_ms: batches.append(n))
+    pg = PostgresStore(config, jsonl_dir=str(tmp_path / "jsonl"), on_batch=lambda n, _wait_ms: batches.append(n))
     await pg.start()
     await pg.create_session(SessionRecord(tenant_id="default", session_id="s"))
     for i in range(1000):
@@ -73,6 +74,8 @@ async def test_close_drains_every_queue_in_few_transactions(config: StoreConfig)
     rows = await conn.fetch("SELECT data FROM events ORDER BY event_id")
     await conn.close()
     assert [msgspec.json.decode(r["data"])["i"] for r in rows] == list(range(1000))  # in order
+    lines = b"".join(p.read_bytes() for p in (tmp_path / "jsonl").glob("*.jsonl")).splitlines()
+    assert [msgspec.json.decode(line)["data"]["i"] for line in lines] == list(range(1000))  # jsonl_dir too
 
 
 async def test_a_bad_row_fails_alone(config: StoreConfig) -> None:
@@ -99,3 +102,28 @@ async def test_every_row_carries_a_tenant(config: StoreConfig) -> None:
     for table in ("sessions", "messages", "events", "access_log"):
         assert await count(config, f"SELECT count(DISTINCT tenant_id) FROM {table} WHERE tenant_id = 'default'") == 1
         assert await count(config, f"SELECT count(*) FROM {table} WHERE tenant_id <> 'default'") == 0
+
+
+async def test_after_the_server_ends_the_stores_connections_writes_go_on(config: StoreConfig) -> None:
+    name = f"agentos_{config.postgres_schema}"  # this store's connections, and no one else's
+    pg = PostgresStore(msgspec.structs.replace(config, postgres_url=f"{config.postgres_url}?application_name={name}"))
+    await pg.start()
+    await pg.create_session(SessionRecord(tenant_id="default", session_id="s"))
+    admin = await asyncpg.connect(config.postgres_url)
+    try:  # the server ends every connection of the store (a failover, an administrator)
+        ended = await admin.fetch(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", name
+        )
+    finally:
+        await admin.close()
+    assert ended  # the URL's application_name reached the server with the schema's search_path
+    outcomes = []
+    for i in range(3):  # the first write may fail (StoreError, never a hang); the pool then reconnects
+        try:
+            await pg.commit_message(msg(f"t{i}"))
+            outcomes.append("ok")
+        except StoreError:
+            outcomes.append("failed")
+    assert outcomes[-1] == "ok"
+    assert [m.turn_id for m in await pg.history("default", "s", limit=10)][-1] == "t2"
+    await pg.close()

@@ -40,6 +40,20 @@ def import_asyncpg() -> ModuleType:
         ) from None
 
 
+def driver_errors() -> tuple[type[Exception], ...]:
+    """What a database call raises when the database (not our code) fails: the driver's errors,
+    the network's, and an acquire that timed out."""
+    driver = import_asyncpg()
+    return (OSError, TimeoutError, driver.PostgresError, driver.InterfaceError)
+
+
+def connection_errors() -> tuple[type[Exception], ...]:
+    """The failures that are no row's fault: the server is unreachable or the connection broke.
+    A batch failing so fails whole at once (retrying its rows one by one would only wait longer)."""
+    driver = import_asyncpg()
+    return (OSError, TimeoutError, driver.PostgresConnectionError, driver.ConnectionDoesNotExistError)
+
+
 def shown_url(url: str) -> str:
     """The URL without its password, for messages."""
     if "@" not in url:

@@ -12,9 +12,10 @@ Two lanes, as in SQLite: durable (never dropped; callers await `wait_space()`) a
 operation queued before it is committed: reads call it first, so a read sees every write
 enqueued before it, like the SQLite writer's single queue.
 
-Failures: if a batch's transaction fails, each operation is applied again alone in its own
-transaction, so one bad row fails alone (its future gets a `StoreError`); a fire-and-forget
-write that fails is logged and counted. A database that is down fails each operation once.
+Failures: if a batch's transaction fails on a statement, each operation is applied again alone
+in its own transaction, so one bad row fails alone (its future gets a `StoreError`); a
+fire-and-forget write that fails is logged and counted. If the database is unreachable or the
+connection broke (`fatal_errors`), the whole batch fails at once, without a retry per row.
 """
 
 from __future__ import annotations
@@ -57,8 +58,10 @@ class PgWriter:
         batch_max_rows: int = 1000,
         linger_ms: float = 2.0,
         on_batch: Callable[[int, float], None] | None = None,
+        fatal_errors: tuple[type[Exception], ...] = (),
     ) -> None:
         self.name = name
+        self._fatal_errors = fatal_errors
         self._pool = pool
         self._acquire_timeout_s = acquire_timeout_s
         self._max = queue_max_rows
@@ -165,10 +168,14 @@ class PgWriter:
 
     async def _apply(self, batch: list[PgOp]) -> None:
         started = asyncio.get_running_loop().time()
+        results: list[BaseException | None] = [None] * len(batch)
         try:
             await self._commit(batch)
-            results: list[BaseException | None] = [None] * len(batch)
-        except Exception as exc:  # the batch failed as a whole: find the guilty rows one by one
+        except self._fatal_errors as exc:  # no row's fault: the whole batch fails at once
+            log.error("%s batch of %d failed: database unreachable (%s)", self.name, len(batch), exc)
+            reason = f"{self.name}: database unreachable ({type(exc).__name__}: {exc})"
+            results = [StoreError(reason) for _ in batch]
+        except Exception as exc:  # a row's fault, perhaps: find the guilty rows one by one
             log.warning("%s batch of %d failed (%s); applying each alone", self.name, len(batch), exc)
             results = [await self._apply_alone(op) for op in batch]
         self._resolve(batch, results, (asyncio.get_running_loop().time() - started) * 1000)

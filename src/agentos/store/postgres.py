@@ -19,12 +19,15 @@ Tenancy: every read and deletion filters on the caller's `tenant_id` in SQL, on 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from agentos.errors import StoreError
 from agentos.store import pg_migrations, pg_pool
 from agentos.store.base import StoreStatistics
+from agentos.store.jsonl import JsonlLog
 from agentos.store.pg_writer import PgWriter
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
 
@@ -60,11 +63,15 @@ WHERE usage IS NOT NULL AND created_at_ms >= $1 GROUP BY tenant_id"""
 
 
 class PostgresStore:
-    def __init__(self, config: StoreConfig, *, on_batch: Callable[[int, float], None] | None = None) -> None:
+    def __init__(
+        self, config: StoreConfig, *, jsonl_dir: str = "", on_batch: Callable[[int, float], None] | None = None
+    ) -> None:
         self._config = config
+        self._jsonl = JsonlLog(Path(jsonl_dir), queue_max_rows=config.queue_max_rows) if jsonl_dir else None
         self._on_batch = on_batch
         self._pool: asyncpg.Pool | None = None
         self._writers: tuple[PgWriter, PgWriter, PgWriter] | None = None
+        self._errors: tuple[type[Exception], ...] = ()
 
     async def start(self) -> None:
         """Migrate, open the pool, start the writers.
@@ -73,6 +80,7 @@ class PostgresStore:
             ConfigError: naming store.postgres_url: unreachable, refused, or a schema mismatch
                 (`MigrationError`); naming store.backend when asyncpg is not installed.
         """
+        self._errors = pg_pool.driver_errors()
         conn = await pg_pool.connect(self._config)
         try:
             await pg_migrations.migrate(conn, schema=self._config.postgres_schema)
@@ -85,6 +93,7 @@ class PostgresStore:
             "queue_max_rows": c.queue_max_rows,
             "batch_max_rows": c.batch_max_rows,
             "linger_ms": c.linger_ms,
+            "fatal_errors": pg_pool.connection_errors(),
         }
         self._writers = (
             PgWriter("messages", self._pool, **opts),
@@ -93,6 +102,8 @@ class PostgresStore:
         )
         for writer in self._writers:
             writer.start()
+        if self._jsonl is not None:
+            self._jsonl.start()
 
     async def close(self) -> None:
         if self._writers is not None:
@@ -101,6 +112,8 @@ class PostgresStore:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+        if self._jsonl is not None:
+            await self._jsonl.close()
 
     @property
     def _lanes(self) -> tuple[PgWriter, PgWriter, PgWriter]:
@@ -113,10 +126,17 @@ class PostgresStore:
         return self._pool
 
     async def _fetch(self, lane: PgWriter, sql: str, *args: Any) -> list[Any]:
+        """Rows of a read that sees every write queued on `lane` before it.
+
+        Raises:
+            StoreError: the pool was busy past its acquire timeout, or the database failed.
+        """
         await lane.barrier()
-        timeout = self._config.postgres_acquire_timeout_s
-        async with self._db.acquire(timeout=timeout) as conn:
-            rows: list[Any] = await conn.fetch(sql, *args)
+        try:
+            async with self._db.acquire(timeout=self._config.postgres_acquire_timeout_s) as conn:
+                rows: list[Any] = await conn.fetch(sql, *args)
+        except self._errors as exc:
+            raise StoreError(f"postgres read failed ({type(exc).__name__}: {exc})") from exc
         return rows
 
     # -- sessions ----------------------------------------------------------------------------
@@ -139,17 +159,26 @@ class PostgresStore:
 
     async def delete_session(self, tenant_id: str, session_id: str) -> bool:
         """Delete the tenant's session, its transcript and its events in one transaction, after
-        every write of theirs queued before the call."""
+        every write of theirs queued before the call.
+
+        Raises:
+            StoreError: the database failed; the transaction rolled back, nothing is deleted.
+        """
         messages, events, _ = self._lanes
         await messages.barrier()
         await events.barrier()
         key = (tenant_id, session_id)
-        async with self._db.acquire(timeout=self._config.postgres_acquire_timeout_s) as conn, conn.transaction():
-            gone = await conn.execute("DELETE FROM sessions WHERE tenant_id = $1 AND session_id = $2", *key)
-            if gone == "DELETE 0":
-                return False  # unknown, or another tenant's: nothing of it is touched
-            await conn.execute("DELETE FROM messages WHERE tenant_id = $1 AND session_id = $2", *key)
-            await conn.execute("DELETE FROM events WHERE tenant_id = $1 AND session_id = $2", *key)
+        try:
+            async with self._db.acquire(timeout=self._config.postgres_acquire_timeout_s) as conn, conn.transaction():
+                gone = await conn.execute("DELETE FROM sessions WHERE tenant_id = $1 AND session_id = $2", *key)
+                if gone == "DELETE 0":
+                    return False  # unknown, or another tenant's: nothing of it is touched
+                await conn.execute("DELETE FROM messages WHERE tenant_id = $1 AND session_id = $2", *key)
+                await conn.execute("DELETE FROM events WHERE tenant_id = $1 AND session_id = $2", *key)
+        except self._errors as exc:
+            raise StoreError(f"postgres delete failed ({type(exc).__name__}: {exc}); nothing was deleted") from exc
+        if self._jsonl is not None:
+            await self._jsonl.delete_session(session_id)
         return True
 
     async def session_counts(self) -> dict[str, int]:
@@ -193,6 +222,8 @@ class PostgresStore:
     def add_event(self, r: EventRecord) -> None:
         params = (r.tenant_id, r.session_id, r.turn_id, r.type, _encode(r.data).decode(), r.created_at_ms)
         self._lanes[1].put(_INSERT_EVENT, params, sheddable=True)
+        if self._jsonl is not None:
+            self._jsonl.write(r)
 
     async def list_events(self, tenant_id: str, session_id: str, *, after: int, limit: int) -> list[EventRecord]:
         sql = (
@@ -213,7 +244,8 @@ class PostgresStore:
         if self._writers is None:
             return StoreStatistics(0, 0, 0, 0, 0)
         m, e, a = (w.statistics() for w in self._writers)
-        return StoreStatistics(m.queued, e.queued, a.queued, e.dropped_total, a.dropped_total)  # as SQLite's
+        jsonl_dropped = self._jsonl.dropped_total if self._jsonl is not None else 0
+        return StoreStatistics(m.queued, e.queued, a.queued, e.dropped_total + jsonl_dropped, a.dropped_total)
 
 
 def _message_params(r: MessageRecord) -> tuple[Any, ...]:
