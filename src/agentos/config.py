@@ -100,7 +100,7 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     postgres_url: str = ""  # postgresql://user:password@host:5432/database
     postgres_schema: str = ""  # "": the server's search_path; else this schema (created if missing)
     postgres_pool_max: PosInt = 10  # connections per node; nodes x pool <= the server's max_connections
-    postgres_acquire_timeout_s: PosFloat = 2.0  # a pool this busy fails fast, never a long wait
+    postgres_acquire_timeout_s: PosFloat = 2.0  # a read waits this long for a connection, then fails
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from agentos.config import StoreConfig
 
+_WRITER_ACQUIRE_TIMEOUT_S = 30.0
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
 
@@ -89,7 +90,9 @@ class PostgresStore:
         self._pool = await pg_pool.create_pool(self._config)
         c = self._config
         opts: dict[str, Any] = {
-            "acquire_timeout_s": c.postgres_acquire_timeout_s,
+            # A writer is a background task: it may wait longer for a connection than a request
+            # may, since its bounded queue meanwhile sheds events and holds back new messages.
+            "acquire_timeout_s": max(c.postgres_acquire_timeout_s, _WRITER_ACQUIRE_TIMEOUT_S),
             "queue_max_rows": c.queue_max_rows,
             "batch_max_rows": c.batch_max_rows,
             "linger_ms": c.linger_ms,
