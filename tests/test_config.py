@@ -203,3 +203,19 @@ def test_the_cli_names_the_flag_or_the_variable(
     monkeypatch.setenv("AGENTOS_PORT", "abc")
     assert main(["serve"]) == 2  # before anything starts
     assert capsys.readouterr().err == "agentos: AGENTOS_PORT=abc: server.port expects an integer\n"
+
+
+def test_the_store_backend_from_env_and_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    """store.backend and store.postgres_url: AGENTOS_* env, flags; the password never shown."""
+    assert load_settings(None, environ={}).store.backend == "sqlite"
+    url = "postgresql://app:pw-live@db.internal:5432/agentos"
+    s = load_settings(None, environ={"AGENTOS_STORE_BACKEND": "postgres", "AGENTOS_POSTGRES_URL": url})
+    assert (s.store.backend, s.store.postgres_url) == ("postgres", url)
+    with pytest.raises(ConfigError, match="store.backend"):
+        load_settings(None, environ={"AGENTOS_STORE_BACKEND": "mysql"})
+    with pytest.raises(ConfigError, match="store.postgres_url must be a postgresql:// URL") as bad:
+        load_settings(None, environ={"AGENTOS_STORE_BACKEND": "postgres", "AGENTOS_POSTGRES_URL": "http://u:pw@x/y"})
+    assert "pw" not in str(bad.value)
+    assert main(["config", "show", "--store-backend", "postgres", "--postgres-url", url]) == 0
+    out = capsys.readouterr().out
+    assert "pw-live" not in out and 'postgres_url = "postgresql://app:**********@db.internal:5432/agentos"' in out

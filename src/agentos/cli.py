@@ -28,6 +28,8 @@ _FLAG_KEYS = {
     "mock_ttft_ms": "mock.ttft_ms",
     "mock_tps": "mock.tps",
     "mock_tokens": "mock.tokens",
+    "store_backend": "store.backend",
+    "postgres_url": "store.postgres_url",
 }
 
 
@@ -42,11 +44,17 @@ def _add_settings_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-in-flight-turns", type=int, help="admission gate, 0 = off")
     p.add_argument("--concurrency-limit", type=int, help="concurrent provider streams")
     p.add_argument("--session-ttl-secs", type=float)
+    _add_store_flags(p)
     mock = p.add_argument_group("built-in mock provider (when no --provider-url)")
     mock.add_argument("--mock-scenario", choices=("plain", "tools"), help="tools: agents get tool calls")
     mock.add_argument("--mock-ttft-ms", type=float, help="delay before the first token")
     mock.add_argument("--mock-tps", type=float, help="tokens per second")
     mock.add_argument("--mock-tokens", type=int, help="tokens per answer")
+
+
+def _add_store_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store-backend", choices=("sqlite", "postgres"), help="where sessions and events live")
+    p.add_argument("--postgres-url", help="postgresql://user@host:5432/db (store.backend = postgres)")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -78,6 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings_flags(show)
     show.set_defaults(handler=_config_show)
 
+    db = commands.add_parser("db", help="the PostgreSQL store's schema")
+    db_commands = db.add_subparsers(dest="db_command", required=True)
+    for name, help_text in (("migrate", "apply pending migrations"), ("status", "applied and pending migrations")):
+        sub = db_commands.add_parser(name, help=help_text)
+        sub.add_argument("--config", type=Path, help="TOML config file")
+        _add_store_flags(sub)
+        sub.set_defaults(handler=_db, db_command=name)
+
     from agentos import cli_admin
     from agentos.bench.cli import register_commands
 
@@ -91,6 +107,13 @@ def _serve(args: argparse.Namespace) -> int:
     from agentos.server import run_server
 
     return run_server(settings_from_args(args), provider_setup=builtin_mock)
+
+
+def _db(args: argparse.Namespace) -> int:
+    from agentos import cli_db
+
+    settings = settings_from_args(args)
+    return cli_db.migrate_command(settings) if args.db_command == "migrate" else cli_db.status_command(settings)
 
 
 def _config_show(args: argparse.Namespace) -> int:

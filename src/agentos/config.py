@@ -95,6 +95,12 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     batch_max_rows: PosInt = 1000
     linger_ms: NonNegFloat = 2.0  # under load, how long a writer waits for its batch to fill
     busy_timeout_ms: NonNegInt = 5000
+    # postgres: sessions, messages, events, access log (docs/deployment.md); runs and tenants stay in SQLite
+    backend: Literal["sqlite", "postgres"] = "sqlite"
+    postgres_url: str = ""  # postgresql://user:password@host:5432/database
+    postgres_schema: str = ""  # "": the server's search_path; else this schema (created if missing)
+    postgres_pool_max: PosInt = 10  # connections per node; nodes x pool <= the server's max_connections
+    postgres_acquire_timeout_s: PosFloat = 2.0  # a read waits this long for a connection, then fails
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -134,6 +140,8 @@ ENV_ALIASES: dict[str, str] = {
     "AGENTOS_CONCURRENCY_LIMIT": "kernel.concurrency_limit",
     "AGENTOS_SESSION_TTL_SECS": "kernel.session_ttl_secs",
     "AGENTOS_STORE_ENABLED": "store.enabled",
+    "AGENTOS_STORE_BACKEND": "store.backend",
+    "AGENTOS_POSTGRES_URL": "store.postgres_url",
 }
 
 _SECTIONS = ("server", "kernel", "provider", "mock", "store", "security", "sandbox", "tenant_limits")
@@ -258,6 +266,7 @@ def _check(settings: Settings) -> None:
     url = settings.provider.url
     if url and not url.startswith(("http://", "https://")):
         raise InvalidSetting("provider.url", f"must start with http:// or https://, got {url!r}")
+    _check_store(settings.store)
     if settings.agents:
         from agentos.agents.spec import parse_config_agents  # only when agents are configured
 
@@ -266,6 +275,14 @@ def _check(settings: Settings) -> None:
         from agentos.agents.policy import AgentPolicy  # only when the administrator set any
 
         AgentPolicy.from_settings(settings)  # raises ConfigError naming security.<key>
+
+
+def _check_store(store: StoreConfig) -> None:
+    if store.backend == "postgres" and not store.postgres_url.startswith(("postgresql://", "postgres://")):
+        shown = store.postgres_url.split("@")[-1]  # never echo a password
+        raise InvalidSetting("store.postgres_url", f"must be a postgresql:// URL for the postgres backend: {shown!r}")
+    if not store.postgres_schema.replace("_", "a").isalnum() and store.postgres_schema:
+        raise InvalidSetting("store.postgres_schema", "letters, digits and _ only")
 
 
 def resolve_paths(settings: Settings) -> Settings:

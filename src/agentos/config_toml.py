@@ -19,6 +19,11 @@ def to_toml_dict(settings: Settings) -> dict[str, Any]:
         data["provider"]["api_key"] = "**********"
     if data["security"]["key_pepper"]:
         data["security"]["key_pepper"] = "**********"
+    url = data["store"]["postgres_url"]
+    if "@" in url and ":" in url.split("://", 1)[-1].split("@", 1)[0]:  # user:password@ -> user:***@
+        scheme, rest = url.split("://", 1)
+        user = rest.split("@", 1)[0].split(":", 1)[0]
+        data["store"]["postgres_url"] = f"{scheme}://{user}:**********@{rest.split('@', 1)[1]}"
     return data
 
 

@@ -175,12 +175,16 @@ def run_server(settings: Settings, *, provider_setup: ProviderSetup | None = Non
     started yet (the built-in mock, the store, the fork server).
 
     Raises:
-        ConfigError: the address, the port or a directory cannot be used.
+        ConfigError: the address, the port, a directory or the PostgreSQL store cannot be used.
     """
     settings = resolve_paths(settings)
     check_bind(settings)
     check_directories(settings)
     check_port(settings)
+    if settings.store.enabled and settings.store.backend == "postgres":
+        from agentos.store.pg_pool import check_reachable  # loads asyncpg: only for this backend
+
+        check_reachable(settings.store)
     listener = _configure_logging(settings.log_level)
     raise_fd_limit()
     try:

@@ -147,6 +147,10 @@ async def open_tenants(settings: Settings, now_ms: Callable[[], int] = wall_ms) 
 def _make_store(settings: Settings, metrics: Metrics) -> Store:
     if not settings.store.enabled:
         return MemoryStore()
+    if settings.store.backend == "postgres":
+        from agentos.store.postgres import PostgresStore  # asyncpg is loaded only for this backend
+
+        return PostgresStore(settings.store, jsonl_dir=settings.jsonl_dir, on_batch=metrics.observe_event_batch)
     return SQLiteStore(
         Path(settings.data_dir), settings.store, jsonl_dir=settings.jsonl_dir, on_batch=metrics.observe_event_batch
     )

@@ -1,27 +1,17 @@
-"""One contract for both stores: the memory store is a verified fake of the SQLite one."""
+"""One contract for every store (memory, SQLite, PostgreSQL; the `store` fixture is in conftest.py):
+the memory store is a verified fake of the SQLite one, and PostgreSQL answers exactly like SQLite."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
-import pytest
 
 from agentos.config import StoreConfig
 from agentos.store.base import Store
-from agentos.store.memory import MemoryStore
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
 from agentos.store.sqlite import SQLiteStore
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    s: Store = MemoryStore(keep_events=True) if request.param == "memory" else SQLiteStore(tmp_path, StoreConfig())
-    await s.start()
-    yield s
-    await s.close()
 
 
 def msg(session_id: str, turn_id: str, role: str, content: str, status: str = "completed") -> MessageRecord:

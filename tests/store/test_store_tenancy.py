@@ -5,26 +5,14 @@ exist. The SQLite store does it in SQL, on indexes led by tenant_id (migrated on
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from agentos.config import StoreConfig
 from agentos.store.base import Store
-from agentos.store.memory import MemoryStore
 from agentos.store.records import EventRecord, MessageRecord, SessionRecord
 from agentos.store.sqlite import SQLiteStore
 
 A, B = "acme", "bravo"
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    s: Store = MemoryStore(keep_events=True) if request.param == "memory" else SQLiteStore(tmp_path, StoreConfig())
-    await s.start()
-    yield s
-    await s.close()
 
 
 async def fill(store: Store, tenant: str, sid: str) -> None:

@@ -1,0 +1,125 @@
+"""Connecting to PostgreSQL: the optional driver, the pool, and start-up errors that name the key.
+
+asyncpg is an optional dependency (`pip install 'agentos[postgres]'`) and is imported only
+here, only when `store.backend = "postgres"`: the embedded default never loads it. Every
+failure to reach the database at start-up becomes one `ConfigError` line naming
+`store.postgres_url` (the password is never shown).
+
+`store.postgres_schema` puts every table in one schema (created by the migrations, under their
+lock) through every connection's `search_path`, so several installations (or tests) can share one database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from agentos.errors import ConfigError
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from agentos.config import StoreConfig
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+def import_asyncpg() -> ModuleType:
+    """The asyncpg module.
+
+    Raises:
+        ConfigError: it is not installed; the message names the extra that brings it.
+    """
+    try:
+        return importlib.import_module("asyncpg")
+    except ImportError:
+        raise ConfigError(
+            "store.backend: postgres needs the asyncpg driver; install it with pip install 'agentos[postgres]'"
+        ) from None
+
+
+def driver_errors() -> tuple[type[Exception], ...]:
+    """What a database call raises when the database (not our code) fails: the driver's errors,
+    the network's, and an acquire that timed out."""
+    driver = import_asyncpg()
+    return (OSError, TimeoutError, driver.PostgresError, driver.InterfaceError)
+
+
+def connection_errors() -> tuple[type[Exception], ...]:
+    """The failures that are no row's fault: the server is unreachable or the connection broke.
+    A batch failing so fails whole at once (retrying its rows one by one would only wait longer)."""
+    driver = import_asyncpg()
+    return (OSError, TimeoutError, driver.PostgresConnectionError, driver.ConnectionDoesNotExistError)
+
+
+def shown_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    credentials, _, host = rest.rpartition("@")
+    return f"{scheme}://{credentials.split(':', 1)[0]}@{host}"
+
+
+def server_settings(schema: str) -> dict[str, str]:
+    return {"search_path": schema} if schema else {}
+
+
+async def connect(config: StoreConfig) -> asyncpg.Connection:
+    """One direct connection (migrations, `agentos db`), in the configured schema.
+
+    Raises:
+        ConfigError: naming store.postgres_url, when the server cannot be reached or refuses.
+    """
+    driver = import_asyncpg()
+    settings = server_settings(config.postgres_schema)
+    try:
+        conn: asyncpg.Connection = await driver.connect(
+            config.postgres_url, timeout=CONNECT_TIMEOUT_S, server_settings=settings
+        )
+    except Exception as exc:
+        raise unreachable(config.postgres_url, exc) from None
+    return conn
+
+
+async def create_pool(config: StoreConfig) -> asyncpg.Pool:
+    """The store's pool: small, with connections in the configured schema.
+
+    Raises:
+        ConfigError: naming store.postgres_url, when the server cannot be reached or refuses.
+    """
+    driver = import_asyncpg()
+    options: dict[str, Any] = {"server_settings": server_settings(config.postgres_schema)}
+    try:
+        pool: asyncpg.Pool = await driver.create_pool(
+            config.postgres_url,
+            min_size=1,
+            max_size=config.postgres_pool_max,
+            timeout=CONNECT_TIMEOUT_S,
+            command_timeout=30,
+            **options,
+        )
+    except Exception as exc:
+        raise unreachable(config.postgres_url, exc) from None
+    return pool
+
+
+def check_reachable(config: StoreConfig) -> None:
+    """Before anything starts (`agentos serve`): the driver is installed and the server answers.
+
+    Raises:
+        ConfigError: one line naming store.backend (no asyncpg) or store.postgres_url.
+    """
+    asyncio.run(_probe(config))
+
+
+async def _probe(config: StoreConfig) -> None:
+    conn = await connect(config)
+    await conn.close()
+
+
+def unreachable(url: str, exc: BaseException) -> ConfigError:
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return ConfigError(f"store.postgres_url: cannot connect to {shown_url(url)} ({reason})")

@@ -1,0 +1,225 @@
+"""The PostgreSQL counterpart of `agentos.store.writer.Writer`: one task per lane, batched commits.
+
+Theory of operation. The event loop enqueues operations (a statement and its parameters) and
+returns; one task per writer takes batches (the same `Batcher` policy as SQLite: idle -> at
+once, busy -> linger so the batch fills, full -> at once) and applies each batch in ONE
+transaction on one pooled connection, consecutive rows of the same statement as one
+`executemany` (pipelined by asyncpg: one round trip per run of rows, not per row). The batch's
+futures resolve after COMMIT, so `submit()` is a durable acknowledgement (group commit).
+
+Two lanes, as in SQLite: durable (never dropped; callers await `wait_space()`) and sheddable
+(dropped and counted once its lane holds `queue_max_rows`). `barrier()` resolves once every
+operation queued before it is committed: reads call it first, so a read sees every write
+enqueued before it, like the SQLite writer's single queue.
+
+Failures: if a batch's transaction fails on a statement, each operation is applied again alone
+in its own transaction, so one bad row fails alone (its future gets a `StoreError`); a
+fire-and-forget write that fails is logged and counted. If the database is unreachable or the
+connection broke (`fatal_errors`), the whole batch fails at once, without a retry per row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from agentos.errors import StoreError
+from agentos.store.base import WriterStatistics
+from agentos.store.batching import Batcher
+
+if TYPE_CHECKING:
+    import asyncpg
+
+log = logging.getLogger("agentos.store")
+
+_BUSY_WINDOW_S = 0.02
+
+
+class PgOp(NamedTuple):
+    sql: str | None  # None: a barrier
+    params: Sequence[Any]
+    future: asyncio.Future[None] | None
+    sheddable: bool
+
+
+class PgWriter:
+    """One lane of writes to PostgreSQL. `put()` never blocks; `submit()` awaits the commit."""
+
+    def __init__(
+        self,
+        name: str,
+        pool: asyncpg.Pool,
+        *,
+        acquire_timeout_s: float,
+        queue_max_rows: int = 20_000,
+        batch_max_rows: int = 1000,
+        linger_ms: float = 2.0,
+        on_batch: Callable[[int, float], None] | None = None,
+        fatal_errors: tuple[type[Exception], ...] = (),
+    ) -> None:
+        self.name = name
+        self._fatal_errors = fatal_errors
+        self._pool = pool
+        self._acquire_timeout_s = acquire_timeout_s
+        self._max = queue_max_rows
+        self._on_batch = on_batch
+        self._batcher: Batcher[PgOp] = Batcher(
+            max_items=batch_max_rows, linger_s=linger_ms / 1000, busy_window_s=_BUSY_WINDOW_S
+        )
+        self._wake = asyncio.Event()
+        self._space = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._inflight = 0  # operations of the batch being applied
+        self._queued = self._shed_queued = 0
+        self._written = self._dropped = self._batches = self._failed = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._serve(), name=f"agentos-pg-{self.name}")
+
+    async def close(self) -> None:
+        """Refuse new operations, commit every queued one, then stop."""
+        if self._task is None:
+            return
+        self._closing = True
+        self._wake.set()
+        await self._task
+        self._task = None
+
+    # -- the loop's side ---------------------------------------------------------------------
+
+    def put(self, sql: str, params: Sequence[Any], *, sheddable: bool = False) -> bool:
+        """Enqueue a write; False if a sheddable one was dropped (its lane is full or closed).
+
+        Raises:
+            StoreError: the writer is closed (a sheddable write is dropped instead).
+        """
+        if sheddable and (self._shed_queued >= self._max or self._refusing()):
+            self._dropped += 1
+            return False
+        self._enqueue(PgOp(sql, params, None, sheddable))
+        return True
+
+    def submit(self, sql: str, params: Sequence[Any]) -> asyncio.Future[None]:
+        """Enqueue a write; the future resolves once its batch is committed.
+
+        Raises:
+            StoreError: the writer is closed.
+        """
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._enqueue(PgOp(sql, params, future, False))
+        return future
+
+    async def barrier(self) -> None:
+        """Return once every operation queued before the call is committed (or failed)."""
+        if not len(self._batcher) and not self._inflight:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._enqueue(PgOp(None, (), future, False))
+        await future
+
+    async def wait_space(self) -> None:
+        """Backpressure for writes that are never dropped: wait until the lane is under its bound."""
+        while self._queued >= self._max and not self._refusing():
+            self._space.clear()
+            await self._space.wait()
+
+    def _refusing(self) -> bool:
+        return self._task is None or self._closing
+
+    def _enqueue(self, op: PgOp) -> None:
+        if self._refusing():
+            raise StoreError(f"{self.name} writer is closed")
+        if op.sheddable:
+            self._shed_queued += 1
+        else:
+            self._queued += 1
+        self._batcher.add(op, asyncio.get_running_loop().time())
+        self._wake.set()
+
+    def statistics(self) -> WriterStatistics:
+        return WriterStatistics(
+            self.name, self._queued, self._written, self._dropped, self._batches, self._shed_queued, self._failed
+        )
+
+    # -- the task ----------------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        loop, batcher = asyncio.get_running_loop(), self._batcher
+        while True:
+            now = loop.time()
+            batch = batcher.take(now, flush=self._closing)
+            if batch:
+                self._inflight = len(batch)
+                await self._apply(batch)
+                self._inflight = 0
+                continue
+            if self._closing:
+                return
+            due = batcher.due_at()
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), None if due is None else max(0.0, due - now))
+
+    async def _apply(self, batch: list[PgOp]) -> None:
+        started = asyncio.get_running_loop().time()
+        results: list[BaseException | None] = [None] * len(batch)
+        try:
+            await self._commit(batch)
+        except self._fatal_errors as exc:  # no row's fault: the whole batch fails at once
+            log.error("%s batch of %d failed: database unreachable (%s)", self.name, len(batch), exc)
+            reason = f"{self.name}: database unreachable ({type(exc).__name__}: {exc})"
+            results = [StoreError(reason) for _ in batch]
+        except Exception as exc:  # a row's fault, perhaps: find the guilty rows one by one
+            log.warning("%s batch of %d failed (%s); applying each alone", self.name, len(batch), exc)
+            results = [await self._apply_alone(op) for op in batch]
+        self._resolve(batch, results, (asyncio.get_running_loop().time() - started) * 1000)
+
+    async def _commit(self, batch: Sequence[PgOp]) -> None:
+        runs: list[tuple[str, list[Sequence[Any]]]] = []
+        for op in batch:
+            if op.sql is None:
+                continue
+            if runs and runs[-1][0] == op.sql:
+                runs[-1][1].append(op.params)
+            else:
+                runs.append((op.sql, [op.params]))
+        if not runs:
+            return
+        async with self._pool.acquire(timeout=self._acquire_timeout_s) as conn, conn.transaction():
+            for sql, rows in runs:
+                await conn.executemany(sql, rows)
+
+    async def _apply_alone(self, op: PgOp) -> BaseException | None:
+        try:
+            await self._commit([op])
+        except Exception as exc:
+            return StoreError(f"{self.name}: write failed ({type(exc).__name__}: {exc})")
+        return None
+
+    def _resolve(self, batch: list[PgOp], results: list[BaseException | None], wait_ms: float) -> None:
+        shed = 0
+        for op, error in zip(batch, results, strict=True):
+            shed += op.sheddable
+            if error is not None:
+                self._failed += 1
+                if op.future is None:
+                    log.error("%s", error)
+            if op.future is not None and not op.future.done():
+                if error is None:
+                    op.future.set_result(None)
+                else:
+                    op.future.set_exception(error)
+        self._queued -= len(batch) - shed
+        self._shed_queued -= shed
+        self._written += len(batch)
+        self._batches += 1
+        if self._queued < self._max:
+            self._space.set()
+        if self._on_batch is not None:
+            self._on_batch(len(batch), wait_ms)

@@ -1,0 +1,271 @@
+"""The PostgreSQL store: sessions, transcripts, turn events and the access log in one database.
+
+Theory of operation. `start()` applies the pending migrations (under an advisory lock, see
+`agentos.store.pg_migrations`), opens a small asyncpg pool and starts three `PgWriter` lanes,
+the same split as the SQLite store's three files:
+- `messages`: sessions and transcripts, never shed; `create_session` and `commit_message` are
+  acknowledged after COMMIT, `add_message` returns at once (callers await `wait_space()`);
+- `events` and `access`: shed and counted over their bound, committed in batches.
+Many turns finishing together share one transaction per lane (group commit); nothing is a
+per-token round trip.
+
+Reads go straight to the pool after a `barrier()` on the lane they read, so a read sees every
+write enqueued before it (as with SQLite's one ordered queue) while reads run in parallel.
+
+Tenancy: every read and deletion filters on the caller's `tenant_id` in SQL, on indexes led by
+`tenant_id` (migration 0001); another tenant's session answers exactly like a missing one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from agentos.errors import StoreError
+from agentos.store import pg_migrations, pg_pool
+from agentos.store.base import StoreStatistics
+from agentos.store.jsonl import JsonlLog
+from agentos.store.pg_writer import PgWriter
+from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from agentos.config import StoreConfig
+
+_WRITER_ACQUIRE_TIMEOUT_S = 30.0
+_encode = msgspec.json.encode
+_decode = msgspec.json.decode
+
+# A batch applied again after a failure may repeat a write, so the writes with a natural key
+# are idempotent. Events and access rows have none; they are sheddable anyway.
+_INSERT_SESSION = "INSERT INTO sessions VALUES ($1, $2, $3, $4::jsonb, $5) ON CONFLICT (session_id) DO NOTHING"
+_INSERT_MESSAGE = """
+INSERT INTO messages (tenant_id, session_id, turn_id, role, content, status, usage, created_at_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8)
+ON CONFLICT (turn_id, role) DO UPDATE SET content = excluded.content, status = excluded.status, usage = excluded.usage
+"""
+_INSERT_EVENT = (
+    "INSERT INTO events (tenant_id, session_id, turn_id, type, data, created_at_ms)"
+    " VALUES ($1, $2, $3, $4, $5::jsonb, $6)"
+)
+_INSERT_ACCESS = (
+    "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote, key_id)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+)
+_MESSAGE_COLUMNS = "message_id, tenant_id, session_id, turn_id, role, content, status, usage, created_at_ms"
+_SESSION_COLUMNS = "session_id, tenant_id, agent, metadata, created_at_ms"
+_TOKENS_SINCE = """SELECT tenant_id, SUM(COALESCE((usage->>'prompt_tokens')::bigint, 0)
++ COALESCE((usage->>'completion_tokens')::bigint, 0)) FROM messages
+WHERE usage IS NOT NULL AND created_at_ms >= $1 GROUP BY tenant_id"""
+
+
+class PostgresStore:
+    def __init__(
+        self, config: StoreConfig, *, jsonl_dir: str = "", on_batch: Callable[[int, float], None] | None = None
+    ) -> None:
+        self._config = config
+        self._jsonl = JsonlLog(Path(jsonl_dir), queue_max_rows=config.queue_max_rows) if jsonl_dir else None
+        self._on_batch = on_batch
+        self._pool: asyncpg.Pool | None = None
+        self._writers: tuple[PgWriter, PgWriter, PgWriter] | None = None
+        self._errors: tuple[type[Exception], ...] = ()
+
+    async def start(self) -> None:
+        """Migrate, open the pool, start the writers.
+
+        Raises:
+            ConfigError: naming store.postgres_url: unreachable, refused, or a schema mismatch
+                (`MigrationError`); naming store.backend when asyncpg is not installed.
+        """
+        self._errors = pg_pool.driver_errors()
+        conn = await pg_pool.connect(self._config)
+        try:
+            await pg_migrations.migrate(conn, schema=self._config.postgres_schema)
+        finally:
+            await conn.close()
+        self._pool = await pg_pool.create_pool(self._config)
+        c = self._config
+        opts: dict[str, Any] = {
+            # A writer is a background task: it may wait longer for a connection than a request
+            # may, since its bounded queue meanwhile sheds events and holds back new messages.
+            "acquire_timeout_s": max(c.postgres_acquire_timeout_s, _WRITER_ACQUIRE_TIMEOUT_S),
+            "queue_max_rows": c.queue_max_rows,
+            "batch_max_rows": c.batch_max_rows,
+            "linger_ms": c.linger_ms,
+            "fatal_errors": pg_pool.connection_errors(),
+        }
+        self._writers = (
+            PgWriter("messages", self._pool, **opts),
+            PgWriter("events", self._pool, on_batch=self._on_batch, **opts),
+            PgWriter("access", self._pool, **opts),
+        )
+        for writer in self._writers:
+            writer.start()
+        if self._jsonl is not None:
+            self._jsonl.start()
+
+    async def close(self) -> None:
+        if self._writers is not None:
+            for writer in self._writers:
+                await writer.close()
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+        if self._jsonl is not None:
+            await self._jsonl.close()
+
+    @property
+    def _lanes(self) -> tuple[PgWriter, PgWriter, PgWriter]:
+        assert self._writers is not None, "store not started"
+        return self._writers
+
+    @property
+    def _db(self) -> asyncpg.Pool:
+        assert self._pool is not None, "store not started"
+        return self._pool
+
+    async def _fetch(self, lane: PgWriter, sql: str, *args: Any) -> list[Any]:
+        """Rows of a read that sees every write queued on `lane` before it.
+
+        Raises:
+            StoreError: the pool was busy past its acquire timeout, or the database failed.
+        """
+        await lane.barrier()
+        try:
+            async with self._db.acquire(timeout=self._config.postgres_acquire_timeout_s) as conn:
+                rows: list[Any] = await conn.fetch(sql, *args)
+        except self._errors as exc:
+            raise StoreError(f"postgres read failed ({type(exc).__name__}: {exc})") from exc
+        return rows
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    async def create_session(self, r: SessionRecord) -> None:
+        params = (r.session_id, r.tenant_id, r.agent, _encode(r.metadata).decode(), r.created_at_ms)
+        await self._lanes[0].submit(_INSERT_SESSION, params)
+
+    async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
+        sql = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_id = $1 AND tenant_id = $2"
+        rows = await self._fetch(self._lanes[0], sql, session_id, tenant_id)
+        return _session(rows[0]) if rows else None
+
+    async def list_sessions(self, tenant_id: str, *, limit: int, after: str | None) -> list[SessionRecord]:
+        sql = (
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE tenant_id = $1 AND session_id > $2"
+            " ORDER BY session_id LIMIT $3"
+        )
+        return [_session(row) for row in await self._fetch(self._lanes[0], sql, tenant_id, after or "", limit)]
+
+    async def delete_session(self, tenant_id: str, session_id: str) -> bool:
+        """Delete the tenant's session, its transcript and its events in one transaction, after
+        every write of theirs queued before the call.
+
+        Raises:
+            StoreError: the database failed; the transaction rolled back, nothing is deleted.
+        """
+        messages, events, _ = self._lanes
+        await messages.barrier()
+        await events.barrier()
+        key = (tenant_id, session_id)
+        try:
+            async with self._db.acquire(timeout=self._config.postgres_acquire_timeout_s) as conn, conn.transaction():
+                gone = await conn.execute("DELETE FROM sessions WHERE tenant_id = $1 AND session_id = $2", *key)
+                if gone == "DELETE 0":
+                    return False  # unknown, or another tenant's: nothing of it is touched
+                await conn.execute("DELETE FROM messages WHERE tenant_id = $1 AND session_id = $2", *key)
+                await conn.execute("DELETE FROM events WHERE tenant_id = $1 AND session_id = $2", *key)
+        except self._errors as exc:
+            raise StoreError(f"postgres delete failed ({type(exc).__name__}: {exc}); nothing was deleted") from exc
+        if self._jsonl is not None:
+            await self._jsonl.delete_session(session_id)
+        return True
+
+    async def session_counts(self) -> dict[str, int]:
+        rows = await self._fetch(self._lanes[0], "SELECT tenant_id, COUNT(*) FROM sessions GROUP BY tenant_id")
+        return {tenant: int(count) for tenant, count in rows}
+
+    async def token_usage_since(self, since_ms: int) -> dict[str, int]:
+        return {tenant: int(tokens) for tenant, tokens in await self._fetch(self._lanes[0], _TOKENS_SINCE, since_ms)}
+
+    def forget_session(self, session_id: str) -> None:
+        """Nothing to do: the session's state stays in the database when it leaves memory."""
+
+    # -- messages ------------------------------------------------------------------------------
+
+    async def wait_space(self) -> None:
+        await self._lanes[0].wait_space()
+
+    def add_message(self, record: MessageRecord) -> None:
+        self._lanes[0].put(_INSERT_MESSAGE, _message_params(record))
+
+    async def commit_message(self, record: MessageRecord) -> None:
+        await self._lanes[0].submit(_INSERT_MESSAGE, _message_params(record))
+
+    async def history(self, tenant_id: str, session_id: str, *, limit: int) -> list[MessageRecord]:
+        sql = (
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE tenant_id = $1 AND session_id = $2"
+            " ORDER BY message_id DESC LIMIT $3"
+        )
+        rows = await self._fetch(self._lanes[0], sql, tenant_id, session_id, limit)
+        return [_message(row) for row in reversed(rows)]
+
+    async def list_messages(self, tenant_id: str, session_id: str, *, after: int, limit: int) -> list[MessageRecord]:
+        sql = (
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE tenant_id = $1 AND session_id = $2 AND message_id > $3"
+            " ORDER BY message_id LIMIT $4"
+        )
+        return [_message(row) for row in await self._fetch(self._lanes[0], sql, tenant_id, session_id, after, limit)]
+
+    # -- events and access log -------------------------------------------------------------------
+
+    def add_event(self, r: EventRecord) -> None:
+        params = (r.tenant_id, r.session_id, r.turn_id, r.type, _encode(r.data).decode(), r.created_at_ms)
+        self._lanes[1].put(_INSERT_EVENT, params, sheddable=True)
+        if self._jsonl is not None:
+            self._jsonl.write(r)
+
+    async def list_events(self, tenant_id: str, session_id: str, *, after: int, limit: int) -> list[EventRecord]:
+        sql = (
+            "SELECT event_id, tenant_id, session_id, turn_id, type, data, created_at_ms FROM events"
+            " WHERE tenant_id = $1 AND session_id = $2 AND event_id > $3 ORDER BY event_id LIMIT $4"
+        )
+        rows = await self._fetch(self._lanes[1], sql, tenant_id, session_id, after, limit)
+        return [
+            EventRecord(event_id=e, tenant_id=t, session_id=s, turn_id=u, type=k, data=_decode(d), created_at_ms=c)
+            for e, t, s, u, k, d, c in rows
+        ]
+
+    def log_access(self, r: AccessRecord) -> None:
+        params = (r.tenant_id, r.ts_ms, r.method, r.path, r.status, r.duration_ms, r.remote, r.key_id)
+        self._lanes[2].put(_INSERT_ACCESS, params, sheddable=True)
+
+    def statistics(self) -> StoreStatistics:
+        if self._writers is None:
+            return StoreStatistics(0, 0, 0, 0, 0)
+        m, e, a = (w.statistics() for w in self._writers)
+        jsonl_dropped = self._jsonl.dropped_total if self._jsonl is not None else 0
+        return StoreStatistics(m.queued, e.queued, a.queued, e.dropped_total + jsonl_dropped, a.dropped_total)
+
+
+def _message_params(r: MessageRecord) -> tuple[Any, ...]:
+    usage = _encode(r.usage).decode() if r.usage is not None else None
+    return (r.tenant_id, r.session_id, r.turn_id, r.role, r.content, r.status, usage, r.created_at_ms)
+
+
+def _message(row: Any) -> MessageRecord:
+    mid, tenant, sid, tid, role, content, status, usage, created = row
+    return MessageRecord(
+        message_id=mid, tenant_id=tenant, session_id=sid, turn_id=tid, role=role, content=content,
+        status=status, usage=_decode(usage) if usage else None, created_at_ms=created,
+    )  # fmt: skip
+
+
+def _session(row: Any) -> SessionRecord:
+    sid, tenant, agent, metadata, created = row
+    return SessionRecord(
+        session_id=sid, tenant_id=tenant, agent=agent, metadata=_decode(metadata), created_at_ms=created
+    )
