@@ -20,6 +20,7 @@ from agentos.api.keys import (
 )
 from agentos.api.middleware import access_log_middleware, auth_middleware, is_loopback
 from agentos.api.ratelimit import Limiters, add_rate_headers, rate_limit_middleware
+from agentos.coordination.limiters import ClusterLimiters
 from agentos.services import Services
 
 SSE_KEEPALIVE_S_DEFAULT = 15.0
@@ -37,7 +38,8 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     middlewares.append(error_middleware)
     loopback = is_loopback(settings.server.host)
     middlewares.append(auth_middleware(settings.server.api_token, services.tenants, loopback=loopback))
-    limiters = Limiters(services.driver.clock)  # the kernel's clock: a FakeClock in tests drives both
+    clock = services.driver.clock  # the kernel's clock: a FakeClock in tests drives both
+    limiters = Limiters(clock) if services.link is None else ClusterLimiters(clock, services.link)
     middlewares.append(rate_limit_middleware(limiters))  # after auth: it limits the principal
     # aiohttp's own body cap sits a little above ours so that ours answers with a JSON 413.
     app = web.Application(middlewares=middlewares, client_max_size=settings.server.max_body_bytes + 1)
