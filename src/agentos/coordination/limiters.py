@@ -97,6 +97,11 @@ class ClusterLimiters(Limiters):
             key = self._key(what, tenant_id)
             self._spawn(self._link.call(lambda: self._gcra.refund(key, per_minute)))
 
+    async def flush(self) -> None:
+        """Wait for the refunds started so far (each is bounded by the link's timeout)."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._pending.add(task)

@@ -79,7 +79,8 @@ class Link:
 def _redis_error() -> type[Exception]:
     from redis.exceptions import RedisError
 
-    return RedisError
+    error: type[Exception] = RedisError
+    return error
 
 
 async def open_link(config: CoordinationConfig) -> Link:
