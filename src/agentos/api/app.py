@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
@@ -53,8 +55,17 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     app[LIMITERS] = limiters
     app[QUOTAS] = services.quotas
     app.on_response_prepare.append(add_rate_headers)  # before an event stream's headers leave
+    if isinstance(limiters, ClusterLimiters):
+        app.on_cleanup.append(_flush(limiters))  # refunds still on their way to Redis
     tables = [sessions.routes, turns.routes, websocket.routes, agents.routes, runs.routes, admin.routes]
     tables += [ops.routes, docs.routes]
     for table in tables:
         app.router.add_routes(table)
     return app
+
+
+def _flush(limiters: ClusterLimiters) -> Callable[[web.Application], Awaitable[None]]:
+    async def flush(_: web.Application) -> None:
+        await limiters.flush()
+
+    return flush
