@@ -13,6 +13,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from redis.asyncio import Redis
 
 from agentos.bench.mock.server import MockServer
 from agentos.config import load_settings
@@ -20,7 +21,7 @@ from agentos.errors import ConfigError
 from agentos.testing import RunningServer, eventually, start_server
 from tests.api.structured_fields import policies
 from tests.conftest import child_env, make_settings
-from tests.coordination.conftest import RedisProxy
+from tests.coordination.conftest import REDIS_URL, RedisProxy
 
 
 def closed_port() -> int:
@@ -106,4 +107,35 @@ async def test_while_redis_is_away_each_node_applies_its_share_then_returns(
         recoveries = [r for r in caplog.records if "Redis answers again" in r.getMessage()]
         assert len(outages) == 2 and len(recoveries) == 1  # once per outage, not per request
     finally:
+        await server.close()
+
+
+async def test_a_redis_that_comes_back_empty_is_seeded_again(
+    tmp_path: Path, mock: MockServer, prefix: str, redis_proxy: RedisProxy, http: aiohttp.ClientSession
+) -> None:
+    overrides = {"coordination.redis_url": redis_proxy.url, "coordination.key_prefix": prefix}
+    overrides |= {"coordination.timeout_s": 0.2, "tenant_limits.max_sessions": 10_000}
+    server = await start_server(make_settings(tmp_path, mock.url, **overrides))
+    direct = Redis.from_url(REDIS_URL)
+    counter = f"{prefix}quota:sessions:default"
+    created = 0
+
+    async def create() -> bool:  # a create always counts in Redis, when Redis answers
+        nonlocal created
+        async with http.post(f"{server.url}/v1/sessions", json={}) as r:
+            assert r.status == 201
+            created += 1
+        return await direct.get(counter) is not None
+
+    try:
+        assert [await create() for _ in range(2)] == [True, True]
+        assert await direct.get(counter) == b"2"
+        redis_proxy.mode = "silent"
+        await create()  # counted by the node alone meanwhile
+        await direct.delete(counter)  # as if Redis restarted without its data
+        redis_proxy.mode = "forward"
+        await eventually(create, timeout_s=10.0, what="the sessions counter is seeded again")
+        assert await direct.get(counter) == str(created).encode()  # the node's count, not 0 + 1
+    finally:
+        await direct.aclose()
         await server.close()

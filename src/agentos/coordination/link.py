@@ -6,7 +6,9 @@ call has a short socket timeout (`coordination.timeout_s`, redis-py's own retrie
 `Link.call` turns any failure into None, which the callers answer from their in-process
 fallback. The first failure of an outage is logged once; for `RETRY_S` after it no call is
 tried (a Redis that accepts and never answers would otherwise cost every request a timeout),
-then the next call probes it, and the first success is logged once as the end of the outage.
+then the next call first probes it with a PING; the first answer is logged once as the end of
+the outage and runs the `when_back` callbacks before anything else is sent (the quotas seed
+Redis again with SET NX, in case it came back empty after a restart).
 """
 
 from __future__ import annotations
@@ -41,26 +43,44 @@ class Link:
         self._retry_s = retry_s
         self._down = False
         self._skip_until = 0.0
+        self._when_back: list[Callable[[], Awaitable[None]]] = []
 
     @property
     def down(self) -> bool:
         """Redis failed the last call (the outage has not ended)."""
         return self._down
 
+    def when_back(self, callback: Callable[[], Awaitable[None]]) -> None:
+        """Run `callback()` each time Redis answers again after an outage, before other calls."""
+        self._when_back.append(callback)
+
     async def call(self, fn: Callable[[], Awaitable[T]]) -> T | None:
         """`fn()`'s result, or None when Redis is down, failed or too slow (logged once an outage)."""
-        if self._down and time.monotonic() < self._skip_until:
+        if self._down and not await self._back():
             return None
         try:
             async with asyncio.timeout(self._timeout_s * 2):  # the socket timeout, with room for a reconnect
-                result = await fn()
+                return await fn()
         except (OSError, TimeoutError, _redis_error()) as exc:
             self._failed(exc)
             return None
-        if self._down:
-            self._down = False
-            log.warning("coordination: Redis answers again; rate limits and quotas are cluster-wide again")
-        return result
+
+    async def _back(self) -> bool:
+        """During an outage: whether Redis answers a PING again (tried at most once per
+        `retry_s`). When it does, the `when_back` callbacks run before anything else is sent."""
+        if time.monotonic() < self._skip_until:
+            return False
+        try:
+            async with asyncio.timeout(self._timeout_s * 2):
+                await self.redis.ping()
+        except (OSError, TimeoutError, _redis_error()) as exc:
+            self._failed(exc)
+            return False
+        self._down = False
+        log.warning("coordination: Redis answers again; rate limits and quotas are cluster-wide again")
+        for callback in self._when_back:
+            await _quietly(callback)
+        return True
 
     def _failed(self, exc: BaseException) -> None:
         self._skip_until = time.monotonic() + self._retry_s
@@ -74,6 +94,13 @@ class Link:
 
     async def close(self) -> None:
         await self.redis.aclose()
+
+
+async def _quietly(callback: Callable[[], Awaitable[None]]) -> None:
+    try:
+        await callback()
+    except Exception:  # a callback calls Redis through `call`, which fails quietly; anything else is a bug
+        log.exception("coordination: a recovery callback failed")
 
 
 def _redis_error() -> type[Exception]:

@@ -10,7 +10,9 @@
 
 Seeding: each node still seeds its in-process counters from its store at start; `share()` then
 writes them to Redis with SET NX, so the first node to start over an existing store seeds the
-cluster and a node (re)starting later does not reset what the others counted. Until `share()`
+cluster and a node (re)starting later does not reset what the others counted; after an outage
+each node does it again (a Redis that restarted empty starts from the nodes' own counts, not
+from 0; one that kept its data is left as it is). Until `share()`
 the counters are local only (start-up replays usage already in the store; counting it in Redis
 again would count it twice).
 
@@ -72,7 +74,9 @@ class ClusterQuotas(Quotas):
                 await pipe.execute()
 
         await self._link.call(seed)
-        self._shared = True
+        if not self._shared:
+            self._shared = True
+            self._link.when_back(self.share)  # a Redis that restarted empty is seeded again
 
     async def admit_session(self, who: Principal) -> None:
         if not self._shared:
