@@ -157,3 +157,22 @@ async def test_a_first_start_over_an_existing_store_seeds_the_count(
     finally:
         await new.close()
         await old.close()
+
+
+async def test_without_redis_each_node_would_admit_the_whole_limit(
+    tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    """The bug the shared limiter removes, shown by the same requests as above: per node, a
+    limit of 4 admits 4 on each node (so the test above fails if the limits are per node)."""
+    overrides = {"server.api_token": TOKEN, "tenant_limits.key_requests_per_minute": 4}
+    a = await start_server(make_settings(tmp_path / "a", mock.url, **overrides))
+    b = await start_server(make_settings(tmp_path / "b", mock.url, **overrides))
+    try:
+        statuses = []
+        for node in (a, b, a, b, a, b):
+            async with http.get(f"{node.url}/v1/sessions", headers=AUTH) as r:
+                statuses.append(r.status)
+        assert statuses == [200] * 6
+    finally:
+        await b.close()
+        await a.close()
