@@ -44,6 +44,7 @@ class Link:
         self._down = False
         self._skip_until = 0.0
         self._when_back: list[Callable[[], Awaitable[None]]] = []
+        self._recovering = False  # one request probes and re-seeds; the others fall back meanwhile
 
     @property
     def down(self) -> bool:
@@ -54,9 +55,10 @@ class Link:
         """Run `callback()` each time Redis answers again after an outage, before other calls."""
         self._when_back.append(callback)
 
-    async def call(self, fn: Callable[[], Awaitable[T]]) -> T | None:
-        """`fn()`'s result, or None when Redis is down, failed or too slow (logged once an outage)."""
-        if self._down and not await self._back():
+    async def call(self, fn: Callable[[], Awaitable[T]], *, recovery: bool = False) -> T | None:
+        """`fn()`'s result, or None when Redis is down, failed or too slow (logged once an outage).
+        `recovery`: a `when_back` callback's own call, which goes through while it runs."""
+        if not recovery and (self._down or self._recovering) and not await self._back():
             return None
         try:
             async with asyncio.timeout(self._timeout_s * 2):  # the socket timeout, with room for a reconnect
@@ -68,19 +70,23 @@ class Link:
     async def _back(self) -> bool:
         """During an outage: whether Redis answers a PING again (tried at most once per
         `retry_s`). When it does, the `when_back` callbacks run before anything else is sent."""
-        if time.monotonic() < self._skip_until:
+        if self._recovering or time.monotonic() < self._skip_until:
             return False
+        self._recovering = True
         try:
-            async with asyncio.timeout(self._timeout_s * 2):
-                await self.redis.ping()
-        except (OSError, TimeoutError, _redis_error()) as exc:
-            self._failed(exc)
-            return False
-        self._down = False
-        log.warning("coordination: Redis answers again; rate limits and quotas are cluster-wide again")
-        for callback in self._when_back:
-            await _quietly(callback)
-        return True
+            try:
+                async with asyncio.timeout(self._timeout_s * 2):
+                    await self.redis.ping()
+            except (OSError, TimeoutError, _redis_error()) as exc:
+                self._failed(exc)
+                return False
+            self._down = False
+            log.warning("coordination: Redis answers again; rate limits and quotas are cluster-wide again")
+            for callback in self._when_back:
+                await _quietly(callback)
+            return True
+        finally:
+            self._recovering = False
 
     def _failed(self, exc: BaseException) -> None:
         self._skip_until = time.monotonic() + self._retry_s

@@ -73,7 +73,7 @@ class ClusterQuotas(Quotas):
                     pipe.set(key, count, nx=True, ex=_TOKENS_TTL_S)
                 await pipe.execute()
 
-        await self._link.call(seed)
+        await self._link.call(seed, recovery=True)  # at start, or re-seeding after an outage
         if not self._shared:
             self._shared = True
             self._link.when_back(self.share)  # a Redis that restarted empty is seeded again
