@@ -103,6 +103,16 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     postgres_acquire_timeout_s: PosFloat = 2.0  # a read waits this long for a connection, then fails
 
 
+class CoordinationConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What several nodes share (agentos.coordination). Empty `redis_url`: nothing is shared,
+    every limit and quota is this process's own."""
+
+    redis_url: str = ""  # redis://host:port/db; needs the `redis` extra
+    timeout_s: PosFloat = 0.5  # per Redis call: past it the node falls back to its own limiter
+    expected_nodes: PosInt = 1  # while Redis is down each node allows limit / expected_nodes
+    key_prefix: str = "agentos:"
+
+
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     data_dir: str = "./data"
     jsonl_dir: str = ""  # empty: no JSONL event log
@@ -115,6 +125,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     security: SecurityConfig = msgspec.field(default_factory=SecurityConfig)
     sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
     tenant_limits: TenantLimits = msgspec.field(default_factory=TenantLimits)  # every tenant's defaults
+    coordination: CoordinationConfig = msgspec.field(default_factory=CoordinationConfig)
     agents: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
 
     @property
@@ -144,7 +155,7 @@ ENV_ALIASES: dict[str, str] = {
     "AGENTOS_POSTGRES_URL": "store.postgres_url",
 }
 
-_SECTIONS = ("server", "kernel", "provider", "mock", "store", "security", "sandbox", "tenant_limits")
+_SECTIONS = ("server", "kernel", "provider", "mock", "store", "security", "sandbox", "tenant_limits", "coordination")
 
 
 def _known_keys() -> dict[str, str]:
@@ -267,6 +278,9 @@ def _check(settings: Settings) -> None:
     if url and not url.startswith(("http://", "https://")):
         raise InvalidSetting("provider.url", f"must start with http:// or https://, got {url!r}")
     _check_store(settings.store)
+    redis_url = settings.coordination.redis_url
+    if redis_url and not redis_url.startswith(("redis://", "rediss://", "unix://")):
+        raise InvalidSetting("coordination.redis_url", "must start with redis://, rediss:// or unix://")
     if settings.agents:
         from agentos.agents.spec import parse_config_agents  # only when agents are configured
 

@@ -1,6 +1,7 @@
 """Build every service from the settings, in order, and close them in reverse.
 
-    tenants -> store -> quotas (seeded from the store) -> provider -> driver (the kernel) -> runs -> runtime
+    tenants -> Redis link (if configured) -> store -> quotas (seeded from the store)
+      -> provider -> driver (the kernel) -> runs -> runtime
 
 Each part receives what it needs when it is built, so nothing is wired by assignment later;
 the CLI, the test helpers and the bench all build the server this one way.
@@ -26,6 +27,8 @@ from agentos.agents import RunService
 from agentos.agents.usage import model_tokens
 from agentos.clock import Clock, MonotonicClock, WallClock, wall_ms
 from agentos.config import Settings, resolve_paths
+from agentos.coordination.link import Link, open_link
+from agentos.coordination.quotas import ClusterQuotas
 from agentos.errors import ConfigError
 from agentos.kernel import Kernel
 from agentos.metrics import Metrics
@@ -56,6 +59,7 @@ class Services:
     runtime: Runtime
     tenants: TenantRegistry
     quotas: Quotas
+    link: Link | None = None  # Redis, when coordination.redis_url is set
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Refuse new turns and runs; let running turns finish (bounded), then cancel the rest."""
@@ -69,6 +73,10 @@ class Services:
         await self.provider.aclose()
         await self.store.close()
         await self.tenants.close()
+        if self.link is not None:
+            if isinstance(self.quotas, ClusterQuotas):
+                await self.quotas.flush()
+            await self.link.close()
 
 
 async def open_services(
@@ -97,14 +105,18 @@ async def open_services(
     if provider is None and not settings.provider.url:
         raise ConfigError("provider.url: no provider configured")
     tenants = await open_tenants(settings, now_ms)
+    link: Link | None = None
     store = _make_store(settings, metrics)
     try:
+        if settings.coordination.redis_url:
+            link = await open_link(settings.coordination)  # stops start-up if Redis does not answer
         await store.start()
     except BaseException:
+        await _close_link(link)
         await tenants.close()
         raise
     try:
-        quotas = await _seeded_quotas(store, wall_clock or WallClock())
+        quotas = await _seeded_quotas(store, wall_clock or WallClock(), link)
         provider = provider or OpenAICompatProvider(settings.provider)
         driver = Driver(Kernel(kernel_limits(settings)), clock or MonotonicClock())
         tenants.watch_limits(driver.configure_tenant)  # weights and caps per tenant, kept current
@@ -114,18 +126,26 @@ async def open_services(
         await runs.start()  # resumes every unfinished run from its journal
         for tenant_id, tokens in (await model_tokens(runs.store, quotas.day_start_ms(), started_ms)).items():
             quotas.add_tokens(tenant_id, tokens)
+        if isinstance(quotas, ClusterQuotas):
+            await quotas.share()  # counted in Redis from here on
     except BaseException:
         await store.close()
+        await _close_link(link)
         await tenants.close()
         raise
     runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs)
     runtime.start_lag_probe()
-    return Services(settings, metrics, store, provider, driver, runs, runtime, tenants, quotas)
+    return Services(settings, metrics, store, provider, driver, runs, runtime, tenants, quotas, link)
 
 
-async def _seeded_quotas(store: Store, wall_clock: Clock) -> Quotas:
+async def _close_link(link: Link | None) -> None:
+    if link is not None:
+        await link.close()
+
+
+async def _seeded_quotas(store: Store, wall_clock: Clock, link: Link | None) -> Quotas:
     """The quota counters as the store left them: they survive a restart."""
-    quotas = Quotas(wall_clock)
+    quotas = Quotas(wall_clock) if link is None else ClusterQuotas(wall_clock, link)
     quotas.seed(await store.session_counts(), await store.token_usage_since(quotas.day_start_ms()))
     return quotas
 

@@ -11,8 +11,8 @@ client that left just then is counted all the same).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from aiohttp import web
@@ -23,15 +23,15 @@ from agentos.tenancy.principal import Principal, principal
 from agentos.tenancy.quotas import Quotas
 
 
-@contextmanager
-def starting_turn(app: web.Application, who: Principal) -> Iterator[None]:
+@asynccontextmanager
+async def starting_turn(app: web.Application, who: Principal) -> AsyncIterator[None]:
     """Around starting a turn: the unit it took is given back if the start fails.
 
     Raises: QuotaExceeded (`quota_tokens_per_day`), RateLimited (`turn_rate_limited`).
     """
-    app[QUOTAS].check_tokens(who)
+    await app[QUOTAS].admit_tokens(who)
     limiters = app[LIMITERS]
-    limiters.check_turn(who)
+    await limiters.admit_turn(who)
     try:
         yield
     except BaseException:
@@ -39,16 +39,16 @@ def starting_turn(app: web.Application, who: Principal) -> Iterator[None]:
         raise
 
 
-@contextmanager
-def starting_run(request: web.Request) -> Iterator[None]:
+@asynccontextmanager
+async def starting_run(request: web.Request) -> AsyncIterator[None]:
     """Around starting a run, like `starting_turn`.
 
     Raises: QuotaExceeded (`quota_tokens_per_day`), RateLimited (`run_rate_limited`).
     """
     who = principal(request)
-    request.app[QUOTAS].check_tokens(who)
+    await request.app[QUOTAS].admit_tokens(who)
     limiters = request.app[LIMITERS]
-    limiters.check_run(who)
+    await limiters.admit_run(who)
     try:
         yield
     except BaseException:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
@@ -20,6 +22,7 @@ from agentos.api.keys import (
 )
 from agentos.api.middleware import access_log_middleware, auth_middleware, is_loopback
 from agentos.api.ratelimit import Limiters, add_rate_headers, rate_limit_middleware
+from agentos.coordination.limiters import ClusterLimiters
 from agentos.services import Services
 
 SSE_KEEPALIVE_S_DEFAULT = 15.0
@@ -37,7 +40,8 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     middlewares.append(error_middleware)
     loopback = is_loopback(settings.server.host)
     middlewares.append(auth_middleware(settings.server.api_token, services.tenants, loopback=loopback))
-    limiters = Limiters(services.driver.clock)  # the kernel's clock: a FakeClock in tests drives both
+    clock = services.driver.clock  # the kernel's clock: a FakeClock in tests drives both
+    limiters = Limiters(clock) if services.link is None else ClusterLimiters(clock, services.link)
     middlewares.append(rate_limit_middleware(limiters))  # after auth: it limits the principal
     # aiohttp's own body cap sits a little above ours so that ours answers with a JSON 413.
     app = web.Application(middlewares=middlewares, client_max_size=settings.server.max_body_bytes + 1)
@@ -51,8 +55,17 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     app[LIMITERS] = limiters
     app[QUOTAS] = services.quotas
     app.on_response_prepare.append(add_rate_headers)  # before an event stream's headers leave
+    if isinstance(limiters, ClusterLimiters):
+        app.on_cleanup.append(_flush(limiters))  # refunds still on their way to Redis
     tables = [sessions.routes, turns.routes, websocket.routes, agents.routes, runs.routes, admin.routes]
     tables += [ops.routes, docs.routes]
     for table in tables:
         app.router.add_routes(table)
     return app
+
+
+def _flush(limiters: ClusterLimiters) -> Callable[[web.Application], Awaitable[None]]:
+    async def flush(_: web.Application) -> None:
+        await limiters.flush()
+
+    return flush

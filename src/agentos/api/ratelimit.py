@@ -18,7 +18,9 @@ A 429 also carries `Retry-After` (whole seconds, at least 1), which takes preced
 
 The headers are added when the response is prepared (`on_response_prepare`), so an event stream,
 whose headers leave before its handler returns, carries them too. Routes that need no token
-(/healthz, /readyz, /openapi.json, /docs) are never limited. Every limiter here is per process.
+(/healthz, /readyz, /openapi.json, /docs) are never limited. `Limiters` is per process; with
+`coordination.redis_url` set, `agentos.coordination.limiters.ClusterLimiters` makes the same
+decisions in Redis, for every node together.
 """
 
 from __future__ import annotations
@@ -58,6 +60,22 @@ class Limiters:
         self.runs = Gcra()
         self._policies: dict[tuple[int, int], str] = {}
 
+    # -- what the API awaits: `ClusterLimiters` (agentos.coordination) decides these in Redis --
+
+    async def admit_request(self, who: Principal) -> tuple[dict[str, str], web.Response | None]:
+        """`check_request`, awaitable."""
+        return self.check_request(who)
+
+    async def admit_turn(self, who: Principal) -> None:
+        """`check_turn`, awaitable."""
+        self.check_turn(who)
+
+    async def admit_run(self, who: Principal) -> None:
+        """`check_run`, awaitable."""
+        self.check_run(who)
+
+    # -- in process -------------------------------------------------------------------------------
+
     def check_request(self, who: Principal) -> tuple[dict[str, str], web.Response | None]:
         """The RateLimit headers for `who`'s request, and the 429 to answer if it is over a limit."""
         limits = who.limits
@@ -65,9 +83,7 @@ class Limiters:
         key_rate, tenant_rate = limits.key_requests_per_minute, limits.requests_per_minute
         by_key = self.keys.decide(who.key_id or OPEN_KEY, key_rate, now, commit=False) if key_rate else None
         by_tenant = self.tenants.decide(who.tenant_id, tenant_rate, now, commit=False) if tenant_rate else None
-        refused = _refused(by_key, by_tenant)
-        state = _state(by_key, by_tenant, taken=refused is None)
-        headers = {"RateLimit-Policy": self._policy(key_rate, tenant_rate), "RateLimit": state}
+        headers, refused = self.answer(who, by_key, by_tenant)
         if refused is not None:
             return headers, refused
         if by_key is not None:
@@ -75,6 +91,15 @@ class Limiters:
         if by_tenant is not None:
             self.tenants.commit(who.tenant_id, by_tenant, now)
         return headers, None
+
+    def answer(
+        self, who: Principal, by_key: Decision | None, by_tenant: Decision | None
+    ) -> tuple[dict[str, str], web.Response | None]:
+        """The headers and the 429 (None: allowed) of a request's two decisions; a refusal took nothing."""
+        refused = _refused(by_key, by_tenant)
+        state = _state(by_key, by_tenant, taken=refused is None)
+        policy = self._policy(who.limits.key_requests_per_minute, who.limits.requests_per_minute)
+        return {"RateLimit-Policy": policy, "RateLimit": state}, refused
 
     def check_turn(self, who: Principal) -> None:
         """Raises: RateLimited (`turn_rate_limited`): the tenant started `turns_per_minute` turns."""
@@ -94,14 +119,8 @@ class Limiters:
             self.runs.refund(who.tenant_id, who.limits.runs_per_minute)
 
     def _take(self, limiter: Gcra, key: str, per_minute: int, code: str, what: str) -> None:
-        if not per_minute:
-            return
-        decision = limiter.decide(key, per_minute, self.clock.now())
-        if not decision.allowed:
-            wait = retry_after(decision.retry_after)
-            raise RateLimited(
-                f"over the tenant's {per_minute} {what} per minute; retry after {wait}s", code=code, retry_after_s=wait
-            )
+        if per_minute:
+            raise_if_refused(limiter.decide(key, per_minute, self.clock.now()), code, what)
 
     def _policy(self, key_rate: int, tenant_rate: int) -> str:
         policy = self._policies.get((key_rate, tenant_rate))
@@ -111,6 +130,17 @@ class Limiters:
             items = [f'"{name}";q={rate};w={window}' for name, rate in rates if rate]
             policy = self._policies[(key_rate, tenant_rate)] = ", ".join(items)
         return policy
+
+
+def raise_if_refused(decision: Decision, code: str, what: str) -> None:
+    """Raises: RateLimited (`code`) when `decision` refused a start of `what` (turns, runs)."""
+    if not decision.allowed:
+        wait = retry_after(decision.retry_after)
+        raise RateLimited(
+            f"over the tenant's {decision.limit} {what} per minute; retry after {wait}s",
+            code=code,
+            retry_after_s=wait,
+        )
 
 
 def _state(by_key: Decision | None, by_tenant: Decision | None, *, taken: bool) -> str:
@@ -144,7 +174,7 @@ def rate_limit_middleware(limiters: Limiters) -> Middleware:
         who = request.get(PRINCIPAL)  # None: an open route on a server with a token
         if who is None or not _limited(who.limits) or route_of(request) in OPEN_ROUTES:
             return await handler(request)
-        headers, refused = limiters.check_request(who)
+        headers, refused = await limiters.admit_request(who)
         request[RATE_HEADERS] = headers
         if refused is not None:
             return refused

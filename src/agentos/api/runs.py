@@ -38,7 +38,7 @@ async def start_run(request: web.Request) -> web.Response:
     body = await read_body(request, RunCreate)
     runtime = request.app[RUNTIME]
     check_accepting(runtime)
-    with starting_run(request):
+    async with starting_run(request):
         if body.session_id is not None:
             await runtime.get_session(tenant_id, body.session_id)  # 404 unless it is the tenant's
         run_id = await request.app[RUNS].start_run(tenant_id, request.match_info["name"], body.input, body.session_id)

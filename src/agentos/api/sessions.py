@@ -41,7 +41,7 @@ async def create_session(request: web.Request) -> web.Response:
     body = await read_body(request, SessionCreate, empty_ok=True)
     runtime = request.app[RUNTIME]
     quotas = request.app[QUOTAS]
-    quotas.reserve_session(who)  # counted before the await: concurrent creates cannot overshoot
+    await quotas.admit_session(who)  # counted before creating: concurrent creates cannot overshoot
     try:
         record = await runtime.create_session(who.tenant_id, body.agent, body.metadata)
     except BaseException:

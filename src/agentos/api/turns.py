@@ -56,7 +56,7 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     body = await read_body(request, TurnCreate)
     check_input(runtime, body.input)
     check_accepting(runtime)
-    with starting_turn(request.app, who):
+    async with starting_turn(request.app, who):
         turn = await runtime.start_turn(who.tenant_id, request.match_info["session_id"], body.input)
     quotas = request.app[QUOTAS]
     if not sse:

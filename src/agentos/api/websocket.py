@@ -83,7 +83,7 @@ async def _on_frame(app: web.Application, who: Principal, session_id: str, raw: 
         return None
     check_input(runtime, frame.input)
     check_accepting(runtime)
-    with starting_turn(app, who):  # a turn started over the socket counts like one over HTTP
+    async with starting_turn(app, who):  # a turn started over the socket counts like one over HTTP
         return await runtime.start_turn(tenant_id, session_id, frame.input)
 
 

@@ -14,7 +14,9 @@ reports it at the end of a call), so a tenant may end a day a little over its qu
 refuses the next turn or run, it does not cut one short.
 
 The wall clock is injected (`clock.now()` = epoch seconds); tests move a FakeClock across
-midnight. The counters are per process, like the rate limiters.
+midnight. The counters are per process, like the rate limiters; with `coordination.redis_url`
+set, `agentos.coordination.quotas.ClusterQuotas` keeps them in Redis for every node together.
+The API awaits `admit_session` and `admit_tokens`, which that subclass answers from Redis.
 """
 
 from __future__ import annotations
@@ -47,6 +49,14 @@ class Quotas:
         self._tokens = dict(tokens_today)
         self._day = self._today()
 
+    async def admit_session(self, who: Principal) -> None:
+        """`reserve_session`, awaitable."""
+        self.reserve_session(who)
+
+    async def admit_tokens(self, who: Principal) -> None:
+        """`check_tokens`, awaitable."""
+        self.check_tokens(who)
+
     # -- sessions ------------------------------------------------------------------------------
 
     def sessions(self, tenant_id: str) -> int:
@@ -60,9 +70,7 @@ class Quotas:
         limit = who.limits.max_sessions
         held = self._sessions.get(who.tenant_id, 0)
         if limit and held >= limit:
-            raise QuotaExceeded(
-                f"the tenant holds {held} sessions, its quota; delete some to open more", code="quota_sessions"
-            )
+            raise sessions_exceeded(held)
         self._sessions[who.tenant_id] = held + 1
 
     def release_session(self, tenant_id: str) -> None:
@@ -87,9 +95,12 @@ class Quotas:
         limit = who.limits.tokens_per_day
         if not limit:
             return
-        used = self.tokens_today(who.tenant_id)
+        self.refuse_tokens(self.tokens_today(who.tenant_id), limit)
+
+    def refuse_tokens(self, used: int, limit: int) -> None:
+        """Raises: QuotaExceeded when `used` tokens today reach `limit` (> 0)."""
         if used >= limit:
-            wait = max(1, math.ceil((self._day + 1) * DAY_S - self._clock.now()))
+            wait = max(1, math.ceil((self._today() + 1) * DAY_S - self._clock.now()))
             raise QuotaExceeded(
                 f"the tenant used {used} provider tokens today, its quota is {limit}; it renews at 00:00 UTC",
                 code="quota_tokens_per_day",
@@ -108,5 +119,15 @@ class Quotas:
             self._day = today
             self._tokens.clear()
 
+    def today(self) -> int:
+        """The UTC day number (days since the epoch)."""
+        return self._today()
+
     def _today(self) -> int:
         return int(self._clock.now() // DAY_S)
+
+
+def sessions_exceeded(held: int) -> QuotaExceeded:
+    return QuotaExceeded(
+        f"the tenant holds {held} sessions, its quota; delete some to open more", code="quota_sessions"
+    )
