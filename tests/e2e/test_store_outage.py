@@ -81,6 +81,9 @@ async def test_postgres_going_away_answers_503_and_comes_back_without_a_restart(
             await assert_unavailable(http, "GET", f"{url}/v1/sessions/{sid}/messages")
             await assert_unavailable(http, "POST", f"{url}/v1/sessions", json={})
             await assert_unavailable(http, "GET", f"{url}/v1/sessions/{sid}/events")
+            async with asyncio.timeout(BOUND_S):  # a turn starts, then ends failed with the reason
+                failed = await turn_events(http, url, sid, "lost?")
+            assert failed[-1].name == "turn.failed" and failed[-1].data["reason"] == "store_unavailable"
             assert (await readyz_until(http, url, 503)) == {"status": "not_ready", "store": "unavailable"}
             assert (await status_of(http, "GET", f"{url}/healthz"))[0] == 200  # alive, just not ready
 
@@ -103,4 +106,7 @@ async def test_a_sqlite_store_whose_writers_are_closed_answers_503_and_is_not_re
     await server.runtime.store.close()  # the real writers stop: what a dead writer thread leaves
     await assert_unavailable(http, "GET", f"{server.url}/v1/sessions/{sid}/messages")
     await assert_unavailable(http, "POST", f"{server.url}/v1/sessions", json={})
+    async with asyncio.timeout(BOUND_S):
+        events = await turn_events(http, server.url, sid, "anyone?")
+    assert events[-1].name == "turn.failed" and events[-1].data["reason"] == "store_unavailable"
     assert (await readyz_until(http, server.url, 503)) == {"status": "not_ready", "store": "unavailable"}
