@@ -240,7 +240,7 @@ OPENAPI: dict[str, Any] = {
                 "get": {
                     "summary": "Readiness",
                     "security": [],
-                    "responses": {"200": _json("ready", "Health"), "503": _json("not ready: see status, store", "Health")},
+                    "responses": {"200": _json("ready", "Health"), "503": _json("not ready", "Health")},
                 }
             },
             "/metrics": {
