@@ -24,7 +24,7 @@ from agentos.testing.tcp_proxy import TcpProxy
 from tests.api.helpers import new_session, turn_events
 from tests.postgres import fresh_schema
 
-BOUND_S = 15.0  # the store's own bound is 10 s (pg_health.REQUEST_WAIT_S); a refusal is at once
+BOUND_S = 15.0  # the store's own bound is 10 s (store.postgres_request_timeout_s); a refusal is at once
 
 
 @pytest.fixture
@@ -50,8 +50,10 @@ async def readyz_until(http: aiohttp.ClientSession, url: str, status: int) -> di
             await asyncio.sleep(0.05)
 
 
-async def assert_unavailable(http: aiohttp.ClientSession, method: str, url: str, **kw: Any) -> None:
-    async with asyncio.timeout(BOUND_S):  # never a hang
+async def assert_unavailable(
+    http: aiohttp.ClientSession, method: str, url: str, *, within_s: float = BOUND_S, **kw: Any
+) -> None:
+    async with asyncio.timeout(within_s):  # never a hang
         status, body, retry_after = await status_of(http, method, url, **kw)
     assert status == 503, body
     assert body["error"]["code"] == "store_unavailable"
@@ -110,3 +112,29 @@ async def test_a_sqlite_store_whose_writers_are_closed_answers_503_and_is_not_re
         events = await turn_events(http, server.url, sid, "anyone?")
     assert events[-1].name == "turn.failed" and events[-1].data["reason"] == "store_unavailable"
     assert (await readyz_until(http, server.url, 503)) == {"status": "not_ready", "store": "unavailable"}
+
+
+async def test_a_postgres_that_stops_answering_is_a_503_within_the_bound_not_a_hang(
+    server_factory: Callable[..., Awaitable[RunningServer]], mock: MockServer, pg: StoreConfig
+) -> None:
+    """Connections open but silent (no reset, no refusal): only our own bounds end the waits."""
+    target = urlsplit(pg.postgres_url)
+    async with TcpProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy:
+        proxied = target._replace(netloc=f"{target.username}@127.0.0.1:{proxy.port}").geturl()
+        server = await server_factory(
+            mock.url,
+            **{"store.backend": "postgres", "store.postgres_url": proxied, "store.postgres_schema": pg.postgres_schema},
+            **{"store.postgres_acquire_timeout_s": 0.5, "store.postgres_request_timeout_s": 1.0},
+        )
+        url = server.url
+        async with aiohttp.ClientSession() as http:
+            sid = await new_session(http, url)
+            assert (await turn_events(http, url, sid, "before"))[-1].name == "turn.completed"
+            await proxy.stall()  # the bounds: 0.5 s for a connection, 1 s for a call; 30 s without them
+            await assert_unavailable(http, "GET", f"{url}/v1/sessions/{sid}/messages", within_s=5)
+            await assert_unavailable(http, "POST", f"{url}/v1/sessions", within_s=5, json={})
+            assert (await readyz_until(http, url, 503))["store"] == "unavailable"
+            await proxy.restore()
+            assert (await readyz_until(http, url, 200))["store"] == "ok"
+            body = (await status_of(http, "GET", f"{url}/v1/sessions/{sid}/messages"))[1]
+            assert [m["content"] for m in body["data"] if m["role"] == "user"] == ["before"]

@@ -2,7 +2,7 @@
 
 A request never waits on the database without a bound: the barrier before a read, the
 connection (`store.postgres_acquire_timeout_s`), the query, and an awaited commit
-(`create_session`, `commit_message`) each give up after `REQUEST_WAIT_S` at most. A bound that
+(`create_session`, `commit_message`) each give up after `store.postgres_request_timeout_s`. A bound that
 passes, or a connection refused or dropped (`pg_pool.connection_errors`), raises
 `StoreUnavailable`: the API answers 503 `store_unavailable` with `Retry-After`. A write that
 timed out so was not acknowledged; it may still commit later (the writes are idempotent), so no
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-REQUEST_WAIT_S = 10.0  # the longest a request waits on one store call before a 503
 CHECK_TTL_S = 1.0  # a readiness answer is reused this long
 CHECK_TIMEOUT_S = 1.0  # SELECT 1 must answer within this
 
@@ -39,7 +38,7 @@ def classify(exc: BaseException, unavailable: tuple[type[Exception], ...], what:
     return error
 
 
-async def within(awaitable: Awaitable[T], what: str, timeout_s: float = REQUEST_WAIT_S) -> T:
+async def within(awaitable: Awaitable[T], what: str, timeout_s: float) -> T:
     """`await awaitable`, giving up after `timeout_s`.
 
     Raises:

@@ -31,7 +31,7 @@ import msgspec
 from agentos.store import pg_migrations, pg_pool
 from agentos.store.base import StoreStatistics
 from agentos.store.jsonl import JsonlLog
-from agentos.store.pg_health import REQUEST_WAIT_S, HealthCheck, classify, within
+from agentos.store.pg_health import HealthCheck, classify, within
 from agentos.store.pg_writer import PgWriter
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
 
@@ -78,6 +78,7 @@ class PostgresStore:
         self._writers: tuple[PgWriter, PgWriter, PgWriter] | None = None
         self._unavailable: tuple[type[Exception], ...] = ()  # the driver's: known once started
         self._health = HealthCheck(config.postgres_acquire_timeout_s)
+        self._bound_s = config.postgres_request_timeout_s  # of every store call a request awaits
 
     async def start(self) -> None:
         """Migrate, open the pool, start the writers.
@@ -141,10 +142,10 @@ class PostgresStore:
                 the query took longer than its bound.
             StoreError: the database failed otherwise.
         """
-        await within(lane.barrier(), "waiting for earlier writes")
+        await within(lane.barrier(), "waiting for earlier writes", self._bound_s)
         try:
             async with self._db.acquire(timeout=self._config.postgres_acquire_timeout_s) as conn:
-                rows: list[Any] = await conn.fetch(sql, *args, timeout=REQUEST_WAIT_S)
+                rows: list[Any] = await conn.fetch(sql, *args, timeout=self._bound_s)
         except Exception as exc:
             raise classify(exc, self._unavailable, "read") from exc
         return rows
@@ -159,7 +160,7 @@ class PostgresStore:
 
     async def create_session(self, r: SessionRecord) -> None:
         params = (r.session_id, r.tenant_id, r.agent, _encode(r.metadata).decode(), r.created_at_ms)
-        await within(self._lanes[0].submit(_INSERT_SESSION, params), "creating a session")
+        await within(self._lanes[0].submit(_INSERT_SESSION, params), "creating a session", self._bound_s)
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
         sql = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_id = $1 AND tenant_id = $2"
@@ -182,16 +183,22 @@ class PostgresStore:
                 (`StoreUnavailable` when it cannot be reached or a bound passed).
         """
         messages, events, _ = self._lanes
-        await within(messages.barrier(), "waiting for earlier writes")
-        await within(events.barrier(), "waiting for earlier events")
+        await within(messages.barrier(), "waiting for earlier writes", self._bound_s)
+        await within(events.barrier(), "waiting for earlier events", self._bound_s)
         key = (tenant_id, session_id)
         try:
             async with self._db.acquire(timeout=self._config.postgres_acquire_timeout_s) as conn, conn.transaction():
-                gone = await conn.execute("DELETE FROM sessions WHERE tenant_id = $1 AND session_id = $2", *key)
+                gone = await conn.execute(
+                    "DELETE FROM sessions WHERE tenant_id = $1 AND session_id = $2", *key, timeout=self._bound_s
+                )
                 if gone == "DELETE 0":
                     return False  # unknown, or another tenant's: nothing of it is touched
-                await conn.execute("DELETE FROM messages WHERE tenant_id = $1 AND session_id = $2", *key)
-                await conn.execute("DELETE FROM events WHERE tenant_id = $1 AND session_id = $2", *key)
+                await conn.execute(
+                    "DELETE FROM messages WHERE tenant_id = $1 AND session_id = $2", *key, timeout=self._bound_s
+                )
+                await conn.execute(
+                    "DELETE FROM events WHERE tenant_id = $1 AND session_id = $2", *key, timeout=self._bound_s
+                )
         except Exception as exc:
             raise classify(exc, self._unavailable, "delete (nothing was deleted)") from exc
         if self._jsonl is not None:
@@ -211,13 +218,15 @@ class PostgresStore:
     # -- messages ------------------------------------------------------------------------------
 
     async def wait_space(self) -> None:
-        await within(self._lanes[0].wait_space(), "waiting for room in the message queue")
+        await within(self._lanes[0].wait_space(), "waiting for room in the message queue", self._bound_s)
 
     def add_message(self, record: MessageRecord) -> None:
         self._lanes[0].put(_INSERT_MESSAGE, _message_params(record))
 
     async def commit_message(self, record: MessageRecord) -> None:
-        await within(self._lanes[0].submit(_INSERT_MESSAGE, _message_params(record)), "committing a message")
+        await within(
+            self._lanes[0].submit(_INSERT_MESSAGE, _message_params(record)), "committing a message", self._bound_s
+        )
 
     async def history(self, tenant_id: str, session_id: str, *, limit: int) -> list[MessageRecord]:
         sql = (

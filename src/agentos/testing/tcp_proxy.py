@@ -5,6 +5,9 @@ accepted connection to the target, byte for byte, in both directions. `cut()` st
 (new connections are refused: ECONNREFUSED) and aborts every relayed connection (the client
 sees its connection drop, as when the database host goes away). `restore()` listens again on
 the same port, so a client configured with the proxy's address reconnects by itself.
+`stall()` is the nastier fault: connections stay open but nothing moves, in either direction,
+and new ones are accepted and never answered (a host that vanished without a reset); the
+client's own timeouts are all that end its waits. `restore()` drops the stalled connections.
 The target itself is never touched.
 """
 
@@ -23,6 +26,7 @@ class TcpProxy:
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.port = 0
+        self._stalled = False
         self.accepted = 0  # connections relayed so far
 
     async def __aenter__(self) -> TcpProxy:
@@ -50,12 +54,30 @@ class TcpProxy:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    async def stall(self) -> None:
+        """Keep every connection open but relay nothing; accept new ones and leave them hanging."""
+        self._stalled = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def restore(self) -> None:
-        """Accept connections again, on the same port."""
-        await self.start()
+        """Relay again: after `cut()`, listen again on the same port; after `stall()`, drop the
+        stalled connections so that clients reconnect."""
+        if self._stalled:
+            self._stalled = False
+            for writer in list(self._writers):
+                writer.transport.abort()
+            self._writers.clear()
+        if self._server is None:
+            await self.start()
 
     async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
+        if self._stalled:
+            self._writers.add(client_writer)  # held open, never answered
+            return
         try:
             target_reader, target_writer = await asyncio.open_connection(*self._target)
         except OSError:
@@ -70,7 +92,7 @@ class TcpProxy:
 
 async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Relay until either side closes; then close the other side too."""
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError):  # cancelled by stall(): the sockets stay open
         while data := await reader.read(65536):
             writer.write(data)
             await writer.drain()
