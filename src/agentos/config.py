@@ -101,6 +101,7 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     postgres_schema: str = ""  # "": the server's search_path; else this schema (created if missing)
     postgres_pool_max: PosInt = 10  # connections per node; nodes x pool <= the server's max_connections
     postgres_acquire_timeout_s: PosFloat = 2.0  # a read waits this long for a connection, then fails
+    postgres_request_timeout_s: PosFloat = 10.0  # a request waits this long on one store call, then 503
 
 
 class CoordinationConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -18,7 +18,9 @@
       ProviderError(retryable, retry_after_s, code)   # the upstream's fault
         ProviderTimeout  ProviderHTTPError(status_code)  ProviderProtocolError  ProviderUnavailable
         ProviderLimitTimeout  # no provider permit within kernel.permit_wait_timeout_s
-      StoreError
+      StoreError                   # a store failed: a bug or a bad row -> 500 with an error_id
+        StoreUnavailable      503  the database cannot be reached (refused, dropped, timed out)
+                                   or the writer is gone; carries retry_after_s (Retry-After)
 
 Errors are mapped to HTTP in one place (`agentos.api.errors`), and provider errors become a
 `turn.failed` event with the error's `code` as the reason. Anything else is an internal error:
@@ -183,3 +185,15 @@ class ProviderLimitTimeout(ProviderError):
 
 class StoreError(AgentOSError):
     """The store failed to write or read."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached right now: nobody's bug, and waiting may help.
+
+    PostgreSQL refused or dropped the connection, or did not answer in time (a pool acquire
+    or an awaited write past its bound); a SQLite writer is closed or its thread died. The API
+    answers 503 `store_unavailable` with `Retry-After`, never a hang; `/readyz` says so too."""
+
+    status = 503
+    code = "store_unavailable"
+    retry_after_s = 1  # the same as kernel.retry_after_s's default: the store may be back soon

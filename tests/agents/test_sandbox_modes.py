@@ -72,7 +72,7 @@ async def serve_without_an_identity(data_dir: Path, allow_weaker: bool) -> tuple
 
 async def test_commands_are_refused_and_readyz_and_the_log_say_why(tmp_path: Path) -> None:
     report, log = await serve_without_an_identity(tmp_path / "data", allow_weaker=False)
-    assert report["readyz"] == {"status_code": 200, "status": "ready",
+    assert report["readyz"] == {"status_code": 200, "status": "ready", "store": "ok",
                                 "sandbox": {"mode": "refused", "missing": ["identity"]}}  # fmt: skip
     assert report["tool_result"] == {
         "error": "run_command is refused: this server cannot give commands an identity of its own, "
@@ -83,7 +83,7 @@ async def test_commands_are_refused_and_readyz_and_the_log_say_why(tmp_path: Pat
 
 async def test_allow_weaker_runs_commands_and_says_so(tmp_path: Path) -> None:
     report, log = await serve_without_an_identity(tmp_path / "data", allow_weaker=True)
-    assert report["readyz"] == {"status_code": 200, "status": "ready",
+    assert report["readyz"] == {"status_code": 200, "status": "ready", "store": "ok",
                                 "sandbox": {"mode": "weaker", "missing": ["identity"]}}  # fmt: skip
     result = report["tool_result"]
     assert isinstance(result, dict) and (result["exit_code"], result["stdout"]) == (0, "ran\n")

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentos.errors import NotFound, StoreError
+from agentos.errors import NotFound, StoreError, StoreUnavailable
 from agentos.store.writer import Writer
 
 SCHEMA = """
@@ -163,15 +163,17 @@ async def test_a_writer_killed_by_a_base_exception_fails_everything_and_refuses_
     space = asyncio.create_task(writer.wait_space())  # the durable lane is over its bound of 1
     gate.open()
     await asyncio.wait_for(held, WAIT_S)
-    for future in (killer, behind):
-        with pytest.raises(StoreError):
+    for future in (killer, behind):  # unavailable (503), not a bug of the caller's
+        with pytest.raises(StoreUnavailable):
             await asyncio.wait_for(future, WAIT_S)
-    with pytest.raises(StoreError):
+    with pytest.raises(StoreUnavailable):
         await asyncio.wait_for(space, WAIT_S)  # a waiter for space is woken with the error, not left blocked
-    with pytest.raises(StoreError):
+    with pytest.raises(StoreUnavailable):
         writer.submit(apply=lambda db: None)
-    with pytest.raises(StoreError):
+    with pytest.raises(StoreUnavailable):
         writer.put(INSERT, ("turn-c",))
+    with pytest.raises(StoreUnavailable):
+        writer.check()  # what /readyz asks
     assert writer.put(INSERT, ("turn-d",), sheddable=True) is False  # sheddable: dropped and counted
     with pytest.raises(StoreError):
         await asyncio.wait_for(writer.wait_space(), WAIT_S)

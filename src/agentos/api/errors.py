@@ -1,7 +1,9 @@
 """The single mapping from exceptions to HTTP answers: `{"error": {"code", "message"}}`.
 
-A `RequestError` is the client's fault and says so; anything else is ours: the client gets
-`internal_error` and an `error_id` to quote, the log gets the traceback under the same id.
+A `RequestError` is the client's fault and says so; a `StoreUnavailable` is nobody's fault
+(the database is away) and answers 503 `store_unavailable` with `Retry-After`; anything else
+is ours: the client gets `internal_error` and an `error_id` to quote, the log gets the
+traceback under the same id.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from agentos.errors import RequestError, new_error_id
+from agentos.errors import RequestError, StoreUnavailable, new_error_id
 
 log = logging.getLogger("agentos.api")
 
@@ -55,6 +57,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except RequestError as exc:
         headers = None if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
         return error_response(exc.status, exc.code, exc.message, headers)
+    except StoreUnavailable as exc:
+        log.warning("store unavailable on %s %s: %s", request.method, request.path, exc)
+        message = "the store cannot be reached; retry later"
+        return error_response(exc.status, exc.code, message, {"Retry-After": str(exc.retry_after_s)})
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

@@ -10,7 +10,7 @@ from agentos.api.body import MAX_AFTER
 from agentos.api.openapi_admin import ADMIN_PATHS, ADMIN_SCHEMAS
 from agentos.api.openapi_limits import limited
 from agentos.api.openapi_limits import retry_error as _retryafter_param
-from agentos.api.openapi_parts import BAD_BODY, BEARER, secured
+from agentos.api.openapi_parts import BAD_BODY, BEARER, secured, store_backed
 from agentos.api.openapi_parts import error as _error
 from agentos.api.openapi_parts import json_answer as _json
 from agentos.api.openapi_parts import json_body as _body
@@ -240,7 +240,7 @@ OPENAPI: dict[str, Any] = {
                 "get": {
                     "summary": "Readiness",
                     "security": [],
-                    "responses": {"200": _json("ready", "Health"), "503": _json("starting or draining", "Health")},
+                    "responses": {"200": _json("ready", "Health"), "503": _json("not ready", "Health")},
                 }
             },
             "/metrics": {
@@ -292,4 +292,4 @@ OPENAPI: dict[str, Any] = {
     },
     "security": [{"bearer": []}],
 }
-limited(secured(OPENAPI["paths"]))  # after the dict: each operation's `security` decides its 401 and 429
+limited(secured(store_backed(OPENAPI["paths"])))  # after the dict: `security` decides the 401 and 429

@@ -49,3 +49,26 @@ def secured(paths: dict[str, Any]) -> dict[str, Any]:
                 operation["responses"].setdefault("401", unauthorized | {"content": _ERROR_CONTENT})
                 operation["responses"].setdefault("403", forbidden | {"content": _ERROR_CONTENT})
     return paths
+
+
+_UNAVAILABLE = (
+    "`store_unavailable`: the database cannot be reached (refused, dropped, or slower than its"
+    " bound); nothing was acknowledged, retry after Retry-After"
+)
+_RETRY_AFTER = {"description": "Seconds to wait before trying again", "schema": {"type": "integer", "minimum": 1}}
+
+
+def store_backed(paths: dict[str, Any]) -> dict[str, Any]:
+    """Every `/v1/` operation reads or writes a store, so each documents the 503 of a store
+    that cannot be reached (next to the draining 503 where there is one)."""
+    for path, item in paths.items():
+        if not path.startswith("/v1/"):
+            continue
+        for method, operation in item.items():
+            if method == "parameters":
+                continue
+            old = operation["responses"].get("503")
+            description = f"{old['description']}; or {_UNAVAILABLE}" if old else _UNAVAILABLE
+            answer = {"description": description, "content": _ERROR_CONTENT, "headers": {"Retry-After": _RETRY_AFTER}}
+            operation["responses"]["503"] = answer
+    return paths

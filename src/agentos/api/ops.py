@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from agentos.api.keys import METRICS, RUNS, RUNTIME
 from agentos.api.openapi import OPENAPI
 from agentos.api.sessions import json_response
+from agentos.errors import StoreUnavailable
 from agentos.tenancy.principal import Scope, require
 
+log = logging.getLogger("agentos.api")
 routes = web.RouteTableDef()
 
 
@@ -22,13 +26,23 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     """Ready, with the sandbox `run_command` gets: `{"mode": "strict" | "weaker" | "refused",
     "missing": [...]}`. A weaker or refusing sandbox keeps the server ready (its chats work; the
-    administrator chose it, or commands are refused), but says so here."""
+    administrator chose it, or commands are refused), but says so here.
+
+    Not ready (503) while draining, and while the store cannot be reached (`"store":
+    "unavailable"`; PostgreSQL is asked `SELECT 1`, at most once a second); ready again, with no
+    restart, as soon as it answers."""
     runtime = request.app.get(RUNTIME)
     if runtime is None or not runtime.accepting:
         return json_response({"status": "not_ready"}, status=503)
+    try:
+        await runtime.store.check()
+    except StoreUnavailable as exc:
+        # The reason (hosts, driver messages) stays in the log: this route needs no credentials.
+        log.warning("not ready: %s", exc)
+        return json_response({"status": "not_ready", "store": "unavailable"}, status=503)
     runs = request.app.get(RUNS)
     sandbox = runs.sandbox_status if runs is not None else None
-    return json_response({"status": "ready", "sandbox": sandbox.to_dict() if sandbox else None})
+    return json_response({"status": "ready", "store": "ok", "sandbox": sandbox.to_dict() if sandbox else None})
 
 
 @routes.get("/metrics")

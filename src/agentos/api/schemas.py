@@ -251,6 +251,11 @@ _OPS: dict[str, Any] = {
         "required": ["status"],
         "properties": {
             "status": {"enum": ["ok", "ready", "not_ready"]},
+            "store": {
+                "description": "/readyz: `ok`, or `unavailable` while the store cannot be reached (503);"
+                " PostgreSQL is asked SELECT 1 at most once a second",
+                "enum": ["ok", "unavailable"],
+            },
             "sandbox": {
                 "description": "/readyz: run_command's sandbox (strict; weaker: allowed by sandbox.allow_weaker;"
                 " refused: commands are refused) and the parts this OS does not give",

@@ -19,7 +19,7 @@ from contextlib import suppress
 from typing import Any
 
 from agentos.clock import Clock
-from agentos.errors import AdmissionRejected, ProviderError, ShuttingDown, new_error_id
+from agentos.errors import AdmissionRejected, ProviderError, ShuttingDown, StoreUnavailable, new_error_id
 from agentos.ids import new_id
 from agentos.kernel import CancelRequested, CancelTurn, GrantPermit, RejectTurn, TurnEnded, TurnSubmitted
 from agentos.metrics import Metrics
@@ -113,6 +113,10 @@ class Turns:
             await self._finish(turn, sink, "turn.cancelled", {"reason": "client_disconnected"}, partial)
         except ProviderError as exc:
             await self._finish(turn, sink, "turn.failed", {"reason": exc.code, "message": str(exc)}, partial)
+        except StoreUnavailable as exc:  # the database went away under the turn: nobody's bug
+            log.warning("turn %s failed: %s", turn.turn_id, exc)
+            data = {"reason": exc.code, "message": "the store cannot be reached; retry later"}
+            await self._finish(turn, sink, "turn.failed", data, partial)
         except Exception:
             error_id = new_error_id()
             log.exception("turn %s failed (error_id=%s)", turn.turn_id, error_id)
@@ -164,9 +168,11 @@ class Turns:
         if turn.run_id is not None:
             data["run_id"] = turn.run_id
         if data.get("reason") != "session_deleted":  # nothing may outlive a deleted session
-            if partial is not None:
-                self._store.add_message(message(turn, "assistant", "".join(partial), outcome))
-            record_event(self._store, turn, name, data)
+            # A closed store refuses the records; the client is still told how the turn ended.
+            with suppress(StoreUnavailable):
+                if partial is not None:
+                    self._store.add_message(message(turn, "assistant", "".join(partial), outcome))
+                record_event(self._store, turn, name, data)
         duration_ms = (self._clock.now() - turn.submitted_s) * 1000
         self._metrics.observe_turn(outcome, duration_ms)
         log.info(

@@ -9,6 +9,10 @@ Writes that carry a promise (`create_session`, `commit_message`) are awaited unt
 is committed; the others (`add_message`, `add_event`, `log_access`) return at once. Events and
 access rows may be shed under overload (counted); messages never are: `add_message` callers
 await `wait_space()` first, which is the backpressure.
+
+A store that cannot be reached (a database away, a writer closed or dead) raises
+`StoreUnavailable` (503 with Retry-After) from any call, within a bound; other failures raise
+`StoreError` (500).
 """
 
 from __future__ import annotations
@@ -45,6 +49,13 @@ class StoreStatistics:
 class Store(Protocol):
     async def start(self) -> None: ...
     async def close(self) -> None: ...
+    async def check(self) -> None:
+        """For `/readyz`: return if the store can serve requests now.
+
+        Raises:
+            StoreUnavailable: it cannot (a database away, a writer closed or dead); cheap to call.
+        """
+        ...
 
     async def create_session(self, record: SessionRecord) -> None: ...
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None: ...

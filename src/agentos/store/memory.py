@@ -27,6 +27,9 @@ class MemoryStore:
     async def start(self) -> None:
         return None
 
+    async def check(self) -> None:
+        return None  # memory is always there
+
     async def close(self) -> None:
         return None
 

@@ -9,10 +9,11 @@ Failures, and what they cost:
   back and retries the whole batch once, then fails every future of the batch. Statements
   must therefore be idempotent (upserts on natural keys); a repeat only follows a COMMIT
   that reported failure, after which SQLite has not committed the batch;
-- errors reach callers as `StoreError` with the cause chained; our own `AgentOSError`s
-  raised by a reader (a NotFound) pass unchanged;
+- errors reach callers as `StoreError` with the cause chained (a `StoreUnavailable`, 503,
+  when the disk is locked, failing or full); our own `AgentOSError`s raised by a reader (a
+  NotFound) pass unchanged;
 - the thread does not die on an operation's error. A `BaseException` that still kills it
-  fails every queued operation, and every later call raises `StoreError`: nothing hangs.
+  fails every queued operation, and every later call raises `StoreUnavailable`: nothing hangs.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentos.errors import AgentOSError, StoreError
+from agentos.errors import AgentOSError, StoreError, StoreUnavailable
 
 log = logging.getLogger("agentos.store")
 
@@ -54,11 +55,21 @@ class Operation:
         self.enqueued_ns = time.perf_counter_ns()
 
 
+# SQLite's result codes that are the machine's fault, not a statement's: the file is locked
+# past busy_timeout, the disk failed or is full, the file cannot be opened.
+_UNAVAILABLE_CODES = frozenset(
+    {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN}
+)
+
+
 def store_error(name: str, exc: BaseException) -> BaseException:
-    """The error a caller sees for `exc`: our own errors unchanged, anything else a StoreError."""
+    """The error a caller sees for `exc`: our own errors unchanged, a locked, failing or full
+    disk a `StoreUnavailable` (503), anything else a StoreError (a bug: 500)."""
     if isinstance(exc, AgentOSError):
         return exc
-    error = StoreError(f"{name} store: {type(exc).__name__}: {exc}")
+    code = getattr(exc, "sqlite_errorcode", None)
+    unavailable = isinstance(exc, sqlite3.OperationalError) and code is not None and code & 0xFF in _UNAVAILABLE_CODES
+    error = (StoreUnavailable if unavailable else StoreError)(f"{name} store: {type(exc).__name__}: {exc}")
     error.__cause__ = exc
     return error
 
@@ -156,9 +167,10 @@ def connect(
     return conn
 
 
-def died(name: str, exc: BaseException) -> StoreError:
-    """The error every operation of a writer whose thread died gets."""
-    error = StoreError(f"{name} writer thread died: {type(exc).__name__}: {exc}")
+def died(name: str, exc: BaseException) -> StoreUnavailable:
+    """The error every operation of a writer whose thread died gets: the store is unavailable
+    (503), not a bug of the request's."""
+    error = StoreUnavailable(f"{name} writer thread died: {type(exc).__name__}: {exc}")
     error.__cause__ = exc
     return error
 

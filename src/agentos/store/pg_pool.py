@@ -40,18 +40,20 @@ def import_asyncpg() -> ModuleType:
         ) from None
 
 
-def driver_errors() -> tuple[type[Exception], ...]:
-    """What a database call raises when the database (not our code) fails: the driver's errors,
-    the network's, and an acquire that timed out."""
-    driver = import_asyncpg()
-    return (OSError, TimeoutError, driver.PostgresError, driver.InterfaceError)
-
-
 def connection_errors() -> tuple[type[Exception], ...]:
-    """The failures that are no row's fault: the server is unreachable or the connection broke.
-    A batch failing so fails whole at once (retrying its rows one by one would only wait longer)."""
+    """The failures that are no row's fault: the server is unreachable, the connection broke or
+    timed out, the server is shutting down or out of resources (connections, disk). A batch
+    failing so fails whole at once (retrying its rows one by one would only wait longer), and a
+    request gets `StoreUnavailable` (503 with Retry-After), not a 500."""
     driver = import_asyncpg()
-    return (OSError, TimeoutError, driver.PostgresConnectionError, driver.ConnectionDoesNotExistError)
+    exceptions = driver.exceptions
+    return (
+        OSError,
+        TimeoutError,
+        driver.PostgresConnectionError,
+        exceptions.OperatorInterventionError,  # admin shutdown, cannot connect now, query cancelled
+        exceptions.InsufficientResourcesError,  # too many connections, disk full, out of memory
+    )
 
 
 def shown_url(url: str) -> str:

@@ -15,7 +15,9 @@ enqueued before it, like the SQLite writer's single queue.
 Failures: if a batch's transaction fails on a statement, each operation is applied again alone
 in its own transaction, so one bad row fails alone (its future gets a `StoreError`); a
 fire-and-forget write that fails is logged and counted. If the database is unreachable or the
-connection broke (`fatal_errors`), the whole batch fails at once, without a retry per row.
+connection broke (`fatal_errors`), the whole batch fails at once, without a retry per row, with
+`StoreUnavailable` (503): nothing of it was acknowledged, and the lane goes on serving, so the
+writes after the database is back succeed.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from agentos.errors import StoreError
+from agentos.errors import StoreError, StoreUnavailable
 from agentos.store.base import WriterStatistics
 from agentos.store.batching import Batcher
 
@@ -132,9 +134,13 @@ class PgWriter:
     def _refusing(self) -> bool:
         return self._task is None or self._closing
 
-    def _enqueue(self, op: PgOp) -> None:
+    def check(self) -> None:
+        """Raises: StoreUnavailable: the writer is closed (`/readyz`)."""
         if self._refusing():
-            raise StoreError(f"{self.name} writer is closed")
+            raise StoreUnavailable(f"{self.name} writer is closed")
+
+    def _enqueue(self, op: PgOp) -> None:
+        self.check()
         if op.sheddable:
             self._shed_queued += 1
         else:
@@ -174,7 +180,7 @@ class PgWriter:
         except self._fatal_errors as exc:  # no row's fault: the whole batch fails at once
             log.error("%s batch of %d failed: database unreachable (%s)", self.name, len(batch), exc)
             reason = f"{self.name}: database unreachable ({type(exc).__name__}: {exc})"
-            results = [StoreError(reason) for _ in batch]
+            results = [StoreUnavailable(reason) for _ in batch]
         except Exception as exc:  # a row's fault, perhaps: find the guilty rows one by one
             log.warning("%s batch of %d failed (%s); applying each alone", self.name, len(batch), exc)
             results = [await self._apply_alone(op) for op in batch]
@@ -199,7 +205,8 @@ class PgWriter:
         try:
             await self._commit([op])
         except Exception as exc:
-            return StoreError(f"{self.name}: write failed ({type(exc).__name__}: {exc})")
+            kind = StoreUnavailable if isinstance(exc, self._fatal_errors) else StoreError
+            return kind(f"{self.name}: write failed ({type(exc).__name__}: {exc})")
         return None
 
     def _resolve(self, batch: list[PgOp], results: list[BaseException | None], wait_ms: float) -> None:

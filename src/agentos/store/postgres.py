@@ -12,6 +12,10 @@ per-token round trip.
 Reads go straight to the pool after a `barrier()` on the lane they read, so a read sees every
 write enqueued before it (as with SQLite's one ordered queue) while reads run in parallel.
 
+A database that goes away: every call a request awaits is bounded and raises `StoreUnavailable`
+(503 with Retry-After) when the database cannot be reached; `check()` answers `/readyz`
+(`agentos.store.pg_health`). The pool reconnects by itself once the database is back.
+
 Tenancy: every read and deletion filters on the caller's `tenant_id` in SQL, on indexes led by
 `tenant_id` (migration 0001); another tenant's session answers exactly like a missing one.
 """
@@ -24,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from agentos.errors import StoreError
 from agentos.store import pg_migrations, pg_pool
 from agentos.store.base import StoreStatistics
 from agentos.store.jsonl import JsonlLog
+from agentos.store.pg_health import HealthCheck, classify, within
 from agentos.store.pg_writer import PgWriter
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
 
@@ -72,7 +76,9 @@ class PostgresStore:
         self._on_batch = on_batch
         self._pool: asyncpg.Pool | None = None
         self._writers: tuple[PgWriter, PgWriter, PgWriter] | None = None
-        self._errors: tuple[type[Exception], ...] = ()
+        self._unavailable: tuple[type[Exception], ...] = ()  # the driver's: known once started
+        self._health = HealthCheck(config.postgres_acquire_timeout_s)
+        self._bound_s = config.postgres_request_timeout_s  # of every store call a request awaits
 
     async def start(self) -> None:
         """Migrate, open the pool, start the writers.
@@ -81,7 +87,7 @@ class PostgresStore:
             ConfigError: naming store.postgres_url: unreachable, refused, or a schema mismatch
                 (`MigrationError`); naming store.backend when asyncpg is not installed.
         """
-        self._errors = pg_pool.driver_errors()
+        self._unavailable = pg_pool.connection_errors()
         conn = await pg_pool.connect(self._config)
         try:
             await pg_migrations.migrate(conn, schema=self._config.postgres_schema)
@@ -96,7 +102,7 @@ class PostgresStore:
             "queue_max_rows": c.queue_max_rows,
             "batch_max_rows": c.batch_max_rows,
             "linger_ms": c.linger_ms,
-            "fatal_errors": pg_pool.connection_errors(),
+            "fatal_errors": self._unavailable,
         }
         self._writers = (
             PgWriter("messages", self._pool, **opts),
@@ -132,21 +138,29 @@ class PostgresStore:
         """Rows of a read that sees every write queued on `lane` before it.
 
         Raises:
-            StoreError: the pool was busy past its acquire timeout, or the database failed.
+            StoreUnavailable: the database cannot be reached, or the barrier, the connection or
+                the query took longer than its bound.
+            StoreError: the database failed otherwise.
         """
-        await lane.barrier()
+        await within(lane.barrier(), "waiting for earlier writes", self._bound_s)
         try:
             async with self._db.acquire(timeout=self._config.postgres_acquire_timeout_s) as conn:
-                rows: list[Any] = await conn.fetch(sql, *args)
-        except self._errors as exc:
-            raise StoreError(f"postgres read failed ({type(exc).__name__}: {exc})") from exc
+                rows: list[Any] = await conn.fetch(sql, *args, timeout=self._bound_s)
+        except Exception as exc:
+            raise classify(exc, self._unavailable, "read") from exc
         return rows
+
+    async def check(self) -> None:
+        """Raises: StoreUnavailable: the database does not answer `SELECT 1` (cached ~1 s)."""
+        for writer in self._lanes:
+            writer.check()
+        await self._health.check(self._db)
 
     # -- sessions ----------------------------------------------------------------------------
 
     async def create_session(self, r: SessionRecord) -> None:
         params = (r.session_id, r.tenant_id, r.agent, _encode(r.metadata).decode(), r.created_at_ms)
-        await self._lanes[0].submit(_INSERT_SESSION, params)
+        await within(self._lanes[0].submit(_INSERT_SESSION, params), "creating a session", self._bound_s)
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
         sql = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_id = $1 AND tenant_id = $2"
@@ -165,21 +179,28 @@ class PostgresStore:
         every write of theirs queued before the call.
 
         Raises:
-            StoreError: the database failed; the transaction rolled back, nothing is deleted.
+            StoreError: the database failed; the transaction rolled back, nothing is deleted
+                (`StoreUnavailable` when it cannot be reached or a bound passed).
         """
         messages, events, _ = self._lanes
-        await messages.barrier()
-        await events.barrier()
+        await within(messages.barrier(), "waiting for earlier writes", self._bound_s)
+        await within(events.barrier(), "waiting for earlier events", self._bound_s)
         key = (tenant_id, session_id)
         try:
             async with self._db.acquire(timeout=self._config.postgres_acquire_timeout_s) as conn, conn.transaction():
-                gone = await conn.execute("DELETE FROM sessions WHERE tenant_id = $1 AND session_id = $2", *key)
+                gone = await conn.execute(
+                    "DELETE FROM sessions WHERE tenant_id = $1 AND session_id = $2", *key, timeout=self._bound_s
+                )
                 if gone == "DELETE 0":
                     return False  # unknown, or another tenant's: nothing of it is touched
-                await conn.execute("DELETE FROM messages WHERE tenant_id = $1 AND session_id = $2", *key)
-                await conn.execute("DELETE FROM events WHERE tenant_id = $1 AND session_id = $2", *key)
-        except self._errors as exc:
-            raise StoreError(f"postgres delete failed ({type(exc).__name__}: {exc}); nothing was deleted") from exc
+                await conn.execute(
+                    "DELETE FROM messages WHERE tenant_id = $1 AND session_id = $2", *key, timeout=self._bound_s
+                )
+                await conn.execute(
+                    "DELETE FROM events WHERE tenant_id = $1 AND session_id = $2", *key, timeout=self._bound_s
+                )
+        except Exception as exc:
+            raise classify(exc, self._unavailable, "delete (nothing was deleted)") from exc
         if self._jsonl is not None:
             await self._jsonl.delete_session(session_id)
         return True
@@ -197,13 +218,15 @@ class PostgresStore:
     # -- messages ------------------------------------------------------------------------------
 
     async def wait_space(self) -> None:
-        await self._lanes[0].wait_space()
+        await within(self._lanes[0].wait_space(), "waiting for room in the message queue", self._bound_s)
 
     def add_message(self, record: MessageRecord) -> None:
         self._lanes[0].put(_INSERT_MESSAGE, _message_params(record))
 
     async def commit_message(self, record: MessageRecord) -> None:
-        await self._lanes[0].submit(_INSERT_MESSAGE, _message_params(record))
+        await within(
+            self._lanes[0].submit(_INSERT_MESSAGE, _message_params(record)), "committing a message", self._bound_s
+        )
 
     async def history(self, tenant_id: str, session_id: str, *, limit: int) -> list[MessageRecord]:
         sql = (

@@ -138,6 +138,11 @@ class SQLiteStore:
         if self._jsonl is not None:
             self._jsonl.start()
 
+    async def check(self) -> None:
+        """Raises: StoreUnavailable: a writer is closed or its thread died."""
+        for writer in (self._sessions, self._events, self._access):
+            writer.check()
+
     async def close(self) -> None:
         for writer in (self._sessions, self._events, self._access):
             await writer.close()

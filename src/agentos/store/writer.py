@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentos.errors import StoreError
+from agentos.errors import StoreUnavailable
 from agentos.store.base import WriterStatistics
 from agentos.store.batching import Batcher
 from agentos.store.ops import Apply, Operation, apply_batch, connect, died, post
@@ -91,7 +91,7 @@ class Writer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._closing = False
-        self._dead: StoreError | None = None
+        self._dead: StoreUnavailable | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -134,10 +134,7 @@ class Writer:
     # -- the loop's side ---------------------------------------------------------------------
 
     def put(self, sql: str, params: Sequence[Any], *, sheddable: bool = False) -> bool:
-        """Enqueue a write and return at once. A sheddable write over its lane's bound is dropped.
-
-        Returns:
-            False if the write was dropped.
+        """Enqueue a write and return at once; False if a sheddable one over its bound was dropped.
 
         Raises:
             StoreError: the writer is closed or dead (a sheddable write is dropped instead).
@@ -176,9 +173,7 @@ class Writer:
     async def wait_space(self) -> None:
         """Backpressure for writes that must never be dropped: wait until under the bound.
 
-        Raises:
-            StoreError: the writer died; waiting would never end.
-        """
+        Raises: StoreUnavailable: the writer died; waiting would never end."""
         while self._queued >= self._max and self._dead is None:
             self._space.clear()
             await self._space.wait()
@@ -188,9 +183,13 @@ class Writer:
     def _refusing(self) -> bool:
         return self._thread is None or self._closing or self._dead is not None
 
-    def _enqueue(self, op: Operation) -> None:
+    def check(self) -> None:
+        """Raises: StoreUnavailable: the writer is closed or its thread died (`/readyz`)."""
         if self._refusing():
-            raise self._dead or StoreError(f"{self.name} writer is closed")
+            raise self._dead or StoreUnavailable(f"{self.name} writer is closed")
+
+    def _enqueue(self, op: Operation) -> None:
+        self.check()
         if op.sheddable:
             self._shed_queued += 1
         else:

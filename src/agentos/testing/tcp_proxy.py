@@ -1,0 +1,99 @@
+"""A TCP proxy on a loopback port that a test can cut and restore: a database that goes away.
+
+Theory of operation. `start()` listens on 127.0.0.1 and an ephemeral port and relays every
+accepted connection to the target, byte for byte, in both directions. `cut()` stops listening
+(new connections are refused: ECONNREFUSED) and aborts every relayed connection (the client
+sees its connection drop, as when the database host goes away). `restore()` listens again on
+the same port, so a client configured with the proxy's address reconnects by itself.
+`stall()` is the nastier fault: connections stay open but nothing moves, in either direction,
+and new ones are accepted and never answered (a host that vanished without a reset); the
+client's own timeouts are all that end its waits. `restore()` drops the stalled connections.
+The target itself is never touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+
+class TcpProxy:
+    """`async with TcpProxy(host, port) as proxy:` relays 127.0.0.1:`proxy.port` to host:port."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self._target = (target_host, target_port)
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.port = 0
+        self._stalled = False
+        self.accepted = 0  # connections relayed so far
+
+    async def __aenter__(self) -> TcpProxy:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.cut()
+
+    async def start(self) -> None:
+        """Listen (on a new ephemeral port the first time, on the same port afterwards)."""
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def cut(self) -> None:
+        """Refuse new connections and drop the relayed ones."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def stall(self) -> None:
+        """Keep every connection open but relay nothing; accept new ones and leave them hanging."""
+        self._stalled = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def restore(self) -> None:
+        """Relay again: after `cut()`, listen again on the same port; after `stall()`, drop the
+        stalled connections so that clients reconnect."""
+        if self._stalled:
+            self._stalled = False
+            for writer in list(self._writers):
+                writer.transport.abort()
+            self._writers.clear()
+        if self._server is None:
+            await self.start()
+
+    async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        if self._stalled:
+            self._writers.add(client_writer)  # held open, never answered
+            return
+        try:
+            target_reader, target_writer = await asyncio.open_connection(*self._target)
+        except OSError:
+            client_writer.transport.abort()
+            return
+        self._writers.update((client_writer, target_writer))
+        for reader, writer in ((client_reader, target_writer), (target_reader, client_writer)):
+            task = asyncio.get_running_loop().create_task(_copy(reader, writer))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+
+async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Relay until either side closes; then close the other side too."""
+    with contextlib.suppress(OSError):  # cancelled by stall(): the sockets stay open
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    writer.transport.abort()
