@@ -22,10 +22,20 @@ import msgspec
 
 from agentos.config_security import CommandCaps, SandboxConfig, SecurityConfig
 from agentos.config_sources import InvalidSetting, Sources, from_validation_error
+from agentos.config_store import CoordinationConfig, StoreConfig
 from agentos.errors import ConfigError
 from agentos.tenancy.limits import TenantLimits
 
-__all__ = ["CommandCaps", "SandboxConfig", "SecurityConfig", "Settings", "load_settings", "settings_from_dict"]
+__all__ = [
+    "CommandCaps",
+    "CoordinationConfig",
+    "StoreConfig",
+    "SandboxConfig",
+    "SecurityConfig",
+    "Settings",
+    "load_settings",
+    "settings_from_dict",
+]
 
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
 PosInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -86,32 +96,6 @@ class MockConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     tps: PosFloat = 200.0
     tokens: PosInt = 8
     scenario: Literal["plain", "tools"] = "plain"
-
-
-class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    enabled: bool = True
-    synchronous: Literal["off", "normal", "full"] = "normal"
-    queue_max_rows: PosInt = 20_000  # per writer; events and access rows beyond it are shed
-    batch_max_rows: PosInt = 1000
-    linger_ms: NonNegFloat = 2.0  # under load, how long a writer waits for its batch to fill
-    busy_timeout_ms: NonNegInt = 5000
-    # postgres: sessions, messages, events, access log (docs/deployment.md); runs and tenants stay in SQLite
-    backend: Literal["sqlite", "postgres"] = "sqlite"
-    postgres_url: str = ""  # postgresql://user:password@host:5432/database
-    postgres_schema: str = ""  # "": the server's search_path; else this schema (created if missing)
-    postgres_pool_max: PosInt = 10  # connections per node; nodes x pool <= the server's max_connections
-    postgres_acquire_timeout_s: PosFloat = 2.0  # a read waits this long for a connection, then fails
-    postgres_request_timeout_s: PosFloat = 10.0  # a request waits this long on one store call, then 503
-
-
-class CoordinationConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """What several nodes share (agentos.coordination). Empty `redis_url`: nothing is shared,
-    every limit and quota is this process's own."""
-
-    redis_url: str = ""  # redis://host:port/db; needs the `redis` extra
-    timeout_s: PosFloat = 0.5  # per Redis call: past it the node falls back to its own limiter
-    expected_nodes: PosInt = 1  # while Redis is down each node allows limit / expected_nodes
-    key_prefix: str = "agentos:"
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
