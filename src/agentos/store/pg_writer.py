@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from agentos.errors import StoreError, StoreUnavailable
 from agentos.store.base import WriterStatistics
 from agentos.store.batching import Batcher
+from agentos.store.lanes import Lanes
 
 if TYPE_CHECKING:
     import asyncpg
@@ -66,18 +67,14 @@ class PgWriter:
         self._fatal_errors = fatal_errors
         self._pool = pool
         self._acquire_timeout_s = acquire_timeout_s
-        self._max = queue_max_rows
-        self._on_batch = on_batch
+        self._lanes = Lanes(name, queue_max_rows, queue_max_rows, on_batch)  # counted on the loop only
         self._batcher: Batcher[PgOp] = Batcher(
             max_items=batch_max_rows, linger_s=linger_ms / 1000, busy_window_s=_BUSY_WINDOW_S
         )
         self._wake = asyncio.Event()
-        self._space = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._inflight = 0  # operations of the batch being applied
-        self._queued = self._shed_queued = 0
-        self._written = self._dropped = self._batches = self._failed = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -101,8 +98,7 @@ class PgWriter:
         Raises:
             StoreError: the writer is closed (a sheddable write is dropped instead).
         """
-        if sheddable and (self._shed_queued >= self._max or self._refusing()):
-            self._dropped += 1
+        if sheddable and not self._lanes.admit_sheddable(self._refusing()):
             return False
         self._enqueue(PgOp(sql, params, None, sheddable))
         return True
@@ -127,9 +123,7 @@ class PgWriter:
 
     async def wait_space(self) -> None:
         """Backpressure for writes that are never dropped: wait until the lane is under its bound."""
-        while self._queued >= self._max and not self._refusing():
-            self._space.clear()
-            await self._space.wait()
+        await self._lanes.wait_space(self._refusing)
 
     def _refusing(self) -> bool:
         return self._task is None or self._closing
@@ -141,17 +135,12 @@ class PgWriter:
 
     def _enqueue(self, op: PgOp) -> None:
         self.check()
-        if op.sheddable:
-            self._shed_queued += 1
-        else:
-            self._queued += 1
+        self._lanes.count_in(op.sheddable)
         self._batcher.add(op, asyncio.get_running_loop().time())
         self._wake.set()
 
     def statistics(self) -> WriterStatistics:
-        return WriterStatistics(
-            self.name, self._queued, self._written, self._dropped, self._batches, self._shed_queued, self._failed
-        )
+        return self._lanes.statistics()
 
     # -- the task ----------------------------------------------------------------------------
 
@@ -210,11 +199,11 @@ class PgWriter:
         return None
 
     def _resolve(self, batch: list[PgOp], results: list[BaseException | None], wait_ms: float) -> None:
-        shed = 0
+        shed = failed = 0
         for op, error in zip(batch, results, strict=True):
             shed += op.sheddable
             if error is not None:
-                self._failed += 1
+                failed += 1
                 if op.future is None:
                     log.error("%s", error)
             if op.future is not None and not op.future.done():
@@ -222,11 +211,4 @@ class PgWriter:
                     op.future.set_result(None)
                 else:
                     op.future.set_exception(error)
-        self._queued -= len(batch) - shed
-        self._shed_queued -= shed
-        self._written += len(batch)
-        self._batches += 1
-        if self._queued < self._max:
-            self._space.set()
-        if self._on_batch is not None:
-            self._on_batch(len(batch), wait_ms)
+        self._lanes.settle(len(batch), shed, failed, wait_ms)

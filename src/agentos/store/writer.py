@@ -30,6 +30,7 @@ from typing import Any
 from agentos.errors import StoreUnavailable
 from agentos.store.base import WriterStatistics
 from agentos.store.batching import Batcher
+from agentos.store.lanes import Lanes
 from agentos.store.ops import Apply, Operation, apply_batch, connect, died, post
 
 log = logging.getLogger("agentos.store")
@@ -70,10 +71,7 @@ class Writer:
         self._schema = schema
         self._migrate = migrate
         self._synchronous = synchronous
-        self._max = queue_max_rows
-        self._shed_max = shed_max_rows if shed_max_rows is not None else queue_max_rows
         self._busy_timeout_ms = busy_timeout_ms
-        self._on_batch = on_batch
         self._batcher: Batcher[Operation] = Batcher(
             max_items=batch_max_rows, linger_s=linger_ms / 1000, busy_window_s=_BUSY_WINDOW_S
         )
@@ -84,10 +82,9 @@ class Writer:
         self._wake = threading.Event()
         self._parked = False
         self._inflight: list[Operation] = []  # the batch being applied (failed if the thread dies)
-        # Lane counts: only the loop increments, only the loop (in `_resolve`) decrements.
-        self._queued = self._shed_queued = 0
-        self._written = self._dropped = self._batches = self._failed = self._retried = 0
-        self._space = asyncio.Event()
+        shed_max = shed_max_rows if shed_max_rows is not None else queue_max_rows
+        self._lanes = Lanes(name, queue_max_rows, shed_max, on_batch)  # counted on the loop only
+        self._retried = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._closing = False
@@ -151,8 +148,7 @@ class Writer:
         return self._offer(Operation(None, None, apply, None, sheddable))
 
     def _offer(self, op: Operation) -> bool:
-        if op.sheddable and (self._shed_queued >= self._shed_max or self._refusing()):
-            self._dropped += 1
+        if op.sheddable and not self._lanes.admit_sheddable(self._refusing()):
             return False
         self._enqueue(op)
         return True
@@ -174,9 +170,7 @@ class Writer:
         """Backpressure for writes that must never be dropped: wait until under the bound.
 
         Raises: StoreUnavailable: the writer died; waiting would never end."""
-        while self._queued >= self._max and self._dead is None:
-            self._space.clear()
-            await self._space.wait()
+        await self._lanes.wait_space(lambda: self._dead is not None)
         if self._dead is not None:
             raise self._dead
 
@@ -190,10 +184,7 @@ class Writer:
 
     def _enqueue(self, op: Operation) -> None:
         self.check()
-        if op.sheddable:
-            self._shed_queued += 1
-        else:
-            self._queued += 1
+        self._lanes.count_in(op.sheddable)
         self._push(op)
 
     def _push(self, op: Operation) -> None:
@@ -203,36 +194,20 @@ class Writer:
             self._wake.set()
 
     def statistics(self) -> WriterStatistics:
-        return WriterStatistics(
-            self.name,
-            self._queued,
-            self._written,
-            self._dropped,
-            self._batches,
-            self._shed_queued,
-            self._failed,
-            self._retried,
-        )
+        return self._lanes.statistics(self._retried)
 
     def _resolve(self, batch: list[Operation], results: list[Any], wait_ms: float) -> None:
-        shed = 0
+        shed = failed = 0
         for op, result in zip(batch, results, strict=True):
             shed += op.sheddable
             future = op.future
             if isinstance(result, BaseException):
-                self._failed += 1
+                failed += 1
                 if future is not None and not future.done():
                     future.set_exception(result)
             elif future is not None and not future.done():
                 future.set_result(result)
-        self._queued -= len(batch) - shed
-        self._shed_queued -= shed
-        self._written += len(batch)
-        self._batches += 1
-        if self._queued < self._max:
-            self._space.set()
-        if self._on_batch is not None:
-            self._on_batch(len(batch), wait_ms)
+        self._lanes.settle(len(batch), shed, failed, wait_ms)
 
     def _die(self, stranded: list[Operation], exc: BaseException) -> None:
         """On the loop: the thread is gone. Fail what it held, what is queued, and what comes."""
@@ -241,7 +216,7 @@ class Writer:
         self._ops.clear()
         if stranded:
             self._resolve(stranded, [died(self.name, exc) for _ in stranded], 0.0)
-        self._space.set()
+        self._lanes.space.set()
 
     # -- the thread's side ---------------------------------------------------------------------
 
