@@ -50,10 +50,9 @@ def base_url(served: RunningServer) -> str:
     return served.url
 
 
-async def read_events(http: aiohttp.ClientSession, url: str, until: str, last_id: str | None = None) -> list[Event]:
-    headers = {"Last-Event-ID": last_id} if last_id else {}
+async def read_events(http: aiohttp.ClientSession, url: str, until: str) -> list[Event]:
     events: list[Event] = []
-    async with http.get(url, headers=headers) as response:
+    async with http.get(url) as response:
         assert response.status == 200
         assert response.headers["Content-Type"].startswith("text/event-stream")
         async for event in sse_events(response):
@@ -61,6 +60,23 @@ async def read_events(http: aiohttp.ClientSession, url: str, until: str, last_id
             if event.name == until:
                 break
     return events
+
+
+async def keepalives(stream: aiohttp.ClientResponse, count: int) -> None:
+    """Read `count` keep-alive comments off an idle SSE stream (bounded: 5 s)."""
+    async with asyncio.timeout(5):
+        while count:
+            line = await stream.content.readline()
+            assert line, "the stream ended"
+            count -= line.startswith(b": keep-alive")
+
+
+async def until_event(events: AsyncIterator[Event], name: str) -> AsyncIterator[Event]:
+    async with asyncio.timeout(10):
+        async for event in events:
+            yield event
+            if event.name == name:
+                return
 
 
 async def post(http: aiohttp.ClientSession, url: str, body: Any) -> tuple[int, Any]:
@@ -89,12 +105,15 @@ async def test_full_loop_over_http(base_url: str, http: aiohttp.ClientSession, t
     assert info["status"] == "waiting_human" and info["session_id"] == sid
     assert info["pending"]["operation_id"] == request["operation_id"]
     assert_documented(info, "Run")
-    status, answered = await post(
-        http, f"{base_url}/v1/runs/{run_id}/answer", {"operation_id": request["operation_id"], "answer": "yes"}
-    )
-    assert status == 200
-    assert_documented(answered, "Run")
-    rest = await read_events(http, events_url, until="run.completed", last_id=first[-1].id)
+    # Tokens are live only: subscribe before answering, so the final answer's tokens reach this stream.
+    async with http.get(events_url, headers={"Last-Event-ID": str(first[-1].id)}) as stream:
+        await keepalives(stream, 2)  # the second one comes after the server subscribed to the run
+        status, answered = await post(
+            http, f"{base_url}/v1/runs/{run_id}/answer", {"operation_id": request["operation_id"], "answer": "yes"}
+        )
+        assert status == 200
+        assert_documented(answered, "Run")
+        rest = [event async for event in until_event(sse_events(stream), "run.completed")]
     assert [e.name for e in rest if e.name != "token"] == ["human.answered", "run.completed"]
     ids = [int(e.id or 0) for e in first + rest if e.name != "token"]
     assert ids == sorted(set(ids)) and ids[0] == 1  # resumed exactly after Last-Event-ID: no repeats

@@ -82,7 +82,10 @@ async def start_serve(tmp_path: Path, provider_url: str) -> tuple[asyncio.subpro
     except BaseException:
         await stop(proc)
         raise
-    assert line.startswith("agentos listening on "), line
+    if not line.startswith("agentos listening on "):
+        await stop(proc)
+        assert proc.stderr is not None
+        raise AssertionError(f"serve did not start ({proc.returncode}): {line}{(await proc.stderr.read()).decode()}")
     return proc, line.split()[-1]
 
 
