@@ -1,6 +1,6 @@
 """Build every service from the settings, in order, and close them in reverse.
 
-    tenants -> Redis link (if configured) -> store -> quotas (seeded from the store)
+    tenants -> Redis link and bus (if configured) -> store -> quotas (seeded from the store)
       -> provider -> driver (the kernel) -> runs -> runtime
 
 Each part receives what it needs when it is built, so nothing is wired by assignment later;
@@ -27,6 +27,7 @@ from agentos.agents import RunService
 from agentos.agents.usage import model_tokens
 from agentos.clock import Clock, MonotonicClock, WallClock, wall_ms
 from agentos.config import Settings, resolve_paths
+from agentos.coordination.bus import Bus
 from agentos.coordination.link import Link, open_link
 from agentos.coordination.quotas import ClusterQuotas
 from agentos.errors import ConfigError
@@ -60,6 +61,7 @@ class Services:
     tenants: TenantRegistry
     quotas: Quotas
     link: Link | None = None  # Redis, when coordination.redis_url is set
+    bus: Bus | None = None  # pub/sub between nodes over that Redis
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Refuse new turns and runs; let running turns finish (bounded), then cancel the rest."""
@@ -73,6 +75,8 @@ class Services:
         await self.provider.aclose()
         await self.store.close()
         await self.tenants.close()
+        if self.bus is not None:
+            await self.bus.close()
         if self.link is not None:
             if isinstance(self.quotas, ClusterQuotas):
                 await self.quotas.flush()
@@ -106,12 +110,16 @@ async def open_services(
         raise ConfigError("provider.url: no provider configured")
     tenants = await open_tenants(settings, now_ms)
     link: Link | None = None
+    bus: Bus | None = None
     store = _make_store(settings, metrics)
     try:
         if settings.coordination.redis_url:
             link = await open_link(settings.coordination)  # stops start-up if Redis does not answer
+            bus = Bus(settings.coordination)
+            await bus.start()  # connects in the background: an outage later must not stop the node
         await store.start()
     except BaseException:
+        await _close_bus(bus)
         await _close_link(link)
         await tenants.close()
         raise
@@ -130,12 +138,18 @@ async def open_services(
             await quotas.share()  # counted in Redis from here on
     except BaseException:
         await store.close()
+        await _close_bus(bus)
         await _close_link(link)
         await tenants.close()
         raise
     runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs)
     runtime.start_lag_probe()
-    return Services(settings, metrics, store, provider, driver, runs, runtime, tenants, quotas, link)
+    return Services(settings, metrics, store, provider, driver, runs, runtime, tenants, quotas, link, bus)
+
+
+async def _close_bus(bus: Bus | None) -> None:
+    if bus is not None:
+        await bus.close()
 
 
 async def _close_link(link: Link | None) -> None:
