@@ -219,3 +219,15 @@ def test_the_store_backend_from_env_and_flags(capsys: pytest.CaptureFixture[str]
     assert main(["config", "show", "--store-backend", "postgres", "--postgres-url", url]) == 0
     out = capsys.readouterr().out
     assert "pw-live" not in out and 'postgres_url = "postgresql://app:**********@db.internal:5432/agentos"' in out
+
+
+def test_the_redis_url_from_env_and_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    """coordination.redis_url: AGENTOS_REDIS_URL, --redis-url; a password in it is never shown."""
+    url = "redis://:s3cret-live@cache.internal:6379/0"
+    assert load_settings(None, environ={"AGENTOS_REDIS_URL": url}).coordination.redis_url == url
+    with pytest.raises(ConfigError, match="coordination.redis_url") as bad:
+        load_settings(None, environ={"AGENTOS_REDIS_URL": "http://:s3cret-live@x/0"})
+    assert "s3cret" not in str(bad.value)
+    assert main(["config", "show", "--redis-url", url]) == 0
+    out = capsys.readouterr().out
+    assert "s3cret-live" not in out and 'redis_url = "redis://:**********@cache.internal:6379/0"' in out

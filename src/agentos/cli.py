@@ -30,6 +30,7 @@ _FLAG_KEYS = {
     "mock_tokens": "mock.tokens",
     "store_backend": "store.backend",
     "postgres_url": "store.postgres_url",
+    "redis_url": "coordination.redis_url",
 }
 
 
@@ -55,6 +56,7 @@ def _add_settings_flags(p: argparse.ArgumentParser) -> None:
 def _add_store_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store-backend", choices=("sqlite", "postgres"), help="where sessions and events live")
     p.add_argument("--postgres-url", help="postgresql://user@host:5432/db (store.backend = postgres)")
+    p.add_argument("--redis-url", help="redis://host:6379/0: what several nodes share (coordination.redis_url)")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

@@ -138,6 +138,7 @@ ENV_ALIASES: dict[str, str] = {
     "AGENTOS_STORE_ENABLED": "store.enabled",
     "AGENTOS_STORE_BACKEND": "store.backend",
     "AGENTOS_POSTGRES_URL": "store.postgres_url",
+    "AGENTOS_REDIS_URL": "coordination.redis_url",
 }
 
 _SECTIONS = ("server", "kernel", "provider", "mock", "store", "security", "sandbox", "tenant_limits", "coordination")

@@ -41,8 +41,9 @@ class Sources:
     def note(self, key: str, label: str, value: object) -> None:
         """`label` is `VAR=` or `--flag `; secrets are masked."""
         shown = "**********" if key.endswith(_SECRET_KEYS) else value
-        if key == "store.postgres_url" and isinstance(value, str) and "@" in value:
-            shown = "postgresql://**********@" + value.rpartition("@")[2]  # the credentials are secret
+        if key in ("store.postgres_url", "coordination.redis_url") and isinstance(value, str) and "@" in value:
+            scheme = value.split("://", 1)[0] if "://" in value else ""
+            shown = f"{scheme}://**********@" + value.rpartition("@")[2]  # the credentials are secret
         self.by_key[key] = f"{label}{shown}"
 
     def describe(self, invalid: InvalidSetting) -> str:

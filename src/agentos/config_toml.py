@@ -19,12 +19,20 @@ def to_toml_dict(settings: Settings) -> dict[str, Any]:
         data["provider"]["api_key"] = "**********"
     if data["security"]["key_pepper"]:
         data["security"]["key_pepper"] = "**********"
-    url = data["store"]["postgres_url"]
-    if "@" in url and ":" in url.split("://", 1)[-1].split("@", 1)[0]:  # user:password@ -> user:***@
-        scheme, rest = url.split("://", 1)
-        user = rest.split("@", 1)[0].split(":", 1)[0]
-        data["store"]["postgres_url"] = f"{scheme}://{user}:**********@{rest.split('@', 1)[1]}"
+    data["store"]["postgres_url"] = mask_url(data["store"]["postgres_url"])
+    data["coordination"]["redis_url"] = mask_url(data["coordination"]["redis_url"])
     return data
+
+
+def mask_url(url: str) -> str:
+    """`scheme://user:password@host/...` with the password masked; other URLs as they are."""
+    if "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    credentials, host = rest.rsplit("@", 1)
+    if ":" not in credentials:
+        return url
+    return f"{scheme}://{credentials.split(':', 1)[0]}:**********@{host}"
 
 
 def dump_toml(data: Mapping[str, Any]) -> str:
