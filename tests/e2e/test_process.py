@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,27 +24,23 @@ pytestmark = pytest.mark.slow
 async def agentos_process(
     *args: str, env: dict[str, str] | None = None
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agentos",
-        "serve",
-        "--port",
-        "0",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        env=child_env(**(env or {})),
-    )
-    try:
-        assert proc.stdout is not None
-        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
-        assert line.startswith("agentos listening on "), line
-        yield proc, line.split()[-1]
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+    with tempfile.TemporaryFile() as log:  # stderr: read back when the server does not start
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agentos", "serve", "--port", "0", *args,
+            stdout=asyncio.subprocess.PIPE, stderr=log, env=child_env(**(env or {})),
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+            if not line.startswith("agentos listening on "):
+                await asyncio.wait_for(proc.wait(), 10)
+                log.seek(0)
+                raise AssertionError(f"serve did not start ({proc.returncode}): {line}{log.read().decode()}")
+            yield proc, line.split()[-1]
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
 
 
 async def test_completed_turns_survive_kill_9(tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession) -> None:
