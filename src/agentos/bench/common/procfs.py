@@ -8,6 +8,7 @@ never `ps %CPU`, which is a lifetime average. Memory is `Rss` and `Private_Dirty
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,8 +74,13 @@ def tree_pids(root: int, stats: dict[int, tuple[int, float]] | None = None) -> l
 
 def sample_tree(root: int, memory: bool = True) -> TreeSample:
     """CPU and (optionally) memory of `root`'s process tree; zeros when it is gone."""
+    return sample_trees([root], memory)
+
+
+def sample_trees(roots: Sequence[int], memory: bool = True) -> TreeSample:
+    """The sum over several process trees (the nodes of a cluster), from one read of /proc."""
     stats = _all_stats()
-    pids = tree_pids(root, stats)
+    pids = sorted({pid for root in roots for pid in tree_pids(root, stats)})
     rss = dirty = 0
     if memory:
         for pid in pids:

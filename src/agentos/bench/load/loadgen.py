@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from agentos.bench.common.procfs import TreeSample, sample_tree, self_cpu_s
+from agentos.bench.common.procfs import TreeSample, sample_tree, sample_trees, self_cpu_s
 from agentos.bench.load.targets import FAILURE_KINDS, Target, TurnSample
 from agentos.bench.report.stats import percentiles_ms
 
@@ -93,11 +93,18 @@ def _round(value: float | None, digits: int = 3) -> float | None:
 
 @dataclass(kw_only=True)
 class Probes:
-    """Where CPU and memory come from: the server's pid (tree), the mock's pid, the mock's /stats URL."""
+    """Where CPU and memory come from: the server's pid (tree), the mock's pid, the mock's /stats URL.
+
+    `server_pids`: several server processes (the nodes of a cluster), summed with `server_pid`'s."""
 
     server_pid: int | None = None
     mock_pid: int | None = None
     mock_base_url: str | None = None  # without /v1
+    server_pids: tuple[int, ...] = ()
+
+    @property
+    def servers(self) -> tuple[int, ...]:
+        return (self.server_pid, *self.server_pids) if self.server_pid is not None else self.server_pids
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +227,7 @@ async def _sleep_until(deadline: float) -> None:
 async def _sample_window(probes: Probes, start: float, end: float, result: PointResult) -> None:
     """CPU as deltas over the window; server memory every half second (peak) and at the end."""
     await _sleep_until(start)
-    sample = _tree_sampler(probes.server_pid)
+    sample = _tree_sampler(probes.servers)
     first, mock_first, self_first = sample(True), _cpu(probes.mock_pid), self_cpu_s()
     peak = latest = first
     loop = asyncio.get_running_loop()
@@ -236,9 +243,9 @@ async def _sample_window(probes: Probes, start: float, end: float, result: Point
         result.server = _server_row(first, latest, peak, duration)
 
 
-def _tree_sampler(pid: int | None) -> Callable[[bool], TreeSample | None]:
+def _tree_sampler(pids: Sequence[int]) -> Callable[[bool], TreeSample | None]:
     def sample(memory: bool) -> TreeSample | None:
-        return None if pid is None else sample_tree(pid, memory=memory)
+        return sample_trees(pids, memory=memory) if pids else None
 
     return sample
 
