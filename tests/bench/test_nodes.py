@@ -17,7 +17,7 @@ from agentos.bench.load.loadgen import PointPlan, Probes, run_point
 from agentos.bench.load.nodes import NodesTarget, RoundRobin, point_targets, provider_fields
 from agentos.bench.report.nodes_table import provider_limit_table
 from agentos.cli import main
-from agentos.config import settings_from_dict
+from agentos.config import load_settings, settings_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = {
@@ -156,3 +156,10 @@ def test_a_profile_that_cannot_run_on_n_nodes_is_refused_in_one_line(
     err = capsys.readouterr().err
     assert err.startswith("agentos: bench sweep --nodes ") and problem in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_the_cluster_profile_has_the_baselines_kernel_and_both_services() -> None:
+    settings = load_settings(ROOT / "bench/profiles/postgres-3node.toml")
+    assert settings.kernel.max_in_flight_turns == 0 and settings.kernel.concurrency_limit == 1000  # as full-store
+    assert settings.store.enabled and settings.store.backend == "postgres" and settings.coordination.redis_url
+    assert nodes_problem(settings, 3) is None
