@@ -156,9 +156,10 @@ class Nodes:
 
 @contextlib.asynccontextmanager
 async def start_nodes(
-    plan: ServerPlan, nodes: int, settings: Settings, log_dir: Path, notes: list[str]
+    plan: ServerPlan, nodes: int, settings: Settings, log_dir: Path, notes: list[str], *, keep: bool = False
 ) -> AsyncIterator[Nodes]:
-    """Start `nodes` servers of `plan` in a fresh namespace; stop them and drop it on exit.
+    """Start `nodes` servers of `plan` in a fresh namespace; stop them and drop it on exit
+    (`keep`: leave it, for a look at the rows; its names go to `notes`).
 
     An unclean exit of a node, or a namespace left behind, is added to `notes`.
 
@@ -178,7 +179,12 @@ async def start_nodes(
         for child, code in zip(started, codes, strict=True):
             if code not in (0, -15, None):
                 notes.append(f"{child.log_path.stem} exited with {code}; log kept at {child.log_path}")
-        notes.extend(await drop_namespace(namespace))
+        if not keep:
+            notes.extend(await drop_namespace(namespace))
+        elif namespace.schema or namespace.key_prefix:
+            notes.append(
+                f"kept (--keep-data): schema {namespace.schema or '-'}, Redis prefix {namespace.key_prefix or '-'}"
+            )
 
 
 def _node_plan(plan: ServerPlan, env: dict[str, str], index: int) -> ServerPlan:

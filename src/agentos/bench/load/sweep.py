@@ -150,7 +150,7 @@ async def _server_rows(run: SweepRun, http: aiohttp.ClientSession, mock: _Mock, 
         log_name=f"server-{path.stem}",
     )
     count, spread = run.plan.nodes, run.plan.spread
-    async with start_nodes(plan, count, settings, run.work_dir, run.notes) as nodes:
+    async with start_nodes(plan, count, settings, run.work_dir, run.notes, keep=run.plan.keep_data) as nodes:
         where = f"schema {nodes.namespace.schema or '-'}, Redis prefix {nodes.namespace.key_prefix or '-'}"
         _log(f"server ({profile}) pids {list(nodes.pids)} at {nodes.urls}; {where}")
         probes = Probes(server_pids=nodes.pids, mock_pid=mock.pid, mock_base_url=mock.base_url)
