@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from tests.postgres import REQUIRED, URL
 
+from agentos.bench.load.cluster import local_service_pids, profile_settings
 from agentos.bench.load.sweep import SweepPlan, run_sweep
 from agentos.bench.mock.server import MockSettings
 from agentos.bench.report.document import load_report, write_report
@@ -71,8 +72,10 @@ async def _leftovers() -> tuple[list[str], list[bytes]]:
 async def test_a_sweep_over_two_nodes_on_postgres_and_redis(tmp_path: Path) -> None:
     await _services_or_skip()
     schemas_before, keys_before = await _leftovers()  # another run of this test may be under way
+    profile = _profile(tmp_path / "cluster.toml")
+    services = local_service_pids(profile_settings(profile))
     plan = SweepPlan(
-        points=(2, 6), profiles=(str(_profile(tmp_path / "cluster.toml")),), nodes=2, spread="turn",
+        points=(2, 6), profiles=(str(profile),), nodes=2, spread="turn",
         duration_s=2.0, warmup_s=0.5, settle_s=0.1, mock=MockSettings(ttft_ms=50.0, tps=400.0, tokens=4),
         command="pytest",
     )  # fmt: skip
@@ -87,13 +90,20 @@ async def test_a_sweep_over_two_nodes_on_postgres_and_redis(tmp_path: Path) -> N
         assert isinstance(row["provider_overshoot"], int) and row["provider_overshoot"] >= 0
         assert row["provider_overshoot"] == max(0, row["mock_max_concurrent"] - 3)
         assert row["server_cpu_ms_per_turn"] > 0 and row["server_processes"] >= 2  # both nodes' trees
+        if services:  # PostgreSQL and Redis on this machine (not in a container): their CPU too
+            assert row["services_cpu_ms_per_turn"] > 0
+        else:
+            assert row["services_cpu_ms_per_turn"] is None
     assert rows["server", 2]["provider_overshoot"] == 0  # 2 streams cannot exceed 3
     assert report["cluster"]["nodes"] == 2 and "2 server nodes" in report["topology"]
 
     write_report(report, tmp_path, "sweep")
     assert load_report(tmp_path / "sweep.json")["rows"][-1]["provider_limit"] == 3
     markdown = (tmp_path / "sweep.md").read_text()
-    assert "- **Nodes:** 2 server nodes per profile" in markdown and "### Provider limit" in markdown
+    assert (
+        "- **Nodes:** 2 server nodes per profile" in markdown
+        and "### Nodes, shared services and the provider limit" in markdown
+    )
     assert "2 nodes" in markdown  # the server section's title
 
     schemas_after, keys_after = await _leftovers()

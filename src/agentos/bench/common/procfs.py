@@ -8,7 +8,7 @@ never `ps %CPU`, which is a lifetime average. Memory is `Rss` and `Private_Dirty
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +88,19 @@ def sample_trees(roots: Sequence[int], memory: bool = True) -> TreeSample:
                 r, d = parse_smaps_rollup(text)
                 rss, dirty = rss + r, dirty + d
     return TreeSample(sum(stats[p][1] for p in pids), rss, dirty, len(pids))
+
+
+def roots_named(names: Collection[str]) -> list[int]:
+    """The topmost processes named (comm) one of `names`: PostgreSQL's postmaster, not its
+    backends (which are in its tree). Any user's: /proc/<pid>/stat is world-readable."""
+    comm: dict[int, str] = {}
+    parent: dict[int, int] = {}
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit() and (text := _read(entry / "stat")) is not None:
+            pid = int(entry.name)
+            comm[pid] = text[text.find("(") + 1 : text.rfind(")")]
+            parent[pid] = parse_stat(text)[0]
+    return sorted(pid for pid, name in comm.items() if name in names and comm.get(parent[pid]) not in names)
 
 
 def self_cpu_s() -> float:

@@ -16,6 +16,11 @@ nodes stopped), with `coordination.redis_url` a fresh key prefix (`<coordination
 (`AGENTOS_STORE_POSTGRES_SCHEMA`, `AGENTOS_COORDINATION_KEY_PREFIX`), and, with Redis,
 `AGENTOS_COORDINATION_EXPECTED_NODES` = N (each node's share of a limit while Redis is down).
 
+Where PostgreSQL and Redis run on this machine (loopback URLs), their process trees are found by
+name (`postgres`, `redis-server`; `local_service_pids`) so the sweep can report their CPU per turn
+beside the nodes': with the PostgreSQL store part of a turn's cost is spent there, not in a node.
+On a shared machine that CPU includes everyone else's use of those services.
+
 More than one node needs state that every node sees: the PostgreSQL store and Redis. A profile
 without them is refused before anything starts (`nodes_problem`). The nodes start one after the
 other (the first applies the migrations); any that fails to start stops those already running.
@@ -31,8 +36,10 @@ import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from agentos.bench.common.processes import Child, ServerPlan, start_server_process, stop_child
+from agentos.bench.common.procfs import roots_named
 from agentos.config import Settings, load_settings
 
 DEFAULT_SCHEMA = "agentos_bench"
@@ -137,6 +144,21 @@ async def _delete_keys(url: str, prefix: str) -> None:
             await redis.delete(*batch)
     finally:
         await redis.aclose()
+
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def local_service_pids(settings: Settings) -> tuple[int, ...]:
+    """The process trees of the PostgreSQL and Redis this profile uses, where they run on this
+    machine (a loopback URL): their CPU is part of what a turn costs, apart from the nodes'."""
+    names = set()
+    store, redis_url = settings.store, settings.coordination.redis_url
+    if store.enabled and store.backend == "postgres" and urlsplit(store.postgres_url).hostname in _LOOPBACK:
+        names.add("postgres")
+    if redis_url.startswith("unix://") or (redis_url and urlsplit(redis_url).hostname in _LOOPBACK):
+        names.add("redis-server")
+    return tuple(roots_named(names)) if names else ()
 
 
 @dataclass(kw_only=True)

@@ -33,7 +33,7 @@ import aiohttp
 
 from agentos.bench.common.http import bench_http_session
 from agentos.bench.common.processes import BenchSetupError, ServerPlan, resolve_profile, stop_child
-from agentos.bench.load.cluster import profile_settings, start_nodes
+from agentos.bench.load.cluster import local_service_pids, profile_settings, start_nodes
 from agentos.bench.load.loadgen import PointPlan, Probes, run_point
 from agentos.bench.load.nodes import Spread, point_targets, provider_fields
 from agentos.bench.load.sweep_header import cluster, tenancy, topology
@@ -153,7 +153,8 @@ async def _server_rows(run: SweepRun, http: aiohttp.ClientSession, mock: _Mock, 
     async with start_nodes(plan, count, settings, run.work_dir, run.notes, keep=run.plan.keep_data) as nodes:
         where = f"schema {nodes.namespace.schema or '-'}, Redis prefix {nodes.namespace.key_prefix or '-'}"
         _log(f"server ({profile}) pids {list(nodes.pids)} at {nodes.urls}; {where}")
-        probes = Probes(server_pids=nodes.pids, mock_pid=mock.pid, mock_base_url=mock.base_url)
+        services = local_service_pids(settings)
+        probes = Probes(server_pids=nodes.pids, mock_pid=mock.pid, mock_base_url=mock.base_url, service_pids=services)
         measure = await _server_measure(run.plan, http, nodes.urls, probes, admin)
 
         async def with_limit(point: PointPlan) -> dict[str, Any]:

@@ -78,6 +78,7 @@ def merge_results(results: Sequence[PointResult], concurrency: int) -> PointResu
         mock_stats=first.mock_stats,
         mock_cpu_cores=first.mock_cpu_cores,
         loadgen_cpu_cores=first.loadgen_cpu_cores,
+        services_cpu_s=first.services_cpu_s,
         setup_failures=sum(r.setup_failures for r in results),
     )
 

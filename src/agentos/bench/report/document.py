@@ -139,7 +139,9 @@ _SWEEP_NOTES = """
   sampled every 0.5 s (peak) and at the window's end.
 - **mock max conc.**: the mock's `max_concurrent` during the point (proof of the provider limit);
   **overshoot** is max(0, that peak − `kernel.concurrency_limit`), all nodes together.
-- **nodes** (`--nodes N`): server CPU, CPU ms/turn and memory are summed over the N node processes.
+- **nodes** (`--nodes N`): server CPU, CPU ms/turn and memory are summed over the N node processes;
+  **+ PostgreSQL, Redis**: CPU ms/turn of those services' processes where they run on this machine
+  (on a shared machine it includes everyone else's use of them).
 - **mock CPU / loadgen CPU**: the same CPU delta for the mock and for the load generator, which
   share the machine with the server.
 """

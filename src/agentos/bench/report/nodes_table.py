@@ -6,6 +6,9 @@ records `kernel.concurrency_limit` and the mock's peak of concurrent streams, an
 shows the overshoot: max(0, peak − limit), over all nodes together. It can only be above 0 where
 the point offers more streams than the limit (c > limit) or the nodes each apply the limit on
 their own; at c <= limit a 0 proves nothing about the limit, and the table says so.
+Beside it, CPU per turn of the nodes (summed) and of the PostgreSQL and Redis processes where they
+run on this machine (`services_cpu_ms_per_turn`, "–" for a profile with neither on loopback):
+with the PostgreSQL store part of a turn's cost is spent in the database, not in a node.
 Reports written before nodes were recorded have neither line nor table.
 """
 
@@ -24,10 +27,11 @@ def provider_limit_table(rows: Sequence[dict[str, Any]]) -> list[str]:
     limited = [r for r in rows if r.get("provider_limit") is not None]
     if not limited:
         return []
-    lines = ["", "### Provider limit (the mock's peak of concurrent streams, all nodes together)", ""]
+    lines = ["", "### Nodes, shared services and the provider limit (all nodes together)", ""]
     lines += [
-        "| profile | c | nodes | spread | kernel.concurrency_limit | mock peak streams | overshoot | what it shows |",
-        "|---|---|---|---|---|---|---|---|",
+        "| profile | c | nodes | spread | CPU ms/turn: nodes | + PostgreSQL, Redis (this machine) "
+        "| kernel.concurrency_limit | mock peak streams | overshoot | what it shows |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in limited:
         cells = [
@@ -35,6 +39,8 @@ def provider_limit_table(rows: Sequence[dict[str, Any]]) -> list[str]:
             row["concurrency"],
             row.get("nodes", 1),
             row.get("spread") or "–",
+            _fmt(row.get("server_cpu_ms_per_turn")),
+            _fmt(row.get("services_cpu_ms_per_turn")),
             row["provider_limit"],
             _fmt(row.get("mock_max_concurrent")),
             _fmt(row.get("provider_overshoot")),
