@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
 from aiohttp.test_utils import TestServer
 from tests.bench.conftest import Stub, StubState, create_stub_app
@@ -163,3 +164,7 @@ def test_the_cluster_profile_has_the_baselines_kernel_and_both_services() -> Non
     assert settings.kernel.max_in_flight_turns == 0 and settings.kernel.concurrency_limit == 1000  # as full-store
     assert settings.store.enabled and settings.store.backend == "postgres" and settings.coordination.redis_url
     assert nodes_problem(settings, 3) is None
+    limited = load_settings(ROOT / "bench/profiles/postgres-3node-limited.toml")
+    assert limited.kernel.concurrency_limit == 64 and nodes_problem(limited, 3) is None
+    assert msgspec.structs.replace(limited.kernel, concurrency_limit=1000) == settings.kernel  # only the limit differs
+    assert (limited.store, limited.coordination) == (settings.store, settings.coordination)
