@@ -112,6 +112,18 @@ def _register_sweep(commands: argparse._SubParsersAction[argparse.ArgumentParser
         default=0,
         help="spread the users round-robin over N tenants, one API key each (default 0: one tenant, no keys)",
     )
+    sweep.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="server processes per profile sharing its PostgreSQL store and Redis (default 1; >1 needs both)",
+    )
+    sweep.add_argument(
+        "--spread",
+        choices=["session", "turn"],
+        default="session",
+        help="with --nodes: a session's turns on its node (default), or each turn on the next node",
+    )
     _add_mock_flags(sweep, 2000.0, 200.0, 8)
     _add_output_flags(sweep)
     sweep.set_defaults(handler=_checked("sweep", _sweep, _sweep_profiles))
@@ -153,12 +165,29 @@ def _check_tenants(args: argparse.Namespace) -> None:
         raise SystemExit("agentos bench sweep: --tenants with --server-url needs that server's AGENTOS_API_TOKEN")
 
 
+def _check_nodes(args: argparse.Namespace) -> None:
+    """Raises:
+    ConfigError: --nodes N that the profiles (or an external server) cannot run: one line, exit 2.
+    """
+    from agentos.bench.load.cluster import nodes_problem, profile_settings
+    from agentos.errors import ConfigError
+
+    if args.nodes < 1:
+        raise ConfigError(f"bench sweep --nodes {args.nodes}: must be 1 or more")
+    if args.nodes > 1 and args.server_url:
+        raise ConfigError(f"bench sweep --nodes {args.nodes}: not with --server-url (the bench starts the nodes)")
+    for name in _sweep_profiles(args):
+        if problem := nodes_problem(profile_settings(check_profile(name)), args.nodes):
+            raise ConfigError(f"bench sweep --nodes {args.nodes}: profile {name!r} {problem}")
+
+
 def _sweep(args: argparse.Namespace) -> int:
     from agentos.bench.common.loop import raise_fd_limit, run_loop
     from agentos.bench.load.sweep import SweepPlan, run_sweep
     from agentos.bench.mock.server import MockSettings
 
     _check_tenants(args)
+    _check_nodes(args)
     raise_fd_limit()
     plan = SweepPlan(
         points=_points(args),
@@ -175,9 +204,13 @@ def _sweep(args: argparse.Namespace) -> int:
         command=_command_line(),
         keep_data=args.keep_data,
         tenants=args.tenants,
+        nodes=args.nodes,
+        spread=args.spread,
     )
     report = run_loop(run_sweep(plan))
     label = "+".join(report["profiles"]) or "direct"
+    if args.nodes > 1 and report["profiles"]:
+        label += f"-{args.nodes}nodes" + ("-turn-spread" if args.spread == "turn" else "")
     return _write(report, "sweep", label, args)
 
 

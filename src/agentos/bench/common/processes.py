@@ -50,6 +50,7 @@ class ServerPlan:
     session_ttl_s: float | None = None
     ready_timeout_s: float = 60.0
     env: Mapping[str, str] = field(default_factory=dict)  # added to this process's environment
+    log_name: str = "server"  # the log file is <log_dir>/<log_name>.log (one per node of a cluster)
 
 
 def server_argv(plan: ServerPlan, port: int) -> list[str]:
@@ -68,7 +69,7 @@ async def start_server_process(plan: ServerPlan, log_dir: Path) -> Child:
         BenchSetupError: it exited or was not ready within `plan.ready_timeout_s`.
     """
     port = free_port()
-    log_path = log_dir / "server.log"
+    log_path = log_dir / f"{plan.log_name}.log"
     plan.data_dir.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
         process = await asyncio.create_subprocess_exec(

@@ -8,6 +8,7 @@ never `ps %CPU`, which is a lifetime average. Memory is `Rss` and `Private_Dirty
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,8 +74,13 @@ def tree_pids(root: int, stats: dict[int, tuple[int, float]] | None = None) -> l
 
 def sample_tree(root: int, memory: bool = True) -> TreeSample:
     """CPU and (optionally) memory of `root`'s process tree; zeros when it is gone."""
+    return sample_trees([root], memory)
+
+
+def sample_trees(roots: Sequence[int], memory: bool = True) -> TreeSample:
+    """The sum over several process trees (the nodes of a cluster), from one read of /proc."""
     stats = _all_stats()
-    pids = tree_pids(root, stats)
+    pids = sorted({pid for root in roots for pid in tree_pids(root, stats)})
     rss = dirty = 0
     if memory:
         for pid in pids:
@@ -82,6 +88,19 @@ def sample_tree(root: int, memory: bool = True) -> TreeSample:
                 r, d = parse_smaps_rollup(text)
                 rss, dirty = rss + r, dirty + d
     return TreeSample(sum(stats[p][1] for p in pids), rss, dirty, len(pids))
+
+
+def roots_named(names: Collection[str]) -> list[int]:
+    """The topmost processes named (comm) one of `names`: PostgreSQL's postmaster, not its
+    backends (which are in its tree). Any user's: /proc/<pid>/stat is world-readable."""
+    comm: dict[int, str] = {}
+    parent: dict[int, int] = {}
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit() and (text := _read(entry / "stat")) is not None:
+            pid = int(entry.name)
+            comm[pid] = text[text.find("(") + 1 : text.rfind(")")]
+            parent[pid] = parse_stat(text)[0]
+    return sorted(pid for pid, name in comm.items() if name in names and comm.get(parent[pid]) not in names)
 
 
 def self_cpu_s() -> float:

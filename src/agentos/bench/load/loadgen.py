@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from agentos.bench.common.procfs import TreeSample, sample_tree, self_cpu_s
+from agentos.bench.common.procfs import TreeSample, sample_tree, sample_trees, self_cpu_s
 from agentos.bench.load.targets import FAILURE_KINDS, Target, TurnSample
 from agentos.bench.report.stats import percentiles_ms
 
@@ -58,6 +58,7 @@ class PointResult:
     mock_stats: dict[str, int] = field(default_factory=dict)
     mock_cpu_cores: float | None = None
     loadgen_cpu_cores: float | None = None
+    services_cpu_s: float | None = None  # the shared services' (PostgreSQL, Redis) on this machine
     setup_failures: int = 0
 
     def as_row(self) -> dict[str, Any]:
@@ -80,6 +81,10 @@ class PointResult:
             "mock_aborted": self.mock_stats.get("aborted"),
             "mock_cpu_cores": _round(self.mock_cpu_cores),
             "loadgen_cpu_cores": _round(self.loadgen_cpu_cores),
+            "services_cpu_cores": _round(
+                None if self.services_cpu_s is None else self.services_cpu_s / self.duration_s
+            ),
+            "services_cpu_ms_per_turn": _per_turn_ms(self.services_cpu_s, len(ok)),
         }
 
 
@@ -93,11 +98,20 @@ def _round(value: float | None, digits: int = 3) -> float | None:
 
 @dataclass(kw_only=True)
 class Probes:
-    """Where CPU and memory come from: the server's pid (tree), the mock's pid, the mock's /stats URL."""
+    """Where CPU and memory come from: the server's pid (tree), the mock's pid, the mock's /stats URL.
+
+    `server_pids`: several server processes (the nodes of a cluster), summed with `server_pid`'s.
+    `service_pids`: the shared services' process trees (PostgreSQL, Redis), CPU only, apart."""
 
     server_pid: int | None = None
     mock_pid: int | None = None
     mock_base_url: str | None = None  # without /v1
+    server_pids: tuple[int, ...] = ()
+    service_pids: tuple[int, ...] = ()
+
+    @property
+    def servers(self) -> tuple[int, ...]:
+        return (self.server_pid, *self.server_pids) if self.server_pid is not None else self.server_pids
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +162,7 @@ async def run_groups(
         result.samples = [s for s in result.samples if window_start <= s.ended <= window_end]
         result.server, result.mock_stats = shared.server, mock_stats
         result.mock_cpu_cores, result.loadgen_cpu_cores = shared.mock_cpu_cores, shared.loadgen_cpu_cores
+        result.services_cpu_s = shared.services_cpu_s
     await asyncio.gather(*(g.target.close_worker(http, w) for g, w, _ in live))
     return results
 
@@ -220,8 +235,10 @@ async def _sleep_until(deadline: float) -> None:
 async def _sample_window(probes: Probes, start: float, end: float, result: PointResult) -> None:
     """CPU as deltas over the window; server memory every half second (peak) and at the end."""
     await _sleep_until(start)
-    sample = _tree_sampler(probes.server_pid)
+    sample = _tree_sampler(probes.servers)
     first, mock_first, self_first = sample(True), _cpu(probes.mock_pid), self_cpu_s()
+    services = _tree_sampler(probes.service_pids)
+    services_first = services(False)
     peak = latest = first
     loop = asyncio.get_running_loop()
     while loop.time() < end:
@@ -234,11 +251,13 @@ async def _sample_window(probes: Probes, start: float, end: float, result: Point
         result.mock_cpu_cores = ((_cpu(probes.mock_pid) or mock_first) - mock_first) / duration
     if first is not None and latest is not None and peak is not None:
         result.server = _server_row(first, latest, peak, duration)
+    if services_first is not None and (services_last := services(False)) is not None:
+        result.services_cpu_s = round(services_last.cpu_s - services_first.cpu_s, 2)
 
 
-def _tree_sampler(pid: int | None) -> Callable[[bool], TreeSample | None]:
+def _tree_sampler(pids: Sequence[int]) -> Callable[[bool], TreeSample | None]:
     def sample(memory: bool) -> TreeSample | None:
-        return None if pid is None else sample_tree(pid, memory=memory)
+        return sample_trees(pids, memory=memory) if pids else None
 
     return sample
 

@@ -32,16 +32,13 @@ from typing import Any
 import aiohttp
 
 from agentos.bench.common.http import bench_http_session
-from agentos.bench.common.processes import (
-    BenchSetupError,
-    ServerPlan,
-    resolve_profile,
-    start_server_process,
-    stop_child,
-)
+from agentos.bench.common.processes import BenchSetupError, ServerPlan, resolve_profile, stop_child
+from agentos.bench.load.cluster import local_service_pids, profile_settings, start_nodes
 from agentos.bench.load.loadgen import PointPlan, Probes, run_point
+from agentos.bench.load.nodes import Spread, point_targets, provider_fields
+from agentos.bench.load.sweep_header import cluster, tenancy, topology
 from agentos.bench.load.sweep_tenants import make_tenant_keys, tenant_point_row
-from agentos.bench.load.targets import DirectTarget, ServerTarget, Target
+from agentos.bench.load.targets import DirectTarget, Target
 from agentos.bench.load.tenant_keys import AdminKeys
 from agentos.bench.mock.process import start_mock_process
 from agentos.bench.mock.server import MockSettings
@@ -70,6 +67,8 @@ class SweepPlan:
     command: str = ""
     keep_data: bool = False
     tenants: int = 0  # 0: one tenant, no keys; N: N tenants with a key each, users round-robin
+    nodes: int = 1  # server processes per profile; >1 needs the postgres store and Redis (load.cluster)
+    spread: Spread = "session"  # over the nodes: per session, or every turn to the next node (load.nodes)
 
 
 @dataclass(kw_only=True)
@@ -141,41 +140,53 @@ def _progress(row: dict[str, Any]) -> str:
 
 async def _server_rows(run: SweepRun, http: aiohttp.ClientSession, mock: _Mock, profile: str) -> None:
     admin = AdminKeys() if run.plan.tenants else None
+    path = resolve_profile(profile)
+    settings = profile_settings(path)
     plan = ServerPlan(
-        profile_path=resolve_profile(profile),
+        profile_path=path,
         provider_url=mock.url,
         data_dir=run.work_dir / f"data-{profile}",
         env=admin.env if admin else {},
+        log_name=f"server-{path.stem}",
     )
-    child = await start_server_process(plan, run.work_dir)
-    _log(f"server ({profile}) pid {child.pid} at {child.url}")
-    probes = Probes(server_pid=child.pid, mock_pid=mock.pid, mock_base_url=mock.base_url)
-    try:
-        await _points(run, await _server_measure(run.plan, http, child.url, probes, admin), profile)
-    finally:
-        code = await stop_child(child.process)
-        if code not in (0, -15, None):
-            run.notes.append(f"server ({profile}) exited with {code}; log kept at {child.log_path}")
+    count, spread = run.plan.nodes, run.plan.spread
+    async with start_nodes(plan, count, settings, run.work_dir, run.notes, keep=run.plan.keep_data) as nodes:
+        where = f"schema {nodes.namespace.schema or '-'}, Redis prefix {nodes.namespace.key_prefix or '-'}"
+        _log(f"server ({profile}) pids {list(nodes.pids)} at {nodes.urls}; {where}")
+        services = local_service_pids(settings)
+        probes = Probes(server_pids=nodes.pids, mock_pid=mock.pid, mock_base_url=mock.base_url, service_pids=services)
+        measure = await _server_measure(run.plan, http, nodes.urls, probes, admin)
+
+        async def with_limit(point: PointPlan) -> dict[str, Any]:
+            row = await measure(point)
+            return row | provider_fields(row, settings.kernel.concurrency_limit, count, spread)
+
+        await _points(run, with_limit, profile)
 
 
 async def _server_measure(
-    plan: SweepPlan, http: aiohttp.ClientSession, url: str, probes: Probes, admin: AdminKeys | None
+    plan: SweepPlan, http: aiohttp.ClientSession, urls: list[str], probes: Probes, admin: AdminKeys | None
 ) -> Measure:
-    """How a point is measured on this server: one target, or the users spread over the tenants.
+    """How a point is measured on these nodes: one target, or the users spread over the tenants.
 
     Raises:
-        BenchSetupError: the server refused to make the bench's tenants or keys.
+        BenchSetupError: a node refused to make the bench's tenants or keys.
     """
     if admin is None:
-        return _measure(ServerTarget(url), http, probes)
-    try:
-        keys = await make_tenant_keys(http, url, admin, plan.tenants)
+
+        async def plain(point: PointPlan) -> dict[str, Any]:
+            (target,) = point_targets(urls, plan.spread)
+            return (await run_point(target, http, point, probes)).as_row()
+
+        return plain
+    try:  # each node makes its own key of each tenant (works with tenants per node or shared)
+        keys = [await make_tenant_keys(http, url, admin, plan.tenants) for url in urls]
     except (RuntimeError, aiohttp.ClientError) as exc:
         raise BenchSetupError(f"making {plan.tenants} tenants: {exc}") from exc
-    _log(f"{len(keys)} tenants with one key each")
+    _log(f"{plan.tenants} tenants with one key each (per node)")
 
     async def measure(point: PointPlan) -> dict[str, Any]:
-        return await tenant_point_row(url, keys, http, point, probes)
+        return await tenant_point_row(point_targets(urls, plan.spread, keys), http, point, probes)
 
     return measure
 
@@ -192,7 +203,7 @@ async def run_sweep(plan: SweepPlan) -> dict[str, Any]:
             if plan.server_url:
                 probes = Probes(server_pid=plan.server_pid, mock_pid=mock.pid, mock_base_url=mock.base_url)
                 admin = AdminKeys(os.environ.get("AGENTOS_API_TOKEN")) if plan.tenants else None
-                await _points(run, await _server_measure(plan, http, plan.server_url, probes, admin), EXTERNAL)
+                await _points(run, await _server_measure(plan, http, [plan.server_url], probes, admin), EXTERNAL)
             else:
                 for profile in plan.profiles:
                     try:
@@ -207,7 +218,7 @@ async def run_sweep(plan: SweepPlan) -> dict[str, Any]:
             shutil.rmtree(work_dir, ignore_errors=True)
     report = sweep_report(run)
     if plan.keep_data:
-        report["kept_data"] = str(work_dir)  # data-<profile>/ per profile (the store), server.log
+        report["kept_data"] = str(work_dir)  # data-<profile>/[node<i>/] (the store), server-<profile>[-node<i>].log
     return report
 
 
@@ -220,35 +231,13 @@ def sweep_report(run: SweepRun) -> dict[str, Any]:
         "created_utc": utc_now().isoformat(timespec="seconds"),
         "machine": machine_info(),
         "versions": versions(),
-        "topology": _topology(plan),
+        "topology": topology(plan),
         "profiles": profiles,
         "mock": asdict(plan.mock) if not plan.mock_url else {"url": plan.mock_url},
         "command": plan.command,
         "tenancy": tenancy(plan),
+        "cluster": cluster(plan),
         "window": {"warmup_s": plan.warmup_s, "duration_s": plan.duration_s, "turn_timeout_s": plan.turn_timeout_s},
         "rows": run.rows,
         "notes": run.notes,
     }
-
-
-def tenancy(plan: SweepPlan) -> dict[str, Any]:
-    """What the report's header says about tenants: how many, and how the users were spread."""
-    if not plan.tenants:
-        return {"tenants": 0, "text": "single tenant: no admin token, no keys (the default tenant, open on loopback)"}
-    return {
-        "tenants": plan.tenants,
-        "text": (
-            f"{plan.tenants} tenants, one API key each (made through /v1/admin after start, the server "
-            "started with an admin token); users assigned round-robin (user i -> tenant i mod "
-            f"{plan.tenants}), every request with its tenant's key"
-        ),
-    }
-
-
-def _topology(plan: SweepPlan) -> str:
-    server = f"external server at {plan.server_url}" if plan.server_url else "server (one process per profile)"
-    mock = f"external mock at {plan.mock_url}" if plan.mock_url else "mock-llm (one process, uvloop)"
-    return (
-        f"one machine, loopback only: {mock}; {server}; load generator (one process, uvloop, "
-        "aiohttp TCPConnector(limit=0)); all three share the cores"
-    )

@@ -3,7 +3,8 @@
 Usage::
 
     keys = await make_tenant_keys(http, server_url, admin, 100)   # admin: AdminKeys, its env on the server
-    row = await tenant_point_row(server_url, keys, http, PointPlan(concurrency=1000), probes)
+    targets = [ServerTarget(server_url, api_key=key, name=tenant_name(j)) for j, key in enumerate(keys)]
+    row = await tenant_point_row(targets, http, PointPlan(concurrency=1000), probes)
 
 Theory of operation. The sweep starts the server with an admin token (`AdminKeys.env`); once it
 is ready, `make_tenant_keys` creates the tenants `bench-t001` … and one key each through the
@@ -29,7 +30,7 @@ from typing import Any
 import aiohttp
 
 from agentos.bench.load.loadgen import Group, PointPlan, PointResult, Probes, run_groups
-from agentos.bench.load.targets import ServerTarget
+from agentos.bench.load.targets import Target
 from agentos.bench.load.tenant_keys import AdminKeys
 
 
@@ -53,18 +54,15 @@ def users_per_tenant(users: int, tenants: int) -> list[int]:
 
 
 async def tenant_point_row(
-    base_url: str, keys: Sequence[str], http: aiohttp.ClientSession, plan: PointPlan, probes: Probes
+    targets: Sequence[Target], http: aiohttp.ClientSession, plan: PointPlan, probes: Probes
 ) -> dict[str, Any]:
-    """Run one point with `plan.concurrency` users spread over the tenants of `keys`; its sweep row."""
-    counts = users_per_tenant(plan.concurrency, len(keys))
-    groups = [
-        Group(ServerTarget(base_url, api_key=key, name=tenant_name(j)), count)
-        for j, (key, count) in enumerate(zip(keys, counts, strict=True))
-        if count
-    ]
+    """Run one point with `plan.concurrency` users spread over the tenants (one target each, with
+    that tenant's key: `ServerTarget`, or `agentos.bench.load.nodes.NodesTarget` over nodes); its row."""
+    counts = users_per_tenant(plan.concurrency, len(targets))
+    groups = [Group(target, count) for target, count in zip(targets, counts, strict=True) if count]
     results = await run_groups(groups, http, plan, probes)
     row = merge_results(results, plan.concurrency).as_row()
-    row["tenancy"] = tenant_spread(results, len(keys))
+    row["tenancy"] = tenant_spread(results, len(targets))
     return row
 
 
@@ -80,6 +78,7 @@ def merge_results(results: Sequence[PointResult], concurrency: int) -> PointResu
         mock_stats=first.mock_stats,
         mock_cpu_cores=first.mock_cpu_cores,
         loadgen_cpu_cores=first.loadgen_cpu_cores,
+        services_cpu_s=first.services_cpu_s,
         setup_failures=sum(r.setup_failures for r in results),
     )
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from agentos.bench.report.nodes_table import nodes_header, provider_limit_table
 from agentos.bench.report.output import claim_stem
 from agentos.bench.report.overhead import overhead_rows
 from agentos.bench.report.tenants_table import tenancy_header, tenants_table
@@ -30,6 +31,7 @@ def _header(report: dict[str, Any]) -> list[str]:
         f"- **Topology:** {report['topology']}",
         f"- **Profile(s):** {', '.join(report.get('profiles') or []) or 'none (direct only)'}",
         *tenancy_header(report),
+        *nodes_header(report),
         f"- **Mock:** {_mock_text(report['mock'])}",
         f"- **Command:** `{report['command']}`",
     ]
@@ -85,7 +87,8 @@ def _sweep_line(row: dict[str, Any]) -> str:
 def _group_title(row: dict[str, Any]) -> str:
     if row["target"] == "direct":
         return "direct: the mock alone (zero-overhead row)"
-    return f"server, profile `{row.get('profile')}`"
+    nodes = f", {row['nodes']} nodes" if row.get("nodes", 1) > 1 else ""
+    return f"server, profile `{row.get('profile')}`{nodes}"
 
 
 def _sweep_tables(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -134,7 +137,11 @@ _SWEEP_NOTES = """
   length (1.0 = one core busy); **CPU ms/turn** is that CPU time ÷ the successful turns.
   **RSS / Private_Dirty**: `/proc/<pid>/smaps_rollup` summed over the server's process tree,
   sampled every 0.5 s (peak) and at the window's end.
-- **mock max conc.**: the mock's `max_concurrent` during the point (proof of the provider limit).
+- **mock max conc.**: the mock's `max_concurrent` during the point (proof of the provider limit);
+  **overshoot** is max(0, that peak − `kernel.concurrency_limit`), all nodes together.
+- **nodes** (`--nodes N`): server CPU, CPU ms/turn and memory are summed over the N node processes;
+  **+ PostgreSQL, Redis**: CPU ms/turn of those services' processes where they run on this machine
+  (on a shared machine it includes everyone else's use of them).
 - **mock CPU / loadgen CPU**: the same CPU delta for the mock and for the load generator, which
   share the machine with the server.
 """
@@ -149,6 +156,7 @@ def sweep_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
     lines += _sweep_tables(report["rows"])
     lines += _overhead_table(report["rows"])
     lines += tenants_table(report["rows"])
+    lines += provider_limit_table(report["rows"])
     if report.get("notes"):
         lines += ["", "## Notes from the run", ""] + [f"- {note}" for note in report["notes"]]
     lines += ["", "## Plots", ""] + [f"![{name}]({file})" for name, file in images.items()]
