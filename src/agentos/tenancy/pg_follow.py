@@ -75,6 +75,7 @@ class Follower:
         self._pending: set[str] = set()
         self._wake = asyncio.Event()
         self._lost = asyncio.Event()
+        self._closed = asyncio.Event()
         self._listening = False
         self._notifications = self._full_reloads = self._reconnects = 0
 
@@ -82,6 +83,7 @@ class Follower:
         self._task = asyncio.create_task(self._run(), name="tenants-follower")
 
     async def close(self) -> None:
+        self._closed.set()  # as well as the cancel: a driver that turned the cancel into an error
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -93,15 +95,18 @@ class Follower:
     async def _run(self) -> None:
         """Follow until cancelled; each failure waits a little longer (bounded) before the next try."""
         retry_s = RETRY_S
-        while True:
+        while not self._closed.is_set():
             try:
                 await self._follow()
             except Exception as exc:  # whatever broke the connection or a read: a new one, then reload
+                if self._closed.is_set():
+                    return  # asyncpg may turn the cancel of a connect into another error
                 log.warning("tenants: not following changes by other nodes (%s); retrying in %gs", exc, retry_s)
             if self._listening:
                 retry_s = RETRY_S  # it worked for a while: the next failure starts over
             self._listening = False
-            await asyncio.sleep(retry_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), retry_s)
             retry_s = min(retry_s * 2, RETRY_MAX_S)
             self._reconnects += 1
 
