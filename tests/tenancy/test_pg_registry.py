@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import msgspec
 import pytest
 
-from agentos.config import StoreConfig
+from agentos.config import StoreConfig, load_settings
 from agentos.errors import ConfigError, StoreUnavailable
+from agentos.server import check_bind
+from agentos.services import open_tenants
 from agentos.tenancy.limits import TenantLimits
 from agentos.tenancy.principal import Principal, Scope
 from agentos.tenancy.records import TenantExists
@@ -144,3 +147,29 @@ def _key_id(key: str) -> str:
     from agentos.tenancy.keys import parse
 
     return parse(key).key_id
+
+
+async def test_on_the_postgres_backend_the_registry_and_the_bind_check_use_postgresql(
+    pg: StoreConfig, tmp_path: Path
+) -> None:
+    """`open_tenants` (the server's wiring) puts keys in PostgreSQL, and a public bind is guarded
+    by a usable key there (`check_bind` runs its own event loop: in a thread here)."""
+    on_pg = {"store.backend": "postgres", "store.postgres_url": pg.postgres_url}
+    on_pg |= {"store.postgres_schema": pg.postgres_schema, "data_dir": str(tmp_path), "server.host": "0.0.0.0"}
+    settings = load_settings(None, environ={}, overrides=on_pg)
+    with pytest.raises(ConfigError, match="refusing to listen on '0.0.0.0' without API keys"):
+        await asyncio.to_thread(check_bind, settings)  # before the first start: no tables yet
+    registry = await open_tenants(settings)
+    try:
+        _, record = await registry.create_key("default", scopes=[Scope.ADMIN])
+    finally:
+        await registry.close()
+    assert not (tmp_path / "tenants.db").exists()
+    await asyncio.to_thread(check_bind, settings)  # a usable key in PostgreSQL: the bind is guarded
+    registry = await open_tenants(settings)
+    try:
+        await registry.revoke_key(record.key_id)
+    finally:
+        await registry.close()
+    with pytest.raises(ConfigError):
+        await asyncio.to_thread(check_bind, settings)

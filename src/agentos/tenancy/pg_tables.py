@@ -206,3 +206,24 @@ def _key(row: asyncpg.Record) -> ApiKey:
         revoked_ms=row["revoked_ms"],
         hash=bytes(row["hash"]),
     )
+
+
+def count_usable_keys(config: StoreConfig, now_ms: int) -> int:
+    """Keys neither revoked nor expired, read before the server starts (the bind check, as
+    `tables.count_usable_keys` for the SQLite file); 0 before the first start made the tables.
+
+    Raises:
+        ConfigError: naming store.postgres_url (unreachable) or store.backend (no asyncpg).
+    """
+    return asyncio.run(_count_usable_keys(config, now_ms))
+
+
+async def _count_usable_keys(config: StoreConfig, now_ms: int) -> int:
+    conn = await pg_pool.connect(config)
+    try:
+        if not await conn.fetchval("SELECT to_regclass('api_keys') IS NOT NULL"):
+            return 0
+        usable = "SELECT count(*) FROM api_keys WHERE revoked_ms IS NULL AND (expires_ms IS NULL OR expires_ms > $1)"
+        return int(await conn.fetchval(usable, now_ms))
+    finally:
+        await conn.close()
