@@ -66,10 +66,8 @@ async def test_two_nodes_starting_at_once_migrate_once(config: StoreConfig) -> N
     slow = Migration(NEXT, "slow", "SELECT pg_sleep(0.3); CREATE TABLE once (x int)")  # fails if applied twice
     migrations = [*pg_migrations.shipped(), slow]
     first, second = await asyncio.gather(run(config, migrations), run(config, migrations))
-    assert sorted([first, second]) == [
-        [],
-        [*SHIPPED, NEXT],
-    ]  # one node applied everything, the other waited then found none
+    # one node applied everything, the other waited then found none
+    assert sorted([first, second]) == [[], [*SHIPPED, NEXT]]
 
 
 async def test_an_edited_applied_migration_stops_start_up(config: StoreConfig) -> None:
