@@ -6,6 +6,7 @@ parse, one dict lookup and one HMAC.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from agentos.errors import InvalidInput
@@ -32,14 +33,26 @@ class Entry:
     principal: Principal
 
 
-def entry_of(record: ApiKey, tenant: Tenant | None, defaults: TenantLimits) -> Entry:
+def update_entries(
+    entries: dict[str, Entry], changed: Iterable[ApiKey], tenants: Mapping[str, Tenant], defaults: TenantLimits
+) -> None:
+    """Rebuild the entries of the `changed` keys. A tenant's limits are computed once, not per
+    key: a full reload may rebuild thousands of keys of a few tenants."""
+    limits: dict[str, TenantLimits] = {}
+    for record in changed:
+        tenant = tenants.get(record.tenant_id)
+        if record.tenant_id not in limits:
+            limits[record.tenant_id] = _limits(tenant, defaults)
+        entries[record.key_id] = entry_of(record, tenant, limits[record.tenant_id])
+
+
+def entry_of(record: ApiKey, tenant: Tenant | None, limits: TenantLimits) -> Entry:
     """The answer for `record`, whose tenant is `tenant` (None: unknown, so refused)."""
     refusal = "the key was revoked" if record.revoked_ms is not None else ""
     if tenant is None or tenant.disabled:
         refusal = refusal or "the key's tenant is disabled"
     scopes = frozenset(Scope(s) for s in record.scopes if s in _KNOWN_SCOPES)  # a newer version's: ignored
-    who = Principal(record.tenant_id, record.key_id, scopes, _limits(tenant, defaults))
-    return Entry(record.hash, record.expires_ms, refusal, who)
+    return Entry(record.hash, record.expires_ms, refusal, Principal(record.tenant_id, record.key_id, scopes, limits))
 
 
 def _limits(tenant: Tenant | None, defaults: TenantLimits) -> TenantLimits:

@@ -30,7 +30,7 @@ from agentos.clock import wall_ms
 from agentos.errors import InvalidInput
 from agentos.store.records import DEFAULT_TENANT
 from agentos.tenancy import keys
-from agentos.tenancy.entries import Entry, Refused, entry_of
+from agentos.tenancy.entries import Entry, Refused, update_entries
 from agentos.tenancy.limits import TenantLimits
 from agentos.tenancy.principal import Principal, Scope
 from agentos.tenancy.records import (
@@ -278,13 +278,14 @@ class TenantRegistry:
         self._notify(changed)
 
     def _replace(self, tenants: list[Tenant], stored: list[ApiKey]) -> None:
-        """These are all the rows there are (the first load, or a full reload)."""
-        before = self._tenants
-        self._tenants = {t.tenant_id: t for t in tenants}
-        self._keys = {k.key_id: k for k in stored}
-        self._entries = {}
-        self._rebuild(self._keys.values())
-        self._notify({t for t, tenant in self._tenants.items() if before.get(t) != tenant})
+        """All the rows there are (first load, full reload); only what differs is rebuilt."""
+        before, before_keys = self._tenants, self._keys
+        self._tenants, self._keys = {t.tenant_id: t for t in tenants}, {k.key_id: k for k in stored}
+        changed = {t for t, tenant in self._tenants.items() if before.get(t) != tenant}
+        for gone in before_keys.keys() - self._keys.keys():
+            del self._entries[gone]
+        self._rebuild(k for k in stored if k.tenant_id in changed or before_keys.get(k.key_id) != k)
+        self._notify(changed)
 
     def _notify(self, tenant_ids: Iterable[str]) -> None:
         for tenant_id in tenant_ids:
@@ -293,7 +294,6 @@ class TenantRegistry:
 
     def _rebuild(self, changed: Iterable[ApiKey]) -> None:
         """The entries of `changed`, and the latest usable expiry of all keys."""
-        for record in changed:
-            self._entries[record.key_id] = entry_of(record, self._tenants.get(record.tenant_id), self.defaults)
+        update_entries(self._entries, changed, self._tenants, self.defaults)
         unrevoked = [k.expires_ms or math.inf for k in self._keys.values() if k.revoked_ms is None]
         self._usable_until_ms = max(unrevoked, default=0)
