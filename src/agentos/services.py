@@ -167,7 +167,7 @@ async def open_tenants(settings: Settings, now_ms: Callable[[], int] = wall_ms) 
     if settings.store.enabled and settings.store.backend == "postgres":
         from agentos.tenancy.pg_tables import PgTenantTables  # loads asyncpg: only for this backend
 
-        storage = PgTenantTables(settings.store, pepper)
+        storage = PgTenantTables(settings.store, pepper, import_from=registry_path(data_dir))
     registry = TenantRegistry(storage, pepper, defaults=settings.tenant_limits, now_ms=now_ms)
     await registry.open()
     return registry

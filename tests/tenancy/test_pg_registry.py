@@ -173,3 +173,31 @@ async def test_on_the_postgres_backend_the_registry_and_the_bind_check_use_postg
         await registry.close()
     with pytest.raises(ConfigError):
         await asyncio.to_thread(check_bind, settings)
+
+
+async def test_a_node_moved_from_sqlite_keeps_its_keys_imported_once(pg: StoreConfig, tmp_path: Path) -> None:
+    from agentos.tenancy.pg_tables import PgTenantTables
+
+    embedded = TenantRegistry(tmp_path / "tenants.db", PEPPER)
+    await embedded.open()
+    await embedded.create_tenant("acme", limits={"max_sessions": 3})
+    key, record = await embedded.create_key("acme", scopes=[Scope.SESSIONS_READ])
+    await embedded.close()
+
+    async def on_postgres() -> TenantRegistry:
+        registry = TenantRegistry(PgTenantTables(pg, PEPPER, import_from=tmp_path / "tenants.db"), PEPPER)
+        await registry.open()
+        return registry
+
+    first = await on_postgres()
+    try:
+        who = first.authenticate(key)
+        assert isinstance(who, Principal) and who.limits.max_sessions == 3
+        await first.revoke_key(record.key_id)
+    finally:
+        await first.close()
+    second = await on_postgres()  # the file again: the tables are not empty, so it is not read
+    try:
+        assert second.authenticate(key) == Refused(record.key_id, "the key was revoked")
+    finally:
+        await second.close()

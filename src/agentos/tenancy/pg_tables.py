@@ -12,12 +12,14 @@ installations sharing a database must not hear each other.
 
 `open` also checks this node's key pepper against the check value the database keeps (the
 first node to start records it): a node with another pepper refuses to start, naming
-`security.key_pepper`, instead of refusing every key made on another node.
+`security.key_pepper`, instead of refusing every key made on another node. A node that ran on
+SQLite before brings its `tenants.db` along once (`import_sqlite`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,16 +28,21 @@ import msgspec
 from agentos.errors import ConfigError, StoreError
 from agentos.store import pg_migrations, pg_pool
 from agentos.store.pg_health import classify, within
+from agentos.store.records import DEFAULT_TENANT
 from agentos.tenancy.pepper import pepper_check, pepper_matches
 from agentos.tenancy.pg_follow import FULL_RELOAD_INTERVAL_S, Follower
 from agentos.tenancy.records import ApiKey, Tenant
 from agentos.tenancy.storage import ChangeSink, Rows
+from agentos.tenancy.tables import TenantTables
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import asyncpg
 
     from agentos.config import StoreConfig
 
+log = logging.getLogger("agentos.tenancy")
 T = TypeVar("T")
 _TENANT_COLUMNS = "tenant_id, name, limits, disabled, created_ms"
 _KEY_COLUMNS = "key_id, tenant_id, name, scopes, created_ms, expires_ms, revoked_ms, hash"
@@ -50,6 +57,7 @@ _UPSERT_KEY = (
     " expires_ms = excluded.expires_ms, revoked_ms = excluded.revoked_ms"
 )
 _NOTIFY = "SELECT pg_notify($1, $2)"
+_ANYTHING_BUT_DEFAULT = "SELECT EXISTS (SELECT 1 FROM api_keys) OR EXISTS (SELECT 1 FROM tenants WHERE tenant_id <> $1)"
 _CLOSE_TIMEOUT_S = 5.0
 _PEPPER_CHECK = "pepper_check"
 _PEPPER_MISMATCH = (
@@ -62,10 +70,17 @@ class PgTenantTables:
     """A `RegistryStorage` (`agentos.tenancy.storage`) in the store's PostgreSQL database."""
 
     def __init__(
-        self, config: StoreConfig, pepper: bytes, *, full_reload_interval_s: float = FULL_RELOAD_INTERVAL_S
+        self,
+        config: StoreConfig,
+        pepper: bytes,
+        *,
+        import_from: Path | None = None,
+        full_reload_interval_s: float = FULL_RELOAD_INTERVAL_S,
     ) -> None:
+        """`import_from`: the `tenants.db` of an embedded install, copied in once (`import_sqlite`)."""
         self._config = config
         self._pepper = pepper
+        self._import_from = import_from
         self._full_reload_interval_s = full_reload_interval_s
         self._pool: asyncpg.Pool | None = None
         self._channel = ""
@@ -73,7 +88,8 @@ class PgTenantTables:
         self._follower: Follower | None = None
 
     async def open(self) -> None:
-        """Migrate, check the pepper, open a small pool for the (rare) writes.
+        """Migrate, check the pepper, import `import_from` into empty tables, open a small pool
+        for the (rare) writes.
 
         Raises:
             ConfigError: naming store.postgres_url (unreachable, a schema mismatch), store.backend
@@ -86,6 +102,8 @@ class PgTenantTables:
             schema = await conn.fetchval("SELECT current_schema()")
             self._channel = f"agentos_tenants_{schema}"[:63]  # a channel name is at most 63 bytes
             await self._check_pepper(conn)
+            if self._import_from is not None and self._import_from.exists():
+                await import_sqlite(conn, self._import_from)
         finally:
             await conn.close()
         self._pool = await pg_pool.create_pool(msgspec.structs.replace(self._config, postgres_pool_max=2))
@@ -168,6 +186,34 @@ class PgTenantTables:
                 await asyncio.wait_for(self._pool.close(), _CLOSE_TIMEOUT_S)
             except TimeoutError:  # a database that stopped answering: drop the connections
                 self._pool.terminate()
+
+
+async def import_sqlite(conn: asyncpg.Connection, path: Path) -> None:
+    """Copy the tenants and keys of `path` (a `tenants.db`) into empty tables, once: a node moved
+    from SQLite to PostgreSQL keeps its keys (hashed with the same pepper, which `open` has just
+    recorded or checked). Tables that hold anything beyond tenant "default" are left alone, so
+    the file is never read again after the first start; nodes starting together queue on the lock."""
+    tables = TenantTables(path)
+    await tables.open()
+    try:
+        tenants, keys = await tables.load()
+    finally:
+        await tables.close()
+    async with conn.transaction():
+        await conn.execute("LOCK TABLE tenants, api_keys IN SHARE ROW EXCLUSIVE MODE")
+        if await conn.fetchval(_ANYTHING_BUT_DEFAULT, DEFAULT_TENANT):
+            return
+        for t in tenants:
+            limits = msgspec.json.encode(t.limits).decode()
+            await conn.execute(_UPSERT_TENANT, t.tenant_id, t.name, limits, t.disabled, t.created_ms)
+        for k in keys:
+            scopes = " ".join(k.scopes)
+            await conn.execute(_UPSERT_KEY, k.key_id, k.tenant_id, k.name, scopes, *_times(k), k.hash)
+    log.info("tenants: imported %d tenants and %d keys from %s", len(tenants), len(keys), path)
+
+
+def _times(k: ApiKey) -> tuple[int, int | None, int | None]:
+    return k.created_ms, k.expires_ms, k.revoked_ms
 
 
 async def read_rows(conn: asyncpg.Connection, changes: Iterable[str] | None) -> Rows:
