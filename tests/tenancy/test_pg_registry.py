@@ -50,8 +50,11 @@ async def node(pg: StoreConfig) -> AsyncIterator[Node]:
 
     opened: list[TenantRegistry] = []
 
-    async def start(config: StoreConfig = pg, pepper: bytes = PEPPER, **options: float) -> TenantRegistry:
-        registry = TenantRegistry(PgTenantTables(config, pepper, **options), pepper)
+    async def start(
+        config: StoreConfig = pg, pepper: bytes = PEPPER, full_reload_interval_s: float = 30.0
+    ) -> TenantRegistry:
+        storage = PgTenantTables(config, pepper, full_reload_interval_s=full_reload_interval_s)
+        registry = TenantRegistry(storage, pepper)
         await registry.open()
         opened.append(registry)
         return registry
