@@ -174,10 +174,6 @@ class PgTenantTables:
         )
         self._follower.start()
 
-    @property
-    def follower(self) -> Follower | None:
-        return self._follower
-
     async def close(self) -> None:
         if self._follower is not None:
             await self._follower.close()
@@ -193,6 +189,8 @@ async def import_sqlite(conn: asyncpg.Connection, path: Path) -> None:
     from SQLite to PostgreSQL keeps its keys (hashed with the same pepper, which `open` has just
     recorded or checked). Tables that hold anything beyond tenant "default" are left alone, so
     the file is never read again after the first start; nodes starting together queue on the lock."""
+    if await conn.fetchval(_ANYTHING_BUT_DEFAULT, DEFAULT_TENANT):
+        return  # every start but the first: the file is not even opened
     tables = TenantTables(path)
     await tables.open()
     try:
@@ -202,7 +200,7 @@ async def import_sqlite(conn: asyncpg.Connection, path: Path) -> None:
     async with conn.transaction():
         await conn.execute("LOCK TABLE tenants, api_keys IN SHARE ROW EXCLUSIVE MODE")
         if await conn.fetchval(_ANYTHING_BUT_DEFAULT, DEFAULT_TENANT):
-            return
+            return  # another node imported first
         for t in tenants:
             limits = msgspec.json.encode(t.limits).decode()
             await conn.execute(_UPSERT_TENANT, t.tenant_id, t.name, limits, t.disabled, t.created_ms)
