@@ -21,7 +21,7 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     batch_max_rows: PosInt = 1000
     linger_ms: NonNegFloat = 2.0  # under load, how long a writer waits for its batch to fill
     busy_timeout_ms: NonNegInt = 5000
-    # postgres: sessions, messages, events, access log (docs/deployment.md); runs and tenants stay in SQLite
+    # postgres: sessions, messages, events, access log, tenants and keys (docs/deployment.md); runs stay in SQLite
     backend: Literal["sqlite", "postgres"] = "sqlite"
     postgres_url: str = ""  # postgresql://user:password@host:5432/database
     postgres_schema: str = ""  # "": the server's search_path; else this schema (created if missing)

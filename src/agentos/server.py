@@ -35,7 +35,8 @@ ProviderSetup = Callable[[Settings], AbstractAsyncContextManager[Settings]]
 
 def check_bind(settings: Settings) -> None:
     """Refuse a non-loopback address unless keys guard the API: `server.api_token`, or a usable
-    key in `<data_dir>/tenants.db` (read here, before anything starts).
+    key in `<data_dir>/tenants.db` or, on the postgres backend, in PostgreSQL (read here, before
+    anything starts).
 
     Raises:
         ConfigError: one line saying how to give the server a key.
@@ -52,6 +53,10 @@ def check_bind(settings: Settings) -> None:
 def _stored_keys(settings: Settings) -> int:
     if not settings.store.enabled:
         return 0
+    if settings.store.backend == "postgres":
+        from agentos.tenancy import pg_tables  # loads asyncpg: only for this backend
+
+        return pg_tables.count_usable_keys(settings.store, wall_ms())
     path = Path(settings.data_dir) / "tenants.db"
     try:
         return count_usable_keys(path, wall_ms())

@@ -42,7 +42,9 @@ from agentos.store.memory import MemoryStore
 from agentos.store.sqlite import SQLiteStore
 from agentos.tenancy.pepper import load_pepper
 from agentos.tenancy.quotas import Quotas
-from agentos.tenancy.registry import TenantRegistry, registry_path
+from agentos.tenancy.registry import TenantRegistry
+from agentos.tenancy.storage import RegistryStorage
+from agentos.tenancy.tables import registry_path
 
 log = logging.getLogger("agentos")
 
@@ -165,15 +167,22 @@ async def _seeded_quotas(store: Store, wall_clock: Clock, link: Link | None) -> 
 
 
 async def open_tenants(settings: Settings, now_ms: Callable[[], int] = wall_ms) -> TenantRegistry:
-    """The tenant registry: `<data_dir>/tenants.db` (in memory with the store off), read into memory.
+    """The tenant registry: `<data_dir>/tenants.db` (in memory with the store off), or the
+    PostgreSQL store's tables with `store.backend = "postgres"`, read into memory.
 
     Raises:
-        ConfigError: the key pepper cannot be read or made.
+        ConfigError: the key pepper cannot be read or made, or (PostgreSQL) differs from the
+            database's, or the database cannot be reached.
         StoreError: the registry's file cannot be opened.
     """
     data_dir = Path(settings.data_dir) if settings.store.enabled else None
     pepper = load_pepper(settings.security.key_pepper, data_dir)
-    registry = TenantRegistry(registry_path(data_dir), pepper, defaults=settings.tenant_limits, now_ms=now_ms)
+    storage: RegistryStorage | Path | None = registry_path(data_dir)
+    if settings.store.enabled and settings.store.backend == "postgres":
+        from agentos.tenancy.pg_tables import PgTenantTables  # loads asyncpg: only for this backend
+
+        storage = PgTenantTables(settings.store, pepper, import_from=registry_path(data_dir))
+    registry = TenantRegistry(storage, pepper, defaults=settings.tenant_limits, now_ms=now_ms)
     await registry.open()
     return registry
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agentos.errors import ConfigError
-from agentos.tenancy.pepper import PEPPER_BYTES, load_pepper
+from agentos.tenancy.pepper import PEPPER_BYTES, load_pepper, pepper_check, pepper_matches
 
 
 def test_the_pepper_file_is_made_once_private_and_then_reused(tmp_path: Path) -> None:
@@ -32,3 +32,16 @@ def test_a_damaged_pepper_file_stops_the_start_with_one_line(tmp_path: Path) -> 
     (tmp_path / "key_pepper").write_bytes(b"short")
     with pytest.raises(ConfigError, match="not 32 bytes"):
         load_pepper("", tmp_path)
+
+
+def test_a_pepper_check_tells_the_same_pepper_from_another_and_holds_no_pepper() -> None:
+    check = pepper_check(b"s" * 32)
+    assert pepper_matches(b"s" * 32, check)
+    assert not pepper_matches(b"t" * 32, check)
+    assert pepper_check(b"s" * 32) != check  # a new salt each time: equal peppers are not visible as such
+    assert (b"s" * 32).hex() not in check
+
+
+def test_a_malformed_pepper_check_matches_nothing() -> None:
+    for bad in ["", "scrypt", "scrypt:x:8:1:00:00", "md5:16384:8:1:00:00", "scrypt:16384:8:1:zz:00"]:
+        assert not pepper_matches(b"s" * 32, bad)

@@ -1,4 +1,9 @@
-"""The tenant registry on a real SQLite file, with a fake wall clock (expiry without sleeping)."""
+"""The tenant registry's contract on each storage: a real SQLite file and a fresh PostgreSQL
+schema (tests/postgres.py), with a fake wall clock (expiry without sleeping).
+
+Every test here runs on both; what only one storage does (the SQLite file's bytes, the store
+turned off, PostgreSQL's nodes) has its own test, named so.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from agentos.clock import wall_ms
 from agentos.errors import InvalidInput
 from agentos.tenancy.keys import checksum, parse
 from agentos.tenancy.limits import TenantLimits
 from agentos.tenancy.principal import Principal, Scope
 from agentos.tenancy.records import KeyNotFound, TenantExists, TenantNotFound
-from agentos.tenancy.registry import Refused, TenantRegistry
-from agentos.tenancy.tables import count_usable_keys
+from agentos.tenancy.registry import Refused, RegistryStatistics, TenantRegistry
+from agentos.tenancy.storage import RegistryStorage
+from agentos.tenancy.tables import TenantTables, count_usable_keys
 from agentos.testing import FakeClock
+from tests.postgres import fresh_schema
 
+Storage = Callable[[bytes], RegistryStorage]
 PEPPER = b"x" * 32
 START_S = 1_800_000_000.0
 
@@ -26,10 +35,22 @@ def clock() -> FakeClock:
     return FakeClock(START_S)
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Storage]:
+    """Makes the storage of one registry (a node); every one made in a test shares the same rows."""
+    if request.param == "sqlite":
+        yield lambda pepper: TenantTables(tmp_path / "tenants.db")
+        return
+    from agentos.tenancy.pg_tables import PgTenantTables
+
+    async for config in fresh_schema():
+        yield lambda pepper, config=config: PgTenantTables(config, pepper)  # type: ignore[misc]
+
+
 @pytest.fixture
-def make(tmp_path: Path, clock: FakeClock) -> Callable[..., TenantRegistry]:
-    def build(pepper: bytes = PEPPER, path: Path | None = tmp_path / "tenants.db") -> TenantRegistry:
-        return TenantRegistry(path, pepper, now_ms=lambda: int(clock.now() * 1000))
+def make(backend: Storage, clock: FakeClock) -> Callable[..., TenantRegistry]:
+    def build(pepper: bytes = PEPPER) -> TenantRegistry:
+        return TenantRegistry(backend(pepper), pepper, now_ms=lambda: int(clock.now() * 1000))
 
     return build
 
@@ -141,9 +162,7 @@ async def test_lists_are_paginated_by_id(registry: TenantRegistry) -> None:
     assert {k.tenant_id for k in registry.keys(tenant_id="a")} == {"a"}
 
 
-async def test_a_restart_keeps_keys_working_and_only_their_hash_is_on_disk(
-    make: Callable[..., TenantRegistry], tmp_path: Path
-) -> None:
+async def test_a_restart_keeps_keys_working(make: Callable[..., TenantRegistry]) -> None:
     first = make()
     await first.open()
     await first.create_tenant("acme", limits={"max_sessions": 3})
@@ -152,12 +171,6 @@ async def test_a_restart_keeps_keys_working_and_only_their_hash_is_on_disk(
     await first.revoke_key(revoked_record.key_id)
     await first.close()
 
-    on_disk = _registry_files(tmp_path)
-    for secret in (parse(key).secret, parse(revoked).secret):
-        assert secret.encode() not in on_disk
-    assert key.encode() not in on_disk and record.hash in on_disk and record.key_id.encode() in on_disk
-    assert count_usable_keys(tmp_path / "tenants.db", int(START_S * 1000)) == 1
-
     second = make()
     await second.open()
     try:
@@ -165,10 +178,26 @@ async def test_a_restart_keeps_keys_working_and_only_their_hash_is_on_disk(
         assert isinstance(who, Principal) and who.limits.max_sessions == 3
         assert isinstance(second.authenticate(revoked), Refused)
         assert second.key(record.key_id) == record
+        assert second.statistics() == RegistryStatistics(tenants=2, keys=2, usable_keys=1)
     finally:
         await second.close()
 
-    third = make(pepper=b"y" * 32)  # the pepper lost: no key matches its hash any more
+
+async def test_sqlite_only_the_hash_is_on_disk_and_a_lost_pepper_refuses_every_key(tmp_path: Path) -> None:
+    first = TenantRegistry(tmp_path / "tenants.db", PEPPER)
+    await first.open()
+    key, record = await first.create_key("default", scopes=[Scope.SESSIONS_WRITE], expires_in_s=3600)
+    revoked, revoked_record = await first.create_key("default")
+    await first.revoke_key(revoked_record.key_id)
+    await first.close()
+
+    on_disk = _registry_files(tmp_path)
+    for secret in (parse(key).secret, parse(revoked).secret):
+        assert secret.encode() not in on_disk
+    assert key.encode() not in on_disk and record.hash in on_disk and record.key_id.encode() in on_disk
+    assert count_usable_keys(tmp_path / "tenants.db", wall_ms()) == 1
+
+    third = TenantRegistry(tmp_path / "tenants.db", b"y" * 32)  # the pepper lost: no key matches its hash
     await third.open()
     try:
         assert third.authenticate(key) == Refused(record.key_id, "unknown key")
@@ -176,8 +205,8 @@ async def test_a_restart_keeps_keys_working_and_only_their_hash_is_on_disk(
         await third.close()
 
 
-async def test_with_the_store_off_the_registry_lives_in_memory(make: Callable[..., TenantRegistry]) -> None:
-    registry = make(path=None)
+async def test_with_the_store_off_the_registry_lives_in_memory() -> None:
+    registry = TenantRegistry(None, PEPPER)
     await registry.open()
     try:
         key, _ = await registry.create_key("default", scopes=[Scope.ADMIN])

@@ -6,12 +6,18 @@ Where it comes from, first match wins:
 2. the file `<data_dir>/key_pepper`: 32 random bytes, created 0600 on the first start;
 3. with `store.enabled = false`: random bytes in memory (the registry is in memory too).
 
+With `store.backend = "postgres"` every node must use the same pepper: the database keeps a
+check value of it (`pepper_check`) and a node whose pepper differs refuses to start
+(`agentos.tenancy.pg_tables`), rather than refusing every key made on another node.
+
 The pepper is kept apart from `tenants.db` so that a copy of the database alone cannot test
 guessed keys. Losing it invalidates every key: back it up with the data directory.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import secrets
 from pathlib import Path
@@ -62,3 +68,29 @@ def _create(path: Path) -> bytes:
     finally:
         os.close(fd)
     return pepper
+
+
+# -- several nodes, one database: they must all hash with the same pepper ----------------------
+# The database keeps a check value of the pepper its keys were hashed with. It is scrypt (slow
+# and memory-hard), not a plain HMAC: whoever copies the database can test guesses of the
+# pepper against it, and scrypt makes each guess cost ~50 ms (a long random pepper, like the
+# generated one, is out of reach either way).
+_SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
+
+
+def pepper_check(pepper: bytes, salt: bytes | None = None) -> str:
+    """A check value of `pepper` (`"scrypt:N:r:p:salt:digest"`, hex); a new random salt by default.
+    CPU-bound (~50 ms): call it in a thread from async code."""
+    salt = secrets.token_bytes(16) if salt is None else salt
+    digest = hashlib.scrypt(pepper, salt=salt, n=_SCRYPT_N, r=_SCRYPT_R, p=_SCRYPT_P, dklen=32)
+    return f"scrypt:{_SCRYPT_N}:{_SCRYPT_R}:{_SCRYPT_P}:{salt.hex()}:{digest.hex()}"
+
+
+def pepper_matches(pepper: bytes, check: str) -> bool:
+    """Whether `check` (from `pepper_check`) was made from `pepper`; False for a malformed one."""
+    try:
+        kind, n, r, p, salt, digest = check.split(":")
+        again = hashlib.scrypt(pepper, salt=bytes.fromhex(salt), n=int(n), r=int(r), p=int(p), dklen=32)
+    except ValueError:
+        return False
+    return kind == "scrypt" and hmac.compare_digest(again.hex(), digest)

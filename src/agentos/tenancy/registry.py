@@ -1,13 +1,17 @@
-"""The tenant registry: every tenant and key in memory, persisted in `tenants.db`.
+"""The tenant registry: every tenant and key in memory, persisted in a `RegistryStorage`.
 
 Theory of operation:
-- `open()` reads the whole file once; after that a request's key check (`authenticate`) is a
+- The storage (`agentos.tenancy.storage`) is `tenants.db` (SQLite) or, with
+  `store.backend = "postgres"`, the tables every node shares (`pg_tables`).
+- `open()` reads every row once; after that a request's key check (`authenticate`) is a
   parse, one dict lookup and one HMAC, and never touches the database.
-- Each key's answer is precomputed as an `_Entry` (its hash, expiry, revocation and the
+- Each key's answer is precomputed as an `Entry` (`entries`) (its hash, expiry, revocation and the
   `Principal` it yields, with its tenant's effective limits). A change (a key created or
-  revoked, a tenant updated or disabled) is committed to the file first, then replaces the
+  revoked, a tenant updated or disabled) is committed to the storage first, then replaces the
   entries it affects: the next request sees it. Changes are serialized by one lock, so two
   admins racing on one id cannot interleave between the check and the commit.
+- Changes made by other nodes arrive through `refresh` (the storage's `follow`), which reads
+  and applies under that same lock: a read older than a local write never overwrites it.
 - Tenant "default" always exists (created on the first open).
 - Time comes from `now_ms` (injected: tests use a FakeClock and never sleep).
 """
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +30,7 @@ from agentos.clock import wall_ms
 from agentos.errors import InvalidInput
 from agentos.store.records import DEFAULT_TENANT
 from agentos.tenancy import keys
+from agentos.tenancy.entries import Entry, Refused, update_entries
 from agentos.tenancy.limits import TenantLimits
 from agentos.tenancy.principal import Principal, Scope
 from agentos.tenancy.records import (
@@ -37,26 +42,12 @@ from agentos.tenancy.records import (
     check_tenant_id,
     effective_limits,
 )
+from agentos.tenancy.storage import RegistryStorage, Rows
 from agentos.tenancy.tables import TenantTables
 
+__all__ = ["MAX_EXPIRES_IN_S", "Refused", "RegistryStatistics", "TenantRegistry"]
+
 MAX_EXPIRES_IN_S = 10 * 365 * 24 * 3600
-_KNOWN_SCOPES = frozenset(s.value for s in Scope)
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """Why a bearer key was refused; `key_id` is that of a well-formed key ("" otherwise)."""
-
-    key_id: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    hash: bytes
-    expires_ms: int | None
-    refusal: str  # "" = usable; else why not (revoked, tenant disabled), checked after the HMAC
-    principal: Principal
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +61,7 @@ class TenantRegistry:
     """Usage::
 
     registry = TenantRegistry(Path("data/tenants.db"), pepper, defaults=settings.tenant_limits)
+    # or TenantRegistry(PgTenantTables(settings.store, pepper), pepper, ...): shared by the nodes
     await registry.open()
     key, record = await registry.create_key("default", name="ci", scopes=[Scope.SESSIONS_READ])
     registry.authenticate(key)        # -> Principal, or Refused
@@ -78,38 +70,49 @@ class TenantRegistry:
 
     def __init__(
         self,
-        path: Path | None,
+        storage: RegistryStorage | Path | None,
         pepper: bytes,
         *,
         defaults: TenantLimits | None = None,
         now_ms: Callable[[], int] = wall_ms,
     ) -> None:
-        self._tables = TenantTables(path)
+        self._storage = TenantTables(storage) if storage is None or isinstance(storage, Path) else storage
         self._pepper = pepper
         self.defaults = defaults or TenantLimits()
         self.now_ms = now_ms
         self._tenants: dict[str, Tenant] = {}
         self._keys: dict[str, ApiKey] = {}
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, Entry] = {}
         self._usable_until_ms: float = 0  # inf: an unrevoked key that never expires
         self._lock = asyncio.Lock()
         self._watchers: list[Callable[[str, TenantLimits], None]] = []
 
     async def open(self) -> None:
-        """Read the file into memory; create tenant "default" the first time.
+        """Read every row into memory; create tenant "default" the first time; follow changes.
 
         Raises:
-            StoreError: the file cannot be opened or read.
+            StoreError: the storage cannot be opened or read.
+            ConfigError: (PostgreSQL) as `RegistryStorage.open`.
         """
-        tenants, stored = await self._tables.open()
-        self._tenants = {t.tenant_id: t for t in tenants}
-        self._keys = {k.key_id: k for k in stored}
-        if DEFAULT_TENANT not in self._tenants:
-            await self._put_tenant(Tenant(tenant_id=DEFAULT_TENANT, name="default", created_ms=self.now_ms()))
-        self._rebuild(self._keys.values())
+        await self._storage.open()
+        tenants, stored = await self._storage.load()
+        if all(t.tenant_id != DEFAULT_TENANT for t in tenants):
+            default = Tenant(tenant_id=DEFAULT_TENANT, name="default", created_ms=self.now_ms())
+            if await self._storage.put_tenant(default, create=True):
+                tenants.append(default)
+            else:  # another node starting at the same time made it first
+                tenants, stored = await self._storage.load()
+        self._replace(tenants, stored)
+        await self._storage.follow(self)
 
     async def close(self) -> None:
-        await self._tables.close()
+        await self._storage.close()
+
+    async def refresh(self, read: Callable[[], Awaitable[Rows]], *, full: bool) -> None:
+        """Take rows changed by another node (`ChangeSink`); if `read` raises, nothing changes."""
+        async with self._lock:
+            tenants, stored = await read()
+            (self._replace if full else self._apply)(tenants, stored)
 
     # -- the request path: memory only ---------------------------------------------------------
 
@@ -169,7 +172,10 @@ class TenantRegistry:
             if tenant_id in self._tenants:
                 raise TenantExists(tenant_id)
             tenant = Tenant(tenant_id=tenant_id, name=name, limits=limits or {}, created_ms=self.now_ms())
-            await self._put_tenant(tenant)
+            # `create`: another node may have made it without this one having heard yet
+            if not await self._storage.put_tenant(tenant, create=True):
+                raise TenantExists(tenant_id)
+            self._apply([tenant], [])
         return tenant
 
     async def update_tenant(
@@ -199,15 +205,9 @@ class TenantRegistry:
                 name=tenant.name if name is None else name,
                 disabled=tenant.disabled if disabled is None else disabled,
             )
-            await self._put_tenant(tenant)
-            self._rebuild(k for k in self._keys.values() if k.tenant_id == tenant_id)
+            await self._storage.put_tenant(tenant)
+            self._apply([tenant], [])
         return tenant
-
-    async def _put_tenant(self, tenant: Tenant) -> None:
-        await self._tables.put_tenant(tenant)
-        self._tenants[tenant.tenant_id] = tenant
-        for notify in self._watchers:
-            notify(tenant.tenant_id, self.limits_of(tenant.tenant_id))
 
     # -- keys ----------------------------------------------------------------------------------
 
@@ -263,32 +263,37 @@ class TenantRegistry:
         return record
 
     async def _put_key(self, record: ApiKey) -> None:
-        await self._tables.put_key(record)
-        self._keys[record.key_id] = record
-        self._rebuild([record])
+        await self._storage.put_key(record)
+        self._apply([], [record])
+
+    # -- memory: every change lands here -------------------------------------------------------
+
+    def _apply(self, tenants: list[Tenant], stored: list[ApiKey]) -> None:
+        """These rows are now as given: a local write, or another node's (then maybe unchanged)."""
+        changed = {t.tenant_id for t in tenants if self._tenants.get(t.tenant_id) != t}
+        self._tenants.update((t.tenant_id, t) for t in tenants)
+        self._keys.update((k.key_id, k) for k in stored)
+        affected = [k for k in self._keys.values() if k.tenant_id in changed] if changed else []
+        self._rebuild([*stored, *affected])
+        self._notify(changed)
+
+    def _replace(self, tenants: list[Tenant], stored: list[ApiKey]) -> None:
+        """All the rows there are (first load, full reload); only what differs is rebuilt."""
+        before, before_keys = self._tenants, self._keys
+        self._tenants, self._keys = {t.tenant_id: t for t in tenants}, {k.key_id: k for k in stored}
+        changed = {t for t, tenant in self._tenants.items() if before.get(t) != tenant}
+        for gone in before_keys.keys() - self._keys.keys():
+            del self._entries[gone]
+        self._rebuild(k for k in stored if k.tenant_id in changed or before_keys.get(k.key_id) != k)
+        self._notify(changed)
+
+    def _notify(self, tenant_ids: Iterable[str]) -> None:
+        for tenant_id in tenant_ids:
+            for notify in self._watchers:
+                notify(tenant_id, self.limits_of(tenant_id))
 
     def _rebuild(self, changed: Iterable[ApiKey]) -> None:
-        self._rebuild_entries(changed)
+        """The entries of `changed`, and the latest usable expiry of all keys."""
+        update_entries(self._entries, changed, self._tenants, self.defaults)
         unrevoked = [k.expires_ms or math.inf for k in self._keys.values() if k.revoked_ms is None]
         self._usable_until_ms = max(unrevoked, default=0)
-
-    def _rebuild_entries(self, changed: Iterable[ApiKey]) -> None:
-        for record in changed:
-            tenant = self._tenants.get(record.tenant_id)
-            refusal = "the key was revoked" if record.revoked_ms is not None else ""
-            if tenant is None or tenant.disabled:
-                refusal = refusal or "the key's tenant is disabled"
-            scopes = frozenset(Scope(s) for s in record.scopes if s in _KNOWN_SCOPES)  # a newer file's: ignored
-            who = Principal(record.tenant_id, record.key_id, scopes, self._limits(tenant))
-            self._entries[record.key_id] = _Entry(record.hash, record.expires_ms, refusal, who)
-
-    def _limits(self, tenant: Tenant | None) -> TenantLimits:
-        try:
-            return effective_limits(self.defaults, tenant.limits) if tenant else self.defaults
-        except InvalidInput:  # a row written by a newer version, with a limit this one lacks
-            return self.defaults
-
-
-def registry_path(data_dir: Path | None) -> Path | None:
-    """Where the registry lives: `<data_dir>/tenants.db`, or None (in memory) with the store off."""
-    return None if data_dir is None else data_dir / "tenants.db"

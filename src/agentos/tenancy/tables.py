@@ -17,6 +17,7 @@ import msgspec
 
 from agentos.store.writer import Writer
 from agentos.tenancy.records import ApiKey, Tenant
+from agentos.tenancy.storage import ChangeSink
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tenants (
@@ -39,31 +40,39 @@ CREATE TABLE IF NOT EXISTS api_keys (
 """
 
 _UPSERT_TENANT = "INSERT OR REPLACE INTO tenants VALUES (?, ?, ?, ?, ?)"
+_CREATE_TENANT = "INSERT OR IGNORE INTO tenants VALUES (?, ?, ?, ?, ?)"
 _UPSERT_KEY = "INSERT OR REPLACE INTO api_keys VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
 
 class TenantTables:
-    """The registry's file (None: an in-memory database, for `store.enabled = false`)."""
+    """The registry's file (None: an in-memory database, for `store.enabled = false`); a
+    `RegistryStorage` (`agentos.tenancy.storage`)."""
 
     def __init__(self, path: Path | None) -> None:
         self._writer = Writer("tenants", path, SCHEMA, queue_max_rows=1000, linger_ms=0.0)
 
-    async def open(self) -> tuple[list[Tenant], list[ApiKey]]:
-        """Open the file and read every row (the registry serves from memory after this).
-
-        Raises:
-            StoreError: the file cannot be opened or read.
-        """
+    async def open(self) -> None:
+        """Raises: StoreError: the file cannot be opened."""
         await self._writer.open()
+
+    async def load(self) -> tuple[list[Tenant], list[ApiKey]]:
+        """Every row (the registry serves from memory after this). Raises: StoreError."""
         loaded: tuple[list[Tenant], list[ApiKey]] = await self._writer.submit(apply=_load)
         return loaded
+
+    async def follow(self, sink: ChangeSink) -> None:
+        """Nothing to follow: this node is the file's only writer."""
 
     async def close(self) -> None:
         await self._writer.close()
 
-    async def put_tenant(self, t: Tenant) -> None:
-        limits = msgspec.json.encode(t.limits).decode()
-        await self._writer.submit(_UPSERT_TENANT, (t.tenant_id, t.name, limits, int(t.disabled), t.created_ms))
+    async def put_tenant(self, t: Tenant, *, create: bool = False) -> bool:
+        row = (t.tenant_id, t.name, msgspec.json.encode(t.limits).decode(), int(t.disabled), t.created_ms)
+        if not create:
+            await self._writer.submit(_UPSERT_TENANT, row)
+            return True
+        inserted: bool = await self._writer.submit(apply=lambda conn: conn.execute(_CREATE_TENANT, row).rowcount == 1)
+        return inserted
 
     async def put_key(self, k: ApiKey) -> None:
         scopes = " ".join(k.scopes)
@@ -85,6 +94,11 @@ def _load(conn: sqlite3.Connection) -> tuple[list[Tenant], list[ApiKey]]:
 
 def _decode_limits(raw: str) -> dict[str, int]:
     return msgspec.json.decode(raw, type=dict[str, int])
+
+
+def registry_path(data_dir: Path | None) -> Path | None:
+    """Where the registry lives: `<data_dir>/tenants.db`, or None (in memory) with the store off."""
+    return None if data_dir is None else data_dir / "tenants.db"
 
 
 def count_usable_keys(path: Path, now_ms: int) -> int:

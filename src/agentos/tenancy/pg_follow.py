@@ -1,0 +1,161 @@
+"""Following the other nodes' tenant and key changes: LISTEN on a dedicated connection.
+
+Theory of operation. One task owns one connection that LISTENs on the registry's channel
+(`pg_tables`). Each notification names a changed row ("t:<tenant_id>" or "k:<key_id>"); the
+task collects the names that arrived together and re-reads those rows into the registry
+(`ChangeSink.refresh`), one read at a time, so a later read can never be overtaken by an
+earlier one. Every `full_reload_interval_s` it re-reads everything instead: the safety net for
+a notification lost in a way the connection did not notice.
+
+A lost connection (the server restarted, the network broke: asyncpg's termination callback, or
+a read that failed or timed out) is replaced after `retry_s`, and the first thing done on the
+new one, after LISTEN, is a full reload: whatever changed while nobody listened is read then.
+Meanwhile the registry keeps serving what it last knew: requests never wait on this task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agentos.tenancy.storage import ChangeSink, Rows
+
+if TYPE_CHECKING:
+    import asyncpg
+
+log = logging.getLogger("agentos.tenancy")
+
+FULL_RELOAD_INTERVAL_S = 30.0
+RETRY_S = 1.0  # between a lost connection and the next try; doubled up to RETRY_MAX_S
+RETRY_MAX_S = 10.0
+READ_TIMEOUT_S = 10.0  # a read that takes longer is treated as a lost connection
+Read = Callable[["asyncpg.Connection", Iterable[str] | None], Awaitable[Rows]]
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerStatistics:
+    listening: bool  # False: changes made elsewhere are not being heard now
+    notifications: int
+    full_reloads: int
+    reconnects: int
+
+
+class _Lost(Exception):
+    """The LISTEN connection went away."""
+
+
+class Follower:
+    """Usage::
+
+    follower = Follower(lambda: pg_pool.connect(config), channel, registry, read_rows)
+    follower.start()
+    ...
+    await follower.close()
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[asyncpg.Connection]],
+        channel: str,
+        sink: ChangeSink,
+        read: Read,
+        *,
+        full_reload_interval_s: float = FULL_RELOAD_INTERVAL_S,
+    ) -> None:
+        self._connect = connect
+        self._channel = channel
+        self._sink = sink
+        self._read = read
+        self._interval_s = full_reload_interval_s
+        self._task: asyncio.Task[None] | None = None
+        self._pending: set[str] = set()
+        self._wake = asyncio.Event()
+        self._lost = asyncio.Event()
+        self._closed = asyncio.Event()
+        self._listening = False
+        self._notifications = self._full_reloads = self._reconnects = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="tenants-follower")
+
+    async def close(self) -> None:
+        self._closed.set()  # as well as the cancel: a driver that turned the cancel into an error
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def statistics(self) -> FollowerStatistics:
+        return FollowerStatistics(self._listening, self._notifications, self._full_reloads, self._reconnects)
+
+    async def _run(self) -> None:
+        """Follow until cancelled; each failure waits a little longer (bounded) before the next try."""
+        retry_s = RETRY_S
+        while not self._closed.is_set():
+            try:
+                await self._follow()
+            except Exception as exc:  # whatever broke the connection or a read: a new one, then reload
+                if self._closed.is_set():
+                    return  # asyncpg may turn the cancel of a connect into another error
+                log.warning("tenants: not following changes by other nodes (%s); retrying in %gs", exc, retry_s)
+            if self._listening:
+                retry_s = RETRY_S  # it worked for a while: the next failure starts over
+            self._listening = False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), retry_s)
+            retry_s = min(retry_s * 2, RETRY_MAX_S)
+            self._reconnects += 1
+
+    async def _follow(self) -> None:
+        conn = await self._connect()
+        self._lost.clear()
+        conn.add_termination_listener(self._on_lost)
+        try:
+            await conn.add_listener(self._channel, self._on_notification)
+            await self._refresh(conn, None)  # anything changed while not listening
+            self._listening = True
+            log.info("tenants: following changes by other nodes on %r", self._channel)
+            await self._serve(conn)
+        finally:
+            conn.terminate()  # never awaits: fine on a dead connection and under cancellation
+
+    async def _serve(self, conn: asyncpg.Connection) -> None:
+        loop = asyncio.get_running_loop()
+        next_full = loop.time() + self._interval_s
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(0.0, next_full - loop.time()))
+            self._wake.clear()
+            if self._lost.is_set():
+                raise _Lost("the connection was closed")
+            if loop.time() >= next_full:
+                self._pending.clear()  # the full reload reads them too
+                await self._refresh(conn, None)
+                next_full = loop.time() + self._interval_s
+            elif self._pending:
+                changes, self._pending = self._pending, set()
+                await self._refresh(conn, changes)
+
+    async def _refresh(self, conn: asyncpg.Connection, changes: set[str] | None) -> None:
+        full = changes is None or any(c[:2] not in ("t:", "k:") for c in changes)  # a newer node's: read all
+        named = None if full else changes
+
+        async def read() -> Rows:
+            return await asyncio.wait_for(self._read(conn, named), READ_TIMEOUT_S)
+
+        await self._sink.refresh(read, full=full)
+        if full:
+            self._full_reloads += 1
+
+    def _on_notification(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+        self._notifications += 1
+        self._pending.add(payload)
+        self._wake.set()
+
+    def _on_lost(self, conn: Any) -> None:
+        self._lost.set()
+        self._wake.set()

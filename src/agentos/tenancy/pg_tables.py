@@ -1,0 +1,273 @@
+"""The tenant registry's rows in PostgreSQL (`store.backend = "postgres"`): one copy for every node.
+
+Theory of operation. Each node holds every tenant and key in memory (`TenantRegistry`) and
+never reads the database on a request. A write (an admin call on any node) commits its row and
+a `NOTIFY` in one transaction, so the notification is sent if and only if the change is
+committed. Every node, the writer included, `LISTEN`s on a dedicated connection (`pg_follow`)
+and re-reads the rows a notification names: the change is in every node's memory within a
+few milliseconds of its commit. A periodic full reload covers a notification that was missed.
+
+The channel is per schema (`store.postgres_schema`): NOTIFY is database-wide, and two
+installations sharing a database must not hear each other.
+
+`open` also checks this node's key pepper against the check value the database keeps (the
+first node to start records it): a node with another pepper refuses to start, naming
+`security.key_pepper`, instead of refusing every key made on another node. A node that ran on
+SQLite before brings its `tenants.db` along once (`import_sqlite`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+
+from agentos.errors import ConfigError, StoreError
+from agentos.store import pg_migrations, pg_pool
+from agentos.store.pg_health import classify, within
+from agentos.store.records import DEFAULT_TENANT
+from agentos.tenancy.pepper import pepper_check, pepper_matches
+from agentos.tenancy.pg_follow import FULL_RELOAD_INTERVAL_S, Follower
+from agentos.tenancy.records import ApiKey, Tenant
+from agentos.tenancy.storage import ChangeSink, Rows
+from agentos.tenancy.tables import TenantTables
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import asyncpg
+
+    from agentos.config import StoreConfig
+
+log = logging.getLogger("agentos.tenancy")
+T = TypeVar("T")
+_TENANT_COLUMNS = "tenant_id, name, limits, disabled, created_ms"
+_KEY_COLUMNS = "key_id, tenant_id, name, scopes, created_ms, expires_ms, revoked_ms, hash"
+_INSERT_TENANT = f"INSERT INTO tenants ({_TENANT_COLUMNS}) VALUES ($1, $2, $3::jsonb, $4, $5)"
+_UPSERT_TENANT = (
+    _INSERT_TENANT + " ON CONFLICT (tenant_id) DO UPDATE"
+    " SET name = excluded.name, limits = excluded.limits, disabled = excluded.disabled"
+)
+_UPSERT_KEY = (
+    f"INSERT INTO api_keys ({_KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+    " ON CONFLICT (key_id) DO UPDATE SET name = excluded.name, scopes = excluded.scopes,"
+    " expires_ms = excluded.expires_ms, revoked_ms = excluded.revoked_ms"
+)
+_NOTIFY = "SELECT pg_notify($1, $2)"
+_ANYTHING_BUT_DEFAULT = "SELECT EXISTS (SELECT 1 FROM api_keys) OR EXISTS (SELECT 1 FROM tenants WHERE tenant_id <> $1)"
+_CLOSE_TIMEOUT_S = 5.0
+_PEPPER_CHECK = "pepper_check"
+_PEPPER_MISMATCH = (
+    "security.key_pepper: this node's key pepper is not the one the keys in {url} were hashed with;"
+    " every node must have the same security.key_pepper (or the same <data_dir>/key_pepper file)"
+)
+
+
+class PgTenantTables:
+    """A `RegistryStorage` (`agentos.tenancy.storage`) in the store's PostgreSQL database."""
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        pepper: bytes,
+        *,
+        import_from: Path | None = None,
+        full_reload_interval_s: float = FULL_RELOAD_INTERVAL_S,
+    ) -> None:
+        """`import_from`: the `tenants.db` of an embedded install, copied in once (`import_sqlite`)."""
+        self._config = config
+        self._pepper = pepper
+        self._import_from = import_from
+        self._full_reload_interval_s = full_reload_interval_s
+        self._pool: asyncpg.Pool | None = None
+        self._channel = ""
+        self._unavailable: tuple[type[Exception], ...] = ()
+        self._follower: Follower | None = None
+
+    async def open(self) -> None:
+        """Migrate, check the pepper, import `import_from` into empty tables, open a small pool
+        for the (rare) writes.
+
+        Raises:
+            ConfigError: naming store.postgres_url (unreachable, a schema mismatch), store.backend
+                (no asyncpg) or security.key_pepper (another pepper than the database's).
+        """
+        self._unavailable = pg_pool.connection_errors()
+        conn = await pg_pool.connect(self._config)
+        try:
+            await pg_migrations.migrate(conn, schema=self._config.postgres_schema)
+            schema = await conn.fetchval("SELECT current_schema()")
+            self._channel = f"agentos_tenants_{schema}"[:63]  # a channel name is at most 63 bytes
+            await self._check_pepper(conn)
+            if self._import_from is not None and self._import_from.exists():
+                await import_sqlite(conn, self._import_from)
+        finally:
+            await conn.close()
+        self._pool = await pg_pool.create_pool(msgspec.structs.replace(self._config, postgres_pool_max=2))
+
+    async def _check_pepper(self, conn: asyncpg.Connection) -> None:
+        stored = await conn.fetchval("SELECT value FROM tenancy_meta WHERE name = $1", _PEPPER_CHECK)
+        if stored is None:  # the first node: record ours (a node racing it may win; then compare)
+            check = await asyncio.to_thread(pepper_check, self._pepper)
+            insert = "INSERT INTO tenancy_meta VALUES ($1, $2) ON CONFLICT (name) DO NOTHING"
+            await conn.execute(insert, _PEPPER_CHECK, check)
+            stored = await conn.fetchval("SELECT value FROM tenancy_meta WHERE name = $1", _PEPPER_CHECK)
+        if not await asyncio.to_thread(pepper_matches, self._pepper, stored):
+            raise ConfigError(_PEPPER_MISMATCH.format(url=pg_pool.shown_url(self._config.postgres_url)))
+
+    async def load(self) -> Rows:
+        """Raises: StoreError (StoreUnavailable: the database cannot be reached)."""
+        return await self._bounded(lambda conn: read_rows(conn, None), "tenants load")
+
+    async def put_tenant(self, tenant: Tenant, *, create: bool = False) -> bool:
+        """Raises: StoreError (StoreUnavailable: the database cannot be reached)."""
+        t = tenant
+        row = (t.tenant_id, t.name, msgspec.json.encode(t.limits).decode(), t.disabled, t.created_ms)
+        sql = _INSERT_TENANT + " ON CONFLICT (tenant_id) DO NOTHING" if create else _UPSERT_TENANT
+        written: bool = await self._bounded(
+            lambda conn: self._write(conn, sql, row, f"t:{t.tenant_id}"), "tenant write"
+        )
+        return written
+
+    async def put_key(self, key: ApiKey) -> None:
+        """Raises: StoreError (StoreUnavailable: the database cannot be reached)."""
+        k = key
+        row = (k.key_id, k.tenant_id, k.name, " ".join(k.scopes), k.created_ms, k.expires_ms, k.revoked_ms, k.hash)
+        await self._bounded(lambda conn: self._write(conn, _UPSERT_KEY, row, f"k:{k.key_id}"), "key write")
+
+    async def _write(self, conn: asyncpg.Connection, sql: str, row: tuple[Any, ...], change: str) -> bool:
+        """The row and its NOTIFY in one transaction: every node hears of exactly the committed changes."""
+        async with conn.transaction():
+            status = await conn.execute(sql, *row)
+            if status.endswith(" 0"):  # ON CONFLICT DO NOTHING: not written, nothing to tell
+                return False
+            await conn.execute(_NOTIFY, self._channel, change)
+        return True
+
+    async def _bounded(self, use: Callable[[asyncpg.Connection], Awaitable[T]], what: str) -> T:
+        """`use` a pooled connection, within `store.postgres_request_timeout_s` (as a request would)."""
+        assert self._pool is not None, "open() first"
+        pool = self._pool
+
+        async def run() -> T:
+            async with pool.acquire(timeout=self._config.postgres_acquire_timeout_s) as conn:
+                return await use(conn)
+
+        try:
+            return await within(run(), what, self._config.postgres_request_timeout_s)
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise classify(exc, self._unavailable, what) from exc
+
+    async def follow(self, sink: ChangeSink) -> None:
+        """Listen for every node's changes (this node's too: harmless, it re-reads its own row)."""
+        self._follower = Follower(
+            lambda: pg_pool.connect(self._config),
+            self._channel,
+            sink,
+            read_rows,
+            full_reload_interval_s=self._full_reload_interval_s,
+        )
+        self._follower.start()
+
+    async def close(self) -> None:
+        if self._follower is not None:
+            await self._follower.close()
+        if self._pool is not None:
+            try:
+                await asyncio.wait_for(self._pool.close(), _CLOSE_TIMEOUT_S)
+            except TimeoutError:  # a database that stopped answering: drop the connections
+                self._pool.terminate()
+
+
+async def import_sqlite(conn: asyncpg.Connection, path: Path) -> None:
+    """Copy the tenants and keys of `path` (a `tenants.db`) into empty tables, once: a node moved
+    from SQLite to PostgreSQL keeps its keys (hashed with the same pepper, which `open` has just
+    recorded or checked). Tables that hold anything beyond tenant "default" are left alone, so
+    the file is never read again after the first start; nodes starting together queue on the lock."""
+    if await conn.fetchval(_ANYTHING_BUT_DEFAULT, DEFAULT_TENANT):
+        return  # every start but the first: the file is not even opened
+    tables = TenantTables(path)
+    await tables.open()
+    try:
+        tenants, keys = await tables.load()
+    finally:
+        await tables.close()
+    async with conn.transaction():
+        await conn.execute("LOCK TABLE tenants, api_keys IN SHARE ROW EXCLUSIVE MODE")
+        if await conn.fetchval(_ANYTHING_BUT_DEFAULT, DEFAULT_TENANT):
+            return  # another node imported first
+        for t in tenants:
+            limits = msgspec.json.encode(t.limits).decode()
+            await conn.execute(_UPSERT_TENANT, t.tenant_id, t.name, limits, t.disabled, t.created_ms)
+        for k in keys:
+            scopes = " ".join(k.scopes)
+            await conn.execute(_UPSERT_KEY, k.key_id, k.tenant_id, k.name, scopes, *_times(k), k.hash)
+    log.info("tenants: imported %d tenants and %d keys from %s", len(tenants), len(keys), path)
+
+
+def _times(k: ApiKey) -> tuple[int, int | None, int | None]:
+    return k.created_ms, k.expires_ms, k.revoked_ms
+
+
+async def read_rows(conn: asyncpg.Connection, changes: Iterable[str] | None) -> Rows:
+    """Every row (`changes` None), or those that `changes` ("t:<tenant_id>", "k:<key_id>") name."""
+    if changes is None:
+        tenants = await conn.fetch(f"SELECT {_TENANT_COLUMNS} FROM tenants")
+        keys = await conn.fetch(f"SELECT {_KEY_COLUMNS} FROM api_keys")
+    else:
+        named = list(changes)
+        tenant_ids = [c[2:] for c in named if c.startswith("t:")]
+        key_ids = [c[2:] for c in named if c.startswith("k:")]
+        tenants = await conn.fetch(f"SELECT {_TENANT_COLUMNS} FROM tenants WHERE tenant_id = ANY($1)", tenant_ids)
+        keys = await conn.fetch(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE key_id = ANY($1)", key_ids)
+    return [_tenant(r) for r in tenants], [_key(r) for r in keys]
+
+
+def _tenant(row: asyncpg.Record) -> Tenant:
+    limits = msgspec.json.decode(row["limits"], type=dict[str, int])
+    return Tenant(
+        tenant_id=row["tenant_id"],
+        name=row["name"],
+        limits=limits,
+        disabled=row["disabled"],
+        created_ms=row["created_ms"],
+    )
+
+
+def _key(row: asyncpg.Record) -> ApiKey:
+    return ApiKey(
+        key_id=row["key_id"],
+        tenant_id=row["tenant_id"],
+        name=row["name"],
+        scopes=tuple(row["scopes"].split()),
+        created_ms=row["created_ms"],
+        expires_ms=row["expires_ms"],
+        revoked_ms=row["revoked_ms"],
+        hash=bytes(row["hash"]),
+    )
+
+
+def count_usable_keys(config: StoreConfig, now_ms: int) -> int:
+    """Keys neither revoked nor expired, read before the server starts (the bind check, as
+    `tables.count_usable_keys` for the SQLite file); 0 before the first start made the tables.
+
+    Raises:
+        ConfigError: naming store.postgres_url (unreachable) or store.backend (no asyncpg).
+    """
+    return asyncio.run(_count_usable_keys(config, now_ms))
+
+
+async def _count_usable_keys(config: StoreConfig, now_ms: int) -> int:
+    conn = await pg_pool.connect(config)
+    try:
+        if not await conn.fetchval("SELECT to_regclass('api_keys') IS NOT NULL"):
+            return 0
+        usable = "SELECT count(*) FROM api_keys WHERE revoked_ms IS NULL AND (expires_ms IS NULL OR expires_ms > $1)"
+        return int(await conn.fetchval(usable, now_ms))
+    finally:
+        await conn.close()
