@@ -130,8 +130,10 @@ def test_each_run_gets_its_own_schema_and_prefix() -> None:
     a, b = new_namespace(settings_from_dict(CLUSTER)), new_namespace(settings_from_dict(CLUSTER))
     assert a.schema != b.schema and a.key_prefix != b.key_prefix
     assert a.schema.startswith("my_bench_") and a.key_prefix.startswith("ag:bench:")
+    assert a.pepper and a.pepper != b.pepper  # one pepper per run, the same on each of its nodes
     assert a.env(3) == {
         "AGENTOS_STORE_POSTGRES_SCHEMA": a.schema,
+        "AGENTOS_SECURITY_KEY_PEPPER": a.pepper,
         "AGENTOS_COORDINATION_KEY_PREFIX": a.key_prefix,
         "AGENTOS_COORDINATION_EXPECTED_NODES": "3",
     }

@@ -77,9 +77,12 @@ class Namespace:
     schema: str = ""
     redis_url: str = ""
     key_prefix: str = ""
+    pepper: str = ""  # one key pepper for every node of the run: they share the tenants table
 
     def env(self, nodes: int) -> dict[str, str]:
         env = {"AGENTOS_STORE_POSTGRES_SCHEMA": self.schema} if self.schema else {}
+        if self.pepper:
+            env |= {"AGENTOS_SECURITY_KEY_PEPPER": self.pepper}
         if self.key_prefix:
             env |= {"AGENTOS_COORDINATION_KEY_PREFIX": self.key_prefix}
             env |= {"AGENTOS_COORDINATION_EXPECTED_NODES": str(nodes)}
@@ -99,6 +102,7 @@ def new_namespace(settings: Settings) -> Namespace:
         schema=schema,
         redis_url=coordination.redis_url,
         key_prefix=prefix,
+        pepper=secrets.token_urlsafe(32) if schema else "",
     )
 
 
