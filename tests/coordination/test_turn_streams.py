@@ -1,0 +1,113 @@
+"""A turn followed from another node: two real `agentos serve` processes on one fresh
+PostgreSQL schema and one Redis (a key prefix of the test's own), the real mock provider at a
+slow token rate so the turn is mid-way while node B follows it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from agentos.bench.mock.server import MockServer
+from agentos.config import StoreConfig
+from agentos.testing import Event, sse_events
+from tests.api.helpers import new_session
+from tests.api.test_turn_follow import follow, post_turn
+from tests.conftest import child_env
+from tests.coordination.conftest import REDIS_URL
+from tests.postgres import fresh_schema
+
+pytest.importorskip("asyncpg")
+pytestmark = pytest.mark.slow
+
+TOKENS = 60
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[StoreConfig]:
+    async for config in fresh_schema():
+        yield config
+
+
+@asynccontextmanager
+async def serve(data_dir: Path, provider_url: str, env: dict[str, str]) -> AsyncIterator[str]:
+    """One `agentos serve` process; yields its URL. Killed (by its pid) at the end."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agentos", "serve", "--port", "0", "--data-dir", str(data_dir),
+        "--provider-url", provider_url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=child_env(**env),
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        if not line.startswith("agentos listening on "):
+            raise AssertionError(line + (await proc.stderr.read()).decode()[-2000:])
+        yield line.split()[-1]
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_a_turn_on_node_a_is_followed_and_resumed_on_node_b(
+    tmp_path: Path, mock_factory, pg: StoreConfig, prefix: str
+) -> None:
+    mock: MockServer = await mock_factory(tps=40, tokens=TOKENS)  # 1.5 s per turn
+    env = {
+        "AGENTOS_STORE_BACKEND": "postgres",
+        "AGENTOS_STORE_POSTGRES_URL": pg.postgres_url,
+        "AGENTOS_STORE_POSTGRES_SCHEMA": pg.postgres_schema,
+        "AGENTOS_COORDINATION_REDIS_URL": REDIS_URL,
+        "AGENTOS_COORDINATION_KEY_PREFIX": prefix,
+    }
+    async with AsyncExitStack() as stack, aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+        a, b = await asyncio.gather(
+            stack.enter_async_context(serve(tmp_path / "a", mock.url, env)),
+            stack.enter_async_context(serve(tmp_path / "b", mock.url, env)),
+        )
+        sid = await new_session(http, a)
+        posted = await post_turn(http, a, sid)
+        turn_id = posted.turn_id
+        assert posted.task is not None
+
+        first: list[Event] = []
+        async with follow(http, b, sid, turn_id) as events:
+            async for event in events:
+                first.append(event)
+                if len(first) == 6:
+                    break  # B's client goes away mid-turn
+        assert first[0] == Event("turn.started", f"{turn_id}:1", {"turn_id": turn_id, "session_id": sid})
+        assert [e.name for e in first[1:]] == ["token"] * 5
+        assert not posted.task.done()  # the tokens came live, through Redis, while A still streamed
+
+        async with follow(http, b, sid, turn_id, {"Last-Event-ID": f"{turn_id}:1"}) as events:
+            resumed = [e async for e in events]
+        await posted.task
+        assert "turn.started" not in [e.name for e in resumed]
+        assert resumed[-1].name == "turn.completed" and resumed[-1].id == f"{turn_id}:{TOKENS + 2}"
+        assert resumed[-1].data == posted.events[-1].data
+        assert 0 < len(resumed) - 1 < TOKENS  # the tokens from the reconnect on
+
+        # Once it ended, B replays what PostgreSQL stored, from any seq.
+        async with follow(http, b, sid, turn_id) as events:
+            assert [(e.name, e.id) async for e in events] == [
+                ("turn.started", f"{turn_id}:1"),
+                ("turn.completed", f"{turn_id}:{TOKENS + 2}"),
+            ]
+        async with http.get(f"{b}/v1/sessions/{sid}/turns/turn_nope/events") as r:
+            assert r.status == 404 and (await r.json())["error"]["code"] == "turn_not_found"
+        async with http.get(f"{b}/v1/sessions/{sid}/turns/{turn_id}/events", params={"after": "-3"}) as r:
+            assert r.status == 400
+        assert [e.name async for e in _collected(http, a, sid, turn_id)] == ["turn.started", "turn.completed"]
+
+
+async def _collected(http: aiohttp.ClientSession, url: str, sid: str, turn_id: str) -> AsyncIterator[Event]:
+    async with http.get(f"{url}/v1/sessions/{sid}/turns/{turn_id}/events") as r:
+        async for event in sse_events(r):
+            yield event
