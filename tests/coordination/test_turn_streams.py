@@ -16,11 +16,11 @@ import pytest
 
 from agentos.bench.mock.server import MockServer
 from agentos.config import StoreConfig
-from agentos.testing import Event, sse_events
+from agentos.testing import Event, sse_events, start_server
 from tests.api.helpers import new_session
 from tests.api.test_turn_follow import follow, post_turn
-from tests.conftest import child_env
-from tests.coordination.conftest import REDIS_URL
+from tests.conftest import child_env, make_settings
+from tests.coordination.conftest import REDIS_URL, RedisProxy
 from tests.postgres import fresh_schema
 
 pytest.importorskip("asyncpg")
@@ -111,3 +111,30 @@ async def _collected(http: aiohttp.ClientSession, url: str, sid: str, turn_id: s
     async with http.get(f"{url}/v1/sessions/{sid}/turns/{turn_id}/events") as r:
         async for event in sse_events(r):
             yield event
+
+
+async def test_without_redis_a_follower_on_another_node_polls_the_store(
+    tmp_path: Path, mock_factory, pg: StoreConfig, prefix: str, redis_proxy: RedisProxy
+) -> None:
+    mock: MockServer = await mock_factory(tps=40, tokens=TOKENS)
+    store = {"store.backend": "postgres", "store.postgres_url": pg.postgres_url}
+    store |= {"store.postgres_schema": pg.postgres_schema, "coordination.key_prefix": prefix}
+    a = await start_server(make_settings(tmp_path / "a", mock.url, **store, **{"coordination.redis_url": REDIS_URL}))
+    b_redis = {"coordination.redis_url": redis_proxy.url}  # B reaches Redis through a proxy the test takes away
+    b = await start_server(make_settings(tmp_path / "b", mock.url, **store, **b_redis))
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+            sid = await new_session(http, a.url)
+            await redis_proxy.stop()  # B loses Redis: no live events reach it
+            assert b.services.bus is not None
+            await b.services.bus.wait_disconnected()
+            posted = await post_turn(http, a.url, sid)
+            async with follow(http, b.url, sid, posted.turn_id) as events:
+                names = [e.name async for e in events]
+            assert posted.task is not None
+            await posted.task
+            # The stored events, found by polling PostgreSQL; the tokens were live only.
+            assert names == ["turn.started", "turn.completed"]
+    finally:
+        await b.close()
+        await a.close()
