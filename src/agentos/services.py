@@ -132,7 +132,9 @@ async def open_services(
         data_dir = Path(settings.data_dir) if settings.store.enabled else None
         runs = RunService(provider, data_dir, settings, driver=driver, on_usage=quotas.add_tokens)
         if bus is not None:  # before `start`: the runs it resumes publish too
-            runs.bridge_events(RunRelay(bus))
+            relay = RunRelay(bus)
+            await relay.start()
+            runs.bridge_events(relay)
         started_ms = wall_ms()  # model steps from here on are counted as they finish (on_usage)
         await runs.start()  # resumes every unfinished run from its journal
         for tenant_id, tokens in (await model_tokens(runs.store, quotas.day_start_ms(), started_ms)).items():
@@ -147,6 +149,7 @@ async def open_services(
         raise
     runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs, bus=bus)
     runtime.start_lag_probe()
+    await runtime.streams.start()
     return Services(settings, metrics, store, provider, driver, runs, runtime, tenants, quotas, link, bus)
 
 

@@ -71,7 +71,7 @@ class Runtime:
         self.sessions = Sessions(driver, store, runs)
         chat = ChatTurns(driver, store, provider, metrics, self.clock, history)
         agents = AgentTurns(runs, store, history) if runs is not None else None
-        self.streams = TurnStreams(store, bus)
+        self.streams = TurnStreams(store, bus, live=lambda turn_id: self._turns.get(turn_id) is not None)
         self._turns = Turns(driver, store, metrics, self.clock, self.sessions, chat, agents, self.streams)
         self._lag_timer: asyncio.TimerHandle | None = None
         metrics.bind(driver.kernel.statistics, store.statistics, lambda: len(self._turns))
