@@ -182,3 +182,34 @@ async def test_another_tenants_turn_is_a_404(tmp_path: Any, mock: MockServer, ht
             assert [e.name async for e in sse_events(r)] == ["turn.started", "turn.completed"]
     finally:
         await server.close()
+
+
+async def test_an_agent_turns_events_are_stored_and_replayed(
+    tmp_path: Any, mock_factory: Any, http: aiohttp.ClientSession
+) -> None:
+    mock: MockServer = await mock_factory(scenario="tools")  # two run_command calls, then ask_human
+    ops = {"tools": ["run_command", "ask_human"], "command": {"timeout_s": 10}}
+    settings = settings_from_dict(
+        {"data_dir": str(tmp_path / "data"), "provider": {"url": mock.url}, "agents": {"ops": ops}}
+    )
+    server = await start_app(settings)
+    try:
+        sid = await new_session(http, server.url, agent="ops")
+        posted = await post_turn(http, server.url, sid)
+        seen: list[Event] = []
+        async with follow(http, server.url, sid, posted.turn_id) as events:
+            async for event in events:
+                seen.append(event)
+                if event.name == "human.requested":  # the turn's run now waits for a human
+                    answer = {"operation_id": event.data["operation_id"], "answer": "yes"}
+                    async with http.post(f"{server.url}/v1/runs/{event.data['run_id']}/answer", json=answer) as r:
+                        assert r.status == 200, await r.text()
+        assert posted.task is not None
+        await posted.task
+        stored = [(e.name, e.id) for e in posted.events if e.name != "token"]
+        assert [(e.name, e.id) for e in seen if e.name != "token"] == stored
+        async with follow(http, server.url, sid, posted.turn_id) as events:  # after the end: all from the store
+            assert [(e.name, e.id) async for e in events] == stored
+        assert [name for name, _ in stored].count("tool.call") == 2
+    finally:
+        await server.close()
