@@ -138,3 +138,45 @@ async def test_without_redis_a_follower_on_another_node_polls_the_store(
     finally:
         await b.close()
         await a.close()
+
+
+async def test_a_follower_on_another_node_rides_out_a_redis_outage(
+    tmp_path: Path, mock_factory, pg: StoreConfig, prefix: str, redis_proxy: RedisProxy
+) -> None:
+    mock: MockServer = await mock_factory(tps=20, tokens=100)  # 5 s per turn
+    store = {"store.backend": "postgres", "store.postgres_url": pg.postgres_url}
+    store |= {"store.postgres_schema": pg.postgres_schema, "coordination.key_prefix": prefix}
+    a = await start_server(make_settings(tmp_path / "a", mock.url, **store, **{"coordination.redis_url": REDIS_URL}))
+    b_redis = {"coordination.redis_url": redis_proxy.url}
+    b = await start_server(make_settings(tmp_path / "b", mock.url, **store, **b_redis))
+    bus = b.services.bus
+    assert bus is not None
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+            sid = await new_session(http, a.url)
+            posted = await post_turn(http, a.url, sid)
+            before: list[Event] = []
+            after: list[Event] = []
+            left = 0
+            async with follow(http, b.url, sid, posted.turn_id) as events:
+                async for event in events:
+                    if len(before) == 4:
+                        after.append(event)
+                        continue
+                    before.append(event)
+                    if len(before) == 4:
+                        await redis_proxy.stop()  # B loses Redis mid-turn, then gets it back
+                        await bus.wait_disconnected()
+                        await redis_proxy.start()
+                        await bus.wait_connected(10)
+                        left = 102 - len(posted.events)  # what A still had to stream when B was back
+            assert posted.task is not None
+            await posted.task
+        assert [e.name for e in before] == ["turn.started", "token", "token", "token"]
+        assert after[-1].name == "turn.completed" and after[-1].id == posted.events[-1].id
+        assert left > 10, "the turn ended before B was back: nothing left to show"
+        assert [e.name for e in after[:-1]].count("token") >= left // 2  # live again after the reconnect
+        assert [e.name for e in after].count("turn.completed") == 1
+    finally:
+        await b.close()
+        await a.close()

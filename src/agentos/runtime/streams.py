@@ -164,9 +164,6 @@ class TurnStreams:
             if name in TERMINAL_EVENTS:
                 self._followed.discard(turn.turn_id)
 
-    def count(self) -> int:
-        return sum(len(f) for f in self._followers.values())
-
     async def check_exists(self, tenant_id: str, session_id: str, turn_id: str) -> None:
         """Raises: NotFound (`turn_not_found`): no event of the turn is stored, even after a
         short wait (a turn just started on another node)."""
@@ -204,16 +201,16 @@ class TurnStreams:
     ) -> AsyncIterator[TurnEvent]:
         wait_s, heard = FIRST_POLL_S, time.monotonic()
         # The first read starts at 0: a client that already has the terminal event gets none.
-        reread, floor = True, 0
+        reread, first = True, True
         while True:
             if reread:
-                for stored in await self._stored(key, floor):
+                for stored in await self._stored(key, 0 if first else last):
                     if stored.seq > last:
                         last, heard = stored.seq, time.monotonic()
                         yield stored
                     if stored.name in TERMINAL_EVENTS:
                         return
-                floor = last
+                first = False
             event = await follower.get(wait_s)
             if event is None:  # nothing for a while, or the live path lost something
                 reread, wait_s = True, min(wait_s * 2, self._poll_cap(local))
