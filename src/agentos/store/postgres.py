@@ -253,22 +253,17 @@ class PostgresStore:
             self._jsonl.write(r)
 
     async def list_events(self, tenant_id: str, session_id: str, *, after: int, limit: int) -> list[EventRecord]:
-        sql = (
-            f"SELECT {EVENT_COLUMNS} FROM events"
-            " WHERE tenant_id = $1 AND session_id = $2 AND event_id > $3 ORDER BY event_id LIMIT $4"
-        )
-        return [
-            event_from_row(row) for row in await self._fetch(self._lanes[1], sql, tenant_id, session_id, after, limit)
-        ]
+        where = "tenant_id = $1 AND session_id = $2 AND event_id > $3 ORDER BY event_id LIMIT $4"
+        return await self._events(where, tenant_id, session_id, after, limit)
 
     async def list_turn_events(
         self, tenant_id: str, session_id: str, turn_id: str, *, after_seq: int, limit: int
     ) -> list[EventRecord]:
-        sql = (
-            f"SELECT {EVENT_COLUMNS} FROM events"
-            " WHERE tenant_id = $1 AND turn_id = $2 AND session_id = $3 AND seq > $4 ORDER BY seq LIMIT $5"
-        )
-        rows = await self._fetch(self._lanes[1], sql, tenant_id, turn_id, session_id, after_seq, limit)
+        where = "tenant_id = $1 AND turn_id = $2 AND session_id = $3 AND seq > $4 ORDER BY seq LIMIT $5"
+        return await self._events(where, tenant_id, turn_id, session_id, after_seq, limit)
+
+    async def _events(self, where: str, *args: Any) -> list[EventRecord]:
+        rows = await self._fetch(self._lanes[1], f"SELECT {EVENT_COLUMNS} FROM events WHERE {where}", *args)
         return [event_from_row(row) for row in rows]
 
     def log_access(self, r: AccessRecord) -> None:
