@@ -30,6 +30,7 @@ from agentos.config import Settings, resolve_paths
 from agentos.coordination.bus import Bus
 from agentos.coordination.link import Link, open_link
 from agentos.coordination.quotas import ClusterQuotas
+from agentos.coordination.relay import RunRelay
 from agentos.errors import ConfigError
 from agentos.kernel import Kernel
 from agentos.metrics import Metrics
@@ -132,6 +133,10 @@ async def open_services(
         tenants.watch_limits(driver.configure_tenant)  # weights and caps per tenant, kept current
         data_dir = Path(settings.data_dir) if settings.store.enabled else None
         runs = RunService(provider, data_dir, settings, driver=driver, on_usage=quotas.add_tokens)
+        if bus is not None:  # before `start`: the runs it resumes publish too
+            relay = RunRelay(bus)
+            await relay.start()
+            runs.bridge_events(relay)
         started_ms = wall_ms()  # model steps from here on are counted as they finish (on_usage)
         await runs.start()  # resumes every unfinished run from its journal
         for tenant_id, tokens in (await model_tokens(runs.store, quotas.day_start_ms(), started_ms)).items():
@@ -144,8 +149,9 @@ async def open_services(
         await _close_link(link)
         await tenants.close()
         raise
-    runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs)
+    runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs, bus=bus)
     runtime.start_lag_probe()
+    await runtime.streams.start()
     return Services(settings, metrics, store, provider, driver, runs, runtime, tenants, quotas, link, bus)
 
 

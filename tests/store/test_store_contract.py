@@ -68,6 +68,28 @@ async def test_events(store: Store) -> None:
     assert await store.list_events("default", "s", after=0, limit=10) == []
 
 
+async def test_a_turns_events_by_seq(store: Store) -> None:
+    for tenant, sid in (("default", "s"), ("other", "o")):
+        await store.create_session(SessionRecord(tenant_id=tenant, session_id=sid))
+    # stored out of order, with another turn's events between, and one of another tenant
+    for turn, seq, name in (("t", 1, "turn.started"), ("u", 1, "turn.started"), ("t", 9, "turn.completed")):
+        store.add_event(EventRecord(tenant_id="default", session_id="s", turn_id=turn, type=name, data={}, seq=seq))
+    store.add_event(EventRecord(tenant_id="default", session_id="s", turn_id="t", type="tool.call", data={}, seq=4))
+    store.add_event(EventRecord(tenant_id="other", session_id="o", turn_id="t", type="x", data={}, seq=2))
+
+    async def seqs(tenant: str, sid: str, after: int, limit: int = 10) -> list[tuple[int, str]]:
+        events = await store.list_turn_events(tenant, sid, "t", after_seq=after, limit=limit)
+        return [(e.seq, e.type) for e in events]
+
+    assert await seqs("default", "s", 0) == [(1, "turn.started"), (4, "tool.call"), (9, "turn.completed")]
+    assert await seqs("default", "s", 1, limit=1) == [(4, "tool.call")]
+    assert await seqs("default", "s", 9) == []
+    assert await seqs("default", "o", 0) == []  # another tenant's session, named by this tenant
+    assert await seqs("other", "s", 0) == []  # this tenant's session, named by another tenant
+    assert await seqs("other", "o", 0) == [(2, "x")]
+    assert [e.seq for e in await store.list_events("default", "s", after=0, limit=10)] == [1, 1, 9, 4]
+
+
 async def test_sqlite_sheds_events_and_access_rows_but_never_messages(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path, StoreConfig(queue_max_rows=5))
     await store.start()

@@ -225,7 +225,8 @@ class RunEngine:
         checked that the run is the tenant's (`handle`)."""
         last = after_seq
         while True:
-            subscription = self.fanout.subscribe(run_id) if handle is not None else None
+            # Not running here: another node's, over the bus (or finished: the journal ends it).
+            subscription = await self.fanout.follow(run_id, local=handle is not None)
             try:  # subscribed before reading the journal: nothing falls between the two
                 for row in await self.store.read(self._events_after(tenant_id, run_id, last)):
                     last = row.seq

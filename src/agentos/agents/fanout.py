@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 DEFAULT_MAX_QUEUED = 256
 
@@ -23,6 +24,18 @@ class RunEvent:
     seq: int  # a token carries the seq of the last journaled event before it
     type: str
     data: dict[str, Any]
+
+
+class Bridge(Protocol):
+    """Run events between nodes (`agentos.coordination.relay.RunRelay`, over the bus)."""
+
+    def publish(self, run_id: str, event: RunEvent) -> None:
+        """Send this node's event of the run to the other nodes' followers."""
+        ...
+
+    async def attach(self, run_id: str, subscription: Subscription) -> Callable[[], None]:
+        """Feed the run's events from other nodes into `subscription`; returns the detach."""
+        ...
 
 
 class Subscription:
@@ -44,6 +57,12 @@ class Subscription:
             self._events.append(event)
         self._ready.set()
 
+    def fall_behind(self) -> None:
+        """Events may have been lost (the bus reconnected): the reader re-reads the journal."""
+        self._events.clear()
+        self.behind = True
+        self._ready.set()
+
     async def get(self) -> RunEvent | None:
         """The next event, or None when the subscription fell behind."""
         while not self._events:
@@ -62,6 +81,23 @@ class Fanout:
         self._max = max_queued
         self.idle = asyncio.Event()  # set while no run has a subscriber
         self.idle.set()
+        self._bridge: Bridge | None = None
+        self._detach: dict[Subscription, Callable[[], None]] = {}
+
+    def bridge(self, bridge: Bridge) -> None:
+        """From now on, publish every event to other nodes too, and follow theirs (`follow`)."""
+        self._bridge = bridge
+
+    async def follow(self, run_id: str, *, local: bool) -> Subscription | None:
+        """A subscription to the run's live events: from this node when it runs here (`local`),
+        else from the other nodes over the bridge (None without one: the journal is all there is).
+        """
+        if not local and self._bridge is None:
+            return None
+        subscription = self.subscribe(run_id)
+        if not local and self._bridge is not None:
+            self._detach[subscription] = await self._bridge.attach(run_id, subscription)
+        return subscription
 
     def subscribe(self, run_id: str) -> Subscription:
         subscription = Subscription(self._max)
@@ -70,6 +106,9 @@ class Fanout:
         return subscription
 
     def unsubscribe(self, run_id: str, subscription: Subscription) -> None:
+        detach = self._detach.pop(subscription, None)
+        if detach is not None:
+            detach()
         subscribers = self._subscribers.get(run_id)
         if subscribers is None:
             return
@@ -83,6 +122,8 @@ class Fanout:
     def publish(self, run_id: str, event: RunEvent) -> None:
         for subscription in self._subscribers.get(run_id, ()):
             subscription.offer(event)
+        if self._bridge is not None:
+            self._bridge.publish(run_id, event)
 
     async def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no run has a subscriber; False if some still had one after `timeout_s`."""

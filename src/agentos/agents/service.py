@@ -34,7 +34,7 @@ from typing import Any
 from agentos.agents.agents import AgentRegistry
 from agentos.agents.checks import check_answer, check_input, remove_dirs
 from agentos.agents.engine import run_not_found
-from agentos.agents.fanout import RunEvent
+from agentos.agents.fanout import Bridge, RunEvent
 from agentos.agents.host import ToolHub
 from agentos.agents.isolation import SandboxStatus
 from agentos.agents.journal import SCHEMA, Journal, RunRow, Step, migrate
@@ -140,6 +140,10 @@ class RunService:
 
     def statistics(self) -> RunServiceStatistics:
         return run_statistics(self._driver.kernel, self._runs)
+
+    def bridge_events(self, bridge: Bridge) -> None:
+        """Publish every run's events to other nodes, and follow their runs' (over the bus)."""
+        self._runs.fanout.bridge(bridge)
 
     async def wait_no_subscribers(self, timeout_s: float) -> bool:
         """Wait until no client follows any run's events; False if some still did after `timeout_s`."""

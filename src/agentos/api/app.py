@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from agentos.api import admin, agents, docs, ops, runs, sessions, turns, websocket
+from agentos.api import admin, agents, docs, ops, runs, sessions, turn_events, turns, websocket
 from agentos.api.errors import error_middleware
 from agentos.api.keys import (
     LIMITERS,
@@ -57,7 +57,15 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     app.on_response_prepare.append(add_rate_headers)  # before an event stream's headers leave
     if isinstance(limiters, ClusterLimiters):
         app.on_cleanup.append(_flush(limiters))  # refunds still on their way to Redis
-    tables = [sessions.routes, turns.routes, websocket.routes, agents.routes, runs.routes, admin.routes]
+    tables = [
+        sessions.routes,
+        turns.routes,
+        turn_events.routes,
+        websocket.routes,
+        agents.routes,
+        runs.routes,
+        admin.routes,
+    ]
     tables += [ops.routes, docs.routes]
     for table in tables:
         app.router.add_routes(table)

@@ -14,6 +14,7 @@ from agentos.api.openapi_parts import BAD_BODY, BEARER, secured, store_backed
 from agentos.api.openapi_parts import error as _error
 from agentos.api.openapi_parts import json_answer as _json
 from agentos.api.openapi_parts import json_body as _body
+from agentos.api.openapi_streams import STREAM_PATHS
 from agentos.api.schemas import SCHEMAS, TAGS, after_param, limit_param, ref, tagged
 
 
@@ -234,6 +235,7 @@ OPENAPI: dict[str, Any] = {
                     },
                 },
             },
+            **STREAM_PATHS,
             **ADMIN_PATHS,
             "/healthz": {"get": {"summary": "Liveness", "security": [], "responses": {"200": _json("ok", "Health")}}},
             "/readyz": {

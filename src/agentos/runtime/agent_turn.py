@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from agentos.runtime.transcript import begin, message
+from agentos.runtime.transcript import begin, message, record_event
 from agentos.runtime.turn import Outcome, Turn, TurnSink
 from agentos.store.base import Store
 
@@ -42,7 +42,10 @@ class AgentTurns:
             elif event.type in _RUN_TERMINAL:
                 return await self._end(turn, event.type, event.data)
             if event.type != "run.started":  # the client answers humans at /v1/runs/{run_id}
-                await sink.send(turn.next_event_id(), event.type, {**event.data, "run_id": turn.run_id})
+                data = {**event.data, "run_id": turn.run_id}
+                await sink.send(turn.next_event_id(), event.type, data)
+                if event.type != "token":  # stored, so a resumed turn stream replays it
+                    record_event(self._store, turn, event.type, data)
         raise AssertionError("a run's event stream ends with its terminal event")  # pragma: no cover
 
     async def stop(self, turn: Turn, reason: str) -> None:

@@ -8,7 +8,7 @@ side (sessions, chat turns, agent turns) and the lifecycle (the loop-lag probe, 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import AsyncGenerator, Iterable
 from typing import TYPE_CHECKING, Any
 
 from agentos.clock import Clock
@@ -21,6 +21,7 @@ from agentos.runtime.agent_turn import AgentTurns
 from agentos.runtime.chat import ChatTurns
 from agentos.runtime.driver import Driver
 from agentos.runtime.sessions import DEFAULT_AGENT, Sessions
+from agentos.runtime.streams import TurnEvent, TurnStreams
 from agentos.runtime.turn import Turn, TurnSink
 from agentos.runtime.turns import Turns
 from agentos.store.base import Store
@@ -28,6 +29,7 @@ from agentos.store.records import SessionRecord
 
 if TYPE_CHECKING:
     from agentos.agents import RunService
+    from agentos.coordination.bus import Bus
 
 __all__ = ["DEFAULT_AGENT", "Runtime", "kernel_limits", "new_id"]
 
@@ -56,6 +58,7 @@ class Runtime:
         *,
         driver: Driver,
         runs: RunService | None = None,
+        bus: Bus | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -68,7 +71,8 @@ class Runtime:
         self.sessions = Sessions(driver, store, runs)
         chat = ChatTurns(driver, store, provider, metrics, self.clock, history)
         agents = AgentTurns(runs, store, history) if runs is not None else None
-        self._turns = Turns(driver, store, metrics, self.clock, self.sessions, chat, agents)
+        self.streams = TurnStreams(store, bus, live=lambda turn_id: self._turns.get(turn_id) is not None)
+        self._turns = Turns(driver, store, metrics, self.clock, self.sessions, chat, agents, self.streams)
         self._lag_timer: asyncio.TimerHandle | None = None
         metrics.bind(driver.kernel.statistics, store.statistics, lambda: len(self._turns))
 
@@ -115,6 +119,20 @@ class Runtime:
         """
         self.sessions.check_loaded(tenant_id, session_id)
         return self._turns.cancel(session_id, reason)
+
+    async def follow_turn(
+        self, tenant_id: str, session_id: str, turn_id: str, after_seq: int
+    ) -> AsyncGenerator[TurnEvent, None]:
+        """The events of the tenant's turn after `after_seq`, stored then live (see `TurnStreams`).
+
+        Raises (before the first event): SessionNotFound; NotFound (`turn_not_found`).
+        """
+        await self.sessions.get(tenant_id, session_id)
+        turn = self._turns.get(turn_id)
+        local = turn is not None and turn.tenant_id == tenant_id and turn.session_id == session_id
+        if not local:
+            await self.streams.check_exists(tenant_id, session_id, turn_id)
+        return self.streams.follow(tenant_id, session_id, turn_id, after_seq, local=local)
 
     @property
     def live_turns(self) -> Iterable[str]:

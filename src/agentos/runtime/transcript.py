@@ -25,6 +25,7 @@ def message(turn: Turn, role: Any, content: str, status: Any, usage: dict[str, i
 
 
 def record_event(store: Store, turn: Turn, name: str, data: dict[str, Any]) -> None:
+    """Store the turn's latest event (numbered `turn.seq`): a resumed stream replays it."""
     store.add_event(
         EventRecord(
             tenant_id=turn.tenant_id,
@@ -33,6 +34,7 @@ def record_event(store: Store, turn: Turn, name: str, data: dict[str, Any]) -> N
             type=name,
             data=data,
             created_at_ms=wall_ms(),
+            seq=turn.seq,
         )
     )
 
@@ -45,8 +47,9 @@ def as_messages(history: list[MessageRecord]) -> list[Message]:
 async def begin(store: Store, turn: Turn, sink: TurnSink, history_max_messages: int) -> list[Message]:
     """Announce the turn and store its input; return the session's earlier messages
     (`history_max_messages` in all with this turn's input)."""
-    await sink.send(turn.next_event_id(), "turn.started", {"turn_id": turn.turn_id, "session_id": turn.session_id})
-    record_event(store, turn, "turn.started", {})
+    started = {"turn_id": turn.turn_id, "session_id": turn.session_id}
+    await sink.send(turn.next_event_id(), "turn.started", started)
+    record_event(store, turn, "turn.started", started)
     await store.wait_space()
     earlier = history_max_messages - 1
     history = await store.history(turn.tenant_id, turn.session_id, limit=earlier) if earlier else []

@@ -74,6 +74,11 @@ class Turn:
         self.submitted_s = submitted_s
         self._seq = 0
 
+    @property
+    def seq(self) -> int:
+        """The seq of the latest event id made (0 before the first)."""
+        return self._seq
+
     def next_event_id(self) -> str:
         """`<turn_id>:<seq>`: a later resume can name its place in the stream."""
         self._seq += 1

@@ -27,6 +27,7 @@ from agentos.runtime.agent_turn import AgentTurns
 from agentos.runtime.chat import ChatTurns
 from agentos.runtime.driver import Driver
 from agentos.runtime.sessions import Sessions
+from agentos.runtime.streams import PublishingSink, TurnStreams
 from agentos.runtime.transcript import message, record_event
 from agentos.runtime.turn import Outcome, Turn, TurnSink
 from agentos.store.base import Store
@@ -44,6 +45,7 @@ class Turns:
         sessions: Sessions,
         chat: ChatTurns,
         agents: AgentTurns | None,
+        streams: TurnStreams | None = None,
     ) -> None:
         self._driver = driver
         self._store = store
@@ -52,6 +54,7 @@ class Turns:
         self._sessions = sessions
         self._chat = chat
         self._agents = agents
+        self._streams = streams  # followers of a turn, here and on other nodes
         self._turns: dict[str, Turn] = {}
         self.accepting = True
         self.idle = asyncio.Event()  # set while no turn is live
@@ -60,6 +63,10 @@ class Turns:
 
     def __len__(self) -> int:
         return len(self._turns)
+
+    def get(self, turn_id: str) -> Turn | None:
+        """The turn if it is live on this node."""
+        return self._turns.get(turn_id)
 
     def ids(self) -> list[str]:
         return list(self._turns)
@@ -105,7 +112,7 @@ class Turns:
         try:
             if turn.cancel_reason is not None:  # cancelled before it started running
                 raise asyncio.CancelledError
-            outcome = await self._execute(turn, sink, partial)
+            outcome = await self._execute(turn, self._published(turn, sink), partial)
             await self._finish(turn, sink, outcome.name, outcome.data, None)
         except asyncio.CancelledError:
             await self._cancelled(turn, sink, partial)
@@ -125,6 +132,9 @@ class Turns:
         finally:
             self._forget(turn)
             self._driver.handle(TurnEnded(turn.turn_id))
+
+    def _published(self, turn: Turn, sink: TurnSink) -> TurnSink:
+        return sink if self._streams is None else PublishingSink(sink, self._streams, turn)
 
     async def _execute(self, turn: Turn, sink: TurnSink, partial: list[str]) -> Outcome:
         if turn.agent is not None and self._agents is not None:
@@ -167,12 +177,15 @@ class Turns:
         data = {"turn_id": turn.turn_id, **data}
         if turn.run_id is not None:
             data["run_id"] = turn.run_id
+        event_id = turn.next_event_id()
         if data.get("reason") != "session_deleted":  # nothing may outlive a deleted session
             # A closed store refuses the records; the client is still told how the turn ended.
             with suppress(StoreUnavailable):
                 if partial is not None:
                     self._store.add_message(message(turn, "assistant", "".join(partial), outcome))
                 record_event(self._store, turn, name, data)
+        if self._streams is not None:  # followers hear how it ended, whether or not its client is there
+            self._streams.publish(turn, name, data)
         duration_ms = (self._clock.now() - turn.submitted_s) * 1000
         self._metrics.observe_turn(outcome, duration_ms)
         log.info(
@@ -186,4 +199,4 @@ class Turns:
         if data.get("reason") == "client_disconnected":
             return  # nobody to tell
         with suppress(ConnectionError):  # the client left just now; the outcome is stored all the same
-            await sink.send(turn.next_event_id(), name, data)
+            await sink.send(event_id, name, data)

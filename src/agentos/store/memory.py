@@ -108,6 +108,13 @@ class MemoryStore:
         events = self._events.get(session_id, [])
         return [e for e in events if e.tenant_id == tenant_id and e.event_id > after][:limit]
 
+    async def list_turn_events(
+        self, tenant_id: str, session_id: str, turn_id: str, *, after_seq: int, limit: int
+    ) -> list[EventRecord]:
+        events = self._events.get(session_id, [])
+        mine = [e for e in events if e.tenant_id == tenant_id and e.turn_id == turn_id and e.seq > after_seq]
+        return sorted(mine, key=lambda e: e.seq)[:limit]
+
     def log_access(self, record: AccessRecord) -> None:
         return None
 

@@ -30,6 +30,7 @@ import msgspec
 
 from agentos.store import pg_migrations, pg_pool
 from agentos.store.base import StoreStatistics
+from agentos.store.event_rows import EVENT_COLUMNS, event_from_row
 from agentos.store.jsonl import JsonlLog
 from agentos.store.pg_health import HealthCheck, classify, within
 from agentos.store.pg_writer import PgWriter
@@ -53,8 +54,8 @@ VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8)
 ON CONFLICT (turn_id, role) DO UPDATE SET content = excluded.content, status = excluded.status, usage = excluded.usage
 """
 _INSERT_EVENT = (
-    "INSERT INTO events (tenant_id, session_id, turn_id, type, data, created_at_ms)"
-    " VALUES ($1, $2, $3, $4, $5::jsonb, $6)"
+    "INSERT INTO events (tenant_id, session_id, turn_id, type, data, created_at_ms, seq)"
+    " VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7)"
 )
 _INSERT_ACCESS = (
     "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote, key_id)"
@@ -246,21 +247,24 @@ class PostgresStore:
     # -- events and access log -------------------------------------------------------------------
 
     def add_event(self, r: EventRecord) -> None:
-        params = (r.tenant_id, r.session_id, r.turn_id, r.type, _encode(r.data).decode(), r.created_at_ms)
+        params = (r.tenant_id, r.session_id, r.turn_id, r.type, _encode(r.data).decode(), r.created_at_ms, r.seq)
         self._lanes[1].put(_INSERT_EVENT, params, sheddable=True)
         if self._jsonl is not None:
             self._jsonl.write(r)
 
     async def list_events(self, tenant_id: str, session_id: str, *, after: int, limit: int) -> list[EventRecord]:
-        sql = (
-            "SELECT event_id, tenant_id, session_id, turn_id, type, data, created_at_ms FROM events"
-            " WHERE tenant_id = $1 AND session_id = $2 AND event_id > $3 ORDER BY event_id LIMIT $4"
-        )
-        rows = await self._fetch(self._lanes[1], sql, tenant_id, session_id, after, limit)
-        return [
-            EventRecord(event_id=e, tenant_id=t, session_id=s, turn_id=u, type=k, data=_decode(d), created_at_ms=c)
-            for e, t, s, u, k, d, c in rows
-        ]
+        where = "tenant_id = $1 AND session_id = $2 AND event_id > $3 ORDER BY event_id LIMIT $4"
+        return await self._events(where, tenant_id, session_id, after, limit)
+
+    async def list_turn_events(
+        self, tenant_id: str, session_id: str, turn_id: str, *, after_seq: int, limit: int
+    ) -> list[EventRecord]:
+        where = "tenant_id = $1 AND turn_id = $2 AND session_id = $3 AND seq > $4 ORDER BY seq LIMIT $5"
+        return await self._events(where, tenant_id, turn_id, session_id, after_seq, limit)
+
+    async def _events(self, where: str, *args: Any) -> list[EventRecord]:
+        rows = await self._fetch(self._lanes[1], f"SELECT {EVENT_COLUMNS} FROM events WHERE {where}", *args)
+        return [event_from_row(row) for row in rows]
 
     def log_access(self, r: AccessRecord) -> None:
         params = (r.tenant_id, r.ts_ms, r.method, r.path, r.status, r.duration_ms, r.remote, r.key_id)

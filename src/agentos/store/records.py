@@ -43,6 +43,7 @@ class EventRecord(msgspec.Struct, kw_only=True):
     tenant_id: str
     created_at_ms: int = 0
     event_id: int = 0  # assigned by the store
+    seq: int = 0  # its place in the turn's stream (`<turn_id>:<seq>`); 0 in rows stored before seqs were
 
 
 class AccessRecord(msgspec.Struct, kw_only=True, array_like=True):

@@ -23,6 +23,7 @@ import msgspec
 from agentos.config import StoreConfig
 from agentos.store import usage
 from agentos.store.base import StoreStatistics
+from agentos.store.event_rows import EVENT_COLUMNS, event_from_row, migrate_sqlite_events
 from agentos.store.jsonl import JsonlLog
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
 from agentos.store.sqlite_rows import MESSAGE_COLUMNS, message_from_row, message_params, session_from_row
@@ -99,7 +100,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (turn_id, role) DO UPDATE SET content = excluded.content, status = excluded.status, usage = excluded.usage
 """
 _INSERT_EVENT = (
-    "INSERT INTO events (tenant_id, session_id, turn_id, type, data, created_at_ms) VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT INTO events (tenant_id, session_id, turn_id, type, data, created_at_ms, seq) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_ACCESS = (
     "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote, key_id)"
@@ -128,7 +129,9 @@ class SQLiteStore:
             "linger_ms": config.linger_ms,
         }
         self._sessions = Writer("messages", data_dir / "sessions.db", _SESSIONS_SCHEMA, **opts)
-        self._events = Writer("events", data_dir / "events.db", _EVENTS_SCHEMA, on_batch=on_batch, **opts)
+        self._events = Writer(
+            "events", data_dir / "events.db", _EVENTS_SCHEMA, on_batch=on_batch, migrate=migrate_sqlite_events, **opts
+        )
         self._access = Writer("access", data_dir / "access.db", _ACCESS_SCHEMA, migrate=_migrate_access, **opts)
         self._jsonl = JsonlLog(Path(jsonl_dir), queue_max_rows=config.queue_max_rows) if jsonl_dir else None
 
@@ -256,25 +259,25 @@ class SQLiteStore:
     def add_event(self, r: EventRecord) -> None:
         data = _encode(r.data).decode()
         self._events.put(
-            _INSERT_EVENT, (r.tenant_id, r.session_id, r.turn_id, r.type, data, r.created_at_ms), sheddable=True
+            _INSERT_EVENT, (r.tenant_id, r.session_id, r.turn_id, r.type, data, r.created_at_ms, r.seq), sheddable=True
         )
         if self._jsonl is not None:
             self._jsonl.write(r)
 
     async def list_events(self, tenant_id: str, session_id: str, *, after: int, limit: int) -> list[EventRecord]:
-        def read(conn: sqlite3.Connection) -> list[EventRecord]:
-            rows = conn.execute(
-                "SELECT event_id, tenant_id, session_id, turn_id, type, data, created_at_ms FROM events "
-                "WHERE tenant_id = ? AND session_id = ? AND event_id > ? ORDER BY event_id LIMIT ?",
-                (tenant_id, session_id, after, limit),
-            ).fetchall()
-            return [
-                EventRecord(event_id=e, tenant_id=t, session_id=s, turn_id=u, type=k, data=_decode(d), created_at_ms=c)
-                for e, t, s, u, k, d, c in rows
-            ]
+        where = "tenant_id = ? AND session_id = ? AND event_id > ? ORDER BY event_id"
+        return await self._read_events(where, (tenant_id, session_id, after, limit))
 
-        result: list[EventRecord] = await self._events.submit(apply=read)
-        return result
+    async def list_turn_events(
+        self, tenant_id: str, session_id: str, turn_id: str, *, after_seq: int, limit: int
+    ) -> list[EventRecord]:
+        where = "tenant_id = ? AND turn_id = ? AND session_id = ? AND seq > ? ORDER BY seq"
+        return await self._read_events(where, (tenant_id, turn_id, session_id, after_seq, limit))
+
+    async def _read_events(self, where: str, params: tuple[Any, ...]) -> list[EventRecord]:
+        sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} LIMIT ?"
+        rows = await self._events.submit(apply=lambda conn: conn.execute(sql, params).fetchall())
+        return [event_from_row(row) for row in rows]
 
     def log_access(self, r: AccessRecord) -> None:
         params = (r.tenant_id, r.ts_ms, r.method, r.path, r.status, r.duration_ms, r.remote, r.key_id)

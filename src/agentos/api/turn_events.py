@@ -1,0 +1,66 @@
+"""Follow a turn's events, and resume them, on any node.
+
+Route::
+
+    GET /v1/sessions/{session_id}/turns/{turn_id}/events   SSE, `id:` = `<turn_id>:<seq>`
+
+It replays the turn's stored events after the seq the client names (`Last-Event-ID:
+<turn_id>:<seq>`, as the POST's stream numbered them, or `?after=<seq>`), then follows the live
+ones until the terminal event. Tokens are live only: they carry no `id:`, so a reconnecting
+client resumes after the last stored event it got, and tokens sent while it was away are gone
+(the answer is in the transcript). Takes `sessions:read`; another tenant's session or turn is
+a 404.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from agentos.api.body import MAX_AFTER
+from agentos.api.keys import RUNTIME, SSE_KEEPALIVE_S
+from agentos.api.sse import SSEStream, failures_as_events
+from agentos.errors import BadRequest
+from agentos.runtime.turn import TERMINAL_EVENTS
+from agentos.tenancy.principal import Scope, require
+
+routes = web.RouteTableDef()
+
+_ENDS = TERMINAL_EVENTS | {"error"}
+
+
+@routes.get("/v1/sessions/{session_id}/turns/{turn_id}/events")
+async def turn_events(request: web.Request) -> web.StreamResponse:
+    tenant_id = require(request, Scope.SESSIONS_READ).tenant_id
+    session_id, turn_id = request.match_info["session_id"], request.match_info["turn_id"]
+    after = after_seq(request, turn_id)
+    # 404s before the stream starts: another tenant's session, a turn the session never had.
+    events = await request.app[RUNTIME].follow_turn(tenant_id, session_id, turn_id, after)
+    stream = await SSEStream.open(request, _ENDS)
+    keepalive_s = request.app[SSE_KEEPALIVE_S]
+    # The turn did not fail, its stream did: `error`, without an id, so a client that
+    # reconnects with Last-Event-ID resumes after the last event it got.
+    async with failures_as_events(stream, "error", {"code": "internal_error"}, "events of turn %s failed", turn_id):
+        try:
+            while (event := await stream.next_or_keepalive(events, keepalive_s)) is not None:
+                live_only = event.name == "token" or event.seq == 0
+                await stream.send(None if live_only else f"{turn_id}:{event.seq}", event.name, event.data)
+        finally:
+            await events.aclose()
+    return stream.response
+
+
+def after_seq(request: web.Request, turn_id: str) -> int:
+    """The seq to resume after: `Last-Event-ID` (`<turn_id>:<seq>` or `<seq>`), else `?after=`.
+
+    Raises: BadRequest: not a seq from 0 to MAX_AFTER, or an event id of another turn.
+    """
+    raw = request.headers.get("Last-Event-ID") or request.query.get("after") or "0"
+    prefix, colon, number = raw.rpartition(":")
+    if colon and prefix != turn_id:
+        raise BadRequest(f"Last-Event-ID {raw[:80]!r} names another turn than {turn_id!r}")
+    if not (number.isascii() and number.isdigit()) or len(number) > 19:
+        raise BadRequest(f"Last-Event-ID must be `<turn_id>:<seq>` or a seq (an integer), got {raw[:80]!r}")
+    value = int(number)
+    if value > MAX_AFTER:
+        raise BadRequest(f"Last-Event-ID must name a seq from 0 to {MAX_AFTER}, got {value}")
+    return value
