@@ -45,6 +45,7 @@ async def test_a_run_on_node_a_is_followed_on_node_b(
         "AGENTOS_STORE_POSTGRES_SCHEMA": pg.postgres_schema,
         "AGENTOS_COORDINATION_REDIS_URL": REDIS_URL,
         "AGENTOS_COORDINATION_KEY_PREFIX": prefix,
+        "AGENTOS_SECURITY_KEY_PEPPER": "one-pepper-for-every-node-of-this-test",  # they share the keys table
     }
     async with AsyncExitStack() as stack, aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
         a, b = await asyncio.gather(

@@ -65,6 +65,7 @@ async def test_a_turn_on_node_a_is_followed_and_resumed_on_node_b(
         "AGENTOS_STORE_POSTGRES_SCHEMA": pg.postgres_schema,
         "AGENTOS_COORDINATION_REDIS_URL": REDIS_URL,
         "AGENTOS_COORDINATION_KEY_PREFIX": prefix,
+        "AGENTOS_SECURITY_KEY_PEPPER": "one-pepper-for-every-node-of-this-test",  # they share the keys table
     }
     async with AsyncExitStack() as stack, aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
         a, b = await asyncio.gather(
@@ -119,6 +120,7 @@ async def test_without_redis_a_follower_on_another_node_polls_the_store(
     mock: MockServer = await mock_factory(tps=40, tokens=TOKENS)
     store = {"store.backend": "postgres", "store.postgres_url": pg.postgres_url}
     store |= {"store.postgres_schema": pg.postgres_schema, "coordination.key_prefix": prefix}
+    store |= {"security.key_pepper": "one-pepper-for-every-node-of-this-test"}  # they share the keys table
     a = await start_server(make_settings(tmp_path / "a", mock.url, **store, **{"coordination.redis_url": REDIS_URL}))
     b_redis = {"coordination.redis_url": redis_proxy.url}  # B reaches Redis through a proxy the test takes away
     b = await start_server(make_settings(tmp_path / "b", mock.url, **store, **b_redis))
@@ -146,6 +148,7 @@ async def test_a_follower_on_another_node_rides_out_a_redis_outage(
     mock: MockServer = await mock_factory(tps=20, tokens=100)  # 5 s per turn
     store = {"store.backend": "postgres", "store.postgres_url": pg.postgres_url}
     store |= {"store.postgres_schema": pg.postgres_schema, "coordination.key_prefix": prefix}
+    store |= {"security.key_pepper": "one-pepper-for-every-node-of-this-test"}  # they share the keys table
     a = await start_server(make_settings(tmp_path / "a", mock.url, **store, **{"coordination.redis_url": REDIS_URL}))
     b_redis = {"coordination.redis_url": redis_proxy.url}
     b = await start_server(make_settings(tmp_path / "b", mock.url, **store, **b_redis))
