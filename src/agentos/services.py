@@ -29,6 +29,7 @@ from agentos.clock import Clock, MonotonicClock, WallClock, wall_ms
 from agentos.config import Settings, resolve_paths
 from agentos.coordination.bus import Bus
 from agentos.coordination.link import Link, open_link
+from agentos.coordination.permits import cluster_permits
 from agentos.coordination.quotas import ClusterQuotas
 from agentos.errors import ConfigError
 from agentos.kernel import Kernel
@@ -72,6 +73,8 @@ class Services:
         await self.drain(timeout_s)
         await self.runs.close(min(timeout_s, 5.0))  # before the provider: draining runs may still call it
         self.driver.close()
+        if self.driver.cluster is not None:
+            await self.driver.cluster.close()  # gives back what is held; before the link closes
         await self.provider.aclose()
         await self.store.close()
         await self.tenants.close()
@@ -126,7 +129,8 @@ async def open_services(
     try:
         quotas = await _seeded_quotas(store, wall_clock or WallClock(), link)
         provider = provider or OpenAICompatProvider(settings.provider)
-        driver = Driver(Kernel(kernel_limits(settings)), clock or MonotonicClock())
+        cluster = None if link is None else cluster_permits(settings, link, bus)  # the limit, cluster-wide
+        driver = Driver(Kernel(kernel_limits(settings)), clock or MonotonicClock(), cluster)
         tenants.watch_limits(driver.configure_tenant)  # weights and caps per tenant, kept current
         data_dir = Path(settings.data_dir) if settings.store.enabled else None
         runs = RunService(provider, data_dir, settings, driver=driver, on_usage=quotas.add_tokens)
@@ -144,6 +148,8 @@ async def open_services(
         raise
     runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs)
     runtime.start_lag_probe()
+    if driver.cluster is not None:
+        await driver.cluster.start()  # its heartbeat; last, so a failed start-up leaves no task behind
     return Services(settings, metrics, store, provider, driver, runs, runtime, tenants, quotas, link, bus)
 
 
