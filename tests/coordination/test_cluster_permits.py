@@ -125,8 +125,10 @@ async def test_a_release_on_one_node_wakes_a_waiter_on_another(nodes: Nodes) -> 
     a, b = await nodes(limit=2), await nodes(limit=2)
     await a.acquire("a1", "t", 1.0)
     await a.acquire("a2", "t", 1.0)
-    waiters = [asyncio.create_task(b.acquire(f"b{i}", "t", 10.0)) for i in range(3)]
-    await eventually(lambda: b.waiting == 3, what="three waiters in b's line")
+    waiters = []
+    for i in range(3):  # one after the other: streams asking at the same moment race to Redis
+        waiters.append(asyncio.create_task(b.acquire(f"b{i}", "t", 10.0)))
+        await eventually(lambda: b.waiting == len(waiters), what="the waiter in b's line")
     loop = asyncio.get_running_loop()
     started = loop.time()
     a.release("a1")  # b's retry is 30 s: only the "released" message can wake it in time
@@ -193,3 +195,23 @@ async def test_a_cancelled_waiter_leaves_no_slot_behind(nodes: Nodes, redis: Red
         await eventually(lambda: _zero(redis, prefix), what="nothing held after the cancel")
     else:
         assert a.held.keys() == {"a2"}
+
+
+async def test_every_acquire_that_returns_holds_a_slot_and_the_limit_holds(
+    nodes: Nodes, redis: Redis, prefix: str
+) -> None:
+    a, b = await nodes(limit=3), await nodes(limit=3)
+    holding: set[str] = set()
+    peak = 0
+
+    async def stream(node: ClusterPermits, stream_id: str) -> None:
+        nonlocal peak
+        await node.acquire(stream_id, "t", 10.0)
+        assert stream_id in node.held  # granted for real, not woken by a pass for someone else
+        holding.add(stream_id)
+        peak = max(peak, len(holding), int(await redis.zcard(f"{prefix}permits:holders")))
+        holding.discard(stream_id)
+        node.release(stream_id)
+
+    await asyncio.gather(*(stream(a if i % 2 else b, f"s{i}") for i in range(40)))
+    assert peak == 3

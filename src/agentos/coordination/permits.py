@@ -155,10 +155,10 @@ class ClusterPermits:
         if self._pumping:
             self._again = True
             return
+        self._pumping = True  # now, not when the task starts: one pass at a time
         self._spawn(self._pump())
 
     async def _pump(self) -> None:
-        self._pumping = True
         try:
             for _ in range(1000):  # bounded; each pass needs a new kick to be repeated
                 self._again = False
@@ -176,7 +176,7 @@ class ClusterPermits:
                 continue
             status = await self._try(stream_id, tenant, shared)
             if status == GRANTED:
-                if grant.done():  # the waiter gave up during the call
+                if grant.cancelled():  # the waiter gave up during the call
                     self.release(stream_id)
                 else:
                     grant.set_result(None)
