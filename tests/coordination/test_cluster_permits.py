@@ -215,3 +215,16 @@ async def test_every_acquire_that_returns_holds_a_slot_and_the_limit_holds(
 
     await asyncio.gather(*(stream(a if i % 2 else b, f"s{i}") for i in range(40)))
     assert peak == 3
+
+
+async def test_a_waiter_whose_tenant_is_at_its_cap_lets_another_tenant_pass(nodes: Nodes) -> None:
+    x, y = await nodes(limit=3, cap=2), await nodes(limit=3, cap=2)
+    await x.acquire("a1", "a", 1.0)
+    await x.acquire("a2", "a", 1.0)
+    capped = asyncio.create_task(y.acquire("a3", "a", 10.0, shared=True))  # a holds its cap: 2 of 3
+    await eventually(lambda: y.waiting == 1, what="a3 in y's line")
+    await y.acquire("b1", "b", 2.0)  # behind a3 in the line, granted past it: the reserve is b's
+    assert not capped.done() and y.held.keys() == {"b1"}
+    x.release("a1")  # a is below its cap again: the release wakes y, and a3 gets the slot
+    await asyncio.wait_for(capped, 5.0)
+    assert y.held.keys() == {"a3", "b1"}

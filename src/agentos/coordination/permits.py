@@ -192,7 +192,10 @@ class ClusterPermits:
         while True:
             if time.monotonic() >= next_beat:
                 next_beat = time.monotonic() + every
-                await self._refresh()
+                try:
+                    await self._refresh()
+                except Exception:  # Redis errors are the link's; anything else is a bug, not a stop
+                    log.exception("coordination: the provider slots' heartbeat failed")
             await asyncio.sleep(min(self._retry_s, every))
             self._kick()
 
