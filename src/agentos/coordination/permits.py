@@ -45,6 +45,7 @@ from agentos.errors import ProviderLimitTimeout
 log = logging.getLogger("agentos.coordination")
 
 RETRY_S = 0.5  # a waiting node tries again at least this often, in case a "released" was lost
+MAX_UNRELEASED = 1000  # releases kept for a Redis that comes back (one call each on recovery)
 
 
 class ClusterPermits:
@@ -131,7 +132,8 @@ class ClusterPermits:
 
     async def _released(self, member: str, recovery: bool = False) -> None:
         if await self._link.call(lambda: self._semaphore.release(member), recovery=recovery) is None:
-            self._unreleased.add(member)  # told again when Redis answers; its lease ends it anyway
+            if len(self._unreleased) < MAX_UNRELEASED:  # beyond it, the lease alone ends them
+                self._unreleased.add(member)  # told again when Redis answers
         else:
             self._unreleased.discard(member)
         self._kick()  # our own waiters need no message from Redis
@@ -201,7 +203,7 @@ class ClusterPermits:
 
     async def _refresh(self, recovery: bool = False) -> None:
         """Renew this node's leases (`recovery`: Redis just came back, before any other call)."""
-        for member in list(self._unreleased)[:1000] if recovery else ():
+        for member in list(self._unreleased) if recovery else ():
             await self._released(member, recovery=True)
         if not self.held:
             return
