@@ -38,6 +38,9 @@ async def nodes(tmp_path: Path, prefix: str) -> AsyncIterator[Nodes]:
             "AGENTOS_COORDINATION_KEY_PREFIX": prefix,
             "AGENTOS_COORDINATION_PERMIT_LEASE_S": str(lease_s),
             "AGENTOS_CONCURRENCY_LIMIT": str(LIMIT),
+            "AGENTOS_COORDINATION_EXPECTED_NODES": "3",
+            # a loaded 2-core CI machine must not be taken for a Redis outage (the share would decide)
+            "AGENTOS_COORDINATION_TIMEOUT_S": "2.0",
         }
         data_dir = str(tmp_path / f"node{index}")
         proc = await asyncio.create_subprocess_exec(
