@@ -38,3 +38,6 @@ class CoordinationConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     timeout_s: PosFloat = 0.5  # per Redis call: past it the node falls back to its own limiter
     expected_nodes: PosInt = 1  # while Redis is down each node allows limit / expected_nodes
     key_prefix: str = "agentos:"
+    # A provider slot of kernel.concurrency_limit (shared by the nodes) is leased for this long and
+    # renewed every third of it: a node that dies gives its slots back within it.
+    permit_lease_s: Annotated[float, msgspec.Meta(ge=0.3)] = 10.0

@@ -29,6 +29,7 @@ from agentos.clock import Clock, MonotonicClock, WallClock, wall_ms
 from agentos.config import Settings, resolve_paths
 from agentos.coordination.bus import Bus
 from agentos.coordination.link import Link, open_link
+from agentos.coordination.permits import cluster_permits
 from agentos.coordination.quotas import ClusterQuotas
 from agentos.coordination.relay import RunRelay
 from agentos.errors import ConfigError
@@ -75,6 +76,8 @@ class Services:
         await self.drain(timeout_s)
         await self.runs.close(min(timeout_s, 5.0))  # before the provider: draining runs may still call it
         self.driver.close()
+        if self.driver.cluster is not None:
+            await self.driver.cluster.close()  # gives back what is held; before the link closes
         await self.provider.aclose()
         await self.store.close()
         await self.tenants.close()
@@ -129,7 +132,8 @@ async def open_services(
     try:
         quotas = await _seeded_quotas(store, wall_clock or WallClock(), link)
         provider = provider or OpenAICompatProvider(settings.provider)
-        driver = Driver(Kernel(kernel_limits(settings)), clock or MonotonicClock())
+        cluster = None if link is None else cluster_permits(settings, link, bus)  # the limit, cluster-wide
+        driver = Driver(Kernel(kernel_limits(settings)), clock or MonotonicClock(), cluster)
         tenants.watch_limits(driver.configure_tenant)  # weights and caps per tenant, kept current
         data_dir = Path(settings.data_dir) if settings.store.enabled else None
         runs = RunService(provider, data_dir, settings, driver=driver, on_usage=quotas.add_tokens)
@@ -152,6 +156,8 @@ async def open_services(
     runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs, bus=bus)
     runtime.start_lag_probe()
     await runtime.streams.start()
+    if driver.cluster is not None:
+        await driver.cluster.start()  # its heartbeat; last, so a failed start-up leaves no task behind
     return Services(settings, metrics, store, provider, driver, runs, runtime, tenants, quotas, link, bus)
 
 

@@ -30,8 +30,7 @@ class ChatTurns:
     async def run(self, turn: Turn, sink: TurnSink, partial: list[str]) -> Outcome:
         messages: list[Message] = [*await begin(self._store, turn, sink, self._history_max)]
         messages.append({"role": "user", "content": turn.input})
-        if turn.permit is not None:
-            await self._driver.wait_permit(turn.turn_id, turn.permit)
+        await self._driver.open_stream(turn.turn_id, turn.permit, turn.tenant_id, turn.submitted_s)
         try:
             completion = await self._stream(turn, sink, messages, partial)
         finally:

@@ -11,6 +11,10 @@ Provider permits are the one command the driver executes itself: a turn's or a r
 call waits on a future here (`acquire_permit`), resolved by `GrantPermit` or failed by the
 kernel's `FailTurn` (the permit wait ran out).
 
+In a cluster (`coordination.redis_url`), a stream also needs a slot of the cluster's limit
+(`agentos.coordination.permits`), taken after the kernel's permit and given back with it: on
+`ProviderReleased` or `TurnEnded`, whichever comes first (`open_stream`, `handle`).
+
 Tenants: the kernel shares the permits among tenants by weight and caps each one's turns and
 runs (`agentos.kernel.permits`, `tenants`); `configure_tenant` tells it a tenant's limits.
 
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentos.clock import Clock
 from agentos.errors import ProviderLimitTimeout
@@ -33,6 +37,7 @@ from agentos.kernel import (
     FailTurn,
     GrantPermit,
     Kernel,
+    ProviderReleased,
     StreamRequested,
     TenantConfigured,
     Tick,
@@ -40,13 +45,17 @@ from agentos.kernel import (
 )
 from agentos.tenancy.limits import TenantLimits
 
+if TYPE_CHECKING:
+    from agentos.coordination.permits import ClusterPermits
+
 C = TypeVar("C")
 
 
 class Driver:
-    def __init__(self, kernel: Kernel, clock: Clock) -> None:
+    def __init__(self, kernel: Kernel, clock: Clock, cluster: ClusterPermits | None = None) -> None:
         self.kernel = kernel
         self.clock = clock
+        self.cluster = cluster  # the cluster's provider slots, when nodes share the limit
         self._executors: dict[type[Any], Callable[[Any], None]] = {}
         self._permits: dict[str, asyncio.Future[None]] = {}  # model calls waiting for a permit
         self._timer: asyncio.TimerHandle | None = None
@@ -61,6 +70,8 @@ class Driver:
 
     def handle(self, event: Event) -> list[Command]:
         """Feed one event to the kernel and carry out what it answers."""
+        if self.cluster is not None and isinstance(event, ProviderReleased | TurnEnded):
+            self.cluster.release(event.turn_id)  # a no-op for a stream without a slot
         commands = self.kernel.handle(event, self.clock.now())
         for command in commands:
             self._execute(command)
@@ -109,18 +120,35 @@ class Driver:
         Raises:
             ProviderLimitTimeout: no permit within `kernel.permit_wait_timeout_s`.
         """
+        since_s = self.clock.now()
         commands = self.handle(StreamRequested(stream_id, owner, tenant_id))
-        if GrantPermit(stream_id) in commands:
-            return
-        refused = next((c for c in commands if isinstance(c, FailTurn) and c.turn_id == stream_id), None)
-        if refused is not None:  # its run is not running (stopped, parked): nothing was recorded
-            raise ProviderLimitTimeout(f"no provider permit: {refused.reason}")
-        future = self.waits_for_permit(stream_id)
+        future = None
+        if GrantPermit(stream_id) not in commands:
+            refused = next((c for c in commands if isinstance(c, FailTurn) and c.turn_id == stream_id), None)
+            if refused is not None:  # its run is not running (stopped, parked): nothing was recorded
+                raise ProviderLimitTimeout(f"no provider permit: {refused.reason}")
+            future = self.waits_for_permit(stream_id)
         try:
-            await self.wait_permit(stream_id, future)
+            await self.open_stream(stream_id, future, tenant_id, since_s)
         except BaseException:
             self.handle(TurnEnded(stream_id))
             raise
+
+    async def open_stream(
+        self, stream_id: str, future: asyncio.Future[None] | None, tenant_id: str, since_s: float
+    ) -> None:
+        """What a stream needs before it opens upstream: the kernel's permit (`future`, when it
+        was not granted at once), then in a cluster a slot of the cluster's limit; both within
+        `kernel.permit_wait_timeout_s` from `since_s` (when the stream was asked for).
+
+        Raises:
+            ProviderLimitTimeout: not both in time.
+        """
+        if future is not None:
+            await self.wait_permit(stream_id, future)
+        if self.cluster is not None:
+            left_s = since_s + self.kernel.limits.permit_wait_timeout_s - self.clock.now()
+            await self.cluster.acquire(stream_id, tenant_id, left_s, shared=self.kernel.statistics().shared)
 
     def release_permit(self, stream_id: str) -> None:
         self.handle(TurnEnded(stream_id))

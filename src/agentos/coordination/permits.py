@@ -1,0 +1,230 @@
+"""One provider limit for the cluster: `kernel.concurrency_limit` counts the streams of all nodes.
+
+A stream opens upstream only with two things: the node's kernel permit (the kernel's pool, which
+orders this node's waiters fairly across tenants) and then a slot of the cluster semaphore in
+Redis (`coordination.semaphore`), taken here. The slot is held from the grant until the stream's
+`ProviderReleased`/`TurnEnded`, under a lease (`coordination.permit_lease_s`) that one heartbeat
+task per node renews for all its holders every lease/3, in one script call.
+
+Waiting. When the cluster is full, this node's waiters stand in one line in the order their
+kernel permits were granted (so the kernel's fair order is kept on the node). The line is tried
+from its head, one acquire each, until Redis says "full"; a waiter whose tenant is at its cap is
+skipped for that pass. A pass runs when a slot may have freed: a release on this node, a
+"released" message over the bus from any node, or, as a bound on a lost message, every
+`RETRY_S`. Nobody polls tightly, and a wait ends at its deadline (`kernel.permit_wait_timeout_s`
+from the turn's submission) with the same `ProviderLimitTimeout` as a kernel permit that never
+came.
+
+Redis down (`Link.call` answers None). The node grants from its share of the limit,
+`ceil(limit / coordination.expected_nodes)`, counting every stream it has open, those granted by
+Redis before the outage included: the node never exceeds its share while it decides alone, and
+the cluster's total stays about the limit when the load balancer spreads evenly. The slots held
+in Redis when it went away expire there after the lease (others cannot reach Redis either, so
+nobody is granted them wrongly meanwhile); when Redis answers again, the heartbeat adds every
+stream the node still has open back (`refresh`), so the count in Redis is the truth again before
+new grants depend on it. Each outage is logged once by the link.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from agentos.config import Settings
+from agentos.coordination.bus import Bus
+from agentos.coordination.link import Link
+from agentos.coordination.node import node_id
+from agentos.coordination.semaphore import CAPPED, FULL, GRANTED, RELEASED_CHANNEL, RedisSemaphore
+from agentos.errors import ProviderLimitTimeout
+
+log = logging.getLogger("agentos.coordination")
+
+RETRY_S = 0.5  # a waiting node tries again at least this often, in case a "released" was lost
+MAX_UNRELEASED = 1000  # releases kept for a Redis that comes back (one call each on recovery)
+
+
+class ClusterPermits:
+    """The cluster's provider slots as this node sees them. `start()` before use, `close()` after."""
+
+    def __init__(
+        self, link: Link, bus: Bus | None, node: str, *, limit: int, cap: int, lease_s: float, retry_s: float = RETRY_S
+    ) -> None:
+        self._link = link
+        self._bus = bus
+        self._node = node
+        self._semaphore = RedisSemaphore(link.redis, link.prefix, limit, cap, lease_s)
+        self.share = math.ceil(limit / link.expected_nodes)  # what the node grants alone, Redis down
+        self._lease_s = lease_s
+        self._retry_s = retry_s
+        self.held: dict[str, str] = {}  # stream id -> tenant: this node's open streams
+        self._line: dict[str, tuple[str, bool, asyncio.Future[None]]] = {}  # stream -> (tenant, shared, grant)
+        self._pumping = False
+        self._again = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+        self._unreleased: set[str] = set()  # slots given back while Redis was down
+
+    @property
+    def waiting(self) -> int:
+        return len(self._line)
+
+    async def start(self) -> None:
+        if self._bus is not None:
+            self._unsubscribe = await self._bus.subscribe(RELEASED_CHANNEL, lambda _: self._kick())
+        self._link.when_back(lambda: self._refresh(recovery=True))
+        self._heartbeat = asyncio.get_running_loop().create_task(self._beat())
+
+    async def close(self) -> None:
+        """Stop the heartbeat and give back what is still held (best effort: the lease covers the rest)."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
+        for stream_id in list(self.held):
+            self.release(stream_id)
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def acquire(self, stream_id: str, tenant: str, timeout_s: float, *, shared: bool = False) -> None:
+        """Take a cluster slot for `stream_id`, waiting at most `timeout_s`.
+
+        Raises:
+            ProviderLimitTimeout: no slot within `timeout_s`.
+        """
+        if not self._line and await self._try(stream_id, tenant, shared) == GRANTED:
+            return  # the common case: one round trip
+        grant: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._line[stream_id] = (tenant, shared, grant)
+        self._kick()  # a slot may have freed since the try above
+        try:
+            async with asyncio.timeout(max(0.0, timeout_s)):
+                await asyncio.shield(grant)  # shielded: a pass resolves it, the timeout must not
+        except TimeoutError:
+            if not (grant.done() and not grant.cancelled()):
+                raise ProviderLimitTimeout("no provider permit in time") from None
+        except BaseException:
+            if grant.done() and not grant.cancelled():  # granted as the wait was cancelled
+                self.release(stream_id)
+            raise
+        finally:
+            self._line.pop(stream_id, None)
+            if not grant.done():
+                grant.cancel()  # a pass that is granting it right now gives the slot back
+
+    def release(self, stream_id: str) -> None:
+        """Give the stream's slot back (a no-op for a stream without one). Redis is told in the
+        background: this runs on every stream's end, where nothing should wait."""
+        tenant = self.held.pop(stream_id, None)
+        if tenant is None:
+            return
+        member = self._member(stream_id)
+        self._spawn(self._released(member))
+
+    # -- internals ---------------------------------------------------------------------------
+
+    async def _released(self, member: str, recovery: bool = False) -> None:
+        if await self._link.call(lambda: self._semaphore.release(member), recovery=recovery) is None:
+            if len(self._unreleased) < MAX_UNRELEASED:  # beyond it, the lease alone ends them
+                self._unreleased.add(member)  # told again when Redis answers
+        else:
+            self._unreleased.discard(member)
+        self._kick()  # our own waiters need no message from Redis
+
+    async def _try(self, stream_id: str, tenant: str, shared: bool) -> int:
+        """One acquire: GRANTED (recorded in `held`), FULL or CAPPED. Redis down: the node's
+        share decides."""
+        member = self._member(stream_id)
+        answer = await self._link.call(lambda: self._semaphore.acquire(member, tenant, shared=shared))
+        # Redis down: every stream the node has open counts against its share
+        alone = GRANTED if len(self.held) < self.share else FULL
+        status = answer[0] if answer is not None else alone
+        if status == GRANTED:
+            self.held[stream_id] = tenant
+        return int(status)
+
+    def _kick(self) -> None:
+        """Run a pass over the line now (or again after the running one)."""
+        if not self._line:
+            return
+        if self._pumping:
+            self._again = True
+            return
+        self._pumping = True  # now, not when the task starts: one pass at a time
+        self._spawn(self._pump())
+
+    async def _pump(self) -> None:
+        try:
+            for _ in range(1000):  # bounded; each pass needs a new kick to be repeated
+                self._again = False
+                await self._pass()
+                if not self._again:
+                    return
+        finally:
+            self._pumping = False
+
+    async def _pass(self) -> None:
+        """Try the line from its head until the cluster is full; skip capped tenants."""
+        capped: set[str] = set()
+        for stream_id, (tenant, shared, grant) in list(self._line.items()):
+            if grant.done() or tenant in capped or stream_id not in self._line:
+                continue
+            status = await self._try(stream_id, tenant, shared)
+            if status == GRANTED:
+                if grant.cancelled():  # the waiter gave up during the call
+                    self.release(stream_id)
+                else:
+                    grant.set_result(None)
+            elif status == CAPPED:
+                capped.add(tenant)
+            else:
+                return
+
+    async def _beat(self) -> None:
+        """The heartbeat, and the bounded retry of a waiting line."""
+        every = self._lease_s / 3
+        next_beat = time.monotonic()
+        while True:
+            if time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + every
+                try:
+                    await self._refresh()
+                except Exception:  # Redis errors are the link's; anything else is a bug, not a stop
+                    log.exception("coordination: the provider slots' heartbeat failed")
+            await asyncio.sleep(min(self._retry_s, every))
+            self._kick()
+
+    async def _refresh(self, recovery: bool = False) -> None:
+        """Renew this node's leases (`recovery`: Redis just came back, before any other call)."""
+        for member in list(self._unreleased) if recovery else ():
+            await self._released(member, recovery=True)
+        if not self.held:
+            return
+        members = [(self._member(stream_id), tenant) for stream_id, tenant in self.held.items()]
+        added = await self._link.call(lambda: self._semaphore.refresh(members), recovery=recovery)
+        if added:
+            log.warning("coordination: %d provider slots of this node were missing in Redis; counted again", added)
+
+    def _member(self, stream_id: str) -> str:
+        return f"{self._node}/{stream_id}"
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def cluster_permits(settings: Settings, link: Link, bus: Bus | None) -> ClusterPermits:
+    """The cluster's slots for `kernel.concurrency_limit`, with one tenant's cap as on one node
+    (`concurrency_limit - ceil(concurrency_limit * fair_reserve)`, at least one)."""
+    limit, reserve = settings.kernel.concurrency_limit, settings.kernel.fair_reserve
+    cap = max(1, limit - math.ceil(limit * reserve))
+    lease_s = settings.coordination.permit_lease_s
+    return ClusterPermits(link, bus, node_id(), limit=limit, cap=cap, lease_s=lease_s)

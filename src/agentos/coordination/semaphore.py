@@ -1,0 +1,149 @@
+"""The cluster's provider semaphore in Redis: three Lua scripts, one round trip each.
+
+Keys (under `coordination.key_prefix`):
+
+- `permits:holders`, a ZSET: one member per open provider stream of any node
+  (`<node id>/<stream id>`), scored by its lease expiry in Redis milliseconds;
+- `permits:owner`, a HASH: member -> its tenant (to count a dead holder off its tenant);
+- `permits:held`, a HASH: tenant -> how many slots it holds cluster-wide;
+- `permits:seen`, a ZSET: tenant -> when it last asked (Redis ms), for "several tenants active".
+
+Every script takes `now` from Redis `TIME`, never from a node's clock. `acquire` first drops
+the holders whose lease has passed (a node killed with -9 stops refreshing; its slots come back
+here), then grants when fewer than `limit` are held and the tenant is below its cap. `release`
+removes one holder and publishes "released" on the bus channel when somebody may be waiting
+(the pool was full, or the tenant was at its cap), inside the same script: no second round trip.
+`refresh` is one node's heartbeat: it moves every one of its holders' expiry forward in one
+call, and adds back any that Redis lost (a restarted Redis, a lease that ran out while the node
+was cut off): the count then tells the truth about the streams that are really open.
+
+All keys get a PEXPIRE of a few leases on every write, so a cluster that stops leaves nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+GRANTED, FULL, CAPPED = 1, 0, -1
+RELEASED_CHANNEL = "permits.released"
+
+_COMMON = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local holders, owner, held, seen = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local function count_off(member)
+  local tenant = redis.call('HGET', owner, member)
+  if tenant then
+    if redis.call('HINCRBY', held, tenant, -1) <= 0 then redis.call('HDEL', held, tenant) end
+    redis.call('HDEL', owner, member)
+  end
+end
+local function keep(ms)
+  for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, ms) end
+end
+"""
+
+# ARGV: member, tenant, limit, cap, lease_ms, shared (1: the node knows several tenants).
+# Returns {GRANTED | FULL | CAPPED, holders after}.
+_ACQUIRE = (
+    _COMMON
+    + """
+local member, tenant = ARGV[1], ARGV[2]
+local limit, cap, lease = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local dead = redis.call('ZRANGEBYSCORE', holders, '-inf', now, 'LIMIT', 0, 256)
+for _, m in ipairs(dead) do
+  count_off(m)
+  redis.call('ZREM', holders, m)
+end
+redis.call('ZADD', seen, now, tenant)
+redis.call('ZREMRANGEBYSCORE', seen, '-inf', now - lease)
+keep(lease * 3)
+if redis.call('ZSCORE', holders, member) then
+  redis.call('ZADD', holders, now + lease, member)
+  return {1, redis.call('ZCARD', holders)}
+end
+local n = redis.call('ZCARD', holders)
+if n >= limit then return {0, n} end
+local mine = tonumber(redis.call('HGET', held, tenant)) or 0
+if mine >= cap and (ARGV[6] == '1' or redis.call('ZCARD', seen) > 1) then return {-1, n} end
+redis.call('ZADD', holders, now + lease, member)
+redis.call('HSET', owner, member, tenant)
+redis.call('HINCRBY', held, tenant, 1)
+return {1, n + 1}
+"""
+)
+
+# ARGV: member, limit, cap, channel. Returns 1 if the member held a slot.
+_RELEASE = (
+    _COMMON
+    + """
+local member = ARGV[1]
+local n = redis.call('ZCARD', holders)
+local tenant = redis.call('HGET', owner, member)
+local mine = tenant and (tonumber(redis.call('HGET', held, tenant)) or 0) or 0
+if redis.call('ZREM', holders, member) == 0 then return 0 end
+count_off(member)
+if n >= tonumber(ARGV[2]) or mine >= tonumber(ARGV[3]) then
+  redis.call('PUBLISH', ARGV[4], '')
+end
+return 1
+"""
+)
+
+# ARGV: lease_ms, then member, tenant pairs. Returns how many members were added back.
+_REFRESH = (
+    _COMMON
+    + """
+local lease = tonumber(ARGV[1])
+local added = 0
+for i = 2, #ARGV, 2 do
+  if redis.call('ZADD', holders, now + lease, ARGV[i]) == 1 then
+    added = added + 1
+    redis.call('HSET', owner, ARGV[i], ARGV[i + 1])
+    redis.call('HINCRBY', held, ARGV[i + 1], 1)
+  end
+end
+if #ARGV > 1 then keep(lease * 3) end
+return added
+"""
+)
+
+
+class RedisSemaphore:
+    """The scripts, registered once on a client (EVALSHA; reloaded on NOSCRIPT by redis-py)."""
+
+    def __init__(self, redis: Redis, prefix: str, limit: int, cap: int, lease_s: float) -> None:
+        self._keys = [f"{prefix}permits:{name}" for name in ("holders", "owner", "held", "seen")]
+        self._channel = prefix + RELEASED_CHANNEL  # as `Bus` names it: subscribers hear it
+        self.limit = limit
+        self.cap = cap
+        self.lease_ms = max(1, round(lease_s * 1000))
+        self._acquire = redis.register_script(_ACQUIRE)
+        self._release = redis.register_script(_RELEASE)
+        self._refresh = redis.register_script(_REFRESH)
+
+    async def acquire(self, member: str, tenant: str, *, shared: bool = False) -> tuple[int, int]:
+        """(GRANTED, FULL or CAPPED; the number of holders after)."""
+        args: list[Any] = [member, tenant, self.limit, self.cap, self.lease_ms, int(shared)]
+        status, holders = await self._acquire(keys=self._keys, args=args)
+        return int(status), int(holders)
+
+    async def release(self, member: str) -> bool:
+        """Give `member`'s slot back; False if it held none (expired, or never granted)."""
+        args: list[Any] = [member, self.limit, self.cap, self._channel]
+        return bool(await self._release(keys=self._keys, args=args))
+
+    async def refresh(self, members: Iterable[tuple[str, str]]) -> int:
+        """Extend the lease of every `(member, tenant)`; returns how many Redis had lost."""
+        args: list[Any] = [self.lease_ms]
+        for member, tenant in members:
+            args += [member, tenant]
+        return int(await self._refresh(keys=self._keys, args=args))
+
+    async def holders(self, redis: Redis) -> int:
+        """How many slots are held (expired ones included until the next acquire): for tests."""
+        return int(await redis.zcard(self._keys[0]))
