@@ -21,7 +21,7 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     batch_max_rows: PosInt = 1000
     linger_ms: NonNegFloat = 2.0  # under load, how long a writer waits for its batch to fill
     busy_timeout_ms: NonNegInt = 5000
-    # postgres: sessions, messages, events, access log (docs/deployment.md); runs and tenants stay in SQLite
+    # postgres: sessions, messages, events, access log and the run journal (docs/deployment.md)
     backend: Literal["sqlite", "postgres"] = "sqlite"
     postgres_url: str = ""  # postgresql://user:password@host:5432/database
     postgres_schema: str = ""  # "": the server's search_path; else this schema (created if missing)
@@ -38,3 +38,6 @@ class CoordinationConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     timeout_s: PosFloat = 0.5  # per Redis call: past it the node falls back to its own limiter
     expected_nodes: PosInt = 1  # while Redis is down each node allows limit / expected_nodes
     key_prefix: str = "agentos:"
+    # store.backend = "postgres": a node owns each of its runs through a lease this long (renewed
+    # every third of it); a run whose owner stopped renewing is taken over by another node
+    run_lease_s: PosFloat = 15.0

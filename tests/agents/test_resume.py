@@ -98,7 +98,7 @@ async def test_delegation_reattaches_to_its_child(make_service: ServiceFactory) 
     info = await resumed.get_run("default", run_id)
     assert info["status"] == "completed" and info["result"] == "parent got: child says hi"
     assert resumed.statistics().handles == 0
-    with sqlite3.connect(Path(resumed.store._path or "")) as db:
+    with sqlite3.connect(Path(resumed.store.runs.path or "")) as db:
         assert db.execute("SELECT count(*) FROM runs WHERE parent_run_id = ?", (run_id,)).fetchone()[0] == 1
 
 
