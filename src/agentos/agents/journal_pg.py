@@ -18,6 +18,7 @@ the indexes those reads use are led by `tenant_id`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     import asyncpg
 
     from agentos.config import CoordinationConfig, StoreConfig
+
+log = logging.getLogger("agentos.agents")
 
 _WRITER_ACQUIRE_TIMEOUT_S = 30.0
 _TERMINAL = "('completed', 'failed', 'cancelled')"
@@ -117,11 +120,19 @@ class PgJournalStore:
         self._writer.start()
 
     async def close(self) -> None:
+        """Commit what is queued, then hand this node's runs over: their leases expire now, so
+        another node (or this one's next start) takes them over at once."""
         if self._writer is not None:
             await self._writer.close()
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        if self._pool is None:
+            return
+        try:
+            await self._pool.execute("UPDATE run_leases SET expires_at = now() WHERE owner = $1", self.node)
+        except Exception as exc:  # the leases then expire by themselves after run_lease_s
+            log.warning("run leases not handed over (%s: %s)", type(exc).__name__, exc)
+        self.epochs.clear()
+        await self._pool.close()
+        self._pool = None
 
     @property
     def pool(self) -> asyncpg.Pool:

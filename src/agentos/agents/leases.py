@@ -2,9 +2,10 @@
 other nodes leave for this node's runs.
 
 Theory of operation. Every `coordination.run_lease_s / 3` the keeper
-1. renews every lease this node holds (`expires_at = now() + run_lease_s`, the database's clock);
-   a run this node thinks it owns that the renewal did not find is lost (`on_lost`): another node
-   took it over while this one was paused or cut off, and its writes are fenced already;
+1. renews every lease this node holds and that has not expired (`expires_at = now() +
+   run_lease_s`, the database's clock); a run whose lease was not renewed is lost (`on_lost`):
+   another node took it over, or may at any moment, while this one was paused or cut off (its
+   writes are fenced already or will be);
 2. takes over expired leases (`FOR UPDATE SKIP LOCKED`, so nodes never claim the same run; the
    epoch goes up by one, which fences the old owner): a root run with its child runs, so a
    parent and the children it waits for stay on one node. `on_claimed` resumes them from the
@@ -38,9 +39,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("agentos.agents")
 
 CHANNEL = "agentos_run_requests"
+CLOSE_WAIT_S = 10.0  # for the step under way when closing
 CLAIM_MAX = 200  # runs taken over per tick: a node that inherits many resumes them in waves
 _SECS = "make_interval(secs => $2)"
-_RENEW = f"UPDATE run_leases SET expires_at = now() + {_SECS} WHERE owner = $1 RETURNING run_id, epoch"
+# Only a lease still valid is renewed: one that expired may be claimed at this very moment.
+_RENEW = f"""UPDATE run_leases SET expires_at = now() + {_SECS}
+WHERE owner = $1 AND run_id = any($3::text[]) AND expires_at > now() RETURNING run_id, epoch"""
 _CLAIM = f"""UPDATE run_leases l SET owner = $1, epoch = l.epoch + 1, expires_at = now() + {_SECS}
 FROM (SELECT run_id FROM run_leases WHERE expires_at < now() AND strpos(run_id, '.') = 0
       ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED) roots
@@ -66,18 +70,25 @@ class LeaseKeeper:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._listener: asyncpg.Connection | None = None
+        self._closing = False
 
     async def start(self) -> None:
-        """Listen for requests, take over what has expired, then keep at it in the background."""
+        """Listen for requests, take over what has expired (before returning, as a restart
+        resumes its runs), then keep at it in the background."""
         self._listener = await pg_pool.connect(self._store.config)
         await self._listener.add_listener(CHANNEL, self._heard)
+        await self._guarded(self.tick)
         self._task = asyncio.create_task(self._serve(), name="agentos-run-leases")
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # A flag, not cancel(): Python 3.11's wait_for can swallow a cancel that meets a wake-up.
+            self._closing = True
+            self._wake.set()
+            _, pending = await asyncio.wait([self._task], timeout=CLOSE_WAIT_S)
+            for task in pending:  # a database call stuck past its own bounds
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
             self._task = None
         if self._listener is not None:
             with contextlib.suppress(Exception):  # a connection already gone has nothing to close
@@ -89,8 +100,8 @@ class LeaseKeeper:
 
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
-        due = loop.time()
-        while True:
+        due = loop.time() + self._period_s
+        while not self._closing:
             if loop.time() >= due:
                 due = loop.time() + self._period_s
                 await self._guarded(self.tick)
@@ -113,7 +124,7 @@ class LeaseKeeper:
 
     async def renew(self) -> None:
         before = dict(self._store.epochs)  # runs adopted later were committed after this query starts
-        rows = await self._store.fetch(_RENEW, self._store.node, self._store.lease_s)
+        rows = await self._store.fetch(_RENEW, self._store.node, self._store.lease_s, list(before))
         held = {r[0]: r[1] for r in rows}
         lost = sorted(run for run, epoch in before.items() if held.get(run) != epoch and run in self._store.epochs)
         if lost:
