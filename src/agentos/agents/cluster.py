@@ -66,9 +66,10 @@ class RunCluster:
     # --- the owner's side ---
 
     async def _claimed(self, epochs: dict[str, int]) -> None:
+        for run_id, epoch in epochs.items():  # at once: renewed from now on, while they resume
+            self._store.adopt(run_id, epoch)
         rows = await self._store.fetch("SELECT * FROM runs WHERE run_id = any($1::text[])", list(epochs))
         for row in sorted((RunRow(*r) for r in rows), key=lambda r: r.run_id):
-            self._store.adopt(row.run_id, epochs[row.run_id])
             if row.status in TERMINAL:  # ended, but its lease stayed: nothing to resume
                 await self._store.write([("DELETE FROM run_leases WHERE run_id = $1", (row.run_id,))], run=row.run_id)
                 self._store.release(row.run_id)
@@ -80,6 +81,8 @@ class RunCluster:
         for run_id in run_ids:
             self._store.release(run_id)
             handle = self._runs.handles.pop(run_id, None)
+            if handle is not None:
+                log.warning("run %s: its lease was lost (another node runs it now); stopped here", run_id)
             if handle is not None and handle.task is not None:
                 handle.stop_reason = None  # cancelled so, `RunLifecycle._drive` leaves the run unfinished
                 handle.task.cancel()

@@ -190,11 +190,18 @@ class PgJournalStore:
             StoreError: the database failed otherwise.
         """
         await within(self._lane.barrier(), "waiting for earlier run writes", self._bound_s)
+        return await self.query(sql, *args)
+
+    async def query(self, sql: str, *args: Any) -> list[Any]:
+        """Rows of a statement on the pool, not ordered after queued writes (the leases' own).
+
+        Raises: StoreUnavailable, StoreError.
+        """
         try:
             async with self.pool.acquire(timeout=self.config.postgres_acquire_timeout_s) as conn:
                 rows: list[Any] = await conn.fetch(sql, *args, timeout=self._bound_s)
         except Exception as exc:
-            raise classify(exc, self.unavailable, "run journal read") from exc
+            raise classify(exc, self.unavailable, "run journal query") from exc
         return rows
 
     async def load_run(self, tenant_id: str, run_id: str) -> RunRow | None:

@@ -68,7 +68,8 @@ class LeaseKeeper:
         self._on_requests = on_requests
         self._period_s = store.lease_s / 3
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()  # set when closing: ends the renewals' wait
         self._listener: asyncpg.Connection | None = None
         self._closing = False
 
@@ -78,18 +79,22 @@ class LeaseKeeper:
         self._listener = await pg_pool.connect(self._store.config)
         await self._listener.add_listener(CHANNEL, self._heard)
         await self._guarded(self.tick)
-        self._task = asyncio.create_task(self._serve(), name="agentos-run-leases")
+        self._tasks = [
+            asyncio.create_task(self._renewing(), name="agentos-run-lease-renewals"),
+            asyncio.create_task(self._serve(), name="agentos-run-leases"),
+        ]
 
     async def close(self) -> None:
-        if self._task is not None:
+        if self._tasks:
             # A flag, not cancel(): Python 3.11's wait_for can swallow a cancel that meets a wake-up.
             self._closing = True
             self._wake.set()
-            _, pending = await asyncio.wait([self._task], timeout=CLOSE_WAIT_S)
+            self._stopped.set()
+            _, pending = await asyncio.wait(self._tasks, timeout=CLOSE_WAIT_S)
             for task in pending:  # a database call stuck past its own bounds
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-            self._task = None
+            self._tasks = []
         if self._listener is not None:
             with contextlib.suppress(Exception):  # a connection already gone has nothing to close
                 await self._listener.close()
@@ -98,15 +103,22 @@ class LeaseKeeper:
     def _heard(self, *_: Any) -> None:
         self._wake.set()
 
+    async def _renewing(self) -> None:
+        """Renewals in a task of their own: taking over many runs must not delay them."""
+        while not self._closing:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), self._period_s)
+            if not self._closing:
+                await self._guarded(self.renew)
+
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
         due = loop.time() + self._period_s
         while not self._closing:
             if loop.time() >= due:
                 due = loop.time() + self._period_s
-                await self._guarded(self.tick)
-            else:
-                await self._guarded(self.take_requests)
+                await self._guarded(self.claim)
+            await self._guarded(self.take_requests)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(0.0, due - loop.time()))
@@ -124,15 +136,14 @@ class LeaseKeeper:
 
     async def renew(self) -> None:
         before = dict(self._store.epochs)  # runs adopted later were committed after this query starts
-        rows = await self._store.fetch(_RENEW, self._store.node, self._store.lease_s, list(before))
+        rows = await self._store.query(_RENEW, self._store.node, self._store.lease_s, list(before))
         held = {r[0]: r[1] for r in rows}
         lost = sorted(run for run, epoch in before.items() if held.get(run) != epoch and run in self._store.epochs)
-        if lost:
-            log.warning("run leases: %d runs were taken over by another node: %s", len(lost), ", ".join(lost[:10]))
+        if lost:  # or ended here while the renewal ran (its lease went with it): `on_lost` tells them apart
             self._on_lost(lost)
 
     async def claim(self) -> None:
-        rows = await self._store.fetch(_CLAIM, self._store.node, self._store.lease_s, CLAIM_MAX)
+        rows = await self._store.query(_CLAIM, self._store.node, self._store.lease_s, CLAIM_MAX)
         if rows:
             log.info("run leases: taking over %d runs whose lease expired", len(rows))
             await self._on_claimed({r[0]: r[1] for r in rows})
