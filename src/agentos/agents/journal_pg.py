@@ -86,8 +86,8 @@ class PgJournal(Journal):
 class PgJournalStore:
     """The `JournalStore` of several nodes sharing one PostgreSQL database."""
 
-    def __init__(self, config: StoreConfig, coordination: CoordinationConfig) -> None:
-        self.node = node_id()
+    def __init__(self, config: StoreConfig, coordination: CoordinationConfig, *, node: str = "") -> None:
+        self.node = node or node_id()  # tests give two stores of one process two node ids
         self.lease_s = coordination.run_lease_s
         self.journal = PgJournal(self.node, self.lease_s)
         self.epochs: dict[str, int] = {}  # the runs this node owns, at the epoch it holds them
