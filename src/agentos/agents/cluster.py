@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 import msgspec
@@ -37,6 +37,7 @@ log = logging.getLogger("agentos.agents")
 
 FOLLOW_POLL_S = 0.2  # how often a node that does not run a run reads its new events
 TERMINATE_WAIT_S = 30.0  # a terminate sent to another node waits this long for the run's end
+ANSWER_WAIT_S = 5.0  # an answer sent to another node waits this long for the run to go on
 _SEND = "INSERT INTO run_requests (tenant_id, run_id, body, created_ms) VALUES ($1, $2, $3::jsonb, $4)"
 
 
@@ -74,7 +75,15 @@ class RunCluster:
                 await self._store.write([("DELETE FROM run_leases WHERE run_id = $1", (row.run_id,))], run=row.run_id)
                 self._store.release(row.run_id)
             elif row.run_id not in self._runs.handles:
-                await self._runs.recover_one(row)
+                await self._resume(row)
+
+    async def _resume(self, row: RunRow) -> None:
+        try:
+            await self._runs.recover_one(row)
+        except Exception:  # the database failed, perhaps: the lease expires, and a node claims it again
+            log.exception("run %s: taken over but not resumed; its lease is left to expire", row.run_id)
+            self._store.release(row.run_id)
+            self._runs.handles.pop(row.run_id, None)
 
     def _lost(self, run_ids: list[str]) -> None:
         """Other nodes took these runs over: stop them here without a write, as a stopping server does."""
@@ -120,8 +129,10 @@ class RunCluster:
             await self.check_answer(row, request["operation_id"], request["answer"], request["approve"],
                                     request["args_hash"])  # fmt: skip
         await self.send(row, request)
-        if request["kind"] == "terminate":
-            await self.ended(row, TERMINATE_WAIT_S)
+        if request["kind"] == "terminate":  # answers once the run ended, as on the owner
+            await self.settled(row, lambda r: r.status in TERMINAL, TERMINATE_WAIT_S)
+        elif request["kind"] == "answer":  # answers once the run goes on, as on the owner
+            await self.settled(row, lambda r: r.status != "waiting_human", ANSWER_WAIT_S)
         return True
 
     async def remote_row(self, tenant_id: str, run_id: str) -> RunRow | None:
@@ -162,13 +173,16 @@ class RunCluster:
         except Exception as exc:
             raise classify(exc, self._store.unavailable, "run request") from exc
 
-    async def ended(self, row: RunRow, timeout_s: float) -> None:
-        """Wait (bounded in time and count) until the journal shows the run ended."""
-        async with asyncio.timeout(timeout_s):
-            for _ in range(int(timeout_s / FOLLOW_POLL_S) + 1):
-                if (await self._store.load_run(row.tenant_id, row.run_id) or row).status in TERMINAL:
-                    return
-                await asyncio.sleep(FOLLOW_POLL_S)  # another process's state: read it again
+    async def settled(self, row: RunRow, done: Callable[[RunRow], bool], timeout_s: float) -> None:
+        """Wait until the journal's row of the run satisfies `done`, or `timeout_s` passed (the
+        owner died, perhaps: the request waits for the node that takes the run over)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        for _ in range(int(timeout_s / FOLLOW_POLL_S) + 1):
+            current = await self._store.load_run(row.tenant_id, row.run_id)
+            if current is None or done(current) or loop.time() >= deadline:
+                return
+            await asyncio.sleep(FOLLOW_POLL_S)  # another process's state: read it again
 
     async def follow(self, tenant_id: str, run_id: str, after_seq: int) -> AsyncIterator[RunEvent]:
         """The run's journaled events after `after_seq`, read again until the terminal one."""

@@ -1,18 +1,19 @@
 """Run leases on PostgreSQL: renewing this node's, taking over expired ones, and the requests
 other nodes leave for this node's runs.
 
-Theory of operation. Every `coordination.run_lease_s / 3` the keeper
-1. renews every lease this node holds and that has not expired (`expires_at = now() +
-   run_lease_s`, the database's clock); a run whose lease was not renewed is lost (`on_lost`):
-   another node took it over, or may at any moment, while this one was paused or cut off (its
-   writes are fenced already or will be);
-2. takes over expired leases (`FOR UPDATE SKIP LOCKED`, so nodes never claim the same run; the
-   epoch goes up by one, which fences the old owner): a root run with its child runs, so a
-   parent and the children it waits for stay on one node. `on_claimed` resumes them from the
-   journal exactly as a restart does;
-3. takes the requests (answers, cancels, terminates) that other nodes wrote into `run_requests`
-   for this node's runs (`on_requests`). A NOTIFY on `agentos_run_requests`, heard on a
-   connection of its own (not the pool's), wakes it at once.
+Theory of operation. Two tasks:
+1. every `coordination.run_lease_s / 3`, renewals (a task of their own, so that resuming many
+   runs never delays them): every lease this node holds and that has not expired gets
+   `expires_at = now() + run_lease_s` (the database's clock); a run whose lease was not renewed
+   is lost (`on_lost`): another node took it over, or may at any moment, while this one was
+   paused or cut off (its writes are fenced already or will be);
+2. every third of the lease, takeover of expired leases (`FOR UPDATE SKIP LOCKED`, so nodes
+   never claim the same run; the epoch goes up by one, which fences the old owner): a root run
+   with its child runs, so a parent and the children it waits for stay on one node.
+   `on_claimed` resumes them from the journal exactly as a restart does. Then, and whenever a
+   NOTIFY on `agentos_run_requests` (heard on a connection of its own, not the pool's) wakes it,
+   the requests (answers, cancels, terminates) other nodes wrote into `run_requests` for this
+   node's runs (`on_requests`).
 
 A failure of the database is logged and retried on the next tick. If it lasts longer than the
 lease, other nodes take the runs over; this node learns at its next renewal, and meanwhile its
