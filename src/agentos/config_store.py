@@ -25,7 +25,9 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     backend: Literal["sqlite", "postgres"] = "sqlite"
     postgres_url: str = ""  # postgresql://user:password@host:5432/database
     postgres_schema: str = ""  # "": the server's search_path; else this schema (created if missing)
-    postgres_pool_max: PosInt = 10  # connections per node; nodes x pool <= the server's max_connections
+    # per pool; a node has two (the store's, the run journal's) plus one listening connection:
+    # nodes x (2 x pool + 1) <= the server's max_connections
+    postgres_pool_max: PosInt = 10
     postgres_acquire_timeout_s: PosFloat = 2.0  # a read waits this long for a connection, then fails
     postgres_request_timeout_s: PosFloat = 10.0  # a request waits this long on one store call, then 503
 

@@ -130,6 +130,11 @@ async def test_a_run_is_answered_on_a_node_that_does_not_run_it(
             assert "run.resumed" not in names  # A finished it: no takeover happened
             info = (await statuses(http, a.url, [run_id]))[run_id]
             assert info["status"] == "completed" and info["result"]
+            other = await start_run(http, a.url, "job-terminated-elsewhere")
+            async with http.post(f"{b.url}/v1/runs/{other}/terminate") as response:
+                assert response.status == 200, await response.text()
+                terminated = await response.json()  # answered once the owner (A) ended it
+            assert (terminated["status"], terminated["reason"]) == ("cancelled", "terminated")
     finally:
         await stop(a, b)
 
