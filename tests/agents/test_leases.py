@@ -13,6 +13,7 @@ from agentos.agents.journal_pg import PgJournalStore
 from agentos.agents.journal_store import LeaseLost
 from agentos.agents.leases import LeaseKeeper
 from agentos.config import CoordinationConfig, StoreConfig
+from agentos.store import pg_pool
 from tests.postgres import fresh_schema
 
 
@@ -111,3 +112,19 @@ async def test_deleting_a_session_deletes_its_runs_children_and_unshared_payload
     left = {r[0] for r in await a.query("SELECT hash FROM payloads")}
     assert ref not in left and len(left) == 1  # the spec payload run_9 still refers to stays
     assert {r[0] for r in await a.query("SELECT run_id FROM run_leases")} == {"run_9"}
+
+
+async def test_a_renewal_passes_over_a_lease_locked_by_a_batch_and_keeps_it(
+    pg: StoreConfig, nodes: tuple[PgJournalStore, PgJournalStore]
+) -> None:
+    a, _ = nodes
+    await create(a, "run_1")
+    keeper = Keeper(a)
+    batch = await pg_pool.connect(pg)  # holds the lease row FOR SHARE, as a writer batch does
+    try:
+        async with batch.transaction():
+            await batch.execute("SELECT 1 FROM run_leases WHERE run_id = 'run_1' FOR SHARE")
+            await asyncio.wait_for(keeper.keeper.renew(), 5)  # never waits for the batch
+    finally:
+        await batch.close()
+    assert keeper.lost == []

@@ -43,9 +43,13 @@ CHANNEL = "agentos_run_requests"
 CLOSE_WAIT_S = 10.0  # for the step under way when closing
 CLAIM_MAX = 200  # runs taken over per tick: a node that inherits many resumes them in waves
 _SECS = "make_interval(secs => $2)"
-# Only a lease still valid is renewed: one that expired may be claimed at this very moment.
-_RENEW = f"""UPDATE run_leases SET expires_at = now() + {_SECS}
-WHERE owner = $1 AND run_id = any($3::text[]) AND expires_at > now() RETURNING run_id, epoch"""
+# Only a lease still valid is renewed (one that expired may be claimed at this very moment), and
+# none that a batch of this node's journal writer holds FOR SHARE (waiting for it could deadlock
+# with a batch that ends a run): those are only checked, and renewed at the next round.
+_RENEW = f"""UPDATE run_leases SET expires_at = now() + {_SECS} WHERE run_id IN (
+  SELECT run_id FROM run_leases WHERE owner = $1 AND run_id = any($3::text[]) AND expires_at > now()
+  FOR UPDATE SKIP LOCKED) RETURNING run_id, epoch"""
+_HELD = "SELECT run_id, epoch FROM run_leases WHERE owner = $1 AND run_id = any($2::text[]) AND expires_at > now()"
 _CLAIM = f"""UPDATE run_leases l SET owner = $1, epoch = l.epoch + 1, expires_at = now() + {_SECS}
 FROM (SELECT run_id FROM run_leases WHERE expires_at < now() AND strpos(run_id, '.') = 0
       ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED) roots
@@ -139,6 +143,8 @@ class LeaseKeeper:
         before = dict(self._store.epochs)  # runs adopted later were committed after this query starts
         rows = await self._store.query(_RENEW, self._store.node, self._store.lease_s, list(before))
         held = {r[0]: r[1] for r in rows}
+        if skipped := [run for run in before if run not in held]:
+            held |= {r[0]: r[1] for r in await self._store.query(_HELD, self._store.node, skipped)}
         lost = sorted(run for run, epoch in before.items() if held.get(run) != epoch and run in self._store.epochs)
         if lost:  # or ended here while the renewal ran (its lease went with it): `on_lost` tells them apart
             self._on_lost(lost)
