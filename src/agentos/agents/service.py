@@ -217,9 +217,8 @@ class RunService:
         return info
 
     async def events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> AsyncGenerator[RunEvent, None]:
-        """Every event of the run after `after_seq`, stored then live, ending with the terminal
-        one. Token events are live only. Raises: NotFound (before the first event; also for
-        another tenant's run)."""
+        """Every event of the run after `after_seq`, stored then live, until the terminal one (tokens:
+        live only). Raises: NotFound (before the first event; also for another tenant's run)."""
         if self._cluster is not None and await self._cluster.remote_row(tenant_id, run_id) is not None:
             events = self._cluster.follow(tenant_id, run_id, after_seq)
         else:
