@@ -21,11 +21,13 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     batch_max_rows: PosInt = 1000
     linger_ms: NonNegFloat = 2.0  # under load, how long a writer waits for its batch to fill
     busy_timeout_ms: NonNegInt = 5000
-    # postgres: sessions, messages, events, access log, tenants and keys (docs/deployment.md); runs stay in SQLite
+    # postgres: sessions, messages, events, access log, tenants and keys, the run journal (docs/deployment.md)
     backend: Literal["sqlite", "postgres"] = "sqlite"
     postgres_url: str = ""  # postgresql://user:password@host:5432/database
     postgres_schema: str = ""  # "": the server's search_path; else this schema (created if missing)
-    postgres_pool_max: PosInt = 10  # connections per node; nodes x pool <= the server's max_connections
+    # per pool; a node has two (the store's, the run journal's) plus one listening connection:
+    # nodes x (2 x pool + 1) <= the server's max_connections
+    postgres_pool_max: PosInt = 10
     postgres_acquire_timeout_s: PosFloat = 2.0  # a read waits this long for a connection, then fails
     postgres_request_timeout_s: PosFloat = 10.0  # a request waits this long on one store call, then 503
 
@@ -41,3 +43,6 @@ class CoordinationConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     # A provider slot of kernel.concurrency_limit (shared by the nodes) is leased for this long and
     # renewed every third of it: a node that dies gives its slots back within it.
     permit_lease_s: Annotated[float, msgspec.Meta(ge=0.3)] = 10.0
+    # store.backend = "postgres": a node owns each of its runs through a lease this long (renewed
+    # every third of it); a run whose owner stopped renewing is taken over by another node
+    run_lease_s: PosFloat = 15.0

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentos.agents import RunService
-from agentos.agents.usage import model_tokens
 from agentos.clock import Clock, MonotonicClock, WallClock, wall_ms
 from agentos.config import Settings, resolve_paths
 from agentos.coordination.bus import Bus
@@ -143,7 +142,7 @@ async def open_services(
             runs.bridge_events(relay)
         started_ms = wall_ms()  # model steps from here on are counted as they finish (on_usage)
         await runs.start()  # resumes every unfinished run from its journal
-        for tenant_id, tokens in (await model_tokens(runs.store, quotas.day_start_ms(), started_ms)).items():
+        for tenant_id, tokens in (await runs.store.model_tokens(quotas.day_start_ms(), started_ms)).items():
             quotas.add_tokens(tenant_id, tokens)
         if isinstance(quotas, ClusterQuotas):
             await quotas.share()  # counted in Redis from here on

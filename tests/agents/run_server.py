@@ -1,6 +1,10 @@
 """The real application (its RunService behind the API), as a process the durability test can kill -9.
 
-    python -m tests.agents.run_server --data-dir D --provider-url URL --port-file F
+    python -m tests.agents.run_server --data-dir D --provider-url URL --port-file F \
+        [--postgres-url URL --postgres-schema S --run-lease-s SECONDS]
+
+With --postgres-url the journal (and the store) is that PostgreSQL schema: several such
+processes are the nodes of one cluster (tests/agents/test_takeover.py).
 
 Writes the bound port to F (atomically) once it accepts connections, then serves until killed.
 """
@@ -13,18 +17,27 @@ import os
 import signal
 from pathlib import Path
 
+import msgspec
 from aiohttp import web
 
 from agentos.api.app import create_app
-from agentos.config import ProviderConfig, Settings
+from agentos.config import CoordinationConfig, ProviderConfig, Settings, StoreConfig
 from agentos.services import open_services
 
 AGENTS = {"ops": {"tools": ["run_command", "ask_human"], "command": {"timeout_s": 10}}}
 
 
-async def serve(data_dir: Path, provider_url: str, port_file: Path) -> None:
+async def serve(data_dir: Path, provider_url: str, port_file: Path, cluster: argparse.Namespace) -> None:
     provider = ProviderConfig(url=provider_url, model="mock-1", max_retries=0)
-    services = await open_services(Settings(data_dir=str(data_dir), provider=provider, agents=AGENTS))
+    settings = Settings(data_dir=str(data_dir), provider=provider, agents=AGENTS)
+    if cluster.postgres_url:
+        store = StoreConfig(
+            backend="postgres", postgres_url=cluster.postgres_url, postgres_schema=cluster.postgres_schema
+        )
+        settings = msgspec.structs.replace(
+            settings, store=store, coordination=CoordinationConfig(run_lease_s=cluster.run_lease_s)
+        )
+    services = await open_services(settings)
     runner = web.AppRunner(create_app(services), handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -45,8 +58,11 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--provider-url", required=True)
     parser.add_argument("--port-file", type=Path, required=True)
+    parser.add_argument("--postgres-url", default="")
+    parser.add_argument("--postgres-schema", default="")
+    parser.add_argument("--run-lease-s", type=float, default=15.0)
     args = parser.parse_args()
-    asyncio.run(serve(args.data_dir, args.provider_url, args.port_file))
+    asyncio.run(serve(args.data_dir, args.provider_url, args.port_file, args))
 
 
 if __name__ == "__main__":

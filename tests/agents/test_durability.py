@@ -36,10 +36,11 @@ class ServerProcess:
         self.url = url
 
 
-async def start_server(tmp_path: Path, mock: CountingMock, n: int) -> ServerProcess:
+async def start_server(tmp_path: Path, mock: CountingMock, n: int, *options: str) -> ServerProcess:
+    """`tests.agents.run_server` as a process on `tmp_path/data` (`options`: its PostgreSQL ones)."""
     port_file = tmp_path / f"port-{n}"
     argv = ["-m", "tests.agents.run_server", "--data-dir", str(tmp_path / "data"), "--provider-url", mock.url,
-            "--port-file", str(port_file)]  # fmt: skip
+            "--port-file", str(port_file), *options]  # fmt: skip
     with (tmp_path / f"server-{n}.log").open("wb") as log:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, *argv, cwd=REPO, env=child_env(), stdout=log, stderr=log

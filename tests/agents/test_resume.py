@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +9,10 @@ import pytest
 
 from agentos.agents.service import RunService
 from agentos.clock import wall_ms
+from agentos.config import Settings
 from agentos.errors import InvalidInput
 from agentos.providers.base import ChatRequest, Completion
-from tests.agents.conftest import ServiceFactory, collect
+from tests.agents.conftest import ServiceFactory, collect, journal_sql
 from tests.agents.fakes import ScriptedProvider, answer, call, tool_messages_since_user
 
 
@@ -98,21 +98,19 @@ async def test_delegation_reattaches_to_its_child(make_service: ServiceFactory) 
     info = await resumed.get_run("default", run_id)
     assert info["status"] == "completed" and info["result"] == "parent got: child says hi"
     assert resumed.statistics().handles == 0
-    with sqlite3.connect(Path(resumed.store._path or "")) as db:
-        assert db.execute("SELECT count(*) FROM runs WHERE parent_run_id = ?", (run_id,)).fetchone()[0] == 1
+    assert await resumed.store.count_children(run_id) == 1
 
 
-async def test_a_run_that_cannot_resume_fails_with_the_reason(make_service: ServiceFactory, tmp_path: Path) -> None:
+async def test_a_run_that_cannot_resume_fails_with_the_reason(
+    make_service: ServiceFactory, tmp_path: Path, journal_settings: Settings
+) -> None:
     first = ScriptedProvider(gate_at=1)
     service = await make_service(first)
     run_id = await service.start_run("default", "ops", "x")
     await first.entered.wait()
     await service.close(drain_s=0)  # like a crash: nothing gets to finish
-    with sqlite3.connect(tmp_path / "data" / "runs.db") as db:
-        db.execute(
-            "UPDATE payloads SET body = '{\"name\": 5}' WHERE hash = (SELECT spec_ref FROM runs WHERE run_id = ?)",
-            (run_id,),
-        )
+    corrupt = "UPDATE payloads SET body = '{\"name\": 5}' WHERE hash = (SELECT spec_ref FROM runs WHERE run_id = ?)"
+    await journal_sql(journal_settings, tmp_path / "data", corrupt, run_id)
     resumed = await make_service()
     info = await resumed.get_run("default", run_id)
     assert info["status"] == "failed" and str(info["reason"]).startswith("cannot resume")

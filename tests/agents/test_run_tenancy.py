@@ -6,16 +6,16 @@ call: read, events, cancel, terminate, answer. The real service, journal (SQLite
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agentos.agents.service import RunService
-from agentos.config import settings_from_dict
+from agentos.config import Settings, settings_from_dict
 from agentos.errors import ConfigError, Conflict, Forbidden, NotFound
 from agentos.providers.base import ChatRequest, Completion
-from tests.agents.conftest import ServiceFactory, collect
+from tests.agents.conftest import ServiceFactory, collect, journal_sql
 from tests.agents.fakes import ScriptedProvider, answer, call
 
 A, B = "acme", "bravo"
@@ -159,24 +159,29 @@ async def test_a_child_run_is_its_parents_tenants(make_service: ServiceFactory) 
         await service.get_run(B, child)
 
 
-async def test_every_row_of_a_run_carries_its_tenant(make_service: ServiceFactory, tmp_path: Path) -> None:
+async def test_every_row_of_a_run_carries_its_tenant(
+    make_service: ServiceFactory, tmp_path: Path, journal_settings: Settings
+) -> None:
     service = await make_service()
     run_id, _ = await waiting_run(service, B)
     await service.terminate(B, run_id)
     await service.close(drain_s=0)
-    with sqlite3.connect(tmp_path / "data" / "runs.db") as db:
-        for table in ("runs", "steps", "run_events"):
-            tenants = {r[0] for r in db.execute(f"SELECT DISTINCT tenant_id FROM {table} WHERE run_id = ?", (run_id,))}
-            assert tenants == {B}, table
-        refs = db.execute(
-            "SELECT spec_ref FROM runs WHERE run_id = ? UNION SELECT input_ref FROM steps WHERE run_id = ?"
-            " UNION SELECT payload_ref FROM steps WHERE run_id = ?",
-            (run_id, run_id, run_id),
-        ).fetchall()
-        payload_tenants = {
-            r[0] for ref in refs if ref[0] for r in db.execute("SELECT tenant_id FROM payloads WHERE hash = ?", ref)
-        }
-        assert payload_tenants == {B}
+
+    async def sql(statement: str, *params: Any) -> list[tuple[Any, ...]]:
+        return await journal_sql(journal_settings, tmp_path / "data", statement, *params)
+
+    for table in ("runs", "steps", "run_events"):
+        tenants = {r[0] for r in await sql(f"SELECT DISTINCT tenant_id FROM {table} WHERE run_id = ?", run_id)}
+        assert tenants == {B}, table
+    refs = await sql(
+        "SELECT spec_ref FROM runs WHERE run_id = ? UNION SELECT input_ref FROM steps WHERE run_id = ?"
+        " UNION SELECT payload_ref FROM steps WHERE run_id = ?",
+        run_id, run_id, run_id,
+    )  # fmt: skip
+    payload_tenants = {
+        r[0] for ref in refs if ref[0] for r in await sql("SELECT tenant_id FROM payloads WHERE hash = ?", ref[0])
+    }
+    assert payload_tenants == {B}
 
 
 async def test_recovery_resumes_each_tenants_runs_under_its_tenant(make_service: ServiceFactory) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from agentos.agents.journal import Journal
+from agentos.agents.journal_store import JournalStore
 from agentos.agents.policy import AgentPolicy, check_agent, expand_server_names
 from agentos.agents.spec import (
     AgentSpec,
@@ -30,7 +31,6 @@ from agentos.agents.spec import (
     parse_config_agents,
     spec_to_dict,
 )
-from agentos.agents.store import RunStore
 from agentos.errors import Conflict, InvalidInput, NotFound, RequestError
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ _ADMIN_SOURCE = "admin"
 class AgentRegistry:
     def __init__(
         self,
-        store: RunStore,
+        store: JournalStore,
         journal: Journal,
         config_tables: Mapping[str, Mapping[str, Any]],
         policy: AgentPolicy | None = None,
@@ -65,7 +65,7 @@ class AgentRegistry:
 
     async def load(self) -> None:
         """Bring back the agents created through the API before a restart, each its tenant's."""
-        for tenant, name, spec_json, source in await self._store.read(self._journal.agents_of_every_tenant):
+        for tenant, name, spec_json, source in await self._store.agents_of_every_tenant():
             if name in self._config:
                 continue
             try:

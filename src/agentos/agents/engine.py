@@ -33,10 +33,10 @@ import msgspec
 from agentos.agents.fanout import Fanout, RunEvent
 from agentos.agents.handle import RunHandle
 from agentos.agents.host import ToolHub
-from agentos.agents.journal import TERMINAL, EventRow, Journal, RunRow
+from agentos.agents.journal import TERMINAL, Journal, RunRow
+from agentos.agents.journal_store import JournalStore
 from agentos.agents.sandbox import Sandbox
 from agentos.agents.spec import AgentSpec, parse_agent_spec, spec_to_dict
-from agentos.agents.store import RunStore
 from agentos.errors import NotFound
 from agentos.ids import new_id
 from agentos.kernel import DEFAULT_TENANT
@@ -56,7 +56,7 @@ class RunEngine:
     def __init__(
         self,
         *,
-        store: RunStore,
+        store: JournalStore,
         journal: Journal,
         provider: Provider,
         sandbox: Sandbox,
@@ -98,7 +98,8 @@ class RunEngine:
         handle.next_event_seq += 1
         encoded = msgspec.json.encode(data).decode()
         tenant = handle.row.tenant_id
-        self.store.write_nowait([self.journal.event(tenant, handle.run_id, seq, event_type, encoded, self.now_ms())])
+        event = self.journal.event(tenant, handle.run_id, seq, event_type, encoded, self.now_ms())
+        self.store.write_nowait([event], run=handle.run_id)
         self.fanout.publish(handle.run_id, RunEvent(seq, event_type, data))
 
     def spent(self, handle: RunHandle, usage: dict[str, int]) -> None:
@@ -145,7 +146,7 @@ class RunEngine:
             handle = self._owned(tenant_id, run_id)
             if handle is not None:
                 return handle
-            row = await self.store.read(lambda db: self.journal.load_run(db, tenant_id, run_id))
+            row = await self.store.load_run(tenant_id, run_id)
             if row is None:
                 raise run_not_found(run_id)
             return None if row.status in TERMINAL else await self.load_handle(row)
@@ -157,15 +158,8 @@ class RunEngine:
         return handle
 
     async def load_handle(self, row: RunRow) -> RunHandle:
-        tenant = row.tenant_id
-
-        def read(db: Any) -> tuple[Any, int, Any]:
-            context = self.journal.load_payload(db, tenant, row.context_ref) if row.context_ref else None
-            spec = self.journal.load_payload(db, tenant, row.spec_ref)
-            return spec, self.journal.last_event_seq(db, row.run_id), context
-
         spec = self._specs.get(row.spec_ref)
-        spec_data, last_seq, context = await self.store.read(read)
+        spec_data, last_seq, context = await self.store.resume_state(row)
         if spec is None:
             spec = self._specs[row.spec_ref] = parse_agent_spec(spec_data)
         handle = RunHandle(
@@ -195,28 +189,26 @@ class RunEngine:
             run_id, tenant_id, spec.name, session_id, parent.run_id if parent else None,
             parent.row.depth + 1 if parent else 0, spec_ref, text, "queued", None, None, now, now, context_ref,
         )  # fmt: skip
-        return row, [*writes, self.journal.insert_run(row)]
+        return row, [*writes, *self.journal.create_run(row)]
 
     async def record_finish(self, handle: RunHandle, status: str, result: str | None, reason: str) -> RunRow:
         """Journal the terminal state; the caller has set `handle.status` already."""
         self.emit(handle, f"run.{status}", {"status": status, "result": result, "reason": reason})
         self.handles.pop(handle.run_id, None)
-        write = self.journal.set_status(handle.run_id, status, self.now_ms(), result=result, reason=reason)
-        await self.store.write([write])
+        writes = self.journal.end_run(handle.run_id, status, self.now_ms(), result=result, reason=reason)
+        await self.store.write(writes, run=handle.run_id)
+        self.store.release(handle.run_id)
         log.info("run %s %s: %s", handle.run_id, status, reason)
         return replace(handle.row, status=status, result=result, reason=reason)
 
     async def child_exists(self, parent: RunHandle, child_run_id: str) -> bool:
         tenant = parent.row.tenant_id
-        return await self.store.read(lambda db: self.journal.load_run(db, tenant, child_run_id)) is not None
+        return await self.store.load_run(tenant, child_run_id) is not None
 
     async def count_children(self, run_id: str) -> int:
-        return await self.store.read(lambda db: self.journal.count_children(db, run_id))
+        return await self.store.count_children(run_id)
 
     # --- events ---
-
-    def _events_after(self, tenant_id: str, run_id: str, after_seq: int) -> Callable[[Any], list[EventRow]]:
-        return lambda db: self.journal.load_events(db, tenant_id, run_id, after_seq)
 
     async def events(
         self, tenant_id: str, run_id: str, handle: RunHandle | None, after_seq: int
@@ -228,7 +220,7 @@ class RunEngine:
             # Not running here: another node's, over the bus (or finished: the journal ends it).
             subscription = await self.fanout.follow(run_id, local=handle is not None)
             try:  # subscribed before reading the journal: nothing falls between the two
-                for row in await self.store.read(self._events_after(tenant_id, run_id, last)):
+                for row in await self.store.load_events(tenant_id, run_id, last):
                     last = row.seq
                     yield RunEvent(row.seq, row.type, msgspec.json.decode(row.data))
                     if row.type.startswith("run.") and row.type[4:] in TERMINAL:

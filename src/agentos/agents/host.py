@@ -8,9 +8,9 @@ from typing import Any, Protocol
 
 from agentos.agents.handle import RunHandle
 from agentos.agents.journal import Journal, RunRow
+from agentos.agents.journal_store import JournalStore
 from agentos.agents.sandbox import Sandbox
 from agentos.agents.spec import AgentSpec
-from agentos.agents.store import RunStore
 from agentos.providers.base import Provider
 
 
@@ -25,7 +25,7 @@ class ToolHub(Protocol):
 class RunHost(Protocol):
     """What the loop needs from the service that owns it."""
 
-    store: RunStore
+    store: JournalStore
     journal: Journal
     provider: Provider
     sandbox: Sandbox

@@ -110,7 +110,28 @@ class EventRow:
 
 
 class Journal:
-    """Builds the statements; reads run on the store's thread."""
+    """Builds the statements (SQLite's; `agentos.agents.journal_pg.PgJournal` has PostgreSQL's,
+    with the same parameters); reads run on the store's thread."""
+
+    PUT_PAYLOAD = "INSERT OR IGNORE INTO payloads (hash, tenant_id, body) VALUES (?, ?, ?)"
+    INSERT_RUN = "INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    SET_STATUS = (
+        "UPDATE runs SET status = ?, result = coalesce(?, result), reason = coalesce(?, reason), updated_ms = ?"
+        " WHERE run_id = ?"
+    )
+    UPSERT_STEP = (
+        "INSERT INTO steps (tenant_id, run_id, seq, kind, operation_id, status, input_ref, updated_ms)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, seq) DO UPDATE SET"
+        " status = excluded.status, attempts = attempts + 1, updated_ms = excluded.updated_ms"
+    )
+    FINISH_STEP = (
+        "UPDATE steps SET status = ?, payload_ref = ?, updated_ms = ? WHERE run_id = ? AND seq = ? AND tenant_id = ?"
+    )
+    INSERT_EVENT = "INSERT OR IGNORE INTO run_events VALUES (?, ?, ?, ?, ?, ?)"
+    PUT_AGENT = (
+        "INSERT INTO agents VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, name) DO UPDATE SET"
+        " spec = excluded.spec, source = excluded.source, updated_ms = excluded.updated_ms"
+    )
 
     # --- writes (lists of statements for RunStore.write / write_nowait) ---
 
@@ -119,60 +140,45 @@ class Journal:
         equal payloads are two rows, each its tenant's (no row is shared across tenants)."""
         body = canonical_json(value)
         ref = sha256_hex(tenant_id.encode() + b"\0" + body)
-        return ref, (
-            "INSERT OR IGNORE INTO payloads (hash, tenant_id, body) VALUES (?, ?, ?)",
-            (ref, tenant_id, body),
-        )
+        return ref, (self.PUT_PAYLOAD, (ref, tenant_id, body))
 
     def insert_run(self, row: RunRow) -> Op:
         return (
-            "INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            self.INSERT_RUN,
             (row.run_id, row.tenant_id, row.agent, row.session_id, row.parent_run_id, row.depth, row.spec_ref,
              row.input, row.status, row.result, row.reason, row.created_ms, row.updated_ms, row.context_ref),
         )  # fmt: skip
 
+    def create_run(self, row: RunRow) -> list[Op]:
+        """The run's row (on PostgreSQL also its lease, held by this node)."""
+        return [self.insert_run(row)]
+
+    def end_run(self, run_id: str, status: str, now_ms: int, *, result: str | None = None, reason: str) -> list[Op]:
+        """The run's terminal state (on PostgreSQL its lease goes with it)."""
+        return [self.set_status(run_id, status, now_ms, result=result, reason=reason)]
+
     def set_status(self, run_id: str, status: str, now_ms: int, *, result: str | None = None,
                    reason: str | None = None) -> Op:  # fmt: skip
-        return (
-            "UPDATE runs SET status = ?, result = coalesce(?, result), reason = coalesce(?, reason), updated_ms = ?"
-            " WHERE run_id = ?",
-            (status, result, reason, now_ms, run_id),
-        )
+        return self.SET_STATUS, (status, result, reason, now_ms, run_id)
 
     def begin_step(self, tenant_id: str, run_id: str, seq: int, kind: StepKind, status: StepStatus,
                    input_value: Any, now_ms: int) -> list[Op]:  # fmt: skip
         """A new step (or a retry of it: `attempts` counts how often it was started)."""
         ref, put = self.payload(tenant_id, input_value) if input_value is not None else (None, None)
-        upsert = (
-            "INSERT INTO steps (tenant_id, run_id, seq, kind, operation_id, status, input_ref, updated_ms)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, seq) DO UPDATE SET"
-            " status = excluded.status, attempts = attempts + 1, updated_ms = excluded.updated_ms",
-            (tenant_id, run_id, seq, kind, f"{run_id}:{seq}", status, ref, now_ms),
-        )
+        upsert = self.UPSERT_STEP, (tenant_id, run_id, seq, kind, f"{run_id}:{seq}", status, ref, now_ms)
         return [put, upsert] if put is not None else [upsert]
 
     def finish_step(
         self, tenant_id: str, run_id: str, seq: int, status: StepStatus, output: Any, now_ms: int
     ) -> list[Op]:
         ref, put = self.payload(tenant_id, output)
-        update = (
-            "UPDATE steps SET status = ?, payload_ref = ?, updated_ms = ? WHERE run_id = ? AND seq = ?",
-            (status, ref, now_ms, run_id, seq),
-        )
-        return [put, update]
+        return [put, (self.FINISH_STEP, (status, ref, now_ms, run_id, seq, tenant_id))]
 
     def event(self, tenant_id: str, run_id: str, seq: int, event_type: str, data_json: str, now_ms: int) -> Op:
-        return (
-            "INSERT OR IGNORE INTO run_events VALUES (?, ?, ?, ?, ?, ?)",
-            (tenant_id, run_id, seq, event_type, data_json, now_ms),
-        )
+        return self.INSERT_EVENT, (tenant_id, run_id, seq, event_type, data_json, now_ms)
 
     def put_agent(self, tenant_id: str, name: str, spec_json: str, source: str, now_ms: int) -> Op:
-        return (
-            "INSERT INTO agents VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, name) DO UPDATE SET"
-            " spec = excluded.spec, source = excluded.source, updated_ms = excluded.updated_ms",
-            (tenant_id, name, spec_json, source, now_ms, now_ms),
-        )
+        return self.PUT_AGENT, (tenant_id, name, spec_json, source, now_ms, now_ms)
 
     # --- deletion (runs on the store's thread, inside its transaction: `RunStore.apply`) ---
 

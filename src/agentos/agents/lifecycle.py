@@ -11,12 +11,11 @@ its commands into tasks and journal writes:
     ExpireHuman-> journal the waiting step as timed out (FinishRun follows)
 
 A run's task reports how it ended with `RunEnded`; a run that parks reports `HumanRequested`
-instead. Journal writes go through the one ordered queue, so a task started after a write
-reads what the write wrote.
+instead (a run taken over by another node, `LeaseLost`, ends here as suspended). Journal writes
+go through the one ordered queue, so a task started after a write reads what the write wrote.
 
-Tenancy: `submit` takes the tenant the run belongs to; a child run (`delegate`) is its parent's
-tenant's and may start only an agent that tenant sees. Recovery reads the unfinished runs of
-every tenant and resumes each under the tenant on its row.
+Tenancy: a run (and a child run, `delegate`) is its submitter's tenant's; recovery resumes each
+run under the tenant on its row.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from agentos.agents.agents import AgentRegistry
 from agentos.agents.engine import RunEngine
 from agentos.agents.handle import RunHandle
 from agentos.agents.journal import TERMINAL, RunRow, Step
+from agentos.agents.journal_store import LeaseLost
 from agentos.agents.pacer import Pacer
 from agentos.agents.runner import Runner
 from agentos.agents.spec import AgentSpec
@@ -65,8 +65,7 @@ class RunLifecycle(RunEngine):
         driver.on(ExpireHuman, self._on_expire)
 
     async def stop(self, drain_s: float) -> None:
-        """Suspend every run at its next step boundary (up to `drain_s`), then cancel the rest.
-        Unfinished runs stay in the journal and resume at the next start."""
+        """Suspend every run at its next step boundary (up to `drain_s`), then cancel the rest."""
         self.closing = True
         tasks = [h.task for h in self.handles.values() if h.task is not None]
         if tasks and drain_s > 0:
@@ -99,6 +98,7 @@ class RunLifecycle(RunEngine):
         except BaseException as exc:
             created.set_exception(exc)
             raise
+        self.store.adopt(run_id, 1)  # born owned by this node (a lease on PostgreSQL)
         # The task (started by StartRun) wakes after this call returns: its caller answers first.
         created.set_result(None)
         return handle
@@ -119,6 +119,9 @@ class RunLifecycle(RunEngine):
             await asyncio.shield(self.finish(handle, "cancelled", reason=handle.stop_reason))
             if outside:
                 raise
+        except LeaseLost:  # another node runs it now (this one paused past its lease): leave it
+            log.warning("run %s: taken over by another node, stopped here", handle.run_id)
+            self.handles.pop(handle.run_id, None)
         except Exception:  # a bug must end this run with a reason, not hang it
             error_id = new_error_id()
             log.exception("run %s failed (error_id=%s)", handle.run_id, error_id)
@@ -136,12 +139,14 @@ class RunLifecycle(RunEngine):
         await self._pacer.wait()  # a burst of runs starts in waves (agents/pacer.py)
         if handle.steps is None:
             tenant = handle.row.tenant_id
-            handle.steps = await self.store.read(lambda db: self.journal.load_steps(db, tenant, handle.run_id))
+            handle.steps = await self.store.load_steps(tenant, handle.run_id)
         if handle.status in ("queued", "waiting_human"):
             if handle.status == "queued" and not handle.steps:
                 self.emit(handle, "run.started", {"agent": handle.row.agent})
             handle.status = "running"
-            self.store.write_nowait([self.journal.set_status(handle.run_id, "running", self.now_ms())])
+            self.store.write_nowait(
+                [self.journal.set_status(handle.run_id, "running", self.now_ms())], run=handle.run_id
+            )
         await self._runner.drive(handle)
 
     def _on_stop(self, command: StopRun) -> None:
@@ -188,7 +193,7 @@ class RunLifecycle(RunEngine):
         child_id = f"{parent.run_id}.{seq}"
         tenant = parent.row.tenant_id
         waiter = self.waiter(child_id)
-        row = await self.store.read(lambda db: self.journal.load_run(db, tenant, child_id))
+        row = await self.store.load_run(tenant, child_id)
         if row is not None and row.status in TERMINAL and child_id not in self.handles:
             return row
         if row is None:
@@ -215,7 +220,7 @@ class RunLifecycle(RunEngine):
         if self.driver.kernel.pending_human(handle.run_id) is None:
             return None
         tenant = handle.row.tenant_id
-        steps = await self.store.read(lambda db: self.journal.load_steps(db, tenant, handle.run_id))
+        steps = await self.store.load_steps(tenant, handle.run_id)
         step = steps[-1] if steps else None
         if step is None or step.kind != "human" or step.status != "waiting":
             return None
@@ -228,7 +233,7 @@ class RunLifecycle(RunEngine):
         now = self.now_ms()
         ops = self.journal.finish_step(handle.row.tenant_id, handle.run_id, step.seq, "done", output, now)
         ops.append(self.journal.set_status(handle.run_id, "running", now))
-        await self.store.write(ops)
+        await self.store.write(ops, run=handle.run_id)
 
     # --- runs without a task ---
 
@@ -239,8 +244,9 @@ class RunLifecycle(RunEngine):
         handle.status = command.status
         self.emit(handle, f"run.{command.status}", {"status": command.status, "result": None, "reason": command.reason})
         self.handles.pop(handle.run_id, None)
-        write = self.journal.set_status(handle.run_id, command.status, self.now_ms(), reason=command.reason)
-        self.store.write_nowait([write])
+        writes = self.journal.end_run(handle.run_id, command.status, self.now_ms(), reason=command.reason)
+        self.store.write_nowait(writes, run=handle.run_id)
+        self.store.release(handle.run_id)
         log.info("run %s %s: %s", handle.run_id, command.status, command.reason)
         self._wake(handle.run_id, _final(handle.row, command.status, command.reason))
 
@@ -250,8 +256,8 @@ class RunLifecycle(RunEngine):
             return
         output = {"timed_out": True}
         tenant = handle.row.tenant_id
-        self.store.write_nowait(self.journal.finish_step(tenant, command.run_id, command.step_seq, "done", output,
-                                                         self.now_ms()))  # fmt: skip
+        ops = self.journal.finish_step(tenant, command.run_id, command.step_seq, "done", output, self.now_ms())
+        self.store.write_nowait(ops, run=command.run_id)
 
     # --- recovery ---
 
@@ -262,22 +268,22 @@ class RunLifecycle(RunEngine):
         Returns:
             how many runs were found unfinished.
         """
-        rows = await self.store.read(self.journal.open_runs_of_every_tenant)
+        rows = await self.store.open_runs()
         for row in rows:
             if row.run_id not in self.handles:
-                await self._recover_one(row)
+                await self.recover_one(row)
         return len(rows)
 
-    async def _recover_one(self, row: RunRow) -> None:
+    async def recover_one(self, row: RunRow) -> None:
         try:
             handle = await self.load_handle(row)
         except Exception as exc:  # a broken snapshot must not stop the others from resuming
             log.exception("run %s cannot resume", row.run_id)
             stub = RunHandle(row=row, spec=AgentSpec(name=row.agent), status=row.status, next_event_seq=1)
-            stub.next_event_seq = 1 + await self.store.read(lambda db: self.journal.last_event_seq(db, row.run_id))
+            stub.next_event_seq = 1 + await self.store.last_event_seq(row.run_id)
             await self.record_finish(stub, "failed", None, f"cannot resume: {type(exc).__name__}")
             return
-        steps = await self.store.read(lambda db: self.journal.load_steps(db, row.tenant_id, row.run_id))
+        steps = await self.store.load_steps(row.tenant_id, row.run_id)
         last = steps[-1] if steps else None
         if row.status == "waiting_human" and last is not None and last.kind == "human" and last.status == "waiting":
             self.driver.handle(self._human_requested(handle, last.input))

@@ -77,9 +77,9 @@ class Runner:
 
     async def _journal(self, h: RunHandle, ops: list[Any], step: Step, *, durable: bool = True) -> None:
         if durable:
-            await self._host.store.write(ops)
+            await self._host.store.write(ops, run=h.run_id)
         else:
-            self._host.store.write_nowait(ops)
+            self._host.store.write_nowait(ops, run=h.run_id)
         h.record(step)
 
     def _begin(self, h: RunHandle, seq: int, kind: StepKind, status: StepStatus, value: Any) -> list[Any]:

@@ -9,7 +9,9 @@ them.
 Tenancy: every call names the caller's tenant first. A run, its events and its human requests,
 and an API-defined agent, are one tenant's: another tenant's answers `run_not_found` /
 `agent_not_found` (404) exactly like one that does not exist. Config agents are visible to
-every tenant. Runs of every tenant share one journal file, one kernel and one recovery.
+every tenant. Runs of every tenant share one journal, one kernel and one recovery. On
+PostgreSQL several nodes share the runs (`agentos.agents.cluster`): a request for a run another
+node drives is sent to that node.
 
 Usage::
 
@@ -33,18 +35,19 @@ from typing import Any
 
 from agentos.agents.agents import AgentRegistry
 from agentos.agents.checks import check_answer, check_input, remove_dirs
+from agentos.agents.cluster import cluster_for
 from agentos.agents.engine import run_not_found
 from agentos.agents.fanout import Bridge, RunEvent
 from agentos.agents.host import ToolHub
 from agentos.agents.isolation import SandboxStatus
-from agentos.agents.journal import SCHEMA, Journal, RunRow, Step, migrate
+from agentos.agents.journal import Journal
+from agentos.agents.journal_store import JournalStore, open_journal_store
 from agentos.agents.lifecycle import RunLifecycle
 from agentos.agents.mcp_tools import McpHub
 from agentos.agents.policy import AgentPolicy
 from agentos.agents.sandbox import Sandbox
 from agentos.agents.spec import AgentSpec, spec_to_dict
 from agentos.agents.statistics import RunServiceStatistics, run_statistics
-from agentos.agents.store import RunStore
 from agentos.clock import MonotonicClock, wall_ms
 from agentos.config import Settings
 from agentos.errors import Conflict, InvalidInput, NotFound, ShuttingDown
@@ -70,15 +73,15 @@ class RunService:
     ) -> None:
         """Args:
         provider: the chat model every agent talks to.
-        data_dir: where `runs.db` and the run workspaces live; None keeps the journal in memory.
+        data_dir: where `runs.db` (or, `store.backend = "postgres"`, nothing but the run
+            workspaces) lives; None keeps the journal in memory.
         settings: `settings.agents` defines the config agents; `kernel.max_input_chars` bounds
             input; `kernel.max_active_runs` bounds the runs working at once.
         driver: the kernel's driver, shared with chat turns; None: a kernel of its own (no shared limit).
         """
-        journal = Journal()
-        store = RunStore(data_dir / "runs.db" if data_dir else None, schema=SCHEMA, migrate=migrate)
+        store = open_journal_store(settings, data_dir)
         self._settings = settings
-        self._agents = AgentRegistry(store, journal, settings.agents, AgentPolicy.from_settings(settings))
+        self._agents = AgentRegistry(store, store.journal, settings.agents, AgentPolicy.from_settings(settings))
         if driver is None:  # a service on its own (tools, tests): a kernel of its own
             limits = kernel_limits(settings)
             if max_active_runs is not None:
@@ -86,10 +89,11 @@ class RunService:
             driver = Driver(Kernel(limits), MonotonicClock())
         self._driver = driver
         self._runs = RunLifecycle(
-            agents=self._agents, store=store, journal=journal, provider=provider, sandbox=Sandbox(settings.sandbox),
+            agents=self._agents, store=store, journal=store.journal, provider=provider,
             mcp=mcp or McpHub(trusted=self._agents.trusted_mcp_servers(), policy=self._agents.policy.outbound),
-            driver=driver, now_ms=now_ms, on_usage=on_usage,
+            driver=driver, now_ms=now_ms, on_usage=on_usage, sandbox=Sandbox(settings.sandbox),
         )  # fmt: skip
+        self._cluster = cluster_for(store, self._runs, self)  # PostgreSQL: leases
         self._workspaces = workspace_dir or (data_dir / "workspaces" if data_dir else None)
         self._temporary_workspaces: Path | None = None
         self.accepting = True
@@ -99,7 +103,7 @@ class RunService:
         return self._runs.sandbox.status()
 
     @property
-    def store(self) -> RunStore:
+    def store(self) -> JournalStore:
         return self._runs.store
 
     @property
@@ -118,19 +122,18 @@ class RunService:
         await self.store.open()
         await self._agents.load()
         await self._runs.recover()
-
-    async def recover(self) -> int:
-        """Resume every unfinished run found in the journal; returns how many there were."""
-        return await self._runs.recover()
+        if self._cluster is not None:  # takes over the runs whose lease expired, renews its own
+            await self._cluster.keeper.start()
 
     async def close(self, drain_s: float = 5.0) -> None:
-        """Stop; unfinished runs stay in the journal and resume at the next start.
-
-        Working runs first get up to `drain_s` to reach the end of their current step (so that
-        no tool call is left uncertain); those still busy then are cancelled.
+        """Stop; unfinished runs stay in the journal and resume at the next start (on PostgreSQL,
+        on another node at once). Working runs first get up to `drain_s` to reach the end of their
+        current step (so that no tool call is left uncertain); those still busy then are cancelled.
         """
         self.accepting = False
         await self._runs.stop(drain_s)
+        if self._cluster is not None:
+            await self._cluster.keeper.close()
         if isinstance(self._runs.mcp, McpHub):
             await self._runs.mcp.close()
         await self._runs.sandbox.close()
@@ -202,11 +205,12 @@ class RunService:
         return handle.run_id
 
     async def get_run(self, tenant_id: str, run_id: str) -> dict[str, Any]:
-        """The tenant's run's row, plus the pending human request when it waits for one.
-
-        Raises: NotFound (also for another tenant's run).
-        """
-        row, steps = await self.store.read(lambda db: self._row_and_steps(db, tenant_id, run_id))
+        """The tenant's run's row, plus its pending human request if any. Raises: NotFound (also
+        for another tenant's run)."""
+        row = await self.store.load_run(tenant_id, run_id)
+        if row is None:
+            raise run_not_found(run_id)
+        steps = await self.store.load_steps(tenant_id, run_id) if row.status == "waiting_human" else []
         info = row.to_dict()
         handle = self._runs.handles.get(run_id)
         if handle is not None:
@@ -216,39 +220,29 @@ class RunService:
             info["pending"] = pending.input
         return info
 
-    def _row_and_steps(self, db: Any, tenant_id: str, run_id: str) -> tuple[RunRow, list[Step]]:
-        row = self.journal.load_run(db, tenant_id, run_id)
-        if row is None:
-            raise run_not_found(run_id)
-        steps = self.journal.load_steps(db, tenant_id, run_id) if row.status == "waiting_human" else []
-        return row, steps
-
     async def events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> AsyncGenerator[RunEvent, None]:
-        """Every event of the run after `after_seq`, stored then live, ending with the terminal
-        one. Token events are live only.
-
-        Raises: NotFound (before the first event; also for another tenant's run).
-        """
-        handle = await self._runs.handle(tenant_id, run_id)
-        async for event in self._runs.events(tenant_id, run_id, handle, after_seq):
+        """Every event of the run after `after_seq`, stored then live, until the terminal one (tokens:
+        live only). Raises: NotFound (before the first event; also for another tenant's run)."""
+        if self._cluster is not None and await self._cluster.remote_row(tenant_id, run_id) is not None:
+            events = self._cluster.follow(tenant_id, run_id, after_seq)
+        else:
+            events = self._runs.events(tenant_id, run_id, await self._runs.handle(tenant_id, run_id), after_seq)
+        async for event in events:
             yield event
 
     async def cancel(self, tenant_id: str, run_id: str) -> dict[str, Any]:
-        """Soft cancel: a working run stops before its next step; a waiting one at once.
-
-        Raises: NotFound (also for another tenant's run).
-        """
-        if await self._runs.handle(tenant_id, run_id) is not None:
+        """Soft cancel: a working run stops before its next step; a waiting one at once. Raises:
+        NotFound (also for another tenant's run)."""
+        forwarded = await self._forwarded(tenant_id, run_id, {"kind": "cancel"})
+        if not forwarded and await self._runs.handle(tenant_id, run_id) is not None:
             self._driver.handle(RunCancelRequested(run_id, hard=False))
         return await self.get_run(tenant_id, run_id)
 
     async def terminate(self, tenant_id: str, run_id: str) -> dict[str, Any]:
         """Hard stop in any state: the task is cancelled and `run.cancelled` recorded; returns
-        once the run has ended.
-
-        Raises: NotFound (also for another tenant's run).
-        """
-        handle = await self._runs.handle(tenant_id, run_id)
+        once the run has ended. Raises: NotFound (also for another tenant's run)."""
+        forwarded = await self._forwarded(tenant_id, run_id, {"kind": "terminate"})
+        handle = None if forwarded else await self._runs.handle(tenant_id, run_id)
         if handle is not None:
             ended = self._runs.waiter(run_id)
             self._driver.handle(RunCancelRequested(run_id, hard=True))
@@ -277,6 +271,9 @@ class RunService:
         """
         if not self.accepting:  # an answer would start the run's task again
             raise ShuttingDown("the server is shutting down")
+        request = dict(kind="answer", operation_id=operation_id, answer=answer, approve=approve, args_hash=args_hash)
+        if await self._forwarded(tenant_id, run_id, request):
+            return await self.get_run(tenant_id, run_id)
         handle = await self._runs.handle(tenant_id, run_id)
         step = await self._runs.pending_step(handle) if handle is not None else None
         if handle is None or step is None:
@@ -290,13 +287,17 @@ class RunService:
         await self._runs.record_answer(handle, step, output)  # enqueued before the resumed task reads
         return await self.get_run(tenant_id, run_id)
 
+    async def _forwarded(self, tenant_id: str, run_id: str, request: dict[str, Any]) -> bool:
+        """True when another node drives the run: the request was checked and sent to it."""
+        return self._cluster is not None and await self._cluster.forward(tenant_id, run_id, request)
+
     async def delete_session_runs(self, tenant_id: str, session_id: str) -> None:
         """Terminate the tenant's session's runs and delete them: journal rows, payloads, workspaces."""
         handles = self._runs.handles.values()
         ours = [h for h in handles if h.row.session_id == session_id and h.row.tenant_id == tenant_id]
         for handle in ours:
             await self.terminate(tenant_id, handle.run_id)
-        deleted = await self.store.apply(lambda db: self.journal.delete_session_runs(db, tenant_id, session_id))
+        deleted = await self.store.delete_session_runs(tenant_id, session_id)
         if self._workspaces is not None:
             workspaces = self._workspaces
             await asyncio.to_thread(remove_dirs, [workspaces / run_id for run_id in deleted])

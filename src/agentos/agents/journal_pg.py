@@ -1,0 +1,265 @@
+"""The run journal on PostgreSQL (`store.backend = "postgres"`): the tables of migration 0002.
+
+Theory of operation. The same statements as `runs.db` (`PgJournal`, PostgreSQL's dialect of
+`Journal`), written by one `FencedWriter`: batched, one transaction per batch, and an awaited
+write returns after COMMIT (a journaled step is acknowledged only once durable; events and other
+`write_nowait` rows ride in the same batches, never a round trip per token). Reads go to the
+pool after a barrier on the writer, so a read sees every write queued before it.
+
+Leases. Every unfinished run has a row in `run_leases`: the node that runs it, until when (the
+database's `now()`, never a node's clock) and an epoch. A new run is born owned by the node that
+admitted it (epoch 1); `agentos.agents.leases.LeaseKeeper` renews this node's leases and takes
+over the runs whose lease expired (epoch + 1). Each write of a run is fenced by the epoch this
+node holds it at (`agentos.agents.journal_pg_writer`). The lease row goes with the run's end.
+
+Tenancy: as in `runs.db`, every read a request can reach names the tenant in its WHERE clause;
+the indexes those reads use are led by `tenant_id`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from agentos.agents.journal import EventRow, Journal, RunRow, Step
+from agentos.agents.journal_pg_sql import DELETE_SESSION_RUNS, MODEL_TOKENS, STEPS
+from agentos.agents.journal_pg_writer import UNIT, FencedWriter, Unit
+from agentos.agents.journal_store import LeaseLost
+from agentos.agents.store import Op, StoreStatistics
+from agentos.coordination.node import node_id
+from agentos.store import pg_migrations, pg_pool
+from agentos.store.pg_health import classify, within
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from agentos.config import CoordinationConfig, StoreConfig
+
+log = logging.getLogger("agentos.agents")
+
+_WRITER_ACQUIRE_TIMEOUT_S = 30.0
+_TERMINAL = "('completed', 'failed', 'cancelled')"
+
+
+class PgJournal(Journal):
+    """PostgreSQL's statements, with the parameters of SQLite's."""
+
+    PUT_PAYLOAD = "INSERT INTO payloads (hash, tenant_id, body) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING"
+    INSERT_RUN = (
+        "INSERT INTO runs VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT DO NOTHING"
+    )
+    SET_STATUS = (
+        "UPDATE runs SET status = $1, result = coalesce($2, result), reason = coalesce($3, reason), updated_ms = $4"
+        " WHERE run_id = $5"
+    )
+    UPSERT_STEP = (
+        "INSERT INTO steps (tenant_id, run_id, seq, kind, operation_id, status, input_ref, updated_ms)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (tenant_id, run_id, seq) DO UPDATE SET"
+        " status = excluded.status, attempts = steps.attempts + 1, updated_ms = excluded.updated_ms"
+    )
+    FINISH_STEP = (
+        "UPDATE steps SET status = $1, payload_ref = $2, updated_ms = $3 WHERE run_id = $4 AND seq = $5"
+        " AND tenant_id = $6"
+    )
+    INSERT_EVENT = "INSERT INTO run_events VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING"
+    PUT_AGENT = (
+        "INSERT INTO agents VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id, name) DO UPDATE SET"
+        " spec = excluded.spec, source = excluded.source, updated_ms = excluded.updated_ms"
+    )
+    _LEASE = "INSERT INTO run_leases VALUES ($1, $2, $3, 1, now() + make_interval(secs => $4)) ON CONFLICT DO NOTHING"
+
+    def __init__(self, node: str, lease_s: float) -> None:
+        self._node = node
+        self._lease_s = lease_s
+
+    def create_run(self, row: RunRow) -> list[Op]:
+        return [self.insert_run(row), (self._LEASE, (row.run_id, row.tenant_id, self._node, self._lease_s))]
+
+    def end_run(self, run_id: str, status: str, now_ms: int, *, result: str | None = None, reason: str) -> list[Op]:
+        ended = self.set_status(run_id, status, now_ms, result=result, reason=reason)
+        return [ended, ("DELETE FROM run_leases WHERE run_id = $1", (run_id,))]
+
+
+class PgJournalStore:
+    """The `JournalStore` of several nodes sharing one PostgreSQL database."""
+
+    def __init__(self, config: StoreConfig, coordination: CoordinationConfig, *, node: str = "") -> None:
+        self.node = node or node_id()  # tests give two stores of one process two node ids
+        self.lease_s = coordination.run_lease_s
+        self.journal = PgJournal(self.node, self.lease_s)
+        self.epochs: dict[str, int] = {}  # the runs this node owns, at the epoch it holds them
+        self.config = config
+        self._bound_s = config.postgres_request_timeout_s
+        self._pool: asyncpg.Pool | None = None
+        self._writer: FencedWriter | None = None
+        self.unavailable: tuple[type[Exception], ...] = ()
+        self._statements = 0
+
+    async def open(self) -> None:
+        """Migrate, open the pool, start the writer.
+
+        Raises:
+            ConfigError: naming store.postgres_url (unreachable, refused, schema mismatch).
+        """
+        self.unavailable = pg_pool.connection_errors()
+        conn = await pg_pool.connect(self.config)
+        try:
+            await pg_migrations.migrate(conn, schema=self.config.postgres_schema)
+        finally:
+            await conn.close()
+        self._pool = await pg_pool.create_pool(self.config)
+        c = self.config
+        self._writer = FencedWriter(
+            "runs", self._pool, node=self.node, fatal_errors=self.unavailable, queue_max_rows=c.queue_max_rows,
+            batch_max_rows=c.batch_max_rows, linger_ms=c.linger_ms,
+            acquire_timeout_s=max(c.postgres_acquire_timeout_s, _WRITER_ACQUIRE_TIMEOUT_S),
+        )  # fmt: skip
+        self._writer.start()
+
+    async def close(self) -> None:
+        """Commit what is queued, then hand this node's runs over: their leases expire now, so
+        another node (or this one's next start) takes them over at once."""
+        if self._writer is not None:
+            await self._writer.close()
+        if self._pool is None:
+            return
+        try:
+            await self._pool.execute("UPDATE run_leases SET expires_at = now() WHERE owner = $1", self.node)
+        except Exception as exc:  # the leases then expire by themselves after run_lease_s
+            log.warning("run leases not handed over (%s: %s)", type(exc).__name__, exc)
+        self.epochs.clear()
+        await self._pool.close()
+        self._pool = None
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        assert self._pool is not None, "journal not open"
+        return self._pool
+
+    @property
+    def _lane(self) -> FencedWriter:
+        assert self._writer is not None, "journal not open"
+        return self._writer
+
+    def statistics(self) -> StoreStatistics:
+        w = self._writer.statistics() if self._writer is not None else None
+        if w is None:
+            return StoreStatistics(batches=0, statements=self._statements, queued=0)
+        return StoreStatistics(
+            batches=w.batches_total, statements=self._statements, queued=w.queued + w.shed_queued,
+            dropped_total=w.dropped_total, failed_total=w.failed_total,
+        )  # fmt: skip
+
+    async def wait_space(self) -> None:
+        await self._lane.wait_space()
+
+    # --- writes ---
+
+    def _unit(self, ops: Sequence[Op], run: str | None) -> Unit:
+        self._statements += len(ops)
+        if run is None:
+            return Unit(ops, None)
+        epoch = self.epochs.get(run)
+        if epoch is None:
+            raise LeaseLost(f"run {run!r} is not this node's")
+        return Unit(ops, (run, epoch))
+
+    async def write(self, ops: Sequence[Op], *, run: str | None = None) -> None:
+        """Raises: LeaseLost (the run is another node's), StoreError, StoreUnavailable."""
+        await self._lane.submit(UNIT, self._unit(ops, run))
+
+    def write_nowait(self, ops: Sequence[Op], *, run: str | None = None, sheddable: bool = False) -> None:
+        self._lane.put(UNIT, self._unit(ops, run), sheddable=sheddable)
+
+    def adopt(self, run_id: str, epoch: int) -> None:
+        self.epochs[run_id] = epoch
+
+    def release(self, run_id: str) -> None:
+        self.epochs.pop(run_id, None)
+
+    # --- reads ---
+
+    async def fetch(self, sql: str, *args: Any) -> list[Any]:
+        """Rows of a read that sees every write queued before it.
+
+        Raises:
+            StoreUnavailable: the database cannot be reached, or a bound passed.
+            StoreError: the database failed otherwise.
+        """
+        await within(self._lane.barrier(), "waiting for earlier run writes", self._bound_s)
+        return await self.query(sql, *args)
+
+    async def query(self, sql: str, *args: Any) -> list[Any]:
+        """Rows of a statement on the pool, not ordered after queued writes (the leases' own).
+
+        Raises: StoreUnavailable, StoreError.
+        """
+        try:
+            async with self.pool.acquire(timeout=self.config.postgres_acquire_timeout_s) as conn:
+                rows: list[Any] = await conn.fetch(sql, *args, timeout=self._bound_s)
+        except Exception as exc:
+            raise classify(exc, self.unavailable, "run journal query") from exc
+        return rows
+
+    async def load_run(self, tenant_id: str, run_id: str) -> RunRow | None:
+        rows = await self.fetch("SELECT * FROM runs WHERE run_id = $1 AND tenant_id = $2", run_id, tenant_id)
+        return RunRow(*rows[0]) if rows else None
+
+    async def open_runs(self) -> list[RunRow]:
+        """None at start-up: on PostgreSQL the `LeaseKeeper` takes over the unfinished runs whose
+        lease expired (a restarted node is a new node: its old leases expire first)."""
+        return []
+
+    async def load_steps(self, tenant_id: str, run_id: str) -> list[Step]:
+        rows = await self.fetch(STEPS, run_id, tenant_id)
+        return [Step(r[0], r[1], r[2], r[3], _decode(r[4]), _decode(r[5]), r[6]) for r in rows]
+
+    async def resume_state(self, row: RunRow) -> tuple[Any, int, Any]:
+        refs = [row.spec_ref, row.context_ref or row.spec_ref]
+        bodies = dict(
+            await self.fetch(
+                "SELECT hash, body FROM payloads WHERE tenant_id = $1 AND hash = any($2)", row.tenant_id, refs
+            )  # fmt: skip
+        )
+        context = _decode(bodies.get(row.context_ref)) if row.context_ref else None
+        return _decode(bodies.get(row.spec_ref)), await self.last_event_seq(row.run_id), context
+
+    async def last_event_seq(self, run_id: str) -> int:
+        rows = await self.fetch("SELECT max(seq) FROM run_events WHERE run_id = $1", run_id)
+        return int(rows[0][0] or 0)
+
+    async def load_events(self, tenant_id: str, run_id: str, after_seq: int) -> list[EventRow]:
+        rows = await self.fetch(
+            "SELECT seq, type, data FROM run_events WHERE tenant_id = $1 AND run_id = $2 AND seq > $3 ORDER BY seq",
+            tenant_id, run_id, after_seq,
+        )  # fmt: skip
+        return [EventRow(*r) for r in rows]
+
+    async def count_children(self, run_id: str) -> int:
+        rows = await self.fetch("SELECT count(*) FROM runs WHERE parent_run_id = $1", run_id)
+        return int(rows[0][0])
+
+    async def agents_of_every_tenant(self) -> list[tuple[str, str, str, str]]:
+        rows = await self.fetch("SELECT tenant_id, name, spec, source FROM agents ORDER BY tenant_id, name")
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+    async def delete_session_runs(self, tenant_id: str, session_id: str) -> list[str]:
+        """Every run of the tenant's session with its children, steps, events, leases, requests
+        and the payloads nothing else refers to, in one transaction."""
+        await within(self._lane.barrier(), "waiting for earlier run writes", self._bound_s)
+        try:
+            async with self.pool.acquire(timeout=self.config.postgres_acquire_timeout_s) as conn:
+                rows = await conn.fetch(DELETE_SESSION_RUNS, tenant_id, session_id, timeout=self._bound_s)
+        except Exception as exc:
+            raise classify(exc, self.unavailable, "run deletion") from exc
+        return sorted(r[0] for r in rows)
+
+    async def model_tokens(self, since_ms: int, before_ms: int) -> dict[str, int]:
+        return {r[0]: int(r[1]) for r in await self.fetch(MODEL_TOKENS, since_ms, before_ms)}
+
+
+def _decode(body: bytes | None) -> Any:
+    return msgspec.json.decode(body) if body is not None else None

@@ -1,0 +1,164 @@
+"""Run leases on PostgreSQL: renewing this node's, taking over expired ones, and the requests
+other nodes leave for this node's runs.
+
+Theory of operation. Two tasks:
+1. every `coordination.run_lease_s / 3`, renewals (a task of their own, so that resuming many
+   runs never delays them): every lease this node holds and that has not expired gets
+   `expires_at = now() + run_lease_s` (the database's clock); a run whose lease was not renewed
+   is lost (`on_lost`): another node took it over, or may at any moment, while this one was
+   paused or cut off (its writes are fenced already or will be);
+2. every third of the lease, takeover of expired leases (`FOR UPDATE SKIP LOCKED`, so nodes
+   never claim the same run; the epoch goes up by one, which fences the old owner): a root run
+   with its child runs, so a parent and the children it waits for stay on one node.
+   `on_claimed` resumes them from the journal exactly as a restart does. Then, and whenever a
+   NOTIFY on `agentos_run_requests` (heard on a connection of its own, not the pool's) wakes it,
+   the requests (answers, cancels, terminates) other nodes wrote into `run_requests` for this
+   node's runs (`on_requests`).
+
+A failure of the database is logged and retried on the next tick. If it lasts longer than the
+lease, other nodes take the runs over; this node learns at its next renewal, and meanwhile its
+writes to those runs fail their fence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from agentos.store import pg_pool
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from agentos.agents.journal_pg import PgJournalStore
+
+log = logging.getLogger("agentos.agents")
+
+CHANNEL = "agentos_run_requests"
+CLOSE_WAIT_S = 10.0  # for the step under way when closing
+CLAIM_MAX = 200  # runs taken over per tick: a node that inherits many resumes them in waves
+_SECS = "make_interval(secs => $2)"
+# Only a lease still valid is renewed (one that expired may be claimed at this very moment), and
+# none that a batch of this node's journal writer holds FOR SHARE (waiting for it could deadlock
+# with a batch that ends a run): those are only checked, and renewed at the next round.
+_RENEW = f"""UPDATE run_leases SET expires_at = now() + {_SECS} WHERE run_id IN (
+  SELECT run_id FROM run_leases WHERE owner = $1 AND run_id = any($3::text[]) AND expires_at > now()
+  FOR UPDATE SKIP LOCKED) RETURNING run_id, epoch"""
+_HELD = "SELECT run_id, epoch FROM run_leases WHERE owner = $1 AND run_id = any($2::text[]) AND expires_at > now()"
+_CLAIM = f"""UPDATE run_leases l SET owner = $1, epoch = l.epoch + 1, expires_at = now() + {_SECS}
+FROM (SELECT run_id FROM run_leases WHERE expires_at < now() AND strpos(run_id, '.') = 0
+      ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED) roots
+WHERE l.expires_at < now() AND (l.run_id = roots.run_id OR starts_with(l.run_id, roots.run_id || '.'))
+RETURNING l.run_id, l.epoch"""
+_TAKE_REQUESTS = """DELETE FROM run_requests WHERE id IN (
+  SELECT id FROM run_requests WHERE run_id = any($1::text[]) ORDER BY id FOR UPDATE SKIP LOCKED)
+RETURNING tenant_id, run_id, body"""
+
+Claimed = Callable[[dict[str, int]], Awaitable[None]]  # run id -> epoch
+Requests = Callable[[list[tuple[str, str, dict[str, Any]]]], Awaitable[None]]  # (tenant, run id, body)
+
+
+class LeaseKeeper:
+    def __init__(
+        self, store: PgJournalStore, *, on_claimed: Claimed, on_lost: Callable[[list[str]], None], on_requests: Requests
+    ) -> None:
+        self._store = store
+        self._on_claimed = on_claimed
+        self._on_lost = on_lost
+        self._on_requests = on_requests
+        self._period_s = store.lease_s / 3
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()  # set when closing: ends the renewals' wait
+        self._listener: asyncpg.Connection | None = None
+        self._closing = False
+
+    async def start(self) -> None:
+        """Listen for requests, take over what has expired (before returning, as a restart
+        resumes its runs), then keep at it in the background."""
+        self._listener = await pg_pool.connect(self._store.config)
+        await self._listener.add_listener(CHANNEL, self._heard)
+        await self._guarded(self.tick)
+        self._tasks = [
+            asyncio.create_task(self._renewing(), name="agentos-run-lease-renewals"),
+            asyncio.create_task(self._serve(), name="agentos-run-leases"),
+        ]
+
+    async def close(self) -> None:
+        if self._tasks:
+            # A flag, not cancel(): Python 3.11's wait_for can swallow a cancel that meets a wake-up.
+            self._closing = True
+            self._wake.set()
+            self._stopped.set()
+            _, pending = await asyncio.wait(self._tasks, timeout=CLOSE_WAIT_S)
+            for task in pending:  # a database call stuck past its own bounds
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            self._tasks = []
+        if self._listener is not None:
+            with contextlib.suppress(Exception):  # a connection already gone has nothing to close
+                await self._listener.close()
+            self._listener = None
+
+    def _heard(self, *_: Any) -> None:
+        self._wake.set()
+
+    async def _renewing(self) -> None:
+        """Renewals in a task of their own: taking over many runs must not delay them."""
+        while not self._closing:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), self._period_s)
+            if not self._closing:
+                await self._guarded(self.renew)
+
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self._period_s
+        while not self._closing:
+            if loop.time() >= due:
+                due = loop.time() + self._period_s
+                await self._guarded(self.claim)
+            await self._guarded(self.take_requests)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(0.0, due - loop.time()))
+
+    async def _guarded(self, step: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await step()
+        except Exception:  # the database is away, perhaps: the next tick tries again
+            log.exception("run leases: %s failed", getattr(step, "__name__", "a step"))
+
+    async def tick(self) -> None:
+        await self.renew()
+        await self.claim()
+        await self.take_requests()
+
+    async def renew(self) -> None:
+        before = dict(self._store.epochs)  # runs adopted later were committed after this query starts
+        rows = await self._store.query(_RENEW, self._store.node, self._store.lease_s, list(before))
+        held = {r[0]: r[1] for r in rows}
+        if skipped := [run for run in before if run not in held]:
+            held |= {r[0]: r[1] for r in await self._store.query(_HELD, self._store.node, skipped)}
+        lost = sorted(run for run, epoch in before.items() if held.get(run) != epoch and run in self._store.epochs)
+        if lost:  # or ended here while the renewal ran (its lease went with it): `on_lost` tells them apart
+            self._on_lost(lost)
+
+    async def claim(self) -> None:
+        rows = await self._store.query(_CLAIM, self._store.node, self._store.lease_s, CLAIM_MAX)
+        if rows:
+            log.info("run leases: taking over %d runs whose lease expired", len(rows))
+            await self._on_claimed({r[0]: r[1] for r in rows})
+
+    async def take_requests(self) -> None:
+        owned = list(self._store.epochs)
+        if not owned:
+            return
+        rows = await self._store.fetch(_TAKE_REQUESTS, owned)
+        if rows:
+            await self._on_requests([(r[0], r[1], msgspec.json.decode(r[2])) for r in rows])

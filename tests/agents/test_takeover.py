@@ -1,0 +1,175 @@
+"""Runs shared by real server processes on one PostgreSQL schema: a run answered (and one
+terminated) on a node that does not run it, and `kill -9` of the node that runs 50, whose runs
+the two other nodes take over when their leases expire, without repeating a journaled step.
+
+The nodes share one data dir, as nodes share a volume for the run workspaces (the effects log
+of the `tools` scenario is written there); the journal, sessions and leases are in PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from agentos.bench.mock.server import MockSettings
+from agentos.config import StoreConfig
+from agentos.store import pg_pool
+from agentos.testing import eventually, sse_events
+from tests.agents.counting_mock import CountingMock, Key, start_counting_mock
+from tests.agents.test_durability import (
+    ServerProcess,
+    all_ended,
+    check_every_run_ended,
+    check_kills_interrupted_runs,
+    check_no_effect_applied_twice,
+    check_no_journaled_model_call_repeated,
+    drive,
+    kill_9,
+    start_run,
+    start_server,
+    statuses,
+)
+from tests.postgres import fresh_schema
+
+LEASE_S = 2.0
+RUNS = 50
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[StoreConfig]:
+    async for config in fresh_schema():
+        yield config
+
+
+@pytest.fixture
+async def mock() -> AsyncIterator[CountingMock]:
+    counting = await start_counting_mock(MockSettings(scenario="tools", ttft_ms=10, tps=1000, tokens=3))
+    yield counting
+    await counting.close()
+
+
+async def node(tmp_path: Path, mock: CountingMock, n: int, pg: StoreConfig) -> ServerProcess:
+    options = [
+        "--postgres-url",
+        pg.postgres_url,
+        "--postgres-schema",
+        pg.postgres_schema,
+        "--run-lease-s",
+        str(LEASE_S),
+    ]
+    return await start_server(tmp_path, mock, n, *options)
+
+
+async def stop(*servers: ServerProcess) -> None:
+    for server in servers:
+        if server.proc.returncode is None:
+            server.proc.send_signal(signal.SIGTERM)
+            await server.proc.wait()
+
+
+async def sql(pg: StoreConfig, statement: str, *params: Any) -> list[Any]:
+    conn = await pg_pool.connect(pg)
+    try:
+        return list(await conn.fetch(statement, *params))
+    finally:
+        await conn.close()
+
+
+def owned_by(server: ServerProcess) -> str:
+    """A LIKE pattern for the node ids of `server`'s process (hostname-pid-random)."""
+    return f"%-{server.proc.pid}-%"
+
+
+async def done_model_keys(pg: StoreConfig) -> set[Key]:
+    """(run input, k) of every model call the journal holds as done (as test_durability's, on PostgreSQL)."""
+    rows = await sql(
+        pg,
+        "SELECT r.input, s.seq FROM steps s JOIN runs r USING (run_id) WHERE s.kind = 'model' AND s.status = 'done'"
+        " ORDER BY r.run_id, s.seq",
+    )
+    seen: Counter[str] = Counter()
+    keys: set[Key] = set()
+    for text, _seq in rows:
+        keys.add((text, seen[text]))
+        seen[text] += 1
+    return keys
+
+
+@pytest.mark.slow
+async def test_a_run_is_answered_on_a_node_that_does_not_run_it(
+    tmp_path: Path, mock: CountingMock, pg: StoreConfig
+) -> None:
+    a = await node(tmp_path, mock, 0, pg)
+    b = await node(tmp_path, mock, 1, pg)
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as http:
+            run_id = await start_run(http, a.url, "job-answered-elsewhere")
+
+            async def waiting_seen_from_b() -> bool:
+                return (await statuses(http, b.url, [run_id]))[run_id]["status"] == "waiting_human"
+
+            await eventually(waiting_seen_from_b, 20.0, "the run to wait for a human, read on the other node")
+            [owner] = await sql(pg, "SELECT owner FROM run_leases WHERE run_id = $1", run_id)
+            assert f"-{a.proc.pid}-" in owner[0]  # A runs it, B only reads it
+            pending = (await statuses(http, b.url, [run_id]))[run_id]["pending"]
+            body = {"operation_id": pending["operation_id"], "answer": "yes"}
+            async with http.post(f"{b.url}/v1/runs/{run_id}/answer", json=body) as response:
+                assert response.status == 200, await response.text()
+            async with http.post(f"{b.url}/v1/runs/{run_id}/answer", json={"operation_id": "x:1"}) as response:
+                assert response.status == 409  # checked on B against the journal
+            async with http.get(f"{b.url}/v1/runs/{run_id}/events") as response:
+                names = [event.name async for event in sse_events(response)]
+            assert names[-1] == "run.completed" and "human.answered" in names
+            assert "run.resumed" not in names  # A finished it: no takeover happened
+            info = (await statuses(http, a.url, [run_id]))[run_id]
+            assert info["status"] == "completed" and info["result"]
+            other = await start_run(http, a.url, "job-terminated-elsewhere")
+            async with http.post(f"{b.url}/v1/runs/{other}/terminate") as response:
+                assert response.status == 200, await response.text()
+                terminated = await response.json()  # answered once the owner (A) ended it
+            assert (terminated["status"], terminated["reason"]) == ("cancelled", "terminated")
+    finally:
+        await stop(a, b)
+
+
+@pytest.mark.slow
+async def test_kill_9_of_the_owner_hands_every_run_to_the_survivors_without_repeats(
+    tmp_path: Path, mock: CountingMock, pg: StoreConfig
+) -> None:
+    a, b, c = [await node(tmp_path, mock, n, pg) for n in range(3)]
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as http:
+            runs = list(await asyncio.gather(*(start_run(http, a.url, f"job-{i}") for i in range(RUNS))))
+
+            async def under_way() -> bool:  # journaled, not only answered by the mock
+                return len(await done_model_keys(pg)) >= RUNS // 2
+
+            await eventually(under_way, 30.0, "the runs to be under way on A")
+            await kill_9(a)
+            killed_at = asyncio.get_running_loop().time()
+            before = await done_model_keys(pg)
+            mock.epoch += 1
+
+            async def taken_over() -> bool:
+                return not await sql(pg, "SELECT 1 FROM run_leases WHERE owner LIKE $1", owned_by(a))
+
+            await eventually(taken_over, LEASE_S * 2 + 10.0, "B and C to take over A's runs")
+            took_s = asyncio.get_running_loop().time() - killed_at
+            # Every request goes to B: those for C's runs are C's to apply.
+            final = await drive(http, b.url, runs, all_ended, LEASE_S + 60.0)
+    finally:
+        await stop(a, b, c)
+    assert took_s < LEASE_S * 2 + 10.0
+    check_every_run_ended(final)
+    check_kills_interrupted_runs([before, set()])
+    resumed = await sql(pg, "SELECT count(DISTINCT run_id) FROM run_events WHERE type = 'run.resumed'")
+    assert resumed[0][0] > 0  # A's runs were resumed from the journal
+    check_no_journaled_model_call_repeated(mock, [before, await done_model_keys(pg)])
+    check_no_effect_applied_twice(tmp_path / "data" / "workspaces", runs)
