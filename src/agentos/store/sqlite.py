@@ -22,7 +22,7 @@ import msgspec
 
 from agentos.config import StoreConfig
 from agentos.store import usage
-from agentos.store.base import StoreStatistics
+from agentos.store.base import OneNodeTurns, StoreStatistics
 from agentos.store.jsonl import JsonlLog
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
 from agentos.store.sqlite_rows import MESSAGE_COLUMNS, message_from_row, message_params, session_from_row
@@ -110,7 +110,7 @@ _encode = msgspec.json.encode
 _decode = msgspec.json.decode
 
 
-class SQLiteStore:
+class SQLiteStore(OneNodeTurns):
     def __init__(
         self,
         data_dir: Path,
