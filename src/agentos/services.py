@@ -142,7 +142,8 @@ async def open_services(
         await _close_link(link)
         await tenants.close()
         raise
-    runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs)
+    runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs, bus=bus)
+    await runtime.start()
     runtime.start_lag_probe()
     return Services(settings, metrics, store, provider, driver, runs, runtime, tenants, quotas, link, bus)
 

@@ -28,6 +28,7 @@ from agentos.store.records import SessionRecord
 
 if TYPE_CHECKING:
     from agentos.agents import RunService
+    from agentos.coordination.bus import Bus
 
 __all__ = ["DEFAULT_AGENT", "Runtime", "kernel_limits", "new_id"]
 
@@ -56,6 +57,7 @@ class Runtime:
         *,
         driver: Driver,
         runs: RunService | None = None,
+        bus: Bus | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -68,9 +70,13 @@ class Runtime:
         self.sessions = Sessions(driver, store, runs)
         chat = ChatTurns(driver, store, provider, metrics, self.clock, history)
         agents = AgentTurns(runs, store, history) if runs is not None else None
-        self._turns = Turns(driver, store, metrics, self.clock, self.sessions, chat, agents)
+        self._turns = Turns(driver, store, metrics, self.clock, self.sessions, chat, agents, bus)
         self._lag_timer: asyncio.TimerHandle | None = None
         metrics.bind(driver.kernel.statistics, store.statistics, lambda: len(self._turns))
+
+    async def start(self) -> None:
+        """Hear the other nodes' cancels (with `coordination.redis_url`); nothing otherwise."""
+        await self._turns.relay.start()
 
     @property
     def kernel(self) -> Kernel:
@@ -115,6 +121,14 @@ class Runtime:
         """
         self.sessions.check_loaded(tenant_id, session_id)
         return self._turns.cancel(session_id, reason)
+
+    async def cancel_turn_anywhere(self, tenant_id: str, session_id: str) -> str | None:
+        """Cancel the session's running turn, on this node or (PostgreSQL) any other.
+
+        Raises: SessionNotFound (not in memory, or another tenant's); StoreUnavailable.
+        """
+        self.sessions.check_loaded(tenant_id, session_id)
+        return await self._turns.cancel_anywhere(tenant_id, session_id)
 
     @property
     def live_turns(self) -> Iterable[str]:
