@@ -240,6 +240,8 @@ class Turns:
         # Nothing may outlive a deleted session; a turn fenced out by a newer epoch would only
         # have its writes refused (the kernel's "superseded" has one whenever the store fences).
         fenced = self._fencing and (turn.fenced_out or turn.cancel_reason == "superseded")
+        if name == "turn.completed":  # its answer passed the fence: what follows only records that
+            self._store.end_turn(turn.turn_id)
         if data.get("reason") != "session_deleted" and not fenced:
             # A closed store refuses the records; the client is still told how the turn ended.
             with suppress(StoreUnavailable):
