@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from agentos.config import StoreConfig
 
 STALE_SQLSTATE = "AOS01"  # raised by agentos_turn_fence (migration 0004)
+_DEADLOCK = "40P01"
+_ATTEMPTS = 3
 
 _FENCE = "agentos_turn_fence($1::text, $2::text, $9::bigint)"
 FENCED_INSERT_MESSAGE = f"""
@@ -135,11 +137,11 @@ class TurnEpochs:
             await asyncio.wait([previous])  # its outcome is its caller's business
         # This node's earlier writes of the session (the last turn's terminal event, say) were
         # made before this turn started: let them land first instead of refusing them.
+        args = (*key, *(() if turn_id is None else (turn_id,)))
         try:
             async with asyncio.timeout(self._bound_s):
                 await self._settled()
-                async with self._pool().acquire(timeout=self._acquire_timeout_s) as conn:
-                    row: Any = await conn.fetchrow(sql, *key, *(() if turn_id is None else (turn_id,)))
+                row = await self._fetch(sql, args)
         except Exception as exc:
             raise classify(exc, self._unavailable(), "start a turn (turn epoch)") from exc
         if row is None:
@@ -147,6 +149,19 @@ class TurnEpochs:
         if turn_id is not None:
             self._epochs[turn_id] = row[0]
         return Bumped(row[0], row[1])
+
+    async def _fetch(self, sql: str, args: tuple[Any, ...]) -> Any:
+        # The share locks of fenced writes in other nodes' batches and bumps waiting for them can
+        # form a cycle when two sessions are contended at once; PostgreSQL breaks it by failing
+        # one statement (40P01), and this one statement can simply run again.
+        for attempt in range(_ATTEMPTS):
+            try:
+                async with self._pool().acquire(timeout=self._acquire_timeout_s) as conn:
+                    return await conn.fetchrow(sql, *args)
+            except Exception as exc:
+                if getattr(exc, "sqlstate", None) != _DEADLOCK or attempt == _ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
 
 class FencedTurns:
