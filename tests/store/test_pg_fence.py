@@ -56,7 +56,8 @@ async def test_a_write_with_a_stale_epoch_is_refused_after_a_newer_turn_started(
     await b.commit_message(answer("turn_2", "answer 2"))
     messages = await b.history(T, S, limit=10)
     assert [(m.turn_id, m.content) for m in messages] == [("turn_1", "question 1"), ("turn_2", "answer 2")]
-    assert [e.type for e in await a.list_events(T, S, after=0, limit=10)] == ["turn.started"]
+    # turn 1 never wrote its end: the bump that fenced it out did, and its own late one was refused
+    assert [e.type for e in await a.list_events(T, S, after=0, limit=10)] == ["turn.started", "turn.cancelled"]
     assert a.statistics().stale_writes_total == 2
     assert b.statistics().stale_writes_total == 0
 
@@ -112,6 +113,24 @@ async def test_a_cancel_fences_out_the_running_turn_and_names_it(nodes: tuple[Po
     await a.begin_turn(T, S, "turn_2")
     await a.commit_message(answer("turn_2"))
     assert await b.cancel_turn(T, S) is None  # turn_2 has stored its answer: it is over
+
+
+async def test_the_bump_records_the_end_of_the_turn_it_fences_out(nodes: tuple[PostgresStore, PostgresStore]) -> None:
+    """A fenced-out turn cannot write its own terminal event: its successor's bump writes it,
+    in the same transaction. A turn that stored its answer had ended: nothing is added."""
+    a, b = nodes
+    await a.begin_turn(T, S, "turn_1")
+    await a.commit_message(answer("turn_1"))  # turn 1 ended (its answer is stored)
+    await b.begin_turn(T, S, "turn_2")  # supersedes nothing
+    await b.begin_turn(T, S, "turn_3")  # supersedes turn 2, still running
+    await b.begin_turn(T, S, "turn_4")
+    assert await a.cancel_turn(T, S) is not None  # turn 4, from another node
+    events = await a.list_events(T, S, after=0, limit=10)
+    assert [(e.turn_id, e.type, e.data) for e in events] == [
+        ("turn_2", "turn.cancelled", {"turn_id": "turn_2", "reason": "superseded"}),
+        ("turn_3", "turn.cancelled", {"turn_id": "turn_3", "reason": "superseded"}),
+        ("turn_4", "turn.cancelled", {"turn_id": "turn_4", "reason": "cancelled"}),
+    ]
 
 
 async def test_the_embedded_stores_have_no_epochs() -> None:

@@ -50,21 +50,39 @@ INSERT INTO events (tenant_id, session_id, turn_id, type, data, created_at_ms)
 SELECT $1::text, $2::text, $3::text, $4::text, $5::jsonb, $6::bigint
 WHERE agentos_turn_fence($1::text, $2::text, $7::bigint)
 """
-# The old active turn is read under the row lock the UPDATE takes anyway (FOR UPDATE), so two
-# bumps of one session serialise and each sees the other's result.
+# One statement, one round trip: read the old active turn under the row lock the UPDATE takes
+# anyway (two bumps of one session serialise, each sees the other's result), bump, and record
+# the old turn's end if it was still running (no answer stored: every turn stores one, whole or
+# partial, when it ends). A fenced-out turn cannot record its own end any more, so its terminal
+# event is written here, in the same transaction as its successor's start: the durable event
+# log always holds one terminal event per turn, before the next turn's events.
 _BUMP = """
-WITH old AS (SELECT active_turn FROM sessions WHERE tenant_id = $1 AND session_id = $2 FOR UPDATE)
-UPDATE sessions s SET turn_epoch = s.turn_epoch + 1, active_turn = $3 FROM old
-WHERE s.tenant_id = $1 AND s.session_id = $2 {condition}
-RETURNING s.turn_epoch, old.active_turn
+WITH old AS (SELECT active_turn FROM sessions WHERE tenant_id = $1 AND session_id = $2 FOR UPDATE),
+bumped AS (
+    UPDATE sessions s SET turn_epoch = s.turn_epoch + 1, active_turn = {new_turn} FROM old
+    WHERE s.tenant_id = $1 AND s.session_id = $2 {condition}
+    RETURNING s.turn_epoch, old.active_turn AS previous
+),
+running AS (
+    SELECT previous FROM bumped WHERE previous IS NOT NULL
+    AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.turn_id = bumped.previous AND m.role = 'assistant')
+),
+ended AS (
+    INSERT INTO events (tenant_id, session_id, turn_id, type, data, created_at_ms)
+    SELECT $1, $2, previous, 'turn.cancelled', jsonb_build_object('turn_id', previous, 'reason', '{reason}'),
+        (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+    FROM running
+)
+SELECT turn_epoch, previous FROM bumped
 """
-BUMP = _BUMP.format(condition="")
-# A cancel from a node that does not run the turn: the active turn is still running if it has
-# no answer stored yet (every turn stores one, complete or partial, when it ends).
+BUMP = _BUMP.format(new_turn="$3", condition="", reason="superseded")
+# A cancel from a node that does not run the turn: a bump only if a turn is still running.
 CANCEL = _BUMP.format(
+    new_turn="NULL",
     condition="AND old.active_turn IS NOT NULL AND NOT EXISTS"
-    " (SELECT 1 FROM messages m WHERE m.turn_id = old.active_turn AND m.role = 'assistant')"
-).replace("active_turn = $3", "active_turn = NULL")
+    " (SELECT 1 FROM messages m WHERE m.turn_id = old.active_turn AND m.role = 'assistant')",
+    reason="cancelled",
+)
 
 
 class TurnEpochs:
