@@ -133,6 +133,20 @@ async def test_the_bump_records_the_end_of_the_turn_it_fences_out(nodes: tuple[P
     ]
 
 
+async def test_the_next_turn_on_the_same_node_lets_a_cancelled_turns_last_writes_land(
+    nodes: tuple[PostgresStore, PostgresStore],
+) -> None:
+    a, _ = nodes
+    for i in range(20):  # each time, the partial answer is queued, not committed, when the bump starts
+        await a.begin_turn(T, S, f"turn_{i}")
+        a.add_message(answer(f"turn_{i}", "partial"))
+        a.add_event(event(f"turn_{i}", "turn.cancelled"))
+        a.end_turn(f"turn_{i}")
+    await a.begin_turn(T, S, "last")
+    assert len(await a.history(T, S, limit=50)) == 20
+    assert a.statistics().stale_writes_total == 0
+
+
 async def test_the_embedded_stores_have_no_epochs() -> None:
     from agentos.store.memory import MemoryStore
 

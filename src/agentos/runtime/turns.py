@@ -163,7 +163,7 @@ class Turns:
             await self._finish(turn, sink, "turn.failed", data, partial)
         finally:
             self._forget(turn)
-            self._store.end_turn(turn.turn_id)
+            self._store.end_turn(turn.turn_id)  # a no-op if it completed (see _finish)
             self._driver.handle(TurnEnded(turn.turn_id))
 
     async def _begin(self, turn: Turn) -> None:
@@ -241,7 +241,7 @@ class Turns:
         # have its writes refused (the kernel's "superseded" has one whenever the store fences).
         fenced = self._fencing and (turn.fenced_out or turn.cancel_reason == "superseded")
         if name == "turn.completed":  # its answer passed the fence: what follows only records that
-            self._store.end_turn(turn.turn_id)
+            self._store.end_turn(turn.turn_id, pending_writes=False)
         if data.get("reason") != "session_deleted" and not fenced:
             # A closed store refuses the records; the client is still told how the turn ended.
             with suppress(StoreUnavailable):

@@ -106,8 +106,9 @@ class Store(Protocol):
         """
         ...
 
-    def end_turn(self, turn_id: str) -> None:
-        """The turn has written its last record: forget its epoch."""
+    def end_turn(self, turn_id: str, *, pending_writes: bool = True) -> None:
+        """The turn has made its last fenced write: forget its epoch. `pending_writes=False`:
+        none of its fenced writes can still be queued (its answer was committed)."""
         ...
 
     async def wait_space(self) -> None: ...
@@ -136,5 +137,5 @@ class OneNodeTurns:
     async def cancel_turn(self, tenant_id: str, session_id: str) -> EpochBump | None:
         return None
 
-    def end_turn(self, turn_id: str) -> None:
+    def end_turn(self, turn_id: str, *, pending_writes: bool = True) -> None:
         return None

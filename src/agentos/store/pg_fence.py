@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 STALE_SQLSTATE = "AOS01"  # raised by agentos_turn_fence (migration 0004)
 _DEADLOCK = "40P01"
 _ATTEMPTS = 3
+_UNSETTLED_MAX = 1000
 
 _FENCE = "agentos_turn_fence($1::text, $2::text, $9::bigint)"
 FENCED_INSERT_MESSAGE = f"""
@@ -100,19 +101,30 @@ class TurnEpochs:
         self._acquire_timeout_s = config.postgres_acquire_timeout_s
         self._bound_s = config.postgres_request_timeout_s  # a bump is awaited by a request
         self._unavailable = unavailable
-        self._epochs: dict[str, int] = {}  # turn id -> its epoch, while it runs here
+        self._epochs: dict[str, tuple[int, tuple[str, str]]] = {}  # turn id -> epoch, session; while it runs
+        # Sessions whose last turn here ended with fenced writes perhaps still queued, and when.
+        self._unsettled: dict[tuple[str, str], float] = {}
         self._chains: dict[tuple[str, str], asyncio.Task[Bumped | None]] = {}
 
     def epoch_of(self, turn_id: str) -> int | None:
-        return self._epochs.get(turn_id)
+        held = self._epochs.get(turn_id)
+        return None if held is None else held[0]
 
-    def end(self, turn_id: str) -> None:
-        self._epochs.pop(turn_id, None)
+    def end(self, turn_id: str, *, pending_writes: bool) -> None:
+        held = self._epochs.pop(turn_id, None)
+        if held is None or not pending_writes:
+            return
+        now = asyncio.get_running_loop().time()
+        self._unsettled.pop(held[1], None)
+        self._unsettled[held[1]] = now  # insertion order is age order
+        if len(self._unsettled) > _UNSETTLED_MAX:  # older than any bound: long committed (or failed)
+            for key in [k for k, at in self._unsettled.items() if now - at > self._bound_s]:
+                del self._unsettled[key]
 
     def route(self, turn_id: str, plain: str, fenced: str, params: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
         """The statement for a write of `turn_id`: fenced by its epoch while it runs here."""
-        epoch = self._epochs.get(turn_id)
-        return (plain, params) if epoch is None else (fenced, (*params, epoch))
+        held = self._epochs.get(turn_id)
+        return (plain, params) if held is None else (fenced, (*params, held[0]))
 
     async def begin(self, tenant_id: str, session_id: str, turn_id: str) -> int:
         """Bump the session's epoch for `turn_id` and return it.
@@ -153,19 +165,22 @@ class TurnEpochs:
     ) -> Bumped | None:
         if previous is not None:
             await asyncio.wait([previous])  # its outcome is its caller's business
-        # This node's earlier writes of the session (the last turn's terminal event, say) were
-        # made before this turn started: let them land first instead of refusing them.
+        # This node's earlier writes of the session (the partial answer and terminal event of a
+        # turn cancelled or failed here) were made before this turn started: let them land first
+        # instead of refusing them. A turn that completed left none (its answer was committed,
+        # its last event goes unfenced), so the usual next turn does not wait for the lanes.
         args = (*key, *(() if turn_id is None else (turn_id,)))
         try:
             async with asyncio.timeout(self._bound_s):
-                await self._settled()
+                if self._unsettled.pop(key, None) is not None:
+                    await self._settled()
                 row = await self._fetch(sql, args)
         except Exception as exc:
             raise classify(exc, self._unavailable(), "start a turn (turn epoch)") from exc
         if row is None:
             return None
         if turn_id is not None:
-            self._epochs[turn_id] = row[0]
+            self._epochs[turn_id] = (row[0], key)
         return Bumped(row[0], row[1])
 
     async def _fetch(self, sql: str, args: tuple[Any, ...]) -> Any:
@@ -193,5 +208,5 @@ class FencedTurns:
     async def cancel_turn(self, tenant_id: str, session_id: str) -> Bumped | None:
         return await self._epochs.cancel(tenant_id, session_id)
 
-    def end_turn(self, turn_id: str) -> None:
-        self._epochs.end(turn_id)
+    def end_turn(self, turn_id: str, *, pending_writes: bool = True) -> None:
+        self._epochs.end(turn_id, pending_writes=pending_writes)
