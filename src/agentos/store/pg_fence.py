@@ -17,7 +17,8 @@ started. The cancel message on the bus only makes it stop sooner.
 Bumps of one session from this node are applied in the order they were asked for (a chain of
 tasks per session), so two turns started here back to back get their epochs in their
 admission order, and a bump still runs to its end if the turn that asked for it is cancelled
-meanwhile (its row is then what the next one reads).
+meanwhile (its row is then what the next one reads). The bumps of all sessions starting at
+once go to PostgreSQL together, one statement and one COMMIT (`agentos.store.pg_bumps`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentos.errors import SessionNotFound
 from agentos.store.base import EpochBump as Bumped
+from agentos.store.pg_bumps import ATTEMPTS, DEADLOCK, BumpBatches
 from agentos.store.pg_health import classify
 
 if TYPE_CHECKING:
@@ -36,8 +38,6 @@ if TYPE_CHECKING:
     from agentos.config import StoreConfig
 
 STALE_SQLSTATE = "AOS01"  # raised by agentos_turn_fence (migration 0004)
-_DEADLOCK = "40P01"
-_ATTEMPTS = 3
 _UNSETTLED_MAX = 1000
 
 _FENCE = "agentos_turn_fence($1::text, $2::text, $9::bigint)"
@@ -76,8 +76,8 @@ ended AS (
 )
 SELECT turn_epoch, previous FROM bumped
 """
-BUMP = _BUMP.format(new_turn="$3", condition="", reason="superseded")
-# A cancel from a node that does not run the turn: a bump only if a turn is still running.
+# A cancel from a node that does not run the turn: a bump only if a turn is still running. (A
+# turn's own bump is `agentos.store.pg_bumps.BUMP_MANY`, the same statement for many sessions.)
 CANCEL = _BUMP.format(
     new_turn="NULL",
     condition="AND old.active_turn IS NOT NULL AND NOT EXISTS"
@@ -101,6 +101,7 @@ class TurnEpochs:
         self._acquire_timeout_s = config.postgres_acquire_timeout_s
         self._bound_s = config.postgres_request_timeout_s  # a bump is awaited by a request
         self._unavailable = unavailable
+        self._batches = BumpBatches(pool, acquire_timeout_s=self._acquire_timeout_s, timeout_s=self._bound_s)
         self._epochs: dict[str, tuple[int, tuple[str, str]]] = {}  # turn id -> epoch, session; while it runs
         # Sessions whose last turn here ended with fenced writes perhaps still queued, and when.
         self._unsettled: dict[tuple[str, str], float] = {}
@@ -133,7 +134,7 @@ class TurnEpochs:
             SessionNotFound: the session is gone (deleted, perhaps on another node).
             StoreUnavailable: the database cannot be reached, or did not answer in time.
         """
-        bumped = await self._chained(tenant_id, session_id, BUMP, turn_id)
+        bumped = await self._chained(tenant_id, session_id, turn_id)
         if bumped is None:
             raise SessionNotFound(session_id)
         return bumped.epoch
@@ -143,12 +144,12 @@ class TurnEpochs:
 
         Raises: StoreUnavailable: the database cannot be reached, or did not answer in time.
         """
-        return await self._chained(tenant_id, session_id, CANCEL, None)
+        return await self._chained(tenant_id, session_id, None)
 
-    async def _chained(self, tenant_id: str, session_id: str, sql: str, turn_id: str | None) -> Bumped | None:
+    async def _chained(self, tenant_id: str, session_id: str, turn_id: str | None) -> Bumped | None:
         key = (tenant_id, session_id)
         previous = self._chains.get(key)
-        task = asyncio.ensure_future(self._bump(previous, sql, key, turn_id))
+        task = asyncio.ensure_future(self._bump(previous, key, turn_id))
         self._chains[key] = task
         task.add_done_callback(lambda t: self._done(key, t))
         # Shielded: a turn cancelled now must not leave its bump half done for the next one.
@@ -161,7 +162,7 @@ class TurnEpochs:
             task.exception()  # retrieved: a caller cancelled meanwhile must not leave it unread
 
     async def _bump(
-        self, previous: asyncio.Task[Bumped | None] | None, sql: str, key: tuple[str, str], turn_id: str | None
+        self, previous: asyncio.Task[Bumped | None] | None, key: tuple[str, str], turn_id: str | None
     ) -> Bumped | None:
         if previous is not None:
             await asyncio.wait([previous])  # its outcome is its caller's business
@@ -169,12 +170,11 @@ class TurnEpochs:
         # turn cancelled or failed here) were made before this turn started: let them land first
         # instead of refusing them. A turn that completed left none (its answer was committed,
         # its last event goes unfenced), so the usual next turn does not wait for the lanes.
-        args = (*key, *(() if turn_id is None else (turn_id,)))
         try:
             async with asyncio.timeout(self._bound_s):
                 if self._unsettled.pop(key, None) is not None:
                     await self._settled()
-                row = await self._fetch(sql, args)
+                row = await (self._fetch(CANCEL, key) if turn_id is None else self._batches.submit(key, turn_id))
         except Exception as exc:
             raise classify(exc, self._unavailable(), "start a turn (turn epoch)") from exc
         if row is None:
@@ -187,12 +187,12 @@ class TurnEpochs:
         # The share locks of fenced writes in other nodes' batches and bumps waiting for them can
         # form a cycle when two sessions are contended at once; PostgreSQL breaks it by failing
         # one statement (40P01), and this one statement can simply run again.
-        for attempt in range(_ATTEMPTS):
+        for attempt in range(ATTEMPTS):
             try:
                 async with self._pool().acquire(timeout=self._acquire_timeout_s) as conn:
                     return await conn.fetchrow(sql, *args)
             except Exception as exc:
-                if getattr(exc, "sqlstate", None) != _DEADLOCK or attempt == _ATTEMPTS - 1:
+                if getattr(exc, "sqlstate", None) != DEADLOCK or attempt == ATTEMPTS - 1:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
