@@ -21,6 +21,8 @@
       StoreError                   # a store failed: a bug or a bad row -> 500 with an error_id
         StoreUnavailable      503  the database cannot be reached (refused, dropped, timed out)
                                    or the writer is gone; carries retry_after_s (Retry-After)
+        StaleTurn             409  a write of a turn refused: a newer turn of its session started
+                                   (turn epoch fencing); the turn ends `turn.cancelled` "superseded"
 
 Errors are mapped to HTTP in one place (`agentos.api.errors`), and provider errors become a
 `turn.failed` event with the error's `code` as the reason. Anything else is an internal error:
@@ -197,3 +199,13 @@ class StoreUnavailable(StoreError):
     status = 503
     code = "store_unavailable"
     retry_after_s = 1  # the same as kernel.retry_after_s's default: the store may be back soon
+
+
+class StaleTurn(StoreError):
+    """PostgreSQL refused a write of a turn: its session's turn epoch moved on (a newer turn
+    started on some node, or the turn was cancelled from another node, or the session was
+    deleted). The runtime ends the turn `turn.cancelled` with reason "superseded"; it never
+    reaches a client as an error."""
+
+    status = 409
+    code = "superseded"

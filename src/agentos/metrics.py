@@ -47,6 +47,11 @@ class _StatsCollector(Collector):
         yield CounterMetricFamily(
             "agentos_access_log_dropped", "Access-log rows shed under overload", s.access_dropped_total
         )
+        yield CounterMetricFamily(
+            "agentos_stale_writes_rejected",
+            "Writes of superseded turns refused by the turn epoch fence (PostgreSQL)",
+            s.stale_writes_total,
+        )
         yield CounterMetricFamily("agentos_sessions_evicted", "Sessions evicted by the TTL", k.evicted_total)
 
 

@@ -153,6 +153,7 @@ async def open_services(
         await tenants.close()
         raise
     runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs, bus=bus)
+    await runtime.start()
     runtime.start_lag_probe()
     await runtime.streams.start()
     if driver.cluster is not None:

@@ -99,5 +99,5 @@ async def cancel_turn(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     session_id = request.match_info["session_id"]
     await runtime.ensure_loaded(who.tenant_id, session_id)
-    turn_id = runtime.cancel_turn(who.tenant_id, session_id)
+    turn_id = await runtime.cancel_turn_anywhere(who.tenant_id, session_id)
     return json_response({"cancelled": turn_id is not None, "turn_id": turn_id})

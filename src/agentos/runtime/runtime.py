@@ -72,9 +72,13 @@ class Runtime:
         chat = ChatTurns(driver, store, provider, metrics, self.clock, history)
         agents = AgentTurns(runs, store, history) if runs is not None else None
         self.streams = TurnStreams(store, bus, live=lambda turn_id: self._turns.get(turn_id) is not None)
-        self._turns = Turns(driver, store, metrics, self.clock, self.sessions, chat, agents, self.streams)
+        self._turns = Turns(driver, store, metrics, self.clock, self.sessions, chat, agents, self.streams, bus)
         self._lag_timer: asyncio.TimerHandle | None = None
         metrics.bind(driver.kernel.statistics, store.statistics, lambda: len(self._turns))
+
+    async def start(self) -> None:
+        """Hear the other nodes' cancels (with `coordination.redis_url`); nothing otherwise."""
+        await self._turns.relay.start()
 
     @property
     def kernel(self) -> Kernel:
@@ -133,6 +137,14 @@ class Runtime:
         if not local:
             await self.streams.check_exists(tenant_id, session_id, turn_id)
         return self.streams.follow(tenant_id, session_id, turn_id, after_seq, local=local)
+
+    async def cancel_turn_anywhere(self, tenant_id: str, session_id: str) -> str | None:
+        """Cancel the session's running turn, on this node or (PostgreSQL) any other.
+
+        Raises: SessionNotFound (not in memory, or another tenant's); StoreUnavailable.
+        """
+        self.sessions.check_loaded(tenant_id, session_id)
+        return await self._turns.cancel_anywhere(tenant_id, session_id)
 
     @property
     def live_turns(self) -> Iterable[str]:

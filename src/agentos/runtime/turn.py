@@ -54,6 +54,8 @@ class Turn:
         "run_id",
         "agent",
         "submitted_s",
+        "epoch",
+        "fenced_out",
         "_seq",
     )
 
@@ -72,6 +74,9 @@ class Turn:
         self.agent = agent  # the agent that runs the turn; None: a plain chat turn
         self.run_id: str | None = None  # set when the session's agent runs the turn
         self.submitted_s = submitted_s
+        # The session's turn epoch this turn holds (PostgreSQL; None on the one-node stores).
+        self.epoch: int | None = None
+        self.fenced_out = False  # a newer epoch exists: the store refuses this turn's writes
         self._seq = 0
 
     @property

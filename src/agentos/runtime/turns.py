@@ -5,6 +5,11 @@ task: no extra task and no queue hop per token). Whatever happens, it ends with 
 terminal event (`turn.completed`, `turn.cancelled` or `turn.failed`), recorded before it is
 sent, and with `TurnEnded` fed to the kernel.
 
+Across nodes (PostgreSQL): before its first write a turn takes its session's turn epoch
+(`Store.begin_turn`, one round trip) and announces it (`agentos.runtime.cluster`); another
+node's newer epoch cancels it like a local last-wins, and a write the store refuses as stale
+(`StaleTurn`) ends it `turn.cancelled` "superseded". A turn fenced out writes nothing more.
+
 Cancellation: a first-party cancel (last-wins, DELETE, shutdown) sets `cancel_reason` and
 cancels the task; the turn ends with `turn.cancelled` and the task goes on. Any other cancel
 of the task (its client went away, the server is stopping) is recorded, then re-raised: if
@@ -16,21 +21,33 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentos.clock import Clock
-from agentos.errors import AdmissionRejected, ProviderError, ShuttingDown, StoreUnavailable, new_error_id
+from agentos.errors import (
+    AdmissionRejected,
+    ProviderError,
+    SessionNotFound,
+    ShuttingDown,
+    StaleTurn,
+    StoreUnavailable,
+    new_error_id,
+)
 from agentos.ids import new_id
 from agentos.kernel import CancelRequested, CancelTurn, GrantPermit, RejectTurn, TurnEnded, TurnSubmitted
 from agentos.metrics import Metrics
 from agentos.runtime.agent_turn import AgentTurns
 from agentos.runtime.chat import ChatTurns
+from agentos.runtime.cluster import CancelMessage, CancelRelay
 from agentos.runtime.driver import Driver
 from agentos.runtime.sessions import Sessions
 from agentos.runtime.streams import PublishingSink, TurnStreams
 from agentos.runtime.transcript import message, record_event
 from agentos.runtime.turn import Outcome, Turn, TurnSink
-from agentos.store.base import Store
+from agentos.store.base import OneNodeTurns, Store
+
+if TYPE_CHECKING:
+    from agentos.coordination.bus import Bus
 
 log = logging.getLogger("agentos.turns")
 
@@ -46,6 +63,7 @@ class Turns:
         chat: ChatTurns,
         agents: AgentTurns | None,
         streams: TurnStreams | None = None,
+        bus: Bus | None = None,
     ) -> None:
         self._driver = driver
         self._store = store
@@ -60,6 +78,10 @@ class Turns:
         self.idle = asyncio.Event()  # set while no turn is live
         self.idle.set()
         driver.on(CancelTurn, self._on_cancel)
+        self.relay = CancelRelay(bus, self._fence_out)
+        self._fencing = not isinstance(store, OneNodeTurns)  # PostgreSQL: turn epochs
+        # Sessions whose turn here awaits its epoch, and the newest epoch another node announced.
+        self._newer: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._turns)
@@ -101,6 +123,17 @@ class Turns:
         self._driver.handle(CancelRequested(session_id, reason))
         return turn_id
 
+    async def cancel_anywhere(self, tenant_id: str, session_id: str) -> str | None:
+        """Cancel the session's running turn on whichever node runs it; its id, or None."""
+        turn_id = self.cancel(session_id)
+        if turn_id is not None or not self._fencing:
+            return turn_id
+        bumped = await self._store.cancel_turn(tenant_id, session_id)  # fences it out at once
+        if bumped is None:
+            return None
+        self.relay.announce(tenant_id, session_id, bumped.epoch, "cancelled")  # stops it at once
+        return bumped.previous_turn
+
     def cancel_all(self, reason: str) -> None:
         for turn_id in list(self._turns):
             self._on_cancel(CancelTurn(turn_id, reason))
@@ -112,10 +145,16 @@ class Turns:
         try:
             if turn.cancel_reason is not None:  # cancelled before it started running
                 raise asyncio.CancelledError
+            await self._begin(turn)
             outcome = await self._execute(turn, self._published(turn, sink), partial)
             await self._finish(turn, sink, outcome.name, outcome.data, None)
         except asyncio.CancelledError:
             await self._cancelled(turn, sink, partial)
+        except StaleTurn:  # a newer turn of the session started on another node: it wins
+            turn.fenced_out = True
+            await self._finish(turn, sink, "turn.cancelled", {"reason": "superseded"}, partial)
+        except SessionNotFound:  # deleted on another node after this turn was admitted
+            await self._finish(turn, sink, "turn.cancelled", {"reason": "session_deleted"}, None)
         except ConnectionError:
             await self._finish(turn, sink, "turn.cancelled", {"reason": "client_disconnected"}, partial)
         except ProviderError as exc:
@@ -131,10 +170,41 @@ class Turns:
             await self._finish(turn, sink, "turn.failed", data, partial)
         finally:
             self._forget(turn)
+            self._store.end_turn(turn.turn_id)  # a no-op if it completed (see _finish)
             self._driver.handle(TurnEnded(turn.turn_id))
 
     def _published(self, turn: Turn, sink: TurnSink) -> TurnSink:
         return sink if self._streams is None else PublishingSink(sink, self._streams, turn)
+
+    async def _begin(self, turn: Turn) -> None:
+        """Take the session's turn epoch (PostgreSQL) and tell the other nodes.
+
+        Raises: StaleTurn (another node's turn started meanwhile), SessionNotFound, StoreUnavailable.
+        """
+        self._newer.setdefault(turn.session_id, 0)
+        try:
+            turn.epoch = await self._store.begin_turn(turn.tenant_id, turn.session_id, turn.turn_id)
+        finally:
+            newer = self._newer.pop(turn.session_id, 0)
+        if turn.epoch is None:
+            return
+        self.relay.announce(turn.tenant_id, turn.session_id, turn.epoch, "superseded")
+        if newer > turn.epoch:
+            raise StaleTurn(f"turn {turn.turn_id!r} was superseded while it started")
+
+    def _fence_out(self, message: CancelMessage) -> None:
+        """Another node bumped a session's epoch: cancel this node's older turn of it, if any."""
+        turn_id = self._driver.kernel.active_turn(message.session_id)
+        turn = self._turns.get(turn_id) if turn_id is not None else None
+        if turn is None or turn.tenant_id != message.tenant_id:
+            return
+        if turn.epoch is None:  # its own bump is under way: it compares when that returns
+            if message.session_id in self._newer:
+                self._newer[message.session_id] = max(self._newer[message.session_id], message.epoch)
+            return
+        if turn.epoch < message.epoch:
+            turn.fenced_out = True
+            self._driver.handle(CancelRequested(message.session_id, message.reason))
 
     async def _execute(self, turn: Turn, sink: TurnSink, partial: list[str]) -> Outcome:
         if turn.agent is not None and self._agents is not None:
@@ -178,7 +248,12 @@ class Turns:
         if turn.run_id is not None:
             data["run_id"] = turn.run_id
         event_id = turn.next_event_id()
-        if data.get("reason") != "session_deleted":  # nothing may outlive a deleted session
+        # Nothing may outlive a deleted session; a turn fenced out by a newer epoch would only
+        # have its writes refused (the kernel's "superseded" has one whenever the store fences).
+        fenced = self._fencing and (turn.fenced_out or turn.cancel_reason == "superseded")
+        if name == "turn.completed":  # its answer passed the fence: what follows only records that
+            self._store.end_turn(turn.turn_id, pending_writes=False)
+        if data.get("reason") != "session_deleted" and not fenced:
             # A closed store refuses the records; the client is still told how the turn ended.
             with suppress(StoreUnavailable):
                 if partial is not None:

@@ -44,6 +44,15 @@ class StoreStatistics:
     access_queue: int
     events_dropped_total: int
     access_dropped_total: int
+    stale_writes_total: int = 0  # refused by the turn fence (PostgreSQL: a superseded turn's writes)
+
+
+@dataclass(frozen=True, slots=True)
+class EpochBump:
+    """A session's turn epoch after a bump (`Store.cancel_turn`), and the turn it fenced out."""
+
+    epoch: int
+    previous_turn: str | None
 
 
 class Store(Protocol):
@@ -81,6 +90,27 @@ class Store(Protocol):
         """The session left memory (TTL). Persistent stores keep it; the memory store drops it."""
         ...
 
+    # Last-wins across nodes (PostgreSQL; `agentos.store.pg_fence`). The one-node stores answer
+    # None and do nothing: there, the kernel's per-process last-wins is the whole story.
+    async def begin_turn(self, tenant_id: str, session_id: str, turn_id: str) -> int | None:
+        """Bump the session's turn epoch for `turn_id`; its writes from now on are fenced by it.
+
+        Raises: SessionNotFound (the session is gone), StoreUnavailable.
+        """
+        ...
+
+    async def cancel_turn(self, tenant_id: str, session_id: str) -> EpochBump | None:
+        """Fence out the session's running turn wherever it runs; None if none runs (or one node).
+
+        Raises: StoreUnavailable.
+        """
+        ...
+
+    def end_turn(self, turn_id: str, *, pending_writes: bool = True) -> None:
+        """The turn has made its last fenced write: forget its epoch. `pending_writes=False`:
+        none of its fenced writes can still be queued (its answer was committed)."""
+        ...
+
     async def wait_space(self) -> None: ...
     def add_message(self, record: MessageRecord) -> None: ...
     async def commit_message(self, record: MessageRecord) -> None: ...
@@ -100,3 +130,17 @@ class Store(Protocol):
     def log_access(self, record: AccessRecord) -> None: ...
 
     def statistics(self) -> StoreStatistics: ...
+
+
+class OneNodeTurns:
+    """The turn epochs of the one-node stores (SQLite, memory): none. In one process the
+    kernel's last-wins is the whole story, and this costs a turn nothing."""
+
+    async def begin_turn(self, tenant_id: str, session_id: str, turn_id: str) -> int | None:
+        return None
+
+    async def cancel_turn(self, tenant_id: str, session_id: str) -> EpochBump | None:
+        return None
+
+    def end_turn(self, turn_id: str, *, pending_writes: bool = True) -> None:
+        return None

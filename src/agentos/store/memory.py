@@ -12,11 +12,11 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
-from agentos.store.base import StoreStatistics
+from agentos.store.base import OneNodeTurns, StoreStatistics
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
 
 
-class MemoryStore:
+class MemoryStore(OneNodeTurns):
     def __init__(self, *, keep_events: bool = False) -> None:
         self._sessions: dict[str, SessionRecord] = {}
         self._messages: dict[str, list[MessageRecord]] = {}

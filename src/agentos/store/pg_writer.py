@@ -17,7 +17,9 @@ in its own transaction, so one bad row fails alone (its future gets a `StoreErro
 fire-and-forget write that fails is logged and counted. If the database is unreachable or the
 connection broke (`fatal_errors`), the whole batch fails at once, without a retry per row, with
 `StoreUnavailable` (503): nothing of it was acknowledged, and the lane goes on serving, so the
-writes after the database is back succeed.
+writes after the database is back succeed. A write refused by the turn fence (SQLSTATE
+`AOS01`, `agentos.store.pg_fence`) fails alone the same way, as `StaleTurn`, and is counted
+in `stale_total`: a superseded turn's write, expected, not an error to log.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from agentos.errors import StoreError, StoreUnavailable
+from agentos.errors import StaleTurn, StoreError, StoreUnavailable
 from agentos.store.base import WriterStatistics
 from agentos.store.batching import Batcher
 from agentos.store.lanes import Lanes
+from agentos.store.pg_fence import STALE_SQLSTATE
 
 if TYPE_CHECKING:
     import asyncpg
@@ -75,6 +78,7 @@ class PgWriter:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._inflight = 0  # operations of the batch being applied
+        self.stale_total = 0  # writes refused by the turn fence (a newer turn of their session)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -171,7 +175,8 @@ class PgWriter:
             reason = f"{self.name}: database unreachable ({type(exc).__name__}: {exc})"
             results = [StoreUnavailable(reason) for _ in batch]
         except Exception as exc:  # a row's fault, perhaps: find the guilty rows one by one
-            log.warning("%s batch of %d failed (%s); applying each alone", self.name, len(batch), exc)
+            log_failure = log.info if _is_stale(exc) else log.warning
+            log_failure("%s batch of %d failed (%s); applying each alone", self.name, len(batch), exc)
             results = [await self._apply_alone(op) for op in batch]
         self._resolve(batch, results, (asyncio.get_running_loop().time() - started) * 1000)
 
@@ -195,6 +200,7 @@ class PgWriter:
             await self._commit([op])
         except Exception as exc:
             kind = StoreUnavailable if isinstance(exc, self._fatal_errors) else StoreError
+            kind = StaleTurn if _is_stale(exc) else kind
             return kind(f"{self.name}: write failed ({type(exc).__name__}: {exc})")
         return None
 
@@ -202,7 +208,9 @@ class PgWriter:
         shed = failed = 0
         for op, error in zip(batch, results, strict=True):
             shed += op.sheddable
-            if error is not None:
+            if isinstance(error, StaleTurn):
+                self.stale_total += 1
+            elif error is not None:
                 failed += 1
                 if op.future is None:
                     log.error("%s", error)
@@ -212,3 +220,8 @@ class PgWriter:
                 else:
                     op.future.set_exception(error)
         self._lanes.settle(len(batch), shed, failed, wait_ms)
+
+
+def _is_stale(exc: BaseException) -> bool:
+    """A write refused by `agentos_turn_fence` (migration 0004): its turn was superseded."""
+    return getattr(exc, "sqlstate", None) == STALE_SQLSTATE

@@ -22,6 +22,7 @@ Tenancy: every read and deletion filters on the caller's `tenant_id` in SQL, on 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ from agentos.store import pg_migrations, pg_pool
 from agentos.store.base import StoreStatistics
 from agentos.store.event_rows import EVENT_COLUMNS, event_from_row
 from agentos.store.jsonl import JsonlLog
+from agentos.store.pg_fence import FENCED_INSERT_EVENT, FENCED_INSERT_MESSAGE, FencedTurns, TurnEpochs
 from agentos.store.pg_health import HealthCheck, classify, within
 from agentos.store.pg_writer import PgWriter
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
@@ -68,7 +70,7 @@ _TOKENS_SINCE = """SELECT tenant_id, SUM(COALESCE((usage->>'prompt_tokens')::big
 WHERE usage IS NOT NULL AND created_at_ms >= $1 GROUP BY tenant_id"""
 
 
-class PostgresStore:
+class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.store.pg_fence
     def __init__(
         self, config: StoreConfig, *, jsonl_dir: str = "", on_batch: Callable[[int, float], None] | None = None
     ) -> None:
@@ -80,6 +82,7 @@ class PostgresStore:
         self._unavailable: tuple[type[Exception], ...] = ()  # the driver's: known once started
         self._health = HealthCheck(config.postgres_acquire_timeout_s)
         self._bound_s = config.postgres_request_timeout_s  # of every store call a request awaits
+        self._epochs = TurnEpochs(config, lambda: self._db, self._settled, lambda: self._unavailable)
 
     async def start(self) -> None:
         """Migrate, open the pool, start the writers.
@@ -216,18 +219,20 @@ class PostgresStore:
     def forget_session(self, session_id: str) -> None:
         """Nothing to do: the session's state stays in the database when it leaves memory."""
 
+    async def _settled(self) -> None:  # every message and event queued so far is committed
+        await asyncio.gather(self._lanes[0].barrier(), self._lanes[1].barrier())
+
     # -- messages ------------------------------------------------------------------------------
 
     async def wait_space(self) -> None:
         await within(self._lanes[0].wait_space(), "waiting for room in the message queue", self._bound_s)
 
     def add_message(self, record: MessageRecord) -> None:
-        self._lanes[0].put(_INSERT_MESSAGE, _message_params(record))
+        self._lanes[0].put(*self._epochs.route(record.turn_id, _INSERT_MESSAGE, FENCED_INSERT_MESSAGE, _params(record)))
 
     async def commit_message(self, record: MessageRecord) -> None:
-        await within(
-            self._lanes[0].submit(_INSERT_MESSAGE, _message_params(record)), "committing a message", self._bound_s
-        )
+        op = self._epochs.route(record.turn_id, _INSERT_MESSAGE, FENCED_INSERT_MESSAGE, _params(record))
+        await within(self._lanes[0].submit(*op), "committing a message", self._bound_s)
 
     async def history(self, tenant_id: str, session_id: str, *, limit: int) -> list[MessageRecord]:
         sql = (
@@ -248,7 +253,7 @@ class PostgresStore:
 
     def add_event(self, r: EventRecord) -> None:
         params = (r.tenant_id, r.session_id, r.turn_id, r.type, _encode(r.data).decode(), r.created_at_ms, r.seq)
-        self._lanes[1].put(_INSERT_EVENT, params, sheddable=True)
+        self._lanes[1].put(*self._epochs.route(r.turn_id, _INSERT_EVENT, FENCED_INSERT_EVENT, params), sheddable=True)
         if self._jsonl is not None:
             self._jsonl.write(r)
 
@@ -275,10 +280,11 @@ class PostgresStore:
             return StoreStatistics(0, 0, 0, 0, 0)
         m, e, a = (w.statistics() for w in self._writers)
         jsonl_dropped = self._jsonl.dropped_total if self._jsonl is not None else 0
-        return StoreStatistics(m.queued, e.queued, a.queued, e.dropped_total + jsonl_dropped, a.dropped_total)
+        stale = sum(w.stale_total for w in self._writers)  # the turn fence's refusals
+        return StoreStatistics(m.queued, e.queued, a.queued, e.dropped_total + jsonl_dropped, a.dropped_total, stale)
 
 
-def _message_params(r: MessageRecord) -> tuple[Any, ...]:
+def _params(r: MessageRecord) -> tuple[Any, ...]:
     usage = _encode(r.usage).decode() if r.usage is not None else None
     return (r.tenant_id, r.session_id, r.turn_id, r.role, r.content, r.status, usage, r.created_at_ms)
 

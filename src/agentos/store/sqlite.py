@@ -22,7 +22,7 @@ import msgspec
 
 from agentos.config import StoreConfig
 from agentos.store import usage
-from agentos.store.base import StoreStatistics
+from agentos.store.base import OneNodeTurns, StoreStatistics
 from agentos.store.event_rows import EVENT_COLUMNS, event_from_row, migrate_sqlite_events
 from agentos.store.jsonl import JsonlLog
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
@@ -111,7 +111,7 @@ _encode = msgspec.json.encode
 _decode = msgspec.json.decode
 
 
-class SQLiteStore:
+class SQLiteStore(OneNodeTurns):
     def __init__(
         self,
         data_dir: Path,

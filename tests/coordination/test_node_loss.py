@@ -1,0 +1,91 @@
+"""Losing a node under load: 200 concurrent turns over three real nodes on one PostgreSQL
+schema and one Redis, and kill -9 of one node mid-way. Every turn whose client got
+`turn.completed` has its answer in PostgreSQL (0 acknowledged messages lost), and the nodes
+left keep serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from agentos.bench.mock.server import MockServer
+from agentos.config import StoreConfig
+from agentos.testing import sse_events
+from tests.api.helpers import SSE, new_session
+from tests.coordination.cluster import Node, node_env, pg_rows, serve_nodes
+from tests.coordination.conftest import REDIS_URL
+from tests.postgres import fresh_schema
+
+pytest.importorskip("asyncpg")
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+TURNS = 200
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[StoreConfig]:
+    async for config in fresh_schema():
+        yield config
+
+
+async def completed_turn(http: aiohttp.ClientSession, node: Node, session_id: str, seen: asyncio.Event) -> str | None:
+    """Run one turn; its id if the client got `turn.completed`, None if the node went away."""
+    try:
+        async with http.post(f"{node.url}/v1/sessions/{session_id}/turns", json={"input": "hello"}, headers=SSE) as r:
+            if r.status != 200:
+                return None
+            async for event in sse_events(r):
+                if event.name == "turn.completed":
+                    seen.set()
+                    return str(event.data["turn_id"])
+    except (TimeoutError, aiohttp.ClientError):
+        return None  # the node died under it: nothing was acknowledged
+    return None
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    """No cap on connections (aiohttp's default is 100): the 200 turns really run at once."""
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
+        yield session
+
+
+async def test_kill_9_of_one_node_loses_no_acknowledged_message(
+    tmp_path: Path, mock_factory: Any, pg: StoreConfig, prefix: str, http: aiohttp.ClientSession
+) -> None:
+    mock: MockServer = await mock_factory(ttft_ms=300, tps=50, tokens=10)  # ~0.5 s per turn
+    async with serve_nodes(3, tmp_path, mock.url, node_env(pg, REDIS_URL, prefix)) as nodes:
+        victim = nodes[2]
+        sessions = await asyncio.gather(*(new_session(http, nodes[i % 3].url) for i in range(TURNS)))
+        victim_done = asyncio.Event()  # one of the victim's turns was acknowledged before it died
+        turns = [
+            asyncio.create_task(completed_turn(http, nodes[i % 3], sid, victim_done if i % 3 == 2 else asyncio.Event()))
+            for i, sid in enumerate(sessions)
+        ]
+        await asyncio.wait_for(victim_done.wait(), 30)
+        await victim.kill()
+        results = await asyncio.gather(*turns)
+        survivors = [
+            await completed_turn(http, node, await new_session(http, node.url), asyncio.Event()) for node in nodes[:2]
+        ]
+        acknowledged = {turn_id for turn_id in results if turn_id is not None}
+        rows = await pg_rows(pg, "SELECT turn_id, role, status FROM messages")
+        answered = {turn_id for turn_id, role, status in rows if role == "assistant" and status == "completed"}
+        asked = {turn_id for turn_id, role, _ in rows if role == "user"}
+    assert mock.stats.max_concurrent > TURNS // 2  # the turns did run concurrently
+    assert all(survivors)  # the nodes left keep serving
+    victims = {r for i, r in enumerate(results) if i % 3 == 2 and r is not None}
+    assert victims  # some of the victim's turns were acknowledged before the kill...
+    assert len(victims) < len(range(2, TURNS, 3))  # ...and some were cut off by it
+    assert acknowledged - answered == set()  # 0 acknowledged messages lost: the answers...
+    assert acknowledged - asked == set()  # ...and the questions
+    assert len([r for i, r in enumerate(results) if i % 3 != 2 and r is not None]) == len(range(TURNS)) - len(
+        range(2, TURNS, 3)
+    )
