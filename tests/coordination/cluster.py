@@ -35,6 +35,7 @@ def node_env(pg: StoreConfig, redis_url: str = "", prefix: str = "") -> dict[str
         "AGENTOS_STORE_BACKEND": "postgres",
         "AGENTOS_STORE_POSTGRES_URL": pg.postgres_url,
         "AGENTOS_STORE_POSTGRES_SCHEMA": pg.postgres_schema,
+        "AGENTOS_SECURITY_KEY_PEPPER": "one-pepper-for-every-node-of-this-test",  # they share the keys table
     }
     if redis_url:
         env |= {"AGENTOS_COORDINATION_REDIS_URL": redis_url, "AGENTOS_COORDINATION_KEY_PREFIX": prefix}
@@ -57,16 +58,12 @@ async def serve_nodes(count: int, data: Path, mock_url: str, env: dict[str, str]
 
 
 async def _serve(data_dir: Path, mock_url: str, env: dict[str, str]) -> Node:
-    args = ["serve", "--port", "0", "--data-dir", str(data_dir), "--provider-url", mock_url]
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agentos",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        env=child_env(**env),
-    )
+    log_path = data_dir.with_name(data_dir.name + ".stderr")  # a file: a pipe nobody reads fills up
+    with log_path.open("wb") as log:  # the child keeps its own copy of the descriptor
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agentos", "serve", "--port", "0", "--data-dir", str(data_dir),
+            "--provider-url", mock_url, stdout=asyncio.subprocess.PIPE, stderr=log, env=child_env(**env),
+        )  # fmt: skip
     assert proc.stdout is not None
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
@@ -74,7 +71,10 @@ async def _serve(data_dir: Path, mock_url: str, env: dict[str, str]) -> Node:
         proc.kill()
         await proc.wait()
         raise
-    assert line.startswith("agentos listening on "), line
+    if not line.startswith("agentos listening on "):
+        proc.kill()
+        await proc.wait()
+        raise AssertionError(line + log_path.read_text()[-2000:])
     return Node(proc, line.split()[-1])
 
 

@@ -61,7 +61,8 @@ async def test_kill_9_of_one_node_loses_no_acknowledged_message(
     tmp_path: Path, mock_factory: Any, pg: StoreConfig, prefix: str, http: aiohttp.ClientSession
 ) -> None:
     mock: MockServer = await mock_factory(ttft_ms=300, tps=50, tokens=10)  # ~0.5 s per turn
-    async with serve_nodes(3, tmp_path, mock.url, node_env(pg, REDIS_URL, prefix)) as nodes:
+    env = node_env(pg, REDIS_URL, prefix) | {"AGENTOS_CONCURRENCY_LIMIT": str(TURNS)}  # the cluster's limit
+    async with serve_nodes(3, tmp_path, mock.url, env) as nodes:
         victim = nodes[2]
         sessions = await asyncio.gather(*(new_session(http, nodes[i % 3].url) for i in range(TURNS)))
         victim_done = asyncio.Event()  # one of the victim's turns was acknowledged before it died
