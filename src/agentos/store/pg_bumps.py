@@ -15,7 +15,7 @@ are taken in write order) fails the statement with 40P01, and it runs again (bou
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -65,8 +65,18 @@ SELECT tenant_id, session_id, turn_epoch, previous FROM bumped
 class BumpBatches:
     """`await submit(key, turn_id)`: the session's row after the bump, None if it has no row."""
 
-    def __init__(self, pool: Callable[[], asyncpg.Pool], *, acquire_timeout_s: float, timeout_s: float) -> None:
-        self._pool = pool
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[asyncpg.Connection]],
+        *,
+        acquire_timeout_s: float,
+        timeout_s: float,
+    ) -> None:
+        # A connection of its own, not one of the pool's: a bump stands between every turn and its
+        # provider request, and queued behind the pool's reads it cost 0.5 s of time to first
+        # token at 1000 turns (bench/results, issue 9). One batch at a time needs only one.
+        self._connect = connect
+        self._conn: asyncpg.Connection | None = None
         self._acquire_timeout_s = acquire_timeout_s
         self._timeout_s = timeout_s
         self._pending: list[tuple[Key, str, asyncio.Future[Row | None]]] = []
@@ -99,11 +109,33 @@ class BumpBatches:
     async def _run(self, keys: list[Key], turns: list[str]) -> dict[Key, Row]:
         tenants, sessions = [k[0] for k in keys], [k[1] for k in keys]
         for attempt in range(ATTEMPTS):
+            conn = await self._connection()
             try:
-                async with self._pool().acquire(timeout=self._acquire_timeout_s) as conn:
-                    found: list[Any] = await conn.fetch(BUMP_MANY, tenants, sessions, turns, timeout=self._timeout_s)
+                found: list[Any] = await conn.fetch(BUMP_MANY, tenants, sessions, turns, timeout=self._timeout_s)
                 return {(t, s): (epoch, previous) for t, s, epoch, previous in found}
             except Exception as exc:
                 if getattr(exc, "sqlstate", None) != DEADLOCK or attempt == ATTEMPTS - 1:
+                    await self._drop()  # broken, or in an unknown state after a timeout: the next batch reconnects
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _connection(self) -> asyncpg.Connection:
+        if self._conn is None or self._conn.is_closed():
+            self._conn = None
+            self._conn = await asyncio.wait_for(self._connect(), self._acquire_timeout_s)
+        return self._conn
+
+    async def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.terminate()  # no round trip: the connection may be the thing that is broken
+
+    async def close(self) -> None:
+        if self._task is not None:
+            await asyncio.wait({self._task}, timeout=self._timeout_s)
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.is_closed():
+            try:
+                await asyncio.wait_for(conn.close(), 2.0)
+            except Exception:
+                conn.terminate()

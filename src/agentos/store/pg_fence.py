@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from agentos.errors import SessionNotFound
+from agentos.store import pg_pool
 from agentos.store.base import EpochBump as Bumped
 from agentos.store.pg_bumps import ATTEMPTS, DEADLOCK, BumpBatches
 from agentos.store.pg_health import classify
@@ -102,11 +103,16 @@ class TurnEpochs:
         self._acquire_timeout_s = config.postgres_acquire_timeout_s
         self._bound_s = config.postgres_request_timeout_s  # a bump is awaited by a request
         self._unavailable = unavailable
-        self._batches = BumpBatches(pool, acquire_timeout_s=self._acquire_timeout_s, timeout_s=self._bound_s)
+        self._batches = BumpBatches(
+            lambda: _connect(config), acquire_timeout_s=self._acquire_timeout_s, timeout_s=self._bound_s
+        )
         self._epochs: dict[str, tuple[int, tuple[str, str]]] = {}  # turn id -> epoch, session; while it runs
         # Sessions whose last turn here ended with fenced writes perhaps still queued, and when.
         self._unsettled: dict[tuple[str, str], float] = {}
         self._chains: dict[tuple[str, str], asyncio.Task[Bumped | None]] = {}
+
+    async def close(self) -> None:
+        await self._batches.close()
 
     def epoch_of(self, turn_id: str) -> int | None:
         held = self._epochs.get(turn_id)
@@ -211,3 +217,14 @@ class FencedTurns:
 
     def end_turn(self, turn_id: str, *, pending_writes: bool = True) -> None:
         self._epochs.end(turn_id, pending_writes=pending_writes)
+
+
+async def _connect(config: StoreConfig) -> asyncpg.Connection:
+    """A direct connection in the store's schema; failures are the driver's own (classified as
+    unavailable by the caller), not start-up's ConfigError."""
+    conn: asyncpg.Connection = await pg_pool.import_asyncpg().connect(
+        config.postgres_url,
+        timeout=pg_pool.CONNECT_TIMEOUT_S,
+        server_settings=pg_pool.server_settings(config.postgres_schema),
+    )
+    return conn

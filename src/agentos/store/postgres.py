@@ -122,6 +122,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
         if self._writers is not None:
             for writer in self._writers:
                 await writer.close()
+        await self._epochs.close()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
