@@ -72,6 +72,19 @@ async def test_the_script_grants_up_to_the_limit_and_a_release_frees_one(redis: 
     assert await redis.hget(f"{prefix}permits:held", "t") == b"3"
 
 
+async def test_one_call_acquires_and_releases_many_in_order(redis: Redis, prefix: str) -> None:
+    """What a busy node sends: the streams starting (or ending) together, in one Lua call."""
+    semaphore = RedisSemaphore(redis, prefix, limit=5, cap=3, lease_s=10)
+    first = await semaphore.acquire_many([(f"n/a{i}", "a", False) for i in range(4)] + [("n/b0", "b", False)])
+    assert first == [GRANTED] * 4 + [GRANTED]  # b was not active before: a could take 4 of 5
+    assert await semaphore.acquire_many([("n/a0", "a", False), ("n/c0", "c", False)]) == [GRANTED, FULL]
+    assert await semaphore.release_many(["n/a1", "n/a2", "n/nope"]) == 2  # an unknown member frees nothing
+    later = await semaphore.acquire_many([("n/a5", "a", False), ("n/a6", "a", False), ("n/c0", "c", False)])
+    assert later == [GRANTED, CAPPED, GRANTED]  # a is at its cap of 3 now that others are active
+    assert await semaphore.holders(redis) == 5
+    assert await redis.hget(f"{prefix}permits:held", "a") == b"3"
+
+
 async def test_with_several_tenants_one_may_not_take_the_reserve(redis: Redis, prefix: str) -> None:
     semaphore = RedisSemaphore(redis, prefix, limit=5, cap=3, lease_s=10)
     alone = [(await semaphore.acquire(f"n/a{i}", "a"))[0] for i in range(5)]

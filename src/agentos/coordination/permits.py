@@ -36,6 +36,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from agentos.config import Settings
+from agentos.coordination.batches import Batches
 from agentos.coordination.bus import Bus
 from agentos.coordination.link import Link
 from agentos.coordination.node import node_id
@@ -69,6 +70,9 @@ class ClusterPermits:
         self._heartbeat: asyncio.Task[None] | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._unreleased: set[str] = set()  # slots given back while Redis was down
+        # The acquires and releases of streams starting and ending together: one Lua call each way.
+        self._acquires: Batches[tuple[str, str, bool], int] = Batches(self._acquire_batch)
+        self._releases: Batches[str, int] = Batches(self._release_batch)
 
     @property
     def waiting(self) -> int:
@@ -92,6 +96,7 @@ class ClusterPermits:
             self.release(stream_id)
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._releases.wait_idle()
 
     async def acquire(self, stream_id: str, tenant: str, timeout_s: float, *, shared: bool = False) -> None:
         """Take a cluster slot for `stream_id`, waiting at most `timeout_s`.
@@ -131,24 +136,40 @@ class ClusterPermits:
     # -- internals ---------------------------------------------------------------------------
 
     async def _released(self, member: str, recovery: bool = False) -> None:
-        if await self._link.call(lambda: self._semaphore.release(member), recovery=recovery) is None:
+        if recovery:  # Redis just came back: this call goes first, alone
+            told = await self._link.call(lambda: self._semaphore.release(member), recovery=True) is not None
+        else:
+            told = await self._releases.submit(member) is not None
+        if not told:
             if len(self._unreleased) < MAX_UNRELEASED:  # beyond it, the lease alone ends them
                 self._unreleased.add(member)  # told again when Redis answers
         else:
             self._unreleased.discard(member)
         self._kick()  # our own waiters need no message from Redis
 
+    async def _release_batch(self, members: list[str]) -> list[int] | None:
+        freed = await self._link.call(lambda: self._semaphore.release_many(members))
+        return None if freed is None else [1] * len(members)
+
     async def _try(self, stream_id: str, tenant: str, shared: bool) -> int:
         """One acquire: GRANTED (recorded in `held`), FULL or CAPPED. Redis down: the node's
         share decides."""
-        member = self._member(stream_id)
-        answer = await self._link.call(lambda: self._semaphore.acquire(member, tenant, shared=shared))
-        # Redis down: every stream the node has open counts against its share
-        alone = GRANTED if len(self.held) < self.share else FULL
-        status = answer[0] if answer is not None else alone
-        if status == GRANTED:
-            self.held[stream_id] = tenant
+        status = await self._acquires.submit((stream_id, tenant, shared))
+        if status is None:  # Redis down: every stream the node has open counts against its share
+            status = GRANTED if len(self.held) < self.share else FULL
+            if status == GRANTED:
+                self.held[stream_id] = tenant
         return int(status)
+
+    async def _acquire_batch(self, items: list[tuple[str, str, bool]]) -> list[int] | None:
+        members = [(self._member(stream_id), tenant, shared) for stream_id, tenant, shared in items]
+        answer = await self._link.call(lambda: self._semaphore.acquire_many(members))
+        if answer is None:
+            return None
+        for (stream_id, tenant, _), status in zip(items, answer, strict=True):
+            if status == GRANTED:  # here, not in the caller: a caller cancelled meanwhile still releases it
+                self.held[stream_id] = tenant
+        return answer
 
     def _kick(self) -> None:
         """Run a pass over the line now (or again after the running one)."""

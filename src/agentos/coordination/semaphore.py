@@ -77,6 +77,45 @@ return {1, n + 1}
 """
 )
 
+# The same for many members in one call, in order. ARGV: limit, cap, lease_ms, then member,
+# tenant, shared triples. Returns one status per member.
+_ACQUIRE_MANY = (
+    _COMMON
+    + """
+local limit, cap, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local dead = redis.call('ZRANGEBYSCORE', holders, '-inf', now, 'LIMIT', 0, 256)
+for _, m in ipairs(dead) do
+  count_off(m)
+  redis.call('ZREM', holders, m)
+end
+redis.call('ZREMRANGEBYSCORE', seen, '-inf', now - lease)
+keep(lease * 3)
+local n = redis.call('ZCARD', holders)
+local out = {}
+for i = 4, #ARGV, 3 do
+  local member, tenant = ARGV[i], ARGV[i + 1]
+  redis.call('ZADD', seen, now, tenant)
+  local status = 1
+  if redis.call('ZSCORE', holders, member) then
+    redis.call('ZADD', holders, now + lease, member)
+  elseif n >= limit then
+    status = 0
+  else
+    local mine = tonumber(redis.call('HGET', held, tenant)) or 0
+    if mine >= cap and (ARGV[i + 2] == '1' or redis.call('ZCARD', seen) > 1) then
+      status = -1
+    else
+      redis.call('ZADD', holders, now + lease, member)
+      redis.call('HSET', owner, member, tenant)
+      redis.call('HINCRBY', held, tenant, 1)
+      n = n + 1
+    end
+  end
+  out[#out + 1] = status
+end
+return out
+"""
+)
 # ARGV: member, limit, cap, channel. Returns 1 if the member held a slot.
 _RELEASE = (
     _COMMON
@@ -94,6 +133,25 @@ return 1
 """
 )
 
+# The same for many members: ARGV: limit, cap, channel, then the members. One "released" at most.
+_RELEASE_MANY = (
+    _COMMON
+    + """
+local n = redis.call('ZCARD', holders)
+local wake = n >= tonumber(ARGV[1])
+local freed = 0
+for i = 4, #ARGV do
+  local tenant = redis.call('HGET', owner, ARGV[i])
+  if tenant and (tonumber(redis.call('HGET', held, tenant)) or 0) >= tonumber(ARGV[2]) then wake = true end
+  if redis.call('ZREM', holders, ARGV[i]) == 1 then
+    count_off(ARGV[i])
+    freed = freed + 1
+  end
+end
+if wake and freed > 0 then redis.call('PUBLISH', ARGV[3], '') end
+return freed
+"""
+)
 # ARGV: lease_ms, then member, tenant pairs. Returns how many members were added back.
 _REFRESH = (
     _COMMON
@@ -124,6 +182,8 @@ class RedisSemaphore:
         self.lease_ms = max(1, round(lease_s * 1000))
         self._acquire = redis.register_script(_ACQUIRE)
         self._release = redis.register_script(_RELEASE)
+        self._acquire_many = redis.register_script(_ACQUIRE_MANY)
+        self._release_many = redis.register_script(_RELEASE_MANY)
         self._refresh = redis.register_script(_REFRESH)
 
     async def acquire(self, member: str, tenant: str, *, shared: bool = False) -> tuple[int, int]:
@@ -131,6 +191,18 @@ class RedisSemaphore:
         args: list[Any] = [member, tenant, self.limit, self.cap, self.lease_ms, int(shared)]
         status, holders = await self._acquire(keys=self._keys, args=args)
         return int(status), int(holders)
+
+    async def acquire_many(self, items: list[tuple[str, str, bool]]) -> list[int]:
+        """`acquire` for many `(member, tenant, shared)` in one call, in order: their statuses."""
+        args: list[Any] = [self.limit, self.cap, self.lease_ms]
+        for member, tenant, shared in items:
+            args += [member, tenant, int(shared)]
+        return [int(status) for status in await self._acquire_many(keys=self._keys, args=args)]
+
+    async def release_many(self, members: list[str]) -> int:
+        """`release` for many members in one call; how many held a slot."""
+        args: list[Any] = [self.limit, self.cap, self._channel, *members]
+        return int(await self._release_many(keys=self._keys, args=args))
 
     async def release(self, member: str) -> bool:
         """Give `member`'s slot back; False if it held none (expired, or never granted)."""
