@@ -65,7 +65,16 @@ class AgentRegistry:
 
     async def load(self) -> None:
         """Bring back the agents created through the API before a restart, each its tenant's."""
-        for tenant, name, spec_json, source in await self._store.agents_of_every_tenant():
+        self._add(await self._store.agents_of_every_tenant())
+
+    async def reload(self, tenant_id: str) -> None:
+        """Read the tenant's API agents again: on a journal shared by several nodes another node
+        may have created or replaced one since (one indexed query)."""
+        self._tenants.pop(tenant_id, None)
+        self._add(await self._store.agents_of_tenant(tenant_id))
+
+    def _add(self, rows: list[tuple[str, str, str, str]]) -> None:
+        for tenant, name, spec_json, source in rows:
             if name in self._config:
                 continue
             try:

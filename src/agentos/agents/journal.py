@@ -263,6 +263,12 @@ class Journal:
         rows = db.execute("SELECT tenant_id, name, spec, source FROM agents ORDER BY tenant_id, name")
         return [(r[0], r[1], r[2], r[3]) for r in rows.fetchall()]
 
+    def agents_of_tenant(self, db: sqlite3.Connection, tenant_id: str) -> list[tuple[str, str, str, str]]:
+        """(tenant_id, name, spec, source) of one tenant's API-defined agents."""
+        sql = "SELECT tenant_id, name, spec, source FROM agents WHERE tenant_id = ? ORDER BY name"
+        rows = db.execute(sql, (tenant_id,))
+        return [(r[0], r[1], r[2], r[3]) for r in rows.fetchall()]
+
 
 _DELETION_SETUP = (
     "CREATE TEMP TABLE IF NOT EXISTS doomed_runs (run_id TEXT PRIMARY KEY)",

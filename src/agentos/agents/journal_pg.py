@@ -246,6 +246,10 @@ class PgJournalStore:
         rows = await self.fetch("SELECT tenant_id, name, spec, source FROM agents ORDER BY tenant_id, name")
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
+    async def agents_of_tenant(self, tenant_id: str) -> list[tuple[str, str, str, str]]:
+        sql = "SELECT tenant_id, name, spec, source FROM agents WHERE tenant_id = $1 ORDER BY name"
+        return [(r[0], r[1], r[2], r[3]) for r in await self.fetch(sql, tenant_id)]
+
     async def delete_session_runs(self, tenant_id: str, session_id: str) -> list[str]:
         """Every run of the tenant's session with its children, steps, events, leases, requests
         and the payloads nothing else refers to, in one transaction."""

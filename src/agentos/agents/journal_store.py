@@ -79,6 +79,8 @@ class JournalStore(Protocol):
 
     async def agents_of_every_tenant(self) -> list[tuple[str, str, str, str]]: ...
 
+    async def agents_of_tenant(self, tenant_id: str) -> list[tuple[str, str, str, str]]: ...
+
     async def delete_session_runs(self, tenant_id: str, session_id: str) -> list[str]: ...
 
     async def model_tokens(self, since_ms: int, before_ms: int) -> dict[str, int]: ...
@@ -143,6 +145,9 @@ class SqliteJournalStore:
 
     async def agents_of_every_tenant(self) -> list[tuple[str, str, str, str]]:
         return await self.runs.read(self.journal.agents_of_every_tenant)
+
+    async def agents_of_tenant(self, tenant_id: str) -> list[tuple[str, str, str, str]]:
+        return await self.runs.read(lambda db: self.journal.agents_of_tenant(db, tenant_id))
 
     async def delete_session_runs(self, tenant_id: str, session_id: str) -> list[str]:
         return await self.runs.apply(lambda db: self.journal.delete_session_runs(db, tenant_id, session_id))

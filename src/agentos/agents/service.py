@@ -11,15 +11,8 @@ and an API-defined agent, are one tenant's: another tenant's answers `run_not_fo
 `agent_not_found` (404) exactly like one that does not exist. Config agents are visible to
 every tenant. Runs of every tenant share one journal, one kernel and one recovery. On
 PostgreSQL several nodes share the runs (`agentos.agents.cluster`): a request for a run another
-node drives is sent to that node.
-
-Usage::
-
-    service = RunService(provider, data_dir=Path("data"), settings=settings, driver=driver)
-    await service.start()
-    run_id = await service.start_run("acme", "ops", "clean the logs")
-    async for event in service.events("acme", run_id): ...
-    await service.close()
+node drives is sent to that node. (Usage: `RunService(provider, data_dir, settings, driver=...)`,
+`await start()`, `await start_run("acme", "ops", "clean the logs")`, `events(...)`, `await close()`.)
 """
 
 from __future__ import annotations
@@ -50,7 +43,7 @@ from agentos.agents.spec import AgentSpec, spec_to_dict
 from agentos.agents.statistics import RunServiceStatistics, run_statistics
 from agentos.clock import MonotonicClock, wall_ms
 from agentos.config import Settings
-from agentos.errors import Conflict, InvalidInput, NotFound, ShuttingDown
+from agentos.errors import Conflict, InvalidInput, ShuttingDown
 from agentos.kernel import HumanAnswered, Kernel, RejectAnswer, RunCancelRequested
 from agentos.providers.base import Message, Provider
 from agentos.runtime.driver import Driver
@@ -82,6 +75,7 @@ class RunService:
         store = open_journal_store(settings, data_dir)
         self._settings = settings
         self._agents = AgentRegistry(store, store.journal, settings.agents, AgentPolicy.from_settings(settings))
+        self._shared_journal = settings.store.enabled and settings.store.backend == "postgres"
         if driver is None:  # a service on its own (tools, tests): a kernel of its own
             limits = kernel_limits(settings)
             if max_active_runs is not None:
@@ -161,15 +155,17 @@ class RunService:
         spec = await self._agents.create(tenant_id, body, self._runs.now_ms(), caller_is_admin=caller_is_admin)
         return self._agent_dict(spec)
 
+    async def sync_agents(self, tenant_id: str) -> None:
+        """On a journal several nodes share, read the tenant's agents again (another node may
+        have made or replaced one; a no-op on SQLite). Raises: StoreUnavailable."""
+        if self._shared_journal:
+            await self._agents.reload(tenant_id)
+
     def list_agents(self, tenant_id: str) -> list[dict[str, Any]]:
         return [self._agent_dict(spec) for spec in self._agents.list(tenant_id)]
 
     def has_agent(self, tenant_id: str, name: str) -> bool:
-        try:
-            self._agents.get(tenant_id, name)
-        except NotFound:
-            return False
-        return True
+        return any(spec.name == name for spec in self._agents.list(tenant_id))
 
     def get_agent(self, tenant_id: str, name: str) -> dict[str, Any]:
         """Raises: NotFound (also for another tenant's agent)."""
@@ -198,6 +194,7 @@ class RunService:
         """
         if not self.accepting:
             raise ShuttingDown("the server is shutting down")
+        await self.sync_agents(tenant_id)
         spec = self._agents.get(tenant_id, agent)
         check_input(text, self._settings.kernel.max_input_chars)
         run_id = f"run_{uuid.uuid4().hex[:20]}"

@@ -40,6 +40,7 @@ async def list_agents(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.AGENTS_READ).tenant_id
     limit = page_limit(request, 100)
     after = request.query.get("after")
+    await request.app[RUNS].sync_agents(tenant_id)
     agents = [a for a in request.app[RUNS].list_agents(tenant_id) if after is None or a["name"] > after]
     page = agents[:limit]
     cursor = page[-1]["name"] if len(agents) > limit else None
@@ -49,4 +50,5 @@ async def list_agents(request: web.Request) -> web.Response:
 @routes.get("/v1/agents/{name}")
 async def get_agent(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.AGENTS_READ).tenant_id
+    await request.app[RUNS].sync_agents(tenant_id)
     return json_response(request.app[RUNS].get_agent(tenant_id, request.match_info["name"]))

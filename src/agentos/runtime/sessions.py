@@ -62,6 +62,8 @@ class Sessions:
         Raises: InvalidInput (unknown agent).
         """
         agent = DEFAULT_AGENT if agent is None else agent
+        if agent != DEFAULT_AGENT and self._runs is not None:
+            await self._runs.sync_agents(tenant_id)  # another node may have defined it
         if agent != DEFAULT_AGENT and (self._runs is None or not self._runs.has_agent(tenant_id, agent)):
             raise InvalidInput(f"unknown agent {agent!r}; define it in the config or with POST /v1/agents")
         record = SessionRecord(

@@ -1,0 +1,51 @@
+"""An agent defined through the API on one node is everyone's: two real `agentos serve` nodes
+on one PostgreSQL schema. Node B never restarts, yet it sees, lists and runs the agent node A
+created, and sees it replaced."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from agentos.config import StoreConfig
+from tests.coordination.cluster import node_env, serve_nodes
+from tests.postgres import fresh_schema
+
+pytest.importorskip("asyncpg")
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[StoreConfig]:
+    async for config in fresh_schema():
+        yield config
+
+
+async def call(http: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    async with http.request(method, url, json=body) as response:
+        return response.status, await response.json()
+
+
+async def test_an_agent_made_on_node_a_is_seen_and_run_on_node_b(
+    tmp_path: Path, mock_factory: Any, pg: StoreConfig, http: aiohttp.ClientSession
+) -> None:
+    mock = await mock_factory()
+    async with serve_nodes(2, tmp_path, mock.url, node_env(pg)) as (a, b):
+        assert (await call(http, "GET", f"{b.url}/v1/agents/helper"))[0] == 404  # B has loaded its agents
+        status, _ = await call(http, "POST", f"{a.url}/v1/agents", {"name": "helper", "system_prompt": "one"})
+        assert status == 201
+        status, agent = await call(http, "GET", f"{b.url}/v1/agents/helper")
+        assert status == 200 and agent["system_prompt"] == "one"
+        status, listed = await call(http, "GET", f"{b.url}/v1/agents")
+        assert "helper" in [x["name"] for x in listed["data"]]
+        status, session = await call(http, "POST", f"{b.url}/v1/sessions", {"agent": "helper"})
+        assert status == 201, session
+        status, run = await call(http, "POST", f"{b.url}/v1/agents/helper/runs", {"input": "hello"})
+        assert status == 202, run
+        await call(http, "POST", f"{a.url}/v1/agents", {"name": "helper", "system_prompt": "two"})
+        status, agent = await call(http, "GET", f"{b.url}/v1/agents/helper")
+        assert agent["system_prompt"] == "two"  # replaced on A, seen on B
