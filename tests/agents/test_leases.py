@@ -128,3 +128,30 @@ async def test_a_renewal_passes_over_a_lease_locked_by_a_batch_and_keeps_it(
     finally:
         await batch.close()
     assert keeper.lost == []
+
+
+async def test_a_broken_notify_connection_is_opened_again_at_once(nodes: tuple[PgJournalStore, PgJournalStore]) -> None:
+    """The database drops the listening connection: the node listens again at once, and a
+    request sent after that wakes it long before its next round (10 s with a 30 s lease)."""
+    a, b = nodes
+    await create(a, "run_1")
+    heard: asyncio.Queue[list[Any]] = asyncio.Queue()
+    keeper = LeaseKeeper(a, on_claimed=_nothing, on_lost=lambda _: None, on_requests=heard.put)
+    await keeper.start()
+    try:
+        listener = keeper._listener  # this keeper's own connection, nobody else's
+        assert listener is not None
+        await b.query("SELECT pg_terminate_backend($1)", listener.get_server_pid())
+        await b.query(
+            "WITH r AS (INSERT INTO run_requests (tenant_id, run_id, body, created_ms)"
+            " VALUES ('acme', 'run_1', '{\"kind\": \"cancel\"}', 1) RETURNING id)"
+            " SELECT pg_notify('agentos_run_requests', 'run_1') FROM r"
+        )
+        requests = await asyncio.wait_for(heard.get(), 5)  # far sooner than the 10 s round
+        assert requests == [("acme", "run_1", {"kind": "cancel"})]
+    finally:
+        await keeper.close()
+
+
+async def _nothing(_: Any) -> None:
+    return None

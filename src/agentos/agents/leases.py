@@ -81,8 +81,7 @@ class LeaseKeeper:
     async def start(self) -> None:
         """Listen for requests, take over what has expired (before returning, as a restart
         resumes its runs), then keep at it in the background."""
-        self._listener = await pg_pool.connect(self._store.config)
-        await self._listener.add_listener(CHANNEL, self._heard)
+        await self._listen()
         await self._guarded(self.tick)
         self._tasks = [
             asyncio.create_task(self._renewing(), name="agentos-run-lease-renewals"),
@@ -108,6 +107,19 @@ class LeaseKeeper:
     def _heard(self, *_: Any) -> None:
         self._wake.set()
 
+    async def _listen(self) -> None:
+        """(Re)open the connection NOTIFY wakes this node on. One that broke (the database
+        restarted, a proxy dropped it) tells `_heard` so: the serving loop opens a new one at
+        once instead of leaving other nodes' requests to the next round."""
+        if self._listener is not None and not self._listener.is_closed():
+            return
+        self._listener = None
+        listener = await pg_pool.connect(self._store.config)
+        listener.add_termination_listener(self._heard)
+        await listener.add_listener(CHANNEL, self._heard)
+        self._listener = listener
+        self._wake.set()  # requests may have come while nobody listened
+
     async def _renewing(self) -> None:
         """Renewals in a task of their own: taking over many runs must not delay them."""
         while not self._closing:
@@ -120,6 +132,7 @@ class LeaseKeeper:
         loop = asyncio.get_running_loop()
         due = loop.time() + self._period_s
         while not self._closing:
+            await self._guarded(self._listen)
             if loop.time() >= due:
                 due = loop.time() + self._period_s
                 await self._guarded(self.claim)
