@@ -19,6 +19,7 @@ import pytest
 from agentos.bench.mock.server import MockServer
 from agentos.config import StoreConfig
 from agentos.testing import Event, sse_events
+from tests.coordination.cluster import node_env
 from tests.coordination.conftest import REDIS_URL
 from tests.coordination.test_turn_streams import serve
 from tests.postgres import fresh_schema
@@ -39,14 +40,7 @@ async def test_a_run_on_node_a_is_followed_on_node_b(
     tmp_path: Path, mock_factory, pg: StoreConfig, prefix: str
 ) -> None:
     mock: MockServer = await mock_factory(tps=40, tokens=TOKENS)
-    env = {
-        "AGENTOS_STORE_BACKEND": "postgres",
-        "AGENTOS_STORE_POSTGRES_URL": pg.postgres_url,
-        "AGENTOS_STORE_POSTGRES_SCHEMA": pg.postgres_schema,
-        "AGENTOS_COORDINATION_REDIS_URL": REDIS_URL,
-        "AGENTOS_COORDINATION_KEY_PREFIX": prefix,
-        "AGENTOS_SECURITY_KEY_PEPPER": "one-pepper-for-every-node-of-this-test",  # they share the keys table
-    }
+    env = node_env(pg, REDIS_URL, prefix)
     async with AsyncExitStack() as stack, aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
         a, b = await asyncio.gather(
             stack.enter_async_context(serve(tmp_path / "a", mock.url, env)),

@@ -20,6 +20,7 @@ from agentos.testing import Event, sse_events, start_server
 from tests.api.helpers import new_session
 from tests.api.test_turn_follow import follow, post_turn
 from tests.conftest import child_env, make_settings
+from tests.coordination.cluster import node_env
 from tests.coordination.conftest import REDIS_URL, RedisProxy
 from tests.postgres import fresh_schema
 
@@ -59,14 +60,7 @@ async def test_a_turn_on_node_a_is_followed_and_resumed_on_node_b(
     tmp_path: Path, mock_factory, pg: StoreConfig, prefix: str
 ) -> None:
     mock: MockServer = await mock_factory(tps=40, tokens=TOKENS)  # 1.5 s per turn
-    env = {
-        "AGENTOS_STORE_BACKEND": "postgres",
-        "AGENTOS_STORE_POSTGRES_URL": pg.postgres_url,
-        "AGENTOS_STORE_POSTGRES_SCHEMA": pg.postgres_schema,
-        "AGENTOS_COORDINATION_REDIS_URL": REDIS_URL,
-        "AGENTOS_COORDINATION_KEY_PREFIX": prefix,
-        "AGENTOS_SECURITY_KEY_PEPPER": "one-pepper-for-every-node-of-this-test",  # they share the keys table
-    }
+    env = node_env(pg, REDIS_URL, prefix)
     async with AsyncExitStack() as stack, aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
         a, b = await asyncio.gather(
             stack.enter_async_context(serve(tmp_path / "a", mock.url, env)),
