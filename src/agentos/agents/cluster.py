@@ -103,7 +103,7 @@ class RunCluster:
             try:
                 await self._apply(tenant_id, run_id, body)
             except AgentOSError as exc:  # the sender was answered already; the run moved on
-                log.info("run %s: request %s from another node not applied: %s", run_id, body.get("kind"), exc)
+                log.warning("run %s: request %s from another node not applied: %s", run_id, body.get("kind"), exc)
 
     async def _apply(self, tenant_id: str, run_id: str, r: dict[str, Any]) -> None:
         if r["kind"] == "answer":
