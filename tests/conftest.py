@@ -10,7 +10,7 @@ import pytest
 
 from agentos.bench.mock.server import MockServer, MockSettings, start_mock
 from agentos.clock import Clock
-from agentos.config import Settings, load_settings
+from agentos.config import Settings, StoreConfig, load_settings
 from agentos.testing import RunningServer, start_server
 
 
@@ -86,3 +86,13 @@ async def server(server_factory: Callable[..., Awaitable[RunningServer]], mock: 
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         yield session
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[StoreConfig]:
+    """A fresh PostgreSQL schema, dropped after the test (`tests.postgres.fresh_schema`; skips
+    without PostgreSQL or asyncpg unless TEST_POSTGRES_REQUIRED=1)."""
+    from tests.postgres import fresh_schema
+
+    async for config in fresh_schema():
+        yield config

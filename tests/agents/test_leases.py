@@ -14,13 +14,6 @@ from agentos.agents.journal_store import LeaseLost
 from agentos.agents.leases import LeaseKeeper
 from agentos.config import CoordinationConfig, StoreConfig
 from agentos.store import pg_pool
-from tests.postgres import fresh_schema
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[StoreConfig]:
-    async for config in fresh_schema():
-        yield config
 
 
 @pytest.fixture

@@ -36,16 +36,9 @@ from tests.agents.test_durability import (
     start_server,
     statuses,
 )
-from tests.postgres import fresh_schema
 
 LEASE_S = 2.0
 RUNS = 50
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[StoreConfig]:
-    async for config in fresh_schema():
-        yield config
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ created, and sees it replaced."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +12,9 @@ import pytest
 
 from agentos.config import StoreConfig
 from tests.coordination.cluster import node_env, serve_nodes
-from tests.postgres import fresh_schema
 
 pytest.importorskip("asyncpg")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[StoreConfig]:
-    async for config in fresh_schema():
-        yield config
 
 
 async def call(http: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> tuple[int, Any]:

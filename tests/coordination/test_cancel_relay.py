@@ -25,16 +25,9 @@ from agentos.store.records import DEFAULT_TENANT
 from agentos.testing import RunningServer
 from tests.api.helpers import new_session, turn_events
 from tests.coordination.conftest import REDIS_URL
-from tests.postgres import fresh_schema
 
 pytest.importorskip("asyncpg")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(30)]
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[StoreConfig]:
-    async for config in fresh_schema():
-        yield config
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +22,12 @@ from agentos.config import StoreConfig
 from tests.api.helpers import new_session, turn_events
 from tests.coordination.cluster import node_env, pg_rows, serve_nodes
 from tests.coordination.conftest import REDIS_URL
-from tests.postgres import fresh_schema
 
 pytest.importorskip("asyncpg")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
 TTFT_MS = 3000  # turn 1 is still waiting for its first token when turn 2 arrives
 QUICKLY_S = 1.5  # well under TTFT_MS: turn 1 ended because it was cancelled, not because it finished
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[StoreConfig]:
-    async for config in fresh_schema():
-        yield config
 
 
 @pytest.fixture

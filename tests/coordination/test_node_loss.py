@@ -20,18 +20,11 @@ from agentos.testing import sse_events
 from tests.api.helpers import SSE, new_session
 from tests.coordination.cluster import Node, node_env, pg_rows, serve_nodes
 from tests.coordination.conftest import REDIS_URL
-from tests.postgres import fresh_schema
 
 pytest.importorskip("asyncpg")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 TURNS = 200
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[StoreConfig]:
-    async for config in fresh_schema():
-        yield config
 
 
 async def completed_turn(http: aiohttp.ClientSession, node: Node, session_id: str, seen: asyncio.Event) -> str | None:

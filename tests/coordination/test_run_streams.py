@@ -9,7 +9,6 @@ live part comes through the bus (`run:{run_id}`, `agentos.coordination.relay`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -22,18 +21,11 @@ from agentos.testing import Event, sse_events
 from tests.coordination.cluster import node_env
 from tests.coordination.conftest import REDIS_URL
 from tests.coordination.test_turn_streams import serve
-from tests.postgres import fresh_schema
 
 pytest.importorskip("asyncpg")
 pytestmark = pytest.mark.slow
 
 TOKENS = 60
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[StoreConfig]:
-    async for config in fresh_schema():
-        yield config
 
 
 async def test_a_run_on_node_a_is_followed_on_node_b(

@@ -22,18 +22,11 @@ from tests.api.test_turn_follow import follow, post_turn
 from tests.conftest import child_env, make_settings
 from tests.coordination.cluster import node_env
 from tests.coordination.conftest import REDIS_URL, RedisProxy
-from tests.postgres import fresh_schema
 
 pytest.importorskip("asyncpg")
 pytestmark = pytest.mark.slow
 
 TOKENS = 60
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[StoreConfig]:
-    async for config in fresh_schema():
-        yield config
 
 
 @asynccontextmanager

@@ -8,7 +8,6 @@ The change travels from one process through the database to the other: `eventual
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from agentos.config import StoreConfig
 from agentos.testing import eventually
 from tests.e2e.test_process import agentos_process
 from tests.e2e.test_startup_checks import serve_refused
-from tests.postgres import fresh_schema
 
 pytest.importorskip("asyncpg")
 pytestmark = pytest.mark.slow
@@ -28,12 +26,6 @@ pytestmark = pytest.mark.slow
 ADMIN = "aos-e2e-admin-token"
 PEPPER = "e2e-pepper-shared-by-every-node-0123456789"
 PROPAGATION_S = 1.0  # docs/deployment.md: a change reaches every node within about a second
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[StoreConfig]:
-    async for config in fresh_schema():
-        yield config
 
 
 def node_env(pg: StoreConfig, pepper: str = PEPPER) -> dict[str, str]:

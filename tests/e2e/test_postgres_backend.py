@@ -7,7 +7,7 @@ Real PostgreSQL (tests/postgres.py: a fresh schema per test), real server, real 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +20,8 @@ from agentos.testing import RunningServer
 from tests.api.helpers import new_session, turn_events
 from tests.conftest import child_env
 from tests.e2e.test_startup_checks import serve_refused
-from tests.postgres import fresh_schema
 
 pytest.importorskip("asyncpg")
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[StoreConfig]:
-    async for config in fresh_schema():
-        yield config
 
 
 def on_postgres(pg: StoreConfig) -> dict[str, Any]:

@@ -10,28 +10,19 @@ PostgreSQL is never stopped. SQLite: the real store with its writers closed unde
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-import pytest
 
 from agentos.bench.mock.server import MockServer
 from agentos.config import StoreConfig
 from agentos.testing import RunningServer
 from agentos.testing.tcp_proxy import TcpProxy
 from tests.api.helpers import new_session, turn_events
-from tests.postgres import fresh_schema
 
 BOUND_S = 15.0  # the store's own bound is 10 s (store.postgres_request_timeout_s); a refusal is at once
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[StoreConfig]:
-    pytest.importorskip("asyncpg")
-    async for config in fresh_schema():
-        yield config
 
 
 async def status_of(http: aiohttp.ClientSession, method: str, url: str, **kw: Any) -> tuple[int, Any, str | None]:

@@ -28,19 +28,12 @@ from agentos.tenancy.records import TenantExists
 from agentos.tenancy.registry import Refused, TenantRegistry
 from agentos.testing import eventually
 from agentos.testing.tcp_proxy import TcpProxy
-from tests.postgres import fresh_schema
 
 asyncpg = pytest.importorskip("asyncpg")
 
 PEPPER = b"p" * 32
 PROPAGATION_S = 1.0  # the documented bound (docs/deployment.md) while the LISTEN connection is up
 Node = Callable[..., Awaitable[TenantRegistry]]
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[StoreConfig]:
-    async for config in fresh_schema():
-        yield config
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from agentos.agents.journal_deletion import delete_session_runs
 from agentos.agents.schema import SCHEMA, migrate
 from agentos.agents.store import Op
 
@@ -183,30 +184,9 @@ class Journal:
     # --- deletion (runs on the store's thread, inside its transaction: `RunStore.apply`) ---
 
     def delete_session_runs(self, db: sqlite3.Connection, tenant_id: str, session_id: str) -> list[str]:
-        """Delete every run of the tenant's `session_id` with its child runs, steps, events and payloads.
-
-        A child run's id is its parent's followed by `.n`, so the id range `(r., r/)` finds
-        every descendant on the primary key. A payload goes only when no remaining run or step
-        refers to it: payloads are shared by hash (an agent's spec by all its runs). That check
-        scans the runs and steps tables once: the price of a deletion, not of a turn.
-
-        Returns:
-            the ids of the deleted runs (the caller removes their workspaces and handles).
-        """
-        for statement in _DELETION_SETUP:
-            db.execute(statement)
-        db.execute(_DOOM_SESSION_RUNS, (session_id, tenant_id))
-        db.execute(_DOOM_CHILD_RUNS, (tenant_id,))
-        run_ids = [row[0] for row in db.execute("SELECT run_id FROM temp.doomed_runs ORDER BY run_id")]
-        if not run_ids:
-            return []
-        db.execute(_DOOM_PAYLOADS)
-        for table in ("run_events", "steps", "runs"):
-            db.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT run_id FROM temp.doomed_runs)")
-        live = [(row[0],) for row in db.execute(_LIVE_DOOMED_PAYLOADS)]
-        db.executemany("DELETE FROM temp.doomed_payloads WHERE hash = ?", live)
-        db.execute("DELETE FROM payloads WHERE hash IN (SELECT hash FROM temp.doomed_payloads)")
-        return run_ids
+        """Delete every run of the tenant's session, its children and what only they used
+        (`agentos.agents.journal_deletion`); the ids of the deleted runs."""
+        return delete_session_runs(db, tenant_id, session_id)
 
     # --- reads (run on the store's thread) ---
 
@@ -268,37 +248,6 @@ class Journal:
         sql = "SELECT tenant_id, name, spec, source FROM agents WHERE tenant_id = ? ORDER BY name"
         rows = db.execute(sql, (tenant_id,))
         return [(r[0], r[1], r[2], r[3]) for r in rows.fetchall()]
-
-
-_DELETION_SETUP = (
-    "CREATE TEMP TABLE IF NOT EXISTS doomed_runs (run_id TEXT PRIMARY KEY)",
-    "CREATE TEMP TABLE IF NOT EXISTS doomed_payloads (hash TEXT PRIMARY KEY)",
-    "DELETE FROM temp.doomed_runs",
-    "DELETE FROM temp.doomed_payloads",
-)
-_DOOM_SESSION_RUNS = (
-    "INSERT OR IGNORE INTO temp.doomed_runs SELECT run_id FROM runs WHERE session_id = ? AND tenant_id = ?"
-)
-_DOOM_CHILD_RUNS = (
-    "INSERT OR IGNORE INTO temp.doomed_runs SELECT c.run_id FROM temp.doomed_runs d"
-    " JOIN runs c ON c.run_id > d.run_id || '.' AND c.run_id < d.run_id || '/' WHERE c.tenant_id = ?"
-)
-_DOOMED = "IN (SELECT run_id FROM temp.doomed_runs)"
-_DOOM_PAYLOADS = f"""
-INSERT OR IGNORE INTO temp.doomed_payloads SELECT ref FROM (
-  SELECT spec_ref AS ref FROM runs WHERE run_id {_DOOMED}
-  UNION SELECT context_ref FROM runs WHERE run_id {_DOOMED}
-  UNION SELECT input_ref FROM steps WHERE run_id {_DOOMED}
-  UNION SELECT payload_ref FROM steps WHERE run_id {_DOOMED}
-) WHERE ref IS NOT NULL
-"""
-_REFERRED = "IN (SELECT hash FROM temp.doomed_payloads)"
-_LIVE_DOOMED_PAYLOADS = f"""
-SELECT spec_ref FROM runs WHERE spec_ref {_REFERRED}
-UNION SELECT context_ref FROM runs WHERE context_ref {_REFERRED}
-UNION SELECT input_ref FROM steps WHERE input_ref {_REFERRED}
-UNION SELECT payload_ref FROM steps WHERE payload_ref {_REFERRED}
-"""
 
 
 def _decode(body: bytes | None) -> Any:

@@ -35,6 +35,18 @@ from agentos.store.event_rows import EVENT_COLUMNS, event_from_row
 from agentos.store.jsonl import JsonlLog
 from agentos.store.pg_fence import FENCED_INSERT_EVENT, FENCED_INSERT_MESSAGE, FencedTurns, TurnEpochs
 from agentos.store.pg_health import HealthCheck, classify, within
+from agentos.store.pg_rows import (
+    INSERT_ACCESS,
+    INSERT_EVENT,
+    INSERT_MESSAGE,
+    INSERT_SESSION,
+    MESSAGE_COLUMNS,
+    SESSION_COLUMNS,
+    TOKENS_SINCE,
+    message_from_row,
+    message_params,
+    session_from_row,
+)
 from agentos.store.pg_writer import PgWriter
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
 
@@ -45,29 +57,6 @@ if TYPE_CHECKING:
 
 _WRITER_ACQUIRE_TIMEOUT_S = 30.0
 _encode = msgspec.json.encode
-_decode = msgspec.json.decode
-
-# A batch applied again after a failure may repeat a write, so the writes with a natural key
-# are idempotent. Events and access rows have none; they are sheddable anyway.
-_INSERT_SESSION = "INSERT INTO sessions VALUES ($1, $2, $3, $4::jsonb, $5) ON CONFLICT (session_id) DO NOTHING"
-_INSERT_MESSAGE = """
-INSERT INTO messages (tenant_id, session_id, turn_id, role, content, status, usage, created_at_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8)
-ON CONFLICT (turn_id, role) DO UPDATE SET content = excluded.content, status = excluded.status, usage = excluded.usage
-"""
-_INSERT_EVENT = (
-    "INSERT INTO events (tenant_id, session_id, turn_id, type, data, created_at_ms, seq)"
-    " VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7)"
-)
-_INSERT_ACCESS = (
-    "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote, key_id)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
-)
-_MESSAGE_COLUMNS = "message_id, tenant_id, session_id, turn_id, role, content, status, usage, created_at_ms"
-_SESSION_COLUMNS = "session_id, tenant_id, agent, metadata, created_at_ms"
-_TOKENS_SINCE = """SELECT tenant_id, SUM(COALESCE((usage->>'prompt_tokens')::bigint, 0)
-+ COALESCE((usage->>'completion_tokens')::bigint, 0)) FROM messages
-WHERE usage IS NOT NULL AND created_at_ms >= $1 GROUP BY tenant_id"""
 
 
 class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.store.pg_fence
@@ -165,19 +154,19 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
 
     async def create_session(self, r: SessionRecord) -> None:
         params = (r.session_id, r.tenant_id, r.agent, _encode(r.metadata).decode(), r.created_at_ms)
-        await within(self._lanes[0].submit(_INSERT_SESSION, params), "creating a session", self._bound_s)
+        await within(self._lanes[0].submit(INSERT_SESSION, params), "creating a session", self._bound_s)
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
-        sql = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_id = $1 AND tenant_id = $2"
+        sql = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = $1 AND tenant_id = $2"
         rows = await self._fetch(self._lanes[0], sql, session_id, tenant_id)
-        return _session(rows[0]) if rows else None
+        return session_from_row(rows[0]) if rows else None
 
     async def list_sessions(self, tenant_id: str, *, limit: int, after: str | None) -> list[SessionRecord]:
         sql = (
-            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE tenant_id = $1 AND session_id > $2"
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant_id = $1 AND session_id > $2"
             " ORDER BY session_id LIMIT $3"
         )
-        return [_session(row) for row in await self._fetch(self._lanes[0], sql, tenant_id, after or "", limit)]
+        return [session_from_row(row) for row in await self._fetch(self._lanes[0], sql, tenant_id, after or "", limit)]
 
     async def delete_session(self, tenant_id: str, session_id: str) -> bool:
         """Delete the tenant's session, its transcript and its events in one transaction, after
@@ -215,7 +204,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
         return {tenant: int(count) for tenant, count in rows}
 
     async def token_usage_since(self, since_ms: int) -> dict[str, int]:
-        return {tenant: int(tokens) for tenant, tokens in await self._fetch(self._lanes[0], _TOKENS_SINCE, since_ms)}
+        return {tenant: int(tokens) for tenant, tokens in await self._fetch(self._lanes[0], TOKENS_SINCE, since_ms)}
 
     def forget_session(self, session_id: str) -> None:
         """Nothing to do: the session's state stays in the database when it leaves memory."""
@@ -229,32 +218,36 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
         await within(self._lanes[0].wait_space(), "waiting for room in the message queue", self._bound_s)
 
     def add_message(self, record: MessageRecord) -> None:
-        self._lanes[0].put(*self._epochs.route(record.turn_id, _INSERT_MESSAGE, FENCED_INSERT_MESSAGE, _params(record)))
+        self._lanes[0].put(
+            *self._epochs.route(record.turn_id, INSERT_MESSAGE, FENCED_INSERT_MESSAGE, message_params(record))
+        )
 
     async def commit_message(self, record: MessageRecord) -> None:
-        op = self._epochs.route(record.turn_id, _INSERT_MESSAGE, FENCED_INSERT_MESSAGE, _params(record))
+        op = self._epochs.route(record.turn_id, INSERT_MESSAGE, FENCED_INSERT_MESSAGE, message_params(record))
         await within(self._lanes[0].submit(*op), "committing a message", self._bound_s)
 
     async def history(self, tenant_id: str, session_id: str, *, limit: int) -> list[MessageRecord]:
         sql = (
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE tenant_id = $1 AND session_id = $2"
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE tenant_id = $1 AND session_id = $2"
             " ORDER BY message_id DESC LIMIT $3"
         )
         rows = await self._fetch(self._lanes[0], sql, tenant_id, session_id, limit)
-        return [_message(row) for row in reversed(rows)]
+        return [message_from_row(row) for row in reversed(rows)]
 
     async def list_messages(self, tenant_id: str, session_id: str, *, after: int, limit: int) -> list[MessageRecord]:
         sql = (
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE tenant_id = $1 AND session_id = $2 AND message_id > $3"
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE tenant_id = $1 AND session_id = $2 AND message_id > $3"
             " ORDER BY message_id LIMIT $4"
         )
-        return [_message(row) for row in await self._fetch(self._lanes[0], sql, tenant_id, session_id, after, limit)]
+        return [
+            message_from_row(row) for row in await self._fetch(self._lanes[0], sql, tenant_id, session_id, after, limit)
+        ]
 
     # -- events and access log -------------------------------------------------------------------
 
     def add_event(self, r: EventRecord) -> None:
         params = (r.tenant_id, r.session_id, r.turn_id, r.type, _encode(r.data).decode(), r.created_at_ms, r.seq)
-        self._lanes[1].put(*self._epochs.route(r.turn_id, _INSERT_EVENT, FENCED_INSERT_EVENT, params), sheddable=True)
+        self._lanes[1].put(*self._epochs.route(r.turn_id, INSERT_EVENT, FENCED_INSERT_EVENT, params), sheddable=True)
         if self._jsonl is not None:
             self._jsonl.write(r)
 
@@ -274,7 +267,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
 
     def log_access(self, r: AccessRecord) -> None:
         params = (r.tenant_id, r.ts_ms, r.method, r.path, r.status, r.duration_ms, r.remote, r.key_id)
-        self._lanes[2].put(_INSERT_ACCESS, params, sheddable=True)
+        self._lanes[2].put(INSERT_ACCESS, params, sheddable=True)
 
     def statistics(self) -> StoreStatistics:
         if self._writers is None:
@@ -283,23 +276,3 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
         jsonl_dropped = self._jsonl.dropped_total if self._jsonl is not None else 0
         stale = sum(w.stale_total for w in self._writers)  # the turn fence's refusals
         return StoreStatistics(m.queued, e.queued, a.queued, e.dropped_total + jsonl_dropped, a.dropped_total, stale)
-
-
-def _params(r: MessageRecord) -> tuple[Any, ...]:
-    usage = _encode(r.usage).decode() if r.usage is not None else None
-    return (r.tenant_id, r.session_id, r.turn_id, r.role, r.content, r.status, usage, r.created_at_ms)
-
-
-def _message(row: Any) -> MessageRecord:
-    mid, tenant, sid, tid, role, content, status, usage, created = row
-    return MessageRecord(
-        message_id=mid, tenant_id=tenant, session_id=sid, turn_id=tid, role=role, content=content,
-        status=status, usage=_decode(usage) if usage else None, created_at_ms=created,
-    )  # fmt: skip
-
-
-def _session(row: Any) -> SessionRecord:
-    sid, tenant, agent, metadata, created = row
-    return SessionRecord(
-        session_id=sid, tenant_id=tenant, agent=agent, metadata=_decode(metadata), created_at_ms=created
-    )
