@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -33,5 +34,25 @@ async def fresh_schema() -> AsyncIterator[StoreConfig]:
     try:
         yield StoreConfig(backend="postgres", postgres_url=URL, postgres_schema=schema)
     finally:
-        await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        await admin.close()
+        try:
+            await _drop(admin, schema)
+        finally:
+            await admin.close()
+
+
+async def _drop(admin: Any, schema: str) -> None:
+    """Drop the schema; a server the test left running may still hold its locks for a moment.
+
+    A test whose server fixture is torn down after this one (fixtures requested in the other
+    order) can deadlock the DROP with the server's last statements: PostgreSQL then aborts one
+    of the two, and the drop is tried again once the other is gone.
+    """
+    import asyncpg
+
+    for attempt in range(3):
+        try:
+            await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            return
+        except asyncpg.DeadlockDetectedError:
+            if attempt == 2:
+                raise

@@ -20,7 +20,10 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from agentos.config_knowledge import KnowledgeConfig, TriggersConfig
+from agentos.config_provider import MockConfig, ProviderConfig
 from agentos.config_security import CommandCaps, SandboxConfig, SecurityConfig
+from agentos.config_server import ServerConfig, check_server
 from agentos.config_sources import InvalidSetting, Sources, from_validation_error
 from agentos.config_store import CoordinationConfig, StoreConfig
 from agentos.errors import ConfigError
@@ -29,9 +32,12 @@ from agentos.tenancy.limits import TenantLimits
 __all__ = [
     "CommandCaps",
     "CoordinationConfig",
+    "MockConfig",
+    "ProviderConfig",
     "StoreConfig",
     "SandboxConfig",
     "SecurityConfig",
+    "ServerConfig",
     "Settings",
     "load_settings",
     "settings_from_dict",
@@ -40,7 +46,6 @@ __all__ = [
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
 PosInt = Annotated[int, msgspec.Meta(ge=1)]
 PosFloat = Annotated[float, msgspec.Meta(gt=0)]
-NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
 
 
 class Secret(str):
@@ -48,14 +53,6 @@ class Secret(str):
 
     def __repr__(self) -> str:
         return "'**********'" if self else "''"
-
-
-class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    host: str = "127.0.0.1"
-    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
-    max_body_bytes: PosInt = 1 << 20
-    api_token: str = ""
-    access_log: bool = True
 
 
 class KernelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -70,32 +67,10 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # Shared by several tenants, this fraction of concurrency_limit (rounded up) is kept from any
     # one tenant, so a newcomer is granted at once (agentos.kernel.permits); 0 = no reserve.
     fair_reserve: Annotated[float, msgspec.Meta(ge=0, lt=1)] = 0.1
-
-
-class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    url: str = ""  # empty: start the built-in mock provider
-    model: str = "mock-1"
-    api_key: str = ""
-    connect_timeout_s: PosFloat = 5.0
-    first_token_timeout_s: PosFloat = 60.0
-    idle_timeout_s: PosFloat = 30.0
-    total_timeout_s: PosFloat = 600.0
-    max_retries: NonNegInt = 2
-    retry_budget_s: NonNegFloat = 10.0
-    max_tokens: NonNegInt = 0  # 0 = let the provider decide
-
-
-class MockConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The built-in mock provider started when `provider.url` is empty.
-
-    `scenario = "tools"` answers an agent with tool calls (two `run_command`, then `ask_human`,
-    then text; `agentos.bench.mock.scenario`), so a first agent run shows an approval and a question.
-    """
-
-    ttft_ms: NonNegFloat = 50.0
-    tps: PosFloat = 200.0
-    tokens: PosInt = 8
-    scenario: Literal["plain", "tools"] = "plain"
+    # How long a run waits for an MCP server to start and answer the handshake before it fails
+    # (`mcp_timeout`, agentos.agents.mcp_tools; was 20 s, fixed). A Python stdio server is ready
+    # in 1-3 s on a busy machine; raise it for servers slow to start (npx downloading a package).
+    mcp_connect_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=600)] = 10.0
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -111,6 +86,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
     tenant_limits: TenantLimits = msgspec.field(default_factory=TenantLimits)  # every tenant's defaults
     coordination: CoordinationConfig = msgspec.field(default_factory=CoordinationConfig)
+    knowledge: KnowledgeConfig = msgspec.field(default_factory=KnowledgeConfig)
+    triggers: TriggersConfig = msgspec.field(default_factory=TriggersConfig)
     agents: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
 
     @property
@@ -141,7 +118,19 @@ ENV_ALIASES: dict[str, str] = {
     "AGENTOS_REDIS_URL": "coordination.redis_url",
 }
 
-_SECTIONS = ("server", "kernel", "provider", "mock", "store", "security", "sandbox", "tenant_limits", "coordination")
+_SECTIONS = (
+    "server",
+    "kernel",
+    "provider",
+    "mock",
+    "store",
+    "security",
+    "sandbox",
+    "tenant_limits",
+    "coordination",
+    "knowledge",
+    "triggers",
+)
 
 
 def _known_keys() -> dict[str, str]:
@@ -168,10 +157,31 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     _set_dotted(node, rest, value)
 
 
-def _env_overrides(environ: Mapping[str, str]) -> list[tuple[str, str, str]]:
-    """(variable, dotted key, value) for every `AGENTOS_*` variable that names a setting."""
+def _env_overrides(environ: Mapping[str, str]) -> list[tuple[str, str, str | list[str]]]:
+    """(variable, dotted key, value) for every `AGENTOS_*` variable that names a setting; a list
+    setting's value is split at commas (`AGENTOS_SERVER_ALLOWED_HOSTS=a.example,b.example`)."""
     by_env = {env: dotted for dotted, env in _known_keys().items()} | ENV_ALIASES
-    return [(name, by_env[name], value) for name, value in environ.items() if name in by_env]
+    lists = _list_keys()
+    return [
+        (name, by_env[name], _split(value) if by_env[name] in lists else value)
+        for name, value in environ.items()
+        if name in by_env
+    ]
+
+
+def _list_keys() -> frozenset[str]:
+    """The dotted keys whose value is a list (`security.outbound_allow`, `server.allowed_hosts`)."""
+    defaults = Settings()
+    return frozenset(
+        f"{name}.{sub}"
+        for name in _SECTIONS
+        for sub in getattr(defaults, name).__struct_fields__
+        if isinstance(getattr(getattr(defaults, name), sub), list)
+    )
+
+
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -207,7 +217,7 @@ def load_settings(
     known = _known_keys()
     try:
         for name, dotted, value in _env_overrides(environ or {}):
-            sources.note(dotted, f"{name}=", value)
+            sources.note(dotted, f"{name}=", (environ or {})[name])
             _set_dotted(tree, dotted, value)
         for dotted, value in (overrides or {}).items():
             if value is None:
@@ -264,6 +274,7 @@ def _check(settings: Settings) -> None:
     if url and not url.startswith(("http://", "https://")):
         raise InvalidSetting("provider.url", f"must start with http:// or https://, got {url!r}")
     _check_store(settings.store)
+    check_server(settings.server)
     redis_url = settings.coordination.redis_url
     if redis_url and not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise InvalidSetting("coordination.redis_url", "must start with redis://, rediss:// or unix://")

@@ -20,13 +20,16 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     queue_max_rows: PosInt = 20_000  # per writer; events and access rows beyond it are shed
     batch_max_rows: PosInt = 1000
     linger_ms: NonNegFloat = 2.0  # under load, how long a writer waits for its batch to fill
+    # SQLite: how long an idle writer lets a write nobody awaits (access row, event, user
+    # message) wait for others, so that they share one wake-up and one commit; 0 wakes it for each
+    put_linger_ms: NonNegFloat = 250.0
     busy_timeout_ms: NonNegInt = 5000
     # postgres: sessions, messages, events, access log, tenants and keys, the run journal (docs/deployment.md)
     backend: Literal["sqlite", "postgres"] = "sqlite"
     postgres_url: str = ""  # postgresql://user:password@host:5432/database
     postgres_schema: str = ""  # "": the server's search_path; else this schema (created if missing)
-    # per pool; a node has two (the store's, the run journal's) plus one listening connection:
-    # nodes x (2 x pool + 1) <= the server's max_connections
+    # per pool; a node has two (the store's, the run journal's), two of min(4, this) (knowledge,
+    # triggers) and three connections of their own: docs/deployment.md "Connections"
     postgres_pool_max: PosInt = 10
     postgres_acquire_timeout_s: PosFloat = 2.0  # a read waits this long for a connection, then fails
     postgres_request_timeout_s: PosFloat = 10.0  # a request waits this long on one store call, then 503

@@ -9,8 +9,10 @@
           QuotaExceeded       403  a tenant quota (sessions, tokens per day); may carry retry_after_s
         NotFound              404  SessionNotFound, RunNotFound, AgentNotFound
         NotAcceptable         406
+        RequestTimeout        408  the request body did not arrive in time (server.body_timeout_s)
         Conflict              409
         PayloadTooLarge       413
+        UnsupportedMediaType  415  a body that is not JSON on a JSON route
         InvalidInput          422  well-formed JSON of the wrong shape
         AdmissionRejected     429  carries retry_after_s; code: overloaded, tenant_concurrent_turns, tenant_active_runs
         RateLimited           429  a rate limit of the caller's key or tenant; carries retry_after_s
@@ -46,6 +48,7 @@ class RequestError(AgentOSError):
     status = 400
     code = "bad_request"
     retry_after_s: int | None = None  # set: the answer carries `Retry-After`
+    param: str | None = None  # the request field at fault, where known (OpenAI's error `param`)
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
@@ -97,6 +100,11 @@ class NotAcceptable(RequestError):
     code = "not_acceptable"
 
 
+class RequestTimeout(RequestError):
+    status = 408
+    code = "request_timeout"
+
+
 class Conflict(RequestError):
     status = 409
     code = "conflict"
@@ -105,6 +113,13 @@ class Conflict(RequestError):
 class PayloadTooLarge(RequestError):
     status = 413
     code = "payload_too_large"
+
+
+class UnsupportedMediaType(RequestError):
+    """A body whose Content-Type the route does not take (a JSON route: not JSON)."""
+
+    status = 415
+    code = "unsupported_media_type"
 
 
 class InvalidInput(RequestError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -11,7 +12,11 @@ from prometheus_client.registry import Collector
 from agentos.kernel import KernelStatistics
 from agentos.store.base import StoreStatistics
 
+if TYPE_CHECKING:
+    from agentos.coordination.permits import PermitStatistics
+
 _MS_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2000, 2500, 5000, 10000, 30000, 60000, 120000)
+CLOSE_REASONS = ("header_timeout", "body_timeout", "per_client_limit")
 _WAIT_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 25, 50, 100, 250, 1000)
 
 
@@ -21,10 +26,12 @@ class _StatsCollector(Collector):
         kernel: Callable[[], KernelStatistics],
         store: Callable[[], StoreStatistics],
         live_turns: Callable[[], int],
+        cluster: Callable[[], PermitStatistics] | None,
     ) -> None:
         self._kernel = kernel
         self._store = store
         self._live_turns = live_turns
+        self._cluster = cluster
 
     def collect(self) -> Iterator[Metric]:
         k = self._kernel()
@@ -53,6 +60,23 @@ class _StatsCollector(Collector):
             s.stale_writes_total,
         )
         yield CounterMetricFamily("agentos_sessions_evicted", "Sessions evicted by the TTL", k.evicted_total)
+        if self._cluster is not None:
+            yield from _cluster_metrics(self._cluster())
+
+
+def _cluster_metrics(c: PermitStatistics) -> Iterator[Metric]:
+    """The cluster's provider limit (`coordination.redis_url`), as this node sees it."""
+    yield GaugeMetricFamily(
+        "agentos_cluster_permits_held", "This node's provider streams holding a slot of the cluster's limit", c.held
+    )
+    yield GaugeMetricFamily(
+        "agentos_cluster_permits_waiting", "This node's streams waiting for a slot of the cluster's limit", c.waiting
+    )
+    yield CounterMetricFamily(
+        "agentos_cluster_permits_restored",
+        "Slots of this node added back to Redis after Redis lost them (a restart, a long outage)",
+        c.restored_total,
+    )
 
 
 class Metrics:
@@ -80,6 +104,14 @@ class Metrics:
             buckets=_WAIT_BUCKETS + (2500, 5000),
             registry=r,
         )
+        self.connections_closed = Counter(
+            "agentos_connections_closed",
+            "Connections closed on the client's account: header_timeout, body_timeout, per_client_limit",
+            ["reason"],
+            registry=r,
+        )
+        for reason in CLOSE_REASONS:
+            self.connections_closed.labels(reason)
         self._outcomes = {o: self.turn_duration_ms.labels(o) for o in ("completed", "cancelled", "failed")}
 
     def bind(
@@ -87,8 +119,9 @@ class Metrics:
         kernel: Callable[[], KernelStatistics],
         store: Callable[[], StoreStatistics],
         live_turns: Callable[[], int],
+        cluster: Callable[[], PermitStatistics] | None = None,
     ) -> None:
-        self.registry.register(_StatsCollector(kernel, store, live_turns))
+        self.registry.register(_StatsCollector(kernel, store, live_turns, cluster))
 
     def observe_turn(self, outcome: str, duration_ms: float) -> None:
         self._outcomes[outcome].observe(duration_ms)
@@ -98,3 +131,34 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every metric as JSON, for the console (`agentos.api.console_stream`): gauges and
+        counters as one number each (summed over their labels), histograms as their cumulative
+        bucket counts (`le`, `counts`), `sum` and `count`, every label's together. The names drop
+        the `agentos_` prefix and a counter's `_total`."""
+        values: dict[str, float] = {}
+        histograms: dict[str, dict[str, Any]] = {}
+        for family in self.registry.collect():
+            name = family.name.removeprefix("agentos_")
+            if family.type == "histogram":
+                histograms[name] = _histogram(family)
+            else:
+                values[name] = sum(s.value for s in family.samples if not s.name.endswith("_created"))
+        return {"values": values, "histograms": histograms}
+
+
+def _histogram(family: Metric) -> dict[str, Any]:
+    """One histogram's buckets, `sum` and `count`, every label's together."""
+    buckets: dict[float, float] = {}
+    total = count = 0.0
+    for sample in family.samples:
+        if sample.name.endswith("_bucket"):
+            le = float(sample.labels["le"])
+            buckets[le] = buckets.get(le, 0.0) + sample.value
+        elif sample.name.endswith("_sum"):
+            total += sample.value
+        elif sample.name.endswith("_count"):
+            count += sample.value
+    bounds = sorted(b for b in buckets if b != float("inf"))  # +Inf is `count`: JSON has no infinity
+    return {"le": bounds, "counts": [buckets[b] for b in bounds], "sum": total, "count": count}

@@ -21,6 +21,7 @@ from pathlib import Path
 from aiohttp import web
 
 from agentos.api.app import create_app
+from agentos.api.connections import make_runner
 from agentos.api.middleware import is_loopback
 from agentos.clock import wall_ms
 from agentos.config import Settings, resolve_paths
@@ -231,7 +232,7 @@ async def serve(
 
 
 async def _listen(settings: Settings, services: Services, started: asyncio.Future[int] | None, stop: _Stop) -> None:
-    runner = web.AppRunner(create_app(services), handler_cancellation=True, access_log=None, shutdown_timeout=5)
+    runner = make_runner(create_app(services), settings.server, services.metrics, shutdown_timeout=5)
     await runner.setup()
     site = web.TCPSite(runner, settings.server.host, settings.server.port, backlog=4096, reuse_address=True)
     try:

@@ -1,7 +1,7 @@
 """Build every service from the settings, in order, and close them in reverse.
 
     tenants -> Redis link and bus (if configured) -> store -> quotas (seeded from the store)
-      -> provider -> driver (the kernel) -> runs -> runtime
+      -> provider -> driver (the kernel) -> knowledge -> runs -> triggers -> runtime
 
 Each part receives what it needs when it is built, so nothing is wired by assignment later;
 the CLI, the test helpers and the bench all build the server this one way.
@@ -19,7 +19,7 @@ Usage::
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,12 +27,16 @@ from agentos.agents import RunService
 from agentos.clock import Clock, MonotonicClock, WallClock, wall_ms
 from agentos.config import Settings, resolve_paths
 from agentos.coordination.bus import Bus
+from agentos.coordination.holds import ClusterHolds
 from agentos.coordination.link import Link, open_link
+from agentos.coordination.node import node_id
 from agentos.coordination.permits import cluster_permits
 from agentos.coordination.quotas import ClusterQuotas
 from agentos.coordination.relay import RunRelay
 from agentos.errors import ConfigError
 from agentos.kernel import Kernel
+from agentos.knowledge.embeddings import Embedder
+from agentos.knowledge.service import KnowledgeService, open_knowledge_storage
 from agentos.metrics import Metrics
 from agentos.providers.base import Provider
 from agentos.providers.openai_compat import OpenAICompatProvider
@@ -46,6 +50,7 @@ from agentos.tenancy.quotas import Quotas
 from agentos.tenancy.registry import TenantRegistry
 from agentos.tenancy.storage import RegistryStorage
 from agentos.tenancy.tables import registry_path
+from agentos.triggers.service import TriggerService, open_trigger_storage
 
 log = logging.getLogger("agentos")
 
@@ -63,6 +68,8 @@ class Services:
     runtime: Runtime
     tenants: TenantRegistry
     quotas: Quotas
+    knowledge: KnowledgeService
+    triggers: TriggerService
     link: Link | None = None  # Redis, when coordination.redis_url is set
     bus: Bus | None = None  # pub/sub between nodes over that Redis
 
@@ -73,10 +80,15 @@ class Services:
     async def close(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Drain, then close everything in the reverse order of building it."""
         await self.drain(timeout_s)
+        await self.triggers.close()  # its dispatcher starts runs: stopped before them
         await self.runs.close(min(timeout_s, 5.0))  # before the provider: draining runs may still call it
+        await self.knowledge.close()  # its indexer embeds through the provider and the driver's permits
         self.driver.close()
         if self.driver.cluster is not None:
             await self.driver.cluster.close()  # gives back what is held; before the link closes
+        for holds in (self.driver.turn_holds, self.driver.run_holds):
+            if holds is not None:
+                await holds.close()
         await self.provider.aclose()
         await self.store.close()
         await self.tenants.close()
@@ -128,25 +140,44 @@ async def open_services(
         await _close_link(link)
         await tenants.close()
         raise
+    started: list[Callable[[], Awaitable[None]]] = []  # closed in reverse if a later part fails
     try:
         quotas = await _seeded_quotas(store, wall_clock or WallClock(), link)
         provider = provider or OpenAICompatProvider(settings.provider)
         cluster = None if link is None else cluster_permits(settings, link, bus)  # the limit, cluster-wide
         driver = Driver(Kernel(kernel_limits(settings)), clock or MonotonicClock(), cluster)
+        if link is not None and cluster is not None:  # tenants' turn caps over every node, same heartbeat
+            driver.turn_holds = ClusterHolds(link, node_id(), "turns", lease_s=settings.coordination.permit_lease_s)
+            driver.run_holds = ClusterHolds(link, node_id(), "runs", lease_s=settings.coordination.permit_lease_s)
+            cluster.renew_also(driver.turn_holds.refresh)
+            cluster.renew_also(driver.run_holds.refresh)
         tenants.watch_limits(driver.configure_tenant)  # weights and caps per tenant, kept current
         data_dir = Path(settings.data_dir) if settings.store.enabled else None
-        runs = RunService(provider, data_dir, settings, driver=driver, on_usage=quotas.add_tokens)
+        knowledge = KnowledgeService(settings, open_knowledge_storage(settings, data_dir), Embedder(settings, driver))
+        await knowledge.start()  # the indexer resumes the documents accepted before a crash
+        started.append(knowledge.close)
+        knowledge.register_metrics(metrics.registry)
+        runs = RunService(provider, data_dir, settings, driver=driver, on_usage=quotas.add_tokens, knowledge=knowledge)
         if bus is not None:  # before `start`: the runs it resumes publish too
             relay = RunRelay(bus)
             await relay.start()
             runs.bridge_events(relay)
         started_ms = wall_ms()  # model steps from here on are counted as they finish (on_usage)
         await runs.start()  # resumes every unfinished run from its journal
+        started.append(runs.close)
         for tenant_id, tokens in (await runs.store.model_tokens(quotas.day_start_ms(), started_ms)).items():
             quotas.add_tokens(tenant_id, tokens)
         if isinstance(quotas, ClusterQuotas):
             await quotas.share()  # counted in Redis from here on
+        triggers = TriggerService(
+            settings, open_trigger_storage(settings, data_dir), runs, tenants.pepper,
+            tenant_enabled=tenants.is_enabled,
+        )  # fmt: skip
+        await triggers.start()  # the dispatcher starts the deliveries accepted before a crash
+        triggers.register_metrics(metrics.registry)
     except BaseException:
+        for close in reversed(started):
+            await close()
         await store.close()
         await _close_bus(bus)
         await _close_link(link)
@@ -158,7 +189,9 @@ async def open_services(
     await runtime.streams.start()
     if driver.cluster is not None:
         await driver.cluster.start()  # its heartbeat; last, so a failed start-up leaves no task behind
-    return Services(settings, metrics, store, provider, driver, runs, runtime, tenants, quotas, link, bus)
+    return Services(
+        settings, metrics, store, provider, driver, runs, runtime, tenants, quotas, knowledge, triggers, link, bus
+    )
 
 
 async def _close_bus(bus: Bus | None) -> None:

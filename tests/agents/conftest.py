@@ -11,7 +11,7 @@ import pytest
 
 from agentos.agents.handle import RunEvent
 from agentos.agents.service import RunService
-from agentos.config import Settings
+from agentos.config import KernelConfig, Settings
 from agentos.store import pg_pool
 from tests.agents.fakes import ScriptedProvider
 from tests.postgres import fresh_schema
@@ -38,8 +38,15 @@ async def make_service(tmp_path: Path, journal_settings: Settings) -> AsyncItera
     """RunServices on the journal of `journal_settings` (each store-level test runs on both)."""
     services: list[RunService] = []
 
-    async def make(provider: Any = None, agents: dict[str, dict[str, Any]] | None = None, **kwargs: Any) -> RunService:
+    async def make(
+        provider: Any = None,
+        agents: dict[str, dict[str, Any]] | None = None,
+        kernel: KernelConfig | None = None,
+        **kwargs: Any,
+    ) -> RunService:
         settings = msgspec.structs.replace(journal_settings, agents=AGENTS if agents is None else agents)
+        if kernel is not None:
+            settings = msgspec.structs.replace(settings, kernel=kernel)
         service = RunService(provider or ScriptedProvider(), tmp_path / "data", settings, **kwargs)
         await service.start()
         services.append(service)

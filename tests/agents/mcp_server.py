@@ -1,7 +1,9 @@
-"""A tiny MCP server for the tests: `python mcp_server.py` (stdio) or `python mcp_server.py --http PORT`."""
+"""A tiny MCP server for the tests: `python mcp_server.py` (stdio) or `python mcp_server.py --http PORT`;
+`--mortal` (stdio) adds a tool `die` that ends the process at once, as a crash would."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from mcp.server.mcpserver import MCPServer
@@ -19,6 +21,14 @@ def add(a: int, b: int) -> str:
 def fail(reason: str) -> str:
     """Always fails."""
     raise ValueError(reason)
+
+
+if "--mortal" in sys.argv:
+
+    @server.tool()
+    def die() -> str:
+        """End this server's process at once."""
+        os._exit(3)
 
 
 if __name__ == "__main__":

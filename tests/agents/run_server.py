@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import signal
 from pathlib import Path
 
 import msgspec
-from aiohttp import web
 
-from agentos.api.app import create_app
 from agentos.config import CoordinationConfig, ProviderConfig, Settings, StoreConfig
 from agentos.services import open_services
+from agentos.testing import serve_services
 
 AGENTS = {"ops": {"tools": ["run_command", "ask_human"], "command": {"timeout_s": 10}}}
 
@@ -38,19 +38,14 @@ async def serve(data_dir: Path, provider_url: str, port_file: Path, cluster: arg
             settings, store=store, coordination=CoordinationConfig(run_lease_s=cluster.run_lease_s)
         )
     services = await open_services(settings)
-    runner = web.AppRunner(create_app(services), handler_cancellation=True, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
+    server = await serve_services(services)
     tmp = port_file.with_suffix(".tmp")
-    tmp.write_text(str(runner.addresses[0][1]))
+    tmp.write_text(server.url.rsplit(":", 1)[1])
     os.replace(tmp, port_file)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
-    await services.drain(5.0)
-    await runner.cleanup()
-    await services.close(5.0)
+    await server.close()
 
 
 def main() -> None:
@@ -62,6 +57,7 @@ def main() -> None:
     parser.add_argument("--postgres-schema", default="")
     parser.add_argument("--run-lease-s", type=float, default=15.0)
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     asyncio.run(serve(args.data_dir, args.provider_url, args.port_file, args))
 
 

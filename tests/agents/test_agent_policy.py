@@ -17,6 +17,7 @@ import aiohttp
 import msgspec
 import pytest
 
+from agentos.agents.mcp_checks import McpUnavailable
 from agentos.agents.mcp_tools import McpHub
 from agentos.agents.policy import AgentPolicy, check_agent
 from agentos.agents.service import RunService
@@ -216,14 +217,16 @@ async def test_the_hub_never_starts_a_stdio_server_an_administrator_did_not_defi
     spec = parse_agent_spec({"name": "a", "tools": [], "mcp_servers": [{"name": "sh", "command": command}]})
     hub = McpHub()
     try:
-        assert await hub.schemas(spec) == []
+        with pytest.raises(McpUnavailable, match="a stdio server an administrator did not define is never started"):
+            await hub.schemas(spec)
         assert "stdio server" in await hub.call(spec, "sh__x", {})
     finally:
         await hub.close()
     assert not marker.exists()
     trusting = McpHub(trusted=spec.mcp_servers)  # the same spec from the config file does start
     try:
-        assert await trusting.schemas(spec) == []  # not an MCP server: it exits at once
+        with pytest.raises(McpUnavailable, match="the connection closed"):  # not an MCP server: it exits at once
+            await trusting.schemas(spec)
     finally:
         await trusting.close()
     assert marker.exists()

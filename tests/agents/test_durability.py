@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import msgspec
 import pytest
 
 from agentos.bench.mock.server import MockSettings
@@ -137,6 +138,7 @@ async def test_kill_9_at_random_points_then_every_run_ends_without_repeats(tmp_p
     check_kills_interrupted_runs(snapshots)
     check_no_journaled_model_call_repeated(mock, snapshots)
     check_no_effect_applied_twice(tmp_path / "data" / "workspaces", runs)
+    check_model_events_match_model_steps(journal_rows(tmp_path / "data"))
 
 
 def progressed(mock: CountingMock, target: int, infos: dict[str, dict[str, Any]]) -> bool:
@@ -188,3 +190,38 @@ def check_no_effect_applied_twice(workspaces: Path, runs: list[str]) -> None:
         assert set(lines) <= {"step-1", "step-2"}
         applied += len(lines)
     assert applied > 0
+
+
+def journal_rows(data_dir: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """(run_id, seq, status, attempts) of every model step; (run_id, seq, type, data) of every event."""
+    db = sqlite3.connect(data_dir / "runs.db")
+    try:
+        steps = db.execute("SELECT run_id, seq, status, attempts FROM steps WHERE kind = 'model'").fetchall()
+        events = db.execute("SELECT run_id, seq, type, data FROM run_events ORDER BY run_id, seq").fetchall()
+    finally:
+        db.close()
+    return steps, events
+
+
+def check_model_events_match_model_steps(rows: tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]) -> None:
+    """A model call's events commit with its step, so across the kills: one `model.started` per
+    attempt the step counts, one `model.completed` per finished step, never a duplicate; and
+    each run's event seqs have no gap. (Whether a kill cut a model call varies from run to run:
+    test_resume.py cuts one on purpose.)"""
+    steps, events = rows
+    started: Counter[tuple[str, int]] = Counter()
+    completed: Counter[str] = Counter()
+    seqs: dict[str, list[int]] = {}
+    for run_id, seq, kind, data in events:
+        seqs.setdefault(run_id, []).append(seq)
+        if kind == "model.started":
+            value = msgspec.json.decode(data)
+            started[(value["operation_id"], value["attempt"])] += 1
+        elif kind == "model.completed":
+            completed[msgspec.json.decode(data)["operation_id"]] += 1
+    expected_started = Counter((f"{run_id}:{seq}", n) for run_id, seq, _s, attempts in steps
+                               for n in range(1, attempts + 1))  # fmt: skip
+    assert started == expected_started
+    assert completed == Counter(f"{run_id}:{seq}" for run_id, seq, status, _a in steps if status == "done")
+    for run_id, numbers in seqs.items():
+        assert numbers == list(range(1, len(numbers) + 1)), run_id

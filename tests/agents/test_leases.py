@@ -6,12 +6,13 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import pytest
 
 from agentos.agents.journal import RunRow
 from agentos.agents.journal_pg import PgJournalStore
 from agentos.agents.journal_store import LeaseLost
-from agentos.agents.leases import LeaseKeeper
+from agentos.agents.leases import LeaseKeeper, Request
 from agentos.config import CoordinationConfig, StoreConfig
 from agentos.store import pg_pool
 
@@ -141,10 +142,80 @@ async def test_a_broken_notify_connection_is_opened_again_at_once(nodes: tuple[P
             " SELECT pg_notify('agentos_run_requests', 'run_1') FROM r"
         )
         requests = await asyncio.wait_for(heard.get(), 5)  # far sooner than the 10 s round
-        assert requests == [("acme", "run_1", {"kind": "cancel"})]
+        assert [(r.tenant_id, r.run_id, r.body) for r in requests] == [("acme", "run_1", {"kind": "cancel"})]
     finally:
         await keeper.close()
 
 
 async def _nothing(_: Any) -> None:
     return None
+
+
+async def request(store: PgJournalStore, run_id: str) -> None:
+    await store.query(
+        "INSERT INTO run_requests (tenant_id, run_id, body, created_ms) VALUES ('acme', $1, $2, 1)",
+        run_id,
+        '{"kind": "cancel"}',
+    )
+
+
+async def test_a_request_stays_queued_until_the_owner_is_done_with_it(
+    nodes: tuple[PgJournalStore, PgJournalStore],
+) -> None:
+    a, _ = nodes
+    await create(a, "run_1")
+    await create(a, "run_2")
+    await request(a, "run_1")
+    await request(a, "run_2")
+    await request(a, "run_2")
+    seen: list[list[Request]] = []
+    done: dict[int, dict[str, Any] | None] = {}
+
+    async def settle(requests: list[Request]) -> dict[int, dict[str, Any] | None]:
+        seen.append(requests)
+        return dict(done)
+
+    keeper = LeaseKeeper(a, on_claimed=_nothing, on_lost=lambda _: None, on_requests=settle)
+    await keeper.take_requests()  # no run can take its request yet: all stay
+    done[seen[0][0].id] = None  # run_1's is applied now
+    refusal = {"status": 409, "code": "not_waiting", "message": "no"}
+    done[seen[0][1].id] = refusal  # run_2's first is refused for good
+    await keeper.take_requests()
+    await keeper.take_requests()  # the refused one is not handed over again
+    runs = [[r.run_id for r in batch] for batch in seen]
+    assert runs == [["run_1", "run_2", "run_2"], ["run_1", "run_2", "run_2"], ["run_2"]]
+    left = await a.query("SELECT run_id, outcome FROM run_requests ORDER BY id")
+    assert [(r[0], r[1] and msgspec.json.decode(r[1])) for r in left] == [("run_2", refusal), ("run_2", None)]
+    await a.write(a.journal.end_run("run_2", "completed", 2, reason="done"), run="run_2")
+    assert await a.query("SELECT 1 FROM run_requests") == []  # the run's end takes what is left for it
+
+
+async def test_the_runs_of_a_dead_node_are_shared_by_the_survivors(pg: StoreConfig) -> None:
+    a, b, c = stores = [PgJournalStore(pg, CoordinationConfig(run_lease_s=30), node=f"node-{n}") for n in "abc"]
+    for store in stores:
+        await store.open()
+    try:
+        for i in range(20):
+            await create(a, f"run_{i:02}")
+        await create(a, "run_00.1")  # a child run: it goes with its parent, and is not counted in a share
+        survivors = [Keeper(b), Keeper(c)]
+        for survivor in survivors:
+            await survivor.keeper.renew()  # B and C are live nodes (A is dead: it never renews)
+        await a.query("UPDATE run_leases SET expires_at = now() - interval '1 second'")
+        await survivors[0].keeper.claim()  # first come: 20 roots over 2 live nodes
+        assert len(survivors[0].claimed) == 10 + ("run_00.1" in survivors[0].claimed)  # old code: all 21
+        assert survivors[0].keeper.more
+        await survivors[1].keeper.claim()  # 10 left over 2 nodes
+        assert len(survivors[1].claimed) == 5 + ("run_00.1" in survivors[1].claimed)
+        for _ in range(10):  # the rounds that come back after a short pause take the rest
+            for survivor in survivors:
+                await survivor.keeper.claim()
+        claimed = survivors[0].claimed.keys() | survivors[1].claimed.keys()
+        assert claimed == {f"run_{i:02}" for i in range(20)} | {"run_00.1"}
+        assert not survivors[0].keeper.more and not survivors[1].keeper.more
+        # In turns here (10, 5, 3, 1, 1): 14 and 6. Live nodes claim at random moments, so closer to even.
+        assert [sum("." not in run for run in survivor.claimed) for survivor in survivors] == [14, 6]
+        assert ("run_00" in survivors[0].claimed) == ("run_00.1" in survivors[0].claimed)
+    finally:
+        for store in stores:
+            await store.close()

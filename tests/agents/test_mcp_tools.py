@@ -7,10 +7,13 @@ import socket
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
+from agentos.agents.mcp_checks import McpUnavailable
 from agentos.agents.mcp_tools import McpHub
 from agentos.agents.spec import parse_agent_spec
+from agentos.config import KernelConfig
 from agentos.outbound import OutboundPolicy
 from agentos.providers.base import ChatRequest, Completion
 from agentos.testing import eventually
@@ -22,28 +25,101 @@ AGENT = {"tools": [], "mcp_servers": [{"name": "calc", "command": SERVER, "idemp
 
 
 @pytest.mark.slow
-async def test_hub_lists_and_calls_tools() -> None:
+async def test_hub_lists_and_calls_tools_and_starts_a_dead_server_again() -> None:
     spec = parse_agent_spec({"name": "a", **AGENT})
+    spec = msgspec.structs.replace(spec, mcp_servers=(msgspec.structs.replace(
+        spec.mcp_servers[0], command=(*SERVER, "--mortal")),))  # fmt: skip
     hub = McpHub(trusted=spec.mcp_servers)  # as the config file's agents are
     try:
         schemas = await hub.schemas(spec)
         names = sorted(s["function"]["name"] for s in schemas)
-        assert names == ["calc__add", "calc__fail"]
+        assert names == ["calc__add", "calc__die", "calc__fail"]
         add = next(s for s in schemas if s["function"]["name"] == "calc__add")
         assert set(add["function"]["parameters"]["properties"]) == {"a", "b"}
         assert await hub.call(spec, "calc__add", {"a": 2, "b": 40}) == "42"
         assert (await hub.call(spec, "calc__fail", {"reason": "nope"})).startswith("error:")
         assert (await hub.call(spec, "calc__missing", {})).startswith("error:")
+        # The server dies during a call: the call says so at once, the next use starts it again.
+        died = await asyncio.wait_for(hub.call(spec, "calc__die", {}), 10)
+        assert died.startswith("error: MCP server 'calc': the connection closed")
+        assert await hub.call(spec, "calc__add", {"a": 1, "b": 2}) == "3"
     finally:
         await hub.close()
 
 
-async def test_a_server_that_does_not_start_offers_no_tools() -> None:
+async def test_a_server_that_does_not_start_fails_at_once_saying_why() -> None:
     spec = parse_agent_spec({"name": "a", "mcp_servers": [{"name": "gone", "command": ["/nonexistent/mcp"]}]})
     hub = McpHub(trusted=spec.mcp_servers)
-    assert await hub.schemas(spec) == []
-    assert (await hub.call(spec, "gone__x", {})).startswith("error:")
-    await hub.close()
+    try:
+        with pytest.raises(McpUnavailable, match=r"MCP server 'gone': command '/nonexistent/mcp' not found"):
+            await asyncio.wait_for(hub.schemas(spec), 5)  # not the 10 s handshake timeout
+        assert await hub.call(spec, "gone__x", {}) == "error: MCP server 'gone': command '/nonexistent/mcp' not found"
+    finally:
+        await hub.close()
+
+
+async def test_without_the_mcp_package_a_server_fails_at_once_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The `mcp` extra not installed (None in sys.modules: Python's own way to make an import
+    fail): once a 20 s handshake timeout with a blank warning, now the install line at once."""
+    monkeypatch.setitem(sys.modules, "mcp", None)
+    spec = parse_agent_spec({"name": "a", **AGENT})
+    hub = McpHub(trusted=spec.mcp_servers)
+    try:
+        with pytest.raises(McpUnavailable, match=r"`mcp` package is not installed; install it with pip install"):
+            await asyncio.wait_for(hub.schemas(spec), 5)
+    finally:
+        await hub.close()
+
+
+async def test_a_run_whose_server_exits_at_start_fails_at_once(make_service: ServiceFactory) -> None:
+    exits = {"tools": [], "mcp_servers": [{"name": "calc", "command": [sys.executable, "-c", "raise SystemExit(3)"]}]}
+    service = await make_service(ScriptedProvider(lambda _: answer("never asked")), agents={"calc": exits})
+    run_id = await service.start_run("default", "calc", "add 2 and 3")
+    events = await asyncio.wait_for(collect(service, run_id), 10)
+    assert events[-1].type == "run.failed"
+    assert events[-1].data["reason"] == (
+        "tools: mcp_unavailable: MCP server 'calc': the connection closed (a stdio server exited: its stderr is in"
+        " the agent server's stderr)"
+    )
+
+
+# Started, and then silent: it reads the handshake and never answers it.
+HANGS = [sys.executable, "-c", "import sys, time; sys.stdin.readline(); time.sleep(60)"]
+
+
+async def test_a_server_that_never_answers_the_handshake_fails_after_the_connect_timeout() -> None:
+    spec = parse_agent_spec({"name": "a", "mcp_servers": [{"name": "mute", "command": HANGS}]})
+    hub = McpHub(trusted=spec.mcp_servers, connect_timeout_s=0.3)
+    loop = asyncio.get_running_loop()
+    try:
+        started = loop.time()
+        with pytest.raises(McpUnavailable) as failed:
+            await asyncio.wait_for(hub.schemas(spec), 4)
+        assert loop.time() - started >= 0.3
+        assert failed.value.code == "mcp_timeout"
+        assert str(failed.value) == (
+            "MCP server 'mute': no answer to the MCP handshake within 0.3 s (kernel.mcp_connect_timeout_s)"
+        )
+    finally:
+        await hub.close()
+
+
+async def test_a_run_whose_server_hangs_fails_after_kernel_mcp_connect_timeout_s(make_service: ServiceFactory) -> None:
+    """The setting reaches the run's hub; the default (10 s) was 20 s."""
+    assert KernelConfig().mcp_connect_timeout_s == 10.0
+    mute = {"tools": [], "mcp_servers": [{"name": "mute", "command": HANGS}]}
+    service = await make_service(
+        ScriptedProvider(lambda _: answer("never asked")),
+        agents={"mute": mute},
+        kernel=KernelConfig(mcp_connect_timeout_s=0.3),
+    )
+    run_id = await service.start_run("default", "mute", "hello")
+    events = await asyncio.wait_for(collect(service, run_id), 5)
+    assert events[-1].type == "run.failed"
+    assert events[-1].data["reason"] == (
+        "tools: mcp_timeout: MCP server 'mute': no answer to the MCP handshake within 0.3 s"
+        " (kernel.mcp_connect_timeout_s)"
+    )
 
 
 def use_calc(request: ChatRequest) -> Completion:

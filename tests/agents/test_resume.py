@@ -39,8 +39,20 @@ async def test_model_calls_and_tools_are_not_repeated(make_service: ServiceFacto
     assert (await resumed.get_run("default", run_id))["status"] == "completed"
     assert len(second.requests) == 2
     assert (tmp_path / "data" / "workspaces" / run_id / "effects.log").read_text() == "step-1\nstep-2\n"
-    names = [e.type for e in await collect(resumed, run_id)]
+    events = await collect(resumed, run_id)
+    names = [e.type for e in events]
     assert "run.resumed" in names and names.count("run.started") == 1
+    # The model events are not repeated either: one model.completed per model step; the call cut
+    # off (step 5) has a model.started per attempt, one before the stop and one after.
+    started = [(e.data["operation_id"], e.data["attempt"]) for e in events if e.type == "model.started"]
+    completed = [e.data["operation_id"] for e in events if e.type == "model.completed"]
+    steps = [f"{run_id}:{seq}" for seq in (1, 3, 5, 7)]
+    assert completed == steps
+    assert started == [(steps[0], 1), (steps[1], 1), (steps[2], 1), (steps[2], 2), (steps[3], 1)]
+    model, tool = ["model.started", "model.completed"], ["tool.call", "tool.result"]
+    assert names == ["run.started", *model, *tool, *model, *tool, "model.started", "run.resumed", *model,
+                     "human.requested", "human.answered", *model, "run.completed"]  # fmt: skip
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
 
 
 def slow_command(request: ChatRequest) -> Completion:

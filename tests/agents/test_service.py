@@ -42,9 +42,10 @@ async def test_full_loop_two_commands_then_human_then_answer(make_service: Servi
     info = await wait_status(service, run_id, "completed")
     assert info["result"] == "All done."
     events = await collect(service, run_id)
+    model = ["model.started", "model.completed"]
     assert types(events) == [
-        "run.started", "tool.call", "tool.result", "tool.call", "tool.result", "human.requested",
-        "human.answered", "run.completed",
+        "run.started", *model, "tool.call", "tool.result", *model, "tool.call", "tool.result", *model,
+        "human.requested", "human.answered", *model, "run.completed",
     ]  # fmt: skip
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     effects = (tmp_path / "data" / "workspaces" / run_id / "effects.log").read_text()
@@ -64,7 +65,7 @@ async def test_events_resume_after_seq(make_service: ServiceFactory) -> None:
     events = [first] + [e async for e in live]
     assert "".join(e.data["delta"] for e in events if e.type == "token") == "hello"  # live subscribers get tokens
     stored = [e for e in events if e.type != "token"]
-    assert [e.type for e in stored] == ["run.started", "run.completed"]
+    assert [e.type for e in stored] == ["run.started", "model.started", "model.completed", "run.completed"]
     assert [e async for e in service.events("default", run_id)] == stored  # tokens are live-only
     assert [e async for e in service.events("default", run_id, after_seq=1)] == stored[1:]
 

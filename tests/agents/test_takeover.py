@@ -28,6 +28,7 @@ from tests.agents.test_durability import (
     all_ended,
     check_every_run_ended,
     check_kills_interrupted_runs,
+    check_model_events_match_model_steps,
     check_no_effect_applied_twice,
     check_no_journaled_model_call_repeated,
     drive,
@@ -150,19 +151,29 @@ async def test_kill_9_of_the_owner_hands_every_run_to_the_survivors_without_repe
             before = await done_model_keys(pg)
             mock.epoch += 1
 
+            owners: set[str] = set()  # every node seen holding a lease (all the runs were A's)
+
             async def taken_over() -> bool:
-                return not await sql(pg, "SELECT 1 FROM run_leases WHERE owner LIKE $1", owned_by(a))
+                now = {row[0] for row in await sql(pg, "SELECT owner FROM run_leases")}
+                owners.update(now)
+                return not any(f"-{a.proc.pid}-" in owner for owner in now)
 
             await eventually(taken_over, LEASE_S * 2 + 10.0, "B and C to take over A's runs")
             took_s = asyncio.get_running_loop().time() - killed_at
+            await taken_over()  # one more look: the last claims of the rounds
             # Every request goes to B: those for C's runs are C's to apply.
             final = await drive(http, b.url, runs, all_ended, LEASE_S + 60.0)
     finally:
         await stop(a, b, c)
     assert took_s < LEASE_S * 2 + 10.0
+    # Both survivors took some (each claims its share per round; the old code: the first took all).
+    assert all(any(f"-{server.proc.pid}-" in owner for owner in owners) for server in (b, c)), owners
     check_every_run_ended(final)
     check_kills_interrupted_runs([before, set()])
     resumed = await sql(pg, "SELECT count(DISTINCT run_id) FROM run_events WHERE type = 'run.resumed'")
     assert resumed[0][0] > 0  # A's runs were resumed from the journal
     check_no_journaled_model_call_repeated(mock, [before, await done_model_keys(pg)])
     check_no_effect_applied_twice(tmp_path / "data" / "workspaces", runs)
+    steps = await sql(pg, "SELECT run_id, seq, status, attempts FROM steps WHERE kind = 'model'")
+    events = await sql(pg, "SELECT run_id, seq, type, data FROM run_events ORDER BY run_id, seq")
+    check_model_events_match_model_steps(([tuple(r) for r in steps], [tuple(r) for r in events]))

@@ -138,7 +138,9 @@ async def test_bad_key_bodies_are_json_4xx(
 ) -> None:
     async with http.post(f"{guarded.url}/v1/admin/keys", json=body, headers=ADMIN) as r:
         await expect_error(r, status)
-    async with http.post(f"{guarded.url}/v1/admin/keys", data=b"{not json", headers=ADMIN) as r:
+    async with http.post(
+        f"{guarded.url}/v1/admin/keys", data=b"{not json", headers={**ADMIN, "Content-Type": "application/json"}
+    ) as r:
         await expect_error(r, 400, "malformed_json")
     async with http.get(f"{guarded.url}/v1/admin/keys", params={"limit": "0"}, headers=ADMIN) as r:
         await expect_error(r, 422, "invalid_input")

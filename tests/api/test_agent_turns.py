@@ -41,6 +41,7 @@ async def test_a_session_turn_runs_its_agents_tool_loop(tmp_path: Path, mock_fac
         assert names[0] == "turn.started" and names[-1] == "turn.completed"
         assert names.count("tool.call") == 2 and names.count("tool.result") == 2  # ask_human is a human.requested
         assert "human.requested" in names and "token" in names
+        assert not [n for n in names if n.startswith("model.")]  # the run's timeline, not the turn's
         assert completed["result"] and completed["run_id"]
         assert [(m.role, m.status) for m in messages] == [("user", "completed"), ("assistant", "completed")]
         assert messages[1].content == completed["result"]

@@ -11,12 +11,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
-from agentos.api.app import create_app
 from agentos.bench.mock.server import MockServer
 from agentos.services import open_services
-from agentos.testing import FakeClock, RunningServer
+from agentos.testing import FakeClock, RunningServer, serve_services
 from agentos.testing.tenants import create_tenant_key
 from tests.api.helpers import expect_error
 from tests.conftest import make_settings
@@ -120,10 +118,8 @@ async def test_a_key_expires_on_the_servers_clock(
     clock = FakeClock(1_800_000_000.0)
     settings = make_settings(tmp_path / "data", mock.url, **{"server.api_token": TOKEN})
     services = await open_services(settings, now_ms=lambda: int(clock.now() * 1000))
-    runner = web.AppRunner(create_app(services), shutdown_timeout=2)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    server = await serve_services(services)
+    url = server.url
     try:
         carol = await create_tenant_key(url, TOKEN, expires_in_s=60)
         assert await _status(http, f"{url}/v1/sessions", carol.headers) == 200
@@ -133,8 +129,7 @@ async def test_a_key_expires_on_the_servers_clock(
         async with http.get(f"{url}/v1/admin/keys/{carol.key_id}", headers=ADMIN) as r:
             assert (await r.json())["status"] == "expired"
     finally:
-        await runner.cleanup()
-        await services.close(1.0)
+        await server.close()
 
 
 async def test_the_access_log_names_the_key_id_and_never_the_key(
@@ -196,7 +191,11 @@ async def test_undecodable_or_odd_authorization_bytes_are_a_401_not_a_500(guarde
     ):
         reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(
-            b"GET /v1/sessions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: " + value + b"\r\n\r\n"
+            b"GET /v1/sessions HTTP/1.1\r\nHost: "
+            + host.encode()
+            + b"\r\nConnection: close\r\nAuthorization: "
+            + value
+            + b"\r\n\r\n"
         )
         await writer.drain()
         answer = await asyncio.wait_for(reader.read(), 10)

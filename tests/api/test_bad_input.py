@@ -10,6 +10,8 @@ import pytest
 from agentos.testing import RunningServer
 from tests.api.helpers import SSE, expect_error, new_session
 
+JSON = {"Content-Type": "application/json"}
+
 
 async def test_unknown_session_is_404(server: RunningServer, http: aiohttp.ClientSession) -> None:
     for method, path in [
@@ -31,7 +33,7 @@ async def test_unknown_session_is_404(server: RunningServer, http: aiohttp.Clien
 )
 async def test_malformed_json_is_400(server: RunningServer, http: aiohttp.ClientSession, raw: bytes) -> None:
     sid = await new_session(http, server.url)
-    async with http.post(f"{server.url}/v1/sessions/{sid}/turns", data=raw) as r:
+    async with http.post(f"{server.url}/v1/sessions/{sid}/turns", data=raw, headers=JSON) as r:
         await expect_error(r, 400, "malformed_json")
 
 
@@ -50,7 +52,7 @@ async def test_bad_session_bodies(server: RunningServer, http: aiohttp.ClientSes
         await expect_error(r, 422)
     async with http.post(f"{server.url}/v1/sessions", json={"metadata": "x"}) as r:
         await expect_error(r, 422)
-    async with http.post(f"{server.url}/v1/sessions", data=b"[") as r:
+    async with http.post(f"{server.url}/v1/sessions", data=b"[", headers=JSON) as r:
         await expect_error(r, 400)
     async with http.post(f"{server.url}/v1/sessions") as r:  # no body at all is fine
         assert r.status == 201
@@ -66,7 +68,7 @@ async def test_a_body_over_the_limit_is_413(server_factory, mock, http: aiohttp.
         for _ in range(10):
             yield b"x" * 500
 
-    async with http.post(f"{server.url}/v1/sessions/{sid}/turns", data=chunked()) as r:
+    async with http.post(f"{server.url}/v1/sessions/{sid}/turns", data=chunked(), headers=JSON) as r:
         await expect_error(r, 413, "payload_too_large")
 
 
@@ -97,7 +99,8 @@ async def test_a_slow_hostile_client_does_not_block_others(server: RunningServer
     host, port = server.url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     sid = await new_session(http, server.url)
-    writer.write(f'POST /v1/sessions/{sid}/turns HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{{"inp'.encode())
+    head = f"POST /v1/sessions/{sid}/turns HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+    writer.write(f'{head}Content-Length: 100\r\n\r\n{{"inp'.encode())
     await writer.drain()
     async with http.post(f"{server.url}/v1/sessions/{sid}/turns", json={"input": "hi"}, headers=SSE) as r:
         assert r.status == 200

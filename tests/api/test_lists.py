@@ -12,6 +12,7 @@ from tests.api.helpers import assert_documented, expect_error, new_session, turn
 
 # Each paginated route (`{sid}` filled in) and the schema of its page.
 LISTS = {
+    "/v1/runs": "RunPage",
     "/v1/sessions": "SessionPage",
     "/v1/agents": "AgentPage",
     "/v1/sessions/{sid}/messages": "MessagePage",
@@ -78,3 +79,23 @@ async def test_agents_page_by_name(server: RunningServer, http: aiohttp.ClientSe
     assert seen == sorted(names)
     async with http.get(f"{server.url}/v1/agents", params={"limit": "5"}) as r:
         assert (await r.json())["next_cursor"] is None  # exactly one full page: no empty page after it
+
+
+async def test_sessions_are_filtered_by_agent_on_the_server(server: RunningServer, http) -> None:
+    plain = [await new_session(http, server.url) for _ in range(3)]
+    async with http.post(f"{server.url}/v1/agents", json={"name": "helper", "tools": []}) as r:
+        assert r.status in (200, 201), await r.text()
+    helped = [await new_session(http, server.url, agent="helper") for _ in range(3)]
+    pages: list[list[str]] = []
+    after = None
+    while True:
+        query = {"agent": "helper", "limit": "2", **({"after": after} if after else {})}
+        async with http.get(f"{server.url}/v1/sessions", params=query) as r:
+            page = await r.json()
+        pages.append([s["id"] for s in page["data"]])
+        assert all(s["agent"] == "helper" for s in page["data"])
+        if (after := page["next_cursor"]) is None:
+            break
+    assert sorted(sum(pages, [])) == sorted(helped) and [len(p) for p in pages][:2] == [2, 1]
+    async with http.get(f"{server.url}/v1/sessions", params={"agent": "default"}) as r:
+        assert sorted(s["id"] for s in (await r.json())["data"]) == sorted(plain)

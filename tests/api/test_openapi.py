@@ -8,11 +8,17 @@ from typing import Any
 import aiohttp
 import msgspec
 import pytest
+from jsonschema import Draft202012Validator
 
 from agentos.agents.spec import AgentSpec
 from agentos.api.admin import KeyCreate, TenantCreate, TenantUpdate
-from agentos.api.body import AnswerCreate, RunCreate, SessionCreate, TurnCreate
+from agentos.api.body import MAX_AFTER, MAX_PAGE_LIMIT, AnswerCreate, RunCreate, SessionCreate, TurnCreate
 from agentos.api.openapi import OPENAPI
+from agentos.api.triggers import TriggerCreate
+from agentos.errors import InvalidInput
+from agentos.knowledge import filters
+from agentos.knowledge.inputs import CollectionCreate, DocumentUpload, QueryRequest
+from agentos.tenancy.limits import TenantLimits
 from agentos.testing import RunningServer
 from tests.api.helpers import assert_documented
 
@@ -26,6 +32,18 @@ BODIES: dict[tuple[str, str], tuple[type[Any], str]] = {
     ("post", "/v1/admin/tenants"): (TenantCreate, "TenantCreate"),
     ("patch", "/v1/admin/tenants/{tenant_id}"): (TenantUpdate, "TenantUpdate"),
     ("post", "/v1/admin/keys"): (KeyCreate, "KeyCreate"),
+    ("post", "/v1/triggers"): (TriggerCreate, "TriggerCreate"),
+    ("post", "/v1/collections"): (CollectionCreate, "CollectionCreate"),
+    ("post", "/v1/collections/{name}/documents"): (DocumentUpload, "DocumentUpload"),
+    ("post", "/v1/collections/{name}/query"): (QueryRequest, "QueryRequest"),
+}
+# Operations whose body is whatever the sender sends (any JSON, no struct): a trigger's delivery.
+FREE_BODIES = {("post", "/v1/triggers/{trigger_id}/events")}
+# The OpenAI-compatible routes' bodies: generated from their structs, which take the fields an SDK
+# may add (sampling parameters) without listing them; their errors are OpenAI's (`OpenAIError`).
+OPENAI_BODIES = {
+    ("post", "/v1/chat/completions"): "ChatCompletionCreate",
+    ("post", "/v1/responses"): "ResponseCreate",
 }
 
 
@@ -155,7 +173,17 @@ def test_a_request_body_matches_the_struct_its_handler_reads(key: tuple[str, str
 
 
 def test_only_those_operations_take_a_body() -> None:
-    assert {key for key, operation in operations().items() if "requestBody" in operation} == set(BODIES)
+    taking = {key for key, operation in operations().items() if "requestBody" in operation}
+    assert taking == set(BODIES) | FREE_BODIES | set(OPENAI_BODIES)
+
+
+@pytest.mark.parametrize("key", sorted(OPENAI_BODIES))
+def test_an_openai_body_is_its_struct(key: tuple[str, str]) -> None:
+    name = OPENAI_BODIES[key]
+    assert operations()[key]["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": f"#/components/schemas/{name}"
+    }
+    assert OPENAPI["components"]["schemas"][name]["required"] == ["model", "messages" if "Chat" in name else "input"]
 
 
 def _spec() -> dict[str, Any]:
@@ -169,3 +197,120 @@ def _refs(node: Any) -> list[str]:
     if isinstance(node, list):
         return [r for value in node for r in _refs(value)]
     return []
+
+
+# The operations anyone may call: no bearer key (a trigger's delivery is signed instead).
+OPEN_ROUTES = {
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+    ("get", "/openapi.json"),
+    ("get", "/docs"),
+    ("get", "/docs/{asset}"),
+    ("get", "/console"),
+    ("get", "/console/{asset}"),
+    ("post", "/v1/triggers/{trigger_id}/events"),
+}
+ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+OPENAI_ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAIError"}}}
+
+
+def error_of(path: str) -> dict[str, Any]:
+    """The error body an operation documents: OpenAI's on the OpenAI routes, ours elsewhere."""
+    return OPENAI_ERROR if path.startswith(("/v1/models", "/v1/chat/", "/v1/responses")) else ERROR
+
+
+def test_the_open_routes_and_only_they_declare_no_security() -> None:
+    assert OPENAPI["security"] == [{"bearer": []}]
+    assert OPENAPI["components"]["securitySchemes"]["bearer"] | {"description": ""} == {
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "aos_<key_id>_<secret><checksum>",
+        "description": "",
+    }
+    assert {key for key, operation in operations().items() if operation.get("security") == []} == OPEN_ROUTES
+    for key in OPEN_ROUTES:
+        responses = operations()[key]["responses"]
+        assert "429" not in responses, key  # no key: no request limit
+        assert all("RateLimit" not in answer.get("headers", {}) for answer in responses.values()), key
+
+
+def test_every_protected_operation_documents_its_key_and_its_limits() -> None:
+    """401 (with WWW-Authenticate), 403 (a scope or a quota), 429 (with Retry-After), and the
+    RateLimit headers on every answer: what `agentos.api.ratelimit` and the auth middleware send."""
+    for key, operation in operations().items():
+        if key in OPEN_ROUTES:
+            continue
+        responses = operation["responses"]
+        assert operation["security"] == [{"bearer": []}], key
+        assert "WWW-Authenticate" in responses["401"]["headers"], key
+        assert "Retry-After" in responses["429"]["headers"], key
+        retry_after = {"type": "integer", "minimum": 1} | ({"maximum": 60} if error_of(key[1]) == OPENAI_ERROR else {})
+        assert responses["429"]["headers"]["Retry-After"]["schema"] == retry_after, key
+        for status in ("401", "403", "429"):
+            assert responses[status]["content"] == error_of(key[1]), (key, status)
+        for status, answer in responses.items():
+            assert {"RateLimit", "RateLimit-Policy"} <= set(answer.get("headers", {})), (key, status)
+
+
+def test_every_error_body_is_the_error_schema() -> None:
+    """One shape for every 4xx and 5xx: `{"error": {"code", "message"}}` (OpenAI's on its routes);
+    /readyz's 503 is its health."""
+    for (method, path), operation in operations().items():
+        for status, answer in operation["responses"].items():
+            if int(status) >= 400 and (method, path, status) != ("get", "/readyz", "503"):
+                assert answer["content"] == error_of(path), (method, path, status)
+    assert set(OPENAPI["components"]["schemas"]["Error"]["required"]) == {"error"}
+
+
+def test_list_bounds_are_what_the_server_takes() -> None:
+    """`limit` from 1 to MAX_PAGE_LIMIT, integer cursors from 0 to MAX_AFTER (`agentos.api.body`),
+    and every operation that takes them documents the 4xx of a value outside."""
+    seen = 0
+    for (method, path), operation in operations().items():
+        parameters = [*OPENAPI["paths"][path].get("parameters", ()), *operation.get("parameters", ())]
+        for parameter in parameters:
+            schema = parameter["schema"]
+            if parameter["name"] == "limit":
+                assert (schema["minimum"], schema["maximum"]) == (1, MAX_PAGE_LIMIT), (method, path)
+                assert "422" in operation["responses"], (method, path)
+                seen += 1
+            elif parameter["in"] != "path" and schema.get("type") == "integer":
+                assert (schema["minimum"], schema["maximum"]) == (0, MAX_AFTER), (method, path, parameter["name"])
+                assert {"400", "422"} & set(operation["responses"]), (method, path)
+    assert seen >= 8
+
+
+def test_the_documented_limit_overrides_are_the_known_limits() -> None:
+    """Found by positive_data_acceptance: any name was documented, and an unknown one is a 422."""
+    for body in ("TenantCreate", "TenantUpdate"):
+        limits = OPENAPI["components"]["schemas"][body]["properties"]["limits"]
+        limits = limits["anyOf"][0] if "anyOf" in limits else limits
+        assert set(limits["properties"]) == set(TenantLimits.__struct_fields__), body
+        assert limits["additionalProperties"] is False, body
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"k": 1},
+        {"a.b-c_1": {"$in": ["x", 2, 2.5, True]}},
+        {"": 1},
+        {"k": None},
+        {"k": {"$in": []}},
+        {"k": {"$in": [1], "x": 1}},
+        {"k": [1]},
+        {"k": 2**63},
+        {"k": "a\x00"},
+        {f"k{i}": 1 for i in range(17)},
+    ],
+)
+def test_the_documented_filter_is_what_the_parser_takes(value: dict[str, Any]) -> None:
+    """Found by positive_data_acceptance: `filter` was documented as any object."""
+    schema = {"$ref": "#/components/schemas/QueryRequest", "components": OPENAPI["components"]}
+    documented = Draft202012Validator(schema).is_valid({"query": "q", "filter": value})
+    try:
+        filters.parse_filter(value)
+        accepted = True
+    except InvalidInput:
+        accepted = False
+    assert documented == accepted

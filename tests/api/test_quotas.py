@@ -58,7 +58,7 @@ async def test_a_bad_create_gives_its_session_back(tmp_path: Path, mock: MockSer
     async with served(tmp_path, mock.url, FakeClock(time.time()), max_sessions=1) as server:
         for _ in range(3):
             async with http.post(f"{server.url}/v1/sessions", json={"agent": "nobody"}) as r:
-                assert r.status == 422
+                assert r.status == 404
         await new_session(http, server.url)
 
 

@@ -27,6 +27,7 @@ AGENTS = {
     "careful": {"tools": ["run_command", "ask_human"], "approval_required": ["run_command"]},
 }
 MAX_BODY_BYTES = 4096
+JSON = {"Content-Type": "application/json"}
 
 
 @pytest.fixture
@@ -97,7 +98,9 @@ async def test_full_loop_over_http(base_url: str, http: aiohttp.ClientSession, t
     events_url = f"{base_url}{started['events_url']}"
     first = await read_events(http, events_url, until="human.requested")
     names = [e.name for e in first if e.name != "token"]
-    assert names == ["run.started", "tool.call", "tool.result", "tool.call", "tool.result", "human.requested"]
+    model = ["model.started", "model.completed"]  # each model call, around the tool calls it asks for
+    assert names == ["run.started", *model, "tool.call", "tool.result", *model, "tool.call", "tool.result", *model,
+                     "human.requested"]  # fmt: skip
     request = first[-1].data
     assert request["question"] == "Proceed with the final answer?" and len(request["args_hash"]) == 64
     async with http.get(f"{base_url}/v1/runs/{run_id}") as response:
@@ -114,7 +117,7 @@ async def test_full_loop_over_http(base_url: str, http: aiohttp.ClientSession, t
         assert status == 200
         assert_documented(answered, "Run")
         rest = [event async for event in until_event(sse_events(stream), "run.completed")]
-    assert [e.name for e in rest if e.name != "token"] == ["human.answered", "run.completed"]
+    assert [e.name for e in rest if e.name != "token"] == ["human.answered", *model, "run.completed"]
     ids = [int(e.id or 0) for e in first + rest if e.name != "token"]
     assert ids == sorted(set(ids)) and ids[0] == 1  # resumed exactly after Last-Event-ID: no repeats
     assert any(e.name == "token" for e in first + rest)
@@ -145,7 +148,9 @@ async def test_approval_with_a_wrong_hash_is_refused(base_url: str) -> None:
                 events.append(event)
                 if event.name == "human.requested":
                     break
-    assert [e.name for e in events] == ["human.answered", "tool.call", "tool.result", "human.requested"]
+    assert [e.name for e in events if e.name != "token"] == [
+        "human.answered", "tool.call", "tool.result", "model.started", "model.completed", "human.requested"
+    ]  # fmt: skip
     assert events[-1].data["operation_id"] != op  # the next command needs its own approval
 
 
@@ -218,7 +223,7 @@ async def test_agents_api(base_url: str, http: aiohttp.ClientSession) -> None:
 )
 async def test_bad_requests(base_url: str, http: aiohttp.ClientSession, method: str, path: str, body: Any,
                             status: int, code: str) -> None:  # fmt: skip
-    kwargs: dict[str, Any] = {"data": body} if isinstance(body, bytes) else {"json": body}
+    kwargs: dict[str, Any] = {"data": body, "headers": JSON} if isinstance(body, bytes) else {"json": body}
     async with http.request(method, f"{base_url}{path}", **kwargs) as response:
         await expect_error(response, status, code)
 
@@ -232,7 +237,7 @@ async def test_a_body_over_the_limit_is_413(base_url: str, http: aiohttp.ClientS
         for _ in range(10):
             yield b"x" * 1000
 
-    async with http.post(f"{base_url}{path}", data=chunked()) as response:
+    async with http.post(f"{base_url}{path}", data=chunked(), headers=JSON) as response:
         await expect_error(response, 413, "payload_too_large")
 
 

@@ -30,7 +30,7 @@ async def test_session_crud_and_pagination(server: RunningServer, http: aiohttp.
     async with http.delete(f"{server.url}/v1/sessions/{ids[0]}") as r:
         assert r.status == 204
     async with http.post(f"{server.url}/v1/sessions", json={"agent": "nobody"}) as r:
-        assert r.status == 422 and "nobody" in (await r.json())["error"]["message"]
+        assert r.status == 404 and "nobody" in (await r.json())["error"]["message"]
     async with http.get(f"{server.url}/v1/sessions/{ids[0]}") as r:
         assert r.status == 404
 
@@ -201,10 +201,12 @@ async def test_metrics_carry_every_documented_name(server: RunningServer, http) 
         "agentos_ttft_ms_bucket",
         "agentos_tokens_prompt_total",
         "agentos_tokens_completion_total",
+        "agentos_connections_closed_total",
     ]:
         assert f"\n{name}" in text, name
     assert "agentos_tokens_completion_total 4.0" in text
     assert "agentos_active_sessions 1.0" in text
+    assert 'agentos_connections_closed_total{reason="header_timeout"} 0.0' in text
 
 
 async def test_readyz_reports_draining(server: RunningServer, http) -> None:

@@ -166,6 +166,10 @@ async def test_lists_never_show_another_tenants_resources(world: World, http: ai
     assert [s["id"] for s in ours["data"]] == [w.session]
     agents = await call(http, "GET", f"{url}/v1/agents", w.b, None, 200)
     assert [a["name"] for a in agents["data"]] == ["ops"]  # the config's; not A's "mine"
+    for query in ("", "?status=waiting_human", f"?session_id={w.session}", "?agent=ops"):
+        assert (await call(http, "GET", f"{url}/v1/runs{query}", w.b, None, 200))["data"] == [], query
+    [waiting] = (await call(http, "GET", f"{url}/v1/runs?status=waiting_human", w.a, None, 200))["data"]
+    assert waiting["run_id"] == w.run and waiting["pending"]["operation_id"] == w.operation
     # the same name is free for B: its own agent, not A's
     await call(http, "POST", f"{url}/v1/agents", w.b, {"name": "mine", "tools": ["ask_human"]}, 201)
     assert (await call(http, "GET", f"{url}/v1/agents/mine", w.a, None, 200))["tools"] == []
@@ -191,7 +195,7 @@ async def test_another_tenants_websocket_is_refused_before_the_upgrade(
 async def test_a_read_only_key_reads_and_cannot_write(world: World, http: aiohttp.ClientSession) -> None:
     w, url = world, world.server.url
     for path in (f"/v1/sessions/{w.session}", f"/v1/sessions/{w.session}/messages", "/v1/sessions", "/v1/agents",
-                 f"/v1/runs/{w.run}", "/v1/agents/mine"):  # fmt: skip
+                 f"/v1/runs/{w.run}", "/v1/runs", "/v1/agents/mine"):  # fmt: skip
         await call(http, "GET", f"{url}{path}", w.a_read, None, 200)
     writes = [
         ("POST", "/v1/sessions", {}),

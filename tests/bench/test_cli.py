@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+import agentos.bench.report as report_package
 from agentos.bench.cli import mock_settings_from
 from agentos.bench.common.loop import raise_fd_limit
 from agentos.bench.common.processes import (
@@ -156,16 +157,25 @@ def test_a_profile_given_as_a_path_passes_the_check(tmp_path: Path, monkeypatch:
     ("argv", "command"),
     [
         (["sweep", "--target", "direct", "--sweep", "1", "--duration-secs", "0.2", "--warmup-secs", "0"], "sweep"),
-        (["memory", "--sessions", "1"], "memory"),
         (["runs", "--runs", "1", "--waiting-runs", "0"], "runs"),
     ],
 )
-def test_without_matplotlib_the_bench_stops_before_it_measures(
+def test_without_matplotlib_the_report_is_written_without_its_plots(
     argv: list[str], command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails, as without the extra
+    monkeypatch.delitem(sys.modules, "agentos.bench.report.plots", raising=False)  # imported again, and failing
+    monkeypatch.delattr(report_package, "plots", raising=False)  # `from agentos.bench.report import plots` too
     monkeypatch.chdir(Path(__file__).resolve().parents[2])  # the repository: its profiles exist
     out = tmp_path / "out"
-    assert main(["bench", *argv, "--out-dir", str(out)]) == 2
-    assert capsys.readouterr().err == f"agentos: bench {command} needs the bench extra: pip install 'agentos[bench]'\n"
-    assert not out.exists()
+    assert main(["bench", *argv, "--out-dir", str(out)]) == 0
+    assert "the report's plots will be skipped" in capsys.readouterr().err  # said before measuring
+    (markdown,) = out.glob("*.md")
+    assert "plots skipped: matplotlib is not installed" in markdown.read_text()
+    assert len(list(out.glob("*.json"))) == 1 and not list(out.glob("*.png"))
+
+
+def test_the_openai_api_runs_on_one_node(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    assert main(["bench", "sweep", "--api", "openai", "--nodes", "2", "--profile", "postgres-3node"]) == 2
+    assert "--api openai runs on one node only" in capsys.readouterr().err

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,15 @@ def test_two_runs_with_the_same_arguments_write_different_files(
     written = {p.name for p in (tmp_path / DEFAULT_OUT_DIR).iterdir()}
     assert written == first | second and len([n for n in written if n.endswith(".json")]) == 2
     assert all(Path(p).parent.resolve() == (tmp_path / DEFAULT_OUT_DIR).resolve() for p in printed[0])
+
+
+def test_the_commit_is_the_running_codes_not_the_working_directorys(tmp_path: Path) -> None:
+    """A run started elsewhere (here: a directory outside any checkout) still names the commit of
+    the checkout its code came from, as a bisect with `PYTHONPATH` on another worktree needs."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+    script = "from agentos.bench.report.machine import git_commit; print(git_commit())"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    found = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           check=True, timeout=30).stdout.strip()  # fmt: skip
+    assert found.removesuffix("+dirty") == head

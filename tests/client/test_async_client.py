@@ -104,6 +104,7 @@ async def test_an_agent_run_approved_and_answered_to_completion(tools_server: Ru
                 request = event.human_request()
                 waiting = await client.get_run(ref.run_id)
                 assert waiting.status == "waiting_human" and waiting.pending == request
+                assert (await client.list_runs(status="waiting_human")).data == [waiting]  # the inbox
                 if request.kind == "approval":
                     assert request.tool == "run_command" and request.args_hash
                     with pytest.raises(APIError) as wrong:
@@ -114,9 +115,10 @@ async def test_an_agent_run_approved_and_answered_to_completion(tools_server: Ru
                     assert request.question == "Proceed with the final answer?"
                     await client.answer(ref.run_id, request.operation_id, "yes")
         names = [e.name for e in seen if e.name != "token"]
-        approve_and_run = ["human.requested", "human.answered", "tool.call", "tool.result"]
-        question = ["human.requested", "human.answered"]
-        assert names == ["run.started", *approve_and_run, *approve_and_run, *question, "run.completed"]
+        model = ["model.started", "model.completed"]  # the model call that asks, or answers
+        approve_and_run = [*model, "human.requested", "human.answered", "tool.call", "tool.result"]
+        question = [*model, "human.requested", "human.answered"]
+        assert names == ["run.started", *approve_and_run, *approve_and_run, *question, *model, "run.completed"]
         seqs = [e.seq for e in seen if e.name != "token"]
         assert seqs == list(range(1, len(seqs) + 1))
         assert all(e.seq is None for e in seen if e.name == "token")
@@ -137,9 +139,13 @@ async def test_run_events_resume_after_a_seq(tools_server: RunningServer) -> Non
         assert asked.seq is not None
         await client.answer(ref.run_id, asked.human_request().operation_id, "yes")
         rest = [e async for e in client.run_events(ref.run_id, after=asked.seq)]
-        assert [e.name for e in rest if e.name != "token"] == ["human.answered", "run.completed"]
+        model = ["model.started", "model.completed"]  # the call that answers
+        assert [e.name for e in rest if e.name != "token"] == ["human.answered", *model, "run.completed"]
         assert rest[0].seq == asked.seq + 1
         stored = [e async for e in client.run_events(ref.run_id)]  # after the end: the journal, no tokens
+        times = [e.at_ms for e in stored]
+        assert all(t is not None for t in times) and times == sorted(times)  # type: ignore[type-var]
+        assert all(e.at_ms is None for e in rest if e.name == "token")  # live only: no journal time
         assert [e.seq for e in stored][asked.seq :] == [e.seq for e in rest if e.seq is not None]
         assert not [e for e in stored if e.name == "token"]
 

@@ -30,7 +30,8 @@ async def test_the_first_agent_run_example(tools_server: RunningServer, capsys: 
     await asyncio.to_thread(run, example("A first agent run: approve a command, answer a question"), tools_server.url)
     out = capsys.readouterr().out
     assert out.count("approving run_command") == 2 and "question: Proceed with the final answer?" in out
-    assert "12 run.completed" in out and out.splitlines()[-1].startswith("completed tok")
+    # 20 events: 4 model calls (started, completed), 3 requests and answers, 2 commands (call, result)
+    assert "20 run.completed" in out and out.splitlines()[-1].startswith("completed tok")
 
 
 async def test_the_streamed_turn_example(server: RunningServer, capsys: pytest.CaptureFixture[str]) -> None:

@@ -30,6 +30,7 @@ def _agent_flow(url: str) -> tuple[list[str], str, str | None]:
                 else:
                     client.answer(ref.run_id, request.operation_id, "yes")
         run = client.get_run(ref.run_id)
+        assert client.list_runs(agent="careful", limit=1).data == [run]
         return [n for n in names if n != "token"], run.status, run.result
 
 

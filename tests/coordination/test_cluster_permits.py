@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 from agentos.config import CoordinationConfig
 from agentos.coordination.bus import Bus
 from agentos.coordination.link import Link
-from agentos.coordination.permits import ClusterPermits
+from agentos.coordination.permits import ClusterPermits, PermitStatistics
 from agentos.coordination.semaphore import CAPPED, FULL, GRANTED, RedisSemaphore
 from agentos.errors import ProviderLimitTimeout
 from agentos.testing import eventually
@@ -241,3 +241,45 @@ async def test_a_waiter_whose_tenant_is_at_its_cap_lets_another_tenant_pass(node
     x.release("a1")  # a is below its cap again: the release wakes y, and a3 gets the slot
     await asyncio.wait_for(capped, 5.0)
     assert y.held.keys() == {"a3", "b1"}
+
+
+async def test_a_redis_that_lost_the_slots_grants_none_until_the_nodes_counted_theirs_again(
+    nodes: Nodes, redis: Redis, prefix: str
+) -> None:
+    a, b = await nodes(limit=2, lease_s=1.5), await nodes(limit=2, lease_s=1.5)  # heartbeats every 0.5 s
+    await a.acquire("a1", "t", 1.0)
+    await b.acquire("b1", "t", 1.0)
+    keys = [key async for key in redis.scan_iter(match=f"{prefix}permits:*")]
+    await redis.delete(*keys)  # what a Redis restarted without persistence holds of them: nothing
+    waiter = asyncio.create_task(a.acquire("a2", "t", 10.0))
+    await eventually(lambda: a.statistics().waiting == 1, what="a2 in a's line")
+    # The provider has a1 and b1 open: a2 waits, first for the hold-off (both heartbeats put a1
+    # and b1 back meanwhile), then for a slot (the old code granted it at once: 3 streams, limit 2).
+    done, _ = await asyncio.wait([waiter], timeout=2.0)
+    assert not done
+    assert await semaphore_members(redis, prefix) == {"node0/a1", "node1/b1"}
+    assert (a.statistics().held, a.statistics().restored_total, b.statistics().restored_total) == (1, 1, 1)
+    b.release("b1")
+    await asyncio.wait_for(waiter, 5.0)
+    assert a.statistics() == PermitStatistics(held=2, waiting=0, restored_total=1)
+
+
+async def semaphore_members(redis: Redis, prefix: str) -> set[str]:
+    return {m.decode() for m in await redis.zrange(f"{prefix}permits:holders", 0, -1) if isinstance(m, bytes)}
+
+
+async def test_a_node_counts_its_slots_again_as_soon_as_its_bus_reconnects(
+    nodes: Nodes, redis_proxy: RedisProxy, redis: Redis, prefix: str
+) -> None:
+    node = await nodes(limit=2, lease_s=60.0, url=redis_proxy.url)  # a heartbeat every 20 s
+    await node.acquire("s1", "t", 1.0)
+    await redis_proxy.stop()  # Redis restarts: every connection breaks...
+    keys = [key async for key in redis.scan_iter(match=f"{prefix}permits:*")]
+    await redis.delete(*keys)  # ...and it comes back empty
+    await redis_proxy.start()
+    # The bus's reconnect puts s1 back at once (the old code: at the next heartbeat, 20 s later).
+    await eventually(lambda: _members_are(redis, prefix, {"node0/s1"}), timeout_s=5.0, what="s1 in Redis again")
+
+
+async def _members_are(redis: Redis, prefix: str, members: set[str]) -> bool:
+    return await semaphore_members(redis, prefix) == members

@@ -27,12 +27,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 TURNS = 200
 
 
-async def completed_turn(http: aiohttp.ClientSession, node: Node, session_id: str, seen: asyncio.Event) -> str | None:
+async def completed_turn(
+    http: aiohttp.ClientSession, node: Node, session_id: str, seen: asyncio.Event, started: asyncio.Event | None = None
+) -> str | None:
     """Run one turn; its id if the client got `turn.completed`, None if the node went away."""
     try:
         async with http.post(f"{node.url}/v1/sessions/{session_id}/turns", json={"input": "hello"}, headers=SSE) as r:
             if r.status != 200:
                 return None
+            if started is not None:
+                started.set()
             async for event in sse_events(r):
                 if event.name == "turn.completed":
                     seen.set()
@@ -58,14 +62,26 @@ async def test_kill_9_of_one_node_loses_no_acknowledged_message(
     async with serve_nodes(3, tmp_path, mock.url, env) as nodes:
         victim = nodes[2]
         sessions = await asyncio.gather(*(new_session(http, nodes[i % 3].url) for i in range(TURNS)))
-        victim_done = asyncio.Event()  # one of the victim's turns was acknowledged before it died
-        turns = [
-            asyncio.create_task(completed_turn(http, nodes[i % 3], sid, victim_done if i % 3 == 2 else asyncio.Event()))
-            for i, sid in enumerate(sessions)
-        ]
+        # The victim's turns go in two waves: the first is acknowledged before the kill, the
+        # second has just started when it comes (a turn takes ~0.5 s), so both outcomes are
+        # certain, not a race between 200 turns finishing and the kill.
+        victim_done = asyncio.Event()  # one of the first wave was acknowledged
+        victims_all = list(range(2, TURNS, 3))
+        second_wave = victims_all[len(victims_all) // 2 :]
+        first = [i for i in range(TURNS) if i not in second_wave]
+        tasks: dict[int, asyncio.Task[str | None]] = {
+            i: asyncio.create_task(
+                completed_turn(http, nodes[i % 3], sessions[i], victim_done if i % 3 == 2 else asyncio.Event())
+            )
+            for i in first
+        }
         await asyncio.wait_for(victim_done.wait(), 30)
+        starts = [asyncio.Event() for _ in second_wave]
+        for i, started in zip(second_wave, starts, strict=True):
+            tasks[i] = asyncio.create_task(completed_turn(http, victim, sessions[i], asyncio.Event(), started))
+        await asyncio.wait_for(asyncio.gather(*(started.wait() for started in starts)), 30)
         await victim.kill()
-        results = await asyncio.gather(*turns)
+        results = await asyncio.gather(*(tasks[i] for i in range(TURNS)))
         survivors = [
             await completed_turn(http, node, await new_session(http, node.url), asyncio.Event()) for node in nodes[:2]
         ]

@@ -8,6 +8,7 @@ Each node has its own data dir (SQLite): the semaphore needs only Redis.
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -94,6 +95,8 @@ async def test_a_node_killed_while_holding_slots_gives_them_back_within_the_leas
             waiting.append(asyncio.create_task(turn_events(http, url, await new_session(http, url))))
         with pytest.raises(TimeoutError):  # the cluster is full: they wait, none reaches the provider
             await mock.stats.wait_for(lambda s: s.requests > LIMIT, timeout_s=1.0)
+        assert await gauges(http, a) == (LIMIT, 0)  # held, waiting (agentos_cluster_permits_*)
+        assert await gauges(http, b) == (0, 2)
         loop = asyncio.get_running_loop()
         victim.send_signal(signal.SIGKILL)  # no release, no goodbye: only the lease ends its slots
         killed_at = loop.time()
@@ -104,3 +107,15 @@ async def test_a_node_killed_while_holding_slots_gives_them_back_within_the_leas
         for task in [*held, *waiting]:
             task.cancel()
         await asyncio.gather(*held, *waiting, return_exceptions=True)
+
+
+async def gauges(http: aiohttp.ClientSession, url: str) -> tuple[int, int]:
+    """A node's `agentos_cluster_permits_held` and `_waiting`."""
+    async with http.get(f"{url}/metrics") as response:
+        text = await response.text()
+    values = {}
+    for name in ("held", "waiting"):
+        match = re.search(rf"^agentos_cluster_permits_{name} (\S+)$", text, re.M)
+        assert match is not None, text
+        values[name] = int(float(match.group(1)))
+    return values["held"], values["waiting"]

@@ -24,6 +24,7 @@ import msgspec
 import pytest
 
 from agentos.bench.mock.builtin import builtin_mock
+from agentos.bench.mock.check import AGENT_TOOLS
 from agentos.cli import build_parser, settings_from_args
 from agentos.config import MockConfig
 from agentos.testing import Event, sse_events
@@ -166,7 +167,8 @@ async def test_the_mock_flags_and_env_reach_the_builtin_mock(tmp_path: Path, mon
         done = [*ask, *({"role": "tool", "tool_call_id": str(k), "content": "ok"} for k in range(3))]
         answers = []
         for messages in (ask, done):
-            async with http.post(f"{mocked.provider.url}/chat/completions", json={"messages": messages}) as r:
+            body = {"messages": messages, "tools": AGENT_TOOLS}  # an agent run's request: tools offered
+            async with http.post(f"{mocked.provider.url}/chat/completions", json=body) as r:
                 answers.append((await r.json())["choices"][0]["message"])
     assert answers[0]["tool_calls"][0]["function"]["name"] == "run_command"
     assert answers[1]["content"] == "tok " * 3

@@ -44,15 +44,17 @@ async def agentos_process(
 
 
 async def test_completed_turns_survive_kill_9(tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession) -> None:
-    data = str(tmp_path / "data")
+    """Every turn a client saw complete has its answer and its `turn.completed` stored, though
+    the event lane sheds (a queue of 2 rows) and the server dies at once after the answers."""
+    data, env = str(tmp_path / "data"), {"AGENTOS_STORE_QUEUE_MAX_ROWS": "2"}
     completed: dict[str, list[str]] = {}
     for round_ in range(3):
-        async with agentos_process("--data-dir", data, "--provider-url", mock.url) as (proc, url):
-            sessions = [await new_session(http, url) for _ in range(5)]
+        async with agentos_process("--data-dir", data, "--provider-url", mock.url, env=env) as (proc, url):
+            sessions = [await new_session(http, url) for _ in range(8)]
             results = await asyncio.gather(*(turn_events(http, url, s, f"round {round_}") for s in sessions))
             for sid, events in zip(sessions, results, strict=True):
                 assert events[-1].name == "turn.completed"
-                completed[sid] = [e.data["turn_id"] for e in events if e.name == "turn.completed"]
+                completed.setdefault(sid, []).extend(e.data["turn_id"] for e in events if e.name == "turn.completed")
             proc.send_signal(signal.SIGKILL)  # at once, after the clients saw turn.completed
             await proc.wait()
     async with agentos_process("--data-dir", data, "--provider-url", mock.url) as (_, url):
@@ -61,6 +63,10 @@ async def test_completed_turns_survive_kill_9(tmp_path: Path, mock: MockServer, 
                 messages = (await r.json())["data"]
             stored = {m["turn_id"] for m in messages if m["role"] == "assistant" and m["status"] == "completed"}
             assert set(turn_ids) <= stored, f"{sid} lost a completed turn"
+            async with http.get(f"{url}/v1/sessions/{sid}/events") as r:
+                events = (await r.json())["data"]
+            ended = {e["turn_id"] for e in events if e["type"] == "turn.completed"}
+            assert set(turn_ids) <= ended, f"{sid} lost the turn.completed of an acknowledged turn"
 
 
 async def test_sigterm_drains_and_exits_cleanly(tmp_path: Path, mock_factory, http: aiohttp.ClientSession) -> None:

@@ -19,10 +19,16 @@ from tests.conftest import child_env, make_settings
 pytestmark = pytest.mark.slow
 
 
-async def serve_refused(*args: str, env: dict[str, str] | None = None) -> str:
+# `python -m agentos` on a host without the `mcp` package (None in sys.modules: its import fails)
+WITHOUT_MCP = ("-c", "import sys; sys.modules['mcp'] = None; from agentos.cli import main; raise SystemExit(main())")
+
+
+async def serve_refused(
+    *args: str, env: dict[str, str] | None = None, python: tuple[str, ...] = ("-m", "agentos")
+) -> str:
     """Run `agentos serve ARGS`; assert it stops at once with one line; that line."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agentos", "serve", *args,
+        sys.executable, *python, "serve", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=child_env(**(env or {})),
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 30)
@@ -102,3 +108,20 @@ async def test_a_port_taken_after_the_check_is_one_line_too(tmp_path: Path, mock
         settings = make_settings(tmp_path / "data", mock.url, **{"server.port": port})
         with pytest.raises(ConfigError, match=rf"^server.port: 127.0.0.1:{port} is already in use; choose another"):
             await serve(settings)
+
+
+async def test_an_agent_whose_mcp_servers_cannot_start(tmp_path: Path, mock: MockServer) -> None:
+    """Refused at start-up rather than failing every run: the `mcp` package missing, or a stdio
+    server's command not found (issue #14)."""
+    config = tmp_path / "agentos.toml"
+    config.write_text(
+        '[agents.ops]\ntools = []\n[[agents.ops.mcp_servers]]\nname = "fs"\ncommand = ["agentos-no-such-server"]\n'
+    )
+    args = ("--config", str(config), "--port", "0", "--data-dir", str(tmp_path / "data"), "--provider-url", mock.url)
+    line = await serve_refused(*args)
+    assert line == "agentos: agents.ops.mcp_servers.0.command: 'agentos-no-such-server' is not found on PATH"
+    line = await serve_refused(*args, python=WITHOUT_MCP)
+    assert line == (
+        "agentos: agents.ops.mcp_servers: the `mcp` package is not installed;"
+        " install it with pip install 'agentos[mcp]'"
+    )

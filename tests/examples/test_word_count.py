@@ -18,13 +18,11 @@ from types import ModuleType
 
 import aiohttp
 import pytest
-from aiohttp import web
 
-from agentos.api.app import create_app
 from agentos.config import load_settings
 from agentos.providers.base import ChatRequest, Completion
 from agentos.services import open_services
-from agentos.testing import Event, RunningServer, sse_events
+from agentos.testing import Event, RunningServer, serve_services, sse_events
 from tests.agents.fakes import ScriptedProvider, answer, call
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "word_count"
@@ -65,11 +63,7 @@ def in_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 async def server(tmp_path: Path, in_example: None) -> AsyncIterator[tuple[RunningServer, ScriptedProvider]]:
     settings = load_settings(EXAMPLE / "agentos.toml", environ={}, overrides={"data_dir": str(tmp_path / "data")})
     provider = ScriptedProvider(count_the_text)
-    services = await open_services(settings, provider=provider)
-    runner = web.AppRunner(create_app(services), handler_cancellation=True, access_log=None, shutdown_timeout=2)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    running = RunningServer(f"http://127.0.0.1:{runner.addresses[0][1]}", runner.app, runner, services)
+    running = await serve_services(await open_services(settings, provider=provider))
     yield running, provider
     await running.close()
 

@@ -34,6 +34,17 @@ async def test_sessions(store: Store) -> None:
     assert await store.get_session("default", "a") is None
 
 
+async def test_sessions_of_one_agent(store: Store) -> None:
+    for sid, agent in (("a", "ops"), ("b", "default"), ("c", "ops"), ("d", "ops")):
+        await store.create_session(SessionRecord(tenant_id="default", session_id=sid, agent=agent))
+    await store.create_session(SessionRecord(tenant_id="other", session_id="e", agent="ops"))
+    ops = await store.list_sessions("default", limit=2, after=None, agent="ops")
+    assert [s.session_id for s in ops] == ["a", "c"]
+    assert [s.session_id for s in await store.list_sessions("default", limit=2, after="c", agent="ops")] == ["d"]
+    assert [s.session_id for s in await store.list_sessions("default", limit=9, after=None, agent="default")] == ["b"]
+    assert await store.list_sessions("default", limit=9, after=None, agent="nobody") == []
+
+
 async def test_messages_history_and_upsert(store: Store) -> None:
     await store.create_session(SessionRecord(tenant_id="default", session_id="s"))
     store.add_message(msg("s", "t1", "user", "hi"))

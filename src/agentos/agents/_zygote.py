@@ -7,7 +7,7 @@ Forking from this ~10 MB process instead costs a fraction of a millisecond, off 
 
 Protocol, on the SOCK_SEQPACKET socket FD (one datagram per message, JSON):
     server -> zygote  {"id", "argv", "cwd", "env", "rlimits", "namespaces", "identity", "landlock",
-                       "probe"?} + SCM_RIGHTS [stdout, stderr]
+                       "mount"?, "probe"?} + SCM_RIGHTS [stdout, stderr]
     zygote -> server  {"id", "pid"}               the command started (its own session and group)
     zygote -> server  {"pid", "exit_code"}        it ended (negative: killed by that signal)
 A command whose set-up fails exits 126 with the reason on its stderr (a Landlock rule that
@@ -19,14 +19,17 @@ was killed), the zygote kills the commands still running and exits.
 Confinement, in the forked child, in this order:
 1. its own session and process group; stdin /dev/null; `chdir` to its workspace, still as the
    server's user (so the workspace's parents need not be searchable by the command's identity);
-2. `unshare` of the requested namespaces: "pid" (with IPC), "net", and a user namespace when
-   the identity is "userns" (uid/gid maps written right after);
+2. `unshare` of the requested namespaces: "pid" (with IPC), "net", "mount", and a user
+   namespace when the identity is "userns" (uid/gid maps written right after);
 3. with "pid": fork once more. The new child is PID 1 of the new PID namespace and becomes the
    command; this process stays outside as its supervisor, waits, and ends the way it ended.
    When the command (the namespace's init) ends, the kernel kills everything left inside;
-4. resource limits; the Landlock ruleset is built (its paths opened while still privileged);
-5. identity "setuid" (the server is root): no groups, the workspace's own gid and uid;
-6. no new privileges, then Landlock applied; exec.
+4. with "mount": a root of its own (`_mountns.enter_root`: read-only system directories, its
+   workspace `"mount": {"workspace"}`, a private /tmp of `"tmp_mb"`, a fresh /proc with "pid");
+5. resource limits; the Landlock ruleset is built in the new root (its paths opened while still
+   privileged), scoped (abstract UNIX sockets, signals) when the policy says `"scoped"`;
+6. identity "setuid" (the server is root): no groups, the workspace's own gid and uid;
+7. no new privileges, then Landlock applied; exec.
 """
 
 from __future__ import annotations
@@ -45,8 +48,11 @@ import struct
 import sys
 from typing import Any
 
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # its stdlib-only helper beside it (run with -I)
+import _mountns  # type: ignore[import-not-found]
+
 _CLONE_NEWUSER = 0x10000000
-_NAMESPACES = {"pid": 0x20000000 | 0x08000000, "net": 0x40000000}  # pid: CLONE_NEWPID | CLONE_NEWIPC
+_NAMESPACES = {"pid": 0x20000000 | 0x08000000, "net": 0x40000000, "mount": 0x00020000}  # pid: with CLONE_NEWIPC
 _LANDLOCK = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}
 _RULE_PATH_BENEATH = 1
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
@@ -112,8 +118,10 @@ def _landlock_ruleset(policy: dict[str, Any] | None) -> int | None:
     if policy is None:
         return None
     create, add_rule, _ = _LANDLOCK[platform.machine()]
-    attr = ctypes.create_string_buffer(struct.pack("=Q", policy["handled"]), 8)
-    ruleset = _libc.syscall(create, attr, ctypes.c_size_t(8), ctypes.c_uint32(0))
+    scoped = policy.get("scoped", 0)  # struct landlock_ruleset_attr: fs, then (ABI >= 4) net, (ABI >= 6) scoped
+    packed = struct.pack("=QQQ", policy["handled"], 0, scoped) if scoped else struct.pack("=Q", policy["handled"])
+    attr = ctypes.create_string_buffer(packed, len(packed))
+    ruleset = _libc.syscall(create, attr, ctypes.c_size_t(len(packed)), ctypes.c_uint32(0))
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
     for path, access, required in policy["rules"]:
@@ -184,6 +192,9 @@ def _confine(request: dict[str, Any], out_fd: int, err_fd: int) -> None:
     _unshare(request["namespaces"], identity)
     if pid_namespace:
         _fork_init()
+    if "mount" in request["namespaces"]:  # in the PID namespace: its /proc is that namespace's
+        mount = request.get("mount") or {}
+        _mountns.enter_root(mount.get("workspace"), mount.get("tmp_mb", 1), pid_namespace)
     for which, value in request["rlimits"]:
         resource.setrlimit(which, (value, value))
     ruleset = _landlock_ruleset(request["landlock"])

@@ -2,7 +2,9 @@
 
 An API body passes `agentos.agents.policy.check_agent` before it is stored, and again when it
 is loaded after a restart (the administrator may have narrowed `[security]` since, and agents
-stored by an older version were never checked): one that no longer passes is not loaded.
+stored by an older version were never checked): one that no longer passes is not loaded. An
+agent whose MCP servers cannot start on this host (`agentos.agents.mcp_checks`) is refused the
+same way, and a config agent's stops the start-up.
 
 Tenancy: config agents are the administrator's, visible (read-only) to every tenant, or only to
 the tenants their `tenants` list names (another tenant gets `agent_not_found`). An API
@@ -22,6 +24,8 @@ import msgspec
 
 from agentos.agents.journal import Journal
 from agentos.agents.journal_store import JournalStore
+from agentos.agents.mcp_checks import CODE as MCP_UNAVAILABLE
+from agentos.agents.mcp_checks import unstartable
 from agentos.agents.policy import AgentPolicy, check_agent, expand_server_names
 from agentos.agents.spec import (
     AgentSpec,
@@ -31,7 +35,7 @@ from agentos.agents.spec import (
     parse_config_agents,
     spec_to_dict,
 )
-from agentos.errors import Conflict, InvalidInput, NotFound, RequestError
+from agentos.errors import ConfigError, Conflict, InvalidInput, NotFound, RequestError
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +55,9 @@ class AgentRegistry:
         self._journal = journal
         self._policy = policy or AgentPolicy()
         self._config = {spec.name: spec for spec in parse_config_agents(config_tables)}
+        for spec in self._config.values():  # servers that cannot start here: refused at start-up
+            if (problem := unstartable(spec.mcp_servers, where=f"agents.{spec.name}")) is not None:
+                raise ConfigError(problem)
         self._config_tenants = config_agent_tenants(config_tables)  # name -> who may see it
         self._tenants: dict[str, dict[str, AgentSpec]] = {}  # tenant -> its API agents by name
 
@@ -80,6 +87,7 @@ class AgentRegistry:
             try:
                 spec = parse_agent_spec(msgspec.json.decode(spec_json))
                 check_agent(spec, self._policy, caller_is_admin=source == _ADMIN_SOURCE)
+                _check_startable(spec)
             except RequestError as exc:
                 log.warning("agent %r of tenant %r is not loaded: %s (docs/security.md)", name, tenant, exc.message)
                 continue
@@ -97,12 +105,15 @@ class AgentRegistry:
         Raises:
             InvalidInput: the body is not a valid agent, or over a limit (the message names the field).
             Forbidden: it asks for what the caller may not have (a stdio MCP server, a private URL).
+            InvalidInput: `mcp_unavailable`, its MCP servers cannot start here (the `mcp` package
+                is not installed, a stdio command is not found).
             Conflict: an agent of that name comes from the config file.
         """
         if not isinstance(body, Mapping):
             raise InvalidInput("the body must be a JSON object describing an agent")
         spec = parse_agent_spec(expand_server_names(body, self._policy))
         check_agent(spec, self._policy, caller_is_admin=caller_is_admin)
+        _check_startable(spec)
         if spec.name in self._config:
             raise Conflict(f"agent {spec.name!r} is defined in the config file and cannot be replaced")
         spec_json = msgspec.json.encode(spec_to_dict(spec)).decode()
@@ -134,3 +145,9 @@ class AgentRegistry:
 
     def source(self, name: str) -> str:
         return "config" if name in self._config else "api"
+
+
+def _check_startable(spec: AgentSpec) -> None:
+    """Raises: InvalidInput: `mcp_unavailable`, naming the field and what is missing."""
+    if (problem := unstartable(spec.mcp_servers)) is not None:
+        raise InvalidInput(problem, code=MCP_UNAVAILABLE)

@@ -7,7 +7,12 @@ restart; a run lost stops here without writing) and carries requests across node
 - an answer, cancel or terminate that reaches a node which does not run the run is checked
   against the journal (the run is the caller's tenant's, waits for that operation...), written
   into `run_requests` with a NOTIFY in one transaction, and applied by the owner, which is woken
-  by the NOTIFY (or takes it at its next tick, or, if it died, the node that takes the run over);
+  by the NOTIFY (or takes it at its next tick, or, if it died, the node that takes the run over).
+  The owner applies a request only to a run it has resumed, and here only (never sends it on);
+  a request the run cannot take yet stays queued (`_settle`), so none is lost to a takeover.
+  The sender waits (bounded) until the owner is done with it: applied (the row is gone), or
+  refused for good (the run moved on since the sender's check): then the row holds the owner's
+  error, which the sender raises, so its client gets the 409/422 the owner would have answered;
 - reads work on every node: the row, and the events replayed from the journal, followed by
   polling it until the run ends (token events are live only, on the owner).
 """
@@ -16,8 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from collections.abc import AsyncIterator
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -27,29 +32,33 @@ from agentos.agents.fanout import RunEvent
 from agentos.agents.journal import TERMINAL, RunRow
 from agentos.agents.journal_pg import PgJournalStore
 from agentos.agents.journal_store import JournalStore
-from agentos.agents.leases import CHANNEL, LeaseKeeper
+from agentos.agents.leases import CHANNEL, LeaseKeeper, Request
 from agentos.agents.lifecycle import RunLifecycle
-from agentos.errors import AgentOSError, Conflict
-from agentos.kernel import RunEnded
+from agentos.errors import AgentOSError, BadRequest, Conflict, InvalidInput, NotFound, RequestError
+from agentos.kernel import RunEnded, RunState
 from agentos.store.pg_health import classify
 
 log = logging.getLogger("agentos.agents")
 
 FOLLOW_POLL_S = 0.2  # how often a node that does not run a run reads its new events
 TERMINATE_WAIT_S = 30.0  # a terminate sent to another node waits this long for the run's end
-ANSWER_WAIT_S = 5.0  # an answer sent to another node waits this long for the run to go on
-_SEND = "INSERT INTO run_requests (tenant_id, run_id, body, created_ms) VALUES ($1, $2, $3::jsonb, $4)"
+REQUEST_WAIT_S = 5.0  # an answer or cancel sent to another node waits this long for the owner
+_SEND = """INSERT INTO run_requests (tenant_id, run_id, body, created_ms) VALUES ($1, $2, $3::jsonb, $4)
+RETURNING id"""
+_OUTCOME = "SELECT outcome FROM run_requests WHERE id = $1"
+_READ = "DELETE FROM run_requests WHERE id = $1"
+_ERRORS: dict[int, type[RequestError]] = {400: BadRequest, 404: NotFound, 409: Conflict, 422: InvalidInput}
 
 
 class RunRequests(Protocol):
     """What a request from another node calls on the owner (`RunService`)."""
 
-    async def answer(self, tenant_id: str, run_id: str, operation_id: str, answer: str = "", *,
-                     approve: bool | None = None, args_hash: str | None = None) -> Any: ...  # fmt: skip
+    async def answer(self, tenant_id: str, run_id: str, operation_id: str, answer: str = "", *, approve: bool | None,
+                     args_hash: str | None, forward: bool) -> Any: ...  # fmt: skip
 
-    async def cancel(self, tenant_id: str, run_id: str) -> Any: ...
+    async def cancel(self, tenant_id: str, run_id: str, *, forward: bool) -> Any: ...
 
-    async def terminate(self, tenant_id: str, run_id: str) -> Any: ...
+    async def terminate(self, tenant_id: str, run_id: str, *, forward: bool) -> Any: ...
 
 
 def cluster_for(store: JournalStore, runs: RunLifecycle, service: RunRequests) -> RunCluster | None:
@@ -67,15 +76,35 @@ class RunCluster:
     # --- the owner's side ---
 
     async def _claimed(self, epochs: dict[str, int]) -> None:
+        """Resume the runs taken over. One still in memory here is kept if this node held it
+        at the epoch before (nobody ran it meanwhile), else stopped: another node ran it since,
+        so its memory is stale; its lease expires again and it is resumed from the journal. A
+        run not resumed because the database failed is let go the same way, never held (and
+        renewed) without running, which would strand it and the requests for it."""
+        if stale := sorted(
+            r for r, e in epochs.items() if r in self._runs.handles and self._store.epochs.get(r) != e - 1
+        ):
+            self._lost(stale)
+            epochs = {run_id: epoch for run_id, epoch in epochs.items() if run_id not in stale}
         for run_id, epoch in epochs.items():  # at once: renewed from now on, while they resume
             self._store.adopt(run_id, epoch)
-        rows = await self._store.fetch("SELECT * FROM runs WHERE run_id = any($1::text[])", list(epochs))
-        for row in sorted((RunRow(*r) for r in rows), key=lambda r: r.run_id):
-            if row.status in TERMINAL:  # ended, but its lease stayed: nothing to resume
-                await self._store.write([("DELETE FROM run_leases WHERE run_id = $1", (row.run_id,))], run=row.run_id)
-                self._store.release(row.run_id)
-            elif row.run_id not in self._runs.handles:
-                await self._resume(row)
+        left = set(epochs)
+        try:
+            rows = await self._store.fetch("SELECT * FROM runs WHERE run_id = any($1::text[])", list(epochs))
+            for row in sorted((RunRow(*r) for r in rows), key=lambda r: r.run_id):
+                if row.status in TERMINAL:  # ended, but its lease stayed: nothing to resume
+                    await self._store.write(self._store.journal.ended(row.run_id), run=row.run_id)
+                    self._store.release(row.run_id)
+                elif row.run_id not in self._runs.handles:
+                    await self._resume(row)
+                left.discard(row.run_id)
+        finally:
+            if gone := sorted(run for run in left if run not in self._runs.handles):
+                log.warning(
+                    "run leases: %d runs taken over but not resumed; their leases are left to expire", len(gone)
+                )
+            for run_id in gone:
+                self._store.release(run_id)
 
     async def _resume(self, row: RunRow) -> None:
         try:
@@ -84,6 +113,12 @@ class RunCluster:
             log.exception("run %s: taken over but not resumed; its lease is left to expire", row.run_id)
             self._store.release(row.run_id)
             self._runs.handles.pop(row.run_id, None)
+            return
+        # Lost while it resumed (a renewal came late): a working run fails its first write and
+        # stops; a waiting one has none to fail, so it is stopped here.
+        handle = self._runs.handles.get(row.run_id)
+        if row.run_id not in self._store.epochs and handle is not None and handle.task is None:
+            self._lost([row.run_id])
 
     def _lost(self, run_ids: list[str]) -> None:
         """Other nodes took these runs over: stop them here without a write, as a stopping server does."""
@@ -98,29 +133,57 @@ class RunCluster:
             elif handle is not None:
                 self._runs.driver.handle(RunEnded(run_id, "suspended"))
 
-    async def _requests(self, requests: list[tuple[str, str, dict[str, Any]]]) -> None:
-        for tenant_id, run_id, body in requests:
-            try:
-                await self._apply(tenant_id, run_id, body)
-            except AgentOSError as exc:  # the sender was answered already; the run moved on
-                log.warning("run %s: request %s from another node not applied: %s", run_id, body.get("kind"), exc)
+    async def _requests(self, requests: list[Request]) -> dict[int, dict[str, Any] | None]:
+        settled: dict[int, dict[str, Any] | None] = {}
+        for r in requests:
+            outcome = await self._settle(r)
+            if outcome != "keep":
+                settled[r.id] = outcome if isinstance(outcome, dict) else None
+        return settled
+
+    async def _settle(self, r: Request) -> Literal["keep", "applied"] | dict[str, Any]:
+        """Apply a request to a run of this node; "keep" keeps it queued for a later round (or
+        the next owner): the run is not resumed here, an answer comes while the run still works
+        towards its wait (the journal showed the wait to the sender first), the node is closing
+        or the database failed. "applied" once applied; the error (status, code, message) if refused
+        for good (the run moved on since the sender's check): the sender raises it."""
+        body = r.body
+        if r.run_id not in self._runs.handles:  # not resumed here (yet), or just ending
+            return "keep"
+        kernel = self._runs.driver.kernel
+        if body.get("kind") == "answer" and kernel.run_state(r.run_id) is RunState.RUNNING:
+            return "keep"  # applied once it waits; a stale one is refused then, or goes with the run
+        try:
+            await self._apply(r.tenant_id, r.run_id, body)
+        except RequestError as exc:
+            if exc.status >= 500:  # shutting down: the node that takes the run over applies it
+                return "keep"
+            log.info("run %s: request %s from another node refused: %s", r.run_id, body.get("kind"), exc)
+            return {"status": exc.status, "code": exc.code, "message": exc.message}
+        except AgentOSError as exc:  # the database, or the lease just lost: later, or by the next owner
+            log.info("run %s: request %s from another node kept for later: %s", r.run_id, body.get("kind"), exc)
+            return "keep"
+        except Exception:  # a bug: never retried in a loop
+            log.exception("run %s: request %s from another node failed; dropped", r.run_id, body.get("kind"))
+        return "applied"
 
     async def _apply(self, tenant_id: str, run_id: str, r: dict[str, Any]) -> None:
         if r["kind"] == "answer":
             await self._service.answer(tenant_id, run_id, r["operation_id"], r["answer"], approve=r["approve"],
-                                       args_hash=r["args_hash"])  # fmt: skip
+                                       args_hash=r["args_hash"], forward=False)  # fmt: skip
         elif r["kind"] == "terminate":
-            await self._service.terminate(tenant_id, run_id)
+            await self._service.terminate(tenant_id, run_id, forward=False)
         else:
-            await self._service.cancel(tenant_id, run_id)
+            await self._service.cancel(tenant_id, run_id, forward=False)
 
     # --- another node's run ---
 
     async def forward(self, tenant_id: str, run_id: str, request: dict[str, Any]) -> bool:
         """Send `request` to the node that drives the run; False if this node does (or it ended).
-        A terminate returns once the journal shows the run ended (bounded).
+        Returns once the owner applied it (a terminate: once the run ended), bounded.
 
-        Raises: NotFound, Conflict, InvalidInput (an answer the owner would refuse), StoreError.
+        Raises: NotFound, Conflict, InvalidInput (an answer the owner would refuse, here or
+            there: the owner's own error), StoreError.
         """
         row = await self.remote_row(tenant_id, run_id)
         if row is None:
@@ -128,11 +191,9 @@ class RunCluster:
         if request["kind"] == "answer":
             await self.check_answer(row, request["operation_id"], request["answer"], request["approve"],
                                     request["args_hash"])  # fmt: skip
-        await self.send(row, request)
-        if request["kind"] == "terminate":  # answers once the run ended, as on the owner
-            await self.settled(row, lambda r: r.status in TERMINAL, TERMINATE_WAIT_S)
-        elif request["kind"] == "answer":  # answers once the run goes on, as on the owner
-            await self.settled(row, lambda r: r.status != "waiting_human", ANSWER_WAIT_S)
+        request_id = await self.send(row, request)
+        # As on the owner: an answer returns once the run goes on, a terminate once it ended.
+        await self.settled(request_id, TERMINATE_WAIT_S if request["kind"] == "terminate" else REQUEST_WAIT_S)
         return True
 
     async def remote_row(self, tenant_id: str, run_id: str) -> RunRow | None:
@@ -159,8 +220,8 @@ class RunCluster:
             raise Conflict(message, code="operation_mismatch")
         check_answer(step.input, answer, approve, args_hash)
 
-    async def send(self, row: RunRow, request: dict[str, Any]) -> None:
-        """Leave `request` for the run's owner and wake it.
+    async def send(self, row: RunRow, request: dict[str, Any]) -> int:
+        """Leave `request` for the run's owner and wake it; returns the request's id.
 
         Raises: StoreUnavailable, StoreError.
         """
@@ -168,20 +229,28 @@ class RunCluster:
         try:
             timeout = self._store.config.postgres_acquire_timeout_s
             async with self._store.pool.acquire(timeout=timeout) as conn, conn.transaction():
-                await conn.execute(_SEND, row.tenant_id, row.run_id, body, self._runs.now_ms())
+                request_id: int = await conn.fetchval(_SEND, row.tenant_id, row.run_id, body, self._runs.now_ms())
                 await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, row.run_id)
         except Exception as exc:
             raise classify(exc, self._store.unavailable, "run request") from exc
+        return request_id
 
-    async def settled(self, row: RunRow, done: Callable[[RunRow], bool], timeout_s: float) -> None:
-        """Wait until the journal's row of the run satisfies `done`, or `timeout_s` passed (the
-        owner died, perhaps: the request waits for the node that takes the run over)."""
+    async def settled(self, request_id: int, timeout_s: float) -> None:
+        """Wait until the owner is done with the request (its row is gone: applied, or the run
+        ended), or `timeout_s` passed (the owner died, perhaps: the request waits for the node
+        that takes the run over, and the reply shows the run as it is).
+
+        Raises: the owner's RequestError (Conflict, InvalidInput...) if it refused the request.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         for _ in range(int(timeout_s / FOLLOW_POLL_S) + 1):
-            current = await self._store.load_run(row.tenant_id, row.run_id)
-            if current is None or done(current) or loop.time() >= deadline:
+            rows = await self._store.query(_OUTCOME, request_id)
+            if not rows or loop.time() >= deadline:
                 return
+            if rows[0][0] is not None:
+                await self._store.query(_READ, request_id)  # read: the sender was the one waiting for it
+                raise _refusal(msgspec.json.decode(rows[0][0]))
             await asyncio.sleep(FOLLOW_POLL_S)  # another process's state: read it again
 
     async def follow(self, tenant_id: str, run_id: str, after_seq: int) -> AsyncIterator[RunEvent]:
@@ -191,8 +260,14 @@ class RunCluster:
             rows = await self._store.load_events(tenant_id, run_id, last)
             for row in rows:
                 last = row.seq
-                yield RunEvent(row.seq, row.type, msgspec.json.decode(row.data))
+                yield RunEvent(row.seq, row.type, row.payload())
                 if row.type.startswith("run.") and row.type[4:] in TERMINAL:
                     return
             if not rows:
                 await asyncio.sleep(FOLLOW_POLL_S)  # the owner writes them: read the journal again
+
+
+def _refusal(outcome: dict[str, Any]) -> RequestError:
+    """The error the owner raised, raised again on the sender (its class from its status)."""
+    error = _ERRORS.get(int(outcome.get("status", 409)), Conflict)
+    return error(str(outcome.get("message", "refused by the node that runs the run")), code=outcome.get("code"))

@@ -6,9 +6,10 @@ only the small handle remains. The task changes the state only by finishing or p
 sets `handle.status` before its first await so a concurrent terminate sees the truth.
 
 Every event of a run except `token` is journaled (in the one ordered write queue, without
-waiting) and then published to live subscribers (`Fanout`). Token events are live-only: the
-model step's reply, journaled when the call ends, holds the text, and one journal row per
-streamed token would be the largest write load of the server for nothing a replay needs.
+waiting, or in the very write of its step: a model call's `model.started` and `model.completed`)
+and then published to live subscribers (`Fanout`), with its time `at_ms`. Token events are
+live-only: the model step's reply, journaled when the call ends, holds the text, and one journal
+row per streamed token would be the largest write load of the server for nothing a replay needs.
 
 Model calls take a provider permit from the kernel (`permit`), owned by the run, and give it
 back when the stream closes: a run waiting for a human holds none.
@@ -35,6 +36,7 @@ from agentos.agents.handle import RunHandle
 from agentos.agents.host import ToolHub
 from agentos.agents.journal import TERMINAL, Journal, RunRow
 from agentos.agents.journal_store import JournalStore
+from agentos.agents.knowledge_tool import KnowledgeSearch
 from agentos.agents.sandbox import Sandbox
 from agentos.agents.spec import AgentSpec, parse_agent_spec, spec_to_dict
 from agentos.errors import NotFound
@@ -48,6 +50,9 @@ log = logging.getLogger("agentos.agents")
 
 def run_not_found(run_id: str) -> NotFound:
     return NotFound(f"run {run_id!r} not found", code="run_not_found")
+
+
+_WATCHED = ("run.", "human.")
 
 
 class RunEngine:
@@ -64,13 +69,18 @@ class RunEngine:
         driver: Driver,
         now_ms: Callable[[], int],
         on_usage: Callable[[str, int], None] | None = None,
+        knowledge: KnowledgeSearch | None = None,
     ) -> None:
         self.store = store
         self.journal = journal
         self.provider = provider
         self.sandbox = sandbox
         self.mcp = mcp
+        self.knowledge = knowledge
         self.fanout = Fanout()
+        # Called with (tenant_id, run_id, type, data) for every journaled `run.*` and `human.*`
+        # event of the runs this node drives: the console's live inbox and run list.
+        self.watchers: list[Callable[[str, str, str, dict[str, Any]], None]] = []
         self.handles: dict[str, RunHandle] = {}
         self.workspaces: Path | None = None
         self.closing = False
@@ -90,17 +100,31 @@ class RunEngine:
     def now_ms(self) -> int:
         return self._now_ms()
 
-    def emit(self, handle: RunHandle, event_type: str, data: dict[str, Any]) -> None:
+    def emit(self, handle: RunHandle, event_type: str, data: dict[str, Any], *, into: list[Any] | None = None) -> None:
+        """Journal the event (its time is the row's `created_ms`, shown as `at_ms`) and publish it.
+
+        `into`: the writes of the step the event belongs to, which the caller queues next,
+        before it awaits anything (so events still commit in seq order): the event commits with
+        its step, in the same transaction, instead of in a write of its own.
+        """
         if event_type == "token":  # live-only, see the module docstring
             self.fanout.publish(handle.run_id, RunEvent(handle.next_event_seq - 1, event_type, data))
             return
         seq = handle.next_event_seq
         handle.next_event_seq += 1
         encoded = msgspec.json.encode(data).decode()
+        now = self.now_ms()
         tenant = handle.row.tenant_id
-        event = self.journal.event(tenant, handle.run_id, seq, event_type, encoded, self.now_ms())
-        self.store.write_nowait([event], run=handle.run_id)
-        self.fanout.publish(handle.run_id, RunEvent(seq, event_type, data))
+        event = self.journal.event(tenant, handle.run_id, seq, event_type, encoded, now)
+        if into is None:
+            self.store.write_nowait([event], run=handle.run_id)
+        else:
+            into.append(event)
+        stamped = {**data, "at_ms": now}
+        self.fanout.publish(handle.run_id, RunEvent(seq, event_type, stamped))
+        if event_type.startswith(_WATCHED):
+            for watcher in self.watchers:
+                watcher(tenant, handle.run_id, event_type, stamped)
 
     def spent(self, handle: RunHandle, usage: dict[str, int]) -> None:
         """A model call of the run finished with this usage (prompt and completion tokens)."""
@@ -222,7 +246,7 @@ class RunEngine:
             try:  # subscribed before reading the journal: nothing falls between the two
                 for row in await self.store.load_events(tenant_id, run_id, last):
                     last = row.seq
-                    yield RunEvent(row.seq, row.type, msgspec.json.decode(row.data))
+                    yield RunEvent(row.seq, row.type, row.payload())
                     if row.type.startswith("run.") and row.type[4:] in TERMINAL:
                         return
                 if subscription is None:

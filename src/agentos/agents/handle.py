@@ -21,6 +21,8 @@ EventType = Literal[
     "run.started",
     "run.resumed",
     "run.child_started",
+    "model.started",
+    "model.completed",
     "token",
     "tool.call",
     "tool.result",

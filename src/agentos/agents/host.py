@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from agentos.agents.handle import RunHandle
 from agentos.agents.journal import Journal, RunRow
 from agentos.agents.journal_store import JournalStore
+from agentos.agents.knowledge_tool import KnowledgeSearch
 from agentos.agents.sandbox import Sandbox
 from agentos.agents.spec import AgentSpec
 from agentos.providers.base import Provider
@@ -17,7 +18,9 @@ from agentos.providers.base import Provider
 class ToolHub(Protocol):
     """MCP tools (see `agentos.agents.mcp_tools`)."""
 
-    async def schemas(self, spec: AgentSpec) -> list[dict[str, Any]]: ...
+    async def schemas(self, spec: AgentSpec) -> list[dict[str, Any]]:
+        """Raises: McpUnavailable (`agentos.agents.mcp_checks`): a server cannot start; the run fails."""
+        ...
 
     async def call(self, spec: AgentSpec, tool_name: str, arguments: dict[str, Any]) -> str: ...
 
@@ -30,13 +33,16 @@ class RunHost(Protocol):
     provider: Provider
     sandbox: Sandbox
     mcp: ToolHub
+    knowledge: KnowledgeSearch | None  # what `search_knowledge` searches; None: not on this server
 
     @property
     def suspending(self) -> bool: ...
 
     def now_ms(self) -> int: ...
 
-    def emit(self, handle: RunHandle, event_type: str, data: dict[str, Any]) -> None: ...
+    def emit(self, handle: RunHandle, event_type: str, data: dict[str, Any], *, into: list[Any] | None = None) -> None:
+        """Journal and publish a run event; `into`: add its write to the step's writes instead."""
+        ...
 
     def spent(self, handle: RunHandle, usage: dict[str, int]) -> None:
         """A model call of the run finished with this usage (the tenant's tokens per day)."""

@@ -16,7 +16,11 @@ The parts (`PARTS`) a strict sandbox needs, each probed once by confining a thro
   runs apart and RLIMIT_NPROC binds; any other user maps itself to that uid in a user namespace
   (the kernel still counts it as the server's user: see docs/security.md);
 - "network_namespace": no network, loopback and abstract UNIX sockets included;
+- "mount_namespace": a root of its own (`_mountns.py`): system directories read-only, its
+  workspace, a private /tmp; no path-based UNIX socket of the host can be named;
 - "landlock": writes only below its workspace, reads only system directories and its workspace.
+Landlock's scoping (ABI >= 6) is stated, not required: the PID and network namespaces keep
+signals and abstract UNIX sockets in already; where the kernel has it, it is a second wall.
 """
 
 from __future__ import annotations
@@ -34,11 +38,12 @@ log = logging.getLogger(__name__)
 
 Mode = Literal["strict", "weaker", "refused"]
 IdentityKind = Literal["setuid", "userns"]
-PARTS = ("pid_namespace", "identity", "network_namespace", "landlock")
+PARTS = ("pid_namespace", "identity", "network_namespace", "mount_namespace", "landlock")
 _DESCRIPTIONS = {
     "pid_namespace": "a PID namespace",
     "identity": "an identity of its own",
     "network_namespace": "a network namespace",
+    "mount_namespace": "a mount namespace",
     "landlock": "Landlock",
 }
 # try_parts(namespaces, identity, landlock) -> the reason it failed, "" when the child was confined
@@ -52,11 +57,12 @@ class SandboxStatus:
     mode: Mode
     missing: tuple[str, ...]  # of PARTS
     identity: IdentityKind | None  # None: commands run as the server's uid
-    namespaces: tuple[str, ...]  # given to the fork server: "pid", "net"
+    namespaces: tuple[str, ...]  # given to the fork server: "pid", "net", "mount"
     landlock: bool
+    scoping: tuple[str, ...] = ()  # what Landlock scopes to the command: "abstract_unix_socket", "signal"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "missing": list(self.missing)}
+        return {"mode": self.mode, "missing": list(self.missing), "landlock_scoping": list(self.scoping)}
 
     def refusal(self) -> str:
         """What the model is told when `mode` is "refused"."""
@@ -66,10 +72,12 @@ class SandboxStatus:
         )
 
     def summary(self) -> str:
+        scoping = f"; Landlock scoping: {', '.join(self.scoping) or 'none (Linux < 6.12)'}" if self.landlock else ""
         if self.mode == "strict":
-            return f"sandbox: strict ({', '.join(_DESCRIPTIONS[p] for p in PARTS)}; identity by {self.identity})"
+            return f"sandbox: strict ({_described(PARTS)}; identity by {self.identity}{scoping})"
         if self.mode == "weaker":
-            return f"sandbox: WEAKER, allowed by sandbox.allow_weaker: commands run without {_described(self.missing)}"
+            return (f"sandbox: WEAKER, allowed by sandbox.allow_weaker: commands run without "
+                    f"{_described(self.missing)}{scoping}")  # fmt: skip
         return (
             f"sandbox: run_command is refused: this OS cannot give commands {_described(self.missing)}; "
             "set sandbox.allow_weaker = true to run them in a weaker sandbox"
@@ -80,7 +88,9 @@ def _described(parts: tuple[str, ...]) -> str:
     return ", ".join(_DESCRIPTIONS[p] for p in parts)
 
 
-async def probe(try_parts: TryParts, *, root: bool, landlock_abi: int, allow_weaker: bool) -> SandboxStatus:
+async def probe(
+    try_parts: TryParts, *, root: bool, landlock_abi: int, allow_weaker: bool, scoping: tuple[str, ...] = ()
+) -> SandboxStatus:
     """Which parts this OS gives; each tried on its own only when all of them together fail.
 
     Root whose `setresuid` is refused (root of a container's user namespace, with other uids
@@ -88,19 +98,23 @@ async def probe(try_parts: TryParts, *, root: bool, landlock_abi: int, allow_wea
     """
     kinds: list[IdentityKind] = ["setuid", "userns"] if root else ["userns"]
     landlock = landlock_abi > 0
-    reason = await try_parts(["pid", "net"], kinds[0], landlock)
+    everything = ("pid", "net", "mount")
+    reason = await try_parts(list(everything), kinds[0], landlock)
     if not reason and landlock:
-        return SandboxStatus("strict", (), kinds[0], ("pid", "net"), True)
+        return SandboxStatus("strict", (), kinds[0], everything, True, scoping)
     log.debug("sandbox: the strict set-up failed: %s", reason)
     kind = await _first_identity(try_parts, kinds)
     works = {"identity": kind is not None}
     works["pid_namespace"] = not await _failed(try_parts, ["pid"], kind, False, "pid_namespace")
     works["network_namespace"] = not await _failed(try_parts, ["net"], kind, False, "network_namespace")
+    with_proc = ["pid", "mount"] if works["pid_namespace"] else ["mount"]  # tried as it will run: with its /proc
+    works["mount_namespace"] = not await _failed(try_parts, with_proc, kind, False, "mount_namespace")
     works["landlock"] = landlock and not await _failed(try_parts, [], None, True, "landlock")
     missing = tuple(part for part in PARTS if not works[part])
-    namespaces = tuple(ns for ns, part in (("pid", "pid_namespace"), ("net", "network_namespace")) if works[part])
+    given = (("pid", "pid_namespace"), ("net", "network_namespace"), ("mount", "mount_namespace"))
+    namespaces = tuple(ns for ns, part in given if works[part])
     mode: Mode = "strict" if not missing else "weaker" if allow_weaker else "refused"
-    return SandboxStatus(mode, missing, kind, namespaces, works["landlock"])
+    return SandboxStatus(mode, missing, kind, namespaces, works["landlock"], scoping if works["landlock"] else ())
 
 
 async def _first_identity(try_parts: TryParts, kinds: list[IdentityKind]) -> IdentityKind | None:

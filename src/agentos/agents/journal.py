@@ -84,6 +84,8 @@ class RunRow:
             "agent": self.agent,
             "session_id": self.session_id,
             "parent_run_id": self.parent_run_id,
+            "input": self.input,
+            "input_truncated": False,
             "status": self.status,
             "result": self.result,
             "reason": self.reason,
@@ -108,6 +110,13 @@ class EventRow:
     seq: int
     type: str
     data: str  # JSON text
+    at_ms: int  # when it was journaled (the row's created_ms)
+
+    def payload(self) -> dict[str, Any]:
+        """The event's data as streams show it: the stored JSON with its time, `at_ms`."""
+        data: dict[str, Any] = msgspec.json.decode(self.data)
+        data["at_ms"] = self.at_ms
+        return data
 
 
 class Journal:
@@ -218,7 +227,8 @@ class Journal:
 
     def load_events(self, db: sqlite3.Connection, tenant_id: str, run_id: str, after_seq: int) -> list[EventRow]:
         rows = db.execute(
-            "SELECT seq, type, data FROM run_events WHERE run_id = ? AND tenant_id = ? AND seq > ? ORDER BY seq",
+            "SELECT seq, type, data, created_ms FROM run_events WHERE run_id = ? AND tenant_id = ? AND seq > ?"
+            " ORDER BY seq",
             (run_id, tenant_id, after_seq),
         ).fetchall()
         return [EventRow(*r) for r in rows]

@@ -28,6 +28,7 @@ from agentos.agents.journal import EventRow, Journal, RunRow, Step
 from agentos.agents.journal_pg_sql import DELETE_SESSION_RUNS, MODEL_TOKENS, STEPS
 from agentos.agents.journal_pg_writer import UNIT, FencedWriter, Unit
 from agentos.agents.journal_store import LeaseLost
+from agentos.agents.run_list import ListedRun, RunQuery, list_runs_sql, listed
 from agentos.agents.store import Op, StoreStatistics
 from agentos.coordination.node import node_id
 from agentos.store import pg_migrations, pg_pool
@@ -42,6 +43,9 @@ log = logging.getLogger("agentos.agents")
 
 _WRITER_ACQUIRE_TIMEOUT_S = 30.0
 _TERMINAL = "('completed', 'failed', 'cancelled')"
+# Closing: the node's runs expire now, and it no longer counts among the nodes that take runs over.
+_HAND_OVER = """WITH gone AS (DELETE FROM run_nodes WHERE node = $1)
+UPDATE run_leases SET expires_at = now() WHERE owner = $1"""
 
 
 class PgJournal(Journal):
@@ -69,6 +73,7 @@ class PgJournal(Journal):
         "INSERT INTO agents VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id, name) DO UPDATE SET"
         " spec = excluded.spec, source = excluded.source, updated_ms = excluded.updated_ms"
     )
+    _ENDED = ("DELETE FROM run_leases WHERE run_id = $1", "DELETE FROM run_requests WHERE run_id = $1")
     _LEASE = "INSERT INTO run_leases VALUES ($1, $2, $3, 1, now() + make_interval(secs => $4)) ON CONFLICT DO NOTHING"
 
     def __init__(self, node: str, lease_s: float) -> None:
@@ -80,7 +85,11 @@ class PgJournal(Journal):
 
     def end_run(self, run_id: str, status: str, now_ms: int, *, result: str | None = None, reason: str) -> list[Op]:
         ended = self.set_status(run_id, status, now_ms, result=result, reason=reason)
-        return [ended, ("DELETE FROM run_leases WHERE run_id = $1", (run_id,))]
+        return [ended, *self.ended(run_id)]
+
+    def ended(self, run_id: str) -> list[Op]:
+        """The lease of a run that ended, and what other nodes asked of it and was not applied."""
+        return [(sql, (run_id,)) for sql in self._ENDED]
 
 
 class PgJournalStore:
@@ -127,7 +136,7 @@ class PgJournalStore:
         if self._pool is None:
             return
         try:
-            await self._pool.execute("UPDATE run_leases SET expires_at = now() WHERE owner = $1", self.node)
+            await self._pool.execute(_HAND_OVER, self.node)
         except Exception as exc:  # the leases then expire by themselves after run_lease_s
             log.warning("run leases not handed over (%s: %s)", type(exc).__name__, exc)
         self.epochs.clear()
@@ -213,6 +222,10 @@ class PgJournalStore:
         lease expired (a restarted node is a new node: its old leases expire first)."""
         return []
 
+    async def list_runs(self, tenant_id: str, query: RunQuery) -> list[ListedRun]:
+        sql, params = list_runs_sql(tenant_id, query, numbered=True)
+        return listed(await self.fetch(sql, *params))
+
     async def load_steps(self, tenant_id: str, run_id: str) -> list[Step]:
         rows = await self.fetch(STEPS, run_id, tenant_id)
         return [Step(r[0], r[1], r[2], r[3], _decode(r[4]), _decode(r[5]), r[6]) for r in rows]
@@ -233,7 +246,8 @@ class PgJournalStore:
 
     async def load_events(self, tenant_id: str, run_id: str, after_seq: int) -> list[EventRow]:
         rows = await self.fetch(
-            "SELECT seq, type, data FROM run_events WHERE tenant_id = $1 AND run_id = $2 AND seq > $3 ORDER BY seq",
+            "SELECT seq, type, data, created_ms FROM run_events WHERE tenant_id = $1 AND run_id = $2 AND seq > $3"
+            " ORDER BY seq",
             tenant_id, run_id, after_seq,
         )  # fmt: skip
         return [EventRow(*r) for r in rows]

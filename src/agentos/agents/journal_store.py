@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agentos.agents.journal import SCHEMA, EventRow, Journal, RunRow, Step, migrate
+from agentos.agents.run_list import ListedRun, RunQuery, list_runs_sql, listed
 from agentos.agents.store import Op, RunStore, StoreStatistics
 from agentos.agents.usage import model_tokens
 from agentos.config import Settings
@@ -63,6 +64,10 @@ class JournalStore(Protocol):
 
     async def open_runs(self) -> list[RunRow]:
         """The unfinished runs this node should resume at start-up (every tenant's)."""
+        ...
+
+    async def list_runs(self, tenant_id: str, query: RunQuery) -> list[ListedRun]:
+        """A page of the tenant's runs, newest first (`agentos.agents.run_list`)."""
         ...
 
     async def load_steps(self, tenant_id: str, run_id: str) -> list[Step]: ...
@@ -122,6 +127,10 @@ class SqliteJournalStore:
 
     async def open_runs(self) -> list[RunRow]:
         return await self.runs.read(self.journal.open_runs_of_every_tenant)
+
+    async def list_runs(self, tenant_id: str, query: RunQuery) -> list[ListedRun]:
+        sql, params = list_runs_sql(tenant_id, query)
+        return listed(await self.runs.read(lambda db: db.execute(sql, params).fetchall()))
 
     async def load_steps(self, tenant_id: str, run_id: str) -> list[Step]:
         return await self.runs.read(lambda db: self.journal.load_steps(db, tenant_id, run_id))

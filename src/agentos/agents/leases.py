@@ -9,11 +9,20 @@ Theory of operation. Two tasks:
    paused or cut off (its writes are fenced already or will be);
 2. every third of the lease, takeover of expired leases (`FOR UPDATE SKIP LOCKED`, so nodes
    never claim the same run; the epoch goes up by one, which fences the old owner): a root run
-   with its child runs, so a parent and the children it waits for stay on one node.
+   with its child runs, so a parent and the children it waits for stay on one node. Each node
+   claims at most its share, ceil(expired roots / live nodes) (`run_nodes`, renewed with the
+   leases), then comes back after a short random pause while some are left: the runs of a
+   node that died are spread over the survivors instead of all going to whichever asks first.
    `on_claimed` resumes them from the journal exactly as a restart does. Then, and whenever a
    NOTIFY on `agentos_run_requests` (heard on a connection of its own, not the pool's) wakes it,
    the requests (answers, cancels, terminates) other nodes wrote into `run_requests` for this
-   node's runs (`on_requests`).
+   node's runs (`on_requests`). A request is read, applied, and only then deleted (through the
+   journal's writer, so after the writes that applied it): one the run cannot take yet (not
+   resumed here, still working towards the wait an answer is for, the node closing, the
+   database away) stays in the table for the next round or the next owner; one the run
+   refuses for good keeps its row with the error in `outcome`, which the sender reads (and
+   deletes) to answer its client as the owner would have. The run's end deletes what is left
+   for it.
 
 A failure of the database is logged and retried on the next tick. If it lasts longer than the
 lease, other nodes take the runs over; this node learns at its next renewal, and meanwhile its
@@ -25,8 +34,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import random
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
@@ -42,11 +53,15 @@ log = logging.getLogger("agentos.agents")
 CHANNEL = "agentos_run_requests"
 CLOSE_WAIT_S = 10.0  # for the step under way when closing
 CLAIM_MAX = 200  # runs taken over per tick: a node that inherits many resumes them in waves
+AGAIN_S = (0.05, 0.25)  # the pause before claiming again while expired runs are left (random: nodes interleave)
 _SECS = "make_interval(secs => $2)"
 # Only a lease still valid is renewed (one that expired may be claimed at this very moment), and
 # none that a batch of this node's journal writer holds FOR SHARE (waiting for it could deadlock
 # with a batch that ends a run): those are only checked, and renewed at the next round.
-_RENEW = f"""UPDATE run_leases SET expires_at = now() + {_SECS} WHERE run_id IN (
+# The node's own row is renewed in the same statement: it counts among the live nodes.
+_RENEW = f"""WITH alive AS (INSERT INTO run_nodes (node, expires_at) VALUES ($1, now() + {_SECS})
+  ON CONFLICT (node) DO UPDATE SET expires_at = excluded.expires_at)
+UPDATE run_leases SET expires_at = now() + {_SECS} WHERE run_id IN (
   SELECT run_id FROM run_leases WHERE owner = $1 AND run_id = any($3::text[]) AND expires_at > now()
   FOR UPDATE SKIP LOCKED) RETURNING run_id, epoch"""
 _HELD = "SELECT run_id, epoch FROM run_leases WHERE owner = $1 AND run_id = any($2::text[]) AND expires_at > now()"
@@ -55,12 +70,27 @@ FROM (SELECT run_id FROM run_leases WHERE expires_at < now() AND strpos(run_id, 
       ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED) roots
 WHERE l.expires_at < now() AND (l.run_id = roots.run_id OR starts_with(l.run_id, roots.run_id || '.'))
 RETURNING l.run_id, l.epoch"""
-_TAKE_REQUESTS = """DELETE FROM run_requests WHERE id IN (
-  SELECT id FROM run_requests WHERE run_id = any($1::text[]) ORDER BY id FOR UPDATE SKIP LOCKED)
-RETURNING tenant_id, run_id, body"""
+# Expired roots and live nodes; and the rows of nodes long gone go (SKIP LOCKED: nodes never wait on each other).
+_ORPHANS = """WITH gone AS (DELETE FROM run_nodes WHERE node IN (SELECT node FROM run_nodes
+  WHERE expires_at < now() - interval '1 hour' FOR UPDATE SKIP LOCKED))
+SELECT (SELECT count(*) FROM run_leases WHERE expires_at < now() AND strpos(run_id, '.') = 0),
+       (SELECT count(*) FROM run_nodes WHERE expires_at > now())"""
+_REQUESTS = """SELECT id, tenant_id, run_id, body FROM run_requests
+WHERE run_id = any($1::text[]) AND outcome IS NULL ORDER BY id"""
+_DONE = "DELETE FROM run_requests WHERE id = any($1::bigint[])"
+_REFUSED = "UPDATE run_requests SET outcome = $2::jsonb WHERE id = $1"
+
+
+class Request(NamedTuple):
+    id: int
+    tenant_id: str
+    run_id: str
+    body: dict[str, Any]
+
 
 Claimed = Callable[[dict[str, int]], Awaitable[None]]  # run id -> epoch
-Requests = Callable[[list[tuple[str, str, dict[str, Any]]]], Awaitable[None]]  # (tenant, run id, body)
+# -> the requests done with, by id: None if applied, else why refused ({"status", "code", "message"})
+Requests = Callable[[list[Request]], Awaitable[dict[int, dict[str, Any] | None]]]
 
 
 class LeaseKeeper:
@@ -76,7 +106,9 @@ class LeaseKeeper:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()  # set when closing: ends the renewals' wait
         self._listener: asyncpg.Connection | None = None
+        self._listener_broken = False  # told by asyncpg, perhaps before `is_closed()` says so
         self._closing = False
+        self.more = False  # the last claim took its share and left expired runs for the next round
 
     async def start(self) -> None:
         """Listen for requests, take over what has expired (before returning, as a restart
@@ -107,15 +139,21 @@ class LeaseKeeper:
     def _heard(self, *_: Any) -> None:
         self._wake.set()
 
+    def _terminated(self, *_: Any) -> None:
+        self._listener_broken = True
+        self._wake.set()
+
     async def _listen(self) -> None:
         """(Re)open the connection NOTIFY wakes this node on. One that broke (the database
         restarted, a proxy dropped it) tells `_heard` so: the serving loop opens a new one at
         once instead of leaving other nodes' requests to the next round."""
-        if self._listener is not None and not self._listener.is_closed():
+        if self._listener is not None and not self._listener.is_closed() and not self._listener_broken:
             return
-        self._listener = None
+        if self._listener is not None:
+            self._listener.terminate()
+        self._listener, self._listener_broken = None, False
         listener = await pg_pool.connect(self._store.config)
-        listener.add_termination_listener(self._heard)
+        listener.add_termination_listener(self._terminated)
         await listener.add_listener(CHANNEL, self._heard)
         self._listener = listener
         self._wake.set()  # requests may have come while nobody listened
@@ -132,12 +170,14 @@ class LeaseKeeper:
         loop = asyncio.get_running_loop()
         due = loop.time() + self._period_s
         while not self._closing:
+            # Cleared before the work, not after: a wake-up (a NOTIFY, a broken listener) that
+            # comes while the work awaits the database brings another round at once.
+            self._wake.clear()
             await self._guarded(self._listen)
             if loop.time() >= due:
-                due = loop.time() + self._period_s
                 await self._guarded(self.claim)
+                due = loop.time() + (random.uniform(*AGAIN_S) if self.more else self._period_s)
             await self._guarded(self.take_requests)
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(0.0, due - loop.time()))
 
@@ -163,7 +203,14 @@ class LeaseKeeper:
             self._on_lost(lost)
 
     async def claim(self) -> None:
-        rows = await self._store.query(_CLAIM, self._store.node, self._store.lease_s, CLAIM_MAX)
+        """Take over this node's share of the expired runs (`more`: some are left for another round)."""
+        self.more = False
+        [(orphans, live)] = await self._store.query(_ORPHANS)
+        if not orphans:
+            return
+        share = min(CLAIM_MAX, math.ceil(orphans / max(1, live)))
+        rows = await self._store.query(_CLAIM, self._store.node, self._store.lease_s, share)
+        self.more = orphans > share and sum("." not in r[0] for r in rows) == share
         if rows:
             log.info("run leases: taking over %d runs whose lease expired", len(rows))
             await self._on_claimed({r[0]: r[1] for r in rows})
@@ -172,6 +219,15 @@ class LeaseKeeper:
         owned = list(self._store.epochs)
         if not owned:
             return
-        rows = await self._store.fetch(_TAKE_REQUESTS, owned)
-        if rows:
-            await self._on_requests([(r[0], r[1], msgspec.json.decode(r[2])) for r in rows])
+        rows = await self._store.fetch(_REQUESTS, owned)
+        if not rows:
+            return
+        settled = await self._on_requests([Request(r[0], r[1], r[2], msgspec.json.decode(r[3])) for r in rows])
+        writes: list[tuple[str, tuple[Any, ...]]] = []
+        if done := [request_id for request_id, refusal in settled.items() if refusal is None]:
+            writes.append((_DONE, (done,)))
+        for request_id, refusal in settled.items():
+            if refusal is not None:  # kept for the sender to read
+                writes.append((_REFUSED, (request_id, msgspec.json.encode(refusal).decode())))
+        if writes:  # queued after the writes that applied them: a request is never gone before its effect
+            await self._store.write(writes)

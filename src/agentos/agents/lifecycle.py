@@ -86,10 +86,13 @@ class RunLifecycle(RunEngine):
             AdmissionRejected: over `kernel.max_active_runs` (code "overloaded") or the tenant's
                 `max_active_runs` ("tenant_active_runs").
         """
+        parent_id = parent.run_id if parent else None
+        if not await self.driver.hold_run(run_id, tenant_id, parent_id):  # the tenant's cap over every node
+            raise AdmissionRejected(self.driver.kernel.limits.retry_after_s, what="runs", code="tenant_active_runs")
         row, writes = self.new_run(tenant_id, spec, text, session_id, run_id, parent, context)
         handle = self.new_handle(row, spec, context)
         created = handle.created = asyncio.get_running_loop().create_future()
-        commands = self.driver.handle(RunSubmitted(run_id, parent.run_id if parent else None, row.tenant_id))
+        commands = self.driver.handle(RunSubmitted(run_id, parent_id, row.tenant_id))
         if isinstance(commands[0], RejectRun):
             self.handles.pop(run_id, None)
             raise AdmissionRejected(commands[0].retry_after_s, what="runs", code=commands[0].code)
@@ -106,7 +109,28 @@ class RunLifecycle(RunEngine):
     def _on_start(self, command: StartRun) -> None:
         handle = self.handles[command.run_id]
         handle.outcome = "suspended"
-        handle.task = asyncio.create_task(self._drive(handle), name=f"run-{handle.run_id}")
+        handle.task = task = asyncio.create_task(self._drive(handle), name=f"run-{handle.run_id}")
+        task.add_done_callback(lambda _: self._never_driven(handle, task))
+
+    def _never_driven(self, handle: RunHandle, task: asyncio.Task[None]) -> None:
+        """A task cancelled before its first step skips all of `_drive`, its `finally` too (a
+        lease lost, or a hard stop, in the same loop turn as the start): without this the kernel
+        would count the run as working for good. `_drive` clears `handle.task` once it ran."""
+        if handle.task is not task:
+            return
+        handle.task = None
+        if handle.stop_reason is not None and not self.closing:  # a hard stop: end it as `_drive` would
+            handle.task = asyncio.create_task(self._stopped(handle), name=f"run-{handle.run_id}")
+        elif handle.outcome != "parked":
+            self.driver.handle(RunEnded(handle.run_id, handle.outcome))
+
+    async def _stopped(self, handle: RunHandle) -> None:
+        try:
+            await self.finish(handle, "cancelled", reason=handle.stop_reason or "cancelled")
+        finally:
+            handle.task = None
+            if handle.outcome != "parked":  # never is: narrows the type
+                self.driver.handle(RunEnded(handle.run_id, handle.outcome))
 
     async def _drive(self, handle: RunHandle) -> None:
         try:

@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from agentos.agents.mcp_checks import unstartable
 from agentos.agents.spec import BUILTIN_TOOLS, AgentSpec, McpServerSpec, parse_mcp_server
 from agentos.config import CommandCaps, SecurityConfig, Settings
 from agentos.errors import ConfigError, Forbidden, InvalidInput
@@ -49,6 +50,9 @@ class AgentPolicy:
             name: parse_mcp_server(table, name=name, error=ConfigError, where=f"security.api_mcp_servers.{name}")
             for name, table in security.api_mcp_servers.items()
         }
+        problem = unstartable(list(servers.values()), where="security.api_mcp_servers", field="")
+        if problem is not None:  # servers that cannot start here: refused at start-up
+            raise ConfigError(problem)
         return cls(outbound=outbound, mcp_servers=servers, security=security)
 
 

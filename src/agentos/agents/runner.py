@@ -17,9 +17,12 @@ import msgspec
 from agentos.agents.handle import RunHandle
 from agentos.agents.host import RunHost
 from agentos.agents.journal import Step, StepKind, StepStatus, arguments_hash
+from agentos.agents.knowledge_tool import search_knowledge
+from agentos.agents.mcp_checks import McpUnavailable
+from agentos.agents.model_events import model_completed, model_started
 from agentos.agents.replay import Call, CallModel, Finish, Reconcile, RunTool, WaitHuman, replay
 from agentos.agents.sandbox import check_argv
-from agentos.agents.spec import AgentSpec
+from agentos.agents.spec import SEARCH_KNOWLEDGE, AgentSpec
 from agentos.agents.tools import builtin_schemas, is_idempotent
 from agentos.errors import InvalidInput, NotFound, ProviderError
 from agentos.providers.base import ChatRequest, Completion, TextDelta
@@ -92,17 +95,23 @@ class Runner:
 
     async def _call_model(self, h: RunHandle, messages: list[Any], seq: int) -> None:
         attempts = _attempts(h, seq) + 1
+        operation_id = f"{h.run_id}:{seq}"
+        started_ms = self._host.now_ms()
         # The model call has no side effects, so its start need not be durable: after a crash
-        # the replay simply calls the model again.
-        await self._journal(
-            h, self._begin(h, seq, "model", "started", None), _step(seq, "model", "started", None, h, attempts),
-            durable=False,
-        )  # fmt: skip
+        # the replay simply calls the model again. Its events ride in its step's writes.
+        ops = self._begin(h, seq, "model", "started", None)
+        self._host.emit(h, "model.started", model_started(operation_id, attempts), into=ops)
+        await self._journal(h, ops, _step(seq, "model", "started", None, h, attempts), durable=False)
         try:
             reply = await self._stream(h, messages)
         except ProviderError as exc:
             await self._end(h, "failed", reason=f"provider: {exc.code}: {exc}")
-        await self._journal(h, self._done(h, seq, "done", reply), _step(seq, "model", "done", None, h, attempts, reply))
+        except McpUnavailable as exc:  # a server of its tools cannot start: at once, saying why
+            await self._end(h, "failed", reason=f"tools: {exc.code}: {exc}")
+        ops = self._done(h, seq, "done", reply)
+        completed = model_completed(operation_id, reply, self._host.now_ms() - started_ms)
+        self._host.emit(h, "model.completed", completed, into=ops)
+        await self._journal(h, ops, _step(seq, "model", "done", None, h, attempts, reply))
         self._host.spent(h, reply["usage"])
 
     async def _stream(self, h: RunHandle, messages: list[Any]) -> dict[str, Any]:
@@ -138,7 +147,7 @@ class Runner:
         await self._execute(h, seq, call, arguments)
 
     def _allowed(self, spec: AgentSpec, name: str) -> bool:
-        return name in spec.tools or spec.mcp_server(name) is not None
+        return spec.offers(name)
 
     async def _reconcile(self, h: RunHandle, action: Reconcile) -> None:
         call = action.call
@@ -184,6 +193,8 @@ class Runner:
             return await self._run_command(h, seq, arguments)
         if call.name == "delegate":
             return await self._delegate(h, seq, arguments)
+        if call.name == SEARCH_KNOWLEDGE:  # the run's tenant, always: the spec only names collections
+            return await search_knowledge(self._host.knowledge, h.row.tenant_id, h.spec, arguments)
         try:
             return await self._host.mcp.call(h.spec, call.name, arguments)
         except InvalidInput as exc:

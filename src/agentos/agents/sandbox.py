@@ -10,9 +10,13 @@ each child between fork and exec (what each layer gives: docs/security.md):
   SIGKILL at the timeout;
 - `resource` limits: CPU seconds, address space, file size, process count, no core files;
 - no network: a fresh network namespace;
-- Landlock: writes only below its working directory, reads only system directories and its
-  own directory, no `/proc` (a rule for the working directory that cannot be applied fails the
-  command with exit code 126);
+- a mount namespace with a root of its own (`_mountns.py`): read-only system directories, its
+  workspace, a private `/tmp`, a fresh `/proc`, a few devices; nothing else of the host's files
+  (no path-based UNIX socket of the host can be named);
+- Landlock: writes only below its working directory and its private `/tmp`, reads only system
+  directories and its own directory, no `/proc` (a rule for the working directory that cannot
+  be applied fails the command with exit code 126); with Landlock ABI >= 6 (Linux >= 6.12)
+  scoped too: no abstract UNIX socket or signal reaches outside its sandbox;
 - no new privileges; a minimal environment built from scratch: nothing of the server's leaks.
 What the OS allows is probed once (`start()`). The sandbox fails closed: if a part is missing,
 every command is refused with a clear error unless `sandbox.allow_weaker` is set, and the
@@ -146,7 +150,8 @@ class Sandbox:
         async with self._probe_lock:
             if self._status is None:
                 status = await probe(self._try_parts, root=os.geteuid() == 0, landlock_abi=self._landlock_abi,
-                                     allow_weaker=self._config.allow_weaker)  # fmt: skip
+                                     allow_weaker=self._config.allow_weaker,
+                                     scoping=_landlock.scopes(self._landlock_abi))  # fmt: skip
                 level = logging.INFO if status.mode == "strict" else logging.WARNING
                 log.log(level, "%s", status.summary())
                 self._status = status
@@ -175,7 +180,8 @@ class Sandbox:
         if status.mode == "refused":
             return CommandResult.refusal(status.refusal())
         workdir = _absolute(workdir)
-        uid = await self._prepare(workdir, status.identity)
+        private_root = "mount" in status.namespaces
+        uid = await self._prepare(workdir, status.identity, private_root)
         env = {"PATH": _SAFE_PATH, "HOME": str(workdir), "TMPDIR": str(workdir / ".tmp"), "LANG": "C.UTF-8"}
         if operation_id:
             env["AGENTOS_OPERATION_ID"] = operation_id
@@ -186,17 +192,22 @@ class Sandbox:
             "rlimits": _rlimits(limits),
             "namespaces": list(status.namespaces),
             "identity": _identity(status.identity, uid),
-            "landlock": _landlock.policy(str(workdir), self._landlock_abi) if status.landlock else None,
+            "landlock": self._policy(str(workdir), private_root) if status.landlock else None,
+            "mount": {"workspace": str(workdir), "tmp_mb": limits.file_size_mb} if private_root else None,
             "tmpdir": ".tmp",
         }
         return await self._execute(request, limits)
 
-    async def _prepare(self, workdir: Path, identity: IdentityKind | None) -> int:
+    def _policy(self, workdir: str, private_tmp: bool) -> dict[str, Any]:
+        return _landlock.policy(workdir, self._landlock_abi, private_tmp=private_tmp)
+
+    async def _prepare(self, workdir: Path, identity: IdentityKind | None, private_root: bool) -> int:
         """The workspace's uid; the workspace made, private, and owned by it."""
         uid = self._identities.of(workdir)
         if private_workspace(workdir, uid if identity == "setuid" else None):
             await asyncio.to_thread(chown_tree, workdir, uid)
-        if identity == "setuid" and workdir.parent not in self._warned_parents:
+        # In a root of its own, the workspace's parents are the mount namespace's, searchable.
+        if identity == "setuid" and not private_root and workdir.parent not in self._warned_parents:
             self._warned_parents.add(workdir.parent)
             self._warn_if_unsearchable(workdir)
         return uid
@@ -213,7 +224,8 @@ class Sandbox:
         that worked, else why not."""
         request = {"argv": ["true"], "cwd": "/", "env": {"PATH": _SAFE_PATH}, "rlimits": [], "probe": True,
                    "namespaces": namespaces, "identity": _identity(identity, self._identities.probe_uid),
-                   "landlock": _landlock.policy("/", self._landlock_abi) if landlock else None}  # fmt: skip
+                   "landlock": self._policy("/", "mount" in namespaces) if landlock else None,
+                   "mount": {"workspace": None, "tmp_mb": 1}}  # fmt: skip
         result = await self._execute(request, CommandLimits(timeout_s=10))
         return "" if result.exit_code == 0 else (result.stderr.strip() or f"exit code {result.exit_code}")
 

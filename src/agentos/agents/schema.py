@@ -1,4 +1,8 @@
-"""The run journal's tables (`runs.db`), and the migration that brings an older file up to date."""
+"""The run journal's tables (`runs.db`), and the migration that brings an older file up to date.
+
+The schema runs at every open (`IF NOT EXISTS`), so an index added here is built on an older
+file at its next open: the `runs_by_*` ones serve the run list (`agentos.agents.run_list`).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,9 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE INDEX IF NOT EXISTS runs_open ON runs (status) WHERE status NOT IN ('completed', 'failed', 'cancelled');
 CREATE INDEX IF NOT EXISTS runs_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS runs_session ON runs (session_id) WHERE session_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant_id, created_ms, run_id);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (tenant_id, status, created_ms, run_id);
+CREATE INDEX IF NOT EXISTS runs_by_agent ON runs (tenant_id, agent, created_ms, run_id);
 CREATE TABLE IF NOT EXISTS steps (
   tenant_id TEXT NOT NULL, run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
   operation_id TEXT NOT NULL, status TEXT NOT NULL, input_ref TEXT, payload_ref TEXT,

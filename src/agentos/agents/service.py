@@ -20,11 +20,10 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentos.agents.agents import AgentRegistry
 from agentos.agents.checks import check_answer, check_input, remove_dirs
@@ -38,16 +37,21 @@ from agentos.agents.journal_store import JournalStore, open_journal_store
 from agentos.agents.lifecycle import RunLifecycle
 from agentos.agents.mcp_tools import McpHub
 from agentos.agents.policy import AgentPolicy
+from agentos.agents.run_list import RunQuery, next_cursor
 from agentos.agents.sandbox import Sandbox
 from agentos.agents.spec import AgentSpec, spec_to_dict
 from agentos.agents.statistics import RunServiceStatistics, run_statistics
 from agentos.clock import MonotonicClock, wall_ms
 from agentos.config import Settings
 from agentos.errors import Conflict, InvalidInput, ShuttingDown
+from agentos.ids import new_run_id
 from agentos.kernel import HumanAnswered, Kernel, RejectAnswer, RunCancelRequested
 from agentos.providers.base import Message, Provider
 from agentos.runtime.driver import Driver
 from agentos.runtime.runtime import kernel_limits
+
+if TYPE_CHECKING:
+    from agentos.knowledge.service import KnowledgeService
 
 
 class RunService:
@@ -63,6 +67,7 @@ class RunService:
         mcp: ToolHub | None = None,
         now_ms: Callable[[], int] = wall_ms,
         on_usage: Callable[[str, int], None] | None = None,  # (tenant_id, tokens) after each model call
+        knowledge: KnowledgeService | None = None,  # what the `search_knowledge` tool searches
     ) -> None:
         """Args:
         provider: the chat model every agent talks to.
@@ -74,6 +79,7 @@ class RunService:
         """
         store = open_journal_store(settings, data_dir)
         self._settings = settings
+        self.knowledge = knowledge
         self._agents = AgentRegistry(store, store.journal, settings.agents, AgentPolicy.from_settings(settings))
         self._shared_journal = settings.store.enabled and settings.store.backend == "postgres"
         if driver is None:  # a service on its own (tools, tests): a kernel of its own
@@ -84,8 +90,11 @@ class RunService:
         self._driver = driver
         self._runs = RunLifecycle(
             agents=self._agents, store=store, journal=store.journal, provider=provider,
-            mcp=mcp or McpHub(trusted=self._agents.trusted_mcp_servers(), policy=self._agents.policy.outbound),
-            driver=driver, now_ms=now_ms, on_usage=on_usage, sandbox=Sandbox(settings.sandbox),
+            mcp=mcp or McpHub(
+                trusted=self._agents.trusted_mcp_servers(), policy=self._agents.policy.outbound,
+                connect_timeout_s=settings.kernel.mcp_connect_timeout_s,
+            ),
+            driver=driver, now_ms=now_ms, on_usage=on_usage, sandbox=Sandbox(settings.sandbox), knowledge=knowledge,
         )  # fmt: skip
         self._cluster = cluster_for(store, self._runs, self)  # PostgreSQL: leases
         self._workspaces = workspace_dir or (data_dir / "workspaces" if data_dir else None)
@@ -138,6 +147,13 @@ class RunService:
     def statistics(self) -> RunServiceStatistics:
         return run_statistics(self._driver.kernel, self._runs)
 
+    def watch(self, watcher: Callable[[str, str, str, dict[str, Any]], None]) -> Callable[[], None]:
+        """Call `watcher(tenant_id, run_id, type, data)` for every `run.*` and `human.*` event of
+        the runs this node drives, from now on; returns the function that stops it. It runs on
+        the event loop, inside the run's step: it must not block or raise."""
+        self._runs.watchers.append(watcher)
+        return lambda: self._runs.watchers.remove(watcher)
+
     def bridge_events(self, bridge: Bridge) -> None:
         """Publish every run's events to other nodes, and follow their runs' (over the bus)."""
         self._runs.fanout.bridge(bridge)
@@ -178,12 +194,14 @@ class RunService:
 
     async def start_run(
         self, tenant_id: str, agent: str, text: str, session_id: str | None = None, *,
-        context: list[Message] | None = None,
+        context: list[Message] | None = None, run_id: str | None = None,
     ) -> str:  # fmt: skip
         """Start a run of `tenant_id` in the background and return its id. `context`: earlier
         messages (a session's transcript) the model sees before `text`; journaled with the run.
         `session_id` must be a session of the tenant: the caller checks it (the HTTP route,
-        an agent turn).
+        an agent turn). `run_id`: the id to give it (a trigger's delivery chose it when it was
+        accepted); when the tenant already has a run of that id, nothing starts and that id
+        is returned (a second start of the same delivery is a no-op).
 
         Raises:
             ShuttingDown: the server is draining.
@@ -197,7 +215,10 @@ class RunService:
         await self.sync_agents(tenant_id)
         spec = self._agents.get(tenant_id, agent)
         check_input(text, self._settings.kernel.max_input_chars)
-        run_id = f"run_{uuid.uuid4().hex[:20]}"
+        if run_id is None:
+            run_id = new_run_id()
+        elif run_id in self._runs.handles or await self.store.load_run(tenant_id, run_id) is not None:
+            return run_id
         handle = await self._runs.submit(tenant_id, spec, text, session_id, run_id, context=context)
         return handle.run_id
 
@@ -217,6 +238,12 @@ class RunService:
             info["pending"] = pending.input
         return info
 
+    async def list_runs(self, tenant_id: str, query: RunQuery) -> dict[str, Any]:
+        """A page of the tenant's runs, newest first, as journaled (a run's status here can trail
+        `get_run`'s, which this node's live handle answers, by the write in flight)."""
+        page = await self.store.list_runs(tenant_id, query)
+        return {"data": [run.to_dict() for run in page], "next_cursor": next_cursor(page, query.limit)}
+
     async def events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> AsyncGenerator[RunEvent, None]:
         """Every event of the run after `after_seq`, stored then live, until the terminal one (tokens:
         live only). Raises: NotFound (before the first event; also for another tenant's run)."""
@@ -227,18 +254,19 @@ class RunService:
         async for event in events:
             yield event
 
-    async def cancel(self, tenant_id: str, run_id: str) -> dict[str, Any]:
+    async def cancel(self, tenant_id: str, run_id: str, *, forward: bool = True) -> dict[str, Any]:
         """Soft cancel: a working run stops before its next step; a waiting one at once. Raises:
-        NotFound (also for another tenant's run)."""
-        forwarded = await self._forwarded(tenant_id, run_id, {"kind": "cancel"})
+        NotFound (also for another tenant's run). `forward=False`: here only (a request another
+        node sent, `agentos.agents.cluster`), also for the answers and terminates."""
+        forwarded = forward and await self._forwarded(tenant_id, run_id, {"kind": "cancel"})
         if not forwarded and await self._runs.handle(tenant_id, run_id) is not None:
             self._driver.handle(RunCancelRequested(run_id, hard=False))
         return await self.get_run(tenant_id, run_id)
 
-    async def terminate(self, tenant_id: str, run_id: str) -> dict[str, Any]:
+    async def terminate(self, tenant_id: str, run_id: str, *, forward: bool = True) -> dict[str, Any]:
         """Hard stop in any state: the task is cancelled and `run.cancelled` recorded; returns
         once the run has ended. Raises: NotFound (also for another tenant's run)."""
-        forwarded = await self._forwarded(tenant_id, run_id, {"kind": "terminate"})
+        forwarded = forward and await self._forwarded(tenant_id, run_id, {"kind": "terminate"})
         handle = None if forwarded else await self._runs.handle(tenant_id, run_id)
         if handle is not None:
             ended = self._runs.waiter(run_id)
@@ -251,7 +279,7 @@ class RunService:
 
     async def answer(
         self, tenant_id: str, run_id: str, operation_id: str, answer: str = "", *, approve: bool | None = None,
-        args_hash: str | None = None,
+        args_hash: str | None = None, forward: bool = True,
     ) -> dict[str, Any]:  # fmt: skip
         """Answer the human request `operation_id` and resume the run.
 
@@ -269,7 +297,7 @@ class RunService:
         if not self.accepting:  # an answer would start the run's task again
             raise ShuttingDown("the server is shutting down")
         request = dict(kind="answer", operation_id=operation_id, answer=answer, approve=approve, args_hash=args_hash)
-        if await self._forwarded(tenant_id, run_id, request):
+        if forward and await self._forwarded(tenant_id, run_id, request):
             return await self.get_run(tenant_id, run_id)
         handle = await self._runs.handle(tenant_id, run_id)
         step = await self._runs.pending_step(handle) if handle is not None else None

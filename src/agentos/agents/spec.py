@@ -19,6 +19,10 @@ import msgspec
 from agentos.errors import AgentOSError, ConfigError, InvalidInput
 
 BUILTIN_TOOLS = ("run_command", "ask_human", "delegate")
+# Offered by naming collections in `knowledge`, not by listing it in `tools`: the collections are
+# what the tool needs, and an agent listing the tool without any would offer a tool that cannot work.
+SEARCH_KNOWLEDGE = "search_knowledge"
+MAX_KNOWLEDGE_COLLECTIONS = 16  # each search embeds once and searches each collection: bounded
 MAX_TURNS_CEILING = 100
 # A waiting run costs a handle and a deadline for as long as it waits: bounded, like every
 # other limit a caller can set.
@@ -65,6 +69,7 @@ class AgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     approval_required: tuple[str, ...] = ()
     human_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=MAX_HUMAN_TIMEOUT_S)] = 3600.0
     command: CommandLimits = msgspec.field(default_factory=CommandLimits)
+    knowledge: tuple[str, ...] = ()  # collection names of the run's tenant: offers `search_knowledge`
 
     def mcp_server(self, tool_name: str) -> McpServerSpec | None:
         """The MCP server a `<server>__<tool>` name belongs to, if any."""
@@ -72,6 +77,13 @@ class AgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
         if not sep:
             return None
         return next((s for s in self.mcp_servers if s.name == server), None)
+
+    def offers(self, tool_name: str) -> bool:
+        """Whether the model may call `tool_name`: a listed built-in, `search_knowledge` with
+        collections named, or a tool of one of the MCP servers."""
+        if tool_name == SEARCH_KNOWLEDGE:
+            return bool(self.knowledge)
+        return tool_name in self.tools or self.mcp_server(tool_name) is not None
 
 
 def parse_agent_spec(
@@ -177,15 +189,28 @@ def _check(spec: AgentSpec) -> None:
         raise _FieldError("name", f"must match {_NAME_RE.pattern}, got {spec.name!r}")
     servers = {s.name for s in spec.mcp_servers}
     for tool in spec.tools:
+        if tool == SEARCH_KNOWLEDGE:
+            raise _FieldError("tools", f"{tool!r} is offered by naming collections in `knowledge`, not in `tools`")
         if tool not in BUILTIN_TOOLS:
             raise _FieldError("tools", f"unknown tool {tool!r}; built-ins are {', '.join(BUILTIN_TOOLS)}")
+    _check_knowledge(spec.knowledge)
     for i, server in enumerate(spec.mcp_servers):
         _check_server(server, f"mcp_servers.{i}")
     if len(servers) != len(spec.mcp_servers):
         raise _FieldError("mcp_servers", "server names must be unique")
     for tool in spec.approval_required:
-        if tool not in spec.tools and spec.mcp_server(tool) is None:
+        if not spec.offers(tool):
             raise _FieldError("approval_required", f"{tool!r} is not one of the agent's tools")
+
+
+def _check_knowledge(names: tuple[str, ...]) -> None:
+    if len(names) > MAX_KNOWLEDGE_COLLECTIONS:
+        raise _FieldError("knowledge", f"at most {MAX_KNOWLEDGE_COLLECTIONS} collections, got {len(names)}")
+    for name in names:
+        if not _NAME_RE.match(name):
+            raise _FieldError("knowledge", f"collection names must match {_NAME_RE.pattern}, got {name!r}")
+    if len(set(names)) != len(names):
+        raise _FieldError("knowledge", "collection names must be unique")
 
 
 def _check_server(server: McpServerSpec, field: str) -> None:

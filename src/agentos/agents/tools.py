@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentos.agents.spec import AgentSpec
+from agentos.agents.spec import SEARCH_KNOWLEDGE, AgentSpec
 
 ToolSchema = dict[str, Any]
 
@@ -34,15 +34,29 @@ BUILTIN_SCHEMAS: dict[str, ToolSchema] = {
         {"input": {"type": "string"}, "agent": {"type": "string"}},
         ["input"],
     ),
+    SEARCH_KNOWLEDGE: _function(
+        SEARCH_KNOWLEDGE,
+        "Search the documents of this agent's knowledge collections. Returns numbered excerpts with"
+        " their source; cite the ones you use as [n].",
+        {
+            "query": {"type": "string", "description": "what to look for, in words"},
+            "top_k": {"type": "integer", "minimum": 1, "maximum": 20, "description": "excerpts wanted (default 5)"},
+        },
+        ["query"],
+    ),
 }
 
 # delegate is idempotent by construction: the child's run id is derived from the step, so a
-# retry finds the child it already started instead of starting a second one.
-_IDEMPOTENT_BUILTINS = frozenset({"delegate"})
+# retry finds the child it already started instead of starting a second one. A knowledge search
+# only reads.
+_IDEMPOTENT_BUILTINS = frozenset({"delegate", SEARCH_KNOWLEDGE})
 
 
 def builtin_schemas(spec: AgentSpec) -> list[ToolSchema]:
-    return [BUILTIN_SCHEMAS[name] for name in spec.tools]
+    schemas = [BUILTIN_SCHEMAS[name] for name in spec.tools]
+    if spec.knowledge:
+        schemas.append(BUILTIN_SCHEMAS[SEARCH_KNOWLEDGE])
+    return schemas
 
 
 def is_idempotent(spec: AgentSpec, tool_name: str) -> bool:

@@ -11,7 +11,7 @@ from typing import Annotated
 import msgspec
 from aiohttp import web
 
-from agentos.api.body import page_limit, read_body
+from agentos.api.body import page_limit, query_text, read_body
 from agentos.api.keys import TENANTS
 from agentos.api.sessions import json_response
 from agentos.tenancy.principal import TENANT_SCOPES, Scope, require
@@ -70,7 +70,7 @@ async def create_tenant(request: web.Request) -> web.Response:
 async def list_tenants(request: web.Request) -> web.Response:
     registry = _registry(request)
     limit = page_limit(request, 100)
-    tenants = registry.tenants(after=request.query.get("after"), limit=limit)
+    tenants = registry.tenants(after=query_text(request, "after"), limit=limit)
     cursor = tenants[-1].tenant_id if len(tenants) == limit else None
     return json_response({"data": [tenant_json(t, registry.defaults) for t in tenants], "next_cursor": cursor})
 
@@ -105,7 +105,7 @@ async def create_key(request: web.Request) -> web.Response:
 async def list_keys(request: web.Request) -> web.Response:
     registry = _registry(request)
     limit = page_limit(request, 100)
-    found = registry.keys(tenant_id=request.query.get("tenant_id"), after=request.query.get("after"), limit=limit)
+    found = registry.keys(tenant_id=query_text(request, "tenant_id"), after=query_text(request, "after"), limit=limit)
     cursor = found[-1].key_id if len(found) == limit else None
     now = registry.now_ms()
     return json_response({"data": [key_json(k, now) for k in found], "next_cursor": cursor})

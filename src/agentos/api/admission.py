@@ -3,7 +3,9 @@
 Every way in to a turn (HTTP, WebSocket) and to a run starts it inside `starting_turn` /
 `starting_run`: the tenant's tokens-per-day quota (403, no unit taken), then its turns or runs
 per minute (429); a start that fails after that (no such session, the server is full) gives
-its unit back, so only work that started counts.
+its unit back, so only work that started counts. Before either, `Runtime.offer_turn` /
+`offer_run` asks the admission gate from memory alone, before the body is read: an overloaded
+server refuses with no reading, no quota or limiter call, no session lookup (docs/api.md).
 `MeteredSink` sits between a turn and its client and adds the provider tokens of the turn's
 `turn.completed` event to the tenant's count for the day, before passing the event on (so a
 client that left just then is counted all the same).

@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agentos.api.body import page_limit, read_body
+from agentos.api.body import page_limit, query_text, read_body
 from agentos.api.keys import RUNS
 from agentos.api.sessions import json_response
 from agentos.tenancy.principal import Principal, Scope, require
@@ -39,7 +39,7 @@ async def list_agents(request: web.Request) -> web.Response:
     `?after=` a name, the `next_cursor` of the page before."""
     tenant_id = require(request, Scope.AGENTS_READ).tenant_id
     limit = page_limit(request, 100)
-    after = request.query.get("after")
+    after = query_text(request, "after")
     await request.app[RUNS].sync_agents(tenant_id)
     agents = [a for a in request.app[RUNS].list_agents(tenant_id) if after is None or a["name"] > after]
     page = agents[:limit]

@@ -7,9 +7,28 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from agentos.api import admin, agents, docs, ops, runs, sessions, turn_events, turns, websocket
+from agentos.api import (
+    admin,
+    agents,
+    console,
+    console_stream,
+    docs,
+    knowledge,
+    openai_chat,
+    openai_responses,
+    ops,
+    runs,
+    sessions,
+    triggers,
+    turn_events,
+    turns,
+    websocket,
+)
+from agentos.api.browser import BrowserRules, browser_middleware
 from agentos.api.errors import error_middleware
 from agentos.api.keys import (
+    CONSOLE,
+    KNOWLEDGE,
     LIMITERS,
     MAX_BODY_BYTES,
     METRICS,
@@ -19,8 +38,10 @@ from agentos.api.keys import (
     SETTINGS,
     SSE_KEEPALIVE_S,
     TENANTS,
+    TRIGGERS,
 )
 from agentos.api.middleware import access_log_middleware, auth_middleware, is_loopback
+from agentos.api.openai_errors import openai_error_middleware
 from agentos.api.ratelimit import Limiters, add_rate_headers, rate_limit_middleware
 from agentos.coordination.limiters import ClusterLimiters
 from agentos.services import Services
@@ -37,7 +58,9 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     middlewares: list[Middleware] = []
     if settings.server.access_log and settings.store.enabled:
         middlewares.append(access_log_middleware)
+    middlewares.append(openai_error_middleware)  # outside every check: their errors in OpenAI's shape
     middlewares.append(error_middleware)
+    middlewares.append(browser_middleware(BrowserRules.from_settings(settings.server)))  # before auth: costs nothing
     loopback = is_loopback(settings.server.host)
     middlewares.append(auth_middleware(settings.server.api_token, services.tenants, loopback=loopback))
     clock = services.driver.clock  # the kernel's clock: a FakeClock in tests drives both
@@ -54,6 +77,10 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     app[SSE_KEEPALIVE_S] = sse_keepalive_s
     app[LIMITERS] = limiters
     app[QUOTAS] = services.quotas
+    app[KNOWLEDGE] = services.knowledge
+    app[TRIGGERS] = services.triggers
+    app[CONSOLE] = console_stream.console_hub(app)
+    app.on_shutdown.append(console_stream.close_hub)  # its streams never end by themselves
     app.on_response_prepare.append(add_rate_headers)  # before an event stream's headers leave
     if isinstance(limiters, ClusterLimiters):
         app.on_cleanup.append(_flush(limiters))  # refunds still on their way to Redis
@@ -65,8 +92,13 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
         agents.routes,
         runs.routes,
         admin.routes,
+        knowledge.routes,
+        triggers.routes,
+        openai_chat.routes,
+        openai_responses.routes,
+        console_stream.routes,
     ]
-    tables += [ops.routes, docs.routes]
+    tables += [ops.routes, docs.routes, console.routes]
     for table in tables:
         app.router.add_routes(table)
     return app

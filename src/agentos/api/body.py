@@ -1,14 +1,23 @@
-"""Reading request bodies and query parameters into typed values, with the right 4xx."""
+"""Reading request bodies, headers and query parameters into typed values, with the right 4xx.
+
+Every body is read by `read_body` (JSON) or `agentos.api.body_encoding.read_raw` (the bytes,
+inflated as their Content-Encoding says, never past the route's limit).
+"""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from collections.abc import Hashable
+from typing import Any, TypeVar, cast
 
 import msgspec
 from aiohttp import web
+from aiohttp.web import RequestPayloadError
 
+from agentos.api.body_encoding import CONTENT_ENCODING, UNREADABLE, read_raw
+from agentos.api.expect import send_continue
 from agentos.api.keys import MAX_BODY_BYTES
-from agentos.errors import BadRequest, InvalidInput, PayloadTooLarge
+from agentos.errors import BadRequest, InvalidInput, PayloadTooLarge, UnsupportedMediaType
+from agentos.json_limits import check_json, nests_freely, too_deep
 
 T = TypeVar("T")
 
@@ -42,38 +51,106 @@ class AnswerCreate(msgspec.Struct, forbid_unknown_fields=True):
 async def read_body(request: web.Request, kind: type[T], *, empty_ok: bool = False) -> T:
     """The request's JSON body as a `kind` (`empty_ok`: an empty body reads as `{}`).
 
+    A body must be declared JSON (`application/json` or `application/*+json`, any parameters):
+    a web page can send `text/plain` or a form to any site without asking (a "simple" request,
+    no CORS preflight), never `application/json` (docs/security.md "Browser rules"). An empty
+    body may say anything (clients label even no body `application/octet-stream`).
+
     Raises:
-        PayloadTooLarge: over `server.max_body_bytes`.
-        BadRequest: not JSON (`malformed_json`).
-        InvalidInput: JSON of the wrong shape.
+        UnsupportedMediaType: a body of another Content-Type, or without one.
+        PayloadTooLarge: over `server.max_body_bytes` (as sent, or once decoded).
+        BadRequest: not JSON, or nested too deep (`malformed_json`); a body
+            that is not what its Content-Encoding says (`malformed_body`).
+        UnsupportedEncoding: a Content-Encoding other than gzip, deflate or identity.
+        InvalidInput: JSON of the wrong shape, or a string with NUL.
     """
+    declared = request.headers.get("Content-Type")
+    is_json = declared is not None and is_json_type(declared)
+    if not is_json and request.content_length:
+        raise _not_json(declared)  # before reading it
     limit = request.app[MAX_BODY_BYTES]
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(f"request body over {limit} bytes")
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLarge(f"request body over {limit} bytes") from None
+    if CONTENT_ENCODING in request.headers:
+        raw = await read_raw(request, limit)
+    else:  # the usual case: one read, capped by the app's client_max_size
+        await send_continue(request)
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise PayloadTooLarge(f"request body over {limit} bytes") from None
+        except RequestPayloadError:
+            raise BadRequest(UNREADABLE, code="malformed_body") from None
+    if not is_json and raw:  # chunked: no Content-Length
+        raise _not_json(declared)
     if not raw.strip() and empty_ok:
         raw = b"{}"
     return decode_json(raw, kind)
 
 
+def _not_json(declared: str | None) -> UnsupportedMediaType:
+    if declared is None:
+        return UnsupportedMediaType("a body without a Content-Type: send it as application/json")
+    return UnsupportedMediaType(f"Content-Type {declared[:100]!r}: the body must be application/json")
+
+
+def is_json_type(content_type: str) -> bool:
+    """`application/json` or `application/<anything>+json`, any case, any parameters."""
+    media = content_type.partition(";")[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
 def decode_json(raw: bytes | str, kind: type[T]) -> T:
+    """`raw` as a `kind`, within `agentos.json_limits` (depth, no NUL). A number with no fraction
+    (`2.0`, `1e3`) is an integer, as JSON Schema (and the OpenAPI document) says: msgspec refuses
+    it where an `int` is due, so such a body is read again with those numbers as ints (only then:
+    the common case decodes once).
+
+    Raises:
+        BadRequest: not JSON, or nested too deep (`malformed_json`).
+        InvalidInput: the wrong shape, or a string with NUL.
+    """
     try:
-        return msgspec.json.decode(raw, type=kind)
+        value: T = _decoder(kind).decode(raw)
     except msgspec.ValidationError as exc:
-        _check_well_formed(raw)  # msgspec reports a wrong type before it reaches a syntax error
-        raise InvalidInput(str(exc)) from None
+        # msgspec reports a wrong type before it reaches a syntax error or the depth
+        check_json(raw, _well_formed(raw))
+        try:
+            value = msgspec.convert(_INTEGRAL.decode(raw), kind)
+        except msgspec.ValidationError:
+            raise InvalidInput(str(exc)) from None
     except msgspec.DecodeError as exc:
         raise BadRequest(f"malformed JSON: {exc}", code="malformed_json") from None
+    except RecursionError:  # nested deeper than msgspec goes (about 1000 levels)
+        raise too_deep() from None
+    check_json(raw, value, deep=nests_freely(cast(Hashable, kind)))
+    return value
 
 
-def _check_well_formed(raw: bytes | str) -> None:
+def _number(literal: str) -> int | float:
+    """A JSON number of an untyped place (`Any`, or a body read again): an int when integral."""
+    value = float(literal)
+    return int(value) if value.is_integer() else value
+
+
+_INTEGRAL: msgspec.json.Decoder[Any] = msgspec.json.Decoder(float_hook=_number)
+_DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {}  # one per body type: a handful
+
+
+def _decoder(kind: Any) -> msgspec.json.Decoder[Any]:
+    decoder = _DECODERS.get(kind)
+    if decoder is None:
+        decoder = _DECODERS[kind] = msgspec.json.Decoder(kind, float_hook=_number)
+    return decoder
+
+
+def _well_formed(raw: bytes | str) -> Any:
     try:
-        msgspec.json.decode(raw)
+        return msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         raise BadRequest(f"malformed JSON: {exc}", code="malformed_json") from None
+    except RecursionError:
+        raise too_deep() from None
 
 
 # Every paginated list takes `limit` from 1 to MAX_PAGE_LIMIT; each route has its own default.
@@ -103,10 +180,43 @@ def query_int(request: web.Request, name: str, default: int, *, low: int, high: 
     raw = request.query.get(name)
     if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = None
+    value = decimal(raw)
     if value is None or not low <= value <= high:
-        raise InvalidInput(f"query parameter {name!r} must be an integer from {low} to {high}, got {raw!r}")
+        raise InvalidInput(f"query parameter {name!r} must be an integer from {low} to {high}, got {raw[:40]!r}")
+    return value
+
+
+def query_text(request: web.Request, name: str) -> str | None:
+    """The text query parameter `name` (a cursor, an id; None when absent).
+
+    Raises:
+        InvalidInput: it holds NUL (`%00`): no id has one, and PostgreSQL takes it in no text.
+    """
+    raw = request.query.get(name)
+    if raw is not None and "\x00" in raw:
+        raise InvalidInput(f"query parameter {name!r} must not contain NUL (%00)")
+    return raw
+
+
+def decimal(raw: str) -> int | None:
+    """`raw` as a non-negative integer, if it is 1 to 19 ASCII digits (a 64-bit integer's
+    length); else None. `int()` alone takes "+5", " 5", "1_0", "٣" and 4300 digits."""
+    if 0 < len(raw) <= 19 and raw.isascii() and raw.isdigit():
+        return int(raw)
+    return None
+
+
+def header_text(request: web.Request, name: str) -> str | None:
+    """The header `name` as text (None when absent).
+
+    Raises:
+        BadRequest: its bytes are not UTF-8 (aiohttp keeps such bytes as lone surrogates, which
+            no store, log or JSON encoder takes).
+    """
+    value = request.headers.get(name)
+    if value is not None and not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise BadRequest(f"{name}: not UTF-8 text") from None
     return value

@@ -45,7 +45,7 @@ ASSETS = {
 
 @routes.get("/docs")
 async def docs_page(request: web.Request) -> web.Response:
-    return _serve(request, PAGE, cache_control="no-cache")
+    return serve_asset(request, PAGE, cache_control="no-cache")
 
 
 @routes.get("/docs/{asset}")
@@ -55,10 +55,12 @@ async def docs_asset(request: web.Request) -> web.Response:
     asset = ASSETS.get(name)
     if asset is None:
         raise NotFound(f"no asset {name!r} under /docs")
-    return _serve(request, asset, cache_control="public, max-age=3600")
+    return serve_asset(request, asset, cache_control="public, max-age=3600")
 
 
-def _serve(request: web.Request, asset: Asset, *, cache_control: str) -> web.Response:
+def serve_asset(request: web.Request, asset: Asset, *, cache_control: str) -> web.Response:
+    """`asset` under the strict CSP; a gzipped one as it is stored, or decompressed for a client
+    that does not take gzip."""
     headers = {**_HEADERS, "Content-Type": asset.content_type, "Cache-Control": cache_control}
     if not asset.gzipped:
         return web.Response(body=_read(asset.file), headers=headers)
@@ -86,7 +88,7 @@ def accepts_gzip(accept_encoding: str) -> bool:
 
 @cache
 def _read(file: str) -> bytes:
-    return (resources.files("agentos.api") / "static" / file).read_bytes()
+    return resources.files("agentos.api").joinpath("static", *file.split("/")).read_bytes()
 
 
 @cache

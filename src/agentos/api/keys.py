@@ -8,12 +8,15 @@ from aiohttp import web
 
 if TYPE_CHECKING:
     from agentos.agents.service import RunService
+    from agentos.api.console_stream import ConsoleHub
     from agentos.api.ratelimit import Limiters
     from agentos.config import Settings
+    from agentos.knowledge.service import KnowledgeService
     from agentos.metrics import Metrics
     from agentos.runtime.runtime import Runtime
     from agentos.tenancy.quotas import Quotas
     from agentos.tenancy.registry import TenantRegistry
+    from agentos.triggers.service import TriggerService
 
 RUNTIME: web.AppKey[Runtime] = web.AppKey("runtime")
 RUNS: web.AppKey[RunService] = web.AppKey("runs")
@@ -25,3 +28,6 @@ MAX_BODY_BYTES: web.AppKey[int] = web.AppKey("max_body_bytes", int)
 SSE_KEEPALIVE_S: web.AppKey[float] = web.AppKey("sse_keepalive_s", float)
 LIMITERS: web.AppKey[Limiters] = web.AppKey("limiters")
 QUOTAS: web.AppKey[Quotas] = web.AppKey("quotas")
+KNOWLEDGE: web.AppKey[KnowledgeService] = web.AppKey("knowledge")
+TRIGGERS: web.AppKey[TriggerService] = web.AppKey("triggers")
+CONSOLE: web.AppKey[ConsoleHub] = web.AppKey("console")

@@ -28,10 +28,22 @@ from agentos.store.records import DEFAULT_TENANT, AccessRecord
 from agentos.tenancy.principal import ALL_SCOPES, OPEN_PRINCIPAL, PRINCIPAL, Principal
 from agentos.tenancy.registry import Refused, TenantRegistry
 
-# Open without a key: the probes, and the API's description with its page (a browser cannot
-# send a key to load them; every route they describe still asks for it).
+# Open without a key: the probes, the API's description with its page, and the console's
+# static files (a browser cannot send a key to load them; every route they call still asks for it).
 # Matched by route, not by path prefix, so no path reaches another route through an open one.
-OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/{asset}"})
+# A trigger's deliveries are signed instead (`agentos.triggers.signatures`; senders have no key).
+OPEN_ROUTES = frozenset(
+    {
+        "/healthz",
+        "/readyz",
+        "/openapi.json",
+        "/docs",
+        "/docs/{asset}",
+        "/console",
+        "/console/{asset}",
+        "/v1/triggers/{trigger_id}/events",
+    }
+)
 
 # The principal of `server.api_token` (AGENTOS_API_TOKEN): an admin key of the default tenant.
 TOKEN_PRINCIPAL = Principal(DEFAULT_TENANT, "token", ALL_SCOPES)
@@ -144,7 +156,7 @@ async def access_log_middleware(request: web.Request, handler: Handler) -> web.S
                 AccessRecord(
                     ts_ms=wall_ms(),
                     method=request.method,
-                    path=request.path,
+                    path=_loggable(request.path),
                     status=status,
                     duration_ms=(time.perf_counter() - start) * 1000,
                     remote=request.remote or "",
@@ -152,3 +164,8 @@ async def access_log_middleware(request: web.Request, handler: Handler) -> web.S
                     key_id=(who.key_id or "") if who is not None else request.get(REFUSED_KEY_ID, ""),
                 )
             )
+
+
+def _loggable(path: str) -> str:
+    """The path as a store takes it: a `%00` (refused with a 400, still logged) stays `%00`."""
+    return path.replace("\x00", "%00") if "\x00" in path else path

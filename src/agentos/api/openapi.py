@@ -4,17 +4,22 @@ and every request body matches the struct its handler reads)."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-from agentos.api.body import MAX_AFTER
 from agentos.api.openapi_admin import ADMIN_PATHS, ADMIN_SCHEMAS
+from agentos.api.openapi_console import CONSOLE_PATHS, CONSOLE_SCHEMAS
+from agentos.api.openapi_knowledge import KNOWLEDGE_PATHS, KNOWLEDGE_SCHEMAS
 from agentos.api.openapi_limits import limited
 from agentos.api.openapi_limits import retry_error as _retryafter_param
-from agentos.api.openapi_parts import BAD_BODY, BEARER, secured, store_backed
+from agentos.api.openapi_openai import OPENAI_PATHS, OPENAI_SCHEMAS, openai_errors
+from agentos.api.openapi_parts import BAD_BODY, BEARER, json_bodied, secured, store_backed
 from agentos.api.openapi_parts import error as _error
 from agentos.api.openapi_parts import json_answer as _json
 from agentos.api.openapi_parts import json_body as _body
+from agentos.api.openapi_runs import RUN_LIST_PATHS, RUN_PATHS
 from agentos.api.openapi_streams import STREAM_PATHS
+from agentos.api.openapi_triggers import TRIGGER_PATHS, TRIGGER_SCHEMAS
 from agentos.api.schemas import SCHEMAS, TAGS, after_param, limit_param, ref, tagged
 
 
@@ -25,9 +30,7 @@ def _text(description: str, media_type: str) -> dict[str, Any]:
 _BAD_BODY = BAD_BODY
 _SESSION_ID = {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string"}}
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
-_RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
 _PAGE = [limit_param(100), after_param("integer")]
-_SEQ = {"type": "integer", "minimum": 0, "maximum": MAX_AFTER}
 _BAD_QUERY = {"422": _error("A bad limit or after; the message names the parameter")}
 
 OPENAPI: dict[str, Any] = {
@@ -47,11 +50,24 @@ OPENAPI: dict[str, Any] = {
                 "post": {
                     "summary": "Open a session",
                     "requestBody": {"content": {"application/json": {"schema": ref("SessionCreate")}}},
-                    "responses": {"201": _json("The session", "Session"), **_BAD_BODY},
+                    "responses": {
+                        "201": _json("The session", "Session"),
+                        **_BAD_BODY,
+                        "404": _error("`agent_not_found`: no agent of that name this tenant can run"),
+                    },
                 },
                 "get": {
                     "summary": "List sessions",
-                    "parameters": [limit_param(50), after_param("string")],
+                    "parameters": [
+                        limit_param(50),
+                        after_param("string"),
+                        {
+                            "name": "agent",
+                            "in": "query",
+                            "schema": {"type": "string"},
+                            "description": "only sessions opened with this agent (`default`: opened without one)",
+                        },
+                    ],
                     "responses": {"200": _json("A page of sessions, oldest first", "SessionPage"), **_BAD_QUERY},
                 },
             },
@@ -135,7 +151,11 @@ OPENAPI: dict[str, Any] = {
                         " refused frame. A turn cancelled before it started may end without `turn.started`."
                         " docs/api.md has every frame and error code."
                     ),
-                    "responses": {"101": {"description": "Switching protocols"}, "404": _error("Unknown session")},
+                    "responses": {
+                        "101": {"description": "Switching protocols"},
+                        "400": _error("Not a WebSocket upgrade (a plain GET, or a bad Sec-WebSocket-* header)"),
+                        "404": _error("Unknown session"),
+                    },
                 },
             },
             "/v1/agents": {
@@ -179,64 +199,14 @@ OPENAPI: dict[str, Any] = {
                     },
                 },
             },
-            "/v1/runs/{run_id}": {
-                "parameters": [_RUN_ID],
-                "get": {
-                    "summary": "A run's status, result and pending human request",
-                    "responses": {"200": _json("The run", "Run"), "404": _error("Unknown run")},
-                },
-            },
-            "/v1/runs/{run_id}/events": {
-                "parameters": [
-                    _RUN_ID,
-                    {"name": "Last-Event-ID", "in": "header", "schema": _SEQ},
-                    {"name": "after", "in": "query", "schema": _SEQ},
-                ],
-                "get": {
-                    "summary": "The run's events as SSE (`id:` = seq), resumable after Last-Event-ID (or ?after=)",
-                    "responses": {
-                        "200": {
-                            "description": (
-                                "run.started, token, tool.call, tool.result, human.requested, human.answered, then"
-                                " run.completed | run.failed | run.cancelled. If the stream itself fails, its last"
-                                " event is `error` {code, message, error_id}, without an id: reconnect to resume."
-                            ),
-                            "content": {"text/event-stream": {"schema": ref("ServerSentEvent")}},
-                        },
-                        "400": _error("Bad Last-Event-ID or after: not an integer from 0 to 2**62"),
-                        "404": _error("Unknown run"),
-                    },
-                },
-            },
-            "/v1/runs/{run_id}/cancel": {
-                "parameters": [_RUN_ID],
-                "post": {
-                    "summary": "Soft cancel: the loop stops at its next step",
-                    "responses": {"200": _json("The run", "Run"), "404": _error("Unknown run")},
-                },
-            },
-            "/v1/runs/{run_id}/terminate": {
-                "parameters": [_RUN_ID],
-                "post": {
-                    "summary": "Hard stop in every state; records run.cancelled",
-                    "responses": {"200": _json("The run", "Run"), "404": _error("Unknown run")},
-                },
-            },
-            "/v1/runs/{run_id}/answer": {
-                "parameters": [_RUN_ID],
-                "post": {
-                    "summary": "Answer the run's human request",
-                    "requestBody": _body("AnswerCreate"),
-                    "responses": {
-                        "200": _json("The run", "Run"),
-                        **_BAD_BODY,
-                        "404": _error("Unknown run"),
-                        "409": _error("Not waiting, or the hash does not match"),
-                    },
-                },
-            },
+            **RUN_LIST_PATHS,
+            **RUN_PATHS,
             **STREAM_PATHS,
             **ADMIN_PATHS,
+            **KNOWLEDGE_PATHS,
+            **TRIGGER_PATHS,
+            **copy.deepcopy(OPENAI_PATHS),
+            **CONSOLE_PATHS,
             "/healthz": {"get": {"summary": "Liveness", "security": [], "responses": {"200": _json("ok", "Health")}}},
             "/readyz": {
                 "get": {
@@ -290,8 +260,16 @@ OPENAPI: dict[str, Any] = {
     ),
     "components": {
         "securitySchemes": {"bearer": BEARER},
-        "schemas": {**SCHEMAS, **ADMIN_SCHEMAS},
+        "schemas": {
+            **SCHEMAS,
+            **ADMIN_SCHEMAS,
+            **KNOWLEDGE_SCHEMAS,
+            **TRIGGER_SCHEMAS,
+            **OPENAI_SCHEMAS,
+            **CONSOLE_SCHEMAS,
+        },
     },
     "security": [{"bearer": []}],
 }
-limited(secured(store_backed(OPENAPI["paths"])))  # after the dict: `security` decides the 401 and 429
+# after the dict: `security` decides the 401 and 429; the OpenAI routes answer every error in their own shape
+openai_errors(limited(secured(json_bodied(store_backed(OPENAPI["paths"])))))

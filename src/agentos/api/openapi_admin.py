@@ -28,6 +28,29 @@ _NULLABLE_MS = {"type": ["integer", "null"]}
 
 _, _BODIES = msgspec.json.schema_components([TenantCreate, TenantUpdate, KeyCreate], ref_template=_REF)
 _, _LIMITS = msgspec.json.schema_components([TenantLimits], ref_template=_REF)
+# `limits` is a dict in the structs; the server takes only TenantLimits' names, each in its range
+# (`agentos.tenancy.records`): say so, or a valid-looking override is a 422.
+_RANGES = {
+    name: {k: v for k, v in field.items() if k != "default"}
+    for name, field in _LIMITS["TenantLimits"]["properties"].items()
+}
+_BODIES["TenantCreate"]["properties"]["limits"] = {
+    "type": "object",
+    "properties": _RANGES,
+    "additionalProperties": False,
+    "default": {},
+}
+_BODIES["TenantUpdate"]["properties"]["limits"] = {
+    "anyOf": [
+        {
+            "type": "object",
+            "properties": {name: {"anyOf": [field, {"type": "null"}]} for name, field in _RANGES.items()},
+            "additionalProperties": False,
+        },
+        {"type": "null"},
+    ],
+    "default": None,
+}
 
 _KEY_PROPERTIES: dict[str, Any] = {
     "key_id": {"type": "string", "description": "public: in lists and the access log"},

@@ -47,6 +47,16 @@ _STARTS: dict[tuple[str, str], tuple[str, str]] = {
         "`quota_tokens_per_day`: the tenant's provider tokens for the UTC day are spent (Retry-After: until 00:00 UTC)",
     ),
     ("/v1/sessions", "post"): ("", "`quota_sessions`: the tenant holds `max_sessions` sessions; delete some"),
+    # The OpenAI front door starts a turn, in a new session unless the request names one.
+    **dict.fromkeys(
+        [("/v1/chat/completions", "post"), ("/v1/responses", "post")],
+        (
+            "`turn_rate_limited` (turns per minute), `overloaded` (the server's admission limit),"
+            " `tenant_concurrent_turns`",
+            "`quota_tokens_per_day` (the tenant's provider tokens for the UTC day are spent), or `quota_sessions`"
+            " (a new conversation needs a session, and the tenant holds `max_sessions`)",
+        ),
+    ),
 }
 
 

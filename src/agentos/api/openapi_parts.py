@@ -31,9 +31,13 @@ BEARER = {
 }
 
 BAD_BODY = {
-    "400": error("Malformed JSON"),
-    "413": error("Body over the limit"),
-    "422": error("Wrong types or values; the message names the field"),
+    "400": error(
+        "Malformed JSON, or nested deeper than 64 levels (malformed_json);"
+        " not what its Content-Encoding says (malformed_body)"
+    ),
+    "413": error("Body over the limit, as sent or once inflated"),
+    "415": error("A Content-Encoding other than gzip, deflate or identity (unsupported_content_encoding)"),
+    "422": error("Wrong types or values, or a string with NUL; the message names the field"),
 }
 
 
@@ -71,4 +75,16 @@ def store_backed(paths: dict[str, Any]) -> dict[str, Any]:
             description = f"{old['description']}; or {_UNAVAILABLE}" if old else _UNAVAILABLE
             answer = {"description": description, "content": _ERROR_CONTENT, "headers": {"Retry-After": _RETRY_AFTER}}
             operation["responses"]["503"] = answer
+    return paths
+
+
+def json_bodied(paths: dict[str, Any]) -> dict[str, Any]:
+    """Every keyed operation whose body is JSON only documents the 415 of a body sent as another
+    type (`agentos.api.body.read_body`); the signed deliveries (no key) read any body."""
+    for item in paths.values():
+        for method, operation in item.items():
+            content = operation.get("requestBody", {}).get("content", {}) if method != "parameters" else {}
+            if set(content) == {"application/json"} and operation.get("security") != []:
+                message = "`unsupported_media_type`: a body not sent as `Content-Type: application/json`"
+                operation["responses"].setdefault("415", error(message))
     return paths

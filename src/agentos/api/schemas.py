@@ -13,14 +13,22 @@ from typing import Any
 
 import msgspec
 
-from agentos.agents.spec import AgentSpec
+from agentos.agents.spec import BUILTIN_TOOLS, MAX_KNOWLEDGE_COLLECTIONS, AgentSpec
 from agentos.api.body import MAX_AFTER, MAX_PAGE_LIMIT
+from agentos.config import KernelConfig
 
 _REF = "#/components/schemas/{name}"
 
 
 def ref(name: str) -> dict[str, str]:
     return {"$ref": _REF.format(name=name)}
+
+
+# Not only blanks: a character that is not whitespace as Python's str.strip() sees it (ECMA's \s,
+# which validators use, leaves out \x1c-\x1f and \x85).
+NOT_BLANK = "[^\\s\\x1c-\\x1f\\x85]"
+# A turn's or a run's input, as `agentos.api.turns.check_input` takes it at kernel.max_input_chars' default.
+INPUT = {"type": "string", "minLength": 1, "maxLength": KernelConfig().max_input_chars, "pattern": NOT_BLANK}
 
 
 def _nullable(kind: str) -> dict[str, Any]:
@@ -57,9 +65,15 @@ def tag_of(path: str) -> str:
         return "turns"
     if path.startswith("/v1/runs") or path.endswith("/runs"):
         return "runs"
-    for prefix, tag in (("/v1/sessions", "sessions"), ("/v1/agents", "agents"), ("/v1/admin", "admin")):
+    for prefix, tag in (
+        ("/v1/sessions", "sessions"), ("/v1/agents", "agents"), ("/v1/admin", "admin"), ("/v1/triggers", "triggers"),
+    ):  # fmt: skip
         if path.startswith(prefix):
             return tag
+    if path.startswith("/v1/collections"):
+        return "knowledge"
+    if path.startswith(("/v1/models", "/v1/chat/", "/v1/responses")):
+        return "openai"
     return "server"
 
 
@@ -78,13 +92,30 @@ TAGS = [
     {"name": "agents", "description": "Agent definitions (docs/agents.md)"},
     {"name": "runs", "description": "Background runs of an agent, their events, their human requests"},
     {"name": "admin", "description": "Tenants and their API keys (the admin scope; docs/security.md)"},
+    {"name": "knowledge", "description": "Collections, documents and hybrid retrieval (docs/knowledge.md)"},
+    {"name": "triggers", "description": "Signed webhooks that start runs (docs/triggers.md)"},
+    {
+        "name": "openai",
+        "description": "The OpenAI-compatible front door: models, chat completions, responses (docs/openai.md)",
+    },
     {"name": "server", "description": "Health, metrics, and this documentation"},
 ]
 
 
 _, _SPEC_SCHEMAS = msgspec.json.schema_components([AgentSpec], ref_template=_REF)
 _SPEC = _SPEC_SCHEMAS["AgentSpec"]
-_SPEC["properties"]["name"]["pattern"] = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"  # what parse_agent_spec checks
+# What parse_agent_spec checks beyond the struct's types, where JSON Schema can say it.
+_SPEC["properties"]["name"]["pattern"] = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+_SPEC["properties"]["tools"]["items"] = {"enum": list(BUILTIN_TOOLS)}
+_SPEC["properties"]["knowledge"] |= {
+    "items": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"},
+    "maxItems": MAX_KNOWLEDGE_COLLECTIONS,
+    "uniqueItems": True,
+}
+_SPEC_SCHEMAS["McpServerSpec"]["properties"]["name"] |= {  # the agent name's pattern, without "__"
+    "pattern": "^[A-Za-z0-9]([A-Za-z0-9-]|_[A-Za-z0-9-])*_?$",
+    "maxLength": 64,
+}
 
 _AGENT = {
     "title": "Agent",
@@ -162,7 +193,7 @@ _SESSIONS: dict[str, Any] = {
         "type": "object",
         "required": ["input"],
         "additionalProperties": False,
-        "properties": {"input": {"type": "string", "minLength": 1}},
+        "properties": {"input": INPUT},
     },
     "TurnResult": {
         "type": "object",
@@ -188,7 +219,7 @@ _RUNS: dict[str, Any] = {
         "required": ["input"],
         "additionalProperties": False,
         "properties": {
-            "input": {"type": "string", "minLength": 1},
+            "input": INPUT,
             "session_id": {**_nullable("string"), "description": "the session the run belongs to, if any"},
         },
     },
@@ -204,12 +235,14 @@ _RUNS: dict[str, Any] = {
     },
     "Run": {
         "type": "object",
-        "required": ["run_id", "agent", "status", "created_ms", "updated_ms"],
+        "required": ["run_id", "agent", "input", "input_truncated", "status", "created_ms", "updated_ms"],
         "properties": {
             "run_id": {"type": "string"},
             "agent": {"type": "string"},
             "session_id": _nullable("string"),
             "parent_run_id": _nullable("string"),
+            "input": {"type": "string", "description": "the run's input; in GET /v1/runs cut at 500 characters"},
+            "input_truncated": {"type": "boolean", "description": "true: `input` is cut (only in GET /v1/runs)"},
             "status": _RUN_STATUS,
             "result": _nullable("string"),
             "reason": _nullable("string"),
@@ -218,6 +251,7 @@ _RUNS: dict[str, Any] = {
             "pending": {**ref("HumanRequest"), "description": "only while status is waiting_human"},
         },
     },
+    "RunPage": _page("Run", _nullable("string")),
     "HumanRequest": {
         "type": "object",
         "required": ["operation_id", "kind"],
@@ -228,6 +262,12 @@ _RUNS: dict[str, Any] = {
             "deadline_ms": {"type": "integer"},
             "question": {"type": "string"},
             "tool": {"type": "string"},
+            "arguments": {
+                "type": "string",
+                "description": "the tool's arguments as the model sent them (JSON text); args_hash is their hash",
+            },
+            "call_id": {"type": "string"},
+            "operation_id_uncertain": {"type": "string", "description": "uncertain: the tool call in doubt"},
         },
     },
     "AnswerCreate": {

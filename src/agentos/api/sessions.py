@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from agentos.api.body import MAX_AFTER, SessionCreate, page_limit, query_int, read_body
+from agentos.api.body import MAX_AFTER, SessionCreate, page_limit, query_int, query_text, read_body
 from agentos.api.keys import QUOTAS, RUNTIME
 from agentos.runtime.runtime import Runtime
 from agentos.store.records import SessionRecord
@@ -55,7 +55,8 @@ async def list_sessions(request: web.Request) -> web.Response:
     who = require(request, Scope.SESSIONS_READ)
     runtime = request.app[RUNTIME]
     limit = page_limit(request, 50)
-    records = await runtime.store.list_sessions(who.tenant_id, limit=limit, after=request.query.get("after"))
+    after, agent = query_text(request, "after"), query_text(request, "agent")
+    records = await runtime.store.list_sessions(who.tenant_id, limit=limit, after=after, agent=agent)
     cursor = records[-1].session_id if len(records) == limit else None
     return json_response({"data": [session_json(runtime, r) for r in records], "next_cursor": cursor})
 

@@ -1,9 +1,11 @@
 """Server-Sent Events: the framing (pure: bytes in, bytes out) and the one writer every stream uses.
 
 Once a stream has started, its status line is on the wire: a failure can no longer be an HTTP
-error, so no exception may leave the handler. `failures_as_events` turns one into a last event
-(logged under an error id, the client told only the id) and closes the stream; a client that
-went away just ends it.
+error. `failures_as_events` turns one into the handler's own last event (logged under an error
+id, the client told only the id) and closes the stream; a client that went away just ends it.
+Any failure it does not cover (before it, after it, in a new handler) is caught by the error
+middleware, which finds the open stream (`agentos.api.errors.STARTED`) and ends it the same way
+with an `error` event: never a second status line in the middle of the stream.
 
 Usage::
 
@@ -23,7 +25,8 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
-from agentos.api.errors import INTERNAL_MESSAGE, log_internal_error
+from agentos.api.errors import INTERNAL_MESSAGE, STARTED, log_internal_error
+from agentos.errors import RequestError, StoreUnavailable
 
 T = TypeVar("T")
 
@@ -59,7 +62,9 @@ class SSEStream:
         """Send the status line and headers: from here on, failures are events."""
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
-        return cls(response, terminal)
+        stream = cls(response, terminal)
+        request[STARTED] = stream
+        return stream
 
     async def send(self, event_id: str | int | None, name: str, data: dict[str, Any]) -> None:
         await self.response.write(encode_event(event_id, name, data))
@@ -84,6 +89,26 @@ class SSEStream:
     async def close(self) -> None:
         with suppress(ConnectionError):  # the client may leave right after the last event
             await self.response.write_eof()
+
+    async def end_with_failure(self, exc: Exception) -> web.StreamResponse:
+        """The error middleware's end of a stream that failed (call it while `exc` is being
+        handled): an `error` event, unless a terminal event was sent or the client is gone."""
+        if not isinstance(exc, ConnectionError) and not self.ended:
+            with suppress(ConnectionError):
+                await self.send(None, "error", failure_data(exc))
+        await self.close()
+        return self.response
+
+
+def failure_data(exc: Exception) -> dict[str, Any]:
+    """The `error` event's data for `exc`: a client's or the store's error as it would have
+    been answered (`code`, `message`); anything else logged, the client told its `error_id`."""
+    if isinstance(exc, RequestError):
+        return {"code": exc.code, "message": exc.message}
+    if isinstance(exc, StoreUnavailable):
+        return {"code": exc.code, "message": "the store cannot be reached; retry later"}
+    error_id = log_internal_error("an event stream failed after it started")
+    return {"code": "internal_error", "message": INTERNAL_MESSAGE, "error_id": error_id}
 
 
 @asynccontextmanager

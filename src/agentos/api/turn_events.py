@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from agentos.api.body import MAX_AFTER
+from agentos.api.body import MAX_AFTER, decimal
 from agentos.api.keys import RUNTIME, SSE_KEEPALIVE_S
 from agentos.api.sse import SSEStream, failures_as_events
 from agentos.errors import BadRequest
@@ -58,9 +58,7 @@ def after_seq(request: web.Request, turn_id: str) -> int:
     prefix, colon, number = raw.rpartition(":")
     if colon and prefix != turn_id:
         raise BadRequest(f"Last-Event-ID {raw[:80]!r} names another turn than {turn_id!r}")
-    if not (number.isascii() and number.isdigit()) or len(number) > 19:
-        raise BadRequest(f"Last-Event-ID must be `<turn_id>:<seq>` or a seq (an integer), got {raw[:80]!r}")
-    value = int(number)
-    if value > MAX_AFTER:
-        raise BadRequest(f"Last-Event-ID must name a seq from 0 to {MAX_AFTER}, got {value}")
+    value = decimal(number)
+    if value is None or value > MAX_AFTER:
+        raise BadRequest(f"Last-Event-ID must be `<turn_id>:<seq>` or a seq from 0 to {MAX_AFTER}, got {raw[:80]!r}")
     return value

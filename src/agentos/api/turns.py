@@ -11,7 +11,7 @@ from agentos.api.body import TurnCreate, read_body
 from agentos.api.keys import QUOTAS, RUNTIME
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSEStream, failures_as_events
-from agentos.errors import InvalidInput, NotAcceptable, ShuttingDown
+from agentos.errors import InvalidInput, NotAcceptable
 from agentos.runtime.runtime import Runtime
 from agentos.runtime.turn import TERMINAL_EVENTS, CollectingSink, Turn
 from agentos.tenancy.principal import Scope, require
@@ -38,24 +38,18 @@ def check_input(runtime: Runtime, text: str) -> None:
         raise InvalidInput(f"input is {len(text)} characters; the limit is {limit}")
 
 
-def check_accepting(runtime: Runtime) -> None:
-    """Every way in to new work (a turn over HTTP or WebSocket, a run) asks this first.
-
-    Raises:
-        ShuttingDown: the server has begun to drain; it finishes what it holds, starts nothing.
-    """
-    if not runtime.accepting:
-        raise ShuttingDown("the server is shutting down")
-
-
 @routes.post("/v1/sessions/{session_id}/turns")
 async def post_turn(request: web.Request) -> web.StreamResponse:
+    """The order of the checks (docs/api.md, "Admission"): the key (401), the request rate (429),
+    the scope (403), Accept (406), draining (503) and the gate (429 `overloaded`,
+    `tenant_concurrent_turns`) from headers and memory alone; only then the body (413, 400, 422),
+    the token quota (403), the turn rate (429), the session (404), and the gate again."""
     who = require(request, Scope.SESSIONS_WRITE)
     runtime = request.app[RUNTIME]
     sse = wants_sse(request.headers.get("Accept", ""))
+    runtime.offer_turn(who.tenant_id)  # a refusal reads no body and looks nothing up
     body = await read_body(request, TurnCreate)
     check_input(runtime, body.input)
-    check_accepting(runtime)
     async with starting_turn(request.app, who):
         turn = await runtime.start_turn(who.tenant_id, request.match_info["session_id"], body.input)
     quotas = request.app[QUOTAS]

@@ -15,13 +15,13 @@ from contextlib import suppress
 from typing import Any, Literal
 
 import msgspec
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from agentos.api.admission import MeteredSink, starting_turn
 from agentos.api.body import decode_json
-from agentos.api.errors import INTERNAL_MESSAGE, log_internal_error
+from agentos.api.errors import INTERNAL_MESSAGE, STARTED, log_internal_error
 from agentos.api.keys import MAX_BODY_BYTES, QUOTAS, RUNTIME
-from agentos.api.turns import check_accepting, check_input
+from agentos.api.turns import check_input
 from agentos.errors import RequestError
 from agentos.runtime.runtime import Runtime
 from agentos.runtime.turn import Turn
@@ -43,7 +43,7 @@ async def session_socket(request: web.Request) -> web.WebSocketResponse:
     session_id = request.match_info["session_id"]
     await runtime.ensure_loaded(who.tenant_id, session_id)  # 404 before the upgrade
     ws = web.WebSocketResponse(heartbeat=30, max_msg_size=request.app[MAX_BODY_BYTES])
-    await ws.prepare(request)
+    await upgrade(request, ws)
     running: set[asyncio.Task[None]] = set()
     sink = MeteredSink(WebSocketSink(ws), request.app[QUOTAS], who.tenant_id)
     try:
@@ -82,7 +82,7 @@ async def _on_frame(app: web.Application, who: Principal, session_id: str, raw: 
         runtime.cancel_turn(tenant_id, session_id)
         return None
     check_input(runtime, frame.input)
-    check_accepting(runtime)
+    runtime.offer_turn(tenant_id)  # draining or full: refused before the quota, the limiter, the session
     async with starting_turn(app, who):  # a turn started over the socket counts like one over HTTP
         return await runtime.start_turn(tenant_id, session_id, frame.input)
 
@@ -115,3 +115,26 @@ class WebSocketSink:
 async def _send_error(ws: web.WebSocketResponse, code: str, message: str, **extra: str | int) -> None:
     """An error frame `{"type": "error", "error": {"code", "message", ...}}` (docs/api.md)."""
     await ws.send_str(_encode({"type": "error", "error": {"code": code, "message": message, **extra}}).decode())
+
+
+async def upgrade(request: web.Request, ws: web.WebSocketResponse) -> None:
+    """Upgrade to `ws`. From here on a failure that escapes the handler closes the socket with
+    1011 and an error id (`agentos.api.errors.STARTED`), never an HTTP 500 written into it."""
+    await ws.prepare(request)
+    request[STARTED] = _SocketEnd(ws)
+
+
+class _SocketEnd:
+    """The error middleware's end of a socket whose handler failed after the upgrade."""
+
+    __slots__ = ("_ws",)
+
+    def __init__(self, ws: web.WebSocketResponse) -> None:
+        self._ws = ws
+
+    async def end_with_failure(self, exc: Exception) -> web.StreamResponse:
+        if not isinstance(exc, ConnectionError):
+            error_id = log_internal_error("a WebSocket failed after its upgrade")
+            with suppress(ConnectionError):
+                await self._ws.close(code=WSCloseCode.INTERNAL_ERROR, message=error_id.encode())
+        return self._ws

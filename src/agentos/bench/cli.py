@@ -38,7 +38,7 @@ def _register_mock(commands: argparse._SubParsersAction[argparse.ArgumentParser]
     for name, kind in _MOCK_FLAGS.items():
         env = f" (env {_MOCK_ENV[name]})" if name in _MOCK_ENV else ""
         mock.add_argument(f"--{name.replace('_', '-')}", type=kind, help=f"{name}{env}")
-    mock.add_argument("--scenario", choices=["plain", "tools"])
+    mock.add_argument("--scenario", choices=["plain", "tools", "light", "heavy"])
     mock.add_argument("--host", default="127.0.0.1")
     mock.add_argument("--port", type=int, default=0, help="0: a free port")
     mock.set_defaults(handler=_run_mock)

@@ -1,19 +1,24 @@
-"""`agentos bench sweep|memory|compare` (`runs`, `fairness`, `auth-cost`: their own modules): parse, run, write."""
+"""`agentos bench sweep|memory|compare` (`runs`, `fairness`, `auth-cost`, `overload`: their own modules).
+
+Parse, run, write.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from agentos.bench.common.cli import command_line
 
 _RESULTS = Path("bench/results")
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `sweep`, `memory`, `compare`, `runs` and `auth-cost` to `agentos bench`."""
+    """Add `sweep`, `memory`, `compare`, `runs`, `auth-cost`, `knowledge`, `load`, `faults` and `overload` to
+    `agentos bench`."""
     _register_sweep(commands)
     _register_memory(commands)
     from agentos.bench.load import fairness_cli  # `agentos bench fairness` (tenants sharing the provider)
@@ -31,6 +36,18 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     from agentos.bench.authcost import cli as auth_cost_cli  # `agentos bench auth-cost`
 
     auth_cost_cli.register(commands)
+    from agentos.bench.knowledge import cli as knowledge_cli  # `agentos bench knowledge`
+
+    knowledge_cli.register(commands)
+    from agentos.bench.arrival import cli as load_cli  # `agentos bench load` (open arrival)
+
+    load_cli.register(commands)
+    from agentos.bench.faults import cli as faults_cli  # `agentos bench faults`
+
+    faults_cli.register(commands)
+    from agentos.bench.overload import cli as overload_cli  # `agentos bench overload` (the 429 path)
+
+    overload_cli.register(commands)
 
 
 Handler = Callable[[argparse.Namespace], int]
@@ -66,15 +83,13 @@ def check_profile(name: str) -> Path:
 
 
 def check_plots(command: str) -> None:
-    """Raises:
-    ConfigError: matplotlib, which draws the report's plots, is not installed.
-    """
-    from agentos.errors import ConfigError
-
+    """Say before measuring that the plots will be skipped when matplotlib (the bench extra) is
+    missing: the run goes on and its Markdown and JSON are written, saying so too."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise ConfigError(f"bench {command} needs the bench extra: pip install 'agentos[bench]'") from None
+        print(f"agentos: bench {command}: matplotlib is not installed: the report's plots will be skipped"
+              " (pip install 'agentos[bench]' draws them)", file=sys.stderr)  # fmt: skip
 
 
 def _add_mock_flags(p: argparse.ArgumentParser, ttft_ms: float, tps: float, tokens: int) -> None:
@@ -124,6 +139,16 @@ def _register_sweep(commands: argparse._SubParsersAction[argparse.ArgumentParser
         default="session",
         help="with --nodes: a session's turns on its node (default), or each turn on the next node",
     )
+    sweep.add_argument(
+        "--api",
+        choices=["native", "openai"],
+        default="native",
+        help="each turn via POST /v1/sessions/{id}/turns (default) or /v1/chat/completions with X-Session-Id",
+    )
+    from agentos.bench.peers import cli as peers_cli  # `--peers`: other agent servers on the same mock
+
+    peers_cli.add_sweep_arguments(sweep)
+    peers_cli.register(commands)
     _add_mock_flags(sweep, 2000.0, 200.0, 8)
     _add_output_flags(sweep)
     sweep.set_defaults(handler=_checked("sweep", _sweep, _sweep_profiles))
@@ -138,10 +163,6 @@ def _register_memory(commands: argparse._SubParsersAction[argparse.ArgumentParse
     _add_mock_flags(memory, 5.0, 2000.0, 8)
     _add_output_flags(memory)
     memory.set_defaults(handler=_checked("memory", _memory, lambda a: [a.profile]))
-
-
-def _command_line() -> str:
-    return "agentos " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
 def _points(args: argparse.Namespace) -> list[int]:
@@ -176,6 +197,8 @@ def _check_nodes(args: argparse.Namespace) -> None:
         raise ConfigError(f"bench sweep --nodes {args.nodes}: must be 1 or more")
     if args.nodes > 1 and args.server_url:
         raise ConfigError(f"bench sweep --nodes {args.nodes}: not with --server-url (the bench starts the nodes)")
+    if args.nodes > 1 and args.api == "openai":
+        raise ConfigError(f"bench sweep --nodes {args.nodes}: --api openai runs on one node only")
     for name in _sweep_profiles(args):
         if problem := nodes_problem(profile_settings(check_profile(name)), args.nodes):
             raise ConfigError(f"bench sweep --nodes {args.nodes}: profile {name!r} {problem}")
@@ -185,7 +208,11 @@ def _sweep(args: argparse.Namespace) -> int:
     from agentos.bench.common.loop import raise_fd_limit, run_loop
     from agentos.bench.load.sweep import SweepPlan, run_sweep
     from agentos.bench.mock.server import MockSettings
+    from agentos.bench.peers.catalog import default_peers_dir
+    from agentos.bench.peers.cli import peer_names
+    from agentos.bench.peers.launch import peer_runner
 
+    peers = peer_names(args.peers)
     _check_tenants(args)
     _check_nodes(args)
     raise_fd_limit()
@@ -201,14 +228,19 @@ def _sweep(args: argparse.Namespace) -> int:
         mock_pid=args.mock_pid,
         server_url=args.server_url if args.target != "direct" else None,
         server_pid=args.server_pid,
-        command=_command_line(),
+        command=command_line(),
         keep_data=args.keep_data,
         tenants=args.tenants,
         nodes=args.nodes,
         spread=args.spread,
+        api=args.api,
+        peers=peers,
+        peer_runner=peer_runner(args.peers_dir or default_peers_dir()) if peers else None,
     )
     report = run_loop(run_sweep(plan))
-    label = "+".join(report["profiles"]) or "direct"
+    label = "+".join([*report["profiles"], *peers]) or "direct"
+    if args.api == "openai" and report["profiles"]:
+        label += "-openai"
     if args.nodes > 1 and report["profiles"]:
         label += f"-{args.nodes}nodes" + ("-turn-spread" if args.spread == "turn" else "")
     return _write(report, "sweep", label, args)
@@ -226,7 +258,7 @@ def _memory(args: argparse.Namespace) -> int:
         session_ttl_s=args.session_ttl_secs,
         settle_s=args.settle_secs,
         mock=MockSettings(ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens),
-        command=_command_line(),
+        command=command_line(),
     )
     report = run_loop(run_memory(plan))
     return _write(report, "memory", args.profile, args)

@@ -210,6 +210,15 @@ class AsyncClient:
         """Raises: APIError: 404 `run_not_found`."""
         return await self._http.call("GET", _path("/v1/runs/{}", run_id), Run)
 
+    async def list_runs(
+        self, *, status: str | None = None, agent: str | None = None, session_id: str | None = None,
+        limit: int | None = None, after: str | None = None,
+    ) -> Page[Run]:  # fmt: skip
+        """One page of runs, newest first; `status="waiting_human"`: those waiting for a person,
+        each with its `pending` request. Raises: APIError: 422 `invalid_input` (a bad filter)."""
+        params = _params(status=status, agent=agent, session_id=session_id, limit=limit, after=after)
+        return await self._http.call("GET", "/v1/runs", Page[Run], params=params)
+
     async def cancel_run(self, run_id: str) -> Run:
         """Soft cancel: a working run stops before its next step, a waiting one at once."""
         return await self._http.call("POST", _path("/v1/runs/{}/cancel", run_id), Run)

@@ -163,6 +163,14 @@ class Client:
     def get_run(self, run_id: str) -> Run:
         return self._run(self._async.get_run(run_id))
 
+    def list_runs(
+        self, *, status: str | None = None, agent: str | None = None, session_id: str | None = None,
+        limit: int | None = None, after: str | None = None,
+    ) -> Page[Run]:  # fmt: skip
+        return self._run(
+            self._async.list_runs(status=status, agent=agent, session_id=session_id, limit=limit, after=after)
+        )
+
     def cancel_run(self, run_id: str) -> Run:
         return self._run(self._async.cancel_run(run_id))
 

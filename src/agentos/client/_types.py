@@ -119,6 +119,8 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     status: RunStatus
     session_id: str | None = None
     parent_run_id: str | None = None
+    input: str = ""  # in `list_runs`, cut at 500 characters when `input_truncated`
+    input_truncated: bool = False
     result: str | None = None
     reason: str | None = None
     created_ms: int = 0
@@ -136,6 +138,12 @@ class RunEvent(msgspec.Struct, frozen=True):
     @property
     def terminal(self) -> bool:
         return self.name in RUN_TERMINAL
+
+    @property
+    def at_ms(self) -> int | None:
+        """When the event was journaled (ms since the epoch); None for a live `token`."""
+        at_ms = self.data.get("at_ms")
+        return at_ms if isinstance(at_ms, int) else None
 
     def human_request(self) -> HumanRequest:
         """The request of a `human.requested` event.

@@ -9,6 +9,10 @@ tried (a Redis that accepts and never answers would otherwise cost every request
 then the next call first probes it with a PING; the first answer is logged once as the end of
 the outage and runs the `when_back` callbacks before anything else is sent (the quotas seed
 Redis again with SET NX, in case it came back empty after a restart).
+
+A call that fails on a broken connection is tried once more on a fresh one, after the pool's idle
+connections are dropped: a Redis that restarted leaves every pooled connection broken, and each
+would otherwise cost one more "outage" (a second of deciding alone) as it is used and fails.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from agentos.config import CoordinationConfig
@@ -47,6 +51,11 @@ class Link:
         self._recovering = False  # one request probes and re-seeds; the others fall back meanwhile
 
     @property
+    def retry_s(self) -> float:
+        """How long after a failure the link tries Redis again."""
+        return self._retry_s
+
+    @property
     def down(self) -> bool:
         """Redis failed the last call (the outage has not ended)."""
         return self._down
@@ -61,11 +70,24 @@ class Link:
         if not recovery and (self._down or self._recovering) and not await self._back():
             return None
         try:
-            async with asyncio.timeout(self._timeout_s * 2):  # the socket timeout, with room for a reconnect
-                return await fn()
+            return await self._twice(fn)
         except (OSError, TimeoutError, _redis_error()) as exc:
             self._failed(exc)
             return None
+
+    async def _twice(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """`fn()`, and once more on a fresh connection if its connection was broken."""
+        try:
+            return await self._once(fn)
+        except TimeoutError:  # an OSError too, but not a broken connection: no second wait
+            raise
+        except (ConnectionError, _connection_error()):
+            await self.redis.connection_pool.disconnect(inuse_connections=False)
+            return await self._once(fn)
+
+    async def _once(self, fn: Callable[[], Awaitable[T]]) -> T:
+        async with asyncio.timeout(self._timeout_s * 2):  # the socket timeout, with room for a reconnect
+            return await fn()
 
     async def _back(self) -> bool:
         """During an outage: whether Redis answers a PING again (tried at most once per
@@ -75,8 +97,7 @@ class Link:
         self._recovering = True
         try:
             try:
-                async with asyncio.timeout(self._timeout_s * 2):
-                    await self.redis.ping()
+                await self._twice(self.redis.ping)
             except (OSError, TimeoutError, _redis_error()) as exc:
                 self._failed(exc)
                 return False
@@ -109,6 +130,13 @@ async def _quietly(callback: Callable[[], Awaitable[None]]) -> None:
         log.exception("coordination: a recovery callback failed")
 
 
+def _connection_error() -> type[Exception]:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    error: type[Exception] = RedisConnectionError
+    return error
+
+
 def _redis_error() -> type[Exception]:
     from redis.exceptions import RedisError
 
@@ -135,13 +163,25 @@ async def open_link(config: CoordinationConfig) -> Link:
         config.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
     )
     try:
-        async with asyncio.timeout(timeout * 4):
-            await redis.ping()
+        await _first_ping(redis, timeout)
     except Exception as exc:
         await redis.aclose()
         where = _public(config.redis_url)
         raise ConfigError(f"coordination.redis_url: Redis at {where} does not answer ({type(exc).__name__})") from None
     return Link(redis, config)
+
+
+async def _first_ping(redis: Any, timeout_s: float) -> None:
+    """Ping up to three times: one answer slower than the socket timeout (a busy machine at
+    start-up) must not stop the server; a Redis that is not there fails all three."""
+    for attempt in range(3):
+        try:
+            async with asyncio.timeout(timeout_s * 4):
+                await redis.ping()
+            return
+        except Exception:
+            if attempt == 2:
+                raise
 
 
 def _public(url: str) -> str:

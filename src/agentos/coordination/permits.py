@@ -23,16 +23,25 @@ in Redis when it went away expire there after the lease (others cannot reach Red
 nobody is granted them wrongly meanwhile); when Redis answers again, the heartbeat adds every
 stream the node still has open back (`refresh`), so the count in Redis is the truth again before
 new grants depend on it. Each outage is logged once by the link.
+
+Redis restarted (or flushed). Its connections break, so the bus reconnects at once, and each
+node adds its open streams back right then (`refresh` on the bus's reconnect), not only at its
+next heartbeat. Until every node has, grants wait: the first node to find the semaphore gone
+sets a hold-off in Redis for a little longer than a heartbeat period (`coordination.semaphore`),
+so the count in Redis never starts from 0 while streams are open.
+
+Gauges (`statistics()`, read by `agentos.metrics`): this node's streams holding a slot, its
+streams waiting for one, and how many of its slots it had to add back because Redis had lost them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from agentos.config import Settings
@@ -47,6 +56,16 @@ log = logging.getLogger("agentos.coordination")
 
 RETRY_S = 0.5  # a waiting node tries again at least this often, in case a "released" was lost
 MAX_UNRELEASED = 1000  # releases kept for a Redis that comes back (one call each on recovery)
+COUNT_AGAIN_TRIES = 5  # after a bus reconnect, tried over about 5 link retries, then left to the heartbeat
+HOLD_MARGIN_S = 0.1  # added to the longest time between two heartbeats of a node: the hold-off
+CLOSE_WAIT_S = 5.0  # closing waits this long for the heartbeat and the calls in flight
+
+
+@dataclass(frozen=True)
+class PermitStatistics:
+    held: int  # this node's streams holding a slot of the cluster's limit
+    waiting: int  # its streams waiting for one (they hold their kernel permit)
+    restored_total: int  # its slots it added back because Redis had lost them (a restart, a long outage)
 
 
 class ClusterPermits:
@@ -58,7 +77,9 @@ class ClusterPermits:
         self._link = link
         self._bus = bus
         self._node = node
-        self._semaphore = RedisSemaphore(link.redis, link.prefix, limit, cap, lease_s)
+        # The longest time between two heartbeats: the period, plus the sleep that may overrun it.
+        hold_s = lease_s / 3 + min(retry_s, lease_s / 3) + HOLD_MARGIN_S
+        self._semaphore = RedisSemaphore(link.redis, link.prefix, limit, cap, lease_s, hold_s)
         self.share = math.ceil(limit / link.expected_nodes)  # what the node grants alone, Redis down
         self._lease_s = lease_s
         self._retry_s = retry_s
@@ -70,6 +91,9 @@ class ClusterPermits:
         self._heartbeat: asyncio.Task[None] | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._unreleased: set[str] = set()  # slots given back while Redis was down
+        self._restored = 0
+        self._closing = False
+        self._renewals: list[Callable[[bool], Awaitable[None]]] = []  # other leases this heartbeat keeps
         # The acquires and releases of streams starting and ending together: one Lua call each way.
         self._acquires: Batches[tuple[str, str, bool], int] = Batches(self._acquire_batch)
         self._releases: Batches[str, int] = Batches(self._release_batch)
@@ -78,24 +102,33 @@ class ClusterPermits:
     def waiting(self) -> int:
         return len(self._line)
 
+    def statistics(self) -> PermitStatistics:
+        return PermitStatistics(len(self.held), len(self._line), self._restored)
+
     async def start(self) -> None:
         if self._bus is not None:
             self._unsubscribe = await self._bus.subscribe(RELEASED_CHANNEL, lambda _: self._kick())
+            # A broken subscriber connection is how a node hears of a Redis restart first: its
+            # streams go back into Redis now, not at the next heartbeat.
+            self._bus.on_reconnect(lambda: self._spawn(self._count_again()))
         self._link.when_back(lambda: self._refresh(recovery=True))
         self._heartbeat = asyncio.get_running_loop().create_task(self._beat())
 
+    def renew_also(self, renew: Callable[[bool], Awaitable[None]]) -> None:
+        """Call `renew(recovery)` on every heartbeat too (`agentos.coordination.holds`)."""
+        self._renewals.append(renew)
+
     async def close(self) -> None:
         """Stop the heartbeat and give back what is still held (best effort: the lease covers the rest)."""
+        self._closing = True  # a flag too: a cancel that meets a client's timeout may be lost
         if self._unsubscribe is not None:
             self._unsubscribe()
         if self._heartbeat is not None:
             self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
+            await _bounded({self._heartbeat})
         for stream_id in list(self.held):
             self.release(stream_id)
-        if self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await _bounded(set(self._tasks))
         await self._releases.wait_idle()
 
     async def acquire(self, stream_id: str, tenant: str, timeout_s: float, *, shared: bool = False) -> None:
@@ -166,6 +199,7 @@ class ClusterPermits:
         answer = await self._link.call(lambda: self._semaphore.acquire_many(members))
         if answer is None:
             return None
+        self._semaphore.known = True
         for (stream_id, tenant, _), status in zip(items, answer, strict=True):
             if status == GRANTED:  # here, not in the caller: a caller cancelled meanwhile still releases it
                 self.held[stream_id] = tenant
@@ -212,7 +246,7 @@ class ClusterPermits:
         """The heartbeat, and the bounded retry of a waiting line."""
         every = self._lease_s / 3
         next_beat = time.monotonic()
-        while True:
+        while not self._closing:
             if time.monotonic() >= next_beat:
                 next_beat = time.monotonic() + every
                 try:
@@ -222,16 +256,32 @@ class ClusterPermits:
             await asyncio.sleep(min(self._retry_s, every))
             self._kick()
 
+    async def _count_again(self) -> None:
+        """After the bus reconnected: put this node's streams back into Redis now. The link's
+        pooled connections broke with the bus's, so the first call may fail; the link answers
+        again after its retry interval, its recovery (`_refresh(recovery=True)`) first."""
+        for _ in range(COUNT_AGAIN_TRIES):
+            if self._closing:
+                return
+            await self._refresh()
+            if not self._link.down:
+                return
+            await asyncio.sleep(self._link.retry_s)
+
     async def _refresh(self, recovery: bool = False) -> None:
         """Renew this node's leases (`recovery`: Redis just came back, before any other call)."""
         for member in list(self._unreleased) if recovery else ():
             await self._released(member, recovery=True)
-        if not self.held:
-            return
+        # Even with nothing held: it keeps the semaphore's `alive` marker (see `coordination.semaphore`).
         members = [(self._member(stream_id), tenant) for stream_id, tenant in self.held.items()]
         added = await self._link.call(lambda: self._semaphore.refresh(members), recovery=recovery)
+        if added is not None:
+            self._semaphore.known = True
         if added:
+            self._restored += added
             log.warning("coordination: %d provider slots of this node were missing in Redis; counted again", added)
+        for renew in self._renewals:
+            await renew(recovery)
 
     def _member(self, stream_id: str) -> str:
         return f"{self._node}/{stream_id}"
@@ -240,6 +290,17 @@ class ClusterPermits:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+async def _bounded(tasks: set[asyncio.Task[None]]) -> None:
+    """Wait for `tasks` (each bounded by the link's timeouts), cancelling what is left after
+    `CLOSE_WAIT_S`: closing never hangs on a Redis call."""
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def cluster_permits(settings: Settings, link: Link, bus: Bus | None) -> ClusterPermits:

@@ -28,6 +28,7 @@ from agentos.kernel.events import (
     ProviderReleased,
     RunCancelRequested,
     RunEnded,
+    RunOffered,
     RunOutcome,
     RunResumed,
     RunSubmitted,
@@ -37,6 +38,7 @@ from agentos.kernel.events import (
     TenantConfigured,
     Tick,
     TurnEnded,
+    TurnOffered,
     TurnSubmitted,
 )
 from agentos.kernel.kernel import (
@@ -77,6 +79,7 @@ __all__ = [
     "RejectTurn",
     "RunCancelRequested",
     "RunEnded",
+    "RunOffered",
     "RunOutcome",
     "RunRejection",
     "RunResumed",
@@ -92,6 +95,7 @@ __all__ = [
     "TenantUsage",
     "Tick",
     "TurnEnded",
+    "TurnOffered",
     "TurnRejection",
     "TurnState",
     "TurnSubmitted",

@@ -18,7 +18,7 @@ class RejectTurn:
     """Over an admission limit: answer 429 with Retry-After and `code`, start nothing.
 
     `code`: "overloaded" (the server's `max_in_flight_turns`) or "tenant_concurrent_turns"
-    (the tenant's `max_concurrent_turns`)."""
+    (the tenant's `max_concurrent_turns`). `turn_id` is "" for a `TurnOffered`."""
 
     turn_id: str
     retry_after_s: int
@@ -76,7 +76,8 @@ class AcceptRun:
 class RejectRun:
     """Over `max_active_runs`: answer 429 with Retry-After and `code`; journal and start nothing.
 
-    `code`: "overloaded" (the server's limit) or "tenant_active_runs" (the tenant's)."""
+    `code`: "overloaded" (the server's limit) or "tenant_active_runs" (the tenant's). `run_id`
+    is "" for a `RunOffered`."""
 
     run_id: str
     retry_after_s: int

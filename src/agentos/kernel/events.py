@@ -36,6 +36,18 @@ class TurnSubmitted:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnOffered:
+    """A session turn is on its way in, before its body is read or its session looked up.
+
+    -> `RejectTurn` (with `turn_id` "": it has none yet) when `TurnSubmitted` for the tenant
+    would be refused now, counted as a rejection; else nothing. It admits nothing and holds no
+    slot: the `TurnSubmitted` that follows decides again (a turn may pass this and still be
+    refused). It lets a refusal cost no read, no decoding and no store work."""
+
+    tenant_id: str = DEFAULT_TENANT
+
+
+@dataclass(frozen=True, slots=True)
 class StreamRequested:
     """A provider stream outside any session turn (a run's model call) wants a permit.
 
@@ -110,6 +122,15 @@ class RunSubmitted:
 
     run_id: str
     parent_run_id: str | None = None
+    tenant_id: str = DEFAULT_TENANT
+
+
+@dataclass(frozen=True, slots=True)
+class RunOffered:
+    """A plain run (no parent) is on its way in, before its body is read: like `TurnOffered`,
+    -> `RejectRun` (`run_id` "") when `RunSubmitted` for the tenant would be refused now, else
+    nothing; it admits nothing."""
+
     tenant_id: str = DEFAULT_TENANT
 
 
@@ -205,6 +226,7 @@ class TenantConfigured:
 
 Event = (
     TurnSubmitted
+    | TurnOffered
     | StreamRequested
     | ProviderReleased
     | TurnEnded
@@ -213,6 +235,7 @@ Event = (
     | SessionClosed
     | Tick
     | RunSubmitted
+    | RunOffered
     | RunResumed
     | HumanRequested
     | HumanAnswered

@@ -40,6 +40,7 @@ from agentos.kernel.events import (
     ProviderReleased,
     RunCancelRequested,
     RunEnded,
+    RunOffered,
     RunResumed,
     RunSubmitted,
     SessionClosed,
@@ -48,6 +49,7 @@ from agentos.kernel.events import (
     TenantConfigured,
     Tick,
     TurnEnded,
+    TurnOffered,
     TurnSubmitted,
 )
 from agentos.kernel.limits import KernelLimits
@@ -105,6 +107,7 @@ class Kernel:
         turns, runs = self._turns, self._runs
         self._dispatch: dict[type[Any], Callable[[Any, float], list[Command]]] = {
             TurnSubmitted: lambda e, now: turns.submit(e.session_id, e.turn_id, e.wants_permit, now, e.tenant_id),
+            TurnOffered: lambda e, now: turns.offer(e.tenant_id),
             StreamRequested: self._request_stream,
             ProviderReleased: lambda e, now: turns.release(e.turn_id),
             TurnEnded: self._end_turn,
@@ -113,6 +116,7 @@ class Kernel:
             SessionClosed: lambda e, now: turns.close_session(e.session_id),
             Tick: lambda e, now: turns.tick(now) + runs.tick(now),
             RunSubmitted: lambda e, now: runs.submit(e.run_id, e.parent_run_id, e.tenant_id),
+            RunOffered: lambda e, now: runs.offer(e.tenant_id),
             RunResumed: lambda e, now: runs.resume(e.run_id, e.parent_run_id, e.tenant_id),
             HumanRequested: lambda e, now: runs.request_human(e),
             HumanAnswered: lambda e, now: runs.answer(e),
@@ -142,6 +146,11 @@ class Kernel:
     def run_state(self, run_id: str) -> RunState | None:
         """The state of a run; None once it is finished (or was never admitted)."""
         return self._runs.state(run_id)
+
+    def run_tenant(self, run_id: str) -> str | None:
+        """The tenant of a run the kernel knows."""
+        run = self._runs.table.get(run_id)
+        return run.tenant if run is not None else None
 
     def pending_human(self, run_id: str) -> PendingHuman | None:
         """The human request a waiting run waits on; None for any other run."""

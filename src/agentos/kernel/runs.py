@@ -6,6 +6,7 @@ A run is known to the kernel from its admission (or its recovery at start-up) un
 ends or the kernel finishes it. Its states:
 
     submitted --(over max_active_runs)--> rejected                   [RejectRun]
+    (`RunOffered`, before a run has an id, answers the same `RejectRun`, or nothing)
     submitted | resumed --> running                                   [AcceptRun +] StartRun
     running --(soft cancel)--> stopping                               [StopRun(hard=False)]
     running | stopping --(hard cancel)--> terminating                 [StopRun(hard=True)]
@@ -145,6 +146,15 @@ class Runs:
         if parent is not None and parent.state in (RunState.STOPPING, RunState.TERMINATING):
             commands += self.cancel(run_id, hard=parent.state is RunState.TERMINATING)
         return commands
+
+    def offer(self, tenant: str) -> list[Command]:
+        """A plain run of `tenant` is on its way in: refused now (and counted) if `submit` would
+        refuse it; nothing changes otherwise."""
+        rejection = self._over_limit(tenant)
+        if rejection is None:
+            return []
+        self.rejected += 1
+        return [RejectRun("", self.limits.retry_after_s, rejection)]
 
     def _over_limit(self, tenant: str) -> RunRejection | None:
         limit = self.limits.max_active_runs

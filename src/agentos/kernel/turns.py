@@ -7,6 +7,7 @@ The table holds two kinds of entries that share the permit pool: session turns
 its run). A turn moves through these states:
 
     submitted --(over the admission limit)--> rejected             [RejectTurn]
+    (`TurnOffered`, before a turn has an id, answers the same `RejectTurn`, or nothing)
     submitted --> waiting --(permit free)--> streaming              [AcceptTurn, GrantPermit]
     submitted --(wants_permit=False)--> running                     [AcceptTurn]
     (a stream skips admission and queues for a permit: waiting, then streaming)
@@ -132,6 +133,15 @@ class Turns:
         self.admitted += 1
         commands.append(AcceptTurn(turn_id))
         return commands + self._queue(turn_id, now) if wants_permit else commands
+
+    def offer(self, tenant: str) -> list[Command]:
+        """A turn of `tenant` is on its way in: refused now (and counted) if `submit` would refuse
+        it; nothing changes otherwise."""
+        rejection = self._over_limit(tenant)
+        if rejection is None:
+            return []
+        self.rejected += 1
+        return [RejectTurn("", self.limits.retry_after_s, rejection)]
 
     def _over_limit(self, tenant: str) -> TurnRejection | None:
         limit = self.limits.max_in_flight_turns

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 # /v1/runs/{run_id}.
 _STOPS_RUN = frozenset({"superseded", "cancelled", "session_deleted"})
 _RUN_TERMINAL = frozenset({"run.completed", "run.failed", "run.cancelled"})
+# The run's own timeline, not the turn's: the client answers humans at /v1/runs/{run_id}, and
+# a model call's events (two per call, on GET /v1/runs/{run_id}/events) would cost the session
+# store two more rows per model call for what the turn's tokens already show.
+_RUN_ONLY = frozenset({"run.started", "model.started", "model.completed"})
 
 
 class AgentTurns:
@@ -33,6 +37,8 @@ class AgentTurns:
     async def run(self, turn: Turn, sink: TurnSink, partial: list[str]) -> Outcome:
         assert turn.agent is not None
         context = await begin(self._store, turn, sink, self._history_max)  # the run continues the session
+        if turn.prompt is not None:  # a client's conversation, ending with the turn's input
+            context = turn.prompt[:-1]
         turn.run_id = await self._runs.start_run(
             turn.tenant_id, turn.agent, turn.input, turn.session_id, context=context
         )
@@ -41,7 +47,7 @@ class AgentTurns:
                 partial.append(event.data.get("delta", ""))
             elif event.type in _RUN_TERMINAL:
                 return await self._end(turn, event.type, event.data)
-            if event.type != "run.started":  # the client answers humans at /v1/runs/{run_id}
+            if event.type not in _RUN_ONLY:
                 data = {**event.data, "run_id": turn.run_id}
                 await sink.send(turn.next_event_id(), event.type, data)
                 if event.type != "token":  # stored, so a resumed turn stream replays it
@@ -57,8 +63,8 @@ class AgentTurns:
         run = {"turn_id": turn.turn_id, "run_id": turn.run_id}
         if kind == "run.completed":
             result = str(data.get("result") or "")
-            await self._store.commit_message(message(turn, "assistant", result, "completed"))
-            return Outcome("turn.completed", {**run, "result": result})
+            answer = message(turn, "assistant", result, "completed")
+            return Outcome("turn.completed", {**run, "result": result}, answer)  # stored with its event
         name = "turn.failed" if kind == "run.failed" else "turn.cancelled"
         self._store.add_message(message(turn, "assistant", str(data.get("result") or ""), name[5:]))
         return Outcome(name, {**run, "reason": str(data.get("reason", "run_failed"))})

@@ -29,7 +29,10 @@ class ChatTurns:
 
     async def run(self, turn: Turn, sink: TurnSink, partial: list[str]) -> Outcome:
         messages: list[Message] = [*await begin(self._store, turn, sink, self._history_max)]
-        messages.append({"role": "user", "content": turn.input})
+        if turn.prompt is None:
+            messages.append({"role": "user", "content": turn.input})
+        else:
+            messages = turn.prompt
         await self._driver.open_stream(turn.turn_id, turn.permit, turn.tenant_id, turn.submitted_s)
         try:
             completion = await self._stream(turn, sink, messages, partial)
@@ -41,17 +44,19 @@ class ChatTurns:
             "completion_tokens": completion.usage.completion_tokens,
         }
         answer = message(turn, "assistant", completion.text, "completed", usage)
-        await self._store.commit_message(answer)  # durable before the client sees turn.completed
         self._metrics.tokens_prompt.inc(completion.usage.prompt_tokens)
         self._metrics.tokens_completion.inc(completion.usage.completion_tokens)
         data: dict[str, Any] = {"turn_id": turn.turn_id, "usage": usage, "finish_reason": completion.finish_reason}
-        return Outcome("turn.completed", data)
+        if completion.tool_calls:  # only a client's own tools (`Turn.tools`) are offered to the model
+            calls = completion.tool_calls
+            data["tool_calls"] = [{"id": c.call_id, "name": c.name, "arguments": c.arguments} for c in calls]
+        return Outcome("turn.completed", data, answer)  # stored with turn.completed (Turns._finish)
 
     async def _stream(self, turn: Turn, sink: TurnSink, messages: list[Message], partial: list[str]) -> Completion:
         first = True
         # aclosing: an error in this loop's body (the client went away) must abort the
         # upstream now, not whenever the generator is collected.
-        async with aclosing(self._provider.stream(ChatRequest(messages))) as stream:
+        async with aclosing(self._provider.stream(ChatRequest(messages, tools=turn.tools))) as stream:
             async for item in stream:
                 if isinstance(item, Completion):
                     return item

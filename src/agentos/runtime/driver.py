@@ -13,7 +13,10 @@ kernel's `FailTurn` (the permit wait ran out).
 
 In a cluster (`coordination.redis_url`), a stream also needs a slot of the cluster's limit
 (`agentos.coordination.permits`), taken after the kernel's permit and given back with it: on
-`ProviderReleased` or `TurnEnded`, whichever comes first (`open_stream`, `handle`).
+`ProviderReleased` or `TurnEnded`, whichever comes first (`open_stream`, `handle`). A tenant's
+`max_concurrent_turns` is counted there too (`hold_turn`, given back on `TurnEnded`): the
+kernel's count is this node's only, and a cap kept per node multiplies by the nodes. So is
+`max_active_runs` (`hold_run`; a run's place then follows the kernel's count, `_sync_run_hold`).
 
 Tenants: the kernel shares the permits among tenants by weight and caps each one's turns and
 runs (`agentos.kernel.permits`, `tenants`); `configure_tenant` tells it a tenant's limits.
@@ -36,8 +39,15 @@ from agentos.kernel import (
     Event,
     FailTurn,
     GrantPermit,
+    HumanAnswered,
+    HumanRequested,
     Kernel,
     ProviderReleased,
+    RunCancelRequested,
+    RunEnded,
+    RunResumed,
+    RunState,
+    RunSubmitted,
     StreamRequested,
     TenantConfigured,
     Tick,
@@ -46,9 +56,12 @@ from agentos.kernel import (
 from agentos.tenancy.limits import TenantLimits
 
 if TYPE_CHECKING:
+    from agentos.coordination.holds import ClusterHolds
     from agentos.coordination.permits import ClusterPermits
 
 C = TypeVar("C")
+# The events that change whether a run is counted (has a task): its place in Redis follows.
+_RUN_EVENTS = (RunSubmitted, RunResumed, HumanRequested, HumanAnswered, RunCancelRequested, RunEnded)
 
 
 class Driver:
@@ -56,6 +69,8 @@ class Driver:
         self.kernel = kernel
         self.clock = clock
         self.cluster = cluster  # the cluster's provider slots, when nodes share the limit
+        self.turn_holds: ClusterHolds | None = None  # tenants' `max_concurrent_turns`, cluster-wide
+        self.run_holds: ClusterHolds | None = None  # tenants' `max_active_runs`, cluster-wide
         self._executors: dict[type[Any], Callable[[Any], None]] = {}
         self._permits: dict[str, asyncio.Future[None]] = {}  # model calls waiting for a permit
         self._timer: asyncio.TimerHandle | None = None
@@ -72,7 +87,11 @@ class Driver:
         """Feed one event to the kernel and carry out what it answers."""
         if self.cluster is not None and isinstance(event, ProviderReleased | TurnEnded):
             self.cluster.release(event.turn_id)  # a no-op for a stream without a slot
+        if self.turn_holds is not None and isinstance(event, TurnEnded):
+            self.turn_holds.release(event.turn_id)  # a no-op for a turn without a place
         commands = self.kernel.handle(event, self.clock.now())
+        if self.run_holds is not None and isinstance(event, _RUN_EVENTS):
+            self._sync_run_hold(event.run_id)
         for command in commands:
             self._execute(command)
         self._arm_timer()
@@ -87,6 +106,37 @@ class Driver:
         grant and admission use them. Unknown tenants have `settings.tenant_limits`."""
         configured = TenantConfigured(tenant_id, limits.weight, limits.max_concurrent_turns, limits.max_active_runs)
         self.handle(configured)
+
+    async def hold_turn(self, turn_id: str, tenant_id: str) -> bool:
+        """In a cluster, whether the tenant's `max_concurrent_turns` leaves room for one more turn
+        over every node (`agentos.coordination.holds`); the place is given back on `TurnEnded`.
+        True at no cost without a cluster or without the cap: the kernel's count decides then."""
+        cap = self.kernel.tenant_share(tenant_id).max_concurrent_turns
+        if self.turn_holds is None or not cap:
+            return True
+        return await self.turn_holds.acquire(turn_id, tenant_id, cap)
+
+    async def hold_run(self, run_id: str, tenant_id: str, parent_run_id: str | None) -> bool:
+        """`hold_turn` for a plain run and the tenant's `max_active_runs`. A child of a working
+        parent is never refused (the kernel's rule): it is counted after its admission."""
+        cap = self.kernel.tenant_share(tenant_id).max_active_runs
+        if self.run_holds is None or not cap:
+            return True
+        if parent_run_id is not None and self.kernel.run_state(parent_run_id) not in (None, RunState.WAITING):
+            return True
+        return await self.run_holds.acquire(run_id, tenant_id, cap)
+
+    def _sync_run_hold(self, run_id: str) -> None:
+        """Keep the run's place in Redis as the kernel counts it: held while it has a task (a
+        resumed or answered run too, never refused), given back when it parks or ends."""
+        assert self.run_holds is not None
+        counted = self.kernel.run_state(run_id) in (RunState.RUNNING, RunState.STOPPING, RunState.TERMINATING)
+        if not counted:
+            self.run_holds.release(run_id)  # a no-op for a run without a place
+            return
+        tenant = self.kernel.run_tenant(run_id)
+        if tenant is not None and self.kernel.tenant_share(tenant).max_active_runs:
+            self.run_holds.add(run_id, tenant)  # a no-op for one that holds its place
 
     def close(self) -> None:
         self._closed = True

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from agentos.clock import Clock
 from agentos.config import Settings
+from agentos.errors import AdmissionRejected, ShuttingDown
 from agentos.ids import new_id
-from agentos.kernel import Kernel, KernelLimits, TenantShare
+from agentos.kernel import Kernel, KernelLimits, RejectRun, RejectTurn, RunOffered, TenantShare, TurnOffered
 from agentos.metrics import Metrics
-from agentos.providers.base import Provider
+from agentos.providers.base import Message, Provider
 from agentos.runtime.agent_turn import AgentTurns
 from agentos.runtime.chat import ChatTurns
 from agentos.runtime.driver import Driver
@@ -74,7 +75,8 @@ class Runtime:
         self.streams = TurnStreams(store, bus, live=lambda turn_id: self._turns.get(turn_id) is not None)
         self._turns = Turns(driver, store, metrics, self.clock, self.sessions, chat, agents, self.streams, bus)
         self._lag_timer: asyncio.TimerHandle | None = None
-        metrics.bind(driver.kernel.statistics, store.statistics, lambda: len(self._turns))
+        cluster = None if driver.cluster is None else driver.cluster.statistics
+        metrics.bind(driver.kernel.statistics, store.statistics, lambda: len(self._turns), cluster)
 
     async def start(self) -> None:
         """Hear the other nodes' cancels (with `coordination.redis_url`); nothing otherwise."""
@@ -109,9 +111,44 @@ class Runtime:
 
     # -- turns ------------------------------------------------------------------------------
 
-    async def start_turn(self, tenant_id: str, session_id: str, text: str) -> Turn:
-        """Admit a turn (or raise ShuttingDown / SessionNotFound / AdmissionRejected)."""
-        return await self._turns.start(tenant_id, session_id, text)
+    def offer_turn(self, tenant_id: str) -> None:
+        """Refuse a turn of the tenant at once when the server drains or the gate is full: asked
+        before the request's body is read and its session looked up, so a refusal reads, decodes
+        and stores nothing. Passing admits nothing: `start_turn` decides again.
+
+        Raises: ShuttingDown; AdmissionRejected ("overloaded", "tenant_concurrent_turns").
+        """
+        if not self.accepting:
+            raise ShuttingDown("the server is shutting down")
+        for command in self.driver.handle(TurnOffered(tenant_id)):
+            if isinstance(command, RejectTurn):
+                raise AdmissionRejected(command.retry_after_s, code=command.code)
+
+    def offer_run(self, tenant_id: str) -> None:
+        """`offer_turn` for a plain run (the runs API): before its body is read.
+
+        Raises: ShuttingDown; AdmissionRejected ("overloaded", "tenant_active_runs").
+        """
+        if not self.accepting or (self.runs is not None and not self.runs.accepting):
+            raise ShuttingDown("the server is shutting down")
+        for command in self.driver.handle(RunOffered(tenant_id)):
+            if isinstance(command, RejectRun):
+                raise AdmissionRejected(command.retry_after_s, what="runs", code=command.code)
+
+    async def start_turn(
+        self,
+        tenant_id: str,
+        session_id: str,
+        text: str,
+        *,
+        prompt: list[Message] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> Turn:
+        """Admit a turn (or raise ShuttingDown / SessionNotFound / AdmissionRejected).
+
+        `prompt`: the model's whole conversation, ending with `text`, instead of the session's
+        transcript; `tools`: a client's own tools (see `Turn`)."""
+        return await self._turns.start(tenant_id, session_id, text, prompt=prompt, tools=tools)
 
     async def run_turn(self, turn: Turn, sink: TurnSink) -> None:
         await self._turns.run(turn, sink)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agentos.clock import wall_ms
-from agentos.errors import InvalidInput, SessionNotFound
+from agentos.errors import NotFound, SessionNotFound
 from agentos.ids import new_id
 from agentos.kernel import EvictSession, SessionClosed, SessionOpened
 from agentos.runtime.driver import Driver
@@ -44,6 +44,16 @@ class Sessions:
         """The agent that runs the session's turns, or None for plain chat turns."""
         return self._agents.get(session_id)
 
+    async def agent_running(self, tenant_id: str, session_id: str) -> str | None:
+        """What `reported_agent` says of the tenant's session: from memory for a session in
+        memory (a session's agent never changes), else from its stored record.
+
+        Raises: SessionNotFound (also for another tenant's session).
+        """
+        if self._tenants.get(session_id) == tenant_id and self._driver.kernel.has_session(session_id):
+            return self._agents.get(session_id)
+        return self.reported_agent(await self.get(tenant_id, session_id))
+
     def reported_agent(self, record: SessionRecord) -> str | None:
         """The agent that runs (or, once loaded, will run) the session's turns; None for plain chat.
 
@@ -59,13 +69,15 @@ class Sessions:
         """Open a session of `tenant_id` run by `agent` (None: the default, see `DEFAULT_AGENT`);
         the agent must be one the tenant sees (a config agent or one of its own).
 
-        Raises: InvalidInput (unknown agent).
+        Raises: NotFound `agent_not_found` (404, as for a run or a trigger of an unknown agent).
         """
         agent = DEFAULT_AGENT if agent is None else agent
         if agent != DEFAULT_AGENT and self._runs is not None:
             await self._runs.sync_agents(tenant_id)  # another node may have defined it
         if agent != DEFAULT_AGENT and (self._runs is None or not self._runs.has_agent(tenant_id, agent)):
-            raise InvalidInput(f"unknown agent {agent!r}; define it in the config or with POST /v1/agents")
+            raise NotFound(
+                f"unknown agent {agent!r}; define it in the config or with POST /v1/agents", code="agent_not_found"
+            )
         record = SessionRecord(
             session_id=new_id("ses"), tenant_id=tenant_id, agent=agent, metadata=metadata, created_at_ms=wall_ms()
         )

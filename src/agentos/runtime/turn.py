@@ -11,6 +11,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from agentos.providers.base import Message
+from agentos.store.records import MessageRecord
+
 EventName = Literal["turn.started", "token", "turn.completed", "turn.cancelled", "turn.failed"]
 TERMINAL_EVENTS: frozenset[str] = frozenset({"turn.completed", "turn.cancelled", "turn.failed"})
 
@@ -23,10 +26,12 @@ class TurnSink(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """How a turn ended normally: its terminal event, with the answer already stored."""
+    """How a turn ended normally: its terminal event, and `answer` when it completed (stored
+    with that event, before the client hears of it); failed and cancelled ones stored theirs."""
 
     name: str
     data: dict[str, Any]
+    answer: MessageRecord | None = None
 
 
 class CollectingSink:
@@ -56,6 +61,9 @@ class Turn:
         "submitted_s",
         "epoch",
         "fenced_out",
+        "answered",
+        "prompt",
+        "tools",
         "_seq",
     )
 
@@ -77,6 +85,11 @@ class Turn:
         # The session's turn epoch this turn holds (PostgreSQL; None on the one-node stores).
         self.epoch: int | None = None
         self.fenced_out = False  # a newer epoch exists: the store refuses this turn's writes
+        self.answered = False  # its answer and turn.completed are queued for one commit
+        # The model's whole conversation as a client sent it (the OpenAI front door's stateless
+        # mode), ending with `input`; None: the session's transcript, then `input`.
+        self.prompt: list[Message] | None = None
+        self.tools: list[dict[str, Any]] | None = None  # a client's own tools (plain chat turns only)
         self._seq = 0
 
     @property

@@ -3,7 +3,8 @@
 A turn runs in the task of whoever calls `run` (for SSE and JSON the request's own handler
 task: no extra task and no queue hop per token). Whatever happens, it ends with exactly one
 terminal event (`turn.completed`, `turn.cancelled` or `turn.failed`), recorded before it is
-sent, and with `TurnEnded` fed to the kernel.
+sent (never shed; a completed turn's committed with its answer, `Store.commit_answer`), and
+with `TurnEnded` fed to the kernel.
 
 Across nodes (PostgreSQL): before its first write a turn takes its session's turn epoch
 (`Store.begin_turn`, one round trip) and announces it (`agentos.runtime.cluster`); another
@@ -36,15 +37,17 @@ from agentos.errors import (
 from agentos.ids import new_id
 from agentos.kernel import CancelRequested, CancelTurn, GrantPermit, RejectTurn, TurnEnded, TurnSubmitted
 from agentos.metrics import Metrics
+from agentos.providers.base import Message
 from agentos.runtime.agent_turn import AgentTurns
 from agentos.runtime.chat import ChatTurns
 from agentos.runtime.cluster import CancelMessage, CancelRelay
 from agentos.runtime.driver import Driver
 from agentos.runtime.sessions import Sessions
 from agentos.runtime.streams import PublishingSink, TurnStreams
-from agentos.runtime.transcript import message, record_event
+from agentos.runtime.transcript import event, message, record_event
 from agentos.runtime.turn import Outcome, Turn, TurnSink
 from agentos.store.base import OneNodeTurns, Store
+from agentos.store.records import MessageRecord
 
 if TYPE_CHECKING:
     from agentos.coordination.bus import Bus
@@ -93,7 +96,15 @@ class Turns:
     def ids(self) -> list[str]:
         return list(self._turns)
 
-    async def start(self, tenant_id: str, session_id: str, text: str) -> Turn:
+    async def start(
+        self,
+        tenant_id: str,
+        session_id: str,
+        text: str,
+        *,
+        prompt: list[Message] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> Turn:
         """Admit a turn in the tenant's session; `run` runs it.
 
         Raises:
@@ -106,12 +117,20 @@ class Turns:
             raise ShuttingDown("the server is shutting down")
         await self._sessions.ensure_loaded(tenant_id, session_id)
         agent = self._sessions.agent_of(session_id) if self._agents is not None else None
-        turn = Turn(new_id("turn"), tenant_id, session_id, text, self._clock.now(), agent)
+        turn_id = new_id("turn")
+        held = self._driver.turn_holds is None or await self._driver.hold_turn(turn_id, tenant_id)
+        if not held:  # the tenant's cap over every node (a cluster only: one attribute test without)
+            retry_after_s = self._driver.kernel.limits.retry_after_s
+            raise AdmissionRejected(retry_after_s, code="tenant_concurrent_turns")
+        turn = Turn(turn_id, tenant_id, session_id, text, self._clock.now(), agent)
+        turn.prompt, turn.tools = prompt, tools
         self._turns[turn.turn_id] = turn
         self.idle.clear()
         commands = self._driver.handle(TurnSubmitted(session_id, turn.turn_id, agent is None, tenant_id))
         if isinstance(commands[0], RejectTurn):
             self._forget(turn)
+            if self._driver.turn_holds is not None:
+                self._driver.turn_holds.release(turn_id)  # held above, never started
             raise AdmissionRejected(commands[0].retry_after_s, code=commands[0].code)
         if agent is None and GrantPermit(turn.turn_id) not in commands:
             turn.permit = self._driver.waits_for_permit(turn.turn_id)
@@ -147,8 +166,10 @@ class Turns:
                 raise asyncio.CancelledError
             await self._begin(turn)
             outcome = await self._execute(turn, self._published(turn, sink), partial)
-            await self._finish(turn, sink, outcome.name, outcome.data, None)
+            await self._finish(turn, sink, outcome.name, outcome.data, None, outcome.answer)
         except asyncio.CancelledError:
+            if turn.answered:  # cancelled from outside while its answer committed: it completed
+                raise
             await self._cancelled(turn, sink, partial)
         except StaleTurn:  # a newer turn of the session started on another node: it wins
             turn.fenced_out = True
@@ -236,12 +257,21 @@ class Turns:
             self.idle.set()
 
     async def _finish(
-        self, turn: Turn, sink: TurnSink, name: str, data: dict[str, Any], partial: list[str] | None
+        self,
+        turn: Turn,
+        sink: TurnSink,
+        name: str,
+        data: dict[str, Any],
+        partial: list[str] | None,
+        answer: MessageRecord | None = None,
     ) -> None:
-        """Record the terminal event first (synchronously), then try to deliver it.
+        """Record the terminal event first, then try to deliver it.
 
         `partial`: the tokens streamed so far, stored as the answer of a turn that did not
-        complete; None when the answer is already stored."""
+        complete; None when there is none to store. `answer`: a completed turn's, committed
+        with its terminal event before the client hears of either (a crash after the client
+        was told leaves both stored); a failure to commit raises, as the turn's own writes do.
+        """
         turn.finishing = True  # from here a cancel would only cut the terminal event short
         outcome = name.removeprefix("turn.")
         data = {"turn_id": turn.turn_id, **data}
@@ -251,16 +281,31 @@ class Turns:
         # Nothing may outlive a deleted session; a turn fenced out by a newer epoch would only
         # have its writes refused (the kernel's "superseded" has one whenever the store fences).
         fenced = self._fencing and (turn.fenced_out or turn.cancel_reason == "superseded")
-        if name == "turn.completed":  # its answer passed the fence: what follows only records that
-            self._store.end_turn(turn.turn_id, pending_writes=False)
-        if data.get("reason") != "session_deleted" and not fenced:
+        if answer is not None:  # one commit of both, in the group commit the answer joins anyway
+            try:
+                await self._store.commit_answer(answer, event(turn, name, data))
+            except asyncio.CancelledError:  # its client left: both are queued, and will be stored
+                turn.answered = True
+                self._ended(turn, name, data)
+                raise
+            self._store.end_turn(turn.turn_id, pending_writes=False)  # its answer passed the fence
+        elif data.get("reason") != "session_deleted" and not fenced:
             # A closed store refuses the records; the client is still told how the turn ended.
             with suppress(StoreUnavailable):
                 if partial is not None:
                     self._store.add_message(message(turn, "assistant", "".join(partial), outcome))
                 record_event(self._store, turn, name, data)
+        self._ended(turn, name, data)
+        if data.get("reason") == "client_disconnected":
+            return  # nobody to tell
+        with suppress(ConnectionError):  # the client left just now; the outcome is stored all the same
+            await sink.send(event_id, name, data)
+
+    def _ended(self, turn: Turn, name: str, data: dict[str, Any]) -> None:
+        """Tell the turn's followers how it ended, and count and log it."""
         if self._streams is not None:  # followers hear how it ended, whether or not its client is there
             self._streams.publish(turn, name, data)
+        outcome = name.removeprefix("turn.")
         duration_ms = (self._clock.now() - turn.submitted_s) * 1000
         self._metrics.observe_turn(outcome, duration_ms)
         log.info(
@@ -271,7 +316,3 @@ class Turns:
             data.get("reason", "-"),
             duration_ms,
         )
-        if data.get("reason") == "client_disconnected":
-            return  # nobody to tell
-        with suppress(ConnectionError):  # the client left just now; the outcome is stored all the same
-            await sink.send(event_id, name, data)

@@ -5,10 +5,12 @@ filters on it (in SQL for the SQLite store); another tenant's session answers ex
 missing one (None, False, []). There is no "every tenant" read. Writes stamp the tenant carried
 by the record itself.
 
-Writes that carry a promise (`create_session`, `commit_message`) are awaited until their batch
-is committed; the others (`add_message`, `add_event`, `log_access`) return at once. Events and
-access rows may be shed under overload (counted); messages never are: `add_message` callers
-await `wait_space()` first, which is the backpressure.
+Writes that carry a promise (`create_session`, `commit_message`, `commit_answer`) are awaited
+until their batch is committed; the others (`add_message`, `add_event`, `log_access`) return at
+once. Events and access rows may be shed under overload (counted); messages never are:
+`add_message` callers await `wait_space()` first, which is the backpressure. A turn's terminal
+event is never shed: a completed turn's is committed with its answer (`commit_answer`), before
+the client hears of it; a failed or cancelled turn's is added with `durable=True`.
 
 A store that cannot be reached (a database away, a writer closed or dead) raises
 `StoreUnavailable` (503 with Retry-After) from any call, within a bound; other failures raise
@@ -68,7 +70,13 @@ class Store(Protocol):
 
     async def create_session(self, record: SessionRecord) -> None: ...
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None: ...
-    async def list_sessions(self, tenant_id: str, *, limit: int, after: str | None) -> list[SessionRecord]: ...
+    async def list_sessions(
+        self, tenant_id: str, *, limit: int, after: str | None, agent: str | None = None
+    ) -> list[SessionRecord]:
+        """The tenant's sessions after the id `after`, in id order; `agent`: only those opened
+        with that agent (`"default"`: those opened without one)."""
+        ...
+
     async def delete_session(self, tenant_id: str, session_id: str) -> bool:
         """Delete the tenant's session with its transcript, its events and its JSONL lines; False
         if unknown (or another tenant's).
@@ -119,7 +127,19 @@ class Store(Protocol):
         self, tenant_id: str, session_id: str, *, after: int, limit: int
     ) -> list[MessageRecord]: ...
 
-    def add_event(self, record: EventRecord) -> None: ...
+    async def commit_answer(self, answer: MessageRecord, event: EventRecord) -> None:
+        """Commit a turn's answer and its terminal event (`turn.completed`), never shed: once this
+        returns both are stored. Both are queued before its first await, so a caller cancelled
+        while it waits still has them stored.
+
+        Raises: StaleTurn (PostgreSQL: the turn was superseded, neither is stored), StoreUnavailable.
+        """
+        ...
+
+    def add_event(self, record: EventRecord, *, durable: bool = False) -> None:
+        """Queue an event; shed under overload unless `durable` (a turn's terminal event)."""
+        ...
+
     async def list_events(self, tenant_id: str, session_id: str, *, after: int, limit: int) -> list[EventRecord]: ...
     async def list_turn_events(
         self, tenant_id: str, session_id: str, turn_id: str, *, after_seq: int, limit: int

@@ -46,8 +46,14 @@ class MemoryStore(OneNodeTurns):
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
         return self._owned(tenant_id, session_id)
 
-    async def list_sessions(self, tenant_id: str, *, limit: int, after: str | None) -> list[SessionRecord]:
-        ids = sorted(s for s, r in self._sessions.items() if r.tenant_id == tenant_id and s > (after or ""))
+    async def list_sessions(
+        self, tenant_id: str, *, limit: int, after: str | None, agent: str | None = None
+    ) -> list[SessionRecord]:
+        ids = sorted(
+            s
+            for s, r in self._sessions.items()
+            if r.tenant_id == tenant_id and s > (after or "") and agent in (None, r.agent)
+        )
         return [self._sessions[s] for s in ids[:limit]]
 
     async def delete_session(self, tenant_id: str, session_id: str) -> bool:
@@ -99,7 +105,11 @@ class MemoryStore(OneNodeTurns):
     async def list_messages(self, tenant_id: str, session_id: str, *, after: int, limit: int) -> list[MessageRecord]:
         return [m for m in self._transcript(tenant_id, session_id) if m.message_id > after][:limit]
 
-    def add_event(self, record: EventRecord) -> None:
+    async def commit_answer(self, answer: MessageRecord, event: EventRecord) -> None:
+        self.add_message(answer)
+        self.add_event(event, durable=True)
+
+    def add_event(self, record: EventRecord, *, durable: bool = False) -> None:
         if self._keep_events and record.session_id in self._sessions:
             record.event_id = next(self._ids)
             self._events.setdefault(record.session_id, []).append(record)

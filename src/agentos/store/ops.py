@@ -163,7 +163,8 @@ def connect(
         if migrate is not None:
             migrate(conn)
     except (sqlite3.Error, OSError) as exc:
-        raise StoreError(f"cannot open the {name} database {str(path)!r}: {exc}") from exc
+        detail = getattr(exc, "sqlite_errorname", "")  # SQLITE_IOERR_WRITE says more than "disk I/O error"
+        raise StoreError(f"cannot open the {name} database {str(path)!r}: {exc} {detail}".rstrip()) from exc
     return conn
 
 

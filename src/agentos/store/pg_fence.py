@@ -32,6 +32,7 @@ from agentos.store import pg_pool
 from agentos.store.base import EpochBump as Bumped
 from agentos.store.pg_bumps import ATTEMPTS, DEADLOCK, BumpBatches
 from agentos.store.pg_health import classify
+from agentos.store.pg_rows import MESSAGE_AND_EVENT
 
 if TYPE_CHECKING:
     import asyncpg
@@ -41,12 +42,7 @@ if TYPE_CHECKING:
 STALE_SQLSTATE = "AOS01"  # raised by agentos_turn_fence (migration 0004)
 _UNSETTLED_MAX = 1000
 
-_FENCE = "agentos_turn_fence($1::text, $2::text, $9::bigint)"
-FENCED_INSERT_MESSAGE = f"""
-INSERT INTO messages (tenant_id, session_id, turn_id, role, content, status, usage, created_at_ms)
-SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::jsonb, $8::bigint WHERE {_FENCE}
-ON CONFLICT (turn_id, role) DO UPDATE SET content = excluded.content, status = excluded.status, usage = excluded.usage
-"""
+FENCED_INSERT_MESSAGE = MESSAGE_AND_EVENT.format(fence=" WHERE agentos_turn_fence($1::text, $2::text, $13::bigint)")
 FENCED_INSERT_EVENT = """
 INSERT INTO events (tenant_id, session_id, turn_id, type, data, created_at_ms, seq)
 SELECT $1::text, $2::text, $3::text, $4::text, $5::jsonb, $6::bigint, $7::bigint

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from agentos.store.records import MessageRecord, SessionRecord
+from agentos.store.records import EventRecord, MessageRecord, SessionRecord
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
@@ -15,11 +15,20 @@ _decode = msgspec.json.decode
 # A batch applied again after a failure may repeat a write, so the writes with a natural key
 # are idempotent. Events and access rows have none; they are sheddable anyway.
 INSERT_SESSION = "INSERT INTO sessions VALUES ($1, $2, $3, $4::jsonb, $5) ON CONFLICT (session_id) DO NOTHING"
-INSERT_MESSAGE = """
+# A message, with its turn's terminal event when $9 (its type) is not NULL (`commit_answer`):
+# one statement, so the event is stored exactly when the answer is, and every write of the
+# messages lane stays one statement (one `executemany` per batch). `{fence}`: pg_fence's.
+MESSAGE_AND_EVENT = """
+WITH answer AS (
 INSERT INTO messages (tenant_id, session_id, turn_id, role, content, status, usage, created_at_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::jsonb, $8::bigint{fence}
 ON CONFLICT (turn_id, role) DO UPDATE SET content = excluded.content, status = excluded.status, usage = excluded.usage
+RETURNING 1)
+INSERT INTO events (tenant_id, session_id, turn_id, type, data, created_at_ms, seq)
+SELECT $1::text, $2::text, $3::text, $9::text, $10::jsonb, $11::bigint, $12::bigint
+FROM answer WHERE $9::text IS NOT NULL
 """
+INSERT_MESSAGE = MESSAGE_AND_EVENT.format(fence="")
 INSERT_EVENT = (
     "INSERT INTO events (tenant_id, session_id, turn_id, type, data, created_at_ms, seq)"
     " VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7)"
@@ -35,9 +44,14 @@ TOKENS_SINCE = """SELECT tenant_id, SUM(COALESCE((usage->>'prompt_tokens')::bigi
 WHERE usage IS NOT NULL AND created_at_ms >= $1 GROUP BY tenant_id"""
 
 
-def message_params(r: MessageRecord) -> tuple[Any, ...]:
+def message_params(r: MessageRecord, event: EventRecord | None = None) -> tuple[Any, ...]:
+    """`INSERT_MESSAGE`'s parameters; `event`: the turn's terminal event, stored with it."""
     usage = _encode(r.usage).decode() if r.usage is not None else None
-    return (r.tenant_id, r.session_id, r.turn_id, r.role, r.content, r.status, usage, r.created_at_ms)
+    row = (r.tenant_id, r.session_id, r.turn_id, r.role, r.content, r.status, usage, r.created_at_ms)
+    if event is None:
+        return (*row, None, None, None, None)
+    assert (event.tenant_id, event.session_id, event.turn_id) == row[:3], "an event of another turn"
+    return (*row, event.type, _encode(event.data).decode(), event.created_at_ms, event.seq)
 
 
 def message_from_row(row: Any) -> MessageRecord:

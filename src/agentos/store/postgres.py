@@ -5,7 +5,11 @@ Theory of operation. `start()` applies the pending migrations (under an advisory
 the same split as the SQLite store's three files:
 - `messages`: sessions and transcripts, never shed; `create_session` and `commit_message` are
   acknowledged after COMMIT, `add_message` returns at once (callers await `wait_space()`);
-- `events` and `access`: shed and counted over their bound, committed in batches.
+- `events` and `access`: shed and counted over their bound, committed in batches. A turn's
+  terminal event is never shed: a completed turn's is written on the `messages` lane by the
+  statement that writes its answer (`commit_answer`, `pg_rows.MESSAGE_AND_EVENT`), so both
+  commit together or not at all; a failed or cancelled turn's goes on the events lane's
+  durable side.
 Many turns finishing together share one transaction per lane (group commit); nothing is a
 per-token round trip.
 
@@ -161,12 +165,15 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
         rows = await self._fetch(self._lanes[0], sql, session_id, tenant_id)
         return session_from_row(rows[0]) if rows else None
 
-    async def list_sessions(self, tenant_id: str, *, limit: int, after: str | None) -> list[SessionRecord]:
+    async def list_sessions(
+        self, tenant_id: str, *, limit: int, after: str | None, agent: str | None = None
+    ) -> list[SessionRecord]:
         sql = (
             f"SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant_id = $1 AND session_id > $2"
-            " ORDER BY session_id LIMIT $3"
+            " AND ($4::text IS NULL OR agent = $4) ORDER BY session_id LIMIT $3"
         )
-        return [session_from_row(row) for row in await self._fetch(self._lanes[0], sql, tenant_id, after or "", limit)]
+        rows = await self._fetch(self._lanes[0], sql, tenant_id, after or "", limit, agent)
+        return [session_from_row(row) for row in rows]
 
     async def delete_session(self, tenant_id: str, session_id: str) -> bool:
         """Delete the tenant's session, its transcript and its events in one transaction, after
@@ -245,11 +252,21 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
 
     # -- events and access log -------------------------------------------------------------------
 
-    def add_event(self, r: EventRecord) -> None:
-        params = (r.tenant_id, r.session_id, r.turn_id, r.type, _encode(r.data).decode(), r.created_at_ms, r.seq)
-        self._lanes[1].put(*self._epochs.route(r.turn_id, INSERT_EVENT, FENCED_INSERT_EVENT, params), sheddable=True)
+    async def commit_answer(self, answer: MessageRecord, event: EventRecord) -> None:
+        params = message_params(answer, event)  # one statement stores both (pg_rows.MESSAGE_AND_EVENT)
+        op = self._epochs.route(answer.turn_id, INSERT_MESSAGE, FENCED_INSERT_MESSAGE, params)
+        if self._jsonl is not None:
+            self._jsonl.write(event)
+        await within(self._lanes[0].submit(*op), "committing an answer", self._bound_s)
+
+    def add_event(self, r: EventRecord, *, durable: bool = False) -> None:
+        self._lanes[1].put(*self._event(r), sheddable=not durable)
         if self._jsonl is not None:
             self._jsonl.write(r)
+
+    def _event(self, r: EventRecord) -> tuple[str, tuple[Any, ...]]:
+        params = (r.tenant_id, r.session_id, r.turn_id, r.type, _encode(r.data).decode(), r.created_at_ms, r.seq)
+        return self._epochs.route(r.turn_id, INSERT_EVENT, FENCED_INSERT_EVENT, params)
 
     async def list_events(self, tenant_id: str, session_id: str, *, after: int, limit: int) -> list[EventRecord]:
         where = "tenant_id = $1 AND session_id = $2 AND event_id > $3 ORDER BY event_id LIMIT $4"
@@ -262,6 +279,8 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
         return await self._events(where, tenant_id, turn_id, session_id, after_seq, limit)
 
     async def _events(self, where: str, *args: Any) -> list[EventRecord]:
+        # Completed turns' terminal events are queued on the messages lane (`commit_answer`).
+        await within(self._lanes[0].barrier(), "waiting for earlier writes", self._bound_s)
         rows = await self._fetch(self._lanes[1], f"SELECT {EVENT_COLUMNS} FROM events WHERE {where}", *args)
         return [event_from_row(row) for row in rows]
 

@@ -2,7 +2,9 @@
 
 `sessions.db` holds sessions and transcripts (never shed), `events.db` the turn events and
 `access.db` the access log (both shed under overload, counted). Separate files keep the
-sheddable writers from holding the transcript writer's lock.
+sheddable writers from holding the transcript writer's lock. A turn's terminal event is never
+shed, and a completed turn's is committed with its answer in sessions.db before it is copied
+to events.db (`agentos.store.sqlite_turn_ends`): a crash cannot lose it once acknowledged.
 
 Tenancy: every read and deletion filters on the caller's `tenant_id` in its WHERE clause, and
 the indexes those queries use are led by `tenant_id`, so another tenant's rows are never even
@@ -13,6 +15,7 @@ runs when a file is opened: CREATE INDEX IF NOT EXISTS, DROP INDEX IF EXISTS).
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +24,7 @@ from typing import Any
 import msgspec
 
 from agentos.config import StoreConfig
+from agentos.store import sqlite_turn_ends as turn_ends
 from agentos.store import usage
 from agentos.store.base import OneNodeTurns, StoreStatistics
 from agentos.store.event_rows import EVENT_COLUMNS, event_from_row, migrate_sqlite_events
@@ -99,16 +103,13 @@ INSERT INTO messages (tenant_id, session_id, turn_id, role, content, status, usa
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (turn_id, role) DO UPDATE SET content = excluded.content, status = excluded.status, usage = excluded.usage
 """
-_INSERT_EVENT = (
-    "INSERT INTO events (tenant_id, session_id, turn_id, type, data, created_at_ms, seq) VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
 _INSERT_ACCESS = (
     "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote, key_id)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 _encode = msgspec.json.encode
-_decode = msgspec.json.decode
+log = logging.getLogger("agentos.store")
 
 
 class SQLiteStore(OneNodeTurns):
@@ -127,12 +128,14 @@ class SQLiteStore(OneNodeTurns):
             "batch_max_rows": config.batch_max_rows,
             "busy_timeout_ms": config.busy_timeout_ms,
             "linger_ms": config.linger_ms,
+            "put_linger_ms": config.put_linger_ms,
         }
-        self._sessions = Writer("messages", data_dir / "sessions.db", _SESSIONS_SCHEMA, **opts)
+        self._sessions = Writer("messages", data_dir / "sessions.db", _SESSIONS_SCHEMA + turn_ends.SCHEMA, **opts)
         self._events = Writer(
             "events", data_dir / "events.db", _EVENTS_SCHEMA, on_batch=on_batch, migrate=migrate_sqlite_events, **opts
         )
         self._access = Writer("access", data_dir / "access.db", _ACCESS_SCHEMA, migrate=_migrate_access, **opts)
+        self._ends = turn_ends.TurnEnds(self._sessions, self._events)
         self._jsonl = JsonlLog(Path(jsonl_dir), queue_max_rows=config.queue_max_rows) if jsonl_dir else None
 
     async def start(self) -> None:
@@ -140,6 +143,8 @@ class SQLiteStore(OneNodeTurns):
             writer.start()
         if self._jsonl is not None:
             self._jsonl.start()
+        if recovered := await self._ends.recover():
+            log.warning("events.db: %d terminal events of acknowledged turns were lost and written again", recovered)
 
     async def check(self) -> None:
         """Raises: StoreUnavailable: a writer is closed or its thread died."""
@@ -168,11 +173,14 @@ class SQLiteStore(OneNodeTurns):
         result: SessionRecord | None = await self._sessions.submit(apply=read)
         return result
 
-    async def list_sessions(self, tenant_id: str, *, limit: int, after: str | None) -> list[SessionRecord]:
+    async def list_sessions(
+        self, tenant_id: str, *, limit: int, after: str | None, agent: str | None = None
+    ) -> list[SessionRecord]:
         def read(conn: sqlite3.Connection) -> list[SessionRecord]:
             rows = conn.execute(
-                "SELECT * FROM sessions WHERE tenant_id = ? AND session_id > ? ORDER BY session_id LIMIT ?",
-                (tenant_id, after or "", limit),
+                "SELECT * FROM sessions WHERE tenant_id = ? AND session_id > ? AND (? IS NULL OR agent = ?)"
+                " ORDER BY session_id LIMIT ?",
+                (tenant_id, after or "", agent, agent, limit),
             ).fetchall()
             return [session_from_row(row) for row in rows]
 
@@ -197,6 +205,7 @@ class SQLiteStore(OneNodeTurns):
             if conn.execute(owned, key).fetchone() is None:
                 return False  # unknown, or another tenant's: nothing of it is touched
             conn.execute("DELETE FROM messages WHERE tenant_id = ? AND session_id = ?", key)
+            conn.execute("DELETE FROM turn_ends WHERE tenant_id = ? AND session_id = ?", key)
             return True
 
         if not await self._sessions.submit(apply=delete_transcript):
@@ -256,11 +265,13 @@ class SQLiteStore(OneNodeTurns):
 
     # -- events and access log -------------------------------------------------------------------
 
-    def add_event(self, r: EventRecord) -> None:
-        data = _encode(r.data).decode()
-        self._events.put(
-            _INSERT_EVENT, (r.tenant_id, r.session_id, r.turn_id, r.type, data, r.created_at_ms, r.seq), sheddable=True
-        )
+    async def commit_answer(self, answer: MessageRecord, event: EventRecord) -> None:
+        await self._ends.commit(_INSERT_MESSAGE, message_params(answer), event)  # see sqlite_turn_ends
+        if self._jsonl is not None:
+            self._jsonl.write(event)
+
+    def add_event(self, r: EventRecord, *, durable: bool = False) -> None:
+        self._events.put(turn_ends.INSERT_EVENT, turn_ends.event_params(r), sheddable=not durable)
         if self._jsonl is not None:
             self._jsonl.write(r)
 

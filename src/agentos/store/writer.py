@@ -5,7 +5,8 @@ The event loop never touches the connection: it enqueues operations, the thread 
 batch (the `Batcher` decides when) in one transaction and resolves the batch's futures with
 a single `call_soon_threadsafe`. Every turn finishing in the same few milliseconds shares
 one commit (group commit). Reads go through the same queue, so a read sees every write
-enqueued before it.
+enqueued before it. On an idle writer, a write nobody awaits (`put`) waits up to `put_linger_ms`
+for others before it wakes the thread; anything awaited wakes it at once and takes them along.
 
 Two lanes share the FIFO, each with its own bound:
 - durable (`put`, `submit`): never dropped; callers await `wait_space()` first (backpressure);
@@ -64,6 +65,7 @@ class Writer:
         batch_max_rows: int = 1000,
         busy_timeout_ms: int = 5000,
         linger_ms: float = 2.0,
+        put_linger_ms: float = 0.0,
         on_batch: Callable[[int, float], None] | None = None,
     ) -> None:
         self.name = name
@@ -81,6 +83,12 @@ class Writer:
         self._ops: deque[Operation] = deque()
         self._wake = threading.Event()
         self._parked = False
+        # A `put` (nobody awaits it) does not wake a parked thread at once: a loop timer does,
+        # `put_linger_ms` later, so the access rows, events and user messages of many turns
+        # share one wake-up and one commit. A `submit` (a read, an answer's commit) wakes it
+        # now and takes them along (one FIFO), so what is awaited waits for nothing.
+        self._put_linger_s = put_linger_ms / 1000
+        self._kick: asyncio.TimerHandle | None = None
         self._inflight: list[Operation] = []  # the batch being applied (failed if the thread dies)
         shed_max = shed_max_rows if shed_max_rows is not None else queue_max_rows
         self._lanes = Lanes(name, queue_max_rows, shed_max, on_batch)  # counted on the loop only
@@ -189,9 +197,26 @@ class Writer:
 
     def _push(self, op: Operation) -> None:
         self._ops.append(op)
+        if not self._parked:
+            return  # busy or lingering: it pulls the deque before it sleeps again
+        if op.future is None and op is not _STOP and self._put_linger_s > 0 and self._loop is not None:
+            if self._kick is None:
+                self._kick = self._loop.call_later(self._put_linger_s, self._wake_up)
+            return
+        self._wake_up()
+
+    def _wake_up(self) -> None:
+        if self._kick is not None:
+            self._kick.cancel()
+            self._kick = None
         if self._parked:
             self._parked = False
             self._wake.set()
+
+    @property
+    def parked(self) -> bool:
+        """The thread sleeps until a write or read wakes it (nothing pending, nothing lingering)."""
+        return self._parked
 
     def statistics(self) -> WriterStatistics:
         return self._lanes.statistics(self._retried)

@@ -84,6 +84,7 @@ class Follower:
 
     async def close(self) -> None:
         self._closed.set()  # as well as the cancel: a driver that turned the cancel into an error
+        self._wake.set()  # and Python 3.11's wait_for, which can swallow a cancel that meets its timeout
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -130,6 +131,8 @@ class Follower:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(0.0, next_full - loop.time()))
             self._wake.clear()
+            if self._closed.is_set():
+                return  # a cancel swallowed on the way (see close)
             if self._lost.is_set():
                 raise _Lost("the connection was closed")
             if loop.time() >= next_full:

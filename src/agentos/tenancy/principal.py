@@ -24,6 +24,10 @@ class Scope(StrEnum):
     RUNS_WRITE = "runs:write"  # start, cancel, terminate, answer
     AGENTS_READ = "agents:read"
     AGENTS_WRITE = "agents:write"
+    KNOWLEDGE_READ = "knowledge:read"  # collections, documents and queries
+    KNOWLEDGE_WRITE = "knowledge:write"  # create and delete collections, upload and delete documents
+    TRIGGERS_READ = "triggers:read"
+    TRIGGERS_WRITE = "triggers:write"  # create, rotate and delete triggers (deliveries are signed, not keyed)
     ADMIN = "admin"  # tenants and keys of every tenant; agents that start host processes
 
 

@@ -87,6 +87,11 @@ class TenantRegistry:
         self._lock = asyncio.Lock()
         self._watchers: list[Callable[[str, TenantLimits], None]] = []
 
+    @property
+    def pepper(self) -> bytes:
+        """The server's secret key material (keys are hashed with it; trigger secrets derive from it)."""
+        return self._pepper
+
     async def open(self) -> None:
         """Read every row into memory; create tenant "default" the first time; follow changes.
 
@@ -149,6 +154,11 @@ class TenantRegistry:
             return self._tenants[tenant_id]
         except KeyError:
             raise TenantNotFound(tenant_id) from None
+
+    def is_enabled(self, tenant_id: str) -> bool:
+        """False for a disabled tenant, and for one that does not exist."""
+        tenant = self._tenants.get(tenant_id)
+        return tenant is not None and not tenant.disabled
 
     def tenants(self, *, after: str | None, limit: int) -> list[Tenant]:
         return [self._tenants[t] for t in sorted(self._tenants) if after is None or t > after][:limit]

@@ -13,6 +13,7 @@ import msgspec
 from aiohttp import web
 
 from agentos.api.app import create_app
+from agentos.api.connections import make_runner
 from agentos.clock import Clock
 from agentos.config import Settings
 from agentos.providers.base import ChatRequest, Completion, StreamItem, TextDelta, Usage
@@ -51,9 +52,18 @@ async def start_server(
             Default: monotonic time.
         wall_clock: the quotas' calendar (epoch seconds; a FakeClock crosses midnight on cue).
     """
-    services = await open_services(settings, clock=clock, wall_clock=wall_clock)
+    return await serve_services(await open_services(settings, clock=clock, wall_clock=wall_clock))
+
+
+async def serve_services(services: Services, change: Callable[[web.Application], None] | None = None) -> RunningServer:
+    """`services`' application on 127.0.0.1 and a free port, served as `agentos serve` serves it
+    (`agentos.api.connections.make_runner`: its deadlines, per-address bound, JSON parser
+    errors and `Expect` handling), for services a test opened itself (a scripted provider, a
+    fake key clock). `change` has the app before it starts (a test-only route)."""
     app = create_app(services)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2)
+    if change is not None:
+        change(app)
+    runner = make_runner(app, services.settings.server, services.metrics, shutdown_timeout=2)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

@@ -16,7 +16,7 @@ from typing import Any
 from agentos.bench.authcost.client import Job, Outcome, as_dict, job_json, outcome_from_line
 from agentos.bench.authcost.plan import ADMIN_TOKEN, MODES, AuthCostPlan, config_toml
 from agentos.bench.authcost.provision import Target, provision_keys, provision_open
-from agentos.bench.common.processes import BenchSetupError, Child, free_port, stop_child, wait_ready
+from agentos.bench.common.processes import BenchSetupError, Child, free_port, read_line, stop_child, wait_ready
 from agentos.bench.common.procfs import sample_tree
 
 _READY_TIMEOUT_S = 60.0
@@ -79,17 +79,6 @@ async def provision(mode: Mode, plan: AuthCostPlan) -> list[Target]:
         await stop_child(server.process)
 
 
-async def _line(client: asyncio.subprocess.Process, timeout_s: float, what: str) -> bytes:
-    assert client.stdout is not None
-    try:
-        line = await asyncio.wait_for(client.stdout.readline(), timeout_s)
-    except TimeoutError:
-        raise BenchSetupError(f"auth-cost client: no {what} in {timeout_s}s") from None
-    if not line:
-        raise BenchSetupError(f"auth-cost client exited before {what} (rc {await client.wait()})")
-    return line
-
-
 async def measure_round(mode: Mode, targets: list[Target], plan: AuthCostPlan, label: str) -> dict[str, Any]:
     """One round: a fresh server, a client process, the server tree's CPU across `plan.requests`."""
     server = await start_server(mode, label)
@@ -103,12 +92,14 @@ async def measure_round(mode: Mode, targets: list[Target], plan: AuthCostPlan, l
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log,
             )  # fmt: skip
         try:
-            await _line(client, plan.round_timeout_s, "'ready'")
+            await read_line(client, plan.round_timeout_s, "auth-cost client", "'ready'")
             before = sample_tree(server.pid, memory=False)
             assert client.stdin is not None
             client.stdin.write(b"go\n")
             await client.stdin.drain()
-            outcome = outcome_from_line(await _line(client, plan.round_timeout_s + 10, "outcome"))
+            outcome = outcome_from_line(
+                await read_line(client, plan.round_timeout_s + 10, "auth-cost client", "outcome")
+            )
             await asyncio.sleep(plan.settle_s)
             after = sample_tree(server.pid, memory=False)
         finally:

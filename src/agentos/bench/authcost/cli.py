@@ -9,23 +9,23 @@ imports happen in the handler, so registering the command costs the CLI nothing.
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
-import tempfile
-from pathlib import Path
 
-_RESULTS = Path("bench/results")
+from agentos.bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `auth-cost` to `agentos bench`."""
-    p = commands.add_parser("auth-cost", help="CPU per request of key lookup and rate limiting: open vs keys, A/B")
-    add_arguments(p)
-    p.set_defaults(handler=run_command)
+    register_command(
+        commands,
+        "auth-cost",
+        "CPU per request of key lookup and rate limiting: open vs keys, A/B",
+        add_arguments,
+        run_command,
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from agentos.bench.report.output import DEFAULT_OUT_DIR  # stdlib only; ./bench-out is git-ignored
 
     p.add_argument("--rounds", type=int, default=5, help="rounds per configuration (A and B alternate)")
     p.add_argument("--requests", type=int, default=20_000, help="measured requests per round")
@@ -35,10 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-requests", type=int, default=1_000)
     p.add_argument("--round-timeout-secs", type=float, default=120.0)
     p.add_argument("--micro-calls", type=int, default=20_000, help="calls per microbench figure (0: skip)")
-    p.add_argument("--keep-dir", type=Path, help="keep the data and logs there (default: a temporary dir)")
-    help_text = f"where the report goes (default: ./{DEFAULT_OUT_DIR}; {_RESULTS} to commit one)"
-    p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR, help=help_text)
-    p.add_argument("--name", help="machine name in the file names (default: cores + CPU model)")
+    add_output_arguments(p)
 
 
 def run_command(args: argparse.Namespace, command: str | None = None) -> int:
@@ -61,14 +58,9 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
         warmup_requests=args.warmup_requests,
         round_timeout_s=args.round_timeout_secs,
         micro_calls=args.micro_calls,
-        command=command or "agentos " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        command=command_line(command),
     )
-    if args.keep_dir is not None:
-        args.keep_dir.mkdir(parents=True, exist_ok=True)
-        report = run_auth_cost(plan, args.keep_dir)
-    else:
-        with tempfile.TemporaryDirectory(prefix="agentos-auth-cost-") as work:
-            report = run_auth_cost(plan, Path(work))
+    report = in_work_dir(args.keep_dir, "agentos-auth-cost-", lambda work: run_auth_cost(plan, work))
     stem = f"{utc_now():%Y-%m-%dT%H%M%SZ}-{args.name or machine_slug(machine_info())}-auth-cost"
     for path in write_auth_cost_report(report, args.out_dir, stem):
         print(path)
@@ -81,11 +73,10 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentos.bench.authcost", description=__doc__)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    quoted = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    return run_command(args, command=f"agentos bench auth-cost {quoted}".rstrip())
+    from agentos.bench.common.cli import module_main
+
+    return module_main(argv, module="agentos.bench.authcost", command="auth-cost", doc=__doc__,
+                       add_arguments=add_arguments, run_command=run_command)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -6,13 +6,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 # the header is document.py's, so every report's header reads the same
 from agentos.bench.authcost.plan import NEVER_REFUSING_RATE, AuthCostPlan, config_toml
 from agentos.bench.report.document import SCHEMA_VERSION, _header
 from agentos.bench.report.machine import machine_info, utc_now, versions
-from agentos.bench.report.output import claim_stem
+from agentos.bench.report.output import write_json_and_markdown
 
 TOPOLOGY = (
     "one machine, loopback only: the server (`agentos serve`, one process, built-in mock, SQLite store; "
@@ -140,8 +138,4 @@ def auth_cost_markdown(report: dict[str, Any]) -> str:
 
 
 def write_auth_cost_report(report: dict[str, Any], out_dir: Path, stem: str) -> list[Path]:
-    stem = claim_stem(out_dir, stem)
-    json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
-    json_path.write_bytes(msgspec.json.format(msgspec.json.encode(report), indent=2) + b"\n")
-    md_path.write_text(auth_cost_markdown(report))
-    return [json_path, md_path]
+    return write_json_and_markdown(report, out_dir, stem, auth_cost_markdown)

@@ -62,13 +62,14 @@ def server_argv(plan: ServerPlan, port: int) -> list[str]:
     return argv
 
 
-async def start_server_process(plan: ServerPlan, log_dir: Path) -> Child:
-    """Run `agentos serve` with a profile and wait until `GET /readyz` answers 200.
+async def start_server_process(plan: ServerPlan, log_dir: Path, port: int | None = None) -> Child:
+    """Run `agentos serve` with a profile and wait until `GET /readyz` answers 200 (on `port`, or
+    a free one).
 
     Raises:
         BenchSetupError: it exited or was not ready within `plan.ready_timeout_s`.
     """
-    port = free_port()
+    port = free_port() if port is None else port
     log_path = log_dir / f"{plan.log_name}.log"
     plan.data_dir.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
@@ -86,18 +87,34 @@ async def start_server_process(plan: ServerPlan, log_dir: Path) -> Child:
     return child
 
 
-async def wait_ready(child: Child, timeout_s: float) -> bool:
-    """Poll `/readyz` until 200, the process exits, or the deadline passes."""
+async def wait_ready(child: Child, timeout_s: float, path: str = "/readyz") -> bool:
+    """Poll `path` until 200, the process exits, or the deadline passes."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
         while loop.time() < deadline and child.process.returncode is None:
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with http.get(f"{child.url}/readyz") as response:
+                async with http.get(f"{child.url}{path}") as response:
                     if response.status == 200:
                         return True
             await asyncio.sleep(0.1)
     return False
+
+
+async def read_line(process: asyncio.subprocess.Process, timeout_s: float, who: str, what: str) -> bytes:
+    """The next line a child (started with `stdout=PIPE`) prints, within `timeout_s`.
+
+    Raises:
+        BenchSetupError: no line in time, or the child exited first (`who` and `what` name them).
+    """
+    assert process.stdout is not None
+    try:
+        line = await asyncio.wait_for(process.stdout.readline(), timeout_s)
+    except TimeoutError:
+        raise BenchSetupError(f"{who}: no {what} in {timeout_s}s") from None
+    if not line:
+        raise BenchSetupError(f"{who} exited before {what} (rc {await process.wait()})")
+    return line
 
 
 async def stop_child(process: asyncio.subprocess.Process, timeout_s: float = 15.0) -> int | None:

@@ -50,7 +50,7 @@ def _read(path: Path) -> str | None:
         return None  # the process exited (or is not ours to read) between listing and reading
 
 
-def _all_stats() -> dict[int, tuple[int, float]]:
+def all_stats() -> dict[int, tuple[int, float]]:
     stats: dict[int, tuple[int, float]] = {}
     for entry in _PROC.iterdir():
         if entry.name.isdigit() and (text := _read(entry / "stat")) is not None:
@@ -60,7 +60,7 @@ def _all_stats() -> dict[int, tuple[int, float]]:
 
 def tree_pids(root: int, stats: dict[int, tuple[int, float]] | None = None) -> list[int]:
     """`root` and every descendant alive now."""
-    stats = _all_stats() if stats is None else stats
+    stats = all_stats() if stats is None else stats
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
@@ -79,7 +79,7 @@ def sample_tree(root: int, memory: bool = True) -> TreeSample:
 
 def sample_trees(roots: Sequence[int], memory: bool = True) -> TreeSample:
     """The sum over several process trees (the nodes of a cluster), from one read of /proc."""
-    stats = _all_stats()
+    stats = all_stats()
     pids = sorted({pid for root in roots for pid in tree_pids(root, stats)})
     rss = dirty = 0
     if memory:

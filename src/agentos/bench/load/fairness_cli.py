@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import shlex
-import sys
 from pathlib import Path
 
+from agentos.bench.common.cli import command_line
 from agentos.bench.report.output import DEFAULT_OUT_DIR
 
 
@@ -47,7 +46,7 @@ def run_command(args: argparse.Namespace) -> int:
         warmup_s=args.warmup_secs,
         duration_s=args.duration_secs,
         mock=MockSettings(ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens),
-        command="agentos " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        command=command_line(),
         keep_data=args.keep_data,
     )
     report = run_loop(run_fairness(plan, AdminKeys()))

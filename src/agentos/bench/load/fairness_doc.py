@@ -5,10 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from agentos.bench.report.machine import result_stem, utc_now
-from agentos.bench.report.output import claim_stem
+from agentos.bench.report.output import write_json_and_markdown
 
 
 def fairness_markdown(report: dict[str, Any]) -> str:
@@ -58,10 +56,5 @@ def fairness_markdown(report: dict[str, Any]) -> str:
 
 def write_fairness(report: dict[str, Any], out_dir: Path, name: str | None = None) -> list[Path]:
     """Write `<stem>.json` and `<stem>.md` (a new stem each run, never overwriting); return them."""
-    stem = claim_stem(
-        out_dir, result_stem("fairness", f"b{report['plan']['users']}", report["machine"], utc_now(), name)
-    )
-    json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
-    json_path.write_bytes(msgspec.json.format(msgspec.json.encode(report), indent=2) + b"\n")
-    md_path.write_text(fairness_markdown(report))
-    return [json_path, md_path]
+    stem = result_stem("fairness", f"b{report['plan']['users']}", report["machine"], utc_now(), name)
+    return write_json_and_markdown(report, out_dir, stem, fairness_markdown)

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 import aiohttp
 
+from agentos.bench.load.openai_target import Api, OpenAITarget
 from agentos.bench.load.sweep_tenants import tenant_name
 from agentos.bench.load.targets import ServerTarget, Target, TurnSample
 
@@ -98,18 +99,23 @@ def _session(worker: str) -> str:
 
 
 def point_targets(
-    urls: Sequence[str], spread: Spread = "session", keys_by_node: Sequence[Sequence[str]] | None = None
+    urls: Sequence[str],
+    spread: Spread = "session",
+    keys_by_node: Sequence[Sequence[str]] | None = None,
+    api: Api = "native",
 ) -> list[Target]:
     """The targets of one point: one per tenant (`keys_by_node[node][tenant]`), or one without
-    keys; on one node plain `ServerTarget`s, on several `NodesTarget`s sharing one placement."""
+    keys; on one node plain `ServerTarget`s (`OpenAITarget`s with `api="openai"`), on several
+    `NodesTarget`s sharing one placement (native turns only)."""
+    one = OpenAITarget if api == "openai" else ServerTarget
     if keys_by_node is None:
-        return [ServerTarget(urls[0]) if len(urls) == 1 else NodesTarget(urls, RoundRobin(len(urls)), spread=spread)]
+        return [one(urls[0]) if len(urls) == 1 else NodesTarget(urls, RoundRobin(len(urls)), spread=spread)]
     placement = RoundRobin(len(urls))
     targets: list[Target] = []
     for j in range(len(keys_by_node[0])):
         keys = [node_keys[j] for node_keys in keys_by_node]
         if len(urls) == 1:
-            targets.append(ServerTarget(urls[0], api_key=keys[0], name=tenant_name(j)))
+            targets.append(one(urls[0], api_key=keys[0], name=tenant_name(j)))
         else:
             targets.append(NodesTarget(urls, placement, spread=spread, api_keys=keys, name=tenant_name(j)))
     return targets

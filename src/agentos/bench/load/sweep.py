@@ -36,6 +36,7 @@ from agentos.bench.common.processes import BenchSetupError, ServerPlan, resolve_
 from agentos.bench.load.cluster import local_service_pids, profile_settings, start_nodes
 from agentos.bench.load.loadgen import PointPlan, Probes, run_point
 from agentos.bench.load.nodes import Spread, point_targets, provider_fields
+from agentos.bench.load.openai_target import Api
 from agentos.bench.load.sweep_header import cluster, tenancy, topology
 from agentos.bench.load.sweep_tenants import make_tenant_keys, tenant_point_row
 from agentos.bench.load.targets import DirectTarget, Target
@@ -48,6 +49,11 @@ from agentos.bench.report.machine import machine_info, utc_now, versions
 DEFAULT_POINTS = (1, 2, 4, 8, 16, 32, 64)
 BENCH_MOCK = MockSettings(ttft_ms=2000.0, tps=200.0, tokens=8)  # a turn ≈ 2.04 s, as in the reference bench
 EXTERNAL = "external"
+# A peer (bench.peers, which stacks on this package): (name, mock URL, work dir, client, measure(target,
+# pid)) -> its report entry. Handed in by the CLI, so the load package never imports the peers'.
+PeerRunner = Callable[
+    [str, str, Path, aiohttp.ClientSession, Callable[[Target, int], Awaitable[None]]], Awaitable[dict[str, Any]]
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +75,9 @@ class SweepPlan:
     tenants: int = 0  # 0: one tenant, no keys; N: N tenants with a key each, users round-robin
     nodes: int = 1  # server processes per profile; >1 needs the postgres store and Redis (load.cluster)
     spread: Spread = "session"  # over the nodes: per session, or every turn to the next node (load.nodes)
+    peers: Sequence[str] = ()  # peer servers measured after the profiles, on the same mock
+    peer_runner: PeerRunner | None = None  # starts and measures one (bench.peers.launch.peer_runner)
+    api: Api = "native"  # each turn via POST /v1/sessions/{id}/turns, or /v1/chat/completions (load.openai_target)
 
 
 @dataclass(kw_only=True)
@@ -87,6 +96,8 @@ class SweepRun:
     work_dir: Path
     rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    peers: list[dict[str, Any]] = field(default_factory=list)  # bench.peers.launch.peer_entry, per peer
+    loadavg: dict[str, list[float]] = field(default_factory=dict)  # the machine's, at the start and the end
 
 
 def _log(text: str) -> None:
@@ -175,7 +186,7 @@ async def _server_measure(
     if admin is None:
 
         async def plain(point: PointPlan) -> dict[str, Any]:
-            (target,) = point_targets(urls, plan.spread)
+            (target,) = point_targets(urls, plan.spread, api=plan.api)
             return (await run_point(target, http, point, probes)).as_row()
 
         return plain
@@ -186,15 +197,34 @@ async def _server_measure(
     _log(f"{plan.tenants} tenants with one key each (per node)")
 
     async def measure(point: PointPlan) -> dict[str, Any]:
-        return await tenant_point_row(point_targets(urls, plan.spread, keys), http, point, probes)
+        return await tenant_point_row(point_targets(urls, plan.spread, keys, plan.api), http, point, probes)
 
     return measure
+
+
+async def _peer_rows(run: SweepRun, http: aiohttp.ClientSession, mock: _Mock, name: str) -> None:
+    """A peer's rows, on the same mock and points; a peer that is missing or fails is reported, not raised."""
+
+    async def measure(target: Target, pid: int) -> None:
+        _log(f"peer {name} pid {pid}")
+        probes = Probes(server_pid=pid, mock_pid=mock.pid, mock_base_url=mock.base_url)
+        await _points(run, _measure(target, http, probes), f"peer:{name}")
+
+    if run.plan.peer_runner is None:
+        raise BenchSetupError("a sweep with peers needs a peer runner (agentos.bench.peers.launch.peer_runner)")
+    entry = await run.plan.peer_runner(name, mock.url, run.work_dir, http, measure)
+    run.peers.append(entry)
+    if not entry["measured"]:
+        _log(f"peer {name!r} not measured: {entry['reason']}")
+        if entry["version"]:  # it is installed but did not start: its log is in the kept data
+            run.notes.append(f"peer {name!r} not measured: {entry['reason']}")
 
 
 async def run_sweep(plan: SweepPlan) -> dict[str, Any]:
     """Run the whole sweep and return the report (not yet written)."""
     work_dir = Path(tempfile.mkdtemp(prefix="agentos-bench-"))
     run = SweepRun(plan=plan, work_dir=work_dir)
+    run.loadavg["start"] = _loadavg()
     try:
         async with _mock(plan, work_dir) as mock, bench_http_session() as http:
             if plan.direct:
@@ -211,7 +241,10 @@ async def run_sweep(plan: SweepPlan) -> dict[str, Any]:
                     except BenchSetupError as exc:  # keep the rows measured so far; say what is missing
                         run.notes.append(f"profile {profile!r} not measured: {exc}")
                         _log(run.notes[-1])
+            for name in plan.peers:
+                await _peer_rows(run, http, mock, name)
     finally:
+        run.loadavg["end"] = _loadavg()
         if plan.keep_data or run.notes:
             _log(f"data and logs kept in {work_dir}")
         else:
@@ -220,6 +253,11 @@ async def run_sweep(plan: SweepPlan) -> dict[str, Any]:
     if plan.keep_data:
         report["kept_data"] = str(work_dir)  # data-<profile>/[node<i>/] (the store), server-<profile>[-node<i>].log
     return report
+
+
+def _loadavg() -> list[float]:
+    """1, 5 and 15 minute load averages: on a shared machine, how much else wanted the cores."""
+    return [round(v, 2) for v in os.getloadavg()]
 
 
 def sweep_report(run: SweepRun) -> dict[str, Any]:
@@ -232,6 +270,7 @@ def sweep_report(run: SweepRun) -> dict[str, Any]:
         "machine": machine_info(),
         "versions": versions(),
         "topology": topology(plan),
+        "api": plan.api,
         "profiles": profiles,
         "mock": asdict(plan.mock) if not plan.mock_url else {"url": plan.mock_url},
         "command": plan.command,
@@ -239,5 +278,7 @@ def sweep_report(run: SweepRun) -> dict[str, Any]:
         "cluster": cluster(plan),
         "window": {"warmup_s": plan.warmup_s, "duration_s": plan.duration_s, "turn_timeout_s": plan.turn_timeout_s},
         "rows": run.rows,
+        "peers": run.peers,
+        "loadavg": run.loadavg,
         "notes": run.notes,
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 
@@ -18,6 +19,8 @@ class SweepPlan(Protocol):
     def server_url(self) -> str | None: ...
     @property
     def mock_url(self) -> str | None: ...
+    @property
+    def peers(self) -> Sequence[str]: ...
 
 
 def tenancy(plan: SweepPlan) -> dict[str, Any]:
@@ -53,6 +56,8 @@ def topology(plan: SweepPlan) -> str:
     server = f"external server at {plan.server_url}" if plan.server_url else "server (one process per profile)"
     if plan.nodes > 1 and not plan.server_url:
         server = f"{plan.nodes} server nodes per profile"
+    if plan.peers:
+        server += f"; then each peer ({', '.join(plan.peers)}), one process, on the same mock"
     mock = f"external mock at {plan.mock_url}" if plan.mock_url else "mock-llm (one process, uvloop)"
     return (
         f"one machine, loopback only: {mock}; {server}; load generator (one process, uvloop, "

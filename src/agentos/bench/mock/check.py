@@ -25,9 +25,17 @@ from agentos.bench.mock.scenario import expected_tool_steps
 _TIMEOUT = aiohttp.ClientTimeout(total=30)
 
 
+# What an agent run offers the model (the scenario scripts tool calls only for a request that
+# offers tools: a chat turn offers none and gets a plain answer).
+AGENT_TOOLS = [
+    {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+    for name in ("run_command", "ask_human")
+]
+
+
 async def stream_answer(session: aiohttp.ClientSession, url: str, messages: list[dict[str, Any]]) -> ChatAnswer:
     """POST one streamed chat completion and fold its chunks into a `ChatAnswer`."""
-    body = {"model": "mock-1", "stream": True, "messages": messages}
+    body = {"model": "mock-1", "stream": True, "messages": messages, "tools": AGENT_TOOLS}
     answer, parser = ChatAnswer(), SSEParser()
     async with session.post(f"{url}/chat/completions", json=body) as response:
         if response.status != 200:
@@ -38,8 +46,8 @@ async def stream_answer(session: aiohttp.ClientSession, url: str, messages: list
     return answer
 
 
-def _tool_call_problems(step: int, answer: ChatAnswer) -> list[str]:
-    name, expected = expected_tool_steps()[step]
+def _tool_call_problems(step: int, answer: ChatAnswer, scenario: str = "tools") -> list[str]:
+    name, expected = expected_tool_steps(scenario)[step]
     if answer.finish_reason != "tool_calls" or len(answer.tool_calls) != 1:
         return [f"step {step + 1}: expected one tool call with finish_reason 'tool_calls', got {answer!r}"]
     call = answer.tool_calls[0]
@@ -81,15 +89,16 @@ def _follow_up(messages: list[dict[str, Any]], answer: ChatAnswer, step: int) ->
     return [*messages, assistant, result]
 
 
-async def check_tools_contract(url: str) -> list[str]:
-    """Walk the scripted conversation against the mock at `url` (…/v1); return the problems found."""
+async def check_tools_contract(url: str, scenario: str = "tools") -> list[str]:
+    """Walk the scripted conversation of `scenario` against the mock at `url` (…/v1); return the
+    problems found (a mock running another scenario fails at the first step that differs)."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": f"contract check {uuid.uuid4().hex}"}]
     problems: list[str] = []
     async with aiohttp.ClientSession(timeout=_TIMEOUT) as session:
         first_ids: list[str] = []
-        for step in range(len(expected_tool_steps())):
+        for step in range(len(expected_tool_steps(scenario))):
             answer = await stream_answer(session, url, messages)
-            step_problems = _tool_call_problems(step, answer)
+            step_problems = _tool_call_problems(step, answer, scenario)
             if step_problems:
                 return problems + step_problems
             first_ids.append(answer.tool_calls[0].call_id)

@@ -1,6 +1,7 @@
 """Pure answer scripts of the mock provider: what a request gets back, with no I/O.
 
-The `tools` scenario is a contract shared with agent runs (keep it exactly). From the request's
+The `tools` scenario is a contract shared with agent runs (keep it exactly). A request that
+offers no tools (a chat turn) is answered with text, as in `plain`. Otherwise, from the request's
 messages, k = the number of `tool` messages after the last `user` message decides the step:
 
     k = 0  -> tool call `run_command` {"command": ["sh", "-c", "echo step-1 >> effects.log; echo one"]}
@@ -8,8 +9,19 @@ messages, k = the number of `tool` messages after the last `user` message decide
     k = 2  -> tool call `ask_human`   {"question": "Proceed with the final answer?"}
     k >= 3 -> a final text answer, streamed like `plain`
 
+`light` and `heavy` (the run campaigns, `SCRIPTS`) follow the same rule with other steps:
+`light` is the two `run_command` calls, then the answer; `heavy` a `run_command` of 10 s,
+`ask_human`, another `run_command` of 10 s, then the answer.
+
 Tool call ids derive from k and a hash of the last user message, so a replayed request gets the
 same ids.
+
+A request that offers `search_knowledge` (an agent with knowledge collections) gets a script of
+its own instead:
+
+    k = 0  -> tool call `search_knowledge` {"query": <the last user message>}
+    k >= 1 -> a final text answer quoting the first excerpt of the last tool result
+              ("According to [1] <collection>/<document> ...: <text>"), or saying it found none
 """
 
 from __future__ import annotations
@@ -21,15 +33,27 @@ from typing import Any, Literal
 
 import msgspec
 
-Scenario = Literal["plain", "tools"]
+Scenario = Literal["plain", "tools", "light", "heavy"]
 TOKEN_TEXT = "tok "
+Steps = tuple[tuple[str, dict[str, Any]], ...]
 
-_TOOL_STEPS: tuple[tuple[str, dict[str, Any]], ...] = (
+_TOOL_STEPS: Steps = (
     ("run_command", {"command": ["sh", "-c", "echo step-1 >> effects.log; echo one"]}),
     ("run_command", {"command": ["sh", "-c", "echo step-2 >> effects.log; echo two"]}),
     ("ask_human", {"question": "Proceed with the final answer?"}),
 )
 TOOL_STEP_COUNT = len(_TOOL_STEPS)
+# The run campaigns' scripts (`agentos bench runs --campaign`): `light` is two quick commands and
+# the answer; `heavy` two commands of 10 s with a human question between them, then the answer.
+SCRIPTS: dict[str, Steps] = {
+    "tools": _TOOL_STEPS,
+    "light": _TOOL_STEPS[:2],
+    "heavy": (
+        ("run_command", {"command": ["sh", "-c", "echo step-1 >> effects.log; sleep 10; echo one"]}),
+        ("ask_human", {"question": "Go on with the second command?"}),
+        ("run_command", {"command": ["sh", "-c", "echo step-2 >> effects.log; sleep 10; echo two"]}),
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +63,17 @@ class ToolCallPlan:
     arguments: str  # JSON text
 
 
+SEARCH_KNOWLEDGE = "search_knowledge"
+_QUOTE_CHARS = 300  # of the first excerpt, in the knowledge script's answer
+
+
 @dataclass(frozen=True, slots=True)
 class AnswerPlan:
-    """What to send back: either `tokens` text tokens or one tool call."""
+    """What to send back: `tokens` text tokens (or `text`, when set, as the answer), or one tool call."""
 
     tokens: int
     tool_call: ToolCallPlan | None = None
+    text: str | None = None
 
 
 def tool_messages_since_user(messages: Sequence[dict[str, Any]]) -> int:
@@ -85,15 +114,46 @@ def tool_call_id(k: int, user_text: str) -> str:
     return f"call_{k}_{digest}"
 
 
-def plan_answer(scenario: Scenario, messages: Sequence[dict[str, Any]], tokens: int) -> AnswerPlan:
-    if scenario == "plain":
+def offered_tools(body: dict[str, Any]) -> frozenset[str]:
+    """The function names in a request's `tools`."""
+    tools = body.get("tools")
+    if not isinstance(tools, list):
+        return frozenset()
+    functions = (t.get("function") for t in tools if isinstance(t, dict))
+    return frozenset(str(f.get("name")) for f in functions if isinstance(f, dict))
+
+
+def plan_answer(
+    scenario: Scenario, messages: Sequence[dict[str, Any]], tokens: int, tools: frozenset[str] = frozenset()
+) -> AnswerPlan:
+    if scenario == "plain" or not tools:  # a chat turn offers no tools: it can only be answered
         return AnswerPlan(tokens=tokens)
+    if SEARCH_KNOWLEDGE in tools:
+        return _plan_knowledge(messages, tokens)
     k = tool_messages_since_user(messages)
-    if k >= TOOL_STEP_COUNT:
+    steps = SCRIPTS[scenario]
+    if k >= len(steps):
         return AnswerPlan(tokens=tokens)
-    name, arguments = _TOOL_STEPS[k]
+    name, arguments = steps[k]
     call = ToolCallPlan(tool_call_id(k, last_user_text(messages)), name, msgspec.json.encode(arguments).decode())
     return AnswerPlan(tokens=tokens, tool_call=call)
+
+
+def _plan_knowledge(messages: Sequence[dict[str, Any]], tokens: int) -> AnswerPlan:
+    k = tool_messages_since_user(messages)
+    question = last_user_text(messages)
+    if k == 0:
+        arguments = msgspec.json.encode({"query": question}).decode()
+        return AnswerPlan(tokens=tokens, tool_call=ToolCallPlan(tool_call_id(0, question), SEARCH_KNOWLEDGE, arguments))
+    return AnswerPlan(tokens=tokens, text=quote_first_citation(message_text(messages[-1])))
+
+
+def quote_first_citation(result: str) -> str:
+    """The knowledge script's answer: the first `[1] ...` excerpt of a tool result, quoted."""
+    first = next((line for line in result.splitlines() if line.startswith("[1] ")), None)
+    if first is None:
+        return f"I found nothing to cite. ({result[:_QUOTE_CHARS]})"
+    return f"According to {first[:_QUOTE_CHARS]}"
 
 
 def split_arguments(arguments: str, pieces: int = 3) -> list[str]:
@@ -102,6 +162,6 @@ def split_arguments(arguments: str, pieces: int = 3) -> list[str]:
     return [arguments[i : i + size] for i in range(0, len(arguments), size)] or [""]
 
 
-def expected_tool_steps() -> tuple[tuple[str, dict[str, Any]], ...]:
-    """The scripted tool calls, in order (for the contract check)."""
-    return _TOOL_STEPS
+def expected_tool_steps(scenario: str = "tools") -> Steps:
+    """The scripted tool calls of a scenario, in order (for the contract check)."""
+    return SCRIPTS[scenario]

@@ -10,10 +10,11 @@ Usage::
 Endpoints: `POST /v1/chat/completions` (streamed SSE or whole JSON), `POST /v1/embeddings`,
 `GET /v1/models`, `GET /stats`, `POST /stats/reset`, `GET /metrics`.
 
-Faults are decided per chat request, in this order: every `fail_every`-th request gets 429 with
-`Retry-After`; then `error_rate` of them get 500; then `hang_rate` of them are held open without an
-answer until the client goes away. Random draws come from `random.Random(seed)`, two per request,
-so a run with the same seed and the same request order faults the same requests.
+Faults are decided per chat request (embeddings: mock/embeddings.py), in this order: every
+`fail_every`-th request gets 429 with `Retry-After`; then `error_rate` of them get 500; then
+`hang_rate` of them are held open without an answer until the client goes away. Random draws
+come from `random.Random(seed)`, two per request, so a run with the same seed and the same
+request order faults the same requests.
 """
 
 from __future__ import annotations
@@ -30,17 +31,17 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from agentos.bench.mock.scenario import AnswerPlan, plan_answer, prompt_tokens
+from agentos.bench.mock.scenario import AnswerPlan, offered_tools, plan_answer, prompt_tokens
 from agentos.bench.mock.settings import Fault, MockSettings, MockStats, decide_fault
 
 # Settings and stats live in mock/settings.py; the server is where callers meet them.
 __all__ = ["MOCK_KEY", "MockServer", "MockSettings", "MockStats", "create_mock_app", "decide_fault", "start_mock"]
-from agentos.bench.mock.wire import DONE, ChunkWriter, completion_body, embeddings_body, usage
+from agentos.bench.mock.embeddings import EmbeddingsMock
+from agentos.bench.mock.wire import DONE, ChunkWriter, completion_body, usage
 
 MOCK_MODEL = "mock-1"
 _MAX_HANG_S = 600.0  # a hung request is released after this even if the client stays
 _HANG_POLL_S = 0.05
-_EMBEDDING_DIMENSIONS = 16
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 _FIRST_TOKEN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 2.5, 5.0, 10.0)
 
@@ -71,6 +72,7 @@ class _MockApp:
         self._on_completed = on_completed
         self.stats = MockStats()
         self.metrics = _Metrics(self.stats)
+        self.embedder = EmbeddingsMock(settings, self.stats)
         self.closing = asyncio.Event()
         self._rng = random.Random(settings.seed)
         self._ids = itertools.count(1)
@@ -90,7 +92,8 @@ class _MockApp:
         if fault != "none":
             return await self._fault(request, fault)
         messages = body.get("messages") or []
-        plan = plan_answer(self.settings.scenario, messages, _token_count(self.settings.tokens, body))
+        tokens = _token_count(self.settings.tokens, body)
+        plan = plan_answer(self.settings.scenario, messages, tokens, offered_tools(body))
         prompt = prompt_tokens(messages)
         if body.get("stream"):
             return await self._stream(request, plan, (messages, prompt), started)
@@ -148,7 +151,7 @@ class _MockApp:
     async def _write_answer(
         self, response: web.StreamResponse, writer: ChunkWriter, plan: AnswerPlan, started: float
     ) -> None:
-        frames = writer.tool_call_frames(plan) if plan.tool_call else [writer.token(i == 0) for i in range(plan.tokens)]
+        frames = writer.tool_call_frames(plan) if plan.tool_call else writer.text_frames(plan)
         ttft_s, interval_s = self.settings.ttft_ms / 1000, 1 / self.settings.tps
         for i, frame in enumerate(frames):
             await _sleep_until(started + ttft_s + i * interval_s)
@@ -177,11 +180,8 @@ class _MockApp:
         return f"chatcmpl-mock-{next(self._ids)}"
 
     async def embeddings(self, request: web.Request) -> web.Response:
-        body = await _read_json(request)
-        raw = body.get("input", "")
-        inputs = [raw] if isinstance(raw, str) else [str(item) for item in raw]
-        dimensions = int(body.get("dimensions") or _EMBEDDING_DIMENSIONS)
-        return _json(embeddings_body(inputs, _model(body), dimensions))
+        status, answer, headers = self.embedder.respond(await _read_json(request), MOCK_MODEL)
+        return _json(answer, status, headers)
 
     async def models(self, _request: web.Request) -> web.Response:
         return _json({"object": "list", "data": [{"id": MOCK_MODEL, "object": "model", "owned_by": "agentos"}]})
@@ -192,6 +192,7 @@ class _MockApp:
     async def reset_stats(self, _request: web.Request) -> web.Response:
         self.stats.reset()
         self._rng = random.Random(self.settings.seed)
+        self.embedder.reset()
         return _json(self.stats.as_dict())
 
     async def get_metrics(self, _request: web.Request) -> web.Response:

@@ -11,7 +11,7 @@ from typing import Literal
 from agentos.bench.mock.scenario import Scenario
 from agentos.errors import ConfigError
 
-_SCENARIOS = ("plain", "tools")
+_SCENARIOS = ("plain", "tools", "light", "heavy")
 Fault = Literal["none", "rate_limit", "error", "hang"]
 
 
@@ -39,7 +39,7 @@ class MockSettings:
             (0 <= self.hang_rate <= 1, "hang_rate must be within [0, 1]"),
             (self.fail_every >= 0, "fail_every must be >= 0"),
             (self.retry_after_s >= 0, "retry_after_s must be >= 0"),
-            (self.scenario in _SCENARIOS, "scenario must be 'plain' or 'tools'"),
+            (self.scenario in _SCENARIOS, "scenario must be one of " + ", ".join(_SCENARIOS)),
         )
         problems = [message for ok, message in checks if not ok]
         if problems:
@@ -48,7 +48,8 @@ class MockSettings:
 
 @dataclass(kw_only=True)
 class MockStats:
-    """Live counters of chat-completion requests (mutated by the app, read by anyone).
+    """Live counters of chat-completion requests, and of embeddings requests apart (mutated by
+    the app, read by anyone).
 
     In the mock's own process, `wait_for` waits for the counters to reach a state: every
     change wakes the waiters (tests wait on this instead of polling)."""
@@ -61,6 +62,9 @@ class MockStats:
     rate_limited: int = 0
     hung: int = 0
     aborted: int = 0
+    embedding_requests: int = 0  # POST /v1/embeddings, faulted ones included
+    embedding_inputs: int = 0  # texts embedded
+    embedding_faults: int = 0  # 429s and 500s injected into embeddings requests
 
     def __setattr__(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)

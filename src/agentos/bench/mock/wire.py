@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import math
-import struct
 from typing import Any
 
 import msgspec
@@ -45,6 +42,16 @@ class ChunkWriter:
             self._tokens[first] = self.frame(delta)
         return self._tokens[first]
 
+    def text_frames(self, plan: AnswerPlan) -> list[bytes]:
+        """The answer's frames: `plan.tokens` constant tokens, or `plan.text` a word per frame."""
+        if plan.text is None:
+            return [self.token(i == 0) for i in range(plan.tokens)]
+        words = [word + " " for word in plan.text.split(" ")]
+        words[-1] = words[-1][:-1]
+        return [
+            self.frame({"role": "assistant", "content": w} if i == 0 else {"content": w}) for i, w in enumerate(words)
+        ]
+
     def tool_call_frames(self, plan: AnswerPlan) -> list[bytes]:
         call = plan.tool_call
         assert call is not None
@@ -66,7 +73,8 @@ def usage(prompt: int, completion: int) -> dict[str, int]:
 
 def completion_body(completion_id: str, created: int, model: str, plan: AnswerPlan, prompt: int) -> dict[str, Any]:
     """A whole (non-streamed) chat.completion."""
-    message: dict[str, Any] = {"role": "assistant", "content": TOKEN_TEXT * plan.tokens}
+    text = TOKEN_TEXT * plan.tokens if plan.text is None else plan.text
+    message: dict[str, Any] = {"role": "assistant", "content": text}
     finish = "stop"
     if plan.tool_call is not None:
         call = plan.tool_call
@@ -85,24 +93,3 @@ def completion_body(completion_id: str, created: int, model: str, plan: AnswerPl
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": usage(prompt, plan.tokens),
     }
-
-
-def embedding(text: str, dimensions: int) -> list[float]:
-    """A deterministic unit vector from a hash of the text."""
-    raw = b""
-    counter = 0
-    while len(raw) < dimensions * 4:
-        raw += hashlib.sha256(f"{counter}:{text}".encode()).digest()
-        counter += 1
-    ints = struct.unpack(f"<{dimensions}i", raw[: dimensions * 4])
-    values = [i / 2**31 for i in ints]
-    norm = math.sqrt(sum(v * v for v in values)) or 1.0
-    return [v / norm for v in values]
-
-
-def embeddings_body(inputs: list[str], model: str, dimensions: int) -> dict[str, Any]:
-    data = [
-        {"object": "embedding", "index": i, "embedding": embedding(text, dimensions)} for i, text in enumerate(inputs)
-    ]
-    words = sum(len(text.split()) for text in inputs)
-    return {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": words, "total_tokens": words}}

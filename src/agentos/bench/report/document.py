@@ -14,11 +14,20 @@ from typing import Any
 import msgspec
 
 from agentos.bench.report.nodes_table import nodes_header, provider_limit_table
-from agentos.bench.report.output import claim_stem
+from agentos.bench.report.output import claim_stem, write_json
 from agentos.bench.report.overhead import overhead_rows
+from agentos.bench.report.peers_table import peers_section
 from agentos.bench.report.tenants_table import tenancy_header, tenants_table
 
 SCHEMA_VERSION = 1
+PLOTS_SKIPPED = "plots skipped: matplotlib is not installed (pip install 'agentos[bench]' draws them)"
+
+
+def _api_header(report: dict[str, Any]) -> list[str]:
+    """Which API the server's turns went through (sweeps since `--api`; older reports: native)."""
+    if report.get("api") != "openai":
+        return []
+    return ["- **Turns via:** `POST /v1/chat/completions` with `X-Session-Id` (the OpenAI front door)"]
 
 
 def _header(report: dict[str, Any]) -> list[str]:
@@ -32,9 +41,18 @@ def _header(report: dict[str, Any]) -> list[str]:
         f"- **Profile(s):** {', '.join(report.get('profiles') or []) or 'none (direct only)'}",
         *tenancy_header(report),
         *nodes_header(report),
+        *_api_header(report),
         f"- **Mock:** {_mock_text(report['mock'])}",
+        *_loadavg_line(report.get("loadavg")),
         f"- **Command:** `{report['command']}`",
     ]
+
+
+def _loadavg_line(loadavg: dict[str, list[float]] | None) -> list[str]:
+    if not loadavg or "start" not in loadavg or "end" not in loadavg:
+        return []  # reports written before it was recorded
+    start, end = ("/".join(f"{v:g}" for v in loadavg[k]) for k in ("start", "end"))
+    return [f"- **Load average (1/5/15 min):** {start} at the start, {end} at the end (everything on the machine)"]
 
 
 def _mock_text(mock: dict[str, Any]) -> str:
@@ -87,6 +105,8 @@ def _sweep_line(row: dict[str, Any]) -> str:
 def _group_title(row: dict[str, Any]) -> str:
     if row["target"] == "direct":
         return "direct: the mock alone (zero-overhead row)"
+    if row["target"] != "server":  # a peer (agentos.bench.peers)
+        return f"peer `{row['target']}` (another agent server, same mock and load)"
     nodes = f", {row['nodes']} nodes" if row.get("nodes", 1) > 1 else ""
     return f"server, profile `{row.get('profile')}`{nodes}"
 
@@ -157,6 +177,7 @@ def sweep_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
     lines += _overhead_table(report["rows"])
     lines += tenants_table(report["rows"])
     lines += provider_limit_table(report["rows"])
+    lines += peers_section(report.get("peers") or [])
     if report.get("notes"):
         lines += ["", "## Notes from the run", ""] + [f"- {note}" for note in report["notes"]]
     lines += ["", "## Plots", ""] + [f"![{name}]({file})" for name, file in images.items()]
@@ -174,7 +195,7 @@ def memory_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
         label = template.replace("{n}", str(climbed))
         lines.append(f"| {label} | {_fmt(summary[key]['rss'])} | {_fmt(summary[key]['private_dirty'])} |")
     lines += ["", _memory_text(report), "", "## Plot", ""]
-    lines += [f"![{name}]({file})" for name, file in images.items()]
+    lines += [f"![{name}]({file})" for name, file in images.items()] or [f"- {n}" for n in report.get("notes", [])]
     lines += ["", "## Steps (sessions → MB)", "", "| sessions | RSS MB | Private_Dirty MB |", "|---|---|---|"]
     for step in report["steps"]:
         lines.append(f"| {step['sessions']} | {step['rss_mb']} | {step['private_dirty_mb']} |")
@@ -217,9 +238,12 @@ def write_report(report: dict[str, Any], out_dir: Path, stem: str) -> list[Path]
         OSError: `out_dir` cannot be created or written.
     """
     stem = claim_stem(out_dir, stem)
-    images = _write_plots(report, out_dir, stem)
+    try:
+        images = _write_plots(report, out_dir, stem)
+    except ImportError:  # matplotlib is the bench extra: the numbers are written without their pictures
+        images, report = {}, {**report, "notes": [*report.get("notes", []), PLOTS_SKIPPED]}
     json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
-    json_path.write_bytes(msgspec.json.format(msgspec.json.encode(report), indent=2) + b"\n")
+    write_json(json_path, report)
     render = sweep_markdown if report["kind"] == "sweep" else memory_markdown
     md_path.write_text(render(report, {name: path.name for name, path in images.items()}))
     return [json_path, md_path, *images.values()]

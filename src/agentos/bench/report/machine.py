@@ -46,7 +46,9 @@ def versions() -> dict[str, str]:
 
 
 def git_commit() -> str:
-    """The checked-out commit, `+dirty` when tracked files differ from it.
+    """The commit of the code that runs (the checkout holding this package, wherever the
+    command was started: a run with `PYTHONPATH` on another worktree reports that worktree's),
+    `+dirty` when tracked files differ from it; "unknown" outside a checkout (an installed wheel).
 
     Read-only: `GIT_OPTIONAL_LOCKS=0` stops `git status` from refreshing the index.
     """
@@ -57,10 +59,14 @@ def git_commit() -> str:
     return f"{head}+dirty" if dirty else head
 
 
+_CODE_DIR = Path(__file__).resolve().parent  # in the checkout the running code came from
+
+
 def _git(*args: str) -> str:
     try:
         out = subprocess.run(
             ["git", *args],
+            cwd=_CODE_DIR,
             capture_output=True,
             text=True,
             timeout=5,

@@ -10,7 +10,9 @@ second still write different files.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 DEFAULT_OUT_DIR = Path("bench-out")
 
@@ -33,3 +35,25 @@ def claim_stem(out_dir: Path, stem: str) -> str:
             continue
         return candidate
     raise AssertionError("unreachable: itertools.count never ends")  # pragma: no cover
+
+
+def write_json(path: Path, report: dict[str, Any]) -> None:
+    """The report's data, indented (diffable), over the `.json` that `claim_stem` created."""
+    import msgspec  # here, so that importing DEFAULT_OUT_DIR stays free
+
+    path.write_bytes(msgspec.json.format(msgspec.json.encode(report), indent=2) + b"\n")
+
+
+def write_json_and_markdown(
+    report: dict[str, Any], out_dir: Path, stem: str, markdown: Callable[[dict[str, Any]], str]
+) -> list[Path]:
+    """`<stem>.json` and `<stem>.md` (`markdown(report)`) under a claimed stem; their paths.
+
+    Raises:
+        OSError: `out_dir` cannot be created or written.
+    """
+    stem = claim_stem(out_dir, stem)
+    json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
+    write_json(json_path, report)
+    md_path.write_text(markdown(report))
+    return [json_path, md_path]

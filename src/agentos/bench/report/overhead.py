@@ -18,7 +18,7 @@ PERCENTILE_KEYS = ("p50", "p95", "p99")
 
 
 def overhead_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per server row that has a direct row at its concurrency, in the rows' order.
+    """One entry per server or peer row that has a direct row at its concurrency, in the rows' order.
 
     Each entry: `profile`, `concurrency`, `n_server` and `n_direct` (successful turns behind the
     turn percentiles), `ttft_ms` and `turn_ms` (p50/p95/p99 differences, ms) and `turns_per_s_ratio`.
@@ -27,7 +27,7 @@ def overhead_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for row in rows:
         base = direct.get(row["concurrency"])
-        if row["target"] != "server" or base is None:
+        if row["target"] == "direct" or base is None:  # Agent OS's rows and the peers' (profile `peer:<name>`)
             continue
         entry: dict[str, Any] = {
             "profile": row.get("profile"),

@@ -78,7 +78,7 @@ async def measure_point(plan: RunsPlan, n: int, server: Child, mock: Child) -> d
         mock_before, client_before = sample_tree(mock.pid, False).cpu_s, self_cpu_s()
         started = loop.time()
         async with peak_sampling(server.pid) as sampler:
-            outcomes = await asyncio.gather(*(_drive(http, target, plan) for _ in range(n)))
+            outcomes = await asyncio.gather(*(_drive(http, target, plan, i * plan.ramp_s / n) for i in range(n)))
             wall_s = loop.time() - started
             end, main_end = sample_tree(server.pid), own_cpu_s(server.pid)
             mock_end, client_end = sample_tree(mock.pid, False).cpu_s, self_cpu_s()
@@ -108,7 +108,9 @@ async def _healthz_burst(http: aiohttp.ClientSession, base_url: str, n: int) -> 
     return percentiles_ms(list(await asyncio.gather(*(one() for _ in range(n)))))
 
 
-async def _drive(http: aiohttp.ClientSession, target: RunTarget, plan: RunsPlan) -> RunOutcome:
+async def _drive(http: aiohttp.ClientSession, target: RunTarget, plan: RunsPlan, delay_s: float = 0.0) -> RunOutcome:
+    if delay_s > 0:  # its place in the ramp
+        await asyncio.sleep(delay_s)
     return await drive_run(http, target, answer_delay_s=plan.answer_delay_s, timeout_s=plan.run_timeout_s)
 
 
@@ -159,8 +161,21 @@ def point_row(
         "server_private_dirty_mb_peak": mb(peak.private_dirty_kb),
         "server_private_dirty_mb_end": mb(end.private_dirty_kb),
         "server_processes_peak": peak.processes,
+        "human": human_summary(outcomes),
         "mock_cpu_s": round(cpu["mock_cpu_s"], 2),
         "client_cpu_s": round(cpu["client_cpu_s"], 2),
+    }
+
+
+def human_summary(outcomes: Sequence[RunOutcome]) -> dict[str, Any]:
+    """How the runs met their human: the share that paused, the questions answered, the mean wait
+    (from the question's arrival to the run going on, the answer delay included)."""
+    waits = [s for o in outcomes for s in o.phases.get("human_wait", [])]
+    paused = sum(1 for o in outcomes if o.human_answers)
+    return {
+        "paused_share": round(paused / len(outcomes), 3) if outcomes else None,
+        "answered": sum(o.human_answers for o in outcomes),
+        "mean_wait_ms": round(sum(waits) / len(waits) * 1000, 1) if waits else None,
     }
 
 
@@ -185,17 +200,35 @@ async def _start_server(plan: RunsPlan, mock: Child, work_dir: Path) -> Child:
 async def run_runs_bench(plan: RunsPlan, keep_dir: Path | None = None) -> dict[str, Any]:
     """Start the mock and the server, measure every point and the waiting point, stop both."""
     work_dir = keep_dir or Path(tempfile.mkdtemp(prefix="agentos-runs-"))
+    repeats: list[list[dict[str, Any]]] = []
     try:
         mock = await start_mock_process(plan.mock, work_dir)
         try:
-            points = await _points(plan, mock, work_dir)
+            await _check_contract(plan, mock)
+            for repeat in range(2 if plan.campaign else 1):  # a campaign runs twice, on fresh servers
+                repeats.append(await _points(plan, mock, work_dir / f"points-{repeat + 1}"))
             waiting = await _waiting(plan, mock, work_dir) if plan.waiting_runs else None
         finally:
             await stop_child(mock.process)
     finally:
         if keep_dir is None:
             shutil.rmtree(work_dir, ignore_errors=True)
-    return runs_report(plan, points, waiting)
+    report = runs_report(plan, repeats[0], waiting)
+    if plan.campaign:
+        from agentos.bench.runs.campaigns import judge
+
+        report |= {"campaign": plan.campaign, "ramp_s": plan.ramp_s, "repeats": repeats, "judged": judge(repeats)}
+    return report
+
+
+async def _check_contract(plan: RunsPlan, mock: Child) -> None:
+    """Refuse a campaign against a mock that does not script the commands: one that "passed"
+    without ever running the sandbox is the failure the reference documents warn about."""
+    from agentos.bench.common.processes import BenchSetupError
+    from agentos.bench.mock.check import check_tools_contract
+
+    if problems := await check_tools_contract(mock.url, plan.mock.scenario):
+        raise BenchSetupError(f"the mock breaks the {plan.mock.scenario!r} contract: {'; '.join(problems)}")
 
 
 async def _waiting(plan: RunsPlan, mock: Child, work_dir: Path) -> dict[str, Any]:
@@ -209,7 +242,7 @@ async def _waiting(plan: RunsPlan, mock: Child, work_dir: Path) -> dict[str, Any
 
 
 async def _points(plan: RunsPlan, mock: Child, work_dir: Path) -> list[dict[str, Any]]:
-    server = await _start_server(plan, mock, work_dir / "points")
+    server = await _start_server(plan, mock, work_dir)
     rows = []
     try:
         async with bench_http_session() as http:  # one throwaway run: one-time costs out of the first point

@@ -11,23 +11,27 @@ the command costs the CLI nothing.
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
-_RESULTS = Path("bench/results")
+from agentos.bench.common.cli import add_output_arguments, command_line, register_command
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `runs` to `agentos bench`."""
-    runs = commands.add_parser("runs", help="N concurrent agent runs (tools scenario) and 1000 runs waiting")
-    add_arguments(runs)
-    runs.set_defaults(handler=run_command)
+    register_command(
+        commands, "runs", "N concurrent agent runs (tools scenario) and 1000 runs waiting", add_arguments, run_command
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from agentos.bench.report.output import DEFAULT_OUT_DIR  # stdlib only; ./bench-out is git-ignored
 
+    p.add_argument(
+        "--campaign",
+        choices=["light", "heavy", "hitl"],
+        help="a run campaign (docs/benchmarking.md): sets the points, ramp, mock, profile and answer delay",
+    )
+    p.add_argument("--scale", type=float, default=1.0, help="with --campaign: counts, ramp, delay and tokens x this")
     p.add_argument("--runs", default="100,1000", help="concurrent runs per point, comma-separated")
     p.add_argument("--answer-delay-secs", type=float, default=1.0, help="human answer after the question")
     p.add_argument("--run-timeout-secs", type=float, default=120.0, help="per run; it is terminated after")
@@ -40,10 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mock-ttft-ms", type=float, default=200.0)
     p.add_argument("--mock-tps", type=float, default=200.0)
     p.add_argument("--mock-tokens", type=int, default=8)
-    p.add_argument("--keep-dir", type=Path, help="keep the data and logs there (default: a temporary dir)")
-    help_text = f"where the report goes (default: ./{DEFAULT_OUT_DIR}; {_RESULTS} to commit one)"
-    p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR, help=help_text)
-    p.add_argument("--name", help="machine name in the file names (default: cores + CPU model)")
+    add_output_arguments(p)
 
 
 def _points(text: str) -> tuple[int, ...]:
@@ -63,6 +64,9 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     from agentos.bench.runs.report import write_runs_report
 
     fd_limit = raise_fd_limit()  # 1000 SSE connections here, inherited by the server and the mock
+    command = command_line(command)
+    if args.campaign:
+        return _campaign(args, command, fd_limit)
     plan = RunsPlan(
         points=_points(args.runs),
         answer_delay_s=args.answer_delay_secs,
@@ -74,7 +78,7 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
         profile=args.profile,
         agent=args.agent,
         mock=MockSettings(ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens, scenario="tools"),
-        command=command or "agentos " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        command=command,
     )
     if args.keep_dir is not None:
         args.keep_dir.mkdir(parents=True, exist_ok=True)
@@ -86,12 +90,32 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     return 0
 
 
+def _campaign(args: argparse.Namespace, command: str, fd_limit: int) -> int:
+    from agentos.bench.common.cli import report_stem
+    from agentos.bench.common.loop import run_loop
+    from agentos.bench.runs.bench import run_runs_bench
+    from agentos.bench.runs.campaigns import CAMPAIGNS, campaign_plan
+    from agentos.bench.runs.report import write_runs_report
+
+    if args.scale <= 0:
+        raise SystemExit("agentos bench runs: --scale must be > 0")
+    plan = campaign_plan(CAMPAIGNS[args.campaign], args.scale, command)
+    if args.keep_dir is not None:
+        args.keep_dir.mkdir(parents=True, exist_ok=True)
+    report = run_loop(run_runs_bench(plan, keep_dir=args.keep_dir)) | {"fd_limit": fd_limit, "scale": args.scale}
+    for path in write_runs_report(report, args.out_dir, report_stem(f"runs-{args.campaign}", args.name)):
+        print(path)
+    judged = report["judged"]
+    print(f"campaign {args.campaign}: p95 {judged['p95_holds']}; start errors {judged['start_errors']}; "
+          f"completion {judged['completion']}")  # fmt: skip
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentos.bench.runs", description=__doc__)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    quoted = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    return run_command(args, command=f"agentos bench runs {quoted}".rstrip())
+    from agentos.bench.common.cli import module_main
+
+    return module_main(argv, module="agentos.bench.runs", command="runs", doc=__doc__,
+                       add_arguments=add_arguments, run_command=run_command)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -26,3 +26,5 @@ class RunsPlan:
     agent: str = "bench"
     mock: MockSettings = RUNS_MOCK
     command: str = ""
+    ramp_s: float = 0.0  # a point's runs start evenly over this long (0: all at once)
+    campaign: str | None = None  # `runs.campaigns`: run twice, judged for noise

@@ -10,11 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 # report.py keeps its header and cell formatting private; reusing them keeps every report's header identical
-from agentos.bench.report.document import _fmt, _header, _pcts
-from agentos.bench.report.output import claim_stem
+from agentos.bench.report.document import PLOTS_SKIPPED, _fmt, _header, _pcts
+from agentos.bench.report.output import claim_stem, write_json
 
 _POINT_COLUMNS = (
     "| N | completed | failures | start ms p50/p95/p99 (n) | floor: N × /healthz ms p50/p95/p99 (n) "
@@ -54,6 +52,35 @@ _NOTES = """
   double count and is the figure to plan RAM with.
 - **mock CPU / client CPU**: the mock provider and this bench client share the machine with the server.
 """
+
+
+_CAMPAIGN_COLUMNS = (
+    "| N | run p95 ms (run 1, run 2) | spread | noisy | completed (1, 2) | paused share | questions answered "
+    "| mean human wait ms | server processes peak |"
+)
+
+
+def _campaign_lines(report: dict[str, Any]) -> list[str]:
+    """The campaign's two runs side by side, the noise per point, hitl's human, and acceptance."""
+    judged = report.get("judged")
+    if judged is None:
+        return []
+    lines = ["", f"## Campaign `{report['campaign']}` (scale {report.get('scale', 1)}, ramp {report['ramp_s']} s): "
+             "two runs, fresh servers", "",
+             _CAMPAIGN_COLUMNS, "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for i, point in enumerate(judged["points"]):
+        rows = [run[i] for run in report["repeats"] if i < len(run)]
+        human = rows[0]["human"]
+        lines.append(
+            f"| {point['runs']} | {', '.join(_fmt(v) for v in point['p95_ms'])} | {_fmt(point['spread'])} | "
+            f"{'**noisy: no conclusion**' if point['noisy'] else 'no'} | "
+            f"{', '.join(str(r['completed']) for r in rows)} | {_fmt(human['paused_share'])} | {human['answered']} | "
+            f"{_fmt(human['mean_wait_ms'])} | {rows[0]['server_processes_peak']} |"
+        )
+    lines += ["", f"Acceptance (printed, not asserted): run p95 across concurrency levels: **{judged['p95_holds']}**; "
+              f"start errors **{judged['start_errors']}** (0 wanted); completion **{judged['completion']}** "
+              "(1.0 wanted). A spread over 20% between the two runs of a point marks it noisy."]  # fmt: skip
+    return lines
 
 
 def _failures(row: dict[str, Any]) -> str:
@@ -154,6 +181,7 @@ def runs_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
     lines += [_point_line(r) for r in report["points"]]
     lines += _phase_lines(report["points"])
     lines += _waiting_lines(report.get("waiting"))
+    lines += _campaign_lines(report)
     if report.get("notes"):
         lines += ["", "## Notes from the run", ""] + [f"- {note}" for note in report["notes"]]
     if images:
@@ -208,8 +236,11 @@ def write_runs_report(report: dict[str, Any], out_dir: Path, stem: str) -> list[
     stem = claim_stem(out_dir, stem)
     images: dict[str, Path] = {}
     if any(p["duration_ms"]["p50"] is not None for p in report["points"]):
-        images["run duration percentiles"] = plot_durations(report["points"], out_dir / f"{stem}-duration.png")
+        try:
+            images["run duration percentiles"] = plot_durations(report["points"], out_dir / f"{stem}-duration.png")
+        except ImportError:  # matplotlib is the bench extra: the numbers are written without the picture
+            report = {**report, "notes": [*report.get("notes", []), PLOTS_SKIPPED]}
     json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
-    json_path.write_bytes(msgspec.json.format(msgspec.json.encode(report), indent=2) + b"\n")
+    write_json(json_path, report)
     md_path.write_text(runs_markdown(report, {name: path.name for name, path in images.items()}))
     return [json_path, md_path, *images.values()]

@@ -1,0 +1,140 @@
+"""A sandboxed command's own root: only the files it needs, in a mount namespace of its own.
+
+Stdlib only: the fork server (`_zygote.py`, run as a script) loads it from its own directory.
+`enter_root` runs in the command's process after `unshare(CLONE_NEWNS)` (and, with a PID
+namespace, in that namespace's init), as root of its namespaces: before Landlock, before the
+identity drop. The root it makes, itself a read-only tmpfs:
+
+- `/usr`, `/bin`, `/sbin`, `/lib`, `/lib64`, `/lib32`, `/etc`, `/opt` of the host, bound
+  read-only, nosuid, nodev (a symbolic link such as `/bin -> usr/bin` is copied as a link);
+- `/dev`: null, zero, full, random, urandom and tty bound from the host; `fd`, `stdin`,
+  `stdout`, `stderr` links;
+- `/tmp`: a tmpfs of the command's own (mode 1777, size-limited), gone when it ends;
+- `/proc`: a fresh proc of its PID namespace (only with one: it shows that namespace alone);
+- the workspace, read-write (nosuid, nodev), at the same absolute path as on the host.
+
+Nothing else: not the host's `/tmp`, `/run`, `/var`, `/home`, `/root`, nor the server's data
+dir, and so no path-based UNIX socket of the host (a database's, Docker's) can be named. All
+mounts are made private first: nothing propagates to or from the host. Built the way
+bubblewrap builds its root: a scaffold tmpfs over `/tmp` becomes the root for a moment, with the
+host's root below it at `/oldroot` (its `/tmp` uncovered again); the new root is filled from
+there, then pivoted into, and the scaffold with the host's root under it is detached.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import struct
+
+_RDONLY, _NOSUID, _NODEV, _NOEXEC, _BIND, _REC, _PRIVATE = 1, 2, 4, 8, 4096, 16384, 1 << 18
+_MNT_DETACH = 2
+_ATTR_RDONLY, _ATTR_NOSUID, _ATTR_NODEV = 1, 2, 4
+_AT_FDCWD, _AT_RECURSIVE = -100, 0x8000
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+_MOUNT_SETATTR = 442  # the same number on every architecture (Linux >= 5.12)
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc", "/opt")
+_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+_DEVICE_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+                 "stderr": "/proc/self/fd/2"}  # fmt: skip
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def enter_root(workspace: str | None, tmp_mb: int, proc: bool) -> None:
+    """Make the new root and enter it; the working directory becomes `workspace` (or `/`).
+
+    The current working directory must be the workspace (it is bound from there: the host's
+    path to it may hold symbolic links that mean something else in the new root).
+
+    Raises:
+        OSError: a mount, or the pivot, failed (the command must not run then).
+    """
+    here = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _mount(None, "/", None, _REC | _PRIVATE)
+        _mount("tmpfs", "/tmp", "tmpfs", _NOSUID | _NODEV, "mode=0755,size=64k")  # the scaffold
+        os.chdir("/tmp")
+        os.mkdir("oldroot")
+        os.mkdir("newroot")
+        _mount("tmpfs", "newroot", "tmpfs", _NOSUID | _NODEV, "mode=0755,size=1m")
+        _pivot_root(".", "oldroot")
+        os.chdir("/")
+        _system_dirs()
+        _devices()
+        _mount("tmpfs", "/newroot/tmp", "tmpfs", _NOSUID | _NODEV, f"mode=1777,size={tmp_mb}m,nr_inodes=65536",
+               mkdir=True)  # fmt: skip
+        if workspace is not None:
+            os.makedirs("/newroot" + workspace, 0o755, exist_ok=True)
+            os.fchdir(here)
+            _mount(".", "/newroot" + workspace, None, _BIND | _REC)
+            _set_attributes("/newroot" + workspace, _ATTR_NOSUID | _ATTR_NODEV)
+        if proc:
+            _mount("proc", "/newroot/proc", "proc", _NOSUID | _NODEV | _NOEXEC, mkdir=True)
+        _enter("/newroot")
+        os.chdir(workspace or "/")
+    finally:
+        os.close(here)
+
+
+def _system_dirs() -> None:
+    for path in _SYSTEM_DIRS:
+        host, new = "/oldroot" + path, "/newroot" + path
+        if os.path.islink(host):
+            os.symlink(os.readlink(host), new)
+        elif os.path.isdir(host):
+            _mount(host, new, None, _BIND | _REC, mkdir=True)
+            _set_attributes(new, _ATTR_RDONLY | _ATTR_NOSUID | _ATTR_NODEV)
+
+
+def _devices() -> None:
+    _mount("tmpfs", "/newroot/dev", "tmpfs", _NOSUID | _NOEXEC, "mode=0755,size=64k", mkdir=True)
+    for name in _DEVICES:
+        if os.path.exists(f"/oldroot/dev/{name}"):
+            os.close(os.open(f"/newroot/dev/{name}", os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o666))
+            _mount(f"/oldroot/dev/{name}", f"/newroot/dev/{name}", None, _BIND)
+    for name, target in _DEVICE_LINKS.items():
+        os.symlink(target, f"/newroot/dev/{name}")
+
+
+def _enter(new_root: str) -> None:
+    """`new_root` becomes `/`; the scaffold, and the host's root below it, are detached."""
+    scaffold = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.chdir(new_root)
+        _pivot_root(".", ".")  # the scaffold now lies over the new root, at the same place
+        os.fchdir(scaffold)
+        if _libc.umount2(b".", _MNT_DETACH) != 0:
+            _fail("umount2 of the host's root")
+    finally:
+        os.close(scaffold)
+    os.chdir("/")
+    _set_attributes("/", _ATTR_RDONLY | _ATTR_NOSUID | _ATTR_NODEV, recursive=False)
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None,
+           *, mkdir: bool = False) -> None:  # fmt: skip
+    if mkdir:
+        os.mkdir(target, 0o755)
+    args = [None if s is None else os.fsencode(s) for s in (source, target, fstype)]
+    if _libc.mount(args[0], args[1], args[2], ctypes.c_ulong(flags), None if data is None else data.encode()) != 0:
+        _fail(f"mount {target.removeprefix('/newroot') or '/'}")
+
+
+def _set_attributes(path: str, attributes: int, *, recursive: bool = True) -> None:
+    """Mount attributes set on `path`'s mount (and every mount below it); the others are kept."""
+    attr = ctypes.create_string_buffer(struct.pack("=QQQQ", attributes, 0, 0, 0), 32)  # struct mount_attr
+    flags = _AT_RECURSIVE if recursive else 0
+    if _libc.syscall(_MOUNT_SETATTR, _AT_FDCWD, os.fsencode(path), ctypes.c_uint(flags), attr, ctypes.c_size_t(32)):
+        _fail(f"mount_setattr {path.removeprefix('/newroot') or '/'}")
+
+
+def _pivot_root(new_root: str, put_old: str) -> None:
+    number = _PIVOT_ROOT.get(platform.machine())
+    if number is None or _libc.syscall(number, new_root.encode(), put_old.encode()) != 0:
+        _fail("pivot_root")
+
+
+def _fail(what: str) -> None:
+    number = ctypes.get_errno()
+    raise OSError(number, f"{what}: {os.strerror(number)}")

@@ -1,0 +1,58 @@
+"""The web console: `GET /console` and its assets (agentos/api/static/console/).
+
+Static files only, versioned with the server and read from the package: nothing is built at
+install time and nothing is loaded from another origin (uPlot is vendored;
+static/console/README.md says which version, from where, under which license). The page
+carries no data and no key: its scripts sign in with an API key that stays in the tab's
+`sessionStorage` and call the API with `Authorization: Bearer`, never a cookie, so a page of
+another site cannot make the browser act with it (no CSRF), and the browser rules
+(`agentos.api.browser`) refuse other origins as for every API route. Under the same strict
+Content-Security-Policy as /docs: same-origin scripts, styles and requests, nothing inline.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from agentos.api.docs import Asset, serve_asset
+from agentos.errors import NotFound
+
+routes = web.RouteTableDef()
+
+_JS = "text/javascript; charset=utf-8"
+_CSS = "text/css; charset=utf-8"
+PAGE = Asset("console/console.html", "text/html; charset=utf-8", gzipped=False)
+# What /console/{asset} serves, by name: nothing else under static/ is reachable.
+ASSETS = {
+    name: Asset(f"console/{name}", _JS if name.endswith(".js") else _CSS, gzipped=False)
+    for name in (
+        "console.css",
+        "uPlot.min.css",
+        "uPlot.iife.min.js",
+        "app.js",
+        "api.js",
+        "dom.js",
+        "live.js",
+        "sessions.js",
+        "runs.js",
+        "inbox.js",
+        "playground.js",
+        "admin.js",
+    )
+}
+
+
+@routes.get("/console")
+async def console_page(request: web.Request) -> web.Response:
+    return serve_asset(request, PAGE, cache_control="no-cache")
+
+
+@routes.get("/console/{asset}")
+async def console_asset(request: web.Request) -> web.Response:
+    """Raises: NotFound: not one of `ASSETS`."""
+    name = request.match_info["asset"]
+    asset = ASSETS.get(name)
+    if asset is None:
+        raise NotFound(f"no asset {name!r} under /console")
+    # no-cache: the files are not content-hashed, and a server upgrade must not meet old scripts
+    return serve_asset(request, asset, cache_control="no-cache")

@@ -1,0 +1,209 @@
+"""The Responses API: `POST /v1/responses` (streamed or whole) and `GET /v1/responses/{id}`.
+
+A response is a turn. Without `previous_response_id` it opens a session of its own (like a
+stateless chat completion: the model sees `instructions` and `input` as sent); with it, the
+turn continues that response's session, whose transcript is the history. Only the session's
+latest response may be continued: branching from an older one is a 409 (`x-should-retry:
+false`). Checks, tenancy and admission are the chat completion's (`agentos.api.openai_chat`).
+"""
+
+from __future__ import annotations
+
+from contextlib import suppress
+from typing import Any
+
+from aiohttp import web
+
+from agentos.api.admission import MeteredSink
+from agentos.api.body import read_body
+from agentos.api.errors import STARTED
+from agentos.api.keys import QUOTAS, RUNTIME
+from agentos.api.openai_chat import GoneSink, failure_body, turn_failure
+from agentos.api.openai_errors import openai_error
+from agentos.api.openai_responses_wire import EventWriter, parse_response_id, response_id, response_object
+from agentos.api.openai_turns import InvalidParam, TurnPlan, open_turn, plan_turn, resolve_model
+from agentos.api.openai_wire import ChatMessage, ResponseCreate
+from agentos.api.sessions import json_response
+from agentos.api.sse import SSE_HEADERS
+from agentos.clock import wall_ms
+from agentos.errors import Conflict, NotFound
+from agentos.runtime.turn import CollectingSink, Turn
+from agentos.store.base import Store
+from agentos.store.records import MessageRecord
+from agentos.tenancy.principal import Scope, require
+
+routes = web.RouteTableDef()
+
+
+@routes.post("/v1/responses")
+async def create_response(request: web.Request) -> web.StreamResponse:
+    who = require(request, Scope.SESSIONS_WRITE)
+    runtime = request.app[RUNTIME]
+    runtime.offer_turn(who.tenant_id)  # a refusal reads no body, as for a native turn
+    body = await read_body(request, ResponseCreate)
+    agent = await resolve_model(request.app, who.tenant_id, body.model)
+    plan = _plan(body, agent, continued=body.previous_response_id is not None)  # before any store read
+    session_id = None
+    if body.previous_response_id is not None:
+        session_id = await _continued(request, who.tenant_id, body.previous_response_id)
+    turn = await open_turn(request, who, agent, session_id, plan)
+    rid = response_id(turn.session_id, turn.turn_id)
+    start = response_object(rid, wall_ms() // 1000, body.model, "in_progress", None, previous=body.previous_response_id)
+    if body.stream:
+        return await _streamed(request, turn, start)
+    sink = CollectingSink()
+    await runtime.run_turn(turn, MeteredSink(sink, request.app[QUOTAS], turn.tenant_id))
+    _, name, data = sink.events[-1]
+    if name != "turn.completed":
+        return openai_error(*turn_failure(name, data))
+    text = _answer(data, "".join(d["delta"] for _, n, d in sink.events if n == "token"))
+    return json_response(_done(start, text, data))
+
+
+def _plan(body: ResponseCreate, agent: str | None, *, continued: bool) -> TurnPlan:
+    """Raises: InvalidParam (`input`, `instructions`, `tools`, and `plan_turn`'s)."""
+    for param, given in (("tools", bool(body.tools)), ("conversation", body.conversation is not None),
+                         ("background", body.background)):  # fmt: skip
+        if given:
+            raise InvalidParam(param, f"{param} is not supported on /v1/responses; see docs/openai.md")
+    items = [ChatMessage(role="user", content=body.input)] if isinstance(body.input, str) else body.input
+    if continued and (len(items) != 1 or body.instructions is not None):
+        param = "instructions" if body.instructions is not None else "input"
+        raise InvalidParam(param, "with previous_response_id, give one input message and no instructions")
+    if body.instructions is not None:
+        items = [ChatMessage(role="system", content=body.instructions), *items]
+    try:
+        return plan_turn(items, None, agent=agent, stateful=continued)
+    except InvalidParam as exc:
+        exc.param = "input"
+        raise
+
+
+async def _continued(request: web.Request, tenant_id: str, previous: str) -> str:
+    """The session `previous` continues, when it is the session's latest response.
+
+    Raises: NotFound `previous_response_not_found` (also another tenant's); Conflict `branching_not_supported`.
+    """
+    ids = parse_response_id(previous)
+    store = request.app[RUNTIME].store
+    latest = [] if ids is None else await store.history(tenant_id, ids[0], limit=1)
+    if ids is None or not latest:
+        raise NotFound(f"Previous response with id {previous!r} not found.", code="previous_response_not_found")
+    if latest[-1].turn_id != ids[1]:
+        raise Conflict(
+            f"{previous!r} is not the latest response of its conversation; branching is not supported",
+            code="branching_not_supported",
+        )
+    return ids[0]
+
+
+def _answer(data: dict[str, Any], tokens: str) -> str:
+    return str(data["result"]) if "result" in data else tokens  # an agent's answer is its result
+
+
+def _done(start: dict[str, Any], text: str, data: dict[str, Any]) -> dict[str, Any]:
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    return response_object(start["id"], start["created_at"], start["model"], "completed", text, usage=usage,
+                           previous=start["previous_response_id"])  # fmt: skip
+
+
+async def _streamed(request: web.Request, turn: Turn, start: dict[str, Any]) -> web.StreamResponse:
+    runtime = request.app[RUNTIME]
+    response = web.StreamResponse(headers={**SSE_HEADERS, "X-Session-Id": turn.session_id})
+    try:
+        await response.prepare(request)
+    except BaseException:
+        await runtime.run_turn(turn, GoneSink())  # record it as cancelled; never leave it admitted
+        raise
+    stream = ResponseStream(response, start)
+    request[STARTED] = stream
+    await runtime.run_turn(turn, MeteredSink(stream, request.app[QUOTAS], turn.tenant_id))
+    await stream.close()
+    return response
+
+
+class ResponseStream:
+    """A turn sink writing the Responses API's events; also the request's started response."""
+
+    __slots__ = ("ended", "response", "_start", "_events", "_text")
+
+    def __init__(self, response: web.StreamResponse, start: dict[str, Any]) -> None:
+        self.response = response
+        self.ended = False
+        self._start = start
+        self._events = EventWriter()
+        self._text: list[str] = []
+
+    async def send(self, event_id: Any, name: str, data: dict[str, Any]) -> None:
+        if name == "turn.started":
+            line = self._events.opening(self._start)
+        elif name == "token" and data.get("delta"):
+            self._text.append(data["delta"])
+            line = self._events.delta(self._start["id"], data["delta"])
+        elif name == "turn.completed":
+            self.ended = True
+            text = "".join(self._text) or _answer(data, "")
+            line = self._events.closing(_done(self._start, text, data), text)
+        elif name in ("turn.failed", "turn.cancelled"):
+            _, code, message = turn_failure(name, data)
+            line = self._failed(code, message)
+        else:  # an agent's tool activity and human requests stay on the native routes
+            return
+        await self.response.write(line)
+
+    def _failed(self, code: str, message: str) -> bytes:
+        self.ended = True
+        failed = self._start | {"status": "failed", "error": {"code": code, "message": message}}
+        return self._events.event("response.failed", response=failed)
+
+    async def close(self) -> None:
+        with suppress(ConnectionError):
+            await self.response.write_eof()
+
+    async def end_with_failure(self, exc: Exception) -> web.StreamResponse:
+        if not isinstance(exc, ConnectionError) and not self.ended:
+            error = failure_body(exc)["error"]
+            with suppress(ConnectionError):
+                await self.response.write(self._failed(error["code"], error["message"]))
+        await self.close()
+        return self.response
+
+
+@routes.get("/v1/responses/{response_id}")
+async def get_response(request: web.Request) -> web.Response:
+    """A response as stored: its turn's answer and how the turn ended (`in_progress` before)."""
+    tenant_id = require(request, Scope.SESSIONS_READ).tenant_id
+    runtime = request.app[RUNTIME]
+    rid = request.match_info["response_id"]
+    ids = parse_response_id(rid)
+    missing = NotFound(f"No response found with id {rid[:80]!r}.", code="response_not_found")
+    if ids is None:
+        raise missing
+    session_id, turn_id = ids
+    try:
+        record = await runtime.get_session(tenant_id, session_id)
+    except NotFound:
+        raise missing from None
+    messages = await _turn_messages(runtime.store, tenant_id, session_id, turn_id)
+    if not messages:
+        raise missing
+    model = runtime.sessions.reported_agent(record) or runtime.settings.provider.model
+    answer = next((m for m in messages if m.role == "assistant"), None)
+    created_s = messages[0].created_at_ms // 1000
+    if answer is None:
+        return json_response(response_object(rid, created_s, model, "in_progress", None))
+    status = "completed" if answer.status == "completed" else answer.status
+    error = None if status == "completed" else {"code": status, "message": f"the turn ended {status}"}
+    return json_response(response_object(rid, created_s, model, status, answer.content, usage=answer.usage or {},
+                                         error=error))  # fmt: skip
+
+
+async def _turn_messages(store: Store, tenant_id: str, session_id: str, turn_id: str) -> list[MessageRecord]:
+    """The turn's messages, paging through the session's transcript (ordered by id)."""
+    after, found = 0, list[MessageRecord]()
+    while page := await store.list_messages(tenant_id, session_id, after=after, limit=500):
+        found += [m for m in page if m.turn_id == turn_id]
+        if found and page[-1].turn_id != turn_id:
+            break
+        after = page[-1].message_id
+    return found

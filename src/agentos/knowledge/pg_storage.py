@@ -1,0 +1,244 @@
+"""The `KnowledgeStorage` of `store.backend = "postgres"`: the tables of migration 0006 in the
+store's database, shared by every node (see `agentos.knowledge.storage` for the contract).
+
+Theory of operation.
+- Durability: every write is a transaction committed before the call returns
+  (`synchronous_commit` on, the server's default), so the 202 of an accepted document follows
+  a durable commit.
+- Several nodes index together: `claim_documents` takes documents with `FOR UPDATE SKIP
+  LOCKED`, so two nodes never claim the same one, and a lease that ran out (a node died) makes
+  the document claimable again; `save_chunks` and `fail_document` check the lease owner.
+- Vectors are float32 little-endian `bytea`, loaded by the service into an in-memory index
+  (numpy) exactly as with SQLite: pgvector is not installed on the PostgreSQL this project
+  targets, and brute force over a collection is fast enough at the sizes one tenant holds.
+- Chunk ids come from one `bigserial`. A sequence hands out numbers in call order but
+  transactions commit in any order, so an index that loaded "every chunk up to N" could skip a
+  chunk numbered below N that committed later. `save_chunks` therefore locks the collection's
+  row (`FOR NO KEY UPDATE`) before it draws any id and holds it to its commit: within one
+  collection, chunk ids commit in id order, and `vectors_after(N)` never misses a chunk.
+- Full text (`full_text`, no longer on the service's query path, which searches the in-memory
+  `TextIndex` loaded by `chunks_after`): a generated `tsvector` under a GIN index; the
+  query is built from the user's words only (`filters.tsquery_text`: letters and digits,
+  quoted, OR-ed, stopwords left out), ranked by `ts_rank` (`pg_statements.FULL_TEXT`). The
+  metadata filter is in the WHERE clause (jsonb equality, `filters.pg_where`), before the LIMIT.
+- Every wait is bounded by `store.postgres_request_timeout_s`; an unreachable database is
+  `StoreUnavailable` (503), as for the rest of the PostgreSQL store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agentos.errors import Conflict, NotFound
+from agentos.knowledge import filters
+from agentos.knowledge import pg_statements as q
+from agentos.knowledge.records import ChunkBatch, ChunkRow, Collection, DocumentRow, collection_row, document_row
+from agentos.knowledge.storage import MetadataFilter
+from agentos.store.pg_side_pool import SidePool
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from agentos.config import StoreConfig
+
+T = TypeVar("T")
+
+
+class PgKnowledgeStorage:
+    def __init__(self, config: StoreConfig) -> None:
+        self._db = SidePool(config, "knowledge")
+
+    async def open(self) -> None:
+        """Migrate, then open a small pool (`agentos.store.pg_side_pool`).
+
+        Raises:
+            ConfigError: naming store.postgres_url (unreachable, a schema mismatch) or
+                store.backend (no asyncpg).
+        """
+        await self._db.open()
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    async def _use(self, use: Callable[[asyncpg.Connection], Awaitable[T]], what: str) -> T:
+        return await self._db.use(use, f"knowledge {what}")
+
+    async def _in_transaction(self, use: Callable[[asyncpg.Connection], Awaitable[T]], what: str) -> T:
+        async def run(conn: asyncpg.Connection) -> T:
+            async with conn.transaction():
+                return await use(conn)
+
+        return await self._use(run, what)
+
+    async def _fetch(self, what: str, sql: str, *args: Any) -> list[Any]:
+        async def run(conn: asyncpg.Connection) -> list[Any]:
+            rows: list[Any] = await conn.fetch(sql, *args)
+            return rows
+
+        return await self._use(run, what)
+
+    # --- collections ---
+
+    async def create_collection(self, collection: Collection, *, max_per_tenant: int) -> Collection:
+        c = collection
+
+        async def create(conn: asyncpg.Connection) -> Collection:
+            await conn.execute(q.LOCK_TENANT, q.TENANT_LOCK, c.tenant_id)  # count and insert as one
+            if await conn.fetchval(q.COLLECTION_EXISTS, c.tenant_id, c.name):
+                raise Conflict(f"collection {c.name!r} exists", code="collection_exists")
+            if await conn.fetchval(q.COUNT_COLLECTIONS, c.tenant_id) >= max_per_tenant:
+                raise Conflict(f"at most {max_per_tenant} collections per tenant", code="too_many_collections")
+            row = await conn.fetchrow(
+                q.INSERT_COLLECTION, c.collection_id, c.tenant_id, c.name, c.embedding_model, c.dimensions,
+                c.chunk_tokens, c.chunk_overlap, c.created_ms, c.description,
+            )  # fmt: skip
+            return collection_row(row)
+
+        return await self._in_transaction(create, "create collection")
+
+    async def get_collection(self, tenant_id: str, name: str) -> Collection | None:
+        rows = await self._fetch("get collection", q.GET_COLLECTION, tenant_id, name)
+        return collection_row(rows[0]) if rows else None
+
+    async def list_collections(self, tenant_id: str) -> list[Collection]:
+        return [collection_row(r) for r in await self._fetch("list collections", q.LIST_COLLECTIONS, tenant_id)]
+
+    async def delete_collection(self, tenant_id: str, name: str) -> Collection | None:
+        rows = await self._fetch("delete collection", q.DELETE_COLLECTION, tenant_id, name)
+        return collection_row(rows[0]) if rows else None
+
+    # --- documents ---
+
+    async def insert_document(self, document: DocumentRow, content: bytes, *, max_documents: int) -> DocumentRow:
+        d = document
+        filters.refuse_nul(d)
+
+        async def insert(conn: asyncpg.Connection) -> DocumentRow:
+            counted = await conn.fetchrow(q.LOCK_COLLECTION, d.collection_id, d.tenant_id)
+            if counted is None:
+                raise NotFound("collection not found")
+            if d.idempotency_key is not None:
+                existing = await conn.fetchrow(q.BY_IDEMPOTENCY_KEY, d.collection_id, d.idempotency_key)
+                if existing is not None:
+                    return document_row(existing)
+            if counted[0] >= max_documents:
+                raise Conflict(f"at most {max_documents} documents per collection", code="too_many_documents")
+            row = await conn.fetchrow(q.INSERT_DOCUMENT, *q.document_params(d))
+            await conn.execute(q.INSERT_CONTENT, d.document_id, content)
+            await conn.execute(q.COUNT_DOCUMENT, d.collection_id)
+            return document_row(row)
+
+        return await self._in_transaction(insert, "insert document")
+
+    async def get_document(self, tenant_id: str, collection_id: str, document_id: str) -> DocumentRow | None:
+        rows = await self._fetch("get document", q.GET_DOCUMENT, document_id, collection_id, tenant_id)
+        return document_row(rows[0]) if rows else None
+
+    async def list_documents(
+        self, tenant_id: str, collection_id: str, *, limit: int, after: str | None
+    ) -> list[DocumentRow]:
+        rows = await self._fetch("list documents", q.LIST_DOCUMENTS, collection_id, tenant_id, after or "", limit)
+        return [document_row(r) for r in rows]
+
+    async def delete_document(self, tenant_id: str, collection_id: str, document_id: str) -> bool:
+        async def delete(conn: asyncpg.Connection) -> bool:
+            if await conn.fetchrow(q.LOCK_COLLECTION, collection_id, tenant_id) is None:
+                return False
+            chunks = await conn.fetchval(q.DELETE_DOCUMENT, document_id, collection_id, tenant_id)
+            if chunks is None:
+                return False
+            await conn.execute(q.UNCOUNT_DOCUMENT, collection_id, chunks)
+            return True
+
+        return await self._in_transaction(delete, "delete document")
+
+    # --- the indexer ---
+
+    async def claim_documents(
+        self, owner: str, now_ms: int, lease_ms: int, limit: int
+    ) -> list[tuple[DocumentRow, Collection, bytes]]:
+        async def claim(conn: asyncpg.Connection) -> list[tuple[DocumentRow, Collection, bytes]]:
+            docs = sorted(
+                (document_row(r) for r in await conn.fetch(q.CLAIM, owner, now_ms, lease_ms, limit)),
+                key=lambda d: (d.created_ms, d.document_id),
+            )
+            if not docs:
+                return []
+            ids = [d.document_id for d in docs]
+            collections = await conn.fetch(q.COLLECTIONS_BY_ID, list({d.collection_id for d in docs}))
+            by_id = {r[0]: collection_row(r) for r in collections}
+            bodies = {r[0]: bytes(r[1]) for r in await conn.fetch(q.CONTENTS, ids)}
+            return [(d, by_id[d.collection_id], bodies[d.document_id]) for d in docs]
+
+        return await self._in_transaction(claim, "claim documents")
+
+    async def renew_lease(self, owner: str, document_ids: Sequence[str], until_ms: int) -> None:
+        await self._fetch("renew lease", q.RENEW, owner, list(document_ids), until_ms)
+
+    async def save_chunks(self, owner: str, document_id: str, chunks: Sequence[ChunkRow], now_ms: int) -> bool:
+        ordered = sorted(chunks, key=lambda c: c.ordinal)
+
+        async def save(conn: asyncpg.Connection) -> bool:
+            collection_id = await conn.fetchval(q.DOCUMENT_COLLECTION, document_id)
+            # the collection's lock before any chunk id is drawn: ids of a collection commit in order
+            if collection_id is None or await conn.fetchval(q.LOCK_COLLECTION_BY_ID, collection_id) is None:
+                return False
+            if await conn.execute(q.MARK_READY, document_id, owner, len(ordered), now_ms) == "UPDATE 0":
+                return False
+            await conn.executemany(
+                q.INSERT_CHUNK,
+                # PostgreSQL text holds no NUL; a NUL an extractor let through is dropped, not an error
+                [(collection_id, document_id, c.ordinal, c.text.replace("\x00", ""), c.vector) for c in ordered],
+            )
+            await conn.execute(q.COUNT_CHUNKS, collection_id, len(ordered))
+            return True
+
+        return await self._in_transaction(save, "save chunks")
+
+    async def fail_document(self, owner: str, document_id: str, reason: str, now_ms: int) -> None:
+        await self._fetch("fail document", q.FAIL, owner, document_id, reason.replace("\x00", ""), now_ms)
+
+    # --- queries ---
+
+    async def full_text(self, collection_id: str, query: str, metadata_filter: MetadataFilter, limit: int) -> list[int]:
+        text = filters.tsquery_text(query)
+        if not text:
+            return []
+        where, params = filters.pg_where(metadata_filter, 4)
+        sql = q.FULL_TEXT if not params else q.FULL_TEXT_FILTERED.format(where=where)
+        rows = await self._fetch("full text", sql, text, collection_id, limit, *params)
+        return [r[0] for r in rows]
+
+    async def vectors_after(self, collection_id: str, after_chunk_id: int) -> tuple[list[int], list[str], bytes]:
+        # Chunks exist only for ready documents (save_chunks writes them with the `ready` status).
+        rows = await self._fetch("vectors", q.VECTORS_AFTER, collection_id, after_chunk_id)
+        return [r[0] for r in rows], [r[1] for r in rows], b"".join(bytes(r[2]) for r in rows)
+
+    async def chunks_after(self, collection_id: str, after_chunk_id: int) -> ChunkBatch:
+        rows = await self._fetch("chunks after", q.CHUNKS_AFTER, collection_id, after_chunk_id)
+        return ChunkBatch(
+            [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], b"".join(bytes(r[3]) for r in rows)
+        )
+
+    async def index_version(self, collection_id: str) -> tuple[int, int]:
+        row = (await self._fetch("index version", q.INDEX_VERSION, collection_id))[0]
+        return int(row[0] or 0), int(row[1] or 0)
+
+    async def document_metadata(
+        self, collection_id: str, document_ids: Sequence[str] | None = None
+    ) -> dict[str, tuple[str, dict[str, Any]]]:
+        if document_ids is None:
+            rows = await self._fetch("document metadata", q.DOCUMENT_METADATA, collection_id)
+        else:
+            rows = await self._fetch("document metadata", q.DOCUMENTS_METADATA, collection_id, list(document_ids))
+        return {r[0]: (r[1], json.loads(r[2])) for r in rows}
+
+    async def chunks(self, collection_id: str, chunk_ids: Sequence[int]) -> list[ChunkRow]:
+        rows = await self._fetch("chunks", q.CHUNKS, collection_id, [int(i) for i in chunk_ids])
+        return [ChunkRow(r[0], r[1], r[2], r[3]) for r in rows]
+
+    async def pending(self) -> int:
+        rows = await self._fetch("pending", q.PENDING)
+        return int(rows[0][0])

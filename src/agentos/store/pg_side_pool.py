@@ -1,0 +1,84 @@
+"""A small pool of its own for a part that keeps its tables in the store's PostgreSQL database
+(knowledge, triggers): the migrations run at open, every call is bounded and its failures are
+classified as the store's are (unreachable or too slow: `StoreUnavailable`, a 503).
+
+Usage::
+
+    db = SidePool(settings.store, "knowledge")
+    await db.open()                                  # migrate, then min(4, postgres_pool_max) connections
+    rows = await db.use(lambda conn: conn.fetch("SELECT ..."), "knowledge read")
+    await db.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
+
+import msgspec
+
+from agentos.errors import AgentOSError
+from agentos.store import pg_migrations, pg_pool
+from agentos.store.pg_health import classify, within
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from agentos.config import StoreConfig
+
+T = TypeVar("T")
+
+SIZE = 4  # short statements; the store's and the journal's pools carry the turns
+_CLOSE_TIMEOUT_S = 5.0
+
+
+class SidePool:
+    def __init__(self, config: StoreConfig, name: str) -> None:
+        self.config = config
+        self._name = name
+        self._pool: asyncpg.Pool | None = None
+        self._unavailable: tuple[type[Exception], ...] = ()
+
+    async def open(self) -> None:
+        """Migrate, then open the pool.
+
+        Raises:
+            ConfigError: naming store.postgres_url (unreachable, a schema mismatch) or
+                store.backend (no asyncpg).
+        """
+        self._unavailable = pg_pool.connection_errors()
+        conn = await pg_pool.connect(self.config)
+        try:
+            await pg_migrations.migrate(conn, schema=self.config.postgres_schema)
+        finally:
+            await conn.close()
+        size = min(SIZE, self.config.postgres_pool_max)
+        self._pool = await pg_pool.create_pool(msgspec.structs.replace(self.config, postgres_pool_max=size))
+
+    async def close(self) -> None:
+        if self._pool is None:
+            return
+        try:
+            await asyncio.wait_for(self._pool.close(), _CLOSE_TIMEOUT_S)
+        except TimeoutError:  # a database that stopped answering: drop the connections
+            self._pool.terminate()
+        self._pool = None
+
+    async def use(self, use: Callable[[asyncpg.Connection], Awaitable[T]], what: str) -> T:
+        """`use` a pooled connection within `store.postgres_request_timeout_s`.
+
+        Raises: StoreUnavailable (unreachable, too slow), StoreError; our own errors unchanged."""
+        assert self._pool is not None, "open() first"
+        pool = self._pool
+
+        async def run() -> T:
+            async with pool.acquire(timeout=self.config.postgres_acquire_timeout_s) as conn:
+                return await use(conn)
+
+        try:
+            return await within(run(), what, self.config.postgres_request_timeout_s)
+        except AgentOSError:  # ours (Conflict, NotFound, StoreUnavailable ...) unchanged
+            raise
+        except Exception as exc:
+            raise classify(exc, self._unavailable, what) from exc

@@ -1,0 +1,201 @@
+"""The dispatcher: each committed delivery becomes one run, exactly once.
+
+One background task per node claims due deliveries (a lease, so nodes sharing PostgreSQL do
+not take the same ones), renders each one's input from its stored payload, and calls
+`RunService.start_run(..., run_id=delivery.run_id)`. The run id was chosen when the delivery
+was accepted, and a start with an id that already exists starts nothing: a crash between the
+run's start and `mark_started` only means the next claim finds the run there.
+
+A refused start is never dropped: a full server or a tenant at its `max_active_runs`
+(`AdmissionRejected`), a draining one (`ShuttingDown`) or a store that does not answer leave
+the delivery queued until `next_attempt_ms` (`triggers.retry_s`, growing, capped). Only what
+waiting cannot fix fails it: the agent or the trigger is gone, the rendered input is refused.
+
+It wakes when this node accepts a delivery, and polls (deliveries another node accepted,
+postponed ones). Old deliveries are pruned past `triggers.dedup_horizon_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from prometheus_client import Counter
+
+from agentos.agents.service import RunService
+from agentos.config_knowledge import TriggersConfig
+from agentos.errors import AdmissionRejected, InvalidInput, NotFound, PayloadTooLarge, ShuttingDown
+from agentos.triggers.records import DeliveryRow, TriggerRow
+from agentos.triggers.storage import TriggerStorage
+from agentos.triggers.template import render
+
+log = logging.getLogger("agentos.triggers")
+
+# A claimed delivery is this node's for this long (a start takes milliseconds). After a crash,
+# the deliveries it had claimed but not started wait this long (the restarted node too). Should
+# a slow round outlive it, another claim's start of the same run id fails on the run's primary key.
+LEASE_MS = 10_000
+POLL_S = 1.0  # at most this long between rounds without a wake-up
+PRUNE_EVERY_S = 60.0
+MAX_RETRY_S = 10.0  # the longest wait of a refused start (unless triggers.retry_s is longer)
+_GROWTH = 1.5
+
+
+class TriggerMetrics:
+    """The counters; unregistered until `TriggerService.register_metrics`."""
+
+    def __init__(self) -> None:
+        self.deliveries = Counter(
+            "agentos_trigger_deliveries", "Trigger deliveries by outcome", ["outcome"], registry=None
+        )
+        self.started = Counter("agentos_trigger_runs_started", "Runs started by trigger deliveries", registry=None)
+        self.postponed = Counter(
+            "agentos_trigger_runs_postponed", "Run starts refused for now (quota, overload); retried", registry=None
+        )
+        self.failed = Counter("agentos_trigger_runs_failed", "Deliveries whose run cannot start", registry=None)
+
+
+def retry_delay_s(config: TriggersConfig, attempts: int) -> float:
+    """How long a delivery refused on its `attempts`-th try waits: `retry_s`, growing, capped."""
+    cap = max(config.retry_s, MAX_RETRY_S)
+    return float(min(cap, config.retry_s * _GROWTH ** min(max(attempts - 1, 0), 32)))
+
+
+class Dispatcher:
+    def __init__(
+        self, storage: TriggerStorage, runs: RunService, config: TriggersConfig, owner: str,
+        now_ms: Callable[[], int], metrics: TriggerMetrics, *,
+        tenant_enabled: Callable[[str], bool] = lambda _: True, reclaim: bool = False,
+    ) -> None:  # fmt: skip
+        """`reclaim`: this owner is the only one (SQLite): leases it finds at start are its own
+        previous process's, so its first rounds take them back at once instead of waiting
+        `LEASE_MS` for them to expire."""
+        self._tenant_enabled = tenant_enabled
+        self._reclaim = reclaim
+        self._storage = storage
+        self._runs = runs
+        self._config = config
+        self._owner = owner
+        self._now_ms = now_ms
+        self._metrics = metrics
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._poll_s = min(POLL_S, config.retry_s)
+        self.backlog = 0  # queued deliveries, every tenant's, as of the last round (the gauge)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="trigger-dispatcher")
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def close(self) -> None:
+        # The flag as well as the cancel: on Python 3.11 a cancel that lands as `wait_for`'s wait
+        # ends can be swallowed, and the loop would go on (a close that never returned, in CI).
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_prune = loop.time()
+        while not self._stopping:
+            self._wake.clear()  # before the round: a delivery accepted during it wakes the next one
+            claimed = 0
+            try:
+                claimed = await self.round()
+                if loop.time() >= next_prune:
+                    next_prune = loop.time() + PRUNE_EVERY_S
+                    await self.prune()
+            except Exception:  # the store is away, or a bug: logged, tried again at the next poll
+                log.exception("trigger dispatch round failed")
+            if claimed >= self._config.dispatch_batch:
+                continue  # more are due
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._poll_s):
+                    await self._wake.wait()
+
+    async def round(self) -> int:
+        """Claim due deliveries and start their runs; how many were claimed."""
+        now = self._now_ms()
+        # Reclaiming: as if every lease had expired (a lease ends before now + LEASE_MS).
+        claim_now = now + LEASE_MS + 1 if self._reclaim else now
+        claimed = await self._storage.claim(self._owner, claim_now, LEASE_MS, self._config.dispatch_batch)
+        if len(claimed) < self._config.dispatch_batch:
+            self._reclaim = False  # every lease of the previous process is taken back
+        if claimed:
+            triggers = await self._triggers_of(claimed)
+            # at once: their journal writes share commits
+            outcomes = await asyncio.gather(
+                *(self._dispatch(d, triggers.get(d.trigger_id)) for d in claimed), return_exceptions=True
+            )
+            for outcome in outcomes:  # a mark that failed: the lease expires, the next claim marks it
+                if isinstance(outcome, Exception):
+                    log.warning("a trigger delivery's outcome was not recorded: %r", outcome)
+        self.backlog = await self._storage.backlog()
+        return len(claimed)
+
+    async def _triggers_of(self, deliveries: list[DeliveryRow]) -> dict[str, TriggerRow]:
+        found: dict[str, TriggerRow] = {}
+        for delivery in deliveries:
+            if delivery.trigger_id not in found:
+                trigger = await self._storage.get_trigger(delivery.tenant_id, delivery.trigger_id)
+                if trigger is not None:
+                    found[delivery.trigger_id] = trigger
+        return found
+
+    async def _dispatch(self, delivery: DeliveryRow, trigger: TriggerRow | None) -> None:
+        if trigger is None:
+            await self._fail(delivery, "trigger_deleted")
+            return
+        if not self._tenant_enabled(delivery.tenant_id):
+            await self._fail(delivery, "tenant_disabled")
+            return
+        try:
+            text = render(trigger.input_template, delivery.payload)
+            await self._runs.start_run(delivery.tenant_id, trigger.agent, text, run_id=delivery.run_id)
+        except (AdmissionRejected, ShuttingDown):
+            await self._postpone(delivery)
+        except NotFound:
+            await self._agent_gone(delivery)
+        except (InvalidInput, PayloadTooLarge) as exc:
+            await self._fail(delivery, exc.code)
+        except Exception:  # the store is away, or a bug: waiting may help; never dropped
+            log.exception("starting the run of trigger %s delivery failed; retried", delivery.trigger_id)
+            await self._postpone(delivery)
+        else:
+            await self._storage.mark_started(self._owner, delivery.trigger_id, delivery.webhook_id, self._now_ms())
+            self._metrics.started.inc()
+
+    async def _agent_gone(self, delivery: DeliveryRow) -> None:
+        """The agent is gone; but if the run exists (started before a crash, the agent deleted
+        since), the delivery did start it."""
+        try:
+            await self._runs.get_run(delivery.tenant_id, delivery.run_id)
+        except NotFound:
+            await self._fail(delivery, "agent_not_found")
+            return
+        await self._storage.mark_started(self._owner, delivery.trigger_id, delivery.webhook_id, self._now_ms())
+
+    async def _postpone(self, delivery: DeliveryRow) -> None:
+        wait_ms = int(retry_delay_s(self._config, delivery.attempts) * 1000)
+        await self._storage.postpone(self._owner, delivery.trigger_id, delivery.webhook_id, self._now_ms() + wait_ms)
+        self._metrics.postponed.inc()
+
+    async def _fail(self, delivery: DeliveryRow, reason: str) -> None:
+        log.warning("trigger %s delivery failed: %s", delivery.trigger_id, reason)
+        await self._storage.mark_failed(self._owner, delivery.trigger_id, delivery.webhook_id, reason, self._now_ms())
+        self._metrics.failed.inc()
+
+    async def prune(self) -> None:
+        """Delete the deliveries past `triggers.dedup_horizon_s` (a webhook-id seen before then is new again)."""
+        pruned = await self._storage.prune(self._now_ms() - self._config.dedup_horizon_s * 1000)
+        if pruned:
+            log.info("pruned %d trigger deliveries past the dedup horizon", pruned)

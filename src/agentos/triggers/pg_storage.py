@@ -1,0 +1,209 @@
+"""Triggers and their deliveries in the store's PostgreSQL database (migration 0007): every node
+shares the triggers, the dedup keys and the queue of deliveries.
+
+Durability: `accept` is one transaction that sets `synchronous_commit = on` for itself, so its
+COMMIT has reached the server's WAL on disk (and its synchronous standbys, if any) before it
+returns, even on a server configured with `synchronous_commit = off`: a 2xx is only ever sent
+for a delivery that survives a crash of the database server.
+
+Several nodes' dispatchers share the queue: `claim` locks the due rows it takes with
+`FOR UPDATE SKIP LOCKED` (another node's claim running at the same moment skips them, and a
+row committed as leased meanwhile is re-checked against the lease condition) and leases them
+in the same statement, so no delivery is claimed by two nodes at once. The lease times are the
+callers' clocks (`now_ms`), as the protocol has them; nodes' clocks are assumed close.
+
+Leases: `mark_started`, `postpone` and `mark_failed` change a delivery only while the given owner
+holds its lease (an owner whose lease expired and was taken over changes nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agentos.clock import wall_ms
+from agentos.errors import Conflict
+from agentos.store import pg_pool
+from agentos.store.pg_side_pool import SidePool
+from agentos.triggers.records import DeliveryRow, SecretRow, TriggerRow
+from agentos.triggers.storage_rows import (
+    DELIVERY_COLUMNS,
+    TRIGGER_COLUMNS,
+    delivery_row,
+    delivery_values,
+    encode_secrets,
+    trigger_row,
+    trigger_values,
+)
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from agentos.config import StoreConfig
+
+T = TypeVar("T")
+
+_SELECT_TRIGGER = f"SELECT {TRIGGER_COLUMNS} FROM triggers"
+_SELECT_DELIVERY = f"SELECT {DELIVERY_COLUMNS} FROM trigger_deliveries"
+_INSERT_TRIGGER = f"INSERT INTO triggers ({TRIGGER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8)"
+# Triggers of one tenant are counted and created one at a time (another node may be creating one).
+_TENANT_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('agentos.triggers:' || $1, 0))"
+_INSERT_DELIVERY = (
+    f"INSERT INTO trigger_deliveries ({DELIVERY_COLUMNS}, updated_ms)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+    f" ON CONFLICT (trigger_id, webhook_id) DO NOTHING RETURNING {DELIVERY_COLUMNS}"
+)
+_CLAIM = f"""
+WITH due AS MATERIALIZED (
+    SELECT trigger_id, webhook_id FROM trigger_deliveries
+    WHERE status = 'queued' AND next_attempt_ms <= $2 AND (lease_until_ms IS NULL OR lease_until_ms < $2)
+    ORDER BY received_ms, trigger_id, webhook_id LIMIT $4
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE trigger_deliveries d SET lease_owner = $1, lease_until_ms = $2 + $3, attempts = d.attempts + 1,
+    updated_ms = $2
+FROM due WHERE d.trigger_id = due.trigger_id AND d.webhook_id = due.webhook_id
+RETURNING {", ".join("d." + c.strip() for c in DELIVERY_COLUMNS.split(","))}
+"""
+_RELEASE = "UPDATE trigger_deliveries SET lease_owner = NULL, lease_until_ms = NULL, updated_ms = $1"
+# Only the lease's owner moves a claimed delivery on.
+_BY_OWNER = " WHERE trigger_id = $2 AND webhook_id = $3 AND lease_owner = $4 AND status = 'queued'"
+_STARTED = _RELEASE + ", status = 'started'" + _BY_OWNER
+_POSTPONED = _RELEASE + ", next_attempt_ms = $5" + _BY_OWNER
+_FAILED = _RELEASE + ", status = 'failed', reason = $5" + _BY_OWNER
+
+
+class PgTriggerStorage:
+    """A `TriggerStorage` (`agentos.triggers.storage`) in PostgreSQL."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self._db = SidePool(config, "triggers")
+
+    async def open(self) -> None:
+        """Migrate, then open a small pool (`agentos.store.pg_side_pool`).
+
+        Raises:
+            ConfigError: naming store.postgres_url (unreachable, a schema mismatch) or store.backend (no asyncpg).
+        """
+        await self._db.open()
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    async def _bounded(self, use: Callable[[asyncpg.Connection], Awaitable[T]], what: str) -> T:
+        return await self._db.use(use, what)
+
+    async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        rows: list[asyncpg.Record] = await self._bounded(lambda conn: conn.fetch(sql, *args), "triggers read")
+        return rows
+
+    async def _execute(self, sql: str, *args: Any) -> int:
+        """The number of rows `sql` changed."""
+        status: str = await self._bounded(lambda conn: conn.execute(sql, *args), "triggers write")
+        return int(status.rsplit(" ", 1)[-1])
+
+    # -- triggers ------------------------------------------------------------------------------
+
+    async def create_trigger(self, trigger: TriggerRow, *, max_per_tenant: int) -> None:
+        """Raises: Conflict (`too_many_triggers`; `trigger_exists` for a taken id)."""
+        driver = pg_pool.import_asyncpg()
+
+        async def create(conn: asyncpg.Connection) -> None:
+            async with conn.transaction():
+                await conn.execute(_TENANT_LOCK, trigger.tenant_id)
+                count = await conn.fetchval("SELECT count(*) FROM triggers WHERE tenant_id = $1", trigger.tenant_id)
+                if count >= max_per_tenant:
+                    raise Conflict(f"a tenant has at most {max_per_tenant} triggers", code="too_many_triggers")
+                try:
+                    await conn.execute(_INSERT_TRIGGER, *trigger_values(trigger))
+                except driver.UniqueViolationError:
+                    raise Conflict(f"trigger {trigger.trigger_id!r} exists", code="trigger_exists") from None
+
+        await self._bounded(create, "trigger create")
+
+    async def get_trigger(self, tenant_id: str, trigger_id: str) -> TriggerRow | None:
+        rows = await self._fetch(_SELECT_TRIGGER + " WHERE trigger_id = $1 AND tenant_id = $2", trigger_id, tenant_id)
+        return trigger_row(rows[0]) if rows else None
+
+    async def find_trigger(self, trigger_id: str) -> TriggerRow | None:
+        rows = await self._fetch(_SELECT_TRIGGER + " WHERE trigger_id = $1", trigger_id)
+        return trigger_row(rows[0]) if rows else None
+
+    async def list_triggers(self, tenant_id: str) -> list[TriggerRow]:
+        rows = await self._fetch(_SELECT_TRIGGER + " WHERE tenant_id = $1 ORDER BY created_ms, trigger_id", tenant_id)
+        return [trigger_row(r) for r in rows]
+
+    async def set_secrets(self, tenant_id: str, trigger_id: str, secrets: Sequence[SecretRow]) -> bool:
+        sql = "UPDATE triggers SET secrets = $1::jsonb WHERE trigger_id = $2 AND tenant_id = $3"
+        return await self._execute(sql, encode_secrets(secrets), trigger_id, tenant_id) == 1
+
+    async def delete_trigger(self, tenant_id: str, trigger_id: str) -> bool:
+        return (
+            await self._execute("DELETE FROM triggers WHERE trigger_id = $1 AND tenant_id = $2", trigger_id, tenant_id)
+            == 1
+        )
+
+    # -- deliveries ----------------------------------------------------------------------------
+
+    async def accept(self, delivery: DeliveryRow) -> tuple[DeliveryRow, bool]:
+        """Returns after a synchronous COMMIT (see the module's docstring)."""
+        d = delivery
+
+        async def accept(conn: asyncpg.Connection) -> tuple[DeliveryRow, bool]:
+            while True:
+                async with conn.transaction():
+                    await conn.execute("SET LOCAL synchronous_commit = on")
+                    inserted = await conn.fetchrow(_INSERT_DELIVERY, *delivery_values(d), d.received_ms)
+                if inserted is not None:
+                    return delivery_row(inserted), True
+                where = " WHERE trigger_id = $1 AND webhook_id = $2"
+                stored = await conn.fetchrow(_SELECT_DELIVERY + where, d.trigger_id, d.webhook_id)
+                if stored is not None:
+                    return delivery_row(stored), False
+                # pruned between the two statements (past its horizon): accept it as new
+
+        return await self._bounded(accept, "delivery accept")
+
+    async def get_delivery(self, tenant_id: str, trigger_id: str, webhook_id: str) -> DeliveryRow | None:
+        where = " WHERE trigger_id = $1 AND webhook_id = $2 AND tenant_id = $3"
+        rows = await self._fetch(_SELECT_DELIVERY + where, trigger_id, webhook_id, tenant_id)
+        return delivery_row(rows[0]) if rows else None
+
+    async def list_deliveries(
+        self, tenant_id: str, trigger_id: str, *, limit: int, before_ms: int | None
+    ) -> list[DeliveryRow]:
+        """Newest first; `before_ms`: only those received before it (the next page)."""
+        sql = (
+            _SELECT_DELIVERY + " WHERE trigger_id = $1 AND tenant_id = $2 AND ($3::bigint IS NULL OR received_ms < $3)"
+            " ORDER BY received_ms DESC, webhook_id DESC LIMIT $4"
+        )
+        return [delivery_row(r) for r in await self._fetch(sql, trigger_id, tenant_id, before_ms, limit)]
+
+    async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[DeliveryRow]:
+        """Due, unleased (or lease expired) deliveries, oldest first; a delivery still leased to
+        `owner` itself is not claimed again before its lease expires either."""
+        rows = await self._bounded(lambda conn: conn.fetch(_CLAIM, owner, now_ms, lease_ms, limit), "delivery claim")
+        claimed = [delivery_row(r) for r in rows]
+        claimed.sort(key=lambda r: (r.received_ms, r.trigger_id, r.webhook_id))  # RETURNING has no order
+        return claimed
+
+    async def mark_started(self, owner: str, trigger_id: str, webhook_id: str, now_ms: int) -> None:
+        """Only while `owner` holds the lease (else nothing changes)."""
+        await self._execute(_STARTED, now_ms, trigger_id, webhook_id, owner)
+
+    async def postpone(self, owner: str, trigger_id: str, webhook_id: str, next_attempt_ms: int) -> None:
+        """Only while `owner` holds the lease (else nothing changes)."""
+        await self._execute(_POSTPONED, wall_ms(), trigger_id, webhook_id, owner, next_attempt_ms)
+
+    async def mark_failed(self, owner: str, trigger_id: str, webhook_id: str, reason: str, now_ms: int) -> None:
+        """Only while `owner` holds the lease (else nothing changes)."""
+        await self._execute(_FAILED, now_ms, trigger_id, webhook_id, owner, reason)
+
+    async def backlog(self) -> int:
+        rows = await self._fetch("SELECT count(*) FROM trigger_deliveries WHERE status = 'queued'")
+        return int(rows[0][0])
+
+    async def prune(self, before_ms: int) -> int:
+        return await self._execute(
+            "DELETE FROM trigger_deliveries WHERE received_ms < $1 AND status <> 'queued'", before_ms
+        )

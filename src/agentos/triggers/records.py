@@ -1,0 +1,70 @@
+"""The rows of triggers and their deliveries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+DeliveryStatus = Literal["queued", "started", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRow:
+    """One signing secret of a trigger. The secret itself is never stored: it is derived from
+    the server's key pepper and this `nonce` (`signatures.derive_secret`), so the database alone
+    does not let anyone sign. `expires_ms` None: current; else valid until then (rotated out)."""
+
+    nonce: str  # hex, random 32 bytes
+    created_ms: int
+    expires_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerRow:
+    trigger_id: str  # random, global ("trg_" + 20 hex)
+    tenant_id: str
+    agent: str  # the agent whose run each delivery starts
+    input_template: str  # the run's input; `{payload}` (the body as JSON text) and `{payload.a.b}` are filled in
+    description: str
+    secrets: tuple[SecretRow, ...]  # newest first
+    created_ms: int
+    enabled: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trigger_id": self.trigger_id,
+            "agent": self.agent,
+            "input_template": self.input_template,
+            "description": self.description,
+            "enabled": self.enabled,
+            "created_ms": self.created_ms,
+            "events_url": f"/v1/triggers/{self.trigger_id}/events",
+            "secrets": [{"created_ms": s.created_ms, "expires_ms": s.expires_ms} for s in self.secrets],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryRow:
+    """One accepted delivery. `run_id` is chosen when it is accepted (and answered), so the run
+    the dispatcher starts later has that id, and a redelivery answers the same one."""
+
+    tenant_id: str
+    trigger_id: str
+    webhook_id: str  # the sender's id of the event, unique per trigger
+    run_id: str
+    payload: bytes  # the body exactly as received
+    received_ms: int
+    status: DeliveryStatus = "queued"
+    attempts: int = 0
+    next_attempt_ms: int = 0  # the dispatcher leaves it until then (a refused start waits)
+    reason: str | None = None  # why it failed (the agent is gone, the input is refused)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "webhook_id": self.webhook_id,
+            "run_id": self.run_id,
+            "status": self.status,
+            "received_ms": self.received_ms,
+            "attempts": self.attempts,
+            "reason": self.reason,
+        }

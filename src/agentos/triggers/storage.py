@@ -1,0 +1,80 @@
+"""Where triggers and deliveries live: the `TriggerStorage` protocol.
+
+Two implementations pass the same contract tests: `SqliteTriggerStorage` (`triggers.db`, its own
+writer with `synchronous=FULL`) and `PgTriggerStorage` (migration 0007, the PostgreSQL store's
+database). `accept` returns only once the delivery is committed durably: that commit is what a
+2xx promises.
+
+Tenancy: trigger reads and writes a request can reach name the tenant, except `find_trigger`,
+which a delivery uses (it carries no key: its signature is checked against the trigger's
+secrets right after). The dispatcher's `claim` works across tenants; each row names its tenant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from agentos.triggers.records import DeliveryRow, SecretRow, TriggerRow
+
+
+class TriggerStorage(Protocol):
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def create_trigger(self, trigger: TriggerRow, *, max_per_tenant: int) -> None:
+        """Raises: Conflict (`too_many_triggers`)."""
+        ...
+
+    async def get_trigger(self, tenant_id: str, trigger_id: str) -> TriggerRow | None: ...
+
+    async def find_trigger(self, trigger_id: str) -> TriggerRow | None:
+        """By id alone (a delivery)."""
+        ...
+
+    async def list_triggers(self, tenant_id: str) -> list[TriggerRow]: ...
+
+    async def set_secrets(self, tenant_id: str, trigger_id: str, secrets: Sequence[SecretRow]) -> bool:
+        """Replace the trigger's secrets (a rotation); False if there is no such trigger."""
+        ...
+
+    async def delete_trigger(self, tenant_id: str, trigger_id: str) -> bool:
+        """Delete it; its deliveries stay until they age out (their runs are ordinary runs)."""
+        ...
+
+    async def accept(self, delivery: DeliveryRow) -> tuple[DeliveryRow, bool]:
+        """Commit `delivery` (queued) durably, unless (trigger_id, webhook_id) is already there:
+        then the stored row and False (a redelivery: nothing is written)."""
+        ...
+
+    async def get_delivery(self, tenant_id: str, trigger_id: str, webhook_id: str) -> DeliveryRow | None: ...
+
+    async def list_deliveries(
+        self, tenant_id: str, trigger_id: str, *, limit: int, before_ms: int | None
+    ) -> list[DeliveryRow]:
+        """Newest first."""
+        ...
+
+    async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[DeliveryRow]:
+        """Up to `limit` queued deliveries due (`next_attempt_ms <= now_ms`) and not leased by
+        another owner (or with an expired lease), oldest first; leased to `owner` until
+        `now_ms + lease_ms`, `attempts + 1`."""
+        ...
+
+    async def mark_started(self, owner: str, trigger_id: str, webhook_id: str, now_ms: int) -> None: ...
+
+    async def postpone(self, owner: str, trigger_id: str, webhook_id: str, next_attempt_ms: int) -> None:
+        """Leave it queued (lease cleared) until `next_attempt_ms`: its run was refused for now."""
+        ...
+
+    async def mark_failed(self, owner: str, trigger_id: str, webhook_id: str, reason: str, now_ms: int) -> None: ...
+
+    async def backlog(self) -> int:
+        """Deliveries still queued (every tenant's): the backlog gauge."""
+        ...
+
+    async def prune(self, before_ms: int) -> int:
+        """Delete deliveries received before `before_ms` that are no longer queued (past the
+        dedup horizon); how many."""
+        ...

@@ -1,0 +1,352 @@
+"""The console in a real browser (headless Chromium, tests/browser.py) against the real server,
+the real mock provider and keys made through the admin API: sign in, watch a chart update, see a
+turn's tokens stream in the playground, approve a pending tool call in the inbox and see the run
+complete, and see that another tenant's key does not see the first tenant's sessions.
+
+`CONSOLE_SCREENSHOTS=docs/console` makes the tests save a screenshot of each view there (the
+ones docs/console.md shows).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import pytest
+
+from agentos.bench.mock.server import MockServer
+from agentos.testing import sse_events
+from agentos.testing.tenants import TenantKey
+from tests.api.console import ConsoleServer, start_console_server
+from tests.browser import chromium
+
+if TYPE_CHECKING:
+    from playwright.async_api import Browser, Page
+
+pytestmark = pytest.mark.slow
+SCREENSHOTS = os.environ.get("CONSOLE_SCREENSHOTS")
+WAIT_MS = 15_000
+
+
+@pytest.fixture
+async def console(tmp_path: Path, mock_factory: Callable[..., Awaitable[MockServer]]) -> AsyncIterator[ConsoleServer]:
+    started = await start_console_server(tmp_path / "data", mock_factory)
+    yield started
+    await started.server.close()
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with chromium() as launched:
+        yield launched
+
+
+class Tab:
+    """A page of the console, and what went wrong in it: uncaught errors and CSP violations."""
+
+    def __init__(self, page: Page, url: str) -> None:
+        self.page = page
+        self.url = url
+        self.problems: list[str] = []
+        page.on("pageerror", lambda error: self.problems.append(f"uncaught: {error}"))
+        page.on("console", self._console)
+
+    def _console(self, message: Any) -> None:
+        csp = "Content Security Policy" in message.text
+        if csp or (message.type == "error" and "Failed to load" not in message.text):
+            self.problems.append(f"console {message.type}: {message.text}")
+
+    async def sign_in(self, key: TenantKey) -> None:
+        await self.page.goto(f"{self.url}/console")
+        await self.page.fill("#signin-key", key.key)
+        await self.page.click("#signin-button")
+        await self.page.wait_for_selector("#shell:not([hidden])", timeout=WAIT_MS)
+        await self.page.wait_for_selector("#stream-state.live", timeout=WAIT_MS)  # the tab's stream is open
+
+    async def view(self, name: str) -> None:
+        await self.page.click(f"#nav button[data-view={name}]")
+        await self.page.wait_for_selector(f"#view-{name}:not([hidden])")
+
+    async def shoot(self, name: str) -> None:
+        if SCREENSHOTS:  # playwright makes the folder
+            await self.page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"))
+
+
+@pytest.fixture
+async def open_tab(browser: Browser, console: ConsoleServer) -> AsyncIterator[Callable[[], Awaitable[Tab]]]:
+    tabs: list[Tab] = []
+
+    async def make() -> Tab:
+        context = await browser.new_context(viewport={"width": 1360, "height": 860})
+        tabs.append(Tab(await context.new_page(), console.url))
+        return tabs[-1]
+
+    yield make
+    for tab in tabs:
+        await tab.page.context.close()
+        assert tab.problems == []
+
+
+async def test_sign_in_keeps_the_key_out_of_the_url_and_a_chart_updates(
+    open_tab, console: ConsoleServer, http: aiohttp.ClientSession
+) -> None:
+    tab = await open_tab()
+    await tab.sign_in(console.admin)
+    page = tab.page
+    assert console.admin.key not in page.url
+    assert await page.evaluate("() => sessionStorage.getItem('agentos.console.key')") == console.admin.key
+    assert await page.text_content("#who") == f"ops · {console.admin.key_id} · admin"
+    # The charts get a point a second from the tab's one stream; turns give the TTFT chart values.
+    await page.wait_for_function("() => Number(document.querySelector('#chart-turns').dataset.points) >= 2")
+    assert await page.get_attribute("#chart-ttft", "data-values") == "0"
+    await _turns(http, console, count=8)
+    await page.wait_for_function(
+        "() => Number(document.querySelector('#chart-ttft').dataset.values) >= 1", timeout=WAIT_MS
+    )
+    if SCREENSHOTS:  # a few more seconds of turns, for a picture with lines in it
+        for _ in range(3):
+            await _turns(http, console, count=16)
+        await page.wait_for_function("() => Number(document.querySelector('#chart-turns').dataset.points) >= 8")
+    await tab.shoot("live")
+    await page.reload()  # the key is kept for the tab: still signed in
+    await page.wait_for_selector("#shell:not([hidden])", timeout=WAIT_MS)
+
+
+async def _turns(http: aiohttp.ClientSession, console: ConsoleServer, count: int) -> None:
+    """`count` turns of the admin's tenant, two sessions at a time."""
+    sessions = []
+    for _ in range(2):
+        async with http.post(f"{console.url}/v1/sessions", json={}, headers=console.admin.headers) as r:
+            sessions.append((await r.json())["id"])
+
+    async def turns_of(session_id: str) -> None:
+        for i in range(count // 2):
+            url = f"{console.url}/v1/sessions/{session_id}/turns"
+            async with http.post(url, json={"input": f"turn {i}"}, headers=console.admin.headers) as r:
+                assert r.status == 200
+
+    await asyncio.gather(*map(turns_of, sessions))
+
+
+async def test_a_wrong_key_is_refused_at_sign_in(open_tab) -> None:
+    tab = await open_tab()
+    await tab.page.goto(f"{tab.url}/console")
+    await tab.page.fill("#signin-key", "aos_not_a_key")
+    await tab.page.click("#signin-button")
+    await tab.page.wait_for_selector("#signin-error:has-text('refused')", timeout=WAIT_MS)
+    await tab.shoot("signin")
+    assert await tab.page.evaluate("() => sessionStorage.getItem('agentos.console.key')") is None
+
+
+async def test_the_playground_streams_a_turns_tokens(open_tab, console: ConsoleServer) -> None:
+    tab = await open_tab()
+    await tab.sign_in(console.alice)
+    await tab.view("playground")
+    page = tab.page
+    # The answer's lengths as the page showed them: a stream shows it partly, more than once.
+    await page.evaluate(
+        """() => {
+            window.shown = [];
+            new MutationObserver(() => {
+                const answer = document.querySelector('#play-log .assistant');
+                if (answer) window.shown.push(answer.textContent.length);
+            }).observe(document.getElementById('play-log'), {subtree: true, characterData: true, childList: true});
+        }"""
+    )
+    await page.fill("#play-input", "<b>hello</b>")
+    await page.click("#play-send")
+    await page.wait_for_selector("#play-log .event:has-text('turn.completed')", timeout=WAIT_MS)
+    answer = await page.text_content("#play-log .assistant")
+    assert answer is not None and answer.strip() == " ".join(["tok"] * 12)
+    partial = {n for n in await page.evaluate("() => window.shown") if 0 < n < len(answer.strip())}
+    assert len(partial) >= 2, partial  # 12 tokens 20 ms apart (the mock's 50 tokens/s)
+    assert await page.locator("#play-log b").count() == 0  # the input is shown as text, never HTML
+    await tab.shoot("playground")
+
+
+async def test_the_playground_shows_an_agents_tool_calls_as_they_happen_and_stops_its_turn(
+    open_tab, console: ConsoleServer, http: aiohttp.ClientSession
+) -> None:
+    tab = await open_tab()
+    await tab.sign_in(console.alice)
+    await tab.view("playground")
+    page = tab.page
+    await page.wait_for_selector("#play-agent option[value='careful']", state="attached", timeout=WAIT_MS)
+    await page.select_option("#play-agent", "careful")
+    await page.wait_for_function("() => document.getElementById('play-session').textContent.startsWith('ses_')")
+    session_id = await page.text_content("#play-session")
+    await page.fill("#play-input", "go")
+    await page.click("#play-send")
+    await page.wait_for_selector("#play-log .event:has-text('waiting for a human (approval)')", timeout=WAIT_MS)
+    # Approved elsewhere (the API here), the call and its result appear in the playground's turn.
+    async with http.get(
+        f"{console.url}/v1/runs", params={"session_id": session_id}, headers=console.alice.headers
+    ) as r:
+        (run,) = (await r.json())["data"]
+    body = {"operation_id": run["pending"]["operation_id"], "approve": True, "args_hash": run["pending"]["args_hash"]}
+    async with http.post(
+        f"{console.url}/v1/runs/{run['run_id']}/answer", json=body, headers=console.alice.headers
+    ) as r:
+        assert r.status == 200
+    await page.wait_for_selector("#play-log .tool:has-text('← run_command')", timeout=WAIT_MS)
+    assert "echo step-1" in (await page.text_content("#play-log .tool >> nth=0") or "")
+    await page.locator("#play-log .event", has_text="waiting for a human").nth(1).wait_for(timeout=WAIT_MS)
+    await page.click("#play-stop")  # the turn is cancelled on the server, and its run with it
+    await page.wait_for_selector("#play-log .event:has-text('turn.cancelled')", timeout=WAIT_MS)
+    async with http.get(f"{console.url}/v1/runs/{run['run_id']}", headers=console.alice.headers) as r:
+        assert (await r.json())["status"] == "cancelled"
+
+
+async def test_approving_a_tool_call_in_the_inbox_completes_the_run(
+    open_tab, console: ConsoleServer, http: aiohttp.ClientSession
+) -> None:
+    tab = await open_tab()
+    await tab.sign_in(console.alice)
+    await tab.view("inbox")
+    page = tab.page
+    start = f"{console.url}/v1/agents/careful/runs"
+    async with http.post(start, json={"input": "go"}, headers=console.alice.headers) as r:
+        run_id = (await r.json())["run_id"]
+    # `careful` asks before each of its two commands, then asks a question (the `tools` script).
+    for step in (1, 2):
+        card = page.locator(f".inbox-item[data-run='{run_id}']")
+        await card.locator("pre.arguments").filter(has_text=f"step-{step}").wait_for(timeout=WAIT_MS)
+        pending = await _pending(http, console, run_id)
+        assert await card.locator(".hash").text_content() == pending["args_hash"]
+        assert await card.locator("b").text_content() == "run_command"
+        if step == 1:
+            await tab.shoot("inbox")
+        await card.locator("button.approve").click()
+    card = page.locator(f".inbox-item[data-run='{run_id}']")
+    await card.locator(".question").wait_for(timeout=WAIT_MS)
+    await card.locator("input.answer").fill("yes")
+    await card.locator("button.primary").click()
+    await page.wait_for_selector("#inbox-list:has-text('Nothing waits')", timeout=WAIT_MS)
+    # The runs view lists it (GET /v1/runs) as completed; its timeline ends with the completion.
+    await tab.view("runs")
+    row = page.locator(f"#runs-table tr[data-id='{run_id}']")
+    await row.locator(".status.completed").wait_for(timeout=WAIT_MS)
+    await row.click()
+    await page.wait_for_selector("#run-timeline li[data-event='run.completed']", timeout=WAIT_MS)
+    assert await page.locator("#run-timeline li[data-event='human.answered']").count() == 3
+    await tab.shoot("runs")
+
+
+async def test_a_run_that_waited_before_the_tab_opened_is_in_the_inbox(
+    open_tab, console: ConsoleServer, http: aiohttp.ClientSession
+) -> None:
+    """The inbox starts from the runs list (`status=waiting_human`), not only from live events."""
+    start = f"{console.url}/v1/agents/careful/runs"
+    async with http.post(start, json={"input": "go"}, headers=console.alice.headers) as r:
+        run_id = (await r.json())["run_id"]
+    async with http.get(f"{console.url}/v1/runs/{run_id}/events", headers=console.alice.headers) as r:
+        async for event in sse_events(r):
+            if event.name == "human.requested":
+                break
+    tab = await open_tab()
+    await tab.sign_in(console.alice)
+    await tab.page.wait_for_selector("#inbox-count:has-text('1')", timeout=WAIT_MS)  # the badge, from any view
+    await tab.view("inbox")
+    card = tab.page.locator(f".inbox-item[data-run='{run_id}']")
+    assert await card.locator(".hash").text_content() == (await _pending(http, console, run_id))["args_hash"]
+    await tab.view("runs")
+    await tab.page.select_option("#runs-status", "waiting_human")
+    await tab.page.wait_for_selector(f"#runs-table tr[data-id='{run_id}'] .status.waiting_human", timeout=WAIT_MS)
+    async with http.post(f"{console.url}/v1/runs/{run_id}/cancel", headers=console.alice.headers) as r:
+        assert r.status == 200
+    # The listed row follows the run's events on the tab's stream, with no reload.
+    await tab.page.wait_for_selector(f"#runs-table tr[data-id='{run_id}'] .status.cancelled", timeout=WAIT_MS)
+    assert await tab.page.locator("#inbox-count").text_content() == ""
+
+
+async def test_sessions_are_paged_by_the_server(open_tab, console: ConsoleServer, http: aiohttp.ClientSession) -> None:
+    made = set()
+    for _ in range(60):
+        async with http.post(f"{console.url}/v1/sessions", json={}, headers=console.bob.headers) as r:
+            made.add((await r.json())["id"])
+    async with http.post(f"{console.url}/v1/sessions", json={"agent": "careful"}, headers=console.bob.headers) as r:
+        careful = (await r.json())["id"]
+    tab = await open_tab()
+    await tab.sign_in(console.bob)
+    await tab.view("sessions")
+    rows = tab.page.locator("#sessions-table tr.row")
+    await tab.page.wait_for_selector("#sessions-more:not([hidden])", timeout=WAIT_MS)
+    assert await rows.count() == 50  # one page of 61
+    await tab.page.click("#sessions-more")
+    await tab.page.wait_for_selector("#sessions-more", state="hidden", timeout=WAIT_MS)
+    assert {await row.get_attribute("data-id") for row in await rows.all()} == made | {careful}
+    await tab.page.fill("#sessions-agent", "careful")  # the server filters: one page of one
+    await tab.page.press("#sessions-agent", "Enter")
+    await tab.page.wait_for_function("() => document.querySelectorAll('#sessions-table tr.row').length === 1")
+    assert await rows.get_attribute("data-id") == careful
+
+
+async def _pending(http: aiohttp.ClientSession, console: ConsoleServer, run_id: str) -> dict[str, Any]:
+    async with http.get(f"{console.url}/v1/runs/{run_id}", headers=console.alice.headers) as r:
+        pending: dict[str, Any] = (await r.json())["pending"]
+        return pending
+
+
+async def test_another_tenants_key_does_not_see_the_first_tenants_sessions(
+    open_tab, console: ConsoleServer, http: aiohttp.ClientSession
+) -> None:
+    async with http.post(f"{console.url}/v1/sessions", json={}, headers=console.alice.headers) as r:
+        session_id = (await r.json())["id"]
+    async with http.post(
+        f"{console.url}/v1/sessions/{session_id}/turns", json={"input": "remember me"}, headers=console.alice.headers
+    ) as r:
+        assert r.status == 200
+    alice = await open_tab()
+    await alice.sign_in(console.alice)
+    await alice.view("sessions")
+    await alice.page.click(f"#sessions-table td:has-text('{session_id}')")
+    await alice.page.wait_for_selector("#session-detail .msg:has-text('remember me')", timeout=WAIT_MS)
+    await alice.shoot("sessions")
+    bob = await open_tab()
+    await bob.sign_in(console.bob)
+    await bob.view("sessions")
+    await bob.page.wait_for_selector("#sessions-table th", timeout=WAIT_MS)
+    assert session_id not in (await bob.page.text_content("#sessions-table") or "")
+    await bob.page.fill("#sessions-open-id", session_id)
+    await bob.page.click("#sessions-open")
+    await bob.page.wait_for_selector(f"#session-detail:has-text('No session {session_id}')", timeout=WAIT_MS)
+
+
+async def test_an_admin_sees_keys_and_tenants_and_a_tenant_key_does_not(
+    open_tab, console: ConsoleServer, http: aiohttp.ClientSession
+) -> None:
+    admin = await open_tab()
+    await admin.sign_in(console.admin)
+    await admin.view("tenants")
+    await admin.page.wait_for_selector("#tenants-table td:has-text('alice')", timeout=WAIT_MS)
+    await admin.shoot("tenants")
+    bob_row = admin.page.locator("#tenants-table tr[data-id='bob']")
+    await bob_row.locator("button:has-text('Disable')").click()
+    await bob_row.locator(".status.disabled").wait_for(timeout=WAIT_MS)
+    async with http.get(f"{console.url}/v1/sessions", headers=console.bob.headers) as r:
+        assert r.status == 401  # a disabled tenant's keys are refused
+    await bob_row.locator("button:has-text('Enable')").click()
+    await bob_row.locator(".status.active").wait_for(timeout=WAIT_MS)
+    await admin.view("keys")
+    await admin.page.fill("#key-tenant", "bob")
+    await admin.page.fill("#key-name", "made in the console")
+    await admin.page.click("#key-form button")
+    await admin.page.wait_for_selector("#key-made:not([hidden])", timeout=WAIT_MS)
+    made = admin.page.locator("#keys-table tr", has_text="made in the console")
+    await made.wait_for(timeout=WAIT_MS)
+    shown = await admin.page.text_content("#key-made .mono")
+    assert shown is not None and shown.startswith("aos_")
+    async with http.get(f"{console.url}/v1/console/me", headers={"Authorization": f"Bearer {shown}"}) as r:
+        assert (await r.json())["tenant_id"] == "bob"  # the key shown once works
+    await admin.shoot("keys")
+    await made.locator("button:has-text('Revoke')").click()
+    await made.locator(".status.revoked").wait_for(timeout=WAIT_MS)
+    async with http.get(f"{console.url}/v1/console/me", headers={"Authorization": f"Bearer {shown}"}) as r:
+        assert r.status == 401
+    tenant = await open_tab()
+    await tenant.sign_in(console.alice)
+    assert not await tenant.page.is_visible("#nav button[data-view=keys]")

@@ -1,0 +1,77 @@
+"""`agentos bench runs --campaign`: the campaigns' scripts in the mock, their plans, the noise
+rule and the acceptance lines, and a short real campaign."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentos.bench.mock.scenario import plan_answer
+from agentos.bench.runs.campaigns import CAMPAIGNS, campaign_plan, judge
+from agentos.bench.runs.cli import main
+
+AGENT_TOOLS = frozenset({"run_command", "ask_human"})
+
+
+def _calls(scenario: str) -> list[str]:
+    """The tool names a run of `scenario` is asked to call, step by step, until the answer."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    names = []
+    while (call := plan_answer(scenario, messages, 4, AGENT_TOOLS).tool_call) is not None:  # type: ignore[arg-type]
+        names.append(call.name)
+        messages.append({"role": "tool", "tool_call_id": call.call_id, "content": "ok"})
+        assert len(names) < 10
+    return names
+
+
+def test_the_campaign_scripts() -> None:
+    assert _calls("light") == ["run_command", "run_command"]
+    assert _calls("heavy") == ["run_command", "ask_human", "run_command"]
+    assert _calls("tools") == ["run_command", "run_command", "ask_human"]  # hitl: a question after two tools
+    heavy = plan_answer("heavy", [{"role": "user", "content": "go"}], 4, AGENT_TOOLS).tool_call
+    assert heavy is not None and "sleep 10" in heavy.arguments
+
+
+def test_campaign_plans_and_their_scale() -> None:
+    heavy = campaign_plan(CAMPAIGNS["heavy"], 1.0, "c")
+    assert heavy.points == (25, 50, 100) and heavy.mock.tokens == 300 and heavy.mock.tps == pytest.approx(1 / 1.5)
+    assert heavy.profile == "runs-heavy" and heavy.campaign == "heavy" and heavy.waiting_runs == 0
+    light = campaign_plan(CAMPAIGNS["light"], 1.0, "c")
+    assert light.points == (100,) and light.ramp_s == 120.0 and light.mock.scenario == "light"
+    assert campaign_plan(CAMPAIGNS["hitl"], 1.0, "c").answer_delay_s == 30.0
+    small = campaign_plan(CAMPAIGNS["heavy"], 0.02, "c")
+    assert small.points == (1, 1, 2) and small.mock.tokens == 6 and small.mock.tps > 1
+
+
+def _row(runs: int, p95: float | None, completed: int | None = None, **failures: int) -> dict[str, Any]:
+    return {"runs": runs, "duration_ms": {"p95": p95}, "failures": failures,
+            "completed": runs if completed is None else completed}  # fmt: skip
+
+
+def test_the_noise_rule_and_acceptance() -> None:
+    steady = judge([[_row(25, 1000), _row(50, 1100)], [_row(25, 1050), _row(50, 1000)]])
+    assert [p["noisy"] for p in steady["points"]] == [False, False] and steady["p95_holds"] == "holds"
+    assert steady["start_errors"] == 0 and steady["completion"] == 1.0
+    noisy = judge([[_row(25, 1000)], [_row(25, 1300)]])  # 30% apart
+    assert noisy["points"][0]["noisy"] and noisy["points"][0]["spread"] == 0.3
+    worse = judge([[_row(25, 1000), _row(50, 2000)], [_row(25, 1000), _row(50, 2100)]])
+    assert worse["p95_holds"].startswith("degrades")
+    failing = judge([[_row(10, 1000, completed=8, start_429=2)], [_row(10, 1000)]])
+    assert failing["start_errors"] == 2 and failing["completion"] == 0.9
+    unknown = judge([[_row(10, None)], [_row(10, 1000)]])  # too few samples for a p95: no conclusion
+    assert unknown["points"][0]["noisy"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_short_hitl_campaign_runs_twice_and_reports(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["--campaign", "hitl", "--scale", "0.03", "--out-dir", str(out)]) == 0
+    (json_path,) = out.glob("*-runs-hitl.json")
+    report = json.loads(json_path.read_text())
+    assert len(report["repeats"]) == 2 and report["judged"]["completion"] == 1.0
+    assert report["repeats"][0][0]["human"]["paused_share"] == 1.0  # every run met its human
+    assert "## Campaign `hitl`" in json_path.with_suffix(".md").read_text()

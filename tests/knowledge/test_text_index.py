@@ -1,0 +1,136 @@
+"""`TextIndex` against a brute-force BM25 written from the formula: the same top k, bit for bit,
+on random corpora built by appends (segments merged) and deletions (dead rows skipped, then
+compacted), with and without a document filter."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentos.knowledge.text_index import TextIndex, bm25_term, idf_of, query_terms, tokens
+
+WORDS = ["kafka", "lag", "consumer", "the", "of", "vacuum", "café", "cafe", "w1", "w2", "w3", "x"]
+
+
+@dataclass
+class Corpus:
+    """What the index should hold: the live chunks, as (chunk id, document id, text)."""
+
+    chunks: list[tuple[int, str, str]] = field(default_factory=list)
+    next_id: int = 1
+
+    def brute_force(self, terms: list[str], k: int, documents: set[str] | None) -> list[tuple[int, float]]:
+        if not self.chunks:
+            return []
+        counted = {cid: Counter(tokens(text)) for cid, _, text in self.chunks}
+        lengths = {cid: sum(c.values()) for cid, c in counted.items()}
+        avgdl = sum(lengths.values()) / len(self.chunks)
+        scores: dict[int, float] = {}
+        for term in dict.fromkeys(terms):
+            df = sum(1 for c in counted.values() if c[term])
+            if not df:
+                continue
+            idf = idf_of(len(self.chunks), df)
+            for cid, _, _ in self.chunks:
+                if counted[cid][term]:
+                    scores[cid] = scores.get(cid, 0.0) + bm25_term(idf, counted[cid][term], lengths[cid], avgdl)
+        owner = {cid: doc for cid, doc, _ in self.chunks}
+        ranked = sorted(
+            ((cid, s) for cid, s in scores.items() if documents is None or owner[cid] in documents),
+            key=lambda pair: (-pair[1], pair[0]),
+        )
+        return ranked[:k]
+
+
+texts = st.lists(st.sampled_from(WORDS), min_size=0, max_size=12).map(" ".join)
+batch = st.lists(st.tuples(st.integers(0, 5), st.lists(texts, min_size=1, max_size=4)), min_size=1, max_size=4)
+steps = st.lists(st.one_of(st.tuples(st.just("add"), batch), st.tuples(st.just("delete"), st.integers(0, 5))))
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=steps,
+    query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=5).map(" ".join),
+    k=st.integers(1, 8),
+    allowed=st.none() | st.sets(st.integers(0, 5)),
+    gap=st.integers(1, 3),
+)
+def test_the_top_k_is_exactly_brute_force_bm25(steps, query, k, allowed, gap) -> None:
+    index, corpus = TextIndex(), Corpus()
+    documents = None if allowed is None else {f"doc_{d}" for d in allowed}
+    terms = query_terms(query)
+    for kind, arg in steps:
+        if kind == "add":
+            rows = [(f"doc_{d}", text) for d, chunk_texts in arg for text in chunk_texts]
+            ids = list(range(corpus.next_id, corpus.next_id + gap * len(rows), gap))
+            corpus.next_id = ids[-1] + 1
+            index.add(ids, [d for d, _ in rows], [t for _, t in rows])
+            corpus.chunks += [(cid, d, t) for cid, (d, t) in zip(ids, rows, strict=True)]
+        else:
+            gone = f"doc_{arg}"
+            dropped = index.remove_documents({gone})
+            assert dropped == sum(1 for _, d, _ in corpus.chunks if d == gone)
+            corpus.chunks = [c for c in corpus.chunks if c[1] != gone]
+        assert len(index) == len(corpus.chunks)
+        assert index.search(terms, k, documents) == corpus.brute_force(terms, k, documents)
+
+
+def test_a_filter_is_inside_the_search() -> None:
+    """The best chunks are another document's: a filtered query still fills its page."""
+    index = TextIndex()
+    strong = [f"kafka kafka kafka {i}" for i in range(20)]
+    index.add(list(range(1, 21)), ["doc_a"] * 20, strong)
+    index.add([21, 22, 23], ["doc_b"] * 3, ["kafka and a lot of other words here", "kafka", "no match"])
+    assert [c for c, _ in index.search(["kafka"], 2, {"doc_b"})] == [22, 21]
+    assert index.search(["kafka"], 5, {"doc_c"}) == []
+    assert index.search(["kafka"], 5, set()) == []
+    assert len(index.search(["kafka"], 100, None)) == 22
+
+
+def test_deletions_leave_results_at_once_and_compaction_keeps_the_rest() -> None:
+    index = TextIndex()
+    for n in range(8):  # one document per batch: several segments
+        index.add([n * 10 + 1, n * 10 + 2], [f"doc_{n}"] * 2, [f"kafka lag {n}", f"consumer {n}"])
+    before = index.search(["kafka", "consumer"], 16)
+    assert index.remove_documents({"doc_0"}) == 2  # under a quarter dead: skipped, not rewritten
+    assert [c for c, _ in index.search(["kafka"], 16)] == [c for c, _ in before if c > 10 and c % 10 == 1]
+    assert index.remove_documents({"doc_1", "doc_2", "doc_3"}) == 6  # past a quarter: rewritten
+    assert len(index) == 8
+    assert {c for c, _ in index.search(["kafka", "consumer"], 16)} == {c for c, _ in before if c > 40}
+    assert index.remove_documents({"doc_1", "doc_unknown"}) == 0
+    index.add([100], ["doc_1"], ["kafka again"])  # a deleted document's id may come back
+    assert 100 in {c for c, _ in index.search(["kafka"], 16, {"doc_1"})}
+    for n in range(4, 8):
+        index.remove_documents({f"doc_{n}"})
+    index.remove_documents({"doc_1"})
+    assert len(index) == 0 and index.search(["kafka"], 5) == []
+
+
+def test_appends_must_increase_and_match() -> None:
+    index = TextIndex()
+    index.add([5], ["d"], ["a"])
+    with pytest.raises(ValueError, match="increase"):
+        index.add([5], ["d"], ["b"])
+    with pytest.raises(ValueError, match="increase"):
+        index.add([7, 6], ["d", "d"], ["b", "c"])
+    with pytest.raises(ValueError, match="texts"):
+        index.add([8], ["d"], [])
+    index.add([], [], [])
+    assert index.last_chunk_id == 5 and index.nbytes > 0
+
+
+def test_query_and_text_words_agree() -> None:
+    assert tokens("Café-au-lait, NAÏVE x_y 42") == ["cafe", "au", "lait", "naive", "x", "y", "42"]
+    assert query_terms("what is the Café?") == ["cafe"]  # stopwords out, accents folded
+    assert query_terms("the of") == ["the", "of"]  # only stopwords: searched
+    assert query_terms("?!") == []
+    long = "a" * 70
+    assert tokens(long) == ["a" * 64, "a" * 6] and query_terms(long) == ["a" * 64]
+    index = TextIndex()
+    index.add([1], ["d"], [f"{long} CAFÉ"])
+    assert [c for c, _ in index.search(query_terms(f"{long} cafe"), 5)] == [1]
