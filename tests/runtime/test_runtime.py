@@ -148,3 +148,39 @@ async def test_a_first_party_cancel_alone_ends_the_turn_and_returns() -> None:
     runtime.cancel_turn("default", sid)
     await task  # returns: our own cancel is not the caller's
     assert sink.events[-1][2]["reason"] == "cancelled"
+
+
+class StallingSink(CollectingSink):
+    """Delivers every event but the terminal one, which waits until the test cancels the task."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sending_terminal = asyncio.Event()
+
+    async def send(self, event_id: str, name: str, data: dict[str, object]) -> None:
+        if name == "turn.completed":
+            self.sending_terminal.set()
+            await asyncio.Event().wait()  # a slow client: the write of the last event never drains
+        await super().send(event_id, name, data)
+
+
+async def test_a_cancel_while_turn_completed_is_sent_keeps_the_committed_answer() -> None:
+    """The handler's task cancelled after the answer committed (its client read `turn.completed`
+    and left while the write drained): the stored answer stays completed, never rewritten as a
+    cancelled partial one (CI lost 15 acknowledged answers to this on a loaded machine)."""
+    provider, clock = ScriptedProvider(["x ", "y"]), FakeClock()
+    runtime = make_runtime(provider, clock)
+    sid = (await runtime.create_session("default", "default", {})).session_id
+    sink = StallingSink()
+    task = asyncio.create_task(runtime.run_turn(await runtime.start_turn("default", sid, "hi"), sink))
+    await asyncio.wait_for(sink.sending_terminal.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    history = await runtime.store.history("default", sid, limit=10)
+    assert [(m.role, m.content, m.status) for m in history] == [
+        ("user", "hi", "completed"),
+        ("assistant", "x y", "completed"),
+    ]
+    assert "turn.cancelled" not in names(sink)
+    assert runtime.kernel.statistics().in_flight_turns == 0

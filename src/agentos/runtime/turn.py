@@ -85,7 +85,7 @@ class Turn:
         # The session's turn epoch this turn holds (PostgreSQL; None on the one-node stores).
         self.epoch: int | None = None
         self.fenced_out = False  # a newer epoch exists: the store refuses this turn's writes
-        self.answered = False  # its answer and turn.completed are queued for one commit
+        self.answered = False  # its answer and turn.completed are committing or committed: it completed
         # The model's whole conversation as a client sent it (the OpenAI front door's stateless
         # mode), ending with `input`; None: the session's transcript, then `input`.
         self.prompt: list[Message] | None = None

@@ -168,7 +168,7 @@ class Turns:
             outcome = await self._execute(turn, self._published(turn, sink), partial)
             await self._finish(turn, sink, outcome.name, outcome.data, None, outcome.answer)
         except asyncio.CancelledError:
-            if turn.answered:  # cancelled from outside while its answer committed: it completed
+            if turn.answered:  # cancelled once its answer was committing or sent: it completed
                 raise
             await self._cancelled(turn, sink, partial)
         except StaleTurn:  # a newer turn of the session started on another node: it wins
@@ -282,11 +282,16 @@ class Turns:
         # have its writes refused (the kernel's "superseded" has one whenever the store fences).
         fenced = self._fencing and (turn.fenced_out or turn.cancel_reason == "superseded")
         if answer is not None:  # one commit of both, in the group commit the answer joins anyway
+            # From here the turn completed, whatever cancels its task: a cancel must not store
+            # its partial answer over the committed one (`run` re-raises when `answered`).
+            turn.answered = True
             try:
                 await self._store.commit_answer(answer, event(turn, name, data))
             except asyncio.CancelledError:  # its client left: both are queued, and will be stored
-                turn.answered = True
                 self._ended(turn, name, data)
+                raise
+            except Exception:  # refused (fenced out, store down): nothing was committed
+                turn.answered = False
                 raise
             self._store.end_turn(turn.turn_id, pending_writes=False)  # its answer passed the fence
         elif data.get("reason") != "session_deleted" and not fenced:
