@@ -89,6 +89,14 @@ async def test_kill_9_of_one_node_loses_no_acknowledged_message(
         rows = await pg_rows(pg, "SELECT turn_id, role, status FROM messages")
         answered = {turn_id for turn_id, role, status in rows if role == "assistant" and status == "completed"}
         asked = {turn_id for turn_id, role, _ in rows if role == "user"}
+        lost = acknowledged - answered
+        if lost:  # what the store holds of them, and where they ran: for the failure's report
+            events = await pg_rows(pg, "SELECT turn_id, type, data::text FROM events ORDER BY event_id")
+            print("lost:", sorted((i % 3, i in second_wave, r) for i, r in enumerate(results) if r in lost))
+            print("their messages:", [tuple(r) for r in rows if r[0] in lost])
+            print("their events:", [tuple(r) for r in events if r[0] in lost])
+            for i in range(3):
+                print(f"node{i} log:", (tmp_path / f"node{i}.stderr").read_text()[-3000:])
     assert mock.stats.max_concurrent > TURNS // 2  # the turns did run concurrently
     assert all(survivors)  # the nodes left keep serving
     victims = {r for i, r in enumerate(results) if i % 3 == 2 and r is not None}
