@@ -147,8 +147,9 @@ async def open_services(
         cluster = None if link is None else cluster_permits(settings, link, bus)  # the limit, cluster-wide
         driver = Driver(Kernel(kernel_limits(settings)), clock or MonotonicClock(), cluster)
         if link is not None and cluster is not None:  # tenants' turn caps over every node, same heartbeat
-            driver.turn_holds = ClusterHolds(link, node_id(), "turns", lease_s=settings.coordination.permit_lease_s)
-            driver.run_holds = ClusterHolds(link, node_id(), "runs", lease_s=settings.coordination.permit_lease_s)
+            lease_s, hold_s = settings.coordination.permit_lease_s, cluster.hold_s
+            driver.turn_holds = ClusterHolds(link, node_id(), "turns", lease_s=lease_s, hold_s=hold_s)
+            driver.run_holds = ClusterHolds(link, node_id(), "runs", lease_s=lease_s, hold_s=hold_s)
             cluster.renew_also(driver.turn_holds.refresh)
             cluster.renew_also(driver.run_holds.refresh)
         tenants.watch_limits(driver.configure_tenant)  # weights and caps per tenant, kept current

@@ -1,10 +1,12 @@
 """The real application (its RunService behind the API), as a process the durability test can kill -9.
 
     python -m tests.agents.run_server --data-dir D --provider-url URL --port-file F \
-        [--postgres-url URL --postgres-schema S --run-lease-s SECONDS]
+        [--postgres-url URL --postgres-schema S --run-lease-s SECONDS [--redis-url URL --redis-prefix P]]
 
 With --postgres-url the journal (and the store) is that PostgreSQL schema: several such
-processes are the nodes of one cluster (tests/agents/test_takeover.py).
+processes are the nodes of one cluster (tests/agents/test_takeover.py); with --redis-url too,
+they share the provider limit, tenant caps and streams as `agentos serve` nodes do
+(tests/coordination/test_mixed_node_loss.py).
 
 Writes the bound port to F (atomically) once it accepts connections, then serves until killed.
 """
@@ -34,9 +36,10 @@ async def serve(data_dir: Path, provider_url: str, port_file: Path, cluster: arg
         store = StoreConfig(
             backend="postgres", postgres_url=cluster.postgres_url, postgres_schema=cluster.postgres_schema
         )
-        settings = msgspec.structs.replace(
-            settings, store=store, coordination=CoordinationConfig(run_lease_s=cluster.run_lease_s)
+        coordination = CoordinationConfig(
+            run_lease_s=cluster.run_lease_s, redis_url=cluster.redis_url, key_prefix=cluster.redis_prefix
         )
+        settings = msgspec.structs.replace(settings, store=store, coordination=coordination)
     services = await open_services(settings)
     server = await serve_services(services)
     tmp = port_file.with_suffix(".tmp")
@@ -56,6 +59,8 @@ def main() -> None:
     parser.add_argument("--postgres-url", default="")
     parser.add_argument("--postgres-schema", default="")
     parser.add_argument("--run-lease-s", type=float, default=15.0)
+    parser.add_argument("--redis-url", default="")
+    parser.add_argument("--redis-prefix", default="agentos:")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     asyncio.run(serve(args.data_dir, args.provider_url, args.port_file, args))

@@ -12,7 +12,7 @@ import pytest
 from agentos.agents.journal import RunRow
 from agentos.agents.journal_pg import PgJournalStore
 from agentos.agents.journal_store import LeaseLost
-from agentos.agents.leases import LeaseKeeper, Request
+from agentos.agents.leases import LeaseKeeper, Request, send_request
 from agentos.config import CoordinationConfig, StoreConfig
 from agentos.store import pg_pool
 
@@ -136,11 +136,7 @@ async def test_a_broken_notify_connection_is_opened_again_at_once(nodes: tuple[P
         listener = keeper._listener  # this keeper's own connection, nobody else's
         assert listener is not None
         await b.query("SELECT pg_terminate_backend($1)", listener.get_server_pid())
-        await b.query(
-            "WITH r AS (INSERT INTO run_requests (tenant_id, run_id, body, created_ms)"
-            " VALUES ('acme', 'run_1', '{\"kind\": \"cancel\"}', 1) RETURNING id)"
-            " SELECT pg_notify('agentos_run_requests', 'run_1') FROM r"
-        )
+        await send_request(b, "acme", "run_1", '{"kind": "cancel"}', 1)  # the row and its NOTIFY, as a node sends it
         requests = await asyncio.wait_for(heard.get(), 5)  # far sooner than the 10 s round
         assert [(r.tenant_id, r.run_id, r.body) for r in requests] == [("acme", "run_1", {"kind": "cancel"})]
     finally:

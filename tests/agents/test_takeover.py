@@ -49,7 +49,8 @@ async def mock() -> AsyncIterator[CountingMock]:
     await counting.close()
 
 
-async def node(tmp_path: Path, mock: CountingMock, n: int, pg: StoreConfig) -> ServerProcess:
+async def node(tmp_path: Path, mock: CountingMock, n: int, pg: StoreConfig, *extra: str) -> ServerProcess:
+    """A node of the cluster on `pg` (`extra`: more `tests.agents.run_server` options, e.g. Redis)."""
     options = [
         "--postgres-url",
         pg.postgres_url,
@@ -57,6 +58,7 @@ async def node(tmp_path: Path, mock: CountingMock, n: int, pg: StoreConfig) -> S
         pg.postgres_schema,
         "--run-lease-s",
         str(LEASE_S),
+        *extra,
     ]
     return await start_server(tmp_path, mock, n, *options)
 

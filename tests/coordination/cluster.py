@@ -13,10 +13,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agentos.config import StoreConfig
 from tests.conftest import child_env
+
+
+class Endpoint(Protocol):
+    """A node as its clients see it (`Node`, or a `tests.agents.run_server` process)."""
+
+    url: str
 
 
 @dataclass

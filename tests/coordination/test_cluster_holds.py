@@ -1,6 +1,7 @@
 """A tenant's "at once" cap held in the real Redis for every node (`ClusterHolds`): the cap
 counts the holders of all nodes, a release frees a place, a holder of a node that stopped
-(no release, no heartbeat) is gone within its lease, and Redis down each node admits its share.
+(no release, no heartbeat) is gone within its lease, Redis down each node admits its share,
+and a Redis that lost its data admits nobody new until the nodes have put their holders back.
 
 Each "node" is a `ClusterHolds` on its own `Link` (its own connection pool).
 """
@@ -11,9 +12,14 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from redis.asyncio import Redis
+
 from agentos.clock import MonotonicClock
+from agentos.config import CoordinationConfig
+from agentos.coordination.bus import Bus
 from agentos.coordination.holds import ClusterHolds
 from agentos.coordination.link import Link
+from agentos.coordination.permits import ClusterPermits
 from agentos.kernel import HumanAnswered, HumanRequested, Kernel, KernelLimits, RunEnded, RunSubmitted
 from agentos.runtime.driver import Driver
 from agentos.tenancy.limits import TenantLimits
@@ -23,8 +29,23 @@ from tests.coordination.conftest import REDIS_URL, RedisProxy
 Links = Callable[..., Awaitable[Link]]
 
 
-async def node(link_factory: Links, name: str, lease_s: float = 10.0, **config: Any) -> ClusterHolds:
-    return ClusterHolds(await link_factory(config.pop("url", REDIS_URL), **config), name, "turns", lease_s=lease_s)
+async def node(
+    link_factory: Links, name: str, lease_s: float = 10.0, hold_s: float | None = None, **config: Any
+) -> ClusterHolds:
+    link = await link_factory(config.pop("url", REDIS_URL), **config)
+    return ClusterHolds(link, name, "turns", lease_s=lease_s, hold_s=hold_s)
+
+
+async def forget_everything(prefix: str) -> None:
+    """What a Redis restarted without persistence holds of this test: nothing (only the test's
+    keys go: the shared Redis is never flushed)."""
+    redis = Redis.from_url(REDIS_URL)
+    try:
+        keys = [key async for key in redis.scan_iter(match=f"{prefix}*")]
+        assert keys
+        await redis.delete(*keys)
+    finally:
+        await redis.aclose()
 
 
 async def test_the_cap_counts_the_holders_of_every_node(link_factory: Links) -> None:
@@ -118,3 +139,49 @@ async def test_a_runs_place_follows_the_kernels_count(link_factory: Links) -> No
 
 async def _equals(count: Awaitable[int], expected: int) -> bool:
     return await count == expected
+
+
+async def test_a_redis_that_lost_the_holders_admits_none_until_the_nodes_counted_theirs_again(
+    link_factory: Links, prefix: str
+) -> None:
+    a, b = await node(link_factory, "a", hold_s=0.5), await node(link_factory, "b", hold_s=0.5)
+    assert await a.acquire("t1", "acme", 2) and await b.acquire("t2", "acme", 2)
+    await forget_everything(prefix)  # t1 and t2 still run, but Redis counts 0 of them
+    assert not await a.acquire("t3", "acme", 2)  # held off (the old code admitted it: 3 running, cap 2)
+    a.add("r1", "elsewhere")  # never refused, a hold-off neither: counted at once
+    await eventually(lambda: _equals(a.count("elsewhere"), 1), what="the added holder counted")
+    await a.refresh()  # the heartbeats put t1 and t2 back
+    await b.refresh()
+    assert (await a.count("acme"), a.restored_total, b.restored_total) == (2, 1, 1)
+    assert not await b.acquire("t3", "acme", 2)  # the count is the truth again: at the cap
+    a.release("t1")
+    await eventually(lambda: b.acquire("t3", "acme", 2), what="a place once the hold-off ended")
+
+
+async def test_a_redis_restart_gets_a_nodes_holders_back_at_its_bus_reconnect(
+    link_factory: Links, redis_proxy: RedisProxy, prefix: str
+) -> None:
+    """As `agentos serve` wires them: the holds renewed by the provider permits' heartbeat,
+    here one every 20 s, so only the reconnect can put the holder back in time."""
+    url, lease_s = redis_proxy.url, 60.0
+    bus = Bus(CoordinationConfig(redis_url=url, key_prefix=prefix, timeout_s=0.5))
+    await bus.start()
+    await bus.wait_connected()
+    permits = ClusterPermits(await link_factory(url), bus, "a", limit=4, cap=4, lease_s=lease_s)
+    holds = ClusterHolds(await link_factory(url), "a", "turns", lease_s=lease_s, hold_s=permits.hold_s)
+    permits.renew_also(holds.refresh)
+    await permits.start()
+    other = await node(link_factory, "b", lease_s=lease_s)
+    try:
+        assert await holds.acquire("t1", "acme", 2) and await other.acquire("t2", "acme", 2)
+        await redis_proxy.stop()  # Redis restarts: every connection breaks...
+        await forget_everything(prefix)  # ...and it comes back empty
+        await redis_proxy.start()
+        assert not await other.acquire("t3", "acme", 2)  # held off: a's t1 may not be back yet
+        # Read through b's connections: a's pool may still hold the broken ones.
+        await eventually(lambda: _equals(other.count("acme"), 1), timeout_s=5.0, what="t1 back in Redis")
+        assert holds.restored_total == 1
+    finally:
+        await permits.close()
+        await holds.close()
+        await bus.close()

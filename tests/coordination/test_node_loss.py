@@ -18,7 +18,7 @@ from agentos.bench.mock.server import MockServer
 from agentos.config import StoreConfig
 from agentos.testing import sse_events
 from tests.api.helpers import SSE, new_session
-from tests.coordination.cluster import Node, node_env, pg_rows, serve_nodes
+from tests.coordination.cluster import Endpoint, node_env, pg_rows, serve_nodes
 from tests.coordination.conftest import REDIS_URL
 
 pytest.importorskip("asyncpg")
@@ -28,11 +28,16 @@ TURNS = 200
 
 
 async def completed_turn(
-    http: aiohttp.ClientSession, node: Node, session_id: str, seen: asyncio.Event, started: asyncio.Event | None = None
+    http: aiohttp.ClientSession,
+    node: Endpoint,
+    session_id: str,
+    seen: asyncio.Event,
+    started: asyncio.Event | None = None,
+    text: str = "hello",
 ) -> str | None:
     """Run one turn; its id if the client got `turn.completed`, None if the node went away."""
     try:
-        async with http.post(f"{node.url}/v1/sessions/{session_id}/turns", json={"input": "hello"}, headers=SSE) as r:
+        async with http.post(f"{node.url}/v1/sessions/{session_id}/turns", json={"input": text}, headers=SSE) as r:
             if r.status != 200:
                 return None
             if started is not None:

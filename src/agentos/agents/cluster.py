@@ -32,7 +32,7 @@ from agentos.agents.fanout import RunEvent
 from agentos.agents.journal import TERMINAL, RunRow
 from agentos.agents.journal_pg import PgJournalStore
 from agentos.agents.journal_store import JournalStore
-from agentos.agents.leases import CHANNEL, LeaseKeeper, Request
+from agentos.agents.leases import LeaseKeeper, Request, send_request
 from agentos.agents.lifecycle import RunLifecycle
 from agentos.errors import AgentOSError, BadRequest, Conflict, InvalidInput, NotFound, RequestError
 from agentos.kernel import RunEnded, RunState
@@ -43,8 +43,6 @@ log = logging.getLogger("agentos.agents")
 FOLLOW_POLL_S = 0.2  # how often a node that does not run a run reads its new events
 TERMINATE_WAIT_S = 30.0  # a terminate sent to another node waits this long for the run's end
 REQUEST_WAIT_S = 5.0  # an answer or cancel sent to another node waits this long for the owner
-_SEND = """INSERT INTO run_requests (tenant_id, run_id, body, created_ms) VALUES ($1, $2, $3::jsonb, $4)
-RETURNING id"""
 _OUTCOME = "SELECT outcome FROM run_requests WHERE id = $1"
 _READ = "DELETE FROM run_requests WHERE id = $1"
 _ERRORS: dict[int, type[RequestError]] = {400: BadRequest, 404: NotFound, 409: Conflict, 422: InvalidInput}
@@ -227,13 +225,9 @@ class RunCluster:
         """
         body = msgspec.json.encode(request).decode()
         try:
-            timeout = self._store.config.postgres_acquire_timeout_s
-            async with self._store.pool.acquire(timeout=timeout) as conn, conn.transaction():
-                request_id: int = await conn.fetchval(_SEND, row.tenant_id, row.run_id, body, self._runs.now_ms())
-                await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, row.run_id)
+            return await send_request(self._store, row.tenant_id, row.run_id, body, self._runs.now_ms())
         except Exception as exc:
             raise classify(exc, self._store.unavailable, "run request") from exc
-        return request_id
 
     async def settled(self, request_id: int, timeout_s: float) -> None:
         """Wait until the owner is done with the request (its row is gone: applied, or the run

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from agentos.config import CoordinationConfig, StoreConfig
 
+REQUESTS_CHANNEL = "agentos_run_requests"  # `pg_pool.channel` adds the schema
 log = logging.getLogger("agentos.agents")
 
 _WRITER_ACQUIRE_TIMEOUT_S = 30.0
@@ -106,6 +107,7 @@ class PgJournalStore:
         self._writer: FencedWriter | None = None
         self.unavailable: tuple[type[Exception], ...] = ()
         self._statements = 0
+        self.channel = ""  # the NOTIFY of `run_requests`, per schema (`agentos.agents.leases`): set by `open`
 
     async def open(self) -> None:
         """Migrate, open the pool, start the writer.
@@ -117,6 +119,7 @@ class PgJournalStore:
         conn = await pg_pool.connect(self.config)
         try:
             await pg_migrations.migrate(conn, schema=self.config.postgres_schema)
+            self.channel = pg_pool.channel(REQUESTS_CHANNEL, await conn.fetchval("SELECT current_schema()"))
         finally:
             await conn.close()
         self._pool = await pg_pool.create_pool(self.config)

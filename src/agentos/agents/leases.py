@@ -14,7 +14,9 @@ Theory of operation. Two tasks:
    leases), then comes back after a short random pause while some are left: the runs of a
    node that died are spread over the survivors instead of all going to whichever asks first.
    `on_claimed` resumes them from the journal exactly as a restart does. Then, and whenever a
-   NOTIFY on `agentos_run_requests` (heard on a connection of its own, not the pool's) wakes it,
+   NOTIFY on the schema's `agentos_run_requests_<schema>` (`PgJournalStore.channel`: two
+   installations in one database never wake each other), heard on a connection of its own, not
+   the pool's, wakes it,
    the requests (answers, cancels, terminates) other nodes wrote into `run_requests` for this
    node's runs (`on_requests`). A request is read, applied, and only then deleted (through the
    journal's writer, so after the writes that applied it): one the run cannot take yet (not
@@ -50,7 +52,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentos.agents")
 
-CHANNEL = "agentos_run_requests"
 CLOSE_WAIT_S = 10.0  # for the step under way when closing
 CLAIM_MAX = 200  # runs taken over per tick: a node that inherits many resumes them in waves
 AGAIN_S = (0.05, 0.25)  # the pause before claiming again while expired runs are left (random: nodes interleave)
@@ -77,6 +78,8 @@ SELECT (SELECT count(*) FROM run_leases WHERE expires_at < now() AND strpos(run_
        (SELECT count(*) FROM run_nodes WHERE expires_at > now())"""
 _REQUESTS = """SELECT id, tenant_id, run_id, body FROM run_requests
 WHERE run_id = any($1::text[]) AND outcome IS NULL ORDER BY id"""
+_SEND = """INSERT INTO run_requests (tenant_id, run_id, body, created_ms) VALUES ($1, $2, $3::jsonb, $4)
+RETURNING id"""
 _DONE = "DELETE FROM run_requests WHERE id = any($1::bigint[])"
 _REFUSED = "UPDATE run_requests SET outcome = $2::jsonb WHERE id = $1"
 
@@ -154,7 +157,7 @@ class LeaseKeeper:
         self._listener, self._listener_broken = None, False
         listener = await pg_pool.connect(self._store.config)
         listener.add_termination_listener(self._terminated)
-        await listener.add_listener(CHANNEL, self._heard)
+        await listener.add_listener(self._store.channel, self._heard)
         self._listener = listener
         self._wake.set()  # requests may have come while nobody listened
 
@@ -231,3 +234,13 @@ class LeaseKeeper:
                 writes.append((_REFUSED, (request_id, msgspec.json.encode(refusal).decode())))
         if writes:  # queued after the writes that applied them: a request is never gone before its effect
             await self._store.write(writes)
+
+
+async def send_request(store: PgJournalStore, tenant_id: str, run_id: str, body: str, now_ms: int) -> int:
+    """Leave a request (JSON `body`) for the run's owner and wake it: the row and the NOTIFY on
+    this schema's channel in one transaction, so the owner is woken exactly for committed rows.
+    Returns the request's id. Raises what asyncpg raises (the caller classifies it)."""
+    async with store.pool.acquire(timeout=store.config.postgres_acquire_timeout_s) as conn, conn.transaction():
+        request_id: int = await conn.fetchval(_SEND, tenant_id, run_id, body, now_ms)
+        await conn.execute("SELECT pg_notify($1, $2)", store.channel, run_id)
+    return request_id

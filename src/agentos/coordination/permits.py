@@ -77,9 +77,8 @@ class ClusterPermits:
         self._link = link
         self._bus = bus
         self._node = node
-        # The longest time between two heartbeats: the period, plus the sleep that may overrun it.
-        hold_s = lease_s / 3 + min(retry_s, lease_s / 3) + HOLD_MARGIN_S
-        self._semaphore = RedisSemaphore(link.redis, link.prefix, limit, cap, lease_s, hold_s)
+        self.hold_s = hold_off_s(lease_s, retry_s)  # the tenants' caps (`holds`) wait as long
+        self._semaphore = RedisSemaphore(link.redis, link.prefix, limit, cap, lease_s, self.hold_s)
         self.share = math.ceil(limit / link.expected_nodes)  # what the node grants alone, Redis down
         self._lease_s = lease_s
         self._retry_s = retry_s
@@ -290,6 +289,12 @@ class ClusterPermits:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def hold_off_s(lease_s: float, retry_s: float = RETRY_S) -> float:
+    """How long grants wait after Redis lost its data: the longest time between two heartbeats
+    of a node (the period, plus the sleep that may overrun it), and a margin."""
+    return lease_s / 3 + min(retry_s, lease_s / 3) + HOLD_MARGIN_S
 
 
 async def _bounded(tasks: set[asyncio.Task[None]]) -> None:

@@ -7,11 +7,14 @@ failure to reach the database at start-up becomes one `ConfigError` line naming
 
 `store.postgres_schema` puts every table in one schema (created by the migrations, under their
 lock) through every connection's `search_path`, so several installations (or tests) can share one database.
+LISTEN/NOTIFY is database-wide, not per schema: every channel is named per schema (`channel`), so
+those installations never hear each other's notifications.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -24,6 +27,7 @@ if TYPE_CHECKING:
     from agentos.config import StoreConfig
 
 CONNECT_TIMEOUT_S = 5.0
+CHANNEL_MAX_BYTES = 63  # NAMEDATALEN - 1: pg_notify refuses a longer channel, LISTEN truncates it
 
 
 def import_asyncpg() -> ModuleType:
@@ -63,6 +67,18 @@ def shown_url(url: str) -> str:
     scheme, _, rest = url.partition("://")
     credentials, _, host = rest.rpartition("@")
     return f"{scheme}://{credentials.split(':', 1)[0]}@{host}"
+
+
+def channel(base: str, schema: str) -> str:
+    """The LISTEN/NOTIFY channel `base` of the installation in `schema` (its `current_schema()`).
+
+    A name too long for PostgreSQL ends with a hash of the schema instead of the schema:
+    truncating it would give two schemas that share their first letters one channel.
+    """
+    name = f"{base}_{schema}"
+    if len(name.encode()) <= CHANNEL_MAX_BYTES:
+        return name
+    return f"{base}_{hashlib.sha256(schema.encode()).hexdigest()[:16]}"
 
 
 def server_settings(schema: str) -> dict[str, str]:

@@ -83,7 +83,7 @@ class PgTenantTables:
         self._import_from = import_from
         self._full_reload_interval_s = full_reload_interval_s
         self._pool: asyncpg.Pool | None = None
-        self._channel = ""
+        self.channel = ""  # LISTEN/NOTIFY, per schema: set by `open`
         self._unavailable: tuple[type[Exception], ...] = ()
         self._follower: Follower | None = None
 
@@ -100,7 +100,7 @@ class PgTenantTables:
         try:
             await pg_migrations.migrate(conn, schema=self._config.postgres_schema)
             schema = await conn.fetchval("SELECT current_schema()")
-            self._channel = f"agentos_tenants_{schema}"[:63]  # a channel name is at most 63 bytes
+            self.channel = pg_pool.channel("agentos_tenants", schema)
             await self._check_pepper(conn)
             if self._import_from is not None and self._import_from.exists():
                 await import_sqlite(conn, self._import_from)
@@ -144,7 +144,7 @@ class PgTenantTables:
             status = await conn.execute(sql, *row)
             if status.endswith(" 0"):  # ON CONFLICT DO NOTHING: not written, nothing to tell
                 return False
-            await conn.execute(_NOTIFY, self._channel, change)
+            await conn.execute(_NOTIFY, self.channel, change)
         return True
 
     async def _bounded(self, use: Callable[[asyncpg.Connection], Awaitable[T]], what: str) -> T:
@@ -167,7 +167,7 @@ class PgTenantTables:
         """Listen for every node's changes (this node's too: harmless, it re-reads its own row)."""
         self._follower = Follower(
             lambda: pg_pool.connect(self._config),
-            self._channel,
+            self.channel,
             sink,
             read_rows,
             full_reload_interval_s=self._full_reload_interval_s,
