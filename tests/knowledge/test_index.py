@@ -194,3 +194,23 @@ def test_recall_at_10_against_exact_search_is_one(kind: str) -> None:
         for q in queries:
             found = [c for c, _ in index.search(q, 40, documents)][:10]
             assert recall_at_k(found, exact_top_k(unit, ids, q, 10, candidates), 10) == 1.0
+
+
+def test_a_repeated_filter_follows_appends_and_removals() -> None:
+    """The rows of a filter (the cache hands the same frozenset again) are kept only until the
+    rows change."""
+    index = VectorIndex(2)
+    wanted = frozenset({"a"})
+    east = np.array([[1.0, 0.0]], dtype=np.float32)
+
+    def found() -> list[int]:
+        return [chunk_id for chunk_id, _ in index.search(east[0], 10, wanted)]
+
+    index.add([1, 2], ["a", "b"], np.repeat(east, 2, axis=0))
+    assert found() == [1] and found() == [1]
+    index.add([3, 4], ["b", "a"], np.repeat(east, 2, axis=0))
+    assert found() == [1, 4]
+    index.remove_documents({"a"})
+    assert found() == []
+    index.add([5], ["a"], east)
+    assert found() == [5]

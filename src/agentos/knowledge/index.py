@@ -39,6 +39,7 @@ _INITIAL_ROWS = 64
 _GROWTH = 1.25  # capacity grows by a quarter: amortised O(1) per row, at most 25% unused
 _GATHER_SHARE = 5  # a filter keeping at most 1/5 of the rows scores only those
 _GATHER_ROWS = 2048  # rows gathered at a time (2 MB at 256 dimensions: stays in cache)
+_KEPT_FILTERS = 16  # the rows of this many document sets are kept until the rows change
 
 
 class VectorIndex:
@@ -62,6 +63,9 @@ class VectorIndex:
         self._scores = np.zeros(0, dtype=np.float32)  # a search's scores: no allocation per query
         self._documents: list[str] = []
         self._code_of: dict[str, int] = {}
+        # rows per filter: the cache hands the same frozenset for a repeated filter (its hash is
+        # kept by the set), so a repeated filter skips the per-document lookups (~1 ms at 1500)
+        self._rows_kept: dict[frozenset[str], np.ndarray] = {}
         self._size = 0
         self._last_chunk_id = 0
 
@@ -99,6 +103,7 @@ class VectorIndex:
         _normalise(self._vectors[rows])
         self._chunk_ids[rows] = ids
         self._codes[rows] = [self._code(document_id) for document_id in document_ids]
+        self._rows_kept.clear()
         self._size += n
         self._last_chunk_id = int(ids[-1])
 
@@ -137,9 +142,17 @@ class VectorIndex:
 
     def _rows_of(self, documents: Collection[str]) -> np.ndarray:
         """The rows of these documents, in order."""
-        allowed = np.zeros(len(self._documents), dtype=bool)
-        allowed[self._codes_of(documents)] = True
-        return np.flatnonzero(allowed[self._codes[: self._size]])
+        key = documents if isinstance(documents, frozenset) else None
+        rows = self._rows_kept.get(key) if key is not None else None
+        if rows is None:
+            allowed = np.zeros(len(self._documents), dtype=bool)
+            allowed[self._codes_of(documents)] = True
+            rows = np.flatnonzero(allowed[self._codes[: self._size]])
+            if key is not None:
+                if len(self._rows_kept) >= _KEPT_FILTERS:
+                    self._rows_kept.clear()
+                self._rows_kept[key] = rows
+        return rows
 
     def _best(self, scores: np.ndarray, rows: np.ndarray | None, k: int) -> list[tuple[int, float]]:
         """The best `k` of `scores` (of `rows`, or of every row when None) as (chunk id, score)."""
@@ -162,6 +175,7 @@ class VectorIndex:
         kept = int(np.count_nonzero(keep))
         dropped = self._size - kept
         if dropped:
+            self._rows_kept.clear()
             self._vectors[:kept] = self._vectors[: self._size][keep]
             self._chunk_ids[:kept] = self._chunk_ids[: self._size][keep]
             self._codes[:kept] = self._codes[: self._size][keep]
