@@ -213,6 +213,7 @@ def main() -> None:
     parser.add_argument("--load-only", action="store_true", help="only time the first load")
     args = parser.parse_args()
     modules = {"now": current} | ({"before": load_module(args.before)} if args.before else {})
+    print(f"now: {current.__file__}" + (f"; before: {args.before}" if args.before else ""))
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
     if not args.load_only:
         datasets = [random_set(args.chunks, args.dims, args.queries, args.seed),
