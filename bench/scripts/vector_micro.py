@@ -49,7 +49,8 @@ class Dataset:
     def __init__(self, name: str, vectors: np.ndarray, owners: list[str], queries: np.ndarray) -> None:
         self.name, self.vectors, self.owners, self.queries = name, vectors, owners, queries
         groups = [int(owner.rsplit("_", 1)[1]) % GROUPS == 3 for owner in owners]
-        self.allowed = {owner for owner, keep in zip(owners, groups, strict=True) if keep}
+        # a frozenset, as the server's filter cache hands it (`indexes.allowed`)
+        self.allowed = frozenset(owner for owner, keep in zip(owners, groups, strict=True) if keep)
         self.mask = np.asarray(groups, dtype=bool)
 
 
