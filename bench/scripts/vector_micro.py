@@ -2,13 +2,15 @@
 100k chunks, on random unit vectors and on the knowledge bench's corpus (its chunks embedded by
 the mock provider's function), unfiltered and with the bench's filter (one group of ten).
 
-    .venv/bin/python bench/scripts/vector_micro.py --chunks 100000 [--before /tmp/index_old.py] [--load | --load-only]
+    .venv/bin/python bench/scripts/vector_micro.py --chunks 100000 [--before /tmp/index_old.py]
+        [--load | --load-only] [--alternatives]
 
 Each query asks the index for `candidates(10)` = 40 hits, as a query of top_k 10 does; recall@10 is
 its first 10 against an exact float64 search (`agentos.bench.knowledge.metrics`, ties with the
 10th counted as found). `--before FILE` also times another `index.py` (e.g. `git show
-<ref>:src/agentos/knowledge/index.py > FILE`), query by query in turn with this one, so a change
-of the machine's load hits both alike. `--load` also times a collection's first load from a
+<ref>:src/agentos/knowledge/index.py > FILE`), in turn with this one by blocks of 50 queries, so a
+change of the machine's load hits both alike. `--alternatives` times other ways numpy can scan
+every row (float32 through BLAS, int8, float16, fewer dimensions). `--load` also times a collection's first load from a
 `knowledge.db` of that many chunks (the store's read, then each index's build). Wall time on a
 shared machine includes waiting for a core: CPU time (the process's, every thread's) is printed
 beside it, with the load average.
@@ -145,6 +147,43 @@ def search_table(datasets: list[Dataset], modules: dict[str, ModuleType]) -> Non
         del built, indexes
 
 
+def alternatives_table(data: Dataset, queries: int = 50) -> None:
+    """What a scan of every row costs by the ways numpy offers (no top k, no rerank: the pass
+    itself), on one core's worth of calls: why the index scans float32 with `einsum`."""
+    vectors = current._normalise(data.vectors.copy())
+    scale = np.abs(vectors).max(axis=1, keepdims=True)
+    as_int8 = np.round(vectors / scale * 127).astype(np.int8)
+    as_float16, quarter = vectors.astype(np.float16), np.ascontiguousarray(vectors[:, : vectors.shape[1] // 4])
+    out, block = np.empty(len(vectors), np.float32), np.empty((2048, vectors.shape[1]), np.float32)
+
+    def by_blocks(matrix: np.ndarray, q: np.ndarray) -> None:  # cast 2048 rows at a time, then einsum
+        for start in range(0, len(matrix), 2048):
+            rows = block[: len(matrix[start : start + 2048])]
+            np.copyto(rows, matrix[start : start + 2048], casting="unsafe")
+            np.einsum("ij,j->i", rows, q, out=out[start : start + len(rows)])
+
+    ways = {
+        "float32, BLAS matmul (OpenBLAS threads: the code before)": lambda q: np.matmul(vectors, q, out=out),
+        "float32, einsum (one thread: the code now)": lambda q: np.einsum("ij,j->i", vectors, q, out=out),
+        "float32, a quarter of the dimensions (the bytes of a 4x projection)": lambda q: np.einsum(
+            "ij,j->i", quarter, q[: quarter.shape[1]], out=out),
+        "int8, cast to float32 by blocks, einsum": lambda q: by_blocks(as_int8, q),
+        "int8 @ int8 (numpy's integer matmul; it wraps)": lambda q: as_int8 @ np.round(q * 127).astype(np.int8),
+        "float16, cast to float32 by blocks, einsum": lambda q: by_blocks(as_float16, q),
+    }  # fmt: skip
+    print(f"| a scan of all {len(vectors)} rows | p50 ms | p95 ms | CPU ms per query |\n| --- | ---: | ---: | ---: |")
+    for name, way in ways.items():
+        walls, began_cpu = [], time.process_time()
+        for q in data.queries[:queries]:
+            began = time.perf_counter()
+            way(q)
+            walls.append(time.perf_counter() - began)
+        time.sleep(SETTLE_S)
+        summary = latency_ms(walls)
+        cpu_ms = 1000 * (time.process_time() - began_cpu) / len(walls)
+        print(f"| {name} | {summary['p50']} | {summary['p95']} | {cpu_ms:.2f} |")
+
+
 def fill_file(path: Path, chunks: int, dims: int, seed: int) -> str:
     """A `knowledge.db` of one collection of `chunks` chunks (60 Zipf-drawn words, random vectors),
     written by plain inserts (not the indexer: this times the load, not the ingest)."""
@@ -212,6 +251,7 @@ def main() -> None:
     parser.add_argument("--before", help="another index.py to time against this one")
     parser.add_argument("--load", action="store_true", help="also time a first load from knowledge.db")
     parser.add_argument("--load-only", action="store_true", help="only time the first load")
+    parser.add_argument("--alternatives", action="store_true", help="also time other ways to scan (random vectors)")
     args = parser.parse_args()
     modules = {"now": current} | ({"before": load_module(args.before)} if args.before else {})
     print(f"now: {current.__file__}" + (f"; before: {args.before}" if args.before else ""))
@@ -220,6 +260,9 @@ def main() -> None:
         datasets = [random_set(args.chunks, args.dims, args.queries, args.seed),
                     corpus_set(args.chunks, args.dims, args.queries, args.seed)]  # fmt: skip
         search_table(datasets, modules)
+        if args.alternatives:
+            print()
+            alternatives_table(datasets[0])
     if args.load or args.load_only:
         print()
         load_table(args.chunks, args.dims, args.seed)
