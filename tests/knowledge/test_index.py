@@ -28,7 +28,7 @@ def brute_force(
     q = query.astype(np.float64) / np.linalg.norm(query)
     scores = v @ q
     rows = np.arange(len(v)) if allowed is None else np.flatnonzero(allowed)
-    best = sorted(rows, key=lambda r: (-scores[r], r))[:k]
+    best = rows[np.lexsort((rows, -scores[rows]))][:k]  # by score, then by row
     return [(int(r) + 1, float(scores[r])) for r in best]
 
 
@@ -81,13 +81,25 @@ def test_empty_index() -> None:
     assert len(index) == 0
 
 
+ROW_BYTES = 8 * 4 + 8 + 4 + 4  # 8 float32 dimensions, the chunk id, the document code, the score
+
+
 def test_growth_keeps_every_row() -> None:
     index, vectors, _ = random_index(1000, 8, 3)
     assert len(index) == 1000 and index.last_chunk_id == 1000
-    # amortised doubling: capacity at most twice the rows (plus the initial block)
-    assert index.nbytes <= 2 * 1000 * (8 * 4 + 8 + 4)
+    # grown by a quarter at a time: at most 25% unused (plus the last batch)
+    assert index.nbytes <= (1.25 * 1000 + 37) * ROW_BYTES
     for row in (0, 499, 999):
         assert index.search(vectors[row], 1)[0][0] == row + 1
+
+
+def test_a_first_load_takes_exactly_its_rows() -> None:
+    vectors = np.random.default_rng(4).standard_normal((1000, 8)).astype(np.float32)
+    index = VectorIndex(8)
+    index.add(list(range(1, 1001)), ["d"] * 1000, vectors)
+    assert index.nbytes == 1000 * ROW_BYTES
+    index.add([1001], ["d"], vectors[:1])
+    assert index.nbytes == 1250 * ROW_BYTES
 
 
 def test_removing_documents_compacts_and_keeps_order() -> None:
@@ -132,3 +144,73 @@ def test_reciprocal_rank_fusion() -> None:
     assert reciprocal_rank_fusion([]) == []
     assert reciprocal_rank_fusion([[5], [6]]) == [(5, 1 / 61), (6, 1 / 61)]  # ties by id
     assert reciprocal_rank_fusion([[1, 1, 2]]) == [(1, 1 / 61), (2, 1 / 63)]  # a repeat counts once
+
+
+def test_filters_of_every_share_match_a_brute_force() -> None:
+    """A filter keeping few rows scores only those (gathered in blocks of 2048); one keeping many
+    scores every row: both give the brute force's answer, and only allowed chunks."""
+    index, vectors, owners = random_index(30_000, 16, 10, seed=5)
+    rng = np.random.default_rng(6)
+    for wanted in ({"doc_2"}, {"doc_1", "doc_4"}, {f"doc_{i}" for i in range(7)}):  # 3000, 6000, 21000 rows
+        allowed = np.array([owner in wanted for owner in owners])
+        for k in (1, 10, 40):
+            query = rng.standard_normal(16).astype(np.float32)
+            got = index.search(query, k, documents=wanted)
+            assert_same(got, brute_force(vectors, query, k, allowed))
+            assert all(allowed[chunk_id - 1] for chunk_id, _ in got)
+
+
+def test_ties_with_the_kth_score_are_ordered_by_chunk_id() -> None:
+    index = VectorIndex(2)
+    rows = np.array([[1, 0]] * 50 + [[0, 1]] * 50, dtype=np.float32)
+    index.add(list(range(1, 101)), ["a", "b"] * 50, rows)
+    assert [c for c, _ in index.search(np.array([1, 0]), 5)] == [1, 2, 3, 4, 5]
+    assert [c for c, _ in index.search(np.array([0, 1]), 3, documents={"b"})] == [52, 54, 56]
+
+
+@pytest.mark.parametrize("kind", ["random", "mock embeddings"])
+def test_recall_at_10_against_exact_search_is_one(kind: str) -> None:
+    """The bench's yardstick (`agentos.bench.knowledge.metrics`) on the bench's two kinds of
+    vectors, unfiltered and filtered: an exact index finds the exact top 10."""
+    from agentos.bench.knowledge.metrics import exact_top_k, recall_at_k, unit_rows
+    from agentos.bench.mock.embeddings import embed_texts
+
+    rng = np.random.default_rng(7)
+    if kind == "random":
+        vectors = rng.standard_normal((5000, 64)).astype(np.float32)
+        queries = rng.standard_normal((20, 64)).astype(np.float32)
+    else:
+        words = [f"w{i}" for i in range(300)]
+        texts = [" ".join(rng.choice(words, 40)) for _ in range(5000)]
+        vectors = embed_texts(texts, "m", 64).astype(np.float32)
+        queries = embed_texts([" ".join(t.split()[:8]) for t in texts[:20]], "m", 64).astype(np.float32)
+    owners = [f"doc_{i // 10}" for i in range(5000)]
+    index = VectorIndex(64)
+    index.add(list(range(1, 5001)), owners, vectors)
+    unit, ids = unit_rows(vectors), np.arange(1, 5001)
+    allowed = {f"doc_{i}" for i in range(0, 500, 10)}
+    mask = np.array([owner in allowed for owner in owners])
+    for documents, candidates in ((None, None), (allowed, mask)):
+        for q in queries:
+            found = [c for c, _ in index.search(q, 40, documents)][:10]
+            assert recall_at_k(found, exact_top_k(unit, ids, q, 10, candidates), 10) == 1.0
+
+
+def test_a_repeated_filter_follows_appends_and_removals() -> None:
+    """The rows of a filter (the cache hands the same frozenset again) are kept only until the
+    rows change."""
+    index = VectorIndex(2)
+    wanted = frozenset({"a"})
+    east = np.array([[1.0, 0.0]], dtype=np.float32)
+
+    def found() -> list[int]:
+        return [chunk_id for chunk_id, _ in index.search(east[0], 10, wanted)]
+
+    index.add([1, 2], ["a", "b"], np.repeat(east, 2, axis=0))
+    assert found() == [1] and found() == [1]
+    index.add([3, 4], ["b", "a"], np.repeat(east, 2, axis=0))
+    assert found() == [1, 4]
+    index.remove_documents({"a"})
+    assert found() == []
+    index.add([5], ["a"], east)
+    assert found() == [5]

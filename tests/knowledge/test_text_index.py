@@ -4,6 +4,7 @@ compacted), with and without a document filter."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -131,6 +132,9 @@ def test_query_and_text_words_agree() -> None:
     assert query_terms("?!") == []
     long = "a" * 70
     assert tokens(long) == ["a" * 64, "a" * 6] and query_terms(long) == ["a" * 64]
+    # ASCII text takes a faster pattern: the same tokens as the Unicode one, on every character
+    every_ascii = "".join(map(chr, range(128))) * 3 + " Hello_World-42 x" + "B" * 70
+    assert tokens(every_ascii) == re.findall(r"[^\W_]{1,64}", every_ascii.lower())
     index = TextIndex()
     index.add([1], ["d"], [f"{long} CAFÉ"])
     assert [c for c, _ in index.search(query_terms(f"{long} cafe"), 5)] == [1]

@@ -163,7 +163,8 @@ def _index_in_process(
     index.add(ids, documents, matrix)
     recall: dict[str, float | None] = {}
     timing: dict[str, Any] = {}
-    for key, allowed in (("none", None), ("group", truth.group_documents)):
+    # the filter as the server's cache hands it (`indexes.allowed`): a frozenset, whose rows the index keeps
+    for key, allowed in (("none", None), ("group", frozenset(truth.group_documents))):
         found, seconds = [], []
         for q in vectors:
             started = time.perf_counter()
