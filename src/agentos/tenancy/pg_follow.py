@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentos.tenancy.storage import ChangeSink, Rows
+from agentos.waiting import wait_event
 
 if TYPE_CHECKING:
     import asyncpg
@@ -83,8 +84,8 @@ class Follower:
         self._task = asyncio.create_task(self._run(), name="tenants-follower")
 
     async def close(self) -> None:
-        self._closed.set()  # as well as the cancel: a driver that turned the cancel into an error
-        self._wake.set()  # and Python 3.11's wait_for, which can swallow a cancel that meets its timeout
+        self._closed.set()  # as well as the cancel: asyncpg may turn the cancel of a connect or read into
+        self._wake.set()  # another error, and the loop must still end
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -106,8 +107,7 @@ class Follower:
             if self._listening:
                 retry_s = RETRY_S  # it worked for a while: the next failure starts over
             self._listening = False
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closed.wait(), retry_s)
+            await wait_event(self._closed, retry_s)
             retry_s = min(retry_s * 2, RETRY_MAX_S)
             self._reconnects += 1
 
@@ -128,11 +128,10 @@ class Follower:
         loop = asyncio.get_running_loop()
         next_full = loop.time() + self._interval_s
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), max(0.0, next_full - loop.time()))
+            await wait_event(self._wake, max(0.0, next_full - loop.time()))
             self._wake.clear()
             if self._closed.is_set():
-                return  # a cancel swallowed on the way (see close)
+                return  # a cancel turned into another error on the way (see close)
             if self._lost.is_set():
                 raise _Lost("the connection was closed")
             if loop.time() >= next_full:
@@ -148,7 +147,8 @@ class Follower:
         named = None if full else changes
 
         async def read() -> Rows:
-            return await asyncio.wait_for(self._read(conn, named), READ_TIMEOUT_S)
+            async with asyncio.timeout(READ_TIMEOUT_S):  # not wait_for: it can swallow close()'s cancel
+                return await self._read(conn, named)
 
         await self._sink.refresh(read, full=full)
         if full:
