@@ -70,9 +70,12 @@ class PgJournal(Journal):
         " AND tenant_id = $6"
     )
     INSERT_EVENT = "INSERT INTO run_events VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING"
+    # The NOTIFY in the same statement: other nodes hear of exactly the committed writes
+    # (`agentos.agents.changes`; the channel is `changes.channel(current_schema())`).
     PUT_AGENT = (
-        "INSERT INTO agents VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id, name) DO UPDATE SET"
-        " spec = excluded.spec, source = excluded.source, updated_ms = excluded.updated_ms"
+        "WITH put AS (INSERT INTO agents VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id, name) DO UPDATE SET"
+        " spec = excluded.spec, source = excluded.source, updated_ms = excluded.updated_ms RETURNING tenant_id)"
+        " SELECT pg_notify(left('agentos_agents_' || current_schema(), 63), tenant_id) FROM put"
     )
     _ENDED = ("DELETE FROM run_leases WHERE run_id = $1", "DELETE FROM run_requests WHERE run_id = $1")
     _LEASE = "INSERT INTO run_leases VALUES ($1, $2, $3, 1, now() + make_interval(secs => $4)) ON CONFLICT DO NOTHING"

@@ -39,7 +39,6 @@ from agentos.agents.mcp_tools import McpHub
 from agentos.agents.policy import AgentPolicy
 from agentos.agents.run_list import RunQuery, next_cursor
 from agentos.agents.sandbox import Sandbox
-from agentos.agents.spec import AgentSpec, spec_to_dict
 from agentos.agents.statistics import RunServiceStatistics, run_statistics
 from agentos.clock import MonotonicClock, wall_ms
 from agentos.config import Settings
@@ -81,7 +80,6 @@ class RunService:
         self._settings = settings
         self.knowledge = knowledge
         self._agents = AgentRegistry(store, store.journal, settings.agents, AgentPolicy.from_settings(settings))
-        self._shared_journal = settings.store.enabled and settings.store.backend == "postgres"
         if driver is None:  # a service on its own (tools, tests): a kernel of its own
             limits = kernel_limits(settings)
             if max_active_runs is not None:
@@ -124,6 +122,7 @@ class RunService:
         await self._runs.sandbox.start()  # probes what the OS gives and logs the sandbox's mode
         await self.store.open()
         await self._agents.load()
+        await self._agents.follow()
         await self._runs.recover()
         if self._cluster is not None:  # takes over the runs whose lease expired, renews its own
             await self._cluster.keeper.start()
@@ -140,6 +139,7 @@ class RunService:
         if isinstance(self._runs.mcp, McpHub):
             await self._runs.mcp.close()
         await self._runs.sandbox.close()
+        await self._agents.close()
         await self.store.close()
         if self._temporary_workspaces is not None:
             await asyncio.to_thread(shutil.rmtree, self._temporary_workspaces, True)
@@ -169,26 +169,26 @@ class RunService:
     ) -> dict[str, Any]:
         """Raises: InvalidInput, Forbidden (what only an administrator may define), Conflict."""
         spec = await self._agents.create(tenant_id, body, self._runs.now_ms(), caller_is_admin=caller_is_admin)
-        return self._agent_dict(spec)
+        return self._agents.as_dict(spec)
 
-    async def sync_agents(self, tenant_id: str) -> None:
-        """On a journal several nodes share, read the tenant's agents again (another node may
-        have made or replaced one; a no-op on SQLite). Raises: StoreUnavailable."""
-        if self._shared_journal:
-            await self._agents.reload(tenant_id)
+    async def sync_agents(self, tenant_id: str, *, only_changed: bool = False) -> None:
+        """On PostgreSQL, read the tenant's agents again (another node may have made or replaced one);
+        `only_changed`: only if it did since the last read, as far as this node heard. Raises: StoreUnavailable."""
+        await self._agents.reload(tenant_id, only_changed=only_changed)
+
+    async def sees_agent(self, tenant_id: str, name: str) -> bool:
+        """Whether the tenant sees agent `name`; reads only after a change, or to be sure of a miss."""
+        return await self._agents.sees(tenant_id, name)
 
     def list_agents(self, tenant_id: str) -> list[dict[str, Any]]:
-        return [self._agent_dict(spec) for spec in self._agents.list(tenant_id)]
+        return [self._agents.as_dict(spec) for spec in self._agents.list(tenant_id)]
 
     def has_agent(self, tenant_id: str, name: str) -> bool:
-        return any(spec.name == name for spec in self._agents.list(tenant_id))
+        return self._agents.has(tenant_id, name)
 
     def get_agent(self, tenant_id: str, name: str) -> dict[str, Any]:
         """Raises: NotFound (also for another tenant's agent)."""
-        return self._agent_dict(self._agents.get(tenant_id, name))
-
-    def _agent_dict(self, spec: AgentSpec) -> dict[str, Any]:
-        return {**spec_to_dict(spec), "source": self._agents.source(spec.name)}
+        return self._agents.as_dict(self._agents.get(tenant_id, name))
 
     # --- runs ---
 
