@@ -212,7 +212,7 @@ class RunService:
         """
         if not self.accepting:
             raise ShuttingDown("the server is shutting down")
-        await self.sync_agents(tenant_id)
+        await self._agents.sees(tenant_id, agent)  # read only after a change heard of, or on a miss
         spec = self._agents.get(tenant_id, agent)
         check_input(text, self._settings.kernel.max_input_chars)
         if run_id is None:
