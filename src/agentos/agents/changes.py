@@ -1,8 +1,9 @@
 """Which tenants' API agents other nodes changed since this node last read them (PostgreSQL).
 
 Theory of operation. A write of an agent NOTIFYs its tenant's id on the schema's agents channel
-in the same statement (`PgJournal.PUT_AGENT`), so a notification is sent if and only if the write
-commits. Every node follows that channel (`agentos.store.pg_follow`) and counts each tenant's
+(`journal_pg.AGENTS_CHANNEL`, named per schema by `pg_pool.channel`) in the same statement
+(`PgJournal.PUT_AGENT`), so a notification is sent if and only if the write commits. Every
+node follows that channel (`agentos.store.pg_follow`) and counts each tenant's
 notifications; a read of a tenant's agents records the count (and the epoch: a full refresh,
 after a reconnect or every 30 s, moves it) it started at. While the follower listens and neither
 has moved since that read, the agents in memory are the stored ones: a request needs no read
@@ -28,11 +29,6 @@ if TYPE_CHECKING:
 Mark = tuple[int, int]  # (epoch, the tenant's count): what a read of the tenant started at
 
 
-def channel(schema: str) -> str:
-    """The schema's channel, as `PgJournal.PUT_AGENT` names it (at most 63 bytes, as NOTIFY wants)."""
-    return f"agentos_agents_{schema}"[:63]
-
-
 class AgentChanges:
     """Usage: `await changes.follow(store)` once; `changes.unchanged(tenant_id)` per request;
     `mark = changes.mark(tenant_id)` before reading the tenant's agents, `changes.read_at(tenant_id,
@@ -45,9 +41,8 @@ class AgentChanges:
         self._follower: Follower[set[str] | None] | None = None
 
     async def follow(self, store: PgJournalStore) -> None:
-        schema = (await store.fetch("SELECT current_schema()"))[0][0]
         config = store.config
-        self._follower = Follower(lambda: pg_pool.connect(config), channel(schema), self, _names)
+        self._follower = Follower(lambda: pg_pool.connect(config), store.journal.agents_channel, self, _names)
         self._follower.start()
 
     async def close(self) -> None:
