@@ -20,10 +20,11 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from agentos.config_checks import check_agent_tables, check_settings, normalized
 from agentos.config_knowledge import KnowledgeConfig, TriggersConfig
 from agentos.config_provider import MockConfig, ProviderConfig
 from agentos.config_security import CommandCaps, SandboxConfig, SecurityConfig
-from agentos.config_server import ServerConfig, check_server
+from agentos.config_server import ServerConfig
 from agentos.config_sources import InvalidSetting, Sources, from_validation_error
 from agentos.config_store import CoordinationConfig, StoreConfig
 from agentos.errors import ConfigError
@@ -242,9 +243,9 @@ def settings_from_dict(tree: Mapping[str, Any]) -> Settings:
 
 def _convert(tree: Mapping[str, Any], sources: Sources) -> Settings:
     try:
-        _check_agent_tables(tree)
-        settings = msgspec.convert(_normalized(tree), type=Settings, strict=False)
-        _check(settings)
+        check_agent_tables(tree)
+        settings = msgspec.convert(normalized(tree), type=Settings, strict=False)
+        check_settings(settings)
     except msgspec.ValidationError as exc:
         raise ConfigError(sources.describe(from_validation_error(exc, Settings))) from None
     except InvalidSetting as exc:
@@ -252,48 +253,6 @@ def _convert(tree: Mapping[str, Any], sources: Sources) -> Settings:
     except ConfigError as exc:  # from the agent tables, which only the file sets
         raise ConfigError(sources.in_file(str(exc))) from None
     return settings
-
-
-def _normalized(tree: Mapping[str, Any]) -> Mapping[str, Any]:
-    level = tree.get("log_level")
-    return {**tree, "log_level": level.lower()} if isinstance(level, str) else tree
-
-
-def _check_agent_tables(tree: Mapping[str, Any]) -> None:
-    """msgspec reports a bad entry of a dict as `agents[...]`, without its name: check here."""
-    agents = tree.get("agents", {})
-    if not isinstance(agents, dict):
-        raise InvalidSetting("agents", "must be a table")
-    for name, table in agents.items():
-        if not isinstance(table, dict):
-            raise InvalidSetting(f"agents.{name}", "must be a table")
-
-
-def _check(settings: Settings) -> None:
-    url = settings.provider.url
-    if url and not url.startswith(("http://", "https://")):
-        raise InvalidSetting("provider.url", f"must start with http:// or https://, got {url!r}")
-    _check_store(settings.store)
-    check_server(settings.server)
-    redis_url = settings.coordination.redis_url
-    if redis_url and not redis_url.startswith(("redis://", "rediss://", "unix://")):
-        raise InvalidSetting("coordination.redis_url", "must start with redis://, rediss:// or unix://")
-    if settings.agents:
-        from agentos.agents.spec import parse_config_agents  # only when agents are configured
-
-        parse_config_agents(settings.agents)  # raises ConfigError naming agents.<name>.<key>
-    if settings.security != SecurityConfig():
-        from agentos.agents.policy import AgentPolicy  # only when the administrator set any
-
-        AgentPolicy.from_settings(settings)  # raises ConfigError naming security.<key>
-
-
-def _check_store(store: StoreConfig) -> None:
-    if store.backend == "postgres" and not store.postgres_url.startswith(("postgresql://", "postgres://")):
-        shown = store.postgres_url.split("@")[-1]  # never echo a password
-        raise InvalidSetting("store.postgres_url", f"must be a postgresql:// URL for the postgres backend: {shown!r}")
-    if not store.postgres_schema.replace("_", "a").isalnum() and store.postgres_schema:
-        raise InvalidSetting("store.postgres_schema", "letters, digits and _ only")
 
 
 def resolve_paths(settings: Settings) -> Settings:

@@ -41,3 +41,22 @@ async def test_an_agent_made_on_node_a_is_seen_and_run_on_node_b(
         await call(http, "POST", f"{a.url}/v1/agents", {"name": "helper", "system_prompt": "two"})
         status, agent = await call(http, "GET", f"{b.url}/v1/agents/helper")
         assert agent["system_prompt"] == "two"  # replaced on A, seen on B
+
+
+async def test_the_openai_front_door_finds_an_agent_made_on_another_node(
+    tmp_path: Path, mock_factory: Any, pg: StoreConfig, http: aiohttp.ClientSession
+) -> None:
+    """The front door reads a tenant's agents only when its node heard of a change: an agent made
+    on A a moment before (its NOTIFY perhaps not yet heard on B) is still found on B."""
+    mock = await mock_factory()
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    async with serve_nodes(2, tmp_path, mock.url, node_env(pg)) as (a, b):
+        status, models = await call(http, "GET", f"{b.url}/v1/models")  # B has read the tenant's agents
+        assert status == 200 and "helper" not in [m["id"] for m in models["data"]]
+        assert (await call(http, "POST", f"{a.url}/v1/agents", {"name": "helper", "system_prompt": "one"}))[0] == 201
+        status, answer = await call(http, "POST", f"{b.url}/v1/chat/completions", {"model": "helper", **chat})
+        assert status == 200, answer
+        status, models = await call(http, "GET", f"{b.url}/v1/models")
+        assert "helper" in [m["id"] for m in models["data"]]
+        status, missing = await call(http, "POST", f"{b.url}/v1/chat/completions", {"model": "nobody", **chat})
+        assert status == 404 and missing["error"]["code"] == "model_not_found"

@@ -1,7 +1,7 @@
 """Two installations side by side in one PostgreSQL database (two `store.postgres_schema`s) never
 hear each other's notifications: LISTEN/NOTIFY is database-wide, so every channel of ours is
-named per schema (`pg_pool.channel`): the run requests' (`agentos.agents.leases`) and the tenant
-registry's (`agentos.tenancy.pg_tables`).
+named per schema (`pg_pool.channel`): the run requests' (`agentos.agents.leases`), the tenant
+registry's (`agentos.tenancy.pg_tables`) and the agents' (`agentos.agents.changes`).
 
 PostgreSQL delivers the notifications of different transactions in their commit order, so a
 listener that hears its own schema's notification, sent after the other schema's, would have
@@ -51,21 +51,27 @@ async def listening(config: StoreConfig, channel: str) -> AsyncIterator[asyncio.
         await conn.close()
 
 
-async def test_a_run_request_wakes_only_the_nodes_of_its_own_schema(pg: StoreConfig, other_pg: StoreConfig) -> None:
-    mine = PgJournalStore(pg, CoordinationConfig(), node="mine")
-    theirs = PgJournalStore(other_pg, CoordinationConfig(), node="theirs")
-    for store in (mine, theirs):
+@pytest.fixture
+async def journals(pg: StoreConfig, other_pg: StoreConfig) -> AsyncIterator[tuple[PgJournalStore, PgJournalStore]]:
+    """The run journals of the two installations: mine (in `pg`) and theirs."""
+    stores = PgJournalStore(pg, CoordinationConfig(), node="mine"), PgJournalStore(other_pg, CoordinationConfig())
+    for store in stores:
         await store.open()
     try:
-        assert mine.channel == f"agentos_run_requests_{pg.postgres_schema}"
-        async with listening(pg, mine.channel) as heard:  # where mine's `LeaseKeeper` listens
-            await send_request(theirs, "acme", "run_theirs", '{"kind": "cancel"}', 1)
-            await send_request(mine, "acme", "run_mine", '{"kind": "cancel"}', 1)
-            assert await asyncio.wait_for(heard.get(), 5.0) == "run_mine"  # the old shared channel: run_theirs first
-            assert heard.empty()
+        yield stores
     finally:
-        for store in (mine, theirs):
+        for store in stores:
             await store.close()
+
+
+async def test_a_run_request_wakes_only_the_nodes_of_its_own_schema(pg: StoreConfig, journals: Any) -> None:
+    mine, theirs = journals
+    assert mine.channel == f"agentos_run_requests_{pg.postgres_schema}"
+    async with listening(pg, mine.channel) as heard:  # where mine's `LeaseKeeper` listens
+        await send_request(theirs, "acme", "run_theirs", '{"kind": "cancel"}', 1)
+        await send_request(mine, "acme", "run_mine", '{"kind": "cancel"}', 1)
+        assert await asyncio.wait_for(heard.get(), 5.0) == "run_mine"  # the old shared channel: run_theirs first
+        assert heard.empty()
 
 
 async def test_a_tenant_change_reaches_only_the_registry_of_its_own_schema(
@@ -86,6 +92,17 @@ async def test_a_tenant_change_reaches_only_the_registry_of_its_own_schema(
     finally:
         for tables in (mine, theirs):
             await tables.close()
+
+
+async def test_an_agent_write_reaches_only_the_nodes_of_its_own_schema(pg: StoreConfig, journals: Any) -> None:
+    mine, theirs = journals
+    assert mine.journal.agents_channel == f"agentos_agents_{pg.postgres_schema}"
+    async with listening(pg, mine.journal.agents_channel) as heard:  # where mine's `AgentChanges` listens
+        await theirs.write([theirs.journal.put_agent("theirs", "helper", "{}", "api", 1)])
+        await mine.write([mine.journal.put_agent("mine", "helper", "{}", "api", 1)])
+        async with asyncio.timeout(5.0):
+            assert await heard.get() == "mine"  # the tenant whose agents changed
+        assert heard.empty()
 
 
 def test_a_channel_too_long_for_postgresql_keeps_two_schemas_apart() -> None:

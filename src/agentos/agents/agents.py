@@ -22,7 +22,9 @@ from typing import Any
 
 import msgspec
 
+from agentos.agents.changes import AgentChanges
 from agentos.agents.journal import Journal
+from agentos.agents.journal_pg import PgJournalStore
 from agentos.agents.journal_store import JournalStore
 from agentos.agents.mcp_checks import CODE as MCP_UNAVAILABLE
 from agentos.agents.mcp_checks import unstartable
@@ -60,6 +62,7 @@ class AgentRegistry:
                 raise ConfigError(problem)
         self._config_tenants = config_agent_tenants(config_tables)  # name -> who may see it
         self._tenants: dict[str, dict[str, AgentSpec]] = {}  # tenant -> its API agents by name
+        self.changes = AgentChanges()
 
     @property
     def policy(self) -> AgentPolicy:
@@ -74,11 +77,36 @@ class AgentRegistry:
         """Bring back the agents created through the API before a restart, each its tenant's."""
         self._add(await self._store.agents_of_every_tenant())
 
-    async def reload(self, tenant_id: str) -> None:
+    async def follow(self) -> None:
+        """On a journal several nodes share, follow their writes of agents (`agentos.agents.changes`)."""
+        if isinstance(self._store, PgJournalStore):
+            await self.changes.follow(self._store)
+
+    async def close(self) -> None:
+        await self.changes.close()
+
+    async def reload(self, tenant_id: str, *, only_changed: bool = False) -> None:
         """Read the tenant's API agents again: on a journal shared by several nodes another node
-        may have created or replaced one since (one indexed query)."""
-        self._tenants.pop(tenant_id, None)
-        self._add(await self._store.agents_of_tenant(tenant_id))
+        may have created or replaced one since (one indexed query; none on SQLite, the only
+        writer). `only_changed`: not if this node heard of no change since its last read."""
+        if not isinstance(self._store, PgJournalStore) or (only_changed and self.changes.unchanged(tenant_id)):
+            return
+        mark = self.changes.mark(tenant_id)
+        rows = await self._store.agents_of_tenant(tenant_id)
+        self._tenants.pop(tenant_id, None)  # after the read: meanwhile requests see the old ones, never none
+        self._add(rows)
+        self.changes.read_at(tenant_id, mark)
+
+    async def sees(self, tenant_id: str, name: str) -> bool:
+        """Whether the tenant sees agent `name`, read again only if another node changed its agents,
+        or if it is not found (made on another node a moment ago, not heard of yet)."""
+        await self.reload(tenant_id, only_changed=True)
+        if not self.has(tenant_id, name):
+            await self.reload(tenant_id)
+        return self.has(tenant_id, name)
+
+    def has(self, tenant_id: str, name: str) -> bool:
+        return any(spec.name == name for spec in self.list(tenant_id))
 
     def _add(self, rows: list[tuple[str, str, str, str]]) -> None:
         for tenant, name, spec_json, source in rows:
@@ -145,6 +173,10 @@ class AgentRegistry:
 
     def source(self, name: str) -> str:
         return "config" if name in self._config else "api"
+
+    def as_dict(self, spec: AgentSpec) -> dict[str, Any]:
+        """The agent as the API shows it: its spec and where it comes from."""
+        return {**spec_to_dict(spec), "source": self.source(spec.name)}
 
 
 def _check_startable(spec: AgentSpec) -> None:

@@ -192,6 +192,22 @@ class RunEngine:
         self.handles[row.run_id] = handle
         return handle
 
+    async def run_view(self, tenant_id: str, run_id: str) -> dict[str, Any]:
+        """The run's row as a client sees it: this node's live status if it drives the run, and
+        the pending human request while it waits. Raises: NotFound (also for another tenant's run)."""
+        row = await self.store.load_run(tenant_id, run_id)
+        if row is None:
+            raise run_not_found(run_id)
+        steps = await self.store.load_steps(tenant_id, run_id) if row.status == "waiting_human" else []
+        info = row.to_dict()
+        handle = self.handles.get(run_id)
+        if handle is not None:
+            info["status"] = handle.status
+        pending = steps[-1] if steps else None
+        if info["status"] == "waiting_human" and pending is not None and pending.status == "waiting":
+            info["pending"] = pending.input
+        return info
+
     def children(self, run_id: str) -> list[RunHandle]:
         return [h for h in self.handles.values() if h.row.parent_run_id == run_id]
 

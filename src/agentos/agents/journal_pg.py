@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from agentos.config import CoordinationConfig, StoreConfig
 
 REQUESTS_CHANNEL = "agentos_run_requests"  # `pg_pool.channel` adds the schema
+AGENTS_CHANNEL = "agentos_agents"  # a write of an agent NOTIFYs its tenant here (`agentos.agents.changes`)
 log = logging.getLogger("agentos.agents")
 
 _WRITER_ACQUIRE_TIMEOUT_S = 30.0
@@ -70,9 +71,12 @@ class PgJournal(Journal):
         " AND tenant_id = $6"
     )
     INSERT_EVENT = "INSERT INTO run_events VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING"
+    # The NOTIFY in the same statement: other nodes hear of exactly the committed writes
+    # (`agentos.agents.changes`); $7 is the schema's `AGENTS_CHANNEL`.
     PUT_AGENT = (
-        "INSERT INTO agents VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id, name) DO UPDATE SET"
-        " spec = excluded.spec, source = excluded.source, updated_ms = excluded.updated_ms"
+        "WITH put AS (INSERT INTO agents VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id, name) DO UPDATE SET"
+        " spec = excluded.spec, source = excluded.source, updated_ms = excluded.updated_ms RETURNING tenant_id)"
+        " SELECT pg_notify($7, tenant_id) FROM put"
     )
     _ENDED = ("DELETE FROM run_leases WHERE run_id = $1", "DELETE FROM run_requests WHERE run_id = $1")
     _LEASE = "INSERT INTO run_leases VALUES ($1, $2, $3, 1, now() + make_interval(secs => $4)) ON CONFLICT DO NOTHING"
@@ -80,6 +84,11 @@ class PgJournal(Journal):
     def __init__(self, node: str, lease_s: float) -> None:
         self._node = node
         self._lease_s = lease_s
+        self.agents_channel = ""  # per schema: set by `PgJournalStore.open`, before any write
+
+    def put_agent(self, tenant_id: str, name: str, spec_json: str, source: str, now_ms: int) -> Op:
+        sql, params = super().put_agent(tenant_id, name, spec_json, source, now_ms)
+        return sql, (*params, self.agents_channel)
 
     def create_run(self, row: RunRow) -> list[Op]:
         return [self.insert_run(row), (self._LEASE, (row.run_id, row.tenant_id, self._node, self._lease_s))]
@@ -119,7 +128,9 @@ class PgJournalStore:
         conn = await pg_pool.connect(self.config)
         try:
             await pg_migrations.migrate(conn, schema=self.config.postgres_schema)
-            self.channel = pg_pool.channel(REQUESTS_CHANNEL, await conn.fetchval("SELECT current_schema()"))
+            schema = await conn.fetchval("SELECT current_schema()")
+            self.channel = pg_pool.channel(REQUESTS_CHANNEL, schema)
+            self.journal.agents_channel = pg_pool.channel(AGENTS_CHANNEL, schema)
         finally:
             await conn.close()
         self._pool = await pg_pool.create_pool(self.config)

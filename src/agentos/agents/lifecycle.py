@@ -28,7 +28,7 @@ from typing import Any
 from agentos.agents.agents import AgentRegistry
 from agentos.agents.engine import RunEngine
 from agentos.agents.handle import RunHandle
-from agentos.agents.journal import TERMINAL, RunRow, Step
+from agentos.agents.journal import TERMINAL, RunRow
 from agentos.agents.journal_store import LeaseLost
 from agentos.agents.pacer import Pacer
 from agentos.agents.runner import Runner
@@ -236,28 +236,6 @@ class RunLifecycle(RunEngine):
         for future in self._waiters.pop(run_id, []):
             if not future.done():
                 future.set_result(final)
-
-    # --- answers ---
-
-    async def pending_step(self, handle: RunHandle) -> Step | None:
-        """The journaled human step the run waits on, if the kernel has it waiting."""
-        if self.driver.kernel.pending_human(handle.run_id) is None:
-            return None
-        tenant = handle.row.tenant_id
-        steps = await self.store.load_steps(tenant, handle.run_id)
-        step = steps[-1] if steps else None
-        if step is None or step.kind != "human" or step.status != "waiting":
-            return None
-        return step
-
-    async def record_answer(self, handle: RunHandle, step: Step, output: dict[str, Any]) -> None:
-        """Journal an answer the kernel accepted. Its resumed task was created but has not run
-        yet: the event is published first, and the write is queued before the task's first read."""
-        self.emit(handle, "human.answered", {"operation_id": step.operation_id, "kind": step.input["kind"], **output})
-        now = self.now_ms()
-        ops = self.journal.finish_step(handle.row.tenant_id, handle.run_id, step.seq, "done", output, now)
-        ops.append(self.journal.set_status(handle.run_id, "running", now))
-        await self.store.write(ops, run=handle.run_id)
 
     # --- runs without a task ---
 

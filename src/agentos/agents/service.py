@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentos.agents.agents import AgentRegistry
-from agentos.agents.checks import check_answer, check_input, remove_dirs
+from agentos.agents.checks import check_input, remove_dirs
 from agentos.agents.cluster import cluster_for
-from agentos.agents.engine import run_not_found
 from agentos.agents.fanout import Bridge, RunEvent
 from agentos.agents.host import ToolHub
+from agentos.agents.interventions import apply_answer, terminate_here
 from agentos.agents.isolation import SandboxStatus
 from agentos.agents.journal import Journal
 from agentos.agents.journal_store import JournalStore, open_journal_store
@@ -39,13 +39,12 @@ from agentos.agents.mcp_tools import McpHub
 from agentos.agents.policy import AgentPolicy
 from agentos.agents.run_list import RunQuery, next_cursor
 from agentos.agents.sandbox import Sandbox
-from agentos.agents.spec import AgentSpec, spec_to_dict
 from agentos.agents.statistics import RunServiceStatistics, run_statistics
 from agentos.clock import MonotonicClock, wall_ms
 from agentos.config import Settings
-from agentos.errors import Conflict, InvalidInput, ShuttingDown
+from agentos.errors import ShuttingDown
 from agentos.ids import new_run_id
-from agentos.kernel import HumanAnswered, Kernel, RejectAnswer, RunCancelRequested
+from agentos.kernel import Kernel, RunCancelRequested
 from agentos.providers.base import Message, Provider
 from agentos.runtime.driver import Driver
 from agentos.runtime.runtime import kernel_limits
@@ -81,7 +80,6 @@ class RunService:
         self._settings = settings
         self.knowledge = knowledge
         self._agents = AgentRegistry(store, store.journal, settings.agents, AgentPolicy.from_settings(settings))
-        self._shared_journal = settings.store.enabled and settings.store.backend == "postgres"
         if driver is None:  # a service on its own (tools, tests): a kernel of its own
             limits = kernel_limits(settings)
             if max_active_runs is not None:
@@ -124,6 +122,7 @@ class RunService:
         await self._runs.sandbox.start()  # probes what the OS gives and logs the sandbox's mode
         await self.store.open()
         await self._agents.load()
+        await self._agents.follow()
         await self._runs.recover()
         if self._cluster is not None:  # takes over the runs whose lease expired, renews its own
             await self._cluster.keeper.start()
@@ -140,6 +139,7 @@ class RunService:
         if isinstance(self._runs.mcp, McpHub):
             await self._runs.mcp.close()
         await self._runs.sandbox.close()
+        await self._agents.close()
         await self.store.close()
         if self._temporary_workspaces is not None:
             await asyncio.to_thread(shutil.rmtree, self._temporary_workspaces, True)
@@ -169,26 +169,26 @@ class RunService:
     ) -> dict[str, Any]:
         """Raises: InvalidInput, Forbidden (what only an administrator may define), Conflict."""
         spec = await self._agents.create(tenant_id, body, self._runs.now_ms(), caller_is_admin=caller_is_admin)
-        return self._agent_dict(spec)
+        return self._agents.as_dict(spec)
 
-    async def sync_agents(self, tenant_id: str) -> None:
-        """On a journal several nodes share, read the tenant's agents again (another node may
-        have made or replaced one; a no-op on SQLite). Raises: StoreUnavailable."""
-        if self._shared_journal:
-            await self._agents.reload(tenant_id)
+    async def sync_agents(self, tenant_id: str, *, only_changed: bool = False) -> None:
+        """On PostgreSQL, read the tenant's agents again (another node may have made or replaced one);
+        `only_changed`: only if it did since the last read, as far as this node heard. Raises: StoreUnavailable."""
+        await self._agents.reload(tenant_id, only_changed=only_changed)
+
+    async def sees_agent(self, tenant_id: str, name: str) -> bool:
+        """Whether the tenant sees agent `name`; reads only after a change, or to be sure of a miss."""
+        return await self._agents.sees(tenant_id, name)
 
     def list_agents(self, tenant_id: str) -> list[dict[str, Any]]:
-        return [self._agent_dict(spec) for spec in self._agents.list(tenant_id)]
+        return [self._agents.as_dict(spec) for spec in self._agents.list(tenant_id)]
 
     def has_agent(self, tenant_id: str, name: str) -> bool:
-        return any(spec.name == name for spec in self._agents.list(tenant_id))
+        return self._agents.has(tenant_id, name)
 
     def get_agent(self, tenant_id: str, name: str) -> dict[str, Any]:
         """Raises: NotFound (also for another tenant's agent)."""
-        return self._agent_dict(self._agents.get(tenant_id, name))
-
-    def _agent_dict(self, spec: AgentSpec) -> dict[str, Any]:
-        return {**spec_to_dict(spec), "source": self._agents.source(spec.name)}
+        return self._agents.as_dict(self._agents.get(tenant_id, name))
 
     # --- runs ---
 
@@ -212,7 +212,7 @@ class RunService:
         """
         if not self.accepting:
             raise ShuttingDown("the server is shutting down")
-        await self.sync_agents(tenant_id)
+        await self._agents.sees(tenant_id, agent)  # read only after a change heard of, or on a miss
         spec = self._agents.get(tenant_id, agent)
         check_input(text, self._settings.kernel.max_input_chars)
         if run_id is None:
@@ -225,18 +225,7 @@ class RunService:
     async def get_run(self, tenant_id: str, run_id: str) -> dict[str, Any]:
         """The tenant's run's row, plus its pending human request if any. Raises: NotFound (also
         for another tenant's run)."""
-        row = await self.store.load_run(tenant_id, run_id)
-        if row is None:
-            raise run_not_found(run_id)
-        steps = await self.store.load_steps(tenant_id, run_id) if row.status == "waiting_human" else []
-        info = row.to_dict()
-        handle = self._runs.handles.get(run_id)
-        if handle is not None:
-            info["status"] = handle.status
-        pending = steps[-1] if steps else None
-        if info["status"] == "waiting_human" and pending is not None and pending.status == "waiting":
-            info["pending"] = pending.input
-        return info
+        return await self._runs.run_view(tenant_id, run_id)
 
     async def list_runs(self, tenant_id: str, query: RunQuery) -> dict[str, Any]:
         """A page of the tenant's runs, newest first, as journaled (a run's status here can trail
@@ -269,22 +258,14 @@ class RunService:
         forwarded = forward and await self._forwarded(tenant_id, run_id, {"kind": "terminate"})
         handle = None if forwarded else await self._runs.handle(tenant_id, run_id)
         if handle is not None:
-            ended = self._runs.waiter(run_id)
-            self._driver.handle(RunCancelRequested(run_id, hard=True))
-            if self._driver.kernel.run_state(run_id) is None and not ended.done():
-                # Unknown to the kernel (a handle loaded for a run nobody drives): end it here.
-                await self._runs.finish(handle, "cancelled", reason="terminated")
-            await ended
+            await terminate_here(self._runs, handle)
         return await self.get_run(tenant_id, run_id)
 
     async def answer(
         self, tenant_id: str, run_id: str, operation_id: str, answer: str = "", *, approve: bool | None = None,
         args_hash: str | None = None, forward: bool = True,
     ) -> dict[str, Any]:  # fmt: skip
-        """Answer the human request `operation_id` and resume the run.
-
-        The kernel decides whether the answer binds: the run must wait for exactly that
-        operation and, for an approval, `args_hash` must be the hash of the arguments awaiting it.
+        """Answer the human request `operation_id` and resume the run (`agentos.agents.interventions`).
 
         Raises:
             ShuttingDown: the server is draining.
@@ -297,19 +278,8 @@ class RunService:
         if not self.accepting:  # an answer would start the run's task again
             raise ShuttingDown("the server is shutting down")
         request = dict(kind="answer", operation_id=operation_id, answer=answer, approve=approve, args_hash=args_hash)
-        if forward and await self._forwarded(tenant_id, run_id, request):
-            return await self.get_run(tenant_id, run_id)
-        handle = await self._runs.handle(tenant_id, run_id)
-        step = await self._runs.pending_step(handle) if handle is not None else None
-        if handle is None or step is None:
-            raise Conflict(f"run {run_id!r} is not waiting for a human", code="not_waiting")
-        output = check_answer(step.input, answer, approve, args_hash)
-        commands = self._driver.handle(HumanAnswered(run_id, operation_id, args_hash, approve))
-        rejected = next((c for c in commands if isinstance(c, RejectAnswer)), None)
-        if rejected is not None:
-            error = InvalidInput if rejected.code == "approval_required" else Conflict
-            raise error(rejected.message, code=rejected.code)
-        await self._runs.record_answer(handle, step, output)  # enqueued before the resumed task reads
+        if not (forward and await self._forwarded(tenant_id, run_id, request)):
+            await apply_answer(self._runs, tenant_id, run_id, operation_id, answer, approve, args_hash)
         return await self.get_run(tenant_id, run_id)
 
     async def _forwarded(self, tenant_id: str, run_id: str, request: dict[str, Any]) -> bool:

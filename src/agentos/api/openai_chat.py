@@ -38,7 +38,7 @@ async def list_models(request: web.Request) -> web.Response:
     """The caller's agents, then the provider's model while it names the plain chat turn."""
     tenant_id = require(request, Scope.AGENTS_READ).tenant_id
     runs = request.app[RUNS]
-    await runs.sync_agents(tenant_id)
+    await runs.sync_agents(tenant_id, only_changed=True)  # no read unless another node changed them
     data = [model_entry(a["name"], 0, _owner(a, tenant_id)) for a in runs.list_agents(tenant_id)]
     if (plain := plain_model(request.app, tenant_id)) is not None:
         data.append(model_entry(plain, 0, "agentos"))

@@ -68,11 +68,11 @@ async def resolve_model(app: web.Application, tenant_id: str, model: str) -> str
     Raises: NotFound `model_not_found` (also for another tenant's agent).
     """
     runs = app[RUNS]
-    await runs.sync_agents(tenant_id)
-    if runs.has_agent(tenant_id, model):
-        return model
-    if model == plain_model(app, tenant_id):
+    await runs.sync_agents(tenant_id, only_changed=True)  # no read unless another node changed them
+    if not runs.has_agent(tenant_id, model) and model == plain_model(app, tenant_id):
         return None
+    if await runs.sees_agent(tenant_id, model):  # a miss is read again: made elsewhere a moment ago?
+        return model
     message = f"The model {model!r} does not exist or you do not have access to it."
     raise NotFound(message, code="model_not_found")
 

@@ -20,7 +20,8 @@ from agentos.api.openapi_parts import json_body as _body
 from agentos.api.openapi_runs import RUN_LIST_PATHS, RUN_PATHS
 from agentos.api.openapi_streams import STREAM_PATHS
 from agentos.api.openapi_triggers import TRIGGER_PATHS, TRIGGER_SCHEMAS
-from agentos.api.schemas import SCHEMAS, TAGS, after_param, limit_param, ref, tagged
+from agentos.api.schema_parts import after_param, limit_param, ref
+from agentos.api.schemas import SCHEMAS, TAGS, tagged
 
 
 def _text(description: str, media_type: str) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentos.api.openapi_parts import error, json_answer
-from agentos.api.schemas import ref
+from agentos.api.schema_parts import ref
 
 _NUMBERS = {"type": "object", "additionalProperties": {"type": "number"}}
 _HISTOGRAM = {

@@ -15,7 +15,7 @@ import msgspec
 
 from agentos.api.openai_wire import ChatCompletionCreate, ResponseCreate
 from agentos.api.openapi_parts import error as _native_error
-from agentos.api.schemas import ref
+from agentos.api.schema_parts import ref
 
 _REF = "#/components/schemas/{name}"
 PATHS_PREFIXES = ("/v1/models", "/v1/chat/completions", "/v1/responses")

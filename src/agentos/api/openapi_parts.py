@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentos.api.schemas import ref
+from agentos.api.schema_parts import ref
 
 
 def error(description: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from agentos.api.openapi_parts import BAD_BODY
 from agentos.api.openapi_parts import error as _error
 from agentos.api.openapi_parts import json_answer as _json
 from agentos.api.openapi_parts import json_body as _body
-from agentos.api.schemas import limit_param, ref
+from agentos.api.schema_parts import limit_param, ref
 
 
 def _filter(name: str, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from agentos.api.body import MAX_AFTER
 from agentos.api.openapi_parts import error as _error
-from agentos.api.schemas import ref
+from agentos.api.schema_parts import ref
 
 _PATH = {"in": "path", "required": True, "schema": {"type": "string"}}
 _EVENT_ID = {

@@ -72,9 +72,7 @@ class Sessions:
         Raises: NotFound `agent_not_found` (404, as for a run or a trigger of an unknown agent).
         """
         agent = DEFAULT_AGENT if agent is None else agent
-        if agent != DEFAULT_AGENT and self._runs is not None:
-            await self._runs.sync_agents(tenant_id)  # another node may have defined it
-        if agent != DEFAULT_AGENT and (self._runs is None or not self._runs.has_agent(tenant_id, agent)):
+        if agent != DEFAULT_AGENT and (self._runs is None or not await self._runs.sees_agent(tenant_id, agent)):
             raise NotFound(
                 f"unknown agent {agent!r}; define it in the config or with POST /v1/agents", code="agent_not_found"
             )

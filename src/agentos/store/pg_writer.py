@@ -25,7 +25,6 @@ in `stale_total`: a superseded turn's write, expected, not an error to log.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -35,6 +34,7 @@ from agentos.store.base import WriterStatistics
 from agentos.store.batching import Batcher
 from agentos.store.lanes import Lanes
 from agentos.store.pg_fence import STALE_SQLSTATE
+from agentos.waiting import wait_event
 
 if TYPE_CHECKING:
     import asyncpg
@@ -162,8 +162,7 @@ class PgWriter:
                 return
             due = batcher.due_at()
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), None if due is None else max(0.0, due - now))
+            await wait_event(self._wake, None if due is None else max(0.0, due - now))
 
     async def _apply(self, batch: list[PgOp]) -> None:
         started = asyncio.get_running_loop().time()

@@ -30,83 +30,20 @@ from agentos.store.base import OneNodeTurns, StoreStatistics
 from agentos.store.event_rows import EVENT_COLUMNS, event_from_row, migrate_sqlite_events
 from agentos.store.jsonl import JsonlLog
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
-from agentos.store.sqlite_rows import MESSAGE_COLUMNS, message_from_row, message_params, session_from_row
-from agentos.store.writer import Writer
-
-_SESSIONS_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id TEXT PRIMARY KEY,
-    tenant_id TEXT NOT NULL,
-    agent TEXT NOT NULL,
-    metadata TEXT NOT NULL,
-    created_at_ms INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS messages (
-    message_id INTEGER PRIMARY KEY AUTOINCREMENT,
-    tenant_id TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    turn_id TEXT NOT NULL,
-    role TEXT NOT NULL,
-    content TEXT NOT NULL,
-    status TEXT NOT NULL,
-    usage TEXT,
-    created_at_ms INTEGER NOT NULL,
-    UNIQUE (turn_id, role)
-);
-CREATE INDEX IF NOT EXISTS sessions_by_tenant ON sessions (tenant_id, session_id);
-CREATE INDEX IF NOT EXISTS messages_by_tenant ON messages (tenant_id, session_id, message_id);
-DROP INDEX IF EXISTS messages_by_session;
-"""
-
-_EVENTS_SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
-    event_id INTEGER PRIMARY KEY AUTOINCREMENT,
-    tenant_id TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    turn_id TEXT NOT NULL,
-    type TEXT NOT NULL,
-    data TEXT NOT NULL,
-    created_at_ms INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_by_tenant ON events (tenant_id, session_id, event_id);
-DROP INDEX IF EXISTS events_by_session;
-"""
-
-_ACCESS_SCHEMA = """
-CREATE TABLE IF NOT EXISTS access_log (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    tenant_id TEXT NOT NULL,
-    ts_ms INTEGER NOT NULL,
-    method TEXT NOT NULL,
-    path TEXT NOT NULL,
-    status INTEGER NOT NULL,
-    duration_ms REAL NOT NULL,
-    remote TEXT NOT NULL,
-    key_id TEXT NOT NULL DEFAULT ''
-);
-"""
-
-
-def _migrate_access(conn: sqlite3.Connection) -> None:
-    """Files made before keys existed lack `key_id`: add it (old rows read '')."""
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(access_log)")}
-    if "key_id" not in columns:
-        conn.execute("ALTER TABLE access_log ADD COLUMN key_id TEXT NOT NULL DEFAULT ''")
-
-
-# A writer retry may repeat a batch (after a COMMIT that reported failure), so writes with a
-# natural key are idempotent. Events and access rows have none; they are sheddable anyway.
-_INSERT_SESSION = "INSERT INTO sessions VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING"
-# Upsert: a turn has one message per role.
-_INSERT_MESSAGE = """
-INSERT INTO messages (tenant_id, session_id, turn_id, role, content, status, usage, created_at_ms)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (turn_id, role) DO UPDATE SET content = excluded.content, status = excluded.status, usage = excluded.usage
-"""
-_INSERT_ACCESS = (
-    "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote, key_id)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+from agentos.store.sqlite_rows import (
+    ACCESS_SCHEMA,
+    EVENTS_SCHEMA,
+    INSERT_ACCESS,
+    INSERT_MESSAGE,
+    INSERT_SESSION,
+    MESSAGE_COLUMNS,
+    SESSIONS_SCHEMA,
+    message_from_row,
+    message_params,
+    migrate_access,
+    session_from_row,
 )
+from agentos.store.writer import Writer
 
 _encode = msgspec.json.encode
 log = logging.getLogger("agentos.store")
@@ -130,11 +67,11 @@ class SQLiteStore(OneNodeTurns):
             "linger_ms": config.linger_ms,
             "put_linger_ms": config.put_linger_ms,
         }
-        self._sessions = Writer("messages", data_dir / "sessions.db", _SESSIONS_SCHEMA + turn_ends.SCHEMA, **opts)
+        self._sessions = Writer("messages", data_dir / "sessions.db", SESSIONS_SCHEMA + turn_ends.SCHEMA, **opts)
         self._events = Writer(
-            "events", data_dir / "events.db", _EVENTS_SCHEMA, on_batch=on_batch, migrate=migrate_sqlite_events, **opts
+            "events", data_dir / "events.db", EVENTS_SCHEMA, on_batch=on_batch, migrate=migrate_sqlite_events, **opts
         )
-        self._access = Writer("access", data_dir / "access.db", _ACCESS_SCHEMA, migrate=_migrate_access, **opts)
+        self._access = Writer("access", data_dir / "access.db", ACCESS_SCHEMA, migrate=migrate_access, **opts)
         self._ends = turn_ends.TurnEnds(self._sessions, self._events)
         self._jsonl = JsonlLog(Path(jsonl_dir), queue_max_rows=config.queue_max_rows) if jsonl_dir else None
 
@@ -161,7 +98,7 @@ class SQLiteStore(OneNodeTurns):
 
     async def create_session(self, r: SessionRecord) -> None:
         params = (r.session_id, r.tenant_id, r.agent, _encode(r.metadata).decode(), r.created_at_ms)
-        await self._sessions.submit(_INSERT_SESSION, params)
+        await self._sessions.submit(INSERT_SESSION, params)
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
         def read(conn: sqlite3.Connection) -> SessionRecord | None:
@@ -234,10 +171,10 @@ class SQLiteStore(OneNodeTurns):
         await self._sessions.wait_space()
 
     def add_message(self, record: MessageRecord) -> None:
-        self._sessions.put(_INSERT_MESSAGE, message_params(record))
+        self._sessions.put(INSERT_MESSAGE, message_params(record))
 
     async def commit_message(self, record: MessageRecord) -> None:
-        await self._sessions.submit(_INSERT_MESSAGE, message_params(record))
+        await self._sessions.submit(INSERT_MESSAGE, message_params(record))
 
     async def history(self, tenant_id: str, session_id: str, *, limit: int) -> list[MessageRecord]:
         def read(conn: sqlite3.Connection) -> list[MessageRecord]:
@@ -266,7 +203,7 @@ class SQLiteStore(OneNodeTurns):
     # -- events and access log -------------------------------------------------------------------
 
     async def commit_answer(self, answer: MessageRecord, event: EventRecord) -> None:
-        await self._ends.commit(_INSERT_MESSAGE, message_params(answer), event)  # see sqlite_turn_ends
+        await self._ends.commit(INSERT_MESSAGE, message_params(answer), event)  # see sqlite_turn_ends
         if self._jsonl is not None:
             self._jsonl.write(event)
 
@@ -292,7 +229,7 @@ class SQLiteStore(OneNodeTurns):
 
     def log_access(self, r: AccessRecord) -> None:
         params = (r.tenant_id, r.ts_ms, r.method, r.path, r.status, r.duration_ms, r.remote, r.key_id)
-        self._access.put(_INSERT_ACCESS, params, sheddable=True)
+        self._access.put(INSERT_ACCESS, params, sheddable=True)
 
     def statistics(self) -> StoreStatistics:
         m, e, a = (w.statistics() for w in (self._sessions, self._events, self._access))

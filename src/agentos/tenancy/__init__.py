@@ -4,6 +4,6 @@
 `limits.TenantLimits` is what a tenant may consume; `keys` is the key format and its keyed hash;
 `registry.TenantRegistry` holds every tenant and key in memory, persisted through a
 `storage.RegistryStorage`: `tenants.db` (`tables`), or PostgreSQL shared by every node
-(`pg_tables`, following the other nodes' changes with `pg_follow`), with the hash keyed by the
+(`pg_tables`, following the other nodes' changes with `agentos.store.pg_follow`), with the hash keyed by the
 `pepper`.
 """

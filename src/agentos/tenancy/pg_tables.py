@@ -3,7 +3,7 @@
 Theory of operation. Each node holds every tenant and key in memory (`TenantRegistry`) and
 never reads the database on a request. A write (an admin call on any node) commits its row and
 a `NOTIFY` in one transaction, so the notification is sent if and only if the change is
-committed. Every node, the writer included, `LISTEN`s on a dedicated connection (`pg_follow`)
+committed. Every node, the writer included, `LISTEN`s on a dedicated connection (`agentos.store.pg_follow`)
 and re-reads the rows a notification names: the change is in every node's memory within a
 few milliseconds of its commit. A periodic full reload covers a notification that was missed.
 
@@ -27,10 +27,10 @@ import msgspec
 
 from agentos.errors import ConfigError, StoreError
 from agentos.store import pg_migrations, pg_pool
+from agentos.store.pg_follow import FULL_RELOAD_INTERVAL_S, Follower
 from agentos.store.pg_health import classify, within
 from agentos.store.records import DEFAULT_TENANT
 from agentos.tenancy.pepper import pepper_check, pepper_matches
-from agentos.tenancy.pg_follow import FULL_RELOAD_INTERVAL_S, Follower
 from agentos.tenancy.records import ApiKey, Tenant
 from agentos.tenancy.storage import ChangeSink, Rows
 from agentos.tenancy.tables import TenantTables
@@ -85,7 +85,7 @@ class PgTenantTables:
         self._pool: asyncpg.Pool | None = None
         self.channel = ""  # LISTEN/NOTIFY, per schema: set by `open`
         self._unavailable: tuple[type[Exception], ...] = ()
-        self._follower: Follower | None = None
+        self._follower: Follower[Rows] | None = None
 
     async def open(self) -> None:
         """Migrate, check the pepper, import `import_from` into empty tables, open a small pool
@@ -171,6 +171,7 @@ class PgTenantTables:
             sink,
             read_rows,
             full_reload_interval_s=self._full_reload_interval_s,
+            understood=lambda name: name[:2] in ("t:", "k:"),
         )
         self._follower.start()
 

@@ -30,6 +30,7 @@ from agentos.clock import wall_ms
 from agentos.errors import InvalidInput
 from agentos.store.records import DEFAULT_TENANT
 from agentos.tenancy import keys
+from agentos.tenancy.changes import new_key, updated_tenant
 from agentos.tenancy.entries import Entry, Refused, update_entries
 from agentos.tenancy.limits import TenantLimits
 from agentos.tenancy.principal import Principal, Scope
@@ -201,20 +202,7 @@ class TenantRegistry:
         Raises: TenantNotFound, InvalidInput, StoreError.
         """
         async with self._lock:
-            tenant = self.tenant(tenant_id)
-            overrides = dict(tenant.limits)
-            for limit, value in (limits or {}).items():
-                if value is None:
-                    overrides.pop(limit, None)
-                else:
-                    overrides[limit] = value
-            effective_limits(self.defaults, overrides)
-            tenant = msgspec.structs.replace(
-                tenant,
-                limits=overrides,
-                name=tenant.name if name is None else name,
-                disabled=tenant.disabled if disabled is None else disabled,
-            )
+            tenant = updated_tenant(self.tenant(tenant_id), self.defaults, name=name, limits=limits, disabled=disabled)
             await self._storage.put_tenant(tenant)
             self._apply([tenant], [])
         return tenant
@@ -246,16 +234,14 @@ class TenantRegistry:
             key_id = keys.new_key_id()
             while key_id in self._keys:  # pragma: no cover - 71 random bits
                 key_id = keys.new_key_id()
-            key = keys.generate(key_id)
-            now = self.now_ms()
-            record = ApiKey(
-                key_id=key_id,
-                tenant_id=tenant_id,
+            key, record = new_key(
+                self._pepper,
+                key_id,
+                tenant_id,
                 name=name,
-                scopes=tuple(sorted({Scope(s).value for s in scopes})),
-                created_ms=now,
-                expires_ms=None if expires_in_s is None else now + expires_in_s * 1000,
-                hash=keys.hash_secret(self._pepper, keys.parse(key).secret),
+                scopes=scopes,
+                now_ms=self.now_ms(),
+                expires_in_s=expires_in_s,
             )
             await self._put_key(record)
         return key, record

@@ -6,7 +6,7 @@ nodes made. Two implementations:
 - `tables.TenantTables`: `<data_dir>/tenants.db` (SQLite), the embedded default; one node, so
   `follow` has nothing to follow;
 - `pg_tables.PgTenantTables`: PostgreSQL (`store.backend = "postgres"`), shared by every node;
-  `follow` listens for the other nodes' changes (`pg_follow`).
+  `follow` listens for the other nodes' changes (`agentos.store.pg_follow`).
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from agentos.errors import AdmissionRejected, InvalidInput, NotFound, PayloadToo
 from agentos.triggers.records import DeliveryRow, TriggerRow
 from agentos.triggers.storage import TriggerStorage
 from agentos.triggers.template import render
+from agentos.waiting import wait_event
 
 log = logging.getLogger("agentos.triggers")
 
@@ -93,8 +94,8 @@ class Dispatcher:
         self._wake.set()
 
     async def close(self) -> None:
-        # The flag as well as the cancel: on Python 3.11 a cancel that lands as `wait_for`'s wait
-        # ends can be swallowed, and the loop would go on (a close that never returned, in CI).
+        # The flag as well as the cancel: a store driver may turn the cancel of a round into
+        # another error, which the loop logs and survives (`wait_event` itself never swallows it).
         self._stopping = True
         self._wake.set()
         if self._task is not None:
@@ -118,9 +119,7 @@ class Dispatcher:
                 log.exception("trigger dispatch round failed")
             if claimed >= self._config.dispatch_batch:
                 continue  # more are due
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._poll_s):
-                    await self._wake.wait()
+            await wait_event(self._wake, self._poll_s)
 
     async def round(self) -> int:
         """Claim due deliveries and start their runs; how many were claimed."""

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agentos.bench.common.procfs import all_stats, self_cpu_s, tree_pids
+from agentos.waiting import wait_event
 
 INTERVAL_S = 1.0
 GROUPS = ("server", "sandboxes", "mock", "generator")
@@ -66,7 +67,4 @@ async def sample_cpu(
         samples.add(clock(), await asyncio.to_thread(read_groups, server_pid, mock_pid))
         if stop.is_set():
             return
-        try:
-            await asyncio.wait_for(stop.wait(), INTERVAL_S)
-        except TimeoutError:
-            continue
+        await wait_event(stop, INTERVAL_S)

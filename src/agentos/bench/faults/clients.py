@@ -21,6 +21,7 @@ import aiohttp
 import msgspec
 
 from agentos.bench.common.sse import SSEParser
+from agentos.waiting import wait_event
 
 RETRY_S = 0.1
 TURN_TIMEOUT_S = 30.0
@@ -176,5 +177,4 @@ async def _answer(http: aiohttp.ClientSession, url: str, run_id: str, pending: d
 
 
 async def _pause(stop: asyncio.Event) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), RETRY_S)
+    await wait_event(stop, RETRY_S)

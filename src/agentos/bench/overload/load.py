@@ -9,7 +9,6 @@ and `finish` cancels whatever is still running after the grace period.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +17,7 @@ import aiohttp
 import msgspec
 
 from agentos.bench.overload.plan import OverloadPlan
+from agentos.waiting import wait_event
 
 _BODY = b'{"input": "tell me something slow"}'
 _HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -105,5 +105,4 @@ class Load:
             self.stats.turn_outcomes[outcome] += 1
 
     async def _pause(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
+        await wait_event(self._stop, seconds)

@@ -1,16 +1,19 @@
-"""Following the other nodes' tenant and key changes: LISTEN on a dedicated connection.
+"""Following the other nodes' changes: LISTEN on a dedicated connection, re-read what changed.
 
-Theory of operation. One task owns one connection that LISTENs on the registry's channel
-(`pg_tables`). Each notification names a changed row ("t:<tenant_id>" or "k:<key_id>"); the
-task collects the names that arrived together and re-reads those rows into the registry
-(`ChangeSink.refresh`), one read at a time, so a later read can never be overtaken by an
-earlier one. Every `full_reload_interval_s` it re-reads everything instead: the safety net for
-a notification lost in a way the connection did not notice.
+Theory of operation. One task owns one connection that LISTENs on one channel. Each
+notification names a changed thing (the tenant registry's: "t:<tenant_id>" or "k:<key_id>",
+`agentos.tenancy.pg_tables`; the agents': a tenant id, `agentos.agents.changes`); the task
+collects the names that arrived together and hands them to the sink (`Sink.refresh`, with a
+`read` of those names), one refresh at a time, so a later read can never be overtaken by an
+earlier one. A name the sink cannot read alone (`understood`: one a newer node sends) makes it
+a full refresh. Every `full_reload_interval_s` it refreshes everything instead: the safety net
+for a notification lost in a way the connection did not notice.
 
 A lost connection (the server restarted, the network broke: asyncpg's termination callback, or
 a read that failed or timed out) is replaced after `retry_s`, and the first thing done on the
-new one, after LISTEN, is a full reload: whatever changed while nobody listened is read then.
-Meanwhile the registry keeps serving what it last knew: requests never wait on this task.
+new one, after LISTEN, is a full refresh: whatever changed while nobody listened is read then.
+Meanwhile the sink keeps serving what it last knew (`statistics().listening` says so): requests
+never wait on this task.
 """
 
 from __future__ import annotations
@@ -20,20 +23,28 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from agentos.tenancy.storage import ChangeSink, Rows
+from agentos.waiting import wait_event
 
 if TYPE_CHECKING:
     import asyncpg
 
-log = logging.getLogger("agentos.tenancy")
+log = logging.getLogger("agentos.store")
 
 FULL_RELOAD_INTERVAL_S = 30.0
 RETRY_S = 1.0  # between a lost connection and the next try; doubled up to RETRY_MAX_S
 RETRY_MAX_S = 10.0
 READ_TIMEOUT_S = 10.0  # a read that takes longer is treated as a lost connection
-Read = Callable[["asyncpg.Connection", Iterable[str] | None], Awaitable[Rows]]
+R = TypeVar("R")
+R_contra = TypeVar("R_contra", contravariant=True)
+
+
+class Sink(Protocol[R_contra]):
+    """What the follower refreshes (the tenant registry, the agent registry's change marks)."""
+
+    async def refresh(self, read: Callable[[], Awaitable[R_contra]], *, full: bool) -> None:
+        """Await `read()` and take what it returns: everything (`full`), or what changed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +59,10 @@ class _Lost(Exception):
     """The LISTEN connection went away."""
 
 
-class Follower:
+class Follower(Generic[R]):
     """Usage::
 
-    follower = Follower(lambda: pg_pool.connect(config), channel, registry, read_rows)
+    follower = Follower(lambda: pg_pool.connect(config), channel, registry, read_rows, understood=named)
     follower.start()
     ...
     await follower.close()
@@ -61,15 +72,21 @@ class Follower:
         self,
         connect: Callable[[], Awaitable[asyncpg.Connection]],
         channel: str,
-        sink: ChangeSink,
-        read: Read,
+        sink: Sink[R],
+        read: Callable[[asyncpg.Connection, Iterable[str] | None], Awaitable[R]],
         *,
         full_reload_interval_s: float = FULL_RELOAD_INTERVAL_S,
+        understood: Callable[[str], bool] = lambda name: True,
     ) -> None:
+        """Args:
+        read: reads the named things (None: all of them) on the follower's connection.
+        understood: whether `read` can read a notification's name alone.
+        """
         self._connect = connect
         self._channel = channel
         self._sink = sink
         self._read = read
+        self._understood = understood
         self._interval_s = full_reload_interval_s
         self._task: asyncio.Task[None] | None = None
         self._pending: set[str] = set()
@@ -80,11 +97,11 @@ class Follower:
         self._notifications = self._full_reloads = self._reconnects = 0
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="tenants-follower")
+        self._task = asyncio.create_task(self._run(), name=f"follower-{self._channel}")
 
     async def close(self) -> None:
-        self._closed.set()  # as well as the cancel: a driver that turned the cancel into an error
-        self._wake.set()  # and Python 3.11's wait_for, which can swallow a cancel that meets its timeout
+        self._closed.set()  # as well as the cancel: asyncpg may turn the cancel of a connect or read into
+        self._wake.set()  # another error, and the loop must still end
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -102,12 +119,11 @@ class Follower:
             except Exception as exc:  # whatever broke the connection or a read: a new one, then reload
                 if self._closed.is_set():
                     return  # asyncpg may turn the cancel of a connect into another error
-                log.warning("tenants: not following changes by other nodes (%s); retrying in %gs", exc, retry_s)
+                log.warning("%s: not following other nodes' changes (%s); retrying in %gs", self._channel, exc, retry_s)
             if self._listening:
                 retry_s = RETRY_S  # it worked for a while: the next failure starts over
             self._listening = False
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closed.wait(), retry_s)
+            await wait_event(self._closed, retry_s)
             retry_s = min(retry_s * 2, RETRY_MAX_S)
             self._reconnects += 1
 
@@ -119,7 +135,7 @@ class Follower:
             await conn.add_listener(self._channel, self._on_notification)
             await self._refresh(conn, None)  # anything changed while not listening
             self._listening = True
-            log.info("tenants: following changes by other nodes on %r", self._channel)
+            log.info("following changes by other nodes on %r", self._channel)
             await self._serve(conn)
         finally:
             conn.terminate()  # never awaits: fine on a dead connection and under cancellation
@@ -128,11 +144,10 @@ class Follower:
         loop = asyncio.get_running_loop()
         next_full = loop.time() + self._interval_s
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), max(0.0, next_full - loop.time()))
+            await wait_event(self._wake, max(0.0, next_full - loop.time()))
             self._wake.clear()
             if self._closed.is_set():
-                return  # a cancel swallowed on the way (see close)
+                return  # a cancel turned into another error on the way (see close)
             if self._lost.is_set():
                 raise _Lost("the connection was closed")
             if loop.time() >= next_full:
@@ -144,11 +159,12 @@ class Follower:
                 await self._refresh(conn, changes)
 
     async def _refresh(self, conn: asyncpg.Connection, changes: set[str] | None) -> None:
-        full = changes is None or any(c[:2] not in ("t:", "k:") for c in changes)  # a newer node's: read all
+        full = changes is None or not all(map(self._understood, changes))  # a newer node's: read all
         named = None if full else changes
 
-        async def read() -> Rows:
-            return await asyncio.wait_for(self._read(conn, named), READ_TIMEOUT_S)
+        async def read() -> R:
+            async with asyncio.timeout(READ_TIMEOUT_S):  # not wait_for: it can swallow close()'s cancel
+                return await self._read(conn, named)
 
         await self._sink.refresh(read, full=full)
         if full:

@@ -1,0 +1,77 @@
+"""`wait_event` never swallows a cancel, even one that meets the event or the timeout.
+
+Each race is staged step by step on the loop (`sleep(0)` only yields), so the outcome is
+deterministic; `asyncio.wait_for` loses the cancel in the first race on Python 3.11.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentos.waiting import wait_event
+
+
+class _Waiter:
+    """Waits once, as our background loops do between rounds; a swallowed cancel shows as a round."""
+
+    def __init__(self, event: asyncio.Event, timeout_s: float) -> None:
+        self.event, self.timeout_s = event, timeout_s
+        self.rounds = 0
+
+    async def run(self) -> None:
+        await wait_event(self.event, self.timeout_s)
+        self.rounds += 1
+
+
+async def _started(waiter: _Waiter) -> asyncio.Task[None]:
+    task = asyncio.create_task(waiter.run())
+    await asyncio.sleep(0)  # yields once: the task is now inside the wait
+    assert not task.done() and waiter.rounds == 0
+    return task
+
+
+async def test_a_cancel_in_the_step_the_event_is_set_propagates() -> None:
+    waiter = _Waiter(asyncio.Event(), timeout_s=60.0)
+    task = await _started(waiter)
+    waiter.event.set()
+    task.cancel()  # the same loop step: where wait_for returns the result instead
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert waiter.rounds == 0
+
+
+async def test_a_cancel_in_the_step_the_time_runs_out_propagates() -> None:
+    waiter = _Waiter(asyncio.Event(), timeout_s=0.0)  # the expiry is due in the next loop step
+    task = await _started(waiter)
+    task.cancel()  # meets the expiry: the timeout must not turn it into a TimeoutError, or a round
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert waiter.rounds == 0
+
+
+async def test_a_cancel_before_the_event_propagates() -> None:
+    waiter = _Waiter(asyncio.Event(), timeout_s=60.0)
+    task = await _started(waiter)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+
+
+async def test_it_tells_a_set_event_from_a_timeout() -> None:
+    event = asyncio.Event()
+    assert await wait_event(event, 0.0) is False
+    event.set()
+    assert await wait_event(event, 0.0) is True
+    assert await wait_event(event, None) is True  # set: no wait at all
+
+
+async def test_a_set_event_ends_the_wait_long_before_the_timeout() -> None:
+    event = asyncio.Event()
+    waiting = asyncio.create_task(wait_event(event, 60.0))
+    await asyncio.sleep(0)
+    event.set()
+    async with asyncio.timeout(5.0):  # the wait itself must end at the set, not at 60 s
+        assert await waiting is True
