@@ -42,6 +42,9 @@ def node_env(pg: StoreConfig, redis_url: str = "", prefix: str = "") -> dict[str
         "AGENTOS_STORE_POSTGRES_URL": pg.postgres_url,
         "AGENTOS_STORE_POSTGRES_SCHEMA": pg.postgres_schema,
         "AGENTOS_SECURITY_KEY_PEPPER": "one-pepper-for-every-node-of-this-test",  # they share the keys table
+        # Small pools: CI runs two of these clusters at once against one PostgreSQL, whose 100
+        # connections three nodes with the default pools (about 20 each) nearly use up alone.
+        "AGENTOS_STORE_POSTGRES_POOL_MAX": "4",
     }
     if redis_url:
         env |= {"AGENTOS_COORDINATION_REDIS_URL": redis_url, "AGENTOS_COORDINATION_KEY_PREFIX": prefix}

@@ -94,7 +94,7 @@ async def test_kill_9_of_one_node_loses_no_acknowledged_message(
         rows = await pg_rows(pg, "SELECT turn_id, role, status FROM messages")
         answered = {turn_id for turn_id, role, status in rows if role == "assistant" and status == "completed"}
         asked = {turn_id for turn_id, role, _ in rows if role == "user"}
-        lost = acknowledged - answered
+        lost = (acknowledged - answered) | (acknowledged - asked)
         if lost:  # what the store holds of them, and where they ran: for the failure's report
             events = await pg_rows(pg, "SELECT turn_id, type, data::text FROM events ORDER BY event_id")
             print("lost:", sorted((i % 3, i in second_wave, r) for i, r in enumerate(results) if r in lost))

@@ -103,3 +103,15 @@ def test_every_item_is_taken_once_in_order_within_the_bounds(steps: list[tuple[f
     while (batch := b.take(now, flush=True)) is not None:
         taken.extend(batch)
     assert taken == list(range(added))
+
+
+def test_requeued_items_go_first_in_their_order() -> None:
+    """A batch put back (its database was unreachable) is taken again before what came after it."""
+    b: Batcher[int] = Batcher(max_items=10, linger_s=LINGER, busy_window_s=BUSY)
+    for i in (1, 2, 3):
+        b.add(i, 0.0)
+    assert b.take(0.0) == [1, 2, 3]
+    b.add(4, 0.1)
+    b.requeue([1, 3], 0.2)
+    assert b.due_at() is not None
+    assert b.take(1.0, flush=True) == [1, 3, 4]

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import msgspec
 import pytest
 
 from agentos.config import StoreConfig
-from agentos.errors import StoreError
+from agentos.errors import StoreError, StoreUnavailable
 from agentos.store.postgres import PostgresStore
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
+from agentos.testing.tcp_proxy import TcpProxy
 from tests.postgres import fresh_schema
 
 asyncpg = pytest.importorskip("asyncpg")
@@ -127,3 +129,25 @@ async def test_after_the_server_ends_the_stores_connections_writes_go_on(config:
     assert outcomes[-1] == "ok"
     assert [m.turn_id for m in await pg.history("default", "s", limit=10)][-1] == "t2"
     await pg.close()
+
+
+async def test_a_put_that_met_an_unreachable_database_is_committed_before_later_writes(config: StoreConfig) -> None:
+    """A durable put (a turn's question) whose batch found no database is kept and tried again,
+    ahead of the writes after it: an answer committed later never lacks its question (a
+    batch that met "too many clients" used to drop it while the next one committed)."""
+    target = urlsplit(config.postgres_url)
+    async with TcpProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy:
+        proxied = target._replace(netloc=f"{target.username}@127.0.0.1:{proxy.port}").geturl()
+        pg = PostgresStore(msgspec.structs.replace(config, postgres_url=proxied, postgres_acquire_timeout_s=0.5))
+        await pg.start()
+        try:
+            await pg.create_session(SessionRecord(tenant_id="default", session_id="s"))
+            await proxy.cut()  # the database is gone for new and pooled connections alike
+            pg.add_message(msg("question"))  # fire and forget, as a turn's question
+            with pytest.raises(StoreUnavailable):  # its batch failed: this one was not acknowledged
+                await pg.commit_message(msg("refused"))
+            await proxy.start()
+            await pg.commit_message(msg("answer"))  # acknowledged: what was put before it is stored
+            assert [m.turn_id for m in await pg.history("default", "s", limit=10)] == ["question", "answer"]
+        finally:
+            await pg.close()

@@ -76,6 +76,14 @@ class Batcher(Generic[T]):
         self._first_at = now  # the rest, if any, are timed from this take
         return batch
 
+    def requeue(self, items: list[T], now: float) -> None:
+        """Put `items` (a batch that could not be applied) back before every pending item, in
+        their order: the writes queued after them still go after them."""
+        if not items:
+            return
+        self._items.extendleft(reversed(items))
+        self._first_at = now
+
     def clear(self) -> list[T]:
         """Remove and return every pending item (a dead writer fails them)."""
         items = list(self._items)

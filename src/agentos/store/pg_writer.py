@@ -14,17 +14,26 @@ enqueued before it, like the SQLite writer's single queue.
 
 Failures: if a batch's transaction fails on a statement, each operation is applied again alone
 in its own transaction, so one bad row fails alone (its future gets a `StoreError`); a
-fire-and-forget write that fails is logged and counted. If the database is unreachable or the
-connection broke (`fatal_errors`), the whole batch fails at once, without a retry per row, with
-`StoreUnavailable` (503): nothing of it was acknowledged, and the lane goes on serving, so the
-writes after the database is back succeed. A write refused by the turn fence (SQLSTATE
-`AOS01`, `agentos.store.pg_fence`) fails alone the same way, as `StaleTurn`, and is counted
-in `stale_total`: a superseded turn's write, expected, not an error to log.
+fire-and-forget write that fails is logged and counted. If the database is unreachable, refused
+the connection (too many clients) or the connection broke (`fatal_errors`), no row is at fault:
+the awaited operations fail at once with `StoreUnavailable` (503, nothing of them was
+acknowledged), while the durable fire-and-forget writes (a turn's question) go back to the head
+of the queue and are tried again after a back-off (`RETRY_FIRST_S`, doubling up to
+`RETRY_MAX_S`), before anything queued after them (unless the connection broke in COMMIT,
+which may have stored them: `CommitUnknown`, nothing is applied twice). So a write awaited later, which the caller
+acknowledges (the turn's answer), commits only with or after the writes put before it: a turn
+whose answer was acknowledged never lacks its question because a batch before it met a full
+database. Sheddable writes are dropped and counted, as when their lane is full.
+
+A write refused by the turn fence (SQLSTATE `AOS01`, `agentos.store.pg_fence`) fails alone
+the same way, as `StaleTurn`, and is counted in `stale_total`: a superseded turn's write,
+expected, not an error to log.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -42,6 +51,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("agentos.store")
 
 _BUSY_WINDOW_S = 0.02
+RETRY_FIRST_S = 0.05  # after a batch failed for want of the database: the first back-off
+RETRY_MAX_S = 1.0  # ...doubling up to this while it keeps failing
+
+
+class CommitUnknown(Exception):
+    """The connection broke while COMMIT was under way: the batch may or may not be stored."""
 
 
 class PgOp(NamedTuple):
@@ -78,6 +93,8 @@ class PgWriter:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._inflight = 0  # operations of the batch being applied
+        self._retry_at = 0.0  # durable writes wait for the database until then (loop time)
+        self._backoff_s = RETRY_FIRST_S
         self.stale_total = 0  # writes refused by the turn fence (a newer turn of their session)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -152,6 +169,10 @@ class PgWriter:
         loop, batcher = asyncio.get_running_loop(), self._batcher
         while True:
             now = loop.time()
+            if now < self._retry_at and not self._closing:
+                await wait_event(self._wake, self._retry_at - now)  # a close cuts the back-off short
+                self._wake.clear()
+                continue
             batch = batcher.take(now, flush=self._closing)
             if batch:
                 self._inflight = len(batch)
@@ -169,15 +190,36 @@ class PgWriter:
         results: list[BaseException | None] = [None] * len(batch)
         try:
             await self._commit(batch)
-        except self._fatal_errors as exc:  # no row's fault: the whole batch fails at once
-            log.error("%s batch of %d failed: database unreachable (%s)", self.name, len(batch), exc)
+        except CommitUnknown as exc:  # the connection broke in COMMIT: fail them all, retry none
+            log.error("%s batch of %d: commit not confirmed (%s)", self.name, len(batch), exc.__cause__)
+            reason = f"{self.name}: database unreachable while committing ({exc.__cause__})"
+            results = [StoreUnavailable(reason) for _ in batch]
+        except self._fatal_errors as exc:  # no row's fault: the awaited ones fail, durable puts wait
+            batch = self._keep_for_retry(batch, exc)
             reason = f"{self.name}: database unreachable ({type(exc).__name__}: {exc})"
             results = [StoreUnavailable(reason) for _ in batch]
         except Exception as exc:  # a row's fault, perhaps: find the guilty rows one by one
             log_failure = log.info if _is_stale(exc) else log.warning
             log_failure("%s batch of %d failed (%s); applying each alone", self.name, len(batch), exc)
             results = [await self._apply_alone(op) for op in batch]
+        else:
+            self._backoff_s = RETRY_FIRST_S
         self._resolve(batch, results, (asyncio.get_running_loop().time() - started) * 1000)
+
+    def _keep_for_retry(self, batch: list[PgOp], exc: BaseException) -> list[PgOp]:
+        """Put the batch's durable fire-and-forget writes back at the head of the queue, to be
+        tried after the back-off (not while closing: nothing would try them); the rest, to fail."""
+        kept = [] if self._closing else [op for op in batch if op.sql and op.future is None and not op.sheddable]
+        now = asyncio.get_running_loop().time()
+        self._batcher.requeue(kept, now)
+        self._retry_at = now + self._backoff_s
+        log.error(
+            "%s batch of %d failed: database unreachable (%s); %d durable writes kept, tried again in %.2fs",
+            self.name, len(batch), exc, len(kept), self._backoff_s,
+        )  # fmt: skip
+        self._backoff_s = min(self._backoff_s * 2, RETRY_MAX_S)
+        kept_ids = {id(op) for op in kept}  # by identity: two equal writes are two writes
+        return [op for op in batch if id(op) not in kept_ids]
 
     async def _commit(self, batch: Sequence[PgOp]) -> None:
         runs: list[tuple[str, list[Sequence[Any]]]] = []
@@ -190,9 +232,20 @@ class PgWriter:
                 runs.append((op.sql, [op.params]))
         if not runs:
             return
-        async with self._pool.acquire(timeout=self._acquire_timeout_s) as conn, conn.transaction():
-            for sql, rows in runs:
-                await conn.executemany(sql, rows)
+        async with self._pool.acquire(timeout=self._acquire_timeout_s) as conn:
+            transaction = conn.transaction()
+            await transaction.start()
+            try:
+                for sql, rows in runs:
+                    await conn.executemany(sql, rows)
+            except BaseException:
+                with contextlib.suppress(Exception):  # a broken connection rolled it back already
+                    await transaction.rollback()
+                raise
+            try:
+                await transaction.commit()
+            except self._fatal_errors as exc:  # it may have committed: never apply it twice
+                raise CommitUnknown(exc) from exc
 
     async def _apply_alone(self, op: PgOp) -> BaseException | None:
         try:
