@@ -33,8 +33,11 @@ async def serve(data_dir: Path, provider_url: str, port_file: Path, cluster: arg
     provider = ProviderConfig(url=provider_url, model="mock-1", max_retries=0)
     settings = Settings(data_dir=str(data_dir), provider=provider, agents=AGENTS)
     if cluster.postgres_url:
-        store = StoreConfig(
-            backend="postgres", postgres_url=cluster.postgres_url, postgres_schema=cluster.postgres_schema
+        store = StoreConfig(  # small pools, as tests/coordination/cluster.py's nodes: CI runs two clusters at once
+            backend="postgres",
+            postgres_url=cluster.postgres_url,
+            postgres_schema=cluster.postgres_schema,
+            postgres_pool_max=4,
         )
         coordination = CoordinationConfig(
             run_lease_s=cluster.run_lease_s, redis_url=cluster.redis_url, key_prefix=cluster.redis_prefix
