@@ -191,3 +191,19 @@ def test_the_build_holds_what_the_text_by_text_build_held() -> None:
         terms = query_terms(query)
         assert index.search(terms, 10) == reference.brute_force(terms, 10, None)
         assert index.search(terms, 10, {"doc_3", "doc_7"}) == reference.brute_force(terms, 10, {"doc_3", "doc_7"})
+
+
+HOSTILE = [
+    "", "   ", '"', '"unbalanced', "NEAR(", "NEAR(a b, 2)", "*", "a*", "-", "-word", "^", "col:word", "AND OR NOT",
+    "'); DROP TABLE chunks; --", "(((", "word & | ! <-> :*", "\\", "\x00", "ünïcödé 日本語 🙂", "x" * 10_000,
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("query", HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_queries_are_words_or_nothing(query: str) -> None:
+    """Queries written against a query language (FTS5's, tsquery's) are only words here."""
+    index = TextIndex()
+    index.add([1], ["doc_1"], ["word near and or not ünïcödé 日本語 drop table"])
+    hits = index.search(query_terms(query), 5)
+    assert hits in ([], [(1, hits[0][1] if hits else 0.0)])
+    assert [c for c, _ in index.search(query_terms('"WORD*" NEAR( -table'), 5)] == [1]
