@@ -5,12 +5,11 @@ FTS5's row length, which also counts the collection id's tokens, orders rows as 
 from __future__ import annotations
 
 import random
-import sqlite3
 from pathlib import Path
 
 from tests.knowledge.test_storage import collection, indexed
 
-from agentos.bench.ftsrelevance import exhaustive_bm25, recall
+from agentos.bench.ftsrelevance import exhaustive_bm25, recall, reference_db
 from agentos.knowledge.sqlite_storage import SqliteKnowledgeStorage
 from agentos.knowledge.text_index import TextIndex, query_terms
 
@@ -40,7 +39,7 @@ async def test_the_in_memory_index_finds_sqlite_s_exhaustive_top_10(tmp_path: Pa
     index = TextIndex()
     index.add(batch.chunk_ids, batch.document_ids, batch.texts)
     team_b = {f"doc_{d}" for d in range(0, 12, 3)}
-    db = sqlite3.connect(tmp_path / "knowledge.db")
+    db = reference_db(tmp_path / "knowledge.db")
     try:
         for q in ["w0 w5", "w1", "w29 w3 w7", "w2 w0 w1 w4", "nothing"]:
             for flt, docs in (({}, None), ({"team": "b"}, team_b)):

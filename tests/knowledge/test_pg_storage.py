@@ -13,6 +13,7 @@ import pytest
 from agentos.config import StoreConfig
 from agentos.knowledge.pg_storage import PgKnowledgeStorage
 from agentos.knowledge.records import ChunkRow
+from agentos.store import pg_migrations, pg_pool
 from agentos.testing import eventually
 from tests.knowledge.test_storage import collection, document, vec
 from tests.postgres import URL
@@ -81,3 +82,45 @@ async def _blocked_on_a_lock(watch: asyncpg.Connection) -> bool:
             " AND query LIKE '%knowledge_collections%FOR NO KEY UPDATE%')"
         )
     )
+
+
+async def test_migration_0010_drops_the_chunks_full_text_vectors(pg: StoreConfig) -> None:
+    """A database migrated up to 0009 (chunks with 0006's generated `tsvector` and GIN index)
+    loses both when the storage opens, and keeps its chunks."""
+    conn = await pg_pool.connect(pg)
+    try:
+        upto_0009 = [m for m in pg_migrations.shipped() if m.version < 10]
+        await pg_migrations.migrate(conn, upto_0009, schema=pg.postgres_schema)
+        await conn.execute(
+            "INSERT INTO knowledge_collections (collection_id, tenant_id, name, model, dims, chunk_tokens,"
+            " chunk_overlap, created_ms) VALUES ('col_acme_docs', 'acme', 'docs', 'm', 2, 100, 10, 1)"
+        )
+        await conn.execute(
+            "INSERT INTO knowledge_documents (document_id, tenant_id, collection_id, title, content_type, size_bytes,"
+            " sha256, metadata, status, created_ms, updated_ms) VALUES ('doc_1', 'acme', 'col_acme_docs', 't',"
+            " 'text/plain', 1, '0', '{}', 'ready', 1, 1)"
+        )
+        await conn.execute(
+            "INSERT INTO knowledge_chunks (collection_id, document_id, ordinal, text, vector)"
+            " VALUES ('col_acme_docs', 'doc_1', 0, 'kafka lag', '')"
+        )
+        assert await conn.fetchval("SELECT tsv::text FROM knowledge_chunks") == "'kafka':1 'lag':2"
+        storage = PgKnowledgeStorage(pg)
+        await storage.open()
+        try:
+            assert (await storage.chunks_after("col_acme_docs", 0)).texts == ["kafka lag"]
+            col = await storage.get_collection("acme", "docs")
+            assert col is not None
+            await storage.insert_document(document(col, "doc_2"), b"x", max_documents=10)
+            assert [d.document_id for d, _, _ in await storage.claim_documents("w", 100, 1000, 5)] == ["doc_2"]
+            assert await storage.save_chunks("w", "doc_2", [ChunkRow(0, "doc_2", 0, "vacuum", vec(1, 1))], 200)
+            assert (await storage.chunks_after("col_acme_docs", 0)).texts == ["kafka lag", "vacuum"]
+        finally:
+            await storage.close()
+        columns = {r[0] for r in await conn.fetch(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = $1"
+            " AND table_name = 'knowledge_chunks'", pg.postgres_schema)}  # fmt: skip
+        assert "tsv" not in columns and "text" in columns
+        assert await conn.fetchval("SELECT to_regclass('knowledge_chunks_tsv')") is None
+    finally:
+        await conn.close()

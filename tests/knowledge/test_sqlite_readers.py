@@ -20,12 +20,12 @@ async def test_a_ready_document_is_searchable_at_once_and_reads_fail_after_close
         await indexed(storage, col, f"doc_{n}", [f"needle{n} hay"])
         ids, _, _ = await storage.vectors_after(col.collection_id, 0)
         assert len(ids) == n + 1
-        assert await storage.full_text(col.collection_id, f"needle{n}", {}, 5) == [ids[-1]]
+        assert (await storage.chunks_after(col.collection_id, ids[-2] if n else 0)).texts == [f"needle{n} hay"]
         assert set(await storage.document_metadata(col.collection_id)) == {f"doc_{i}" for i in range(n + 1)}
     assert await storage.get_collection("acme", "docs") is not None
     await storage.close()
     with pytest.raises(StoreUnavailable):
-        await storage.full_text(col.collection_id, "needle1", {}, 5)
+        await storage.chunks_after(col.collection_id, 0)
 
 
 async def test_in_memory_storage_reads_through_its_writer() -> None:
@@ -35,6 +35,6 @@ async def test_in_memory_storage_reads_through_its_writer() -> None:
         col = await storage.create_collection(collection(), max_per_tenant=5)
         await indexed(storage, col, "doc_1", ["needle"])
         ids, _, _ = await storage.vectors_after(col.collection_id, 0)
-        assert await storage.full_text(col.collection_id, "needle", {}, 5) == ids
+        assert (await storage.chunks_after(col.collection_id, 0)).chunk_ids == ids
     finally:
         await storage.close()

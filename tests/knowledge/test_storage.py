@@ -200,7 +200,6 @@ async def test_chunks_vectors_and_versions(storage: KnowledgeStorage) -> None:
     assert not await storage.delete_document("acme", col.collection_id, "doc_1")
     assert await storage.index_version(col.collection_id) == (1, ids[-1])
     assert (await storage.vectors_after(col.collection_id, 0))[0] == [ids[2]]
-    assert await storage.full_text(col.collection_id, "alpha beta gamma", {}, 10) == [ids[2]]
     got = await storage.get_collection("acme", "docs")
     assert got is not None and (got.documents, got.chunks) == (1, 1)
     # a new chunk after a deletion still gets a higher id
@@ -216,7 +215,6 @@ async def test_save_chunks_for_a_deleted_document(storage: KnowledgeStorage) -> 
     assert await storage.delete_document("acme", col.collection_id, "doc_1")
     assert not await storage.save_chunks("w", "doc_1", [ChunkRow(0, "doc_1", 0, "orphan", vec(1, 1))], 200)
     assert await storage.vectors_after(col.collection_id, 0) == ([], [], b"")
-    assert await storage.full_text(col.collection_id, "orphan", {}, 10) == []
     assert await storage.pending() == 0
 
 
@@ -229,145 +227,11 @@ async def test_delete_collection_cascades(storage: KnowledgeStorage) -> None:
     assert await storage.pending() == 0
     assert await storage.get_document("acme", col.collection_id, "doc_1") is None
     assert await storage.vectors_after(col.collection_id, 0) == ([], [], b"")
-    assert await storage.full_text(col.collection_id, "shared", {}, 10) == []
     assert await storage.document_metadata(col.collection_id) == {}
     # the name is free again, with a new id and nothing in it
     again = await storage.create_collection(collection(cid="col_new"), max_per_tenant=5)
     assert (again.documents, again.chunks) == (0, 0)
-    assert await storage.full_text("col_new", "shared", {}, 10) == []
-
-
-async def test_full_text_ranks_and_filters_inside(storage: KnowledgeStorage) -> None:
-    col = await storage.create_collection(collection(), max_per_tenant=5)
-    for i in range(6):  # strong matches, team a
-        await indexed(storage, col, f"doc_a{i}", ["kafka kafka kafka consumer lag"], team="a")
-    await indexed(storage, col, "doc_b", ["a long text that mentions kafka once among many other words"], team="b")
-    await indexed(storage, col, "doc_n", ["nothing relevant"], team="b")
-    top = await storage.full_text(col.collection_id, "kafka", {}, 3)
-    assert len(top) == 3
-    b_ids, _, _ = await storage.vectors_after(col.collection_id, 0)
-    weak = b_ids[6]
-    assert weak not in top
-    # with limit 1 the only team-b match (the weakest) still comes back: filtered before the limit
-    assert await storage.full_text(col.collection_id, "kafka", {"team": "b"}, 1) == [weak]
-    assert await storage.full_text(col.collection_id, "kafka", {"team": {"$in": ["b", "c"]}}, 1) == [weak]
-    assert len(await storage.full_text(col.collection_id, "kafka", {"team": {"$in": ["a", "b"]}}, 10)) == 7
-    assert await storage.full_text(col.collection_id, "kafka", {"team": "z"}, 10) == []
-    assert await storage.full_text(col.collection_id, "kafka", {"nokey": "a"}, 10) == []
-    # any word matches; the chunk with both words ranks above those with one
-    await indexed(storage, col, "doc_both", ["something relevant and distinctive"], team="c")
-    both_id = (await storage.vectors_after(col.collection_id, weak))[0][-1]
-    hits = await storage.full_text(col.collection_id, "relevant distinctive unknownword", {}, 10)
-    assert len(hits) == 2 and hits[0] == both_id
-
-
-async def test_full_text_fills_a_page_under_a_selective_filter(storage: KnowledgeStorage) -> None:
-    """Many better matches outside the filter (more than any window of ranked matches checked
-    first) must not shorten the page: the filter is inside the search."""
-    col = await storage.create_collection(collection(), max_per_tenant=5)
-    await storage.insert_document(document(col, "doc_a", {"team": "a"}), b"body", max_documents=10)
-    await storage.insert_document(document(col, "doc_b", {"team": "b"}), b"body", max_documents=10)
-    for did, texts in (
-        ("doc_a", ["kafka kafka kafka lag"] * 300),
-        ("doc_b", [f"kafka once in a longer text number {i} about other things" for i in range(3)]),
-    ):
-        claimed = await storage.claim_documents("w", 100, LEASE, 1)
-        assert [d.document_id for d, _, _ in claimed] == [did]
-        chunks = [ChunkRow(0, did, i, text, vec(i, 1)) for i, text in enumerate(texts)]
-        assert await storage.save_chunks("w", did, chunks, 200)
-    ids, docs, _ = await storage.vectors_after(col.collection_id, 0)
-    b_ids = [i for i, d in zip(ids, docs, strict=True) if d == "doc_b"]
-    assert await storage.full_text(col.collection_id, "kafka", {"team": "b"}, 2) == b_ids[:2]
-    assert await storage.full_text(col.collection_id, "kafka", {"team": "b"}, 10) == b_ids
-    top = await storage.full_text(col.collection_id, "kafka", {}, 5)
-    assert len(top) == 5 and not set(top) & set(b_ids)
-    # deterministic: equal scores by chunk id
-    assert top == sorted(top) and top == await storage.full_text(col.collection_id, "kafka", {}, 5)
-
-
-async def test_full_text_leaves_out_stopwords_and_words_found_nowhere(storage: KnowledgeStorage) -> None:
-    col = await storage.create_collection(collection(), max_per_tenant=5)
-    await indexed(storage, col, "doc_1", ["the consumer lag of kafka", "what is the time", "the the the the"])
-    ids, _, _ = await storage.vectors_after(col.collection_id, 0)
-    # "what is the" matches the other chunks, but only "kafka" is searched
-    assert await storage.full_text(col.collection_id, "what is the kafka", {}, 5) == [ids[0]]
-    assert await storage.full_text(col.collection_id, "what is the nowhere", {}, 5) == []
-    # a query of stopwords only still finds them
-    found = await storage.full_text(col.collection_id, "the", {}, 5)
-    assert sorted(found) == ids and found[0] == ids[2]
-    # 40 distinct words, one of which is found: still found
-    many = " ".join(f"zz{i}" for i in range(40)) + " kafka"
-    assert await storage.full_text(col.collection_id, many, {}, 5) == []  # words past the 32nd are not read
-    assert await storage.full_text(col.collection_id, "kafka " + many, {}, 5) == [ids[0]]
-
-
-async def test_full_text_filter_types(storage: KnowledgeStorage) -> None:
-    col = await storage.create_collection(collection(), max_per_tenant=5)
-    await indexed(storage, col, "doc_t", ["word"], flag=True, n=1, txt="1", **{"a.b": "dot"})
-    await indexed(storage, col, "doc_f", ["word"], flag=False, n=2.5, txt="x")
-    ids, docs, _ = await storage.vectors_after(col.collection_id, 0)
-    t, f = ids[docs.index("doc_t")], ids[docs.index("doc_f")]
-
-    async def search(flt: dict[str, Any]) -> list[int]:
-        return sorted(await storage.full_text(col.collection_id, "word", flt, 10))
-
-    assert await search({"flag": True}) == [t]
-    assert await search({"flag": False}) == [f]
-    assert await search({"n": 1}) == [t]
-    assert await search({"n": 1.0}) == [t]
-    assert await search({"n": True}) == []  # true is not 1
-    assert await search({"flag": 1}) == []
-    assert await search({"txt": 1}) == []  # "1" is not 1
-    assert await search({"txt": "1"}) == [t]
-    assert await search({"n": 2.5, "txt": "x"}) == [f]
-    assert await search({"n": 2.5, "txt": "1"}) == []
-    assert await search({"a.b": "dot"}) == [t]
-    assert await search({"n": {"$in": [1, 2.5]}}) == [t, f]
-    with pytest.raises(InvalidInput):
-        await search({"bad key!": 1})
-    with pytest.raises(InvalidInput):
-        await search({"n": [1, 2]})
-
-
-HOSTILE = [
-    "",
-    "   ",
-    '"',
-    '"unbalanced',
-    "NEAR(",
-    "NEAR(a b, 2)",
-    "*",
-    "a*",
-    "-",
-    "-word",
-    "^",
-    "col:word",
-    "AND OR NOT",
-    "'); DROP TABLE chunks; --",
-    "(((",
-    "word & | ! <-> :*",
-    "\\",
-    "\x00",
-    "ünïcödé 日本語 🙂",
-    "x" * 10_000,
-]
-
-
-@pytest.mark.parametrize("query", HOSTILE, ids=range(len(HOSTILE)))
-async def test_full_text_hostile_queries(storage: KnowledgeStorage, query: str) -> None:
-    col = await storage.create_collection(collection(), max_per_tenant=5)
-    await indexed(storage, col, "doc_1", ["word near and or not ünïcödé 日本語 drop table"])
-    hits = await storage.full_text(col.collection_id, query, {}, 5)
-    assert isinstance(hits, list) and len(hits) <= 1
-
-
-async def test_full_text_matches_words_of_a_messy_query(storage: KnowledgeStorage) -> None:
-    col = await storage.create_collection(collection(), max_per_tenant=5)
-    await indexed(storage, col, "doc_1", ["the consumer lag of kafka"])
-    ids, _, _ = await storage.vectors_after(col.collection_id, 0)
-    assert await storage.full_text(col.collection_id, '"kafka*" NEAR( -lag', {}, 5) == ids
-    assert await storage.full_text(col.collection_id, "KAFKA", {}, 5) == ids
-    assert await storage.full_text(col.collection_id, "?!", {}, 5) == []
+    assert (await storage.chunks_after("col_new", 0)).chunk_ids == []
 
 
 async def test_tenant_isolation(storage: KnowledgeStorage) -> None:
@@ -376,7 +240,7 @@ async def test_tenant_isolation(storage: KnowledgeStorage) -> None:
     await indexed(storage, acme, "doc_a", ["secret plans"])
     await indexed(storage, beta, "doc_b", ["secret recipes"])
     a_ids, _, _ = await storage.vectors_after(acme.collection_id, 0)
-    assert await storage.full_text(acme.collection_id, "secret", {}, 10) == a_ids
+    assert (await storage.chunks_after(acme.collection_id, 0)).texts == ["secret plans"]
     assert await storage.get_document("beta", acme.collection_id, "doc_a") is None
     assert await storage.get_document("beta", beta.collection_id, "doc_a") is None
     assert await storage.list_documents("beta", acme.collection_id, limit=10, after=None) == []

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentos.knowledge.text_index import TextIndex, bm25_term, idf_of, query_terms, tokens
+from agentos.bench.ftsmicro import corpus, queries
+from agentos.knowledge.text_index import TextIndex, batch_tokens, bm25_term, idf_of, query_terms, tokens
 
 WORDS = ["kafka", "lag", "consumer", "the", "of", "vacuum", "café", "cafe", "w1", "w2", "w3", "x"]
 
@@ -138,3 +139,71 @@ def test_query_and_text_words_agree() -> None:
     index = TextIndex()
     index.add([1], ["d"], [f"{long} CAFÉ"])
     assert [c for c, _ in index.search(query_terms(f"{long} cafe"), 5)] == [1]
+
+
+ODD_TEXTS = [
+    "",
+    "ΟΔΟΣ ΟΔΟΣ. Σ ΑΣ",  # lower() turns a final sigma into ς: per text, not across the batch's joins
+    "Café-au-lait, NAÏVE x_y 42",
+    "nul\x00inside\x00",
+    "a" * 70 + "É" * 3,
+    "??",
+    "Straße ﬁne ½ Ⅻ",  # NFKD: ligatures and numerals decomposed
+    "plain ascii after unicode",
+]
+
+
+def test_a_batch_is_tokenized_as_each_text_alone() -> None:
+    """The batch tokenizer (one pass over the texts joined) gives each text's own tokens, each
+    followed by one end mark, whatever the texts hold (NULs included)."""
+    for texts in (ODD_TEXTS, ODD_TEXTS[::-1], ["x"], [""], ["\x00"], ["abc", "ÉTÉ"] * 3):
+        expected = [w for text in texts for w in (*tokens(text), "\x00")]
+        assert batch_tokens(texts) == expected
+
+
+def _postings(index: TextIndex) -> set[tuple[str, int, int]]:
+    """(word, chunk id, term frequency) of every posting the index holds."""
+    words = {term: word for word, term in index._vocabulary.items()}
+    held = set()
+    for segment in index._segments:
+        terms, rows, tfs = segment.expanded()
+        held |= {(words[int(t)], int(index._chunk_ids[r]), int(f)) for t, r, f in zip(terms, rows, tfs, strict=True)}
+    return held
+
+
+def test_the_build_holds_what_the_text_by_text_build_held() -> None:
+    """On a fixed corpus (the bench's Zipf words and odd Unicode texts, added in batches of
+    several sizes): the postings are exactly each text's own token counts (what the build did
+    text by text before the batch tokenizer), and every query's top 10 is brute-force BM25's,
+    scores bit for bit."""
+    texts = [t for _, _, chunk_texts in corpus(150, 3) for t in chunk_texts] + ODD_TEXTS * 3
+    index, reference = TextIndex(), Corpus()
+    start = 0
+    for size in (1, 7, 100, 3, len(texts)):
+        part = texts[start : start + size]
+        ids = list(range(start + 1, start + 1 + len(part)))
+        index.add(ids, [f"doc_{i // 10}" for i in ids], part)
+        reference.chunks += [(i, f"doc_{i // 10}", t) for i, t in zip(ids, part, strict=True)]
+        start += len(part)
+    expected = {(w, cid, n) for cid, _, text in reference.chunks for w, n in Counter(tokens(text)).items()}
+    assert _postings(index) == expected
+    for query in [*queries(20, 3), "ΟΔΟΣ ας", "cafe naive straße fine", "a" * 64]:
+        terms = query_terms(query)
+        assert index.search(terms, 10) == reference.brute_force(terms, 10, None)
+        assert index.search(terms, 10, {"doc_3", "doc_7"}) == reference.brute_force(terms, 10, {"doc_3", "doc_7"})
+
+
+HOSTILE = [
+    "", "   ", '"', '"unbalanced', "NEAR(", "NEAR(a b, 2)", "*", "a*", "-", "-word", "^", "col:word", "AND OR NOT",
+    "'); DROP TABLE chunks; --", "(((", "word & | ! <-> :*", "\\", "\x00", "ünïcödé 日本語 🙂", "x" * 10_000,
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("query", HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_queries_are_words_or_nothing(query: str) -> None:
+    """Queries written against a query language (FTS5's, tsquery's) are only words here."""
+    index = TextIndex()
+    index.add([1], ["doc_1"], ["word near and or not ünïcödé 日本語 drop table"])
+    hits = index.search(query_terms(query), 5)
+    assert hits in ([], [(1, hits[0][1] if hits else 0.0)])
+    assert [c for c, _ in index.search(query_terms('"WORD*" NEAR( -table'), 5)] == [1]

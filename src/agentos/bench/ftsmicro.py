@@ -5,7 +5,7 @@
 It fills one collection of a storage directly (documents with metadata, chunks of Zipf-drawn
 words whose most common ones are English stopwords, vectors from the mock provider's
 embedding function), then times, for a fixed set of queries with and without a metadata
-filter: `full_text` alone, the vector search alone, and the whole `KnowledgeService.query`
+filter: the full-text search alone, the vector search alone, and the whole `KnowledgeService.query`
 path (its query embedding computed in process: no provider, no HTTP), last while documents
 are being saved. It prints p50/p95 per
 step as a Markdown table. Deterministic: the same arguments give the same corpus and queries.
@@ -242,7 +242,6 @@ async def run(args: argparse.Namespace) -> None:
 
 
 async def report(service: KnowledgeService, collection: Collection, texts: list[str], rounds: int) -> None:
-    cid = collection.collection_id
     filtered = {"team": "t3"}
     began = time.perf_counter()
     began_cpu = time.process_time()
@@ -255,8 +254,6 @@ async def report(service: KnowledgeService, collection: Collection, texts: list[
     terms = [query_terms(t) for t in texts]
     query = partial(service.query, TENANT, "bench", top_k=5)
     steps: list[tuple[str, list[Callable[[], Awaitable[Any]]]]] = [
-        ("full_text: store (FTS5 / ts_rank)", [partial(storage.full_text, cid, t, {}, 40) for t in texts]),
-        ("full_text + filter: store", [partial(storage.full_text, cid, t, filtered, 40) for t in texts]),
         ("full_text: in-memory BM25 (the query path)", [partial(cache.search_text, entry, w, 40, None) for w in terms]),
         ("full_text + filter: in-memory BM25", [partial(cache.search_text, entry, w, 40, allowed) for w in terms]),
         ("vector search", [partial(cache.search, entry, v, 40, None) for v in vectors]),
@@ -274,7 +271,7 @@ async def report(service: KnowledgeService, collection: Collection, texts: list[
     await during_ingest(service, collection, texts, rounds)
     if isinstance(storage, SqliteKnowledgeStorage) and storage.path is not None:
         print()
-        await relevance(service, collection, entry, texts, storage.path)
+        relevance(entry, texts, storage.path)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -1,6 +1,9 @@
 """The relevance check of `agentos.bench.ftsmicro`: recall@10 of the full-text rankings against
 an exhaustive bm25 computed by SQLite itself (an implementation independent of `TextIndex`).
 
+`knowledge.db` keeps no FTS5 index any more (version 1 dropped it: nothing on the query path
+read it), so `reference_db` builds one for the check, in memory, from the file's chunks.
+
 One difference between the two: FTS5 counts every column's tokens in a row's length, so the
 collection id's tokens too; on the bench's corpus (every chunk of one length) that changes no
 order. `TextIndex` itself is checked exactly against a brute-force BM25 in its tests."""
@@ -13,39 +16,40 @@ from typing import Any
 
 from agentos.knowledge import filters
 from agentos.knowledge.indexes import IndexEntry
-from agentos.knowledge.records import Collection
-from agentos.knowledge.service import KnowledgeService
 from agentos.knowledge.text_index import query_terms
 
 
-async def relevance(
-    service: KnowledgeService, collection: Collection, entry: IndexEntry, texts: list[str], path: Path
-) -> None:
-    """recall@10 of the in-memory ranking (and of the store's pruned FTS5 search) against an
-    exhaustive FTS5 bm25 over every searched word (no word left out, no window): an independent
-    implementation of the same scoring, on this file of one collection (so its statistics are
-    the collection's). A tie with the 10th counts as found."""
+def relevance(entry: IndexEntry, texts: list[str], path: Path) -> None:
+    """recall@10 of the in-memory ranking against an exhaustive FTS5 bm25 over every searched
+    word (no word left out, no window): an independent implementation of the same scoring, on
+    this file of one collection (so its statistics are the collection's). A tie with the 10th
+    counts as found."""
     filtered = {"team": "t3"}
     allowed = {d for d, (_, m) in entry.documents.items() if m.get("team") == "t3"}
-    cid = collection.collection_id
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)  # `--path`, absolute by default
+    db = reference_db(path)  # `--path`, absolute by default
     print("| recall@10 against exhaustive bm25 | no filter | filter |\n| --- | ---: | ---: |")
     try:
-        for name in ("in-memory BM25 (the query path)", "store full_text (FTS5, pruned)"):
-            cells = []
-            for flt, docs in (({}, None), (filtered, allowed)):
-                found = 0.0
-                for text in texts:
-                    truth = exhaustive_bm25(db, query_terms(text), 10, flt)
-                    if name.startswith("store"):
-                        got = await service.storage.full_text(cid, text, flt, 10)
-                    else:
-                        got = [c for c, _ in entry.text.search(query_terms(text), 10, docs)]
-                    found += recall(truth, got)
-                cells.append(f"{found / len(texts):.4f}")
-            print(f"| {name} | {cells[0]} | {cells[1]} |")
+        cells = []
+        for flt, docs in (({}, None), (filtered, allowed)):
+            found = 0.0
+            for text in texts:
+                truth = exhaustive_bm25(db, query_terms(text), 10, flt)
+                found += recall(truth, [c for c, _ in entry.text.search(query_terms(text), 10, docs)])
+            cells.append(f"{found / len(texts):.4f}")
+        print(f"| in-memory BM25 (the query path) | {cells[0]} | {cells[1]} |")
     finally:
         db.close()
+
+
+def reference_db(path: Path) -> sqlite3.Connection:
+    """A database in memory with `knowledge.db` at `path` attached read-only and an FTS5 table
+    `chunks_fts` of its chunks (text and collection id, as the file's own index held them), so
+    `exhaustive_bm25` joins it to the file's `chunks` and `documents`."""
+    db = sqlite3.connect("file::memory:", uri=True)  # uri: so the ATTACH below reads its URI
+    db.execute("ATTACH DATABASE ? AS k", (f"file:{path}?mode=ro",))
+    db.execute("CREATE VIRTUAL TABLE chunks_fts USING fts5(text, collection_id)")
+    db.execute("INSERT INTO chunks_fts (rowid, text, collection_id) SELECT chunk_id, text, collection_id FROM k.chunks")
+    return db
 
 
 def exhaustive_bm25(

@@ -1,4 +1,4 @@
-"""The statements of `PgKnowledgeStorage` (tables of migration 0006) and its row conversions."""
+"""The statements of `PgKnowledgeStorage` (tables of migrations 0006 and 0010) and its row conversions."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ LIST_DOCUMENTS = (
     f"SELECT {DOCUMENT_COLUMNS} FROM knowledge_documents WHERE collection_id = $1 AND tenant_id = $2"
     " AND document_id > $3 ORDER BY document_id LIMIT $4"
 )
-DELETE_DOCUMENT = (  # cascades to its content and chunks (and so their full-text entries)
+DELETE_DOCUMENT = (  # cascades to its content and chunks
     "DELETE FROM knowledge_documents WHERE document_id = $1 AND collection_id = $2 AND tenant_id = $3 RETURNING chunks"
 )
 UNCOUNT_DOCUMENT = (
@@ -94,24 +94,6 @@ FAIL = (
     " updated_ms = $4 WHERE document_id = $2 AND lease_owner = $1 AND status = 'indexing'"
 )
 
-# $1 the tsquery text (sanitised words, filters.tsquery_text), $2 the collection, $3 the limit.
-# Ranked by ts_rank: ts_rank_cd (cover density) costs about twice as much per match, and every
-# match is ranked. Without a filter the chunks alone answer (chunks exist only for ready
-# documents: they are saved in the transaction that makes the document ready, and go with it).
-FULL_TEXT = """SELECT c.chunk_id FROM knowledge_chunks c, to_tsquery('simple', $1) q
-WHERE c.collection_id = $2 AND c.tsv @@ q
-ORDER BY ts_rank(c.tsv, q) DESC, c.chunk_id LIMIT $3"""
-# With a filter (its parameters from $4, filters.pg_where): the chunks of the documents that
-# pass it, then the words. `OFFSET 0` keeps the word match out of that subquery: without
-# statistics (autovacuum off, or a table just filled) the planner otherwise ANDs the GIN index
-# scan into a loop over the documents, once per document (4 s for one query at 100k chunks);
-# with it, about the same time as the planner's own choice with statistics.
-FULL_TEXT_FILTERED = """SELECT c.chunk_id FROM (
-    SELECT c.chunk_id, c.tsv FROM knowledge_documents d JOIN knowledge_chunks c ON c.document_id = d.document_id
-    WHERE d.collection_id = $2 AND d.status = 'ready' AND {where} OFFSET 0
-) c, to_tsquery('simple', $1) q
-WHERE c.tsv @@ q
-ORDER BY ts_rank(c.tsv, q) DESC, c.chunk_id LIMIT $3"""
 VECTORS_AFTER = (
     "SELECT chunk_id, document_id, vector FROM knowledge_chunks WHERE collection_id = $1 AND chunk_id > $2"
     " ORDER BY chunk_id"

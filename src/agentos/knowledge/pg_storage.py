@@ -16,11 +16,9 @@ Theory of operation.
   chunk numbered below N that committed later. `save_chunks` therefore locks the collection's
   row (`FOR NO KEY UPDATE`) before it draws any id and holds it to its commit: within one
   collection, chunk ids commit in id order, and `vectors_after(N)` never misses a chunk.
-- Full text (`full_text`, no longer on the service's query path, which searches the in-memory
-  `TextIndex` loaded by `chunks_after`): a generated `tsvector` under a GIN index; the
-  query is built from the user's words only (`filters.tsquery_text`: letters and digits,
-  quoted, OR-ed, stopwords left out), ranked by `ts_rank` (`pg_statements.FULL_TEXT`). The
-  metadata filter is in the WHERE clause (jsonb equality, `filters.pg_where`), before the LIMIT.
+- Full text: none in the database. The service searches its in-memory `TextIndex`, loaded
+  by `chunks_after` from the chunks' text (migration 0010 dropped the generated `tsvector`
+  column and its GIN index that 0006 made: written with every chunk, read by nothing).
 - Every wait is bounded by `store.postgres_request_timeout_s`; an unreachable database is
   `StoreUnavailable` (503), as for the rest of the PostgreSQL store.
 """
@@ -35,7 +33,6 @@ from agentos.errors import Conflict, NotFound
 from agentos.knowledge import filters
 from agentos.knowledge import pg_statements as q
 from agentos.knowledge.records import ChunkBatch, ChunkRow, Collection, DocumentRow, collection_row, document_row
-from agentos.knowledge.storage import MetadataFilter
 from agentos.store.pg_side_pool import SidePool
 
 if TYPE_CHECKING:
@@ -201,15 +198,6 @@ class PgKnowledgeStorage:
         await self._fetch("fail document", q.FAIL, owner, document_id, reason.replace("\x00", ""), now_ms)
 
     # --- queries ---
-
-    async def full_text(self, collection_id: str, query: str, metadata_filter: MetadataFilter, limit: int) -> list[int]:
-        text = filters.tsquery_text(query)
-        if not text:
-            return []
-        where, params = filters.pg_where(metadata_filter, 4)
-        sql = q.FULL_TEXT if not params else q.FULL_TEXT_FILTERED.format(where=where)
-        rows = await self._fetch("full text", sql, text, collection_id, limit, *params)
-        return [r[0] for r in rows]
 
     async def vectors_after(self, collection_id: str, after_chunk_id: int) -> tuple[list[int], list[str], bytes]:
         # Chunks exist only for ready documents (save_chunks writes them with the `ready` status).

@@ -1,11 +1,18 @@
-"""The tables of `knowledge.db` (created at open; the file is new with this version, so there is
-no migration yet: a change to them is a `migrate` step of the writer, as for runs.db).
+"""The tables of `knowledge.db` (created at open) and its migrations (`migrate`, run by the
+writer after the schema at every open, as for runs.db).
 
 Chunk ids are `INTEGER PRIMARY KEY AUTOINCREMENT`: never reused, and with one writer thread
 committed in id order, so an index that loaded up to chunk N misses nothing by loading > N.
-The full-text index is an FTS5 table over `chunks` (external content), kept in step by
-triggers: a chunk deleted is gone from it in the same transaction.
+
+Versions (`PRAGMA user_version`): 0, the first, also kept an FTS5 index over `chunks` (the
+`chunks_fts` table, its `chunks_vocab` view and two triggers that wrote every chunk's words into
+it); 1 drops them: the service searches its in-memory `TextIndex` (built from `chunks.text`), so
+the FTS5 index was written with every chunk and read by nothing.
 """
+
+import sqlite3
+
+VERSION = 1
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS collections (
@@ -57,18 +64,23 @@ CREATE TABLE IF NOT EXISTS chunks (
 );
 CREATE INDEX IF NOT EXISTS chunks_by_collection ON chunks (collection_id, chunk_id);
 CREATE INDEX IF NOT EXISTS chunks_by_document ON chunks (document_id);
--- collection_id is in the full-text index so that a search walks the collection's postings, not
--- every tenant's (it weighs 0 in the ranking).
-CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
-    text, collection_id, content='chunks', content_rowid='chunk_id'
-);
--- How many rows hold each word (the counts bm25 uses): the search leaves out words too common to rank.
-CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vocab USING fts5vocab(chunks_fts, 'row');
-CREATE TRIGGER IF NOT EXISTS chunks_fts_insert AFTER INSERT ON chunks BEGIN
-    INSERT INTO chunks_fts (rowid, text, collection_id) VALUES (new.chunk_id, new.text, new.collection_id);
-END;
-CREATE TRIGGER IF NOT EXISTS chunks_fts_delete AFTER DELETE ON chunks BEGIN
-    INSERT INTO chunks_fts (chunks_fts, rowid, text, collection_id)
-    VALUES ('delete', old.chunk_id, old.text, old.collection_id);
-END;
 """
+
+# 0 -> 1: without the FTS5 index. One transaction: a crash leaves version 0, and the next open
+# drops again (every statement is IF EXISTS).
+_DROP_FULL_TEXT = """
+BEGIN IMMEDIATE;
+DROP TRIGGER IF EXISTS chunks_fts_insert;
+DROP TRIGGER IF EXISTS chunks_fts_delete;
+DROP TABLE IF EXISTS chunks_vocab;
+DROP TABLE IF EXISTS chunks_fts;
+PRAGMA user_version = 1;
+COMMIT;
+"""
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """Bring a `knowledge.db` of an earlier version to `VERSION` (a new file: only numbers it)."""
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    if version < 1:
+        db.executescript(_DROP_FULL_TEXT)

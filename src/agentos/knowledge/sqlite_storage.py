@@ -4,7 +4,7 @@ One `Writer` owns the file, as for every SQLite file of Agent OS: each call is o
 on the writer's thread inside the writer's transaction (`sqlite_tables`), so a check and the
 write it guards are never split, and a read sees every write queued before it.
 
-The query path's reads (`get_collection`, `full_text`, the index loads, `chunks`) run on
+The query path's reads (`get_collection`, the index loads, `chunks`) run on
 read-only connections beside the writer (`sqlite_readers`, WAL): a query does not wait behind
 the indexer's batches. They see every commit made before they start, so a caller that saw a
 write return sees it in its reads.
@@ -15,9 +15,8 @@ The other writes ride the same setting; they are few (one per document indexed).
 
 Vectors are float32 blobs, searched in memory by the service (numpy): the project's Python
 cannot load SQLite extensions such as sqlite-vec. The service's full-text search is in memory
-too (`text_index`, loaded by `chunks_after`); the file's own FTS5 index (`full_text`,
-`sqlite_fulltext`) is still kept in step by triggers but is not on the query path (its bm25
-uses the whole file's statistics, every tenant's; the in-memory index uses the collection's).
+too (`text_index`, loaded by `chunks_after`): the file keeps no full-text index of its own (an
+FTS5 one was dropped in version 1 of the file, `sqlite_schema`).
 """
 
 from __future__ import annotations
@@ -31,10 +30,8 @@ from typing import Any, TypeVar
 from agentos.knowledge import filters
 from agentos.knowledge import sqlite_tables as t
 from agentos.knowledge.records import ChunkBatch, ChunkRow, Collection, DocumentRow
-from agentos.knowledge.sqlite_fulltext import full_text
 from agentos.knowledge.sqlite_readers import Readers
-from agentos.knowledge.sqlite_schema import SCHEMA
-from agentos.knowledge.storage import MetadataFilter
+from agentos.knowledge.sqlite_schema import SCHEMA, migrate
 from agentos.store.writer import Writer
 
 T = TypeVar("T")
@@ -45,7 +42,7 @@ class SqliteKnowledgeStorage:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self._writer = Writer("knowledge", path, SCHEMA, synchronous="full")
+        self._writer = Writer("knowledge", path, SCHEMA, synchronous="full", migrate=migrate)
         self._readers = None if path is None else Readers(path)
 
     async def open(self) -> None:
@@ -116,9 +113,6 @@ class SqliteKnowledgeStorage:
         await self._run(partial(t.fail_document, owner, document_id, reason, now_ms))
 
     # --- queries ---
-
-    async def full_text(self, collection_id: str, query: str, metadata_filter: MetadataFilter, limit: int) -> list[int]:
-        return await self._read(partial(full_text, collection_id, query, metadata_filter, limit))
 
     async def vectors_after(self, collection_id: str, after_chunk_id: int) -> tuple[list[int], list[str], bytes]:
         return await self._read(partial(t.vectors_after, collection_id, after_chunk_id))

@@ -2,7 +2,7 @@
 
 Two implementations pass the same contract tests: `SqliteKnowledgeStorage` (`knowledge.db`
 beside the other embedded files, its own writer with `synchronous=FULL`: an accepted document
-survives a power cut, not only `kill -9`) and `PgKnowledgeStorage` (tables of migration 0006 in
+survives a power cut, not only `kill -9`) and `PgKnowledgeStorage` (tables of migrations 0006 and 0010 in
 the PostgreSQL store's database).
 
 Tenancy: every read and write a request can reach names the tenant in its WHERE clause; another
@@ -11,18 +11,17 @@ index loads (`vectors_after`, by a collection id the service already resolved fo
 work across tenants.
 
 Metadata filters are `{"key": value, ...}` (all must match; a value is a string, number or
-boolean, compared for equality, or `{"$in": [values]}`). The full-text search applies them in
-its WHERE clause, before its LIMIT, never after it.
+boolean, compared for equality, or `{"$in": [values]}`); the service applies them inside its
+in-memory searches, on `document_metadata`. Neither store keeps a full-text index: the service's
+is in memory, built from the chunks' text (`chunks_after`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from agentos.knowledge.records import ChunkBatch, ChunkRow, Collection, DocumentRow
-
-MetadataFilter = Mapping[str, Any]
 
 
 class KnowledgeStorage(Protocol):
@@ -83,7 +82,7 @@ class KnowledgeStorage(Protocol):
     async def renew_lease(self, owner: str, document_ids: Sequence[str], until_ms: int) -> None: ...
 
     async def save_chunks(self, owner: str, document_id: str, chunks: Sequence[ChunkRow], now_ms: int) -> bool:
-        """In one transaction: insert the chunks (text, vector, full-text entry; `chunk_id` is
+        """In one transaction: insert the chunks (text and vector; `chunk_id` is
         assigned here, increasing), set the document `ready` with its chunk count, clear the
         lease. False (nothing written) if the document is gone or `owner` no longer holds it."""
         ...
@@ -91,13 +90,6 @@ class KnowledgeStorage(Protocol):
     async def fail_document(self, owner: str, document_id: str, reason: str, now_ms: int) -> None: ...
 
     # --- queries ---
-
-    async def full_text(self, collection_id: str, query: str, metadata_filter: MetadataFilter, limit: int) -> list[int]:
-        """Chunk ids of the collection matching `query` (any of its words), best first, the
-        filter applied inside the search. A query with no searchable word gives []. (The
-        service queries its in-memory `TextIndex` instead; this is the store's own search,
-        kept for comparison.)"""
-        ...
 
     async def vectors_after(self, collection_id: str, after_chunk_id: int) -> tuple[list[int], list[str], bytes]:
         """(chunk ids, their document ids, their vectors concatenated) of the chunks of ready

@@ -37,9 +37,8 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from itertools import chain
 
 import numpy as np
 
@@ -52,6 +51,14 @@ _TOKEN = re.compile(rf"[^\W_]{{1,{filters.MAX_WORD}}}")
 # The same tokens in ASCII text, 40% faster to find (no Unicode class to test each character
 # against): most of a collection's first load is spent tokenizing its chunks.
 _ASCII_TOKEN = re.compile(rf"[a-z0-9]{{1,{filters.MAX_WORD}}}")
+# A batch is tokenized as one string, its texts joined by NUL: one `lower` and one `findall` for
+# the batch instead of one per chunk (0.29 against 0.46 s of CPU at 30,000 chunks). NUL is no
+# token character and is not case-ignorable, so each text's tokens (and `lower`'s context rules,
+# such as a final sigma) stop at it exactly as at the text's end; the patterns also match it, so
+# the token stream marks where each text ends.
+_END = "\x00"
+_BATCH_TOKEN = re.compile(rf"[^\W_]{{1,{filters.MAX_WORD}}}|{_END}")
+_ASCII_BATCH_TOKEN = re.compile(rf"[a-z0-9]{{1,{filters.MAX_WORD}}}|{_END}")
 _MAX_TF = np.iinfo(np.uint16).max
 _COMPACT_SHARE = 4  # rewrite without the dead rows once 1/4 of the rows are dead
 
@@ -74,6 +81,27 @@ def _fold(text: str) -> str:
     """Accents off (`é` -> `e`), as FTS5's unicode61 tokenizer does by default."""
     decomposed = unicodedata.normalize("NFKD", text)
     return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
+def batch_tokens(texts: Sequence[str]) -> list[str]:
+    """Every text's `tokens`, each text's followed by one `_END`, in one pass over the batch."""
+    joined = _END.join(texts) + _END
+    if joined.count(_END) != len(texts):  # a text holds a NUL: a separator like any other
+        joined = _END.join(t.replace(_END, " ") for t in texts) + _END
+    if joined.isascii():
+        return _ASCII_BATCH_TOKEN.findall(joined.lower())
+    folded = _END.join(t if t.isascii() else _fold(t) for t in joined[:-1].split(_END)) + _END
+    return _BATCH_TOKEN.findall(folded.lower())
+
+
+class _Vocabulary(dict[str, int]):
+    """Word -> term id; a word looked up for the first time gets the next id (in order of first
+    appearance, so the same texts give the same ids), so a batch's words are all looked up in
+    one `map` in C, with Python called only for new words."""
+
+    def __missing__(self, word: str) -> int:
+        term = self[word] = len(self)
+        return term
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +155,7 @@ class TextIndex:
     """
 
     def __init__(self) -> None:
-        self._vocabulary: dict[str, int] = {}
+        self._vocabulary = _Vocabulary()
         self._segments: list[_Segment] = []
         self._chunk_ids = np.zeros(0, dtype=np.int64)
         self._lengths = np.zeros(0, dtype=np.int32)
@@ -177,23 +205,26 @@ class TextIndex:
             newer = self._segments.pop()
             self._segments[-1] = _merged([self._segments[-1].expanded(), newer.expanded()])
 
-    def _term_ids(self, texts: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(term id of every token, in order; tokens per text). New words get ids first, then
-        every token is looked up by `map` (a loop in C: the first load of a large collection
-        spends most of its time here)."""
-        per_text = [tokens(text) for text in texts]
-        words = list(chain.from_iterable(per_text))
-        vocabulary = self._vocabulary
-        for word in sorted(set(words).difference(vocabulary)):  # sorted: the same ids every run
-            vocabulary[word] = len(vocabulary)
-        term_of = np.fromiter(map(vocabulary.__getitem__, words), dtype=np.int64, count=len(words))
-        return term_of, np.fromiter(map(len, per_text), dtype=np.int32, count=len(per_text))
+    def _term_ids(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(term id of every token, in order; tokens per text): the batch tokenized in one pass
+        (`batch_tokens`), every token looked up by one `map` (a loop in C), the texts' ends
+        found in the ids (`_END` has a term id of its own, which no query word can look up)."""
+        words = batch_tokens(texts)
+        ids = np.fromiter(map(self._vocabulary.__getitem__, words), dtype=np.int64, count=len(words))
+        at_end = ids == self._vocabulary[_END]
+        lengths = (np.diff(np.flatnonzero(at_end), prepend=-1) - 1).astype(np.int32)
+        return ids[~at_end], lengths
 
     @staticmethod
     def _postings(term_of: np.ndarray, lengths: np.ndarray, first: int) -> _Segment:
         n = lengths.shape[0]
-        local = np.repeat(np.arange(n, dtype=np.int64), lengths)
-        keys, tfs = np.unique(term_of * n + local, return_counts=True)  # sorted by (term, row)
+        keys = term_of.astype(np.int64) * n + np.repeat(np.arange(n, dtype=np.int64), lengths)
+        # an in-place sort and a diff, not `np.unique(return_counts=True)`: the same (term, row)
+        # keys and counts in a fifth of the time (numpy's SIMD sort of a plain int64 array)
+        keys.sort()
+        starts = np.flatnonzero(np.diff(keys, prepend=-1)) if keys.shape[0] else np.zeros(0, dtype=np.int64)
+        tfs = np.diff(np.append(starts, keys.shape[0]))
+        keys = keys[starts]
         return _segment(keys // n, keys % n + first, np.minimum(tfs, _MAX_TF))
 
     def search(self, terms: Sequence[str], k: int, documents: Collection[str] | None = None) -> list[tuple[int, float]]:
