@@ -59,4 +59,5 @@ async def begin(store: Store, turn: Turn, sink: TurnSink, history_max_messages: 
     earlier = 0 if turn.prompt is not None else history_max_messages - 1
     history = await store.history(turn.tenant_id, turn.session_id, limit=earlier) if earlier else []
     store.add_message(message(turn, "user", turn.input, "completed"))
+    turn.asked = True
     return as_messages(history)

@@ -62,6 +62,7 @@ class Turn:
         "epoch",
         "fenced_out",
         "answered",
+        "asked",
         "prompt",
         "tools",
         "_seq",
@@ -86,6 +87,7 @@ class Turn:
         self.epoch: int | None = None
         self.fenced_out = False  # a newer epoch exists: the store refuses this turn's writes
         self.answered = False  # its answer and turn.completed are committing or committed: it completed
+        self.asked = False  # its question is stored (or queued): only then may an answer, whole or partial, follow
         # The model's whole conversation as a client sent it (the OpenAI front door's stateless
         # mode), ending with `input`; None: the session's transcript, then `input`.
         self.prompt: list[Message] | None = None

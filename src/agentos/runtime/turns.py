@@ -297,7 +297,7 @@ class Turns:
         elif data.get("reason") != "session_deleted" and not fenced:
             # A closed store refuses the records; the client is still told how the turn ended.
             with suppress(StoreUnavailable):
-                if partial is not None:
+                if partial is not None and turn.asked:  # no answer without its question
                     self._store.add_message(message(turn, "assistant", "".join(partial), outcome))
                 record_event(self._store, turn, name, data)
         self._ended(turn, name, data)

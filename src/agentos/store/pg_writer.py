@@ -80,8 +80,13 @@ class PgWriter:
         linger_ms: float = 2.0,
         on_batch: Callable[[int, float], None] | None = None,
         fatal_errors: tuple[type[Exception], ...] = (),
+        retry_puts: bool = False,
     ) -> None:
+        """`retry_puts`: keep the durable puts of a batch that found no database, and try them
+        again first (the session store's lanes); without it they fail with the batch (the run
+        journal: a run whose writes fail stops, and its next owner resumes it from the journal)."""
         self.name = name
+        self._retry_puts = retry_puts
         self._fatal_errors = fatal_errors
         self._pool = pool
         self._acquire_timeout_s = acquire_timeout_s
@@ -94,6 +99,8 @@ class PgWriter:
         self._closing = False
         self._inflight = 0  # operations of the batch being applied
         self._retry_at = 0.0  # durable writes wait for the database until then (loop time)
+        self._awaited = 0  # queued operations someone awaits (submits, barriers)
+        self._urgent = asyncio.Event()  # set when one is queued, or at close
         self._backoff_s = RETRY_FIRST_S
         self.stale_total = 0  # writes refused by the turn fence (a newer turn of their session)
 
@@ -108,6 +115,7 @@ class PgWriter:
             return
         self._closing = True
         self._wake.set()
+        self._urgent.set()
         await self._task
         self._task = None
 
@@ -158,6 +166,9 @@ class PgWriter:
         self.check()
         self._lanes.count_in(op.sheddable)
         self._batcher.add(op, asyncio.get_running_loop().time())
+        if op.future is not None:
+            self._awaited += 1
+            self._urgent.set()
         self._wake.set()
 
     def statistics(self) -> WriterStatistics:
@@ -169,9 +180,11 @@ class PgWriter:
         loop, batcher = asyncio.get_running_loop(), self._batcher
         while True:
             now = loop.time()
-            if now < self._retry_at and not self._closing:
-                await wait_event(self._wake, self._retry_at - now)  # a close cuts the back-off short
-                self._wake.clear()
+            if now < self._retry_at and not self._closing and not self._awaited:
+                # Kept puts alone wait out the back-off; a write or read someone awaits (or a
+                # close) tries at once, as it would have without them: no added latency.
+                await wait_event(self._urgent, self._retry_at - now)
+                self._urgent.clear()
                 continue
             batch = batcher.take(now, flush=self._closing)
             if batch:
@@ -209,9 +222,13 @@ class PgWriter:
     def _keep_for_retry(self, batch: list[PgOp], exc: BaseException) -> list[PgOp]:
         """Put the batch's durable fire-and-forget writes back at the head of the queue, to be
         tried after the back-off (not while closing: nothing would try them); the rest, to fail."""
-        kept = [] if self._closing else [op for op in batch if op.sql and op.future is None and not op.sheddable]
+        retry = self._retry_puts and not self._closing
+        kept = [op for op in batch if op.sql and op.future is None and not op.sheddable] if retry else []
         now = asyncio.get_running_loop().time()
         self._batcher.requeue(kept, now)
+        if not kept:
+            log.error("%s batch of %d failed: database unreachable (%s)", self.name, len(batch), exc)
+            return batch
         self._retry_at = now + self._backoff_s
         log.error(
             "%s batch of %d failed: database unreachable (%s); %d durable writes kept, tried again in %.2fs",
@@ -266,6 +283,8 @@ class PgWriter:
                 failed += 1
                 if op.future is None:
                     log.error("%s", error)
+            if op.future is not None:
+                self._awaited -= 1
             if op.future is not None and not op.future.done():
                 if error is None:
                     op.future.set_result(None)

@@ -102,8 +102,8 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
             "fatal_errors": self._unavailable,
         }
         self._writers = (
-            PgWriter("messages", self._pool, **opts),
-            PgWriter("events", self._pool, on_batch=self._on_batch, **opts),
+            PgWriter("messages", self._pool, retry_puts=True, **opts),  # a question is kept until stored
+            PgWriter("events", self._pool, on_batch=self._on_batch, retry_puts=True, **opts),
             PgWriter("access", self._pool, **opts),
         )
         for writer in self._writers:
