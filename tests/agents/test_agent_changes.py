@@ -47,7 +47,8 @@ async def node(pg: StoreConfig) -> AsyncIterator[Node]:
 async def test_an_agent_made_on_another_node_a_moment_ago_is_found(node: Node, pg: StoreConfig) -> None:
     a, b = await node(), await node()
     await a.create("acme", {"name": "helper"}, 1)
-    await b.reload("acme")  # b is up to date: a request needs no read
+    await eventually(lambda: b.changes.statistics().notifications >= 1, PROPAGATION_S, "a's NOTIFY on b")
+    await b.reload("acme")  # b is up to date (its NOTIFY heard before, not after): a request needs no read
     await _copy_silently(pg, "acme", "helper", "newer")  # made "a moment ago": its NOTIFY not heard yet
     assert b.changes.unchanged("acme")
     assert await b.sees("acme", "newer")  # a miss is read again before it is believed

@@ -26,6 +26,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -100,12 +101,22 @@ class RunEngine:
     def now_ms(self) -> int:
         return self._now_ms()
 
-    def emit(self, handle: RunHandle, event_type: str, data: dict[str, Any], *, into: list[Any] | None = None) -> None:
+    def emit(
+        self,
+        handle: RunHandle,
+        event_type: str,
+        data: dict[str, Any],
+        *,
+        into: list[Any] | None = None,
+        held: list[Callable[[], None]] | None = None,
+    ) -> None:
         """Journal the event (its time is the row's `created_ms`, shown as `at_ms`) and publish it.
 
         `into`: the writes of the step the event belongs to, which the caller queues next,
         before it awaits anything (so events still commit in seq order): the event commits with
-        its step, in the same transaction, instead of in a write of its own.
+        its step, in the same transaction, instead of in a write of its own. `held`: the
+        publishing is added there for the caller to do once those writes committed, so no
+        subscriber hears of an event a crash could still take back (and its seq reuse).
         """
         if event_type == "token":  # live-only, see the module docstring
             self.fanout.publish(handle.run_id, RunEvent(handle.next_event_seq - 1, event_type, data))
@@ -120,11 +131,17 @@ class RunEngine:
             self.store.write_nowait([event], run=handle.run_id)
         else:
             into.append(event)
-        stamped = {**data, "at_ms": now}
-        self.fanout.publish(handle.run_id, RunEvent(seq, event_type, stamped))
-        if event_type.startswith(_WATCHED):
+        publish = partial(self._publish, tenant, handle.run_id, RunEvent(seq, event_type, {**data, "at_ms": now}))
+        if held is None:
+            publish()
+        else:
+            held.append(publish)
+
+    def _publish(self, tenant_id: str, run_id: str, event: RunEvent) -> None:
+        self.fanout.publish(run_id, event)
+        if event.type.startswith(_WATCHED):
             for watcher in self.watchers:
-                watcher(tenant, handle.run_id, event_type, stamped)
+                watcher(tenant_id, run_id, event.type, event.data)
 
     def spent(self, handle: RunHandle, usage: dict[str, int]) -> None:
         """A model call of the run finished with this usage (prompt and completion tokens)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,8 +41,17 @@ class RunHost(Protocol):
 
     def now_ms(self) -> int: ...
 
-    def emit(self, handle: RunHandle, event_type: str, data: dict[str, Any], *, into: list[Any] | None = None) -> None:
-        """Journal and publish a run event; `into`: add its write to the step's writes instead."""
+    def emit(
+        self,
+        handle: RunHandle,
+        event_type: str,
+        data: dict[str, Any],
+        *,
+        into: list[Any] | None = None,
+        held: list[Callable[[], None]] | None = None,
+    ) -> None:
+        """Journal and publish a run event; `into`: add its write to the step's writes instead;
+        `held`: publish it only when the caller runs what was added there (after its commit)."""
         ...
 
     def spent(self, handle: RunHandle, usage: dict[str, int]) -> None:

@@ -9,6 +9,7 @@ ends: a waiting run holds no task). Limits end the run with a reason, never a ha
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from contextlib import aclosing
 from typing import Any, NoReturn
 
@@ -78,12 +79,17 @@ class Runner:
 
     # --- journal helpers ---
 
-    async def _journal(self, h: RunHandle, ops: list[Any], step: Step, *, durable: bool = True) -> None:
+    async def _journal(
+        self, h: RunHandle, ops: list[Any], step: Step, *, durable: bool = True, then: Sequence[Callable[[], None]] = ()
+    ) -> None:
+        """Write the step (awaited when `durable`), then run `then` (the publishing of its events)."""
         if durable:
             await self._host.store.write(ops, run=h.run_id)
         else:
             self._host.store.write_nowait(ops, run=h.run_id)
         h.record(step)
+        for publish in then:
+            publish()
 
     def _begin(self, h: RunHandle, seq: int, kind: StepKind, status: StepStatus, value: Any) -> list[Any]:
         return self._host.journal.begin_step(h.row.tenant_id, h.run_id, seq, kind, status, value, self._host.now_ms())
@@ -109,9 +115,10 @@ class Runner:
         except McpUnavailable as exc:  # a server of its tools cannot start: at once, saying why
             await self._end(h, "failed", reason=f"tools: {exc.code}: {exc}")
         ops = self._done(h, seq, "done", reply)
+        held: list[Callable[[], None]] = []
         completed = model_completed(operation_id, reply, self._host.now_ms() - started_ms)
-        self._host.emit(h, "model.completed", completed, into=ops)
-        await self._journal(h, ops, _step(seq, "model", "done", None, h, attempts, reply))
+        self._host.emit(h, "model.completed", completed, into=ops, held=held)
+        await self._journal(h, ops, _step(seq, "model", "done", None, h, attempts, reply), then=held)
         self._host.spent(h, reply["usage"])
 
     async def _stream(self, h: RunHandle, messages: list[Any]) -> dict[str, Any]:
@@ -173,10 +180,13 @@ class Runner:
 
     async def _finish_tool(self, h: RunHandle, seq: int, call: Call, content: str, attempts: int) -> None:
         output = {"content": content}
-        await self._journal(h, self._done(h, seq, "done", output),
-                            _step(seq, "tool", "done", _call_dict(call), h, attempts, output))  # fmt: skip
+        ops = self._done(h, seq, "done", output)
+        held: list[Callable[[], None]] = []
+        # tool.result commits with its step and is heard of after: a client that saw it can
+        # count on it (a crash before the commit runs the step again; none reuses its seq).
         self._host.emit(h, "tool.result", {"operation_id": f"{h.run_id}:{seq}", "call_id": call.call_id,
-                                           "name": call.name, "content": content})  # fmt: skip
+                                           "name": call.name, "content": content}, into=ops, held=held)  # fmt: skip
+        await self._journal(h, ops, _step(seq, "tool", "done", _call_dict(call), h, attempts, output), then=held)
 
     async def _tool_error(self, h: RunHandle, seq: int, call: Call, message: str) -> None:
         """A call that cannot run at all: the model is told why and may try again."""
@@ -184,9 +194,10 @@ class Runner:
         ops = self._begin(h, seq, "tool", "started", _call_dict(call)) + self._done(
             h, seq, "done", {"content": content}
         )
-        await self._journal(h, ops, _step(seq, "tool", "done", _call_dict(call), h, 1, {"content": content}))
+        held: list[Callable[[], None]] = []
         self._host.emit(h, "tool.result", {"operation_id": f"{h.run_id}:{seq}", "call_id": call.call_id,
-                                           "name": call.name, "content": content})  # fmt: skip
+                                           "name": call.name, "content": content}, into=ops, held=held)  # fmt: skip
+        await self._journal(h, ops, _step(seq, "tool", "done", _call_dict(call), h, 1, {"content": content}), then=held)
 
     async def _dispatch(self, h: RunHandle, seq: int, call: Call, arguments: dict[str, Any]) -> str:
         if call.name == "run_command":
