@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import msgspec
 
 from agentos.store import pg_pool
+from agentos.waiting import wait_event
 
 if TYPE_CHECKING:
     import asyncpg
@@ -164,8 +165,7 @@ class LeaseKeeper:
     async def _renewing(self) -> None:
         """Renewals in a task of their own: taking over many runs must not delay them."""
         while not self._closing:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopped.wait(), self._period_s)
+            await wait_event(self._stopped, self._period_s)
             if not self._closing:
                 await self._guarded(self.renew)
 
@@ -181,8 +181,7 @@ class LeaseKeeper:
                 await self._guarded(self.claim)
                 due = loop.time() + (random.uniform(*AGAIN_S) if self.more else self._period_s)
             await self._guarded(self.take_requests)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), max(0.0, due - loop.time()))
+            await wait_event(self._wake, max(0.0, due - loop.time()))
 
     async def _guarded(self, step: Callable[[], Awaitable[None]]) -> None:
         try:
