@@ -13,7 +13,7 @@ from agentos.agents.service import RunService
 from agentos.config import Settings
 from agentos.errors import AdmissionRejected, Conflict, InvalidInput, NotFound, ShuttingDown
 from agentos.providers.base import ChatRequest, Completion
-from tests.agents.conftest import ServiceFactory, collect
+from tests.agents.conftest import ServiceFactory, collect, journal_sql
 from tests.agents.fakes import ScriptedProvider, answer, call, tool_messages_since_user
 
 
@@ -323,3 +323,25 @@ async def test_a_draining_service_refuses_answers_and_new_runs(make_service: Ser
     with pytest.raises(ShuttingDown):
         await service.start_run("default", "ops", "more")
     assert (await service.get_run("default", run_id))["status"] == "waiting_human"  # nothing resumed
+
+
+async def test_a_tool_result_or_model_reply_is_heard_of_only_once_it_is_in_the_journal(
+    make_service: ServiceFactory, journal_settings: Settings, tmp_path: Path
+) -> None:
+    """A subscriber that reads the journal behind the service's back the moment it hears of a
+    step's event finds it there: a crash after the event reached a client cannot take it back
+    (the faults campaign once counted a tool.result a kill -9 had lost, and its seq reused)."""
+    service = await make_service()
+    run_id = await service.start_run("default", "ops", "do the thing")
+    checked = []
+    async with asyncio.timeout(10):
+        async for event in service.events("default", run_id):
+            if event.type in ("tool.result", "model.completed"):
+                sql = "SELECT type FROM run_events WHERE run_id = ? AND seq = ?"
+                assert await journal_sql(journal_settings, tmp_path / "data", sql, run_id, event.seq) == [
+                    (event.type,)
+                ], event
+                checked.append(event.type)
+            if event.type == "human.requested":
+                break
+    assert checked == ["model.completed", "tool.result", "model.completed", "tool.result", "model.completed"]
