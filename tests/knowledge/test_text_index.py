@@ -25,7 +25,7 @@ class Corpus:
     chunks: list[tuple[int, str, str]] = field(default_factory=list)
     next_id: int = 1
 
-    def brute_force(self, terms: list[str], k: int, documents: set[str] | None) -> list[tuple[int, float]]:
+    def brute_force(self, terms: list[str], k: int, documents: frozenset[str] | None) -> list[tuple[int, float]]:
         if not self.chunks:
             return []
         counted = {cid: Counter(tokens(text)) for cid, _, text in self.chunks}
@@ -64,7 +64,8 @@ steps = st.lists(st.one_of(st.tuples(st.just("add"), batch), st.tuples(st.just("
 )
 def test_the_top_k_is_exactly_brute_force_bm25(steps, query, k, allowed, gap) -> None:
     index, corpus = TextIndex(), Corpus()
-    documents = None if allowed is None else {f"doc_{d}" for d in allowed}
+    # one frozenset throughout, as the cache hands a repeated filter: its kept mask must follow the adds and deletes
+    documents = None if allowed is None else frozenset(f"doc_{d}" for d in allowed)
     terms = query_terms(query)
     for kind, arg in steps:
         if kind == "add":

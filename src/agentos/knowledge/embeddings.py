@@ -94,6 +94,8 @@ class Embedder:
                 answered vectors of another size than `dimensions` (the reason says which).
             ProviderLimitTimeout: no provider permit in time.
         """
+        if 0 < len(texts) <= self._batch:  # one request (a query): no gate, task or gather around it
+            return await self._batch_with_retries(tenant_id, model, dimensions, list(texts))
         out = np.zeros((len(texts), dimensions), dtype=np.float32)
         if not texts:
             return out
@@ -195,9 +197,8 @@ def _vectors(raw: bytes, model: str, dimensions: int, count: int) -> np.ndarray:
     if sizes != {dimensions}:
         got = ", ".join(str(size) for size in sorted(sizes))
         raise EmbeddingError(f"model {model!r}: asked for {dimensions} dimensions, the provider answered {got}")
-    vectors = np.empty((count, dimensions), dtype=np.float32)
-    for item in items:
-        vectors[item.index] = item.embedding
+    items.sort(key=lambda item: item.index)
+    vectors = np.array([item.embedding for item in items], dtype=np.float32)  # one conversion, not one per row
     if not np.all(np.isfinite(vectors)):
         raise EmbeddingError(f"model {model!r}: the provider answered a vector that is not finite")
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)

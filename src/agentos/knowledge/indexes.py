@@ -115,7 +115,7 @@ class IndexCache:
 
     async def _read_documents(self, entry: IndexEntry, document_ids: set[str]) -> None:
         """Add the metadata of those of `document_ids` not held yet (read after their chunks)."""
-        new = sorted(document_ids - entry.documents.keys())
+        new = sorted(d for d in document_ids if d not in entry.documents)  # a keys() difference walks them all
         if new:
             found = await self._storage.document_metadata(entry.collection_id, new)
             _set_documents(entry, entry.documents | found)

@@ -61,6 +61,7 @@ _BATCH_TOKEN = re.compile(rf"[^\W_]{{1,{filters.MAX_WORD}}}|{_END}")
 _ASCII_BATCH_TOKEN = re.compile(rf"[a-z0-9]{{1,{filters.MAX_WORD}}}|{_END}")
 _MAX_TF = np.iinfo(np.uint16).max
 _COMPACT_SHARE = 4  # rewrite without the dead rows once 1/4 of the rows are dead
+_KEPT_FILTERS = 16  # the allowed codes of this many document sets are kept (as VectorIndex keeps rows)
 
 
 def tokens(text: str) -> list[str]:
@@ -163,6 +164,9 @@ class TextIndex:
         self._alive = np.zeros(0, dtype=bool)
         self._code_of: dict[str, int] = {}
         self._next_code = 0
+        # allowed codes per filter, as VectorIndex keeps rows: the cache hands the same frozenset
+        # for a repeated filter, so it skips the per-document lookups (0.25 ms at 2000 documents)
+        self._masks: dict[frozenset[str], np.ndarray] = {}
         self._live_rows = 0
         self._live_tokens = 0
         self._last_chunk_id = 0
@@ -240,8 +244,7 @@ class TextIndex:
         matched[rows] = True
         candidates = np.flatnonzero(matched)
         if documents is not None:
-            codes = np.asarray([self._code_of[d] for d in documents if d in self._code_of], dtype=np.int32)
-            candidates = candidates[np.isin(self._codes[candidates], codes)]
+            candidates = candidates[self._allowed(documents)[self._codes[candidates]]]
         return self._best(candidates, total[candidates], k)
 
     def _scored(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -291,6 +294,7 @@ class TextIndex:
     def remove_documents(self, document_ids: Collection[str]) -> int:
         """Drop the rows of these documents; how many were dropped."""
         codes = np.asarray([self._code_of[d] for d in document_ids if d in self._code_of], dtype=np.int32)
+        self._masks.clear()
         for document_id in document_ids:
             self._code_of.pop(document_id, None)  # the code stays allotted to its (dead) rows
         if codes.size == 0:
@@ -316,6 +320,19 @@ class TextIndex:
         keep = self._alive
         self._chunk_ids, self._lengths = self._chunk_ids[keep], self._lengths[keep]
         self._codes, self._alive = self._codes[keep], self._alive[keep]
+
+    def _allowed(self, documents: Collection[str]) -> np.ndarray:
+        """A mask over document codes: True for those of `documents`."""
+        key = documents if isinstance(documents, frozenset) else None
+        mask = self._masks.get(key) if key is not None else None
+        if mask is None or mask.shape[0] < self._next_code:  # codes allotted since: made again
+            mask = np.zeros(self._next_code, dtype=bool)
+            mask[[self._code_of[d] for d in documents if d in self._code_of]] = True
+            if key is not None:
+                if len(self._masks) >= _KEPT_FILTERS:
+                    self._masks.clear()
+                self._masks[key] = mask
+        return mask
 
     def _code(self, document_id: str) -> int:
         code = self._code_of.get(document_id)
