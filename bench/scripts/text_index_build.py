@@ -27,6 +27,7 @@ import numpy as np
 
 from agentos.bench.ftsmicro import corpus, queries
 from agentos.knowledge import text_index
+from agentos.knowledge.words import batch_tokens, query_terms
 
 
 def load_module(path: str) -> ModuleType:
@@ -47,7 +48,7 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
 def steps(texts: list[str]) -> dict[str, float]:
     """CPU seconds of each step of this build, run one after the other as `add` runs them."""
     index = text_index.TextIndex()
-    words, _, tokenize = timed(lambda: text_index.batch_tokens(texts))
+    words, _, tokenize = timed(lambda: batch_tokens(texts))
     vocabulary = index._vocabulary
     _, _, lookup = timed(lambda: np.fromiter(map(vocabulary.__getitem__, words), dtype=np.int64, count=len(words)))
     (term_of, lengths), _, _ = timed(lambda: text_index.TextIndex()._term_ids(texts))
@@ -67,7 +68,7 @@ def agree(now: Any, before: Any, seed: int) -> int:
     group = {f"doc_{d:07d}" for d in range(0, 10_000, 10)}
     asked = 0
     for question in queries(200, seed):
-        terms = text_index.query_terms(question)
+        terms = query_terms(question)
         for allowed in (None, group):
             assert now.search(terms, 40, allowed) == before.search(terms, 40, allowed), question
             asked += 1

@@ -11,7 +11,8 @@ from tests.knowledge.test_storage import collection, indexed
 
 from agentos.bench.ftsrelevance import exhaustive_bm25, recall, reference_db
 from agentos.knowledge.sqlite_storage import SqliteKnowledgeStorage
-from agentos.knowledge.text_index import TextIndex, query_terms
+from agentos.knowledge.text_index import TextIndex
+from agentos.knowledge.words import query_terms
 
 WORDS = [f"w{i}" for i in range(30)]
 

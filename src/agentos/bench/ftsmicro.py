@@ -37,7 +37,7 @@ from agentos.knowledge.records import ChunkRow, Collection, DocumentRow
 from agentos.knowledge.service import KnowledgeService
 from agentos.knowledge.sqlite_storage import SqliteKnowledgeStorage
 from agentos.knowledge.storage import KnowledgeStorage
-from agentos.knowledge.text_index import query_terms
+from agentos.knowledge.words import query_terms
 
 TENANT = "bench"
 MODEL = "mock-embed"

@@ -16,7 +16,7 @@ from typing import Any
 
 from agentos.knowledge import filters
 from agentos.knowledge.indexes import IndexEntry
-from agentos.knowledge.text_index import query_terms
+from agentos.knowledge.words import query_terms
 
 
 def relevance(entry: IndexEntry, texts: list[str], path: Path) -> None:

@@ -31,7 +31,7 @@ from agentos.knowledge.metrics import KnowledgeCollector
 from agentos.knowledge.records import Collection, DocumentRow, Hit
 from agentos.knowledge.retrieval import candidates, fuse
 from agentos.knowledge.storage import KnowledgeStorage
-from agentos.knowledge.text_index import query_terms
+from agentos.knowledge.words import query_terms
 
 log = logging.getLogger("agentos.knowledge")
 

@@ -24,9 +24,7 @@ statistics are this collection's, not the file's (no other tenant sways them). A
 mask on the candidates, inside the search: a filtered query returns k hits whenever k matching
 chunks pass it. Ties by chunk id.
 
-Tokens: runs of letters and digits (`filters.words` reads the query the same way), lower-cased,
-accents folded, at most `filters.MAX_WORD` characters (a longer run is split), so a query word
-and the text's word agree exactly.
+Tokens: `agentos.knowledge.words`.
 
 Not thread-safe: the cache (`agentos.knowledge.indexes`) searches and changes an index under the
 entry's lock (or on the event loop only).
@@ -35,64 +33,19 @@ entry's lock (or on the event loop only).
 from __future__ import annotations
 
 import math
-import re
-import unicodedata
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from agentos.knowledge import filters
+from agentos.knowledge.words import END, batch_tokens
 
 K1 = 1.2
 B = 0.75
 MIN_IDF = 1e-6  # FTS5's floor for a word in half the rows or more
-_TOKEN = re.compile(rf"[^\W_]{{1,{filters.MAX_WORD}}}")
-# The same tokens in ASCII text, 40% faster to find (no Unicode class to test each character
-# against): most of a collection's first load is spent tokenizing its chunks.
-_ASCII_TOKEN = re.compile(rf"[a-z0-9]{{1,{filters.MAX_WORD}}}")
-# A batch is tokenized as one string, its texts joined by NUL: one `lower` and one `findall` for
-# the batch instead of one per chunk (0.29 against 0.46 s of CPU at 30,000 chunks). NUL is no
-# token character and is not case-ignorable, so each text's tokens (and `lower`'s context rules,
-# such as a final sigma) stop at it exactly as at the text's end; the patterns also match it, so
-# the token stream marks where each text ends.
-_END = "\x00"
-_BATCH_TOKEN = re.compile(rf"[^\W_]{{1,{filters.MAX_WORD}}}|{_END}")
-_ASCII_BATCH_TOKEN = re.compile(rf"[a-z0-9]{{1,{filters.MAX_WORD}}}|{_END}")
 _MAX_TF = np.iinfo(np.uint16).max
 _COMPACT_SHARE = 4  # rewrite without the dead rows once 1/4 of the rows are dead
 _KEPT_FILTERS = 16  # the allowed codes of this many document sets are kept (as VectorIndex keeps rows)
-
-
-def tokens(text: str) -> list[str]:
-    """The words of `text` as the index holds them."""
-    if text.isascii():
-        return _ASCII_TOKEN.findall(text.lower())
-    return _TOKEN.findall(_fold(text).lower())
-
-
-def query_terms(query: str) -> list[str]:
-    """The words a query searches (`filters.search_words`: stopwords out unless only stopwords),
-    folded like the text's, in the query's order, each once."""
-    folded = (_fold(w) if not w.isascii() else w for w in filters.search_words(query))
-    return list(dict.fromkeys(t for w in folded for t in _TOKEN.findall(w)))
-
-
-def _fold(text: str) -> str:
-    """Accents off (`é` -> `e`), as FTS5's unicode61 tokenizer does by default."""
-    decomposed = unicodedata.normalize("NFKD", text)
-    return "".join(c for c in decomposed if not unicodedata.combining(c))
-
-
-def batch_tokens(texts: Sequence[str]) -> list[str]:
-    """Every text's `tokens`, each text's followed by one `_END`, in one pass over the batch."""
-    joined = _END.join(texts) + _END
-    if joined.count(_END) != len(texts):  # a text holds a NUL: a separator like any other
-        joined = _END.join(t.replace(_END, " ") for t in texts) + _END
-    if joined.isascii():
-        return _ASCII_BATCH_TOKEN.findall(joined.lower())
-    folded = _END.join(t if t.isascii() else _fold(t) for t in joined[:-1].split(_END)) + _END
-    return _BATCH_TOKEN.findall(folded.lower())
 
 
 class _Vocabulary(dict[str, int]):
@@ -212,10 +165,10 @@ class TextIndex:
     def _term_ids(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(term id of every token, in order; tokens per text): the batch tokenized in one pass
         (`batch_tokens`), every token looked up by one `map` (a loop in C), the texts' ends
-        found in the ids (`_END` has a term id of its own, which no query word can look up)."""
+        found in the ids (`END` has a term id of its own, which no query word can look up)."""
         words = batch_tokens(texts)
         ids = np.fromiter(map(self._vocabulary.__getitem__, words), dtype=np.int64, count=len(words))
-        at_end = ids == self._vocabulary[_END]
+        at_end = ids == self._vocabulary[END]
         lengths = (np.diff(np.flatnonzero(at_end), prepend=-1) - 1).astype(np.int32)
         return ids[~at_end], lengths
 

@@ -131,7 +131,8 @@ async def _full_text_timing(
     here from the same chunks; the candidates of a top 10, the filter as the documents it
     allows), timed in process: the part of a query's latency the vector index does not explain."""
     from agentos.knowledge.retrieval import candidates
-    from agentos.knowledge.text_index import TextIndex, query_terms
+    from agentos.knowledge.text_index import TextIndex
+    from agentos.knowledge.words import query_terms
 
     batch = await storage.chunks_after(collection_id, 0)
     index = TextIndex()
