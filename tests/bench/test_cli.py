@@ -85,7 +85,7 @@ def test_bench_profiles_set_what_the_sweep_needs() -> None:
     for name, store in (("no-store", False), ("full-store", True), ("full-store-limits", True)):
         settings = load_settings(root / f"bench/profiles/{name}.toml")
         assert settings.store.enabled is store
-        assert settings.kernel.max_in_flight_turns == 0 and settings.kernel.concurrency_limit == 1000
+        assert settings.kernel.max_in_flight_turns == 0 and settings.kernel.concurrency_limit == 2000
     limits = load_settings(root / "bench/profiles/full-store-limits.toml").tenant_limits
     rates = [v for k, v in msgspec.structs.asdict(limits).items() if k != "weight"]
     assert min(rates) >= 1_000_000  # every limit set (so it runs), none near what a sweep offers

@@ -163,10 +163,10 @@ def test_a_profile_that_cannot_run_on_n_nodes_is_refused_in_one_line(
 
 def test_the_cluster_profile_has_the_baselines_kernel_and_both_services() -> None:
     settings = load_settings(ROOT / "bench/profiles/postgres-3node.toml")
-    assert settings.kernel.max_in_flight_turns == 0 and settings.kernel.concurrency_limit == 1000  # as full-store
+    assert settings.kernel.max_in_flight_turns == 0 and settings.kernel.concurrency_limit == 2000  # as full-store
     assert settings.store.enabled and settings.store.backend == "postgres" and settings.coordination.redis_url
     assert nodes_problem(settings, 3) is None
     limited = load_settings(ROOT / "bench/profiles/postgres-3node-limited.toml")
     assert limited.kernel.concurrency_limit == 64 and nodes_problem(limited, 3) is None
-    assert msgspec.structs.replace(limited.kernel, concurrency_limit=1000) == settings.kernel  # only the limit differs
+    assert msgspec.structs.replace(limited.kernel, concurrency_limit=2000) == settings.kernel  # only the limit differs
     assert (limited.store, limited.coordination) == (settings.store, settings.coordination)
