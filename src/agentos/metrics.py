@@ -100,7 +100,7 @@ class Metrics:
         )
         self.loop_lag_ms = Histogram(
             "agentos_event_loop_lag_ms",
-            "How late a 100 ms timer fires: the event loop's queueing delay",
+            "How late a probe timer fires: the event loop's queueing delay (10 Hz while it lags >= 1 ms, else 1 Hz)",
             buckets=_WAIT_BUCKETS + (2500, 5000),
             registry=r,
         )
