@@ -24,7 +24,14 @@ from agentos.bench.common.sse import SSEEvent
 from agentos.bench.peers.catalog import PEERS
 from agentos.bench.peers.cli import peer_names
 from agentos.bench.peers.launch import measure_peer, peers_status
-from agentos.bench.peers.targets import AgnoTarget, OpencodeTarget, agno_verdict
+from agentos.bench.peers.targets import (
+    AgnoTarget,
+    LangGraphTarget,
+    OpencodeTarget,
+    agno_verdict,
+    langgraph_run_body,
+    langgraph_verdict,
+)
 from agentos.bench.report.document import sweep_markdown
 from agentos.bench.report.overhead import overhead_rows
 from agentos.bench.report.peers_table import peers_section
@@ -125,6 +132,90 @@ async def test_opencode_first_token_is_its_own_messages_even_when_the_events_tra
         assert sample.ok and sample.ttft_s is not None and sample.ttft_s >= 0.14
 
 
+def _langgraph_frame(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: ".encode() + msgspec.json.encode(data) + b"\n\n"
+
+
+def _langgraph_token_data(content: str) -> str:  # as langgraph-api 0.16 sends a messages-tuple event
+    chunk = {"content": content, "type": "AIMessageChunk", "id": "lc_run--1", "tool_calls": [], "tool_call_chunks": []}
+    return msgspec.json.encode([chunk, {"langgraph_node": "answer", "thread_id": "t1"}]).decode()
+
+
+def _langgraph_token(content: str) -> bytes:
+    return f"event: messages\ndata: {_langgraph_token_data(content)}\n\n".encode()
+
+
+class _LangGraph:
+    """A run: metadata, the input state, an empty chunk, then at 0.1 s three tokens and the final
+    state; a thread whose input says "fail" gets an `error` event instead of tokens."""
+
+    def __init__(self) -> None:
+        self.bodies: list[Any] = []
+        self.deleted: list[str] = []
+
+    async def thread(self, request: web.Request) -> web.Response:
+        return web.json_response({"thread_id": "t1", "status": "idle"})
+
+    async def run(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.bodies.append(body)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(_langgraph_frame("metadata", {"run_id": "r1", "attempt": 1}))
+        await response.write(_langgraph_frame("values", body["input"]) + _langgraph_token(""))
+        await asyncio.sleep(0.1)
+        if body["input"]["messages"][0]["content"] == "fail":
+            await response.write(_langgraph_frame("error", {"error": "APIConnectionError", "message": "x"}))
+            return response
+        for _ in range(3):
+            await response.write(_langgraph_token("tok "))
+            await asyncio.sleep(0.02)
+        await response.write(_langgraph_frame("values", {"messages": [*body["input"]["messages"], {"type": "ai"}]}))
+        return response
+
+    async def delete(self, request: web.Request) -> web.Response:
+        self.deleted.append(request.match_info["id"])
+        return web.Response(status=204)
+
+
+@pytest.mark.parametrize(("message", "failure"), [("hello", None), ("fail", "turn_failed")])
+async def test_langgraph_turn_is_a_streamed_run_on_the_workers_thread(message: str, failure: str | None) -> None:
+    stub = _LangGraph()
+    app = web.Application()
+    app.router.add_post("/threads", stub.thread)
+    app.router.add_post("/threads/{id}/runs/stream", stub.run)
+    app.router.add_delete("/threads/{id}", stub.delete)
+    async with TestServer(app, host="127.0.0.1") as server, bench_http_session() as http:
+        target = LangGraphTarget(str(server.make_url("")).rstrip("/"), turn_input=message)
+        worker = await target.open_worker(http)
+        sample = await target.turn(http, worker, timeout_s=5.0)
+        await target.close_worker(http, worker)
+    assert (worker, stub.deleted, sample.failure) == ("t1", ["t1"], failure)
+    assert stub.bodies[0]["assistant_id"] == "bench" and "messages-tuple" in stub.bodies[0]["stream_mode"]
+    if failure is None:  # the empty chunk before the tokens is not the first token; the end waits for them
+        assert sample.ttft_s is not None and 0.1 <= sample.ttft_s < sample.turn_s and sample.turn_s >= 0.16
+    else:
+        assert sample.ttft_s is None
+
+
+def test_langgraph_verdicts() -> None:
+    token, empty = (SSEEvent("messages", _langgraph_token_data(text)) for text in ("a", ""))
+    values = SSEEvent("values", '{"messages": []}')
+    tool = SSEEvent("messages", '[{"content": "", "tool_call_chunks": [{"name": "f"}]}, {}]')
+    blocks = SSEEvent("messages", '[{"content": [{"type": "text", "text": "a"}]}, {}]')
+    verdicts = [langgraph_verdict(event) for event in (token, tool, blocks, empty, values)]
+    assert verdicts == ["first", "first", "first", None, None]
+    assert langgraph_verdict(values, seen_first=True) == "ok" and langgraph_verdict(token, seen_first=True) is None
+    assert langgraph_verdict(SSEEvent("error", '{"error": "x"}'), seen_first=True) == "turn_failed"
+    assert langgraph_verdict(SSEEvent("metadata", '{"run_id": "r"}')) is None
+
+
+def test_langgraph_run_body() -> None:
+    body = msgspec.json.decode(langgraph_run_body("hi", "g"))
+    assert body == {"assistant_id": "g", "input": {"messages": [{"role": "user", "content": "hi"}]},
+                    "stream_mode": ["messages-tuple", "values"]}  # fmt: skip
+
+
 async def test_a_missing_peer_is_not_measured_and_says_how_to_install(tmp_path: Path) -> None:
     async def never(target: Any, pid: int) -> None:
         raise AssertionError("a missing peer must not be measured")
@@ -134,7 +225,33 @@ async def test_a_missing_peer_is_not_measured_and_says_how_to_install(tmp_path: 
     assert (entry["measured"], entry["version"]) == (False, None)
     section = "\n".join(peers_section([entry]))
     assert "not measured (not installed in" in section and f"python3 -m venv {tmp_path / 'agno'}" in section
-    assert {p["name"] for p in peers_status(tmp_path)} == {*PEERS, "langgraph"}
+    assert {p["name"] for p in peers_status(tmp_path)} == {"agno", "opencode", "langgraph"} == set(PEERS)
+
+
+async def test_a_missing_langgraph_names_its_install_command(tmp_path: Path) -> None:
+    async def never(target: Any, pid: int) -> None:
+        raise AssertionError("a missing peer must not be measured")
+
+    (tmp_path / "langgraph").mkdir()  # a directory without the venv is not an install
+    async with bench_http_session() as http:
+        entry = await measure_peer("langgraph", tmp_path, "http://127.0.0.1:9/v1", tmp_path, http, never)
+    section = "\n".join(peers_section([entry]))
+    assert "LangGraph Server (`langgraph`)" in section and f"python3 -m venv {tmp_path / 'langgraph'}" in section
+    assert (
+        f"{tmp_path / 'langgraph'}/bin/pip install langgraph-api==" in section and "langgraph-cli[inmem]==" in section
+    )
+
+
+def test_langgraph_starts_its_dev_server_on_a_graph_file_it_writes(tmp_path: Path) -> None:
+    launch = PEERS["langgraph"].launch(tmp_path / "peers", "http://127.0.0.1:9/v1", 4321, tmp_path)
+    config = msgspec.json.decode((launch.cwd / "langgraph.json").read_bytes())
+    module, _, name = config["graphs"]["bench"].partition(":")
+    assert Path(module).is_file() and name == "graph" and launch.cwd.is_relative_to(tmp_path)
+    assert launch.argv[:2] == [str(tmp_path / "peers" / "langgraph" / "bin" / "langgraph"), "dev"]
+    assert {"--no-reload", "--no-browser"} <= set(launch.argv) and launch.argv[
+        launch.argv.index("--port") + 1
+    ] == "4321"
+    assert launch.env["AGENTOS_BENCH_MOCK_URL"] == "http://127.0.0.1:9/v1" and launch.ready_path == "/ok"
 
 
 def test_peer_rows_are_set_against_the_direct_row() -> None:
@@ -155,5 +272,6 @@ def test_peer_rows_are_set_against_the_direct_row() -> None:
 def test_peer_names_are_checked() -> None:
     assert peer_names("agno, opencode") == ["agno", "opencode"]
     assert peer_names("") == []
-    with pytest.raises(SystemExit, match="no adapter for langgraph"):
-        peer_names("agno,langgraph")
+    assert peer_names("langgraph") == ["langgraph"]
+    with pytest.raises(SystemExit, match="no adapter for crewai"):
+        peer_names("agno,crewai")

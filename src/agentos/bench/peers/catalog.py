@@ -12,11 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from agentos.bench.peers.targets import AgnoTarget, OpencodeTarget, PeerTarget
+from agentos.bench.peers.targets import AgnoTarget, LangGraphTarget, OpencodeTarget, PeerTarget
 
 PEERS_DIR_ENV = "AGENTOS_BENCH_PEERS_DIR"
 AGNO_VERSION = "3.1.10"  # the versions the committed comparison ran; others may work
 OPENCODE_VERSION = "1.18.33"
+LANGGRAPH_API_VERSION = "0.16.7"  # the server; the CLI that starts it and the graph's packages:
+LANGGRAPH_PACKAGES = ("langgraph-cli[inmem]==0.4.40", "langgraph==1.2.24", "langchain-openai==1.8.1")
+LANGGRAPH_JOBS = 1000  # concurrent runs: `langgraph dev` runs 1 at a time unless told (the image: 10)
 
 
 def default_peers_dir() -> Path:
@@ -123,7 +126,47 @@ class Opencode:
         }
 
 
-PEERS: dict[str, Peer] = {peer.name: peer for peer in (Agno(), Opencode())}
-NOT_BUILT = {  # peers the issue names that have no adapter yet, and why
-    "langgraph": "LangGraph server: no adapter yet (it needs a graph project and `langgraph dev`/the API server)",
-}
+class LangGraph:
+    name = "langgraph"
+    title = "LangGraph Server"
+    setup = (
+        "`langgraph dev --no-reload` (langgraph-api, in-memory runtime), one graph of one node calling the mock "
+        "through ChatOpenAI, streamed; a thread per session, its history sent on every turn; up to "
+        f"{LANGGRAPH_JOBS} runs at once, one process"
+    )
+
+    def version(self, peers_dir: Path) -> str | None:
+        site = peers_dir / self.name / "lib"
+        found = sorted(site.glob("python3*/site-packages/langgraph_api-*.dist-info"))
+        if not (found and (peers_dir / self.name / "bin" / "langgraph").exists()):
+            return None
+        return found[-1].name.removeprefix("langgraph_api-").removesuffix(".dist-info")
+
+    def install(self, peers_dir: Path) -> list[str]:
+        home = peers_dir / self.name
+        packages = " ".join(f"'{package}'" for package in LANGGRAPH_PACKAGES)
+        return [f"python3 -m venv {home}", f"{home}/bin/pip install langgraph-api=={LANGGRAPH_API_VERSION} {packages}"]
+
+    def launch(self, peers_dir: Path, mock_url: str, port: int, run_dir: Path) -> Launch:
+        project = run_dir / "langgraph-project"  # the server keeps its in-memory store's files here
+        project.mkdir(parents=True, exist_ok=True)
+        graph = Path(__file__).with_name("langgraph_app.py")
+        config = {"graphs": {"bench": f"{graph}:graph"}, "dependencies": ["."]}
+        (project / "langgraph.json").write_text(json.dumps(config))
+        argv = [str(peers_dir / self.name / "bin" / "langgraph"), "dev", "--no-browser", "--no-reload"]
+        argv += ["--host", "127.0.0.1", "--port", str(port), "--n-jobs-per-worker", str(LANGGRAPH_JOBS)]
+        env = {
+            "AGENTOS_BENCH_MOCK_URL": mock_url,  # read by langgraph_app.py
+            "LOG_LEVEL": "WARNING",  # not its per-run info lines (Agno runs at warning too)
+            "LANGSMITH_TRACING": "false",
+            "LANGCHAIN_TRACING_V2": "false",
+            "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+        }
+        return Launch(argv=argv + ["--config", "langgraph.json"], env=env, cwd=project, ready_path="/ok")
+
+    def target(self, base_url: str) -> PeerTarget:
+        return LangGraphTarget(base_url)
+
+
+PEERS: dict[str, Peer] = {peer.name: peer for peer in (Agno(), Opencode(), LangGraph())}
+NOT_BUILT: dict[str, str] = {}  # peers the issue names that have no adapter yet, and why

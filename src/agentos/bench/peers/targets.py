@@ -8,6 +8,11 @@
   one event stream (`GET /event`, every session's events): the arrival of the first
   `message.part.delta` of the assistant message the answer names is the turn's first token (what
   opencode's own clients show). One reader serves every worker.
+- LangGraph Server: `POST /threads` opens a worker's thread; a turn is
+  `POST /threads/{id}/runs/stream` with `stream_mode` `messages-tuple` and `values` (what
+  LangGraph's `useStream` client asks for), answered as SSE: the first `messages` event with
+  content is the first token, the `values` event after it (the thread's state once the run is
+  done) the end, `error` a failed run.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlencode
 
 import aiohttp
@@ -26,6 +31,7 @@ from agentos.bench.load.targets import EventVerdict, FailureKind, Target, TurnSa
 
 _AGNO_TERMINAL: dict[str, EventVerdict] = {"RunCompleted": "ok", "RunError": "turn_failed", "RunCancelled": "cancelled"}
 _FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+_LANGGRAPH_STREAM_MODES = ["messages-tuple", "values"]
 _LATE_FIRST_S = 2.0  # opencode: how long the event of the first token may trail the message's answer
 
 
@@ -183,3 +189,64 @@ class OpencodeTarget:
                 waiter.set_result(now)
         else:
             self._first_seen.setdefault(message, now)
+
+
+class _LangGraphChunk(msgspec.Struct):
+    content: str | list[Any] = ""  # a string, or content blocks
+    tool_call_chunks: list[Any] = []
+
+
+_LANGGRAPH_MESSAGE = msgspec.json.Decoder(tuple[_LangGraphChunk, msgspec.Raw])  # [chunk, metadata]
+
+
+def langgraph_verdict(event: SSEEvent, seen_first: bool = False) -> EventVerdict:
+    """LangGraph's run stream has no end event: with `values` asked for, the thread's state comes
+    once before the model's tokens (the input) and once after them (the run done). A run whose
+    model sends no content never reaches "first", so its stream ends as a `stream_break`."""
+    if event.event == "error":
+        return "turn_failed"
+    if event.event == "values":
+        return "ok" if seen_first else None
+    if event.event != "messages" or seen_first:
+        return None  # metadata, or a token after the first: nothing to decode
+    chunk, _ = _LANGGRAPH_MESSAGE.decode(event.data)
+    return "first" if chunk.content or chunk.tool_call_chunks else None
+
+
+def langgraph_run_body(turn_input: str, assistant_id: str) -> bytes:
+    """A run of the graph `assistant_id` on the thread with one user message, streamed per token."""
+    message = {"role": "user", "content": turn_input}
+    return msgspec.json.encode(
+        {"assistant_id": assistant_id, "input": {"messages": [message]}, "stream_mode": _LANGGRAPH_STREAM_MODES}
+    )
+
+
+class LangGraphTarget:
+    """LangGraph Server's threads and streamed runs: a thread per worker, a run per turn."""
+
+    name = "langgraph"
+
+    def __init__(self, base_url: str, turn_input: str = "hello", assistant_id: str = "bench") -> None:
+        self.base_url = base_url.rstrip("/")
+        self._body = langgraph_run_body(turn_input, assistant_id)
+
+    async def start(self, http: aiohttp.ClientSession) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    async def open_worker(self, http: aiohttp.ClientSession) -> str | None:
+        async with http.post(f"{self.base_url}/threads", json={}) as response:
+            if response.status != 200:
+                raise RuntimeError(f"LangGraph refused a thread: {response.status}")
+            return str((await response.json())["thread_id"])
+
+    async def turn(self, http: aiohttp.ClientSession, worker: str | None, timeout_s: float) -> TurnSample:
+        url = f"{self.base_url}/threads/{worker}/runs/stream"
+        return await timed_stream(http, url, self._body, timeout_s, langgraph_verdict)
+
+    async def close_worker(self, http: aiohttp.ClientSession, worker: str | None) -> None:
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with http.delete(f"{self.base_url}/threads/{worker}") as response:
+                await response.read()
