@@ -27,6 +27,7 @@ import numpy as np
 
 from agentos.bench.ftsmicro import corpus, queries
 from agentos.knowledge import text_index
+from agentos.knowledge.postings import batch_segment
 from agentos.knowledge.words import batch_tokens, query_terms
 
 
@@ -52,7 +53,7 @@ def steps(texts: list[str]) -> dict[str, float]:
     vocabulary = index._vocabulary
     _, _, lookup = timed(lambda: np.fromiter(map(vocabulary.__getitem__, words), dtype=np.int64, count=len(words)))
     (term_of, lengths), _, _ = timed(lambda: text_index.TextIndex()._term_ids(texts))
-    _, _, postings = timed(lambda: text_index.TextIndex._postings(term_of, lengths, 0))
+    _, _, postings = timed(lambda: batch_segment(term_of, lengths, 0))
     return {"tokenize": tokenize, "term ids": lookup, "postings": postings}
 
 

@@ -13,8 +13,9 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 import pytest
 
-from agentos.api.docs import ASSETS, accepts_gzip
+from agentos.api.docs import ASSETS
 from agentos.api.openapi import OPENAPI
+from agentos.api.static_assets import accepts_gzip
 from agentos.testing import RunningServer
 from tests.api.helpers import expect_error
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from agentos.api.docs import Asset, serve_asset
-from agentos.errors import NotFound
+from agentos.api.static_assets import Asset, named_asset, serve_asset
 
 routes = web.RouteTableDef()
 
@@ -50,9 +49,5 @@ async def console_page(request: web.Request) -> web.Response:
 @routes.get("/console/{asset}")
 async def console_asset(request: web.Request) -> web.Response:
     """Raises: NotFound: not one of `ASSETS`."""
-    name = request.match_info["asset"]
-    asset = ASSETS.get(name)
-    if asset is None:
-        raise NotFound(f"no asset {name!r} under /console")
     # no-cache: the files are not content-hashed, and a server upgrade must not meet old scripts
-    return serve_asset(request, asset, cache_control="no-cache")
+    return serve_asset(request, named_asset(request, ASSETS, "/console"), cache_control="no-cache")

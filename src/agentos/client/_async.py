@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator, Mapping
 from types import TracebackType
 from typing import Any
-from urllib.parse import quote
 
 import msgspec
 
-from agentos.client._errors import ProtocolError, StreamError, TransportError
-from agentos.client._http import Params, Transport, decode
+from agentos.client._errors import TransportError
+from agentos.client._http import Params, Transport, decode, event_data, url_path
+from agentos.client._run_events import Reconnects, resumed_run_events
 from agentos.client._types import (
     Message,
     Page,
@@ -23,23 +22,17 @@ from agentos.client._types import (
     TurnEvent,
     TurnResult,
 )
-from agentos.providers.sse_parser import SSEEvent
 
 DEFAULT_TIMEOUT_S = 30.0
 # The server sends a comment every 15 s on an idle run stream; four missed ones mean it is gone.
 DEFAULT_STREAM_IDLE_TIMEOUT_S = 60.0
 DEFAULT_MAX_RECONNECTS = 3
 DEFAULT_RECONNECT_DELAY_S = 0.5
-_MAX_RECONNECT_DELAY_S = 8.0
 
 
 class _TurnCancel(msgspec.Struct):
     cancelled: bool
     turn_id: str | None = None
-
-
-def _path(template: str, *parts: str) -> str:
-    return template.format(*(quote(part, safe="") for part in parts))
 
 
 def _params(**values: str | int | None) -> Params:
@@ -78,9 +71,7 @@ class AsyncClient:
         reconnect_delay_s: float = DEFAULT_RECONNECT_DELAY_S,
     ) -> None:
         self._http = Transport(base_url, token=token, timeout_s=timeout_s)
-        self._idle_timeout_s = stream_idle_timeout_s
-        self._max_reconnects = max_reconnects
-        self._reconnect_delay_s = reconnect_delay_s
+        self._reconnects = Reconnects(stream_idle_timeout_s, max_reconnects, reconnect_delay_s)
 
     @property
     def base_url(self) -> str:
@@ -115,7 +106,7 @@ class AsyncClient:
 
     async def get_session(self, session_id: str) -> Session:
         """Raises: APIError: 404 `session_not_found`."""
-        return await self._http.call("GET", _path("/v1/sessions/{}", session_id), Session)
+        return await self._http.call("GET", url_path("/v1/sessions/{}", session_id), Session)
 
     async def list_sessions(self, limit: int | None = None, after: str | None = None) -> Page[Session]:
         """One page of sessions, oldest first; `after`: the previous page's `next_cursor`."""
@@ -123,18 +114,18 @@ class AsyncClient:
 
     async def delete_session(self, session_id: str) -> None:
         """Delete a session (its running turn is cancelled). Raises: APIError: 404 `session_not_found`."""
-        await self._http.call("DELETE", _path("/v1/sessions/{}", session_id), type(None))
+        await self._http.call("DELETE", url_path("/v1/sessions/{}", session_id), type(None))
 
     async def messages(self, session_id: str, *, after: int | None = None, limit: int | None = None) -> Page[Message]:
         """The session's transcript, one page. Raises: APIError: 404 `session_not_found`."""
-        path = _path("/v1/sessions/{}/messages", session_id)
+        path = url_path("/v1/sessions/{}/messages", session_id)
         return await self._http.call("GET", path, Page[Message], params=_params(after=after, limit=limit))
 
     async def events(
         self, session_id: str, *, after: int | None = None, limit: int | None = None
     ) -> Page[SessionEvent]:
         """The session's stored turn events, one page. Raises: APIError: 404 `session_not_found`."""
-        path = _path("/v1/sessions/{}/events", session_id)
+        path = url_path("/v1/sessions/{}/events", session_id)
         return await self._http.call("GET", path, Page[SessionEvent], params=_params(after=after, limit=limit))
 
     # --- turns ---
@@ -146,7 +137,7 @@ class AsyncClient:
             APIError: 404 `session_not_found`, 422 `invalid_input`, 429 `overloaded` (with
                 `retry_after_s`), 503 `shutting_down`.
         """
-        path = _path("/v1/sessions/{}/turns", session_id)
+        path = url_path("/v1/sessions/{}/turns", session_id)
         return await self._http.call("POST", path, TurnResult, body={"input": text})
 
     async def stream_turn(self, session_id: str, text: str) -> AsyncGenerator[TurnEvent, None]:
@@ -160,10 +151,10 @@ class AsyncClient:
             TransportError: the connection broke mid-turn (a turn stream cannot be resumed; its
                 outcome is in `messages` and `events`).
         """
-        path = _path("/v1/sessions/{}/turns", session_id)
+        path = url_path("/v1/sessions/{}/turns", session_id)
         async with self._http.stream("POST", path, body={"input": text}) as events:
             async for sse in events:
-                event = TurnEvent(sse.event, sse.id, _data(sse))
+                event = TurnEvent(sse.event, sse.id, event_data(sse))
                 yield event
                 if event.terminal:
                     return
@@ -174,7 +165,7 @@ class AsyncClient:
 
         Raises: APIError: 404 `session_not_found`.
         """
-        answer = await self._http.call("DELETE", _path("/v1/sessions/{}/turn", session_id), _TurnCancel)
+        answer = await self._http.call("DELETE", url_path("/v1/sessions/{}/turn", session_id), _TurnCancel)
         return answer.turn_id if answer.cancelled else None
 
     # --- agents ---
@@ -192,7 +183,7 @@ class AsyncClient:
 
     async def get_agent(self, name: str) -> dict[str, Any]:
         """Raises: APIError: 404 `agent_not_found`."""
-        return await self._http.call("GET", _path("/v1/agents/{}", name), dict[str, Any])
+        return await self._http.call("GET", url_path("/v1/agents/{}", name), dict[str, Any])
 
     # --- runs ---
 
@@ -204,11 +195,11 @@ class AsyncClient:
                 `retry_after_s`), 503 `shutting_down`.
         """
         body: dict[str, Any] = {"input": text} | ({} if session_id is None else {"session_id": session_id})
-        return await self._http.call("POST", _path("/v1/agents/{}/runs", agent), RunRef, body=body)
+        return await self._http.call("POST", url_path("/v1/agents/{}/runs", agent), RunRef, body=body)
 
     async def get_run(self, run_id: str) -> Run:
         """Raises: APIError: 404 `run_not_found`."""
-        return await self._http.call("GET", _path("/v1/runs/{}", run_id), Run)
+        return await self._http.call("GET", url_path("/v1/runs/{}", run_id), Run)
 
     async def list_runs(
         self, *, status: str | None = None, agent: str | None = None, session_id: str | None = None,
@@ -221,11 +212,11 @@ class AsyncClient:
 
     async def cancel_run(self, run_id: str) -> Run:
         """Soft cancel: a working run stops before its next step, a waiting one at once."""
-        return await self._http.call("POST", _path("/v1/runs/{}/cancel", run_id), Run)
+        return await self._http.call("POST", url_path("/v1/runs/{}/cancel", run_id), Run)
 
     async def terminate_run(self, run_id: str) -> Run:
         """Hard stop in any state; returns once the run has ended."""
-        return await self._http.call("POST", _path("/v1/runs/{}/terminate", run_id), Run)
+        return await self._http.call("POST", url_path("/v1/runs/{}/terminate", run_id), Run)
 
     async def answer(
         self, run_id: str, operation_id: str, answer: str = "", *, approve: bool | None = None,
@@ -240,9 +231,9 @@ class AsyncClient:
         """
         body: dict[str, Any] = {"operation_id": operation_id, "answer": answer}
         body |= {k: v for k, v in (("approve", approve), ("args_hash", args_hash)) if v is not None}
-        return await self._http.call("POST", _path("/v1/runs/{}/answer", run_id), Run, body=body)
+        return await self._http.call("POST", url_path("/v1/runs/{}/answer", run_id), Run, body=body)
 
-    async def run_events(self, run_id: str, after: int | None = None) -> AsyncGenerator[RunEvent, None]:
+    def run_events(self, run_id: str, after: int | None = None) -> AsyncGenerator[RunEvent, None]:
         """The run's events after seq `after` (None: from its start), stored then live, until the
         terminal one (`run.completed`, `run.failed`, `run.cancelled`).
 
@@ -254,51 +245,4 @@ class AsyncClient:
             APIError: 404 `run_not_found` (or any refusal of a reconnect).
             StreamError: the stream kept failing (`stream_broken`, or the server's own code).
         """
-        last = after
-        failures = 0
-        while True:
-            received = False
-            try:
-                async for event in self._run_events_once(run_id, last):
-                    received = True
-                    last = event.seq if event.seq is not None else last
-                    yield event
-                    if event.terminal:
-                        return
-                error = StreamError("stream_broken", f"the events of run {run_id!r} ended before the run did")
-            except TransportError as exc:
-                error = StreamError("stream_broken", str(exc))
-                error.__cause__ = exc
-            except StreamError as exc:
-                error = exc
-            failures = 0 if received else failures + 1
-            if failures > self._max_reconnects:
-                raise error
-            await asyncio.sleep(min(self._reconnect_delay_s * 2**failures, _MAX_RECONNECT_DELAY_S))
-
-    async def _run_events_once(self, run_id: str, after: int | None) -> AsyncGenerator[RunEvent, None]:
-        """One connection's events. Raises: StreamError: the server sent its `error` event."""
-        headers = {} if after is None else {"Last-Event-ID": str(after)}
-        path = _path("/v1/runs/{}/events", run_id)
-        async with self._http.stream("GET", path, headers=headers, idle_timeout_s=self._idle_timeout_s) as events:
-            async for sse in events:
-                data = _data(sse)
-                if sse.event == "error":  # the stream failed, not the run: no id, resume after the last one
-                    raise StreamError(str(data.get("code", "error")), str(data.get("message", "")),
-                                      error_id=data.get("error_id"))  # fmt: skip
-                yield RunEvent(sse.event, _seq(sse), data)
-
-
-def _seq(sse: SSEEvent) -> int | None:
-    """Raises: ProtocolError: an `id:` that is not a seq."""
-    # The parser keeps the last id for an event sent without one (a live token): not its seq.
-    if sse.event == "token" or sse.id is None:
-        return None
-    try:
-        return int(sse.id)
-    except ValueError:
-        raise ProtocolError(f"a run event's id must be its seq, got {sse.id!r}") from None
-
-
-def _data(sse: SSEEvent) -> dict[str, Any]:
-    return decode(sse.data, dict[str, Any])
+        return resumed_run_events(self._http, run_id, after, self._reconnects)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import aiohttp
 import msgspec
@@ -138,6 +139,16 @@ def decode(raw: bytes | str, kind: type[T]) -> T:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
         raise ProtocolError(f"unexpected answer from the server ({exc})") from None
+
+
+def event_data(sse: SSEEvent) -> dict[str, Any]:
+    """An SSE event's data, a JSON object. Raises: ProtocolError: it is not one."""
+    return decode(sse.data, dict[str, Any])
+
+
+def url_path(template: str, *parts: str) -> str:
+    """`template` with each `{}` replaced by a part, all of it quoted (a `/` in an id is escaped)."""
+    return template.format(*(quote(part, safe="") for part in parts))
 
 
 def _encode(body: Any) -> tuple[bytes | None, Mapping[str, str]]:

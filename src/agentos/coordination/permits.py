@@ -9,11 +9,11 @@ task per node renews for all its holders every lease/3, in one script call.
 Waiting. When the cluster is full, this node's waiters stand in one line in the order their
 kernel permits were granted (so the kernel's fair order is kept on the node). The line is tried
 from its head, one acquire each, until Redis says "full"; a waiter whose tenant is at its cap is
-skipped for that pass. A pass runs when a slot may have freed: a release on this node, a
-"released" message over the bus from any node, or, as a bound on a lost message, every
-`RETRY_S`. Nobody polls tightly, and a wait ends at its deadline (`kernel.permit_wait_timeout_s`
-from the turn's submission) with the same `ProviderLimitTimeout` as a kernel permit that never
-came.
+skipped for that pass (the line: `coordination.permit_line`). A pass runs when a slot may have
+freed: a release on this node, a "released" message over the bus from any node, or, as a bound
+on a lost message, every `RETRY_S`. Nobody polls tightly, and a wait ends at its deadline
+(`kernel.permit_wait_timeout_s` from the turn's submission) with the same
+`ProviderLimitTimeout` as a kernel permit that never came.
 
 Redis down (`Link.call` answers None). The node grants from its share of the limit,
 `ceil(limit / coordination.expected_nodes)`, counting every stream it has open, those granted by
@@ -49,8 +49,8 @@ from agentos.coordination.batches import Batches
 from agentos.coordination.bus import Bus
 from agentos.coordination.link import Link
 from agentos.coordination.node import node_id
-from agentos.coordination.semaphore import CAPPED, FULL, GRANTED, RELEASED_CHANNEL, RedisSemaphore
-from agentos.errors import ProviderLimitTimeout
+from agentos.coordination.permit_line import PermitLine
+from agentos.coordination.semaphore import FULL, GRANTED, RELEASED_CHANNEL, RedisSemaphore
 
 log = logging.getLogger("agentos.coordination")
 
@@ -83,9 +83,7 @@ class ClusterPermits:
         self._lease_s = lease_s
         self._retry_s = retry_s
         self.held: dict[str, str] = {}  # stream id -> tenant: this node's open streams
-        self._line: dict[str, tuple[str, bool, asyncio.Future[None]]] = {}  # stream -> (tenant, shared, grant)
-        self._pumping = False
-        self._again = False
+        self._line = PermitLine(self._try, self.release, self._spawn)
         self._tasks: set[asyncio.Task[None]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
         self._unsubscribe: Callable[[], None] | None = None
@@ -106,7 +104,7 @@ class ClusterPermits:
 
     async def start(self) -> None:
         if self._bus is not None:
-            self._unsubscribe = await self._bus.subscribe(RELEASED_CHANNEL, lambda _: self._kick())
+            self._unsubscribe = await self._bus.subscribe(RELEASED_CHANNEL, lambda _: self._line.kick())
             # A broken subscriber connection is how a node hears of a Redis restart first: its
             # streams go back into Redis now, not at the next heartbeat.
             self._bus.on_reconnect(lambda: self._spawn(self._count_again()))
@@ -138,23 +136,7 @@ class ClusterPermits:
         """
         if not self._line and await self._try(stream_id, tenant, shared) == GRANTED:
             return  # the common case: one round trip
-        grant: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._line[stream_id] = (tenant, shared, grant)
-        self._kick()  # a slot may have freed since the try above
-        try:
-            async with asyncio.timeout(max(0.0, timeout_s)):
-                await asyncio.shield(grant)  # shielded: a pass resolves it, the timeout must not
-        except TimeoutError:
-            if not (grant.done() and not grant.cancelled()):
-                raise ProviderLimitTimeout("no provider permit in time") from None
-        except BaseException:
-            if grant.done() and not grant.cancelled():  # granted as the wait was cancelled
-                self.release(stream_id)
-            raise
-        finally:
-            self._line.pop(stream_id, None)
-            if not grant.done():
-                grant.cancel()  # a pass that is granting it right now gives the slot back
+        await self._line.wait(stream_id, tenant, shared, timeout_s)
 
     def release(self, stream_id: str) -> None:
         """Give the stream's slot back (a no-op for a stream without one). Redis is told in the
@@ -177,7 +159,7 @@ class ClusterPermits:
                 self._unreleased.add(member)  # told again when Redis answers
         else:
             self._unreleased.discard(member)
-        self._kick()  # our own waiters need no message from Redis
+        self._line.kick()  # our own waiters need no message from Redis
 
     async def _release_batch(self, members: list[str]) -> list[int] | None:
         freed = await self._link.call(lambda: self._semaphore.release_many(members))
@@ -204,43 +186,6 @@ class ClusterPermits:
                 self.held[stream_id] = tenant
         return answer
 
-    def _kick(self) -> None:
-        """Run a pass over the line now (or again after the running one)."""
-        if not self._line:
-            return
-        if self._pumping:
-            self._again = True
-            return
-        self._pumping = True  # now, not when the task starts: one pass at a time
-        self._spawn(self._pump())
-
-    async def _pump(self) -> None:
-        try:
-            for _ in range(1000):  # bounded; each pass needs a new kick to be repeated
-                self._again = False
-                await self._pass()
-                if not self._again:
-                    return
-        finally:
-            self._pumping = False
-
-    async def _pass(self) -> None:
-        """Try the line from its head until the cluster is full; skip capped tenants."""
-        capped: set[str] = set()
-        for stream_id, (tenant, shared, grant) in list(self._line.items()):
-            if grant.done() or tenant in capped or stream_id not in self._line:
-                continue
-            status = await self._try(stream_id, tenant, shared)
-            if status == GRANTED:
-                if grant.cancelled():  # the waiter gave up during the call
-                    self.release(stream_id)
-                else:
-                    grant.set_result(None)
-            elif status == CAPPED:
-                capped.add(tenant)
-            else:
-                return
-
     async def _beat(self) -> None:
         """The heartbeat, and the bounded retry of a waiting line."""
         every = self._lease_s / 3
@@ -253,7 +198,7 @@ class ClusterPermits:
                 except Exception:  # Redis errors are the link's; anything else is a bug, not a stop
                     log.exception("coordination: the provider slots' heartbeat failed")
             await asyncio.sleep(min(self._retry_s, every))
-            self._kick()
+            self._line.kick()
 
     async def _count_again(self) -> None:
         """After the bus reconnected: put this node's streams back into Redis now. The link's

@@ -1,5 +1,6 @@
-"""Metadata filters and full-text words: parsed and checked once, at the edge, then turned
-into SQL for each store or evaluated in Python (the vector search's mask).
+"""Metadata filters and full-text words: parsed and checked once, at the edge, then evaluated
+in Python (the in-memory indexes' document masks) or, for the bench's FTS5 reference
+(`agentos.bench.ftsrelevance`), turned into SQLite SQL.
 
 A filter is `{"key": value, ...}`: every key must match. A value is a string, a number or a
 boolean, compared for equality with the document's metadata value of that key, or
@@ -7,21 +8,20 @@ boolean, compared for equality with the document's metadata value of that key, o
 equal `1`; `1` equals `1.0` (JSON has one number type). A document without the key, or with a
 list, object or null there, does not match.
 
-Why here and not in each store: the SQL of both stores and the in-memory mask must agree on
-exactly these rules, and user input must reach SQL only as bound parameters (`key` goes in as
-a parameter too, never into the statement text).
+Why here and not in each index: the in-memory masks and the SQL must agree on exactly these
+rules, and user input must reach SQL only as bound parameters (`key` goes in as a parameter too,
+never into the statement text).
 
 Full text: `words()` keeps the letters and digits of the user's query (every other character,
-`"`, `*`, `-`, `(`, `NEAR`'s parentheses, is a separator), so no query syntax of FTS5 or
-tsquery is ever passed through; the stores OR the words (any word matches). English stopwords
-are left out of the search (`search_words`) on both stores alike: they match nearly every chunk,
-so searching them costs a walk over most of the index and ranks nothing (their weight in bm25 is
-about zero); a query made only of stopwords still searches them.
+`"`, `*`, `-`, `(`, `NEAR`'s parentheses, is a separator), so no query syntax is ever passed
+through; a search ORs the words (any word matches). English stopwords are left out of the
+search (`search_words`): they match nearly every chunk, so searching them costs a walk over most
+of the index and ranks nothing (their weight in bm25 is about zero); a query made only of
+stopwords still searches them.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -246,27 +246,6 @@ def _sqlite_kind(value: Scalar) -> tuple[str, Any]:
     return "'integer', 'real'", value
 
 
-def pg_where(
-    metadata_filter: Mapping[str, Any] | None, first_param: int, column: str = "d.metadata"
-) -> tuple[str, list[Any]]:
-    """The filter as a PostgreSQL condition on a jsonb `column` ("TRUE" for none) with
-    parameters numbered from `first_param`. jsonb equality already keeps types apart and
-    compares numbers by value."""
-    parsed = _as_parsed(metadata_filter)
-    if not parsed:
-        return "TRUE", []
-    clauses, params, n = [], [], first_param
-    for key, values in parsed.items():
-        clauses.append(f"({column} -> ${n}::text) = ANY(${n + 1}::jsonb[])")
-        params += [key, [_json(v) for v in values]]
-        n += 2
-    return " AND ".join(clauses), params
-
-
-def _json(value: Scalar) -> str:
-    return json.dumps(value)
-
-
 # --- full text ---------------------------------------------------------------------------
 
 
@@ -292,13 +271,3 @@ def search_words(query: str) -> list[str]:
 def fts5_or(searched: list[str]) -> str:
     """An FTS5 MATCH expression of `search_words` output: each quoted (a word holds no quote), OR-ed."""
     return " OR ".join(f'"{w}"' for w in searched)
-
-
-def fts5_query(query: str) -> str:
-    """An FTS5 MATCH expression of the query's `search_words`; "" for none."""
-    return fts5_or(search_words(query))
-
-
-def tsquery_text(query: str) -> str:
-    """The text of `to_tsquery('simple', ...)`: the `search_words` quoted as lexemes, OR-ed; "" for none."""
-    return " | ".join(f"'{w}'" for w in search_words(query))

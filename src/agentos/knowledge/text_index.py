@@ -9,10 +9,8 @@ some tens of nanoseconds per posting instead (a query of 176,000 postings: 3.4 m
 bench machine), and it is exhaustive: the top k is exactly BM25's, with no approximation to measure.
 
 Layout. Rows are chunks in the order added (chunk ids increasing). Each batch added becomes a
-segment: for every term (an id into one vocabulary), its rows (int32) and term frequencies
-(uint16), sorted by term (CSR: `terms`, `starts`). Segments are merged like a binary counter
-(the last two while the older is no larger), so a collection filled batch by batch holds
-O(log n) segments and each posting is copied O(log n) times.
+segment of postings (term id -> rows, term frequencies), merged like a binary counter so a
+collection holds O(log n) of them: `agentos.knowledge.postings`.
 
 Deletions mark rows dead; a dead row's postings are skipped (so document frequencies, the row
 count and the average length are those of the live rows only, exactly as if the row were never
@@ -34,16 +32,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
+from agentos.knowledge.postings import Segment, append_segment, batch_segment, merged
 from agentos.knowledge.words import END, batch_tokens
 
 K1 = 1.2
 B = 0.75
 MIN_IDF = 1e-6  # FTS5's floor for a word in half the rows or more
-_MAX_TF = np.iinfo(np.uint16).max
 _COMPACT_SHARE = 4  # rewrite without the dead rows once 1/4 of the rows are dead
 _KEPT_FILTERS = 16  # the allowed codes of this many document sets are kept (as VectorIndex keeps rows)
 
@@ -56,45 +53,6 @@ class _Vocabulary(dict[str, int]):
     def __missing__(self, word: str) -> int:
         term = self[word] = len(self)
         return term
-
-
-@dataclass(frozen=True, slots=True)
-class _Segment:
-    terms: np.ndarray  # int32, sorted: the terms with postings here
-    starts: np.ndarray  # int64, len(terms) + 1: term i's postings are [starts[i], starts[i + 1])
-    rows: np.ndarray  # int32
-    tfs: np.ndarray  # uint16
-
-    @property
-    def size(self) -> int:
-        return int(self.rows.shape[0])
-
-    def postings(self, term: int) -> tuple[np.ndarray, np.ndarray] | None:
-        at = int(np.searchsorted(self.terms, term))
-        if at == self.terms.shape[0] or self.terms[at] != term:
-            return None
-        lo, hi = int(self.starts[at]), int(self.starts[at + 1])
-        return self.rows[lo:hi], self.tfs[lo:hi]
-
-    def expanded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(term of each posting, rows, tfs)."""
-        return np.repeat(self.terms, np.diff(self.starts)), self.rows, self.tfs
-
-
-def _segment(term_of: np.ndarray, rows: np.ndarray, tfs: np.ndarray) -> _Segment:
-    """A segment of postings already sorted by (term, row)."""
-    first = np.flatnonzero(np.diff(term_of, prepend=-1)) if term_of.shape[0] else np.zeros(0, dtype=np.int64)
-    starts = np.append(first, term_of.shape[0]).astype(np.int64)
-    return _Segment(term_of[first].astype(np.int32), starts, rows.astype(np.int32), tfs.astype(np.uint16))
-
-
-def _merged(parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> _Segment:
-    """One segment of postings given oldest first (a stable sort by term keeps rows in order)."""
-    term_of = np.concatenate([p[0] for p in parts])
-    order = np.argsort(term_of, kind="stable")
-    rows = np.concatenate([p[1] for p in parts])[order]
-    tfs = np.concatenate([p[2] for p in parts])[order]
-    return _segment(term_of[order], rows, tfs)
 
 
 class TextIndex:
@@ -110,7 +68,7 @@ class TextIndex:
 
     def __init__(self) -> None:
         self._vocabulary = _Vocabulary()
-        self._segments: list[_Segment] = []
+        self._segments: list[Segment] = []
         self._chunk_ids = np.zeros(0, dtype=np.int64)
         self._lengths = np.zeros(0, dtype=np.int32)
         self._codes = np.zeros(0, dtype=np.int32)  # each row's document, as in VectorIndex
@@ -150,7 +108,7 @@ class TextIndex:
             raise ValueError("add: chunk ids must increase, above the last one added")
         first = self._chunk_ids.shape[0]
         term_of, lengths = self._term_ids(texts)
-        self._segments.append(self._postings(term_of, lengths, first))
+        segment = batch_segment(term_of, lengths, first)
         self._chunk_ids = np.concatenate([self._chunk_ids, ids])
         self._lengths = np.concatenate([self._lengths, lengths])
         self._codes = np.concatenate([self._codes, [self._code(d) for d in document_ids]]).astype(np.int32)
@@ -158,9 +116,7 @@ class TextIndex:
         self._live_rows += n
         self._live_tokens += int(lengths.sum())
         self._last_chunk_id = int(ids[-1])
-        while len(self._segments) >= 2 and self._segments[-2].size <= self._segments[-1].size:
-            newer = self._segments.pop()
-            self._segments[-1] = _merged([self._segments[-1].expanded(), newer.expanded()])
+        append_segment(self._segments, segment)
 
     def _term_ids(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(term id of every token, in order; tokens per text): the batch tokenized in one pass
@@ -171,18 +127,6 @@ class TextIndex:
         at_end = ids == self._vocabulary[END]
         lengths = (np.diff(np.flatnonzero(at_end), prepend=-1) - 1).astype(np.int32)
         return ids[~at_end], lengths
-
-    @staticmethod
-    def _postings(term_of: np.ndarray, lengths: np.ndarray, first: int) -> _Segment:
-        n = lengths.shape[0]
-        keys = term_of.astype(np.int64) * n + np.repeat(np.arange(n, dtype=np.int64), lengths)
-        # an in-place sort and a diff, not `np.unique(return_counts=True)`: the same (term, row)
-        # keys and counts in a fifth of the time (numpy's SIMD sort of a plain int64 array)
-        keys.sort()
-        starts = np.flatnonzero(np.diff(keys, prepend=-1)) if keys.shape[0] else np.zeros(0, dtype=np.int64)
-        tfs = np.diff(np.append(starts, keys.shape[0]))
-        keys = keys[starts]
-        return _segment(keys // n, keys % n + first, np.minimum(tfs, _MAX_TF))
 
     def search(self, terms: Sequence[str], k: int, documents: Collection[str] | None = None) -> list[tuple[int, float]]:
         """The `k` best chunks by BM25 for any of `terms` (`query_terms` output), best first, ties
@@ -269,7 +213,7 @@ class TextIndex:
             term_of, rows, tfs = segment.expanded()
             live = self._alive[rows]
             parts.append((term_of[live], renumbered[rows[live]], tfs[live]))
-        self._segments = [_merged(parts)] if self._live_rows else []
+        self._segments = [merged(parts)] if self._live_rows else []
         keep = self._alive
         self._chunk_ids, self._lengths = self._chunk_ids[keep], self._lengths[keep]
         self._codes, self._alive = self._codes[keep], self._alive[keep]

@@ -97,7 +97,7 @@ class Runtime:
 
     async def start(self) -> None:
         """Hear the other nodes' cancels (with `coordination.redis_url`); nothing otherwise."""
-        await self._turns.relay.start()
+        await self._turns.epochs.start()
 
     @property
     def kernel(self) -> Kernel:

@@ -6,10 +6,10 @@ terminal event (`turn.completed`, `turn.cancelled` or `turn.failed`), recorded b
 sent (never shed; a completed turn's committed with its answer, `Store.commit_answer`), and
 with `TurnEnded` fed to the kernel.
 
-Across nodes (PostgreSQL): before its first write a turn takes its session's turn epoch
-(`Store.begin_turn`, one round trip) and announces it (`agentos.runtime.cluster`); another
-node's newer epoch cancels it like a local last-wins, and a write the store refuses as stale
-(`StaleTurn`) ends it `turn.cancelled` "superseded". A turn fenced out writes nothing more.
+Across nodes (PostgreSQL): before its first write a turn takes its session's turn epoch and
+announces it (`agentos.runtime.epochs`); another node's newer epoch cancels it like a local
+last-wins, and a write the store refuses as stale (`StaleTurn`) ends it `turn.cancelled`
+"superseded". A turn fenced out writes nothing more.
 
 Cancellation: a first-party cancel (last-wins, DELETE, shutdown) sets `cancel_reason` and
 cancels the task; the turn ends with `turn.cancelled` and the task goes on. Any other cancel
@@ -40,13 +40,13 @@ from agentos.metrics import Metrics
 from agentos.providers.base import Message
 from agentos.runtime.agent_turn import AgentTurns
 from agentos.runtime.chat import ChatTurns
-from agentos.runtime.cluster import CancelMessage, CancelRelay
 from agentos.runtime.driver import Driver
+from agentos.runtime.epochs import TurnEpochs
 from agentos.runtime.sessions import Sessions
 from agentos.runtime.streams import PublishingSink, TurnStreams
 from agentos.runtime.transcript import event, message, record_event
 from agentos.runtime.turn import Outcome, Turn, TurnSink
-from agentos.store.base import OneNodeTurns, Store
+from agentos.store.base import Store
 from agentos.store.records import MessageRecord
 
 if TYPE_CHECKING:
@@ -81,10 +81,7 @@ class Turns:
         self.idle = asyncio.Event()  # set while no turn is live
         self.idle.set()
         driver.on(CancelTurn, self._on_cancel)
-        self.relay = CancelRelay(bus, self._fence_out)
-        self._fencing = not isinstance(store, OneNodeTurns)  # PostgreSQL: turn epochs
-        # Sessions whose turn here awaits its epoch, and the newest epoch another node announced.
-        self._newer: dict[str, int] = {}
+        self.epochs = TurnEpochs(driver, store, bus, self.get)
 
     def __len__(self) -> int:
         return len(self._turns)
@@ -145,13 +142,9 @@ class Turns:
     async def cancel_anywhere(self, tenant_id: str, session_id: str) -> str | None:
         """Cancel the session's running turn on whichever node runs it; its id, or None."""
         turn_id = self.cancel(session_id)
-        if turn_id is not None or not self._fencing:
+        if turn_id is not None or not self.epochs.fencing:
             return turn_id
-        bumped = await self._store.cancel_turn(tenant_id, session_id)  # fences it out at once
-        if bumped is None:
-            return None
-        self.relay.announce(tenant_id, session_id, bumped.epoch, "cancelled")  # stops it at once
-        return bumped.previous_turn
+        return await self.epochs.cancel(tenant_id, session_id)
 
     def cancel_all(self, reason: str) -> None:
         for turn_id in list(self._turns):
@@ -164,7 +157,7 @@ class Turns:
         try:
             if turn.cancel_reason is not None:  # cancelled before it started running
                 raise asyncio.CancelledError
-            await self._begin(turn)
+            await self.epochs.begin(turn)
             outcome = await self._execute(turn, self._published(turn, sink), partial)
             await self._finish(turn, sink, outcome.name, outcome.data, None, outcome.answer)
         except asyncio.CancelledError:
@@ -196,36 +189,6 @@ class Turns:
 
     def _published(self, turn: Turn, sink: TurnSink) -> TurnSink:
         return sink if self._streams is None else PublishingSink(sink, self._streams, turn)
-
-    async def _begin(self, turn: Turn) -> None:
-        """Take the session's turn epoch (PostgreSQL) and tell the other nodes.
-
-        Raises: StaleTurn (another node's turn started meanwhile), SessionNotFound, StoreUnavailable.
-        """
-        self._newer.setdefault(turn.session_id, 0)
-        try:
-            turn.epoch = await self._store.begin_turn(turn.tenant_id, turn.session_id, turn.turn_id)
-        finally:
-            newer = self._newer.pop(turn.session_id, 0)
-        if turn.epoch is None:
-            return
-        self.relay.announce(turn.tenant_id, turn.session_id, turn.epoch, "superseded")
-        if newer > turn.epoch:
-            raise StaleTurn(f"turn {turn.turn_id!r} was superseded while it started")
-
-    def _fence_out(self, message: CancelMessage) -> None:
-        """Another node bumped a session's epoch: cancel this node's older turn of it, if any."""
-        turn_id = self._driver.kernel.active_turn(message.session_id)
-        turn = self._turns.get(turn_id) if turn_id is not None else None
-        if turn is None or turn.tenant_id != message.tenant_id:
-            return
-        if turn.epoch is None:  # its own bump is under way: it compares when that returns
-            if message.session_id in self._newer:
-                self._newer[message.session_id] = max(self._newer[message.session_id], message.epoch)
-            return
-        if turn.epoch < message.epoch:
-            turn.fenced_out = True
-            self._driver.handle(CancelRequested(message.session_id, message.reason))
 
     async def _execute(self, turn: Turn, sink: TurnSink, partial: list[str]) -> Outcome:
         if turn.agent is not None and self._agents is not None:
@@ -280,7 +243,7 @@ class Turns:
         event_id = turn.next_event_id()
         # Nothing may outlive a deleted session; a turn fenced out by a newer epoch would only
         # have its writes refused (the kernel's "superseded" has one whenever the store fences).
-        fenced = self._fencing and (turn.fenced_out or turn.cancel_reason == "superseded")
+        fenced = self.epochs.fencing and (turn.fenced_out or turn.cancel_reason == "superseded")
         if answer is not None:  # one commit of both, in the group commit the answer joins anyway
             # From here the turn completed, whatever cancels its task: a cancel must not store
             # its partial answer over the committed one (`run` re-raises when `answered`).

@@ -1,0 +1,82 @@
+"""Files of the package served as they are (agentos/api/static/): the /docs page and the console.
+
+Each page names the files it serves (`Asset`s by name: nothing else under static/ is
+reachable) and answers with `serve_asset`, always under the strict Content-Security-Policy:
+same-origin scripts, styles and requests, nothing inline. Files are read once and kept; a file
+stored gzip-compressed is sent as it is to a client that takes gzip, decompressed otherwise.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+from typing import NamedTuple
+
+from aiohttp import web
+
+from agentos.errors import NotFound
+
+# Same-origin everything; `data:` images for the icons inlined in swagger-ui.css.
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"}
+
+
+class Asset(NamedTuple):
+    file: str  # under agentos/api/static/
+    content_type: str
+    gzipped: bool  # stored gzip-compressed
+
+
+def named_asset(request: web.Request, assets: Mapping[str, Asset], under: str) -> Asset:
+    """The asset the path's `{asset}` names, of those a page serves under the path `under`.
+
+    Raises: NotFound: not one of `assets`.
+    """
+    name = request.match_info["asset"]
+    asset = assets.get(name)
+    if asset is None:
+        raise NotFound(f"no asset {name!r} under {under}")
+    return asset
+
+
+def serve_asset(request: web.Request, asset: Asset, *, cache_control: str) -> web.Response:
+    """`asset` under the strict CSP; a gzipped one as it is stored, or decompressed for a client
+    that does not take gzip."""
+    headers = {**_HEADERS, "Content-Type": asset.content_type, "Cache-Control": cache_control}
+    if not asset.gzipped:
+        return web.Response(body=_read(asset.file), headers=headers)
+    headers["Vary"] = "Accept-Encoding"
+    if accepts_gzip(request.headers.get("Accept-Encoding", "")):
+        return web.Response(body=_read(asset.file), headers={**headers, "Content-Encoding": "gzip"})
+    return web.Response(body=_decompressed(asset.file), headers=headers)
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    """Whether an `Accept-Encoding` value takes gzip (named, or `*`, and not with `q=0`)."""
+    for item in accept_encoding.split(","):
+        coding, _, params = item.partition(";")
+        if coding.strip().lower() not in ("gzip", "*"):
+            continue
+        q = params.strip().lower()
+        if not q.startswith("q="):
+            return True
+        try:
+            return float(q[2:]) > 0
+        except ValueError:
+            return False
+    return False
+
+
+@cache
+def _read(file: str) -> bytes:
+    return resources.files("agentos.api").joinpath("static", *file.split("/")).read_bytes()
+
+
+@cache
+def _decompressed(file: str) -> bytes:
+    return gzip.decompress(_read(file))
