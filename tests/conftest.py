@@ -60,8 +60,15 @@ def make_settings(data_dir: Path, provider_url: str, **overrides: Any) -> Settin
     return load_settings(None, environ={}, overrides=base | overrides)
 
 
+# Set on a test once its `server_factory` is up: `pg` then comes too late (see `pg`).
+SERVERS_UP = pytest.StashKey[bool]()
+
+
 @pytest.fixture
-async def server_factory(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[RunningServer]]]:
+async def server_factory(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[Callable[..., Awaitable[RunningServer]]]:
+    request.node.stash[SERVERS_UP] = True
     started: list[RunningServer] = []
 
     async def make(
@@ -89,9 +96,16 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 @pytest.fixture
-async def pg() -> AsyncIterator[StoreConfig]:
+async def pg(request: pytest.FixtureRequest) -> AsyncIterator[StoreConfig]:
     """A fresh PostgreSQL schema, dropped after the test (`tests.postgres.fresh_schema`; skips
-    without PostgreSQL or asyncpg unless TEST_POSTGRES_REQUIRED=1)."""
+    without PostgreSQL or asyncpg unless TEST_POSTGRES_REQUIRED=1).
+
+    Fixtures are torn down in reverse: a `server_factory` set up before this one would close its
+    servers after the schema is gone (their run journal then fails to hand its runs over,
+    `relation "run_nodes" does not exist`, and the drop can deadlock with their last statements).
+    """
+    if request.node.stash.get(SERVERS_UP, False):
+        pytest.fail("request the pg fixture before server_factory (and before fixtures that use it)")
     from tests.postgres import fresh_schema
 
     async for config in fresh_schema():

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import msgspec
 import pytest
 
+from agentos.agents.cluster import REQUEST_WAIT_S
 from agentos.agents.service import RunService
 from agentos.config import CoordinationConfig, Settings, StoreConfig
 from agentos.errors import Conflict
@@ -203,6 +204,31 @@ async def test_an_answer_the_owner_refuses_reaches_its_sender(nodes: Any, pg: St
     assert isinstance(refused[0], Conflict) and refused[0].code in ("not_waiting", "operation_mismatch"), refused
     assert await sql(pg, "SELECT count(*) FROM run_requests") == [(0,)]  # the sender read it, then deleted it
     await wait_for_human(owner, run_id, 2)  # the run went on with the first answer alone
+    assert await sql(pg, "SELECT count(*) FROM run_events WHERE type = 'human.answered'") == [(1,)]
+
+
+async def test_an_answer_kept_while_the_run_works_is_refused_once_it_waits_again(nodes: Any, pg: StoreConfig) -> None:
+    sender = await nodes("sender")
+    provider = ScriptedProvider(ask_twice, gate_at=2)  # the model call after the first answer waits
+    owner = await nodes("owner", provider=provider)  # its next round of requests is a lease third (10 s) away
+    run_id = await owner.start_run("default", "asker", "x")
+    operation_id = (await wait_for_human(owner, run_id, 1))["operation_id"]
+    await sender.answer("default", run_id, operation_id, "yes")
+    await provider.entered.wait()  # the run works towards its next question
+    # A second answer to the same question, checked on the sender before the first was applied,
+    # reaches the owner now (its NOTIFY woke the owner, here: the explicit round).
+    body = dict(kind="answer", operation_id=operation_id, answer="no", approve=None, args_hash=None)
+    values = f"('default', '{run_id}', '{msgspec.json.encode(body).decode()}', 0)"
+    insert = f"INSERT INTO run_requests (tenant_id, run_id, body, created_ms) VALUES {values} RETURNING id"
+    [(request_id,)] = await sql(pg, insert)  # without its NOTIFY: the round below is the one that sees it
+    assert owner._cluster is not None and sender._cluster is not None
+    await owner._cluster.keeper.take_requests()  # kept: the run is not waiting yet
+    provider.gate.set()  # the run asks its second question: the owner refuses the answer then
+    with pytest.raises(Conflict) as refused:  # on the old code: the sender's wait ran out first
+        await sender._cluster.settled(request_id, REQUEST_WAIT_S)
+    assert refused.value.code == "operation_mismatch"
+    assert await sql(pg, "SELECT count(*) FROM run_requests") == [(0,)]
+    await wait_for_human(owner, run_id, 2)
     assert await sql(pg, "SELECT count(*) FROM run_events WHERE type = 'human.answered'") == [(1,)]
 
 

@@ -44,9 +44,9 @@ def cancel(session_id: str, epoch: int, reason: str) -> bytes:
 
 
 async def test_a_message_about_an_older_epoch_does_not_cancel_the_turn(
+    pg: StoreConfig,  # first: the server stops before its schema is dropped
     server_factory: Callable[..., Awaitable[RunningServer]],
     mock_factory: Any,
-    pg: StoreConfig,
     prefix: str,
     other_node: Bus,
     http: aiohttp.ClientSession,

@@ -30,8 +30,8 @@ def on_postgres(pg: StoreConfig) -> dict[str, Any]:
 
 
 async def test_a_chat_turn_on_postgres_lists_its_messages_and_events(
-    server_factory: Callable[..., Awaitable[RunningServer]], mock: MockServer, pg: StoreConfig, tmp_path: Path
-) -> None:
+    pg: StoreConfig, server_factory: Callable[..., Awaitable[RunningServer]], mock: MockServer, tmp_path: Path
+) -> None:  # `pg` first: fixtures are torn down in reverse, so the server stops before its schema is dropped
     server = await server_factory(mock.url, **on_postgres(pg))
     async with aiohttp.ClientSession() as http:
         sid = await new_session(http, server.url, metadata={"on": "postgres"})

@@ -52,8 +52,8 @@ async def assert_unavailable(
 
 
 async def test_postgres_going_away_answers_503_and_comes_back_without_a_restart(
-    server_factory: Callable[..., Awaitable[RunningServer]], mock: MockServer, pg: StoreConfig
-) -> None:
+    pg: StoreConfig, server_factory: Callable[..., Awaitable[RunningServer]], mock: MockServer
+) -> None:  # `pg` first: the server stops before its schema is dropped
     target = urlsplit(pg.postgres_url)
     async with TcpProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy:
         proxied = target._replace(netloc=f"{target.username}@127.0.0.1:{proxy.port}").geturl()
@@ -106,8 +106,8 @@ async def test_a_sqlite_store_whose_writers_are_closed_answers_503_and_is_not_re
 
 
 async def test_a_postgres_that_stops_answering_is_a_503_within_the_bound_not_a_hang(
-    server_factory: Callable[..., Awaitable[RunningServer]], mock: MockServer, pg: StoreConfig
-) -> None:
+    pg: StoreConfig, server_factory: Callable[..., Awaitable[RunningServer]], mock: MockServer
+) -> None:  # `pg` first: the server stops before its schema is dropped
     """Connections open but silent (no reset, no refusal): only our own bounds end the waits."""
     target = urlsplit(pg.postgres_url)
     async with TcpProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy:

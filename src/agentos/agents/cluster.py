@@ -10,6 +10,10 @@ restart; a run lost stops here without writing) and carries requests across node
   by the NOTIFY (or takes it at its next tick, or, if it died, the node that takes the run over).
   The owner applies a request only to a run it has resumed, and here only (never sends it on);
   a request the run cannot take yet stays queued (`_settle`), so none is lost to a takeover.
+  An answer kept because the run still works towards its wait is taken up again as soon as the
+  run asks its next question or ends (`_watch` wakes the lease keeper), not at the keeper's next
+  tick: that is a third of the lease away, past the sender's wait, which would then answer its
+  client as if applied an answer the owner refuses a moment later.
   The sender waits (bounded) until the owner is done with it: applied (the row is gone), or
   refused for good (the run moved on since the sender's check): then the row holds the owner's
   error, which the sender raises, so its client gets the 409/422 the owner would have answered;
@@ -70,6 +74,8 @@ class RunCluster:
         self._runs = runs
         self._service = service
         self.keeper = LeaseKeeper(store, on_claimed=self._claimed, on_lost=self._lost, on_requests=self._requests)
+        self._kept: set[str] = set()  # runs with an answer kept until they wait (`_settle`)
+        runs.watchers.append(self._watch)
 
     # --- the owner's side ---
 
@@ -122,6 +128,7 @@ class RunCluster:
         """Other nodes took these runs over: stop them here without a write, as a stopping server does."""
         for run_id in run_ids:
             self._store.release(run_id)
+            self._kept.discard(run_id)
             handle = self._runs.handles.pop(run_id, None)
             if handle is not None:
                 log.warning("run %s: its lease was lost (another node runs it now); stopped here", run_id)
@@ -150,6 +157,7 @@ class RunCluster:
             return "keep"
         kernel = self._runs.driver.kernel
         if body.get("kind") == "answer" and kernel.run_state(r.run_id) is RunState.RUNNING:
+            self._kept.add(r.run_id)  # its next question (or end) brings the next round
             return "keep"  # applied once it waits; a stale one is refused then, or goes with the run
         try:
             await self._apply(r.tenant_id, r.run_id, body)
@@ -164,6 +172,14 @@ class RunCluster:
         except Exception:  # a bug: never retried in a loop
             log.exception("run %s: request %s from another node failed; dropped", r.run_id, body.get("kind"))
         return "applied"
+
+    def _watch(self, tenant_id: str, run_id: str, event_type: str, data: dict[str, Any]) -> None:
+        """A run's `run.*` or `human.*` event: one with an answer kept (`_settle`) may take it
+        now (it asks its next question, `human.requested`, and is waiting as soon as this
+        returns) or has ended: the keeper takes the requests again at once."""
+        if run_id in self._kept:
+            self._kept.discard(run_id)
+            self.keeper.wake()
 
     async def _apply(self, tenant_id: str, run_id: str, r: dict[str, Any]) -> None:
         if r["kind"] == "answer":

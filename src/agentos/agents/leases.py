@@ -16,15 +16,15 @@ Theory of operation. Two tasks:
    `on_claimed` resumes them from the journal exactly as a restart does. Then, and whenever a
    NOTIFY on the schema's `agentos_run_requests_<schema>` (`PgJournalStore.channel`: two
    installations in one database never wake each other), heard on a connection of its own, not
-   the pool's, wakes it,
-   the requests (answers, cancels, terminates) other nodes wrote into `run_requests` for this
-   node's runs (`on_requests`). A request is read, applied, and only then deleted (through the
-   journal's writer, so after the writes that applied it): one the run cannot take yet (not
-   resumed here, still working towards the wait an answer is for, the node closing, the
-   database away) stays in the table for the next round or the next owner; one the run
-   refuses for good keeps its row with the error in `outcome`, which the sender reads (and
-   deletes) to answer its client as the owner would have. The run's end deletes what is left
-   for it.
+   the pool's, wakes it (or the cluster does, `wake`: a run that kept an answer until it waits
+   asked its next question), the requests (answers, cancels, terminates) other nodes wrote
+   into `run_requests` for this node's runs (`on_requests`). A request is read, applied, and
+   only then deleted (through the journal's writer, so after the writes that applied it): one
+   the run cannot take yet (not resumed here, still working towards the wait an answer is for,
+   the node closing, the database away) stays in the table for the next round or the next
+   owner; one the run refuses for good keeps its row with the error in `outcome`, which the
+   sender reads (and deletes) to answer its client as the owner would have. The run's end
+   deletes what is left for it.
 
 A failure of the database is logged and retried on the next tick. If it lasts longer than the
 lease, other nodes take the runs over; this node learns at its next renewal, and meanwhile its
@@ -139,6 +139,10 @@ class LeaseKeeper:
             with contextlib.suppress(Exception):  # a connection already gone has nothing to close
                 await self._listener.close()
             self._listener = None
+
+    def wake(self) -> None:
+        """Take the requests again at once: a run kept some until it waits, and now does."""
+        self._wake.set()
 
     def _heard(self, *_: Any) -> None:
         self._wake.set()
