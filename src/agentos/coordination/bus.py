@@ -134,7 +134,7 @@ class Bus:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._pubsub is not None:
-            await self._quietly(self._pubsub.aclose())  # type: ignore[no-untyped-call]
+            await self._quietly(self._pubsub.aclose())  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis 8.2 on
         if self._redis is not None:
             await self._redis.aclose()
 
@@ -172,7 +172,7 @@ class Bus:
                 self._connected.clear()
                 self._disconnected.set()
             if self._pubsub is not None:
-                await self._quietly(self._pubsub.aclose())  # type: ignore[no-untyped-call]
+                await self._quietly(self._pubsub.aclose())  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis 8.2 on
                 self._pubsub = None
             await asyncio.sleep(RECONNECT_S)  # between attempts while Redis is down
 
