@@ -206,3 +206,31 @@ async def test_overload_gets_fast_429s_and_accepted_turns_finish_cleanly(
     assert mock.stats.max_concurrent <= 3
     # recovery: once the burst is over, a turn goes straight through
     assert (await turn_events(http, server.url, sessions[0]))[-1].name == "turn.completed"
+
+
+async def test_the_terminal_event_and_the_streams_end_arrive_together_and_the_connection_is_reused(
+    server: RunningServer, http: aiohttp.ClientSession
+) -> None:
+    """The terminal event is written with the chunked body's end (`write_eof`): the body still
+    ends with that event's frame and the last chunk, and the keep-alive connection then serves
+    the next turn (two turns on one raw connection)."""
+    sid = await new_session(http, server.url)
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        for text in ("first", "second"):
+            body = f'{{"input": "{text}"}}'.encode()
+            writer.write(
+                f"POST /v1/sessions/{sid}/turns HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            async with asyncio.timeout(10):
+                head = await reader.readuntil(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head.lower()
+                raw = await reader.readuntil(b"\r\n0\r\n\r\n")  # the body, up to the last chunk
+            assert raw.count(b"event: turn.completed") == 1
+            assert raw.endswith(b"\n\n\r\n0\r\n\r\n")  # the terminal event's frame, then the last chunk
+            assert raw.rfind(b"event: ") == raw.find(b"event: turn.completed")
+    finally:
+        writer.close()

@@ -67,9 +67,14 @@ class SSEStream:
         return stream
 
     async def send(self, event_id: str | int | None, name: str, data: dict[str, Any]) -> None:
-        await self.response.write(encode_event(event_id, name, data))
-        if name in self._terminal:
-            self.ended = True
+        frame = encode_event(event_id, name, data)
+        if name not in self._terminal:
+            await self.response.write(frame)
+            return
+        # Nothing follows a terminal event: it and the stream's end (the last chunk) leave in
+        # one write, one send on the socket fewer per turn than a write and then `close()`.
+        await self.response.write_eof(frame)
+        self.ended = True
 
     async def next_or_keepalive(self, events: AsyncIterator[T], keepalive_s: float) -> T | None:
         """The next item of `events` (None at its end); while none comes (a run waiting for a
