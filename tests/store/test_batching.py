@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentos.store.batching import Batcher
+from agentos.store.retry import RETRY_FIRST_S, RETRY_MAX_S, Backoff
 
 LINGER = 0.002
 BUSY = 0.02
@@ -115,3 +116,22 @@ def test_requeued_items_go_first_in_their_order() -> None:
     b.requeue([1, 3], 0.2)
     assert b.due_at() is not None
     assert b.take(1.0, flush=True) == [1, 3, 4]
+
+
+def test_removed_items_come_out_in_order_and_the_rest_keep_theirs() -> None:
+    """What a writer fails at once when the disk failed the batch before them (awaited ones)."""
+    b: Batcher[int] = Batcher(max_items=10, linger_s=LINGER, busy_window_s=BUSY)
+    for i in range(6):
+        b.add(i, 0.0)
+    assert b.remove(lambda i: i % 2 == 1) == [1, 3, 5]
+    assert b.remove(lambda i: i > 100) == []
+    assert b.take(1.0, flush=True) == [0, 2, 4]
+
+
+def test_the_backoff_doubles_to_its_ceiling_and_starts_over_after_a_success() -> None:
+    backoff = Backoff()
+    waits = [backoff.failed(now=float(i)) for i in range(7)]
+    assert waits == [RETRY_FIRST_S * 2**i for i in range(5)] + [RETRY_MAX_S, RETRY_MAX_S]
+    assert backoff.until == 6.0 + RETRY_MAX_S
+    backoff.succeeded()
+    assert backoff.failed(now=10.0) == RETRY_FIRST_S and backoff.until == 10.0 + RETRY_FIRST_S

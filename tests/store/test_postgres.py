@@ -6,6 +6,7 @@ connection of our own, not through the store.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -149,5 +150,29 @@ async def test_a_put_that_met_an_unreachable_database_is_committed_before_later_
             await proxy.start()
             await pg.commit_message(msg("answer"))  # acknowledged: what was put before it is stored
             assert [m.turn_id for m in await pg.history("default", "s", limit=10)] == ["question", "answer"]
+        finally:
+            await pg.close()
+
+
+async def test_an_awaited_write_behind_more_kept_puts_than_a_batch_holds_fails_at_once(config: StoreConfig) -> None:
+    """The writer retries the first batch of kept puts; an answer queued behind more of them
+    than a batch holds fails with them at once, instead of when its own bound runs out."""
+    target = urlsplit(config.postgres_url)
+    async with TcpProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy:
+        proxied = target._replace(netloc=f"{target.username}@127.0.0.1:{proxy.port}").geturl()
+        slow = {"postgres_acquire_timeout_s": 0.5, "postgres_request_timeout_s": 60.0, "batch_max_rows": 2}
+        pg = PostgresStore(msgspec.structs.replace(config, postgres_url=proxied, **slow))
+        await pg.start()
+        try:
+            await pg.create_session(SessionRecord(tenant_id="default", session_id="s"))
+            await proxy.cut()
+            for i in range(5):
+                pg.add_message(msg(f"question-{i}"))
+            with pytest.raises(StoreUnavailable):  # well before the 60 s bound
+                await asyncio.wait_for(pg.commit_message(msg("refused")), 10.0)
+            await proxy.start()
+            await pg.commit_message(msg("answer"))
+            turns = [m.turn_id for m in await pg.history("default", "s", limit=10)]
+            assert turns == [*(f"question-{i}" for i in range(5)), "answer"]
         finally:
             await pg.close()

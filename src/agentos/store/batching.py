@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -83,6 +84,15 @@ class Batcher(Generic[T]):
             return
         self._items.extendleft(reversed(items))
         self._first_at = now
+
+    def remove(self, match: Callable[[T], bool]) -> list[T]:
+        """Remove and return the pending items `match` holds for; the rest keep their order."""
+        removed: list[T] = []
+        rest: deque[T] = deque()
+        for item in self._items:
+            (removed if match(item) else rest).append(item)
+        self._items = rest
+        return removed
 
     def clear(self) -> list[T]:
         """Remove and return every pending item (a dead writer fails them)."""

@@ -5,10 +5,14 @@ Failures, and what they cost:
 - an operation that raises (any `Exception`, a bad statement or a reader's decode error)
   fails only its own future; the batch is applied again with a SAVEPOINT around each
   operation, so the other operations' rows commit;
-- a failed BEGIN or COMMIT (disk full, I/O error, a lock held past `busy_timeout_ms`) rolls
-  back and retries the whole batch once, then fails every future of the batch. Statements
-  must therefore be idempotent (upserts on natural keys); a repeat only follows a COMMIT
-  that reported failure, after which SQLite has not committed the batch;
+- an error no operation is at fault for (`transient`: the file locked past `busy_timeout_ms`,
+  a full disk, an I/O error) fails the whole batch instead: every operation would meet it (a
+  locked file would cost each one `busy_timeout_ms`);
+- a failed BEGIN or COMMIT, or such a batch, rolls back and retries the whole batch once, then
+  fails every future of the batch (`Applied.transient` tells the writer why: it keeps the
+  durable puts of some lanes for a later retry, `agentos.store.writer`). Statements must
+  therefore be idempotent (upserts on natural keys); a repeat only follows a COMMIT that
+  reported failure, after which SQLite has not committed the batch;
 - errors reach callers as `StoreError` with the cause chained (a `StoreUnavailable`, 503,
   when the disk is locked, failing or full); our own `AgentOSError`s raised by a reader (a
   NotFound) pass unchanged;
@@ -25,7 +29,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentos.errors import AgentOSError, StoreError, StoreUnavailable
 
@@ -61,6 +65,27 @@ _UNAVAILABLE_CODES = frozenset(
     {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN}
 )
 
+# The errors that pass without a fix to the code or the data, so a batch that met one is worth
+# trying again later: another connection holds the file past busy_timeout (BUSY), the disk is
+# full (FULL), a read or write of the disk failed (IOERR), a file cannot be opened now (CANTOPEN:
+# out of descriptors, the -wal or -shm file). Not LOCKED: with one connection per file and no
+# shared cache it is the connection at odds with itself, which the same batch meets again.
+_TRANSIENT_CODES = _UNAVAILABLE_CODES - {sqlite3.SQLITE_LOCKED}
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether `exc` is the disk's or another process's doing (`_TRANSIENT_CODES`), no operation's."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.OperationalError) and code is not None and code & 0xFF in _TRANSIENT_CODES
+
+
+class Applied(NamedTuple):
+    """What became of a batch."""
+
+    results: list[Any]  # one per operation: its result, or the exception it failed with
+    retried: bool  # the first try failed as a whole
+    transient: BaseException | None  # the `transient` error the whole batch failed with, twice
+
 
 def store_error(name: str, exc: BaseException) -> BaseException:
     """The error a caller sees for `exc`: our own errors unchanged, a locked, failing or full
@@ -74,23 +99,20 @@ def store_error(name: str, exc: BaseException) -> BaseException:
     return error
 
 
-def apply_batch(conn: sqlite3.Connection, batch: list[Operation], name: str) -> tuple[list[Any], bool]:
-    """Apply `batch` in one transaction, retried once if BEGIN or COMMIT fails.
-
-    Returns:
-        one result per operation (an exception where it failed), and whether a retry was needed.
-    """
+def apply_batch(conn: sqlite3.Connection, batch: list[Operation], name: str) -> Applied:
+    """Apply `batch` in one transaction, retried once if it fails as a whole (BEGIN, COMMIT, or
+    an operation's `transient` error)."""
     try:
-        return _transaction(conn, batch, name), False
-    except Exception:  # BEGIN or COMMIT failed: nothing of the batch is committed; once more
+        return Applied(_transaction(conn, batch, name), False, None)
+    except Exception:  # nothing of the batch is committed; once more
         log.warning("%s writer: a batch of %d failed to commit; retrying it", name, len(batch), exc_info=True)
         _rollback(conn)
     try:
-        return _transaction(conn, batch, name), True
+        return Applied(_transaction(conn, batch, name), True, None)
     except Exception as exc:
         log.error("%s writer: a batch of %d failed twice; failing it", name, len(batch), exc_info=True)
         _rollback(conn)
-        return [store_error(name, exc) for _ in batch], True
+        return Applied([store_error(name, exc) for _ in batch], True, exc if transient(exc) else None)
 
 
 def _transaction(conn: sqlite3.Connection, batch: list[Operation], name: str) -> list[Any]:
@@ -100,10 +122,12 @@ def _transaction(conn: sqlite3.Connection, batch: list[Operation], name: str) ->
         # SAVEPOINT/RELEASE pair per operation would triple the statements the thread runs
         # (and the GIL time it takes from the event loop) for a case that almost never happens.
         results = [_run(conn, op) for op in batch]
-    except Exception:
+    except Exception as exc:
+        if transient(exc):
+            raise  # the disk's fault, not the operation's: the whole batch fails
         # One operation failed. Start over, each operation in its own savepoint, so that
         # only the failing ones are undone and the rest of the batch still commits.
-        _rollback(conn)  # an error like SQLITE_FULL may have rolled it back already
+        _rollback(conn)  # the error may have rolled it back already
         conn.execute("BEGIN")
         results = [_run_guarded(conn, op, name) for op in batch]
     conn.execute("COMMIT")
@@ -115,6 +139,8 @@ def _run_guarded(conn: sqlite3.Connection, op: Operation, name: str) -> Any:
     try:
         result = _run(conn, op)
     except Exception as exc:
+        if transient(exc):
+            raise
         conn.execute("ROLLBACK TO op")
         result = store_error(name, exc)
         if op.future is None:  # nobody awaits it: the log is where it is seen

@@ -18,16 +18,16 @@ fire-and-forget write that fails is logged and counted. If the database is unrea
 the connection (too many clients) or the connection broke (`fatal_errors`), no row is at fault:
 the awaited operations fail at once with `StoreUnavailable` (503, nothing of them was
 acknowledged), while the durable fire-and-forget writes (a turn's question) go back to the head
-of the queue and are tried again after a back-off (`RETRY_FIRST_S`, doubling up to
-`RETRY_MAX_S`), before anything queued after them (unless the connection broke in COMMIT,
-which may have stored them: `CommitUnknown`, nothing is applied twice). So a write awaited later, which the caller
-acknowledges (the turn's answer), commits only with or after the writes put before it: a turn
-whose answer was acknowledged never lacks its question because a batch before it met a full
-database. Sheddable writes are dropped and counted, as when their lane is full.
+of the queue and are tried again after a back-off (`agentos.store.retry`, shared with the
+SQLite writer: 50 ms doubling to 1 s), before anything queued after them (unless the connection
+broke in COMMIT, which may have stored them: `CommitUnknown`, nothing is applied twice), and
+the awaited operations queued behind them fail at once too. So a write awaited later (a
+turn's answer) commits only with or after the writes put before it: a turn whose answer was
+acknowledged never lacks its question because a batch before it met a full database.
+Sheddable writes are dropped and counted, as when their lane is full.
 
-A write refused by the turn fence (SQLSTATE `AOS01`, `agentos.store.pg_fence`) fails alone
-the same way, as `StaleTurn`, and is counted in `stale_total`: a superseded turn's write,
-expected, not an error to log.
+A write refused by the turn fence (SQLSTATE `AOS01`, `agentos.store.pg_fence`) fails alone the
+same way, as `StaleTurn`, counted in `stale_total`: a superseded turn's write, not an error.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from agentos.store.base import WriterStatistics
 from agentos.store.batching import Batcher
 from agentos.store.lanes import Lanes
 from agentos.store.pg_fence import STALE_SQLSTATE
+from agentos.store.retry import Backoff, split
 from agentos.waiting import wait_event
 
 if TYPE_CHECKING:
@@ -51,8 +52,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("agentos.store")
 
 _BUSY_WINDOW_S = 0.02
-RETRY_FIRST_S = 0.05  # after a batch failed for want of the database: the first back-off
-RETRY_MAX_S = 1.0  # ...doubling up to this while it keeps failing
 
 
 class CommitUnknown(Exception):
@@ -98,10 +97,9 @@ class PgWriter:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._inflight = 0  # operations of the batch being applied
-        self._retry_at = 0.0  # durable writes wait for the database until then (loop time)
         self._awaited = 0  # queued operations someone awaits (submits, barriers)
         self._urgent = asyncio.Event()  # set when one is queued, or at close
-        self._backoff_s = RETRY_FIRST_S
+        self._backoff = Backoff()  # kept durable writes wait for the database until `.until` (loop time)
         self.stale_total = 0  # writes refused by the turn fence (a newer turn of their session)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -180,10 +178,10 @@ class PgWriter:
         loop, batcher = asyncio.get_running_loop(), self._batcher
         while True:
             now = loop.time()
-            if now < self._retry_at and not self._closing and not self._awaited:
+            if now < self._backoff.until and not self._closing and not self._awaited:
                 # Kept puts alone wait out the back-off; a write or read someone awaits (or a
                 # close) tries at once, as it would have without them: no added latency.
-                await wait_event(self._urgent, self._retry_at - now)
+                await wait_event(self._urgent, self._backoff.until - now)
                 self._urgent.clear()
                 continue
             batch = batcher.take(now, flush=self._closing)
@@ -216,27 +214,26 @@ class PgWriter:
             log_failure("%s batch of %d failed (%s); applying each alone", self.name, len(batch), exc)
             results = [await self._apply_alone(op) for op in batch]
         else:
-            self._backoff_s = RETRY_FIRST_S
+            self._backoff.succeeded()
         self._resolve(batch, results, (asyncio.get_running_loop().time() - started) * 1000)
 
     def _keep_for_retry(self, batch: list[PgOp], exc: BaseException) -> list[PgOp]:
-        """Put the batch's durable fire-and-forget writes back at the head of the queue, to be
-        tried after the back-off (not while closing: nothing would try them); the rest, to fail."""
+        """Put the batch's durable puts back at the head of the queue for after the back-off (not
+        while closing: nothing would try them); the rest, and the awaited operations queued
+        behind (which may be more than a batch away), to fail."""
         retry = self._retry_puts and not self._closing
-        kept = [op for op in batch if op.sql and op.future is None and not op.sheddable] if retry else []
+        kept, rest = split(batch, _durable_put) if retry else ([], batch)
         now = asyncio.get_running_loop().time()
         self._batcher.requeue(kept, now)
         if not kept:
             log.error("%s batch of %d failed: database unreachable (%s)", self.name, len(batch), exc)
             return batch
-        self._retry_at = now + self._backoff_s
+        delay_s = self._backoff.failed(now)
         log.error(
             "%s batch of %d failed: database unreachable (%s); %d durable writes kept, tried again in %.2fs",
-            self.name, len(batch), exc, len(kept), self._backoff_s,
+            self.name, len(batch), exc, len(kept), delay_s,
         )  # fmt: skip
-        self._backoff_s = min(self._backoff_s * 2, RETRY_MAX_S)
-        kept_ids = {id(op) for op in kept}  # by identity: two equal writes are two writes
-        return [op for op in batch if id(op) not in kept_ids]
+        return [*rest, *self._batcher.remove(lambda op: op.future is not None)]
 
     async def _commit(self, batch: Sequence[PgOp]) -> None:
         runs: list[tuple[str, list[Sequence[Any]]]] = []
@@ -291,6 +288,11 @@ class PgWriter:
                 else:
                     op.future.set_exception(error)
         self._lanes.settle(len(batch), shed, failed, wait_ms)
+
+
+def _durable_put(op: PgOp) -> bool:
+    """A durable write nobody awaits: what a batch that found no database keeps for a retry."""
+    return op.sql is not None and op.future is None and not op.sheddable
 
 
 def _is_stale(exc: BaseException) -> bool:

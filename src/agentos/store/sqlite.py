@@ -67,10 +67,13 @@ class SQLiteStore(OneNodeTurns):
             "linger_ms": config.linger_ms,
             "put_linger_ms": config.put_linger_ms,
         }
-        self._sessions = Writer("messages", data_dir / "sessions.db", SESSIONS_SCHEMA + turn_ends.SCHEMA, **opts)
+        # A question (a put) kept until stored when the disk fails its batch (store/sqlite_outage.py)
+        sessions_schema = SESSIONS_SCHEMA + turn_ends.SCHEMA
+        self._sessions = Writer("messages", data_dir / "sessions.db", sessions_schema, retry_puts=True, **opts)
         self._events = Writer(
-            "events", data_dir / "events.db", EVENTS_SCHEMA, on_batch=on_batch, migrate=migrate_sqlite_events, **opts
-        )
+            "events", data_dir / "events.db", EVENTS_SCHEMA,
+            on_batch=on_batch, migrate=migrate_sqlite_events, retry_puts=True, **opts,
+        )  # fmt: skip
         self._access = Writer("access", data_dir / "access.db", ACCESS_SCHEMA, migrate=migrate_access, **opts)
         self._ends = turn_ends.TurnEnds(self._sessions, self._events)
         self._jsonl = JsonlLog(Path(jsonl_dir), queue_max_rows=config.queue_max_rows) if jsonl_dir else None

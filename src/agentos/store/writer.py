@@ -14,6 +14,8 @@ Two lanes share the FIFO, each with its own bound:
 
 Failures (an operation that raises fails alone; a failed commit is retried once; a dead
 thread fails everything instead of hanging) are described and handled in `agentos.store.ops`.
+With `retry_puts`, the durable puts of a batch the disk failed are kept and tried again first
+(`agentos.store.sqlite_outage`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import logging
 import sqlite3
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,10 @@ from typing import Any
 from agentos.errors import StoreUnavailable
 from agentos.store.base import WriterStatistics
 from agentos.store.batching import Batcher
+from agentos.store.handoff import Handoff
 from agentos.store.lanes import Lanes
 from agentos.store.ops import Apply, Operation, apply_batch, connect, died, post
+from agentos.store.sqlite_outage import Outage
 
 log = logging.getLogger("agentos.store")
 
@@ -67,8 +70,12 @@ class Writer:
         linger_ms: float = 2.0,
         put_linger_ms: float = 0.0,
         on_batch: Callable[[int, float], None] | None = None,
+        retry_puts: bool = False,
     ) -> None:
+        """`retry_puts`: keep the durable puts of a batch the disk failed and try them again first
+        (the session store's files); without it they fail with the batch (the run journal)."""
         self.name = name
+        self._failing = False  # the loop's: the last batch's puts were kept for a failing disk
         self._path = path
         self._schema = schema
         self._migrate = migrate
@@ -78,20 +85,11 @@ class Writer:
             max_items=batch_max_rows, linger_s=linger_ms / 1000, busy_window_s=_BUSY_WINDOW_S
         )
         self._pause = threading.Event()  # never set: a sleep that ruff's time.sleep ban allows here
-        # A deque, not a queue.Queue: an append is one atomic op with no lock and no wake-up.
-        # The thread is woken through `_wake` only when it parked itself on an empty deque.
-        self._ops: deque[Operation] = deque()
-        self._wake = threading.Event()
-        self._parked = False
-        # A `put` (nobody awaits it) does not wake a parked thread at once: a loop timer does,
-        # `put_linger_ms` later, so the access rows, events and user messages of many turns
-        # share one wake-up and one commit. A `submit` (a read, an answer's commit) wakes it
-        # now and takes them along (one FIFO), so what is awaited waits for nothing.
-        self._put_linger_s = put_linger_ms / 1000
-        self._kick: asyncio.TimerHandle | None = None
+        self._handoff: Handoff[Operation] = Handoff(put_linger_ms / 1000)  # a put wakes it this late
         self._inflight: list[Operation] = []  # the batch being applied (failed if the thread dies)
         shed_max = shed_max_rows if shed_max_rows is not None else queue_max_rows
         self._lanes = Lanes(name, queue_max_rows, shed_max, on_batch)  # counted on the loop only
+        self._outage = Outage(name, self._batcher, retry_puts, queue_max_rows + shed_max)  # the thread's
         self._retried = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -117,7 +115,7 @@ class Writer:
         self._launch(await asyncio.to_thread(self._connect))
 
     def _launch(self, conn: sqlite3.Connection) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._loop = self._handoff.loop = asyncio.get_running_loop()
         self._thread = threading.Thread(target=self._run, args=(conn,), name=f"agentos-{self.name}", daemon=True)
         self._thread.start()
 
@@ -132,7 +130,7 @@ class Writer:
         if self._thread is None:
             return
         self._closing = True
-        self._push(_STOP)
+        self._handoff.push(_STOP, urgent=True)
         await asyncio.to_thread(self._thread.join)
         self._thread = None
 
@@ -177,10 +175,13 @@ class Writer:
     async def wait_space(self) -> None:
         """Backpressure for writes that must never be dropped: wait until under the bound.
 
-        Raises: StoreUnavailable: the writer died; waiting would never end."""
-        await self._lanes.wait_space(lambda: self._dead is not None)
+        Raises: StoreUnavailable: the writer died, or its lane is full of writes that wait for
+            a failing disk; waiting would never end, or last as long as the outage."""
+        await self._lanes.wait_space(lambda: self._dead is not None or self._failing)
         if self._dead is not None:
             raise self._dead
+        if self._lanes.queued >= self._lanes.max:
+            raise StoreUnavailable(f"{self.name} store: {self._lanes.queued} writes wait for a failing disk")
 
     def _refusing(self) -> bool:
         return self._thread is None or self._closing or self._dead is not None
@@ -193,35 +194,23 @@ class Writer:
     def _enqueue(self, op: Operation) -> None:
         self.check()
         self._lanes.count_in(op.sheddable)
-        self._push(op)
-
-    def _push(self, op: Operation) -> None:
-        self._ops.append(op)
-        if not self._parked:
-            return  # busy or lingering: it pulls the deque before it sleeps again
-        if op.future is None and op is not _STOP and self._put_linger_s > 0 and self._loop is not None:
-            if self._kick is None:
-                self._kick = self._loop.call_later(self._put_linger_s, self._wake_up)
-            return
-        self._wake_up()
-
-    def _wake_up(self) -> None:
-        if self._kick is not None:
-            self._kick.cancel()
-            self._kick = None
-        if self._parked:
-            self._parked = False
-            self._wake.set()
+        self._handoff.push(op, urgent=op.future is not None)
 
     @property
     def parked(self) -> bool:
-        """The thread sleeps until a write or read wakes it (nothing pending, nothing lingering)."""
-        return self._parked
+        """The thread sleeps until a write or read wakes it (nothing pending, nothing lingering;
+        or kept puts wait out a back-off)."""
+        return self._handoff.parked
 
     def statistics(self) -> WriterStatistics:
         return self._lanes.statistics(self._retried)
 
-    def _resolve(self, batch: list[Operation], results: list[Any], wait_ms: float) -> None:
+    def _resolve(self, batch: list[Operation], results: list[Any], failing: bool, wait_ms: float) -> None:
+        if failing or self._failing:
+            self._failing = failing
+            self._lanes.space.set()  # `wait_space()` callers look again: fail, or room was made
+        if not batch:
+            return
         shed = failed = 0
         for op, result in zip(batch, results, strict=True):
             shed += op.sheddable
@@ -237,10 +226,10 @@ class Writer:
     def _die(self, stranded: list[Operation], exc: BaseException) -> None:
         """On the loop: the thread is gone. Fail what it held, what is queued, and what comes."""
         self._dead = died(self.name, exc)
-        stranded.extend(op for op in self._ops if op is not _STOP)
-        self._ops.clear()
+        stranded.extend(op for op in self._handoff.ops if op is not _STOP)
+        self._handoff.ops.clear()
         if stranded:
-            self._resolve(stranded, [died(self.name, exc) for _ in stranded], 0.0)
+            self._resolve(stranded, [died(self.name, exc) for _ in stranded], False, 0.0)
         self._lanes.space.set()
 
     # -- the thread's side ---------------------------------------------------------------------
@@ -259,40 +248,36 @@ class Writer:
         while True:
             now = time.monotonic()
             stopping = self._pull(now) or stopping
+            if wait_s := self._outage.wait_s(now, stopping):  # kept puts alone wait out a back-off
+                self._handoff.park(wait_s)  # an operation someone awaits (or a close) wakes it
+                continue
             batch = batcher.take(now, flush=stopping)
             if batch:
                 self._inflight = batch
-                self._apply(conn, batch)
+                self._apply(conn, batch, stopping)
                 self._inflight = []
                 continue
             if stopping:
                 return
             due = batcher.due_at()
             if due is None:
-                self._park()
+                self._handoff.park()
             else:
                 self._pause.wait(due - now)
 
     def _pull(self, now: float) -> bool:
         """Move the handed-over operations into the batcher; True once the stop marker came."""
-        ops, add = self._ops, self._batcher.add
+        ops, add = self._handoff.ops, self._batcher.add
         while ops:
             op = ops.popleft()
             if op is _STOP:
                 return True
+            self._outage.awaited += op.future is not None
             add(op, now)
         return False
 
-    def _park(self) -> None:
-        self._wake.clear()
-        self._parked = True
-        if self._ops:  # an op landed between the check and parking: do not sleep on it
-            self._parked = False
-            return
-        self._wake.wait()
-
-    def _apply(self, conn: sqlite3.Connection, batch: list[Operation]) -> None:
-        results, retried = apply_batch(conn, batch, self.name)
-        self._retried += retried  # only this thread writes it; the loop reads it for statistics
+    def _apply(self, conn: sqlite3.Connection, batch: list[Operation], stopping: bool) -> None:
+        applied = apply_batch(conn, batch, self.name)
+        self._retried += applied.retried  # only this thread writes it; the loop reads it for statistics
         wait_ms = (time.perf_counter_ns() - batch[0].enqueued_ns) / 1e6
-        post(self._loop, self._resolve, batch, results, wait_ms)
+        post(self._loop, self._resolve, *self._outage.settle(batch, applied, stopping), wait_ms)
