@@ -75,3 +75,19 @@ def test_a_short_hitl_campaign_runs_twice_and_reports(tmp_path: Path) -> None:
     assert len(report["repeats"]) == 2 and report["judged"]["completion"] == 1.0
     assert report["repeats"][0][0]["human"]["paused_share"] == 1.0  # every run met its human
     assert "## Campaign `hitl`" in json_path.with_suffix(".md").read_text()
+
+
+async def test_the_contract_check_walks_an_unpaced_twin_of_the_heavy_mock(tmp_path: Path) -> None:
+    """The heavy campaign's mock answers 300 tokens at 1.5 s each: a contract walk against it
+    outlived its own 30 s timeout (a traceback before any run). The twin keeps the scenario and
+    the answers and drops the pacing, so the walk takes moments (a walk that finds the script
+    broken is refused: tests/bench/test_mock_llm.py)."""
+    import asyncio
+
+    from agentos.bench.runs.bench import _check_contract
+
+    heavy = campaign_plan(CAMPAIGNS["heavy"], 1.0, "test")
+    assert heavy.mock.tokens == 300 and heavy.mock.tps < 1  # the pace that broke the walk
+    async with asyncio.timeout(60):
+        await _check_contract(heavy, tmp_path / "heavy")  # raises BenchSetupError on a broken script
+    assert (tmp_path / "heavy" / "mock-llm.log").exists()  # it walked a twin of its own

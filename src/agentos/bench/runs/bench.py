@@ -21,7 +21,7 @@ import sys
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,8 @@ from agentos.bench.runs.client import (
 from agentos.bench.runs.plan import RunsPlan
 from agentos.bench.runs.probes import mb, own_cpu_s, peak_sampling
 from agentos.bench.runs.waiting import measure_waiting
+
+_UNPACED_TPS = 100_000.0  # the contract check's twin mock: tokens as fast as the mock writes them
 
 STEPS_COUNTED_AS = (
     "model calls (the mock's request counter over the point) + `tool.result` events + `human.answered` "
@@ -204,7 +206,7 @@ async def run_runs_bench(plan: RunsPlan, keep_dir: Path | None = None) -> dict[s
     try:
         mock = await start_mock_process(plan.mock, work_dir)
         try:
-            await _check_contract(plan, mock)
+            await _check_contract(plan, work_dir / "contract")
             for repeat in range(2 if plan.campaign else 1):  # a campaign runs twice, on fresh servers
                 repeats.append(await _points(plan, mock, work_dir / f"points-{repeat + 1}"))
             waiting = await _waiting(plan, mock, work_dir) if plan.waiting_runs else None
@@ -221,13 +223,23 @@ async def run_runs_bench(plan: RunsPlan, keep_dir: Path | None = None) -> dict[s
     return report
 
 
-async def _check_contract(plan: RunsPlan, mock: Child) -> None:
+async def _check_contract(plan: RunsPlan, work_dir: Path) -> None:
     """Refuse a campaign against a mock that does not script the commands: one that "passed"
-    without ever running the sandbox is the failure the reference documents warn about."""
+    without ever running the sandbox is the failure the reference documents warn about.
+
+    The check walks a twin of the campaign's mock (the same scenario and answers, no pacing): the
+    contract is the script, not the speed, and the heavy campaign's pace (300 tokens at 1.5 s
+    each) would make the walk itself last over seven minutes."""
     from agentos.bench.common.processes import BenchSetupError
     from agentos.bench.mock.check import check_tools_contract
 
-    if problems := await check_tools_contract(mock.url, plan.mock.scenario):
+    await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
+    twin = await start_mock_process(replace(plan.mock, ttft_ms=0.0, tps=_UNPACED_TPS), work_dir)
+    try:
+        problems = await check_tools_contract(twin.url, plan.mock.scenario)
+    finally:
+        await stop_child(twin.process)
+    if problems:
         raise BenchSetupError(f"the mock breaks the {plan.mock.scenario!r} contract: {'; '.join(problems)}")
 
 
