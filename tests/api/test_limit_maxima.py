@@ -7,13 +7,17 @@ every body, against its documented maximum and past 64 bits, is in test_hostile_
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import msgspec
+import pytest
 
 from agentos.bench.mock.server import MockServer
+from agentos.config import Settings
 from agentos.config_security import (
     MAX_COMMAND_MB,
     MAX_COMMAND_S,
@@ -29,6 +33,7 @@ from agentos.tenancy.limits import MAX_AT_ONCE, MAX_PER_MINUTE, MAX_TOKENS_PER_D
 from agentos.testing import RunningServer, start_server
 from tests.api.helpers import expect_error
 from tests.conftest import make_settings
+from tests.postgres import fresh_schema
 
 TENANTS = "/v1/admin/tenants"
 COMMAND_MAXIMA: dict[str, int | float] = {
@@ -113,22 +118,57 @@ async def test_agent_limits_at_their_ceilings_are_taken_and_past_them_refused(
         assert [a["name"] for a in (await _json(r, 200))["data"]] == ["big"]
 
 
+STORED = {"weight": 2, "tokens_per_day": 2**63, "max_sessions": 10**30}  # as an older version took them
+
+
 async def test_a_tenant_row_stored_past_a_maximum_reads_back_at_it(
     tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession
 ) -> None:
-    """A row written before the maxima existed (2**63 was taken) must not make the tenant
-    unreadable nor its keys fall back to the defaults: it reads as the maximum."""
-    settings = make_settings(tmp_path / "data", mock.url)
+    """A row written before the maxima existed must not make the tenant unreadable (422) nor
+    its keys fall back to the defaults: it reads as the maximum."""
+
+    async def write_row() -> None:
+        with sqlite3.connect(tmp_path / "data" / "tenants.db") as db:
+            db.execute("UPDATE tenants SET limits = ? WHERE tenant_id = 'old'", (msgspec.json.encode(STORED).decode(),))
+        db.close()
+
+    await _reads_back_at_the_maxima(make_settings(tmp_path / "data", mock.url), http, write_row)
+
+
+async def test_a_tenant_row_stored_past_a_maximum_reads_back_at_it_on_postgres(
+    tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    async for config in fresh_schema():
+        schema = config.postgres_schema
+        store = {
+            "store.backend": "postgres",
+            "store.postgres_url": config.postgres_url,
+            "store.postgres_schema": schema,
+        }
+        write_row = partial(_write_pg_row, config.postgres_url, schema)
+        await _reads_back_at_the_maxima(make_settings(tmp_path / "data", mock.url, **store), http, write_row)
+
+
+async def _write_pg_row(url: str, schema: str) -> None:
+    asyncpg = pytest.importorskip("asyncpg")
+    conn = await asyncpg.connect(url)
+    try:
+        sql = f"UPDATE {schema}.tenants SET limits = $1::jsonb WHERE tenant_id = 'old'"
+        assert await conn.execute(sql, msgspec.json.encode(STORED).decode()) == "UPDATE 1"
+    finally:
+        await conn.close()
+
+
+async def _reads_back_at_the_maxima(
+    settings: Settings, http: aiohttp.ClientSession, write_row: Callable[[], Awaitable[None]]
+) -> None:
     server = await start_server(settings)
     try:
         async with http.post(f"{server.url}{TENANTS}", json={"tenant_id": "old", "limits": {"weight": 2}}) as r:
             await _json(r, 201)
     finally:
         await server.close()
-    stored = {"weight": 2, "tokens_per_day": 2**63, "max_sessions": 10**30}
-    with sqlite3.connect(tmp_path / "data" / "tenants.db") as db:
-        db.execute("UPDATE tenants SET limits = ? WHERE tenant_id = 'old'", (msgspec.json.encode(stored).decode(),))
-    db.close()
+    await write_row()
     server = await start_server(settings)
     try:
         async with http.get(f"{server.url}{TENANTS}/old") as r:
