@@ -101,3 +101,23 @@ async def test_allowed_hosts_apply_to_the_target(server_factory: Factory, mock: 
     assert_json_error(*await raw_request(server.url, sent), 421, "host_not_allowed")
     status, _, body = await raw_request(server.url, request("GET", "/v1/sessions", own))  # origin-form as before
     assert status == 200, body[:300]
+
+
+async def test_spellings_that_hide_another_host_are_refused(server: RunningServer) -> None:
+    """Each tries to make a check read one host and a client another; none is served."""
+    own = server.url.removeprefix("http://")
+    refused = {
+        "http://127.0.0.1@evil.example/v1/sessions": 400,  # userinfo: the host is evil.example
+        f"http://evil.example\\@{own}/v1/sessions": 400,  # WHATWG reads a backslash as a slash
+        "http://evil.example#@127.0.0.1/v1/sessions": 400,
+        "http:/evil.example/v1/sessions": 400,
+        "http:///v1/sessions": 400,
+        "http://ev%69l.example/v1/sessions": 421,
+        "http://0x7f.1/v1/sessions": 421,  # 127.0.0.1 to some resolvers; not a name of the server
+    }
+    for target, expected in refused.items():
+        status, headers, body = await raw_request(server.url, request("GET", target, own))
+        assert_json_error(status, headers, body, expected, "bad_request" if expected == 400 else "host_not_allowed")
+    for target in ("http://127.0.0.1./v1/sessions", "HTTP://LOCALHOST/v1/sessions"):  # the same names
+        status, _, body = await raw_request(server.url, request("GET", target, "evil.example"))
+        assert status == 200, (target, body[:300])
