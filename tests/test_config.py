@@ -275,3 +275,11 @@ def test_limits_at_their_maxima_are_taken(tmp_path: Path, capsys: pytest.Capture
     assert settings.agents["ops"]["token_budget"] == 10**12
     assert main(["config", "show", "--config", str(write(tmp_path, "[tenant_limits]\nweight = 1001\n"))]) == 2
     assert "tenant_limits.weight must be an integer <= 1000" in capsys.readouterr().err
+
+
+def test_a_limit_past_its_maximum_in_the_environment_names_the_variable() -> None:
+    environ = {"AGENTOS_TENANT_LIMITS_TOKENS_PER_DAY": str(2**63)}
+    with pytest.raises(ConfigError, match=r"AGENTOS_TENANT_LIMITS_TOKENS_PER_DAY=9223372036854775808: tenant_limits"):
+        load_settings(None, environ=environ)
+    environ = {"AGENTOS_TENANT_LIMITS_TOKENS_PER_DAY": str(10**12)}
+    assert load_settings(None, environ=environ).tenant_limits.tokens_per_day == 10**12
