@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from agentos.cli import main
 from agentos.config import Secret, load_settings
 from agentos.errors import ConfigError
+from agentos.tenancy.limits import MAXIMA
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -239,3 +242,44 @@ def test_the_redis_url_from_env_and_flags(capsys: pytest.CaptureFixture[str]) ->
     assert main(["config", "show", "--redis-url", url]) == 0
     out = capsys.readouterr().out
     assert "s3cret-live" not in out and 'redis_url = "redis://:**********@cache.internal:6379/0"' in out
+
+
+# -- the maxima of caller-set limits, in the file too (2**63 was taken) -------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        *(
+            (f"[tenant_limits]\n{name} = {maximum + 1}\n", f"tenant_limits.{name} must be an integer <= {maximum}")
+            for name, maximum in MAXIMA.items()
+        ),
+        ("[tenant_limits]\ntokens_per_day = 9223372036854775807\n", "tenant_limits.tokens_per_day must be"),
+        ("[agents.ops]\ntoken_budget = 1000000000001\n", "agents.ops.token_budget: Expected `int` <= 1000000000000"),
+        ("[agents.ops.command]\nmemory_mb = 1048577\n", "agents.ops.command.memory_mb: Expected `int` <= 1048576"),
+        ("[agents.ops.command]\ntimeout_s = inf\n", "agents.ops.command.timeout_s: Expected `float` <= 86400.0"),
+        ("[security]\nmax_token_budget = 1000000000001\n", "security.max_token_budget must be an integer <="),
+        ("[security.max_command]\ncpu_s = 86401\n", "security.max_command.cpu_s must be an integer <= 86400"),
+    ],
+)
+def test_a_limit_past_its_maximum_stops_start_up_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_settings(write(tmp_path, text), environ={})
+
+
+def test_limits_at_their_maxima_are_taken(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    table = "".join(f"{name} = {maximum}\n" for name, maximum in MAXIMA.items())
+    path = write(tmp_path, f"[tenant_limits]\n{table}[agents.ops]\ntoken_budget = 1000000000000\n")
+    settings = load_settings(path, environ={})
+    assert msgspec.to_builtins(settings.tenant_limits) == MAXIMA
+    assert settings.agents["ops"]["token_budget"] == 10**12
+    assert main(["config", "show", "--config", str(write(tmp_path, "[tenant_limits]\nweight = 1001\n"))]) == 2
+    assert "tenant_limits.weight must be an integer <= 1000" in capsys.readouterr().err
+
+
+def test_a_limit_past_its_maximum_in_the_environment_names_the_variable() -> None:
+    environ = {"AGENTOS_TENANT_LIMITS_TOKENS_PER_DAY": str(2**63)}
+    with pytest.raises(ConfigError, match=r"AGENTOS_TENANT_LIMITS_TOKENS_PER_DAY=9223372036854775808: tenant_limits"):
+        load_settings(None, environ=environ)
+    environ = {"AGENTOS_TENANT_LIMITS_TOKENS_PER_DAY": str(10**12)}
+    assert load_settings(None, environ=environ).tenant_limits.tokens_per_day == 10**12

@@ -113,8 +113,10 @@ def _limits(pairs: list[str] | None, *, clearing: list[str] | None = None) -> di
     limits: dict[str, int | None] = {}
     for pair in pairs or []:
         name, sep, value = pair.partition("=")
-        if not sep or not value.lstrip("-").isdigit():
-            raise ConfigError(f"--limit: expected name=integer, got {pair!r}")
+        digits = value.removeprefix("-")
+        # ASCII only: str.isdigit takes "²", which int() refuses; the server names the maximum
+        if not sep or not (digits.isascii() and digits.isdigit() and len(digits) <= 40):
+            raise ConfigError(f"--limit: expected name=integer, got {pair[:60]!r}")
         limits[name] = int(value)
     limits.update(dict.fromkeys(clearing or []))
     return limits

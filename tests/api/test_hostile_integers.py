@@ -5,7 +5,8 @@ The sweeps here are driven by the document: every integer query parameter and `L
 of every operation, and every integer field of every JSON body, so a route or field added later
 is tried without editing this file (a path parameter this file cannot fill fails it loudly).
 A parameter gets the 400 or 422 its operation documents, with the JSON error body, before any
-stream starts; a body field anything but a 5xx, and what was stored reads back."""
+stream starts; a body field has a documented maximum and a 4xx naming it past that maximum.
+The largest values taken are in test_limit_maxima.py."""
 
 from __future__ import annotations
 
@@ -57,11 +58,11 @@ def integer_parameters(parameters: list[dict[str, Any]]) -> list[dict[str, Any]]
     ]
 
 
-def integer_fields(schema: dict[str, Any], at: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
-    """Paths of the integer fields in a body schema (`*`: any key of a map)."""
+def integer_fields(schema: dict[str, Any], at: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """(path, documented maximum) of the integer fields in a body schema (`*`: any key of a map)."""
     schema = _deref(schema, _SCHEMAS)
     if schema.get("type") == "integer" and at:
-        yield at
+        yield at, schema.get("maximum")
     for name, field in schema.get("properties", {}).items():
         yield from integer_fields(field, (*at, name))
     if isinstance(schema.get("additionalProperties"), dict):
@@ -132,7 +133,7 @@ BASES: dict[tuple[str, str], dict[str, Any]] = {
     ("PATCH", "/v1/admin/tenants/{tenant_id}"): {},
     ("POST", "/v1/admin/keys"): {"tenant_id": "default", "scopes": ["sessions:read"]},
     ("POST", "/v1/collections"): {"name": "n", "embedding_model": "mock-embed", "dimensions": DIMS},
-    ("POST", "/v1/collections/{name}/documents"): {"content": "some text"},
+    ("POST", "/v1/collections/{name}/documents"): {"content": "some text", "content_type": "text/plain"},
     ("POST", "/v1/collections/{name}/query"): {"query": "some text"},
     ("POST", "/v1/chat/completions"): {"model": "mock-1", "messages": [{"role": "user", "content": "hi"}]},
 }
@@ -151,9 +152,12 @@ def with_value(base: dict[str, Any], field: tuple[str, ...], value: int, unique:
     return body
 
 
-async def test_every_integer_body_field_past_64_bits_is_no_5xx_and_reads_back(
+async def test_every_integer_body_field_past_its_documented_maximum_is_a_4xx_naming_it(
     any_store: RunningServer, http: aiohttp.ClientSession
 ) -> None:
+    """Every integer a body may hold has a `maximum` in the document (2**63 was taken as a tenant's
+    limit or an agent's `token_budget`), and a value past it, or past 64 bits, is refused with an
+    error that names the field; what was taken before reads back."""
     server = any_store
     values = await resources(server, http)
     swept = 0
@@ -163,17 +167,18 @@ async def test_every_integer_body_field_past_64_bits_is_no_5xx_and_reads_back(
         if not fields:
             continue
         assert (method, path) in BASES, f"{method} {path} has integer fields {fields}: add a body to BASES"
-        for field in fields:
-            for value in HUGE_JSON:
+        for field, maximum in fields:
+            assert isinstance(maximum, int) and maximum < 2**63, f"{method} {path} {field}: no documented maximum"
+            for value in [maximum + 1, *HUGE_JSON]:
                 swept += 1
                 body = with_value(BASES[method, path], field, value, f"big{swept}")
                 request = post(fill(path, values), msgspec.json.encode(body))
                 status, headers, answer = await raw_request(server.url, request.replace(b"POST", method.encode(), 1))
-                where = (method, path, field, value, status, answer[:200])
-                assert status < 500, where
-                if status >= 400:
-                    assert msgspec.json.decode(answer)["error"]["message"], where
-    assert swept >= 30 * len(HUGE_JSON)
+                where = (method, path, field, value, status, answer[:300])
+                assert 400 <= status < 500, where
+                message = msgspec.json.decode(answer)["error"]["message"]
+                assert field[-1] in message or field[-1] == "*", where
+    assert swept >= 30 * (1 + len(HUGE_JSON))
     for path in READ_BACK:  # what was taken is read again: no failure on the way out either
         status, _, answer = await raw_request(server.url, get(path))
         assert status == 200, (path, answer[:200])

@@ -89,8 +89,11 @@ async def test_clear_one_line_errors_and_exit_codes(
 ) -> None:
     code, _, err = await cli("tenants", "show", "nobody")
     assert code == 1 and err.strip() == "agentos: 404 tenant_not_found: tenant 'nobody' not found"
-    code, _, err = await cli("tenants", "create", "acme", "--limit", "weight")
-    assert code == 2 and "--limit" in err
+    for bad in ("weight", "weight=²", "weight=" + "9" * 41):
+        code, _, err = await cli("tenants", "create", "acme", "--limit", bad)
+        assert code == 2 and "--limit" in err, (bad, err)
+    code, _, err = await cli("tenants", "create", "acme", "--limit", f"tokens_per_day={2**63}")
+    assert code == 1 and "422 invalid_input: limits.tokens_per_day: at most 1000000000000" in err, err
     tenant = await create_tenant_key(server.url, TOKEN)
     key_file = tmp_path / "key"
     key_file.write_text(tenant.key + "\n")

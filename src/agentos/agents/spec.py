@@ -12,10 +12,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import msgspec
 
+from agentos.config_security import (
+    MAX_TURNS,
+    CpuSeconds,
+    DelegationDepth,
+    DelegationWidth,
+    HumanTimeout,
+    Megabytes,
+    OutputBytes,
+    Processes,
+    Seconds,
+    TokenBudget,
+    Turns,
+)
 from agentos.errors import AgentOSError, ConfigError, InvalidInput
 
 BUILTIN_TOOLS = ("run_command", "ask_human", "delegate")
@@ -23,27 +36,21 @@ BUILTIN_TOOLS = ("run_command", "ask_human", "delegate")
 # what the tool needs, and an agent listing the tool without any would offer a tool that cannot work.
 SEARCH_KNOWLEDGE = "search_knowledge"
 MAX_KNOWLEDGE_COLLECTIONS = 16  # each search embeds once and searches each collection: bounded
-MAX_TURNS_CEILING = 100
-# A waiting run costs a handle and a deadline for as long as it waits: bounded, like every
-# other limit a caller can set.
-MAX_HUMAN_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_TURNS_CEILING = MAX_TURNS
 MCP_TOOL_SEPARATOR = "__"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
-PosInt = Annotated[int, msgspec.Meta(ge=1)]
-NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
-PosFloat = Annotated[float, msgspec.Meta(gt=0)]
-
 
 class CommandLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Limits of one `run_command` call (see `agentos.agents.sandbox`)."""
+    """Limits of one `run_command` call (see `agentos.agents.sandbox`); each has a maximum
+    (`agentos.config_security`), whoever defines the agent."""
 
-    timeout_s: PosFloat = 30.0
-    cpu_s: PosInt = 30
-    memory_mb: PosInt = 1024
-    file_size_mb: PosInt = 64
-    max_processes: PosInt = 1024  # RLIMIT_NPROC counts per uid, so it bounds all commands together
-    output_max_bytes: PosInt = 16_384
+    timeout_s: Seconds = 30.0
+    cpu_s: CpuSeconds = 30
+    memory_mb: Megabytes = 1024
+    file_size_mb: Megabytes = 64
+    max_processes: Processes = 1024  # RLIMIT_NPROC counts per uid, so it bounds all commands together
+    output_max_bytes: OutputBytes = 16_384
 
 
 class McpServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -62,12 +69,12 @@ class AgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     system_prompt: str = ""
     tools: tuple[str, ...] = ("run_command", "ask_human")
     mcp_servers: tuple[McpServerSpec, ...] = ()
-    max_turns: Annotated[int, msgspec.Meta(ge=1, le=MAX_TURNS_CEILING)] = 8
-    token_budget: NonNegInt = 0  # prompt + completion tokens per run; 0 = unlimited
-    max_delegation_depth: NonNegInt = 1
-    max_delegation_width: NonNegInt = 4
+    max_turns: Turns = 8
+    token_budget: TokenBudget = 0  # prompt + completion tokens per run; 0 = unlimited
+    max_delegation_depth: DelegationDepth = 1
+    max_delegation_width: DelegationWidth = 4
     approval_required: tuple[str, ...] = ()
-    human_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=MAX_HUMAN_TIMEOUT_S)] = 3600.0
+    human_timeout_s: HumanTimeout = 3600.0
     command: CommandLimits = msgspec.field(default_factory=CommandLimits)
     knowledge: tuple[str, ...] = ()  # collection names of the run's tenant: offers `search_knowledge`
 

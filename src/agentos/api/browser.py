@@ -8,7 +8,10 @@ on them. Three rules, docs/security.md "Browser rules":
    same-origin with itself, and its requests say `Host: evil.example`): the name must be
    `localhost`, `127.0.0.1`, `::1`, the bind host or in `server.allowed_hosts`; a server bound
    beyond loopback with no `allowed_hosts` takes any (its keys guard it). Else 421
-   `host_not_allowed`.
+   `host_not_allowed`. A request whose target is absolute (`GET http://evil.example/v1/x`)
+   names its host there, and its `Host` header is ignored (RFC 9112 3.2.2): the target's
+   authority is the name checked, and the one rule 2 compares an Origin with. Such a target
+   must be an `http` or `https` URL without userinfo (RFC 9110 4.2), else 400 `bad_request`.
 2. **Origin** (cross-site requests, simple `text/plain` POSTs and WebSockets included): an
    `Origin` must be this server's own (`http(s)://` + the request's `Host`) or in
    `server.allowed_origins`; `Origin: null` is refused. Without `Origin`,
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from yarl import URL
 
 from agentos.api.errors import Handler, error_response
 from agentos.api.middleware import is_loopback, route_of
@@ -57,11 +61,11 @@ class BrowserRules:
         return cls(frozenset(h for h in map(normal_host, named) if h is not None), origins)
 
     def host_refusal(self, host: str | None) -> str | None:
-        """Why `host` (a `Host` header) is refused; None when it is allowed or absent (HTTP/1.0)."""
+        """Why `host` (`named_host`) is refused; None when it is allowed or absent (HTTP/1.0)."""
         if self.hosts is None or host is None or host_name(host) in self.hosts:
             return None
         allowed = ", ".join(sorted(self.hosts))
-        return f"Host {host[:100]!r} is not a name of this server ({allowed}; set server.allowed_hosts)"
+        return f"host {host[:100]!r} is not a name of this server ({allowed}; set server.allowed_hosts)"
 
     def origin_refusal(self, origin: str | None, fetch_site: str | None, host: str | None) -> str | None:
         """Why a request with these headers is refused as cross-origin; None when it is not."""
@@ -82,6 +86,33 @@ def _is_own(origin: str, host: str) -> bool:
     return bool(sep) and scheme in _OWN_SCHEMES and authority == host
 
 
+def absolute_target(request: web.BaseRequest) -> URL | None:
+    """The request target when it is in absolute form (`GET http://h:1/p`), else None.
+
+    aiohttp routes such a request by the target's path and keeps the target as sent in
+    `raw_path` (its parser took it as a URL with a host already, or answered 400)."""
+    raw = request.raw_path
+    return None if raw.startswith("/") or raw == "*" else URL(raw, encoded=True)
+
+
+def named_host(request: web.BaseRequest, target: URL | None) -> str | None:
+    """The host a request names: an absolute-form target's authority, whose `Host` is then
+    ignored (RFC 9112 3.2.2); else its `Host` (None: an HTTP/1.0 request without one)."""
+    return request.headers.get("Host") if target is None else target.host_port_subcomponent
+
+
+def target_refusal(target: URL | None) -> str | None:
+    """Why an absolute-form target is not one this server answers: not http(s), or with userinfo
+    (RFC 9110 4.2.4: a recipient treats it as an error). None for any other target."""
+    if target is None:
+        return None
+    if target.scheme not in _OWN_SCHEMES:
+        return f"the request target must be a path or an http(s) URL, got {str(target)[:100]!r}"
+    if target.raw_user is not None:
+        return "the request target must not hold userinfo (user@host)"
+    return None
+
+
 def host_name(host: str) -> str:
     """The name of a `Host` header: lower case, without its port or an IPv6 address's brackets."""
     value = host.strip().lower()
@@ -98,9 +129,13 @@ def browser_middleware(rules: BrowserRules) -> Middleware:
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         route = route_of(request)
         headers = request.headers
-        host = headers.get("Host")
-        if route not in HOST_EXEMPT and (why := rules.host_refusal(host)) is not None:
-            return error_response(421, "host_not_allowed", why)
+        target = absolute_target(request)
+        host = named_host(request, target)
+        if route not in HOST_EXEMPT:
+            if (why := target_refusal(target)) is not None:
+                return error_response(400, "bad_request", why)
+            if (why := rules.host_refusal(host)) is not None:
+                return error_response(421, "host_not_allowed", why)
         if route not in ORIGIN_EXEMPT:
             why = rules.origin_refusal(headers.get("Origin"), headers.get("Sec-Fetch-Site"), host)
             if why is not None:

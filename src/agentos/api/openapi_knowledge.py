@@ -40,6 +40,8 @@ _, _BODIES = msgspec.json.schema_components([CollectionCreate, DocumentUpload, Q
 _DEFAULTS = KnowledgeConfig()
 _BODIES["CollectionCreate"]["properties"]["dimensions"]["maximum"] = _DEFAULTS.max_dimensions
 _BODIES["CollectionCreate"]["properties"]["chunk_tokens"]["anyOf"][0]["maximum"] = MAX_CHUNK_TOKENS
+# the overlap is below the chunk (`collection_settings`)
+_BODIES["CollectionCreate"]["properties"]["chunk_overlap"]["anyOf"][0]["maximum"] = MAX_CHUNK_TOKENS - 1
 _BODIES["QueryRequest"]["properties"]["top_k"]["maximum"] = _DEFAULTS.max_top_k
 _BODIES["DocumentUpload"]["properties"]["content_type"] = {"enum": list(SUPPORTED_TYPES)}
 # What `agentos.knowledge.filters` takes as a metadata value and a filter (a JSON number with no

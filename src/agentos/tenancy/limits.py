@@ -2,6 +2,13 @@
 
 The `[tenant_limits]` table of the config gives every tenant's defaults; a tenant's own row
 (`/v1/admin/tenants`) may override any of them. 0 means "no limit" everywhere.
+
+Every limit has a maximum (`MAX_PER_MINUTE`, `MAX_AT_ONCE`, `MAX_TOKENS_PER_DAY`): far above any
+real use, and far below where an integer stops fitting the 64 bits that SQLite, PostgreSQL and
+Redis hold (2**63 was taken before, and a counter compared with it in Redis or a row written
+with it would fail later). Past it, the API answers 422 and the config stops start-up, both
+naming the limit. A row stored before the maximum existed reads back at the maximum
+(`clamp_overrides`).
 """
 
 from __future__ import annotations
@@ -9,9 +16,17 @@ from __future__ import annotations
 from typing import Annotated
 
 import msgspec
+import msgspec.inspect
 
-NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
-Weight = Annotated[int, msgspec.Meta(ge=1, le=1000)]
+MAX_PER_MINUTE = 10**9  # requests, turns or runs a minute: 16.7 million a second
+MAX_AT_ONCE = 10**9  # sessions stored, turns or runs at once
+MAX_TOKENS_PER_DAY = 10**12  # provider tokens a UTC day
+MAX_WEIGHT = 1000
+
+PerMinute = Annotated[int, msgspec.Meta(ge=0, le=MAX_PER_MINUTE)]
+AtOnce = Annotated[int, msgspec.Meta(ge=0, le=MAX_AT_ONCE)]
+TokensPerDay = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS_PER_DAY)]
+Weight = Annotated[int, msgspec.Meta(ge=1, le=MAX_WEIGHT)]
 
 
 class TenantLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -25,12 +40,31 @@ class TenantLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     weight: the tenant's share of the provider permits against other tenants' (fair queuing).
     """
 
-    requests_per_minute: NonNegInt = 0
-    key_requests_per_minute: NonNegInt = 0
-    turns_per_minute: NonNegInt = 0
-    runs_per_minute: NonNegInt = 0
-    max_sessions: NonNegInt = 0
-    max_concurrent_turns: NonNegInt = 0
-    max_active_runs: NonNegInt = 0
-    tokens_per_day: NonNegInt = 0
+    requests_per_minute: PerMinute = 0
+    key_requests_per_minute: PerMinute = 0
+    turns_per_minute: PerMinute = 0
+    runs_per_minute: PerMinute = 0
+    max_sessions: AtOnce = 0
+    max_concurrent_turns: AtOnce = 0
+    max_active_runs: AtOnce = 0
+    tokens_per_day: TokensPerDay = 0
     weight: Weight = 1
+
+
+def _maxima() -> dict[str, int]:
+    info = msgspec.inspect.type_info(TenantLimits)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return {f.name: f.type.le for f in info.fields if isinstance(f.type, msgspec.inspect.IntType) and f.type.le}
+
+
+MAXIMA: dict[str, int] = _maxima()  # each limit's maximum, by name
+
+
+def clamp_overrides(overrides: dict[str, int]) -> dict[str, int]:
+    """A stored row's overrides with each value over its limit's maximum read as the maximum.
+
+    Only a row written before the maxima existed can hold one: the same meaning ("as good as
+    no limit"), in a value that fits everywhere. Unknown names pass (a newer version's)."""
+    if all(value <= MAXIMA.get(name, value) for name, value in overrides.items()):
+        return overrides
+    return {name: min(value, MAXIMA.get(name, value)) for name, value in overrides.items()}

@@ -30,6 +30,7 @@ from agentos.store import pg_migrations, pg_pool
 from agentos.store.pg_follow import FULL_RELOAD_INTERVAL_S, Follower
 from agentos.store.pg_health import classify, within
 from agentos.store.records import DEFAULT_TENANT
+from agentos.tenancy.limits import clamp_overrides
 from agentos.tenancy.pepper import pepper_check, pepper_matches
 from agentos.tenancy.records import ApiKey, Tenant
 from agentos.tenancy.storage import ChangeSink, Rows
@@ -230,7 +231,7 @@ async def read_rows(conn: asyncpg.Connection, changes: Iterable[str] | None) -> 
 
 
 def _tenant(row: asyncpg.Record) -> Tenant:
-    limits = msgspec.json.decode(row["limits"], type=dict[str, int])
+    limits = clamp_overrides(msgspec.json.decode(row["limits"], type=dict[str, int]))
     return Tenant(
         tenant_id=row["tenant_id"],
         name=row["name"],

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import msgspec
 
 from agentos.errors import Conflict, InvalidInput, NotFound
-from agentos.tenancy.limits import TenantLimits
+from agentos.tenancy.limits import MAXIMA, TenantLimits
 
 TENANT_ID_PATTERN = "^[a-z0-9][a-z0-9_-]{0,62}$"
 _TENANT_ID = re.compile(TENANT_ID_PATTERN)
@@ -87,10 +87,14 @@ def effective_limits(defaults: TenantLimits, overrides: dict[str, int]) -> Tenan
     unknown = sorted(set(overrides) - set(TenantLimits.__struct_fields__))
     if unknown:
         raise InvalidInput(f"unknown limit {unknown[0]!r}; known: {', '.join(TenantLimits.__struct_fields__)}")
+    for name, value in overrides.items():
+        if isinstance(value, int) and value > MAXIMA[name]:  # the usual refusal, said plainly
+            raise InvalidInput(f"limits.{name}: at most {MAXIMA[name]}, got {str(value)[:40]}")
     try:
         return msgspec.convert(msgspec.to_builtins(defaults) | overrides, TenantLimits)
     except msgspec.ValidationError as exc:
-        raise InvalidInput(f"limits: {exc}") from None
+        message, _, at = str(exc).rpartition(" - at `$.")
+        raise InvalidInput(f"limits.{at.rstrip('`')}: {message}" if at else f"limits: {exc}") from None
 
 
 def tenant_json(tenant: Tenant, defaults: TenantLimits) -> dict[str, Any]:

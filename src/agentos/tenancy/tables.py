@@ -16,6 +16,7 @@ from pathlib import Path
 import msgspec
 
 from agentos.store.writer import Writer
+from agentos.tenancy.limits import clamp_overrides
 from agentos.tenancy.records import ApiKey, Tenant
 from agentos.tenancy.storage import ChangeSink
 
@@ -93,7 +94,7 @@ def _load(conn: sqlite3.Connection) -> tuple[list[Tenant], list[ApiKey]]:
 
 
 def _decode_limits(raw: str) -> dict[str, int]:
-    return msgspec.json.decode(raw, type=dict[str, int])
+    return clamp_overrides(msgspec.json.decode(raw, type=dict[str, int]))
 
 
 def registry_path(data_dir: Path | None) -> Path | None:
