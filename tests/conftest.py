@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+import sys
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,40 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
         if name.startswith(("AGENTOS_", "MOCK_", "OPENAI_")):
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PYTHONPATH", child_env()["PYTHONPATH"])  # children that inherit it run this tree too
+
+
+@pytest.fixture(autouse=True)
+def tasks_shown_before_a_timeout(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test about to hit pytest-timeout prints where each of its asyncio tasks waits.
+
+    pytest-timeout shows the main thread, which in a hung async test is the event loop's idle
+    `select`: it says nothing about which await never returned. Five seconds before the
+    test's timeout, every unfinished task's stack goes to stderr (shown with the failure only)."""
+    marker = request.node.get_closest_marker("timeout")
+    timeout_s = float(marker.args[0]) if marker and marker.args else float(request.config.getini("timeout") or 0)
+    if timeout_s <= 5:
+        yield
+        return
+    timer = threading.Timer(timeout_s - 5, _print_unfinished_tasks, args=(timeout_s,))
+    timer.daemon = True
+    timer.start()
+    yield
+    timer.cancel()
+
+
+def _print_unfinished_tasks(timeout_s: float) -> None:
+    print(f"--- unfinished asyncio tasks, 5 s before the {timeout_s:g} s timeout ---", file=sys.stderr)
+    for _ in range(3):  # the loop may add a task while this thread copies the set
+        try:
+            tasks = list(asyncio.tasks._all_tasks)  # type: ignore[attr-defined]
+            break
+        except RuntimeError:
+            continue
+    else:
+        return
+    for task in tasks:
+        if not task.done():
+            task.print_stack(file=sys.stderr)
 
 
 @pytest.fixture
