@@ -4,6 +4,7 @@ falls back to its share of the limits, logs the outage once, and returns to Redi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import subprocess
@@ -139,3 +140,23 @@ async def test_a_redis_that_comes_back_empty_is_seeded_again(
     finally:
         await direct.aclose()
         await server.close()
+
+
+async def test_more_calls_at_once_than_the_pool_holds_wait_for_a_connection_not_an_outage() -> None:
+    """redis-py's own pool refuses a call past its connections at once (MaxConnectionsError),
+    which read as an outage at 1000 turns a node. Three times the pool's calls, each holding
+    its connection 50 ms (`WAIT 1 50`: no replica comes, it answers 0 after 50 ms), all answer
+    and the link stays up."""
+    from agentos.config import CoordinationConfig
+    from agentos.coordination.link import POOL_MAX, open_link
+
+    link = await open_link(CoordinationConfig(redis_url=REDIS_URL, timeout_s=2.0))
+    try:
+        results = await asyncio.gather(
+            *(link.call(lambda: link.redis.execute_command("WAIT", 1, 50)) for _ in range(3 * POOL_MAX))  # type: ignore[no-untyped-call,unused-ignore]
+        )
+        assert results == [0] * (3 * POOL_MAX)  # None would be a call the link gave up on
+        assert not link.down
+        assert await link.call(link.redis.ping) is True
+    finally:
+        await link.close()

@@ -34,6 +34,7 @@ log = logging.getLogger("agentos.coordination")
 
 T = TypeVar("T")
 RETRY_S = 1.0
+POOL_MAX = 100  # connections to Redis per node; more calls at once wait for one (see open_link)
 
 
 class Link:
@@ -151,7 +152,7 @@ async def open_link(config: CoordinationConfig) -> Link:
         ConfigError: the `redis` package is missing, or Redis does not answer (naming the key).
     """
     try:
-        from redis.asyncio import Redis
+        from redis.asyncio import BlockingConnectionPool, Redis
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
     except ImportError:
@@ -159,9 +160,19 @@ async def open_link(config: CoordinationConfig) -> Link:
             "coordination.redis_url is set but the redis package is missing: pip install 'agentos[redis]'"
         ) from None
     timeout = config.timeout_s
-    redis = Redis.from_url(
-        config.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
+    # A blocking pool: a call past POOL_MAX connections in use waits (up to the timeout) for one
+    # to come back. redis-py's default pool (100 since redis 6; unbounded in 5) refuses it with
+    # MaxConnectionsError at once, which read as "Redis unreachable" at 1000 turns a node: the
+    # cluster-wide limits fell back to per-node ones while Redis was fine.
+    pool = BlockingConnectionPool.from_url(
+        config.redis_url,
+        max_connections=POOL_MAX,
+        timeout=timeout,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
     )
+    redis = Redis.from_pool(pool)
     try:
         await _first_ping(redis, timeout)
     except Exception as exc:
