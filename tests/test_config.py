@@ -283,3 +283,19 @@ def test_a_limit_past_its_maximum_in_the_environment_names_the_variable() -> Non
         load_settings(None, environ=environ)
     environ = {"AGENTOS_TENANT_LIMITS_TOKENS_PER_DAY": str(10**12)}
     assert load_settings(None, environ=environ).tenant_limits.tokens_per_day == 10**12
+
+
+@pytest.mark.parametrize(
+    ("text", "environ", "message"),
+    [
+        ("[kernel]\npermit_wait_timeout_s = inf\n", {}, "kernel.permit_wait_timeout_s must be a finite number"),
+        ("", {"AGENTOS_KERNEL_SESSION_TTL_SECS": "inf"}, "AGENTOS_KERNEL_SESSION_TTL_SECS=inf: kernel.session_ttl"),
+    ],
+)
+def test_an_infinite_float_setting_stops_start_up_naming_the_key(
+    tmp_path: Path, text: str, environ: dict[str, str], message: str
+) -> None:
+    """msgspec takes `inf` for a float without an upper bound: a timer of inf seconds never fires."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_settings(write(tmp_path, text), environ=environ)
+    assert load_settings(write(tmp_path, "[kernel]\npermit_wait_timeout_s = 1e9\n"), environ={})  # large is fine

@@ -6,8 +6,11 @@ agent and policy parsers); `agentos.config` adds where the value came from.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from agentos.config_security import SecurityConfig
 from agentos.config_server import check_server
@@ -35,6 +38,7 @@ def check_agent_tables(tree: Mapping[str, Any]) -> None:
 
 def check_settings(settings: Settings) -> None:
     """Raises: InvalidSetting naming the dotted key; ConfigError (agents.<name>.<key>, security.<key>)."""
+    check_finite(settings)
     url = settings.provider.url
     if url and not url.startswith(("http://", "https://")):
         raise InvalidSetting("provider.url", f"must start with http:// or https://, got {url!r}")
@@ -51,6 +55,20 @@ def check_settings(settings: Settings) -> None:
         from agentos.agents.policy import AgentPolicy  # only when the administrator set any
 
         AgentPolicy.from_settings(settings)  # raises ConfigError naming security.<key>
+
+
+def check_finite(value: Any, key: str = "") -> None:
+    """Every float setting is a finite number: msgspec takes `inf` for a float (TOML spells it
+    so, an environment variable too) wherever no upper bound is declared, and a timeout or TTL
+    of inf never fires (nan is refused by every declared bound already; checked here too).
+
+    Raises: InvalidSetting naming the dotted key."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidSetting(key, f"must be a finite number, got {value}")
+    elif isinstance(value, msgspec.Struct):  # not the raw `[agents.*]` tables: their parser bounds them
+        for field in value.__struct_fields__:
+            check_finite(getattr(value, field), f"{key}.{field}" if key else field)
 
 
 def _check_store(store: StoreConfig) -> None:
