@@ -78,8 +78,13 @@ class SandboxConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     a network namespace, Landlock), run commands with the layers it has instead of refusing them.
     `uid_base`/`uid_count`: when the server runs as root, each workspace gets its own uid and gid
     from `[uid_base + 1, uid_base + uid_count)`; `uid_base` itself is the start-up probe's.
+    `ready_sandboxes`: how many sandboxes the fork server keeps confined ahead of time, each
+    waiting for one command (`agentos.agents._ready`), so a burst of that many commands starts
+    without paying for namespaces and a root; about 1 MB of memory each (docs/security.md).
+    Used when the server runs as root (identity by setuid); 0 starts every command fresh.
     """
 
     allow_weaker: bool = False
     uid_base: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 2**20)] = 1_000_000_000
     uid_count: Annotated[int, msgspec.Meta(ge=2, le=2**20)] = 1 << 20
+    ready_sandboxes: Annotated[int, msgspec.Meta(ge=0, le=1024)] = 0

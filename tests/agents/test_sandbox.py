@@ -22,11 +22,19 @@ from agentos.testing import eventually
 LIMITS = CommandLimits(timeout_s=5, output_max_bytes=1000)
 
 
-@pytest.fixture
-async def sandbox() -> AsyncIterator[Sandbox]:
+@pytest.fixture(params=["fresh", "ready"])
+async def sandbox(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
     """What a command sees, on any OS: a weaker sandbox where this one lacks a part
-    (tests/agents/test_sandbox_escape.py holds the strict sandbox to its promises)."""
-    sandbox = Sandbox(SandboxConfig(allow_weaker=True))
+    (tests/agents/test_sandbox_escape.py holds the strict sandbox to its promises); each
+    command started fresh, then the first command of each test taken by a ready sandbox."""
+    ready = request.param == "ready"
+    sandbox = Sandbox(SandboxConfig(allow_weaker=True, ready_sandboxes=2 if ready else 0))
+    if ready:
+        status = await sandbox.start()
+        if status.identity != "setuid" or not status.namespaces:
+            await sandbox.close()
+            pytest.skip("ready sandboxes need the server to run as root, with a namespace")
+        await asyncio.wait_for(sandbox.wait_ready(2), 10)
     yield sandbox
     await sandbox.close()
 
@@ -215,16 +223,41 @@ async def test_a_command_killed_by_a_signal_reports_it(sandbox: Sandbox, tmp_pat
 
 
 async def test_a_command_killed_from_outside_reports_the_signal(sandbox: Sandbox, tmp_path: Path) -> None:
-    """What the OOM killer does: SIGKILL to the command alone, not to its supervisor."""
-    if "pid_namespace" in (await sandbox.start()).missing:
-        pytest.skip("no PID namespace on this OS: no supervisor between the fork server and the command")
+    """What the OOM killer does: SIGKILL to the command alone (not to its supervisor, where a
+    user namespace needs one outside its PID namespace)."""
+    status = await sandbox.start()
+    if "pid_namespace" in status.missing:
+        pytest.skip("no PID namespace on this OS")
+    supervised = status.identity == "userns"
     run = asyncio.ensure_future(sandbox.run(["sleep", "30"], tmp_path / "w", LIMITS))
-    await eventually(lambda: len(processes_in(tmp_path / "w")) == 2, 5.0, "the supervisor and the command")
-    supervisor, command = sorted(processes_in(tmp_path / "w"), key=parent_pid)
-    assert parent_pid(command) == supervisor
+    count = 2 if supervised else 1
+    await eventually(lambda: len(processes_in(tmp_path / "w")) == count, 5.0, f"{count} processes")
+    pids = processes_in(tmp_path / "w")
+    command = next(pid for pid in pids if parent_pid(pid) in pids) if supervised else pids[0]
     os.kill(command, signal.SIGKILL)
     result = await run
     assert (result.exit_code, result.stderr) == (-9, "")
+
+
+async def test_as_root_the_command_is_born_pid_1_with_nothing_outside(sandbox: Sandbox, tmp_path: Path) -> None:
+    """As root (identity by setuid) the command is cloned into its namespaces: its parent is the
+    fork server itself, it is PID 1 inside, and no supervisor process waits outside for it."""
+    status = await sandbox.start()
+    if status.identity != "setuid" or "pid_namespace" in status.missing:
+        pytest.skip("needs root and a PID namespace")
+    run = asyncio.ensure_future(sandbox.run(["sleep", "30"], tmp_path / "w", LIMITS))
+    await eventually(lambda: len(processes_in(tmp_path / "w")) == 1, 5.0, "the command")
+    [command] = processes_in(tmp_path / "w")
+    parent = proc_file(parent_pid(command), "cmdline").split("\0")
+    assert any(arg.endswith("_zygote.py") for arg in parent), parent
+    nspid = next(line for line in proc_file(command, "status").splitlines() if line.startswith("NSpid"))
+    assert nspid.split()[-1] == "1"
+    os.killpg(command, signal.SIGKILL)
+    assert (await run).exit_code == -9
+
+
+def proc_file(pid: int, name: str) -> str:
+    return Path(f"/proc/{pid}/{name}").read_text()
 
 
 def parent_pid(pid: int) -> int:

@@ -35,15 +35,28 @@ from tests.api.helpers import new_session, turn_events
 LIMITS = CommandLimits(timeout_s=10, output_max_bytes=4000)
 
 
-@pytest.fixture
-async def strict() -> AsyncIterator[Sandbox]:
-    sandbox = Sandbox(SandboxConfig())
+@pytest.fixture(params=["fresh", "ready"])
+async def strict(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
+    """The strict sandbox, twice: each command started fresh, and the first command of each
+    test taken by a ready sandbox (confined ahead of time: `agentos.agents._ready`)."""
+    sandbox = await started_sandbox(ready=request.param == "ready")
+    yield sandbox
+    await sandbox.close()
+
+
+async def started_sandbox(*, ready: bool) -> Sandbox:
+    """The strict sandbox, started; with `ready`, once two ready sandboxes wait (else skipped)."""
+    sandbox = Sandbox(SandboxConfig(ready_sandboxes=2 if ready else 0))
     status = await sandbox.start()
     if status.mode != "strict":
         await sandbox.close()
         pytest.skip(f"this OS cannot give the strict sandbox: missing {', '.join(status.missing)}")
-    yield sandbox
-    await sandbox.close()
+    if ready and status.identity != "setuid":
+        await sandbox.close()
+        pytest.skip("ready sandboxes need the server to run as root (identity by setuid)")
+    if ready:
+        await asyncio.wait_for(sandbox.wait_ready(2), 10)
+    return sandbox
 
 
 @pytest.fixture

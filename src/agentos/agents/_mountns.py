@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import stat
 import struct
 
 _RDONLY, _NOSUID, _NODEV, _NOEXEC, _BIND, _REC, _PRIVATE = 1, 2, 4, 8, 4096, 16384, 1 << 18
@@ -34,6 +35,9 @@ _ATTR_RDONLY, _ATTR_NOSUID, _ATTR_NODEV = 1, 2, 4
 _AT_FDCWD, _AT_RECURSIVE = -100, 0x8000
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 _MOUNT_SETATTR = 442  # the same number on every architecture (Linux >= 5.12)
+_OPEN_TREE, _MOVE_MOUNT = 428, 429  # the same on every architecture (Linux >= 5.2)
+_OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC, _AT_EMPTY_PATH, _MOVE_MOUNT_F_EMPTY_PATH = 1, 0o2000000, 0x1000, 4
+_REMOUNT = 32
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc", "/opt")
 _DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 _DEVICE_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
@@ -52,29 +56,76 @@ def enter_root(workspace: str | None, tmp_mb: int, proc: bool) -> None:
     """
     here = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        _mount(None, "/", None, _REC | _PRIVATE)
-        _mount("tmpfs", "/tmp", "tmpfs", _NOSUID | _NODEV, "mode=0755,size=64k")  # the scaffold
-        os.chdir("/tmp")
-        os.mkdir("oldroot")
-        os.mkdir("newroot")
-        _mount("tmpfs", "newroot", "tmpfs", _NOSUID | _NODEV, "mode=0755,size=1m")
-        _pivot_root(".", "oldroot")
-        os.chdir("/")
-        _system_dirs()
-        _devices()
-        _mount("tmpfs", "/newroot/tmp", "tmpfs", _NOSUID | _NODEV, f"mode=1777,size={tmp_mb}m,nr_inodes=65536",
-               mkdir=True)  # fmt: skip
+        _scaffold(proc, tmp_mb)
         if workspace is not None:
             os.makedirs("/newroot" + workspace, 0o755, exist_ok=True)
             os.fchdir(here)
             _mount(".", "/newroot" + workspace, None, _BIND | _REC)
             _set_attributes("/newroot" + workspace, _ATTR_NOSUID | _ATTR_NODEV)
-        if proc:
-            _mount("proc", "/newroot/proc", "proc", _NOSUID | _NODEV | _NOEXEC, mkdir=True)
         _enter("/newroot")
+        _set_attributes("/", _ATTR_RDONLY | _ATTR_NOSUID | _ATTR_NODEV, recursive=False)
         os.chdir(workspace or "/")
     finally:
         os.close(here)
+
+
+def ready_root(proc: bool, tmp_mb: int) -> None:
+    """A ready sandbox's root (`_ready.py`), entered: everything but its workspace; `/` still
+    writable, for the workspace's mount point."""
+    _scaffold(proc, tmp_mb)
+    _enter("/newroot")
+
+
+def attach_workspace(tree: int, workspace: str, tmp_mb: int, ready_tmp_mb: int) -> None:
+    """After `ready_root`: the workspace (`tree`, a detached copy from `clone_workspace`) at its
+    host path, `/` read-only, the working directory the workspace."""
+    if tmp_mb != ready_tmp_mb:
+        _mount(None, "/tmp", None, _REMOUNT | _NOSUID | _NODEV, f"size={tmp_mb}m")
+    os.makedirs(workspace, 0o755, exist_ok=True)
+    flags = ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH)
+    if _libc.syscall(_MOVE_MOUNT, tree, b"", _AT_FDCWD, os.fsencode(workspace), flags):
+        _fail("move_mount of the workspace")
+    _set_attributes("/", _ATTR_RDONLY | _ATTR_NOSUID | _ATTR_NODEV, recursive=False)
+    os.chdir(workspace)
+
+
+def clone_workspace(path: str) -> int:
+    """In the host's mount namespace (the fork server): a detached copy of the mount of the
+    directory `path`, nosuid and nodev, for `attach_workspace` (`open_tree`, Linux >= 5.2; a
+    mount namespace cannot bind what only another namespace holds, but can attach a copy)."""
+    fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        flags = _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_EMPTY_PATH | _AT_RECURSIVE  # as `mount --rbind`
+        tree = _libc.syscall(_OPEN_TREE, fd, b"", ctypes.c_uint(flags))
+        if tree < 0:
+            _fail(f"open_tree {path}")
+    finally:
+        os.close(fd)
+    attr = ctypes.create_string_buffer(struct.pack("=QQQQ", _ATTR_NOSUID | _ATTR_NODEV, 0, 0, 0), 32)
+    recursive = ctypes.c_uint(_AT_EMPTY_PATH | _AT_RECURSIVE)
+    if _libc.syscall(_MOUNT_SETATTR, tree, b"", recursive, attr, ctypes.c_size_t(32)):
+        os.close(tree)
+        _fail(f"mount_setattr {path}")
+    return int(tree)
+
+
+def _scaffold(proc: bool, tmp_mb: int) -> None:
+    """The scaffold is the root now, the host's root at `/oldroot` below it, and `/newroot`
+    holds every part of the new root but the workspace."""
+    _mount(None, "/", None, _REC | _PRIVATE)
+    _mount("tmpfs", "/tmp", "tmpfs", _NOSUID | _NODEV, "mode=0755,size=64k")  # the scaffold
+    os.chdir("/tmp")
+    os.mkdir("oldroot")
+    os.mkdir("newroot")
+    _mount("tmpfs", "newroot", "tmpfs", _NOSUID | _NODEV, "mode=0755,size=1m")
+    _pivot_root(".", "oldroot")
+    os.chdir("/")
+    _system_dirs()
+    _devices()
+    _mount("tmpfs", "/newroot/tmp", "tmpfs", _NOSUID | _NODEV, f"mode=1777,size={tmp_mb}m,nr_inodes=65536",
+           mkdir=True)  # fmt: skip
+    if proc:
+        _mount("proc", "/newroot/proc", "proc", _NOSUID | _NODEV | _NOEXEC, mkdir=True)
 
 
 def _system_dirs() -> None:
@@ -91,10 +142,24 @@ def _devices() -> None:
     _mount("tmpfs", "/newroot/dev", "tmpfs", _NOSUID | _NOEXEC, "mode=0755,size=64k", mkdir=True)
     for name in _DEVICES:
         if os.path.exists(f"/oldroot/dev/{name}"):
-            os.close(os.open(f"/newroot/dev/{name}", os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o666))
-            _mount(f"/oldroot/dev/{name}", f"/newroot/dev/{name}", None, _BIND)
+            _device(f"/oldroot/dev/{name}", f"/newroot/dev/{name}")
     for name, target in _DEVICE_LINKS.items():
         os.symlink(target, f"/newroot/dev/{name}")
+
+
+def _device(host: str, new: str) -> None:
+    """The same character device: made with `mknod` where allowed (root of the host's user
+    namespace), else bound from the host. A node is no mount: it costs nothing to tear down,
+    and takes none of the kernel's mount locks, which every sandbox starting at once shares."""
+    info = os.stat(host)
+    try:
+        os.mknod(new, stat.S_IFCHR | 0o666, info.st_rdev)
+        os.chmod(new, 0o666)  # mknod applies the umask
+        return
+    except PermissionError:  # in a user namespace: no device nodes of its own
+        pass
+    os.close(os.open(new, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o666))
+    _mount(host, new, None, _BIND)
 
 
 def _enter(new_root: str) -> None:
@@ -109,7 +174,6 @@ def _enter(new_root: str) -> None:
     finally:
         os.close(scaffold)
     os.chdir("/")
-    _set_attributes("/", _ATTR_RDONLY | _ATTR_NOSUID | _ATTR_NODEV, recursive=False)
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None,

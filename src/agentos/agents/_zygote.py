@@ -36,199 +36,93 @@ from __future__ import annotations
 
 import array
 import contextlib
-import ctypes
+import gc
 import json
 import os
-import platform
-import resource
 import selectors
 import signal
 import socket
-import struct
 import sys
+import time
 from typing import Any
 
-sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # its stdlib-only helper beside it (run with -I)
-import _mountns  # type: ignore[import-not-found]
-
-_CLONE_NEWUSER = 0x10000000
-_NAMESPACES = {"pid": 0x20000000 | 0x08000000, "net": 0x40000000, "mount": 0x00020000}  # pid: with CLONE_NEWIPC
-_LANDLOCK = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}
-_RULE_PATH_BENEATH = 1
-_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
-_libc = ctypes.CDLL(None, use_errno=True)
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # its stdlib-only helpers beside it (run with -I)
+import _confine  # type: ignore[import-not-found]
+import _ready  # type: ignore[import-not-found]
 
 
-def _unshare(namespaces: list[str], identity: dict[str, Any] | None) -> None:
-    userns = identity is not None and identity["how"] == "userns"
-    flags = sum(_NAMESPACES[name] for name in namespaces) | (_CLONE_NEWUSER if userns else 0)
-    if not flags:
-        return
-    uid, gid = os.getuid(), os.getgid()  # read before: inside, unmapped ids read as 65534
-    if _libc.unshare(flags) != 0:
-        raise OSError(ctypes.get_errno(), f"unshare({'+'.join(namespaces + ['user'] * userns)})")
-    if userns:  # the server's ids appear inside as the workspace's: never as root
-        assert identity is not None
-        for path, data in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{identity['uid']} {uid} 1"),
-                           ("/proc/self/gid_map", f"{identity['gid']} {gid} 1")):  # fmt: skip
-            with open(path, "w") as f:
-                f.write(data)
-
-
-def _fork_init() -> None:
-    """Returns in the new PID namespace's first process; this one supervises it from outside."""
-    pid = os.fork()
-    if pid == 0:
-        _die_with_parent()
-        return
-    _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    if code < 0:  # end by the same signal, so the server sees what the command saw
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if -code not in (signal.SIGKILL, signal.SIGSTOP):
-            signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-    os._exit(code if code >= 0 else 128 - code)
-
-
-def _die_with_parent() -> None:
-    # Reset by every change of identity: set again after the drop.
-    if _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PDEATHSIG)")
-
-
-def _drop_identity(identity: dict[str, Any] | None) -> None:
-    if identity is None or identity["how"] != "setuid":
-        return
-    uid, gid = identity["uid"], identity["gid"]
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)  # from root to another uid: every capability goes too
-    if os.getuid() != uid or os.geteuid() != uid or os.getgroups():
-        raise RuntimeError(f"the identity {uid}:{gid} did not take")
-
-
-def _no_new_privs() -> None:
-    if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(NO_NEW_PRIVS)")
-
-
-def _landlock_ruleset(policy: dict[str, Any] | None) -> int | None:
-    """The ruleset fd; its paths are opened now, before the identity changes."""
-    if policy is None:
-        return None
-    create, add_rule, _ = _LANDLOCK[platform.machine()]
-    scoped = policy.get("scoped", 0)  # struct landlock_ruleset_attr: fs, then (ABI >= 4) net, (ABI >= 6) scoped
-    packed = struct.pack("=QQQ", policy["handled"], 0, scoped) if scoped else struct.pack("=Q", policy["handled"])
-    attr = ctypes.create_string_buffer(packed, len(packed))
-    ruleset = _libc.syscall(create, attr, ctypes.c_size_t(len(packed)), ctypes.c_uint32(0))
-    if ruleset < 0:
-        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
-    for path, access, required in policy["rules"]:
-        fd = _open_rule_path(path, required)
-        if fd is None:
-            continue  # an optional system directory this OS does not have
-        beneath = ctypes.create_string_buffer(struct.pack("=Qi", access, fd), 12)
-        if _libc.syscall(add_rule, ruleset, _RULE_PATH_BENEATH, beneath, ctypes.c_uint32(0)) != 0:
-            raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
-        os.close(fd)
-    return int(ruleset)
-
-
-def _landlock_restrict(ruleset: int | None) -> None:
-    if ruleset is None:
-        return
-    restrict = _LANDLOCK[platform.machine()][2]
-    if _libc.syscall(restrict, ruleset, ctypes.c_uint32(0)) != 0:
-        raise OSError(ctypes.get_errno(), "landlock_restrict_self")
-    os.close(ruleset)
-
-
-def _open_rule_path(path: str, required: bool) -> int | None:
-    """An `O_PATH` fd for a Landlock rule; None for a missing optional path.
-
-    Anything else fails the set-up: a rule left out changes what the command may do (without
-    its workspace rule, no write in the workspace succeeds), and that must not pass unseen.
-    """
-    if required and not os.path.isabs(path):  # opened after chdir, it would name another place
-        raise RuntimeError(f"the Landlock rule for {path!r} cannot be applied (a relative path)")
+def _child(request: dict[str, Any], out_fd: int, err_fd: int, born: bool) -> None:
+    """In the command's process: confine, then exec. Never returns."""
     try:
-        return os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except FileNotFoundError:
-        if not required:
-            return None
-        reason = "it does not exist"
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-    raise RuntimeError(f"the Landlock rule for {path} cannot be applied ({reason})")
-
-
-def _child(request: dict[str, Any], out_fd: int, err_fd: int) -> None:
-    """In the forked child: confine, then exec. Never returns."""
-    try:
-        _confine(request, out_fd, err_fd)
+        _confine.confine(request, out_fd, err_fd, born=born)
     except BaseException as exc:
         os.write(2, f"sandbox set-up failed: {exc}\n".encode())
         os._exit(126)
-    if request.get("probe"):
-        os._exit(0)
-    try:
-        os.execvpe(request["argv"][0], request["argv"], request["env"])
-    except OSError as exc:
-        os.write(2, f"cannot start {request['argv'][0]!r}: {exc.strerror}\n".encode())
-        os._exit(127)
+    _confine.exec_command(request)
 
 
-def _confine(request: dict[str, Any], out_fd: int, err_fd: int) -> None:
-    os.setsid()
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(out_fd, 1)
-    os.dup2(err_fd, 2)
-    os.chdir(request["cwd"])
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    identity, pid_namespace = request["identity"], "pid" in request["namespaces"]
-    _unshare(request["namespaces"], identity)
-    if pid_namespace:
-        _fork_init()
-    if "mount" in request["namespaces"]:  # in the PID namespace: its /proc is that namespace's
-        mount = request.get("mount") or {}
-        _mountns.enter_root(mount.get("workspace"), mount.get("tmp_mb", 1), pid_namespace)
-    for which, value in request["rlimits"]:
-        resource.setrlimit(which, (value, value))
-    ruleset = _landlock_ruleset(request["landlock"])
-    _drop_identity(identity)
-    if pid_namespace:
-        _die_with_parent()
-    _no_new_privs()
-    _landlock_restrict(ruleset)
-    if request.get("tmpdir"):  # made by the command's identity: the server never follows its paths
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(request["tmpdir"], 0o700)
-
-
+_QUIET_S = 0.05
 _children: set[int] = set()
+_pool: _ready.Pool | None = None
 
 
-def _start(sock: socket.socket) -> bool:
+def _start(sock: socket.socket, own_fds: list[int]) -> bool:
     fds = array.array("i")
-    data, ancdata, _flags, _addr = sock.recvmsg(1 << 20, socket.CMSG_SPACE(2 * fds.itemsize))
+    try:
+        data, ancdata, _flags, _addr = sock.recvmsg(1 << 20, socket.CMSG_SPACE(2 * fds.itemsize))
+    except ConnectionError:  # the server is gone
+        return False
     if not data:
         return False
     for level, kind, payload in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
     request = json.loads(data)
-    pid = os.fork()
-    if pid == 0:
-        sock.close()
-        _child(request, fds[0], fds[1])
+    if "pool" in request:
+        _configure_pool(request["pool"], sock, own_fds)
+        return True
+    pid, ready = _from_pool(request, data, fds), True
+    if pid is None:
+        (pid, born), ready = _confine.start(request), False
+        if pid == 0:
+            for fd in [sock.fileno(), *(_pool.fds() if _pool else [])]:
+                os.close(fd)
+            _child(request, fds[0], fds[1], born)
     _children.add(pid)
     for fd in fds:
         os.close(fd)
-    sock.send(json.dumps({"id": request["id"], "pid": pid}).encode())
+    sock.send(json.dumps({"id": request["id"], "pid": pid, "ready": ready}).encode())
+    if ready:
+        _pool_said(sock)
     return True
+
+
+def _from_pool(request: dict[str, Any], data: bytes, fds: array.array[int]) -> int | None:
+    """The pid of the ready sandbox that took the request; None: start it fresh."""
+    while _pool is not None and _pool.fits(request) and (member := _pool.take()) is not None:
+        pid, member_sock = member
+        try:
+            _ready.hand_out(member_sock, request, data, fds)
+            return int(pid)
+        except OSError:  # it died since it said it was ready (`_reap` forgets it), or the copy failed
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+    return None
+
+
+def _configure_pool(config: dict[str, Any], sock: socket.socket, own_fds: list[int]) -> None:
+    global _pool
+    if _pool is not None:
+        _pool.close()
+    _pool = _ready.Pool(config["namespaces"], int(config["size"]), int(config["tmp_mb"]), _selector)
+    own_fds.clear()
+    own_fds.extend([sock.fileno(), *_wake])
+    _pool_said(sock)
+
+
+def _pool_said(sock: socket.socket) -> None:
+    if _pool is not None:
+        sock.send(json.dumps({"pool": {"ready": _pool.ready, "size": _pool.size}}).encode())
 
 
 def _reap(sock: socket.socket) -> None:
@@ -239,33 +133,58 @@ def _reap(sock: socket.socket) -> None:
             return
         if pid == 0:
             return
+        if pid not in _children and _pool is not None and _pool.reaped(pid):
+            _pool_said(sock)
+            continue
         _children.discard(pid)
         with contextlib.suppress(OSError):  # what the command left in its group dies with it
             os.killpg(pid, signal.SIGKILL)  # (the group id is still reserved while members live)
         sock.send(json.dumps({"pid": pid, "exit_code": os.waitstatus_to_exitcode(status)}).encode())
 
 
+_selector = selectors.DefaultSelector()
+_wake: tuple[int, int] = (-1, -1)
+
+
 def main() -> None:
+    global _wake
+    # No collection ever walks (and so writes to) the objects every child shares with this
+    # process: a ready sandbox then copies only the pages it really changes (~1.4 MB -> less).
+    gc.disable()
+    gc.freeze()
     sock = socket.socket(fileno=int(sys.argv[1]))
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
+    _wake = os.pipe()
+    os.set_blocking(_wake[1], False)
+    signal.set_wakeup_fd(_wake[1])
     signal.signal(signal.SIGCHLD, lambda *_: None)  # the wakeup fd does the work
-    selector = selectors.DefaultSelector()
-    selector.register(sock, selectors.EVENT_READ, "request")
-    selector.register(wake_r, selectors.EVENT_READ, "child")
+    _selector.register(sock, selectors.EVENT_READ, "request")
+    _selector.register(_wake[0], selectors.EVENT_READ, "child")
+    own_fds: list[int] = []
+    last_request = 0.0
     while True:
-        for key, _ in selector.select():
+        # Ready sandboxes are made one at a time, once no request came for `_QUIET_S`: making
+        # one takes locks (the kernel's mount and namespace locks) that starting commands need.
+        quiet_in = _QUIET_S - (time.monotonic() - last_request) if _pool is not None and _pool.wanted() else None
+        if quiet_in is not None and quiet_in <= 0 and _pool is not None:
+            _pool.fill([*own_fds, _selector.fileno()])
+            continue
+        for key, _ in _selector.select(quiet_in):
             if key.data == "child":
-                os.read(wake_r, 4096)
+                os.read(_wake[0], 4096)
                 _reap(sock)
-            elif not _start(sock):
-                _kill_all()
-                return
+            elif key.data == "request":
+                last_request = time.monotonic()
+                if not _start(sock, own_fds):
+                    _kill_all()
+                    return
+            elif _pool is not None and _pool.on_readable(key.data[1]):
+                _pool_said(sock)
 
 
 def _kill_all() -> None:
     """The server is gone (closed, or killed: its end of the socket closed either way): so are its commands."""
+    if _pool is not None:
+        _pool.close()
     for pid in _children:
         with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)

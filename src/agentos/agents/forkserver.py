@@ -34,6 +34,9 @@ class ForkServerStatistics:
     spawned: int
     running: int
     restarts: int
+    ready: int = 0  # ready sandboxes waiting for a command (`_ready.py`)
+    ready_size: int = 0  # how many the fork server keeps (0: none, or disabled after failures)
+    from_ready: int = 0  # commands started in a ready sandbox
 
 
 class ForkServer:
@@ -46,9 +49,35 @@ class ForkServer:
         self._spawned = 0
         self._restarts = -1
         self._send_lock = asyncio.Lock()
+        self._pool: dict[str, Any] | None = None
+        self._pool_unsent = False
+        self._ready, self._ready_size, self._from_ready = 0, 0, 0
+        self._ready_waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     def statistics(self) -> ForkServerStatistics:
-        return ForkServerStatistics(spawned=self._spawned, running=len(self._exits), restarts=max(self._restarts, 0))
+        return ForkServerStatistics(
+            spawned=self._spawned,
+            running=len(self._exits),
+            restarts=max(self._restarts, 0),
+            ready=self._ready,
+            ready_size=self._ready_size,
+            from_ready=self._from_ready,
+        )
+
+    async def keep_ready(self, namespaces: list[str], size: int, tmp_mb: int) -> None:
+        """Keep `size` ready sandboxes for commands confined with `namespaces`, identity by
+        setuid, a `/tmp` of `tmp_mb` (`_ready.py`); also after the fork server restarts."""
+        self._pool = {"pool": {"namespaces": namespaces, "size": size, "tmp_mb": tmp_mb}}
+        self._pool_unsent = True
+        await self._send_pool(self._sock or self._start())
+
+    async def wait_ready(self, count: int) -> None:
+        """Until `count` ready sandboxes wait (callers bound it with a timeout)."""
+        if self._ready >= count:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ready_waiters.append((count, waiter))
+        await waiter
 
     async def spawn(self, request: dict[str, Any], stdout_fd: int, stderr_fd: int) -> int:
         """Start a command; returns its pid (also its process group id).
@@ -62,6 +91,7 @@ class ForkServer:
         for attempt in (1, 2):
             sock = self._sock or self._start()
             try:
+                await self._send_pool(sock)
                 await self._send(sock, message, [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
                 break
             except OSError as exc:  # it died since we last heard from it: start another, once
@@ -107,7 +137,13 @@ class ForkServer:
         asyncio.get_running_loop().add_reader(ours, self._on_readable)
         self._sock = ours
         self._restarts += 1
+        self._pool_unsent = self._pool is not None
         return ours
+
+    async def _send_pool(self, sock: socket.socket) -> None:
+        if self._pool_unsent and self._pool is not None:
+            self._pool_unsent = False
+            await self._send(sock, json.dumps(self._pool).encode(), [])
 
     async def _send(self, sock: socket.socket, message: bytes, ancillary: list[Any]) -> None:
         # One sender at a time: a full socket buffer parks the sender on the loop's writer
@@ -137,7 +173,11 @@ class ForkServer:
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         loop = asyncio.get_running_loop()
+        if "pool" in message:
+            self._pool_state(int(message["pool"]["ready"]), int(message["pool"]["size"]))
+            return
         if "id" in message:
+            self._from_ready += bool(message.get("ready"))
             pid = int(message["pid"])
             self._exits[pid] = loop.create_future()
             started = self._started.pop(int(message["id"]), None)
@@ -148,8 +188,19 @@ class ForkServer:
         if exited is not None and not exited.done():
             exited.set_result(int(message["exit_code"]))
 
+    def _pool_state(self, ready: int, size: int) -> None:
+        self._ready, self._ready_size = ready, size
+        waiting = []
+        for count, waiter in self._ready_waiters:
+            if ready >= count and not waiter.done():
+                waiter.set_result(None)
+            elif not waiter.done():
+                waiting.append((count, waiter))
+        self._ready_waiters = waiting
+
     def _detach(self, error: Exception) -> None:
         """Forget the current zygote; fail whoever waits on it."""
+        self._ready = 0
         if self._sock is not None:
             asyncio.get_running_loop().remove_reader(self._sock)
             self._sock.close()

@@ -92,6 +92,8 @@ class SandboxStatistics:
     landlock_abi: int
     commands_started: int
     commands_running: int
+    ready: int = 0  # sandboxes confined ahead of time, waiting for a command
+    from_ready: int = 0  # commands started in one of them
 
 
 def check_argv(command: object) -> list[str]:
@@ -141,6 +143,8 @@ class Sandbox:
             landlock_abi=self._landlock_abi,
             commands_started=forks.spawned,
             commands_running=forks.running,
+            ready=forks.ready,
+            from_ready=forks.from_ready,
         )
 
     async def start(self) -> SandboxStatus:
@@ -154,8 +158,24 @@ class Sandbox:
                                      scoping=_landlock.scopes(self._landlock_abi))  # fmt: skip
                 level = logging.INFO if status.mode == "strict" else logging.WARNING
                 log.log(level, "%s", status.summary())
+                await self._keep_ready(status)
                 self._status = status
         return self._status
+
+    async def wait_ready(self, count: int) -> None:
+        """Until `count` sandboxes are ready (after `start()`; callers bound it with a timeout)."""
+        await self._forks.wait_ready(count)
+
+    async def _keep_ready(self, status: SandboxStatus) -> None:
+        size = self._config.ready_sandboxes
+        if not size:
+            return
+        if status.mode == "refused" or status.identity != "setuid" or not status.namespaces:
+            log.info("sandbox: no ready sandboxes (sandbox.ready_sandboxes = %d): they need the server to run "
+                     "as root and at least one namespace; every command starts fresh", size)  # fmt: skip
+            return
+        await self._forks.keep_ready(list(status.namespaces), size, CommandLimits().file_size_mb)
+        log.info("sandbox: %d ready sandboxes kept for bursts of commands", size)
 
     async def close(self) -> None:
         await self._forks.close()
