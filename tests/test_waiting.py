@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from agentos.waiting import wait_event
+from agentos.waiting import IdlePoll, wait_event
 
 
 class _Waiter:
@@ -75,3 +75,30 @@ async def test_a_set_event_ends_the_wait_long_before_the_timeout() -> None:
     event.set()
     async with asyncio.timeout(5.0):  # the wait itself must end at the set, not at 60 s
         assert await waiting is True
+
+
+def test_an_idle_poll_doubles_while_nothing_is_found_and_resets_on_work() -> None:
+    poll = IdlePoll(1.0, 16.0)
+    waits = []
+    for _ in range(6):
+        poll.found(False)
+        waits.append(poll.wait_s(0))
+    assert waits == [2.0, 4.0, 8.0, 16.0, 16.0, 16.0]
+    poll.found(True)
+    assert poll.wait_s(0) == 1.0
+    poll.found(False)
+    poll.reset()  # work added on this node
+    assert poll.wait_s(0) == 1.0
+
+
+def test_an_idle_poll_never_waits_past_a_due_time_it_knows() -> None:
+    poll = IdlePoll(1.0, 16.0)
+    for _ in range(5):
+        poll.found(False)
+    poll.due_at(3_500)
+    poll.due_at(9_000)
+    assert poll.wait_s(1_000) == 2.5
+    assert poll.wait_s(3_500) == 0.0  # due now: forgotten once said
+    assert poll.wait_s(3_500) == 5.5
+    assert poll.wait_s(20_000) == 0.0
+    assert poll.wait_s(20_000) == 16.0

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 
-__all__ = ["wait_event"]
+__all__ = ["IdlePoll", "wait_event"]
 
 
 async def wait_event(event: asyncio.Event, timeout_s: float | None) -> bool:
@@ -34,3 +35,42 @@ async def wait_event(event: asyncio.Event, timeout_s: float | None) -> bool:
         async with asyncio.timeout(timeout_s):
             await event.wait()
     return event.is_set()
+
+
+class IdlePoll:
+    """How long a worker that polls a store waits between looks: `base_s` after a look found
+    work, doubling with each look that found none up to `max_s` (an idle server's pollers then
+    cost almost nothing), and never past a time it knows work is due (`due_at`: a postponement
+    it made itself). Whatever adds work on this node wakes the worker and calls `reset`.
+
+    Usage::
+
+        poll = IdlePoll(1.0, 16.0)
+        poll.found(bool(claimed))
+        await wait_event(wake, poll.wait_s(now_ms))
+    """
+
+    __slots__ = ("base_s", "max_s", "current_s", "_due_ms")
+
+    def __init__(self, base_s: float, max_s: float) -> None:
+        self.base_s, self.max_s = base_s, max(base_s, max_s)
+        self.current_s = base_s
+        self._due_ms: list[int] = []  # a heap
+
+    def found(self, work: bool) -> None:
+        self.current_s = self.base_s if work else min(2 * self.current_s, self.max_s)
+
+    def reset(self) -> None:
+        self.current_s = self.base_s
+
+    def due_at(self, at_ms: int) -> None:
+        heapq.heappush(self._due_ms, at_ms)
+
+    def wait_s(self, now_ms: int) -> float:
+        """The wait from `now_ms`; 0 when a known due time has come (it is then forgotten)."""
+        due = self._due_ms
+        wait_s = self.current_s
+        while due and due[0] <= now_ms:
+            heapq.heappop(due)
+            wait_s = 0.0
+        return min(wait_s, (due[0] - now_ms) / 1000) if due else wait_s

@@ -3,8 +3,10 @@
 `knowledge.indexers` workers per node claim documents from the store with a lease
 (`knowledge.lease_s`, renewed while they work), so a document is indexed by one worker at a
 time on any node, and a crashed worker's document is taken again when its lease runs out. They
-wake when a document is added here, and poll every `POLL_S` for the rest: documents accepted by
-other nodes (PostgreSQL), leases that ran out, documents postponed after a transient failure.
+wake when a document is added here, and at the end of this node's postponements (a transient
+failure); for the rest (documents accepted by other nodes while theirs were busy, leases of a
+dead node that ran out) they poll: every `POLL_S` after work was found, the wait doubling while
+none is, up to `IDLE_POLL_MAX_S` (an idle server's indexers then cost almost nothing).
 
 Failures:
   - permanent (an unreadable PDF, no text, a provider that answers vectors of another size, a
@@ -26,7 +28,6 @@ the event loop that serves requests.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import secrets
@@ -42,10 +43,12 @@ from agentos.knowledge.embeddings import Embedder
 from agentos.knowledge.extract import extract_text
 from agentos.knowledge.records import ChunkRow, Collection, DocumentRow
 from agentos.knowledge.storage import KnowledgeStorage
+from agentos.waiting import IdlePoll, wait_event
 
 log = logging.getLogger("agentos.knowledge")
 
-POLL_S = 1.0
+POLL_S = 1.0  # how soon an idle worker looks at the store again after it found work
+IDLE_POLL_MAX_S = 16.0  # ... doubling each empty look up to this (a node's own adds wake it at once)
 MAX_ATTEMPTS = 20  # claims of one document (transient failures) before it fails
 MAX_REASON = 500
 Job = tuple[DocumentRow, Collection, bytes]
@@ -83,6 +86,7 @@ class Indexer:
         self.owner = new_owner()
         self.stats = IndexerStats()
         self._wake = asyncio.Event()
+        self._poll = IdlePoll(POLL_S, IDLE_POLL_MAX_S)
         self._recover_until: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -108,12 +112,14 @@ class Indexer:
     def wake(self) -> None:
         """A document was added: a waiting worker claims it now, not at the next poll."""
         self.stats.backlog += 1
+        self._poll.reset()
         self._wake.set()
 
     async def _tick(self) -> None:
-        """The backlog gauge (the store is asked here, not at scrape time) and the idle sweep."""
+        """The backlog gauge (the store is asked here, not at scrape time) and the idle sweep;
+        as often as the workers look at the store."""
         while True:
-            await asyncio.sleep(POLL_S)
+            await asyncio.sleep(self._poll.current_s)
             try:
                 self.stats.backlog = await self._storage.pending()
             except Exception as exc:  # the store away: the gauge keeps its last value
@@ -147,14 +153,16 @@ class Indexer:
         claimed = await self._storage.claim_documents(self.owner, now, self._lease_ms, 1)
         if not claimed:
             self._recover_until = None
+        self._poll.found(bool(claimed))
         return claimed[0] if claimed else None
 
     async def _idle(self) -> None:
-        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that lands
-        # as its wait ends, and close() would wait for a worker that goes on
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(POLL_S):
-                await self._wake.wait()
+        """Until a document is added here, or it is time to look at the store again: the wait
+        doubles while nothing is found (an idle server's indexers cost almost nothing), and
+        ends at this node's earliest postponement. What this waits for alone: another node's
+        documents whose lease ran out (their node died), and a document added on another node
+        while every one of its workers was busy."""
+        await wait_event(self._wake, self._poll.wait_s(self._now_ms()))
 
     async def _index(self, document: DocumentRow, collection: Collection, content: bytes) -> None:
         try:
@@ -206,6 +214,7 @@ class Indexer:
         if self._recover_until is not None:  # recovering claims would take it again at once
             until = max(until, self._recover_until)
         log.info("indexing %s postponed until %d (%s)", document.document_id, until, reason)
+        self._poll.due_at(until)
         try:  # a shorter lease is the postponement: any worker takes it again when it runs out
             await self._storage.renew_lease(self.owner, [document.document_id], until)
         except Exception as renew_exc:  # the lease then runs out at its full length

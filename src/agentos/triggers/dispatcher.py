@@ -11,8 +11,11 @@ A refused start is never dropped: a full server or a tenant at its `max_active_r
 the delivery queued until `next_attempt_ms` (`triggers.retry_s`, growing, capped). Only what
 waiting cannot fix fails it: the agent or the trigger is gone, the rendered input is refused.
 
-It wakes when this node accepts a delivery, and polls (deliveries another node accepted,
-postponed ones). Old deliveries are pruned past `triggers.dedup_horizon_s`.
+It wakes when this node accepts a delivery and when one of its postponements ends, and polls
+for the rest (deliveries another node accepted, a dead node's leases that ran out): a second
+after a round that found work, the wait doubling with each round that found none, up to
+`IDLE_POLL_MAX_S` (`waiting.IdlePoll`). Old deliveries are pruned past
+`triggers.dedup_horizon_s`.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from agentos.errors import AdmissionRejected, InvalidInput, NotFound, PayloadToo
 from agentos.triggers.records import DeliveryRow, TriggerRow
 from agentos.triggers.storage import TriggerStorage
 from agentos.triggers.template import render
-from agentos.waiting import wait_event
+from agentos.waiting import IdlePoll, wait_event
 
 log = logging.getLogger("agentos.triggers")
 
@@ -38,7 +41,8 @@ log = logging.getLogger("agentos.triggers")
 # the deliveries it had claimed but not started wait this long (the restarted node too). Should
 # a slow round outlive it, another claim's start of the same run id fails on the run's primary key.
 LEASE_MS = 10_000
-POLL_S = 1.0  # at most this long between rounds without a wake-up
+POLL_S = 1.0  # at most this long between rounds without a wake-up, after a round that found work
+IDLE_POLL_MAX_S = 16.0  # ... doubling with each round that found none, up to this
 PRUNE_EVERY_S = 60.0
 MAX_RETRY_S = 10.0  # the longest wait of a refused start (unless triggers.retry_s is longer)
 _GROWTH = 1.5
@@ -84,13 +88,14 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._poll_s = min(POLL_S, config.retry_s)
+        self._poll = IdlePoll(min(POLL_S, config.retry_s), IDLE_POLL_MAX_S)
         self.backlog = 0  # queued deliveries, every tenant's, as of the last round (the gauge)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="trigger-dispatcher")
 
     def wake(self) -> None:
+        self._poll.reset()
         self._wake.set()
 
     async def close(self) -> None:
@@ -119,7 +124,8 @@ class Dispatcher:
                 log.exception("trigger dispatch round failed")
             if claimed >= self._config.dispatch_batch:
                 continue  # more are due
-            await wait_event(self._wake, self._poll_s)
+            self._poll.found(claimed > 0)
+            await wait_event(self._wake, self._poll.wait_s(self._now_ms()))
 
     async def round(self) -> int:
         """Claim due deliveries and start their runs; how many were claimed."""
@@ -184,8 +190,9 @@ class Dispatcher:
         await self._storage.mark_started(self._owner, delivery.trigger_id, delivery.webhook_id, self._now_ms())
 
     async def _postpone(self, delivery: DeliveryRow) -> None:
-        wait_ms = int(retry_delay_s(self._config, delivery.attempts) * 1000)
-        await self._storage.postpone(self._owner, delivery.trigger_id, delivery.webhook_id, self._now_ms() + wait_ms)
+        due_ms = self._now_ms() + int(retry_delay_s(self._config, delivery.attempts) * 1000)
+        await self._storage.postpone(self._owner, delivery.trigger_id, delivery.webhook_id, due_ms)
+        self._poll.due_at(due_ms)  # looked at again then, however long the idle wait has grown
         self._metrics.postponed.inc()
 
     async def _fail(self, delivery: DeliveryRow, reason: str) -> None:
