@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agentos.knowledge.index import RRF_K, VectorIndex, reciprocal_rank_fusion
+from agentos.knowledge.index import VectorIndex
+from agentos.knowledge.retrieval import RRF_K, reciprocal_rank_fusion
 
 
 def random_index(rows: int, dims: int, documents: int, seed: int = 0) -> tuple[VectorIndex, np.ndarray, list[str]]:

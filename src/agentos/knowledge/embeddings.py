@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 import msgspec
-import numpy as np
 
 from agentos.config import Settings
 from agentos.errors import (
@@ -34,6 +33,8 @@ from agentos.ids import new_id
 from agentos.providers.openai_compat import new_client_session, parse_retry_after
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from agentos.runtime.driver import Driver
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,8 @@ class Embedder:
         """
         if 0 < len(texts) <= self._batch:  # one request (a query): no gate, task or gather around it
             return await self._batch_with_retries(tenant_id, model, dimensions, list(texts))
+        import numpy as np  # here, not at import: a server that never embeds never loads numpy (~16 MB)
+
         out = np.zeros((len(texts), dimensions), dtype=np.float32)
         if not texts:
             return out
@@ -186,6 +189,8 @@ async def _read_capped(response: aiohttp.ClientResponse) -> bytes:
 
 def _vectors(raw: bytes, model: str, dimensions: int, count: int) -> np.ndarray:
     """The answer's vectors in input order, checked and L2-normalised (float32)."""
+    import numpy as np
+
     try:
         items = _decode_answer(raw).data
     except msgspec.DecodeError as exc:

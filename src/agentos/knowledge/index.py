@@ -1,4 +1,4 @@
-"""The in-memory vector index of one collection, and reciprocal rank fusion.
+"""The in-memory vector index of one collection (reciprocal rank fusion: `retrieval.py`).
 
 Exact (brute-force) cosine search: one pass over the rows' float32 vectors, so recall is 1.0 by
 construction and there is nothing to tune. A document filter is applied *inside* the search (only
@@ -32,8 +32,6 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 import numpy as np
-
-RRF_K = 60  # the constant of Cormack et al. (2009)
 
 _INITIAL_ROWS = 64
 _GROWTH = 1.25  # capacity grows by a quarter: amortised O(1) per row, at most 25% unused
@@ -221,16 +219,3 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
         norms = np.sqrt(np.einsum("ij,ij->i", block, block))
         np.divide(block, norms[:, None], out=block, where=norms[:, None] > 0)
     return vectors
-
-
-def reciprocal_rank_fusion(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> list[tuple[int, float]]:
-    """Fuse ranked lists of ids: score(id) = sum over lists of 1 / (k + rank), rank from 1; best
-    first, ties by id."""
-    scores: dict[int, float] = {}
-    for ranking in rankings:
-        seen: set[int] = set()  # an id listed twice in one ranking counts at its best rank only
-        for rank, item in enumerate(ranking, start=1):
-            if item not in seen:
-                seen.add(item)
-                scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
-    return sorted(scores.items(), key=lambda pair: (-pair[1], pair[0]))

@@ -33,13 +33,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentos.knowledge import filters
-from agentos.knowledge.index import VectorIndex
 from agentos.knowledge.records import ChunkBatch, Collection
 from agentos.knowledge.storage import KnowledgeStorage
-from agentos.knowledge.text_index import TextIndex
 
-if TYPE_CHECKING:
-    import numpy as np
+if TYPE_CHECKING:  # both need numpy, imported with the first collection used: a server that
+    import numpy as np  # never searches never loads it (~16 MB of RSS)
+
+    from agentos.knowledge.index import VectorIndex
+    from agentos.knowledge.text_index import TextIndex
 
 LARGE = 20_000  # rows from which searches and appends leave the event loop
 LARGE_BATCH = 500  # chunks from which an append leaves the event loop (tokenizing them takes a while)
@@ -55,7 +56,7 @@ MAX_FILTERS = 64  # filters whose allowed documents are kept per collection
 class IndexEntry:
     collection_id: str
     index: VectorIndex
-    text: TextIndex = field(default_factory=TextIndex)
+    text: TextIndex = field(default_factory=lambda: _text_index())
     deletions: int = -1
     loaded_to: int = 0  # the highest chunk id the store reported when last loaded
     documents: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # id -> (title, metadata)
@@ -64,6 +65,12 @@ class IndexEntry:
     used: float = 0.0
     checked: float = -FRESH_S  # when the store's version was last asked (monotonic)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+def _text_index() -> TextIndex:
+    from agentos.knowledge.text_index import TextIndex
+
+    return TextIndex()
 
 
 class IndexCache:
@@ -80,6 +87,8 @@ class IndexCache:
         """The collection's entry, brought up to the store's current version."""
         entry = self._entries.get(collection.collection_id)
         if entry is None:  # a collection id is never reused: its dimensions never change
+            from agentos.knowledge.index import VectorIndex
+
             entry = IndexEntry(collection.collection_id, VectorIndex(collection.dimensions))
             self._entries[collection.collection_id] = entry
         entry.used = time.monotonic()

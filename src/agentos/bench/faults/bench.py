@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agentos.bench.common.processes import ServerPlan, start_server_process, stop_child
+from agentos.bench.faults.cli import PARTS  # the parts' names live with the parser (light to import)
 from agentos.bench.faults.provider import (
     PROVIDER_CONFIG,
     OverloadPlan,
@@ -25,7 +26,6 @@ from agentos.bench.faults.storm import StormPlan, crash_storm
 from agentos.bench.mock.process import start_mock_process
 from agentos.bench.mock.server import MockSettings
 
-PARTS = ("storm", "provider", "overload")
 _OVERLOAD_MOCK = MockSettings(ttft_ms=1000.0, tps=100.0, tokens=10)  # a 1.1 s turn
 
 

@@ -24,9 +24,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    from agentos.bench.faults.bench import PARTS
+PARTS = ("storm", "provider", "overload")  # here, not in bench.py: `agentos serve` builds this parser too
 
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parts", default=",".join(PARTS), help=f"which parts, comma-separated ({', '.join(PARTS)})")
     p.add_argument("--scale", type=float, default=1.0, help="kills, users and seconds x this (at least 1 kill)")
     p.add_argument("--kills", type=int, default=20)
@@ -37,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     from agentos.bench.common.cli import report_stem
     from agentos.bench.common.loop import raise_fd_limit, run_loop
-    from agentos.bench.faults.bench import PARTS, FaultsPlan, run_faults
+    from agentos.bench.faults.bench import FaultsPlan, run_faults
     from agentos.bench.faults.provider import OverloadPlan, ProviderFaultPlan
     from agentos.bench.faults.report import write_faults_report
     from agentos.bench.faults.storm import StormPlan

@@ -2,7 +2,7 @@
 
 `agentos serve` (the CLI) wires it in, so the server itself never imports the bench kit: the
 README's first command streams a token with nothing to set up, and a real deployment with
-`provider.url` set never starts it.
+`provider.url` set never starts it, nor imports it (the mock's embeddings load numpy).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from contextlib import asynccontextmanager
 
 import msgspec
 
-from agentos.bench.mock.server import MockSettings, start_mock
 from agentos.config import Settings
 
 log = logging.getLogger("agentos")
@@ -26,6 +25,8 @@ async def builtin_mock(settings: Settings) -> AsyncIterator[Settings]:
     if settings.provider.url:
         yield settings
         return
+    from agentos.bench.mock.server import MockSettings, start_mock  # only now: it loads numpy (embeddings)
+
     m = settings.mock
     mock = await start_mock(MockSettings(ttft_ms=m.ttft_ms, tps=m.tps, tokens=m.tokens, scenario=m.scenario))
     log.warning(
