@@ -138,3 +138,27 @@ def test_the_zygote_helpers_stay_stdlib_only() -> None:
         imports = [line for line in (here / name).read_text().splitlines() if line.startswith(("import ", "from "))]
         assert not [line for line in imports if "agentos" in line], name
     assert os.path.exists(here / "_ready.py")
+
+
+async def test_a_workspace_that_cannot_be_copied_spends_no_ready_sandbox(ready: Sandbox, tmp_path: Path) -> None:
+    """The copy is made before a ready sandbox is taken: the request starts fresh and fails
+    there with the reason (exit 126), and both ready sandboxes still wait."""
+    missing = str(tmp_path / "gone")
+    status = await ready.start()
+    waiting = members(ready)
+    request = {"argv": ["true"], "cwd": missing, "env": {"PATH": "/usr/bin:/bin"}, "rlimits": [],
+               "namespaces": list(status.namespaces), "identity": {"how": "setuid", "uid": 2_000_000_001,
+               "gid": 2_000_000_001}, "landlock": None, "mount": {"workspace": missing, "tmp_mb": 1}}  # fmt: skip
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    forks = ready._forks  # a test reaches in: Sandbox.run makes every workspace before it asks
+    pid = await forks.spawn(request, out_w, err_w)
+    os.close(out_w)
+    os.close(err_w)
+    assert await asyncio.wait_for(forks.wait(pid), 10) == 126
+    stderr = await asyncio.to_thread(os.read, err_r, 4096)
+    os.close(out_r)
+    os.close(err_r)
+    assert b"No such file" in stderr, stderr
+    assert forks.statistics().from_ready == 0
+    assert sorted(members(ready)) == sorted(waiting)  # the same two, not killed and made again

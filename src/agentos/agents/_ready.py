@@ -141,22 +141,27 @@ class Pool:
         self.size = 0
 
 
-def hand_out(sock: socket.socket, request: dict[str, Any], data: bytes, fds: array.array[int]) -> None:
-    """The request, with its stdout and stderr (and its workspace's copy), to a ready sandbox;
-    its socket is closed.
+def with_workspace(request: dict[str, Any], fds: array.array[int]) -> array.array[int]:
+    """`fds` (stdout, stderr) and, with a mount namespace, a detached copy of the request's
+    workspace (`_mountns.clone_workspace`; the caller closes it).
 
     Raises:
-        OSError: the ready sandbox is gone, or the workspace cannot be copied.
+        OSError: the workspace cannot be copied (it is missing, say).
+    """
+    sent = array.array("i", fds)
+    if "mount" in request["namespaces"]:
+        sent.append(_mountns.clone_workspace(request["cwd"]))
+    return sent
+
+
+def hand_out(sock: socket.socket, data: bytes, fds: array.array[int]) -> None:
+    """The request and its fds (`with_workspace`) to a ready sandbox; its socket is closed.
+
+    Raises:
+        OSError: the ready sandbox is gone.
     """
     try:
-        sent = array.array("i", fds)
-        if "mount" in request["namespaces"]:
-            sent.append(_mountns.clone_workspace(request["cwd"]))
-        try:
-            sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, sent)])
-        finally:
-            for fd in sent[len(fds) :]:
-                os.close(fd)
+        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
     finally:
         sock.close()
 

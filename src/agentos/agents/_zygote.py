@@ -98,16 +98,28 @@ def _start(sock: socket.socket, own_fds: list[int]) -> bool:
 
 
 def _from_pool(request: dict[str, Any], data: bytes, fds: array.array[int]) -> int | None:
-    """The pid of the ready sandbox that took the request; None: start it fresh."""
-    while _pool is not None and _pool.fits(request) and (member := _pool.take()) is not None:
-        pid, member_sock = member
-        try:
-            _ready.hand_out(member_sock, request, data, fds)
-            return int(pid)
-        except OSError:  # it died since it said it was ready (`_reap` forgets it), or the copy failed
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
-    return None
+    """The pid of the ready sandbox that took the request; None: start it fresh (also when its
+    workspace cannot be copied: the fresh start then fails with the reason, and no ready
+    sandbox is spent on it)."""
+    if _pool is None or not _pool.fits(request) or not _pool.ready:
+        return None
+    try:
+        sent = _ready.with_workspace(request, fds)
+    except OSError:
+        return None
+    try:
+        while (member := _pool.take()) is not None:
+            pid, member_sock = member
+            try:
+                _ready.hand_out(member_sock, data, sent)
+                return int(pid)
+            except OSError:  # it died since it said it was ready: `_reap` forgets it
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+        return None
+    finally:
+        for fd in sent[len(fds) :]:
+            os.close(fd)
 
 
 def _configure_pool(config: dict[str, Any], sock: socket.socket, own_fds: list[int]) -> None:
