@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentos.agents import RunService
+from agentos.agents.sandbox_metrics import SandboxCollector
 from agentos.clock import Clock, MonotonicClock, WallClock, wall_ms
 from agentos.config import Settings, resolve_paths
 from agentos.coordination.bus import Bus
@@ -159,6 +160,7 @@ async def open_services(
         started.append(knowledge.close)
         knowledge.register_metrics(metrics.registry)
         runs = RunService(provider, data_dir, settings, driver=driver, on_usage=quotas.add_tokens, knowledge=knowledge)
+        metrics.registry.register(SandboxCollector(runs.sandbox.statistics))
         if bus is not None:  # before `start`: the runs it resumes publish too
             relay = RunRelay(bus)
             await relay.start()

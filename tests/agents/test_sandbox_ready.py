@@ -16,9 +16,11 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from prometheus_client import CollectorRegistry
 
 from agentos.agents.forkserver import ForkServer
 from agentos.agents.sandbox import Sandbox
+from agentos.agents.sandbox_metrics import SandboxCollector
 from agentos.agents.spec import CommandLimits
 from agentos.config import SandboxConfig
 from agentos.testing import eventually
@@ -162,3 +164,18 @@ async def test_a_workspace_that_cannot_be_copied_spends_no_ready_sandbox(ready: 
     assert b"No such file" in stderr, stderr
     assert forks.statistics().from_ready == 0
     assert sorted(members(ready)) == sorted(waiting)  # the same two, not killed and made again
+
+
+async def test_the_metrics_count_commands_fresh_and_ready(ready: Sandbox, tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    registry.register(SandboxCollector(ready.statistics))
+    assert (await ready.run(["true"], tmp_path / "w", LIMITS)).exit_code == 0
+    await asyncio.wait_for(ready.wait_ready(2), 10)
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("agentos_sandbox_commands_started_total", how="ready") == 1
+    assert value("agentos_sandbox_commands_started_total", how="fresh") == 1  # the start-up probe
+    assert value("agentos_sandbox_ready") == 2
+    assert value("agentos_sandbox_commands_running") == 0

@@ -31,7 +31,6 @@ from agentos.agents.cluster import cluster_for
 from agentos.agents.fanout import Bridge, RunEvent
 from agentos.agents.host import ToolHub
 from agentos.agents.interventions import apply_answer, terminate_here
-from agentos.agents.isolation import SandboxStatus
 from agentos.agents.journal import Journal
 from agentos.agents.journal_store import JournalStore, open_journal_store
 from agentos.agents.lifecycle import RunLifecycle
@@ -100,8 +99,9 @@ class RunService:
         self.accepting = True
 
     @property
-    def sandbox_status(self) -> SandboxStatus | None:
-        return self._runs.sandbox.status()
+    def sandbox(self) -> Sandbox:
+        """`status()` for /readyz, `statistics()` for the metrics (`sandbox_metrics.py`)."""
+        return self._runs.sandbox
 
     @property
     def store(self) -> JournalStore:

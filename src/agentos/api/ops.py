@@ -41,7 +41,7 @@ async def readyz(request: web.Request) -> web.Response:
         log.warning("not ready: %s", exc)
         return json_response({"status": "not_ready", "store": "unavailable"}, status=503)
     runs = request.app.get(RUNS)
-    sandbox = runs.sandbox_status if runs is not None else None
+    sandbox = runs.sandbox.status() if runs is not None else None
     return json_response({"status": "ready", "store": "ok", "sandbox": sandbox.to_dict() if sandbox else None})
 
 

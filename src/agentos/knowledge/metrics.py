@@ -1,6 +1,6 @@
 """The knowledge metrics, read at scrape time from the indexer's counters and the index cache.
 
-The backlog is the count the indexer's ticker last read from the store (every second): a
+The backlog is the count the indexer's ticker last read from the store (every 1-16 s): a
 scrape never waits on the database.
 """
 
