@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agentos.bench.common.processes import ServerPlan, start_server_process, stop_child
-from agentos.bench.faults.cli import PARTS  # the parts' names live with the parser (light to import)
+from agentos.bench.faults.parts import PARTS
 from agentos.bench.faults.provider import (
     PROVIDER_CONFIG,
     OverloadPlan,

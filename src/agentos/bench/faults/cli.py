@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from agentos.bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
+from agentos.bench.faults.parts import PARTS
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,9 +23,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         add_arguments,
         run_command,
     )
-
-
-PARTS = ("storm", "provider", "overload")  # here, not in bench.py: `agentos serve` builds this parser too
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
