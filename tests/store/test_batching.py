@@ -135,3 +135,28 @@ def test_the_backoff_doubles_to_its_ceiling_and_starts_over_after_a_success() ->
     assert backoff.until == 6.0 + RETRY_MAX_S
     backoff.succeeded()
     assert backoff.failed(now=10.0) == RETRY_FIRST_S and backoff.until == 10.0 + RETRY_FIRST_S
+
+
+def test_an_at_once_item_is_due_now_with_those_before_it_even_under_load() -> None:
+    b = batcher()
+    b.add("x", now=1.0)
+    b.take(1.0)
+    b.add("write", now=1.001)  # busy: it would linger
+    assert b.due_at() == 1.001 + LINGER
+    b.add("read", now=1.0015, at_once=True)
+    assert b.due_at() == 1.001  # due now, the write first (the read sees it)
+    assert b.take(1.0015) == ["write", "read"]
+    b.add("later", now=1.002)  # no at-once item pending any more: lingers again
+    assert b.due_at() == 1.002 + LINGER
+
+
+def test_an_at_once_item_past_a_full_batch_keeps_the_rest_due() -> None:
+    b = batcher(max_items=2)
+    b.add("x", now=0.0)
+    b.take(0.0)
+    for item in ("a", "b"):
+        b.add(item, now=0.001)
+    b.add("read", now=0.001, at_once=True)
+    assert b.take(0.001) == ["a", "b"]
+    assert b.due_at() == 0.001  # the read is still pending: at once, not after a linger
+    assert b.take(0.001) == ["read"]

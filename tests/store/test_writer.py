@@ -226,3 +226,17 @@ async def test_an_unusable_file_fails_at_start_with_a_store_error(tmp_path: Path
     (tmp_path / "dir.db").mkdir()
     with pytest.raises(StoreError):
         Writer("test", tmp_path / "dir.db", SCHEMA).start()
+
+
+async def test_a_read_never_waits_for_a_busy_writers_batch_to_fill(tmp_path: Path) -> None:
+    """With a linger far longer than the test, a read still returns, and sees the write queued
+    before it (its batch, with that write, is committed at once)."""
+    writer = Writer("test", tmp_path / "test.db", SCHEMA, linger_ms=600_000)
+    writer.start()
+    try:
+        await writer.submit("INSERT INTO rows (turn) VALUES (?)", ("a",))  # idle: at once; now busy
+        writer.put("INSERT INTO rows (turn) VALUES (?)", ("b",))  # lingers
+        count = await asyncio.wait_for(writer.read(lambda db: db.execute("SELECT count(*) FROM rows").fetchone()[0]), 5)
+        assert count == 2
+    finally:
+        await writer.close()

@@ -8,6 +8,8 @@ writer asks `take(now)` for a batch and sleeps until `due_at()` when it gets non
 - Busy (a batch was taken within `busy_window_s`): they are due `linger_s` after the oldest
   one arrived, so the batch fills and many turns share one transaction (group commit).
 - Full (`max_items` pending): due at once, whatever the load.
+- At once (an item added with `at_once`, a read someone waits for): due at once, with the
+  items before it (they are applied first: the read sees them), whatever the load.
 
 A batch holds at most `max_items`; the rest wait for the next `take`, timed from that take.
 `take(now, flush=True)` ignores the window (closing drains everything).
@@ -39,7 +41,7 @@ class Batcher(Generic[T]):
         busy_window_s: a batch taken this recently means the writer is under load.
     """
 
-    __slots__ = ("_items", "_max", "_linger_s", "_busy_window_s", "_first_at", "_last_take_at")
+    __slots__ = ("_items", "_max", "_linger_s", "_busy_window_s", "_first_at", "_last_take_at", "_at_once")
 
     def __init__(self, *, max_items: int, linger_s: float, busy_window_s: float = 0.02) -> None:
         assert max_items >= 1 and linger_s >= 0 and busy_window_s >= 0
@@ -49,20 +51,22 @@ class Batcher(Generic[T]):
         self._busy_window_s = busy_window_s
         self._first_at = 0.0  # when the oldest pending item arrived (meaningful while any is pending)
         self._last_take_at = -math.inf
+        self._at_once = False  # an at-once item is pending (or may be: cleared when all are taken)
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def add(self, item: T, now: float) -> None:
+    def add(self, item: T, now: float, *, at_once: bool = False) -> None:
         if not self._items:
             self._first_at = now
         self._items.append(item)
+        self._at_once = self._at_once or at_once
 
     def due_at(self) -> float | None:
         """When the pending items form a batch; None when nothing is pending."""
         if not self._items:
             return None
-        if len(self._items) >= self._max or self._first_at - self._last_take_at >= self._busy_window_s:
+        if self._at_once or len(self._items) >= self._max or self._first_at - self._last_take_at >= self._busy_window_s:
             return self._first_at
         return self._first_at + self._linger_s
 
@@ -75,6 +79,7 @@ class Batcher(Generic[T]):
         batch = [items.popleft() for _ in range(min(len(items), self._max))]
         self._last_take_at = now
         self._first_at = now  # the rest, if any, are timed from this take
+        self._at_once = self._at_once and bool(items)
         return batch
 
     def requeue(self, items: list[T], now: float) -> None:
@@ -98,4 +103,5 @@ class Batcher(Generic[T]):
         """Remove and return every pending item (a dead writer fails them)."""
         items = list(self._items)
         self._items.clear()
+        self._at_once = False
         return items

@@ -39,9 +39,10 @@ Apply = Callable[[sqlite3.Connection], Any]
 
 
 class Operation:
-    """A statement with its parameters, or a callable run with the connection; maybe awaited."""
+    """A statement with its parameters, or a callable run with the connection; maybe awaited.
+    `at_once`: a read someone waits for: its batch is due now, however busy the writer is."""
 
-    __slots__ = ("sql", "params", "apply", "future", "sheddable", "enqueued_ns")
+    __slots__ = ("sql", "params", "apply", "future", "sheddable", "enqueued_ns", "at_once")
 
     def __init__(
         self,
@@ -50,7 +51,9 @@ class Operation:
         apply: Apply | None,
         future: asyncio.Future[Any] | None,
         sheddable: bool = False,
+        at_once: bool = False,
     ) -> None:
+        self.at_once = at_once
         self.sql = sql
         self.params = params
         self.apply = apply

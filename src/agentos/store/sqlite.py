@@ -110,7 +110,7 @@ class SQLiteStore(OneNodeTurns):
             ).fetchone()
             return session_from_row(row) if row else None
 
-        result: SessionRecord | None = await self._sessions.submit(apply=read)
+        result: SessionRecord | None = await self._sessions.read(read)
         return result
 
     async def list_sessions(
@@ -124,7 +124,7 @@ class SQLiteStore(OneNodeTurns):
             ).fetchall()
             return [session_from_row(row) for row in rows]
 
-        result: list[SessionRecord] = await self._sessions.submit(apply=read)
+        result: list[SessionRecord] = await self._sessions.read(read)
         return result
 
     async def delete_session(self, tenant_id: str, session_id: str) -> bool:
@@ -188,7 +188,7 @@ class SQLiteStore(OneNodeTurns):
             ).fetchall()
             return [message_from_row(row) for row in reversed(rows)]
 
-        result: list[MessageRecord] = await self._sessions.submit(apply=read)
+        result: list[MessageRecord] = await self._sessions.read(read)
         return result
 
     async def list_messages(self, tenant_id: str, session_id: str, *, after: int, limit: int) -> list[MessageRecord]:
@@ -200,7 +200,7 @@ class SQLiteStore(OneNodeTurns):
             ).fetchall()
             return [message_from_row(row) for row in rows]
 
-        result: list[MessageRecord] = await self._sessions.submit(apply=read)
+        result: list[MessageRecord] = await self._sessions.read(read)
         return result
 
     # -- events and access log -------------------------------------------------------------------
@@ -227,7 +227,7 @@ class SQLiteStore(OneNodeTurns):
 
     async def _read_events(self, where: str, params: tuple[Any, ...]) -> list[EventRecord]:
         sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} LIMIT ?"
-        rows = await self._events.submit(apply=lambda conn: conn.execute(sql, params).fetchall())
+        rows = await self._events.read(lambda conn: conn.execute(sql, params).fetchall())
         return [event_from_row(row) for row in rows]
 
     def log_access(self, r: AccessRecord) -> None:

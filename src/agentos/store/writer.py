@@ -84,7 +84,7 @@ class Writer:
         self._batcher: Batcher[Operation] = Batcher(
             max_items=batch_max_rows, linger_s=linger_ms / 1000, busy_window_s=_BUSY_WINDOW_S
         )
-        self._pause = threading.Event()  # never set: a sleep that ruff's time.sleep ban allows here
+        self._nudge = threading.Event()  # ends a linger: set when a read someone waits for comes
         self._handoff: Handoff[Operation] = Handoff(put_linger_ms / 1000)  # a put wakes it this late
         self._inflight: list[Operation] = []  # the batch being applied (failed if the thread dies)
         shed_max = shed_max_rows if shed_max_rows is not None else queue_max_rows
@@ -170,6 +170,20 @@ class Writer:
         assert self._loop is not None, "writer not started"
         future: asyncio.Future[Any] = self._loop.create_future()
         self._enqueue(Operation(sql, params, apply, future))
+        return future
+
+    def read(self, apply: Apply) -> asyncio.Future[Any]:
+        """`apply(conn)` (a read) run by the thread; the future resolves with its result. Unlike
+        `submit`, it never waits for a busy writer's batch to fill (`linger_ms`): its batch, with
+        whatever was queued before it (which it sees), is committed at once.
+
+        Raises:
+            StoreError: the writer is closed or dead.
+        """
+        assert self._loop is not None, "writer not started"
+        future: asyncio.Future[Any] = self._loop.create_future()
+        self._enqueue(Operation(None, None, apply, future, at_once=True))
+        self._nudge.set()
         return future
 
     async def wait_space(self) -> None:
@@ -262,8 +276,9 @@ class Writer:
             due = batcher.due_at()
             if due is None:
                 self._handoff.park()
-            else:
-                self._pause.wait(due - now)
+            else:  # lingering for the batch to fill; a read someone waits for ends it (`read`)
+                self._nudge.wait(due - now)
+                self._nudge.clear()
 
     def _pull(self, now: float) -> bool:
         """Move the handed-over operations into the batcher; True once the stop marker came."""
@@ -273,7 +288,7 @@ class Writer:
             if op is _STOP:
                 return True
             self._outage.awaited += op.future is not None
-            add(op, now)
+            add(op, now, at_once=op.at_once)
         return False
 
     def _apply(self, conn: sqlite3.Connection, batch: list[Operation], stopping: bool) -> None:
