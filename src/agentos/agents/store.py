@@ -130,12 +130,13 @@ class RunStore:
             self._writer.put_apply(partial(_execute, ops), sheddable=sheddable)
 
     async def read(self, reader: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `reader` on the writer's thread, after every write queued before it.
+        """Run `reader` on the writer's thread, after every write queued before it, without
+        waiting for a busy writer's batch to fill (`Writer.read`).
 
         Raises:
             StoreError: the reader failed (any exception; our own `AgentOSError`s pass unchanged).
         """
-        result: T = await self._writer.submit(apply=reader)
+        result: T = await self._writer.read(reader)
         return result
 
     async def apply(self, fn: Callable[[sqlite3.Connection], T]) -> T:
