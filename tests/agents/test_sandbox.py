@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from agentos.agents import _landlock
+from agentos.agents.command import check_argv
 from agentos.agents.forkserver import ForkServer
-from agentos.agents.sandbox import Sandbox, check_argv
+from agentos.agents.sandbox import Sandbox
 from agentos.agents.spec import CommandLimits
 from agentos.config import SandboxConfig
 from agentos.errors import InvalidInput

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 import msgspec
 
+from agentos.agents.command import check_argv
 from agentos.agents.handle import RunHandle
 from agentos.agents.host import RunHost
 from agentos.agents.journal import Step, StepKind, StepStatus, arguments_hash
@@ -22,7 +23,6 @@ from agentos.agents.knowledge_tool import search_knowledge
 from agentos.agents.mcp_checks import McpUnavailable
 from agentos.agents.model_events import model_completed, model_started
 from agentos.agents.replay import Call, CallModel, Finish, Reconcile, RunTool, WaitHuman, replay
-from agentos.agents.sandbox import check_argv
 from agentos.agents.spec import SEARCH_KNOWLEDGE, AgentSpec
 from agentos.agents.tools import builtin_schemas, is_idempotent
 from agentos.errors import InvalidInput, NotFound, ProviderError

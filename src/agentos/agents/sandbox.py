@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from agentos.agents import _landlock
+from agentos.agents.command import CommandResult
 from agentos.agents.forkserver import ForkServer
 from agentos.agents.isolation import (
     Identities,
@@ -51,38 +52,10 @@ from agentos.agents.isolation import (
 from agentos.agents.pipes import Output, drain
 from agentos.agents.spec import CommandLimits
 from agentos.config import SandboxConfig
-from agentos.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-
-@dataclass(frozen=True, slots=True)
-class CommandResult:
-    exit_code: int | None  # None when killed at the timeout
-    stdout: str
-    stderr: str
-    stdout_truncated: bool
-    stderr_truncated: bool
-    timed_out: bool
-    refused: str = ""  # why the sandbox refused to run it (then nothing ran)
-
-    @classmethod
-    def refusal(cls, reason: str) -> CommandResult:
-        return cls(None, "", "", False, False, False, refused=reason)
-
-    def to_dict(self) -> dict[str, object]:
-        if self.refused:
-            return {"error": self.refused}
-        return {
-            "exit_code": self.exit_code,
-            "stdout": self.stdout,
-            "stderr": self.stderr,
-            "stdout_truncated": self.stdout_truncated,
-            "stderr_truncated": self.stderr_truncated,
-            "timed_out": self.timed_out,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,21 +67,6 @@ class SandboxStatistics:
     commands_running: int
     ready: int = 0  # sandboxes confined ahead of time, waiting for a command
     from_ready: int = 0  # commands started in one of them
-
-
-def check_argv(command: object) -> list[str]:
-    """The argv of a `run_command` call.
-
-    Raises:
-        InvalidInput: a string (shell command line) or anything but a non-empty list of strings.
-    """
-    if isinstance(command, str):
-        raise InvalidInput('command must be an argv array like ["ls", "-l"], not a string')
-    if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
-        raise InvalidInput("command must be a non-empty array of strings")
-    if any("\x00" in a for a in command):
-        raise InvalidInput("command arguments must not contain NUL bytes")
-    return list(command)
 
 
 class Sandbox:
