@@ -159,7 +159,8 @@ def start(request: dict[str, Any]) -> tuple[int, bool]:
     by the child before anything else, after `fork`, `unshare` and `fork_init` (`confine`)."""
     identity = request["identity"]
     if request["namespaces"] and not (identity and identity["how"] == "userns"):
-        return clone_into(request["namespaces"]), True
+        with contextlib.suppress(OSError):  # the kernel refused a namespace now (a limit reached):
+            return clone_into(request["namespaces"]), True  # the child's own unshare says which (126)
     return os.fork(), False
 
 
