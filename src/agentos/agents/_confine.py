@@ -6,12 +6,14 @@ from their own directory; what each step gives, and their order, is `_zygote.py`
 
 from __future__ import annotations
 
+import array
 import contextlib
 import ctypes
 import os
 import platform
 import resource
 import signal
+import socket
 import struct
 from typing import Any
 
@@ -208,6 +210,21 @@ def lock_down(request: dict[str, Any], *, dies_with_parent: bool) -> None:
     if request.get("tmpdir"):  # made by the command's identity: the server never follows its paths
         with contextlib.suppress(FileExistsError):
             os.mkdir(request["tmpdir"], 0o700)
+
+
+def receive(sock: socket.socket, max_fds: int) -> tuple[bytes, array.array[int]]:
+    """One datagram and the fds that came with it (SCM_RIGHTS): the fork server's requests, and a
+    ready sandbox's. An empty datagram: the other end closed.
+
+    Raises:
+        ConnectionError: the other end is gone.
+    """
+    fds = array.array("i")
+    data, ancdata, _flags, _addr = sock.recvmsg(1 << 20, socket.CMSG_SPACE(max_fds * fds.itemsize))
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
+    return data, fds
 
 
 def exec_command(request: dict[str, Any]) -> None:

@@ -7,8 +7,8 @@ identity drop. The root it makes, itself a read-only tmpfs:
 
 - `/usr`, `/bin`, `/sbin`, `/lib`, `/lib64`, `/lib32`, `/etc`, `/opt` of the host, bound
   read-only, nosuid, nodev (a symbolic link such as `/bin -> usr/bin` is copied as a link);
-- `/dev`: null, zero, full, random, urandom and tty bound from the host; `fd`, `stdin`,
-  `stdout`, `stderr` links;
+- `/dev`: null, zero, full, random, urandom and tty (nodes of the host's numbers as root, bound
+  from the host otherwise); `fd`, `stdin`, `stdout`, `stderr` links;
 - `/tmp`: a tmpfs of the command's own (mode 1777, size-limited), gone when it ends;
 - `/proc`: a fresh proc of its PID namespace (only with one: it shows that namespace alone);
 - the workspace, read-write (nosuid, nodev), at the same absolute path as on the host.

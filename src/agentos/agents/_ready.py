@@ -1,14 +1,14 @@
 """Ready sandboxes: processes confined ahead of time, each waiting for one command (stdlib only).
 
 Loaded by the fork server (`_zygote.py`) from its own directory. Most of a command's set-up
-does not depend on the command: the fork, the namespaces, the PID namespace's init and the
-part of its root that every command shares (`_mountns.prepare_root`). A ready sandbox has done
-all of that, at idle priority (`SCHED_IDLE`: while commands are starting, making the next
-ready sandbox waits for a free core), and waits on its own socket. A request then costs only
-what is the command's own: its stdout and stderr, its workspace (a detached copy of the
-host's, made by the fork server with `open_tree` and attached with `move_mount`: two light
-mount calls instead of a root built and a host tree detached, under the kernel's one mount
-lock that every sandbox starting at once shares), its root made read-only, and
+does not depend on the command: the clone into its namespaces and the part of its root that
+every command shares (`_mountns.ready_root`). A ready sandbox has done all of that and waits on
+its own socket. The fork server makes them one at a time, and only after `_QUIET_S` without a
+request (making one takes the kernel's mount locks that starting commands need). A request
+then costs only what is the command's own: its stdout and stderr, its workspace (a detached
+copy of the host's, made by the fork server with `open_tree` and attached with `move_mount`:
+two light mount calls instead of a root built and a host tree detached, under the kernel's
+one mount lock that every sandbox starting at once shares), its root made read-only, and
 `_confine.lock_down` (limits, Landlock, identity, no new privileges): the same end state, and
 the same steps after the root, as a command started fresh. Each serves one command, never two.
 
@@ -36,7 +36,6 @@ import _confine  # type: ignore[import-not-found]
 import _mountns  # type: ignore[import-not-found]
 
 _FAILURES_MAX = 3
-_REQUEST_MAX = 1 << 20
 
 
 class Pool:
@@ -179,8 +178,7 @@ def _member(sock: socket.socket, namespaces: list[str], tmp_mb: int) -> None:
         if "mount" in namespaces:
             _mountns.ready_root(pid_namespace, tmp_mb)
         sock.send(b"ready")
-        fds = array.array("i")
-        data, ancdata, _flags, _addr = sock.recvmsg(_REQUEST_MAX, socket.CMSG_SPACE(3 * fds.itemsize))
+        data, fds = _confine.receive(sock, 3)
     except ConnectionError:
         os._exit(0)  # the fork server is gone
     except BaseException as exc:
@@ -191,9 +189,6 @@ def _member(sock: socket.socket, namespaces: list[str], tmp_mb: int) -> None:
     try:
         sock.close()
         request = json.loads(data)
-        for level, kind, payload in ancdata:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
         _confine.stdio(fds[0], fds[1], null)
         for fd in [fds[0], fds[1], null]:
             os.close(fd)

@@ -8,15 +8,21 @@ Forking from this ~10 MB process instead costs a fraction of a millisecond, off 
 Protocol, on the SOCK_SEQPACKET socket FD (one datagram per message, JSON):
     server -> zygote  {"id", "argv", "cwd", "env", "rlimits", "namespaces", "identity", "landlock",
                        "mount"?, "probe"?} + SCM_RIGHTS [stdout, stderr]
-    zygote -> server  {"id", "pid"}               the command started (its own session and group)
+    server -> zygote  {"pool": {"namespaces", "size", "tmp_mb"}}   keep that many ready sandboxes
+    zygote -> server  {"id", "pid", "ready"}      the command started (its own session and group;
+                                                  "ready": in a ready sandbox, `_ready.py`)
     zygote -> server  {"pid", "exit_code"}        it ended (negative: killed by that signal)
+    zygote -> server  {"pool": {"ready", "size"}} ready sandboxes waiting now (size 0: given up)
 A command whose set-up fails exits 126 with the reason on its stderr (a Landlock rule that
 cannot be applied included: only a missing optional system path is skipped); one that cannot
 be executed exits 127. A probe (`"probe": true`) is confined the same way, then exits 0 instead
 of executing anything. When the server's end of the socket closes (a clean close, or the server
 was killed), the zygote kills the commands still running and exits.
 
-Confinement, in the forked child, in this order:
+Confinement (`_confine.py`), in the command's process, in this order:
+0. as root (identity "setuid"), the process is cloned straight into its namespaces (`"pid"`
+   with IPC, "net", "mount"): it is PID 1 itself and steps 2 and 3 are done; under a user
+   namespace it is forked, and:
 1. its own session and process group; stdin /dev/null; `chdir` to its workspace, still as the
    server's user (so the workspace's parents need not be searchable by the command's identity);
 2. `unshare` of the requested namespaces: "pid" (with IPC), "net", "mount", and a user
@@ -36,7 +42,6 @@ from __future__ import annotations
 
 import array
 import contextlib
-import gc
 import json
 import os
 import selectors
@@ -67,16 +72,12 @@ _pool: _ready.Pool | None = None
 
 
 def _start(sock: socket.socket, own_fds: list[int]) -> bool:
-    fds = array.array("i")
     try:
-        data, ancdata, _flags, _addr = sock.recvmsg(1 << 20, socket.CMSG_SPACE(2 * fds.itemsize))
+        data, fds = _confine.receive(sock, 2)
     except ConnectionError:  # the server is gone
         return False
     if not data:
         return False
-    for level, kind, payload in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
     request = json.loads(data)
     if "pool" in request:
         _configure_pool(request["pool"], sock, own_fds)
@@ -160,10 +161,6 @@ _wake: tuple[int, int] = (-1, -1)
 
 def main() -> None:
     global _wake
-    # No collection ever walks (and so writes to) the objects every child shares with this
-    # process: a ready sandbox then copies only the pages it really changes (~1.4 MB -> less).
-    gc.disable()
-    gc.freeze()
     sock = socket.socket(fileno=int(sys.argv[1]))
     _wake = os.pipe()
     os.set_blocking(_wake[1], False)
