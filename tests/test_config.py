@@ -8,8 +8,8 @@ import pytest
 
 from agentos.cli import main
 from agentos.config import Secret, load_settings
+from agentos.config.tenants import MAXIMA
 from agentos.errors import ConfigError
-from agentos.tenancy.limits import MAXIMA
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -155,7 +155,7 @@ def test_the_source_that_won_is_the_one_named(tmp_path: Path) -> None:
 
 
 def test_a_secret_in_an_error_stays_masked() -> None:
-    from agentos.config_sources import InvalidSetting, Sources
+    from agentos.config.sources import InvalidSetting, Sources
 
     sources = Sources(None)
     sources.note("provider.api_key", "AGENTOS_PROVIDER_API_KEY=", "sk-live")

@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentos.agents.sandbox import Sandbox
-from agentos.agents.spec import CommandLimits
+from agentos.sandbox.sandbox import Sandbox
+from agentos.config.agents import CommandLimits
 from agentos.bench.report.machine import git_commit, machine_info, result_stem, utc_now
 from agentos.config import SandboxConfig
 

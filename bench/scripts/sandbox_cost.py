@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from agentos.agents import _mountns
-from agentos.agents.sandbox import Sandbox
-from agentos.agents.spec import CommandLimits
+from agentos.sandbox.sandbox import Sandbox
+from agentos.config.agents import CommandLimits
 from agentos.config import SandboxConfig
 
 _CLONE_NEWNS, _CLONE_NEWPID = 0x00020000, 0x20000000

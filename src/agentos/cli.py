@@ -10,7 +10,7 @@ from pathlib import Path
 
 from agentos import __version__
 from agentos.config import Settings, load_settings
-from agentos.config_toml import dump_toml, to_toml_dict
+from agentos.config.toml import dump_toml, to_toml_dict
 from agentos.errors import ConfigError
 
 # CLI flag -> dotted config key. Flags win over env vars, which win over the file.

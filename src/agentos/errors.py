@@ -23,6 +23,7 @@
       StoreError                   # a store failed: a bug or a bad row -> 500 with an error_id
         StoreUnavailable      503  the database cannot be reached (refused, dropped, timed out)
                                    or the writer is gone; carries retry_after_s (Retry-After)
+        LeaseLost                  a run's lease was taken over by another node: leave the run alone
         StaleTurn             409  a write of a turn refused: a newer turn of its session started
                                    (turn epoch fencing); the turn ends `turn.cancelled` "superseded"
 
@@ -202,6 +203,11 @@ class ProviderLimitTimeout(ProviderError):
 
 class StoreError(AgentOSError):
     """The store failed to write or read."""
+
+
+class LeaseLost(StoreError):
+    """The run is another node's now (its lease expired and was taken over): this node must
+    leave it alone."""
 
 
 class StoreUnavailable(StoreError):

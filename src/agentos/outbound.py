@@ -9,7 +9,7 @@ an API key. Two checks, one policy:
   address itself when the host is an IP literal or a `localhost` name. Run when an agent is
   created, so a bad URL is refused with 403 at once.
 - `resolve_checked(host, port, policy)` resolves the name and checks *every* address it
-  resolves to. The caller then connects only to those addresses (`agentos.agents.mcp_http`
+  resolves to. The caller then connects only to those addresses (`agentos.mcp.http`
   pins them), so a name that re-resolves elsewhere between check and connect (DNS rebinding)
   gains nothing. Each redirect hop is a new request and goes through both checks again.
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentos.agents import RunService
-from agentos.agents.sandbox_metrics import SandboxCollector
+from agentos.agents.relay import RunRelay
 from agentos.clock import Clock, MonotonicClock, WallClock, wall_ms
 from agentos.config import Settings, resolve_paths
 from agentos.coordination.bus import Bus
@@ -33,7 +33,6 @@ from agentos.coordination.link import Link, open_link
 from agentos.coordination.node import node_id
 from agentos.coordination.permits import cluster_permits
 from agentos.coordination.quotas import ClusterQuotas
-from agentos.coordination.relay import RunRelay
 from agentos.errors import ConfigError
 from agentos.kernel import Kernel
 from agentos.knowledge.embeddings import Embedder
@@ -43,6 +42,7 @@ from agentos.providers.base import Provider
 from agentos.providers.openai_compat import OpenAICompatProvider
 from agentos.runtime.driver import Driver
 from agentos.runtime.runtime import Runtime, kernel_limits
+from agentos.sandbox.metrics import SandboxCollector
 from agentos.store.base import Store
 from agentos.store.memory import MemoryStore
 from agentos.store.sqlite import SQLiteStore

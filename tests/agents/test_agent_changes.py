@@ -14,8 +14,8 @@ import asyncpg
 import pytest
 
 from agentos.agents.agents import AgentRegistry
-from agentos.agents.journal_pg import PgJournalStore
 from agentos.config import CoordinationConfig, StoreConfig
+from agentos.journal.postgres import PgJournalStore
 from agentos.store import pg_pool
 from agentos.testing import eventually
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from agentos.agents.journal import SCHEMA, migrate
+from agentos.journal.journal import SCHEMA, migrate
 
 
 def test_migrate_adds_the_context_column_to_an_older_runs_table() -> None:

@@ -9,11 +9,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentos.agents.journal import RunRow
-from agentos.agents.journal_pg import PgJournalStore
-from agentos.agents.journal_store import LeaseLost
 from agentos.agents.leases import LeaseKeeper, Request, send_request
 from agentos.config import CoordinationConfig, StoreConfig
+from agentos.errors import LeaseLost
+from agentos.journal.journal import RunRow
+from agentos.journal.postgres import PgJournalStore
 from agentos.store import pg_pool
 
 

@@ -13,10 +13,10 @@ import msgspec
 import pytest
 
 from agentos.agents import RunService
-from agentos.agents.mcp_checks import command_missing, mcp_missing
 from agentos.agents.policy import AgentPolicy
 from agentos.config import Settings
 from agentos.errors import ConfigError, InvalidInput
+from agentos.mcp.checks import command_missing, mcp_missing
 from agentos.testing import RunningServer
 from tests.agents.fakes import ScriptedProvider
 from tests.api.helpers import expect_error

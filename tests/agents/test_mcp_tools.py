@@ -10,10 +10,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from agentos.agents.mcp_checks import McpUnavailable
-from agentos.agents.mcp_tools import McpHub
-from agentos.agents.spec import parse_agent_spec
 from agentos.config import KernelConfig
+from agentos.config.agents import parse_agent_spec
+from agentos.mcp.checks import McpUnavailable
+from agentos.mcp.tools import McpHub
 from agentos.outbound import OutboundPolicy
 from agentos.providers.base import ChatRequest, Completion
 from agentos.testing import eventually

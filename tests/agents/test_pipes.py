@@ -17,7 +17,7 @@ import tempfile
 import pytest
 import uvloop
 
-from agentos.agents.pipes import Output, drain
+from agentos.sandbox.pipes import Output, drain
 
 
 async def _read_one(text: bytes) -> Output:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentos.agents.journal import Step, arguments_hash
 from agentos.agents.replay import CallModel, Finish, Reconcile, RunTool, WaitHuman, replay
+from agentos.journal.journal import Step, arguments_hash
 
 
 def model(seq: int, calls: list[tuple[str, str]], text: str = "", status: str = "done", arguments: str = "{}") -> Step:

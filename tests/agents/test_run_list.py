@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentos.agents.journal import RunRow
-from agentos.agents.run_list import RUN_STATUSES, RunCursor, RunQuery, list_runs_sql
 from agentos.agents.service import RunService
 from agentos.config import Settings
+from agentos.journal.journal import RunRow
+from agentos.journal.run_list import RUN_STATUSES, RunCursor, RunQuery, list_runs_sql
 from tests.agents.conftest import ServiceFactory, journal_sql
 
 A, B = "acme", "bravo"

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from agentos.agents import _landlock
-from agentos.agents.command import check_argv
-from agentos.agents.forkserver import ForkServer
-from agentos.agents.sandbox import Sandbox
-from agentos.agents.spec import CommandLimits
 from agentos.config import SandboxConfig
+from agentos.config.agents import CommandLimits
 from agentos.errors import InvalidInput
+from agentos.sandbox import _landlock
+from agentos.sandbox.command import check_argv
+from agentos.sandbox.forkserver import ForkServer
+from agentos.sandbox.sandbox import Sandbox
 from agentos.testing import eventually
 
 LIMITS = CommandLimits(timeout_s=5, output_max_bytes=1000)

@@ -22,10 +22,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agentos.agents.sandbox import Sandbox
-from agentos.agents.spec import CommandLimits
 from agentos.config import SandboxConfig, Settings, settings_from_dict
+from agentos.config.agents import CommandLimits
 from agentos.providers.base import ChatRequest, Completion
+from agentos.sandbox.sandbox import Sandbox
 from agentos.services import open_services
 from agentos.testing import RunningServer, eventually, serve_services
 from tests.agents.fakes import ScriptedProvider, answer, call
@@ -38,7 +38,7 @@ LIMITS = CommandLimits(timeout_s=10, output_max_bytes=4000)
 @pytest.fixture(params=["fresh", "ready"])
 async def strict(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
     """The strict sandbox, twice: each command started fresh, and the first command of each
-    test taken by a ready sandbox (confined ahead of time: `agentos.agents._ready`)."""
+    test taken by a ready sandbox (confined ahead of time: `agentos.sandbox._ready`)."""
     sandbox = await started_sandbox(ready=request.param == "ready")
     yield sandbox
     await sandbox.close()

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agentos.agents import _landlock
-from agentos.agents.isolation import IdentityKind, TryParts, probe
+from agentos.sandbox import _landlock
+from agentos.sandbox.isolation import IdentityKind, TryParts, probe
 from tests.conftest import child_env
 
 REPOSITORY = Path(__file__).resolve().parents[2]

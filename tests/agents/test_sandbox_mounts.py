@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from agentos.agents import _landlock
-from agentos.agents.sandbox import Sandbox
-from agentos.agents.spec import CommandLimits
+from agentos.config.agents import CommandLimits
+from agentos.sandbox import _landlock
+from agentos.sandbox.sandbox import Sandbox
 from tests.agents.test_sandbox import spawn
 from tests.agents.test_sandbox_escape import names, strict, victim  # noqa: F401  (fixtures)
 

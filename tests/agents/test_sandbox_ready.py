@@ -1,4 +1,4 @@
-"""Ready sandboxes (`agentos.agents._ready`): confined ahead of time, one command each.
+"""Ready sandboxes (`agentos.sandbox._ready`): confined ahead of time, one command each.
 
 The escape and mount tests run against them too (their `strict` fixture has a "ready" case);
 these hold what is the pool's own: it serves bursts, each sandbox once, the workspace as the
@@ -18,11 +18,11 @@ import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
-from agentos.agents.forkserver import ForkServer
-from agentos.agents.sandbox import Sandbox
-from agentos.agents.sandbox_metrics import SandboxCollector
-from agentos.agents.spec import CommandLimits
 from agentos.config import SandboxConfig
+from agentos.config.agents import CommandLimits
+from agentos.sandbox.forkserver import ForkServer
+from agentos.sandbox.metrics import SandboxCollector
+from agentos.sandbox.sandbox import Sandbox
 from agentos.testing import eventually
 from tests.agents.test_sandbox import dead
 from tests.agents.test_sandbox_escape import searchable, started_sandbox

@@ -10,9 +10,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from agentos.agents.journal import SCHEMA, Journal, RunRow, migrate
-from agentos.agents.store import Op, RunStore
 from agentos.config import StoreConfig
+from agentos.journal.journal import SCHEMA, Journal, RunRow, migrate
+from agentos.journal.run_store import Op, RunStore
 from agentos.store.records import EventRecord, MessageRecord, SessionRecord
 from agentos.store.sqlite import SQLiteStore
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentos.agents.spec import AgentSpec, parse_agent_spec, parse_config_agents
+from agentos.config.agents import AgentSpec, parse_agent_spec, parse_config_agents
 from agentos.errors import ConfigError, InvalidInput
 
 

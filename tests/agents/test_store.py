@@ -10,9 +10,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from agentos.agents.journal import SCHEMA, Journal
-from agentos.agents.store import RunStore
 from agentos.errors import StoreError
+from agentos.journal.journal import SCHEMA, Journal
+from agentos.journal.run_store import RunStore
 
 
 async def test_writes_batch_and_reads_see_earlier_writes(tmp_path: Path) -> None:

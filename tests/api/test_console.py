@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from agentos.api.console import ASSETS
-from agentos.api.keys import CONSOLE
+from agentos.api.console_stream import CONSOLE
 from agentos.bench.mock.server import MockServer
 from agentos.testing import Event, sse_events
 from agentos.testing.tenants import TenantKey

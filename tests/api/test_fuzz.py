@@ -31,10 +31,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode, checks
 
-from agentos.agents.spec import parse_agent_spec
 from agentos.api.openapi import OPENAPI
 from agentos.api.schemas import SCHEMAS
 from agentos.bench.mock.server import MockSettings, start_mock
+from agentos.config.agents import parse_agent_spec
 from agentos.errors import InvalidInput
 from agentos.testing import start_server
 from agentos.testing.tenants import TenantKey, create_tenant_key

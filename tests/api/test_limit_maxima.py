@@ -18,7 +18,7 @@ import pytest
 
 from agentos.bench.mock.server import MockServer
 from agentos.config import Settings
-from agentos.config_security import (
+from agentos.config.security import (
     MAX_COMMAND_MB,
     MAX_COMMAND_S,
     MAX_DELEGATION_DEPTH,
@@ -29,7 +29,7 @@ from agentos.config_security import (
     MAX_TOKEN_BUDGET,
     MAX_TURNS,
 )
-from agentos.tenancy.limits import MAX_AT_ONCE, MAX_PER_MINUTE, MAX_TOKENS_PER_DAY, MAXIMA
+from agentos.config.tenants import MAX_AT_ONCE, MAX_PER_MINUTE, MAX_TOKENS_PER_DAY, MAXIMA
 from agentos.testing import RunningServer, start_server
 from tests.api.helpers import expect_error
 from tests.conftest import make_settings

@@ -10,15 +10,15 @@ import msgspec
 import pytest
 from jsonschema import Draft202012Validator
 
-from agentos.agents.spec import AgentSpec
 from agentos.api.admin import KeyCreate, TenantCreate, TenantUpdate
 from agentos.api.body import MAX_AFTER, MAX_PAGE_LIMIT, AnswerCreate, RunCreate, SessionCreate, TurnCreate
 from agentos.api.openapi import OPENAPI
 from agentos.api.triggers import TriggerCreate
+from agentos.config.agents import AgentSpec
+from agentos.config.tenants import TenantLimits
 from agentos.errors import InvalidInput
 from agentos.knowledge import filters
 from agentos.knowledge.inputs import CollectionCreate, DocumentUpload, QueryRequest
-from agentos.tenancy.limits import TenantLimits
 from agentos.testing import RunningServer
 from tests.api.helpers import assert_documented
 

@@ -16,13 +16,13 @@ from redis.asyncio import Redis
 
 from agentos.clock import MonotonicClock
 from agentos.config import CoordinationConfig
+from agentos.config.tenants import TenantLimits
 from agentos.coordination.bus import Bus
 from agentos.coordination.holds import ClusterHolds
 from agentos.coordination.link import Link
 from agentos.coordination.permits import ClusterPermits
 from agentos.kernel import HumanAnswered, HumanRequested, Kernel, KernelLimits, RunEnded, RunSubmitted
 from agentos.runtime.driver import Driver
-from agentos.tenancy.limits import TenantLimits
 from agentos.testing import eventually
 from tests.coordination.conftest import REDIS_URL, RedisProxy
 

@@ -61,7 +61,7 @@ def test_the_url_comes_from_the_environment_and_is_checked() -> None:
 
 def test_without_a_url_nothing_imports_redis() -> None:
     code = (
-        "import sys, agentos.cli, agentos.services, agentos.api.app, agentos.coordination.limiters;"
+        "import sys, agentos.cli, agentos.services, agentos.api.app, agentos.api.cluster_limits;"
         "sys.exit('redis' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], env=child_env(), timeout=60).returncode == 0

@@ -3,7 +3,7 @@ PostgreSQL schema and one Redis, the real mock provider streaming slowly.
 
 The follower on node B needs the run's journal rows: where the journal is per node (SQLite),
 B does not know the run and the test is skipped, saying so; with the journal on PostgreSQL the
-live part comes through the bus (`run:{run_id}`, `agentos.coordination.relay`).
+live part comes through the bus (`run:{run_id}`, `agentos.agents.relay`).
 """
 
 from __future__ import annotations

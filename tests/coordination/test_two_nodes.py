@@ -15,9 +15,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.api.keys import LIMITERS
+from agentos.api.cluster_limits import ClusterLimiters
+from agentos.api.ratelimit import LIMITERS
 from agentos.bench.mock.server import MockServer
-from agentos.coordination.limiters import ClusterLimiters
 from agentos.coordination.quotas import ClusterQuotas
 from agentos.testing import RunningServer, start_server
 from tests.api.helpers import SSE, expect_error

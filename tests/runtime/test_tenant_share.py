@@ -7,11 +7,11 @@ import asyncio
 
 import pytest
 
+from agentos.config.tenants import TenantLimits
 from agentos.errors import AdmissionRejected
 from agentos.kernel import TenantUsage
 from agentos.runtime.turn import CollectingSink
 from agentos.store.records import SessionRecord
-from agentos.tenancy.limits import TenantLimits
 from agentos.testing import FakeClock, ScriptedProvider
 from tests.runtime.test_runtime import make_runtime
 

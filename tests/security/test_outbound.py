@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from agentos.agents.mcp_http import pinned_client
 from agentos.errors import ConfigError, Forbidden
+from agentos.mcp.http import pinned_client
 from agentos.outbound import OutboundPolicy, check_url, resolve_checked
 
 DEFAULT = OutboundPolicy()

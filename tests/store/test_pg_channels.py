@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from agentos.agents.journal_pg import PgJournalStore
 from agentos.agents.leases import send_request
 from agentos.config import CoordinationConfig, StoreConfig
+from agentos.journal.postgres import PgJournalStore
 from agentos.store import pg_pool
 from agentos.tenancy.records import Tenant
 

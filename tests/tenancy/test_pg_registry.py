@@ -19,10 +19,10 @@ import msgspec
 import pytest
 
 from agentos.config import StoreConfig, load_settings
+from agentos.config.tenants import TenantLimits
 from agentos.errors import ConfigError, StoreUnavailable
 from agentos.server import check_bind
 from agentos.services import open_tenants
-from agentos.tenancy.limits import TenantLimits
 from agentos.tenancy.principal import Principal, Scope
 from agentos.tenancy.records import TenantExists
 from agentos.tenancy.registry import Refused, TenantRegistry

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
+from agentos.config.tenants import TenantLimits
 from agentos.errors import QuotaExceeded
-from agentos.tenancy.limits import TenantLimits
 from agentos.tenancy.principal import OPEN_PRINCIPAL, Principal
 from agentos.tenancy.quotas import DAY_S, Quotas
 from agentos.testing import FakeClock

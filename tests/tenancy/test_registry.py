@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from agentos.clock import wall_ms
+from agentos.config.tenants import TenantLimits
 from agentos.errors import InvalidInput
 from agentos.tenancy.keys import checksum, parse
-from agentos.tenancy.limits import TenantLimits
 from agentos.tenancy.principal import Principal, Scope
 from agentos.tenancy.records import KeyNotFound, TenantExists, TenantNotFound
 from agentos.tenancy.registry import Refused, RegistryStatistics, TenantRegistry

@@ -3,6 +3,6 @@
 Their HTTP routes live in `agentos.api` (agents.py, runs.py), with every other route."""
 
 from agentos.agents.service import RunService
-from agentos.agents.spec import AgentSpec, parse_agent_spec
+from agentos.config.agents import AgentSpec, parse_agent_spec
 
 __all__ = ["AgentSpec", "RunService", "parse_agent_spec"]

@@ -3,7 +3,7 @@
 An API body passes `agentos.agents.policy.check_agent` before it is stored, and again when it
 is loaded after a restart (the administrator may have narrowed `[security]` since, and agents
 stored by an older version were never checked): one that no longer passes is not loaded. An
-agent whose MCP servers cannot start on this host (`agentos.agents.mcp_checks`) is refused the
+agent whose MCP servers cannot start on this host (`agentos.mcp.checks`) is refused the
 same way, and a config agent's stops the start-up.
 
 Tenancy: config agents are the administrator's, visible (read-only) to every tenant, or only to
@@ -23,13 +23,8 @@ from typing import Any
 import msgspec
 
 from agentos.agents.changes import AgentChanges
-from agentos.agents.journal import Journal
-from agentos.agents.journal_pg import PgJournalStore
-from agentos.agents.journal_store import JournalStore
-from agentos.agents.mcp_checks import CODE as MCP_UNAVAILABLE
-from agentos.agents.mcp_checks import unstartable
 from agentos.agents.policy import AgentPolicy, check_agent, expand_server_names
-from agentos.agents.spec import (
+from agentos.config.agents import (
     AgentSpec,
     McpServerSpec,
     config_agent_tenants,
@@ -38,6 +33,11 @@ from agentos.agents.spec import (
     spec_to_dict,
 )
 from agentos.errors import ConfigError, Conflict, InvalidInput, NotFound, RequestError
+from agentos.journal.journal import Journal
+from agentos.journal.postgres import PgJournalStore
+from agentos.journal.store import JournalStore
+from agentos.mcp.checks import CODE as MCP_UNAVAILABLE
+from agentos.mcp.checks import unstartable
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
-from agentos.agents.journal_pg import PgJournalStore
+from agentos.journal.postgres import PgJournalStore
 from agentos.store import pg_pool
 from agentos.store.pg_follow import Follower, FollowerStatistics
 

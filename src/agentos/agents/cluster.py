@@ -33,12 +33,12 @@ import msgspec
 from agentos.agents.checks import check_answer
 from agentos.agents.engine import run_not_found
 from agentos.agents.fanout import RunEvent
-from agentos.agents.journal import TERMINAL, RunRow
-from agentos.agents.journal_pg import PgJournalStore
-from agentos.agents.journal_store import JournalStore
 from agentos.agents.leases import LeaseKeeper, Request, send_request
 from agentos.agents.lifecycle import RunLifecycle
 from agentos.errors import AgentOSError, BadRequest, Conflict, InvalidInput, NotFound, RequestError
+from agentos.journal.journal import TERMINAL, RunRow
+from agentos.journal.postgres import PgJournalStore
+from agentos.journal.store import JournalStore
 from agentos.kernel import RunEnded, RunState
 from agentos.store.pg_health import classify
 

@@ -35,16 +35,16 @@ import msgspec
 from agentos.agents.fanout import Fanout, RunEvent
 from agentos.agents.handle import RunHandle
 from agentos.agents.host import ToolHub
-from agentos.agents.journal import TERMINAL, Journal, RunRow
-from agentos.agents.journal_store import JournalStore
 from agentos.agents.knowledge_tool import KnowledgeSearch
-from agentos.agents.sandbox import Sandbox
-from agentos.agents.spec import AgentSpec, parse_agent_spec, spec_to_dict
+from agentos.config.agents import AgentSpec, parse_agent_spec, spec_to_dict
 from agentos.errors import NotFound
 from agentos.ids import new_id
+from agentos.journal.journal import TERMINAL, Journal, RunRow
+from agentos.journal.store import JournalStore
 from agentos.kernel import DEFAULT_TENANT
 from agentos.providers.base import Message, Provider
 from agentos.runtime.driver import Driver
+from agentos.sandbox.sandbox import Sandbox
 
 log = logging.getLogger("agentos.agents")
 

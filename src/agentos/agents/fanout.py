@@ -27,7 +27,7 @@ class RunEvent:
 
 
 class Bridge(Protocol):
-    """Run events between nodes (`agentos.coordination.relay.RunRelay`, over the bus)."""
+    """Run events between nodes (`agentos.agents.relay.RunRelay`, over the bus)."""
 
     def publish(self, run_id: str, event: RunEvent) -> None:
         """Send this node's event of the run to the other nodes' followers."""

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentos.agents.fanout import RunEvent
-from agentos.agents.journal import RunRow, Step
-from agentos.agents.spec import AgentSpec
+from agentos.config.agents import AgentSpec
+from agentos.journal.journal import RunRow, Step
 
 __all__ = ["TERMINAL_EVENTS", "EventType", "RunEvent", "RunHandle"]
 

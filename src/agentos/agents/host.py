@@ -8,19 +8,19 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agentos.agents.handle import RunHandle
-from agentos.agents.journal import Journal, RunRow
-from agentos.agents.journal_store import JournalStore
 from agentos.agents.knowledge_tool import KnowledgeSearch
-from agentos.agents.sandbox import Sandbox
-from agentos.agents.spec import AgentSpec
+from agentos.config.agents import AgentSpec
+from agentos.journal.journal import Journal, RunRow
+from agentos.journal.store import JournalStore
 from agentos.providers.base import Provider
+from agentos.sandbox.sandbox import Sandbox
 
 
 class ToolHub(Protocol):
-    """MCP tools (see `agentos.agents.mcp_tools`)."""
+    """MCP tools (see `agentos.mcp.tools`)."""
 
     async def schemas(self, spec: AgentSpec) -> list[dict[str, Any]]:
-        """Raises: McpUnavailable (`agentos.agents.mcp_checks`): a server cannot start; the run fails."""
+        """Raises: McpUnavailable (`agentos.mcp.checks`): a server cannot start; the run fails."""
         ...
 
     async def call(self, spec: AgentSpec, tool_name: str, arguments: dict[str, Any]) -> str: ...

@@ -14,9 +14,9 @@ from typing import Any
 
 from agentos.agents.checks import check_answer
 from agentos.agents.handle import RunHandle
-from agentos.agents.journal import Step
 from agentos.agents.lifecycle import RunLifecycle
 from agentos.errors import Conflict, InvalidInput
+from agentos.journal.journal import Step
 from agentos.kernel import HumanAnswered, RejectAnswer, RunCancelRequested
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from agentos.agents.spec import AgentSpec
+from agentos.config.agents import AgentSpec
 from agentos.errors import AgentOSError
 
 DEFAULT_TOP_K = 5

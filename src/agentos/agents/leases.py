@@ -49,7 +49,7 @@ from agentos.waiting import wait_event
 if TYPE_CHECKING:
     import asyncpg
 
-    from agentos.agents.journal_pg import PgJournalStore
+    from agentos.journal.postgres import PgJournalStore
 
 log = logging.getLogger("agentos.agents")
 

@@ -28,12 +28,11 @@ from typing import Any
 from agentos.agents.agents import AgentRegistry
 from agentos.agents.engine import RunEngine
 from agentos.agents.handle import RunHandle
-from agentos.agents.journal import TERMINAL, RunRow
-from agentos.agents.journal_store import LeaseLost
 from agentos.agents.pacer import Pacer
 from agentos.agents.runner import Runner
-from agentos.agents.spec import AgentSpec
-from agentos.errors import AdmissionRejected, new_error_id
+from agentos.config.agents import AgentSpec
+from agentos.errors import AdmissionRejected, LeaseLost, new_error_id
+from agentos.journal.journal import TERMINAL, RunRow
 from agentos.kernel import (
     ExpireHuman,
     FinishRun,

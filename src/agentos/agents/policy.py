@@ -23,10 +23,10 @@ from typing import Any
 
 import msgspec
 
-from agentos.agents.mcp_checks import unstartable
-from agentos.agents.spec import BUILTIN_TOOLS, AgentSpec, McpServerSpec, parse_mcp_server
 from agentos.config import CommandCaps, SecurityConfig, Settings
+from agentos.config.agents import AgentSpec, McpServerSpec, parse_security
 from agentos.errors import ConfigError, Forbidden, InvalidInput
+from agentos.mcp.checks import unstartable
 from agentos.outbound import OutboundPolicy, check_url
 
 
@@ -39,21 +39,11 @@ class AgentPolicy:
     @classmethod
     def from_settings(cls, settings: Settings) -> AgentPolicy:
         """Raises: ConfigError: naming `security.<key>`."""
-        security = settings.security
-        outbound = OutboundPolicy.from_lists(security.outbound_allow, security.outbound_allow_networks)
-        for tool in security.api_tools:
-            if tool not in BUILTIN_TOOLS:
-                raise ConfigError(
-                    f"security.api_tools: unknown tool {tool!r}; built-ins are {', '.join(BUILTIN_TOOLS)}"
-                )
-        servers = {
-            name: parse_mcp_server(table, name=name, error=ConfigError, where=f"security.api_mcp_servers.{name}")
-            for name, table in security.api_mcp_servers.items()
-        }
+        outbound, servers = parse_security(settings.security)
         problem = unstartable(list(servers.values()), where="security.api_mcp_servers", field="")
         if problem is not None:  # servers that cannot start here: refused at start-up
             raise ConfigError(problem)
-        return cls(outbound=outbound, mcp_servers=servers, security=security)
+        return cls(outbound=outbound, mcp_servers=servers, security=settings.security)
 
 
 def expand_server_names(body: Mapping[str, Any], policy: AgentPolicy) -> dict[str, Any]:

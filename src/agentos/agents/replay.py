@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentos.agents.journal import Step, arguments_hash
+from agentos.journal.journal import Step, arguments_hash
 from agentos.providers.base import Message
 
 

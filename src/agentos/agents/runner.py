@@ -15,18 +15,18 @@ from typing import Any, NoReturn
 
 import msgspec
 
-from agentos.agents.command import check_argv
 from agentos.agents.handle import RunHandle
 from agentos.agents.host import RunHost
-from agentos.agents.journal import Step, StepKind, StepStatus, arguments_hash
 from agentos.agents.knowledge_tool import search_knowledge
-from agentos.agents.mcp_checks import McpUnavailable
 from agentos.agents.model_events import model_completed, model_started
 from agentos.agents.replay import Call, CallModel, Finish, Reconcile, RunTool, WaitHuman, replay
-from agentos.agents.spec import SEARCH_KNOWLEDGE, AgentSpec
 from agentos.agents.tools import builtin_schemas, is_idempotent
+from agentos.config.agents import SEARCH_KNOWLEDGE, AgentSpec
 from agentos.errors import InvalidInput, NotFound, ProviderError
+from agentos.journal.journal import Step, StepKind, StepStatus, arguments_hash
+from agentos.mcp.checks import McpUnavailable
 from agentos.providers.base import ChatRequest, Completion, TextDelta
+from agentos.sandbox.command import check_argv
 
 
 class _Parked(Exception):

@@ -31,22 +31,22 @@ from agentos.agents.cluster import cluster_for
 from agentos.agents.fanout import Bridge, RunEvent
 from agentos.agents.host import ToolHub
 from agentos.agents.interventions import apply_answer, terminate_here
-from agentos.agents.journal import Journal
-from agentos.agents.journal_store import JournalStore, open_journal_store
 from agentos.agents.lifecycle import RunLifecycle
-from agentos.agents.mcp_tools import McpHub
 from agentos.agents.policy import AgentPolicy
-from agentos.agents.run_list import RunQuery, next_cursor
-from agentos.agents.sandbox import Sandbox
 from agentos.agents.statistics import RunServiceStatistics, run_statistics
 from agentos.clock import MonotonicClock, wall_ms
 from agentos.config import Settings
 from agentos.errors import ShuttingDown
 from agentos.ids import new_run_id
+from agentos.journal.journal import Journal
+from agentos.journal.run_list import RunQuery, next_cursor
+from agentos.journal.store import JournalStore, open_journal_store
 from agentos.kernel import Kernel, RunCancelRequested
+from agentos.mcp.tools import McpHub
 from agentos.providers.base import Message, Provider
 from agentos.runtime.driver import Driver
 from agentos.runtime.runtime import kernel_limits
+from agentos.sandbox.sandbox import Sandbox
 
 if TYPE_CHECKING:
     from agentos.knowledge.service import KnowledgeService

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentos.agents.spec import SEARCH_KNOWLEDGE, AgentSpec
+from agentos.config.agents import SEARCH_KNOWLEDGE, AgentSpec
 
 ToolSchema = dict[str, Any]
 

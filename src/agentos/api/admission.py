@@ -19,7 +19,8 @@ from typing import Any
 
 from aiohttp import web
 
-from agentos.api.keys import LIMITERS, QUOTAS
+from agentos.api.keys import QUOTAS
+from agentos.api.ratelimit import LIMITERS
 from agentos.runtime.turn import TurnSink
 from agentos.tenancy.principal import Principal, principal
 from agentos.tenancy.quotas import Quotas

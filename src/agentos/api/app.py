@@ -25,11 +25,11 @@ from agentos.api import (
     websocket,
 )
 from agentos.api.browser import BrowserRules, browser_middleware
+from agentos.api.cluster_limits import ClusterLimiters
+from agentos.api.console_stream import CONSOLE
 from agentos.api.errors import error_middleware
 from agentos.api.keys import (
-    CONSOLE,
     KNOWLEDGE,
-    LIMITERS,
     MAX_BODY_BYTES,
     METRICS,
     QUOTAS,
@@ -42,8 +42,7 @@ from agentos.api.keys import (
 )
 from agentos.api.middleware import access_log_middleware, auth_middleware, is_loopback
 from agentos.api.openai_errors import openai_error_middleware
-from agentos.api.ratelimit import Limiters, add_rate_headers, rate_limit_middleware
-from agentos.coordination.limiters import ClusterLimiters
+from agentos.api.ratelimit import LIMITERS, Limiters, add_rate_headers, rate_limit_middleware
 from agentos.services import Services
 
 SSE_KEEPALIVE_S_DEFAULT = 15.0

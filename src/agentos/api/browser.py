@@ -34,7 +34,7 @@ from yarl import URL
 
 from agentos.api.errors import Handler, error_response
 from agentos.api.middleware import is_loopback, route_of
-from agentos.config_server import ANY_HOST, ServerConfig, normal_host, normal_origin
+from agentos.config.server import ANY_HOST, ServerConfig, normal_host, normal_origin
 
 DELIVERIES = "/v1/triggers/{trigger_id}/events"
 _STATIC = ("/docs", "/docs/{asset}", "/console", "/console/{asset}")

@@ -33,7 +33,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agentos.api.keys import CONSOLE, METRICS, RUNS, RUNTIME, SETTINGS, SSE_KEEPALIVE_S
+from agentos.api.keys import METRICS, RUNS, RUNTIME, SETTINGS, SSE_KEEPALIVE_S
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSEStream, failures_as_events
 from agentos.clock import wall_ms
@@ -161,6 +161,9 @@ class ConsoleHub:
         for listener in self._listeners:
             if listener.who.tenant_id == tenant_id and listener.who.allows(Scope.RUNS_READ):
                 listener.offer("run", item)
+
+
+CONSOLE: web.AppKey[ConsoleHub] = web.AppKey("console")
 
 
 def console_hub(app: web.Application) -> ConsoleHub:

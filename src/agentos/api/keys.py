@@ -1,4 +1,5 @@
-"""Typed keys for what the application holds."""
+"""Typed keys for what the application holds. The console hub's and the rate limiters' keys
+live beside their classes (`console_stream.CONSOLE`, `ratelimit.LIMITERS`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ from aiohttp import web
 
 if TYPE_CHECKING:
     from agentos.agents.service import RunService
-    from agentos.api.console_stream import ConsoleHub
-    from agentos.api.ratelimit import Limiters
     from agentos.config import Settings
     from agentos.knowledge.service import KnowledgeService
     from agentos.metrics import Metrics
@@ -26,8 +25,6 @@ METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 MAX_BODY_BYTES: web.AppKey[int] = web.AppKey("max_body_bytes", int)
 # How often an idle event stream (a run waiting for a human) gets a comment line.
 SSE_KEEPALIVE_S: web.AppKey[float] = web.AppKey("sse_keepalive_s", float)
-LIMITERS: web.AppKey[Limiters] = web.AppKey("limiters")
 QUOTAS: web.AppKey[Quotas] = web.AppKey("quotas")
 KNOWLEDGE: web.AppKey[KnowledgeService] = web.AppKey("knowledge")
 TRIGGERS: web.AppKey[TriggerService] = web.AppKey("triggers")
-CONSOLE: web.AppKey[ConsoleHub] = web.AppKey("console")

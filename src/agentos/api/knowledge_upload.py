@@ -20,7 +20,7 @@ from aiohttp import web
 
 from agentos.api.body import decode_json, header_text
 from agentos.api.body_encoding import read_raw
-from agentos.config_knowledge import KnowledgeConfig
+from agentos.config.knowledge import KnowledgeConfig
 from agentos.errors import BadRequest, InvalidInput, PayloadTooLarge, RequestError
 from agentos.knowledge.extract import SUPPORTED_TYPES
 from agentos.knowledge.inputs import MAX_IDEMPOTENCY_KEY, MAX_TITLE_CHARS, TEXT_TYPES, DocumentUpload, document_metadata

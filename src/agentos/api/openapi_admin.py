@@ -16,7 +16,7 @@ from agentos.api.openapi_parts import error as _error
 from agentos.api.openapi_parts import json_answer as _json
 from agentos.api.openapi_parts import json_body as _body
 from agentos.api.schema_parts import after_param, limit_param, ref
-from agentos.tenancy.limits import TenantLimits
+from agentos.config.tenants import TenantLimits
 
 _REF = "#/components/schemas/{name}"
 

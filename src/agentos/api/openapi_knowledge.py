@@ -18,7 +18,7 @@ from agentos.api.openapi_parts import error as _error
 from agentos.api.openapi_parts import json_answer as _json
 from agentos.api.openapi_parts import json_body as _body
 from agentos.api.schema_parts import NOT_BLANK, after_param, limit_param, ref
-from agentos.config_knowledge import KnowledgeConfig
+from agentos.config.knowledge import KnowledgeConfig
 from agentos.knowledge import filters
 from agentos.knowledge.extract import SUPPORTED_TYPES
 from agentos.knowledge.inputs import (

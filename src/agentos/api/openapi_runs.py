@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentos.agents.run_list import CURSOR_PATTERN, RUN_STATUSES
 from agentos.api.body import MAX_AFTER
 from agentos.api.openapi_parts import BAD_BODY
 from agentos.api.openapi_parts import error as _error
 from agentos.api.openapi_parts import json_answer as _json
 from agentos.api.openapi_parts import json_body as _body
 from agentos.api.schema_parts import limit_param, ref
+from agentos.journal.run_list import CURSOR_PATTERN, RUN_STATUSES
 
 
 def _filter(name: str, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ A 429 also carries `Retry-After` (whole seconds, at least 1), which takes preced
 The headers are added when the response is prepared (`on_response_prepare`), so an event stream,
 whose headers leave before its handler returns, carries them too. Routes that need no token
 (/healthz, /readyz, /openapi.json, /docs) are never limited. `Limiters` is per process; with
-`coordination.redis_url` set, `agentos.coordination.limiters.ClusterLimiters` makes the same
+`coordination.redis_url` set, `agentos.api.cluster_limits.ClusterLimiters` makes the same
 decisions in Redis, for every node together.
 """
 
@@ -33,8 +33,8 @@ from aiohttp.typedefs import Middleware
 from agentos.api.errors import Handler, error_response
 from agentos.api.middleware import OPEN_ROUTES, route_of
 from agentos.clock import Clock
+from agentos.config.tenants import TenantLimits
 from agentos.errors import RateLimited
-from agentos.tenancy.limits import TenantLimits
 from agentos.tenancy.principal import PRINCIPAL, Principal
 from agentos.tenancy.ratelimit import WINDOW_S, Decision, Gcra
 
@@ -130,6 +130,9 @@ class Limiters:
             items = [f'"{name}";q={rate};w={window}' for name, rate in rates if rate]
             policy = self._policies[(key_rate, tenant_rate)] = ", ".join(items)
         return policy
+
+
+LIMITERS: web.AppKey[Limiters] = web.AppKey("limiters")
 
 
 def raise_if_refused(decision: Decision, code: str, what: str) -> None:

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from agentos.agents.run_list import RUN_STATUSES, RunCursor, RunQuery
 from agentos.api.admission import starting_run
 from agentos.api.body import MAX_AFTER, AnswerCreate, RunCreate, decimal, page_limit, query_text, read_body
 from agentos.api.keys import RUNS, RUNTIME, SSE_KEEPALIVE_S
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSEStream, failures_as_events
 from agentos.errors import BadRequest, InvalidInput
+from agentos.journal.run_list import RUN_STATUSES, RunCursor, RunQuery
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()

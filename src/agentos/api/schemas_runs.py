@@ -9,8 +9,8 @@ from typing import Any
 
 import msgspec
 
-from agentos.agents.spec import BUILTIN_TOOLS, MAX_KNOWLEDGE_COLLECTIONS, AgentSpec
 from agentos.api.schema_parts import INPUT, REF_TEMPLATE, nullable, page, ref
+from agentos.config.agents import BUILTIN_TOOLS, MAX_KNOWLEDGE_COLLECTIONS, AgentSpec
 
 _, _SPEC_SCHEMAS = msgspec.json.schema_components([AgentSpec], ref_template=REF_TEMPLATE)
 _SPEC = _SPEC_SCHEMAS["AgentSpec"]

@@ -30,12 +30,12 @@ from agentos.errors import (
     ProviderUnavailable,
 )
 from agentos.ids import new_id
+from agentos.providers.base import ProviderPermits
 from agentos.providers.openai_compat import new_client_session, parse_retry_after
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from agentos.runtime.driver import Driver
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class Embedder:
     await embedder.aclose()
     """
 
-    def __init__(self, settings: Settings, driver: Driver | None = None) -> None:
+    def __init__(self, settings: Settings, driver: ProviderPermits | None = None) -> None:
         self._provider = settings.provider
         self._batch = settings.knowledge.embed_batch
         self._retries = settings.knowledge.embed_retries

@@ -36,7 +36,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from agentos.config_knowledge import KnowledgeConfig
+from agentos.config.knowledge import KnowledgeConfig
 from agentos.errors import ProviderError, ProviderLimitTimeout, RequestError, StoreError, StoreUnavailable
 from agentos.knowledge.chunking import split
 from agentos.knowledge.embeddings import Embedder

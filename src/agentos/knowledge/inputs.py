@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from agentos.config_knowledge import KnowledgeConfig
+from agentos.config.knowledge import KnowledgeConfig
 from agentos.errors import InvalidInput
 from agentos.knowledge import filters
 

@@ -55,3 +55,13 @@ class Provider(Protocol):
     def stream(self, request: ChatRequest) -> AsyncGenerator[StreamItem, None]: ...
 
     async def aclose(self) -> None: ...
+
+
+class ProviderPermits(Protocol):
+    """The gate every call to the provider passes: a permit from the tenant's fair share of
+    the provider's concurrency limit. `agentos.runtime.driver.Driver` is the one in the server;
+    callers below the runtime (the knowledge embedder) hold it by this protocol."""
+
+    async def acquire_permit(self, stream_id: str, owner: str | None = None, tenant_id: str = ...) -> None: ...
+
+    def release_permit(self, stream_id: str) -> None: ...

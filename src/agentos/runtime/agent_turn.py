@@ -8,14 +8,13 @@ takes one, so a run waiting for a human holds none.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol
 
+from agentos.providers.base import Message
 from agentos.runtime.transcript import begin, message, record_event
 from agentos.runtime.turn import Outcome, Turn, TurnSink
 from agentos.store.base import Store
-
-if TYPE_CHECKING:
-    from agentos.agents import RunService
 
 # First-party cancels that stop the run behind the turn. Not a shutdown, and not a client
 # that went away: the run is durable, resumes after a restart, and stays reachable at
@@ -28,8 +27,38 @@ _RUN_TERMINAL = frozenset({"run.completed", "run.failed", "run.cancelled"})
 _RUN_ONLY = frozenset({"run.started", "model.started", "model.completed"})
 
 
+class RunEventView(Protocol):
+    @property
+    def type(self) -> str: ...
+    @property
+    def data(self) -> Mapping[str, Any]: ...
+
+
+class AgentRuns(Protocol):
+    """What the runtime needs of the agent runs (`agentos.agents.RunService` implements it): the
+    runtime sits below the agents, which start their runs on it, so it names them by this
+    protocol and `open_services` hands the service in."""
+
+    accepting: bool
+
+    async def start_run(
+        self, tenant_id: str, agent: str, text: str, session_id: str | None = None, *,
+        context: list[Message] | None = None, run_id: str | None = None,
+    ) -> str: ...  # fmt: skip
+
+    def events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> AsyncIterator[RunEventView]: ...
+
+    async def terminate(self, tenant_id: str, run_id: str, *, forward: bool = True) -> dict[str, Any]: ...
+
+    async def sees_agent(self, tenant_id: str, name: str) -> bool: ...
+
+    def has_agent(self, tenant_id: str, name: str) -> bool: ...
+
+    async def delete_session_runs(self, tenant_id: str, session_id: str) -> None: ...
+
+
 class AgentTurns:
-    def __init__(self, runs: RunService, store: Store, history_max: int) -> None:
+    def __init__(self, runs: AgentRuns, store: Store, history_max: int) -> None:
         self._runs = runs
         self._store = store
         self._history_max = history_max
@@ -58,7 +87,7 @@ class AgentTurns:
         if turn.run_id is not None and reason in _STOPS_RUN:
             await asyncio.shield(self._runs.terminate(turn.tenant_id, turn.run_id))
 
-    async def _end(self, turn: Turn, kind: str, data: dict[str, Any]) -> Outcome:
+    async def _end(self, turn: Turn, kind: str, data: Mapping[str, Any]) -> Outcome:
         turn.finishing = True
         run = {"turn_id": turn.turn_id, "run_id": turn.run_id}
         if kind == "run.completed":

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentos.clock import Clock
+from agentos.config.tenants import TenantLimits
 from agentos.errors import ProviderLimitTimeout
 from agentos.kernel import (
     DEFAULT_TENANT,
@@ -53,7 +54,6 @@ from agentos.kernel import (
     Tick,
     TurnEnded,
 )
-from agentos.tenancy.limits import TenantLimits
 
 if TYPE_CHECKING:
     from agentos.coordination.holds import ClusterHolds

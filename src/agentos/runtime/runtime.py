@@ -29,8 +29,8 @@ from agentos.store.base import Store
 from agentos.store.records import SessionRecord
 
 if TYPE_CHECKING:
-    from agentos.agents import RunService
     from agentos.coordination.bus import Bus
+    from agentos.runtime.agent_turn import AgentRuns
 
 __all__ = ["DEFAULT_AGENT", "Runtime", "kernel_limits", "new_id", "next_probe_in"]
 
@@ -75,7 +75,7 @@ class Runtime:
         metrics: Metrics,
         *,
         driver: Driver,
-        runs: RunService | None = None,
+        runs: AgentRuns | None = None,
         bus: Bus | None = None,
     ) -> None:
         self.settings = settings

@@ -21,7 +21,7 @@ from agentos.store.base import Store
 from agentos.store.records import SessionRecord
 
 if TYPE_CHECKING:
-    from agentos.agents import RunService
+    from agentos.runtime.agent_turn import AgentRuns
 
 # A session opened without an agent is stored with this name: it runs the agent so named if
 # one is defined, else plain chat turns (one model call, no tools). The API reports what runs
@@ -30,7 +30,7 @@ DEFAULT_AGENT = "default"
 
 
 class Sessions:
-    def __init__(self, driver: Driver, store: Store, runs: RunService | None) -> None:
+    def __init__(self, driver: Driver, store: Store, runs: AgentRuns | None) -> None:
         self._driver = driver
         self._store = store
         self._runs = runs

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 
 import msgspec
 
+from agentos.config.tenants import TenantLimits
 from agentos.tenancy import keys
-from agentos.tenancy.limits import TenantLimits
 from agentos.tenancy.principal import Scope
 from agentos.tenancy.records import ApiKey, Tenant, effective_limits
 

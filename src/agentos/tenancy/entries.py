@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from agentos.config.tenants import TenantLimits
 from agentos.errors import InvalidInput
-from agentos.tenancy.limits import TenantLimits
 from agentos.tenancy.principal import Principal, Scope
 from agentos.tenancy.records import ApiKey, Tenant, effective_limits
 

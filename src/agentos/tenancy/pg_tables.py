@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
+from agentos.config.tenants import clamp_overrides
 from agentos.errors import ConfigError, StoreError
 from agentos.store import pg_migrations, pg_pool
 from agentos.store.pg_follow import FULL_RELOAD_INTERVAL_S, Follower
 from agentos.store.pg_health import classify, within
 from agentos.store.records import DEFAULT_TENANT
-from agentos.tenancy.limits import clamp_overrides
 from agentos.tenancy.pepper import pepper_check, pepper_matches
 from agentos.tenancy.records import ApiKey, Tenant
 from agentos.tenancy.storage import ChangeSink, Rows

@@ -12,9 +12,9 @@ from enum import StrEnum
 
 from aiohttp import web
 
+from agentos.config.tenants import TenantLimits
 from agentos.errors import Forbidden
 from agentos.store.records import DEFAULT_TENANT
-from agentos.tenancy.limits import TenantLimits
 
 
 class Scope(StrEnum):

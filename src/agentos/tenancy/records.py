@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from agentos.config.tenants import MAXIMA, TenantLimits
 from agentos.errors import Conflict, InvalidInput, NotFound
-from agentos.tenancy.limits import MAXIMA, TenantLimits
 
 TENANT_ID_PATTERN = "^[a-z0-9][a-z0-9_-]{0,62}$"
 _TENANT_ID = re.compile(TENANT_ID_PATTERN)

@@ -27,12 +27,12 @@ from pathlib import Path
 import msgspec
 
 from agentos.clock import wall_ms
+from agentos.config.tenants import TenantLimits
 from agentos.errors import InvalidInput
 from agentos.store.records import DEFAULT_TENANT
 from agentos.tenancy import keys
 from agentos.tenancy.changes import new_key, updated_tenant
 from agentos.tenancy.entries import Entry, Refused, update_entries
-from agentos.tenancy.limits import TenantLimits
 from agentos.tenancy.principal import Principal, Scope
 from agentos.tenancy.records import (
     ApiKey,

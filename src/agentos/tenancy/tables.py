@@ -15,8 +15,8 @@ from pathlib import Path
 
 import msgspec
 
+from agentos.config.tenants import clamp_overrides
 from agentos.store.writer import Writer
-from agentos.tenancy.limits import clamp_overrides
 from agentos.tenancy.records import ApiKey, Tenant
 from agentos.tenancy.storage import ChangeSink
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from prometheus_client import Counter
 
 from agentos.agents.service import RunService
-from agentos.config_knowledge import TriggersConfig
+from agentos.config.knowledge import TriggersConfig
 from agentos.errors import AdmissionRejected, InvalidInput, NotFound, PayloadTooLarge, ShuttingDown
 from agentos.triggers.records import DeliveryRow, TriggerRow
 from agentos.triggers.storage import TriggerStorage

@@ -2,7 +2,7 @@
 
 The engine, the lifecycle and the service talk to the journal only through this protocol, so
 the same code runs on the embedded `runs.db` (`SqliteJournalStore`, one writer thread, see
-`agentos.agents.store`) and on PostgreSQL (`agentos.agents.journal_pg.PgJournalStore`, with
+`agentos.journal.run_store`) and on PostgreSQL (`agentos.journal.postgres.PgJournalStore`, with
 leases that let several nodes share the runs).
 
 Writes are lists of statements built by the store's `journal` (its SQL dialect). A write that
@@ -16,17 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from agentos.agents.journal import SCHEMA, EventRow, Journal, RunRow, Step, migrate
-from agentos.agents.run_list import ListedRun, RunQuery, list_runs_sql, listed
-from agentos.agents.store import Op, RunStore, StoreStatistics
-from agentos.agents.usage import model_tokens
 from agentos.config import Settings
-from agentos.errors import StoreError
-
-
-class LeaseLost(StoreError):
-    """The run is another node's now (its lease expired and was taken over): this node must
-    leave it alone."""
+from agentos.journal.journal import SCHEMA, EventRow, Journal, RunRow, Step, migrate
+from agentos.journal.run_list import ListedRun, RunQuery, list_runs_sql, listed
+from agentos.journal.run_store import Op, RunStore, StoreStatistics
+from agentos.journal.usage import model_tokens
 
 
 class JournalStore(Protocol):
@@ -67,7 +61,7 @@ class JournalStore(Protocol):
         ...
 
     async def list_runs(self, tenant_id: str, query: RunQuery) -> list[ListedRun]:
-        """A page of the tenant's runs, newest first (`agentos.agents.run_list`)."""
+        """A page of the tenant's runs, newest first (`agentos.journal.run_list`)."""
         ...
 
     async def load_steps(self, tenant_id: str, run_id: str) -> list[Step]: ...
@@ -169,7 +163,7 @@ def open_journal_store(settings: Settings, data_dir: Path | None) -> JournalStor
     """PostgreSQL when `store.backend = "postgres"` (and the store is on), else `runs.db` in
     `data_dir` (in memory without one)."""
     if settings.store.enabled and settings.store.backend == "postgres" and data_dir is not None:
-        from agentos.agents.journal_pg import PgJournalStore  # asyncpg is loaded only for this backend
+        from agentos.journal.postgres import PgJournalStore  # asyncpg is loaded only for this backend
 
         return PgJournalStore(settings.store, settings.coordination)
     return SqliteJournalStore(data_dir / "runs.db" if data_dir else None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from agentos.agents.store import RunStore
+from agentos.journal.run_store import RunStore
 
 _MODEL_TOKENS = """SELECT s.tenant_id, SUM(COALESCE(json_extract(CAST(p.body AS TEXT), '$.usage.prompt_tokens'), 0)
 + COALESCE(json_extract(CAST(p.body AS TEXT), '$.usage.completion_tokens'), 0))

@@ -26,9 +26,9 @@ from aiohttp import web
 
 from agentos.api.ratelimit import OPEN_KEY, Limiters, raise_if_refused
 from agentos.clock import Clock
+from agentos.config.tenants import TenantLimits
 from agentos.coordination.gcra import RedisGcra
 from agentos.coordination.link import Link
-from agentos.tenancy.limits import TenantLimits
 from agentos.tenancy.principal import Principal
 from agentos.tenancy.ratelimit import Decision
 

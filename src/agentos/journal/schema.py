@@ -1,7 +1,7 @@
 """The run journal's tables (`runs.db`), and the migration that brings an older file up to date.
 
 The schema runs at every open (`IF NOT EXISTS`), so an index added here is built on an older
-file at its next open: the `runs_by_*` ones serve the run list (`agentos.agents.run_list`).
+file at its next open: the `runs_by_*` ones serve the run list (`agentos.journal.run_list`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Leases. Every unfinished run has a row in `run_leases`: the node that runs it, u
 database's `now()`, never a node's clock) and an epoch. A new run is born owned by the node that
 admitted it (epoch 1); `agentos.agents.leases.LeaseKeeper` renews this node's leases and takes
 over the runs whose lease expired (epoch + 1). Each write of a run is fenced by the epoch this
-node holds it at (`agentos.agents.journal_pg_writer`). The lease row goes with the run's end.
+node holds it at (`agentos.journal.pg_writer`). The lease row goes with the run's end.
 
 Tenancy: as in `runs.db`, every read a request can reach names the tenant in its WHERE clause;
 the indexes those reads use are led by `tenant_id`.
@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from agentos.agents.journal import EventRow, Journal, RunRow, Step
-from agentos.agents.journal_pg_sql import DELETE_SESSION_RUNS, MODEL_TOKENS, STEPS
-from agentos.agents.journal_pg_writer import UNIT, FencedWriter, Unit
-from agentos.agents.journal_store import LeaseLost
-from agentos.agents.run_list import ListedRun, RunQuery, list_runs_sql, listed
-from agentos.agents.store import Op, StoreStatistics
 from agentos.coordination.node import node_id
+from agentos.errors import LeaseLost
+from agentos.journal.journal import EventRow, Journal, RunRow, Step
+from agentos.journal.pg_sql import DELETE_SESSION_RUNS, MODEL_TOKENS, STEPS
+from agentos.journal.pg_writer import UNIT, FencedWriter, Unit
+from agentos.journal.run_list import ListedRun, RunQuery, list_runs_sql, listed
+from agentos.journal.run_store import Op, StoreStatistics
 from agentos.store import pg_migrations, pg_pool
 from agentos.store.pg_health import classify, within
 

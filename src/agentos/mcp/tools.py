@@ -8,7 +8,7 @@ only talk to its `ClientSession`. Tools are offered to the model as `<server>__<
 Servers the administrator defined (`trusted`: config agents, `security.api_mcp_servers`) are
 reached as they are written. Any other one came from an API caller: a stdio one is refused
 (it would be a process on the host; `agentos.agents.policy` refuses it at creation already),
-and an HTTP one is reached through `agentos.agents.mcp_http`, which checks every request
+and an HTTP one is reached through `agentos.mcp.http`, which checks every request
 against the outbound policy and connects only to the addresses it checked.
 
 Failures are fast and say why (issue #14): a server that cannot be started or reached fails
@@ -16,7 +16,7 @@ Failures are fast and say why (issue #14): a server that cannot be started or re
 the run fails with it; only a server that never answers the handshake is waited for, at most
 `kernel.mcp_connect_timeout_s` (10 s by default; the run fails with `mcp_timeout`). A server
 that dies is forgotten at its first failed call, and started again at the next use. What can be
-known before any run is refused where the agent is defined (`agentos.agents.mcp_checks`).
+known before any run is refused where the agent is defined (`agentos.mcp.checks`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from agentos.agents.mcp_checks import TIMEOUT_CODE, McpUnavailable, connection_closed, describe_failure
-from agentos.agents.spec import MCP_TOOL_SEPARATOR, AgentSpec, McpServerSpec
+from agentos.config.agents import MCP_TOOL_SEPARATOR, AgentSpec, McpServerSpec
 from agentos.errors import Forbidden
+from agentos.mcp.checks import TIMEOUT_CODE, McpUnavailable, connection_closed, describe_failure
 from agentos.outbound import OutboundPolicy, Resolver, check_url, resolve_checked
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,7 @@ class _Connection:
         try:
             await import_mcp()
             import anyio  # a dependency of `mcp`
+
             from mcp import ClientSession  # the optional extra: its absence is reported as any failure
 
             with anyio.CancelScope() as self._scope:
@@ -161,7 +162,7 @@ def _transport(server: McpServerSpec, trust: _Trust) -> Any:
 async def _pinned_http(url: str, trust: _Trust) -> AsyncIterator[Any]:
     from mcp.client.streamable_http import streamable_http_client
 
-    from agentos.agents.mcp_http import pinned_client
+    from agentos.mcp.http import pinned_client
 
     target = check_url(url, trust.policy)
     # Resolved and checked here too, so a refusal is reported as such rather than from

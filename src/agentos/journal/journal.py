@@ -29,9 +29,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from agentos.agents.journal_deletion import delete_session_runs
-from agentos.agents.schema import SCHEMA, migrate
-from agentos.agents.store import Op
+from agentos.journal.deletion import delete_session_runs
+from agentos.journal.run_store import Op
+from agentos.journal.schema import SCHEMA, migrate
 
 __all__ = ["SCHEMA", "TERMINAL", "EventRow", "Journal", "RunRow", "Step", "migrate"]
 
@@ -120,7 +120,7 @@ class EventRow:
 
 
 class Journal:
-    """Builds the statements (SQLite's; `agentos.agents.journal_pg.PgJournal` has PostgreSQL's,
+    """Builds the statements (SQLite's; `agentos.journal.postgres.PgJournal` has PostgreSQL's,
     with the same parameters); reads run on the store's thread."""
 
     PUT_PAYLOAD = "INSERT OR IGNORE INTO payloads (hash, tenant_id, body) VALUES (?, ?, ?)"
@@ -194,7 +194,7 @@ class Journal:
 
     def delete_session_runs(self, db: sqlite3.Connection, tenant_id: str, session_id: str) -> list[str]:
         """Delete every run of the tenant's session, its children and what only they used
-        (`agentos.agents.journal_deletion`); the ids of the deleted runs."""
+        (`agentos.journal.deletion`); the ids of the deleted runs."""
         return delete_session_runs(db, tenant_id, session_id)
 
     # --- reads (run on the store's thread) ---

@@ -37,10 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentos.agents import _landlock
-from agentos.agents.command import CommandResult
-from agentos.agents.forkserver import ForkServer
-from agentos.agents.isolation import (
+from agentos.config import SandboxConfig
+from agentos.config.agents import CommandLimits
+from agentos.sandbox import _landlock
+from agentos.sandbox.command import CommandResult
+from agentos.sandbox.forkserver import ForkServer
+from agentos.sandbox.isolation import (
     Identities,
     IdentityKind,
     SandboxStatus,
@@ -49,9 +51,7 @@ from agentos.agents.isolation import (
     probe,
     unsearchable_parent,
 )
-from agentos.agents.pipes import Output, drain
-from agentos.agents.spec import CommandLimits
-from agentos.config import SandboxConfig
+from agentos.sandbox.pipes import Output, drain
 
 log = logging.getLogger(__name__)
 

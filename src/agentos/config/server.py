@@ -8,7 +8,7 @@ from typing import Annotated
 
 import msgspec
 
-from agentos.config_sources import InvalidSetting
+from agentos.config.sources import InvalidSetting
 
 PosInt = Annotated[int, msgspec.Meta(ge=1)]
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]

@@ -7,11 +7,12 @@ Usage::
 Every key has a dotted name (`kernel.max_in_flight_turns`) and an env var made from it
 (`AGENTOS_KERNEL_MAX_IN_FLIGHT_TURNS`); the common ones also have a short alias (`ENV_ALIASES`).
 An invalid value stops start-up with a `ConfigError` that names its source and key
-(`AGENTOS_PORT=abc: server.port expects an integer`; `agentos.config_sources`).
+(`AGENTOS_PORT=abc: server.port expects an integer`; `agentos.config.sources`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -20,29 +21,14 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from agentos.config_checks import check_agent_tables, check_settings, normalized
-from agentos.config_knowledge import KnowledgeConfig, TriggersConfig
-from agentos.config_provider import MockConfig, ProviderConfig
-from agentos.config_security import CommandCaps, SandboxConfig, SecurityConfig
-from agentos.config_server import ServerConfig
-from agentos.config_sources import InvalidSetting, Sources, from_validation_error
-from agentos.config_store import CoordinationConfig, StoreConfig
+from agentos.config.knowledge import KnowledgeConfig, TriggersConfig
+from agentos.config.provider import MockConfig, ProviderConfig
+from agentos.config.security import SandboxConfig, SecurityConfig
+from agentos.config.server import ServerConfig, check_server
+from agentos.config.sources import InvalidSetting, Sources, from_validation_error
+from agentos.config.store import CoordinationConfig, StoreConfig
+from agentos.config.tenants import TenantLimits
 from agentos.errors import ConfigError
-from agentos.tenancy.limits import TenantLimits
-
-__all__ = [
-    "CommandCaps",
-    "CoordinationConfig",
-    "MockConfig",
-    "ProviderConfig",
-    "StoreConfig",
-    "SandboxConfig",
-    "SecurityConfig",
-    "ServerConfig",
-    "Settings",
-    "load_settings",
-    "settings_from_dict",
-]
 
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
 PosInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -69,7 +55,7 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # one tenant, so a newcomer is granted at once (agentos.kernel.permits); 0 = no reserve.
     fair_reserve: Annotated[float, msgspec.Meta(ge=0, lt=1)] = 0.1
     # How long a run waits for an MCP server to start and answer the handshake before it fails
-    # (`mcp_timeout`, agentos.agents.mcp_tools; was 20 s, fixed). A Python stdio server is ready
+    # (`mcp_timeout`, agentos.mcp.tools; was 20 s, fixed). A Python stdio server is ready
     # in 1-3 s on a busy machine; raise it for servers slow to start (npx downloading a package).
     mcp_connect_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=600)] = 10.0
 
@@ -266,3 +252,64 @@ def resolve_paths(settings: Settings) -> Settings:
     return msgspec.structs.replace(
         settings, data_dir=absolute(settings.data_dir), jsonl_dir=absolute(settings.jsonl_dir)
     )
+
+
+# -- what the types cannot say: URLs, names, agent tables, finite floats --------------------
+
+
+def normalized(tree: Mapping[str, Any]) -> Mapping[str, Any]:
+    level = tree.get("log_level")
+    return {**tree, "log_level": level.lower()} if isinstance(level, str) else tree
+
+
+def check_agent_tables(tree: Mapping[str, Any]) -> None:
+    """msgspec reports a bad entry of a dict as `agents[...]`, without its name: check here."""
+    agents = tree.get("agents", {})
+    if not isinstance(agents, dict):
+        raise InvalidSetting("agents", "must be a table")
+    for name, table in agents.items():
+        if not isinstance(table, dict):
+            raise InvalidSetting(f"agents.{name}", "must be a table")
+
+
+def check_settings(settings: Settings) -> None:
+    """Raises: InvalidSetting naming the dotted key; ConfigError (agents.<name>.<key>, security.<key>)."""
+    check_finite(settings)
+    url = settings.provider.url
+    if url and not url.startswith(("http://", "https://")):
+        raise InvalidSetting("provider.url", f"must start with http:// or https://, got {url!r}")
+    _check_store(settings.store)
+    check_server(settings.server)
+    redis_url = settings.coordination.redis_url
+    if redis_url and not redis_url.startswith(("redis://", "rediss://", "unix://")):
+        raise InvalidSetting("coordination.redis_url", "must start with redis://, rediss:// or unix://")
+    if settings.agents:
+        from agentos.config.agents import parse_config_agents  # only when agents are configured
+
+        parse_config_agents(settings.agents)  # raises ConfigError naming agents.<name>.<key>
+    if settings.security != SecurityConfig():
+        from agentos.config.agents import parse_security  # only when the administrator set any
+
+        parse_security(settings.security)  # raises ConfigError naming security.<key>
+
+
+def check_finite(value: Any, key: str = "") -> None:
+    """Every float setting is a finite number: msgspec takes `inf` for a float (TOML spells it
+    so, an environment variable too) wherever no upper bound is declared, and a timeout or TTL
+    of inf never fires (nan is refused by every declared bound already; checked here too).
+
+    Raises: InvalidSetting naming the dotted key."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidSetting(key, f"must be a finite number, got {value}")
+    elif isinstance(value, msgspec.Struct):  # not the raw `[agents.*]` tables: their parser bounds them
+        for field in value.__struct_fields__:
+            check_finite(getattr(value, field), f"{key}.{field}" if key else field)
+
+
+def _check_store(store: StoreConfig) -> None:
+    if store.backend == "postgres" and not store.postgres_url.startswith(("postgresql://", "postgres://")):
+        shown = store.postgres_url.split("@")[-1]  # never echo a password
+        raise InvalidSetting("store.postgres_url", f"must be a postgresql:// URL for the postgres backend: {shown!r}")
+    if not store.postgres_schema.replace("_", "a").isalnum() and store.postgres_schema:
+        raise InvalidSetting("store.postgres_schema", "letters, digits and _ only")

@@ -24,8 +24,8 @@ from typing import Any, get_args
 
 import msgspec
 
-from agentos.agents.journal import RunRow, RunStatus
 from agentos.errors import InvalidInput
+from agentos.journal.journal import RunRow, RunStatus
 
 RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
 # The documented form of a cursor; checked with `re.search`, as a JSON Schema validator does.

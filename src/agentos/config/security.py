@@ -10,7 +10,7 @@ import msgspec
 # The most any agent may set, whoever defines it (config file, admin key or API caller), and so
 # the most each `[security]` cap may be: far above real use, far below where a value stops
 # fitting an rlimit, a 64-bit column or a timer (2**63 was taken before, and failed only when a
-# command ran: `setrlimit` overflowed). `agentos.agents.spec` applies them; docs/agents.md.
+# command ran: `setrlimit` overflowed). `agentos.config.agents` applies them; docs/agents.md.
 MAX_TURNS = 100
 MAX_TOKEN_BUDGET = 10**12  # prompt + completion tokens per run (tenant_limits.tokens_per_day's maximum)
 MAX_HUMAN_TIMEOUT_S = 7 * 24 * 3600.0  # a waiting run holds a handle and a deadline meanwhile
@@ -72,14 +72,14 @@ class SecurityConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
 
 class SandboxConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """`run_command`'s sandbox (`agentos.agents.sandbox`; docs/security.md).
+    """`run_command`'s sandbox (`agentos.sandbox.sandbox`; docs/security.md).
 
     `allow_weaker`: where the OS cannot give every layer (a PID namespace, a separate identity,
     a network namespace, Landlock), run commands with the layers it has instead of refusing them.
     `uid_base`/`uid_count`: when the server runs as root, each workspace gets its own uid and gid
     from `[uid_base + 1, uid_base + uid_count)`; `uid_base` itself is the start-up probe's.
     `ready_sandboxes`: how many sandboxes the fork server keeps confined ahead of time, each
-    waiting for one command (`agentos.agents._ready`), so a burst of that many commands starts
+    waiting for one command (`agentos.sandbox._ready`), so a burst of that many commands starts
     without paying for namespaces and a root; about 1 MB of memory each (docs/security.md).
     Used when the server runs as root (identity by setuid); 0 starts every command fresh.
     """

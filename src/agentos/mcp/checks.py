@@ -7,7 +7,7 @@ here (not on `PATH`, or a path that is not an executable file). Config agents an
 `security.api_mcp_servers` are refused at start-up (`ConfigError`, one line naming the field),
 API agents at `POST /v1/agents` (422 `mcp_unavailable`), stored agents at load (not loaded,
 logged). What only a run can find out (a server that exits, hangs or breaks the protocol) fails
-that run with a message saying so (`agentos.agents.mcp_tools`).
+that run with a message saying so (`agentos.mcp.tools`).
 
 Usage::
 
@@ -22,7 +22,7 @@ import os
 import shutil
 from collections.abc import Sequence
 
-from agentos.agents.spec import McpServerSpec
+from agentos.config.agents import McpServerSpec
 
 MCP_INSTALL = "pip install 'agentos[mcp]'"
 CODE = "mcp_unavailable"  # the 422 of an API agent whose servers cannot start; a run's failure

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from agentos.config_security import (
+from agentos.config.security import (
     MAX_TURNS,
     CpuSeconds,
     DelegationDepth,
@@ -26,10 +26,12 @@ from agentos.config_security import (
     OutputBytes,
     Processes,
     Seconds,
+    SecurityConfig,
     TokenBudget,
     Turns,
 )
 from agentos.errors import AgentOSError, ConfigError, InvalidInput
+from agentos.outbound import OutboundPolicy
 
 BUILTIN_TOOLS = ("run_command", "ask_human", "delegate")
 # Offered by naming collections in `knowledge`, not by listing it in `tools`: the collections are
@@ -42,8 +44,8 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 
 class CommandLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Limits of one `run_command` call (see `agentos.agents.sandbox`); each has a maximum
-    (`agentos.config_security`), whoever defines the agent."""
+    """Limits of one `run_command` call (see `agentos.sandbox.sandbox`); each has a maximum
+    (`agentos.config.security`), whoever defines the agent."""
 
     timeout_s: Seconds = 30.0
     cpu_s: CpuSeconds = 30
@@ -177,6 +179,23 @@ def parse_mcp_server(
     except _FieldError as exc:
         raise error(f"{exc.field}: {exc.message}") from None
     return server
+
+
+def parse_security(security: SecurityConfig) -> tuple[OutboundPolicy, dict[str, McpServerSpec]]:
+    """What `[security]` lets API agents reach: the outbound policy and the MCP servers they may
+    name, as far as the config can say (`agentos.agents.policy` also checks that those servers
+    can start on this host).
+
+    Raises: ConfigError: naming `security.<key>`."""
+    outbound = OutboundPolicy.from_lists(security.outbound_allow, security.outbound_allow_networks)
+    for tool in security.api_tools:
+        if tool not in BUILTIN_TOOLS:
+            raise ConfigError(f"security.api_tools: unknown tool {tool!r}; built-ins are {', '.join(BUILTIN_TOOLS)}")
+    servers = {
+        name: parse_mcp_server(table, name=name, error=ConfigError, where=f"security.api_mcp_servers.{name}")
+        for name, table in security.api_mcp_servers.items()
+    }
+    return outbound, servers
 
 
 def spec_to_dict(spec: AgentSpec) -> dict[str, Any]:

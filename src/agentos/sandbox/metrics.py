@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from agentos.agents.sandbox import SandboxStatistics
+from agentos.sandbox.sandbox import SandboxStatistics
 
 
 class SandboxCollector(Collector):

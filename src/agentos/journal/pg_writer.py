@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from agentos.agents.journal_store import LeaseLost
-from agentos.errors import StoreError, StoreUnavailable
+from agentos.errors import LeaseLost, StoreError, StoreUnavailable
 from agentos.store.pg_writer import PgOp, PgWriter
 
 if TYPE_CHECKING:
