@@ -146,13 +146,15 @@ async def open_services(
         quotas = await _seeded_quotas(store, wall_clock or WallClock(), link)
         provider = provider or OpenAICompatProvider(settings.provider)
         cluster = None if link is None else cluster_permits(settings, link, bus)  # the limit, cluster-wide
-        driver = Driver(Kernel(kernel_limits(settings)), clock or MonotonicClock(), cluster)
+        turn_holds = run_holds = None
         if link is not None and cluster is not None:  # tenants' turn caps over every node, same heartbeat
             lease_s, hold_s = settings.coordination.permit_lease_s, cluster.hold_s
-            driver.turn_holds = ClusterHolds(link, node_id(), "turns", lease_s=lease_s, hold_s=hold_s)
-            driver.run_holds = ClusterHolds(link, node_id(), "runs", lease_s=lease_s, hold_s=hold_s)
-            cluster.renew_also(driver.turn_holds.refresh)
-            cluster.renew_also(driver.run_holds.refresh)
+            turn_holds = ClusterHolds(link, node_id(), "turns", lease_s=lease_s, hold_s=hold_s)
+            run_holds = ClusterHolds(link, node_id(), "runs", lease_s=lease_s, hold_s=hold_s)
+            cluster.renew_also(turn_holds.refresh)
+            cluster.renew_also(run_holds.refresh)
+        kernel = Kernel(kernel_limits(settings))
+        driver = Driver(kernel, clock or MonotonicClock(), cluster, turn_holds=turn_holds, run_holds=run_holds)
         tenants.watch_limits(driver.configure_tenant)  # weights and caps per tenant, kept current
         data_dir = Path(settings.data_dir) if settings.store.enabled else None
         knowledge = KnowledgeService(settings, open_knowledge_storage(settings, data_dir), Embedder(settings, driver))

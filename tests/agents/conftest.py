@@ -13,6 +13,7 @@ from agentos.agents.handle import RunEvent
 from agentos.agents.service import RunService
 from agentos.config import KernelConfig, Settings
 from agentos.store import pg_pool
+from agentos.testing import standalone_driver
 from tests.agents.fakes import ScriptedProvider
 from tests.postgres import fresh_schema
 
@@ -47,7 +48,8 @@ async def make_service(tmp_path: Path, journal_settings: Settings) -> AsyncItera
         settings = msgspec.structs.replace(journal_settings, agents=AGENTS if agents is None else agents)
         if kernel is not None:
             settings = msgspec.structs.replace(settings, kernel=kernel)
-        service = RunService(provider or ScriptedProvider(), tmp_path / "data", settings, **kwargs)
+        driver = standalone_driver(settings, max_active_runs=kwargs.pop("max_active_runs", None))
+        service = RunService(provider or ScriptedProvider(), tmp_path / "data", settings, driver=driver, **kwargs)
         await service.start()
         services.append(service)
         return service

@@ -25,7 +25,7 @@ from agentos.config.agents import parse_agent_spec
 from agentos.errors import ConfigError, Forbidden, InvalidInput, NotFound
 from agentos.mcp.checks import McpUnavailable
 from agentos.mcp.tools import McpHub
-from agentos.testing import RunningServer
+from agentos.testing import RunningServer, standalone_driver
 from tests.agents.conftest import collect
 from tests.agents.fakes import ScriptedProvider
 from tests.agents.test_mcp_tools import SERVER, free_port, use_calc, wait_listening
@@ -170,7 +170,7 @@ def test_bad_security_settings_name_their_key(security: dict[str, Any], key: str
 
 async def open_service(tmp_path: Path, provider: Any, security: dict[str, Any], **tree: Any) -> RunService:
     settings = settings_from_dict({"security": security, **tree})
-    service = RunService(provider, tmp_path / "data", settings)
+    service = RunService(provider, tmp_path / "data", settings, driver=standalone_driver(settings))
     await service.start()
     return service
 

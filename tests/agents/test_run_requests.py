@@ -18,7 +18,7 @@ from agentos.config import CoordinationConfig, Settings, StoreConfig
 from agentos.errors import Conflict
 from agentos.providers.base import ChatRequest, Completion
 from agentos.store import pg_pool
-from agentos.testing import eventually
+from agentos.testing import eventually, standalone_driver
 from agentos.testing.tcp_proxy import TcpProxy
 from tests.agents.conftest import collect
 from tests.agents.fakes import ScriptedProvider, answer, call, tool_messages_since_user
@@ -65,7 +65,12 @@ async def nodes(tmp_path: Path, pg: StoreConfig) -> AsyncIterator[Any]:
     ) -> RunService:  # fmt: skip
         store = msgspec.structs.replace(pg, postgres_request_timeout_s=request_timeout_s)
         settings = Settings(store=store, coordination=CoordinationConfig(run_lease_s=lease_s), agents=AGENTS)
-        service = RunService(provider or ScriptedProvider(ask_twice), tmp_path / name, settings, **kwargs)
+        service = RunService(
+            provider or ScriptedProvider(ask_twice),
+            tmp_path / name,
+            settings,
+            driver=standalone_driver(settings, **kwargs),
+        )
         await service.start()
         services.append(service)
         return service
@@ -239,7 +244,7 @@ async def test_a_run_whose_database_went_away_goes_on_when_it_returns(tmp_path: 
         store = msgspec.structs.replace(pg, postgres_url=proxied, postgres_request_timeout_s=1.0)
         settings = Settings(store=store, coordination=CoordinationConfig(run_lease_s=2.0), agents=AGENTS)
         provider = ScriptedProvider(ask_once, gate_at=1)  # the run's first model call waits
-        service = RunService(provider, tmp_path / "node", settings)
+        service = RunService(provider, tmp_path / "node", settings, driver=standalone_driver(settings))
         await service.start()
         try:
             run_id = await service.start_run("default", "asker", "x")

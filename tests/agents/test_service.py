@@ -13,8 +13,11 @@ from agentos.agents.service import RunService
 from agentos.config import Settings
 from agentos.errors import AdmissionRejected, Conflict, InvalidInput, NotFound, ShuttingDown
 from agentos.providers.base import ChatRequest, Completion
+from agentos.testing import standalone_driver
 from tests.agents.conftest import ServiceFactory, collect, journal_sql
 from tests.agents.fakes import ScriptedProvider, answer, call, tool_messages_since_user
+
+SETTINGS_OPS = Settings(agents={"ops": {}})
 
 
 def types(events: list[RunEvent]) -> list[str]:
@@ -276,7 +279,7 @@ async def test_cancel_and_terminate_when_finished_change_nothing(make_service: S
 
 async def test_in_memory_journal() -> None:
     """data_dir=None: nothing on disk but a temporary workspace, removed at close."""
-    service = RunService(ScriptedProvider(), None, Settings(agents={"ops": {}}))
+    service = RunService(ScriptedProvider(), None, SETTINGS_OPS, driver=standalone_driver(SETTINGS_OPS))
     await service.start()
     run_id = await service.start_run("default", "ops", "x")
     await wait_status(service, run_id, "waiting_human")

@@ -106,8 +106,7 @@ async def test_redis_down_each_node_admits_its_share_of_the_cap(link_factory: Li
 
 async def test_a_tenant_without_the_cap_costs_no_redis_call(link_factory: Links, redis_proxy: RedisProxy) -> None:
     link = await link_factory(redis_proxy.url, timeout_s=0.3)
-    driver = Driver(Kernel(KernelLimits()), MonotonicClock())
-    driver.turn_holds = ClusterHolds(link, "a", "turns", lease_s=10.0)
+    driver = Driver(Kernel(KernelLimits()), MonotonicClock(), turn_holds=ClusterHolds(link, "a", "turns", lease_s=10.0))
     driver.configure_tenant("capped", TenantLimits(max_concurrent_turns=1))
     await redis_proxy.stop()  # any call now fails, and the link says so
     assert await driver.hold_turn("t1", "free")  # no cap: decided without Redis
@@ -117,9 +116,8 @@ async def test_a_tenant_without_the_cap_costs_no_redis_call(link_factory: Links,
 
 
 async def test_a_runs_place_follows_the_kernels_count(link_factory: Links) -> None:
-    a, b = (Driver(Kernel(KernelLimits()), MonotonicClock()) for _ in range(2))
-    for name, driver in (("a", a), ("b", b)):
-        driver.run_holds = await node(link_factory, name)
+    a, b = [Driver(Kernel(KernelLimits()), MonotonicClock(), run_holds=await node(link_factory, n)) for n in "ab"]
+    for driver in (a, b):
         driver.configure_tenant("acme", TenantLimits(max_active_runs=1))
     holds = a.run_holds
     assert holds is not None

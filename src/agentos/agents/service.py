@@ -11,7 +11,7 @@ and an API-defined agent, are one tenant's: another tenant's answers `run_not_fo
 `agent_not_found` (404) exactly like one that does not exist. Config agents are visible to
 every tenant. Runs of every tenant share one journal, one kernel and one recovery. On
 PostgreSQL several nodes share the runs (`agentos.agents.cluster`): a request for a run another
-node drives is sent to that node. (Usage: `RunService(provider, data_dir, settings, driver=...)`,
+node drives is sent to that node. (Usage: `RunService(provider, data_dir, settings, driver=driver)`,
 `await start()`, `await start_run("acme", "ops", "clean the logs")`, `events(...)`, `await close()`.)
 """
 
@@ -21,7 +21,6 @@ import asyncio
 import shutil
 import tempfile
 from collections.abc import AsyncGenerator, Callable, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,18 +33,17 @@ from agentos.agents.interventions import apply_answer, terminate_here
 from agentos.agents.lifecycle import RunLifecycle
 from agentos.agents.policy import AgentPolicy
 from agentos.agents.statistics import RunServiceStatistics, run_statistics
-from agentos.clock import MonotonicClock, wall_ms
+from agentos.clock import wall_ms
 from agentos.config import Settings
 from agentos.errors import ShuttingDown
 from agentos.ids import new_run_id
 from agentos.journal.journal import Journal
 from agentos.journal.run_list import RunQuery, next_cursor
 from agentos.journal.store import JournalStore, open_journal_store
-from agentos.kernel import Kernel, RunCancelRequested
+from agentos.kernel import RunCancelRequested
 from agentos.mcp.tools import McpHub
 from agentos.providers.base import Message, Provider
 from agentos.runtime.driver import Driver
-from agentos.runtime.runtime import kernel_limits
 from agentos.sandbox.sandbox import Sandbox
 
 if TYPE_CHECKING:
@@ -59,8 +57,7 @@ class RunService:
         data_dir: Path | None,
         settings: Settings,
         *,
-        driver: Driver | None = None,
-        max_active_runs: int | None = None,  # overrides kernel.max_active_runs without a driver
+        driver: Driver,
         workspace_dir: Path | None = None,
         mcp: ToolHub | None = None,
         now_ms: Callable[[], int] = wall_ms,
@@ -73,17 +70,13 @@ class RunService:
             workspaces) lives; None keeps the journal in memory.
         settings: `settings.agents` defines the config agents; `kernel.max_input_chars` bounds
             input; `kernel.max_active_runs` bounds the runs working at once.
-        driver: the kernel's driver, shared with chat turns; None: a kernel of its own (no shared limit).
+        driver: the kernel's driver, shared with chat turns (`open_services` builds it; a test or a
+            tool on its own: `agentos.testing.standalone_driver`).
         """
         store = open_journal_store(settings, data_dir)
         self._settings = settings
         self.knowledge = knowledge
         self._agents = AgentRegistry(store, store.journal, settings.agents, AgentPolicy.from_settings(settings))
-        if driver is None:  # a service on its own (tools, tests): a kernel of its own
-            limits = kernel_limits(settings)
-            if max_active_runs is not None:
-                limits = replace(limits, max_active_runs=max_active_runs)
-            driver = Driver(Kernel(limits), MonotonicClock())
         self._driver = driver
         self._runs = RunLifecycle(
             agents=self._agents, store=store, journal=store.journal, provider=provider,

@@ -65,12 +65,15 @@ _RUN_EVENTS = (RunSubmitted, RunResumed, HumanRequested, HumanAnswered, RunCance
 
 
 class Driver:
-    def __init__(self, kernel: Kernel, clock: Clock, cluster: ClusterPermits | None = None) -> None:
+    def __init__(
+        self, kernel: Kernel, clock: Clock, cluster: ClusterPermits | None = None, *,
+        turn_holds: ClusterHolds | None = None, run_holds: ClusterHolds | None = None,
+    ) -> None:  # fmt: skip
         self.kernel = kernel
         self.clock = clock
         self.cluster = cluster  # the cluster's provider slots, when nodes share the limit
-        self.turn_holds: ClusterHolds | None = None  # tenants' `max_concurrent_turns`, cluster-wide
-        self.run_holds: ClusterHolds | None = None  # tenants' `max_active_runs`, cluster-wide
+        self.turn_holds = turn_holds  # tenants' `max_concurrent_turns`, cluster-wide
+        self.run_holds = run_holds  # tenants' `max_active_runs`, cluster-wide
         self._executors: dict[type[Any], Callable[[Any], None]] = {}
         self._permits: dict[str, asyncio.Future[None]] = {}  # model calls waiting for a permit
         self._timer: asyncio.TimerHandle | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -14,12 +15,23 @@ from aiohttp import web
 
 from agentos.api.app import create_app
 from agentos.api.connections import make_runner
-from agentos.clock import Clock
+from agentos.clock import Clock, MonotonicClock
 from agentos.config import Settings
+from agentos.kernel import Kernel
 from agentos.providers.base import ChatRequest, Completion, StreamItem, TextDelta, Usage
 from agentos.providers.sse_parser import SSEParser
-from agentos.runtime.runtime import Runtime
+from agentos.runtime.driver import Driver
+from agentos.runtime.runtime import Runtime, kernel_limits
 from agentos.services import Services, open_services
+
+
+def standalone_driver(settings: Settings, *, max_active_runs: int | None = None, clock: Clock | None = None) -> Driver:
+    """A kernel and its driver for a `RunService` a test (or a tool) builds on its own, as
+    `open_services` builds the server's: from `settings.kernel`, `max_active_runs` overriding."""
+    limits = kernel_limits(settings)
+    if max_active_runs is not None:
+        limits = dataclasses.replace(limits, max_active_runs=max_active_runs)
+    return Driver(Kernel(limits), clock or MonotonicClock())
 
 
 @dataclass

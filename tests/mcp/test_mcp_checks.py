@@ -17,7 +17,7 @@ from agentos.agents.policy import AgentPolicy
 from agentos.config import Settings
 from agentos.errors import ConfigError, InvalidInput
 from agentos.mcp.checks import command_missing, mcp_missing
-from agentos.testing import RunningServer
+from agentos.testing import RunningServer, standalone_driver
 from tests.agents.fakes import ScriptedProvider
 from tests.api.helpers import expect_error
 
@@ -46,7 +46,7 @@ def test_mcp_missing(without_mcp: None) -> None:
 
 def service(tmp_path: Path, agents: dict[str, Any], **security: Any) -> RunService:
     settings = Settings(agents=agents, security=msgspec.convert(security, type=type(Settings().security)))
-    return RunService(ScriptedProvider(), tmp_path / "data", settings)
+    return RunService(ScriptedProvider(), tmp_path / "data", settings, driver=standalone_driver(settings))
 
 
 def test_a_config_agent_without_the_mcp_package_stops_the_start(tmp_path: Path, without_mcp: None) -> None:

@@ -20,8 +20,8 @@ import pytest
 from agentos.config.agents import CommandLimits
 from agentos.sandbox import _landlock
 from agentos.sandbox.sandbox import Sandbox
-from tests.agents.test_sandbox import spawn
-from tests.agents.test_sandbox_escape import names, strict, victim  # noqa: F401  (fixtures)
+from tests.sandbox.test_sandbox import spawn
+from tests.sandbox.test_sandbox_escape import names, strict, victim  # noqa: F401  (fixtures)
 
 LIMITS = CommandLimits(timeout_s=10, output_max_bytes=4000)
 CONNECT = """

@@ -62,10 +62,10 @@ async def test_root_that_cannot_change_uid_maps_itself_in_a_user_namespace() -> 
 
 
 async def serve_without_mounts(data_dir: Path) -> tuple[dict[str, object], str]:
-    """The real server under a seccomp filter that refuses `mount` (tests/agents/sandbox_child.py)."""
+    """The real server under a seccomp filter that refuses `mount` (tests/sandbox/sandbox_child.py)."""
     if platform.machine() not in ("x86_64", "aarch64"):
         pytest.skip("the seccomp filter knows mount's number on x86_64 and aarch64 only")
-    child = [sys.executable, "-m", "tests.agents.sandbox_child", str(data_dir), "0", "no-mount"]
+    child = [sys.executable, "-m", "tests.sandbox.sandbox_child", str(data_dir), "0", "no-mount"]
     pipe = asyncio.subprocess.PIPE
     proc = await asyncio.create_subprocess_exec(*child, env=child_env(), cwd=REPOSITORY, stdout=pipe, stderr=pipe)
     out, err = await asyncio.wait_for(proc.communicate(), 60)
@@ -94,7 +94,7 @@ async def serve_without_an_identity(data_dir: Path, allow_weaker: bool) -> tuple
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare(1) to make an OS without the identity part")
     limit = "echo 0 > /proc/sys/user/max_user_namespaces"
-    child = f"{limit} && exec {sys.executable} -m tests.agents.sandbox_child {data_dir} {int(allow_weaker)}"
+    child = f"{limit} && exec {sys.executable} -m tests.sandbox.sandbox_child {data_dir} {int(allow_weaker)}"
     proc = await asyncio.create_subprocess_exec(
         "unshare", "--user", "--map-root-user", "sh", "-c", child, env=child_env(),
         cwd=REPOSITORY, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -24,8 +24,8 @@ from agentos.sandbox.forkserver import ForkServer
 from agentos.sandbox.metrics import SandboxCollector
 from agentos.sandbox.sandbox import Sandbox
 from agentos.testing import eventually
-from tests.agents.test_sandbox import dead
-from tests.agents.test_sandbox_escape import searchable, started_sandbox
+from tests.sandbox.test_sandbox import dead
+from tests.sandbox.test_sandbox_escape import searchable, started_sandbox
 
 LIMITS = CommandLimits(timeout_s=10, output_max_bytes=4000)
 
@@ -135,7 +135,7 @@ async def test_without_ready_sandboxes_none_are_made(tmp_path: Path) -> None:
 
 def test_the_zygote_helpers_stay_stdlib_only() -> None:
     """The fork server runs with `-I -S`: its helpers must import nothing of the project's."""
-    here = Path(__file__).parents[2] / "src" / "agentos" / "agents"
+    here = Path(__file__).parents[2] / "src" / "agentos" / "sandbox"
     for name in ("_zygote.py", "_ready.py", "_confine.py", "_mountns.py"):
         imports = [line for line in (here / name).read_text().splitlines() if line.startswith(("import ", "from "))]
         assert not [line for line in imports if "agentos" in line], name

@@ -26,7 +26,7 @@ LIMITS = CommandLimits(timeout_s=5, output_max_bytes=1000)
 @pytest.fixture(params=["fresh", "ready"])
 async def sandbox(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
     """What a command sees, on any OS: a weaker sandbox where this one lacks a part
-    (tests/agents/test_sandbox_escape.py holds the strict sandbox to its promises); each
+    (tests/sandbox/test_sandbox_escape.py holds the strict sandbox to its promises); each
     command started fresh, then the first command of each test taken by a ready sandbox."""
     ready = request.param == "ready"
     sandbox = Sandbox(SandboxConfig(allow_weaker=True, ready_sandboxes=2 if ready else 0))

@@ -1,6 +1,6 @@
 """The real server, started where the OS lacks a sandbox part: reports what it says about it.
 
-    python -m tests.agents.sandbox_child DATA_DIR ALLOW_WEAKER(0|1) [no-mount]
+    python -m tests.sandbox.sandbox_child DATA_DIR ALLOW_WEAKER(0|1) [no-mount]
 
 `no-mount`: a seccomp filter first refuses the `mount` syscall to this process and everything it
 starts (as a container runtime's default profile does): no mount namespace can be set up.

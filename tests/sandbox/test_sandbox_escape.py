@@ -29,8 +29,8 @@ from agentos.sandbox.sandbox import Sandbox
 from agentos.services import open_services
 from agentos.testing import RunningServer, eventually, serve_services
 from tests.agents.fakes import ScriptedProvider, answer, call
-from tests.agents.test_sandbox import processes_in, spawn
 from tests.api.helpers import new_session, turn_events
+from tests.sandbox.test_sandbox import processes_in, spawn
 
 LIMITS = CommandLimits(timeout_s=10, output_max_bytes=4000)
 
