@@ -102,20 +102,20 @@ def test_an_invalid_agent_table_names_its_key(tmp_path: Path) -> None:
         (
             {"AGENTOS_KERNEL_SESSION_TTL_SECS": "0"},
             "AGENTOS_KERNEL_SESSION_TTL_SECS=0: kernel.session_ttl_secs must be a number > 0.0",
-        ),  # fmt: skip
+        ),
         (
             {"AGENTOS_LOG_LEVEL": "loud"},
             "AGENTOS_LOG_LEVEL=loud: log_level must be one of debug, error, info, warning, got 'loud'",
-        ),  # fmt: skip
+        ),
         ({"AGENTOS_PROVIDER_URL": "ftp://x"}, "AGENTOS_PROVIDER_URL=ftp://x: provider.url must start with http://"),
         (
             {"AGENTOS_SERVER_HEADER_TIMEOUT_S": "0"},
             "AGENTOS_SERVER_HEADER_TIMEOUT_S=0: server.header_timeout_s must be a number > 0.0",
-        ),  # fmt: skip
+        ),
         (
             {"AGENTOS_SERVER_MAX_CONNECTIONS_PER_CLIENT": "-1"},
             "AGENTOS_SERVER_MAX_CONNECTIONS_PER_CLIENT=-1: server.max_connections_per_client must be an integer >= 0",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_an_env_error_names_the_variable_and_its_value(environ: dict[str, str], message: str) -> None:

@@ -175,9 +175,12 @@ async def open_services(
         if isinstance(quotas, ClusterQuotas):
             await quotas.share()  # counted in Redis from here on
         triggers = TriggerService(
-            settings, open_trigger_storage(settings, data_dir), runs, tenants.pepper,
+            settings,
+            open_trigger_storage(settings, data_dir),
+            runs,
+            tenants.pepper,
             tenant_enabled=tenants.is_enabled,
-        )  # fmt: skip
+        )
         await triggers.start()  # the dispatcher starts the deliveries accepted before a crash
         triggers.register_metrics(metrics.registry)
     except BaseException:

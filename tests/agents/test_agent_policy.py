@@ -75,10 +75,19 @@ async def test_a_stdio_command_from_the_api_is_refused(served: RunningServer, ht
 
 @pytest.mark.parametrize(
     "url",
-    ["http://127.0.0.1:8080/mcp", "http://localhost/mcp", "http://169.254.169.254/latest/meta-data/",
-     "http://[::1]/", "http://2130706433/", "http://0x7f.1/", "http://[::ffff:127.0.0.1]/", "http://10.0.0.1/",
-     "http://user@example.com/mcp", "file:///etc/passwd"],
-)  # fmt: skip
+    [
+        "http://127.0.0.1:8080/mcp",
+        "http://localhost/mcp",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::1]/",
+        "http://2130706433/",
+        "http://0x7f.1/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://10.0.0.1/",
+        "http://user@example.com/mcp",
+        "file:///etc/passwd",
+    ],
+)
 async def test_an_http_mcp_url_to_a_private_address_is_refused(
     served: RunningServer, http: aiohttp.ClientSession, url: str
 ) -> None:
@@ -96,8 +105,9 @@ async def test_an_api_agent_names_an_allowed_server(served: RunningServer, http:
     # What GET shows can be sent back as it is: the administrator's own definition, in full.
     body = {k: v for k, v in agent.items() if k != "source"}
     assert (await post_agent(http, served, body)).status == 201
-    message = await refused(http, served, {"name": "y", "mcp_servers": [{"name": "files"}]}, 403,
-                            "mcp_server_not_allowed")  # fmt: skip
+    message = await refused(
+        http, served, {"name": "y", "mcp_servers": [{"name": "files"}]}, 403, "mcp_server_not_allowed"
+    )
     assert "calc" in message
 
 
@@ -137,15 +147,18 @@ def test_an_administrator_may_define_anything() -> None:
 def test_tools_and_token_budget() -> None:
     narrow = policy(api_tools=["ask_human"], max_token_budget=1000)
     with pytest.raises(Forbidden, match="'run_command'") as caught:
-        check_agent(parse_agent_spec({"name": "a", "tools": ["run_command"], "token_budget": 10}), narrow,
-                    caller_is_admin=False)  # fmt: skip
+        check_agent(
+            parse_agent_spec({"name": "a", "tools": ["run_command"], "token_budget": 10}), narrow, caller_is_admin=False
+        )
     assert caught.value.code == "tool_not_allowed"
     for budget in (0, 1001):  # 0 is unlimited: over any cap
         with pytest.raises(InvalidInput, match="security.max_token_budget = 1000"):
-            check_agent(parse_agent_spec({"name": "a", "tools": [], "token_budget": budget}), narrow,
-                        caller_is_admin=False)  # fmt: skip
-    check_agent(parse_agent_spec({"name": "a", "tools": ["ask_human"], "token_budget": 1000}), narrow,
-                caller_is_admin=False)  # fmt: skip
+            check_agent(
+                parse_agent_spec({"name": "a", "tools": [], "token_budget": budget}), narrow, caller_is_admin=False
+            )
+    check_agent(
+        parse_agent_spec({"name": "a", "tools": ["ask_human"], "token_budget": 1000}), narrow, caller_is_admin=False
+    )
 
 
 @pytest.mark.parametrize(

@@ -40,8 +40,17 @@ class ServerProcess:
 async def start_server(tmp_path: Path, mock: CountingMock, n: int, *options: str) -> ServerProcess:
     """`tests.agents.run_server` as a process on `tmp_path/data` (`options`: its PostgreSQL ones)."""
     port_file = tmp_path / f"port-{n}"
-    argv = ["-m", "tests.agents.run_server", "--data-dir", str(tmp_path / "data"), "--provider-url", mock.url,
-            "--port-file", str(port_file), *options]  # fmt: skip
+    argv = [
+        "-m",
+        "tests.agents.run_server",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--provider-url",
+        mock.url,
+        "--port-file",
+        str(port_file),
+        *options,
+    ]
     with (tmp_path / f"server-{n}.log").open("wb") as log:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, *argv, cwd=REPO, env=child_env(), stdout=log, stderr=log
@@ -70,8 +79,9 @@ async def answer_waiting(http: aiohttp.ClientSession, url: str, infos: dict[str,
             assert response.status in (200, 409), await response.text()
 
 
-async def drive(http: aiohttp.ClientSession, url: str, runs: list[str], done: Callable[[dict[str, Any]], bool],
-                timeout_s: float) -> dict[str, dict[str, Any]]:  # fmt: skip
+async def drive(
+    http: aiohttp.ClientSession, url: str, runs: list[str], done: Callable[[dict[str, Any]], bool], timeout_s: float
+) -> dict[str, dict[str, Any]]:
     """Answer every human request until `done(statuses)` holds (a bounded poll of the server process)."""
     infos: dict[str, dict[str, Any]] = {}
 
@@ -219,8 +229,9 @@ def check_model_events_match_model_steps(rows: tuple[list[tuple[Any, ...]], list
             started[(value["operation_id"], value["attempt"])] += 1
         elif kind == "model.completed":
             completed[msgspec.json.decode(data)["operation_id"]] += 1
-    expected_started = Counter((f"{run_id}:{seq}", n) for run_id, seq, _s, attempts in steps
-                               for n in range(1, attempts + 1))  # fmt: skip
+    expected_started = Counter(
+        (f"{run_id}:{seq}", n) for run_id, seq, _s, attempts in steps for n in range(1, attempts + 1)
+    )
     assert started == expected_started
     assert completed == Counter(f"{run_id}:{seq}" for run_id, seq, status, _a in steps if status == "done")
     for run_id, numbers in seqs.items():

@@ -70,9 +70,10 @@ async def test_a_paused_owner_cannot_write_after_a_takeover(nodes: tuple[PgJourn
     b.adopt("run_1", 2)
     # A wakes up and writes to both runs in one batch: run_1's write is fenced, run_2's commits.
     lost, kept = await asyncio.gather(
-        a.write([event(a, "run_1", 1)], run="run_1"), a.write([event(a, "run_2", 1)], run="run_2"),
+        a.write([event(a, "run_1", 1)], run="run_1"),
+        a.write([event(a, "run_2", 1)], run="run_2"),
         return_exceptions=True,
-    )  # fmt: skip
+    )
     assert isinstance(lost, LeaseLost) and kept is None
     await b.write([event(b, "run_1", 1)], run="run_1")  # the new owner writes at epoch 2
     assert [e.seq for e in await b.load_events("acme", "run_1", 0)] == [1]

@@ -27,8 +27,9 @@ AGENT = {"tools": [], "mcp_servers": [{"name": "calc", "command": SERVER, "idemp
 @pytest.mark.slow
 async def test_hub_lists_and_calls_tools_and_starts_a_dead_server_again() -> None:
     spec = parse_agent_spec({"name": "a", **AGENT})
-    spec = msgspec.structs.replace(spec, mcp_servers=(msgspec.structs.replace(
-        spec.mcp_servers[0], command=(*SERVER, "--mortal")),))  # fmt: skip
+    spec = msgspec.structs.replace(
+        spec, mcp_servers=(msgspec.structs.replace(spec.mcp_servers[0], command=(*SERVER, "--mortal")),)
+    )
     hub = McpHub(trusted=spec.mcp_servers)  # as the config file's agents are
     try:
         schemas = await hub.schemas(spec)

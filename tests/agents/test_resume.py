@@ -50,8 +50,20 @@ async def test_model_calls_and_tools_are_not_repeated(make_service: ServiceFacto
     assert completed == steps
     assert started == [(steps[0], 1), (steps[1], 1), (steps[2], 1), (steps[2], 2), (steps[3], 1)]
     model, tool = ["model.started", "model.completed"], ["tool.call", "tool.result"]
-    assert names == ["run.started", *model, *tool, *model, *tool, "model.started", "run.resumed", *model,
-                     "human.requested", "human.answered", *model, "run.completed"]  # fmt: skip
+    assert names == [
+        "run.started",
+        *model,
+        *tool,
+        *model,
+        *tool,
+        "model.started",
+        "run.resumed",
+        *model,
+        "human.requested",
+        "human.answered",
+        *model,
+        "run.completed",
+    ]
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
 
 

@@ -22,10 +22,20 @@ def row(tenant: str, n: int) -> RunRow:
     """Run `n` of `tenant`: created at ms 1000 + n // 2 (two runs share each ms: the id breaks ties)."""
     status = RUN_STATUSES[n % len(RUN_STATUSES)]
     return RunRow(
-        run_id=f"run_{tenant}_{n:05d}", tenant_id=tenant, agent=AGENTS[n % 3], session_id=f"ses_{n % 7}",
-        parent_run_id=None, depth=0, spec_ref="spec", input="x", status=status, result=None, reason=None,
-        created_ms=1000 + n // 2, updated_ms=1000 + n // 2,
-    )  # fmt: skip
+        run_id=f"run_{tenant}_{n:05d}",
+        tenant_id=tenant,
+        agent=AGENTS[n % 3],
+        session_id=f"ses_{n % 7}",
+        parent_run_id=None,
+        depth=0,
+        spec_ref="spec",
+        input="x",
+        status=status,
+        result=None,
+        reason=None,
+        created_ms=1000 + n // 2,
+        updated_ms=1000 + n // 2,
+    )
 
 
 def steps(service: RunService, r: RunRow) -> list[Any]:

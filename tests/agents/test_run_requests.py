@@ -60,9 +60,13 @@ async def nodes(tmp_path: Path, pg: StoreConfig) -> AsyncIterator[Any]:
     services: list[RunService] = []
 
     async def node(
-        name: str, *, lease_s: float = 30.0, request_timeout_s: float = 10.0, provider: ScriptedProvider | None = None,
+        name: str,
+        *,
+        lease_s: float = 30.0,
+        request_timeout_s: float = 10.0,
+        provider: ScriptedProvider | None = None,
         **kwargs: Any,
-    ) -> RunService:  # fmt: skip
+    ) -> RunService:
         store = msgspec.structs.replace(pg, postgres_request_timeout_s=request_timeout_s)
         settings = Settings(store=store, coordination=CoordinationConfig(run_lease_s=lease_s), agents=AGENTS)
         service = RunService(

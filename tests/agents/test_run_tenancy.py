@@ -176,8 +176,10 @@ async def test_every_row_of_a_run_carries_its_tenant(
     refs = await sql(
         "SELECT spec_ref FROM runs WHERE run_id = ? UNION SELECT input_ref FROM steps WHERE run_id = ?"
         " UNION SELECT payload_ref FROM steps WHERE run_id = ?",
-        run_id, run_id, run_id,
-    )  # fmt: skip
+        run_id,
+        run_id,
+        run_id,
+    )
     payload_tenants = {
         r[0] for ref in refs if ref[0] for r in await sql("SELECT tenant_id FROM payloads WHERE hash = ?", ref[0])
     }

@@ -71,8 +71,16 @@ def test_bad_knowledge_fields_name_the_field(body: dict[str, Any], message: str)
 def test_arguments_are_checked() -> None:
     assert parse_arguments({"query": "  refunds  "}) == ("refunds", 5)
     assert parse_arguments({"query": "x", "top_k": 20}) == ("x", 20)
-    for bad in ({}, {"query": ""}, {"query": 3}, {"query": "x", "top_k": 0}, {"query": "x", "top_k": 21},
-                {"query": "x", "top_k": True}, {"query": "x", "top_k": "5"}, {"query": "x" * 2001}):  # fmt: skip
+    for bad in (
+        {},
+        {"query": ""},
+        {"query": 3},
+        {"query": "x", "top_k": 0},
+        {"query": "x", "top_k": 21},
+        {"query": "x", "top_k": True},
+        {"query": "x", "top_k": "5"},
+        {"query": "x" * 2001},
+    ):
         with pytest.raises(ValueError):
             parse_arguments(bad)
 
@@ -164,8 +172,10 @@ async def world(tmp_path: Path, mock_factory: Callable[..., Awaitable[MockServer
     server = await start_server(settings)
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-            keys = {t: (await create_tenant_key(server.url, ADMIN_TOKEN, tenant_id=t, scopes=SCOPES)).headers
-                    for t in (A, B)}  # fmt: skip
+            keys = {
+                t: (await create_tenant_key(server.url, ADMIN_TOKEN, tenant_id=t, scopes=SCOPES)).headers
+                for t in (A, B)
+            }
             yield World(server, http, keys)
     finally:
         await server.close()

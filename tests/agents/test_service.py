@@ -26,8 +26,12 @@ def types(events: list[RunEvent]) -> list[str]:
 
 async def wait_status(service: RunService, run_id: str, status: str) -> dict[str, Any]:
     """Wait (on the run's own event stream) until the run reaches `status`."""
-    wanted = {"waiting_human": "human.requested", "completed": "run.completed", "failed": "run.failed",
-              "cancelled": "run.cancelled"}[status]  # fmt: skip
+    wanted = {
+        "waiting_human": "human.requested",
+        "completed": "run.completed",
+        "failed": "run.failed",
+        "cancelled": "run.cancelled",
+    }[status]
     await collect(service, run_id, until=wanted)
     info = await service.get_run("default", run_id)
     assert info["status"] == status, info
@@ -47,9 +51,19 @@ async def test_full_loop_two_commands_then_human_then_answer(make_service: Servi
     events = await collect(service, run_id)
     model = ["model.started", "model.completed"]
     assert types(events) == [
-        "run.started", *model, "tool.call", "tool.result", *model, "tool.call", "tool.result", *model,
-        "human.requested", "human.answered", *model, "run.completed",
-    ]  # fmt: skip
+        "run.started",
+        *model,
+        "tool.call",
+        "tool.result",
+        *model,
+        "tool.call",
+        "tool.result",
+        *model,
+        "human.requested",
+        "human.answered",
+        *model,
+        "run.completed",
+    ]
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     effects = (tmp_path / "data" / "workspaces" / run_id / "effects.log").read_text()
     assert effects == "step-1\nstep-2\n"

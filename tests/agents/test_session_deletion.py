@@ -28,8 +28,22 @@ def run_ops(
     spec_ref, put_spec = journal.payload(tenant, SPEC)
     context_ref, put_context = journal.payload(tenant, [{"role": "user", "content": text}])
     depth = 1 if parent else 0
-    row = RunRow(run_id, tenant, "helper", session_id, parent, depth, spec_ref, text, "completed",
-                 f"answer to {text}", None, 0, 0, context_ref)  # fmt: skip
+    row = RunRow(
+        run_id,
+        tenant,
+        "helper",
+        session_id,
+        parent,
+        depth,
+        spec_ref,
+        text,
+        "completed",
+        f"answer to {text}",
+        None,
+        0,
+        0,
+        context_ref,
+    )
     return [
         put_spec,
         put_context,

@@ -44,9 +44,12 @@ def test_config_tables_raise_config_error_with_the_key() -> None:
 
 def test_mcp_tool_names() -> None:
     spec = parse_agent_spec(
-        {"name": "a", "mcp_servers": [{"name": "fs", "command": ["x"], "idempotent_tools": ["read"]}],
-         "approval_required": ["fs__write"]}
-    )  # fmt: skip
+        {
+            "name": "a",
+            "mcp_servers": [{"name": "fs", "command": ["x"], "idempotent_tools": ["read"]}],
+            "approval_required": ["fs__write"],
+        }
+    )
     server = spec.mcp_server("fs__read")
     assert server is not None and server.name == "fs"
     assert spec.mcp_server("run_command") is None and spec.mcp_server("other__x") is None

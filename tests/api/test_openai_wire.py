@@ -69,14 +69,22 @@ BAD_BODIES: list[tuple[str, Any, int, str | None]] = [
     ("no-messages", {"model": "mock-1", "messages": []}, 400, "messages"),
     ("unknown-role", {"model": "mock-1", "messages": [{"role": "wizard", "content": "hi"}]}, 400, None),
     ("last-is-assistant", {"model": "mock-1", "messages": [{"role": "assistant", "content": "hi"}]}, 400, "messages"),
-    ("image-part", {"model": "mock-1", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400,
-     "messages[0].content"),
-    ("tool-without-id", {"model": "mock-1", "messages": [{"role": "tool", "content": "x"}]}, 400,
-     "messages[0].tool_call_id"),
+    (
+        "image-part",
+        {"model": "mock-1", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+        400,
+        "messages[0].content",
+    ),
+    (
+        "tool-without-id",
+        {"model": "mock-1", "messages": [{"role": "tool", "content": "x"}]},
+        400,
+        "messages[0].tool_call_id",
+    ),
     ("n-2", {"model": "mock-1", "messages": USER_HI, "n": 2}, 400, "n"),
     ("empty-input", {"model": "mock-1", "messages": [{"role": "user", "content": "  "}]}, 400, None),
     ("stream-a-string", {"model": "mock-1", "messages": USER_HI, "stream": "yes"}, 400, None),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("body", "status", "param"), [b[1:] for b in BAD_BODIES], ids=[b[0] for b in BAD_BODIES])
@@ -160,8 +168,11 @@ async def test_real_answers_match_the_documented_schemas(server: RunningServer, 
         assert_documented(await r.json(), "OpenAIError")
 
 
-@pytest.mark.parametrize("field", [{"conversation": "conv_1"}, {"background": True}, {"tools": [{"type": "x"}]}],
-                         ids=["conversation", "background", "tools"])  # fmt: skip
+@pytest.mark.parametrize(
+    "field",
+    [{"conversation": "conv_1"}, {"background": True}, {"tools": [{"type": "x"}]}],
+    ids=["conversation", "background", "tools"],
+)
 async def test_responses_refuse_what_they_do_not_support(server: RunningServer, http, field: dict[str, Any]) -> None:
     async with http.post(f"{server.url}/v1/responses", json={"model": "mock-1", "input": "hi", **field}) as r:
         error = await openai_error(r, 400)

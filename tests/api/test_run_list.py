@@ -85,8 +85,11 @@ async def world(
     }
     async for store in fresh_schema() if request.param == "postgres" else _none():
         if store is not None:
-            config["store"] = {"backend": "postgres", "postgres_url": store.postgres_url,
-                               "postgres_schema": store.postgres_schema}  # fmt: skip
+            config["store"] = {
+                "backend": "postgres",
+                "postgres_url": store.postgres_url,
+                "postgres_schema": store.postgres_schema,
+            }
         server = await start_app(settings_from_dict(config))
         try:
             a = (await create_tenant_key(server.url, TOKEN, tenant_id=A)).headers
@@ -117,8 +120,11 @@ async def test_runs_are_listed_newest_first_with_their_pending_requests(world: W
     assert page["next_cursor"] is None
     by_id = {r["run_id"]: r for r in page["data"]}
     assert [by_id[r]["status"] for r in (cancelled, approval, question, done)] == [
-        "cancelled", "waiting_human", "waiting_human", "completed"
-    ]  # fmt: skip
+        "cancelled",
+        "waiting_human",
+        "waiting_human",
+        "completed",
+    ]
     for run_id in (cancelled, done):
         assert "pending" not in by_id[run_id]
     # Each item is the run as GET /v1/runs/{id} shows it.

@@ -29,9 +29,19 @@ AGENTS = {"ops": {"tools": ["run_command", "ask_human"]}, "chat": {"tools": []}}
 MODEL = ["model.started", "model.completed"]
 # The tools scenario's run, as its replay shows it: each model call around what it asked for.
 TIMELINE = [
-    "run.started", *MODEL, "tool.call", "tool.result", *MODEL, "tool.call", "tool.result", *MODEL,
-    "human.requested", "human.answered", *MODEL, "run.completed",
-]  # fmt: skip
+    "run.started",
+    *MODEL,
+    "tool.call",
+    "tool.result",
+    *MODEL,
+    "tool.call",
+    "tool.result",
+    *MODEL,
+    "human.requested",
+    "human.answered",
+    *MODEL,
+    "run.completed",
+]
 
 
 class Api:
@@ -74,8 +84,11 @@ async def api(
     }
     async for store in fresh_schema() if request.param == "postgres" else _none():
         if store is not None:
-            config["store"] = {"backend": "postgres", "postgres_url": store.postgres_url,
-                               "postgres_schema": store.postgres_schema}  # fmt: skip
+            config["store"] = {
+                "backend": "postgres",
+                "postgres_url": store.postgres_url,
+                "postgres_schema": store.postgres_schema,
+            }
         server = await start_app(settings_from_dict(config))
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:

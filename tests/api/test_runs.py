@@ -99,8 +99,17 @@ async def test_full_loop_over_http(base_url: str, http: aiohttp.ClientSession, t
     first = await read_events(http, events_url, until="human.requested")
     names = [e.name for e in first if e.name != "token"]
     model = ["model.started", "model.completed"]  # each model call, around the tool calls it asks for
-    assert names == ["run.started", *model, "tool.call", "tool.result", *model, "tool.call", "tool.result", *model,
-                     "human.requested"]  # fmt: skip
+    assert names == [
+        "run.started",
+        *model,
+        "tool.call",
+        "tool.result",
+        *model,
+        "tool.call",
+        "tool.result",
+        *model,
+        "human.requested",
+    ]
     request = first[-1].data
     assert request["question"] == "Proceed with the final answer?" and len(request["args_hash"]) == 64
     async with http.get(f"{base_url}/v1/runs/{run_id}") as response:
@@ -149,8 +158,13 @@ async def test_approval_with_a_wrong_hash_is_refused(base_url: str) -> None:
                 if event.name == "human.requested":
                     break
     assert [e.name for e in events if e.name != "token"] == [
-        "human.answered", "tool.call", "tool.result", "model.started", "model.completed", "human.requested"
-    ]  # fmt: skip
+        "human.answered",
+        "tool.call",
+        "tool.result",
+        "model.started",
+        "model.completed",
+        "human.requested",
+    ]
     assert events[-1].data["operation_id"] != op  # the next command needs its own approval
 
 
@@ -221,8 +235,9 @@ async def test_agents_api(base_url: str, http: aiohttp.ClientSession) -> None:
         ("put", "/v1/runs/nope", None, 405, "method_not_allowed"),
     ],
 )
-async def test_bad_requests(base_url: str, http: aiohttp.ClientSession, method: str, path: str, body: Any,
-                            status: int, code: str) -> None:  # fmt: skip
+async def test_bad_requests(
+    base_url: str, http: aiohttp.ClientSession, method: str, path: str, body: Any, status: int, code: str
+) -> None:
     kwargs: dict[str, Any] = {"data": body, "headers": JSON} if isinstance(body, bytes) else {"json": body}
     async with http.request(method, f"{base_url}{path}", **kwargs) as response:
         await expect_error(response, status, code)

@@ -194,8 +194,15 @@ async def test_another_tenants_websocket_is_refused_before_the_upgrade(
 
 async def test_a_read_only_key_reads_and_cannot_write(world: World, http: aiohttp.ClientSession) -> None:
     w, url = world, world.server.url
-    for path in (f"/v1/sessions/{w.session}", f"/v1/sessions/{w.session}/messages", "/v1/sessions", "/v1/agents",
-                 f"/v1/runs/{w.run}", "/v1/runs", "/v1/agents/mine"):  # fmt: skip
+    for path in (
+        f"/v1/sessions/{w.session}",
+        f"/v1/sessions/{w.session}/messages",
+        "/v1/sessions",
+        "/v1/agents",
+        f"/v1/runs/{w.run}",
+        "/v1/runs",
+        "/v1/agents/mine",
+    ):
         await call(http, "GET", f"{url}{path}", w.a_read, None, 200)
     writes = [
         ("POST", "/v1/sessions", {}),

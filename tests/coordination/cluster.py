@@ -70,9 +70,20 @@ async def _serve(data_dir: Path, mock_url: str, env: dict[str, str]) -> Node:
     log_path = data_dir.with_name(data_dir.name + ".stderr")  # a file: a pipe nobody reads fills up
     with log_path.open("wb") as log:  # the child keeps its own copy of the descriptor
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "agentos", "serve", "--port", "0", "--data-dir", str(data_dir),
-            "--provider-url", mock_url, stdout=asyncio.subprocess.PIPE, stderr=log, env=child_env(**env),
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "agentos",
+            "serve",
+            "--port",
+            "0",
+            "--data-dir",
+            str(data_dir),
+            "--provider-url",
+            mock_url,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
+            env=child_env(**env),
+        )
     assert proc.stdout is not None
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()

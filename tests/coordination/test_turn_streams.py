@@ -33,10 +33,20 @@ TOKENS = 60
 async def serve(data_dir: Path, provider_url: str, env: dict[str, str]) -> AsyncIterator[str]:
     """One `agentos serve` process; yields its URL. Killed (by its pid) at the end."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agentos", "serve", "--port", "0", "--data-dir", str(data_dir),
-        "--provider-url", provider_url,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=child_env(**env),
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "agentos",
+        "serve",
+        "--port",
+        "0",
+        "--data-dir",
+        str(data_dir),
+        "--provider-url",
+        provider_url,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=child_env(**env),
+    )
     try:
         assert proc.stdout is not None and proc.stderr is not None
         line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()

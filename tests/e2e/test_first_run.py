@@ -59,9 +59,18 @@ async def start_serve(args: list[str], cwd: Path, log: Path) -> tuple[asyncio.su
     default `./data` is where a newcomer's would be: relative)."""
     with log.open("wb") as err:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "agentos", "serve", *args, "--port", "0",
-            cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=err, env=child_env(),
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "agentos",
+            "serve",
+            *args,
+            "--port",
+            "0",
+            cwd=cwd,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=err,
+            env=child_env(),
+        )
     assert proc.stdout is not None
     line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
     assert line.startswith("agentos listening on "), line + read_text(log)
@@ -70,9 +79,14 @@ async def start_serve(args: list[str], cwd: Path, log: Path) -> tuple[asyncio.su
 
 async def run_script(script: str, cwd: Path) -> tuple[int | None, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        "bash", "-c", "set -euo pipefail\n" + script,
-        cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=child_env(),
-    )  # fmt: skip
+        "bash",
+        "-c",
+        "set -euo pipefail\n" + script,
+        cwd=cwd,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=child_env(),
+    )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), _SCRIPT_TIMEOUT_S)
     except TimeoutError:

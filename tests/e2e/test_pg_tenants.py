@@ -83,8 +83,13 @@ async def test_a_node_with_another_pepper_refuses_to_start_in_one_line(
     args = ("--data-dir", str(tmp_path / "a"), "--provider-url", mock.url)
     async with agentos_process(*args, env=node_env(pg)):
         line = await serve_refused(
-            "--port", "0", "--data-dir", str(tmp_path / "b"), "--provider-url", mock.url,
+            "--port",
+            "0",
+            "--data-dir",
+            str(tmp_path / "b"),
+            "--provider-url",
+            mock.url,
             env=node_env(pg, pepper="another-pepper-of-the-same-length-0123456"),
-        )  # fmt: skip
+        )
     assert line.startswith("agentos: security.key_pepper: this node's key pepper is not the one the keys in ")
     assert "another-pepper" not in line and PEPPER not in line

@@ -26,9 +26,17 @@ async def agentos_process(
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
     with tempfile.TemporaryFile() as log:  # stderr: read back when the server does not start
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "agentos", "serve", "--port", "0", *args,
-            stdout=asyncio.subprocess.PIPE, stderr=log, env=child_env(**(env or {})),
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "agentos",
+            "serve",
+            "--port",
+            "0",
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
+            env=child_env(**(env or {})),
+        )
         try:
             assert proc.stdout is not None
             line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()

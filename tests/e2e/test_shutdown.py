@@ -72,10 +72,20 @@ async def test_the_first_ctrl_c_drains_and_the_second_stops_at_once(
 
 async def start_serve(tmp_path: Path, provider_url: str) -> tuple[asyncio.subprocess.Process, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agentos", "serve", "--port", "0", "--data-dir", str(tmp_path / "data"),
-        "--provider-url", provider_url, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "agentos",
+        "serve",
+        "--port",
+        "0",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--provider-url",
+        provider_url,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         env=child_env(),
-    )  # fmt: skip
+    )
     assert proc.stdout is not None
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()

@@ -28,9 +28,14 @@ async def serve_refused(
 ) -> str:
     """Run `agentos serve ARGS`; assert it stops at once with one line; that line."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, *python, "serve", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=child_env(**(env or {})),
-    )  # fmt: skip
+        sys.executable,
+        *python,
+        "serve",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=child_env(**(env or {})),
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 30)
     output = out.decode() + err.decode()
     assert proc.returncode == 2, output
@@ -82,9 +87,18 @@ async def test_a_relative_data_dir_is_named_in_full(tmp_path: Path) -> None:
     """The line names the directory the server would have used, resolved from the current one."""
     (tmp_path / "data").write_text("")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agentos", "serve", "--port", "0", "--data-dir", "data",
-        stderr=asyncio.subprocess.PIPE, env=child_env(), cwd=tmp_path,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "agentos",
+        "serve",
+        "--port",
+        "0",
+        "--data-dir",
+        "data",
+        stderr=asyncio.subprocess.PIPE,
+        env=child_env(),
+        cwd=tmp_path,
+    )
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2
     assert err.decode().startswith(f"agentos: data_dir: {tmp_path / 'data'} is not a directory;")

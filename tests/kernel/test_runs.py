@@ -336,8 +336,10 @@ def test_a_cancel_cascades_to_the_children_with_the_same_force() -> None:
         StopRun("p.2.1", False, "cancelled"),
     ]
     # the parent ends cancelled: children still alive are terminated
-    assert k.handle(RunEnded("p", "cancelled"), 0.0) == [StopRun("p.2", True, "terminated"),
-                                                         StopRun("p.2.1", True, "terminated")]  # fmt: skip
+    assert k.handle(RunEnded("p", "cancelled"), 0.0) == [
+        StopRun("p.2", True, "terminated"),
+        StopRun("p.2.1", True, "terminated"),
+    ]
 
 
 # -- RunEnded -----------------------------------------------------------------------------------

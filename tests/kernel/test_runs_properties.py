@@ -182,8 +182,12 @@ class RunMachine(RuleBasedStateMachine):
             if owner == run_id and stream in self.live:
                 assert stream in self.stopped
 
-    @rule(data=st.data(), right_op=st.booleans(), args_hash=st.sampled_from([None, "h1", "h2"]),
-          approve=st.sampled_from([None, True, False]))  # fmt: skip
+    @rule(
+        data=st.data(),
+        right_op=st.booleans(),
+        args_hash=st.sampled_from([None, "h1", "h2"]),
+        approve=st.sampled_from([None, True, False]),
+    )
     def answer(self, data: st.DataObject, right_op: bool, args_hash: str | None, approve: bool | None) -> None:
         run_id = self.pick(data, ("waiting", "running"), ghost=True)
         run = self.runs.get(run_id)

@@ -25,10 +25,17 @@ async def create_collection(
 
 
 async def upload(
-    http: aiohttp.ClientSession, url: str, content: str | bytes, *, collection: str = "docs",
-    content_type: str = "text/plain", title: str = "", metadata: dict[str, Any] | None = None,
-    headers: dict[str, str] | None = None, idempotency_key: str | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    http: aiohttp.ClientSession,
+    url: str,
+    content: str | bytes,
+    *,
+    collection: str = "docs",
+    content_type: str = "text/plain",
+    title: str = "",
+    metadata: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+    idempotency_key: str | None = None,
+) -> dict[str, Any]:
     """Upload as JSON (text) or as the raw body (bytes); the 202's document."""
     sent = dict(headers or {})
     if idempotency_key is not None:
@@ -52,10 +59,15 @@ async def upload(
 
 
 async def wait_state(
-    http: aiohttp.ClientSession, url: str, document_id: str, *, collection: str = "docs",
-    headers: dict[str, str] | None = None, states: tuple[str, ...] = ("ready", "failed"),
+    http: aiohttp.ClientSession,
+    url: str,
+    document_id: str,
+    *,
+    collection: str = "docs",
+    headers: dict[str, str] | None = None,
+    states: tuple[str, ...] = ("ready", "failed"),
     timeout_s: float = READY_TIMEOUT_S,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The document once its status is one of `states` (AssertionError after `timeout_s`)."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -75,9 +87,14 @@ async def ready(http: aiohttp.ClientSession, url: str, document: dict[str, Any],
 
 
 async def query(
-    http: aiohttp.ClientSession, url: str, text: str, *, collection: str = "docs",
-    headers: dict[str, str] | None = None, **extra: Any,
-) -> list[dict[str, Any]]:  # fmt: skip
+    http: aiohttp.ClientSession,
+    url: str,
+    text: str,
+    *,
+    collection: str = "docs",
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> list[dict[str, Any]]:
     async with http.post(
         f"{url}/v1/collections/{collection}/query", json={"query": text, **extra}, headers=headers
     ) as r:

@@ -163,15 +163,21 @@ async def start_provider(answer: Callable[[dict[str, Any]], dict[str, Any]]) -> 
 @pytest.mark.parametrize(
     ("answer", "reason"),
     [
-        (lambda body: {"data": [{"index": i, "embedding": [0.5] * 7} for i in range(len(body["input"]))]},
-         "asked for 8 dimensions, the provider answered 7"),
-        (lambda body: {"data": [{"index": 0, "embedding": [0.5] * 8}]},
-         "asked for 2 embeddings, the provider answered 1"),
-        (lambda body: {"data": [{"index": 0, "embedding": [1.0] * 8}, {"index": 0, "embedding": [1.0] * 8}]},
-         "asked for 2 embeddings"),
+        (
+            lambda body: {"data": [{"index": i, "embedding": [0.5] * 7} for i in range(len(body["input"]))]},
+            "asked for 8 dimensions, the provider answered 7",
+        ),
+        (
+            lambda body: {"data": [{"index": 0, "embedding": [0.5] * 8}]},
+            "asked for 2 embeddings, the provider answered 1",
+        ),
+        (
+            lambda body: {"data": [{"index": 0, "embedding": [1.0] * 8}, {"index": 0, "embedding": [1.0] * 8}]},
+            "asked for 2 embeddings",
+        ),
         (lambda body: {"object": "list"}, "not an embeddings list"),
     ],
-)  # fmt: skip
+)
 async def test_answers_of_the_wrong_shape_fail_with_a_clear_reason(
     tmp_path: Path, answer: Callable[[dict[str, Any]], dict[str, Any]], reason: str
 ) -> None:

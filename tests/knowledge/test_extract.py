@@ -91,8 +91,12 @@ def test_unsupported_types(content_type: str) -> None:
 
 @pytest.mark.parametrize(
     ("content", "content_type"),
-    [(b"", "text/plain"), (b"  \n\t ", "text/markdown"), (b"\x00\x00", "text/plain"),
-     (b"<script>only()</script><style>x{}</style>", "text/html")],
-)  # fmt: skip
+    [
+        (b"", "text/plain"),
+        (b"  \n\t ", "text/markdown"),
+        (b"\x00\x00", "text/plain"),
+        (b"<script>only()</script><style>x{}</style>", "text/html"),
+    ],
+)
 def test_no_text_is_empty_document(content: bytes, content_type: str) -> None:
     expect_invalid(content, content_type, "empty_document")

@@ -29,7 +29,14 @@ async def test_each_empty_look_doubles_the_wait_up_to_the_cap_and_an_add_resets_
     for _ in range(7):
         assert await indexer._claim() is None  # the empty store: nothing to index
         waits.append(indexer._poll.current_s)
-    assert waits == [2 * POLL_S, 4 * POLL_S, 8 * POLL_S, IDLE_POLL_MAX_S, IDLE_POLL_MAX_S, IDLE_POLL_MAX_S,
-                     IDLE_POLL_MAX_S]  # fmt: skip
+    assert waits == [
+        2 * POLL_S,
+        4 * POLL_S,
+        8 * POLL_S,
+        IDLE_POLL_MAX_S,
+        IDLE_POLL_MAX_S,
+        IDLE_POLL_MAX_S,
+        IDLE_POLL_MAX_S,
+    ]
     indexer.wake()  # a document added on this node
     assert indexer._poll.current_s == POLL_S

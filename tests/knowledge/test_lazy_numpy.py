@@ -27,8 +27,9 @@ asyncio.run(main())
 
 
 def test_opening_a_server_does_not_import_numpy(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-c", OPEN_A_SERVER, str(tmp_path)], capture_output=True, text=True,
-                            timeout=60, check=False)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", OPEN_A_SERVER, str(tmp_path)], capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.stdout.strip() == "no numpy", result.stderr[-2000:]
 
 

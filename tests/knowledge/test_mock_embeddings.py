@@ -64,11 +64,19 @@ def test_texts_sharing_words_are_near_and_case_does_not_matter() -> None:
 @pytest.mark.parametrize(
     "body",
     [
-        {}, {"input": []}, {"input": 5}, {"input": [1, 2]}, {"input": ["x", None]},
-        {"input": "x", "dimensions": 0}, {"input": "x", "dimensions": 4097}, {"input": "x", "dimensions": "8"},
-        {"input": "x", "dimensions": True}, {"input": "x", "encoding_format": "int8"}, {"input": ["x"] * 2049},
+        {},
+        {"input": []},
+        {"input": 5},
+        {"input": [1, 2]},
+        {"input": ["x", None]},
+        {"input": "x", "dimensions": 0},
+        {"input": "x", "dimensions": 4097},
+        {"input": "x", "dimensions": "8"},
+        {"input": "x", "dimensions": True},
+        {"input": "x", "encoding_format": "int8"},
+        {"input": ["x"] * 2049},
     ],
-)  # fmt: skip
+)
 async def test_bad_requests_are_400(client: aiohttp.ClientSession, mock: MockServer, body: dict[str, Any]) -> None:
     status, answer = await post(client, mock, body)
     assert status == 400

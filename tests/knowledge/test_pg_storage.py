@@ -117,9 +117,14 @@ async def test_migration_0010_drops_the_chunks_full_text_vectors(pg: StoreConfig
             assert (await storage.chunks_after("col_acme_docs", 0)).texts == ["kafka lag", "vacuum"]
         finally:
             await storage.close()
-        columns = {r[0] for r in await conn.fetch(
-            "SELECT column_name FROM information_schema.columns WHERE table_schema = $1"
-            " AND table_name = 'knowledge_chunks'", pg.postgres_schema)}  # fmt: skip
+        columns = {
+            r[0]
+            for r in await conn.fetch(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = $1"
+                " AND table_name = 'knowledge_chunks'",
+                pg.postgres_schema,
+            )
+        }
         assert "tsv" not in columns and "text" in columns
         assert await conn.fetchval("SELECT to_regclass('knowledge_chunks_tsv')") is None
     finally:

@@ -196,9 +196,27 @@ def test_the_build_holds_what_the_text_by_text_build_held() -> None:
 
 
 HOSTILE = [
-    "", "   ", '"', '"unbalanced', "NEAR(", "NEAR(a b, 2)", "*", "a*", "-", "-word", "^", "col:word", "AND OR NOT",
-    "'); DROP TABLE chunks; --", "(((", "word & | ! <-> :*", "\\", "\x00", "ünïcödé 日本語 🙂", "x" * 10_000,
-]  # fmt: skip
+    "",
+    "   ",
+    '"',
+    '"unbalanced',
+    "NEAR(",
+    "NEAR(a b, 2)",
+    "*",
+    "a*",
+    "-",
+    "-word",
+    "^",
+    "col:word",
+    "AND OR NOT",
+    "'); DROP TABLE chunks; --",
+    "(((",
+    "word & | ! <-> :*",
+    "\\",
+    "\x00",
+    "ünïcödé 日本語 🙂",
+    "x" * 10_000,
+]
 
 
 @pytest.mark.parametrize("query", HOSTILE, ids=range(len(HOSTILE)))

@@ -39,8 +39,9 @@ def model(request: ChatRequest) -> Completion:
 
 
 async def main(data_dir: str, allow_weaker: bool) -> None:
-    settings = settings_from_dict({"data_dir": data_dir, "sandbox": {"allow_weaker": allow_weaker},
-                                   "agents": {"ops": {"tools": ["run_command"]}}})  # fmt: skip
+    settings = settings_from_dict(
+        {"data_dir": data_dir, "sandbox": {"allow_weaker": allow_weaker}, "agents": {"ops": {"tools": ["run_command"]}}}
+    )
     services = await open_services(settings, provider=ScriptedProvider(model))
     server = await serve_services(services)
     try:
@@ -62,8 +63,15 @@ def refuse_mount() -> None:
     """A seccomp filter: `mount` fails with EPERM; any other syscall (and other arches) is allowed."""
     arch, number = _MOUNT_SYSCALL[platform.machine()]
     allow, refuse = 0x7FFF0000, 0x00050000 | errno.EPERM  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO
-    program = [(0x20, 0, 0, 4), (0x15, 1, 0, arch), (0x06, 0, 0, allow),  # load arch; other arch: allow
-               (0x20, 0, 0, 0), (0x15, 0, 1, number), (0x06, 0, 0, refuse), (0x06, 0, 0, allow)]  # fmt: skip
+    program = [
+        (0x20, 0, 0, 4),
+        (0x15, 1, 0, arch),
+        (0x06, 0, 0, allow),  # load arch; other arch: allow
+        (0x20, 0, 0, 0),
+        (0x15, 0, 1, number),
+        (0x06, 0, 0, refuse),
+        (0x06, 0, 0, allow),
+    ]
     filters = b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
     buffer = ctypes.create_string_buffer(filters, len(filters))
     fprog = struct.pack("@HP", len(program), ctypes.addressof(buffer))  # struct sock_fprog

@@ -108,9 +108,15 @@ async def test_a_rule_that_cannot_be_applied_fails_the_command(tmp_path: Path) -
     """The workspace rule names a directory that is not there: the command does not run at all
     (before, the rule was skipped and the command ran under another policy)."""
     missing = tmp_path / "gone"
-    request = {"argv": ["sh", "-c", "echo ran; echo ran > marker"], "cwd": str(tmp_path),
-               "env": {"PATH": "/usr/bin:/bin"}, "rlimits": [], "namespaces": [],
-               "identity": None, "landlock": _landlock.policy(str(missing), landlock_abi())}  # fmt: skip
+    request = {
+        "argv": ["sh", "-c", "echo ran; echo ran > marker"],
+        "cwd": str(tmp_path),
+        "env": {"PATH": "/usr/bin:/bin"},
+        "rlimits": [],
+        "namespaces": [],
+        "identity": None,
+        "landlock": _landlock.policy(str(missing), landlock_abi()),
+    }
     exit_code, output = await spawn(request)
     assert exit_code == 126
     assert output == f"sandbox set-up failed: the Landlock rule for {missing} cannot be applied (it does not exist)\n"
@@ -121,9 +127,15 @@ async def test_a_missing_system_directory_is_skipped(tmp_path: Path) -> None:
     """An optional rule (a system directory this OS lacks, like /lib64 on some) does not stop the command."""
     policy = _landlock.policy(str(tmp_path), landlock_abi())
     policy["rules"].insert(0, ["/no-such-system-directory", 1, False])
-    request = {"argv": ["sh", "-c", "echo ran > marker; cat marker"], "cwd": str(tmp_path),
-               "env": {"PATH": "/usr/bin:/bin"}, "rlimits": [], "namespaces": [],
-               "identity": None, "landlock": policy}  # fmt: skip
+    request = {
+        "argv": ["sh", "-c", "echo ran > marker; cat marker"],
+        "cwd": str(tmp_path),
+        "env": {"PATH": "/usr/bin:/bin"},
+        "rlimits": [],
+        "namespaces": [],
+        "identity": None,
+        "landlock": policy,
+    }
     assert await spawn(request) == (0, "ran\n")
 
 

@@ -133,9 +133,15 @@ async def test_workspaces_belong_to_their_own_identity(strict: Sandbox, tmp_path
         pytest.skip("a user namespace maps every workspace to the server's uid: Landlock alone keeps them apart")
     assert {str(os.stat(a).st_uid), str(os.stat(b).st_uid)} == inside == {str(os.stat(w / "f").st_uid) for w in (a, b)}
     uid_b = os.stat(b).st_uid
-    request = {"argv": ["sh", "-c", "cat ../a/f; echo end"], "cwd": str(b), "env": {"PATH": "/usr/bin:/bin"},
-               "rlimits": [], "namespaces": ["pid"], "identity": {"how": "setuid", "uid": uid_b, "gid": uid_b},
-               "landlock": None}  # fmt: skip
+    request = {
+        "argv": ["sh", "-c", "cat ../a/f; echo end"],
+        "cwd": str(b),
+        "env": {"PATH": "/usr/bin:/bin"},
+        "rlimits": [],
+        "namespaces": ["pid"],
+        "identity": {"how": "setuid", "uid": uid_b, "gid": uid_b},
+        "landlock": None,
+    }
     exit_code, output = await spawn(request)
     assert (exit_code, output) == (0, "cat: ../a/f: Permission denied\nend\n")
 
@@ -166,9 +172,15 @@ async def test_cannot_read_the_servers_environment(
         return
     # Without Landlock, the identity still keeps it out: another uid may not read a process's environ.
     uid = os.stat(tmp_path / "w").st_uid
-    request = {"argv": ["sh", "-c", f"cat /proc/{server}/environ; echo end"], "cwd": str(tmp_path / "w"),
-               "env": {"PATH": "/usr/bin:/bin"}, "rlimits": [], "namespaces": ["pid"],
-               "identity": {"how": "setuid", "uid": uid, "gid": uid}, "landlock": None}  # fmt: skip
+    request = {
+        "argv": ["sh", "-c", f"cat /proc/{server}/environ; echo end"],
+        "cwd": str(tmp_path / "w"),
+        "env": {"PATH": "/usr/bin:/bin"},
+        "rlimits": [],
+        "namespaces": ["pid"],
+        "identity": {"how": "setuid", "uid": uid, "gid": uid},
+        "landlock": None,
+    }
     exit_code, output = await spawn(request)
     assert "hunter2" not in output and "Permission denied" in output and output.endswith("end\n")
 

@@ -34,7 +34,11 @@ def os_without(*refused: str) -> TryParts:
 async def test_an_os_with_every_part_is_strict() -> None:
     status = await probe(os_without(), root=True, landlock_abi=3, allow_weaker=False)
     assert (status.mode, status.missing, status.identity, status.namespaces) == (
-        "strict", (), "setuid", ("pid", "net", "mount"))  # fmt: skip
+        "strict",
+        (),
+        "setuid",
+        ("pid", "net", "mount"),
+    )
     assert status.to_dict() == {"mode": "strict", "missing": [], "landlock_scoping": []}
     scoped = await probe(os_without(), root=True, landlock_abi=6, allow_weaker=False, scoping=("signal",))
     assert scoped.to_dict()["landlock_scoping"] == ["signal"] and "Landlock scoping: signal" in scoped.summary()
@@ -46,7 +50,11 @@ async def test_a_missing_part_refuses_commands_unless_weaker_is_allowed() -> Non
     assert "a network namespace" in refused.refusal() and "sandbox.allow_weaker" in refused.refusal()
     weaker = await probe(os_without("net"), root=True, landlock_abi=3, allow_weaker=True)
     assert (weaker.mode, weaker.missing, weaker.namespaces, weaker.identity) == (
-        "weaker", ("network_namespace",), ("pid", "mount"), "setuid")  # fmt: skip
+        "weaker",
+        ("network_namespace",),
+        ("pid", "mount"),
+        "setuid",
+    )
     no_landlock = await probe(os_without(), root=False, landlock_abi=0, allow_weaker=False)
     assert no_landlock.missing == ("landlock",) and no_landlock.identity == "userns"
     no_mount = await probe(os_without("mount"), root=True, landlock_abi=6, allow_weaker=True, scoping=("signal",))
@@ -96,9 +104,17 @@ async def serve_without_an_identity(data_dir: Path, allow_weaker: bool) -> tuple
     limit = "echo 0 > /proc/sys/user/max_user_namespaces"
     child = f"{limit} && exec {sys.executable} -m tests.sandbox.sandbox_child {data_dir} {int(allow_weaker)}"
     proc = await asyncio.create_subprocess_exec(
-        "unshare", "--user", "--map-root-user", "sh", "-c", child, env=child_env(),
-        cwd=REPOSITORY, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "sh",
+        "-c",
+        child,
+        env=child_env(),
+        cwd=REPOSITORY,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     if proc.returncode != 0 and b"unshare failed" in err:
         pytest.skip(f"this OS does not let us make a user namespace: {err.decode().strip()}")
@@ -108,9 +124,12 @@ async def serve_without_an_identity(data_dir: Path, allow_weaker: bool) -> tuple
 
 async def test_commands_are_refused_and_readyz_and_the_log_say_why(tmp_path: Path) -> None:
     report, log = await serve_without_an_identity(tmp_path / "data", allow_weaker=False)
-    assert report["readyz"] == {"status_code": 200, "status": "ready", "store": "ok",
-                                "sandbox": {"mode": "refused", "missing": ["identity"],
-                                            "landlock_scoping": SCOPING}}  # fmt: skip
+    assert report["readyz"] == {
+        "status_code": 200,
+        "status": "ready",
+        "store": "ok",
+        "sandbox": {"mode": "refused", "missing": ["identity"], "landlock_scoping": SCOPING},
+    }
     assert report["tool_result"] == {
         "error": "run_command is refused: this server cannot give commands an identity of its own, "
         "and its administrator has not allowed a weaker sandbox (sandbox.allow_weaker)"
@@ -120,9 +139,12 @@ async def test_commands_are_refused_and_readyz_and_the_log_say_why(tmp_path: Pat
 
 async def test_allow_weaker_runs_commands_and_says_so(tmp_path: Path) -> None:
     report, log = await serve_without_an_identity(tmp_path / "data", allow_weaker=True)
-    assert report["readyz"] == {"status_code": 200, "status": "ready", "store": "ok",
-                                "sandbox": {"mode": "weaker", "missing": ["identity"],
-                                            "landlock_scoping": SCOPING}}  # fmt: skip
+    assert report["readyz"] == {
+        "status_code": 200,
+        "status": "ready",
+        "store": "ok",
+        "sandbox": {"mode": "weaker", "missing": ["identity"], "landlock_scoping": SCOPING},
+    }
     result = report["tool_result"]
     assert isinstance(result, dict) and (result["exit_code"], result["stdout"]) == (0, "ran\n")
     assert "sandbox: WEAKER, allowed by sandbox.allow_weaker: commands run without an identity of its own" in log

@@ -76,8 +76,15 @@ def known_sockets() -> list[str]:
 
 def raw(argv: list[str], cwd: Path, namespaces: list[str], landlock: dict[str, object] | None) -> dict[str, object]:
     """A fork-server request as the server's own user, with only the layers named."""
-    return {"argv": argv, "cwd": str(cwd), "env": {"PATH": "/usr/bin:/bin"}, "rlimits": [],
-            "namespaces": namespaces, "identity": None, "landlock": landlock}  # fmt: skip
+    return {
+        "argv": argv,
+        "cwd": str(cwd),
+        "env": {"PATH": "/usr/bin:/bin"},
+        "rlimits": [],
+        "namespaces": namespaces,
+        "identity": None,
+        "landlock": landlock,
+    }
 
 
 async def test_cannot_connect_to_the_hosts_path_unix_sockets(

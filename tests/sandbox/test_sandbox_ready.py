@@ -148,9 +148,16 @@ async def test_a_workspace_that_cannot_be_copied_spends_no_ready_sandbox(ready: 
     missing = str(tmp_path / "gone")
     status = await ready.start()
     waiting = members(ready)
-    request = {"argv": ["true"], "cwd": missing, "env": {"PATH": "/usr/bin:/bin"}, "rlimits": [],
-               "namespaces": list(status.namespaces), "identity": {"how": "setuid", "uid": 2_000_000_001,
-               "gid": 2_000_000_001}, "landlock": None, "mount": {"workspace": missing, "tmp_mb": 1}}  # fmt: skip
+    request = {
+        "argv": ["true"],
+        "cwd": missing,
+        "env": {"PATH": "/usr/bin:/bin"},
+        "rlimits": [],
+        "namespaces": list(status.namespaces),
+        "identity": {"how": "setuid", "uid": 2_000_000_001, "gid": 2_000_000_001},
+        "landlock": None,
+        "mount": {"workspace": missing, "tmp_mb": 1},
+    }
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     forks = ready._forks  # a test reaches in: Sandbox.run makes every workspace before it asks

@@ -112,8 +112,13 @@ def test_the_host_allow_list() -> None:
     policy = OutboundPolicy.from_lists(["mcp.example.com", "*.tools.example.org"], [])
     check_url("https://mcp.example.com/mcp", policy)
     check_url("https://a.b.tools.example.org/", policy)
-    for url in ("https://example.com/", "https://tools.example.org/", "https://eviltools.example.org/",
-                "https://mcp.example.com.evil.net/", "https://8.8.8.8/"):  # fmt: skip
+    for url in (
+        "https://example.com/",
+        "https://tools.example.org/",
+        "https://eviltools.example.org/",
+        "https://mcp.example.com.evil.net/",
+        "https://8.8.8.8/",
+    ):
         with pytest.raises(Forbidden, match="outbound_allow"):
             check_url(url, policy)
 

@@ -27,9 +27,14 @@ print("asyncpg" in sys.modules, "agentos.store.postgres" in sys.modules)
 
 async def test_the_sqlite_backend_never_imports_asyncpg(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _OPEN_AND_CLOSE, str(tmp_path / "data"),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=child_env(),
-    )  # fmt: skip
+        sys.executable,
+        "-c",
+        _OPEN_AND_CLOSE,
+        str(tmp_path / "data"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=child_env(),
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, err.decode()
     assert out.decode().split() == ["False", "False"]

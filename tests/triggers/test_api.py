@@ -171,8 +171,12 @@ async def test_another_tenant_cannot_see_rotate_or_delete_a_trigger(
         assert sent.status == 202
         base = f"{server.url}/v1/triggers/{trigger_id}"
         for method, path in [
-            ("GET", ""), ("POST", "/rotate"), ("DELETE", ""), ("GET", "/deliveries"), ("GET", "/deliveries/w1"),
-        ]:  # fmt: skip
+            ("GET", ""),
+            ("POST", "/rotate"),
+            ("DELETE", ""),
+            ("GET", "/deliveries"),
+            ("GET", "/deliveries/w1"),
+        ]:
             async with http.request(method, base + path, headers=bob.headers) as r:
                 await expect_error(r, 404, "trigger_not_found")
         async with http.get(f"{server.url}/v1/triggers", headers=bob.headers) as r:

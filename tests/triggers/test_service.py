@@ -200,9 +200,12 @@ async def test_a_restarted_single_node_takes_back_its_own_leases_at_once(setup: 
     # The previous process claimed it and died before starting its run: the lease still runs.
     assert len(await setup.service.storage.claim("local", setup.clock.ms, 10_000, 10)) == 1
     waiting = TriggerService(
-        setup.server.services.settings, setup.service.storage, setup.server.services.runs, b"p" * 32,
+        setup.server.services.settings,
+        setup.service.storage,
+        setup.server.services.runs,
+        b"p" * 32,
         now_ms=setup.clock,
-    )  # fmt: skip
+    )
     assert await waiting.dispatcher.round() == 1  # the same clock: no lease expired, yet taken back
     assert await waiting.dispatcher.round() == 0  # once: reclaiming ends with the first short round
     started = await setup.service.delivery("default", trigger["trigger_id"], "leased")

@@ -40,9 +40,15 @@ def _process_state(pid: int) -> str:
 async def test_a_delivery_survives_a_kill_right_after_accept(tmp_path: Path) -> None:
     path, row = tmp_path / "triggers.db", delivery(trigger(), "msg_1", received_ms=1000, body=b'{"n": 1}')
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CHILD, str(path), row.trigger_id, row.run_id,
-        stdout=asyncio.subprocess.PIPE, env=child_env(),
-    )  # fmt: skip
+        sys.executable,
+        "-c",
+        CHILD,
+        str(path),
+        row.trigger_id,
+        row.run_id,
+        stdout=asyncio.subprocess.PIPE,
+        env=child_env(),
+    )
     try:
         assert child.stdout is not None
         line = await asyncio.wait_for(child.stdout.readline(), 20)

@@ -81,10 +81,16 @@ class Sender:
     sent: list[str] = field(default_factory=list)
 
     async def send(
-        self, payload: Any = None, webhook_id: str | None = None, *, ts: int | None = None,
-        secret: str | None = None, raw: bytes | None = None, headers: dict[str, str] | None = None,
+        self,
+        payload: Any = None,
+        webhook_id: str | None = None,
+        *,
+        ts: int | None = None,
+        secret: str | None = None,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
         chunked: bool = False,
-    ) -> Answer:  # fmt: skip
+    ) -> Answer:
         body = raw if raw is not None else msgspec.json.encode(payload if payload is not None else {"n": 1})
         webhook_id = webhook_id or f"msg_{uuid.uuid4().hex}"
         ts = int(time.time()) if ts is None else ts

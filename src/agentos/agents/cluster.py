@@ -55,8 +55,17 @@ _ERRORS: dict[int, type[RequestError]] = {400: BadRequest, 404: NotFound, 409: C
 class RunRequests(Protocol):
     """What a request from another node calls on the owner (`RunService`)."""
 
-    async def answer(self, tenant_id: str, run_id: str, operation_id: str, answer: str = "", *, approve: bool | None,
-                     args_hash: str | None, forward: bool) -> Any: ...  # fmt: skip
+    async def answer(
+        self,
+        tenant_id: str,
+        run_id: str,
+        operation_id: str,
+        answer: str = "",
+        *,
+        approve: bool | None,
+        args_hash: str | None,
+        forward: bool,
+    ) -> Any: ...
 
     async def cancel(self, tenant_id: str, run_id: str, *, forward: bool) -> Any: ...
 
@@ -183,8 +192,15 @@ class RunCluster:
 
     async def _apply(self, tenant_id: str, run_id: str, r: dict[str, Any]) -> None:
         if r["kind"] == "answer":
-            await self._service.answer(tenant_id, run_id, r["operation_id"], r["answer"], approve=r["approve"],
-                                       args_hash=r["args_hash"], forward=False)  # fmt: skip
+            await self._service.answer(
+                tenant_id,
+                run_id,
+                r["operation_id"],
+                r["answer"],
+                approve=r["approve"],
+                args_hash=r["args_hash"],
+                forward=False,
+            )
         elif r["kind"] == "terminate":
             await self._service.terminate(tenant_id, run_id, forward=False)
         else:
@@ -203,8 +219,9 @@ class RunCluster:
         if row is None:
             return False
         if request["kind"] == "answer":
-            await self.check_answer(row, request["operation_id"], request["answer"], request["approve"],
-                                    request["args_hash"])  # fmt: skip
+            await self.check_answer(
+                row, request["operation_id"], request["answer"], request["approve"], request["args_hash"]
+            )
         request_id = await self.send(row, request)
         # As on the owner: an answer returns once the run goes on, a terminate once it ended.
         await self.settled(request_id, TERMINATE_WAIT_S if request["kind"] == "terminate" else REQUEST_WAIT_S)
@@ -222,8 +239,9 @@ class RunCluster:
             raise run_not_found(run_id)
         return None if row.status in TERMINAL else row
 
-    async def check_answer(self, row: RunRow, operation_id: str, answer: str, approve: bool | None,
-                           args_hash: str | None) -> None:  # fmt: skip
+    async def check_answer(
+        self, row: RunRow, operation_id: str, answer: str, approve: bool | None, args_hash: str | None
+    ) -> None:
         """What the owner's kernel would refuse at once. Raises: Conflict, InvalidInput."""
         steps = await self._store.load_steps(row.tenant_id, row.run_id)
         step = steps[-1] if steps else None

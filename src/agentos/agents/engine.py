@@ -231,9 +231,15 @@ class RunEngine:
     # --- the journal ---
 
     def new_run(
-        self, tenant_id: str, spec: AgentSpec, text: str, session_id: str | None, run_id: str,
-        parent: RunHandle | None, context: list[Message] | None,
-    ) -> tuple[RunRow, list[Any]]:  # fmt: skip
+        self,
+        tenant_id: str,
+        spec: AgentSpec,
+        text: str,
+        session_id: str | None,
+        run_id: str,
+        parent: RunHandle | None,
+        context: list[Message] | None,
+    ) -> tuple[RunRow, list[Any]]:
         """The run's row, and the writes that create it (its spec and context payloads first)."""
         now = self.now_ms()
         spec_ref, put_spec = self.journal.payload(tenant_id, spec_to_dict(spec))
@@ -243,9 +249,21 @@ class RunEngine:
             context_ref, put_context = self.journal.payload(tenant_id, context)
             writes.append(put_context)
         row = RunRow(
-            run_id, tenant_id, spec.name, session_id, parent.run_id if parent else None,
-            parent.row.depth + 1 if parent else 0, spec_ref, text, "queued", None, None, now, now, context_ref,
-        )  # fmt: skip
+            run_id,
+            tenant_id,
+            spec.name,
+            session_id,
+            parent.run_id if parent else None,
+            parent.row.depth + 1 if parent else 0,
+            spec_ref,
+            text,
+            "queued",
+            None,
+            None,
+            now,
+            now,
+            context_ref,
+        )
         return row, [*writes, *self.journal.create_run(row)]
 
     async def record_finish(self, handle: RunHandle, status: str, result: str | None, reason: str) -> RunRow:

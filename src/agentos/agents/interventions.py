@@ -21,9 +21,14 @@ from agentos.kernel import HumanAnswered, RejectAnswer, RunCancelRequested
 
 
 async def apply_answer(
-    runs: RunLifecycle, tenant_id: str, run_id: str, operation_id: str, answer: str,
-    approve: bool | None, args_hash: str | None,
-) -> None:  # fmt: skip
+    runs: RunLifecycle,
+    tenant_id: str,
+    run_id: str,
+    operation_id: str,
+    answer: str,
+    approve: bool | None,
+    args_hash: str | None,
+) -> None:
     """Answer the run's pending request `operation_id`; the kernel resumes the run.
 
     Raises:

@@ -31,9 +31,13 @@ class KnowledgeSearch(Protocol):
     """What the tool needs of `agentos.knowledge.service.KnowledgeService`."""
 
     async def search(
-        self, tenant_id: str, collections: tuple[str, ...], query: str, top_k: int,
+        self,
+        tenant_id: str,
+        collections: tuple[str, ...],
+        query: str,
+        top_k: int,
         metadata_filter: Mapping[str, Any] | None = None,
-    ) -> list[dict[str, Any]]: ...  # fmt: skip
+    ) -> list[dict[str, Any]]: ...
 
 
 async def search_knowledge(

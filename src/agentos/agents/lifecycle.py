@@ -76,9 +76,16 @@ class RunLifecycle(RunEngine):
     # --- starting ---
 
     async def submit(
-        self, tenant_id: str, spec: AgentSpec, text: str, session_id: str | None, run_id: str, *,
-        parent: RunHandle | None = None, context: list[Message] | None = None,
-    ) -> RunHandle:  # fmt: skip
+        self,
+        tenant_id: str,
+        spec: AgentSpec,
+        text: str,
+        session_id: str | None,
+        run_id: str,
+        *,
+        parent: RunHandle | None = None,
+        context: list[Message] | None = None,
+    ) -> RunHandle:
         """Admit and start a new run of `tenant_id`; returns once its row is committed.
 
         Raises:

@@ -165,15 +165,24 @@ class Runner:
         ops = self._done(h, action.seq, "uncertain", {"outcome": "uncertain", "operation_id": operation_id})
         h.record(_step(action.seq, "tool", "uncertain", _call_dict(call), h, _attempts(h, action.seq)))
         self._host.emit(h, "tool.uncertain", {"operation_id": operation_id, "call_id": call.call_id, "name": call.name})
-        await self._ask(h, action.seq + 1, call, "uncertain", {"tool": call.name, "arguments": call.arguments,
-                                                              "operation_id_uncertain": operation_id}, ops)  # fmt: skip
+        await self._ask(
+            h,
+            action.seq + 1,
+            call,
+            "uncertain",
+            {"tool": call.name, "arguments": call.arguments, "operation_id_uncertain": operation_id},
+            ops,
+        )
 
     async def _execute(self, h: RunHandle, seq: int, call: Call, arguments: dict[str, Any]) -> None:
         operation_id = f"{h.run_id}:{seq}"
         attempts = _attempts(h, seq) + 1
         call_value = _call_dict(call)
-        await self._journal(h, self._begin(h, seq, "tool", "started", call_value),
-                            _step(seq, "tool", "started", call_value, h, attempts))  # fmt: skip
+        await self._journal(
+            h,
+            self._begin(h, seq, "tool", "started", call_value),
+            _step(seq, "tool", "started", call_value, h, attempts),
+        )
         self._host.emit(h, "tool.call", {"operation_id": operation_id, **call_value})
         content = await self._dispatch(h, seq, call, arguments)
         await self._finish_tool(h, seq, call, content, attempts)
@@ -184,8 +193,13 @@ class Runner:
         held: list[Callable[[], None]] = []
         # tool.result commits with its step and is heard of after: a client that saw it can
         # count on it (a crash before the commit runs the step again; none reuses its seq).
-        self._host.emit(h, "tool.result", {"operation_id": f"{h.run_id}:{seq}", "call_id": call.call_id,
-                                           "name": call.name, "content": content}, into=ops, held=held)  # fmt: skip
+        self._host.emit(
+            h,
+            "tool.result",
+            {"operation_id": f"{h.run_id}:{seq}", "call_id": call.call_id, "name": call.name, "content": content},
+            into=ops,
+            held=held,
+        )
         await self._journal(h, ops, _step(seq, "tool", "done", _call_dict(call), h, attempts, output), then=held)
 
     async def _tool_error(self, h: RunHandle, seq: int, call: Call, message: str) -> None:
@@ -195,8 +209,13 @@ class Runner:
             h, seq, "done", {"content": content}
         )
         held: list[Callable[[], None]] = []
-        self._host.emit(h, "tool.result", {"operation_id": f"{h.run_id}:{seq}", "call_id": call.call_id,
-                                           "name": call.name, "content": content}, into=ops, held=held)  # fmt: skip
+        self._host.emit(
+            h,
+            "tool.result",
+            {"operation_id": f"{h.run_id}:{seq}", "call_id": call.call_id, "name": call.name, "content": content},
+            into=ops,
+            held=held,
+        )
         await self._journal(h, ops, _step(seq, "tool", "done", _call_dict(call), h, 1, {"content": content}), then=held)
 
     async def _dispatch(self, h: RunHandle, seq: int, call: Call, arguments: dict[str, Any]) -> str:
@@ -241,8 +260,9 @@ class Runner:
 
     # --- humans ---
 
-    async def _ask(self, h: RunHandle, seq: int, call: Call, kind: str, details: dict[str, Any],
-                   extra_ops: list[Any] | None = None) -> None:  # fmt: skip
+    async def _ask(
+        self, h: RunHandle, seq: int, call: Call, kind: str, details: dict[str, Any], extra_ops: list[Any] | None = None
+    ) -> None:
         now = self._host.now_ms()
         request = {
             "operation_id": f"{h.run_id}:{seq}",

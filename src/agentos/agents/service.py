@@ -79,13 +79,22 @@ class RunService:
         self._agents = AgentRegistry(store, store.journal, settings.agents, AgentPolicy.from_settings(settings))
         self._driver = driver
         self._runs = RunLifecycle(
-            agents=self._agents, store=store, journal=store.journal, provider=provider,
-            mcp=mcp or McpHub(
-                trusted=self._agents.trusted_mcp_servers(), policy=self._agents.policy.outbound,
+            agents=self._agents,
+            store=store,
+            journal=store.journal,
+            provider=provider,
+            mcp=mcp
+            or McpHub(
+                trusted=self._agents.trusted_mcp_servers(),
+                policy=self._agents.policy.outbound,
                 connect_timeout_s=settings.kernel.mcp_connect_timeout_s,
             ),
-            driver=driver, now_ms=now_ms, on_usage=on_usage, sandbox=Sandbox(settings.sandbox), knowledge=knowledge,
-        )  # fmt: skip
+            driver=driver,
+            now_ms=now_ms,
+            on_usage=on_usage,
+            sandbox=Sandbox(settings.sandbox),
+            knowledge=knowledge,
+        )
         self._cluster = cluster_for(store, self._runs, self)  # PostgreSQL: leases
         self._workspaces = workspace_dir or (data_dir / "workspaces" if data_dir else None)
         self._temporary_workspaces: Path | None = None
@@ -186,9 +195,15 @@ class RunService:
     # --- runs ---
 
     async def start_run(
-        self, tenant_id: str, agent: str, text: str, session_id: str | None = None, *,
-        context: list[Message] | None = None, run_id: str | None = None,
-    ) -> str:  # fmt: skip
+        self,
+        tenant_id: str,
+        agent: str,
+        text: str,
+        session_id: str | None = None,
+        *,
+        context: list[Message] | None = None,
+        run_id: str | None = None,
+    ) -> str:
         """Start a run of `tenant_id` in the background and return its id. `context`: earlier
         messages (a session's transcript) the model sees before `text`; journaled with the run.
         `session_id` must be a session of the tenant: the caller checks it (the HTTP route,
@@ -255,9 +270,16 @@ class RunService:
         return await self.get_run(tenant_id, run_id)
 
     async def answer(
-        self, tenant_id: str, run_id: str, operation_id: str, answer: str = "", *, approve: bool | None = None,
-        args_hash: str | None = None, forward: bool = True,
-    ) -> dict[str, Any]:  # fmt: skip
+        self,
+        tenant_id: str,
+        run_id: str,
+        operation_id: str,
+        answer: str = "",
+        *,
+        approve: bool | None = None,
+        args_hash: str | None = None,
+        forward: bool = True,
+    ) -> dict[str, Any]:
         """Answer the human request `operation_id` and resume the run (`agentos.agents.interventions`).
 
         Raises:

@@ -33,14 +33,18 @@ class ConnectionGuard:
         self.linger_s = LINGER_S
         self.closed = {reason: metrics.connections_closed.labels(reason) for reason in CLOSE_REASONS}
         self.head_timeout_answer = _raw_answer(
-            408, "Request Timeout", "request_timeout",
+            408,
+            "Request Timeout",
+            "request_timeout",
             f"the request head did not arrive within {config.header_timeout_s:g} s (server.header_timeout_s)",
-        )  # fmt: skip
+        )
         self.too_many_answer = _raw_answer(
-            429, "Too Many Requests", "too_many_connections",
+            429,
+            "Too Many Requests",
+            "too_many_connections",
             f"over {config.max_connections_per_client} open connections from this address"
             " (server.max_connections_per_client)",
-        )  # fmt: skip
+        )
 
     def admit(self, client: str) -> bool:
         """Count a new connection from `client`; False (and counted as closed) when over the bound."""

@@ -73,9 +73,14 @@ async def add_document(request: web.Request) -> web.Response:
     await service.get_collection(tenant, name)  # 404 before the body is read
     upload = await read_upload(request, service.config)
     document, replayed = await service.accept_document(
-        tenant, name, upload.content, upload.content_type, title=upload.title, metadata=upload.metadata,
+        tenant,
+        name,
+        upload.content,
+        upload.content_type,
+        title=upload.title,
+        metadata=upload.metadata,
         idempotency_key=upload.idempotency_key,
-    )  # fmt: skip
+    )
     response = json_response(document.to_dict(name), status=202)
     response.headers["Location"] = _location(name, document.document_id)
     if replayed:

@@ -35,8 +35,11 @@ def is_openai_path(path: str) -> bool:
 
 def openai_error(status: int, code: str, message: str, param: str | None = None) -> web.Response:
     """An OpenAI-shaped error answer (the middleware adds its headers)."""
-    return web.Response(status=status, body=msgspec.json.encode(error_body(status, code, message, param)),
-                        content_type="application/json")  # fmt: skip
+    return web.Response(
+        status=status,
+        body=msgspec.json.encode(error_body(status, code, message, param)),
+        content_type="application/json",
+    )
 
 
 @web.middleware

@@ -62,8 +62,11 @@ async def create_response(request: web.Request) -> web.StreamResponse:
 
 def _plan(body: ResponseCreate, agent: str | None, *, continued: bool) -> TurnPlan:
     """Raises: InvalidParam (`input`, `instructions`, `tools`, and `plan_turn`'s)."""
-    for param, given in (("tools", bool(body.tools)), ("conversation", body.conversation is not None),
-                         ("background", body.background)):  # fmt: skip
+    for param, given in (
+        ("tools", bool(body.tools)),
+        ("conversation", body.conversation is not None),
+        ("background", body.background),
+    ):
         if given:
             raise InvalidParam(param, f"{param} is not supported on /v1/responses; see docs/openai.md")
     items = [ChatMessage(role="user", content=body.input)] if isinstance(body.input, str) else body.input
@@ -103,8 +106,15 @@ def _answer(data: dict[str, Any], tokens: str) -> str:
 
 def _done(start: dict[str, Any], text: str, data: dict[str, Any]) -> dict[str, Any]:
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    return response_object(start["id"], start["created_at"], start["model"], "completed", text, usage=usage,
-                           previous=start["previous_response_id"])  # fmt: skip
+    return response_object(
+        start["id"],
+        start["created_at"],
+        start["model"],
+        "completed",
+        text,
+        usage=usage,
+        previous=start["previous_response_id"],
+    )
 
 
 async def _streamed(request: web.Request, turn: Turn, start: dict[str, Any]) -> web.StreamResponse:
@@ -194,8 +204,9 @@ async def get_response(request: web.Request) -> web.Response:
         return json_response(response_object(rid, created_s, model, "in_progress", None))
     status = "completed" if answer.status == "completed" else answer.status
     error = None if status == "completed" else {"code": status, "message": f"the turn ended {status}"}
-    return json_response(response_object(rid, created_s, model, status, answer.content, usage=answer.usage or {},
-                                         error=error))  # fmt: skip
+    return json_response(
+        response_object(rid, created_s, model, status, answer.content, usage=answer.usage or {}, error=error)
+    )
 
 
 async def _turn_messages(store: Store, tenant_id: str, session_id: str, turn_id: str) -> list[MessageRecord]:

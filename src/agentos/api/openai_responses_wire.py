@@ -27,9 +27,17 @@ def parse_response_id(value: str) -> tuple[str, str] | None:
     return None if match is None else (f"ses_{match[1]}", f"turn_{match[2]}")
 
 
-def response_object(rid: str, created_s: int, model: str, status: str, text: str | None, *,
-                    usage: dict[str, int] | None = None, previous: str | None = None,
-                    error: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+def response_object(
+    rid: str,
+    created_s: int,
+    model: str,
+    status: str,
+    text: str | None,
+    *,
+    usage: dict[str, int] | None = None,
+    previous: str | None = None,
+    error: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """A `response` object: `text` None while the answer is not there yet (no output item)."""
     output = [] if text is None else [message_item(rid, "completed" if status == "completed" else status, text)]
     return {
@@ -98,24 +106,29 @@ class EventWriter:
         """`response.created`, `response.in_progress`, the message item and its text part."""
         rid = response["id"]
         part = {"item_id": item_id(rid), "output_index": 0, "content_index": 0}
-        return b"".join((
-            self.event("response.created", response=response),
-            self.event("response.in_progress", response=response),
-            self.event("response.output_item.added", output_index=0, item=message_item(rid, "in_progress", None)),
-            self.event("response.content_part.added", **part, part=output_text("")),
-        ))  # fmt: skip
+        return b"".join(
+            (
+                self.event("response.created", response=response),
+                self.event("response.in_progress", response=response),
+                self.event("response.output_item.added", output_index=0, item=message_item(rid, "in_progress", None)),
+                self.event("response.content_part.added", **part, part=output_text("")),
+            )
+        )
 
     def delta(self, rid: str, text: str) -> bytes:
-        return self.event("response.output_text.delta", item_id=item_id(rid), output_index=0, content_index=0,
-                          delta=text, logprobs=[])  # fmt: skip
+        return self.event(
+            "response.output_text.delta", item_id=item_id(rid), output_index=0, content_index=0, delta=text, logprobs=[]
+        )
 
     def closing(self, response: dict[str, Any], text: str) -> bytes:
         """The text's end, the item's, and `response.completed` with the whole response."""
         rid = response["id"]
         part = {"item_id": item_id(rid), "output_index": 0, "content_index": 0}
-        return b"".join((
-            self.event("response.output_text.done", **part, text=text, logprobs=[]),
-            self.event("response.content_part.done", **part, part=output_text(text)),
-            self.event("response.output_item.done", output_index=0, item=message_item(rid, "completed", text)),
-            self.event("response.completed", response=response),
-        ))  # fmt: skip
+        return b"".join(
+            (
+                self.event("response.output_text.done", **part, text=text, logprobs=[]),
+                self.event("response.content_part.done", **part, part=output_text(text)),
+                self.event("response.output_item.done", output_index=0, item=message_item(rid, "completed", text)),
+                self.event("response.completed", response=response),
+            )
+        )

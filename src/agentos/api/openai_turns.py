@@ -77,8 +77,9 @@ async def resolve_model(app: web.Application, tenant_id: str, model: str) -> str
     raise NotFound(message, code="model_not_found")
 
 
-def plan_turn(messages: list[ChatMessage], tools: list[dict[str, Any]] | None, *, agent: str | None,
-              stateful: bool) -> TurnPlan:  # fmt: skip
+def plan_turn(
+    messages: list[ChatMessage], tools: list[dict[str, Any]] | None, *, agent: str | None, stateful: bool
+) -> TurnPlan:
     """Check the request's messages and tools against the mode, and plan the turn.
 
     Raises: InvalidParam (`messages`, `tools`).
@@ -115,8 +116,9 @@ def _message(m: ChatMessage, i: int) -> Message:
     return message
 
 
-async def open_turn(request: web.Request, who: Principal, agent: str | None, session_id: str | None,
-                    plan: TurnPlan) -> Turn:  # fmt: skip
+async def open_turn(
+    request: web.Request, who: Principal, agent: str | None, session_id: str | None, plan: TurnPlan
+) -> Turn:
     """Admit the turn: in `session_id` (which the model's agent must run), or in a new session.
 
     Raises: SessionNotFound, InvalidParam (`model`: the session runs another agent),

@@ -62,8 +62,9 @@ OPENAI_PATHS: dict[str, Any] = {
     "/v1/models": {
         "get": {
             "summary": "The caller's agents, and the provider's model for plain chat turns, as OpenAI models",
-            "responses": {"200": {"description": "The models", "content": {"application/json": {"schema": ref(
-                "ModelList")}}}},
+            "responses": {
+                "200": {"description": "The models", "content": {"application/json": {"schema": ref("ModelList")}}}
+            },
         }
     },
     "/v1/chat/completions": {
@@ -95,13 +96,15 @@ OPENAI_PATHS: dict[str, Any] = {
         "get": {
             "summary": "A response: its turn's answer and how the turn ended",
             "responses": {
-                "200": {"description": "The response", "content": {"application/json": {"schema": ref(
-                    "OpenAIResponse")}}},
+                "200": {
+                    "description": "The response",
+                    "content": {"application/json": {"schema": ref("OpenAIResponse")}},
+                },
                 "404": _native_error("`response_not_found` (also another tenant's)"),
             },
         },
     },
-}  # fmt: skip
+}
 
 
 def _bodies() -> dict[str, Any]:
@@ -136,8 +139,12 @@ OPENAI_SCHEMAS: dict[str, Any] = {
             "error": {
                 "type": "object",
                 "required": ["message", "type", "param", "code"],
-                "properties": {"message": {"type": "string"}, "type": {"type": "string"}, "param": _NULLABLE_TEXT,
-                               "code": _NULLABLE_TEXT},
+                "properties": {
+                    "message": {"type": "string"},
+                    "type": {"type": "string"},
+                    "param": _NULLABLE_TEXT,
+                    "code": _NULLABLE_TEXT,
+                },
             }
         },
     },
@@ -146,12 +153,19 @@ OPENAI_SCHEMAS: dict[str, Any] = {
         "required": ["object", "data"],
         "properties": {
             "object": {"const": "list"},
-            "data": {"type": "array", "items": {
-                "type": "object",
-                "required": ["id", "object", "created", "owned_by"],
-                "properties": {"id": {"type": "string"}, "object": {"const": "model"}, "created": {"type": "integer"},
-                               "owned_by": {"type": "string"}},
-            }},
+            "data": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["id", "object", "created", "owned_by"],
+                    "properties": {
+                        "id": {"type": "string"},
+                        "object": {"const": "model"},
+                        "created": {"type": "integer"},
+                        "owned_by": {"type": "string"},
+                    },
+                },
+            },
         },
     },
     "ChatCompletion": {
@@ -162,8 +176,10 @@ OPENAI_SCHEMAS: dict[str, Any] = {
             "object": {"const": "chat.completion"},
             "created": {"type": "integer"},
             "model": {"type": "string"},
-            "choices": {"type": "array", "items": {"type": "object",
-                                                   "required": ["index", "message", "finish_reason"]}},
+            "choices": {
+                "type": "array",
+                "items": {"type": "object", "required": ["index", "message", "finish_reason"]},
+            },
             "usage": {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"]},
         },
     },
@@ -183,7 +199,7 @@ OPENAI_SCHEMAS: dict[str, Any] = {
             **_FIXED_RESPONSE_FIELDS,
         },
     },
-}  # fmt: skip
+}
 
 
 def openai_errors(paths: dict[str, Any]) -> dict[str, Any]:

@@ -22,8 +22,11 @@ def tag_of(path: str) -> str:
     if path.startswith("/v1/runs") or path.endswith("/runs"):
         return "runs"
     for prefix, tag in (
-        ("/v1/sessions", "sessions"), ("/v1/agents", "agents"), ("/v1/admin", "admin"), ("/v1/triggers", "triggers"),
-    ):  # fmt: skip
+        ("/v1/sessions", "sessions"),
+        ("/v1/agents", "agents"),
+        ("/v1/admin", "admin"),
+        ("/v1/triggers", "triggers"),
+    ):
         if path.startswith(prefix):
             return tag
     if path.startswith("/v1/collections"):

@@ -202,9 +202,14 @@ class AsyncClient:
         return await self._http.call("GET", url_path("/v1/runs/{}", run_id), Run)
 
     async def list_runs(
-        self, *, status: str | None = None, agent: str | None = None, session_id: str | None = None,
-        limit: int | None = None, after: str | None = None,
-    ) -> Page[Run]:  # fmt: skip
+        self,
+        *,
+        status: str | None = None,
+        agent: str | None = None,
+        session_id: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> Page[Run]:
         """One page of runs, newest first; `status="waiting_human"`: those waiting for a person,
         each with its `pending` request. Raises: APIError: 422 `invalid_input` (a bad filter)."""
         params = _params(status=status, agent=agent, session_id=session_id, limit=limit, after=after)
@@ -219,9 +224,14 @@ class AsyncClient:
         return await self._http.call("POST", url_path("/v1/runs/{}/terminate", run_id), Run)
 
     async def answer(
-        self, run_id: str, operation_id: str, answer: str = "", *, approve: bool | None = None,
+        self,
+        run_id: str,
+        operation_id: str,
+        answer: str = "",
+        *,
+        approve: bool | None = None,
         args_hash: str | None = None,
-    ) -> Run:  # fmt: skip
+    ) -> Run:
         """Answer a run's human request: a question with `answer`; an approval with `approve` and
         the request's `args_hash` (what exactly is approved); an uncertain step with "retry" or "skip".
 

@@ -76,9 +76,14 @@ class Transport:
 
     @asynccontextmanager
     async def stream(
-        self, method: str, path: str, *, body: Any = None, headers: Mapping[str, str] | None = None,
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
         idle_timeout_s: float | None = None,
-    ) -> AsyncIterator[AsyncIterator[SSEEvent]]:  # fmt: skip
+    ) -> AsyncIterator[AsyncIterator[SSEEvent]]:
         """Open an SSE response; yields its events as they arrive.
 
         A stream has no overall deadline (a run may wait hours for a human): `timeout_s` bounds

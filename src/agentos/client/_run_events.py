@@ -73,8 +73,9 @@ async def _one_connection(
         async for sse in events:
             data = event_data(sse)
             if sse.event == "error":  # the stream failed, not the run: no id, resume after the last one
-                raise StreamError(str(data.get("code", "error")), str(data.get("message", "")),
-                                  error_id=data.get("error_id"))  # fmt: skip
+                raise StreamError(
+                    str(data.get("code", "error")), str(data.get("message", "")), error_id=data.get("error_id")
+                )
             yield RunEvent(sse.event, _seq(sse), data)
 
 

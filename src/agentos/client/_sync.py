@@ -164,9 +164,14 @@ class Client:
         return self._run(self._async.get_run(run_id))
 
     def list_runs(
-        self, *, status: str | None = None, agent: str | None = None, session_id: str | None = None,
-        limit: int | None = None, after: str | None = None,
-    ) -> Page[Run]:  # fmt: skip
+        self,
+        *,
+        status: str | None = None,
+        agent: str | None = None,
+        session_id: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> Page[Run]:
         return self._run(
             self._async.list_runs(status=status, agent=agent, session_id=session_id, limit=limit, after=after)
         )
@@ -178,9 +183,14 @@ class Client:
         return self._run(self._async.terminate_run(run_id))
 
     def answer(
-        self, run_id: str, operation_id: str, answer: str = "", *, approve: bool | None = None,
+        self,
+        run_id: str,
+        operation_id: str,
+        answer: str = "",
+        *,
+        approve: bool | None = None,
         args_hash: str | None = None,
-    ) -> Run:  # fmt: skip
+    ) -> Run:
         return self._run(self._async.answer(run_id, operation_id, answer, approve=approve, args_hash=args_hash))
 
     def run_events(self, run_id: str, after: int | None = None) -> Generator[RunEvent, None, None]:

@@ -1,6 +1,6 @@
 """Deleting a session's runs from the SQLite journal (`runs.db`): the runs, their child runs,
 steps, events, and the payloads nothing else refers to, in the caller's transaction.
-(The PostgreSQL journal does the same in one statement: `agentos.journal.pg_sql`.)"""
+(The PostgreSQL journal does the same in one statement: `agentos.journal.postgres`.)"""
 
 from __future__ import annotations
 

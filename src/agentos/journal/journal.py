@@ -155,9 +155,23 @@ class Journal:
     def insert_run(self, row: RunRow) -> Op:
         return (
             self.INSERT_RUN,
-            (row.run_id, row.tenant_id, row.agent, row.session_id, row.parent_run_id, row.depth, row.spec_ref,
-             row.input, row.status, row.result, row.reason, row.created_ms, row.updated_ms, row.context_ref),
-        )  # fmt: skip
+            (
+                row.run_id,
+                row.tenant_id,
+                row.agent,
+                row.session_id,
+                row.parent_run_id,
+                row.depth,
+                row.spec_ref,
+                row.input,
+                row.status,
+                row.result,
+                row.reason,
+                row.created_ms,
+                row.updated_ms,
+                row.context_ref,
+            ),
+        )
 
     def create_run(self, row: RunRow) -> list[Op]:
         """The run's row (on PostgreSQL also its lease, held by this node)."""
@@ -167,12 +181,14 @@ class Journal:
         """The run's terminal state (on PostgreSQL its lease goes with it)."""
         return [self.set_status(run_id, status, now_ms, result=result, reason=reason)]
 
-    def set_status(self, run_id: str, status: str, now_ms: int, *, result: str | None = None,
-                   reason: str | None = None) -> Op:  # fmt: skip
+    def set_status(
+        self, run_id: str, status: str, now_ms: int, *, result: str | None = None, reason: str | None = None
+    ) -> Op:
         return self.SET_STATUS, (status, result, reason, now_ms, run_id)
 
-    def begin_step(self, tenant_id: str, run_id: str, seq: int, kind: StepKind, status: StepStatus,
-                   input_value: Any, now_ms: int) -> list[Op]:  # fmt: skip
+    def begin_step(
+        self, tenant_id: str, run_id: str, seq: int, kind: StepKind, status: StepStatus, input_value: Any, now_ms: int
+    ) -> list[Op]:
         """A new step (or a retry of it: `attempts` counts how often it was started)."""
         ref, put = self.payload(tenant_id, input_value) if input_value is not None else (None, None)
         upsert = self.UPSERT_STEP, (tenant_id, run_id, seq, kind, f"{run_id}:{seq}", status, ref, now_ms)

@@ -10,7 +10,7 @@ Leases. Every unfinished run has a row in `run_leases`: the node that runs it, u
 database's `now()`, never a node's clock) and an epoch. A new run is born owned by the node that
 admitted it (epoch 1); `agentos.agents.leases.LeaseKeeper` renews this node's leases and takes
 over the runs whose lease expired (epoch + 1). Each write of a run is fenced by the epoch this
-node holds it at (`agentos.journal.pg_writer`). The lease row goes with the run's end.
+node holds it at (`FencedWriter`, below). The lease row goes with the run's end.
 
 Tenancy: as in `runs.db`, every read a request can reach names the tenant in its WHERE clause;
 the indexes those reads use are led by `tenant_id`.
@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
 from agentos.coordination.node import node_id
-from agentos.errors import LeaseLost
+from agentos.errors import LeaseLost, StoreError, StoreUnavailable
 from agentos.journal.journal import EventRow, Journal, RunRow, Step
-from agentos.journal.pg_sql import DELETE_SESSION_RUNS, MODEL_TOKENS, STEPS
-from agentos.journal.pg_writer import UNIT, FencedWriter, Unit
 from agentos.journal.run_list import ListedRun, RunQuery, list_runs_sql, listed
 from agentos.journal.run_store import Op, StoreStatistics
 from agentos.store import pg_migrations, pg_pool
 from agentos.store.pg_health import classify, within
+from agentos.store.pg_writer import PgOp, PgWriter
 
 if TYPE_CHECKING:
     import asyncpg
@@ -48,6 +47,106 @@ _TERMINAL = "('completed', 'failed', 'cancelled')"
 # Closing: the node's runs expire now, and it no longer counts among the nodes that take runs over.
 _HAND_OVER = """WITH gone AS (DELETE FROM run_nodes WHERE node = $1)
 UPDATE run_leases SET expires_at = now() WHERE owner = $1"""
+
+
+# -- the writer: group commit, fenced by the leases ------------------------------------------
+#
+# The run journal's writer on PostgreSQL: `PgWriter`'s batches (group commit), with fencing.
+#
+# Each queued item is a unit: the statements of one `JournalStore.write` (all or none) and, when
+# they belong to a run, its fence: (run id, the lease epoch this node holds it at). A batch is
+# one transaction that first locks the lease rows of its runs `FOR SHARE` and checks each fence;
+# the lock holds until COMMIT, so a takeover (which updates the lease row) waits for the batch, and
+# every batch after the takeover sees the new epoch. A node that lost a run therefore cannot
+# write to it any more, even if it was paused past its lease and does not know yet.
+#
+# A failed fence fails the batch, which `PgWriter` then applies unit by unit (each in its own
+# transaction): the unit of the lost run fails with `LeaseLost`, the others commit. Losing a
+# lease is rare (a node that stopped renewing), so that slow path costs nothing in the usual case.
+
+UNIT = "unit"  # the `sql` of a PgOp whose params are a `Unit`
+_LOCK_LEASES = "SELECT run_id, epoch FROM run_leases WHERE run_id = any($1::text[]) AND owner = $2 FOR SHARE"
+
+
+class Unit(NamedTuple):
+    ops: Sequence[tuple[str, Sequence[Any]]]
+    fence: tuple[str, int] | None  # (run id, epoch)
+
+
+class FencedWriter(PgWriter):
+    """A `PgWriter` whose items are `Unit`s, each fenced by its run's lease."""
+
+    def __init__(self, name: str, pool: asyncpg.Pool, *, node: str, **options: Any) -> None:
+        super().__init__(name, pool, **options)
+        self._node = node
+
+    async def _commit(self, batch: Sequence[PgOp]) -> None:
+        units: list[Unit] = [op.params for op in batch if op.sql is not None]  # type: ignore[misc]
+        if not units:
+            return
+        fences = dict(unit.fence for unit in units if unit.fence is not None)
+        runs: list[tuple[str, list[Sequence[Any]]]] = []
+        for unit in units:
+            for sql, params in unit.ops:
+                if runs and runs[-1][0] == sql:
+                    runs[-1][1].append(params)
+                else:
+                    runs.append((sql, [params]))
+        async with self._pool.acquire(timeout=self._acquire_timeout_s) as conn, conn.transaction():
+            if fences:
+                held = dict(await conn.fetch(_LOCK_LEASES, list(fences), self._node))
+                lost = sorted(run for run, epoch in fences.items() if held.get(run) != epoch)
+                if lost:
+                    raise LeaseLost(f"{self.name}: the lease of {', '.join(lost)} is another node's now")
+            for sql, rows in runs:
+                await conn.executemany(sql, rows)
+
+    async def _apply_alone(self, op: PgOp) -> BaseException | None:
+        try:
+            await self._commit([op])
+        except LeaseLost as exc:
+            return exc
+        except Exception as exc:
+            kind = StoreUnavailable if isinstance(exc, self._fatal_errors) else StoreError
+            return kind(f"{self.name}: write failed ({type(exc).__name__}: {exc})")
+        return None
+
+
+# -- the longer reads and the deletion (migration 0002's tables) ------------------------------
+
+STEPS = """SELECT s.seq, s.kind, s.operation_id, s.status, i.body, o.body, s.attempts FROM steps s
+LEFT JOIN payloads i ON i.tenant_id = s.tenant_id AND i.hash = s.input_ref
+LEFT JOIN payloads o ON o.tenant_id = s.tenant_id AND o.hash = s.payload_ref
+WHERE s.run_id = $1 AND s.tenant_id = $2 ORDER BY s.seq"""
+
+_TOKENS = "COALESCE((convert_from(p.body, 'UTF8')::jsonb #>> '{usage,%s}')::bigint, 0)"
+MODEL_TOKENS = f"""SELECT s.tenant_id, SUM({_TOKENS % "prompt_tokens"} + {_TOKENS % "completion_tokens"})
+FROM steps s JOIN payloads p ON p.tenant_id = s.tenant_id AND p.hash = s.payload_ref
+WHERE s.kind = 'model' AND s.status = 'done' AND s.updated_ms >= $1 AND s.updated_ms < $2 GROUP BY s.tenant_id"""
+
+# One statement, so one transaction. A child run's id is its parent's followed by `.n`. Every
+# part of a statement sees the rows as they were before it, so a payload goes only when no run
+# or step outside the doomed ones refers to it (payloads are shared by hash within a tenant).
+_DOOMED = "run_id IN (SELECT run_id FROM doomed)"
+DELETE_SESSION_RUNS = f"""WITH doomed AS (
+  SELECT r.run_id FROM runs r WHERE r.tenant_id = $1 AND (r.session_id = $2 OR EXISTS (
+    SELECT 1 FROM runs p WHERE p.tenant_id = $1 AND p.session_id = $2 AND starts_with(r.run_id, p.run_id || '.')))
+), refs AS (
+  SELECT spec_ref AS ref FROM runs WHERE {_DOOMED}
+  UNION SELECT context_ref FROM runs WHERE {_DOOMED}
+  UNION SELECT input_ref FROM steps WHERE tenant_id = $1 AND {_DOOMED}
+  UNION SELECT payload_ref FROM steps WHERE tenant_id = $1 AND {_DOOMED}
+), gone_events AS (DELETE FROM run_events WHERE tenant_id = $1 AND {_DOOMED}
+), gone_steps AS (DELETE FROM steps WHERE tenant_id = $1 AND {_DOOMED}
+), gone_leases AS (DELETE FROM run_leases WHERE {_DOOMED}
+), gone_requests AS (DELETE FROM run_requests WHERE {_DOOMED}
+), gone_payloads AS (DELETE FROM payloads d WHERE d.tenant_id = $1 AND d.hash IN (SELECT ref FROM refs)
+  AND NOT EXISTS (SELECT 1 FROM runs x WHERE x.tenant_id = $1 AND NOT x.{_DOOMED}
+                  AND (x.spec_ref = d.hash OR x.context_ref = d.hash))
+  AND NOT EXISTS (SELECT 1 FROM steps x WHERE x.tenant_id = $1 AND NOT x.{_DOOMED}
+                  AND (x.input_ref = d.hash OR x.payload_ref = d.hash))
+), gone_runs AS (DELETE FROM runs WHERE {_DOOMED} RETURNING run_id)
+SELECT run_id FROM gone_runs"""
 
 
 class PgJournal(Journal):
@@ -136,10 +235,15 @@ class PgJournalStore:
         self._pool = await pg_pool.create_pool(self.config)
         c = self.config
         self._writer = FencedWriter(
-            "runs", self._pool, node=self.node, fatal_errors=self.unavailable, queue_max_rows=c.queue_max_rows,
-            batch_max_rows=c.batch_max_rows, linger_ms=c.linger_ms,
+            "runs",
+            self._pool,
+            node=self.node,
+            fatal_errors=self.unavailable,
+            queue_max_rows=c.queue_max_rows,
+            batch_max_rows=c.batch_max_rows,
+            linger_ms=c.linger_ms,
             acquire_timeout_s=max(c.postgres_acquire_timeout_s, _WRITER_ACQUIRE_TIMEOUT_S),
-        )  # fmt: skip
+        )
         self._writer.start()
 
     async def close(self) -> None:
@@ -172,9 +276,12 @@ class PgJournalStore:
         if w is None:
             return StoreStatistics(batches=0, statements=self._statements, queued=0)
         return StoreStatistics(
-            batches=w.batches_total, statements=self._statements, queued=w.queued + w.shed_queued,
-            dropped_total=w.dropped_total, failed_total=w.failed_total,
-        )  # fmt: skip
+            batches=w.batches_total,
+            statements=self._statements,
+            queued=w.queued + w.shed_queued,
+            dropped_total=w.dropped_total,
+            failed_total=w.failed_total,
+        )
 
     async def wait_space(self) -> None:
         await self._lane.wait_space()
@@ -249,7 +356,7 @@ class PgJournalStore:
         bodies = dict(
             await self.fetch(
                 "SELECT hash, body FROM payloads WHERE tenant_id = $1 AND hash = any($2)", row.tenant_id, refs
-            )  # fmt: skip
+            )
         )
         context = _decode(bodies.get(row.context_ref)) if row.context_ref else None
         return _decode(bodies.get(row.spec_ref)), await self.last_event_seq(row.run_id), context
@@ -262,8 +369,10 @@ class PgJournalStore:
         rows = await self.fetch(
             "SELECT seq, type, data, created_ms FROM run_events WHERE tenant_id = $1 AND run_id = $2 AND seq > $3"
             " ORDER BY seq",
-            tenant_id, run_id, after_seq,
-        )  # fmt: skip
+            tenant_id,
+            run_id,
+            after_seq,
+        )
         return [EventRow(*r) for r in rows]
 
     async def count_children(self, run_id: str) -> int:

@@ -25,11 +25,38 @@ _DROPPED = frozenset({"script", "style", "head", "noscript", "template", "svg"})
 # the elements that stand apart as paragraphs (a blank line around them: the chunker's boundary)
 _BLOCKS = frozenset(
     {
-        "address", "article", "aside", "blockquote", "details", "div", "dl", "fieldset", "figcaption", "figure",
-        "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "main", "nav", "ol", "p", "pre",
-        "section", "summary", "table", "title", "ul",
+        "address",
+        "article",
+        "aside",
+        "blockquote",
+        "details",
+        "div",
+        "dl",
+        "fieldset",
+        "figcaption",
+        "figure",
+        "footer",
+        "form",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "header",
+        "hr",
+        "main",
+        "nav",
+        "ol",
+        "p",
+        "pre",
+        "section",
+        "summary",
+        "table",
+        "title",
+        "ul",
     }
-)  # fmt: skip
+)
 # the elements that start a new line within a block
 _LINES = frozenset({"br", "dd", "dt", "li", "option", "tr"})
 

@@ -74,9 +74,15 @@ def new_owner() -> str:
 
 class Indexer:
     def __init__(
-        self, config: KnowledgeConfig, storage: KnowledgeStorage, embedder: Embedder, now_ms: Callable[[], int],
-        *, embedded: bool, on_tick: Callable[[], object] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        config: KnowledgeConfig,
+        storage: KnowledgeStorage,
+        embedder: Embedder,
+        now_ms: Callable[[], int],
+        *,
+        embedded: bool,
+        on_tick: Callable[[], object] | None = None,
+    ) -> None:
         self._config = config
         self._storage = storage
         self._embedder = embedder

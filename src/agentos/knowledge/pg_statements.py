@@ -120,6 +120,15 @@ PENDING = "SELECT count(*) FROM knowledge_documents WHERE status IN ('queued', '
 def document_params(d: DocumentRow) -> tuple[Any, ...]:
     """INSERT_DOCUMENT's parameters."""
     return (
-        d.document_id, d.tenant_id, d.collection_id, d.title, d.content_type, d.size_bytes, d.sha256,
-        json.dumps(d.metadata), d.created_ms, d.updated_ms, d.idempotency_key,
-    )  # fmt: skip
+        d.document_id,
+        d.tenant_id,
+        d.collection_id,
+        d.title,
+        d.content_type,
+        d.size_bytes,
+        d.sha256,
+        json.dumps(d.metadata),
+        d.created_ms,
+        d.updated_ms,
+        d.idempotency_key,
+    )

@@ -88,9 +88,17 @@ class PgKnowledgeStorage:
             if await conn.fetchval(q.COUNT_COLLECTIONS, c.tenant_id) >= max_per_tenant:
                 raise Conflict(f"at most {max_per_tenant} collections per tenant", code="too_many_collections")
             row = await conn.fetchrow(
-                q.INSERT_COLLECTION, c.collection_id, c.tenant_id, c.name, c.embedding_model, c.dimensions,
-                c.chunk_tokens, c.chunk_overlap, c.created_ms, c.description,
-            )  # fmt: skip
+                q.INSERT_COLLECTION,
+                c.collection_id,
+                c.tenant_id,
+                c.name,
+                c.embedding_model,
+                c.dimensions,
+                c.chunk_tokens,
+                c.chunk_overlap,
+                c.created_ms,
+                c.description,
+            )
             return collection_row(row)
 
         return await self._in_transaction(create, "create collection")

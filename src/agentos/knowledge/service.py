@@ -65,9 +65,13 @@ class KnowledgeService:
     """
 
     def __init__(
-        self, settings: Settings, storage: KnowledgeStorage, embedder: Embedder, *,
+        self,
+        settings: Settings,
+        storage: KnowledgeStorage,
+        embedder: Embedder,
+        *,
         now_ms: Callable[[], int] = wall_ms,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.config = settings.knowledge
         self.storage = storage
         self._embedder = embedder
@@ -102,9 +106,16 @@ class KnowledgeService:
         spec = as_struct(body)
         tokens, overlap = collection_settings(spec, self.config)
         collection = Collection(
-            new_id("col"), tenant_id, spec.name, spec.embedding_model, spec.dimensions, tokens, overlap,
-            self._now_ms(), spec.description,
-        )  # fmt: skip
+            new_id("col"),
+            tenant_id,
+            spec.name,
+            spec.embedding_model,
+            spec.dimensions,
+            tokens,
+            overlap,
+            self._now_ms(),
+            spec.description,
+        )
         return await self.storage.create_collection(collection, max_per_tenant=self.config.max_collections)
 
     async def list_collections(self, tenant_id: str) -> list[Collection]:
@@ -126,9 +137,16 @@ class KnowledgeService:
     # --- documents ---
 
     async def add_document(
-        self, tenant_id: str, collection: str, content: bytes, content_type: str, *, title: str = "",
-        metadata: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
-    ) -> DocumentRow:  # fmt: skip
+        self,
+        tenant_id: str,
+        collection: str,
+        content: bytes,
+        content_type: str,
+        *,
+        title: str = "",
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> DocumentRow:
         """The document, committed durably (`queued`) before this returns; the indexer is woken.
         With an `idempotency_key` the collection already has for the same content, the document
         it made (in whatever state it is now).
@@ -136,23 +154,45 @@ class KnowledgeService:
         Raises: NotFound, InvalidInput, Conflict (`idempotency_key_reused`: same key, other
         content; `too_many_documents`), StoreError."""
         document, _ = await self.accept_document(
-            tenant_id, collection, content, content_type, title=title, metadata=metadata,
+            tenant_id,
+            collection,
+            content,
+            content_type,
+            title=title,
+            metadata=metadata,
             idempotency_key=idempotency_key,
-        )  # fmt: skip
+        )
         return document
 
     async def accept_document(
-        self, tenant_id: str, collection: str, content: bytes, content_type: str, *, title: str = "",
-        metadata: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
-    ) -> tuple[DocumentRow, bool]:  # fmt: skip
+        self,
+        tenant_id: str,
+        collection: str,
+        content: bytes,
+        content_type: str,
+        *,
+        title: str = "",
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> tuple[DocumentRow, bool]:
         """`add_document`, and whether the answer is an earlier upload's (an idempotent replay)."""
         owner = await self.get_collection(tenant_id, collection)
         now = self._now_ms()
         digest = hashlib.sha256(content).hexdigest()
         row = DocumentRow(
-            new_id("doc"), tenant_id, owner.collection_id, title, content_type, len(content), digest,
-            dict(metadata or {}), "queued", now, now, idempotency_key,
-        )  # fmt: skip
+            new_id("doc"),
+            tenant_id,
+            owner.collection_id,
+            title,
+            content_type,
+            len(content),
+            digest,
+            dict(metadata or {}),
+            "queued",
+            now,
+            now,
+            idempotency_key,
+        )
         stored = await self.storage.insert_document(row, content, max_documents=self.config.max_documents)
         if stored.document_id != row.document_id:
             if stored.sha256 != digest or stored.tenant_id != tenant_id:
@@ -183,9 +223,14 @@ class KnowledgeService:
     # --- queries ---
 
     async def query(
-        self, tenant_id: str, collection: str, query: str, *, top_k: int,
+        self,
+        tenant_id: str,
+        collection: str,
+        query: str,
+        *,
+        top_k: int,
         metadata_filter: Mapping[str, Any] | None = None,
-    ) -> list[Hit]:  # fmt: skip
+    ) -> list[Hit]:
         """The `top_k` best chunks of the collection for `query`: vector nearest neighbours and
         full-text matches, each searched with the filter inside, fused by reciprocal rank.
 
@@ -209,9 +254,13 @@ class KnowledgeService:
         return await self._hits(owner, entry, ranked)
 
     async def search(
-        self, tenant_id: str, collections: tuple[str, ...], query: str, top_k: int,
+        self,
+        tenant_id: str,
+        collections: tuple[str, ...],
+        query: str,
+        top_k: int,
         metadata_filter: Mapping[str, Any] | None = None,
-    ) -> list[dict[str, Any]]:  # fmt: skip
+    ) -> list[dict[str, Any]]:
         """The `search_knowledge` tool: hits of the tenant's `collections` fused into one list,
         each with its collection's name (for citations). Raises: NotFound, InvalidInput."""
         found: list[tuple[float, str, Hit]] = []

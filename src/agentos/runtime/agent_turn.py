@@ -42,9 +42,15 @@ class AgentRuns(Protocol):
     accepting: bool
 
     async def start_run(
-        self, tenant_id: str, agent: str, text: str, session_id: str | None = None, *,
-        context: list[Message] | None = None, run_id: str | None = None,
-    ) -> str: ...  # fmt: skip
+        self,
+        tenant_id: str,
+        agent: str,
+        text: str,
+        session_id: str | None = None,
+        *,
+        context: list[Message] | None = None,
+        run_id: str | None = None,
+    ) -> str: ...
 
     def events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> AsyncIterator[RunEventView]: ...
 

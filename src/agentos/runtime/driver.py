@@ -66,9 +66,14 @@ _RUN_EVENTS = (RunSubmitted, RunResumed, HumanRequested, HumanAnswered, RunCance
 
 class Driver:
     def __init__(
-        self, kernel: Kernel, clock: Clock, cluster: ClusterPermits | None = None, *,
-        turn_holds: ClusterHolds | None = None, run_holds: ClusterHolds | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        kernel: Kernel,
+        clock: Clock,
+        cluster: ClusterPermits | None = None,
+        *,
+        turn_holds: ClusterHolds | None = None,
+        run_holds: ClusterHolds | None = None,
+    ) -> None:
         self.kernel = kernel
         self.clock = clock
         self.cluster = cluster  # the cluster's provider slots, when nodes share the limit

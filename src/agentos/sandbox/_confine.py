@@ -40,8 +40,11 @@ def unshare(namespaces: list[str], identity: dict[str, Any] | None) -> None:
         raise OSError(ctypes.get_errno(), f"unshare({'+'.join(namespaces + ['user'] * userns)})")
     if userns:  # the server's ids appear inside as the workspace's: never as root
         assert identity is not None
-        for path, data in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{identity['uid']} {uid} 1"),
-                           ("/proc/self/gid_map", f"{identity['gid']} {gid} 1")):  # fmt: skip
+        for path, data in (
+            ("/proc/self/setgroups", "deny"),
+            ("/proc/self/uid_map", f"{identity['uid']} {uid} 1"),
+            ("/proc/self/gid_map", f"{identity['gid']} {gid} 1"),
+        ):
             with open(path, "w") as f:
                 f.write(data)
 

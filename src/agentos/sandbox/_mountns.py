@@ -40,8 +40,12 @@ _OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC, _AT_EMPTY_PATH, _MOVE_MOUNT_F_EMPTY_PATH =
 _REMOUNT = 32
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc", "/opt")
 _DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
-_DEVICE_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
-                 "stderr": "/proc/self/fd/2"}  # fmt: skip
+_DEVICE_LINKS = {
+    "fd": "/proc/self/fd",
+    "stdin": "/proc/self/fd/0",
+    "stdout": "/proc/self/fd/1",
+    "stderr": "/proc/self/fd/2",
+}
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -122,8 +126,7 @@ def _scaffold(proc: bool, tmp_mb: int) -> None:
     os.chdir("/")
     _system_dirs()
     _devices()
-    _mount("tmpfs", "/newroot/tmp", "tmpfs", _NOSUID | _NODEV, f"mode=1777,size={tmp_mb}m,nr_inodes=65536",
-           mkdir=True)  # fmt: skip
+    _mount("tmpfs", "/newroot/tmp", "tmpfs", _NOSUID | _NODEV, f"mode=1777,size={tmp_mb}m,nr_inodes=65536", mkdir=True)
     if proc:
         _mount("proc", "/newroot/proc", "proc", _NOSUID | _NODEV | _NOEXEC, mkdir=True)
 
@@ -176,8 +179,9 @@ def _enter(new_root: str) -> None:
     os.chdir("/")
 
 
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None,
-           *, mkdir: bool = False) -> None:  # fmt: skip
+def _mount(
+    source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None, *, mkdir: bool = False
+) -> None:
     if mkdir:
         os.mkdir(target, 0o755)
     args = [None if s is None else os.fsencode(s) for s in (source, target, fstype)]

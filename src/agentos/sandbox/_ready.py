@@ -58,8 +58,12 @@ class Pool:
 
     def fits(self, request: dict[str, Any]) -> bool:
         identity = request.get("identity") or {}
-        return (self.size > 0 and not request.get("probe") and request["namespaces"] == self.namespaces
-                and identity.get("how") == "setuid")  # fmt: skip
+        return (
+            self.size > 0
+            and not request.get("probe")
+            and request["namespaces"] == self.namespaces
+            and identity.get("how") == "setuid"
+        )
 
     def fds(self) -> list[int]:
         """The pool's sockets: a child of the fork server closes them (each ready sandbox must
@@ -125,8 +129,11 @@ class Pool:
         self._failures += 1
         if self._failures >= _FAILURES_MAX:
             self.size = 0
-            os.write(2, f"sandbox: {_FAILURES_MAX} ready sandboxes in a row failed ({why}): every command "
-                        "is started fresh\n".encode())  # fmt: skip
+            os.write(
+                2,
+                f"sandbox: {_FAILURES_MAX} ready sandboxes in a row failed ({why}): every command "
+                "is started fresh\n".encode(),
+            )
 
     def close(self) -> None:
         for pid, sock in [*self._ready.items(), *self._preparing.items()]:

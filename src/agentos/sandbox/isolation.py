@@ -76,8 +76,10 @@ class SandboxStatus:
         if self.mode == "strict":
             return f"sandbox: strict ({_described(PARTS)}; identity by {self.identity}{scoping})"
         if self.mode == "weaker":
-            return (f"sandbox: WEAKER, allowed by sandbox.allow_weaker: commands run without "
-                    f"{_described(self.missing)}{scoping}")  # fmt: skip
+            return (
+                f"sandbox: WEAKER, allowed by sandbox.allow_weaker: commands run without "
+                f"{_described(self.missing)}{scoping}"
+            )
         return (
             f"sandbox: run_command is refused: this OS cannot give commands {_described(self.missing)}; "
             "set sandbox.allow_weaker = true to run them in a weaker sandbox"
@@ -124,8 +126,9 @@ async def _first_identity(try_parts: TryParts, kinds: list[IdentityKind]) -> Ide
     return None
 
 
-async def _failed(try_parts: TryParts, namespaces: list[str], kind: IdentityKind | None, landlock: bool,
-                  part: str) -> bool:  # fmt: skip
+async def _failed(
+    try_parts: TryParts, namespaces: list[str], kind: IdentityKind | None, landlock: bool, part: str
+) -> bool:
     reason = await try_parts(namespaces, kind, landlock)
     if reason:
         log.info("sandbox: %s is unavailable: %s", _DESCRIPTIONS[part], reason)

@@ -111,9 +111,13 @@ class Sandbox:
             return self._status
         async with self._probe_lock:
             if self._status is None:
-                status = await probe(self._try_parts, root=os.geteuid() == 0, landlock_abi=self._landlock_abi,
-                                     allow_weaker=self._config.allow_weaker,
-                                     scoping=_landlock.scopes(self._landlock_abi))  # fmt: skip
+                status = await probe(
+                    self._try_parts,
+                    root=os.geteuid() == 0,
+                    landlock_abi=self._landlock_abi,
+                    allow_weaker=self._config.allow_weaker,
+                    scoping=_landlock.scopes(self._landlock_abi),
+                )
                 level = logging.INFO if status.mode == "strict" else logging.WARNING
                 log.log(level, "%s", status.summary())
                 await self._keep_ready(status)
@@ -129,8 +133,11 @@ class Sandbox:
         if not size:
             return
         if status.mode == "refused" or status.identity != "setuid" or not status.namespaces:
-            log.info("sandbox: no ready sandboxes (sandbox.ready_sandboxes = %d): they need the server to run "
-                     "as root and at least one namespace; every command starts fresh", size)  # fmt: skip
+            log.info(
+                "sandbox: no ready sandboxes (sandbox.ready_sandboxes = %d): they need the server to run "
+                "as root and at least one namespace; every command starts fresh",
+                size,
+            )
             return
         await self._forks.keep_ready(list(status.namespaces), size, CommandLimits().file_size_mb)
         log.info("sandbox: %d ready sandboxes kept for bursts of commands", size)
@@ -193,17 +200,27 @@ class Sandbox:
     @staticmethod
     def _warn_if_unsearchable(workdir: Path) -> None:
         if (blocked := unsearchable_parent(workdir)) is not None:
-            log.warning("sandbox: %s is not searchable by other users: commands in %s reach their workspace "
-                        "by relative paths only (chmod o+x it to allow $HOME and absolute paths)",
-                        blocked, workdir.parent)  # fmt: skip
+            log.warning(
+                "sandbox: %s is not searchable by other users: commands in %s reach their workspace "
+                "by relative paths only (chmod o+x it to allow $HOME and absolute paths)",
+                blocked,
+                workdir.parent,
+            )
 
     async def _try_parts(self, namespaces: list[str], identity: IdentityKind | None, landlock: bool) -> str:
         """Confine a throwaway child with these parts (it exits instead of executing): "" when
         that worked, else why not."""
-        request = {"argv": ["true"], "cwd": "/", "env": {"PATH": _SAFE_PATH}, "rlimits": [], "probe": True,
-                   "namespaces": namespaces, "identity": _identity(identity, self._identities.probe_uid),
-                   "landlock": self._policy("/", "mount" in namespaces) if landlock else None,
-                   "mount": {"workspace": None, "tmp_mb": 1}}  # fmt: skip
+        request = {
+            "argv": ["true"],
+            "cwd": "/",
+            "env": {"PATH": _SAFE_PATH},
+            "rlimits": [],
+            "probe": True,
+            "namespaces": namespaces,
+            "identity": _identity(identity, self._identities.probe_uid),
+            "landlock": self._policy("/", "mount" in namespaces) if landlock else None,
+            "mount": {"workspace": None, "tmp_mb": 1},
+        }
         result = await self._execute(request, CommandLimits(timeout_s=10))
         return "" if result.exit_code == 0 else (result.stderr.strip() or f"exit code {result.exit_code}")
 

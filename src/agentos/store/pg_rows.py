@@ -57,9 +57,16 @@ def message_params(r: MessageRecord, event: EventRecord | None = None) -> tuple[
 def message_from_row(row: Any) -> MessageRecord:
     mid, tenant, sid, tid, role, content, status, usage, created = row
     return MessageRecord(
-        message_id=mid, tenant_id=tenant, session_id=sid, turn_id=tid, role=role, content=content,
-        status=status, usage=_decode(usage) if usage else None, created_at_ms=created,
-    )  # fmt: skip
+        message_id=mid,
+        tenant_id=tenant,
+        session_id=sid,
+        turn_id=tid,
+        role=role,
+        content=content,
+        status=status,
+        usage=_decode(usage) if usage else None,
+        created_at_ms=created,
+    )
 
 
 def session_from_row(row: Any) -> SessionRecord:

@@ -231,8 +231,12 @@ class PgWriter:
         delay_s = self._backoff.failed(now)
         log.error(
             "%s batch of %d failed: database unreachable (%s); %d durable writes kept, tried again in %.2fs",
-            self.name, len(batch), exc, len(kept), delay_s,
-        )  # fmt: skip
+            self.name,
+            len(batch),
+            exc,
+            len(kept),
+            delay_s,
+        )
         return [*rest, *self._batcher.remove(lambda op: op.future is not None)]
 
     async def _commit(self, batch: Sequence[PgOp]) -> None:

@@ -71,9 +71,14 @@ class SQLiteStore(OneNodeTurns):
         sessions_schema = SESSIONS_SCHEMA + turn_ends.SCHEMA
         self._sessions = Writer("messages", data_dir / "sessions.db", sessions_schema, retry_puts=True, **opts)
         self._events = Writer(
-            "events", data_dir / "events.db", EVENTS_SCHEMA,
-            on_batch=on_batch, migrate=migrate_sqlite_events, retry_puts=True, **opts,
-        )  # fmt: skip
+            "events",
+            data_dir / "events.db",
+            EVENTS_SCHEMA,
+            on_batch=on_batch,
+            migrate=migrate_sqlite_events,
+            retry_puts=True,
+            **opts,
+        )
         self._access = Writer("access", data_dir / "access.db", ACCESS_SCHEMA, migrate=migrate_access, **opts)
         self._ends = turn_ends.TurnEnds(self._sessions, self._events)
         self._jsonl = JsonlLog(Path(jsonl_dir), queue_max_rows=config.queue_max_rows) if jsonl_dir else None

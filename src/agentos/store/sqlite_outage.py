@@ -85,8 +85,15 @@ class Outage:
         log.error(
             "%s writer: the disk failed a batch of %d (%s); %d durable writes kept, tried again in %.2fs;"
             " %d dropped (%d rows wait already); %d awaited operations queued behind it fail",
-            self.name, len(batch), cause, len(kept), delay_s, len(dropped), len(self._batcher) - len(kept), len(behind),
-        )  # fmt: skip
+            self.name,
+            len(batch),
+            cause,
+            len(kept),
+            delay_s,
+            len(dropped),
+            len(self._batcher) - len(kept),
+            len(behind),
+        )
         failed = [*failed, *dropped, *behind]
         return failed, [store_error(self.name, cause) for _ in failed]
 

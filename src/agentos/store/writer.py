@@ -121,9 +121,13 @@ class Writer:
 
     def _connect(self) -> sqlite3.Connection:
         return connect(
-            self.name, self._path, self._schema, synchronous=self._synchronous,
-            busy_timeout_ms=self._busy_timeout_ms, migrate=self._migrate,
-        )  # fmt: skip
+            self.name,
+            self._path,
+            self._schema,
+            synchronous=self._synchronous,
+            busy_timeout_ms=self._busy_timeout_ms,
+            migrate=self._migrate,
+        )
 
     async def close(self) -> None:
         """Refuse new operations, apply every queued one, then stop the thread."""

@@ -70,10 +70,17 @@ def retry_delay_s(config: TriggersConfig, attempts: int) -> float:
 
 class Dispatcher:
     def __init__(
-        self, storage: TriggerStorage, runs: RunService, config: TriggersConfig, owner: str,
-        now_ms: Callable[[], int], metrics: TriggerMetrics, *,
-        tenant_enabled: Callable[[str], bool] = lambda _: True, reclaim: bool = False,
-    ) -> None:  # fmt: skip
+        self,
+        storage: TriggerStorage,
+        runs: RunService,
+        config: TriggersConfig,
+        owner: str,
+        now_ms: Callable[[], int],
+        metrics: TriggerMetrics,
+        *,
+        tenant_enabled: Callable[[str], bool] = lambda _: True,
+        reclaim: bool = False,
+    ) -> None:
         """`reclaim`: this owner is the only one (SQLite): leases it finds at start are its own
         previous process's, so its first rounds take them back at once instead of waiting
         `LEASE_MS` for them to expire."""

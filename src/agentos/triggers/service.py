@@ -56,9 +56,15 @@ class TriggerService:
     """
 
     def __init__(
-        self, settings: Settings, storage: TriggerStorage, runs: RunService, pepper: bytes, *,
-        now_ms: Callable[[], int] = wall_ms, tenant_enabled: Callable[[str], bool] = lambda _: True,
-    ) -> None:  # fmt: skip
+        self,
+        settings: Settings,
+        storage: TriggerStorage,
+        runs: RunService,
+        pepper: bytes,
+        *,
+        now_ms: Callable[[], int] = wall_ms,
+        tenant_enabled: Callable[[str], bool] = lambda _: True,
+    ) -> None:
         """`tenant_enabled`: False for a disabled (or removed) tenant: its triggers answer 404
         and its queued deliveries fail (`tenant_disabled`) instead of starting runs."""
         self.config = settings.triggers

@@ -36,17 +36,31 @@ def decode_secrets(raw: str | bytes) -> tuple[SecretRow, ...]:
 def trigger_values(t: TriggerRow) -> tuple[Any, ...]:
     """The values of `TRIGGER_COLUMNS` for `t` (`enabled` as the driver's boolean: SQLite stores 0/1)."""
     return (
-        t.trigger_id, t.tenant_id, t.agent, t.input_template, t.description, t.enabled,
-        encode_secrets(t.secrets), t.created_ms,
-    )  # fmt: skip
+        t.trigger_id,
+        t.tenant_id,
+        t.agent,
+        t.input_template,
+        t.description,
+        t.enabled,
+        encode_secrets(t.secrets),
+        t.created_ms,
+    )
 
 
 def delivery_values(d: DeliveryRow) -> tuple[Any, ...]:
     """The values of `DELIVERY_COLUMNS` for `d`."""
     return (
-        d.tenant_id, d.trigger_id, d.webhook_id, d.run_id, d.payload, d.received_ms, d.status,
-        d.attempts, d.next_attempt_ms, d.reason,
-    )  # fmt: skip
+        d.tenant_id,
+        d.trigger_id,
+        d.webhook_id,
+        d.run_id,
+        d.payload,
+        d.received_ms,
+        d.status,
+        d.attempts,
+        d.next_attempt_ms,
+        d.reason,
+    )
 
 
 def trigger_row(row: Sequence[Any]) -> TriggerRow:
