@@ -7,8 +7,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from agentos.knowledge.sqlite_schema import SCHEMA, VERSION
-from agentos.knowledge.sqlite_storage import SqliteKnowledgeStorage
+from agentos.knowledge.sqlite_storage import SCHEMA, VERSION, SqliteKnowledgeStorage
 from tests.knowledge.test_storage import collection, indexed
 
 # What version 0 added to SCHEMA (as it shipped): the FTS5 index over the chunks and its triggers.

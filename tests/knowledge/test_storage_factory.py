@@ -9,7 +9,7 @@ import msgspec
 from agentos.config import StoreConfig, load_settings
 from agentos.knowledge.pg_storage import PgKnowledgeStorage
 from agentos.knowledge.sqlite_storage import SqliteKnowledgeStorage
-from agentos.knowledge.storage_factory import open_storage
+from agentos.knowledge.storage import open_storage
 from tests.knowledge.test_storage import collection
 
 

@@ -95,7 +95,7 @@ async def test_a_superseded_turn_stores_neither_its_answer_nor_its_event() -> No
 async def test_sqlite_writes_again_at_start_the_terminal_events_a_crash_lost(tmp_path: Path) -> None:
     """A crash image taken while events.db is locked (its writer cannot commit): the answers
     and their copies are in sessions.db, the events are not in events.db. Opened again, the
-    store writes them there (`agentos.store.sqlite_turn_ends`)."""
+    store writes them there (`agentos.store.sqlite`)."""
     live, image = tmp_path / "live", tmp_path / "image"
     store = SQLiteStore(live, StoreConfig(busy_timeout_ms=60_000))
     await store.start()

@@ -304,6 +304,6 @@ class KnowledgeService:
 def open_knowledge_storage(settings: Settings, data_dir: Path | None) -> KnowledgeStorage:
     """`knowledge.db` in `data_dir` (in memory without one), or PostgreSQL with
     `store.backend = "postgres"`."""
-    from agentos.knowledge.storage_factory import open_storage
+    from agentos.knowledge.storage import open_storage
 
     return open_storage(settings, data_dir)

@@ -21,17 +21,18 @@ FTS5 one was dropped in version 1 of the file, `sqlite_schema`).
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import threading
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agentos.errors import StoreUnavailable
 from agentos.knowledge import filters
 from agentos.knowledge import sqlite_tables as t
 from agentos.knowledge.records import ChunkBatch, ChunkRow, Collection, DocumentRow
-from agentos.knowledge.sqlite_readers import Readers
-from agentos.knowledge.sqlite_schema import SCHEMA, migrate
 from agentos.store.writer import Writer
 
 T = TypeVar("T")
@@ -134,3 +135,153 @@ class SqliteKnowledgeStorage:
 
     async def pending(self) -> int:
         return await self._run(t.pending)
+
+
+# -- The tables of `knowledge.db` (created at open) and its migrations (`migrate`, run by the ------
+# writer after the schema at every open, as for runs.db).
+#
+# Chunk ids are `INTEGER PRIMARY KEY AUTOINCREMENT`: never reused, and with one writer thread
+# committed in id order, so an index that loaded up to chunk N misses nothing by loading > N.
+#
+# Versions (`PRAGMA user_version`): 0, the first, also kept an FTS5 index over `chunks` (the
+# `chunks_fts` table, its `chunks_vocab` view and two triggers that wrote every chunk's words into
+# it); 1 drops them: the service searches its in-memory `TextIndex` (built from `chunks.text`), so
+# the FTS5 index was written with every chunk and read by nothing.
+
+
+VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS collections (
+    collection_id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    model TEXT NOT NULL,
+    dims INTEGER NOT NULL,
+    chunk_tokens INTEGER NOT NULL,
+    chunk_overlap INTEGER NOT NULL,
+    created_ms INTEGER NOT NULL,
+    description TEXT NOT NULL DEFAULT '',
+    documents INTEGER NOT NULL DEFAULT 0,
+    chunks INTEGER NOT NULL DEFAULT 0,
+    deletions INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (tenant_id, name)
+);
+CREATE TABLE IF NOT EXISTS documents (
+    document_id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL,
+    collection_id TEXT NOT NULL,
+    title TEXT NOT NULL,
+    content_type TEXT NOT NULL,
+    size_bytes INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    idempotency_key TEXT,
+    reason TEXT,
+    chunks INTEGER NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    lease_owner TEXT,
+    lease_until_ms INTEGER,
+    UNIQUE (collection_id, idempotency_key)
+);
+CREATE INDEX IF NOT EXISTS documents_by_collection ON documents (collection_id, document_id);
+CREATE INDEX IF NOT EXISTS documents_pending ON documents (created_ms) WHERE status IN ('queued', 'indexing');
+-- Kept until the document is deleted: a document can be indexed again (another model, a crash).
+CREATE TABLE IF NOT EXISTS document_content (document_id TEXT PRIMARY KEY, body BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS chunks (
+    chunk_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    collection_id TEXT NOT NULL,
+    document_id TEXT NOT NULL,
+    ordinal INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    vector BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_by_collection ON chunks (collection_id, chunk_id);
+CREATE INDEX IF NOT EXISTS chunks_by_document ON chunks (document_id);
+"""
+
+# 0 -> 1: without the FTS5 index. One transaction: a crash leaves version 0, and the next open
+# drops again (every statement is IF EXISTS).
+_DROP_FULL_TEXT = """
+BEGIN IMMEDIATE;
+DROP TRIGGER IF EXISTS chunks_fts_insert;
+DROP TRIGGER IF EXISTS chunks_fts_delete;
+DROP TABLE IF EXISTS chunks_vocab;
+DROP TABLE IF EXISTS chunks_fts;
+PRAGMA user_version = 1;
+COMMIT;
+"""
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """Bring a `knowledge.db` of an earlier version to `VERSION` (a new file: only numbers it)."""
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    if version < 1:
+        db.executescript(_DROP_FULL_TEXT)
+
+
+# -- Read-only connections to `knowledge.db` for the query path, beside its one writer -------------
+#
+# Why: through the writer, a query's reads queue behind the indexer's batches (chunks, their
+# full-text entries, an fsync each), and two queries' searches run one after the other on the
+# writer's thread. The file is in WAL mode, so readers on their own connections run alongside the
+# writer and each other, and never block it.
+#
+# Each read runs in a worker thread (`asyncio.to_thread`) on that thread's own connection, opened
+# read-only on first use; every statement is its own read transaction (autocommit), so it sees
+# every transaction committed before it started: a document that reads `ready` (committed by the
+# writer with its chunks) has its chunks visible to any read that starts afterwards.
+#
+# A database in memory (no file) has no second connection: `Readers(None)` runs nothing and the
+# storage reads through the writer instead.
+
+
+_BUSY_TIMEOUT_MS = 5000
+
+
+class Readers:
+    def __init__(self, path: Path) -> None:
+        self._uri = f"{path.resolve().as_uri()}?mode=ro"
+        self._local = threading.local()
+        self._opened: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`fn(connection)` in a worker thread. Raises: StoreUnavailable once closed or when the
+        file cannot be read."""
+        return await asyncio.to_thread(self._call, fn)
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return fn(self._connection())
+        except (sqlite3.OperationalError, sqlite3.ProgrammingError) as exc:  # ProgrammingError: closed meanwhile
+            raise StoreUnavailable(f"knowledge.db cannot be read: {exc}") from exc
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._closed:  # this thread's connection, if it has one, is closed
+            raise StoreUnavailable("knowledge.db is closed")
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        with self._lock:
+            if self._closed:
+                raise StoreUnavailable("knowledge.db is closed")
+            # check_same_thread=False only so that close() can close it from another thread:
+            # it is used by this thread alone
+            conn = sqlite3.connect(self._uri, uri=True, check_same_thread=False, isolation_level=None)
+            conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+            self._opened.append(conn)
+        self._local.conn = conn
+        return conn
+
+    def close(self) -> None:
+        """Close every connection (called once no read is running: the storage closes last)."""
+        with self._lock:
+            self._closed = True
+            opened, self._opened = self._opened, []
+        for conn in opened:
+            conn.close()

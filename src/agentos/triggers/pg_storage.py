@@ -26,7 +26,7 @@ from agentos.errors import Conflict
 from agentos.store import pg_pool
 from agentos.store.pg_side_pool import SidePool
 from agentos.triggers.records import DeliveryRow, SecretRow, TriggerRow
-from agentos.triggers.storage_rows import (
+from agentos.triggers.storage import (
     DELIVERY_COLUMNS,
     TRIGGER_COLUMNS,
     delivery_row,

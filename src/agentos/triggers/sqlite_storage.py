@@ -30,7 +30,7 @@ from agentos.clock import wall_ms
 from agentos.errors import Conflict
 from agentos.store.writer import Writer
 from agentos.triggers.records import DeliveryRow, SecretRow, TriggerRow
-from agentos.triggers.storage_rows import (
+from agentos.triggers.storage import (
     DELIVERY_COLUMNS,
     TRIGGER_COLUMNS,
     delivery_row,
