@@ -76,7 +76,14 @@ async def test_an_input_over_the_character_limit_is_422(server_factory, mock, ht
     server: RunningServer = await server_factory(mock.url, **{"kernel.max_input_chars": 10})
     sid = await new_session(http, server.url)
     async with http.post(f"{server.url}/v1/sessions/{sid}/turns", json={"input": "x" * 11}) as r:
-        await expect_error(r, 422)
+        turn_error = (await expect_error(r, 422, "invalid_input"))["error"]["message"]
+    async with http.post(f"{server.url}/v1/agents", json={"name": "ops", "tools": []}) as r:
+        assert r.status == 201, await r.text()
+    async with http.post(f"{server.url}/v1/agents/ops/runs", json={"input": "x" * 11}) as r:
+        run_error = (await expect_error(r, 422, "invalid_input"))["error"][
+            "message"
+        ]  # a run's input: the same answer as a turn's
+    assert run_error == turn_error == "input is 11 characters; the limit is 10"
 
 
 async def test_an_unsupported_accept_is_406(server: RunningServer, http: aiohttp.ClientSession) -> None:

@@ -6,16 +6,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from agentos.errors import Conflict, InvalidInput, PayloadTooLarge
+from agentos.errors import Conflict, InvalidInput
 
 _ANSWER_KINDS = ("question", "approval", "uncertain")
-
-
-def check_input(text: object, max_chars: int) -> None:
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidInput("input must be a non-empty string")
-    if len(text) > max_chars:
-        raise PayloadTooLarge(f"input is {len(text)} characters, over the limit of {max_chars}")
 
 
 def check_answer(request: dict[str, Any], answer: str, approve: bool | None, args_hash: str | None) -> dict[str, Any]:

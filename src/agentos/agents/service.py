@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentos.agents.agents import AgentRegistry
-from agentos.agents.checks import check_input, remove_dirs
+from agentos.agents.checks import remove_dirs
 from agentos.agents.cluster import cluster_for
 from agentos.agents.fanout import Bridge, RunEvent
 from agentos.agents.host import ToolHub
@@ -44,6 +44,7 @@ from agentos.kernel import RunCancelRequested
 from agentos.mcp.tools import McpHub
 from agentos.providers.base import Message, Provider
 from agentos.runtime.driver import Driver
+from agentos.runtime.turn import check_input
 from agentos.sandbox.sandbox import Sandbox
 
 if TYPE_CHECKING:
@@ -216,7 +217,7 @@ class RunService:
             AdmissionRejected: over `kernel.max_active_runs`.
             NotFound: no such agent (or another tenant's).
             InvalidInput: empty input.
-            PayloadTooLarge: input over `kernel.max_input_chars`.
+            InvalidInput: input blank or over `kernel.max_input_chars` (as a turn's).
         """
         if not self.accepting:
             raise ShuttingDown("the server is shutting down")

@@ -26,11 +26,10 @@ from aiohttp import web
 from agentos.api.admission import starting_turn
 from agentos.api.keys import QUOTAS, RUNS, RUNTIME
 from agentos.api.openai_wire import ChatMessage, text_of
-from agentos.api.turns import check_input
 from agentos.errors import BadRequest, NotFound, StoreUnavailable
 from agentos.providers.base import Message
 from agentos.runtime.runtime import DEFAULT_AGENT
-from agentos.runtime.turn import Turn
+from agentos.runtime.turn import Turn, check_input
 from agentos.tenancy.principal import Principal
 
 SESSION_HEADER = "X-Session-Id"
@@ -125,7 +124,7 @@ async def open_turn(
     QuotaExceeded, RateLimited, AdmissionRejected, ShuttingDown, InvalidInput.
     """
     runtime = request.app[RUNTIME]
-    check_input(runtime, plan.text)
+    check_input(plan.text, runtime.settings.kernel.max_input_chars)
     if session_id is not None:
         runs_it = await runtime.sessions.agent_running(who.tenant_id, session_id)  # no store read when in memory
         if runs_it != agent:

@@ -11,9 +11,9 @@ from agentos.api.body import TurnCreate, read_body
 from agentos.api.keys import QUOTAS, RUNTIME
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSEStream, failures_as_events
-from agentos.errors import InvalidInput, NotAcceptable
+from agentos.errors import NotAcceptable
 from agentos.runtime.runtime import Runtime
-from agentos.runtime.turn import TERMINAL_EVENTS, CollectingSink, Turn
+from agentos.runtime.turn import TERMINAL_EVENTS, CollectingSink, Turn, check_input
 from agentos.tenancy.principal import Scope, require
 from agentos.tenancy.quotas import Quotas
 
@@ -29,15 +29,6 @@ def wants_sse(accept: str) -> bool:
     raise NotAcceptable(f"cannot produce {accept!r}; use text/event-stream or application/json")
 
 
-def check_input(runtime: Runtime, text: str) -> None:
-    """Raises: InvalidInput: empty, or over `kernel.max_input_chars`."""
-    if not text.strip():
-        raise InvalidInput("input must not be empty")
-    limit = runtime.settings.kernel.max_input_chars
-    if len(text) > limit:
-        raise InvalidInput(f"input is {len(text)} characters; the limit is {limit}")
-
-
 @routes.post("/v1/sessions/{session_id}/turns")
 async def post_turn(request: web.Request) -> web.StreamResponse:
     """The order of the checks (docs/api.md, "Admission"): the key (401), the request rate (429),
@@ -49,7 +40,7 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     sse = wants_sse(request.headers.get("Accept", ""))
     runtime.offer_turn(who.tenant_id)  # a refusal reads no body and looks nothing up
     body = await read_body(request, TurnCreate)
-    check_input(runtime, body.input)
+    check_input(body.input, runtime.settings.kernel.max_input_chars)
     async with starting_turn(request.app, who):
         turn = await runtime.start_turn(who.tenant_id, request.match_info["session_id"], body.input)
     quotas = request.app[QUOTAS]

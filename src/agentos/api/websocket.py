@@ -21,10 +21,9 @@ from agentos.api.admission import MeteredSink, starting_turn
 from agentos.api.body import decode_json
 from agentos.api.errors import INTERNAL_MESSAGE, STARTED, log_internal_error
 from agentos.api.keys import MAX_BODY_BYTES, QUOTAS, RUNTIME
-from agentos.api.turns import check_input
 from agentos.errors import RequestError
 from agentos.runtime.runtime import Runtime
-from agentos.runtime.turn import Turn
+from agentos.runtime.turn import Turn, check_input
 from agentos.tenancy.principal import Principal, Scope, require
 
 routes = web.RouteTableDef()
@@ -81,7 +80,7 @@ async def _on_frame(app: web.Application, who: Principal, session_id: str, raw: 
         await runtime.ensure_loaded(tenant_id, session_id)  # it may have been evicted since
         runtime.cancel_turn(tenant_id, session_id)
         return None
-    check_input(runtime, frame.input)
+    check_input(frame.input, runtime.settings.kernel.max_input_chars)
     runtime.offer_turn(tenant_id)  # draining or full: refused before the quota, the limiter, the session
     async with starting_turn(app, who):  # a turn started over the socket counts like one over HTTP
         return await runtime.start_turn(tenant_id, session_id, frame.input)

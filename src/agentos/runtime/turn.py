@@ -11,11 +11,24 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from agentos.errors import InvalidInput
 from agentos.providers.base import Message
 from agentos.store.records import MessageRecord
 
 EventName = Literal["turn.started", "token", "turn.completed", "turn.cancelled", "turn.failed"]
 TERMINAL_EVENTS: frozenset[str] = frozenset({"turn.completed", "turn.cancelled", "turn.failed"})
+
+
+def check_input(text: object, max_chars: int) -> None:
+    """The one check of a turn's or a run's input, wherever it comes from (a turn, a WebSocket
+    frame, the OpenAI door, a run, a trigger's delivery).
+
+    Raises: InvalidInput (422 `invalid_input`): not a string, blank, or over `max_chars`
+        (`kernel.max_input_chars`)."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput("input must be a non-empty string")
+    if len(text) > max_chars:
+        raise InvalidInput(f"input is {len(text)} characters; the limit is {max_chars}")
 
 
 class TurnSink(Protocol):
