@@ -54,8 +54,8 @@ async def test_a_document_over_a_megabyte_is_taken_and_one_over_the_cap_is_refus
 @pytest.mark.parametrize(
     ("headers", "body", "status", "code"),
     [
-        ({"Content-Type": "image/png"}, b"\x89PNG", 415, "unsupported_content_type"),
-        ({}, b'{"content": "x", "content_type": "image/png"}', 415, "unsupported_content_type"),
+        ({"Content-Type": "image/png"}, b"\x89PNG", 415, "unsupported_media_type"),
+        ({}, b'{"content": "x", "content_type": "image/png"}', 415, "unsupported_media_type"),
         ({}, b'{"content": "x", "content_type": ', 400, "malformed_json"),
         ({}, b'{"content": 5, "content_type": "text/plain"}', 422, "invalid_input"),
         ({}, b'{"content": "x", "content_type": "text/plain", "extra": 1}', 422, "invalid_input"),

@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from agentos.errors import InvalidInput
+from agentos.errors import InvalidInput, UnsupportedMediaType
 from agentos.knowledge import extract
 from agentos.knowledge.extract import extract_text, media_type
 from tests.knowledge.pdfs import make_pdf
@@ -85,8 +85,10 @@ def test_pdf_pages_are_capped(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("content_type", ["image/png", "application/json", "", "text", "application/pdfx"])
 def test_unsupported_types(content_type: str) -> None:
-    error = expect_invalid(b"data", content_type, "unsupported_content_type")
-    assert "text/plain" in error.message  # the message says what is supported
+    with pytest.raises(UnsupportedMediaType) as caught:
+        extract_text(b"data", content_type)
+    assert (caught.value.status, caught.value.code) == (415, "unsupported_media_type")
+    assert "text/plain" in caught.value.message  # the message says what is supported
 
 
 @pytest.mark.parametrize(

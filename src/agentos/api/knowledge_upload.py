@@ -21,17 +21,12 @@ from aiohttp import web
 from agentos.api.body import decode_json, header_text
 from agentos.api.body_encoding import read_raw
 from agentos.config.knowledge import KnowledgeConfig
-from agentos.errors import BadRequest, InvalidInput, PayloadTooLarge, RequestError
+from agentos.errors import BadRequest, InvalidInput, PayloadTooLarge, UnsupportedMediaType
 from agentos.knowledge.extract import SUPPORTED_TYPES
 from agentos.knowledge.inputs import MAX_IDEMPOTENCY_KEY, MAX_TITLE_CHARS, TEXT_TYPES, DocumentUpload, document_metadata
 
 JSON_OVERHEAD = 1 << 16  # the JSON around a document: title, metadata, keys
 _KEY = re.compile(rf"^[\x21-\x7e]{{1,{MAX_IDEMPOTENCY_KEY}}}$")
-
-
-class UnsupportedMediaType(RequestError):
-    status = 415
-    code = "unsupported_content_type"
 
 
 @dataclass(frozen=True, slots=True)

@@ -229,7 +229,7 @@ KNOWLEDGE_PATHS: dict[str, Any] = {
                 **_NO_COLLECTION,
                 "409": _error("`idempotency_key_reused` (other content), `too_many_documents`"),
                 "413": _error("Over knowledge.max_document_bytes"),
-                "415": _error("`unsupported_content_type`"),
+                "415": _error("`unsupported_media_type`"),
                 "422": _error("Wrong fields, an empty document, bad metadata or Idempotency-Key"),
             },
         },

@@ -11,7 +11,7 @@ import io
 import logging
 from html.parser import HTMLParser
 
-from agentos.errors import InvalidInput
+from agentos.errors import InvalidInput, UnsupportedMediaType
 
 SUPPORTED_TYPES = ("text/plain", "text/markdown", "text/html", "application/pdf")
 
@@ -69,7 +69,8 @@ def extract_text(content: bytes, content_type: str) -> str:
     (pypdf), pages separated by a blank line.
 
     Raises:
-        InvalidInput: an unsupported type (`unsupported_content_type`), a PDF that cannot be
+        UnsupportedMediaType: an unsupported type (415 `unsupported_media_type`).
+        InvalidInput: a PDF that cannot be
             read (`unreadable_document`), or no text at all (`empty_document`).
     """
     kind = media_type(content_type)
@@ -80,9 +81,8 @@ def extract_text(content: bytes, content_type: str) -> str:
     elif kind == "application/pdf":
         text = pdf_text(content)
     else:
-        raise InvalidInput(
-            f"unsupported content type {content_type[:100]!r}; supported: {', '.join(SUPPORTED_TYPES)}",
-            code="unsupported_content_type",
+        raise UnsupportedMediaType(
+            f"unsupported content type {content_type[:100]!r}; supported: {', '.join(SUPPORTED_TYPES)}"
         )
     text = text.replace("\x00", "")
     if not text.strip():
@@ -155,9 +155,7 @@ def pdf_text(content: bytes) -> str:
     try:
         from pypdf import PdfReader
     except ImportError as exc:  # an optional part: say so, do not crash
-        raise InvalidInput(
-            "PDF documents are not supported here (pypdf is missing)", code="unsupported_content_type"
-        ) from exc
+        raise UnsupportedMediaType("PDF documents are not supported here (pypdf is missing)") from exc
     limit = max(MIN_PDF_TEXT_CHARS, PDF_TEXT_RATIO * len(content))
     pages: list[str] = []
     total = 0
