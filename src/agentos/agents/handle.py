@@ -14,6 +14,7 @@ from typing import Any, Literal
 from agentos.agents.fanout import RunEvent
 from agentos.config.agents import AgentSpec
 from agentos.journal.journal import RunRow, Step
+from agentos.kernel import RUN_TERMINAL_EVENTS
 
 __all__ = ["TERMINAL_EVENTS", "EventType", "RunEvent", "RunHandle"]
 
@@ -33,7 +34,7 @@ EventType = Literal[
     "run.failed",
     "run.cancelled",
 ]
-TERMINAL_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled"})
+TERMINAL_EVENTS = RUN_TERMINAL_EVENTS
 
 
 @dataclass(slots=True, eq=False)

@@ -21,6 +21,7 @@ import msgspec
 
 from agentos.agents.fanout import RunEvent, Subscription
 from agentos.coordination.bus import Bus
+from agentos.kernel import RUN_TERMINAL_EVENTS
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.Decoder(tuple[int, str, dict[str, Any]]).decode
@@ -28,7 +29,6 @@ _decode = msgspec.json.Decoder(tuple[int, str, dict[str, Any]]).decode
 
 FOLLOW_CHANNEL = "run-follow"
 MAX_FOLLOWED = 10_000  # runs followed from elsewhere that this node remembers; the oldest go first
-_TERMINAL = frozenset({"run.completed", "run.failed", "run.cancelled"})
 
 
 def channel(run_id: str) -> str:
@@ -55,7 +55,7 @@ class RunRelay:
         if run_id not in self._followed:
             return
         self._bus.publish(channel(run_id), _encode((event.seq, event.type, event.data)))
-        if event.type in _TERMINAL:
+        if event.type in RUN_TERMINAL_EVENTS:
             self._followed.pop(run_id, None)
 
     async def attach(self, run_id: str, subscription: Subscription) -> Callable[[], None]:

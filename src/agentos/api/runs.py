@@ -26,11 +26,10 @@ from agentos.api.sessions import json_response
 from agentos.api.sse import SSEStream, failures_as_events
 from agentos.errors import BadRequest, InvalidInput
 from agentos.journal.run_list import RUN_STATUSES, RunCursor, RunQuery
+from agentos.kernel import RUN_TERMINAL_EVENTS
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
-
-_RUN_TERMINAL = frozenset({"run.completed", "run.failed", "run.cancelled"})
 
 
 @routes.post("/v1/agents/{name}/runs")
@@ -110,7 +109,7 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     run_id = request.match_info["run_id"]
     after = _after_seq(request)
     await runs.get_run(tenant_id, run_id)  # a 404 before the stream starts
-    stream = await SSEStream.open(request, _RUN_TERMINAL)
+    stream = await SSEStream.open(request, RUN_TERMINAL_EVENTS)
     keepalive_s = request.app[SSE_KEEPALIVE_S]
     events = runs.events(tenant_id, run_id, after)
     # The run did not fail, its stream did: `error`, without an id, so a client that reconnects

@@ -11,10 +11,12 @@ from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 
+from agentos.kernel import RUN_TERMINAL_EVENTS
+
 T = TypeVar("T")
 
 TURN_TERMINAL = frozenset({"turn.completed", "turn.cancelled", "turn.failed"})
-RUN_TERMINAL = frozenset({"run.completed", "run.failed", "run.cancelled"})
+RUN_TERMINAL = RUN_TERMINAL_EVENTS
 
 RunStatus = Literal["queued", "running", "waiting_human", "completed", "failed", "cancelled"]
 

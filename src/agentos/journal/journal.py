@@ -32,11 +32,12 @@ import msgspec
 from agentos.journal.deletion import delete_session_runs
 from agentos.journal.run_store import Op
 from agentos.journal.schema import SCHEMA, migrate
+from agentos.kernel import RUN_TERMINAL_SQL, RUN_TERMINAL_STATUSES
 
 __all__ = ["SCHEMA", "TERMINAL", "EventRow", "Journal", "RunRow", "Step", "migrate"]
 
 RunStatus = Literal["queued", "running", "waiting_human", "completed", "failed", "cancelled"]
-TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+TERMINAL: frozenset[str] = frozenset(RUN_TERMINAL_STATUSES)
 StepKind = Literal["model", "tool", "human"]
 StepStatus = Literal["started", "waiting", "done", "uncertain"]
 
@@ -222,9 +223,7 @@ class Journal:
 
     def open_runs_of_every_tenant(self, db: sqlite3.Connection) -> list[RunRow]:
         """Start-up recovery only (no request reaches it): each row names its run's tenant."""
-        rows = db.execute(
-            "SELECT * FROM runs WHERE status NOT IN ('completed', 'failed', 'cancelled') ORDER BY created_ms"
-        ).fetchall()
+        rows = db.execute(f"SELECT * FROM runs WHERE status NOT IN {RUN_TERMINAL_SQL} ORDER BY created_ms").fetchall()
         return [RunRow(*r) for r in rows]
 
     def load_steps(self, db: sqlite3.Connection, tenant_id: str, run_id: str) -> list[Step]:
@@ -259,7 +258,7 @@ class Journal:
 
     def open_children(self, db: sqlite3.Connection, run_id: str) -> list[str]:
         rows = db.execute(
-            "SELECT run_id FROM runs WHERE parent_run_id = ? AND status NOT IN ('completed', 'failed', 'cancelled')",
+            f"SELECT run_id FROM runs WHERE parent_run_id = ? AND status NOT IN {RUN_TERMINAL_SQL}",
             (run_id,),
         ).fetchall()
         return [r[0] for r in rows]

@@ -29,6 +29,7 @@ from agentos.errors import LeaseLost, StoreError, StoreUnavailable
 from agentos.journal.journal import EventRow, Journal, RunRow, Step
 from agentos.journal.run_list import ListedRun, RunQuery, list_runs_sql, listed
 from agentos.journal.run_store import Op, StoreStatistics
+from agentos.kernel import RUN_TERMINAL_SQL
 from agentos.store import pg_migrations, pg_pool
 from agentos.store.pg_health import classify, within
 from agentos.store.pg_writer import PgOp, PgWriter
@@ -43,7 +44,7 @@ AGENTS_CHANNEL = "agentos_agents"  # a write of an agent NOTIFYs its tenant here
 log = logging.getLogger("agentos.agents")
 
 _WRITER_ACQUIRE_TIMEOUT_S = 30.0
-_TERMINAL = "('completed', 'failed', 'cancelled')"
+_TERMINAL = RUN_TERMINAL_SQL
 # Closing: the node's runs expire now, and it no longer counts among the nodes that take runs over.
 _HAND_OVER = """WITH gone AS (DELETE FROM run_nodes WHERE node = $1)
 UPDATE run_leases SET expires_at = now() WHERE owner = $1"""

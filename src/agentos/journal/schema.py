@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA = """
+from agentos.kernel import RUN_TERMINAL_SQL
+
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS agents (
   tenant_id TEXT NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL, source TEXT NOT NULL,
   created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL, PRIMARY KEY (tenant_id, name));
@@ -17,7 +19,7 @@ CREATE TABLE IF NOT EXISTS runs (
   parent_run_id TEXT, depth INTEGER NOT NULL, spec_ref TEXT NOT NULL, input TEXT NOT NULL,
   status TEXT NOT NULL, result TEXT, reason TEXT, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,
   context_ref TEXT);
-CREATE INDEX IF NOT EXISTS runs_open ON runs (status) WHERE status NOT IN ('completed', 'failed', 'cancelled');
+CREATE INDEX IF NOT EXISTS runs_open ON runs (status) WHERE status NOT IN {RUN_TERMINAL_SQL};
 CREATE INDEX IF NOT EXISTS runs_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS runs_session ON runs (session_id) WHERE session_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant_id, created_ms, run_id);

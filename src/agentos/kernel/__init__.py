@@ -21,6 +21,9 @@ from agentos.kernel.commands import (
     TurnRejection,
 )
 from agentos.kernel.events import (
+    RUN_TERMINAL_EVENTS,
+    RUN_TERMINAL_SQL,
+    RUN_TERMINAL_STATUSES,
     CancelRequested,
     Event,
     HumanAnswered,
@@ -80,6 +83,9 @@ __all__ = [
     "RunCancelRequested",
     "RunEnded",
     "RunOffered",
+    "RUN_TERMINAL_EVENTS",
+    "RUN_TERMINAL_SQL",
+    "RUN_TERMINAL_STATUSES",
     "RunOutcome",
     "RunRejection",
     "RunResumed",

@@ -13,6 +13,11 @@ from typing import Literal
 from agentos.kernel.tenants import DEFAULT_TENANT
 
 RunOutcome = Literal["completed", "failed", "cancelled", "suspended"]
+# How a run ends, defined once: its status in the journal (`runs.status`) and its last event
+# (`run.<status>`); the journal's SQL, the API, the relay, the client and agent turns read these.
+RUN_TERMINAL_STATUSES: tuple[str, ...] = ("completed", "failed", "cancelled")
+RUN_TERMINAL_EVENTS: frozenset[str] = frozenset(f"run.{status}" for status in RUN_TERMINAL_STATUSES)
+RUN_TERMINAL_SQL = "(" + ", ".join(f"'{status}'" for status in RUN_TERMINAL_STATUSES) + ")"  # for `NOT IN`
 """How a run's task ended. "suspended": it stopped for a shutdown and stays unfinished in the
 journal, to be resumed (`RunResumed`) by the next process."""
 

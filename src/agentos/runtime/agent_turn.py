@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
+from agentos.kernel import RUN_TERMINAL_EVENTS
 from agentos.providers.base import Message
 from agentos.runtime.transcript import begin, message, record_event
 from agentos.runtime.turn import Outcome, Turn, TurnSink
@@ -20,7 +21,6 @@ from agentos.store.base import Store
 # that went away: the run is durable, resumes after a restart, and stays reachable at
 # /v1/runs/{run_id}.
 _STOPS_RUN = frozenset({"superseded", "cancelled", "session_deleted"})
-_RUN_TERMINAL = frozenset({"run.completed", "run.failed", "run.cancelled"})
 # The run's own timeline, not the turn's: the client answers humans at /v1/runs/{run_id}, and
 # a model call's events (two per call, on GET /v1/runs/{run_id}/events) would cost the session
 # store two more rows per model call for what the turn's tokens already show.
@@ -80,7 +80,7 @@ class AgentTurns:
         async for event in self._runs.events(turn.tenant_id, turn.run_id):
             if event.type == "token":
                 partial.append(event.data.get("delta", ""))
-            elif event.type in _RUN_TERMINAL:
+            elif event.type in RUN_TERMINAL_EVENTS:
                 return await self._end(turn, event.type, event.data)
             if event.type not in _RUN_ONLY:
                 data = {**event.data, "run_id": turn.run_id}
