@@ -191,7 +191,7 @@ async def open_services(
         await _close_link(link)
         await tenants.close()
         raise
-    runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs, bus=bus)
+    runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs, bus=bus, on_usage=quotas.add_tokens)
     await runtime.start()
     runtime.start_lag_probe()
     await runtime.streams.start()

@@ -1,4 +1,4 @@
-"""What a caller must pass before new work starts, and the meter that counts what it used.
+"""What a caller must pass before new work starts.
 
 Every way in to a turn (HTTP, WebSocket) and to a run starts it inside `starting_turn` /
 `starting_run`: the tenant's tokens-per-day quota (403, no unit taken), then its turns or runs
@@ -6,24 +6,20 @@ per minute (429); a start that fails after that (no such session, the server is 
 its unit back, so only work that started counts. Before either, `Runtime.offer_turn` /
 `offer_run` asks the admission gate from memory alone, before the body is read: an overloaded
 server refuses with no reading, no quota or limiter call, no session lookup (docs/api.md).
-`MeteredSink` sits between a turn and its client and adds the provider tokens of the turn's
-`turn.completed` event to the tenant's count for the day, before passing the event on (so a
-client that left just then is counted all the same).
+The tokens a turn or a run used are counted where the model call ends, by the runtime and the
+runs alike (`on_usage`, wired by `open_services` to the tenant's day).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from aiohttp import web
 
 from agentos.api.keys import QUOTAS
 from agentos.api.ratelimit import LIMITERS
-from agentos.runtime.turn import TurnSink
 from agentos.tenancy.principal import Principal, principal
-from agentos.tenancy.quotas import Quotas
 
 
 @asynccontextmanager
@@ -57,30 +53,3 @@ async def starting_run(request: web.Request) -> AsyncIterator[None]:
     except BaseException:
         limiters.refund_run(who)
         raise
-
-
-def tokens_of(usage: Any) -> int:
-    """Prompt + completion tokens of a usage mapping; 0 for anything else."""
-    if not isinstance(usage, dict):
-        return 0
-    total = 0
-    for name in ("prompt_tokens", "completion_tokens"):
-        value = usage.get(name, 0)
-        total += value if isinstance(value, int) else 0
-    return total
-
-
-class MeteredSink:
-    """A turn sink that counts the turn's provider tokens against its tenant's day."""
-
-    __slots__ = ("_inner", "_quotas", "_tenant_id")
-
-    def __init__(self, inner: TurnSink, quotas: Quotas, tenant_id: str) -> None:
-        self._inner = inner
-        self._quotas = quotas
-        self._tenant_id = tenant_id
-
-    async def send(self, event_id: Any, name: str, data: dict[str, Any]) -> None:
-        if name == "turn.completed":
-            self._quotas.add_tokens(self._tenant_id, tokens_of(data.get("usage")))
-        await self._inner.send(event_id, name, data)

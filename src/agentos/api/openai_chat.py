@@ -15,10 +15,9 @@ from typing import Any
 
 from aiohttp import web
 
-from agentos.api.admission import MeteredSink
 from agentos.api.body import read_body
 from agentos.api.errors import INTERNAL_MESSAGE, STARTED, log_internal_error
-from agentos.api.keys import QUOTAS, RUNS, RUNTIME
+from agentos.api.keys import RUNS, RUNTIME
 from agentos.api.openai_errors import openai_error
 from agentos.api.openai_turns import SESSION_HEADER, InvalidParam, open_turn, plain_model, plan_turn, resolve_model
 from agentos.api.openai_wire import ChatCompletionCreate, ChunkWriter, completion, error_body, error_line, model_entry
@@ -81,7 +80,7 @@ def _session_id(request: web.Request, user: str | None) -> str | None:
 
 async def _whole(request: web.Request, turn: Turn, completion_id: str, created_s: int, model: str) -> web.Response:
     sink = CollectingSink()
-    await request.app[RUNTIME].run_turn(turn, MeteredSink(sink, request.app[QUOTAS], turn.tenant_id))
+    await request.app[RUNTIME].run_turn(turn, sink)
     _, name, data = sink.events[-1]
     if name != "turn.completed":
         return _turn_error(name, data)
@@ -118,7 +117,7 @@ async def _streamed(request: web.Request, turn: Turn, writer: ChunkWriter) -> we
         raise
     stream = ChunkStream(response, writer, agent=turn.agent is not None)
     request[STARTED] = stream
-    await runtime.run_turn(turn, MeteredSink(stream, request.app[QUOTAS], turn.tenant_id))
+    await runtime.run_turn(turn, stream)
     await stream.close()
     return response
 

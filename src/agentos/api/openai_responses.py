@@ -14,10 +14,9 @@ from typing import Any
 
 from aiohttp import web
 
-from agentos.api.admission import MeteredSink
 from agentos.api.body import read_body
 from agentos.api.errors import STARTED
-from agentos.api.keys import QUOTAS, RUNTIME
+from agentos.api.keys import RUNTIME
 from agentos.api.openai_chat import GoneSink, failure_body, turn_failure
 from agentos.api.openai_errors import openai_error
 from agentos.api.openai_responses_wire import EventWriter, parse_response_id, response_id, response_object
@@ -52,7 +51,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     if body.stream:
         return await _streamed(request, turn, start)
     sink = CollectingSink()
-    await runtime.run_turn(turn, MeteredSink(sink, request.app[QUOTAS], turn.tenant_id))
+    await runtime.run_turn(turn, sink)
     _, name, data = sink.events[-1]
     if name != "turn.completed":
         return openai_error(*turn_failure(name, data))
@@ -127,7 +126,7 @@ async def _streamed(request: web.Request, turn: Turn, start: dict[str, Any]) -> 
         raise
     stream = ResponseStream(response, start)
     request[STARTED] = stream
-    await runtime.run_turn(turn, MeteredSink(stream, request.app[QUOTAS], turn.tenant_id))
+    await runtime.run_turn(turn, stream)
     await stream.close()
     return response
 

@@ -6,16 +6,15 @@ from typing import Any
 
 from aiohttp import web
 
-from agentos.api.admission import MeteredSink, starting_turn
+from agentos.api.admission import starting_turn
 from agentos.api.body import TurnCreate, read_body
-from agentos.api.keys import QUOTAS, RUNTIME
+from agentos.api.keys import RUNTIME
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSEStream, failures_as_events
 from agentos.errors import NotAcceptable
 from agentos.runtime.runtime import Runtime
 from agentos.runtime.turn import TERMINAL_EVENTS, CollectingSink, Turn, check_input
 from agentos.tenancy.principal import Scope, require
-from agentos.tenancy.quotas import Quotas
 
 routes = web.RouteTableDef()
 
@@ -43,9 +42,8 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     check_input(body.input, runtime.settings.kernel.max_input_chars)
     async with starting_turn(request.app, who):
         turn = await runtime.start_turn(who.tenant_id, request.match_info["session_id"], body.input)
-    quotas = request.app[QUOTAS]
     if not sse:
-        return await _collect(runtime, turn, quotas, who.tenant_id)
+        return await _collect(runtime, turn)
     try:
         stream = await SSEStream.open(request, TERMINAL_EVENTS)
     except BaseException:
@@ -54,7 +52,7 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     # The stream writes each event as it comes: no queue between the turn and the socket.
     failed = {"turn_id": turn.turn_id, "reason": "internal_error"}
     async with failures_as_events(stream, "turn.failed", failed, "turn %s failed mid-stream", turn.turn_id):
-        await runtime.run_turn(turn, MeteredSink(stream, quotas, who.tenant_id))
+        await runtime.run_turn(turn, stream)
     return stream.response
 
 
@@ -63,9 +61,9 @@ class _GoneSink:
         raise ConnectionResetError("the client went away before the stream started")
 
 
-async def _collect(runtime: Runtime, turn: Turn, quotas: Quotas, tenant_id: str) -> web.Response:
+async def _collect(runtime: Runtime, turn: Turn) -> web.Response:
     sink = CollectingSink()
-    await runtime.run_turn(turn, MeteredSink(sink, quotas, tenant_id))
+    await runtime.run_turn(turn, sink)
     _, name, data = sink.events[-1]
     output = "".join(d["delta"] for _, n, d in sink.events if n == "token")
     result: dict[str, Any] = {

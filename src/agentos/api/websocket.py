@@ -17,10 +17,10 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from agentos.api.admission import MeteredSink, starting_turn
+from agentos.api.admission import starting_turn
 from agentos.api.body import decode_json
 from agentos.api.errors import INTERNAL_MESSAGE, STARTED, log_internal_error
-from agentos.api.keys import MAX_BODY_BYTES, QUOTAS, RUNTIME
+from agentos.api.keys import MAX_BODY_BYTES, RUNTIME
 from agentos.errors import RequestError
 from agentos.runtime.runtime import Runtime
 from agentos.runtime.turn import Turn, check_input
@@ -44,7 +44,7 @@ async def session_socket(request: web.Request) -> web.WebSocketResponse:
     ws = web.WebSocketResponse(heartbeat=30, max_msg_size=request.app[MAX_BODY_BYTES])
     await upgrade(request, ws)
     running: set[asyncio.Task[None]] = set()
-    sink = MeteredSink(WebSocketSink(ws), request.app[QUOTAS], who.tenant_id)
+    sink = WebSocketSink(ws)
     try:
         async for message in ws:
             if message.type is not WSMsgType.TEXT:
@@ -86,7 +86,7 @@ async def _on_frame(app: web.Application, who: Principal, session_id: str, raw: 
         return await runtime.start_turn(tenant_id, session_id, frame.input)
 
 
-async def _run_turn(runtime: Runtime, turn: Turn, sink: MeteredSink) -> None:
+async def _run_turn(runtime: Runtime, turn: Turn, sink: WebSocketSink) -> None:
     """The turn's task: a failure the runtime did not turn into an event becomes `turn.failed`."""
     try:
         await runtime.run_turn(turn, sink)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -18,8 +19,16 @@ from agentos.store.base import Store
 
 class ChatTurns:
     def __init__(
-        self, driver: Driver, store: Store, provider: Provider, metrics: Metrics, clock: Clock, history_max: int
+        self,
+        driver: Driver,
+        store: Store,
+        provider: Provider,
+        metrics: Metrics,
+        clock: Clock,
+        history_max: int,
+        on_usage: Callable[[str, int], None] | None = None,
     ) -> None:
+        self._on_usage = on_usage  # (tenant_id, tokens): the tenant's tokens per day, as a run's model calls
         self._driver = driver
         self._store = store
         self._provider = provider
@@ -46,6 +55,8 @@ class ChatTurns:
         answer = message(turn, "assistant", completion.text, "completed", usage)
         self._metrics.tokens_prompt.inc(completion.usage.prompt_tokens)
         self._metrics.tokens_completion.inc(completion.usage.completion_tokens)
+        if self._on_usage is not None:
+            self._on_usage(turn.tenant_id, completion.usage.prompt_tokens + completion.usage.completion_tokens)
         data: dict[str, Any] = {"turn_id": turn.turn_id, "usage": usage, "finish_reason": completion.finish_reason}
         if completion.tool_calls:  # only a client's own tools (`Turn.tools`) are offered to the model
             calls = completion.tool_calls

@@ -8,7 +8,7 @@ side (sessions, chat turns, agent turns) and the lifecycle (the loop-lag probe, 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from agentos.clock import Clock
@@ -77,6 +77,7 @@ class Runtime:
         driver: Driver,
         runs: AgentRuns | None = None,
         bus: Bus | None = None,
+        on_usage: Callable[[str, int], None] | None = None,  # (tenant_id, tokens) after each chat turn's call
     ) -> None:
         self.settings = settings
         self.store = store
@@ -87,7 +88,7 @@ class Runtime:
         self.clock: Clock = driver.clock
         history = settings.kernel.history_max_messages
         self.sessions = Sessions(driver, store, runs)
-        chat = ChatTurns(driver, store, provider, metrics, self.clock, history)
+        chat = ChatTurns(driver, store, provider, metrics, self.clock, history, on_usage)
         agents = AgentTurns(runs, store, history) if runs is not None else None
         self.streams = TurnStreams(store, bus, live=lambda turn_id: self._turns.get(turn_id) is not None)
         self._turns = Turns(driver, store, metrics, self.clock, self.sessions, chat, agents, self.streams, bus)
