@@ -32,13 +32,12 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode, checks
 
 from agentos.agents.spec import parse_agent_spec
-from agentos.api.openapi import OPENAPI
-from agentos.api.schemas import SCHEMAS
 from agentos.bench.mock.server import MockSettings, start_mock
 from agentos.errors import InvalidInput
 from agentos.testing import start_server
 from agentos.testing.tenants import TenantKey, create_tenant_key
 from agentos.triggers.signatures import decode_secret, sign
+from tests.api.helpers import OPENAPI
 from tests.conftest import make_settings
 
 _TOKEN = "fuzz-token"
@@ -345,7 +344,7 @@ def test_an_integer_cursor_documents_the_largest_value_the_server_takes(fuzz_ser
 @pytest.mark.parametrize("name", ["", "-x", "_x", "a b", "x" * 65, "ops", "A-1_b", "x" * 64])
 def test_the_documented_agent_name_pattern_is_what_the_parser_checks(name: str) -> None:
     """Found: the agent name was documented as any string; the server takes only this pattern."""
-    pattern = SCHEMAS["AgentSpec"]["properties"]["name"]["pattern"]
+    pattern = OPENAPI["components"]["schemas"]["AgentSpec"]["properties"]["name"]["pattern"]
     try:
         parse_agent_spec({"name": name})
         accepted = True
