@@ -331,7 +331,8 @@ def test_every_operation_that_asks_for_the_token_documents_its_401() -> None:
 
 def test_an_integer_cursor_documents_the_largest_value_the_server_takes(fuzz_server: _ServerThread) -> None:
     """Found: `after` was documented without a maximum, and a valid-looking huge cursor got a 422."""
-    documented = OPENAPI["paths"]["/v1/sessions/{session_id}/events"]["parameters"]
+    item = OPENAPI["paths"]["/v1/sessions/{session_id}/events"]
+    documented = [*item.get("parameters", ()), *item["get"].get("parameters", ())]
     maximum = next(p["schema"]["maximum"] for p in documented if p["name"] == "after")
     auth = _auth(fuzz_server)
     session = requests.post(f"{fuzz_server.url}/v1/sessions", json={}, headers=auth, timeout=_CALL_TIMEOUT_S).json()
