@@ -10,12 +10,16 @@ import msgspec
 from aiohttp import web
 from jsonschema import Draft202012Validator
 
-from agentos.api.openapi import OPENAPI
+from agentos.api.app import ROUTES
+from agentos.api.openapi import document, table_routes
 from agentos.config import Settings
 from agentos.services import open_services
 from agentos.testing import Event, RunningServer, serve_services, sse_events
 
 SSE = {"Accept": "text/event-stream"}
+# The document the app serves, written from its route tables (tests/api/test_openapi.py checks
+# that a running server serves exactly this).
+OPENAPI = document(table_routes(ROUTES))
 
 
 async def new_session(http: aiohttp.ClientSession, url: str, **body: Any) -> str:

@@ -14,10 +14,9 @@ import aiohttp
 import pytest
 
 from agentos.api.docs import ASSETS
-from agentos.api.openapi import OPENAPI
 from agentos.api.static_assets import accepts_gzip
 from agentos.testing import RunningServer
-from tests.api.helpers import expect_error
+from tests.api.helpers import OPENAPI, expect_error
 
 TYPES = {".js": "text/javascript", ".css": "text/css", ".txt": "text/plain"}
 

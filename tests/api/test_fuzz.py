@@ -31,14 +31,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode, checks
 
-from agentos.api.openapi import OPENAPI
-from agentos.api.schemas import SCHEMAS
 from agentos.bench.mock.server import MockSettings, start_mock
 from agentos.config.agents import parse_agent_spec
 from agentos.errors import InvalidInput
 from agentos.testing import start_server
 from agentos.testing.tenants import TenantKey, create_tenant_key
 from agentos.triggers.signatures import decode_secret, sign
+from tests.api.helpers import OPENAPI
 from tests.conftest import make_settings
 
 _TOKEN = "fuzz-token"
@@ -332,7 +331,8 @@ def test_every_operation_that_asks_for_the_token_documents_its_401() -> None:
 
 def test_an_integer_cursor_documents_the_largest_value_the_server_takes(fuzz_server: _ServerThread) -> None:
     """Found: `after` was documented without a maximum, and a valid-looking huge cursor got a 422."""
-    documented = OPENAPI["paths"]["/v1/sessions/{session_id}/events"]["parameters"]
+    item = OPENAPI["paths"]["/v1/sessions/{session_id}/events"]
+    documented = [*item.get("parameters", ()), *item["get"].get("parameters", ())]
     maximum = next(p["schema"]["maximum"] for p in documented if p["name"] == "after")
     auth = _auth(fuzz_server)
     session = requests.post(f"{fuzz_server.url}/v1/sessions", json={}, headers=auth, timeout=_CALL_TIMEOUT_S).json()
@@ -345,7 +345,7 @@ def test_an_integer_cursor_documents_the_largest_value_the_server_takes(fuzz_ser
 @pytest.mark.parametrize("name", ["", "-x", "_x", "a b", "x" * 65, "ops", "A-1_b", "x" * 64])
 def test_the_documented_agent_name_pattern_is_what_the_parser_checks(name: str) -> None:
     """Found: the agent name was documented as any string; the server takes only this pattern."""
-    pattern = SCHEMAS["AgentSpec"]["properties"]["name"]["pattern"]
+    pattern = OPENAPI["components"]["schemas"]["AgentSpec"]["properties"]["name"]["pattern"]
     try:
         parse_agent_spec({"name": name})
         accepted = True

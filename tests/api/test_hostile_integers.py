@@ -18,9 +18,8 @@ import aiohttp
 import msgspec
 
 from agentos.api.body import MAX_AFTER
-from agentos.api.openapi import OPENAPI
 from agentos.testing import RunningServer
-from tests.api.helpers import new_session
+from tests.api.helpers import OPENAPI, new_session
 from tests.api.test_hostile_requests import get, post, raw_request
 from tests.knowledge.http import DIMS
 

@@ -218,7 +218,7 @@ async def test_runs_per_minute(server_factory: ServerFactory, mock: MockServer, 
 
 
 def test_the_document_describes_the_limits_on_every_limited_operation() -> None:
-    from agentos.api.openapi import OPENAPI
+    from tests.api.helpers import OPENAPI
 
     error = {"$ref": "#/components/schemas/Error"}
     for path, item in OPENAPI["paths"].items():

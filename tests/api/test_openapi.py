@@ -1,5 +1,5 @@
-"""The OpenAPI document: it describes exactly the routes there are, its references resolve,
-and each request body matches the struct its handler decodes (so the two cannot drift)."""
+"""The OpenAPI document: written from the routes there are (a route without a description is
+an error), its references resolve, and each request body is the struct its handler decodes."""
 
 from __future__ import annotations
 
@@ -8,19 +8,21 @@ from typing import Any
 import aiohttp
 import msgspec
 import pytest
+from aiohttp import web
 from jsonschema import Draft202012Validator
 
 from agentos.api.admin import KeyCreate, TenantCreate, TenantUpdate
+from agentos.api.app import ROUTES
 from agentos.api.body import MAX_AFTER, MAX_PAGE_LIMIT, AnswerCreate, RunCreate, SessionCreate, TurnCreate
-from agentos.api.openapi import OPENAPI
+from agentos.api.openapi import document, served_routes, table_routes
 from agentos.api.triggers import TriggerCreate
 from agentos.config.agents import AgentSpec
 from agentos.config.tenants import TenantLimits
-from agentos.errors import InvalidInput
+from agentos.errors import ConfigError, InvalidInput
 from agentos.knowledge import filters
 from agentos.knowledge.inputs import CollectionCreate, DocumentUpload, QueryRequest
 from agentos.testing import RunningServer
-from tests.api.helpers import assert_documented
+from tests.api.helpers import OPENAPI, assert_documented
 
 # Every operation that reads a JSON body, and the type its handler decodes it into.
 BODIES: dict[tuple[str, str], tuple[type[Any], str]] = {
@@ -66,6 +68,19 @@ async def test_the_document_matches_the_routes(server: RunningServer, http) -> N
     }
     assert routes == set(operations())
     assert {"/v1/agents", "/v1/agents/{name}/runs", "/v1/runs/{run_id}/events"} <= {path for _, path in routes}
+    assert document(served_routes(server.app.router)) == OPENAPI  # the app's router, not only its tables
+
+
+def test_a_route_without_a_description_is_an_error() -> None:
+    """Every route is described: the document cannot be written around one that is not."""
+    table = web.RouteTableDef()
+
+    @table.get("/v1/undescribed")
+    async def undescribed(request: web.Request) -> web.Response:
+        raise AssertionError("never called")
+
+    with pytest.raises(ConfigError, match="undescribed"):
+        document(table_routes([*ROUTES, table]))
 
 
 def test_every_reference_resolves() -> None:

@@ -6,14 +6,16 @@ Revocation and a tenant's `disabled` take effect on the next request.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 from aiohttp import web
 
 from agentos.api.body import page_limit, query_text, read_body
 from agentos.api.keys import TENANTS
+from agentos.api.routes import BAD_BODY, Schema, after_param, json, limit_param, operation, page, query, refines
 from agentos.api.sessions import json_response
+from agentos.config.tenants import TenantLimits
 from agentos.tenancy.principal import TENANT_SCOPES, Scope, require
 from agentos.tenancy.records import TENANT_ID_PATTERN, key_json, tenant_json
 from agentos.tenancy.registry import MAX_EXPIRES_IN_S, TenantRegistry
@@ -53,12 +55,93 @@ class KeyCreate(msgspec.Struct, forbid_unknown_fields=True):
     expires_in_s: ExpiresIn | None = None
 
 
+def _ranges() -> dict[str, Any]:
+    """Each limit's schema, without its default (an override has none)."""
+    fields = msgspec.json.schema_components([TenantLimits])[1]["TenantLimits"]["properties"].items()
+    return {name: {k: v for k, v in field.items() if k != "default"} for name, field in fields}
+
+
+# `limits` is a dict in the structs; the server takes only TenantLimits' names, each in its range
+# (`agentos.tenancy.records`): say so, or a valid-looking override is a 422.
+@refines("TenantCreate")
+def _create_limits(schemas: dict[str, Any]) -> None:
+    limits = {"type": "object", "properties": _ranges(), "additionalProperties": False, "default": {}}
+    schemas["TenantCreate"]["properties"]["limits"] = limits
+
+
+@refines("TenantUpdate")
+def _update_limits(schemas: dict[str, Any]) -> None:
+    properties = {name: {"anyOf": [field, {"type": "null"}]} for name, field in _ranges().items()}
+    limits = {"type": "object", "properties": properties, "additionalProperties": False}
+    schemas["TenantUpdate"]["properties"]["limits"] = {"anyOf": [limits, {"type": "null"}], "default": None}
+
+
+_NULLABLE_MS = {"type": ["integer", "null"]}
+_TENANT = Schema(
+    "Tenant",
+    {
+        "type": "object",
+        "required": ["tenant_id", "name", "disabled", "limit_overrides", "limits", "created_ms"],
+        "properties": {
+            "tenant_id": {"type": "string"},
+            "name": {"type": "string"},
+            "disabled": {"type": "boolean", "description": "its keys are refused (401) while true"},
+            "limit_overrides": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "limits": {
+                "$ref": "#/components/schemas/TenantLimits",
+                "description": "effective: [tenant_limits] with the overrides",
+            },
+            "created_ms": {"type": "integer"},
+        },
+    },
+    uses=(TenantLimits,),
+)
+# `agentos.tenancy.records.key_json`
+_KEY_PROPERTIES: dict[str, Any] = {
+    "key_id": {"type": "string", "description": "public: in lists and the access log"},
+    "tenant_id": {"type": "string"},
+    "name": {"type": "string"},
+    "scopes": {"type": "array", "items": {"$ref": "#/components/schemas/Scope"}},
+    "status": {"enum": ["active", "expired", "revoked"]},
+    "created_ms": {"type": "integer"},
+    "expires_ms": {**_NULLABLE_MS, "description": "null: never expires"},
+    "revoked_ms": _NULLABLE_MS,
+}
+_KEY = Schema("ApiKey", {"type": "object", "required": list(_KEY_PROPERTIES), "properties": _KEY_PROPERTIES}, (Scope,))
+_KEY_CREATED = Schema(
+    "ApiKeyCreated",
+    {
+        "type": "object",
+        "required": [*_KEY_PROPERTIES, "key"],
+        "properties": {
+            **_KEY_PROPERTIES,
+            "key": {
+                "type": "string",
+                "pattern": "^aos_[0-9A-Za-z]{12}_[0-9A-Za-z]{36}$",
+                "description": "the bearer key: shown here once, stored only as a keyed hash",
+            },
+        },
+    },
+    (Scope,),
+)
+_BAD_QUERY = {422: "A bad limit; the message names the parameter"}
+_UNKNOWN_TENANT = {404: "Unknown tenant"}
+_THE_KEY = {"answers": {200: json("The key (never the key itself)", _KEY)}, "errors": {404: "Unknown key"}}
+
+
 def _registry(request: web.Request) -> TenantRegistry:
     require(request, Scope.ADMIN)
     return request.app[TENANTS]
 
 
 @routes.post("/v1/admin/tenants")
+@operation(
+    "Create a tenant",
+    tag="admin",
+    body=TenantCreate,
+    answers={201: json("The tenant", _TENANT)},
+    errors=BAD_BODY | {409: "The id is taken"},
+)
 async def create_tenant(request: web.Request) -> web.Response:
     registry = _registry(request)
     body = await read_body(request, TenantCreate)
@@ -67,6 +150,13 @@ async def create_tenant(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/admin/tenants")
+@operation(
+    "List tenants, by id",
+    tag="admin",
+    parameters=(limit_param(100), after_param("string")),
+    answers={200: json("A page of tenants", page("TenantPage", _TENANT))},
+    errors=_BAD_QUERY,
+)
 async def list_tenants(request: web.Request) -> web.Response:
     registry = _registry(request)
     limit = page_limit(request, 100)
@@ -76,12 +166,20 @@ async def list_tenants(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/admin/tenants/{tenant_id}")
+@operation("Read a tenant", tag="admin", answers={200: json("The tenant", _TENANT)}, errors=_UNKNOWN_TENANT)
 async def get_tenant(request: web.Request) -> web.Response:
     registry = _registry(request)
     return json_response(tenant_json(registry.tenant(request.match_info["tenant_id"]), registry.defaults))
 
 
 @routes.patch("/v1/admin/tenants/{tenant_id}")
+@operation(
+    "Change a tenant's name, limits or disabled flag (effective on the next request)",
+    tag="admin",
+    body=TenantUpdate,
+    answers={200: json("The tenant", _TENANT)},
+    errors=BAD_BODY | _UNKNOWN_TENANT,
+)
 async def update_tenant(request: web.Request) -> web.Response:
     registry = _registry(request)
     tenant_id = request.match_info["tenant_id"]
@@ -92,6 +190,13 @@ async def update_tenant(request: web.Request) -> web.Response:
 
 
 @routes.post("/v1/admin/keys")
+@operation(
+    "Create an API key; the answer is the only place the key appears",
+    tag="admin",
+    body=KeyCreate,
+    answers={201: json("The key, with the key itself", _KEY_CREATED)},
+    errors=BAD_BODY | _UNKNOWN_TENANT,
+)
 async def create_key(request: web.Request) -> web.Response:
     registry = _registry(request)
     body = await read_body(request, KeyCreate)
@@ -102,6 +207,13 @@ async def create_key(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/admin/keys")
+@operation(
+    "List keys, by key_id",
+    tag="admin",
+    parameters=(limit_param(100), after_param("string"), query("tenant_id", "only this tenant's")),
+    answers={200: json("A page of keys", page("ApiKeyPage", _KEY))},
+    errors=_BAD_QUERY,
+)
 async def list_keys(request: web.Request) -> web.Response:
     registry = _registry(request)
     limit = page_limit(request, 100)
@@ -112,12 +224,14 @@ async def list_keys(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/admin/keys/{key_id}")
+@operation("Read a key", tag="admin", **_THE_KEY)
 async def get_key(request: web.Request) -> web.Response:
     registry = _registry(request)
     return json_response(key_json(registry.key(request.match_info["key_id"]), registry.now_ms()))
 
 
 @routes.post("/v1/admin/keys/{key_id}/revoke")
+@operation("Revoke a key, effective on the next request", tag="admin", **_THE_KEY)
 async def revoke_key(request: web.Request) -> web.StreamResponse:
     registry = _registry(request)
     record = await registry.revoke_key(request.match_info["key_id"])
@@ -125,6 +239,7 @@ async def revoke_key(request: web.Request) -> web.StreamResponse:
 
 
 @routes.delete("/v1/admin/keys/{key_id}")
+@operation("Revoke a key (the same as POST .../revoke)", tag="admin", **_THE_KEY)
 async def delete_key(request: web.Request) -> web.StreamResponse:
     """The same as `revoke`: the row stays (the access log names its key_id), unusable."""
     return await revoke_key(request)

@@ -46,6 +46,25 @@ from agentos.api.ratelimit import LIMITERS, Limiters, add_rate_headers, rate_lim
 from agentos.services import Services
 
 SSE_KEEPALIVE_S_DEFAULT = 15.0
+# Every route the app serves, each described beside its handler (`agentos.api.routes`); the
+# OpenAPI document lists them in this order.
+ROUTES = (
+    sessions.routes,
+    turns.routes,
+    turn_events.routes,
+    websocket.routes,
+    agents.routes,
+    runs.routes,
+    admin.routes,
+    knowledge.routes,
+    triggers.routes,
+    openai_chat.routes,
+    openai_responses.routes,
+    console_stream.routes,
+    ops.routes,
+    docs.routes,
+    console.routes,
+)
 
 
 def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_DEFAULT) -> web.Application:
@@ -83,22 +102,7 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     app.on_response_prepare.append(add_rate_headers)  # before an event stream's headers leave
     if isinstance(limiters, ClusterLimiters):
         app.on_cleanup.append(_flush(limiters))  # refunds still on their way to Redis
-    tables = [
-        sessions.routes,
-        turns.routes,
-        turn_events.routes,
-        websocket.routes,
-        agents.routes,
-        runs.routes,
-        admin.routes,
-        knowledge.routes,
-        triggers.routes,
-        openai_chat.routes,
-        openai_responses.routes,
-        console_stream.routes,
-    ]
-    tables += [ops.routes, docs.routes, console.routes]
-    for table in tables:
+    for table in ROUTES:
         app.router.add_routes(table)
     return app
 

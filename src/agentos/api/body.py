@@ -7,7 +7,7 @@ inflated as their Content-Encoding says, never past the route's limit).
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any, TypeVar, cast
+from typing import Annotated, Any, TypeVar, cast
 
 import msgspec
 from aiohttp import web
@@ -16,27 +16,44 @@ from aiohttp.web import RequestPayloadError
 from agentos.api.body_encoding import CONTENT_ENCODING, UNREADABLE, read_raw
 from agentos.api.expect import send_continue
 from agentos.api.keys import MAX_BODY_BYTES
+from agentos.config import KernelConfig
 from agentos.errors import BadRequest, InvalidInput, PayloadTooLarge, UnsupportedMediaType
 from agentos.json_limits import check_json, nests_freely, too_deep
 
 T = TypeVar("T")
 
 
-class SessionCreate(msgspec.Struct, forbid_unknown_fields=True):
-    """`agent`: the agent that runs the session's turns; None (or absent): the default, which is
-    the agent named "default" if one is defined, else plain chat turns."""
+# Not only blanks: a character that is not whitespace as Python's str.strip() sees it (ECMA's \s,
+# which validators use, leaves out \x1c-\x1f and \x85).
+NOT_BLANK = "[^\\s\\x1c-\\x1f\\x85]"
+# A turn's or a run's input as the document shows it: `agentos.api.turns.check_input` checks it
+# against kernel.max_input_chars (its default here), so these bounds are not checked on decoding.
+Input = Annotated[
+    str,
+    msgspec.Meta(extra_json_schema={"minLength": 1, "maxLength": KernelConfig().max_input_chars, "pattern": NOT_BLANK}),
+]
 
-    agent: str | None = None
+
+class SessionCreate(msgspec.Struct, forbid_unknown_fields=True):
+    """A new session."""
+
+    agent: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="the agent that runs the turns; absent or null: the agent named default if"
+            " one is defined, else plain chat turns"
+        ),
+    ] = None
     metadata: dict[str, Any] = {}
 
 
 class TurnCreate(msgspec.Struct, forbid_unknown_fields=True):
-    input: str
+    input: Input
 
 
 class RunCreate(msgspec.Struct, forbid_unknown_fields=True):
-    input: str
-    session_id: str | None = None
+    input: Input
+    session_id: Annotated[str | None, msgspec.Meta(description="the session the run belongs to, if any")] = None
 
 
 class AnswerCreate(msgspec.Struct, forbid_unknown_fields=True):
@@ -45,7 +62,7 @@ class AnswerCreate(msgspec.Struct, forbid_unknown_fields=True):
     operation_id: str
     answer: str = ""
     approve: bool | None = None
-    args_hash: str | None = None
+    args_hash: Annotated[str | None, msgspec.Meta(description="required with approve: the request's args_hash")] = None
 
 
 async def read_body(request: web.Request, kind: type[T], *, empty_ok: bool = False) -> T:

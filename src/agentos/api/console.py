@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from agentos.api.routes import operation, text
 from agentos.api.static_assets import Asset, named_asset, serve_asset
 
 routes = web.RouteTableDef()
@@ -42,11 +43,24 @@ ASSETS = {
 
 
 @routes.get("/console")
+@operation(
+    "The web console (docs/console.md); it signs in with an API key",
+    tag="server",
+    open=True,
+    answers={200: text("The page", "text/html")},
+)
 async def console_page(request: web.Request) -> web.Response:
     return serve_asset(request, PAGE, cache_control="no-cache")
 
 
 @routes.get("/console/{asset}")
+@operation(
+    "The console's scripts and styles (and vendored uPlot)",
+    tag="server",
+    open=True,
+    answers={200: text("The asset", "text/javascript", "text/css")},
+    errors={404: "Not one of the console's assets"},
+)
 async def console_asset(request: web.Request) -> web.Response:
     """Raises: NotFound: not one of `ASSETS`."""
     # no-cache: the files are not content-hashed, and a server upgrade must not meet old scripts

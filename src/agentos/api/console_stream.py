@@ -34,6 +34,7 @@ from typing import Any
 from aiohttp import web
 
 from agentos.api.keys import METRICS, RUNS, RUNTIME, SETTINGS, SSE_KEEPALIVE_S
+from agentos.api.routes import Schema, events, json, nullable, operation
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSEStream, failures_as_events
 from agentos.clock import wall_ms
@@ -179,17 +180,89 @@ async def close_hub(app: web.Application) -> None:
     await app[CONSOLE].close()
 
 
+_NUMBERS = {"type": "object", "additionalProperties": {"type": "number"}}
+_HISTOGRAM = {
+    "type": "object",
+    "required": ["le", "counts", "sum", "count"],
+    "properties": {
+        "le": {"type": "array", "items": {"type": "number"}, "description": "Bucket upper bounds, +Inf left out"},
+        "counts": {"type": "array", "items": {"type": "number"}, "description": "Cumulative count per bound"},
+        "sum": {"type": "number"},
+        "count": {"type": "number", "description": "Every observation: the +Inf bucket"},
+    },
+}
+_ME = Schema(
+    "ConsoleMe",
+    {
+        "type": "object",
+        "required": ["tenant_id", "key_id", "admin", "scopes"],
+        "properties": {
+            "tenant_id": {"type": "string"},
+            "key_id": {**nullable("string"), "description": "null: an open loopback server, no key"},
+            "admin": {"type": "boolean"},
+            "scopes": {"type": "array", "items": {"type": "string"}},
+        },
+    },
+)
+_METRICS = Schema(
+    "ConsoleMetrics",
+    {
+        "type": "object",
+        "required": ["t_ms", "tenant"],
+        "properties": {
+            "t_ms": {"type": "integer"},
+            "tenant": {
+                "description": "The caller's tenant now: permits_held, waiting_for_permit, turns_in_flight,"
+                " active_runs",
+                **_NUMBERS,
+            },
+            "server": {
+                "description": "Admin keys only: every metric of GET /metrics, every tenant's together; gauges and"
+                " counters summed over their labels (`values`), histograms cumulative (`histograms`)",
+                "type": "object",
+                "required": ["values", "histograms"],
+                "properties": {
+                    "values": _NUMBERS,
+                    "histograms": {"type": "object", "additionalProperties": _HISTOGRAM},
+                },
+            },
+        },
+    },
+)
+
+
 @routes.get("/v1/console/me")
+@operation(
+    "Who the key is: its tenant, its scopes, whether it is an admin's (the console's sign-in)",
+    tag="server",
+    answers={200: json("The key's principal", _ME)},
+)
 async def console_me(request: web.Request) -> web.Response:
     return json_response(me(principal(request)))
 
 
 @routes.get("/v1/console/metrics")
+@operation(
+    "The console's live numbers once: the tenant's, and the server's for an admin",
+    tag="server",
+    answers={200: json("The numbers now", _METRICS)},
+)
 async def console_metrics(request: web.Request) -> web.Response:
     return json_response(request.app[CONSOLE].snapshot(principal(request)))
 
 
 @routes.get("/v1/console/stream")
+@operation(
+    "The console's one event stream per browser tab (SSE): metrics, run and inbox changes",
+    tag="server",
+    answers={
+        200: events(
+            "Live only (no ids). `hello` ConsoleMe first; `metrics` ConsoleMetrics every second; `run` {run_id,"
+            " type, data}: a run.* or human.* event of one of the tenant's runs (keys with runs:read); `resync` {}:"
+            " events were dropped, reload; `reconnect` {} last, after server.console_stream_s: open a new stream."
+        )
+    },
+)
 async def console_stream(request: web.Request) -> web.StreamResponse:
     who = principal(request)
     hub = request.app[CONSOLE]

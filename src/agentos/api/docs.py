@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from agentos.api.routes import operation, text
 from agentos.api.static_assets import Asset, named_asset, serve_asset
 
 routes = web.RouteTableDef()
@@ -26,11 +27,24 @@ ASSETS = {
 
 
 @routes.get("/docs")
+@operation(
+    "This page: the document, browsable, with requests you can try",
+    tag="server",
+    open=True,
+    answers={200: text("The page", "text/html")},
+)
 async def docs_page(request: web.Request) -> web.Response:
     return serve_asset(request, PAGE, cache_control="no-cache")
 
 
 @routes.get("/docs/{asset}")
+@operation(
+    "The page's scripts and styles (vendored Swagger UI)",
+    tag="server",
+    open=True,
+    answers={200: text("The asset", "text/javascript", "text/css", "text/plain")},
+    errors={404: "Not one of the page's assets"},
+)
 async def docs_asset(request: web.Request) -> web.Response:
     """Raises: NotFound: not one of `ASSETS`."""
     return serve_asset(request, named_asset(request, ASSETS, "/docs"), cache_control="public, max-age=3600")

@@ -18,9 +18,10 @@ from aiohttp import web
 from agentos.api.body import read_body
 from agentos.api.errors import INTERNAL_MESSAGE, STARTED, log_internal_error
 from agentos.api.keys import RUNS, RUNTIME
-from agentos.api.openai_errors import openai_error
+from agentos.api.openai_errors import BAD_BODY, SESSION_ANSWERED, TURN_ERRORS, TURN_LIMITS_429, TURN_QUOTA, openai_error
 from agentos.api.openai_turns import SESSION_HEADER, InvalidParam, open_turn, plain_model, plan_turn, resolve_model
 from agentos.api.openai_wire import ChatCompletionCreate, ChunkWriter, completion, error_body, error_line, model_entry
+from agentos.api.routes import SERVER_SENT_EVENT, SSE, Answer, Limits, Schema, header, json, operation
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSE_HEADERS
 from agentos.clock import wall_ms
@@ -31,8 +32,56 @@ from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
 
+# As much of OpenAI's objects as Agent OS fills (`agentos.api.openai_wire`).
+_MODEL_LIST = Schema(
+    "ModelList",
+    {
+        "type": "object",
+        "required": ["object", "data"],
+        "properties": {
+            "object": {"const": "list"},
+            "data": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["id", "object", "created", "owned_by"],
+                    "properties": {
+                        "id": {"type": "string"},
+                        "object": {"const": "model"},
+                        "created": {"type": "integer"},
+                        "owned_by": {"type": "string"},
+                    },
+                },
+            },
+        },
+    },
+)
+_COMPLETION = Schema(
+    "ChatCompletion",
+    {
+        "type": "object",
+        "required": ["id", "object", "created", "model", "choices", "usage"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "chat.completion"},
+            "created": {"type": "integer"},
+            "model": {"type": "string"},
+            "choices": {
+                "type": "array",
+                "items": {"type": "object", "required": ["index", "message", "finish_reason"]},
+            },
+            "usage": {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"]},
+        },
+    },
+)
+
 
 @routes.get("/v1/models")
+@operation(
+    "The caller's agents, and the provider's model for plain chat turns, as OpenAI models",
+    tag="openai",
+    answers={200: json("The models", _MODEL_LIST)},
+)
 async def list_models(request: web.Request) -> web.Response:
     """The caller's agents, then the provider's model while it names the plain chat turn."""
     tenant_id = require(request, Scope.AGENTS_READ).tenant_id
@@ -49,6 +98,25 @@ def _owner(agent: dict[str, Any], tenant_id: str) -> str:
 
 
 @routes.post("/v1/chat/completions")
+@operation(
+    "A turn of a session as an OpenAI chat completion (docs/openai.md)",
+    tag="openai",
+    parameters=(
+        header(
+            SESSION_HEADER, "Continue this session of the caller: the last message is the new turn (docs/openai.md)"
+        ),
+    ),
+    body=ChatCompletionCreate,
+    answers={
+        200: Answer(
+            description="The completion; with `stream: true`, `chat.completion.chunk` data lines, then [DONE]",
+            content={"application/json": _COMPLETION, SSE: SERVER_SENT_EVENT},
+            headers=SESSION_ANSWERED,
+        )
+    },
+    errors=BAD_BODY | TURN_ERRORS,
+    limits=Limits(more_429=TURN_LIMITS_429, quota=TURN_QUOTA),
+)
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     who = require(request, Scope.SESSIONS_WRITE)
     runtime = request.app[RUNTIME]

@@ -21,10 +21,36 @@ import msgspec
 from aiohttp import web
 
 from agentos.api.openai_wire import error_body
+from agentos.api.routes import Answer
 
 OPENAI_PATHS = ("/v1/models", "/v1/chat/completions", "/v1/responses")
 MAX_RETRY_AFTER_S = 60
 _KEPT_HEADERS = ("Retry-After", "WWW-Authenticate", "Allow", "X-Session-Id")
+
+# What the OpenAI routes that run a turn document beside what every keyed route answers; each
+# error is OpenAI's body (`agentos.api.openapi` gives it), and a 422 is answered as 400.
+BAD_BODY: dict[int, str | Answer] = {
+    400: "Malformed JSON, wrong types, or what the route does not support; `param` names the field",
+    413: "Body over the limit",
+}
+TURN_ERRORS: dict[int, str | Answer] = {
+    404: "`model_not_found`: no agent (or plain model) of that id for the caller; an unknown session",
+    409: Answer(
+        description="The turn was superseded or cancelled (last-wins), or a branch from an older response",
+        headers={"x-should-retry": {"schema": {"enum": ["false"]}, "description": "never retry: last-wins"}},
+    ),
+    500: "The turn failed inside the server (an agent's run failed)",
+    502: "The provider failed the turn",
+}
+# The 429 and 403 a turn adds to every keyed route's (`agentos.api.routes.Limits`).
+TURN_LIMITS_429 = (
+    "`turn_rate_limited` (turns per minute), `overloaded` (the server's admission limit), `tenant_concurrent_turns`"
+)
+TURN_QUOTA = (
+    "`quota_tokens_per_day` (the tenant's provider tokens for the UTC day are spent), or `quota_sessions`"
+    " (a new conversation needs a session, and the tenant holds `max_sessions`)"
+)
+SESSION_ANSWERED = {"X-Session-Id": {"description": "The session the turn ran in", "schema": {"type": "string"}}}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -35,11 +61,8 @@ def is_openai_path(path: str) -> bool:
 
 def openai_error(status: int, code: str, message: str, param: str | None = None) -> web.Response:
     """An OpenAI-shaped error answer (the middleware adds its headers)."""
-    return web.Response(
-        status=status,
-        body=msgspec.json.encode(error_body(status, code, message, param)),
-        content_type="application/json",
-    )
+    body = msgspec.json.encode(error_body(status, code, message, param))
+    return web.Response(status=status, body=body, content_type="application/json")
 
 
 @web.middleware

@@ -18,10 +18,11 @@ from agentos.api.body import read_body
 from agentos.api.errors import STARTED
 from agentos.api.keys import RUNTIME
 from agentos.api.openai_chat import GoneSink, failure_body, turn_failure
-from agentos.api.openai_errors import openai_error
+from agentos.api.openai_errors import BAD_BODY, SESSION_ANSWERED, TURN_ERRORS, TURN_LIMITS_429, TURN_QUOTA, openai_error
 from agentos.api.openai_responses_wire import EventWriter, parse_response_id, response_id, response_object
 from agentos.api.openai_turns import InvalidParam, TurnPlan, open_turn, plan_turn, resolve_model
 from agentos.api.openai_wire import ChatMessage, ResponseCreate
+from agentos.api.routes import SERVER_SENT_EVENT, SSE, Answer, Limits, Schema, json, nullable, operation
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSE_HEADERS
 from agentos.clock import wall_ms
@@ -33,8 +34,57 @@ from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
 
+# Fields of OpenAI's response object that Agent OS answers with one fixed value each.
+_FIXED_RESPONSE_FIELDS = {
+    "incomplete_details": {"type": "null"},
+    "instructions": {"type": "null"},
+    "metadata": {"type": "object"},
+    "parallel_tool_calls": {"const": False},
+    "store": {"const": True},
+    "temperature": {"type": "null"},
+    "text": {"type": "object"},
+    "tool_choice": {"const": "auto"},
+    "tools": {"type": "array", "maxItems": 0},
+    "top_p": {"type": "null"},
+    "truncation": {"const": "disabled"},
+}
+# As much of OpenAI's response object as Agent OS fills (`agentos.api.openai_responses_wire`).
+_RESPONSE = Schema(
+    "OpenAIResponse",
+    {
+        "type": "object",
+        "required": ["id", "object", "created_at", "status", "model", "output"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "response"},
+            "created_at": {"type": "integer"},
+            "status": {"enum": ["completed", "failed", "in_progress", "cancelled", "incomplete"]},
+            "model": {"type": "string"},
+            "output": {"type": "array", "items": {"type": "object"}},
+            "usage": {"type": ["object", "null"], "description": "input_tokens, output_tokens, total_tokens"},
+            "error": {"type": ["object", "null"], "description": "{code, message} of a turn that did not complete"},
+            "previous_response_id": nullable("string"),
+            **_FIXED_RESPONSE_FIELDS,
+        },
+    },
+)
+
 
 @routes.post("/v1/responses")
+@operation(
+    "A turn as an OpenAI response; previous_response_id continues its session",
+    tag="openai",
+    body=ResponseCreate,
+    answers={
+        200: Answer(
+            description="The response; with `stream: true`, the Responses API's events",
+            content={"application/json": _RESPONSE, SSE: SERVER_SENT_EVENT},
+            headers=SESSION_ANSWERED,
+        )
+    },
+    errors=BAD_BODY | TURN_ERRORS | {404: "`model_not_found`, or `previous_response_not_found`"},
+    limits=Limits(more_429=TURN_LIMITS_429, quota=TURN_QUOTA),
+)
 async def create_response(request: web.Request) -> web.StreamResponse:
     who = require(request, Scope.SESSIONS_WRITE)
     runtime = request.app[RUNTIME]
@@ -61,11 +111,12 @@ async def create_response(request: web.Request) -> web.StreamResponse:
 
 def _plan(body: ResponseCreate, agent: str | None, *, continued: bool) -> TurnPlan:
     """Raises: InvalidParam (`input`, `instructions`, `tools`, and `plan_turn`'s)."""
-    for param, given in (
+    refused = (
         ("tools", bool(body.tools)),
         ("conversation", body.conversation is not None),
         ("background", body.background),
-    ):
+    )
+    for param, given in refused:
         if given:
             raise InvalidParam(param, f"{param} is not supported on /v1/responses; see docs/openai.md")
     items = [ChatMessage(role="user", content=body.input)] if isinstance(body.input, str) else body.input
@@ -105,14 +156,9 @@ def _answer(data: dict[str, Any], tokens: str) -> str:
 
 def _done(start: dict[str, Any], text: str, data: dict[str, Any]) -> dict[str, Any]:
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    previous = start["previous_response_id"]
     return response_object(
-        start["id"],
-        start["created_at"],
-        start["model"],
-        "completed",
-        text,
-        usage=usage,
-        previous=start["previous_response_id"],
+        start["id"], start["created_at"], start["model"], "completed", text, usage=usage, previous=previous
     )
 
 
@@ -179,6 +225,12 @@ class ResponseStream:
 
 
 @routes.get("/v1/responses/{response_id}")
+@operation(
+    "A response: its turn's answer and how the turn ended",
+    tag="openai",
+    answers={200: json("The response", _RESPONSE)},
+    errors={404: "`response_not_found` (also another tenant's)"},
+)
 async def get_response(request: web.Request) -> web.Response:
     """A response as stored: its turn's answer and how the turn ended (`in_progress` before)."""
     tenant_id = require(request, Scope.SESSIONS_READ).tenant_id
@@ -203,9 +255,8 @@ async def get_response(request: web.Request) -> web.Response:
         return json_response(response_object(rid, created_s, model, "in_progress", None))
     status = "completed" if answer.status == "completed" else answer.status
     error = None if status == "completed" else {"code": status, "message": f"the turn ended {status}"}
-    return json_response(
-        response_object(rid, created_s, model, status, answer.content, usage=answer.usage or {}, error=error)
-    )
+    usage = answer.usage or {}
+    return json_response(response_object(rid, created_s, model, status, answer.content, usage=usage, error=error))
 
 
 async def _turn_messages(store: Store, tenant_id: str, session_id: str, turn_id: str) -> list[MessageRecord]:

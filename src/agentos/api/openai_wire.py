@@ -10,7 +10,7 @@ error).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -55,11 +55,12 @@ class ChatCompletionCreate(msgspec.Struct, forbid_unknown_fields=False):
     and ignored: the agent's configuration decides them."""
 
     model: str
-    messages: list[ChatMessage]
+    # Both checked by the handler, with OpenAI's error (`InvalidParam`), not on decoding.
+    messages: Annotated[list[ChatMessage], msgspec.Meta(extra_json_schema={"minItems": 1})]
     stream: bool = False
     stream_options: StreamOptions | None = None
     tools: list[dict[str, Any]] | None = None
-    n: int = 1
+    n: Annotated[int, msgspec.Meta(extra_json_schema={"minimum": 1, "maximum": 1})] = 1
     user: str | None = None
 
 

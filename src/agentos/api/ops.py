@@ -8,7 +8,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from agentos.api.keys import METRICS, RUNS, RUNTIME
-from agentos.api.openapi import OPENAPI
+from agentos.api.openapi import document_bytes, served_routes
+from agentos.api.routes import Answer, Schema, json, operation, text
 from agentos.api.sessions import json_response
 from agentos.errors import StoreUnavailable
 from agentos.tenancy.principal import Scope, require
@@ -16,13 +17,40 @@ from agentos.tenancy.principal import Scope, require
 log = logging.getLogger("agentos.api")
 routes = web.RouteTableDef()
 
+_HEALTH = Schema(
+    "Health",
+    {
+        "type": "object",
+        "required": ["status"],
+        "properties": {
+            "status": {"enum": ["ok", "ready", "not_ready"]},
+            "store": {
+                "description": "/readyz: `ok`, or `unavailable` while the store cannot be reached (503);"
+                " PostgreSQL is asked SELECT 1 at most once a second",
+                "enum": ["ok", "unavailable"],
+            },
+            "sandbox": {
+                "description": "/readyz: run_command's sandbox (strict; weaker: allowed by sandbox.allow_weaker;"
+                " refused: commands are refused) and the parts this OS does not give",
+                "type": ["object", "null"],
+                "properties": {
+                    "mode": {"enum": ["strict", "weaker", "refused"]},
+                    "missing": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        },
+    },
+)
+
 
 @routes.get("/healthz")
+@operation("Liveness", tag="server", open=True, answers={200: json("ok", _HEALTH)})
 async def healthz(request: web.Request) -> web.Response:
     return json_response({"status": "ok"})
 
 
 @routes.get("/readyz")
+@operation("Readiness", tag="server", open=True, answers={200: json("ready", _HEALTH), 503: json("not ready", _HEALTH)})
 async def readyz(request: web.Request) -> web.Response:
     """Ready, with the sandbox `run_command` gets: `{"mode": "strict" | "weaker" | "refused",
     "missing": [...]}`. A weaker or refusing sandbox keeps the server ready (its chats work; the
@@ -46,6 +74,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 @routes.get("/metrics")
+@operation("Prometheus metrics", tag="server", answers={200: text("text exposition format", "text/plain")})
 async def metrics(request: web.Request) -> web.Response:
     """Server-wide numbers, every tenant's together: the administrator's."""
     require(request, Scope.ADMIN)
@@ -54,5 +83,13 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 @routes.get("/openapi.json")
+@operation(
+    "This document",
+    tag="server",
+    open=True,
+    answers={200: Answer(description="OpenAPI 3.1", content={"application/json": {"type": "object"}})},
+)
 async def openapi(request: web.Request) -> web.Response:
-    return json_response(OPENAPI)
+    """Written from the routes this app serves (`agentos.api.openapi`), once."""
+    body = document_bytes(served_routes(request.app.router))
+    return web.Response(body=body, content_type="application/json")

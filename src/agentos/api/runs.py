@@ -17,22 +17,117 @@ tenant's sessions (else 404 `session_not_found`).
 
 from __future__ import annotations
 
+from typing import Literal
+
+import msgspec
 from aiohttp import web
 
 from agentos.api.admission import starting_run
+from agentos.api.agents import UNKNOWN_AGENT
 from agentos.api.body import MAX_AFTER, AnswerCreate, RunCreate, decimal, page_limit, query_text, read_body
 from agentos.api.keys import RUNS, RUNTIME, SSE_KEEPALIVE_S
+from agentos.api.routes import (
+    BAD_BODY,
+    SEQ,
+    Limits,
+    Schema,
+    events,
+    header,
+    json,
+    limit_param,
+    nullable,
+    operation,
+    page,
+    query,
+    ref,
+    retry,
+)
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSEStream, failures_as_events
 from agentos.errors import BadRequest, InvalidInput
-from agentos.journal.run_list import RUN_STATUSES, RunCursor, RunQuery
+from agentos.journal.run_list import CURSOR_PATTERN, RUN_STATUSES, RunCursor, RunQuery
 from agentos.kernel import RUN_TERMINAL_EVENTS
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
 
 
+class RunStarted(msgspec.Struct):
+    """A run accepted and queued: where to read it and follow its events."""
+
+    run_id: str
+    status: Literal["queued"]
+    run_url: str
+    events_url: str
+
+
+_HUMAN_REQUEST = Schema(
+    "HumanRequest",
+    {
+        "type": "object",
+        "required": ["operation_id", "kind"],
+        "properties": {
+            "operation_id": {"type": "string"},
+            "kind": {"enum": ["question", "approval", "uncertain"]},
+            "args_hash": {"type": "string", "description": "an approval must quote it"},
+            "deadline_ms": {"type": "integer"},
+            "question": {"type": "string"},
+            "tool": {"type": "string"},
+            "arguments": {
+                "type": "string",
+                "description": "the tool's arguments as the model sent them (JSON text); args_hash is their hash",
+            },
+            "call_id": {"type": "string"},
+            "operation_id_uncertain": {"type": "string", "description": "uncertain: the tool call in doubt"},
+        },
+    },
+)
+# What `agentos.agents.service` answers for a run (`RunService.get_run` and the lists).
+RUN = Schema(
+    "Run",
+    {
+        "type": "object",
+        "required": ["run_id", "agent", "input", "input_truncated", "status", "created_ms", "updated_ms"],
+        "properties": {
+            "run_id": {"type": "string"},
+            "agent": {"type": "string"},
+            "session_id": nullable("string"),
+            "parent_run_id": nullable("string"),
+            "input": {"type": "string", "description": "the run's input; in GET /v1/runs cut at 500 characters"},
+            "input_truncated": {"type": "boolean", "description": "true: `input` is cut (only in GET /v1/runs)"},
+            "status": {"enum": list(RUN_STATUSES)},
+            "result": nullable("string"),
+            "reason": nullable("string"),
+            "created_ms": {"type": "integer"},
+            "updated_ms": {"type": "integer"},
+            "pending": {**ref("HumanRequest"), "description": "only while status is waiting_human"},
+        },
+    },
+    uses=(_HUMAN_REQUEST,),
+)
+_THE_RUN = {200: json("The run", RUN)}
+_UNKNOWN = {404: "Unknown run"}
+_AFTER = {
+    "type": "string",
+    "pattern": CURSOR_PATTERN,
+    "description": "the next_cursor of the page before: `<created_ms>:<run_id>` of its last run",
+}
+
+
 @routes.post("/v1/agents/{name}/runs")
+@operation(
+    "Start a background run of the agent",
+    tag="runs",
+    body=RunCreate,
+    answers={202: json("Queued", RunStarted)},
+    errors=BAD_BODY | UNKNOWN_AGENT | {503: retry("Draining: the server starts no new runs")},
+    limits=Limits(
+        more_429="`run_rate_limited` (runs per minute), `overloaded` (over `kernel.max_active_runs`),"
+        " `tenant_active_runs`",
+        quota="`quota_tokens_per_day`: the tenant's provider tokens for the UTC day are spent"
+        " (Retry-After: until 00:00 UTC)",
+    ),
+)
 async def start_run(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.RUNS_WRITE).tenant_id
     runtime = request.app[RUNTIME]
@@ -43,10 +138,29 @@ async def start_run(request: web.Request) -> web.Response:
             await runtime.get_session(tenant_id, body.session_id)  # 404 unless it is the tenant's
         run_id = await request.app[RUNS].start_run(tenant_id, request.match_info["name"], body.input, body.session_id)
     links = {"run_url": f"/v1/runs/{run_id}", "events_url": f"/v1/runs/{run_id}/events"}
-    return json_response({"run_id": run_id, "status": "queued", **links}, status=202)
+    return json_response(RunStarted(run_id, "queued", **links), status=202)
 
 
 @routes.get("/v1/runs")
+@operation(
+    "List the tenant's runs, newest first; status=waiting_human is the inbox",
+    tag="runs",
+    parameters=(
+        query("status", "only runs in this status", {"type": "string", "enum": list(RUN_STATUSES)}),
+        query("agent", "only runs of this agent"),
+        query("session_id", "only runs of this session"),
+        limit_param(50),
+        query("after", _AFTER["description"], _AFTER),
+    ),
+    answers={
+        200: json(
+            "A page of runs, newest first (by created_ms, then run_id); a waiting run carries its"
+            " `pending` request, what POST /v1/runs/{run_id}/answer needs",
+            page("RunPage", RUN),
+        )
+    },
+    errors={422: "A bad limit, status or after (not a next_cursor); the message names the parameter"},
+)
 async def list_runs(request: web.Request) -> web.Response:
     """The tenant's runs, newest first; `status=waiting_human` is the inbox (each with its `pending`)."""
     tenant_id = require(request, Scope.RUNS_READ).tenant_id
@@ -69,24 +183,34 @@ def _run_query(request: web.Request) -> RunQuery:
 
 
 @routes.get("/v1/runs/{run_id}")
+@operation("A run's status, result and pending human request", tag="runs", answers=_THE_RUN, errors=_UNKNOWN)
 async def get_run(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.RUNS_READ).tenant_id
     return json_response(await request.app[RUNS].get_run(tenant_id, request.match_info["run_id"]))
 
 
 @routes.post("/v1/runs/{run_id}/cancel")
+@operation("Soft cancel: the loop stops at its next step", tag="runs", answers=_THE_RUN, errors=_UNKNOWN)
 async def cancel_run(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.RUNS_WRITE).tenant_id
     return json_response(await request.app[RUNS].cancel(tenant_id, request.match_info["run_id"]))
 
 
 @routes.post("/v1/runs/{run_id}/terminate")
+@operation("Hard stop in every state; records run.cancelled", tag="runs", answers=_THE_RUN, errors=_UNKNOWN)
 async def terminate_run(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.RUNS_WRITE).tenant_id
     return json_response(await request.app[RUNS].terminate(tenant_id, request.match_info["run_id"]))
 
 
 @routes.post("/v1/runs/{run_id}/answer")
+@operation(
+    "Answer the run's human request",
+    tag="runs",
+    body=AnswerCreate,
+    answers=_THE_RUN,
+    errors=BAD_BODY | _UNKNOWN | {409: "Not waiting, or the hash does not match"},
+)
 async def answer_run(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.RUNS_WRITE).tenant_id
     body = await read_body(request, AnswerCreate)
@@ -103,6 +227,25 @@ async def answer_run(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/runs/{run_id}/events")
+@operation(
+    "The run's events as SSE (`id:` = seq), resumable after Last-Event-ID (or ?after=)",
+    tag="runs",
+    parameters=(
+        header("Last-Event-ID", "the seq to resume after", SEQ),
+        query("after", "the seq to resume after", SEQ),
+    ),
+    answers={
+        200: events(
+            "run.started, model.started, token, model.completed, tool.call, tool.result,"
+            " human.requested, human.answered, then run.completed | run.failed | run.cancelled"
+            " (docs/agents.md, the event table). Every event but token is journaled and its data"
+            " carries `at_ms`, when it was (ms since the epoch); ignore event types you do not"
+            " know. If the stream itself fails, its last event is `error` {code, message,"
+            " error_id}, without an id: reconnect to resume."
+        )
+    },
+    errors={400: "Bad Last-Event-ID or after: not an integer from 0 to 2**62", 404: "Unknown run"},
+)
 async def run_events(request: web.Request) -> web.StreamResponse:
     tenant_id = require(request, Scope.RUNS_READ).tenant_id
     runs = request.app[RUNS]

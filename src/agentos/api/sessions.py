@@ -13,11 +13,73 @@ from aiohttp import web
 
 from agentos.api.body import MAX_AFTER, SessionCreate, page_limit, query_int, query_text, read_body
 from agentos.api.keys import QUOTAS, RUNTIME
+from agentos.api.routes import (
+    BAD_BODY,
+    Answer,
+    Limits,
+    Schema,
+    after_param,
+    json,
+    limit_param,
+    nullable,
+    operation,
+    page,
+    query,
+)
 from agentos.runtime.runtime import Runtime
 from agentos.store.records import SessionRecord
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
+
+SESSION = Schema(
+    "Session",
+    {
+        "type": "object",
+        "required": ["id", "agent", "metadata", "tenant_id", "created_at_ms"],
+        "properties": {
+            "id": {"type": "string"},
+            "agent": {**nullable("string"), "description": "the agent that runs the turns; null: plain chat turns"},
+            "metadata": {"type": "object"},
+            "tenant_id": {"type": "string"},
+            "created_at_ms": {"type": "integer"},
+            "active_turn": {**nullable("string"), "description": "GET of one session only"},
+        },
+    },
+)
+_MESSAGE = Schema(
+    "Message",
+    {
+        "type": "object",
+        "required": ["id", "turn_id", "role", "content", "status", "created_at_ms"],
+        "properties": {
+            "id": {"type": "integer"},
+            "turn_id": {"type": "string"},
+            "role": {"enum": ["user", "assistant", "system", "tool"]},
+            "content": {"type": "string"},
+            "status": {"enum": ["completed", "cancelled", "failed"]},
+            "usage": {"type": ["object", "null"], "additionalProperties": {"type": "integer"}},
+            "created_at_ms": {"type": "integer"},
+        },
+    },
+)
+_EVENT = Schema(
+    "StoredEvent",
+    {
+        "type": "object",
+        "required": ["id", "turn_id", "type", "data", "created_at_ms"],
+        "properties": {
+            "id": {"type": "integer"},
+            "turn_id": {"type": "string"},
+            "type": {"type": "string", "description": "turn.started, turn.completed, ... (tokens are not stored)"},
+            "data": {"type": "object"},
+            "created_at_ms": {"type": "integer"},
+        },
+    },
+)
+UNKNOWN = {404: "Unknown session"}
+BAD_QUERY = {422: "A bad limit or after; the message names the parameter"}
+_PAGE = (limit_param(100), after_param("integer"))
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:
@@ -36,6 +98,15 @@ def session_json(runtime: Runtime, record: SessionRecord) -> dict[str, Any]:
 
 
 @routes.post("/v1/sessions")
+@operation(
+    "Open a session",
+    tag="sessions",
+    body=SessionCreate,
+    body_required=False,
+    answers={201: json("The session", SESSION)},
+    errors=BAD_BODY | {404: "`agent_not_found`: no agent of that name this tenant can run"},
+    limits=Limits(quota="`quota_sessions`: the tenant holds `max_sessions` sessions; delete some"),
+)
 async def create_session(request: web.Request) -> web.Response:
     who = require(request, Scope.SESSIONS_WRITE)
     body = await read_body(request, SessionCreate, empty_ok=True)
@@ -51,6 +122,17 @@ async def create_session(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/sessions")
+@operation(
+    "List sessions",
+    tag="sessions",
+    parameters=(
+        limit_param(50),
+        after_param("string"),
+        query("agent", "only sessions opened with this agent (`default`: opened without one)"),
+    ),
+    answers={200: json("A page of sessions, oldest first", page("SessionPage", SESSION))},
+    errors=BAD_QUERY,
+)
 async def list_sessions(request: web.Request) -> web.Response:
     who = require(request, Scope.SESSIONS_READ)
     runtime = request.app[RUNTIME]
@@ -62,6 +144,7 @@ async def list_sessions(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/sessions/{session_id}")
+@operation("Read a session", tag="sessions", answers={200: json("The session", SESSION)}, errors=UNKNOWN)
 async def get_session(request: web.Request) -> web.Response:
     who = require(request, Scope.SESSIONS_READ)
     runtime = request.app[RUNTIME]
@@ -72,6 +155,9 @@ async def get_session(request: web.Request) -> web.Response:
 
 
 @routes.delete("/v1/sessions/{session_id}")
+@operation(
+    "Delete a session and its transcript", tag="sessions", answers={204: Answer(description="Deleted")}, errors=UNKNOWN
+)
 async def delete_session(request: web.Request) -> web.Response:
     who = require(request, Scope.SESSIONS_WRITE)
     await request.app[RUNTIME].delete_session(who.tenant_id, request.match_info["session_id"])
@@ -92,6 +178,13 @@ async def _page(request: web.Request) -> tuple[Runtime, str, str, int, int]:
 
 
 @routes.get("/v1/sessions/{session_id}/messages")
+@operation(
+    "The transcript, cursor-paginated",
+    tag="sessions",
+    parameters=_PAGE,
+    answers={200: json("A page of messages", page("MessagePage", _MESSAGE, nullable("integer")))},
+    errors=BAD_QUERY | UNKNOWN,
+)
 async def list_messages(request: web.Request) -> web.Response:
     runtime, tenant_id, session_id, after, limit = await _page(request)
     records = await runtime.store.list_messages(tenant_id, session_id, after=after, limit=limit)
@@ -112,6 +205,13 @@ async def list_messages(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/sessions/{session_id}/events")
+@operation(
+    "Stored turn events, cursor-paginated",
+    tag="sessions",
+    parameters=_PAGE,
+    answers={200: json("A page of events", page("EventPage", _EVENT, nullable("integer")))},
+    errors=BAD_QUERY | UNKNOWN,
+)
 async def list_events(request: web.Request) -> web.Response:
     runtime, tenant_id, session_id, after, limit = await _page(request)
     records = await runtime.store.list_events(tenant_id, session_id, after=after, limit=limit)

@@ -21,7 +21,7 @@ verified); signature and timestamp 401; not JSON (or nested too deep), or a bad 
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 from aiohttp import web
@@ -29,9 +29,23 @@ from aiohttp import web
 from agentos.api.body import MAX_AFTER, page_limit, query_int, query_text, read_body
 from agentos.api.body_encoding import read_raw
 from agentos.api.keys import TRIGGERS
+from agentos.api.routes import (
+    BAD_BODY,
+    Answer,
+    Schema,
+    after_param,
+    header,
+    json,
+    limit_param,
+    nullable,
+    operation,
+    page,
+    query,
+)
 from agentos.api.sessions import json_response
 from agentos.errors import RequestError
 from agentos.tenancy.principal import Scope, require
+from agentos.triggers.service import MAX_WEBHOOK_ID
 from agentos.triggers.template import MAX_TEMPLATE_CHARS
 
 routes = web.RouteTableDef()
@@ -46,7 +60,85 @@ class TriggerCreate(msgspec.Struct, forbid_unknown_fields=True):
     description: Annotated[str, msgspec.Meta(max_length=1000)] = ""
 
 
+# The answers, as `agentos.triggers.records` writes them.
+_NULLABLE_MS = nullable("integer")
+_TRIGGER_PROPERTIES: dict[str, Any] = {
+    "trigger_id": {"type": "string"},
+    "agent": {"type": "string", "description": "the agent each delivery starts a run of"},
+    "input_template": {"type": "string"},
+    "description": {"type": "string"},
+    "enabled": {"type": "boolean"},
+    "created_ms": {"type": "integer"},
+    "events_url": {"type": "string", "description": "where the sender posts its signed deliveries"},
+    "secrets": {
+        "type": "array",
+        "description": "the signing secrets still valid, newest first (never the secrets themselves)",
+        "items": {
+            "type": "object",
+            "required": ["created_ms", "expires_ms"],
+            "properties": {
+                "created_ms": {"type": "integer"},
+                "expires_ms": {**_NULLABLE_MS, "description": "null: current; else rotated out, valid until then"},
+            },
+        },
+    },
+}
+_TRIGGER = Schema(
+    "Trigger", {"type": "object", "required": list(_TRIGGER_PROPERTIES), "properties": _TRIGGER_PROPERTIES}
+)
+_SECRET = {
+    "type": "string",
+    "pattern": "^whsec_[A-Za-z0-9+/]+={0,2}$",
+    "description": "the signing secret (Standard Webhooks): shown here once, never stored",
+}
+_CREATED = Schema(
+    "TriggerCreated",
+    {
+        "type": "object",
+        "required": [*_TRIGGER_PROPERTIES, "secret"],
+        "properties": {**_TRIGGER_PROPERTIES, "secret": _SECRET},
+    },
+)
+_DELIVERY_PROPERTIES: dict[str, Any] = {
+    "webhook_id": {"type": "string"},
+    "run_id": {"type": "string", "description": "the run it starts (chosen when it was accepted)"},
+    "status": {"enum": ["queued", "started", "failed"]},
+    "received_ms": {"type": "integer"},
+    "attempts": {"type": "integer", "description": "starts tried (a refused start is tried again later)"},
+    "reason": {**nullable("string"), "description": "why it failed: agent_not_found, trigger_deleted, ..."},
+}
+_DELIVERY = Schema(
+    "Delivery", {"type": "object", "required": list(_DELIVERY_PROPERTIES), "properties": _DELIVERY_PROPERTIES}
+)
+_ACCEPTED = Schema(
+    "DeliveryAccepted",
+    {
+        "type": "object",
+        "required": ["webhook_id", "run_id", "status", "duplicate"],
+        "properties": {
+            "webhook_id": {"type": "string"},
+            "run_id": {"type": "string", "description": "the run it starts: GET /v1/runs/{run_id} once started"},
+            "status": {"enum": ["queued", "started", "failed"]},
+            "duplicate": {"type": "boolean", "description": "true: a redelivery; nothing new was stored or started"},
+        },
+    },
+)
+_PAYLOAD = Schema("WebhookPayload", {"description": "Any JSON: the event as the sender sends it (signed as raw bytes)"})
+_NOT_FOUND = {404: "Unknown trigger (another tenant's too): trigger_not_found"}
+
+
 @routes.post("/v1/triggers")
+@operation(
+    "Create a trigger of an agent; the answer is the only place its secret appears",
+    tag="triggers",
+    body=TriggerCreate,
+    answers={201: json("The trigger, with its secret", _CREATED)},
+    errors=BAD_BODY
+    | {
+        404: "Not an agent this tenant can run: agent_not_found",
+        409: "The tenant has triggers.max_triggers triggers: too_many_triggers",
+    },
+)
 async def create_trigger(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.TRIGGERS_WRITE).tenant_id
     body = await read_body(request, TriggerCreate)
@@ -55,6 +147,13 @@ async def create_trigger(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/triggers")
+@operation(
+    "List the tenant's triggers, by id",
+    tag="triggers",
+    parameters=(limit_param(100), after_param("string")),
+    answers={200: json("A page of triggers", page("TriggerPage", _TRIGGER))},
+    errors={422: "A bad limit"},
+)
 async def list_triggers(request: web.Request) -> web.Response:
     """By id; `?after=` the `next_cursor` of the page before."""
     tenant_id = require(request, Scope.TRIGGERS_READ).tenant_id
@@ -68,12 +167,21 @@ async def list_triggers(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/triggers/{trigger_id}")
+@operation(
+    "Read a trigger (never its secret)", tag="triggers", answers={200: json("The trigger", _TRIGGER)}, errors=_NOT_FOUND
+)
 async def get_trigger(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.TRIGGERS_READ).tenant_id
     return json_response(await request.app[TRIGGERS].get(tenant_id, request.match_info["trigger_id"]))
 
 
 @routes.delete("/v1/triggers/{trigger_id}")
+@operation(
+    "Delete a trigger; its deliveries not started yet fail (trigger_deleted)",
+    tag="triggers",
+    answers={204: Answer(description="Deleted")},
+    errors=_NOT_FOUND,
+)
 async def delete_trigger(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.TRIGGERS_WRITE).tenant_id
     await request.app[TRIGGERS].delete(tenant_id, request.match_info["trigger_id"])
@@ -81,12 +189,32 @@ async def delete_trigger(request: web.Request) -> web.Response:
 
 
 @routes.post("/v1/triggers/{trigger_id}/rotate")
+@operation(
+    "A new secret (shown once); the old one stays valid for triggers.rotation_overlap_s",
+    tag="triggers",
+    answers={200: json("The trigger, with its new secret", _CREATED)},
+    errors=_NOT_FOUND,
+)
 async def rotate_secret(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.TRIGGERS_WRITE).tenant_id
     return json_response(await request.app[TRIGGERS].rotate(tenant_id, request.match_info["trigger_id"]))
 
 
 @routes.get("/v1/triggers/{trigger_id}/deliveries")
+@operation(
+    "The trigger's deliveries, newest first (kept for triggers.dedup_horizon_s)",
+    tag="triggers",
+    parameters=(
+        limit_param(100),
+        query(
+            "before",
+            "the next_cursor of the page before (a received_ms)",
+            {"type": "integer", "minimum": 0, "maximum": MAX_AFTER},
+        ),
+    ),
+    answers={200: json("A page of deliveries", page("DeliveryPage", _DELIVERY))},
+    errors=_NOT_FOUND | {422: "A bad limit or before"},
+)
 async def list_deliveries(request: web.Request) -> web.Response:
     """Newest first; `?before=` the `next_cursor` of the page before (a received_ms)."""
     tenant_id = require(request, Scope.TRIGGERS_READ).tenant_id
@@ -99,6 +227,12 @@ async def list_deliveries(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/triggers/{trigger_id}/deliveries/{webhook_id}")
+@operation(
+    "One delivery, by its webhook-id",
+    tag="triggers",
+    answers={200: json("The delivery", _DELIVERY)},
+    errors={404: "Unknown trigger or delivery: trigger_not_found, delivery_not_found"},
+)
 async def get_delivery(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.TRIGGERS_READ).tenant_id
     trigger_id, webhook_id = request.match_info["trigger_id"], request.match_info["webhook_id"]
@@ -106,6 +240,39 @@ async def get_delivery(request: web.Request) -> web.Response:
 
 
 @routes.post("/v1/triggers/{trigger_id}/events")
+@operation(
+    "Deliver a signed event (Standard Webhooks); no API key: the signature authenticates it",
+    tag="triggers",
+    open=True,
+    parameters=(
+        header(
+            "webhook-id",
+            f"the event's id, unchanged across retries: 1 to {MAX_WEBHOOK_ID} printable ASCII",
+            required=True,
+        ),
+        header(
+            "webhook-timestamp",
+            "Unix seconds of this attempt; within triggers.tolerance_s of the server",
+            required=True,
+        ),
+        header(
+            "webhook-signature",
+            "space-separated `v1,<base64 HMAC-SHA256 of id.timestamp.body>` entries",
+            required=True,
+        ),
+    ),
+    body=_PAYLOAD,
+    answers={
+        202: json("Committed: its run starts shortly, with this run id", _ACCEPTED),
+        200: json("A redelivery of a webhook-id already accepted: the same run id, nothing new", _ACCEPTED),
+    },
+    errors={
+        400: "The body is not JSON (malformed_json), or a bad webhook-id (invalid_webhook_id)",
+        401: "missing_signature, invalid_signature or timestamp_out_of_tolerance (never echoes them)",
+        404: "Unknown, deleted or disabled trigger: trigger_not_found",
+        413: "Body over triggers.max_body_bytes",
+    },
+)
 async def deliver(request: web.Request) -> web.Response:
     """A signed delivery (no key). 202 when it is new, 200 for a redelivery: both only once the
     delivery is committed, both with the same run id."""

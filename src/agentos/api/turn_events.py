@@ -18,6 +18,7 @@ from aiohttp import web
 
 from agentos.api.body import MAX_AFTER, decimal
 from agentos.api.keys import RUNTIME, SSE_KEEPALIVE_S
+from agentos.api.routes import SEQ, events, header, operation, query
 from agentos.api.sse import SSEStream, failures_as_events
 from agentos.errors import BadRequest
 from agentos.runtime.turn import TERMINAL_EVENTS
@@ -26,9 +27,35 @@ from agentos.tenancy.principal import Scope, require
 routes = web.RouteTableDef()
 
 _ENDS = TERMINAL_EVENTS | {"error"}
+_EVENT_ID = {
+    "type": "string",
+    "pattern": "^([A-Za-z0-9_]+:)?[0-9]{1,19}$",
+    "description": f"`<turn_id>:<seq>` as the turn's streams number events, or a seq (0 to {MAX_AFTER})",
+}
 
 
 @routes.get("/v1/sessions/{session_id}/turns/{turn_id}/events")
+@operation(
+    "Follow a turn's events as SSE from any node, resumable after Last-Event-ID (or ?after=)",
+    tag="turns",
+    parameters=(
+        header("Last-Event-ID", _EVENT_ID["description"], _EVENT_ID),
+        query("after", "a seq: resume after it", SEQ),
+    ),
+    answers={
+        200: events(
+            "The turn's stored events after the given seq (`id:` = `<turn_id>:<seq>`), then the live"
+            " ones until turn.completed | turn.cancelled | turn.failed. Tokens are live only (no"
+            " `id:`): those sent while the client was away are not replayed. If the stream itself"
+            " fails or the turn sends nothing for a long time, the last event is `error` {code,"
+            " message}, without an id: reconnect to resume."
+        )
+    },
+    errors={
+        400: "Bad Last-Event-ID or after: not a seq from 0 to 2**62, or an id of another turn",
+        404: "Unknown session, or no such turn in it (`turn_not_found`)",
+    },
+)
 async def turn_events(request: web.Request) -> web.StreamResponse:
     tenant_id = require(request, Scope.SESSIONS_READ).tenant_id
     session_id, turn_id = request.match_info["session_id"], request.match_info["turn_id"]

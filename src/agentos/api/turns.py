@@ -9,7 +9,19 @@ from aiohttp import web
 from agentos.api.admission import starting_turn
 from agentos.api.body import TurnCreate, read_body
 from agentos.api.keys import RUNTIME
-from agentos.api.sessions import json_response
+from agentos.api.routes import (
+    BAD_BODY,
+    SERVER_SENT_EVENT,
+    SSE,
+    Answer,
+    Limits,
+    Schema,
+    json,
+    nullable,
+    operation,
+    retry,
+)
+from agentos.api.sessions import UNKNOWN, json_response
 from agentos.api.sse import SSEStream, failures_as_events
 from agentos.errors import NotAcceptable
 from agentos.runtime.runtime import Runtime
@@ -17,6 +29,37 @@ from agentos.runtime.turn import TERMINAL_EVENTS, CollectingSink, Turn, check_in
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
+
+_RESULT = Schema(
+    "TurnResult",
+    {
+        "type": "object",
+        "properties": {
+            "turn_id": {"type": "string"},
+            "session_id": {"type": "string"},
+            "status": {"enum": ["completed", "cancelled", "failed"]},
+            "output": {"type": "string"},
+            "usage": {"type": "object"},
+            "reason": {"type": "string"},
+            "message": {"type": "string"},
+            "finish_reason": {"type": "string"},
+        },
+    },
+)
+_CANCEL = Schema(
+    "TurnCancel",
+    {
+        "type": "object",
+        "required": ["cancelled", "turn_id"],
+        "properties": {
+            "cancelled": {"type": "boolean", "description": "false: no turn was running"},
+            "turn_id": {**nullable("string"), "description": "the cancelled turn"},
+        },
+    },
+)
+_TOKENS_QUOTA = (
+    "`quota_tokens_per_day`: the tenant's provider tokens for the UTC day are spent (Retry-After: until 00:00 UTC)"
+)
 
 
 def wants_sse(accept: str) -> bool:
@@ -29,6 +72,24 @@ def wants_sse(accept: str) -> bool:
 
 
 @routes.post("/v1/sessions/{session_id}/turns")
+@operation(
+    "Send a turn; a running turn of the session is cancelled (last-wins)",
+    tag="turns",
+    body=TurnCreate,
+    answers={
+        200: Answer(
+            description="`text/event-stream`: events turn.started, token, then turn.completed | turn.cancelled"
+            " | turn.failed. `application/json`: the whole turn.",
+            content={SSE: SERVER_SENT_EVENT, "application/json": _RESULT},
+        )
+    },
+    errors=BAD_BODY | UNKNOWN | {406: "Unsupported Accept", 503: retry("Draining: the server starts no new turns")},
+    limits=Limits(
+        more_429="`turn_rate_limited` (turns per minute), `overloaded` (the server's admission limit),"
+        " `tenant_concurrent_turns`",
+        quota=_TOKENS_QUOTA,
+    ),
+)
 async def post_turn(request: web.Request) -> web.StreamResponse:
     """The order of the checks (docs/api.md, "Admission"): the key (401), the request rate (429),
     the scope (403), Accept (406), draining (503) and the gate (429 `overloaded`,
@@ -77,6 +138,9 @@ async def _collect(runtime: Runtime, turn: Turn) -> web.Response:
 
 
 @routes.delete("/v1/sessions/{session_id}/turn")
+@operation(
+    "Cancel the running turn", tag="turns", answers={200: json("Whether a turn was running", _CANCEL)}, errors=UNKNOWN
+)
 async def cancel_turn(request: web.Request) -> web.Response:
     who = require(request, Scope.SESSIONS_WRITE)
     runtime = request.app[RUNTIME]

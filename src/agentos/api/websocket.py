@@ -21,6 +21,8 @@ from agentos.api.admission import starting_turn
 from agentos.api.body import decode_json
 from agentos.api.errors import INTERNAL_MESSAGE, STARTED, log_internal_error
 from agentos.api.keys import MAX_BODY_BYTES, RUNTIME
+from agentos.api.routes import Answer, operation
+from agentos.api.sessions import UNKNOWN
 from agentos.errors import RequestError
 from agentos.runtime.runtime import Runtime
 from agentos.runtime.turn import Turn, check_input
@@ -36,6 +38,16 @@ class Frame(msgspec.Struct, forbid_unknown_fields=True):
 
 
 @routes.get("/v1/sessions/{session_id}/ws")
+@operation(
+    "A WebSocket for the session's turns",
+    tag="turns",
+    description="Frames in: `{type: turn, input}`, `{type: cancel}`. Frames out: the turn events as"
+    " `{type, id, data}`, and `{type: error, error: {code, message, retry_after_s?}}` for a"
+    " refused frame. A turn cancelled before it started may end without `turn.started`."
+    " docs/api.md has every frame and error code.",
+    answers={101: Answer(description="Switching protocols")},
+    errors=UNKNOWN | {400: "Not a WebSocket upgrade (a plain GET, or a bad Sec-WebSocket-* header)"},
+)
 async def session_socket(request: web.Request) -> web.WebSocketResponse:
     who = require(request, Scope.SESSIONS_WRITE)
     runtime = request.app[RUNTIME]
