@@ -24,6 +24,7 @@ from agentos.api import (
     turns,
     websocket,
 )
+from agentos.api.admission import ADMISSION, Admission
 from agentos.api.browser import BrowserRules, browser_middleware
 from agentos.api.cluster_limits import ClusterLimiters
 from agentos.api.console_stream import CONSOLE
@@ -95,6 +96,7 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     app[SSE_KEEPALIVE_S] = sse_keepalive_s
     app[LIMITERS] = limiters
     app[QUOTAS] = services.quotas
+    app[ADMISSION] = Admission(services.runtime, services.quotas, limiters)
     app[KNOWLEDGE] = services.knowledge
     app[TRIGGERS] = services.triggers
     app[CONSOLE] = console_stream.console_hub(app)

@@ -15,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
+from agentos.api.admission import ADMISSION
 from agentos.api.body import read_body
 from agentos.api.errors import INTERNAL_MESSAGE, STARTED, log_internal_error
 from agentos.api.keys import RUNS, RUNTIME
@@ -119,8 +120,7 @@ def _owner(agent: dict[str, Any], tenant_id: str) -> str:
 )
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     who = require(request, Scope.SESSIONS_WRITE)
-    runtime = request.app[RUNTIME]
-    runtime.offer_turn(who.tenant_id)  # a refusal reads no body, as for a native turn
+    request.app[ADMISSION].offer(who, "turn")  # a refusal reads no body, as for a native turn
     body = await read_body(request, ChatCompletionCreate)
     if body.n != 1:
         raise InvalidParam("n", "only n=1 is supported")

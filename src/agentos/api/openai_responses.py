@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from agentos.api.admission import ADMISSION
 from agentos.api.body import read_body
 from agentos.api.errors import STARTED
 from agentos.api.keys import RUNTIME
@@ -88,7 +89,7 @@ _RESPONSE = Schema(
 async def create_response(request: web.Request) -> web.StreamResponse:
     who = require(request, Scope.SESSIONS_WRITE)
     runtime = request.app[RUNTIME]
-    runtime.offer_turn(who.tenant_id)  # a refusal reads no body, as for a native turn
+    request.app[ADMISSION].offer(who, "turn")  # a refusal reads no body, as for a native turn
     body = await read_body(request, ResponseCreate)
     agent = await resolve_model(request.app, who.tenant_id, body.model)
     plan = _plan(body, agent, continued=body.previous_response_id is not None)  # before any store read

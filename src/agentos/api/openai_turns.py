@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agentos.api.admission import starting_turn
+from agentos.api.admission import ADMISSION
 from agentos.api.keys import QUOTAS, RUNS, RUNTIME
 from agentos.api.openai_wire import ChatMessage, text_of
 from agentos.errors import BadRequest, NotFound, StoreUnavailable
@@ -141,7 +141,7 @@ async def open_turn(
 
 
 async def _start(request: web.Request, who: Principal, session_id: str, plan: TurnPlan) -> Turn:
-    async with starting_turn(request.app, who):
+    async with request.app[ADMISSION].starting(who, "turn"):
         runtime = request.app[RUNTIME]
         return await runtime.start_turn(who.tenant_id, session_id, plan.text, prompt=plan.prompt, tools=plan.tools)
 

@@ -22,7 +22,7 @@ from typing import Literal
 import msgspec
 from aiohttp import web
 
-from agentos.api.admission import starting_run
+from agentos.api.admission import ADMISSION
 from agentos.api.agents import UNKNOWN_AGENT
 from agentos.api.body import MAX_AFTER, AnswerCreate, RunCreate, decimal, page_limit, query_text, read_body
 from agentos.api.keys import RUNS, RUNTIME, SSE_KEEPALIVE_S
@@ -129,11 +129,11 @@ _AFTER = {
     ),
 )
 async def start_run(request: web.Request) -> web.Response:
-    tenant_id = require(request, Scope.RUNS_WRITE).tenant_id
-    runtime = request.app[RUNTIME]
-    runtime.offer_run(tenant_id)  # draining or full: refused before the body, like a turn
+    who = require(request, Scope.RUNS_WRITE)
+    tenant_id, runtime, admission = who.tenant_id, request.app[RUNTIME], request.app[ADMISSION]
+    admission.offer(who, "run")  # draining or full: refused before the body, like a turn
     body = await read_body(request, RunCreate)
-    async with starting_run(request):
+    async with admission.starting(who, "run"):
         if body.session_id is not None:
             await runtime.get_session(tenant_id, body.session_id)  # 404 unless it is the tenant's
         run_id = await request.app[RUNS].start_run(tenant_id, request.match_info["name"], body.input, body.session_id)

@@ -6,7 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agentos.api.admission import starting_turn
+from agentos.api.admission import ADMISSION
 from agentos.api.body import TurnCreate, read_body
 from agentos.api.keys import RUNTIME
 from agentos.api.routes import (
@@ -98,10 +98,11 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     who = require(request, Scope.SESSIONS_WRITE)
     runtime = request.app[RUNTIME]
     sse = wants_sse(request.headers.get("Accept", ""))
-    runtime.offer_turn(who.tenant_id)  # a refusal reads no body and looks nothing up
+    admission = request.app[ADMISSION]
+    admission.offer(who, "turn")  # a refusal reads no body and looks nothing up
     body = await read_body(request, TurnCreate)
     check_input(body.input, runtime.settings.kernel.max_input_chars)
-    async with starting_turn(request.app, who):
+    async with admission.starting(who, "turn"):
         turn = await runtime.start_turn(who.tenant_id, request.match_info["session_id"], body.input)
     if not sse:
         return await _collect(runtime, turn)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from agentos.api.admission import starting_turn
+from agentos.api.admission import ADMISSION
 from agentos.api.body import decode_json
 from agentos.api.errors import INTERNAL_MESSAGE, STARTED, log_internal_error
 from agentos.api.keys import MAX_BODY_BYTES, RUNTIME
@@ -93,8 +93,9 @@ async def _on_frame(app: web.Application, who: Principal, session_id: str, raw: 
         runtime.cancel_turn(tenant_id, session_id)
         return None
     check_input(frame.input, runtime.settings.kernel.max_input_chars)
-    runtime.offer_turn(tenant_id)  # draining or full: refused before the quota, the limiter, the session
-    async with starting_turn(app, who):  # a turn started over the socket counts like one over HTTP
+    admission = app[ADMISSION]  # a turn started over the socket is admitted like one over HTTP
+    admission.offer(who, "turn")
+    async with admission.starting(who, "turn"):
         return await runtime.start_turn(tenant_id, session_id, frame.input)
 
 
