@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from agentos.bench.common.cli import command_line
+from agentos_bench.common.cli import command_line
 
 _RESULTS = Path("bench/results")
 
@@ -21,7 +21,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     `agentos bench`."""
     _register_sweep(commands)
     _register_memory(commands)
-    from agentos.bench.load import fairness_cli  # `agentos bench fairness` (tenants sharing the provider)
+    from agentos_bench.load import fairness_cli  # `agentos bench fairness` (tenants sharing the provider)
 
     fairness_cli.register(commands)
     compare = commands.add_parser("compare", help="compare two report JSONs; exit 1 on a regression")
@@ -29,23 +29,23 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     compare.add_argument("new", type=Path, help="the new report (B)")
     compare.add_argument("--threshold", type=float, default=0.20, help="growth that counts as a regression")
     compare.set_defaults(handler=_compare)
-    from agentos.bench.runs import cli as runs_cli  # `agentos bench runs` (agent runs)
+    from agentos_bench.runs import cli as runs_cli  # `agentos bench runs` (agent runs)
 
     runs_cli.register(commands)
     commands.choices["runs"].set_defaults(handler=_checked("runs", runs_cli.run_command, lambda a: [a.profile]))
-    from agentos.bench.authcost import cli as auth_cost_cli  # `agentos bench auth-cost`
+    from agentos_bench.authcost import cli as auth_cost_cli  # `agentos bench auth-cost`
 
     auth_cost_cli.register(commands)
-    from agentos.bench.knowledge import cli as knowledge_cli  # `agentos bench knowledge`
+    from agentos_bench.knowledge import cli as knowledge_cli  # `agentos bench knowledge`
 
     knowledge_cli.register(commands)
-    from agentos.bench.arrival import cli as load_cli  # `agentos bench load` (open arrival)
+    from agentos_bench.arrival import cli as load_cli  # `agentos bench load` (open arrival)
 
     load_cli.register(commands)
-    from agentos.bench.faults import cli as faults_cli  # `agentos bench faults`
+    from agentos_bench.faults import cli as faults_cli  # `agentos bench faults`
 
     faults_cli.register(commands)
-    from agentos.bench.overload import cli as overload_cli  # `agentos bench overload` (the 429 path)
+    from agentos_bench.overload import cli as overload_cli  # `agentos bench overload` (the 429 path)
 
     overload_cli.register(commands)
 
@@ -68,18 +68,17 @@ def _checked(command: str, handler: Handler, profiles: Callable[[argparse.Namesp
 
 def check_profile(name: str) -> Path:
     """Raises:
-    ConfigError: `name` is neither a file nor a profile under ./bench/profiles.
+    ConfigError: `name` is neither a file nor a packaged profile (`agentos_bench/profiles`).
     """
-    from agentos.bench.common.processes import BenchSetupError, resolve_profile
     from agentos.errors import ConfigError
+    from agentos_bench.common.processes import BenchSetupError, profile_names, resolve_profile
 
     try:
         return resolve_profile(name)
     except BenchSetupError:
-        where = Path.cwd() / "bench" / "profiles"
-        raise ConfigError(
-            f"--profile {name}: no such profile (looked in {where}); pass a path to a TOML file"
-        ) from None
+        names = ", ".join(profile_names())
+        message = f"--profile {name}: no such profile (packaged: {names}); pass a path to a TOML file"
+        raise ConfigError(message) from None
 
 
 def check_plots(command: str) -> None:
@@ -99,7 +98,7 @@ def _add_mock_flags(p: argparse.ArgumentParser, ttft_ms: float, tps: float, toke
 
 
 def _add_output_flags(p: argparse.ArgumentParser) -> None:
-    from agentos.bench.report.output import DEFAULT_OUT_DIR  # stdlib only; ./bench-out is git-ignored
+    from agentos_bench.report.output import DEFAULT_OUT_DIR  # stdlib only; ./bench-out is git-ignored
 
     help_text = f"where the report goes (default: ./{DEFAULT_OUT_DIR}; {_RESULTS} to commit one)"
     p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR, help=help_text)
@@ -109,7 +108,7 @@ def _add_output_flags(p: argparse.ArgumentParser) -> None:
 def _register_sweep(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sweep = commands.add_parser("sweep", help="closed-loop load sweep over concurrency points")
     sweep.add_argument("--sweep", default="1,2,4,8,16,32,64", help="concurrency points, comma-separated")
-    sweep.add_argument("--profile", default="no-store", help="bench/profiles names or paths, comma-separated")
+    sweep.add_argument("--profile", default="no-store", help="profile names (packaged) or TOML paths, comma-separated")
     sweep.add_argument("--target", choices=["both", "server", "direct"], default="both")
     sweep.add_argument("--duration-secs", type=float, default=15.0)
     sweep.add_argument("--warmup-secs", type=float, default=3.0)
@@ -145,7 +144,7 @@ def _register_sweep(commands: argparse._SubParsersAction[argparse.ArgumentParser
         default="native",
         help="each turn via POST /v1/sessions/{id}/turns (default) or /v1/chat/completions with X-Session-Id",
     )
-    from agentos.bench.peers import cli as peers_cli  # `--peers`: other agent servers on the same mock
+    from agentos_bench.peers import cli as peers_cli  # `--peers`: other agent servers on the same mock
 
     peers_cli.add_sweep_arguments(sweep)
     peers_cli.register(commands)
@@ -190,8 +189,8 @@ def _check_nodes(args: argparse.Namespace) -> None:
     """Raises:
     ConfigError: --nodes N that the profiles (or an external server) cannot run: one line, exit 2.
     """
-    from agentos.bench.load.cluster import nodes_problem, profile_settings
     from agentos.errors import ConfigError
+    from agentos_bench.load.cluster import nodes_problem, profile_settings
 
     if args.nodes < 1:
         raise ConfigError(f"bench sweep --nodes {args.nodes}: must be 1 or more")
@@ -205,12 +204,12 @@ def _check_nodes(args: argparse.Namespace) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from agentos.bench.common.loop import raise_fd_limit, run_loop
-    from agentos.bench.load.sweep import SweepPlan, run_sweep
-    from agentos.bench.mock.server import MockSettings
-    from agentos.bench.peers.catalog import default_peers_dir
-    from agentos.bench.peers.cli import peer_names
-    from agentos.bench.peers.launch import peer_runner
+    from agentos.mock.loop import raise_fd_limit, run_loop
+    from agentos.mock.server import MockSettings
+    from agentos_bench.load.sweep import SweepPlan, run_sweep
+    from agentos_bench.peers.catalog import default_peers_dir
+    from agentos_bench.peers.cli import peer_names
+    from agentos_bench.peers.launch import peer_runner
 
     peers = peer_names(args.peers)
     _check_tenants(args)
@@ -247,9 +246,9 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _memory(args: argparse.Namespace) -> int:
-    from agentos.bench.common.loop import raise_fd_limit, run_loop
-    from agentos.bench.memory.staircase import MemoryPlan, run_memory
-    from agentos.bench.mock.server import MockSettings
+    from agentos.mock.loop import raise_fd_limit, run_loop
+    from agentos.mock.server import MockSettings
+    from agentos_bench.memory.staircase import MemoryPlan, run_memory
 
     raise_fd_limit()
     plan = MemoryPlan(
@@ -265,8 +264,8 @@ def _memory(args: argparse.Namespace) -> int:
 
 
 def _write(report: dict[str, object], kind: str, label: str, args: argparse.Namespace) -> int:
-    from agentos.bench.report.document import write_report
-    from agentos.bench.report.machine import machine_info, result_stem, utc_now
+    from agentos_bench.report.document import write_report
+    from agentos_bench.report.machine import machine_info, result_stem, utc_now
 
     stem = result_stem(kind, Path(label).stem, machine_info(), utc_now(), args.name)
     for path in write_report(dict(report), args.out_dir, stem):
@@ -275,8 +274,8 @@ def _write(report: dict[str, object], kind: str, label: str, args: argparse.Name
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from agentos.bench.report.compare import compare_reports, format_comparisons
-    from agentos.bench.report.document import load_report
+    from agentos_bench.report.compare import compare_reports, format_comparisons
+    from agentos_bench.report.document import load_report
 
     try:
         comparisons = compare_reports(load_report(args.old), load_report(args.new), args.threshold)

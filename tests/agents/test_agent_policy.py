@@ -22,9 +22,9 @@ from agentos.agents.mcp_tools import McpHub
 from agentos.agents.policy import AgentPolicy, check_agent
 from agentos.agents.service import RunService
 from agentos.agents.spec import parse_agent_spec
-from agentos.bench.mock.server import MockServer
 from agentos.config import Settings, settings_from_dict
 from agentos.errors import ConfigError, Forbidden, InvalidInput, NotFound
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
 from tests.agents.conftest import collect
 from tests.agents.fakes import ScriptedProvider

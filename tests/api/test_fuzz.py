@@ -34,8 +34,8 @@ from schemathesis import GenerationMode, checks
 from agentos.agents.spec import parse_agent_spec
 from agentos.api.openapi import OPENAPI
 from agentos.api.schemas import SCHEMAS
-from agentos.bench.mock.server import MockSettings, start_mock
 from agentos.errors import InvalidInput
+from agentos.mock.server import MockSettings, start_mock
 from agentos.testing import start_server
 from agentos.testing.tenants import TenantKey, create_tenant_key
 from agentos.triggers.signatures import decode_secret, sign

@@ -16,7 +16,6 @@ import aiohttp
 import msgspec
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import Settings
 from agentos.config_security import (
     MAX_COMMAND_MB,
@@ -29,6 +28,7 @@ from agentos.config_security import (
     MAX_TOKEN_BUDGET,
     MAX_TURNS,
 )
+from agentos.mock.server import MockServer
 from agentos.tenancy.limits import MAX_AT_ONCE, MAX_PER_MINUTE, MAX_TOKENS_PER_DAY, MAXIMA
 from agentos.testing import RunningServer, start_server
 from tests.api.helpers import expect_error

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 
 from agentos.api.ratelimit import Limiters
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.tenancy.limits import TenantLimits
 from agentos.tenancy.principal import OPEN_PRINCIPAL
 from agentos.testing import FakeClock, RunningServer

@@ -16,9 +16,9 @@ import aiohttp
 import pytest
 
 from agentos.api.keys import LIMITERS
-from agentos.bench.mock.server import MockServer
 from agentos.coordination.limiters import ClusterLimiters
 from agentos.coordination.quotas import ClusterQuotas
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, start_server
 from tests.api.helpers import SSE, expect_error
 from tests.api.structured_fields import policies

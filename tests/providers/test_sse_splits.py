@@ -1,11 +1,11 @@
-"""The bench's incremental SSE parser: framing rules, and any split of the bytes parses the same."""
+"""The SSE parser the product and the bench clients share: framing rules, and any split of the bytes parses the same."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentos.bench.common.sse import SSEEvent, SSEParser
+from agentos.providers.sse_parser import SSEEvent, SSEParser
 
 STREAM = (
     b": a comment\n"
@@ -15,10 +15,10 @@ STREAM = (
     b"event: turn.completed\nid: 3\ndata: {}\n\n"
 )
 EXPECTED = [
-    SSEEvent("turn.started", '{"turn_id": "t1"}', "1"),
-    SSEEvent("token", '{"delta": "hé"}', "2"),
-    SSEEvent("message", "line one\nline two", "2"),
-    SSEEvent("turn.completed", "{}", "3"),
+    SSEEvent(event="turn.started", data='{"turn_id": "t1"}', id="1"),
+    SSEEvent(event="token", data='{"delta": "hé"}', id="2"),
+    SSEEvent(event="message", data="line one\nline two", id="2"),
+    SSEEvent(event="turn.completed", data="{}", id="3"),
 ]
 
 
@@ -29,19 +29,19 @@ def test_parses_events_with_every_line_ending() -> None:
 def test_event_without_data_is_not_dispatched() -> None:
     parser = SSEParser()
     assert parser.feed(b"event: ping\n\n") == []
-    assert parser.feed(b"data: x\n\n") == [SSEEvent("message", "x")]
+    assert parser.feed(b"data: x\n\n") == [SSEEvent(event="message", data="x")]
 
 
 def test_incomplete_event_waits_for_the_blank_line() -> None:
     parser = SSEParser()
     assert parser.feed(b"data: [DONE]\n") == []
-    assert parser.feed(b"\n") == [SSEEvent("message", "[DONE]")]
+    assert parser.feed(b"\n") == [SSEEvent(event="message", data="[DONE]")]
 
 
 def test_lone_cr_at_the_end_waits_for_a_possible_lf() -> None:
     parser = SSEParser()
     assert parser.feed(b"data: a\r") == []
-    assert parser.feed(b"\n\r\n") == [SSEEvent("message", "a")]
+    assert parser.feed(b"\n\r\n") == [SSEEvent(event="message", data="a")]
 
 
 @given(st.lists(st.integers(min_value=0, max_value=len(STREAM)), max_size=12))

@@ -1,4 +1,10 @@
-"""The `agentos` command: parse arguments, build Settings, hand over. No logic lives here."""
+"""The `agentos` command: parse arguments, build Settings, hand over. No logic lives here.
+
+One module per command family: `serve` (`serve`, `config show`, the settings flags), `db`,
+`admin` (`tenants`, `keys`), `mock` (`mock-llm`). `agentos bench ...` belongs to the bench kit
+(`agentos_bench.cli`), a separate package: it is imported only when `bench` is the command, so
+`agentos serve` never loads it.
+"""
 
 from __future__ import annotations
 
@@ -6,121 +12,42 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from agentos import __version__
-from agentos.config import Settings, load_settings
-from agentos.config_toml import dump_toml, to_toml_dict
+from agentos.cli import admin, db, mock, serve
+from agentos.cli.serve import settings_from_args
 from agentos.errors import ConfigError
 
-# CLI flag -> dotted config key. Flags win over env vars, which win over the file.
-_FLAG_KEYS = {
-    "host": "server.host",
-    "port": "server.port",
-    "log_level": "log_level",
-    "data_dir": "data_dir",
-    "provider_url": "provider.url",
-    "model": "provider.model",
-    "max_in_flight_turns": "kernel.max_in_flight_turns",
-    "concurrency_limit": "kernel.concurrency_limit",
-    "session_ttl_secs": "kernel.session_ttl_secs",
-    "mock_scenario": "mock.scenario",
-    "mock_ttft_ms": "mock.ttft_ms",
-    "mock_tps": "mock.tps",
-    "mock_tokens": "mock.tokens",
-    "store_backend": "store.backend",
-    "postgres_url": "store.postgres_url",
-    "redis_url": "coordination.redis_url",
-}
+__all__ = ["build_parser", "main", "parse_args", "settings_from_args"]
+
+BENCH_HELP = "load and memory benchmarks (the agentos_bench package)"
 
 
-def _add_settings_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, help="TOML config file")
-    p.add_argument("--host")
-    p.add_argument("--port", type=int)
-    p.add_argument("--data-dir")
-    p.add_argument("--log-level", type=str.lower, choices=("debug", "info", "warning", "error"))
-    p.add_argument("--provider-url", help="OpenAI-compatible base URL (…/v1); empty: built-in mock")
-    p.add_argument("--model")
-    p.add_argument("--max-in-flight-turns", type=int, help="admission gate, 0 = off")
-    p.add_argument("--concurrency-limit", type=int, help="concurrent provider streams")
-    p.add_argument("--session-ttl-secs", type=float)
-    _add_store_flags(p)
-    mock = p.add_argument_group("built-in mock provider (when no --provider-url)")
-    mock.add_argument("--mock-scenario", choices=("plain", "tools"), help="tools: agents get tool calls")
-    mock.add_argument("--mock-ttft-ms", type=float, help="delay before the first token")
-    mock.add_argument("--mock-tps", type=float, help="tokens per second")
-    mock.add_argument("--mock-tokens", type=int, help="tokens per answer")
+def build_parser(*, with_bench: bool = False) -> argparse.ArgumentParser:
+    """The `agentos` parser; `with_bench` adds the bench kit's sub-commands (importing `agentos_bench`).
 
-
-def _add_store_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store-backend", choices=("sqlite", "postgres"), help="where sessions and events live")
-    p.add_argument("--postgres-url", help="postgresql://user@host:5432/db (store.backend = postgres)")
-    p.add_argument("--redis-url", help="redis://host:6379/0: what several nodes share (coordination.redis_url)")
-
-
-def settings_from_args(args: argparse.Namespace) -> Settings:
-    overrides = {key: getattr(args, flag, None) for flag, key in _FLAG_KEYS.items()}
-    flags = {key: "--" + flag.replace("_", "-") for flag, key in _FLAG_KEYS.items()}
-    if getattr(args, "api_token_file", None) is not None:
-        from agentos.cli_admin import read_secret_file
-
-        overrides["server.api_token"] = read_secret_file(args.api_token_file, "--api-token-file")
-        flags["server.api_token"] = "--api-token-file"
-    return load_settings(args.config, environ=os.environ, overrides=overrides, flags=flags)
-
-
-def build_parser() -> argparse.ArgumentParser:
+    Without it `bench` is listed in the help but parses nothing: `main` asks for the bench kit
+    only when `bench` is the command.
+    """
     parser = argparse.ArgumentParser(prog="agentos", description="Agent OS: host LLM agents at scale.")
     parser.add_argument("--version", action="version", version=f"agentos {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+    serve.register(commands)
+    db.register(commands)
+    admin.register(commands, os.environ)
+    mock.register(commands)
+    if with_bench:
+        from agentos_bench.cli import register_commands
 
-    serve = commands.add_parser("serve", help="run the server")
-    _add_settings_flags(serve)
-    serve.add_argument(
-        "--api-token-file", type=Path, help="read the admin token (AGENTOS_API_TOKEN) from this file, not a flag"
-    )
-    serve.set_defaults(handler=_serve)
-
-    config = commands.add_parser("config", help="configuration")
-    config_commands = config.add_subparsers(dest="config_command", required=True)
-    show = config_commands.add_parser("show", help="print the effective config")
-    _add_settings_flags(show)
-    show.set_defaults(handler=_config_show)
-
-    db = commands.add_parser("db", help="the PostgreSQL store's schema")
-    db_commands = db.add_subparsers(dest="db_command", required=True)
-    for name, help_text in (("migrate", "apply pending migrations"), ("status", "applied and pending migrations")):
-        sub = db_commands.add_parser(name, help=help_text)
-        sub.add_argument("--config", type=Path, help="TOML config file")
-        _add_store_flags(sub)
-        sub.set_defaults(handler=_db, db_command=name)
-
-    from agentos import cli_admin
-    from agentos.bench.cli import register_commands
-
-    cli_admin.register(commands, os.environ)
-    register_commands(commands)
+        register_commands(commands, help_text=BENCH_HELP)
+    else:
+        commands.add_parser("bench", help=BENCH_HELP)
     return parser
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from agentos.bench.mock.builtin import builtin_mock
-    from agentos.server import run_server
-
-    return run_server(settings_from_args(args), provider_setup=builtin_mock)
-
-
-def _db(args: argparse.Namespace) -> int:
-    from agentos import cli_db
-
-    settings = settings_from_args(args)
-    return cli_db.migrate_command(settings) if args.db_command == "migrate" else cli_db.status_command(settings)
-
-
-def _config_show(args: argparse.Namespace) -> int:
-    sys.stdout.write(dump_toml(to_toml_dict(settings_from_args(args))))
-    return 0
+def command_of(argv: Sequence[str]) -> str | None:
+    """The sub-command `argv` names: its first word that is not a flag (the top level takes no values)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
@@ -141,7 +68,8 @@ def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(build_parser(), argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(build_parser(with_bench=command_of(argv) == "bench"), argv)
     try:
         result: int = args.handler(args)
     except ConfigError as exc:

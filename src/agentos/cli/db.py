@@ -7,12 +7,34 @@ read the same settings as `agentos serve` (file, `AGENTOS_*` env, flags).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from agentos.cli.serve import add_store_flags, settings_from_args
 from agentos.config import Settings
 from agentos.errors import ConfigError
-from agentos.store import pg_migrations, pg_pool
+
+if TYPE_CHECKING:  # the store's modules load only when a `db` command runs
+    from agentos.store import pg_migrations
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `db migrate` and `db status` to the `agentos` parser."""
+    db = commands.add_parser("db", help="the PostgreSQL store's schema")
+    db_commands = db.add_subparsers(dest="db_command", required=True)
+    for name, help_text in (("migrate", "apply pending migrations"), ("status", "applied and pending migrations")):
+        sub = db_commands.add_parser(name, help=help_text)
+        sub.add_argument("--config", type=Path, help="TOML config file")
+        add_store_flags(sub)
+        sub.set_defaults(handler=_db, db_command=name)
+
+
+def _db(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    return migrate_command(settings) if args.db_command == "migrate" else status_command(settings)
 
 
 def migrate_command(settings: Settings) -> int:
@@ -21,6 +43,8 @@ def migrate_command(settings: Settings) -> int:
     Raises:
         ConfigError: no postgres backend configured, the database unreachable, or a schema mismatch.
     """
+    from agentos.store import pg_migrations
+
     applied = asyncio.run(_migrate(settings))
     names = {m.version: m.name for m in pg_migrations.shipped()}
     for version in applied:
@@ -48,6 +72,8 @@ def _require_postgres(settings: Settings) -> None:
 
 
 async def _migrate(settings: Settings) -> list[int]:
+    from agentos.store import pg_migrations, pg_pool
+
     _require_postgres(settings)
     conn = await pg_pool.connect(settings.store)
     try:
@@ -57,6 +83,8 @@ async def _migrate(settings: Settings) -> list[int]:
 
 
 async def _status(settings: Settings) -> list[pg_migrations.MigrationState]:
+    from agentos.store import pg_migrations, pg_pool
+
     _require_postgres(settings)
     conn = await pg_pool.connect(settings.store)
     try:

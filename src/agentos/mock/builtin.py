@@ -25,7 +25,7 @@ async def builtin_mock(settings: Settings) -> AsyncIterator[Settings]:
     if settings.provider.url:
         yield settings
         return
-    from agentos.bench.mock.server import MockSettings, start_mock  # only now: it loads numpy (embeddings)
+    from agentos.mock.server import MockSettings, start_mock  # only now: it loads numpy (embeddings)
 
     m = settings.mock
     mock = await start_mock(MockSettings(ttft_ms=m.ttft_ms, tps=m.tps, tokens=m.tokens, scenario=m.scenario))

@@ -18,9 +18,9 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from agentos.bench.common.chat_stream import ChatAnswer, add_chunk
-from agentos.bench.common.sse import SSEParser
-from agentos.bench.mock.scenario import expected_tool_steps
+from agentos.mock.chat_stream import ChatAnswer, add_chunk
+from agentos.mock.scenario import expected_tool_steps
+from agentos.providers.sse_parser import SSEParser
 
 _TIMEOUT = aiohttp.ClientTimeout(total=30)
 

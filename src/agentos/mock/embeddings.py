@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from agentos.bench.mock.settings import MockSettings, MockStats, decide_fault
+from agentos.mock.settings import MockSettings, MockStats, decide_fault
 
 DEFAULT_DIMENSIONS = 256
 MAX_DIMENSIONS = 4096

@@ -1,4 +1,4 @@
-"""How a bench process runs: its event loop (uvloop where installed) and its open-files limit."""
+"""How a mock or bench process runs: its event loop (uvloop where installed) and its open-files limit."""
 
 from __future__ import annotations
 

@@ -6,10 +6,10 @@ import asyncio
 import signal
 import sys
 
-from agentos.bench.common.loop import raise_fd_limit, run_loop
-from agentos.bench.mock.server import MockSettings, start_mock
+from agentos.mock.loop import raise_fd_limit, run_loop
+from agentos.mock.server import MockSettings, start_mock
 
-READY_LINE = "mock-llm listening on "  # then the URL; `agentos.bench.mock.process` waits for it
+READY_LINE = "mock-llm listening on "  # then the URL; `agentos_bench.common.mock_process` waits for it
 
 
 async def _serve(settings: MockSettings, host: str, port: int) -> None:
@@ -33,7 +33,7 @@ def serve_mock(settings: MockSettings, host: str, port: int) -> int:
 
 
 def check_mock(url: str) -> int:
-    from agentos.bench.mock.check import check_tools_contract
+    from agentos.mock.check import check_tools_contract
 
     problems = run_loop(check_tools_contract(url.rstrip("/")))
     for problem in problems:

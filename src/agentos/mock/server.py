@@ -31,13 +31,13 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from agentos.bench.mock.scenario import AnswerPlan, offered_tools, plan_answer, prompt_tokens
-from agentos.bench.mock.settings import Fault, MockSettings, MockStats, decide_fault
+from agentos.mock.scenario import AnswerPlan, offered_tools, plan_answer, prompt_tokens
+from agentos.mock.settings import Fault, MockSettings, MockStats, decide_fault
 
 # Settings and stats live in mock/settings.py; the server is where callers meet them.
 __all__ = ["MOCK_KEY", "MockServer", "MockSettings", "MockStats", "create_mock_app", "decide_fault", "start_mock"]
-from agentos.bench.mock.embeddings import EmbeddingsMock
-from agentos.bench.mock.wire import DONE, ChunkWriter, completion_body, usage
+from agentos.mock.embeddings import EmbeddingsMock
+from agentos.mock.wire import DONE, ChunkWriter, completion_body, usage
 
 MOCK_MODEL = "mock-1"
 _MAX_HANG_S = 600.0  # a hung request is released after this even if the client stays

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
-from agentos.bench.mock.scenario import Scenario
 from agentos.errors import ConfigError
+from agentos.mock.scenario import Scenario
 
 _SCENARIOS = ("plain", "tools", "light", "heavy")
 Fault = Literal["none", "rate_limit", "error", "hang"]

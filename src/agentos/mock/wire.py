@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from agentos.bench.mock.scenario import TOKEN_TEXT, AnswerPlan, split_arguments
+from agentos.mock.scenario import TOKEN_TEXT, AnswerPlan, split_arguments
 
 DONE = b"data: [DONE]\n\n"
 _encode = msgspec.json.Encoder().encode

@@ -1,7 +1,7 @@
-"""`python -m agentos.bench.arrival`: the same as `agentos bench load`."""
+"""`python -m agentos_bench.arrival`: the same as `agentos bench load`."""
 
 import sys
 
-from agentos.bench.arrival.cli import main
+from agentos_bench.arrival.cli import main
 
 sys.exit(main())

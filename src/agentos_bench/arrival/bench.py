@@ -17,16 +17,16 @@ from typing import Any
 
 import aiohttp
 
-from agentos.bench.arrival.cpu import CpuSamples, sample_cpu
-from agentos.bench.arrival.dispatch import START_DELAY_S, dispatch
-from agentos.bench.arrival.fixture import create_fixture, preflight, remove_fixture
-from agentos.bench.arrival.loads import Loads
-from agentos.bench.arrival.scenario import Scenario
-from agentos.bench.arrival.schedule import build_schedule, plan_phases
-from agentos.bench.arrival.summary import summarize
-from agentos.bench.common.processes import ServerPlan, start_server_process, stop_child
-from agentos.bench.mock.process import start_mock_process
-from agentos.bench.mock.server import MockSettings
+from agentos.mock.server import MockSettings
+from agentos_bench.arrival.cpu import CpuSamples, sample_cpu
+from agentos_bench.arrival.dispatch import START_DELAY_S, dispatch
+from agentos_bench.arrival.fixture import create_fixture, preflight, remove_fixture
+from agentos_bench.arrival.loads import Loads
+from agentos_bench.arrival.scenario import Scenario
+from agentos_bench.arrival.schedule import build_schedule, plan_phases
+from agentos_bench.arrival.summary import summarize
+from agentos_bench.common.mock_process import start_mock_process
+from agentos_bench.common.processes import ServerPlan, start_server_process, stop_child
 
 DRAIN_S = 30.0  # after the last request is due, those still in flight get this long, then are abandoned
 
@@ -117,7 +117,7 @@ def _run_timeout(plan: LoadPlan) -> float:
 
 
 def _cpu_table(cpu: CpuSamples, windows: list[Any]) -> dict[str, Any]:
-    from agentos.bench.arrival.cpu import GROUPS
+    from agentos_bench.arrival.cpu import GROUPS
 
     by_phase = {w.name: {g: _round(cpu.cores(g, w.start_s, w.end_s)) for g in GROUPS} for w in windows}
     return {"cores_by_phase": by_phase, "peak_cores": {g: _round(cpu.peak_cores(g)) for g in GROUPS},

@@ -1,6 +1,6 @@
 """`agentos bench load`: the open-arrival load (docs/benchmarking.md). Also runnable alone::
 
-    python -m agentos.bench.arrival --scale 0.02
+    python -m agentos_bench.arrival --scale 0.02
 
 Heavy imports happen in the handler, so registering the command costs the CLI nothing.
 """
@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from agentos.bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
+from agentos_bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,7 +26,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from agentos.bench.arrival.scenario import DEFAULT_SCENARIO
+    from agentos_bench.arrival.scenario import DEFAULT_SCENARIO
 
     p.add_argument("--scenario", type=Path, default=DEFAULT_SCENARIO, help="the mix, phases and thresholds (TOML)")
     p.add_argument("--scale", type=float, default=1.0, help="every phase's length x this; the rates stay")
@@ -43,16 +43,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     """Run, write the report, print the files written and the verdict; 2 when the run could not start."""
-    from agentos.bench.arrival.bench import LoadPlan, run_load
-    from agentos.bench.arrival.fixture import PreflightError
-    from agentos.bench.arrival.report import write_load_report
-    from agentos.bench.arrival.scenario import ScenarioError, read_scenario
-    from agentos.bench.common.cli import report_stem
-    from agentos.bench.common.loop import raise_fd_limit, run_loop
-    from agentos.bench.common.processes import BenchSetupError
-    from agentos.bench.mock.server import MockSettings
-    from agentos.bench.report.machine import machine_info, utc_now, versions
     from agentos.errors import ConfigError
+    from agentos.mock.loop import raise_fd_limit, run_loop
+    from agentos.mock.server import MockSettings
+    from agentos_bench.arrival.bench import LoadPlan, run_load
+    from agentos_bench.arrival.fixture import PreflightError
+    from agentos_bench.arrival.report import write_load_report
+    from agentos_bench.arrival.scenario import ScenarioError, read_scenario
+    from agentos_bench.common.cli import report_stem
+    from agentos_bench.common.processes import BenchSetupError
+    from agentos_bench.report.machine import machine_info, utc_now, versions
 
     if args.scale <= 0 or args.rate_multiplier <= 0 or (args.connections is not None and args.connections < 1):
         raise SystemExit("agentos bench load: --scale and --rate-multiplier must be > 0, --connections >= 1")
@@ -93,7 +93,7 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
 
 
 def _scenario_text(plan: object) -> str:
-    from agentos.bench.arrival.bench import LoadPlan
+    from agentos_bench.arrival.bench import LoadPlan
 
     assert isinstance(plan, LoadPlan)
     s = plan.scenario
@@ -105,9 +105,9 @@ def _scenario_text(plan: object) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from agentos.bench.common.cli import module_main
+    from agentos_bench.common.cli import module_main
 
-    return module_main(argv, module="agentos.bench.arrival", command="load", doc=__doc__,
+    return module_main(argv, module="agentos_bench.arrival", command="load", doc=__doc__,
                        add_arguments=add_arguments, run_command=run_command)  # fmt: skip
 
 

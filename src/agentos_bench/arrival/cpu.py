@@ -1,6 +1,6 @@
 """CPU of each process of a load run, sampled once a second from /proc.
 
-Per group, the cumulative CPU time (`agentos.bench.common.procfs`: utime + stime, with reaped
+Per group, the cumulative CPU time (`agentos_bench.common.procfs`: utime + stime, with reaped
 children) at each sample; the report uses differences over intervals, never `ps %CPU` (a
 lifetime average that would smooth away the very saturation a burst is meant to cause).
 Groups: the server process itself; its descendants (the fork server and the sandboxed commands,
@@ -13,8 +13,8 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from agentos.bench.common.procfs import all_stats, self_cpu_s, tree_pids
 from agentos.waiting import wait_event
+from agentos_bench.common.procfs import all_stats, self_cpu_s, tree_pids
 
 INTERVAL_S = 1.0
 GROUPS = ("server", "sandboxes", "mock", "generator")

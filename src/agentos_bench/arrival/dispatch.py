@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from agentos.bench.arrival.schedule import Offer
+from agentos_bench.arrival.schedule import Offer
 
 LATE_S = 0.010  # a dispatch this far behind its due time is late
 START_DELAY_S = 0.05  # the first request is due this long after the dispatcher starts

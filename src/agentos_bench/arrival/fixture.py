@@ -18,10 +18,10 @@ from typing import Any
 
 import aiohttp
 
-from agentos.bench.arrival.loads import Fixture, text_of
-from agentos.bench.knowledge.client import BenchHTTPError, create_collection, ingest
-from agentos.bench.knowledge.corpus import Document
-from agentos.triggers.signatures import decode_secret
+from agentos_bench.arrival.loads import Fixture, text_of
+from agentos_bench.arrival.webhook import secret_bytes
+from agentos_bench.knowledge.client import BenchHTTPError, create_collection, ingest
+from agentos_bench.knowledge.corpus import Document
 
 AGENT = "load"
 COLLECTION = "load"
@@ -63,7 +63,7 @@ async def create_fixture(admin: aiohttp.ClientSession, url: str) -> Fixture:
             raise PreflightError(f"the collection could not be filled: {exc or 'not ready in time'}") from None
         trigger = await _call(tenant, "POST", f"{url}/v1/triggers", {"agent": AGENT, "input_template": "{payload}"})
     fixture.trigger_id = str(trigger["trigger_id"])
-    fixture.trigger_secret = decode_secret(str(trigger["secret"]))
+    fixture.trigger_secret = secret_bytes(str(trigger["secret"]))
     return fixture
 
 

@@ -25,10 +25,10 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from agentos.bench.arrival.dispatch import Attempt, Failed
-from agentos.bench.arrival.schedule import Offer
-from agentos.bench.runs.client import RunTarget, drive_run
-from agentos.triggers.signatures import sign
+from agentos_bench.arrival.dispatch import Attempt, Failed
+from agentos_bench.arrival.schedule import Offer
+from agentos_bench.arrival.webhook import signed_headers
+from agentos_bench.runs.client import RunTarget, drive_run
 
 _LISTS = ("/v1/agents", "/v1/sessions?limit=20", "/v1/collections", "/v1/triggers?limit=20")
 _WORDS = ("orbit", "lantern", "quartz", "meadow", "signal", "harbor", "cobalt", "ember", "tundra", "velvet")
@@ -104,12 +104,9 @@ class Loads:
     async def trigger_fire(self, offer: Offer, attempt: Attempt) -> None:
         body = msgspec.json.encode({"event": "load", "n": offer.index})
         webhook_id = f"load-{offer.index}-{time.time_ns()}"
-        now = int(time.time())
         headers = {
             "Content-Type": "application/json",
-            "webhook-id": webhook_id,
-            "webhook-timestamp": str(now),
-            "webhook-signature": sign(self._fx.trigger_secret, webhook_id, now, body),
+            **signed_headers(self._fx.trigger_secret, webhook_id, int(time.time()), body),
         }
         url = f"{self._fx.url}/v1/triggers/{self._fx.trigger_id}/events"
         async with self._webhooks.post(url, data=body, headers=headers) as response:

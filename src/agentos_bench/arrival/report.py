@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentos.bench.arrival.scenario import RECOVER, SUSTAIN
-from agentos.bench.report.output import claim_stem, write_json
+from agentos_bench.arrival.scenario import RECOVER, SUSTAIN
+from agentos_bench.report.output import claim_stem, write_json
 
 _UNUSABLE = (
     "> **UNUSABLE REPORT: offered {offered} requests, recorded {recorded}.** Every offered request must "
@@ -129,7 +129,7 @@ def write_load_report(report: dict[str, Any], out_dir: Path, stem: str) -> list[
     write_json(json_path, report)
     written, images = [json_path, md_path], {}
     try:
-        from agentos.bench.arrival.plot import plot_timeline
+        from agentos_bench.arrival.plot import plot_timeline
     except ImportError:
         report["plots_skipped"] = "matplotlib is not installed: pip install 'agentos[bench]' for the plot"
     else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentos.bench.arrival.scenario import Scenario
+from agentos_bench.arrival.scenario import Scenario
 
 INVERSE_PHI = 0.6180339887498949  # 1 / the golden ratio
 CANCEL_EVERY = 5  # every fifth chat_stream request is cancelled mid-stream

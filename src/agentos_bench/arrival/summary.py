@@ -17,10 +17,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from agentos.bench.arrival.dispatch import DispatchStats, Sample
-from agentos.bench.arrival.scenario import SUSTAIN, Load, Scenario
-from agentos.bench.arrival.schedule import Offer, PhaseWindow
-from agentos.bench.report.stats import percentiles_ms
+from agentos_bench.arrival.dispatch import DispatchStats, Sample
+from agentos_bench.arrival.scenario import SUSTAIN, Load, Scenario
+from agentos_bench.arrival.schedule import Offer, PhaseWindow
+from agentos_bench.report.stats import percentiles_ms
 
 PASSED, FAILED, NOT_MEASURED, NOT_JUDGED = "passed", "failed", "not measured", "not judged"
 

@@ -1,7 +1,7 @@
-"""`python -m agentos.bench.authcost`: the auth-cost bench without the `agentos` command."""
+"""`python -m agentos_bench.authcost`: the auth-cost bench without the `agentos` command."""
 
 import sys
 
-from agentos.bench.authcost.cli import main
+from agentos_bench.authcost.cli import main
 
 sys.exit(main())

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentos.bench.authcost.client import Job, Outcome, as_dict, job_json, outcome_from_line
-from agentos.bench.authcost.plan import ADMIN_TOKEN, MODES, AuthCostPlan, config_toml
-from agentos.bench.authcost.provision import Target, provision_keys, provision_open
-from agentos.bench.common.processes import BenchSetupError, Child, free_port, read_line, stop_child, wait_ready
-from agentos.bench.common.procfs import sample_tree
+from agentos_bench.authcost.client import Job, Outcome, as_dict, job_json, outcome_from_line
+from agentos_bench.authcost.plan import ADMIN_TOKEN, MODES, AuthCostPlan, config_toml
+from agentos_bench.authcost.provision import Target, provision_keys, provision_open
+from agentos_bench.common.processes import BenchSetupError, Child, free_port, read_line, stop_child, wait_ready
+from agentos_bench.common.procfs import sample_tree
 
 _READY_TIMEOUT_S = 60.0
 
@@ -88,7 +88,7 @@ async def measure_round(mode: Mode, targets: list[Target], plan: AuthCostPlan, l
         job_path.write_bytes(job_json(job))
         with (mode.log_dir / f"client-{label}.log").open("wb") as log:
             client = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "agentos.bench.authcost.client", str(job_path),
+                sys.executable, "-m", "agentos_bench.authcost.client", str(job_path),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log,
             )  # fmt: skip
         try:
@@ -173,9 +173,9 @@ def _pairs(rounds: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str,
 
 def run_auth_cost(plan: AuthCostPlan, work_dir: Path) -> dict[str, Any]:
     """The whole bench: the rounds (on an event loop), then the microbench (none running), the report."""
-    from agentos.bench.authcost.micro import micro_bench
-    from agentos.bench.authcost.report import build_report
-    from agentos.bench.common.loop import run_loop
+    from agentos.mock.loop import run_loop
+    from agentos_bench.authcost.report import build_report
+    from agentos_bench.micro.auth import micro_bench
 
     rounds = run_loop(run_rounds(plan, work_dir))
     summary = summarize(rounds, plan)

@@ -1,8 +1,8 @@
 """`agentos bench auth-cost`: parse arguments, run, write the report. Also runnable alone::
 
-    python -m agentos.bench.authcost --rounds 5 --requests 20000
+    python -m agentos_bench.authcost --rounds 5 --requests 20000
 
-The method is in `agentos.bench.authcost.bench` (the package docstring has the theory). Heavy
+The method is in `agentos_bench.authcost.bench` (the package docstring has the theory). Heavy
 imports happen in the handler, so registering the command costs the CLI nothing.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentos.bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
+from agentos_bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,11 +40,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     """Run the bench, write the report, print the files written; exit 1 unless every request succeeded."""
-    from agentos.bench.authcost.bench import run_auth_cost
-    from agentos.bench.authcost.plan import AuthCostPlan
-    from agentos.bench.authcost.report import write_auth_cost_report
-    from agentos.bench.common.loop import raise_fd_limit
-    from agentos.bench.report.machine import machine_info, machine_slug, utc_now
+    from agentos.mock.loop import raise_fd_limit
+    from agentos_bench.authcost.bench import run_auth_cost
+    from agentos_bench.authcost.plan import AuthCostPlan
+    from agentos_bench.authcost.report import write_auth_cost_report
+    from agentos_bench.report.machine import machine_info, machine_slug, utc_now
 
     if min(args.rounds, args.requests, args.concurrency, args.tenants, args.keys_per_tenant) < 1:
         raise SystemExit("agentos bench auth-cost: rounds, requests, concurrency, tenants and keys must be >= 1")
@@ -73,9 +73,9 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from agentos.bench.common.cli import module_main
+    from agentos_bench.common.cli import module_main
 
-    return module_main(argv, module="agentos.bench.authcost", command="auth-cost", doc=__doc__,
+    return module_main(argv, module="agentos_bench.authcost", command="auth-cost", doc=__doc__,
                        add_arguments=add_arguments, run_command=run_command)  # fmt: skip
 
 

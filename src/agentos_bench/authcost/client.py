@@ -1,8 +1,8 @@
 """The auth-cost bench's load: a separate process, so its CPU is never the server's.
 
-    python -m agentos.bench.authcost.client JOB.json
+    python -m agentos_bench.authcost.client JOB.json
 
-`JOB.json` (written by `agentos.bench.authcost.bench`): `base_url`, `targets` (a list of
+`JOB.json` (written by `agentos_bench.authcost.bench`): `base_url`, `targets` (a list of
 [Authorization header or "", session id]), `requests`, `concurrency`, `warmup`, `timeout_s`.
 The protocol on stdin/stdout, so the parent samples the server's CPU right around the
 measured requests and nothing else:
@@ -30,8 +30,8 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from agentos.bench.common.loop import run_loop
-from agentos.bench.common.procfs import self_cpu_s
+from agentos.mock.loop import run_loop
+from agentos_bench.common.procfs import self_cpu_s
 
 _GO_TIMEOUT_S = 60.0
 
@@ -107,7 +107,7 @@ async def run(job: Job) -> Outcome:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        raise SystemExit("usage: python -m agentos.bench.authcost.client JOB.json")
+        raise SystemExit("usage: python -m agentos_bench.authcost.client JOB.json")
     job = msgspec.json.decode(Path(args[0]).read_bytes(), type=Job)
     outcome = run_loop(run(job))
     sys.stdout.write(msgspec.json.encode(outcome).decode() + "\n")

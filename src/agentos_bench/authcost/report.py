@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 # the header is document.py's, so every report's header reads the same
-from agentos.bench.authcost.plan import NEVER_REFUSING_RATE, AuthCostPlan, config_toml
-from agentos.bench.report.document import SCHEMA_VERSION, _header
-from agentos.bench.report.machine import machine_info, utc_now, versions
-from agentos.bench.report.output import write_json_and_markdown
+from agentos_bench.authcost.plan import NEVER_REFUSING_RATE, AuthCostPlan, config_toml
+from agentos_bench.report.document import SCHEMA_VERSION, _header
+from agentos_bench.report.machine import machine_info, utc_now, versions
+from agentos_bench.report.output import write_json_and_markdown
 
 TOPOLOGY = (
     "one machine, loopback only: the server (`agentos serve`, one process, built-in mock, SQLite store; "

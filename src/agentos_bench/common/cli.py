@@ -35,7 +35,7 @@ def module_main(
 def report_stem(kind: str, name: str | None) -> str:
     """`<UTC time>-<machine>-<commit>-<kind>`: a second run never overwrites the first, and the
     file says what code it measured."""
-    from agentos.bench.report.machine import git_commit, machine_info, machine_slug, utc_now
+    from agentos_bench.report.machine import git_commit, machine_info, machine_slug, utc_now
 
     machine = name or machine_slug(machine_info())
     return f"{utc_now():%Y-%m-%dT%H%M%SZ}-{machine}-{git_commit().replace('+', '-')}-{kind}"
@@ -43,7 +43,7 @@ def report_stem(kind: str, name: str | None) -> str:
 
 def add_output_arguments(p: argparse.ArgumentParser) -> None:
     """`--keep-dir`, `--out-dir` and `--name`, the same on every bench command that runs processes."""
-    from agentos.bench.report.output import DEFAULT_OUT_DIR  # stdlib only; ./bench-out is git-ignored
+    from agentos_bench.report.output import DEFAULT_OUT_DIR  # stdlib only; ./bench-out is git-ignored
 
     p.add_argument("--keep-dir", type=Path, help="keep the data and logs there (default: a temporary dir)")
     help_text = f"where the report goes (default: ./{DEFAULT_OUT_DIR}; bench/results to commit one)"

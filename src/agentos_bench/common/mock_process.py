@@ -1,7 +1,7 @@
 """`agentos mock-llm` as a child process of the bench, started and stopped like the server.
 
 It is bound to 127.0.0.1 on a free port and ready once it prints its `listening on` line
-(written by `agentos.bench.mock.main`); it is stopped by its pid (`stop_child`).
+(written by `agentos.mock.main`); it is stopped by its pid (`stop_child`).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import asyncio
 import sys
 from pathlib import Path
 
-from agentos.bench.common.processes import BenchSetupError, Child, stop_child
-from agentos.bench.mock.main import READY_LINE as _READY_LINE
-from agentos.bench.mock.server import MockSettings
+from agentos.mock.main import READY_LINE as _READY_LINE
+from agentos.mock.server import MockSettings
+from agentos_bench.common.processes import BenchSetupError, Child, stop_child
 
 
 def mock_argv(settings: MockSettings) -> list[str]:

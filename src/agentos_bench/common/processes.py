@@ -1,4 +1,4 @@
-"""Start and stop the processes a bench run needs: the Agent OS server (the mock: `agentos.bench.mock.process`).
+"""Start and stop the processes a bench run needs: the Agent OS server (the mock: `agentos_bench.common.mock_process`).
 
 Everything is started as a child of this process, bound to 127.0.0.1, and stopped by its own pid
 (SIGTERM, then SIGKILL after a bounded wait). Readiness is polled with a deadline, never forever.
@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.resources
 import os
 import signal
 import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import aiohttp
@@ -131,16 +133,25 @@ async def stop_child(process: asyncio.subprocess.Process, timeout_s: float = 15.
     return process.returncode
 
 
-def resolve_profile(name_or_path: str, root: Path | None = None) -> Path:
-    """A profile file: an existing path, or `bench/profiles/<name>.toml` under `root` (default: cwd).
+def profile_names() -> list[str]:
+    """The profiles shipped with the bench kit (package data: `agentos_bench/profiles/<name>.toml`)."""
+    return sorted(entry.name.removesuffix(".toml") for entry in _profiles().iterdir() if entry.name.endswith(".toml"))
+
+
+def resolve_profile(name_or_path: str) -> Path:
+    """A profile file: an existing path, else the packaged profile of that name (from any directory).
 
     Raises:
-        BenchSetupError: no such profile.
+        BenchSetupError: neither.
     """
     direct = Path(name_or_path)
     if direct.is_file():
         return direct
-    candidate = (root or Path.cwd()) / "bench" / "profiles" / f"{name_or_path}.toml"
-    if candidate.is_file():
-        return candidate
-    raise BenchSetupError(f"profile {name_or_path!r} not found (looked for {str(candidate)!r})")
+    packaged = _profiles().joinpath(f"{name_or_path}.toml")
+    if "/" not in name_or_path and packaged.is_file():
+        return Path(str(packaged))  # pip installs the package unzipped: a real file `agentos serve --config` reads
+    raise BenchSetupError(f"profile {name_or_path!r} not found (packaged: {', '.join(profile_names())})")
+
+
+def _profiles() -> Traversable:
+    return importlib.resources.files("agentos_bench").joinpath("profiles")

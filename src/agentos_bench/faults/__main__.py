@@ -1,7 +1,7 @@
-"""`python -m agentos.bench.faults`: the same as `agentos bench faults`."""
+"""`python -m agentos_bench.faults`: the same as `agentos bench faults`."""
 
 import sys
 
-from agentos.bench.faults.cli import main
+from agentos_bench.faults.cli import main
 
 sys.exit(main())

@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentos.bench.common.processes import ServerPlan, start_server_process, stop_child
-from agentos.bench.faults.parts import PARTS
-from agentos.bench.faults.provider import (
+from agentos.mock.server import MockSettings
+from agentos_bench.common.mock_process import start_mock_process
+from agentos_bench.common.processes import ServerPlan, start_server_process, stop_child
+from agentos_bench.faults.parts import PARTS
+from agentos_bench.faults.provider import (
     PROVIDER_CONFIG,
     OverloadPlan,
     ProviderFaultPlan,
@@ -22,9 +24,7 @@ from agentos.bench.faults.provider import (
     overload_config,
     provider_faults,
 )
-from agentos.bench.faults.storm import StormPlan, crash_storm
-from agentos.bench.mock.process import start_mock_process
-from agentos.bench.mock.server import MockSettings
+from agentos_bench.faults.storm import StormPlan, crash_storm
 
 _OVERLOAD_MOCK = MockSettings(ttft_ms=1000.0, tps=100.0, tokens=10)  # a 1.1 s turn
 

@@ -1,6 +1,6 @@
 """`agentos bench faults`: parse, run, write the report, print the verdict.
 
-    python -m agentos.bench.faults --scale 0.05
+    python -m agentos_bench.faults --scale 0.05
 
 Heavy imports happen in the handler, so registering the command costs the CLI nothing.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentos.bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
-from agentos.bench.faults.parts import PARTS
+from agentos_bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
+from agentos_bench.faults.parts import PARTS
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,13 +34,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace, command: str | None = None) -> int:
-    from agentos.bench.common.cli import report_stem
-    from agentos.bench.common.loop import raise_fd_limit, run_loop
-    from agentos.bench.faults.bench import FaultsPlan, run_faults
-    from agentos.bench.faults.provider import OverloadPlan, ProviderFaultPlan
-    from agentos.bench.faults.report import write_faults_report
-    from agentos.bench.faults.storm import StormPlan
-    from agentos.bench.report.machine import machine_info, utc_now, versions
+    from agentos.mock.loop import raise_fd_limit, run_loop
+    from agentos_bench.common.cli import report_stem
+    from agentos_bench.faults.bench import FaultsPlan, run_faults
+    from agentos_bench.faults.provider import OverloadPlan, ProviderFaultPlan
+    from agentos_bench.faults.report import write_faults_report
+    from agentos_bench.faults.storm import StormPlan
+    from agentos_bench.report.machine import machine_info, utc_now, versions
 
     parts = tuple(part.strip() for part in args.parts.split(",") if part.strip())
     if not parts or set(parts) - set(PARTS) or args.scale <= 0 or args.kills < 1:
@@ -75,9 +75,9 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from agentos.bench.common.cli import module_main
+    from agentos_bench.common.cli import module_main
 
-    return module_main(argv, module="agentos.bench.faults", command="faults", doc=__doc__,
+    return module_main(argv, module="agentos_bench.faults", command="faults", doc=__doc__,
                        add_arguments=add_arguments, run_command=run_command)  # fmt: skip
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from agentos.bench.common.sse import SSEParser
+from agentos.providers.sse_parser import SSEParser
 from agentos.waiting import wait_event
 
 RETRY_S = 0.1
@@ -128,9 +128,9 @@ async def _follow_run(http: aiohttp.ClientSession, url: str, run_id: str, ledger
                 parser = SSEParser()
                 async for chunk in response.content.iter_any():
                     for event in parser.feed(chunk):
-                        if event.event_id is None:
+                        if event.id is None:
                             continue  # a token: live only
-                        last_seq = int(event.event_id)
+                        last_seq = int(event.id)
                         if await _on_run_event(http, url, run_id, last_seq, event.event, event.data, ledger):
                             return
         except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:

@@ -26,11 +26,11 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from agentos.bench.common.processes import stop_child
-from agentos.bench.faults.clients import Ledger, turn_loop
-from agentos.bench.overload.bench import make_sessions, run_probe, start_probe
-from agentos.bench.overload.probe import Job
-from agentos.bench.report.stats import percentiles_ms
+from agentos_bench.common.processes import stop_child
+from agentos_bench.faults.clients import Ledger, turn_loop
+from agentos_bench.overload.bench import make_sessions, run_probe, start_probe
+from agentos_bench.overload.probe import Job
+from agentos_bench.report.stats import percentiles_ms
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,7 +125,7 @@ async def _users(url: str, users: int, seconds: float, on_stop: Callable[[], Non
 
 async def _refusal_latencies(url: str, plan: OverloadPlan, work_dir: Path) -> dict[str, Any]:
     """Turn requests that get 429 and /healthz, alternating over the middle of the overload, each on
-    a connection of its own, timed by the overload bench's prober (`agentos.bench.overload.probe`):
+    a connection of its own, timed by the overload bench's prober (`agentos_bench.overload.probe`):
     one 429 measurement for both commands, out of this process's busy event loop."""
     fill_s = min(2.0, plan.seconds / 4)  # the users fill the limit first
     started = time.perf_counter()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentos.bench.report.output import write_json_and_markdown
+from agentos_bench.report.output import write_json_and_markdown
 
 
 def faults_markdown(report: dict[str, Any]) -> str:

@@ -25,9 +25,9 @@ from typing import Any
 
 import aiohttp
 
-from agentos.bench.common.processes import Child, ServerPlan, start_server_process, stop_child
-from agentos.bench.faults.clients import Ledger, run_loop, turn_loop
-from agentos.bench.report.stats import percentiles_ms
+from agentos_bench.common.processes import Child, ServerPlan, start_server_process, stop_child
+from agentos_bench.faults.clients import Ledger, run_loop, turn_loop
+from agentos_bench.report.stats import percentiles_ms
 
 AGENT = "storm"
 
@@ -130,7 +130,7 @@ async def _all(http: aiohttp.ClientSession, url: str) -> list[dict[str, Any]]:
 async def _run_events(http: aiohttp.ClientSession, url: str, run_id: str) -> dict[int, str]:
     """seq -> event type of the run's stored events (read until the stream pauses: a run that has
     not ended keeps its stream open)."""
-    from agentos.bench.common.sse import SSEParser
+    from agentos.providers.sse_parser import SSEParser
 
     found: dict[int, str] = {}
     with contextlib.suppress(TimeoutError):
@@ -139,8 +139,8 @@ async def _run_events(http: aiohttp.ClientSession, url: str, run_id: str) -> dic
             parser = SSEParser()
             async for chunk in response.content.iter_any():
                 for event in parser.feed(chunk):
-                    if event.event_id is not None:
-                        found[int(event.event_id)] = event.event
+                    if event.id is not None:
+                        found[int(event.id)] = event.event
     return found
 
 

@@ -1,7 +1,7 @@
-"""`python -m agentos.bench.knowledge`: the knowledge bench without the `agentos` command."""
+"""`python -m agentos_bench.knowledge`: the knowledge bench without the `agentos` command."""
 
 import sys
 
-from agentos.bench.knowledge.cli import main
+from agentos_bench.knowledge.cli import main
 
 sys.exit(main())

@@ -3,7 +3,7 @@
 1. API ingest (server A): upload documents, wait until every one is ready: documents and
    chunks per second with the embedding (through the mock over HTTP) included.
 2. Fill (server stopped): the 10k- and 100k-chunk collections filled in process through the
-   same storage (`fill.py`): ingest with the embedding excluded; the index built in process
+   same storage (`agentos_bench.micro.knowledge_fill`): ingest with the embedding excluded; the index built in process
    for its size (`VectorIndex.nbytes`) and its recall against exact float64 search.
 3. Queries (server B): per collection, the first query (which loads the index: the server's
    RSS before and after), warm-up, then measured queries with and without a metadata
@@ -22,12 +22,11 @@ from typing import Any
 
 import aiohttp
 
-from agentos.bench.common.processes import BenchSetupError, Child, free_port, stop_child, wait_ready
-from agentos.bench.knowledge import client
-from agentos.bench.knowledge.corpus import Corpus
-from agentos.bench.knowledge.measure import Truth, build_truth, query_phase
-from agentos.bench.knowledge.metrics import rate
-from agentos.bench.knowledge.plan import (
+from agentos_bench.common.processes import BenchSetupError, Child, free_port, stop_child, wait_ready
+from agentos_bench.knowledge import client
+from agentos_bench.knowledge.corpus import Corpus
+from agentos_bench.knowledge.metrics import rate
+from agentos_bench.knowledge.plan import (
     CHUNK_OVERLAP,
     CHUNK_TOKENS,
     TENANT,
@@ -37,6 +36,7 @@ from agentos.bench.knowledge.plan import (
     server_config,
     write_config,
 )
+from agentos_bench.micro.knowledge_measure import fill_phase, query_phase
 
 _READY_TIMEOUT_S = 120.0
 
@@ -73,26 +73,10 @@ async def api_phase(plan: KnowledgePlan, url: str, corpus: Corpus) -> dict[str, 
     }  # fmt: skip
 
 
-async def fill_phase(plan: KnowledgePlan, settings: Any, data_dir: Path, corpus: Corpus) -> dict[int, Truth]:
-    """Phase 2: each collection filled to its size; what phase 3 needs to judge its hits."""
-    from agentos.knowledge.service import open_knowledge_storage
-
-    storage = open_knowledge_storage(settings, data_dir)
-    await storage.open()
-    try:
-        truths, start = {}, 0
-        for size in plan.sizes:
-            truths[size] = await build_truth(storage, plan, corpus, size, start)
-            start += truths[size].fill["documents"]
-        return truths
-    finally:
-        await storage.close()
-
-
 async def run_knowledge(plan: KnowledgePlan, work_dir: Path) -> dict[str, Any]:
-    from agentos.bench.mock.process import start_mock_process
-    from agentos.bench.mock.server import MockSettings
     from agentos.config import settings_from_dict
+    from agentos.mock.server import MockSettings
+    from agentos_bench.common.mock_process import start_mock_process
 
     schema = f"bench_knowledge_{secrets.token_hex(4)}"
     config = write_config(plan, work_dir, schema)

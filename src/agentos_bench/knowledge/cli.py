@@ -1,6 +1,6 @@
 """`agentos bench knowledge`: parse arguments, run, write the report. Also runnable alone::
 
-    python -m agentos.bench.knowledge --scale 0.02
+    python -m agentos_bench.knowledge --scale 0.02
 
 Heavy imports happen in the handler, so registering the command costs the CLI nothing.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentos.bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
+from agentos_bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,11 +38,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     """Run the bench, write the report, print the files written and the verdict."""
-    from agentos.bench.common.cli import report_stem
-    from agentos.bench.common.loop import run_loop
-    from agentos.bench.knowledge.bench import run_knowledge
-    from agentos.bench.knowledge.plan import KnowledgePlan
-    from agentos.bench.knowledge.report import build_report, write_knowledge_report
+    from agentos.mock.loop import run_loop
+    from agentos_bench.common.cli import report_stem
+    from agentos_bench.knowledge.bench import run_knowledge
+    from agentos_bench.knowledge.plan import KnowledgePlan
+    from agentos_bench.knowledge.report import build_report, write_knowledge_report
 
     if args.scale <= 0 or args.dimensions < 1:
         raise SystemExit("agentos bench knowledge: --scale must be > 0 and --dimensions >= 1")
@@ -64,9 +64,9 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from agentos.bench.common.cli import module_main
+    from agentos_bench.common.cli import module_main
 
-    return module_main(argv, module="agentos.bench.knowledge", command="knowledge", doc=__doc__,
+    return module_main(argv, module="agentos_bench.knowledge", command="knowledge", doc=__doc__,
                        add_arguments=add_arguments, run_command=run_command)  # fmt: skip
 
 

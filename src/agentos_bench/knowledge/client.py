@@ -10,9 +10,9 @@ from typing import Any
 
 import aiohttp
 
-from agentos.bench.knowledge.corpus import Document
-from agentos.bench.knowledge.fill import CONTENT_TYPE
+from agentos_bench.knowledge.corpus import Document
 
+CONTENT_TYPE = "text/markdown"  # what the bench uploads, and what the in-process fill stores
 EMBEDDING_MODEL = "mock-embed"
 _POLL_S = 0.05  # how often an ingest's oldest unfinished document is looked at
 

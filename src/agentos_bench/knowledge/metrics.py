@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agentos.bench.report.stats import min_samples, nearest_rank
+from agentos_bench.report.stats import min_samples, nearest_rank
 
 if TYPE_CHECKING:
     import numpy as np
@@ -87,7 +87,7 @@ def rate(count: int, seconds: float) -> float | None:
 def latency_ms(values_s: Sequence[float]) -> dict[str, float | int | None]:
     """`n`, p50, p95, p99, max and mean in milliseconds (2 decimals: these are milliseconds
     near 1, where the sweep reports' 0.1 would hide the difference); a tail percentile with too
-    few samples is None (`agentos.bench.report.stats.min_samples`)."""
+    few samples is None (`agentos_bench.report.stats.min_samples`)."""
     ordered = sorted(values_s)
     found: dict[str, float | int | None] = {"n": len(ordered)}
     for p in (50, 95, 99):
@@ -99,7 +99,7 @@ def latency_ms(values_s: Sequence[float]) -> dict[str, float | int | None]:
     return found
 
 
-MIN_TAIL_SAMPLES = 20  # p95 needs 20 (`agentos.bench.report.stats.min_samples`)
+MIN_TAIL_SAMPLES = 20  # p95 needs 20 (`agentos_bench.report.stats.min_samples`)
 MAX_ERRORS = 3  # failed queries (a timeout, a 503) after which a configuration stops: it is reported as failing
 
 

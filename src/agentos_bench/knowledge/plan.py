@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentos.bench.knowledge.metrics import scaled
+from agentos_bench.knowledge.metrics import scaled
 
 TENANT = "default"  # the open loopback mode's tenant: the bench runs without keys
 WORDS_PER_DOCUMENT = 195  # about 300 tokens by the chunker's estimate (made-up words count 1.5 each)

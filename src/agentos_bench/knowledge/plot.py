@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 
-from agentos.bench.knowledge.plan import TARGET_P95_MS
+from agentos_bench.knowledge.plan import TARGET_P95_MS
 
 
 def plot_latency(report: dict[str, Any], path: Path) -> Path:

@@ -8,10 +8,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from agentos.bench.knowledge.plan import CHUNK_OVERLAP, CHUNK_TOKENS, TARGET_P95_MS, TARGET_RECALL, KnowledgePlan
-from agentos.bench.report.document import SCHEMA_VERSION, _header
-from agentos.bench.report.machine import machine_info, utc_now, versions
-from agentos.bench.report.output import claim_stem, write_json
+from agentos_bench.knowledge.plan import CHUNK_OVERLAP, CHUNK_TOKENS, TARGET_P95_MS, TARGET_RECALL, KnowledgePlan
+from agentos_bench.report.document import SCHEMA_VERSION, _header
+from agentos_bench.report.machine import machine_info, utc_now, versions
+from agentos_bench.report.output import claim_stem, write_json
 
 
 def topology(plan: KnowledgePlan) -> str:
@@ -193,7 +193,7 @@ def write_knowledge_report(report: dict[str, Any], out_dir: Path, stem: str) -> 
     images: dict[str, str] = {}
     written = [json_path, md_path]
     try:
-        from agentos.bench.knowledge.plot import plot_latency
+        from agentos_bench.knowledge.plot import plot_latency
 
         png = plot_latency(report, out_dir / f"{stem}-latency.png")
         images["query latency"] = png.name

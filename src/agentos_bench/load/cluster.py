@@ -38,9 +38,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from agentos.bench.common.processes import Child, ServerPlan, start_server_process, stop_child
-from agentos.bench.common.procfs import roots_named
 from agentos.config import Settings, load_settings
+from agentos_bench.common.processes import Child, ServerPlan, start_server_process, stop_child
+from agentos_bench.common.procfs import roots_named
 
 DEFAULT_SCHEMA = "agentos_bench"
 

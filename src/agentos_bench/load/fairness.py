@@ -29,16 +29,16 @@ from typing import Any
 
 import aiohttp
 
-from agentos.bench.common.http import bench_http_session
-from agentos.bench.common.processes import ServerPlan, resolve_profile, start_server_process, stop_child
-from agentos.bench.load.loadgen import Group, PointPlan, Probes, run_groups
-from agentos.bench.load.sweep import BENCH_MOCK
-from agentos.bench.load.targets import ServerTarget
-from agentos.bench.load.tenant_keys import AdminKeys
-from agentos.bench.mock.process import start_mock_process
-from agentos.bench.mock.server import MockSettings
-from agentos.bench.report.document import SCHEMA_VERSION
-from agentos.bench.report.machine import machine_info, utc_now, versions
+from agentos.mock.server import MockSettings
+from agentos_bench.common.http import bench_http_session
+from agentos_bench.common.mock_process import start_mock_process
+from agentos_bench.common.processes import ServerPlan, resolve_profile, start_server_process, stop_child
+from agentos_bench.load.loadgen import Group, PointPlan, Probes, run_groups
+from agentos_bench.load.sweep import BENCH_MOCK
+from agentos_bench.load.targets import ServerTarget
+from agentos_bench.load.tenant_keys import AdminKeys
+from agentos_bench.report.document import SCHEMA_VERSION
+from agentos_bench.report.machine import machine_info, utc_now, versions
 
 TARGET_RATIO = 1.10  # B's TTFT p95 with A flooding / alone
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agentos.bench.common.cli import command_line
-from agentos.bench.report.output import DEFAULT_OUT_DIR
+from agentos_bench.common.cli import command_line
+from agentos_bench.report.output import DEFAULT_OUT_DIR
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,11 +29,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from agentos.bench.common.loop import raise_fd_limit, run_loop
-    from agentos.bench.load.fairness import FairnessPlan, run_fairness
-    from agentos.bench.load.fairness_doc import write_fairness
-    from agentos.bench.load.tenant_keys import AdminKeys
-    from agentos.bench.mock.server import MockSettings
+    from agentos.mock.loop import raise_fd_limit, run_loop
+    from agentos.mock.server import MockSettings
+    from agentos_bench.load.fairness import FairnessPlan, run_fairness
+    from agentos_bench.load.fairness_doc import write_fairness
+    from agentos_bench.load.tenant_keys import AdminKeys
 
     raise_fd_limit()
     plan = FairnessPlan(

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentos.bench.report.machine import result_stem, utc_now
-from agentos.bench.report.output import write_json_and_markdown
+from agentos_bench.report.machine import result_stem, utc_now
+from agentos_bench.report.output import write_json_and_markdown
 
 
 def fairness_markdown(report: dict[str, Any]) -> str:
@@ -46,7 +46,7 @@ def fairness_markdown(report: dict[str, Any]) -> str:
         f"- Machine: {machine['cores']} cores, {machine['cpu']}, {machine['ram_gib']} GiB, {machine['os']}",
         f"- Versions: {report['versions']}",
         f"- Command: `{report['command']}`",
-        f"- Profile: `bench/profiles/{plan['profile']}.toml`; mock: {report['mock']}",
+        f"- Profile: `{plan['profile']}` (`agentos_bench/profiles`); mock: {report['mock']}",
         f"- Window: warm-up {plan['warmup_s']} s, measured {plan['duration_s']} s per point",
         f"- Topology: {report['topology']}",
     ]

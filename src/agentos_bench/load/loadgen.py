@@ -1,6 +1,6 @@
 """The closed-loop load generator: N workers, each with its own session, turns back to back.
 
-Usage (`bench_http_session` is in `agentos.bench.common.http`)::
+Usage (`bench_http_session` is in `agentos_bench.common.http`)::
 
     async with bench_http_session() as http:
         point = await run_point(ServerTarget(url), http, PointPlan(concurrency=8, warmup_s=2, duration_s=10))
@@ -28,9 +28,9 @@ from typing import Any
 
 import aiohttp
 
-from agentos.bench.common.procfs import TreeSample, sample_tree, sample_trees, self_cpu_s
-from agentos.bench.load.targets import FAILURE_KINDS, Target, TurnSample
-from agentos.bench.report.stats import percentiles_ms
+from agentos_bench.common.procfs import TreeSample, sample_tree, sample_trees, self_cpu_s
+from agentos_bench.load.targets import FAILURE_KINDS, Target, TurnSample
+from agentos_bench.report.stats import percentiles_ms
 
 _FAILURE_PAUSE_S = 0.05  # after a non-429 failure, so a dead server is not hammered in a hot loop
 _MAX_BACKOFF_S = 5.0

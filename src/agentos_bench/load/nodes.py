@@ -30,9 +30,9 @@ from typing import Any, Literal
 
 import aiohttp
 
-from agentos.bench.load.openai_target import Api, OpenAITarget
-from agentos.bench.load.sweep_tenants import tenant_name
-from agentos.bench.load.targets import ServerTarget, Target, TurnSample
+from agentos_bench.load.openai_target import Api, OpenAITarget
+from agentos_bench.load.sweep_tenants import tenant_name
+from agentos_bench.load.targets import ServerTarget, Target, TurnSample
 
 Spread = Literal["session", "turn"]
 SPREADS: tuple[Spread, ...] = ("session", "turn")

@@ -13,9 +13,9 @@ from typing import Any, Literal
 import aiohttp
 import msgspec
 
-from agentos.bench.common.chat_stream import DONE_DATA
-from agentos.bench.common.sse import SSEEvent
-from agentos.bench.load.targets import EventVerdict, ServerTarget, TurnSample, timed_stream
+from agentos.mock.chat_stream import DONE_DATA
+from agentos.providers.sse_parser import SSEEvent
+from agentos_bench.load.targets import EventVerdict, ServerTarget, TurnSample, timed_stream
 
 Api = Literal["native", "openai"]
 APIS: tuple[Api, ...] = ("native", "openai")

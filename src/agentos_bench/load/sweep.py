@@ -11,7 +11,7 @@ An external server (`server_url`) or mock (`mock_url`) is used as given and neve
 Tenancy (`tenants`): 0, the default, is the single-tenant path: no admin token, no keys, every
 session the default tenant's. With N > 0 each server starts with an admin token, the bench makes
 N tenants with one key each through the admin API, and every point spreads its users over them
-round-robin (`agentos.bench.load.sweep_tenants`). The direct rows are the same either way.
+round-robin (`agentos_bench.load.sweep_tenants`). The direct rows are the same either way.
 An external server (`server_url`) with tenants needs its admin token in this process's
 `AGENTOS_API_TOKEN`.
 """
@@ -31,20 +31,20 @@ from typing import Any
 
 import aiohttp
 
-from agentos.bench.common.http import bench_http_session
-from agentos.bench.common.processes import BenchSetupError, ServerPlan, resolve_profile, stop_child
-from agentos.bench.load.cluster import local_service_pids, profile_settings, start_nodes
-from agentos.bench.load.loadgen import PointPlan, Probes, run_point
-from agentos.bench.load.nodes import Spread, point_targets, provider_fields
-from agentos.bench.load.openai_target import Api
-from agentos.bench.load.sweep_header import cluster, tenancy, topology
-from agentos.bench.load.sweep_tenants import make_tenant_keys, tenant_point_row
-from agentos.bench.load.targets import DirectTarget, Target
-from agentos.bench.load.tenant_keys import AdminKeys
-from agentos.bench.mock.process import start_mock_process
-from agentos.bench.mock.server import MockSettings
-from agentos.bench.report.document import SCHEMA_VERSION
-from agentos.bench.report.machine import machine_info, utc_now, versions
+from agentos.mock.server import MockSettings
+from agentos_bench.common.http import bench_http_session
+from agentos_bench.common.mock_process import start_mock_process
+from agentos_bench.common.processes import BenchSetupError, ServerPlan, resolve_profile, stop_child
+from agentos_bench.load.cluster import local_service_pids, profile_settings, start_nodes
+from agentos_bench.load.loadgen import PointPlan, Probes, run_point
+from agentos_bench.load.nodes import Spread, point_targets, provider_fields
+from agentos_bench.load.openai_target import Api
+from agentos_bench.load.sweep_header import cluster, tenancy, topology
+from agentos_bench.load.sweep_tenants import make_tenant_keys, tenant_point_row
+from agentos_bench.load.targets import DirectTarget, Target
+from agentos_bench.load.tenant_keys import AdminKeys
+from agentos_bench.report.document import SCHEMA_VERSION
+from agentos_bench.report.machine import machine_info, utc_now, versions
 
 DEFAULT_POINTS = (1, 2, 4, 8, 16, 32, 64)
 BENCH_MOCK = MockSettings(ttft_ms=2000.0, tps=200.0, tokens=8)  # a turn ≈ 2.04 s, as in the reference bench
@@ -211,7 +211,7 @@ async def _peer_rows(run: SweepRun, http: aiohttp.ClientSession, mock: _Mock, na
         await _points(run, _measure(target, http, probes), f"peer:{name}")
 
     if run.plan.peer_runner is None:
-        raise BenchSetupError("a sweep with peers needs a peer runner (agentos.bench.peers.launch.peer_runner)")
+        raise BenchSetupError("a sweep with peers needs a peer runner (agentos_bench.peers.launch.peer_runner)")
     entry = await run.plan.peer_runner(name, mock.url, run.work_dir, http, measure)
     run.peers.append(entry)
     if not entry["measured"]:

@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 
 class SweepPlan(Protocol):
-    """What these lines read of `agentos.bench.load.sweep.SweepPlan` (which imports this module)."""
+    """What these lines read of `agentos_bench.load.sweep.SweepPlan` (which imports this module)."""
 
     @property
     def tenants(self) -> int: ...

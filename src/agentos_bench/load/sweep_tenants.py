@@ -29,9 +29,9 @@ from typing import Any
 
 import aiohttp
 
-from agentos.bench.load.loadgen import Group, PointPlan, PointResult, Probes, run_groups
-from agentos.bench.load.targets import Target
-from agentos.bench.load.tenant_keys import AdminKeys
+from agentos_bench.load.loadgen import Group, PointPlan, PointResult, Probes, run_groups
+from agentos_bench.load.targets import Target
+from agentos_bench.load.tenant_keys import AdminKeys
 
 
 def tenant_name(index: int) -> str:
@@ -57,7 +57,7 @@ async def tenant_point_row(
     targets: Sequence[Target], http: aiohttp.ClientSession, plan: PointPlan, probes: Probes
 ) -> dict[str, Any]:
     """Run one point with `plan.concurrency` users spread over the tenants (one target each, with
-    that tenant's key: `ServerTarget`, or `agentos.bench.load.nodes.NodesTarget` over nodes); its row."""
+    that tenant's key: `ServerTarget`, or `agentos_bench.load.nodes.NodesTarget` over nodes); its row."""
     counts = users_per_tenant(plan.concurrency, len(targets))
     groups = [Group(target, count) for target, count in zip(targets, counts, strict=True) if count]
     results = await run_groups(groups, http, plan, probes)

@@ -14,8 +14,8 @@ from typing import Any, Literal, Protocol
 import aiohttp
 import msgspec
 
-from agentos.bench.common.chat_stream import DONE_DATA
-from agentos.bench.common.sse import SSEEvent, SSEParser
+from agentos.mock.chat_stream import DONE_DATA
+from agentos.providers.sse_parser import SSEEvent, SSEParser
 
 FailureKind = Literal["429", "5xx", "4xx", "stream_break", "timeout", "connect", "turn_failed", "cancelled"]
 FAILURE_KINDS: tuple[FailureKind, ...] = (

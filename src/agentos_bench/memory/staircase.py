@@ -23,15 +23,15 @@ from typing import Any
 
 import aiohttp
 
-from agentos.bench.common.http import bench_http_session
-from agentos.bench.common.processes import ServerPlan, resolve_profile, start_server_process, stop_child
-from agentos.bench.common.procfs import TreeSample, sample_tree
-from agentos.bench.load.targets import ServerTarget, delete_session
-from agentos.bench.mock.process import start_mock_process
-from agentos.bench.mock.server import MockSettings
-from agentos.bench.report.document import SCHEMA_VERSION
-from agentos.bench.report.machine import machine_info, utc_now, versions
-from agentos.bench.report.stats import slope
+from agentos.mock.server import MockSettings
+from agentos_bench.common.http import bench_http_session
+from agentos_bench.common.mock_process import start_mock_process
+from agentos_bench.common.processes import ServerPlan, resolve_profile, start_server_process, stop_child
+from agentos_bench.common.procfs import TreeSample, sample_tree
+from agentos_bench.load.targets import ServerTarget, delete_session
+from agentos_bench.report.document import SCHEMA_VERSION
+from agentos_bench.report.machine import machine_info, utc_now, versions
+from agentos_bench.report.stats import slope
 
 _STEP_ESTIMATE_S = 0.1  # one session + one fast turn on this kind of machine; only sizes the default TTL
 MEMORY_MOCK = MockSettings(ttft_ms=5.0, tps=2000.0, tokens=8)  # fast: the staircase measures memory, not time

@@ -35,11 +35,11 @@ from aiohttp.web_urldispatcher import DynamicResource, UrlMappingMatchInfo
 
 from agentos.api.middleware import auth_middleware
 from agentos.api.ratelimit import Limiters, add_rate_headers, rate_limit_middleware
-from agentos.bench.authcost.plan import ADMIN_TOKEN, NEVER_REFUSING_RATE
 from agentos.clock import MonotonicClock
 from agentos.tenancy import keys as api_keys
 from agentos.tenancy.limits import TenantLimits
 from agentos.tenancy.registry import Refused, TenantRegistry
+from agentos_bench.authcost.plan import ADMIN_TOKEN, NEVER_REFUSING_RATE
 
 _REPEATS = 20
 _ROUTE = "/v1/sessions/{session_id}"

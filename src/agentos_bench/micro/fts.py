@@ -1,6 +1,6 @@
 """A micro-benchmark of knowledge queries, in process: where a hybrid query's time goes.
 
-    python -m agentos.bench.ftsmicro --chunks 100000 --backend sqlite|postgres
+    python -m agentos_bench.micro.fts --chunks 100000 --backend sqlite|postgres
 
 It fills one collection of a storage directly (documents with metadata, chunks of Zipf-drawn
 words whose most common ones are English stopwords, vectors from the mock provider's
@@ -30,14 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from agentos.bench.ftsrelevance import relevance
-from agentos.bench.mock.embeddings import embed_texts
 from agentos.config import Settings
 from agentos.knowledge.records import ChunkRow, Collection, DocumentRow
 from agentos.knowledge.service import KnowledgeService
 from agentos.knowledge.sqlite_storage import SqliteKnowledgeStorage
 from agentos.knowledge.storage import KnowledgeStorage
 from agentos.knowledge.words import query_terms
+from agentos.mock.embeddings import embed_texts
+from agentos_bench.micro.fts_relevance import relevance
 
 TENANT = "bench"
 MODEL = "mock-embed"
@@ -275,7 +275,7 @@ async def report(service: KnowledgeService, collection: Collection, texts: list[
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m agentos.bench.ftsmicro", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m agentos_bench.micro.fts", description=__doc__.split("\n")[0])
     parser.add_argument("--chunks", type=int, default=10_000)
     parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--queries", type=int, default=50)

@@ -1,4 +1,4 @@
-"""The relevance check of `agentos.bench.ftsmicro`: recall@10 of the full-text rankings against
+"""The relevance check of `agentos_bench.micro.fts`: recall@10 of the full-text rankings against
 an exhaustive bm25 computed by SQLite itself (an implementation independent of `TextIndex`).
 
 `knowledge.db` keeps no FTS5 index any more (version 1 dropped it: nothing on the query path

@@ -18,15 +18,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agentos.bench.knowledge.corpus import Document
 from agentos.knowledge.records import ChunkRow, Collection, DocumentRow
+from agentos_bench.knowledge.client import CONTENT_TYPE
+from agentos_bench.knowledge.corpus import Document
 
 if TYPE_CHECKING:
     import numpy as np
 
     from agentos.knowledge.storage import KnowledgeStorage
 
-CONTENT_TYPE = "text/markdown"
 _CLAIM_BATCH = 256
 _OWNER = "bench-fill"
 
@@ -36,7 +36,7 @@ def mock_vectors(texts: Sequence[str], model: str, dimensions: int) -> np.ndarra
     one row each: the server stores and searches float32)."""
     import numpy as np
 
-    from agentos.bench.mock.embeddings import embed_texts
+    from agentos.mock.embeddings import embed_texts
 
     if not texts:
         return np.zeros((0, dimensions), dtype=np.float32)

@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from agentos.bench.common.processes import Child
-from agentos.bench.knowledge import client
-from agentos.bench.knowledge.corpus import Corpus, query_from
-from agentos.bench.knowledge.fill import Prepared, fill, mock_vectors, prepare
-from agentos.bench.knowledge.metrics import (
+from agentos_bench.common.processes import Child
+from agentos_bench.knowledge import client
+from agentos_bench.knowledge.corpus import Corpus, query_from
+from agentos_bench.knowledge.metrics import (
     MAX_ERRORS,
     Exact,
     exact_top_k,
@@ -28,7 +27,7 @@ from agentos.bench.knowledge.metrics import (
     unit_rows,
     within_budget,
 )
-from agentos.bench.knowledge.plan import (
+from agentos_bench.knowledge.plan import (
     MAX_DOCUMENTS,
     ONE_GROUP,
     TENANT,
@@ -37,6 +36,7 @@ from agentos.bench.knowledge.plan import (
     KnowledgePlan,
     collection_name,
 )
+from agentos_bench.micro.knowledge_fill import Prepared, fill, mock_vectors, prepare
 
 if TYPE_CHECKING:
     import numpy as np
@@ -176,6 +176,22 @@ def _index_in_process(
         timing[key] = latency_ms(seconds)
     return {"chunks": len(index), "nbytes": index.nbytes, "nbytes_per_100k_chunks": per_100k(index.nbytes, len(index)),
             "vector_recall_at_10": recall, "vector_search_ms": timing}  # fmt: skip
+
+
+async def fill_phase(plan: KnowledgePlan, settings: Any, data_dir: Path, corpus: Corpus) -> dict[int, Truth]:
+    """Phase 2: each collection filled to its size; what phase 3 needs to judge its hits."""
+    from agentos.knowledge.service import open_knowledge_storage
+
+    storage = open_knowledge_storage(settings, data_dir)
+    await storage.open()
+    try:
+        truths, start = {}, 0
+        for size in plan.sizes:
+            truths[size] = await build_truth(storage, plan, corpus, size, start)
+            start += truths[size].fill["documents"]
+        return truths
+    finally:
+        await storage.close()
 
 
 def rss_bytes(pid: int) -> int | None:

@@ -1,6 +1,6 @@
 """`agentos bench overload`: what a refused turn costs, measured on a server 3x over its gate.
 
-Method (`agentos.bench.overload.bench`). One machine, 127.0.0.1 only: the mock LLM (a slow
+Method (`agentos_bench.overload.bench`). One machine, 127.0.0.1 only: the mock LLM (a slow
 provider: `ttft_ms`, then `tokens` at `tps`), the server (`agentos serve`, SQLite store, access
 log on, `kernel.max_in_flight_turns = max_in_flight`, permits never the limit) and this process.
 
@@ -12,7 +12,7 @@ log on, `kernel.max_in_flight_turns = max_in_flight`, permits never the limit) a
    for the whole window the server holds `max_in_flight` turns open on the slow provider,
    refuses a steady stream of the rest, has no free slot a probe could take, and streams
    nothing, so its CPU in the window is the probes' and the refusals' alone.
-2. The probes, once the gate is full: a separate process (`agentos.bench.overload.probe`, so
+2. The probes, once the gate is full: a separate process (`agentos_bench.overload.probe`, so
    its timings see no load-client loop) sends `probes` turn POSTs to a session of their own,
    each on a **fresh connection** (connect, one request with `Connection: close`, the whole
    answer), every `probe_interval_ms`, alternating with as many `GET /healthz` on fresh

@@ -1,7 +1,7 @@
-"""`python -m agentos.bench.overload`: the same as `agentos bench overload`."""
+"""`python -m agentos_bench.overload`: the same as `agentos bench overload`."""
 
 import sys
 
-from agentos.bench.overload.cli import main
+from agentos_bench.overload.cli import main
 
 sys.exit(main())

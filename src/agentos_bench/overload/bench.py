@@ -14,15 +14,15 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from agentos.bench.common.http import bench_http_session
-from agentos.bench.common.processes import ServerPlan, read_line, start_server_process, stop_child
-from agentos.bench.common.procfs import sample_tree
-from agentos.bench.load.targets import create_session
-from agentos.bench.mock.process import start_mock_process
-from agentos.bench.mock.server import MockSettings
-from agentos.bench.overload.load import Load
-from agentos.bench.overload.plan import OverloadPlan, config_toml
-from agentos.bench.overload.probe import Job
+from agentos.mock.server import MockSettings
+from agentos_bench.common.http import bench_http_session
+from agentos_bench.common.mock_process import start_mock_process
+from agentos_bench.common.processes import ServerPlan, read_line, start_server_process, stop_child
+from agentos_bench.common.procfs import sample_tree
+from agentos_bench.load.targets import create_session
+from agentos_bench.overload.load import Load
+from agentos_bench.overload.plan import OverloadPlan, config_toml
+from agentos_bench.overload.probe import Job
 
 _SETUP_CONCURRENCY = 20  # sessions made at once
 
@@ -44,7 +44,7 @@ async def start_probe(job: Job, work_dir: Path) -> asyncio.subprocess.Process:
     job_path.write_bytes(msgspec.json.encode(job))
     with (work_dir / "probe.log").open("wb") as log:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "agentos.bench.overload.probe", str(job_path),
+            sys.executable, "-m", "agentos_bench.overload.probe", str(job_path),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log,
         )  # fmt: skip
     try:
@@ -114,8 +114,8 @@ async def _under_load(plan: OverloadPlan, base_url: str, server_pid: int, work_d
 
 def run_overload(plan: OverloadPlan, work_dir: Path) -> dict[str, Any]:
     """The whole bench, on an event loop; then the report."""
-    from agentos.bench.common.loop import run_loop
-    from agentos.bench.overload.report import build_report
+    from agentos.mock.loop import run_loop
+    from agentos_bench.overload.report import build_report
 
     work_dir.mkdir(parents=True, exist_ok=True)
     config = work_dir / "agentos.toml"

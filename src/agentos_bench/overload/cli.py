@@ -1,8 +1,8 @@
 """`agentos bench overload`: parse arguments, run, write the report. Also runnable alone::
 
-    python -m agentos.bench.overload --probes 500
+    python -m agentos_bench.overload --probes 500
 
-The method is in `agentos.bench.overload.bench` (the package docstring has the theory). Heavy
+The method is in `agentos_bench.overload.bench` (the package docstring has the theory). Heavy
 imports happen in the handler, so registering the command costs the CLI nothing.
 """
 
@@ -12,7 +12,7 @@ import argparse
 import shlex
 import sys
 
-from agentos.bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
+from agentos_bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,7 +27,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from agentos.bench.overload.plan import OverloadPlan
+    from agentos_bench.overload.plan import OverloadPlan
 
     d = OverloadPlan()
     p.add_argument("--max-in-flight", type=int, default=d.max_in_flight, help="the server's max_in_flight_turns")
@@ -45,11 +45,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     """Run the bench, write the report, print the files written; exit 1 unless every answer was as it must be."""
-    from agentos.bench.common.loop import raise_fd_limit
-    from agentos.bench.overload.bench import run_overload
-    from agentos.bench.overload.plan import OverloadPlan
-    from agentos.bench.overload.report import write_overload_report
-    from agentos.bench.report.machine import machine_info, machine_slug, utc_now
+    from agentos.mock.loop import raise_fd_limit
+    from agentos_bench.overload.bench import run_overload
+    from agentos_bench.overload.plan import OverloadPlan
+    from agentos_bench.overload.report import write_overload_report
+    from agentos_bench.report.machine import machine_info, machine_slug, utc_now
 
     if min(args.max_in_flight, args.offered, args.probes, args.tokens) < 1 or args.offered <= args.max_in_flight:
         raise SystemExit("agentos bench overload: sizes must be >= 1 and --offered above --max-in-flight")
@@ -89,7 +89,7 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentos.bench.overload", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m agentos_bench.overload", description=__doc__)
     add_arguments(parser)
     args = parser.parse_args(argv)
     quoted = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))

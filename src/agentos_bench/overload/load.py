@@ -16,8 +16,8 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from agentos.bench.overload.plan import OverloadPlan
 from agentos.waiting import wait_event
+from agentos_bench.overload.plan import OverloadPlan
 
 _BODY = b'{"input": "tell me something slow"}'
 _HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}

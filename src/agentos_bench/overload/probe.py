@@ -1,6 +1,6 @@
 """The fresh-connection prober of `agentos bench overload`, in a process of its own.
 
-Usage: `python -m agentos.bench.overload.probe JOB.json`. It prints `ready`, waits for `go` on
+Usage: `python -m agentos_bench.overload.probe JOB.json`. It prints `ready`, waits for `go` on
 stdin, then sends `count` turn probes and `count` /healthz probes, alternating, one every
 `interval_s`. Each opens a new TCP connection, sends one HTTP/1.1 request with
 `Connection: close`, reads the status line, the headers and `Content-Length` bytes of body, and
@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from agentos.bench.common.loop import run_loop
+from agentos.mock.loop import run_loop
 
 
 class Job(msgspec.Struct, frozen=True):
@@ -148,7 +148,7 @@ async def main_async(job: Job) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m agentos.bench.overload.probe JOB.json", file=sys.stderr)
+        print("usage: python -m agentos_bench.overload.probe JOB.json", file=sys.stderr)
         return 2
     with open(args[0], "rb") as f:
         job = msgspec.json.decode(f.read(), type=Job)

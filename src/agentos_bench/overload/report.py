@@ -7,11 +7,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from agentos.bench.overload.plan import OverloadPlan, config_toml
-from agentos.bench.report.document import SCHEMA_VERSION, _header
-from agentos.bench.report.machine import machine_info, utc_now, versions
-from agentos.bench.report.output import write_json_and_markdown
-from agentos.bench.report.stats import min_samples
+from agentos_bench.overload.plan import OverloadPlan, config_toml
+from agentos_bench.report.document import SCHEMA_VERSION, _header
+from agentos_bench.report.machine import machine_info, utc_now, versions
+from agentos_bench.report.output import write_json_and_markdown
+from agentos_bench.report.stats import min_samples
 
 TARGET_P99_MS = 5.0  # issue 14: the 429 path's p99 on fresh connections
 TOPOLOGY = (

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from agentos.bench.peers.targets import AgnoTarget, LangGraphTarget, OpencodeTarget, PeerTarget
+from agentos_bench.peers.targets import AgnoTarget, LangGraphTarget, OpencodeTarget, PeerTarget
 
 PEERS_DIR_ENV = "AGENTOS_BENCH_PEERS_DIR"
 AGNO_VERSION = "3.1.10"  # the versions the committed comparison ran; others may work

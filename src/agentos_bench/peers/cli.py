@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agentos.bench.peers.catalog import PEERS, PEERS_DIR_ENV, default_peers_dir
+from agentos_bench.peers.catalog import PEERS, PEERS_DIR_ENV, default_peers_dir
 
 
 def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,7 +39,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _status(args: argparse.Namespace) -> int:
-    from agentos.bench.peers.launch import peers_status
+    from agentos_bench.peers.launch import peers_status
 
     peers_dir = args.peers_dir or default_peers_dir()
     print(f"peers directory: {peers_dir}")

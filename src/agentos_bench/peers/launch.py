@@ -21,9 +21,9 @@ from typing import Any
 
 import aiohttp
 
-from agentos.bench.common.processes import BenchSetupError, Child, free_port, stop_child, wait_ready
-from agentos.bench.peers.catalog import NOT_BUILT, PEERS, Peer
-from agentos.bench.peers.targets import PeerTarget
+from agentos_bench.common.processes import BenchSetupError, Child, free_port, stop_child, wait_ready
+from agentos_bench.peers.catalog import NOT_BUILT, PEERS, Peer
+from agentos_bench.peers.targets import PeerTarget
 
 READY_TIMEOUT_S = 90.0  # a cold start of opencode's binary on a busy machine takes tens of seconds
 WARM_TURN_TIMEOUT_S = 60.0

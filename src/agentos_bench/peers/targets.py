@@ -26,8 +26,8 @@ from urllib.parse import urlencode
 import aiohttp
 import msgspec
 
-from agentos.bench.common.sse import SSEEvent, SSEParser
-from agentos.bench.load.targets import EventVerdict, FailureKind, Target, TurnSample, status_failure, timed_stream
+from agentos.providers.sse_parser import SSEEvent, SSEParser
+from agentos_bench.load.targets import EventVerdict, FailureKind, Target, TurnSample, status_failure, timed_stream
 
 _AGNO_TERMINAL: dict[str, EventVerdict] = {"RunCompleted": "ok", "RunError": "turn_failed", "RunCancelled": "cancelled"}
 _FORM = {"Content-Type": "application/x-www-form-urlencoded"}

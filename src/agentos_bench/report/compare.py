@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from agentos.bench.report.stats import ratio
+from agentos_bench.report.stats import ratio
 
 DEFAULT_THRESHOLD = 0.20
 

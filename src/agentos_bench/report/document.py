@@ -2,7 +2,7 @@
 
 Every report starts with the same header: machine, versions, topology, profile(s), exact command.
 Every percentile cell carries the number of samples behind it, `(n=…)`; a percentile with too few
-samples is "–" (the rule is in `agentos.bench.report.stats`).
+samples is "–" (the rule is in `agentos_bench.report.stats`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 
 import msgspec
 
-from agentos.bench.report.nodes_table import nodes_header, provider_limit_table
-from agentos.bench.report.output import claim_stem, write_json
-from agentos.bench.report.overhead import overhead_rows
-from agentos.bench.report.peers_table import peers_section
-from agentos.bench.report.tenants_table import tenancy_header, tenants_table
+from agentos_bench.report.nodes_table import nodes_header, provider_limit_table
+from agentos_bench.report.output import claim_stem, write_json
+from agentos_bench.report.overhead import overhead_rows
+from agentos_bench.report.peers_table import peers_section
+from agentos_bench.report.tenants_table import tenancy_header, tenants_table
 
 SCHEMA_VERSION = 1
 PLOTS_SKIPPED = "plots skipped: matplotlib is not installed (pip install 'agentos[bench]' draws them)"
@@ -105,7 +105,7 @@ def _sweep_line(row: dict[str, Any]) -> str:
 def _group_title(row: dict[str, Any]) -> str:
     if row["target"] == "direct":
         return "direct: the mock alone (zero-overhead row)"
-    if row["target"] != "server":  # a peer (agentos.bench.peers)
+    if row["target"] != "server":  # a peer (agentos_bench.peers)
         return f"peer `{row['target']}` (another agent server, same mock and load)"
     nodes = f", {row['nodes']} nodes" if row.get("nodes", 1) > 1 else ""
     return f"server, profile `{row.get('profile')}`{nodes}"
@@ -250,7 +250,7 @@ def write_report(report: dict[str, Any], out_dir: Path, stem: str) -> list[Path]
 
 
 def _write_plots(report: dict[str, Any], out_dir: Path, stem: str) -> dict[str, Path]:
-    from agentos.bench.report import plots  # matplotlib only where plots are drawn (`compare` needs none)
+    from agentos_bench.report import plots  # matplotlib only where plots are drawn (`compare` needs none)
 
     if report["kind"] == "memory":
         return {"memory staircase": plots.plot_staircase(report, out_dir / f"{stem}-staircase.png")}

@@ -1,7 +1,7 @@
 """The sweep report's lines about the server nodes and the provider limit.
 
 A sweep started with `--nodes N` runs N server processes per profile and spreads the sessions
-over them (`agentos.bench.load.nodes`); the header says how. Every server row the bench started
+over them (`agentos_bench.load.nodes`); the header says how. Every server row the bench started
 records `kernel.concurrency_limit` and the mock's peak of concurrent streams, and this table
 shows the overshoot: max(0, peak − limit), over all nodes together. It can only be above 0 where
 the point offers more streams than the limit (c > limit) or the nodes each apply the limit on

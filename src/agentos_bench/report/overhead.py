@@ -4,7 +4,7 @@ The direct row is the mock alone, measured in the same run, so `server − direc
 mock's own time (about 2 s per turn in the reference sweep) and leaves the server's overhead.
 Latency overhead is a difference of percentiles (server p95 − direct p95), not a percentile of
 differences: the turns of the two targets are not paired. A difference is None when either side
-has too few samples for that percentile (see `agentos.bench.report.stats.min_samples`).
+has too few samples for that percentile (see `agentos_bench.report.stats.min_samples`).
 Throughput is a ratio (server turns/s ÷ direct turns/s; 1.0 = no loss).
 """
 

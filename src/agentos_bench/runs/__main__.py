@@ -1,7 +1,7 @@
-"""`python -m agentos.bench.runs`: the runs bench without the `agentos` command."""
+"""`python -m agentos_bench.runs`: the runs bench without the `agentos` command."""
 
 import sys
 
-from agentos.bench.runs.cli import main
+from agentos_bench.runs.cli import main
 
 sys.exit(main())

@@ -9,7 +9,7 @@ delta of cumulative CPU time, memory (RSS, Private_Dirty) every 0.5 s for the pe
 the end. Steps are the results the server journals: model calls (the mock's request counter over
 the point) plus `tool.result` and `human.answered` events seen on the streams.
 
-Waiting point: on a fresh server, runs parked on a human (method in `agentos.bench.runs.waiting`).
+Waiting point: on a fresh server, runs parked on a human (method in `agentos_bench.runs.waiting`).
 Everything is bounded by deadlines; every process is stopped by its pid.
 """
 
@@ -27,29 +27,29 @@ from typing import Any
 
 import aiohttp
 
-from agentos.bench.common.http import bench_http_session
-from agentos.bench.common.processes import (
+from agentos_bench.common.http import bench_http_session
+from agentos_bench.common.mock_process import start_mock_process
+from agentos_bench.common.processes import (
     Child,
     ServerPlan,
     resolve_profile,
     start_server_process,
     stop_child,
 )
-from agentos.bench.common.procfs import TreeSample, sample_tree, self_cpu_s
-from agentos.bench.mock.process import start_mock_process
-from agentos.bench.report.document import SCHEMA_VERSION
-from agentos.bench.report.machine import machine_info, utc_now, versions
-from agentos.bench.report.stats import percentiles_ms
-from agentos.bench.runs.client import (
+from agentos_bench.common.procfs import TreeSample, sample_tree, self_cpu_s
+from agentos_bench.report.document import SCHEMA_VERSION
+from agentos_bench.report.machine import machine_info, utc_now, versions
+from agentos_bench.report.stats import percentiles_ms
+from agentos_bench.runs.client import (
     FAILURE_KINDS,
     PHASE_ENDED_BY,
     RunOutcome,
     RunTarget,
     drive_run,
 )
-from agentos.bench.runs.plan import RunsPlan
-from agentos.bench.runs.probes import mb, own_cpu_s, peak_sampling
-from agentos.bench.runs.waiting import measure_waiting
+from agentos_bench.runs.plan import RunsPlan
+from agentos_bench.runs.probes import mb, own_cpu_s, peak_sampling
+from agentos_bench.runs.waiting import measure_waiting
 
 _UNPACED_TPS = 100_000.0  # the contract check's twin mock: tokens as fast as the mock writes them
 
@@ -217,7 +217,7 @@ async def run_runs_bench(plan: RunsPlan, keep_dir: Path | None = None) -> dict[s
             shutil.rmtree(work_dir, ignore_errors=True)
     report = runs_report(plan, repeats[0], waiting)
     if plan.campaign:
-        from agentos.bench.runs.campaigns import judge
+        from agentos_bench.runs.campaigns import judge
 
         report |= {"campaign": plan.campaign, "ramp_s": plan.ramp_s, "repeats": repeats, "judged": judge(repeats)}
     return report
@@ -230,8 +230,8 @@ async def _check_contract(plan: RunsPlan, work_dir: Path) -> None:
     The check walks a twin of the campaign's mock (the same scenario and answers, no pacing): the
     contract is the script, not the speed, and the heavy campaign's pace (300 tokens at 1.5 s
     each) would make the walk itself last over seven minutes."""
-    from agentos.bench.common.processes import BenchSetupError
-    from agentos.bench.mock.check import check_tools_contract
+    from agentos.mock.check import check_tools_contract
+    from agentos_bench.common.processes import BenchSetupError
 
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
     twin = await start_mock_process(replace(plan.mock, ttft_ms=0.0, tps=_UNPACED_TPS), work_dir)

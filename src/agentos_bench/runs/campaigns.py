@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agentos.bench.mock.server import MockSettings
-from agentos.bench.runs.plan import RunsPlan
+from agentos.mock.server import MockSettings
+from agentos_bench.runs.plan import RunsPlan
 
 NOISE = 0.20  # p95 spread between the two runs of a point beyond which nothing is concluded
 

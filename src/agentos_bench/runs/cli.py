@@ -2,9 +2,9 @@
 
 Registered from `cli_bench.register` through `register(commands)`; also runnable alone::
 
-    python -m agentos.bench.runs --runs 100,1000 --answer-delay-secs 1
+    python -m agentos_bench.runs --runs 100,1000 --answer-delay-secs 1
 
-The method is in `agentos.bench.runs.bench`. Heavy imports happen in the handler, so registering
+The method is in `agentos_bench.runs.bench`. Heavy imports happen in the handler, so registering
 the command costs the CLI nothing.
 """
 
@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from agentos.bench.common.cli import add_output_arguments, command_line, register_command
+from agentos_bench.common.cli import add_output_arguments, command_line, register_command
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--waiting-batches", type=int, default=4, help="start the waiting runs in this many bursts")
     p.add_argument("--waiting-timeout-secs", type=float, default=120.0)
     p.add_argument("--settle-secs", type=float, default=1.0)
-    p.add_argument("--profile", default="runs", help="a bench/profiles name or a path")
+    p.add_argument("--profile", default="runs", help="a profile name (packaged) or a path to a TOML file")
     p.add_argument("--agent", default="bench", help="the profile's agent to run")
     p.add_argument("--mock-ttft-ms", type=float, default=200.0)
     p.add_argument("--mock-tps", type=float, default=200.0)
@@ -56,12 +56,12 @@ def _points(text: str) -> tuple[int, ...]:
 
 def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     """Run the bench and write the report; print the files written."""
-    from agentos.bench.common.loop import raise_fd_limit, run_loop
-    from agentos.bench.mock.server import MockSettings
-    from agentos.bench.report.machine import machine_info, result_stem, utc_now
-    from agentos.bench.runs.bench import run_runs_bench
-    from agentos.bench.runs.plan import RunsPlan
-    from agentos.bench.runs.report import write_runs_report
+    from agentos.mock.loop import raise_fd_limit, run_loop
+    from agentos.mock.server import MockSettings
+    from agentos_bench.report.machine import machine_info, result_stem, utc_now
+    from agentos_bench.runs.bench import run_runs_bench
+    from agentos_bench.runs.plan import RunsPlan
+    from agentos_bench.runs.report import write_runs_report
 
     fd_limit = raise_fd_limit()  # 1000 SSE connections here, inherited by the server and the mock
     command = command_line(command)
@@ -91,11 +91,11 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
 
 
 def _campaign(args: argparse.Namespace, command: str, fd_limit: int) -> int:
-    from agentos.bench.common.cli import report_stem
-    from agentos.bench.common.loop import run_loop
-    from agentos.bench.runs.bench import run_runs_bench
-    from agentos.bench.runs.campaigns import CAMPAIGNS, campaign_plan
-    from agentos.bench.runs.report import write_runs_report
+    from agentos.mock.loop import run_loop
+    from agentos_bench.common.cli import report_stem
+    from agentos_bench.runs.bench import run_runs_bench
+    from agentos_bench.runs.campaigns import CAMPAIGNS, campaign_plan
+    from agentos_bench.runs.report import write_runs_report
 
     if args.scale <= 0:
         raise SystemExit("agentos bench runs: --scale must be > 0")
@@ -112,9 +112,9 @@ def _campaign(args: argparse.Namespace, command: str, fd_limit: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from agentos.bench.common.cli import module_main
+    from agentos_bench.common.cli import module_main
 
-    return module_main(argv, module="agentos.bench.runs", command="runs", doc=__doc__,
+    return module_main(argv, module="agentos_bench.runs", command="runs", doc=__doc__,
                        add_arguments=add_arguments, run_command=run_command)  # fmt: skip
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from agentos.bench.common.sse import SSEParser
+from agentos.providers.sse_parser import SSEParser
 
 TERMINAL_EVENTS = {"run.completed": None, "run.failed": "run_failed", "run.cancelled": "run_cancelled"}
 FAILURE_KINDS = (

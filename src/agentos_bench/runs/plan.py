@@ -1,14 +1,14 @@
 """What one `agentos bench runs` measures: the points, the waiting point, the mock and the profile.
 
-Its own module so that the bench (`agentos.bench.runs.bench`) and its waiting point
-(`agentos.bench.runs.waiting`) both read it without importing each other.
+Its own module so that the bench (`agentos_bench.runs.bench`) and its waiting point
+(`agentos_bench.runs.waiting`) both read it without importing each other.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentos.bench.mock.server import MockSettings
+from agentos.mock.server import MockSettings
 
 RUNS_MOCK = MockSettings(ttft_ms=200.0, tps=200.0, tokens=8, scenario="tools")
 

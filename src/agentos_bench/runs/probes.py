@@ -20,8 +20,8 @@ from typing import Any
 
 import aiohttp
 
-from agentos.bench.common.procfs import TreeSample, sample_tree
-from agentos.bench.runs.client import get_run
+from agentos_bench.common.procfs import TreeSample, sample_tree
+from agentos_bench.runs.client import get_run
 
 TERMINAL_STATUSES = ("completed", "failed", "cancelled")
 _SAMPLE_INTERVAL_S = 0.5

@@ -1,8 +1,8 @@
 """The `agentos bench runs` report: JSON (the data), Markdown (for people) and a PNG plot.
 
 The Markdown starts with the header every bench report has (machine, versions, topology, profile,
-exact command), drawn by `agentos.bench.report.document`. Percentile cells carry their sample
-count `(n=…)` and show "–" where there are too few samples (`agentos.bench.report.stats`).
+exact command), drawn by `agentos_bench.report.document`. Percentile cells carry their sample
+count `(n=…)` and show "–" where there are too few samples (`agentos_bench.report.stats`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 # report.py keeps its header and cell formatting private; reusing them keeps every report's header identical
-from agentos.bench.report.document import PLOTS_SKIPPED, _fmt, _header, _pcts
-from agentos.bench.report.output import claim_stem, write_json
+from agentos_bench.report.document import PLOTS_SKIPPED, _fmt, _header, _pcts
+from agentos_bench.report.output import claim_stem, write_json
 
 _POINT_COLUMNS = (
     "| N | completed | failures | start ms p50/p95/p99 (n) | floor: N × /healthz ms p50/p95/p99 (n) "
@@ -194,7 +194,7 @@ def plot_durations(points: list[dict[str, Any]], path: Path) -> Path:
     """Run duration p50/p95/p99 (and start-call p50/p99) against N, log-scale N."""
     import matplotlib
 
-    matplotlib.use("Agg")  # no display needed (as agentos.bench.report.plots does)
+    matplotlib.use("Agg")  # no display needed (as agentos_bench.report.plots does)
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))

@@ -17,13 +17,13 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-from agentos.bench.common.http import bench_http_session
-from agentos.bench.common.processes import Child
-from agentos.bench.common.procfs import TreeSample, sample_tree
-from agentos.bench.report.stats import slope
-from agentos.bench.runs.client import RunTarget, answer_run, drive_run, start_run, terminate_run
-from agentos.bench.runs.plan import RunsPlan
-from agentos.bench.runs.probes import TERMINAL_STATUSES, mb, peak_sampling, poll_session, poll_until
+from agentos_bench.common.http import bench_http_session
+from agentos_bench.common.processes import Child
+from agentos_bench.common.procfs import TreeSample, sample_tree
+from agentos_bench.report.stats import slope
+from agentos_bench.runs.client import RunTarget, answer_run, drive_run, start_run, terminate_run
+from agentos_bench.runs.plan import RunsPlan
+from agentos_bench.runs.probes import TERMINAL_STATUSES, mb, peak_sampling, poll_session, poll_until
 
 
 def _settled(run: dict[str, Any]) -> bool:
