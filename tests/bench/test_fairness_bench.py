@@ -12,8 +12,6 @@ from agentos_bench.load.fairness import FairnessPlan, run_fairness, summarize
 from agentos_bench.load.fairness_doc import write_fairness
 from agentos_bench.load.tenant_keys import AdminKeys
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.mark.slow
 async def test_a_short_fairness_run_measures_each_tenant_with_its_own_key(

@@ -15,8 +15,6 @@ from agentos_bench.load.openai_target import openai_verdict
 from agentos_bench.load.sweep import SweepPlan, run_sweep
 from agentos_bench.report.document import sweep_markdown
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.mark.slow
 async def test_a_short_sweep_through_the_front_door(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,6 @@ from agentos_bench.load.sweep_tenants import merge_results, tenant_spread, users
 from agentos_bench.load.targets import TurnSample
 from agentos_bench.report.document import write_report
 
-ROOT = Path(__file__).resolve().parents[2]
 TENANTS = ("bench-t001", "bench-t002", "bench-t003")
 
 
