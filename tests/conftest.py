@@ -11,9 +11,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer, MockSettings, start_mock
 from agentos.clock import Clock
 from agentos.config import Settings, StoreConfig, load_settings
+from agentos.mock.server import MockServer, MockSettings, start_mock
 from agentos.testing import RunningServer, start_server
 
 

@@ -24,8 +24,8 @@ import aiohttp
 from tests.browser import ARGS, CHROMIUM
 
 from agentos.api.keys import CONSOLE
-from agentos.bench.mock.server import MockSettings, start_mock
 from agentos.config import settings_from_dict
+from agentos.mock.server import MockSettings, start_mock
 from agentos.testing import RunningServer, start_server
 from agentos.testing.tenants import TenantKey, create_tenant_key
 

@@ -5,7 +5,7 @@ in process), on `knowledge.db` or PostgreSQL, with whatever `agentos` is first o
 
     .venv/bin/python bench/scripts/knowledge_ingest.py --chunks 20000 --backend sqlite|postgres
 
-The corpus and the batches are `agentos.bench.ftsmicro`'s (`fill`: documents of 20 chunks of 60
+The corpus and the batches are `agentos_bench.micro.fts`'s (`fill`: documents of 20 chunks of 60
 Zipf-drawn words, 256-dimension mock embeddings, 50 documents at a time). CPU time is this
 process's only: with PostgreSQL the server's work (a `tsvector` and its GIN index entries before
 migration 0010) shows in the wall time alone. PostgreSQL: a schema of its own, dropped after.
@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from agentos.bench.ftsmicro import DIMS, MODEL, TENANT, fill
 from agentos.knowledge.records import Collection
 from agentos.knowledge.storage import KnowledgeStorage
+from agentos_bench.micro.fts import DIMS, MODEL, TENANT, fill
 
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 

@@ -33,9 +33,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from agentos.bench.common.processes import free_port, stop_child
-from agentos.bench.knowledge.corpus import query_from
-from agentos.bench.knowledge.plan import ONE_GROUP, TENANT, TOP_K
+from agentos_bench.common.processes import free_port, stop_child
+from agentos_bench.knowledge.corpus import query_from
+from agentos_bench.knowledge.plan import ONE_GROUP, TENANT, TOP_K
 
 SPANS: dict[str, list[float]] = defaultdict(list)
 _GC_STARTED: list[float] = []
@@ -83,10 +83,10 @@ async def query_texts(knowledge: Any, name: str, count: int, seed: int) -> list[
 
 async def run(args: argparse.Namespace) -> None:
     from agentos.api.app import create_app
-    from agentos.bench.mock.process import start_mock_process
-    from agentos.bench.mock.server import MockSettings
     from agentos.cli import build_parser, settings_from_args
+    from agentos.mock.server import MockSettings
     from agentos.services import open_services
+    from agentos_bench.common.mock_process import start_mock_process
 
     keep = Path(args.keep_dir)
     mock = await start_mock_process(MockSettings(ttft_ms=0, tokens=1), Path("/tmp"))

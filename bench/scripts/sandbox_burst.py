@@ -34,8 +34,10 @@ from typing import Any
 
 from agentos.sandbox.sandbox import Sandbox
 from agentos.config.agents import CommandLimits
-from agentos.bench.report.machine import git_commit, machine_info, result_stem, utc_now
+from agentos.sandbox.sandbox import Sandbox
+from agentos.config.agents import CommandLimits
 from agentos.config import SandboxConfig
+from agentos_bench.report.machine import git_commit, machine_info, result_stem, utc_now
 
 COMMAND = ["sh", "-c", "echo step-1 >> effects.log; echo one"]
 LIMITS = CommandLimits(timeout_s=30)

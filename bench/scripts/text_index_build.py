@@ -7,7 +7,7 @@ load hits both alike; then both indexes answer the same questions and must agree
 
     .venv/bin/python bench/scripts/text_index_build.py --chunks 30000 100000 [--before /tmp/text_index_old.py]
 
-The corpus is the knowledge micro-bench's (`agentos.bench.ftsmicro.corpus`: chunks of 60 Zipf-drawn
+The corpus is the knowledge micro-bench's (`agentos_bench.micro.fts.corpus`: chunks of 60 Zipf-drawn
 words, ten per document), the questions its `queries`. Wall time on a shared machine includes
 waiting for a core: CPU time (`time.process_time`) is printed beside it, with the load average.
 """
@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from agentos.bench.ftsmicro import corpus, queries
 from agentos.knowledge import text_index
 from agentos.knowledge.postings import batch_segment
 from agentos.knowledge.words import batch_tokens, query_terms
+from agentos_bench.micro.fts import corpus, queries
 
 
 def load_module(path: str) -> ModuleType:

@@ -6,7 +6,7 @@ the mock provider's function), unfiltered and with the bench's filter (one group
         [--load | --load-only] [--alternatives]
 
 Each query asks the index for `candidates(10)` = 40 hits, as a query of top_k 10 does; recall@10 is
-its first 10 against an exact float64 search (`agentos.bench.knowledge.metrics`, ties with the
+its first 10 against an exact float64 search (`agentos_bench.knowledge.metrics`, ties with the
 10th counted as found). `--before FILE` also times another `index.py` (e.g. `git show
 <ref>:src/agentos/knowledge/index.py > FILE`), in turn with this one by blocks of 50 queries, so a
 change of the machine's load hits both alike. `--alternatives` times other ways numpy can scan
@@ -33,13 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from agentos.bench.knowledge.corpus import Corpus, query_from
-from agentos.bench.knowledge.fill import mock_vectors
-from agentos.bench.knowledge.metrics import exact_top_k, latency_ms, recall_at_k, unit_rows
-from agentos.bench.knowledge.plan import CHUNK_OVERLAP, CHUNK_TOKENS, TOP_K, WORDS_PER_DOCUMENT
 from agentos.knowledge import index as current
 from agentos.knowledge.chunking import split
 from agentos.knowledge.retrieval import candidates
+from agentos_bench.knowledge.corpus import Corpus, query_from
+from agentos_bench.knowledge.metrics import exact_top_k, latency_ms, recall_at_k, unit_rows
+from agentos_bench.knowledge.plan import CHUNK_OVERLAP, CHUNK_TOKENS, TOP_K, WORDS_PER_DOCUMENT
+from agentos_bench.micro.knowledge_fill import mock_vectors
 
 MODEL = "mock-embed"
 GROUPS = 10  # the bench's filter keeps one group of ten
@@ -187,8 +187,8 @@ def alternatives_table(data: Dataset, queries: int = 50) -> None:
 def fill_file(path: Path, chunks: int, dims: int, seed: int) -> str:
     """A `knowledge.db` of one collection of `chunks` chunks (60 Zipf-drawn words, random vectors),
     written by plain inserts (not the indexer: this times the load, not the ingest)."""
-    from agentos.bench.ftsmicro import corpus
     from agentos.knowledge.sqlite_storage import SqliteKnowledgeStorage
+    from agentos_bench.micro.fts import corpus
 
     storage = SqliteKnowledgeStorage(path)
     asyncio.run(storage.open())

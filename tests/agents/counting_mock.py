@@ -22,8 +22,8 @@ from typing import Any
 
 from aiohttp import web
 
-from agentos.bench.mock.scenario import last_user_text, tool_messages_since_user
-from agentos.bench.mock.server import MOCK_KEY, MockSettings, create_mock_app
+from agentos.mock.scenario import last_user_text, tool_messages_since_user
+from agentos.mock.server import MOCK_KEY, MockSettings, create_mock_app
 
 Key = tuple[str, int]  # (user input of the run, k)
 _current: contextvars.ContextVar[Key | None] = contextvars.ContextVar("mock_request_key", default=None)

@@ -19,12 +19,12 @@ import pytest
 
 from agentos.agents.policy import AgentPolicy, check_agent
 from agentos.agents.service import RunService
-from agentos.bench.mock.server import MockServer
 from agentos.config import Settings, settings_from_dict
 from agentos.config.agents import parse_agent_spec
 from agentos.errors import ConfigError, Forbidden, InvalidInput, NotFound
 from agentos.mcp.checks import McpUnavailable
 from agentos.mcp.tools import McpHub
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, standalone_driver
 from tests.agents.conftest import collect
 from tests.agents.fakes import ScriptedProvider

@@ -20,7 +20,7 @@ import aiohttp
 import msgspec
 import pytest
 
-from agentos.bench.mock.server import MockSettings
+from agentos.mock.server import MockSettings
 from agentos.testing import eventually
 from tests.agents.counting_mock import CountingMock, Key, start_counting_mock
 from tests.conftest import child_env

@@ -19,11 +19,11 @@ import pytest
 from agentos.agents.knowledge_tool import CITE_INSTRUCTION, format_hits, parse_arguments
 from agentos.agents.replay import CallModel, Reconcile, replay
 from agentos.agents.tools import builtin_schemas, is_idempotent
-from agentos.bench.mock.scenario import SEARCH_KNOWLEDGE, plan_answer
-from agentos.bench.mock.server import MockServer
 from agentos.config import settings_from_dict
 from agentos.config.agents import MAX_KNOWLEDGE_COLLECTIONS, parse_agent_spec
 from agentos.errors import InvalidInput
+from agentos.mock.scenario import SEARCH_KNOWLEDGE, plan_answer
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, sse_events, start_server
 from agentos.testing.tenants import create_tenant_key
 from tests.agents.test_replay import model, tool

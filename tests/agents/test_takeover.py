@@ -18,8 +18,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockSettings
 from agentos.config import StoreConfig
+from agentos.mock.server import MockSettings
 from agentos.store import pg_pool
 from agentos.testing import eventually, sse_events
 from tests.agents.counting_mock import CountingMock, Key, start_counting_mock

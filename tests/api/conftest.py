@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, start_server
 from tests.conftest import make_settings
 from tests.knowledge.http import create_collection

@@ -9,7 +9,7 @@ from __future__ import annotations
 import aiohttp
 import msgspec
 
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
 from tests.api.test_browser_rules import Factory
 from tests.api.test_hostile_requests import assert_json_error, raw_request

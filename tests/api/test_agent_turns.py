@@ -9,9 +9,9 @@ from pathlib import Path
 
 import aiohttp
 
-from agentos.bench.mock.server import MockServer, MockSettings, start_mock
 from agentos.client import AsyncClient
 from agentos.config import settings_from_dict
+from agentos.mock.server import MockServer, MockSettings, start_mock
 from agentos.testing import RunningServer, sse_events, start_server
 from tests.api.helpers import SSE, new_session
 

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.services import open_services
 from agentos.testing import FakeClock, RunningServer, serve_services
 from agentos.testing.tenants import create_tenant_key

@@ -11,10 +11,10 @@ import aiohttp
 import pytest
 
 from agentos.api.browser import BrowserRules
-from agentos.bench.mock.server import MockServer
 from agentos.config import load_settings
 from agentos.errors import ConfigError
 from agentos.journal.store import SqliteJournalStore
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
 from tests.api.helpers import expect_error
 from tests.triggers.webhooks import Sender, create_trigger

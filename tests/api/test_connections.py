@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from agentos.api.connections import GuardedServer
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, eventually
 from tests.api.helpers import Connection, connections, error_of, new_session, turn_events
 

@@ -16,7 +16,7 @@ import pytest
 
 from agentos.api.console import ASSETS
 from agentos.api.console_stream import CONSOLE
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.testing import Event, sse_events
 from agentos.testing.tenants import TenantKey
 from tests.api.console import ConsoleServer, start_console_server

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.testing import sse_events
 from agentos.testing.tenants import TenantKey
 from tests.api.console import ConsoleServer, start_console_server

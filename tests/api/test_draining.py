@@ -8,8 +8,8 @@ from pathlib import Path
 
 import aiohttp
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import settings_from_dict
+from agentos.mock.server import MockServer
 from agentos.testing import sse_events, start_server
 from tests.api.helpers import SSE, expect_error, new_session
 

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 from aiohttp import web
 
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.testing import sse_events
 from tests.api.helpers import SSE, new_session, start_app
 from tests.conftest import make_settings

@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from agentos.api.body import read_body
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
 from tests.api.helpers import Connection, connections, error_of, start_app
 from tests.conftest import make_settings

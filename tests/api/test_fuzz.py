@@ -31,9 +31,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode, checks
 
-from agentos.bench.mock.server import MockSettings, start_mock
 from agentos.config.agents import parse_agent_spec
 from agentos.errors import InvalidInput
+from agentos.mock.server import MockSettings, start_mock
 from agentos.testing import start_server
 from agentos.testing.tenants import TenantKey, create_tenant_key
 from agentos.triggers.signatures import decode_secret, sign

@@ -15,8 +15,8 @@ import msgspec
 import pytest
 
 from agentos.api.middleware import OPEN_ROUTES
-from agentos.bench.mock.server import MockServer
 from agentos.json_limits import MAX_JSON_DEPTH
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
 from agentos.triggers.signatures import decode_secret, sign
 from tests.api.helpers import expect_error, new_session

@@ -16,8 +16,8 @@ from aiohttp import WSCloseCode, web
 
 from agentos.api.sse import SSEStream
 from agentos.api.websocket import upgrade
-from agentos.bench.mock.server import MockServer
 from agentos.errors import InvalidInput
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
 from tests.api.helpers import start_app
 from tests.api.test_hostile_requests import raw_request

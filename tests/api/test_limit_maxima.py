@@ -16,7 +16,6 @@ import aiohttp
 import msgspec
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import Settings
 from agentos.config.security import (
     MAX_COMMAND_MB,
@@ -30,6 +29,7 @@ from agentos.config.security import (
     MAX_TURNS,
 )
 from agentos.config.tenants import MAX_AT_ONCE, MAX_PER_MINUTE, MAX_TOKENS_PER_DAY, MAXIMA
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, start_server
 from tests.api.helpers import expect_error
 from tests.conftest import make_settings

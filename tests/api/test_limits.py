@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 
 from agentos.api.ratelimit import Limiters
-from agentos.bench.mock.server import MockServer
 from agentos.config.tenants import TenantLimits
+from agentos.mock.server import MockServer
 from agentos.tenancy.principal import OPEN_PRINCIPAL
 from agentos.testing import FakeClock, RunningServer
 from agentos.testing.tenants import TenantKey, create_tenant_key

@@ -17,8 +17,8 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, Huma
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import settings_from_dict
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, start_server
 
 MOCK_TEXT = "tok tok tok tok"

@@ -15,8 +15,8 @@ import aiohttp
 import openai
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import settings_from_dict
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, start_server
 from agentos.testing.tenants import create_tenant_key
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import settings_from_dict
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, start_server
 
 MOCK_TEXT = "tok tok tok tok"  # the mock's answer: 4 tokens of "tok "

@@ -6,7 +6,7 @@ import socket
 
 import aiohttp
 
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
 from tests.api.helpers import new_session, turn_events
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import aiohttp
 
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.tenancy.quotas import DAY_S
 from agentos.testing import FakeClock, RunningServer, start_server
 from agentos.testing.tenants import create_tenant_key

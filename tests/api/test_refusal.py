@@ -16,8 +16,8 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import settings_from_dict
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, start_server
 from tests.api.helpers import SSE, new_session
 

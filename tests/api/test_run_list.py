@@ -16,8 +16,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import settings_from_dict
+from agentos.mock.server import MockServer
 from agentos.testing import sse_events
 from agentos.testing.tenants import create_tenant_key
 from tests.api.helpers import assert_documented, expect_error, start_app

@@ -17,10 +17,10 @@ import aiohttp
 import pytest
 
 from agentos.agents.model_events import TEXT_MAX_CHARS
-from agentos.bench.mock.server import MockServer
 from agentos.clock import wall_ms
 from agentos.config import settings_from_dict
 from agentos.journal.run_list import INPUT_MAX_CHARS
+from agentos.mock.server import MockServer
 from agentos.testing import Event, sse_events
 from tests.api.helpers import assert_documented, start_app
 from tests.postgres import fresh_schema

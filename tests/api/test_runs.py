@@ -16,9 +16,9 @@ import aiohttp
 import pytest
 
 from agentos.api.keys import RUNS, SSE_KEEPALIVE_S
-from agentos.bench.mock.server import MockServer
 from agentos.client import APIError, AsyncClient, RunEvent
 from agentos.config import settings_from_dict
+from agentos.mock.server import MockServer
 from agentos.testing import Event, RunningServer, sse_events
 from tests.api.helpers import assert_documented, expect_error, start_app
 

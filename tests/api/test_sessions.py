@@ -8,7 +8,7 @@ from pathlib import Path
 import aiohttp
 import msgspec
 
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.testing import FakeClock, RunningServer, sse_events, start_server
 from tests.api.helpers import SSE, assert_documented, new_session, turn_events
 from tests.conftest import make_settings

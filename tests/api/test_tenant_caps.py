@@ -7,9 +7,9 @@ from pathlib import Path
 
 import aiohttp
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import settings_from_dict
 from agentos.kernel import TenantShare
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, sse_events, start_server
 from agentos.testing.tenants import create_tenant_key
 from tests.api.helpers import SSE, new_session

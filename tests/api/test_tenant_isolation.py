@@ -21,8 +21,8 @@ import aiohttp
 import pytest
 
 from agentos.api.keys import SSE_KEEPALIVE_S
-from agentos.bench.mock.server import MockServer
 from agentos.config import settings_from_dict
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, sse_events
 from agentos.testing.tenants import create_tenant_key
 from tests.api.helpers import SSE, expect_error, start_app

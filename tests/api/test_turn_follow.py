@@ -15,8 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import settings_from_dict
+from agentos.mock.server import MockServer
 from agentos.testing import Event, RunningServer, sse_events
 from agentos.testing.tenants import create_tenant_key
 from tests.api.helpers import SSE, expect_error, new_session, start_app

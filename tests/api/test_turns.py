@@ -6,7 +6,7 @@ import asyncio
 
 import aiohttp
 
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, sse_events
 from tests.api.helpers import SSE, new_session, turn_events
 

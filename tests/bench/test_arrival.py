@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from agentos.bench.arrival.dispatch import Attempt, DispatchStats, Failed, Sample, dispatch
-from agentos.bench.arrival.report import load_markdown
-from agentos.bench.arrival.scenario import DEFAULT_SCENARIO, Scenario, ScenarioError, parse_scenario, read_scenario
-from agentos.bench.arrival.schedule import Offer, build_schedule, plan_phases
-from agentos.bench.arrival.summary import FAILED, NOT_MEASURED, PASSED, summarize
+from agentos_bench.arrival.dispatch import Attempt, DispatchStats, Failed, Sample, dispatch
+from agentos_bench.arrival.report import load_markdown
+from agentos_bench.arrival.scenario import DEFAULT_SCENARIO, Scenario, ScenarioError, parse_scenario, read_scenario
+from agentos_bench.arrival.schedule import Offer, build_schedule, plan_phases
+from agentos_bench.arrival.summary import FAILED, NOT_MEASURED, PASSED, summarize
 
 
 def test_the_shipped_scenario_is_the_seeds() -> None:

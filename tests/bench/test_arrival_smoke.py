@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agentos.bench.arrival.cli import main
+from agentos_bench.arrival.cli import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from agentos.bench.authcost.bench import run_auth_cost, summarize
-from agentos.bench.authcost.micro import micro_bench
-from agentos.bench.authcost.plan import AuthCostPlan
-from agentos.bench.authcost.report import write_auth_cost_report
+from agentos_bench.authcost.bench import run_auth_cost, summarize
+from agentos_bench.authcost.plan import AuthCostPlan
+from agentos_bench.authcost.report import write_auth_cost_report
+from agentos_bench.micro.auth import micro_bench
 
 TINY = AuthCostPlan(
     rounds=1,

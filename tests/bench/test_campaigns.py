@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from agentos.bench.mock.scenario import plan_answer
-from agentos.bench.runs.campaigns import CAMPAIGNS, campaign_plan, judge
-from agentos.bench.runs.cli import main
+from agentos.mock.scenario import plan_answer
+from agentos_bench.runs.campaigns import CAMPAIGNS, campaign_plan, judge
+from agentos_bench.runs.cli import main
 
 AGENT_TOOLS = frozenset({"run_command", "ask_human"})
 
@@ -84,7 +84,7 @@ async def test_the_contract_check_walks_an_unpaced_twin_of_the_heavy_mock(tmp_pa
     broken is refused: tests/bench/test_mock_llm.py)."""
     import asyncio
 
-    from agentos.bench.runs.bench import _check_contract
+    from agentos_bench.runs.bench import _check_contract
 
     heavy = campaign_plan(CAMPAIGNS["heavy"], 1.0, "test")
     assert heavy.mock.tokens == 300 and heavy.mock.tps < 1  # the pace that broke the walk

@@ -9,21 +9,25 @@ from pathlib import Path
 import msgspec
 import pytest
 
-import agentos.bench.report as report_package
-from agentos.bench.cli import mock_settings_from
-from agentos.bench.common.loop import raise_fd_limit
-from agentos.bench.common.processes import (
+import agentos_bench
+import agentos_bench.report as report_package
+from agentos.cli import build_parser, main
+from agentos.cli.mock import mock_settings_from
+from agentos.config import load_settings
+from agentos.mock.check import check_tools_contract
+from agentos.mock.loop import raise_fd_limit
+from agentos.mock.server import MockSettings
+from agentos_bench.common.mock_process import mock_argv, start_mock_process
+from agentos_bench.common.processes import (
     BenchSetupError,
     ServerPlan,
+    profile_names,
     resolve_profile,
     server_argv,
     stop_child,
 )
-from agentos.bench.mock.check import check_tools_contract
-from agentos.bench.mock.process import mock_argv, start_mock_process
-from agentos.bench.mock.server import MockSettings
-from agentos.cli import build_parser, main
-from agentos.config import load_settings
+
+PROFILES = Path(agentos_bench.__file__).parent / "profiles"
 
 
 def test_flags_win_over_env_which_win_over_defaults() -> None:
@@ -35,7 +39,7 @@ def test_flags_win_over_env_which_win_over_defaults() -> None:
 def test_mock_check_subcommand_parses() -> None:
     args = build_parser().parse_args(["mock-llm", "check", "--url", "http://127.0.0.1:1/v1"])
     assert args.url == "http://127.0.0.1:1/v1"
-    assert build_parser().parse_args(["bench", "check-mock", "--url", "u"]).url == "u"
+    assert build_parser(with_bench=True).parse_args(["bench", "check-mock", "--url", "u"]).url == "u"
 
 
 def test_sessions_must_equal_concurrency() -> None:
@@ -72,21 +76,24 @@ async def test_mock_llm_process_announces_its_url_and_serves_the_contract(tmp_pa
     assert code == 0  # SIGTERM is a clean stop
 
 
-def test_profiles_resolve_by_name_or_path(tmp_path: Path) -> None:
-    root = Path(__file__).resolve().parents[2]
-    assert resolve_profile("no-store", root) == root / "bench/profiles/no-store.toml"
-    assert resolve_profile(str(root / "bench/profiles/full-store.toml")) == root / "bench/profiles/full-store.toml"
-    with pytest.raises(BenchSetupError, match="nope"):
-        resolve_profile("nope", tmp_path)
+def test_profiles_resolve_by_name_or_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # anywhere: the named profiles are the package's
+    packaged = resolve_profile("no-store")
+    assert packaged == PROFILES / "no-store.toml" and packaged.is_file()
+    assert resolve_profile(str(PROFILES / "full-store.toml")) == PROFILES / "full-store.toml"
+    (tmp_path / "mine.toml").write_text("[store]\nenabled = false\n")
+    assert resolve_profile("mine.toml") == Path("mine.toml")  # a path wins, relative to the working directory
+    with pytest.raises(BenchSetupError, match="'nope' not found.*no-store"):
+        resolve_profile("nope")
+    assert {"no-store", "full-store", "runs", "fairness"} <= set(profile_names())
 
 
 def test_bench_profiles_set_what_the_sweep_needs() -> None:
-    root = Path(__file__).resolve().parents[2]
     for name, store in (("no-store", False), ("full-store", True), ("full-store-limits", True)):
-        settings = load_settings(root / f"bench/profiles/{name}.toml")
+        settings = load_settings(PROFILES / f"{name}.toml")
         assert settings.store.enabled is store
         assert settings.kernel.max_in_flight_turns == 0 and settings.kernel.concurrency_limit == 2000
-    limits = load_settings(root / "bench/profiles/full-store-limits.toml").tenant_limits
+    limits = load_settings(PROFILES / "full-store-limits.toml").tenant_limits
     rates = [v for k, v in msgspec.structs.asdict(limits).items() if k != "weight"]
     assert min(rates) >= 1_000_000  # every limit set (so it runs), none near what a sweep offers
 
@@ -114,43 +121,32 @@ def test_fd_limit_is_raised_to_the_hard_limit() -> None:
 
 
 @pytest.mark.parametrize(
-    ("argv", "profile"),
+    "argv",
     [
-        (
-            ["sweep", "--profile", "full-store", "--target", "server", "--sweep", "1", "--duration-secs", "0.1"],
-            "full-store",
-        ),  # fmt: skip
-        (
-            ["sweep", "--profile", "no-store,nope", "--target", "server", "--sweep", "1", "--duration-secs", "0.1"],
-            "nope",
-        ),  # fmt: skip
-        (["memory", "--sessions", "1"], "no-store"),
-        (["runs", "--runs", "1", "--waiting-runs", "0"], "runs"),
+        ["sweep", "--profile", "nope", "--target", "server", "--sweep", "1", "--duration-secs", "0.1"],
+        ["sweep", "--profile", "no-store,nope", "--target", "server", "--sweep", "1", "--duration-secs", "0.1"],
+        ["memory", "--sessions", "1", "--profile", "nope"],
+        ["runs", "--runs", "1", "--waiting-runs", "0", "--profile", "nope"],
     ],
 )
 def test_a_missing_profile_stops_the_bench_before_it_starts(
-    argv: list[str], profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root = Path(__file__).resolve().parents[2]
-    (tmp_path / "bench/profiles").mkdir(parents=True)
-    (tmp_path / "bench/profiles/no-store.toml").write_bytes((root / "bench/profiles/no-store.toml").read_bytes())
-    if profile == "no-store":
-        (tmp_path / "bench/profiles/no-store.toml").unlink()
-    monkeypatch.chdir(tmp_path)  # outside the repository: bench/profiles holds no-store only
+    monkeypatch.chdir(tmp_path)  # outside the repository
     out = tmp_path / "out"
     assert main(["bench", *argv, "--out-dir", str(out)]) == 2
-    where = tmp_path / "bench" / "profiles"
-    expected = f"agentos: --profile {profile}: no such profile (looked in {where}); pass a path to a TOML file\n"
+    names = ", ".join(profile_names())
+    expected = f"agentos: --profile nope: no such profile (packaged: {names}); pass a path to a TOML file\n"
     assert capsys.readouterr().err == expected
     assert not out.exists()
 
 
 def test_a_profile_given_as_a_path_passes_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentos.bench.cli_bench import check_profile
+    from agentos_bench.cli_bench import check_profile
 
-    root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(tmp_path)
-    assert check_profile(str(root / "bench/profiles/full-store.toml")) == root / "bench/profiles/full-store.toml"
+    assert check_profile(str(PROFILES / "full-store.toml")) == PROFILES / "full-store.toml"
+    assert check_profile("runs") == PROFILES / "runs.toml"  # by name, from anywhere
 
 
 @pytest.mark.parametrize(
@@ -164,8 +160,8 @@ def test_without_matplotlib_the_report_is_written_without_its_plots(
     argv: list[str], command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails, as without the extra
-    monkeypatch.delitem(sys.modules, "agentos.bench.report.plots", raising=False)  # imported again, and failing
-    monkeypatch.delattr(report_package, "plots", raising=False)  # `from agentos.bench.report import plots` too
+    monkeypatch.delitem(sys.modules, "agentos_bench.report.plots", raising=False)  # imported again, and failing
+    monkeypatch.delattr(report_package, "plots", raising=False)  # `from agentos_bench.report import plots` too
     monkeypatch.chdir(Path(__file__).resolve().parents[2])  # the repository: its profiles exist
     out = tmp_path / "out"
     assert main(["bench", *argv, "--out-dir", str(out)]) == 0

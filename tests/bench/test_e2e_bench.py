@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agentos.bench.load.sweep import SweepPlan, run_sweep
-from agentos.bench.memory.staircase import MemoryPlan, run_memory
-from agentos.bench.mock.server import MockSettings
-from agentos.bench.report.document import load_report, write_report
+from agentos.mock.server import MockSettings
+from agentos_bench.load.sweep import SweepPlan, run_sweep
+from agentos_bench.memory.staircase import MemoryPlan, run_memory
+from agentos_bench.report.document import load_report, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -22,7 +22,7 @@ pytestmark = [
 
 
 async def test_short_sweep_against_the_real_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)  # profiles resolve under bench/profiles
+    monkeypatch.chdir(tmp_path)  # anywhere: the profiles are package data
     plan = SweepPlan(
         points=(1, 4),
         profiles=("no-store",),
@@ -47,8 +47,8 @@ async def test_short_sweep_against_the_real_server(tmp_path: Path, monkeypatch: 
     assert (tmp_path / "sweep-throughput-ratio.png").exists() and (tmp_path / "sweep-ttft-overhead.png").exists()
 
 
-async def test_short_memory_staircase(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)
+async def test_short_memory_staircase(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # anywhere: the profiles are package data
     report = await run_memory(MemoryPlan(sessions=4, session_ttl_s=1.0, settle_s=0.05, release_settle_s=0.2))
     assert [s["sessions"] for s in report["steps"]] == [0, 1, 2, 3, 4]
     assert report["failed_turns"] == 0

@@ -3,7 +3,7 @@
 A command runs here for real with the tiniest arguments it accepts when that takes seconds
 (`sweep` with a peer that is not installed, `compare`, `memory`, `peers`, `check-mock`); the
 others have a tiny real run of their own in the test file named in `REAL_RUN_ELSEWHERE`, and are
-parsed here (`--help`), as is every `python -m agentos.bench.<tool>` entry point. A new
+parsed here (`--help`), as is every `python -m agentos_bench.<tool>` entry point. A new
 sub-command fails `test_every_sub_command_is_covered` until it is added to one of the two.
 """
 
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from agentos.bench.common.processes import stop_child
-from agentos.bench.mock.process import start_mock_process
-from agentos.bench.mock.server import MockSettings
 from agentos.cli import build_parser, main
+from agentos.mock.server import MockSettings
+from agentos_bench.common.mock_process import start_mock_process
+from agentos_bench.common.processes import stop_child
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_HERE = ("sweep", "compare", "memory", "peers", "check-mock")
@@ -33,12 +33,12 @@ REAL_RUN_ELSEWHERE = {  # command -> the test file with its tiny real run
     "faults": "tests/bench/test_faults.py",
     "overload": "tests/bench/test_overload_bench.py",
 }
-MODULE_MAINS = ("arrival", "authcost", "faults", "knowledge", "overload", "runs")  # python -m agentos.bench.<tool>
+MODULE_MAINS = ("arrival", "authcost", "faults", "knowledge", "overload", "runs")  # python -m agentos_bench.<tool>
 TINY_MOCK = ["--mock-ttft-ms", "5", "--mock-tokens", "2"]
 
 
 def _bench_commands() -> set[str]:
-    parser = build_parser()
+    parser = build_parser(with_bench=True)
     bench = _choices(parser)["bench"]
     return set(_choices(bench))
 
@@ -64,16 +64,16 @@ def test_the_commands_run_elsewhere_parse(command: str, capsys: pytest.CaptureFi
 
 @pytest.mark.parametrize("tool", MODULE_MAINS)
 def test_each_tool_runs_alone(tool: str, capsys: pytest.CaptureFixture[str]) -> None:
-    cli = importlib.import_module(f"agentos.bench.{tool}.cli")
+    cli = importlib.import_module(f"agentos_bench.{tool}.cli")
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["--help"])
     assert exit_info.value.code == 0
-    assert f"python -m agentos.bench.{tool}" in capsys.readouterr().out
+    assert f"python -m agentos_bench.{tool}" in capsys.readouterr().out
 
 
 @pytest.mark.slow
 def test_sweep_with_a_missing_peer_then_compare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)  # profiles are looked up under ./bench/profiles
+    monkeypatch.chdir(tmp_path)  # anywhere: the profiles are package data
     out = tmp_path / "out"
     argv = ["bench", "sweep", "--profile", "no-store", "--sweep", "1", "--duration-secs", "0.5"]
     argv += ["--warmup-secs", "0.2", "--peers", "agno", "--peers-dir", str(tmp_path / "no-peers"), *TINY_MOCK]
@@ -90,7 +90,7 @@ def test_sweep_with_a_missing_peer_then_compare(tmp_path: Path, monkeypatch: pyt
 
 @pytest.mark.slow
 def test_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)
+    monkeypatch.chdir(tmp_path)  # anywhere: the profiles are package data
     argv = ["bench", "memory", "--sessions", "2", "--session-ttl-secs", "2", *TINY_MOCK]
     assert main([*argv, "--out-dir", str(tmp_path)]) == 0
     (report_path,) = tmp_path.glob("*-memory-no-store.json")

@@ -7,19 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from agentos.bench.load.fairness import FairnessPlan, run_fairness, summarize
-from agentos.bench.load.fairness_doc import write_fairness
-from agentos.bench.load.tenant_keys import AdminKeys
-from agentos.bench.mock.server import MockSettings
-
-ROOT = Path(__file__).resolve().parents[2]
+from agentos.mock.server import MockSettings
+from agentos_bench.load.fairness import FairnessPlan, run_fairness, summarize
+from agentos_bench.load.fairness_doc import write_fairness
+from agentos_bench.load.tenant_keys import AdminKeys
 
 
 @pytest.mark.slow
 async def test_a_short_fairness_run_measures_each_tenant_with_its_own_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(ROOT)  # the profile resolves under bench/profiles
+    monkeypatch.chdir(tmp_path)  # anywhere: the profiles are package data
     plan = FairnessPlan(
         users=2, ratio=3, concurrency_limit=4, reserves=(0.25,), warmup_s=0.3, duration_s=1.5,
         mock=MockSettings(ttft_ms=50.0, tps=400.0, tokens=4), command="pytest",

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from agentos.bench.faults.bench import verdict
-from agentos.bench.faults.cli import main
-from agentos.bench.faults.storm import _integrity, _repeated_lines
+from agentos_bench.faults.bench import verdict
+from agentos_bench.faults.cli import main
+from agentos_bench.faults.storm import _integrity, _repeated_lines
 
 
 def _storm(**changes: Any) -> dict[str, Any]:

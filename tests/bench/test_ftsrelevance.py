@@ -1,4 +1,4 @@
-"""The ftsmicro relevance check: SQLite's exhaustive bm25 as the reference, ties with the kth
+"""The full-text micro-bench's relevance check: SQLite's exhaustive bm25 as the reference, ties with the kth
 counted as found, and the in-memory index agreeing with it on chunks of one length (where
 FTS5's row length, which also counts the collection id's tokens, orders rows as ours does)."""
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 from tests.knowledge.test_storage import collection, indexed
 
-from agentos.bench.ftsrelevance import exhaustive_bm25, recall, reference_db
 from agentos.knowledge.sqlite_storage import SqliteKnowledgeStorage
 from agentos.knowledge.text_index import TextIndex
 from agentos.knowledge.words import query_terms
+from agentos_bench.micro.fts_relevance import exhaustive_bm25, recall, reference_db
 
 WORDS = [f"w{i}" for i in range(30)]
 

@@ -11,9 +11,10 @@ import msgspec
 import numpy as np
 import pytest
 
-from agentos.bench.knowledge.cli import main
-from agentos.bench.knowledge.corpus import Corpus, query_from, vocabulary
-from agentos.bench.knowledge.metrics import (
+from agentos.config import settings_from_dict
+from agentos_bench.knowledge.cli import main
+from agentos_bench.knowledge.corpus import Corpus, query_from, vocabulary
+from agentos_bench.knowledge.metrics import (
     Exact,
     exact_top_k,
     latency_ms,
@@ -24,9 +25,8 @@ from agentos.bench.knowledge.metrics import (
     unit_rows,
     within_budget,
 )
-from agentos.bench.knowledge.plan import KnowledgePlan, server_config, toml_text
-from agentos.bench.knowledge.report import build_report, knowledge_markdown, redact, summarize
-from agentos.config import settings_from_dict
+from agentos_bench.knowledge.plan import KnowledgePlan, server_config, toml_text
+from agentos_bench.knowledge.report import build_report, knowledge_markdown, redact, summarize
 
 
 def test_exact_top_k_is_cosine_in_float64_with_ties_by_id() -> None:

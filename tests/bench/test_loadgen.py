@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentos.bench.common.http import bench_http_session
-from agentos.bench.load.loadgen import Group, PointPlan, PointResult, Probes, _interleave, run_groups, run_point
-from agentos.bench.load.targets import DirectTarget, ServerTarget
-from agentos.bench.mock.server import MockSettings, start_mock
+from agentos.mock.server import MockSettings, start_mock
+from agentos_bench.common.http import bench_http_session
+from agentos_bench.load.loadgen import Group, PointPlan, PointResult, Probes, _interleave, run_groups, run_point
+from agentos_bench.load.targets import DirectTarget, ServerTarget
 
 SHORT = {"warmup_s": 0.1, "duration_s": 0.5, "turn_timeout_s": 5.0}
 TTFT_S = 0.020

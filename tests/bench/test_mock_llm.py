@@ -11,11 +11,11 @@ import aiohttp
 import msgspec
 import pytest
 
-from agentos.bench.common.chat_stream import ChatAnswer, add_chunk
-from agentos.bench.common.sse import SSEParser
-from agentos.bench.mock.check import check_tools_contract, stream_answer
-from agentos.bench.mock.server import MockServer, MockSettings, MockStats, decide_fault, start_mock
 from agentos.errors import ConfigError
+from agentos.mock.chat_stream import ChatAnswer, add_chunk
+from agentos.mock.check import check_tools_contract, stream_answer
+from agentos.mock.server import MockServer, MockSettings, MockStats, decide_fault, start_mock
+from agentos.providers.sse_parser import SSEParser
 
 FAST = {"ttft_ms": 5.0, "tps": 1000.0}
 USER = [{"role": "user", "content": "hello mock world"}]

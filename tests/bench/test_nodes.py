@@ -12,13 +12,13 @@ import pytest
 from aiohttp.test_utils import TestServer
 from tests.bench.conftest import Stub, StubState, create_stub_app
 
-from agentos.bench.common.http import bench_http_session
-from agentos.bench.load.cluster import Namespace, new_namespace, nodes_problem
-from agentos.bench.load.loadgen import PointPlan, Probes, run_point
-from agentos.bench.load.nodes import NodesTarget, RoundRobin, point_targets, provider_fields
-from agentos.bench.report.nodes_table import provider_limit_table
 from agentos.cli import main
 from agentos.config import load_settings, settings_from_dict
+from agentos_bench.common.http import bench_http_session
+from agentos_bench.load.cluster import Namespace, new_namespace, nodes_problem
+from agentos_bench.load.loadgen import PointPlan, Probes, run_point
+from agentos_bench.load.nodes import NodesTarget, RoundRobin, point_targets, provider_fields
+from agentos_bench.report.nodes_table import provider_limit_table
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = {
@@ -153,7 +153,7 @@ def test_each_run_gets_its_own_schema_and_prefix() -> None:
 def test_a_profile_that_cannot_run_on_n_nodes_is_refused_in_one_line(
     argv: list[str], problem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(ROOT)
+    monkeypatch.chdir(tmp_path)  # anywhere: the profiles are package data
     out = tmp_path / "out"
     assert main(["bench", "sweep", "--sweep", "1", "--duration-secs", "0.1", *argv, "--out-dir", str(out)]) == 2
     err = capsys.readouterr().err
@@ -162,11 +162,11 @@ def test_a_profile_that_cannot_run_on_n_nodes_is_refused_in_one_line(
 
 
 def test_the_cluster_profile_has_the_baselines_kernel_and_both_services() -> None:
-    settings = load_settings(ROOT / "bench/profiles/postgres-3node.toml")
+    settings = load_settings(ROOT / "src/agentos_bench/profiles/postgres-3node.toml")
     assert settings.kernel.max_in_flight_turns == 0 and settings.kernel.concurrency_limit == 2000  # as full-store
     assert settings.store.enabled and settings.store.backend == "postgres" and settings.coordination.redis_url
     assert nodes_problem(settings, 3) is None
-    limited = load_settings(ROOT / "bench/profiles/postgres-3node-limited.toml")
+    limited = load_settings(ROOT / "src/agentos_bench/profiles/postgres-3node-limited.toml")
     assert limited.kernel.concurrency_limit == 64 and nodes_problem(limited, 3) is None
     assert msgspec.structs.replace(limited.kernel, concurrency_limit=2000) == settings.kernel  # only the limit differs
     assert (limited.store, limited.coordination) == (settings.store, settings.coordination)

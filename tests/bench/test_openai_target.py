@@ -9,18 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from agentos.bench.common.sse import SSEEvent
-from agentos.bench.load.openai_target import openai_verdict
-from agentos.bench.load.sweep import SweepPlan, run_sweep
-from agentos.bench.mock.server import MockSettings
-from agentos.bench.report.document import sweep_markdown
-
-ROOT = Path(__file__).resolve().parents[2]
+from agentos.mock.server import MockSettings
+from agentos.providers.sse_parser import SSEEvent
+from agentos_bench.load.openai_target import openai_verdict
+from agentos_bench.load.sweep import SweepPlan, run_sweep
+from agentos_bench.report.document import sweep_markdown
 
 
 @pytest.mark.slow
-async def test_a_short_sweep_through_the_front_door(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)  # profiles resolve under bench/profiles
+async def test_a_short_sweep_through_the_front_door(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # anywhere: the profiles are package data
     plan = SweepPlan(
         points=(2,),
         profiles=("no-store",),
@@ -53,4 +51,4 @@ async def test_a_short_sweep_through_the_front_door(monkeypatch: pytest.MonkeyPa
     ids=["role", "content", "later-content", "usage", "superseded", "failed", "done"],
 )
 def test_the_chunk_verdicts(data: str, seen_first: bool, verdict: str | None) -> None:
-    assert openai_verdict(SSEEvent("message", data), seen_first) == verdict
+    assert openai_verdict(SSEEvent(event="message", data=data), seen_first) == verdict

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agentos.bench.report.output import DEFAULT_OUT_DIR, claim_stem
 from agentos.cli import build_parser, main
+from agentos_bench.report.output import DEFAULT_OUT_DIR, claim_stem
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("command", [["bench", "sweep"], ["bench", "memory"], ["bench", "runs"]])
 def test_default_out_dir_is_ignored_by_git(command: list[str]) -> None:
     """A run without --out-dir must leave nothing for `git add .` to pick up by accident."""
-    out_dir = build_parser().parse_args(command).out_dir
+    out_dir = build_parser(with_bench=True).parse_args(command).out_dir
     assert out_dir == DEFAULT_OUT_DIR and not out_dir.is_absolute()
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
@@ -29,7 +29,8 @@ def test_default_out_dir_is_ignored_by_git(command: list[str]) -> None:
 
 
 def test_explicit_out_dir_still_commits_a_result() -> None:
-    assert build_parser().parse_args(["bench", "sweep", "--out-dir", "bench/results"]).out_dir == Path("bench/results")
+    args = build_parser(with_bench=True).parse_args(["bench", "sweep", "--out-dir", "bench/results"])
+    assert args.out_dir == Path("bench/results")
 
 
 def test_claim_stem_skips_every_stem_already_taken(tmp_path: Path) -> None:
@@ -62,7 +63,7 @@ def test_the_commit_is_the_running_codes_not_the_working_directorys(tmp_path: Pa
     the checkout its code came from, as a bisect with `PYTHONPATH` on another worktree needs."""
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                           check=True).stdout.strip()  # fmt: skip
-    script = "from agentos.bench.report.machine import git_commit; print(git_commit())"
+    script = "from agentos_bench.report.machine import git_commit; print(git_commit())"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     found = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
                            check=True, timeout=30).stdout.strip()  # fmt: skip

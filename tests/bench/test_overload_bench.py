@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from agentos.bench.overload.bench import run_overload
-from agentos.bench.overload.plan import OverloadPlan, config_toml
-from agentos.bench.overload.probe import error_code, parse_head
-from agentos.bench.overload.report import distribution_ms, write_overload_report
+from agentos_bench.overload.bench import run_overload
+from agentos_bench.overload.plan import OverloadPlan, config_toml
+from agentos_bench.overload.probe import error_code, parse_head
+from agentos_bench.overload.report import distribution_ms, write_overload_report
 
 TINY = OverloadPlan(
     max_in_flight=4,

@@ -19,12 +19,12 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from agentos.bench.common.http import bench_http_session
-from agentos.bench.common.sse import SSEEvent
-from agentos.bench.peers.catalog import PEERS
-from agentos.bench.peers.cli import peer_names
-from agentos.bench.peers.launch import measure_peer, peers_status
-from agentos.bench.peers.targets import (
+from agentos.providers.sse_parser import SSEEvent
+from agentos_bench.common.http import bench_http_session
+from agentos_bench.peers.catalog import PEERS
+from agentos_bench.peers.cli import peer_names
+from agentos_bench.peers.launch import measure_peer, peers_status
+from agentos_bench.peers.targets import (
     AgnoTarget,
     LangGraphTarget,
     OpencodeTarget,
@@ -32,9 +32,9 @@ from agentos.bench.peers.targets import (
     langgraph_run_body,
     langgraph_verdict,
 )
-from agentos.bench.report.document import sweep_markdown
-from agentos.bench.report.overhead import overhead_rows
-from agentos.bench.report.peers_table import peers_section
+from agentos_bench.report.document import sweep_markdown
+from agentos_bench.report.overhead import overhead_rows
+from agentos_bench.report.peers_table import peers_section
 
 
 def _agno_frames(terminal: str) -> list[bytes]:
@@ -79,10 +79,10 @@ async def test_agno_turn_is_timed_from_its_stream(agno_stub: str, message: str, 
 
 
 def test_agno_verdicts() -> None:
-    assert agno_verdict(SSEEvent("RunContent", "{}")) == "first"
-    assert agno_verdict(SSEEvent("RunCompleted", "{}")) == "ok"
-    assert agno_verdict(SSEEvent("RunCancelled", "{}")) == "cancelled"
-    assert agno_verdict(SSEEvent("ModelRequestStarted", "{}")) is None
+    assert agno_verdict(SSEEvent(event="RunContent", data="{}")) == "first"
+    assert agno_verdict(SSEEvent(event="RunCompleted", data="{}")) == "ok"
+    assert agno_verdict(SSEEvent(event="RunCancelled", data="{}")) == "cancelled"
+    assert agno_verdict(SSEEvent(event="ModelRequestStarted", data="{}")) is None
 
 
 def _delta(message: str) -> bytes:
@@ -199,15 +199,15 @@ async def test_langgraph_turn_is_a_streamed_run_on_the_workers_thread(message: s
 
 
 def test_langgraph_verdicts() -> None:
-    token, empty = (SSEEvent("messages", _langgraph_token_data(text)) for text in ("a", ""))
-    values = SSEEvent("values", '{"messages": []}')
-    tool = SSEEvent("messages", '[{"content": "", "tool_call_chunks": [{"name": "f"}]}, {}]')
-    blocks = SSEEvent("messages", '[{"content": [{"type": "text", "text": "a"}]}, {}]')
+    token, empty = (SSEEvent(event="messages", data=_langgraph_token_data(text)) for text in ("a", ""))
+    values = SSEEvent(event="values", data='{"messages": []}')
+    tool = SSEEvent(event="messages", data='[{"content": "", "tool_call_chunks": [{"name": "f"}]}, {}]')
+    blocks = SSEEvent(event="messages", data='[{"content": [{"type": "text", "text": "a"}]}, {}]')
     verdicts = [langgraph_verdict(event) for event in (token, tool, blocks, empty, values)]
     assert verdicts == ["first", "first", "first", None, None]
     assert langgraph_verdict(values, seen_first=True) == "ok" and langgraph_verdict(token, seen_first=True) is None
-    assert langgraph_verdict(SSEEvent("error", '{"error": "x"}'), seen_first=True) == "turn_failed"
-    assert langgraph_verdict(SSEEvent("metadata", '{"run_id": "r"}')) is None
+    assert langgraph_verdict(SSEEvent(event="error", data='{"error": "x"}'), seen_first=True) == "turn_failed"
+    assert langgraph_verdict(SSEEvent(event="metadata", data='{"run_id": "r"}')) is None
 
 
 def test_langgraph_run_body() -> None:

@@ -8,7 +8,8 @@ import os
 import signal
 import sys
 
-from agentos.bench.common.procfs import (
+from agentos.testing import eventually
+from agentos_bench.common.procfs import (
     parse_smaps_rollup,
     parse_stat,
     roots_named,
@@ -16,7 +17,6 @@ from agentos.bench.common.procfs import (
     sample_trees,
     tree_pids,
 )
-from agentos.testing import eventually
 
 # field 2 (comm) may hold spaces and parentheses; utime..cstime = 100 200 30 40 ticks
 STAT = "4242 (we (ird) name) S 17 4242 4242 0 -1 4194560 1 0 0 0 100 200 30 40 20 0 1 0 5 1000 50"

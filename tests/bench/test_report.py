@@ -9,13 +9,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentos.bench.memory.staircase import parse_gauges, summarize
-from agentos.bench.report.compare import compare_reports, format_comparisons
-from agentos.bench.report.document import load_report, write_report
-from agentos.bench.report.machine import machine_info, machine_slug, result_stem, utc_now, versions
-from agentos.bench.report.overhead import overhead_rows
-from agentos.bench.report.plots import zero_based_limits
 from agentos.cli import main
+from agentos_bench.memory.staircase import parse_gauges, summarize
+from agentos_bench.report.compare import compare_reports, format_comparisons
+from agentos_bench.report.document import load_report, write_report
+from agentos_bench.report.machine import machine_info, machine_slug, result_stem, utc_now, versions
+from agentos_bench.report.overhead import overhead_rows
+from agentos_bench.report.plots import zero_based_limits
 
 
 def _row(

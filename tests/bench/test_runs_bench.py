@@ -11,10 +11,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from agentos.bench.mock.server import MockSettings
-from agentos.bench.runs.bench import run_runs_bench
-from agentos.bench.runs.plan import RunsPlan
-from agentos.bench.runs.report import write_runs_report
+from agentos.mock.server import MockSettings
+from agentos_bench.runs.bench import run_runs_bench
+from agentos_bench.runs.plan import RunsPlan
+from agentos_bench.runs.report import write_runs_report
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS_PER_RUN = 7  # 4 model calls + 2 run_command results + 1 human answer
@@ -62,7 +62,7 @@ POINT_FIELDS = {
 
 @pytest.mark.timeout(40)
 async def test_short_runs_bench_against_the_real_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)  # the `runs` profile resolves under bench/profiles
+    monkeypatch.chdir(tmp_path)  # anywhere: the profiles are package data
     plan = RunsPlan(
         points=(5,),
         answer_delay_s=ANSWER_DELAY_S,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentos.bench.report.stats import min_samples, nearest_rank, percentiles_ms, ratio, slope
+from agentos_bench.report.stats import min_samples, nearest_rank, percentiles_ms, ratio, slope
 
 
 def test_nearest_rank_textbook_examples() -> None:

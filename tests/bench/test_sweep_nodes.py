@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from tests.postgres import REQUIRED, URL
 
-from agentos.bench.load.cluster import local_service_pids, profile_settings
-from agentos.bench.load.sweep import SweepPlan, run_sweep
-from agentos.bench.mock.server import MockSettings
-from agentos.bench.report.document import load_report, write_report
+from agentos.mock.server import MockSettings
+from agentos_bench.load.cluster import local_service_pids, profile_settings
+from agentos_bench.load.sweep import SweepPlan, run_sweep
+from agentos_bench.report.document import load_report, write_report
 
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 pytestmark = pytest.mark.slow

@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from agentos.bench.load.loadgen import PointResult
-from agentos.bench.load.sweep import SweepPlan, run_sweep
-from agentos.bench.load.sweep_tenants import merge_results, tenant_spread, users_per_tenant
-from agentos.bench.load.targets import TurnSample
-from agentos.bench.mock.server import MockSettings
-from agentos.bench.report.document import write_report
+from agentos.mock.server import MockSettings
+from agentos_bench.load.loadgen import PointResult
+from agentos_bench.load.sweep import SweepPlan, run_sweep
+from agentos_bench.load.sweep_tenants import merge_results, tenant_spread, users_per_tenant
+from agentos_bench.load.targets import TurnSample
+from agentos_bench.report.document import write_report
 
-ROOT = Path(__file__).resolve().parents[2]
 TENANTS = ("bench-t001", "bench-t002", "bench-t003")
 
 
@@ -26,7 +25,7 @@ TENANTS = ("bench-t001", "bench-t002", "bench-t003")
 async def test_a_sweep_over_three_tenants_runs_each_users_turns_as_its_tenant(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
-    monkeypatch.chdir(ROOT)  # the profile resolves under bench/profiles
+    monkeypatch.chdir(tmp_path)  # anywhere: the profiles are package data
     plan = SweepPlan(
         points=(1, 4), profiles=("full-store-limits",), tenants=3, duration_s=1.5, warmup_s=0.5, settle_s=0.1,
         mock=MockSettings(ttft_ms=50.0, tps=400.0, tokens=4), command="pytest", keep_data=True,

@@ -7,9 +7,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.bench.common.http import bench_http_session
-from agentos.bench.common.sse import SSEEvent
-from agentos.bench.load.targets import (
+from agentos.mock.server import MockSettings, start_mock
+from agentos.providers.sse_parser import SSEEvent
+from agentos_bench.common.http import bench_http_session
+from agentos_bench.load.targets import (
     DirectTarget,
     ServerTarget,
     direct_verdict,
@@ -17,7 +18,6 @@ from agentos.bench.load.targets import (
     server_verdict,
     status_failure,
 )
-from agentos.bench.mock.server import MockSettings, start_mock
 
 
 @pytest.mark.parametrize(
@@ -66,12 +66,12 @@ async def test_direct_turn_times_first_token_and_timeout() -> None:
 
 
 def test_verdicts() -> None:
-    assert server_verdict(SSEEvent("token", "{}")) == "first"
-    assert server_verdict(SSEEvent("turn.completed", "{}")) == "ok"
-    assert server_verdict(SSEEvent("turn.started", "{}")) is None
-    assert direct_verdict(SSEEvent("message", "[DONE]")) == "ok"
-    assert direct_verdict(SSEEvent("message", '{"choices":[{"delta":{"content":"x"}}]}')) == "first"
-    assert direct_verdict(SSEEvent("message", '{"choices":[{"delta":{}}]}')) is None
+    assert server_verdict(SSEEvent(event="token", data="{}")) == "first"
+    assert server_verdict(SSEEvent(event="turn.completed", data="{}")) == "ok"
+    assert server_verdict(SSEEvent(event="turn.started", data="{}")) is None
+    assert direct_verdict(SSEEvent(event="message", data="[DONE]")) == "ok"
+    assert direct_verdict(SSEEvent(event="message", data='{"choices":[{"delta":{"content":"x"}}]}')) == "first"
+    assert direct_verdict(SSEEvent(event="message", data='{"choices":[{"delta":{}}]}')) is None
 
 
 def test_status_and_retry_after_parsing() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import settings_from_dict
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, start_server
 
 # Two run_command calls (each to approve), then ask_human: the mock's `tools` scenario.

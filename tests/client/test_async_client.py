@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.client import APIError, AsyncClient, RunEvent, TurnEvent
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
 from tests.client.conftest import CAREFUL
 

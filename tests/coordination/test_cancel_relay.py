@@ -17,9 +17,9 @@ import aiohttp
 import msgspec
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import CoordinationConfig, StoreConfig
 from agentos.coordination.bus import Bus
+from agentos.mock.server import MockServer
 from agentos.runtime.cluster import CHANNEL, CancelMessage
 from agentos.store.records import DEFAULT_TENANT
 from agentos.testing import RunningServer

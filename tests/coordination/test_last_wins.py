@@ -16,9 +16,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer, start_mock
-from agentos.bench.mock.settings import MockSettings
 from agentos.config import StoreConfig
+from agentos.mock.server import MockServer, start_mock
+from agentos.mock.settings import MockSettings
 from tests.api.helpers import new_session, turn_events
 from tests.coordination.cluster import node_env, pg_rows, serve_nodes
 from tests.coordination.conftest import REDIS_URL

@@ -16,9 +16,9 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import load_settings
 from agentos.errors import ConfigError
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, eventually, start_server
 from tests.api.structured_fields import policies
 from tests.conftest import child_env, make_settings

@@ -20,8 +20,8 @@ import msgspec
 import pytest
 
 from agentos.agents.handle import TERMINAL_EVENTS
-from agentos.bench.mock.server import MockSettings
 from agentos.config import StoreConfig
+from agentos.mock.server import MockSettings
 from agentos.testing import eventually
 from tests.agents.counting_mock import CountingMock, Key, start_counting_mock
 from tests.agents.test_durability import (

@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import StoreConfig
+from agentos.mock.server import MockServer
 from agentos.testing import sse_events
 from tests.api.helpers import SSE, new_session
 from tests.coordination.cluster import Endpoint, node_env, pg_rows, serve_nodes

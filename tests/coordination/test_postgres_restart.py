@@ -19,8 +19,8 @@ import aiohttp
 import msgspec
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import StoreConfig
+from agentos.mock.server import MockServer
 from agentos.testing import sse_events
 from agentos.testing.tcp_proxy import TcpProxy
 from tests.api.helpers import SSE, new_session

@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import StoreConfig
+from agentos.mock.server import MockServer
 from agentos.testing.tcp_proxy import TcpProxy
 from tests.api.helpers import new_session
 from tests.coordination.cluster import Node, node_env, pg_rows, serve_nodes

@@ -19,9 +19,9 @@ import pytest
 
 from agentos.agents.fanout import Fanout, RunEvent
 from agentos.agents.relay import RunRelay
-from agentos.bench.mock.server import MockServer
 from agentos.config import CoordinationConfig, settings_from_dict
 from agentos.coordination.bus import Bus
+from agentos.mock.server import MockServer
 from agentos.testing import eventually, sse_events
 from tests.api.helpers import start_app
 from tests.coordination.conftest import REDIS_URL, RedisProxy

@@ -15,8 +15,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import StoreConfig
+from agentos.mock.server import MockServer
 from agentos.testing import Event, sse_events
 from tests.coordination.cluster import node_env
 from tests.coordination.conftest import REDIS_URL

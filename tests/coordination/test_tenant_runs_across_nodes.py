@@ -9,8 +9,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import settings_from_dict
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, eventually, start_server
 from tests.api.helpers import expect_error
 from tests.coordination.conftest import REDIS_URL

@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.testing import eventually
 from tests.api.helpers import SSE, expect_error, new_session
 from tests.conftest import child_env

@@ -14,8 +14,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import StoreConfig
+from agentos.mock.server import MockServer
 from agentos.testing import Event, sse_events, start_server
 from tests.api.helpers import new_session
 from tests.api.test_turn_follow import follow, post_turn

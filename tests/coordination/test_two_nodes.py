@@ -17,8 +17,8 @@ import pytest
 
 from agentos.api.cluster_limits import ClusterLimiters
 from agentos.api.ratelimit import LIMITERS
-from agentos.bench.mock.server import MockServer
 from agentos.coordination.quotas import ClusterQuotas
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, start_server
 from tests.api.helpers import SSE, expect_error
 from tests.api.structured_fields import policies

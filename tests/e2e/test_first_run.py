@@ -23,10 +23,10 @@ import aiohttp
 import msgspec
 import pytest
 
-from agentos.bench.mock.builtin import builtin_mock
-from agentos.bench.mock.check import AGENT_TOOLS
 from agentos.cli import build_parser, settings_from_args
 from agentos.config import MockConfig
+from agentos.mock.builtin import builtin_mock
+from agentos.mock.check import AGENT_TOOLS
 from agentos.testing import Event, sse_events
 from tests.conftest import child_env
 

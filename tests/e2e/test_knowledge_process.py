@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import StoreConfig
+from agentos.mock.server import MockServer
 from tests.coordination.cluster import node_env, serve_nodes
 from tests.e2e.test_process import agentos_process
 from tests.knowledge.http import create_collection, query, ready, upload

@@ -14,8 +14,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import StoreConfig
+from agentos.mock.server import MockServer
 from agentos.testing import eventually
 from tests.e2e.test_process import agentos_process
 from tests.e2e.test_startup_checks import serve_refused

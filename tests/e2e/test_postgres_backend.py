@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import StoreConfig
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
 from tests.api.helpers import new_session, turn_events
 from tests.conftest import child_env

@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.testing import Event
 from tests.api.helpers import new_session, turn_events
 from tests.conftest import child_env

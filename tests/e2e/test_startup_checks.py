@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.errors import ConfigError
+from agentos.mock.server import MockServer
 from agentos.server import serve
 from tests.conftest import child_env, make_settings
 

@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import StoreConfig
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
 from agentos.testing.tcp_proxy import TcpProxy
 from tests.api.helpers import new_session, turn_events

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
 
 

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from agentos.bench.mock.server import MockServer
 from agentos.clock import MonotonicClock
 from agentos.config import Settings
 from agentos.errors import ProviderLimitTimeout
 from agentos.kernel import Kernel
 from agentos.knowledge.embeddings import Embedder, EmbeddingError
+from agentos.mock.server import MockServer
 from agentos.runtime.driver import Driver
 from agentos.runtime.runtime import kernel_limits
 from tests.conftest import make_settings

@@ -171,10 +171,10 @@ def test_ties_with_the_kth_score_are_ordered_by_chunk_id() -> None:
 
 @pytest.mark.parametrize("kind", ["random", "mock embeddings"])
 def test_recall_at_10_against_exact_search_is_one(kind: str) -> None:
-    """The bench's yardstick (`agentos.bench.knowledge.metrics`) on the bench's two kinds of
+    """The bench's yardstick (`agentos_bench.knowledge.metrics`) on the bench's two kinds of
     vectors, unfiltered and filtered: an exact index finds the exact top 10."""
-    from agentos.bench.knowledge.metrics import exact_top_k, recall_at_k, unit_rows
-    from agentos.bench.mock.embeddings import embed_texts
+    from agentos.mock.embeddings import embed_texts
+    from agentos_bench.knowledge.metrics import exact_top_k, recall_at_k, unit_rows
 
     rng = np.random.default_rng(7)
     if kind == "random":

@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from agentos.bench.mock.server import MockServer
 from agentos.errors import NotFound
+from agentos.mock.server import MockServer
 from agentos.store.records import DEFAULT_TENANT
 from agentos.testing import RunningServer
 from tests.knowledge.http import POLL_PAUSE_S, create_collection, query, ready, upload

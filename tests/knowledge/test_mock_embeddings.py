@@ -11,8 +11,8 @@ import aiohttp
 import numpy as np
 import pytest
 
-from agentos.bench.mock.embeddings import DEFAULT_DIMENSIONS, embed_texts
-from agentos.bench.mock.server import MockServer
+from agentos.mock.embeddings import DEFAULT_DIMENSIONS, embed_texts
+from agentos.mock.server import MockServer
 
 MockFactory = Callable[..., Awaitable[MockServer]]
 

@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
 from agentos.testing.tenants import create_tenant_key
 from tests.api.helpers import expect_error

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentos.bench.ftsmicro import corpus, queries
 from agentos.knowledge.text_index import TextIndex, bm25_term, idf_of
 from agentos.knowledge.words import batch_tokens, query_terms, tokens
+from agentos_bench.micro.fts import corpus, queries
 
 WORDS = ["kafka", "lag", "consumer", "the", "of", "vacuum", "café", "cafe", "w1", "w2", "w3", "x"]
 

@@ -16,10 +16,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.cli import main
 from agentos.config import load_settings
 from agentos.errors import ConfigError
+from agentos.mock.server import MockServer
 from agentos.server import check_bind
 from agentos.services import open_tenants
 from agentos.tenancy.keys import parse

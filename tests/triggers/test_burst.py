@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.testing import eventually
 from tests.triggers.webhooks import Answer, Sender, backends, create_trigger, metric, serve
 

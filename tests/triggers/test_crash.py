@@ -12,8 +12,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import StoreConfig
+from agentos.mock.server import MockServer
 from tests.e2e.test_process import agentos_process
 from tests.postgres import fresh_schema
 from tests.triggers.webhooks import Sender, create_trigger, run_outcome

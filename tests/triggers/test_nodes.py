@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.bench.mock.server import MockServer
+from agentos.mock.server import MockServer
 from agentos.testing import eventually
 from tests.triggers.webhooks import Sender, backends, create_trigger, metric, run_outcome, serve
 

@@ -13,9 +13,9 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
-from agentos.bench.mock.server import MockServer
 from agentos.clock import wall_ms
 from agentos.errors import NotFound, Unauthorized
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
 from agentos.triggers.records import SecretRow, TriggerRow
 from agentos.triggers.service import TriggerService

@@ -15,8 +15,8 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from agentos.bench.mock.server import MockServer
 from agentos.config import settings_from_dict
+from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, eventually, sse_events, start_server
 from agentos.triggers.signatures import decode_secret, sign
 from tests.postgres import fresh_schema

@@ -31,7 +31,7 @@ class MockConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """The built-in mock provider started when `provider.url` is empty.
 
     `scenario = "tools"` answers an agent with tool calls (two `run_command`, then `ask_human`,
-    then text; `agentos.bench.mock.scenario`), so a first agent run shows an approval and a question.
+    then text; `agentos.mock.scenario`), so a first agent run shows an approval and a question.
     """
 
     ttft_ms: NonNegFloat = 50.0

@@ -1,6 +1,6 @@
 """Metadata filters and full-text words: parsed and checked once, at the edge, then evaluated
 in Python (the in-memory indexes' document masks) or, for the bench's FTS5 reference
-(`agentos.bench.ftsrelevance`), turned into SQLite SQL.
+(`agentos_bench.micro.fts_relevance`), turned into SQLite SQL.
 
 A filter is `{"key": value, ...}`: every key must match. A value is a string, a number or a
 boolean, compared for equality with the document's metadata value of that key, or

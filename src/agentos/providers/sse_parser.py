@@ -32,6 +32,8 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         text = self._decoder.decode(chunk)
+        if not text:  # an empty chunk, or half a character: a CR before it still waits for its LF
+            return []
         if self._pending_cr and text.startswith("\n"):
             text = text[1:]
         self._pending_cr = text.endswith("\r")

@@ -1,1 +1,0 @@
-"""The mock OpenAI-compatible provider (`agentos mock-llm`): server, answer scripts, wire format, check."""

@@ -1,0 +1,115 @@
+"""`agentos bench load`: the open-arrival load (docs/benchmarking.md). Also runnable alone::
+
+    python -m agentos_bench.arrival --scale 0.02
+
+Heavy imports happen in the handler, so registering the command costs the CLI nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from agentos_bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `load` to `agentos bench`."""
+    register_command(
+        commands,
+        "load",
+        "open-arrival load: the seed's mix and phases, thresholds per load",
+        add_arguments,
+        run_command,
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from agentos_bench.arrival.scenario import DEFAULT_SCENARIO
+
+    p.add_argument("--scenario", type=Path, default=DEFAULT_SCENARIO, help="the mix, phases and thresholds (TOML)")
+    p.add_argument("--scale", type=float, default=1.0, help="every phase's length x this; the rates stay")
+    p.add_argument("--rate-multiplier", type=float, default=1.0, help="every rate x this (a capacity run)")
+    connections = "the generator's socket limit (default: peak rate x the longest timeout)"
+    p.add_argument("--connections", type=int, help=connections)
+    p.add_argument("--mock-ttft-ms", type=float, default=200.0)
+    p.add_argument("--mock-tps", type=float, default=100.0)
+    p.add_argument("--mock-tokens", type=int, default=16)
+    p.add_argument("--mock-error-rate", type=float, default=0.0, help="share of model calls answered 500")
+    p.add_argument("--mock-hang-rate", type=float, default=0.0, help="share of model calls held open")
+    add_output_arguments(p)
+
+
+def run_command(args: argparse.Namespace, command: str | None = None) -> int:
+    """Run, write the report, print the files written and the verdict; 2 when the run could not start."""
+    from agentos.errors import ConfigError
+    from agentos.mock.loop import raise_fd_limit, run_loop
+    from agentos.mock.server import MockSettings
+    from agentos_bench.arrival.bench import LoadPlan, run_load
+    from agentos_bench.arrival.fixture import PreflightError
+    from agentos_bench.arrival.report import write_load_report
+    from agentos_bench.arrival.scenario import ScenarioError, read_scenario
+    from agentos_bench.common.cli import report_stem
+    from agentos_bench.common.processes import BenchSetupError
+    from agentos_bench.report.machine import machine_info, utc_now, versions
+
+    if args.scale <= 0 or args.rate_multiplier <= 0 or (args.connections is not None and args.connections < 1):
+        raise SystemExit("agentos bench load: --scale and --rate-multiplier must be > 0, --connections >= 1")
+    try:
+        scenario = read_scenario(args.scenario)
+        mock = MockSettings(
+            ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens,
+            error_rate=args.mock_error_rate, hang_rate=args.mock_hang_rate, scenario="tools",
+        )  # fmt: skip
+    except (ScenarioError, ConfigError) as exc:
+        raise SystemExit(f"agentos bench load: {exc}") from None
+    command = command_line(command)
+    plan = LoadPlan(scenario=scenario, scale=args.scale, rate_multiplier=args.rate_multiplier,
+                    connections=args.connections, mock=mock, command=command)  # fmt: skip
+    raise_fd_limit()  # the connection limit can be thousands of sockets
+    try:
+        result = in_work_dir(args.keep_dir, "agentos-load-", lambda work: run_loop(run_load(plan, work)))
+    except (PreflightError, BenchSetupError) as exc:
+        print(f"agentos bench load: refused to start: {exc}", file=sys.stderr)
+        return 2
+    info = machine_info()
+    report = {
+        "kind": "load", "created_utc": utc_now().isoformat(timespec="seconds"), "command": command,
+        "machine": info, "versions": versions(),
+        "topology": "one machine, loopback only: the server (`agentos serve`, one process, SQLite, its defaults), "
+                    "the mock provider (`agentos mock-llm`, its own process), the generator (this process)",
+        "mock": {"ttft_ms": mock.ttft_ms, "tps": mock.tps, "tokens": mock.tokens, "scenario": mock.scenario,
+                 "error_rate": mock.error_rate, "hang_rate": mock.hang_rate},
+        "scenario_text": _scenario_text(plan),
+        "plan": {"scale": plan.scale, "rate_multiplier": plan.rate_multiplier, "connections": plan.connection_limit},
+        **result,
+    }  # fmt: skip
+    for path in write_load_report(report, args.out_dir, report_stem("load", args.name)):
+        print(path)
+    verdict = report["verdict"] or {}
+    print("verdict: " + (", ".join(f"{k} {v['status']}" for k, v in verdict.items()) or "none (unusable report)"))
+    return 0
+
+
+def _scenario_text(plan: object) -> str:
+    from agentos_bench.arrival.bench import LoadPlan
+
+    assert isinstance(plan, LoadPlan)
+    s = plan.scenario
+    mix = ", ".join(f"`{load.kind}` {load.share * 100:g}%" for load in s.loads)
+    phases = ", ".join(
+        f"`{p.name}` {p.seconds * plan.scale:g} s at {p.rate * plan.rate_multiplier:g}/s" for p in s.phases
+    )
+    return f"{mix}; phases {phases} (scale {plan.scale:g}, rate x{plan.rate_multiplier:g})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from agentos_bench.common.cli import module_main
+
+    return module_main(argv, module="agentos_bench.arrival", command="load", doc=__doc__,
+                       add_arguments=add_arguments, run_command=run_command)  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())

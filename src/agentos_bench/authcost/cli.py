@@ -1,0 +1,83 @@
+"""`agentos bench auth-cost`: parse arguments, run, write the report. Also runnable alone::
+
+    python -m agentos_bench.authcost --rounds 5 --requests 20000
+
+The method is in `agentos_bench.authcost.bench` (the package docstring has the theory). Heavy
+imports happen in the handler, so registering the command costs the CLI nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from agentos_bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `auth-cost` to `agentos bench`."""
+    register_command(
+        commands,
+        "auth-cost",
+        "CPU per request of key lookup and rate limiting: open vs keys, A/B",
+        add_arguments,
+        run_command,
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+
+    p.add_argument("--rounds", type=int, default=5, help="rounds per configuration (A and B alternate)")
+    p.add_argument("--requests", type=int, default=20_000, help="measured requests per round")
+    p.add_argument("--concurrency", type=int, default=32, help="client keep-alive connections")
+    p.add_argument("--tenants", type=int, default=100)
+    p.add_argument("--keys-per-tenant", type=int, default=10)
+    p.add_argument("--warmup-requests", type=int, default=1_000)
+    p.add_argument("--round-timeout-secs", type=float, default=120.0)
+    p.add_argument("--micro-calls", type=int, default=20_000, help="calls per microbench figure (0: skip)")
+    add_output_arguments(p)
+
+
+def run_command(args: argparse.Namespace, command: str | None = None) -> int:
+    """Run the bench, write the report, print the files written; exit 1 unless every request succeeded."""
+    from agentos.mock.loop import raise_fd_limit
+    from agentos_bench.authcost.bench import run_auth_cost
+    from agentos_bench.authcost.plan import AuthCostPlan
+    from agentos_bench.authcost.report import write_auth_cost_report
+    from agentos_bench.report.machine import machine_info, machine_slug, utc_now
+
+    if min(args.rounds, args.requests, args.concurrency, args.tenants, args.keys_per_tenant) < 1:
+        raise SystemExit("agentos bench auth-cost: rounds, requests, concurrency, tenants and keys must be >= 1")
+    raise_fd_limit()
+    plan = AuthCostPlan(
+        rounds=args.rounds,
+        requests=args.requests,
+        concurrency=args.concurrency,
+        tenants=args.tenants,
+        keys_per_tenant=args.keys_per_tenant,
+        warmup_requests=args.warmup_requests,
+        round_timeout_s=args.round_timeout_secs,
+        micro_calls=args.micro_calls,
+        command=command_line(command),
+    )
+    report = in_work_dir(args.keep_dir, "agentos-auth-cost-", lambda work: run_auth_cost(plan, work))
+    stem = f"{utc_now():%Y-%m-%dT%H%M%SZ}-{args.name or machine_slug(machine_info())}-auth-cost"
+    for path in write_auth_cost_report(report, args.out_dir, stem):
+        print(path)
+    summary = report["summary"]
+    print(
+        f"server CPU ms/request: A {summary['open']['server_cpu_ms_per_request_median']:.4f}, "
+        f"B {summary['keys']['server_cpu_ms_per_request_median']:.4f}, B - A {summary['added_cpu_ms_per_request']:.4f}"
+    )
+    return 0 if summary["valid"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    from agentos_bench.common.cli import module_main
+
+    return module_main(argv, module="agentos_bench.authcost", command="auth-cost", doc=__doc__,
+                       add_arguments=add_arguments, run_command=run_command)  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())

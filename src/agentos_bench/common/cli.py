@@ -1,0 +1,79 @@
+"""What every bench command's module shares: registering it, running it alone, its work directory,
+the command line its report records, and its report's file stem."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def module_main(
+    argv: list[str] | None,
+    *,
+    module: str,
+    command: str,
+    doc: str | None,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    run_command: Callable[..., int],
+) -> int:
+    """`python -m <module> ...`: parse as `agentos bench <command>` does, and record the command
+    line under that name in the report."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    quoted = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    return run_command(args, command=f"agentos bench {command} {quoted}".rstrip())
+
+
+def report_stem(kind: str, name: str | None) -> str:
+    """`<UTC time>-<machine>-<commit>-<kind>`: a second run never overwrites the first, and the
+    file says what code it measured."""
+    from agentos_bench.report.machine import git_commit, machine_info, machine_slug, utc_now
+
+    machine = name or machine_slug(machine_info())
+    return f"{utc_now():%Y-%m-%dT%H%M%SZ}-{machine}-{git_commit().replace('+', '-')}-{kind}"
+
+
+def add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """`--keep-dir`, `--out-dir` and `--name`, the same on every bench command that runs processes."""
+    from agentos_bench.report.output import DEFAULT_OUT_DIR  # stdlib only; ./bench-out is git-ignored
+
+    p.add_argument("--keep-dir", type=Path, help="keep the data and logs there (default: a temporary dir)")
+    help_text = f"where the report goes (default: ./{DEFAULT_OUT_DIR}; bench/results to commit one)"
+    p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR, help=help_text)
+    p.add_argument("--name", help="machine name in the file names (default: cores + CPU model)")
+
+
+def register_command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    help_text: str,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    run_command: Callable[..., int],
+) -> argparse.ArgumentParser:
+    """Add `agentos bench <name>`, parsed by `add_arguments` and handled by `run_command`."""
+    p = commands.add_parser(name, help=help_text)
+    add_arguments(p)
+    p.set_defaults(handler=run_command)
+    return p
+
+
+def command_line(given: str | None = None) -> str:
+    """The command a report records: `given` (`python -m ...` passes its own), else this process's."""
+    return given or "agentos " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def in_work_dir(keep_dir: Path | None, prefix: str, body: Callable[[Path], T]) -> T:
+    """`body(work_dir)` in `keep_dir` (created if needed, kept), or in a temporary directory removed after."""
+    if keep_dir is not None:
+        keep_dir.mkdir(parents=True, exist_ok=True)
+        return body(keep_dir)
+    with tempfile.TemporaryDirectory(prefix=prefix) as work:
+        return body(Path(work))

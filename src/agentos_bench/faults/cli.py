@@ -1,0 +1,85 @@
+"""`agentos bench faults`: parse, run, write the report, print the verdict.
+
+    python -m agentos_bench.faults --scale 0.05
+
+Heavy imports happen in the handler, so registering the command costs the CLI nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from agentos_bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
+from agentos_bench.faults.parts import PARTS
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `faults` to `agentos bench`."""
+    register_command(
+        commands,
+        "faults",
+        "crash storm (kill -9), provider faults, overload at 3x: the targets",
+        add_arguments,
+        run_command,
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--parts", default=",".join(PARTS), help=f"which parts, comma-separated ({', '.join(PARTS)})")
+    p.add_argument("--scale", type=float, default=1.0, help="kills, users and seconds x this (at least 1 kill)")
+    p.add_argument("--kills", type=int, default=20)
+    p.add_argument("--seed", type=int, default=1, help="the moments of the kills")
+    add_output_arguments(p)
+
+
+def run_command(args: argparse.Namespace, command: str | None = None) -> int:
+    from agentos.mock.loop import raise_fd_limit, run_loop
+    from agentos_bench.common.cli import report_stem
+    from agentos_bench.faults.bench import FaultsPlan, run_faults
+    from agentos_bench.faults.provider import OverloadPlan, ProviderFaultPlan
+    from agentos_bench.faults.report import write_faults_report
+    from agentos_bench.faults.storm import StormPlan
+    from agentos_bench.report.machine import machine_info, utc_now, versions
+
+    parts = tuple(part.strip() for part in args.parts.split(",") if part.strip())
+    if not parts or set(parts) - set(PARTS) or args.scale <= 0 or args.kills < 1:
+        raise SystemExit(f"agentos bench faults: --parts from {', '.join(PARTS)}; --scale > 0; --kills >= 1")
+    command = command_line(command)
+    scale = args.scale
+    plan = FaultsPlan(
+        parts=parts,
+        storm=StormPlan(kills=max(1, round(args.kills * scale)), users=max(2, round(50 * scale)),
+                        automations=max(1, round(10 * scale)), seed=args.seed,
+                        gap_s=(1.0, 3.0) if scale >= 0.5 else (0.5, 1.0), settle_s=2.0 if scale >= 0.5 else 0.5),
+        provider=ProviderFaultPlan(users=max(2, round(20 * scale)), seconds=max(2.0, 30 * scale)),
+        overload=OverloadPlan(limit=max(4, round(50 * scale)), seconds=max(3.0, 20 * scale),
+                              probes=max(20, round(200 * scale))),
+        command=command,
+    )  # fmt: skip
+    raise_fd_limit()
+    result = in_work_dir(args.keep_dir, "agentos-faults-", lambda work: run_loop(run_faults(plan, work)))
+    info = machine_info()
+    report = {
+        "kind": "faults", "created_utc": utc_now().isoformat(timespec="seconds"), "command": command,
+        "machine": info, "versions": versions(),
+        "topology": "one machine, loopback only: the server (`agentos serve`, SQLite), the mock provider "
+                    "(`agentos mock-llm`), each part with fresh ones; the clients in this process",
+        **result,
+    }  # fmt: skip
+    for path in write_faults_report(report, args.out_dir, report_stem("faults", args.name)):
+        print(path)
+    for target, v in report["verdict"].items():
+        print(f"{'met' if v['met'] else 'NOT MET'}: {target} ({v['value']})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from agentos_bench.common.cli import module_main
+
+    return module_main(argv, module="agentos_bench.faults", command="faults", doc=__doc__,
+                       add_arguments=add_arguments, run_command=run_command)  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())

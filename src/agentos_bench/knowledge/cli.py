@@ -1,0 +1,74 @@
+"""`agentos bench knowledge`: parse arguments, run, write the report. Also runnable alone::
+
+    python -m agentos_bench.knowledge --scale 0.02
+
+Heavy imports happen in the handler, so registering the command costs the CLI nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from agentos_bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `knowledge` to `agentos bench`."""
+    register_command(
+        commands,
+        "knowledge",
+        "knowledge: ingest rate, query p50/p95 at 10k/100k chunks, recall@10",
+        add_arguments,
+        run_command,
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+
+    p.add_argument("--scale", type=float, default=1.0, help="sizes x this (1: 10k and 100k chunks, 200 queries)")
+    p.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    p.add_argument("--postgres-url", default="", help="with --backend postgres (a fresh schema, dropped after)")
+    p.add_argument("--dimensions", type=int, default=256)
+    p.add_argument("--seed", type=int, default=1)
+    budget = "per query configuration: after 20 queries, stop measuring once this much time is spent"
+    p.add_argument("--budget-secs", type=float, default=60.0, help=budget)
+    add_output_arguments(p)
+
+
+def run_command(args: argparse.Namespace, command: str | None = None) -> int:
+    """Run the bench, write the report, print the files written and the verdict."""
+    from agentos.mock.loop import run_loop
+    from agentos_bench.common.cli import report_stem
+    from agentos_bench.knowledge.bench import run_knowledge
+    from agentos_bench.knowledge.plan import KnowledgePlan
+    from agentos_bench.knowledge.report import build_report, write_knowledge_report
+
+    if args.scale <= 0 or args.dimensions < 1:
+        raise SystemExit("agentos bench knowledge: --scale must be > 0 and --dimensions >= 1")
+    if args.backend == "postgres" and not args.postgres_url:
+        raise SystemExit("agentos bench knowledge: --backend postgres needs --postgres-url")
+    command = command_line(command)
+    plan = KnowledgePlan(
+        scale=args.scale, backend=args.backend, postgres_url=args.postgres_url, dimensions=args.dimensions,
+        seed=args.seed, budget_s=args.budget_secs, command=command,
+    )  # fmt: skip
+    result = in_work_dir(args.keep_dir, "agentos-knowledge-", lambda work: run_loop(run_knowledge(plan, work)))
+    report = build_report(plan, result)
+    for path in write_knowledge_report(report, args.out_dir, report_stem(f"knowledge-{args.backend}", args.name)):
+        print(path)
+    s = report["summary"]
+    print(f"query p95 at {s['largest_chunks']} chunks: {s['p95_ms_largest']} ms; "
+          f"recall@10 vector {s['vector_recall_min']}, hybrid {s['hybrid_recall_min']}")  # fmt: skip
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from agentos_bench.common.cli import module_main
+
+    return module_main(argv, module="agentos_bench.knowledge", command="knowledge", doc=__doc__,
+                       add_arguments=add_arguments, run_command=run_command)  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())

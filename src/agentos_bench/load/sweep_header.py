@@ -1,0 +1,65 @@
+"""The sweep report's header lines about the run's set-up: tenancy, the server nodes, the topology."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+
+class SweepPlan(Protocol):
+    """What these lines read of `agentos_bench.load.sweep.SweepPlan` (which imports this module)."""
+
+    @property
+    def tenants(self) -> int: ...
+    @property
+    def nodes(self) -> int: ...
+    @property
+    def spread(self) -> str: ...
+    @property
+    def server_url(self) -> str | None: ...
+    @property
+    def mock_url(self) -> str | None: ...
+    @property
+    def peers(self) -> Sequence[str]: ...
+
+
+def tenancy(plan: SweepPlan) -> dict[str, Any]:
+    """What the report's header says about tenants: how many, and how the users were spread."""
+    if not plan.tenants:
+        return {"tenants": 0, "text": "single tenant: no admin token, no keys (the default tenant, open on loopback)"}
+    return {
+        "tenants": plan.tenants,
+        "text": (
+            f"{plan.tenants} tenants, one API key each (made through /v1/admin after start, the server "
+            "started with an admin token); users assigned round-robin (user i -> tenant i mod "
+            f"{plan.tenants}), every request with its tenant's key"
+        ),
+    }
+
+
+def cluster(plan: SweepPlan) -> dict[str, Any]:
+    """What the report's header says about the server nodes and how the load was spread."""
+    if plan.nodes == 1:
+        return {"nodes": 1, "spread": None, "text": "one server process per profile"}
+    how = {
+        "session": "each session on one node, sessions round-robin (session i -> node i mod N)",
+        "turn": "sessions created round-robin, each turn of a session on the node after its previous turn's",
+    }[plan.spread]
+    text = (
+        f"{plan.nodes} server nodes per profile (`agentos serve` processes sharing a fresh PostgreSQL "
+        f"schema and Redis key prefix); {how}; server CPU and memory summed over the nodes"
+    )
+    return {"nodes": plan.nodes, "spread": plan.spread, "text": text}
+
+
+def topology(plan: SweepPlan) -> str:
+    server = f"external server at {plan.server_url}" if plan.server_url else "server (one process per profile)"
+    if plan.nodes > 1 and not plan.server_url:
+        server = f"{plan.nodes} server nodes per profile"
+    if plan.peers:
+        server += f"; then each peer ({', '.join(plan.peers)}), one process, on the same mock"
+    mock = f"external mock at {plan.mock_url}" if plan.mock_url else "mock-llm (one process, uvloop)"
+    return (
+        f"one machine, loopback only: {mock}; {server}; load generator (one process, uvloop, "
+        "aiohttp TCPConnector(limit=0)); all three share the cores"
+    )

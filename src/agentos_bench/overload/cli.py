@@ -1,0 +1,100 @@
+"""`agentos bench overload`: parse arguments, run, write the report. Also runnable alone::
+
+    python -m agentos_bench.overload --probes 500
+
+The method is in `agentos_bench.overload.bench` (the package docstring has the theory). Heavy
+imports happen in the handler, so registering the command costs the CLI nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from agentos_bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `overload` to `agentos bench`."""
+    register_command(
+        commands,
+        "overload",
+        "429 latency on fresh connections with the server 3x over its gate",
+        add_arguments,
+        run_command,
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from agentos_bench.overload.plan import OverloadPlan
+
+    d = OverloadPlan()
+    p.add_argument("--max-in-flight", type=int, default=d.max_in_flight, help="the server's max_in_flight_turns")
+    p.add_argument("--offered", type=int, default=d.offered, help="load workers posting turns at once")
+    p.add_argument("--ttft-ms", type=float, default=d.ttft_ms, help="the mock's time to first token")
+    p.add_argument("--tokens", type=int, default=d.tokens, help="tokens per answer")
+    p.add_argument("--tps", type=float, default=d.tps, help="the mock's tokens per second")
+    p.add_argument("--retry-pause-ms", type=float, default=d.retry_pause_ms, help="a refused worker's pause")
+    p.add_argument("--probes", type=int, default=d.probes, help="fresh-connection turn probes (and /healthz ones)")
+    p.add_argument("--probe-interval-ms", type=float, default=d.probe_interval_ms)
+    p.add_argument("--warmup-secs", type=float, default=d.warmup_s, help="load alone before the probes")
+    add_output_arguments(p)
+    p.add_argument("--label", help="a word in the file names (before, after, ...)")
+
+
+def run_command(args: argparse.Namespace, command: str | None = None) -> int:
+    """Run the bench, write the report, print the files written; exit 1 unless every answer was as it must be."""
+    from agentos.mock.loop import raise_fd_limit
+    from agentos_bench.overload.bench import run_overload
+    from agentos_bench.overload.plan import OverloadPlan
+    from agentos_bench.overload.report import write_overload_report
+    from agentos_bench.report.machine import machine_info, machine_slug, utc_now
+
+    if min(args.max_in_flight, args.offered, args.probes, args.tokens) < 1 or args.offered <= args.max_in_flight:
+        raise SystemExit("agentos bench overload: sizes must be >= 1 and --offered above --max-in-flight")
+    raise_fd_limit()
+    plan = OverloadPlan(
+        max_in_flight=args.max_in_flight,
+        offered=args.offered,
+        ttft_ms=args.ttft_ms,
+        tokens=args.tokens,
+        tps=args.tps,
+        retry_pause_ms=args.retry_pause_ms,
+        probes=args.probes,
+        probe_interval_ms=args.probe_interval_ms,
+        warmup_s=args.warmup_secs,
+        command=command_line(command),
+    )
+    if plan.turn_s <= plan.warmup_s + plan.window_s:
+        print(
+            f"warning: a turn ({plan.turn_s:g} s) ends before the probes do ({plan.warmup_s + plan.window_s:g} s): "
+            "a probe may find a free slot and be admitted",
+            file=sys.stderr,
+        )
+    elif plan.ttft_ms / 1000 <= plan.warmup_s + plan.window_s:
+        print("note: the admitted turns stream during the probe window; its CPU figure includes that", file=sys.stderr)
+    report = in_work_dir(args.keep_dir, "agentos-overload-", lambda work: run_overload(plan, work))
+    label = f"-{args.label}" if args.label else ""
+    stem = f"{utc_now():%Y-%m-%dT%H%M%SZ}-{args.name or machine_slug(machine_info())}{label}-overload"
+    for path in write_overload_report(report, args.out_dir, stem):
+        print(path)
+    s = report["summary"]
+    refused, floor = s["refused_429_ms"], s["healthz_ms"]
+    print(
+        f"429 on a fresh connection: p50 {refused['p50']} ms, p99 {refused['p99']} ms "
+        f"(/healthz p50 {floor['p50']} ms, p99 {floor['p99']} ms); valid: {s['valid']}"
+    )
+    return 0 if s["valid"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agentos_bench.overload", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    quoted = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    return run_command(args, command=f"agentos bench overload {quoted}".rstrip())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

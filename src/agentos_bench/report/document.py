@@ -1,0 +1,287 @@
+"""Reports: one JSON (the data, for `bench compare`) and one Markdown (for people), plus PNG plots.
+
+Every report starts with the same header: machine, versions, topology, profile(s), exact command.
+Every percentile cell carries the number of samples behind it, `(n=…)`; a percentile with too few
+samples is "–" (the rule is in `agentos_bench.report.stats`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from agentos_bench.report.nodes_table import nodes_header, provider_limit_table
+from agentos_bench.report.output import claim_stem, write_json
+from agentos_bench.report.overhead import overhead_rows
+from agentos_bench.report.peers_table import peers_section
+from agentos_bench.report.tenants_table import tenancy_header, tenants_table
+
+SCHEMA_VERSION = 1
+PLOTS_SKIPPED = "plots skipped: matplotlib is not installed (pip install 'agentos[bench]' draws them)"
+
+
+def _api_header(report: dict[str, Any]) -> list[str]:
+    """Which API the server's turns went through (sweeps since `--api`; older reports: native)."""
+    if report.get("api") != "openai":
+        return []
+    return ["- **Turns via:** `POST /v1/chat/completions` with `X-Session-Id` (the OpenAI front door)"]
+
+
+def _header(report: dict[str, Any]) -> list[str]:
+    machine, versions = report["machine"], report["versions"]
+    version_text = ", ".join(f"{k} {v}" for k, v in versions.items())
+    return [
+        f"- **Date (UTC):** {report['created_utc']}",
+        f"- **Machine:** {machine['cpu']}, {machine['cores']} cores, {machine['ram_gib']} GiB RAM, {machine['os']}",
+        f"- **Versions:** {version_text}",
+        f"- **Topology:** {report['topology']}",
+        f"- **Profile(s):** {', '.join(report.get('profiles') or []) or 'none (direct only)'}",
+        *tenancy_header(report),
+        *nodes_header(report),
+        *_api_header(report),
+        f"- **Mock:** {_mock_text(report['mock'])}",
+        *_loadavg_line(report.get("loadavg")),
+        f"- **Command:** `{report['command']}`",
+    ]
+
+
+def _loadavg_line(loadavg: dict[str, list[float]] | None) -> list[str]:
+    if not loadavg or "start" not in loadavg or "end" not in loadavg:
+        return []  # reports written before it was recorded
+    start, end = ("/".join(f"{v:g}" for v in loadavg[k]) for k in ("start", "end"))
+    return [f"- **Load average (1/5/15 min):** {start} at the start, {end} at the end (everything on the machine)"]
+
+
+def _mock_text(mock: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in mock.items())
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _pcts(values: dict[str, Any]) -> str:
+    """`p50 / p95 / p99 (n=K)`; reports written before `n` was recorded show no count."""
+    cell = " / ".join(_fmt(values.get(p)) for p in ("p50", "p95", "p99"))
+    return f"{cell} (n={values['n']})" if "n" in values else cell
+
+
+_SWEEP_COLUMNS = (
+    "| c | turns/s | TTFT ms p50/p95/p99 (n) | turn ms p50/p95/p99 (n) | failures | server CPU cores | CPU ms/turn "
+    "| RSS MB peak/end | Private_Dirty MB peak/end | mock max conc. | mock CPU | loadgen CPU |"
+)
+
+
+def _sweep_line(row: dict[str, Any]) -> str:
+    failures = ", ".join(f"{k}: {v}" for k, v in row["failures"].items()) or "0"
+    if row.get("setup_failures"):
+        failures += f" (+{row['setup_failures']} sessions not created)"
+    rss = f"{_fmt(row.get('server_rss_mb_peak'))} / {_fmt(row.get('server_rss_mb_end'))}"
+    dirty = f"{_fmt(row.get('server_private_dirty_mb_peak'))} / {_fmt(row.get('server_private_dirty_mb_end'))}"
+    cells = [
+        row["concurrency"],
+        row["turns_per_s"],
+        _pcts(row["ttft_ms"]),
+        _pcts(row["turn_ms"]),
+        failures,
+        _fmt(row.get("server_cpu_cores")),
+        _fmt(row.get("server_cpu_ms_per_turn")),
+        rss,
+        dirty,
+        _fmt(row.get("mock_max_concurrent")),
+        _fmt(row.get("mock_cpu_cores")),
+        _fmt(row.get("loadgen_cpu_cores")),
+    ]
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _group_title(row: dict[str, Any]) -> str:
+    if row["target"] == "direct":
+        return "direct: the mock alone (zero-overhead row)"
+    if row["target"] != "server":  # a peer (agentos_bench.peers)
+        return f"peer `{row['target']}` (another agent server, same mock and load)"
+    nodes = f", {row['nodes']} nodes" if row.get("nodes", 1) > 1 else ""
+    return f"server, profile `{row.get('profile')}`{nodes}"
+
+
+def _sweep_tables(rows: Sequence[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    titles: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        titles.setdefault(_group_title(row), []).append(row)
+    for title, group in titles.items():
+        lines += ["", f"### {title}", "", _SWEEP_COLUMNS, "|" + "---|" * 12]
+        lines += [_sweep_line(r) for r in sorted(group, key=lambda r: r["concurrency"])]
+    return lines
+
+
+def _overhead_table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    overhead = overhead_rows(rows)
+    if not overhead:
+        return []
+    lines = ["", "### Server overhead against the direct row (server − direct, same concurrency)", ""]
+    lines += [
+        "| profile | c | n server / direct | +TTFT ms p50/p95/p99 | +turn ms p50/p95/p99 | turns/s ÷ direct |",
+        "|---|---|---|---|---|---|",
+    ]
+    for o in overhead:
+        counts = f"{_fmt(o['n_server'])} / {_fmt(o['n_direct'])}"
+        cells = [_fmt(o["profile"]), o["concurrency"], counts, _pcts(o["ttft_ms"]), _pcts(o["turn_ms"])]
+        lines.append("| " + " | ".join(str(c) for c in [*cells, _fmt(o["turns_per_s_ratio"])]) + " |")
+    return lines
+
+
+_SWEEP_NOTES = """
+## What the columns mean
+
+- **turns/s**: successful turns that ended inside the measured window, divided by its length.
+- **TTFT**: from sending the turn request to the first content event (`token` from the server,
+  a content chunk from the mock). **turn**: from sending to the terminal event. Both are
+  nearest-rank percentiles over successful turns only; failures are counted apart, by kind.
+  **(n=…)** is the number of turns behind a cell. p50 needs one, p95 at least 20 and p99 at
+  least 100 (so that at least one turn lies above it); with fewer the cell shows "–" rather than
+  the maximum under another name.
+- **overhead**: server percentile minus direct percentile at the same concurrency (a difference
+  of percentiles: the turns are not paired), "–" when either side has too few turns for it;
+  throughput as server turns/s ÷ direct turns/s.
+- **failures**: `429` (admission), `5xx`, `stream_break` (the stream ended without a terminal
+  event), `timeout`, `turn_failed` / `cancelled` (terminal events other than `turn.completed`).
+- **server CPU cores**: delta of the server tree's cumulative CPU time over the window ÷ window
+  length (1.0 = one core busy); **CPU ms/turn** is that CPU time ÷ the successful turns.
+  **RSS / Private_Dirty**: `/proc/<pid>/smaps_rollup` summed over the server's process tree,
+  sampled every 0.5 s (peak) and at the window's end.
+- **mock max conc.**: the mock's `max_concurrent` during the point (proof of the provider limit);
+  **overshoot** is max(0, that peak − `kernel.concurrency_limit`), all nodes together.
+- **nodes** (`--nodes N`): server CPU, CPU ms/turn and memory are summed over the N node processes;
+  **+ PostgreSQL, Redis**: CPU ms/turn of those services' processes where they run on this machine
+  (on a shared machine it includes everyone else's use of them).
+- **mock CPU / loadgen CPU**: the same CPU delta for the mock and for the load generator, which
+  share the machine with the server.
+"""
+
+
+def sweep_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
+    lines = [f"# Sweep: {', '.join(report['profiles']) or 'direct only'} ({report['created_utc'][:10]})", ""]
+    lines += _header(report)
+    window = report["window"]
+    lines.append(f"- **Window:** {window['warmup_s']} s warm-up, then {window['duration_s']} s measured per point")
+    lines += ["", "## Results"]
+    lines += _sweep_tables(report["rows"])
+    lines += _overhead_table(report["rows"])
+    lines += tenants_table(report["rows"])
+    lines += provider_limit_table(report["rows"])
+    lines += peers_section(report.get("peers") or [])
+    if report.get("notes"):
+        lines += ["", "## Notes from the run", ""] + [f"- {note}" for note in report["notes"]]
+    lines += ["", "## Plots", ""] + [f"![{name}]({file})" for name, file in images.items()]
+    lines.append(_SWEEP_NOTES)
+    return "\n".join(lines) + "\n"
+
+
+def memory_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
+    summary = report["summary"]
+    lines = [f"# Memory staircase: {report['profile']} ({report['created_utc'][:10]})", ""]
+    lines += _header(report)
+    lines += ["", "## Summary", "", "| quantity | RSS | Private_Dirty |", "|---|---|---|"]
+    climbed = sum(1 for step in report["steps"] if step["sessions"] > 0)  # the points behind the slope
+    for key, template in _MEMORY_ROWS:
+        label = template.replace("{n}", str(climbed))
+        lines.append(f"| {label} | {_fmt(summary[key]['rss'])} | {_fmt(summary[key]['private_dirty'])} |")
+    lines += ["", _memory_text(report), "", "## Plot", ""]
+    lines += [f"![{name}]({file})" for name, file in images.items()] or [f"- {n}" for n in report.get("notes", [])]
+    lines += ["", "## Steps (sessions → MB)", "", "| sessions | RSS MB | Private_Dirty MB |", "|---|---|---|"]
+    for step in report["steps"]:
+        lines.append(f"| {step['sessions']} | {step['rss_mb']} | {step['private_dirty_mb']} |")
+    return "\n".join(lines) + "\n"
+
+
+_MEMORY_ROWS = (
+    ("start_mb", "at start (ready, no session), MB"),
+    ("base_mb", "fixed base (after the throwaway session), MB"),
+    ("end_mb", "after the last session, MB"),
+    ("marginal_kb_per_session", "marginal cost per session (least squares over n={n} steps), KB"),
+    ("after_delete_mb", "after deleting half the sessions, MB"),
+    ("after_ttl_mb", "after the rest expired (TTL), MB"),
+    ("returned_mb", "returned at the end (end − last release sample), MB"),
+)
+
+
+def _memory_text(report: dict[str, Any]) -> str:
+    failures = report.get("failed_turns", 0)
+    release = report.get("release", {})
+    gauges = "; ".join(
+        f"{name.replace('_', ' ')}: active sessions {_fmt(mark.get('agentos_active_sessions'))}, "
+        f"evicted total {_fmt(mark.get('agentos_sessions_evicted_total'))}"
+        for name, mark in release.items()
+    )
+    return (
+        f"{report['sessions']} sessions, one completed turn each ({failures} failed), sampled "
+        f"{report['settle_s']} s after each step. TTL {report['session_ttl_s']} s. "
+        f"Server counters at the top: active sessions {_fmt(report.get('top', {}).get('agentos_active_sessions'))}; "
+        f"{gauges or 'not read'}. RAM planning: base + marginal × concurrent sessions."
+    )
+
+
+def write_report(report: dict[str, Any], out_dir: Path, stem: str) -> list[Path]:
+    """Write `<stem>.json`, `<stem>.md` and the plots; return the paths written.
+
+    An existing report is never overwritten: the stem gets `-2`, `-3`, ... (`output.claim_stem`).
+
+    Raises:
+        OSError: `out_dir` cannot be created or written.
+    """
+    stem = claim_stem(out_dir, stem)
+    try:
+        images = _write_plots(report, out_dir, stem)
+    except ImportError:  # matplotlib is the bench extra: the numbers are written without their pictures
+        images, report = {}, {**report, "notes": [*report.get("notes", []), PLOTS_SKIPPED]}
+    json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
+    write_json(json_path, report)
+    render = sweep_markdown if report["kind"] == "sweep" else memory_markdown
+    md_path.write_text(render(report, {name: path.name for name, path in images.items()}))
+    return [json_path, md_path, *images.values()]
+
+
+def _write_plots(report: dict[str, Any], out_dir: Path, stem: str) -> dict[str, Path]:
+    from agentos_bench.report import plots  # matplotlib only where plots are drawn (`compare` needs none)
+
+    if report["kind"] == "memory":
+        return {"memory staircase": plots.plot_staircase(report, out_dir / f"{stem}-staircase.png")}
+    rows = [r for r in report["rows"] if r["turns_ok"]]
+    overhead = overhead_rows(rows)
+    if overhead:  # the direct row is the baseline: plot what the server adds to it
+        return {
+            "TTFT overhead": plots.plot_overhead(
+                overhead, "ttft_ms", "Time to first token: server overhead", out_dir / f"{stem}-ttft-overhead.png"
+            ),
+            "turn overhead": plots.plot_overhead(
+                overhead, "turn_ms", "Full turn: server overhead", out_dir / f"{stem}-turn-overhead.png"
+            ),
+            "throughput ratio": plots.plot_throughput_ratio(overhead, out_dir / f"{stem}-throughput-ratio.png"),
+        }
+    if not rows:
+        return {}
+    return {  # nothing to subtract: absolute numbers are all there is
+        "TTFT percentiles": plots.plot_latency(rows, "ttft_ms", "Time to first token", out_dir / f"{stem}-ttft.png"),
+        "turn percentiles": plots.plot_latency(rows, "turn_ms", "Full turn time", out_dir / f"{stem}-turn.png"),
+        "throughput": plots.plot_throughput(rows, out_dir / f"{stem}-throughput.png"),
+    }
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    """Read a report JSON.
+
+    Raises:
+        ValueError: it is not a bench report.
+    """
+    data = msgspec.json.decode(path.read_bytes())
+    if not isinstance(data, dict) or data.get("kind") not in ("sweep", "memory"):
+        raise ValueError(f"{str(path)!r} is not a bench report")
+    return data
