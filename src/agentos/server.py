@@ -226,6 +226,7 @@ async def serve(
                 await _listen(settings, services, started, stop)
             finally:
                 await services.close(0.0 if stop.now.is_set() else DRAIN_TIMEOUT_S)
+        log.info("stopped")  # the last line: every store is closed, nothing is left running
     finally:
         for sig in _SIGNALS:
             loop.remove_signal_handler(sig)
@@ -274,6 +275,10 @@ async def _drain(services: Services, stop: _Stop) -> None:
     time to reach their next step (they stay in the journal and resume at the next start).
     What was committed stays either way: the stores are still closed in order."""
     turns, runs = _left(services)
+    if (turns, runs) == ("0 turns", "0 runs"):  # nothing to wait for: no drain to cut short
+        log.info("stopping: no turn or run left to drain")
+        await services.drain(0.0)
+        return
     log.warning("draining: %s and %s left (up to %.0f s); press Ctrl-C again to stop now", turns, runs, DRAIN_TIMEOUT_S)
     drain = asyncio.ensure_future(services.drain(DRAIN_TIMEOUT_S))
     now = asyncio.ensure_future(stop.now.wait())

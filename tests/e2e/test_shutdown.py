@@ -70,6 +70,23 @@ async def test_the_first_ctrl_c_drains_and_the_second_stops_at_once(
         await stop(proc)
 
 
+async def test_ctrl_c_with_nothing_to_drain_stops_at_once_and_says_stopped_last(
+    tmp_path: Path, mock_factory: Callable[..., Awaitable[MockServer]]
+) -> None:
+    mock = await mock_factory()
+    proc, _ = await start_serve(tmp_path, mock.url)
+    assert proc.stderr is not None
+    try:
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+        err = (await proc.stderr.read()).decode()
+    finally:
+        await stop(proc)
+    assert "no turn or run left to drain" in err, err
+    assert "press Ctrl-C again" not in err and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].endswith("stopped"), err  # the last line: nothing runs after it
+
+
 async def start_serve(tmp_path: Path, provider_url: str) -> tuple[asyncio.subprocess.Process, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
