@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -24,14 +23,12 @@ import msgspec
 from agentos.config import Settings
 from agentos.errors import (
     ProviderError,
-    ProviderHTTPError,
     ProviderLimitTimeout,
     ProviderTimeout,
-    ProviderUnavailable,
 )
 from agentos.ids import new_id
 from agentos.providers.base import ProviderPermits
-from agentos.providers.openai_compat import new_client_session, parse_retry_after
+from agentos.providers.openai_compat import RetryPolicy, connection_errors, http_error, new_client_session
 
 if TYPE_CHECKING:
     import numpy as np
@@ -74,7 +71,10 @@ class Embedder:
     def __init__(self, settings: Settings, driver: ProviderPermits | None = None) -> None:
         self._provider = settings.provider
         self._batch = settings.knowledge.embed_batch
-        self._retries = settings.knowledge.embed_retries
+        # The chat client's policy, with longer waits: indexing is in the background, no user waits
+        self._retries = RetryPolicy(
+            max_retries=settings.knowledge.embed_retries, max_backoff_s=MAX_BACKOFF_S, max_wait_s=MAX_BACKOFF_S
+        )
         self._driver = driver
         self._url = settings.provider.url.rstrip("/") + "/embeddings"
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -129,21 +129,16 @@ class Embedder:
         body = msgspec.json.encode(
             {"model": model, "input": texts, "dimensions": dimensions, "encoding_format": "float"}
         )
-        attempt = 0
-        while True:
-            try:
-                raw = await self._post_with_permit(tenant_id, body)
-                return _vectors(raw, model, dimensions, len(texts))
-            except ProviderLimitTimeout:
-                raise  # the kernel said no within its wait: retrying here would wait again
-            except ProviderError as error:
-                if isinstance(error, EmbeddingError) or not error.retryable or attempt >= self._retries:
-                    raise _failed(error, model, dimensions, attempt) from error
-                delay = error.retry_after_s if error.retry_after_s is not None else 0.2 * 2**attempt
-                delay = min(MAX_BACKOFF_S, delay) * (1 + random.random() * 0.1)  # jitter: no stampede
-                attempt += 1
-                log.info("embeddings: %s; retry %d of %d in %.1fs", error, attempt, self._retries, delay)
-                await asyncio.sleep(delay)
+        try:
+            raw = await self._retries.call(lambda: self._post_with_permit(tenant_id, body), what="embeddings")
+        except ProviderError as error:  # retries spent, or not retryable (a 400, a permit refused)
+            if isinstance(error, ProviderLimitTimeout):
+                raise  # the kernel said no within its wait
+            raise _failed(error, model, dimensions, self._retries.max_retries if error.retryable else 0) from error
+        try:
+            return _vectors(raw, model, dimensions, len(texts))
+        except EmbeddingError as error:
+            raise _failed(error, model, dimensions, 0) from error
 
     async def _post_with_permit(self, tenant_id: str, body: bytes) -> bytes:
         if self._driver is None:
@@ -156,21 +151,18 @@ class Embedder:
             self._driver.release_permit(stream_id)
 
     async def _post(self, body: bytes) -> bytes:
-        """The answer's body; a `ProviderError` (retryable or not) for anything else."""
+        """The answer's body; a `ProviderError` (retryable or not) for anything else, mapped as
+        the chat client maps its own (`agentos.providers.openai_compat`)."""
         if self._session is None:
             self._session = new_client_session(self._provider)
         try:
-            async with self._session.post(self._url, data=body, headers=self._headers, timeout=self._timeout) as r:
-                if r.status >= 400:
-                    detail = (await r.content.read(2048)).decode("utf-8", errors="replace")
-                    retry_after = parse_retry_after(r.headers.get("Retry-After"))
-                    message = f"provider answered HTTP {r.status}: {detail[:200]}".rstrip(": ")
-                    raise ProviderHTTPError(r.status, message, retry_after_s=retry_after)
-                return await _read_capped(r)
+            with connection_errors():
+                async with self._session.post(self._url, data=body, headers=self._headers, timeout=self._timeout) as r:
+                    if r.status >= 400:
+                        raise await http_error(r)
+                    return await _read_capped(r)
         except TimeoutError:
             raise ProviderTimeout("provider embeddings timeout", retryable=True) from None
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
-            raise ProviderUnavailable(f"cannot reach the provider: {exc}", retryable=True) from None
 
 
 async def _read_capped(response: aiohttp.ClientResponse) -> bytes:

@@ -8,14 +8,22 @@ Timeouts: `connect_timeout_s` for the TCP connect, `first_token_timeout_s` from 
 the first content, `idle_timeout_s` between chunks after that, `total_timeout_s` for the whole
 stream. 429 and 5xx answers, and connection failures, are retried before the first token while
 `max_retries` and `retry_budget_s` allow, honouring Retry-After.
+
+The embeddings client (`agentos.knowledge.embeddings`) calls the same provider: it reuses
+`RetryPolicy`, `http_error` and `connection_errors` from here, so both map errors and retry
+one way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import random
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
@@ -143,11 +151,79 @@ class _Watchdog:
             self._handle = None
 
 
+log = logging.getLogger("agentos.providers")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How a call to the provider is retried: a retryable `ProviderError` (429, 5xx, a
+    connection failure) up to `max_retries` times while `budget_s` allows. The wait is the
+    provider's Retry-After (at most `max_wait_s`) or `base_s * 2**attempt` (at most
+    `max_backoff_s`), with up to 10% jitter so that many callers retrying together do not
+    stampede."""
+
+    max_retries: int
+    budget_s: float = math.inf
+    base_s: float = 0.1
+    max_backoff_s: float = 2.0
+    max_wait_s: float = math.inf
+
+    def delay_s(self, error: ProviderError, attempt: int) -> float:
+        """The wait before retry number `attempt` (1 for the first)."""
+        if error.retry_after_s is not None:
+            delay = min(self.max_wait_s, error.retry_after_s)
+        else:
+            delay = min(self.max_backoff_s, self.base_s * 2**attempt)
+        return delay * (1 + random.random() * 0.1)
+
+    async def call(self, attempt: Callable[[], Awaitable[T]], *, what: str = "") -> T:
+        """`attempt()`'s result, retried as the policy says; the last error when it gives up.
+        `what` names the call in a log line per retry (none when empty)."""
+        loop = asyncio.get_running_loop()
+        start, tries = loop.time(), 0
+        while True:
+            try:
+                return await attempt()
+            except ProviderError as error:
+                tries += 1
+                delay = self.delay_s(error, tries)
+                if not error.retryable or tries > self.max_retries or loop.time() - start + delay > self.budget_s:
+                    raise
+                if what:
+                    log.info("%s: %s; retry %d of %d in %.1fs", what, error, tries, self.max_retries, delay)
+            await asyncio.sleep(delay)
+
+
+@contextmanager
+def connection_errors() -> Iterator[None]:
+    """A connection that failed or broke, as the retryable `ProviderUnavailable`."""
+    try:
+        yield
+    except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
+        raise ProviderUnavailable(f"cannot reach the provider: {exc}", retryable=True) from None
+
+
+async def http_error(response: aiohttp.ClientResponse) -> ProviderError:
+    """An error answer as a `ProviderHTTPError` (retryable for 429 and 5xx) with the start of its
+    body and its Retry-After; the response is closed."""
+    try:
+        detail = (await response.content.read(2048)).decode("utf-8", errors="replace")
+    except aiohttp.ClientError:
+        detail = ""
+    finally:
+        response.close()
+    retry_after = parse_retry_after(response.headers.get("Retry-After"))
+    message = f"provider answered HTTP {response.status}: {detail[:200]}".rstrip(": ")
+    return ProviderHTTPError(response.status, message, retry_after_s=retry_after)
+
+
 class OpenAICompatProvider:
     def __init__(self, config: ProviderConfig, session: aiohttp.ClientSession | None = None) -> None:
         self._config = config
         self._session = session or new_client_session(config)
         self._owns_session = session is None
+        self._retries = RetryPolicy(max_retries=config.max_retries, budget_s=config.retry_budget_s)
         self._url = config.url.rstrip("/") + "/chat/completions"
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if config.api_key:
@@ -178,7 +254,7 @@ class OpenAICompatProvider:
         first_deadline = min(start + self._config.first_token_timeout_s, total_deadline)
         try:
             async with asyncio.timeout_at(first_deadline):
-                response = await self._open(self._body(request), start)
+                response = await self._open(self._body(request))
         except TimeoutError:
             raise ProviderTimeout("provider first_token timeout (no response)") from None
         # A watchdog closes the response at its deadline rather than cancelling a task: this
@@ -243,40 +319,13 @@ class OpenAICompatProvider:
                 except msgspec.DecodeError:
                     raise ProviderProtocolError("the provider sent a chunk that is not valid JSON") from None
 
-    async def _open(self, body: bytes, start: float) -> aiohttp.ClientResponse:
+    async def _open(self, body: bytes) -> aiohttp.ClientResponse:
         """POST the request, retrying 429, 5xx and connection failures within the budget."""
-        loop = asyncio.get_running_loop()
-        attempt = 0
-        while True:
-            try:
-                response = await self._post(body)
-                if response.status < 400:
-                    return response
-                error = await self._http_error(response)
-            except ProviderUnavailable as exc:
-                error = exc
-            attempt += 1
-            delay = error.retry_after_s if error.retry_after_s is not None else min(2.0, 0.1 * 2**attempt)
-            delay *= 1 + random.random() * 0.1  # jitter: many turns retrying together must not stampede
-            spent = loop.time() - start
-            if not error.retryable or attempt > self._config.max_retries or spent + delay > self._config.retry_budget_s:
-                raise error
-            await asyncio.sleep(delay)
+        return await self._retries.call(lambda: self._post(body))
 
     async def _post(self, body: bytes) -> aiohttp.ClientResponse:
-        try:
-            return await self._session.post(self._url, data=body, headers=self._headers)
-        except (aiohttp.ClientConnectionError, OSError) as exc:
-            raise ProviderUnavailable(f"cannot reach the provider: {exc}", retryable=True) from None
-
-    @staticmethod
-    async def _http_error(response: aiohttp.ClientResponse) -> ProviderError:
-        try:
-            detail = (await response.content.read(2048)).decode("utf-8", errors="replace")
-        except aiohttp.ClientError:
-            detail = ""
-        finally:
-            response.close()
-        retry_after = parse_retry_after(response.headers.get("Retry-After"))
-        message = f"provider answered HTTP {response.status}: {detail[:200]}".rstrip(": ")
-        return ProviderHTTPError(response.status, message, retry_after_s=retry_after)
+        with connection_errors():
+            response = await self._session.post(self._url, data=body, headers=self._headers)
+        if response.status >= 400:
+            raise await http_error(response)
+        return response
