@@ -171,7 +171,7 @@ async def test_serve_takes_its_token_from_a_file_and_never_logs_a_key(
             proc.kill()
             await proc.wait()
     logged = line.encode() + out + err
-    assert b"draining" in err  # the log was captured: it is where a leaked key would be
+    assert b"stopped" in err  # the log was captured: it is where a leaked key would be
     for secret in (token, made["key"], parse(made["key"]).secret):
         assert secret.encode() not in logged
 
