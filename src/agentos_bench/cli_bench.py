@@ -31,23 +31,23 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     compare.set_defaults(handler=_compare)
     from agentos_bench.runs import cli as runs_cli  # `agentos bench runs` (agent runs)
 
-    runs_cli.register(commands)
+    runs_cli.COMMAND.register(commands)
     commands.choices["runs"].set_defaults(handler=_checked("runs", runs_cli.run_command, lambda a: [a.profile]))
     from agentos_bench.authcost import cli as auth_cost_cli  # `agentos bench auth-cost`
 
-    auth_cost_cli.register(commands)
+    auth_cost_cli.COMMAND.register(commands)
     from agentos_bench.knowledge import cli as knowledge_cli  # `agentos bench knowledge`
 
-    knowledge_cli.register(commands)
+    knowledge_cli.COMMAND.register(commands)
     from agentos_bench.arrival import cli as load_cli  # `agentos bench load` (open arrival)
 
-    load_cli.register(commands)
+    load_cli.COMMAND.register(commands)
     from agentos_bench.faults import cli as faults_cli  # `agentos bench faults`
 
-    faults_cli.register(commands)
+    faults_cli.COMMAND.register(commands)
     from agentos_bench.overload import cli as overload_cli  # `agentos bench overload` (the 429 path)
 
-    overload_cli.register(commands)
+    overload_cli.COMMAND.register(commands)
 
 
 Handler = Callable[[argparse.Namespace], int]

@@ -14,33 +14,17 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
-from agentos.client._http import Params, Transport
+from agentos.client._http import HttpClient, Params
 
 Json = dict[str, Any]
-DEFAULT_TIMEOUT_S = 30.0
 
 
-class AdminClient:
-    def __init__(self, base_url: str, *, token: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        self._transport = Transport(base_url, token=token, timeout_s=timeout_s)
-
-    async def __aenter__(self) -> AdminClient:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        await self._transport.aclose()
-
+class AdminClient(HttpClient):
     async def _call(self, method: str, path: str, *, body: Any = None, params: Params | None = None) -> Json:
-        answer: Json = await self._transport.call(method, path, Json, body=body, params=params)
+        answer: Json = await self._http.call(method, path, Json, body=body, params=params)
         return answer
 
     # -- tenants -------------------------------------------------------------------------------

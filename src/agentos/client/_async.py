@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping
-from types import TracebackType
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 
 from agentos.client._errors import TransportError
-from agentos.client._http import Params, Transport, decode, event_data, url_path
+from agentos.client._http import DEFAULT_TIMEOUT_S, HttpClient, Params, decode, event_data, url_path
 from agentos.client._run_events import Reconnects, resumed_run_events
 from agentos.client._types import (
     Message,
@@ -23,7 +22,6 @@ from agentos.client._types import (
     TurnResult,
 )
 
-DEFAULT_TIMEOUT_S = 30.0
 # The server sends a comment every 15 s on an idle run stream; four missed ones mean it is gone.
 DEFAULT_STREAM_IDLE_TIMEOUT_S = 60.0
 DEFAULT_MAX_RECONNECTS = 3
@@ -39,7 +37,34 @@ def _params(**values: str | int | None) -> Params:
     return {name: value for name, value in values.items() if value is not None}
 
 
-class AsyncClient:
+class ClientOptions(TypedDict, total=False):
+    """The keyword arguments of `AsyncClient`, which `Client` passes on to it."""
+
+    token: str | None
+    timeout_s: float
+    stream_idle_timeout_s: float
+    max_reconnects: int
+    reconnect_delay_s: float
+
+
+class RunFilter(TypedDict, total=False):
+    """The keyword arguments of `AsyncClient.list_runs` (and `Client.list_runs`)."""
+
+    status: str | None
+    agent: str | None
+    session_id: str | None
+    limit: int | None
+    after: str | None
+
+
+class Approval(TypedDict, total=False):
+    """The keyword arguments of `AsyncClient.answer` (and `Client.answer`)."""
+
+    approve: bool | None
+    args_hash: str | None
+
+
+class AsyncClient(HttpClient):
     """A client of one Agent OS server.
 
     Usage::
@@ -70,24 +95,8 @@ class AsyncClient:
         max_reconnects: int = DEFAULT_MAX_RECONNECTS,
         reconnect_delay_s: float = DEFAULT_RECONNECT_DELAY_S,
     ) -> None:
-        self._http = Transport(base_url, token=token, timeout_s=timeout_s)
+        super().__init__(base_url, token=token, timeout_s=timeout_s)
         self._reconnects = Reconnects(stream_idle_timeout_s, max_reconnects, reconnect_delay_s)
-
-    @property
-    def base_url(self) -> str:
-        return self._http.base_url
-
-    async def __aenter__(self) -> AsyncClient:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the connections; the client may be used again afterwards (it reopens them)."""
-        await self._http.aclose()
 
     # --- sessions ---
 

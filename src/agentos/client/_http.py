@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import Any, Self, TypeVar
 from urllib.parse import quote
 
 import aiohttp
@@ -17,6 +18,8 @@ from agentos.providers.sse_parser import SSEEvent, SSEParser
 T = TypeVar("T")
 
 Params = Mapping[str, str | int]
+
+DEFAULT_TIMEOUT_S = 30.0
 
 _JSON = {"Content-Type": "application/json"}
 _ACCEPT_JSON = {"Accept": "application/json"}
@@ -162,3 +165,32 @@ def _encode(body: Any) -> tuple[bytes | None, Mapping[str, str]]:
 
 def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
+
+
+class HttpClient:
+    """What every client of the server shares: its `Transport`, `async with`, `aclose`.
+
+    Args:
+        base_url: the server, e.g. `http://127.0.0.1:8080`.
+        token: a bearer token (None: no auth).
+        timeout_s: the whole of a plain request; the connect of a stream.
+    """
+
+    def __init__(self, base_url: str, *, token: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self._http = Transport(base_url, token=token, timeout_s=timeout_s)
+
+    @property
+    def base_url(self) -> str:
+        return self._http.base_url
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connections; the client may be used again afterwards (it reopens them)."""
+        await self._http.aclose()

@@ -16,15 +16,9 @@ import asyncio
 import threading
 from collections.abc import AsyncGenerator, Coroutine, Generator, Mapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
-from agentos.client._async import (
-    DEFAULT_MAX_RECONNECTS,
-    DEFAULT_RECONNECT_DELAY_S,
-    DEFAULT_STREAM_IDLE_TIMEOUT_S,
-    DEFAULT_TIMEOUT_S,
-    AsyncClient,
-)
+from agentos.client._async import Approval, AsyncClient, ClientOptions, RunFilter
 from agentos.client._errors import ClientError
 from agentos.client._types import Message, Page, Run, RunEvent, RunRef, Session, SessionEvent, TurnEvent, TurnResult
 
@@ -43,24 +37,9 @@ class Client:
                 ...
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        token: str | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S,
-        max_reconnects: int = DEFAULT_MAX_RECONNECTS,
-        reconnect_delay_s: float = DEFAULT_RECONNECT_DELAY_S,
-    ) -> None:
-        self._async = AsyncClient(
-            base_url,
-            token=token,
-            timeout_s=timeout_s,
-            stream_idle_timeout_s=stream_idle_timeout_s,
-            max_reconnects=max_reconnects,
-            reconnect_delay_s=reconnect_delay_s,
-        )
+    def __init__(self, base_url: str, **options: Unpack[ClientOptions]) -> None:
+        """`base_url` and `options`: `AsyncClient`'s, with its defaults."""
+        self._async = AsyncClient(base_url, **options)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="agentos-client", daemon=True)
         self._thread.start()
@@ -163,18 +142,8 @@ class Client:
     def get_run(self, run_id: str) -> Run:
         return self._run(self._async.get_run(run_id))
 
-    def list_runs(
-        self,
-        *,
-        status: str | None = None,
-        agent: str | None = None,
-        session_id: str | None = None,
-        limit: int | None = None,
-        after: str | None = None,
-    ) -> Page[Run]:
-        return self._run(
-            self._async.list_runs(status=status, agent=agent, session_id=session_id, limit=limit, after=after)
-        )
+    def list_runs(self, **filters: Unpack[RunFilter]) -> Page[Run]:
+        return self._run(self._async.list_runs(**filters))
 
     def cancel_run(self, run_id: str) -> Run:
         return self._run(self._async.cancel_run(run_id))
@@ -182,16 +151,8 @@ class Client:
     def terminate_run(self, run_id: str) -> Run:
         return self._run(self._async.terminate_run(run_id))
 
-    def answer(
-        self,
-        run_id: str,
-        operation_id: str,
-        answer: str = "",
-        *,
-        approve: bool | None = None,
-        args_hash: str | None = None,
-    ) -> Run:
-        return self._run(self._async.answer(run_id, operation_id, answer, approve=approve, args_hash=args_hash))
+    def answer(self, run_id: str, operation_id: str, answer: str = "", **approval: Unpack[Approval]) -> Run:
+        return self._run(self._async.answer(run_id, operation_id, answer, **approval))
 
     def run_events(self, run_id: str, after: int | None = None) -> Generator[RunEvent, None, None]:
         return self._iterate(self._async.run_events(run_id, after))

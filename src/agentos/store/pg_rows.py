@@ -1,5 +1,6 @@
-"""The PostgreSQL store's rows: its statements, and the conversions between rows and records
-(`agentos.store.postgres` runs them; the fenced variants are `agentos.store.pg_fence`'s)."""
+"""The PostgreSQL store's rows: its statements and a message's parameters (`agentos.store.postgres`
+runs them; the fenced variants are `agentos.store.pg_fence`'s; rows back to records:
+`agentos.store.rows`, shared with SQLite)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from typing import Any
 
 import msgspec
 
-from agentos.store.records import EventRecord, MessageRecord, SessionRecord
+from agentos.store import rows
+from agentos.store.records import EventRecord, MessageRecord
 
 _encode = msgspec.json.encode
-_decode = msgspec.json.decode
 
 # A batch applied again after a failure may repeat a write, so the writes with a natural key
 # are idempotent. Events and access rows have none; they are sheddable anyway.
@@ -37,7 +38,6 @@ INSERT_ACCESS = (
     "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote, key_id)"
     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
 )
-MESSAGE_COLUMNS = "message_id, tenant_id, session_id, turn_id, role, content, status, usage, created_at_ms"
 SESSION_COLUMNS = "session_id, tenant_id, agent, metadata, created_at_ms"
 TOKENS_SINCE = """SELECT tenant_id, SUM(COALESCE((usage->>'prompt_tokens')::bigint, 0)
 + COALESCE((usage->>'completion_tokens')::bigint, 0)) FROM messages
@@ -46,31 +46,8 @@ WHERE usage IS NOT NULL AND created_at_ms >= $1 GROUP BY tenant_id"""
 
 def message_params(r: MessageRecord, event: EventRecord | None = None) -> tuple[Any, ...]:
     """`INSERT_MESSAGE`'s parameters; `event`: the turn's terminal event, stored with it."""
-    usage = _encode(r.usage).decode() if r.usage is not None else None
-    row = (r.tenant_id, r.session_id, r.turn_id, r.role, r.content, r.status, usage, r.created_at_ms)
+    row = rows.message_params(r)
     if event is None:
         return (*row, None, None, None, None)
     assert (event.tenant_id, event.session_id, event.turn_id) == row[:3], "an event of another turn"
     return (*row, event.type, _encode(event.data).decode(), event.created_at_ms, event.seq)
-
-
-def message_from_row(row: Any) -> MessageRecord:
-    mid, tenant, sid, tid, role, content, status, usage, created = row
-    return MessageRecord(
-        message_id=mid,
-        tenant_id=tenant,
-        session_id=sid,
-        turn_id=tid,
-        role=role,
-        content=content,
-        status=status,
-        usage=_decode(usage) if usage else None,
-        created_at_ms=created,
-    )
-
-
-def session_from_row(row: Any) -> SessionRecord:
-    sid, tenant, agent, metadata, created = row
-    return SessionRecord(
-        session_id=sid, tenant_id=tenant, agent=agent, metadata=_decode(metadata), created_at_ms=created
-    )

@@ -44,15 +44,13 @@ from agentos.store.pg_rows import (
     INSERT_EVENT,
     INSERT_MESSAGE,
     INSERT_SESSION,
-    MESSAGE_COLUMNS,
     SESSION_COLUMNS,
     TOKENS_SINCE,
-    message_from_row,
     message_params,
-    session_from_row,
 )
 from agentos.store.pg_writer import PgWriter
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
+from agentos.store.rows import MESSAGE_COLUMNS, message_from_row, session_from_row
 
 if TYPE_CHECKING:
     import asyncpg

@@ -32,18 +32,15 @@ from agentos.store.base import OneNodeTurns, StoreStatistics
 from agentos.store.event_rows import EVENT_COLUMNS, event_from_row, migrate_sqlite_events
 from agentos.store.jsonl import JsonlLog
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
+from agentos.store.rows import MESSAGE_COLUMNS, message_from_row, message_params, session_from_row
 from agentos.store.sqlite_rows import (
     ACCESS_SCHEMA,
     EVENTS_SCHEMA,
     INSERT_ACCESS,
     INSERT_MESSAGE,
     INSERT_SESSION,
-    MESSAGE_COLUMNS,
     SESSIONS_SCHEMA,
-    message_from_row,
-    message_params,
     migrate_access,
-    session_from_row,
 )
 from agentos.store.writer import Writer
 

@@ -1,15 +1,10 @@
 """The rows of the SQLite session store: its tables (created, or migrated, when a file is opened),
-its insert statements, records to statement parameters, and rows back to records
-(`agentos.store.sqlite` runs them)."""
+and its insert statements (`agentos.store.sqlite` runs them; the rows and records convert in
+`agentos.store.rows`)."""
 
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
-
-import msgspec
-
-from agentos.store.records import MessageRecord, SessionRecord
 
 SESSIONS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -85,36 +80,3 @@ INSERT_ACCESS = (
     "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote, key_id)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
-
-_encode = msgspec.json.encode
-_decode = msgspec.json.decode
-
-
-def message_params(r: MessageRecord) -> tuple[Any, ...]:
-    usage = _encode(r.usage).decode() if r.usage is not None else None
-    return (r.tenant_id, r.session_id, r.turn_id, r.role, r.content, r.status, usage, r.created_at_ms)
-
-
-def message_from_row(row: tuple[Any, ...]) -> MessageRecord:
-    mid, tenant, sid, tid, role, content, status, usage, created = row
-    return MessageRecord(
-        message_id=mid,
-        tenant_id=tenant,
-        session_id=sid,
-        turn_id=tid,
-        role=role,
-        content=content,
-        status=status,
-        usage=_decode(usage) if usage else None,
-        created_at_ms=created,
-    )
-
-
-def session_from_row(row: tuple[Any, ...]) -> SessionRecord:
-    sid, tenant, agent, metadata, created = row
-    return SessionRecord(
-        session_id=sid, tenant_id=tenant, agent=agent, metadata=_decode(metadata), created_at_ms=created
-    )
-
-
-MESSAGE_COLUMNS = "message_id, tenant_id, session_id, turn_id, role, content, status, usage, created_at_ms"

@@ -11,18 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from agentos_bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
-
-
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `load` to `agentos bench`."""
-    register_command(
-        commands,
-        "load",
-        "open-arrival load: the seed's mix and phases, thresholds per load",
-        add_arguments,
-        run_command,
-    )
+from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, in_work_dir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,7 +41,7 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     from agentos_bench.arrival.scenario import ScenarioError, read_scenario
     from agentos_bench.common.cli import report_stem
     from agentos_bench.common.processes import BenchSetupError
-    from agentos_bench.report.machine import machine_info, utc_now, versions
+    from agentos_bench.report.machine import report_head
 
     if args.scale <= 0 or args.rate_multiplier <= 0 or (args.connections is not None and args.connections < 1):
         raise SystemExit("agentos bench load: --scale and --rate-multiplier must be > 0, --connections >= 1")
@@ -73,12 +62,12 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     except (PreflightError, BenchSetupError) as exc:
         print(f"agentos bench load: refused to start: {exc}", file=sys.stderr)
         return 2
-    info = machine_info()
+    topology = (
+        "one machine, loopback only: the server (`agentos serve`, one process, SQLite, its defaults), "
+        "the mock provider (`agentos mock-llm`, its own process), the generator (this process)"
+    )
     report = {
-        "kind": "load", "created_utc": utc_now().isoformat(timespec="seconds"), "command": command,
-        "machine": info, "versions": versions(),
-        "topology": "one machine, loopback only: the server (`agentos serve`, one process, SQLite, its defaults), "
-                    "the mock provider (`agentos mock-llm`, its own process), the generator (this process)",
+        **report_head("load", topology, command),
         "mock": {"ttft_ms": mock.ttft_ms, "tps": mock.tps, "tokens": mock.tokens, "scenario": mock.scenario,
                  "error_rate": mock.error_rate, "hang_rate": mock.hang_rate},
         "scenario_text": _scenario_text(plan),
@@ -104,12 +93,6 @@ def _scenario_text(plan: object) -> str:
     return f"{mix}; phases {phases} (scale {plan.scale:g}, rate x{plan.rate_multiplier:g})"
 
 
-def main(argv: list[str] | None = None) -> int:
-    from agentos_bench.common.cli import module_main
-
-    return module_main(argv, module="agentos_bench.arrival", command="load", doc=__doc__,
-                       add_arguments=add_arguments, run_command=run_command)  # fmt: skip
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+HELP = "open-arrival load: the seed's mix and phases, thresholds per load"
+COMMAND = BenchCommand("load", HELP, "agentos_bench.arrival", __doc__, add_arguments, run_command)
+main = COMMAND.main

@@ -9,20 +9,8 @@ imports happen in the handler, so registering the command costs the CLI nothing.
 from __future__ import annotations
 
 import argparse
-import sys
 
-from agentos_bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
-
-
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `auth-cost` to `agentos bench`."""
-    register_command(
-        commands,
-        "auth-cost",
-        "CPU per request of key lookup and rate limiting: open vs keys, A/B",
-        add_arguments,
-        run_command,
-    )
+from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, in_work_dir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -72,12 +60,6 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     return 0 if summary["valid"] else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    from agentos_bench.common.cli import module_main
-
-    return module_main(argv, module="agentos_bench.authcost", command="auth-cost", doc=__doc__,
-                       add_arguments=add_arguments, run_command=run_command)  # fmt: skip
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+HELP = "CPU per request of key lookup and rate limiting: open vs keys, A/B"
+COMMAND = BenchCommand("auth-cost", HELP, "agentos_bench.authcost", __doc__, add_arguments, run_command)
+main = COMMAND.main

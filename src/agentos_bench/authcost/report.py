@@ -9,7 +9,7 @@ from typing import Any
 # the header is document.py's, so every report's header reads the same
 from agentos_bench.authcost.plan import NEVER_REFUSING_RATE, AuthCostPlan, config_toml
 from agentos_bench.report.document import SCHEMA_VERSION, _header
-from agentos_bench.report.machine import machine_info, utc_now, versions
+from agentos_bench.report.machine import report_head
 from agentos_bench.report.output import write_json_and_markdown
 
 TOPOLOGY = (
@@ -34,14 +34,9 @@ def build_report(
     }
     return {
         "schema_version": SCHEMA_VERSION,
-        "kind": "auth-cost",
-        "created_utc": utc_now().isoformat(timespec="seconds"),
-        "machine": machine_info(),
-        "versions": versions(),
-        "topology": TOPOLOGY,
+        **report_head("auth-cost", TOPOLOGY, plan.command),
         "profiles": ["auth-cost A (open)", "auth-cost B (keys)"],
         "mock": {"built-in": "not called (GET /v1/sessions/{id} asks no model)"},
-        "command": plan.command,
         "plan": asdict(plan),
         "configurations": described,
         "config_files": {name: config_toml(name) for name in CONFIGURATIONS},

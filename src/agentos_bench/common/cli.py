@@ -8,28 +8,39 @@ import shlex
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
 
 
-def module_main(
-    argv: list[str] | None,
-    *,
-    module: str,
-    command: str,
-    doc: str | None,
-    add_arguments: Callable[[argparse.ArgumentParser], None],
-    run_command: Callable[..., int],
-) -> int:
-    """`python -m <module> ...`: parse as `agentos bench <command>` does, and record the command
-    line under that name in the report."""
-    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    quoted = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    return run_command(args, command=f"agentos bench {command} {quoted}".rstrip())
+@dataclass(frozen=True)
+class BenchCommand:
+    """One `agentos bench <name>` command: its arguments and handler, registered under `agentos
+    bench` and runnable alone as `python -m <module>` (parsed the same, its command line recorded
+    under the `agentos bench` name in the report)."""
+
+    name: str
+    help: str
+    module: str
+    doc: str | None
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run_command: Callable[..., int]
+
+    def register(self, commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        """Add the command to `agentos bench`."""
+        p = commands.add_parser(self.name, help=self.help)
+        self.add_arguments(p)
+        p.set_defaults(handler=self.run_command)
+
+    def main(self, argv: list[str] | None = None) -> int:
+        """`python -m <module> ...`."""
+        parser = argparse.ArgumentParser(prog=f"python -m {self.module}", description=self.doc)
+        self.add_arguments(parser)
+        args = parser.parse_args(argv)
+        quoted = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+        return self.run_command(args, command=f"agentos bench {self.name} {quoted}".rstrip())
 
 
 def report_stem(kind: str, name: str | None) -> str:
@@ -49,20 +60,6 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
     help_text = f"where the report goes (default: ./{DEFAULT_OUT_DIR}; bench/results to commit one)"
     p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR, help=help_text)
     p.add_argument("--name", help="machine name in the file names (default: cores + CPU model)")
-
-
-def register_command(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
-    name: str,
-    help_text: str,
-    add_arguments: Callable[[argparse.ArgumentParser], None],
-    run_command: Callable[..., int],
-) -> argparse.ArgumentParser:
-    """Add `agentos bench <name>`, parsed by `add_arguments` and handled by `run_command`."""
-    p = commands.add_parser(name, help=help_text)
-    add_arguments(p)
-    p.set_defaults(handler=run_command)
-    return p
 
 
 def command_line(given: str | None = None) -> str:

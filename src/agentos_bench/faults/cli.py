@@ -8,21 +8,9 @@ Heavy imports happen in the handler, so registering the command costs the CLI no
 from __future__ import annotations
 
 import argparse
-import sys
 
-from agentos_bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
+from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, in_work_dir
 from agentos_bench.faults.parts import PARTS
-
-
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `faults` to `agentos bench`."""
-    register_command(
-        commands,
-        "faults",
-        "crash storm (kill -9), provider faults, overload at 3x: the targets",
-        add_arguments,
-        run_command,
-    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,7 +28,7 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     from agentos_bench.faults.provider import OverloadPlan, ProviderFaultPlan
     from agentos_bench.faults.report import write_faults_report
     from agentos_bench.faults.storm import StormPlan
-    from agentos_bench.report.machine import machine_info, utc_now, versions
+    from agentos_bench.report.machine import report_head
 
     parts = tuple(part.strip() for part in args.parts.split(",") if part.strip())
     if not parts or set(parts) - set(PARTS) or args.scale <= 0 or args.kills < 1:
@@ -59,12 +47,12 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     )  # fmt: skip
     raise_fd_limit()
     result = in_work_dir(args.keep_dir, "agentos-faults-", lambda work: run_loop(run_faults(plan, work)))
-    info = machine_info()
+    topology = (
+        "one machine, loopback only: the server (`agentos serve`, SQLite), the mock provider "
+        "(`agentos mock-llm`), each part with fresh ones; the clients in this process"
+    )
     report = {
-        "kind": "faults", "created_utc": utc_now().isoformat(timespec="seconds"), "command": command,
-        "machine": info, "versions": versions(),
-        "topology": "one machine, loopback only: the server (`agentos serve`, SQLite), the mock provider "
-                    "(`agentos mock-llm`), each part with fresh ones; the clients in this process",
+        **report_head("faults", topology, command),
         **result,
     }  # fmt: skip
     for path in write_faults_report(report, args.out_dir, report_stem("faults", args.name)):
@@ -74,12 +62,6 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    from agentos_bench.common.cli import module_main
-
-    return module_main(argv, module="agentos_bench.faults", command="faults", doc=__doc__,
-                       add_arguments=add_arguments, run_command=run_command)  # fmt: skip
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+HELP = "crash storm (kill -9), provider faults, overload at 3x: the targets"
+COMMAND = BenchCommand("faults", HELP, "agentos_bench.faults", __doc__, add_arguments, run_command)
+main = COMMAND.main

@@ -8,20 +8,8 @@ Heavy imports happen in the handler, so registering the command costs the CLI no
 from __future__ import annotations
 
 import argparse
-import sys
 
-from agentos_bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
-
-
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `knowledge` to `agentos bench`."""
-    register_command(
-        commands,
-        "knowledge",
-        "knowledge: ingest rate, query p50/p95 at 10k/100k chunks, recall@10",
-        add_arguments,
-        run_command,
-    )
+from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, in_work_dir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,12 +51,6 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    from agentos_bench.common.cli import module_main
-
-    return module_main(argv, module="agentos_bench.knowledge", command="knowledge", doc=__doc__,
-                       add_arguments=add_arguments, run_command=run_command)  # fmt: skip
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+HELP = "knowledge: ingest rate, query p50/p95 at 10k/100k chunks, recall@10"
+COMMAND = BenchCommand("knowledge", HELP, "agentos_bench.knowledge", __doc__, add_arguments, run_command)
+main = COMMAND.main

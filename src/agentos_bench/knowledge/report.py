@@ -10,7 +10,7 @@ from typing import Any
 
 from agentos_bench.knowledge.plan import CHUNK_OVERLAP, CHUNK_TOKENS, TARGET_P95_MS, TARGET_RECALL, KnowledgePlan
 from agentos_bench.report.document import SCHEMA_VERSION, _header
-from agentos_bench.report.machine import machine_info, utc_now, versions
+from agentos_bench.report.machine import report_head
 from agentos_bench.report.output import claim_stem, write_json
 
 
@@ -25,11 +25,9 @@ def topology(plan: KnowledgePlan) -> str:
 
 def build_report(plan: KnowledgePlan, result: dict[str, Any]) -> dict[str, Any]:
     return {
-        "schema_version": SCHEMA_VERSION, "kind": "knowledge", "created_utc": utc_now().isoformat(timespec="seconds"),
-        "machine": machine_info(), "versions": versions(), "topology": topology(plan),
+        "schema_version": SCHEMA_VERSION, **report_head("knowledge", topology(plan), plan.command),
         "profiles": [f"knowledge on {plan.backend}"],
         "mock": {"process": "agentos mock-llm", "embeddings": "word feature hashing (bench/mock/embeddings.py)"},
-        "command": plan.command,
         "plan": {**asdict(plan), "postgres_url": redact(plan.postgres_url), "sizes": list(plan.sizes),
                  "queries": plan.queries},
         "corpus": {"chunk_tokens": CHUNK_TOKENS, "chunk_overlap": CHUNK_OVERLAP, "dimensions": plan.dimensions},

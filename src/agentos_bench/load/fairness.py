@@ -38,7 +38,7 @@ from agentos_bench.load.sweep import BENCH_MOCK
 from agentos_bench.load.targets import ServerTarget
 from agentos_bench.load.tenant_keys import AdminKeys
 from agentos_bench.report.document import SCHEMA_VERSION
-from agentos_bench.report.machine import machine_info, utc_now, versions
+from agentos_bench.report.machine import report_head
 
 TARGET_RATIO = 1.10  # B's TTFT p95 with A flooding / alone
 
@@ -155,17 +155,15 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+_TOPOLOGY = "one machine, loopback only: mock-llm, one server per variant, the load generator"
+
+
 def fairness_report(plan: FairnessPlan, rows: list[dict[str, Any]], notes: list[str]) -> dict[str, Any]:
     return {
-        "kind": "fairness",
         "schema": SCHEMA_VERSION,
-        "created_utc": utc_now().isoformat(timespec="seconds"),
-        "machine": machine_info(),
-        "versions": versions(),
-        "topology": "one machine, loopback only: mock-llm, one server per variant, the load generator",
+        **report_head("fairness", _TOPOLOGY, plan.command),
         "plan": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(plan).items() if k != "mock"},
         "mock": asdict(plan.mock),
-        "command": plan.command,
         "target_ratio": TARGET_RATIO,
         "summary": summarize(rows),
         "rows": rows,

@@ -44,7 +44,7 @@ from agentos_bench.load.sweep_tenants import make_tenant_keys, tenant_point_row
 from agentos_bench.load.targets import DirectTarget, Target
 from agentos_bench.load.tenant_keys import AdminKeys
 from agentos_bench.report.document import SCHEMA_VERSION
-from agentos_bench.report.machine import machine_info, utc_now, versions
+from agentos_bench.report.machine import report_head
 
 DEFAULT_POINTS = (1, 2, 4, 8, 16, 32, 64)
 BENCH_MOCK = MockSettings(ttft_ms=2000.0, tps=200.0, tokens=8)  # a turn ≈ 2.04 s, as in the reference bench
@@ -264,16 +264,11 @@ def sweep_report(run: SweepRun) -> dict[str, Any]:
     plan = run.plan
     profiles = [EXTERNAL] if plan.server_url else list(plan.profiles)
     return {
-        "kind": "sweep",
         "schema": SCHEMA_VERSION,
-        "created_utc": utc_now().isoformat(timespec="seconds"),
-        "machine": machine_info(),
-        "versions": versions(),
-        "topology": topology(plan),
+        **report_head("sweep", topology(plan), plan.command),
         "api": plan.api,
         "profiles": profiles,
         "mock": asdict(plan.mock) if not plan.mock_url else {"url": plan.mock_url},
-        "command": plan.command,
         "tenancy": tenancy(plan),
         "cluster": cluster(plan),
         "window": {"warmup_s": plan.warmup_s, "duration_s": plan.duration_s, "turn_timeout_s": plan.turn_timeout_s},

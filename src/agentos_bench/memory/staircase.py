@@ -30,7 +30,7 @@ from agentos_bench.common.processes import ServerPlan, resolve_profile, start_se
 from agentos_bench.common.procfs import TreeSample, sample_tree
 from agentos_bench.load.targets import ServerTarget, delete_session
 from agentos_bench.report.document import SCHEMA_VERSION
-from agentos_bench.report.machine import machine_info, utc_now, versions
+from agentos_bench.report.machine import report_head
 from agentos_bench.report.stats import slope
 
 _STEP_ESTIMATE_S = 0.1  # one session + one fast turn on this kind of machine; only sizes the default TTL
@@ -202,20 +202,20 @@ def summarize(steps: list[dict[str, Any]], marks: dict[str, dict[str, Any]], sta
     return summary
 
 
+_TOPOLOGY = (
+    "one machine, loopback only: mock-llm (one process); server (one process tree, sampled); "
+    "the bench client (one process)"
+)
+
+
 def memory_report(stairs: _Staircase, start: dict[str, Any]) -> dict[str, Any]:
     plan = stairs.plan
     return {
-        "kind": "memory",
         "schema": SCHEMA_VERSION,
-        "created_utc": utc_now().isoformat(timespec="seconds"),
-        "machine": machine_info(),
-        "versions": versions(),
-        "topology": "one machine, loopback only: mock-llm (one process); server (one process tree, sampled); "
-        "the bench client (one process)",
+        **report_head("memory", _TOPOLOGY, plan.command),
         "profile": plan.profile,
         "profiles": [plan.profile],
         "mock": asdict(plan.mock),
-        "command": plan.command,
         "sessions": plan.sessions,
         "session_ttl_s": plan.ttl_s,
         "top": stairs.top,

@@ -9,21 +9,9 @@ imports happen in the handler, so registering the command costs the CLI nothing.
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 
-from agentos_bench.common.cli import add_output_arguments, command_line, in_work_dir, register_command
-
-
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `overload` to `agentos bench`."""
-    register_command(
-        commands,
-        "overload",
-        "429 latency on fresh connections with the server 3x over its gate",
-        add_arguments,
-        run_command,
-    )
+from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, in_work_dir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -88,13 +76,6 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     return 0 if s["valid"] else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentos_bench.overload", description=__doc__)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    quoted = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    return run_command(args, command=f"agentos bench overload {quoted}".rstrip())
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+HELP = "429 latency on fresh connections with the server 3x over its gate"
+COMMAND = BenchCommand("overload", HELP, "agentos_bench.overload", __doc__, add_arguments, run_command)
+main = COMMAND.main

@@ -9,7 +9,7 @@ from typing import Any
 
 from agentos_bench.overload.plan import OverloadPlan, config_toml
 from agentos_bench.report.document import SCHEMA_VERSION, _header
-from agentos_bench.report.machine import machine_info, utc_now, versions
+from agentos_bench.report.machine import report_head
 from agentos_bench.report.output import write_json_and_markdown
 from agentos_bench.report.stats import min_samples
 
@@ -72,14 +72,9 @@ def _minus(a: float | None, b: float | None) -> float | None:
 def build_report(plan: OverloadPlan, raw: dict[str, Any]) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
-        "kind": "overload",
-        "created_utc": utc_now().isoformat(timespec="seconds"),
-        "machine": machine_info(),
-        "versions": versions(),
-        "topology": TOPOLOGY,
+        **report_head("overload", TOPOLOGY, plan.command),
         "profiles": [f"overload (max_in_flight_turns={plan.max_in_flight}, {plan.offered} offered)"],
         "mock": {"ttft_ms": plan.ttft_ms, "tokens": plan.tokens, "tps": plan.tps},
-        "command": plan.command,
         "plan": asdict(plan),
         "config_file": config_toml(plan),
         "summary": summarize(plan, raw),

@@ -108,3 +108,16 @@ def result_stem(kind: str, label: str, info: dict[str, Any], when: dt.datetime, 
     safe_label = re.sub(r"[^A-Za-z0-9+_.-]+", "-", label).strip("-")
     utc = when.astimezone(dt.UTC)
     return f"{utc:%Y-%m-%dT%H%M%SZ}-{name or machine_slug(info)}-{kind}-{safe_label}"
+
+
+def report_head(kind: str, topology: str, command: str) -> dict[str, Any]:
+    """What every bench report records first: its kind, when, the machine and versions it ran on,
+    the topology measured and the command that ran it."""
+    return {
+        "kind": kind,
+        "created_utc": utc_now().isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "versions": versions(),
+        "topology": topology,
+        "command": command,
+    }

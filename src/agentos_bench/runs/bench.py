@@ -38,7 +38,7 @@ from agentos_bench.common.processes import (
 )
 from agentos_bench.common.procfs import TreeSample, sample_tree, self_cpu_s
 from agentos_bench.report.document import SCHEMA_VERSION
-from agentos_bench.report.machine import machine_info, utc_now, versions
+from agentos_bench.report.machine import report_head
 from agentos_bench.report.stats import percentiles_ms
 from agentos_bench.runs.client import (
     FAILURE_KINDS,
@@ -276,20 +276,20 @@ def _progress(row: dict[str, Any]) -> str:
     )
 
 
+_TOPOLOGY = (
+    "one machine, loopback only: mock-llm (one process); server (one process tree, sampled, "
+    "with the sandbox fork server and its commands); the bench client (one process, one SSE connection per run)"
+)
+
+
 def runs_report(plan: RunsPlan, points: list[dict[str, Any]], waiting: dict[str, Any] | None) -> dict[str, Any]:
     return {
-        "kind": "runs",
         "schema": SCHEMA_VERSION,
-        "created_utc": utc_now().isoformat(timespec="seconds"),
-        "machine": machine_info(),
-        "versions": versions(),
-        "topology": "one machine, loopback only: mock-llm (one process); server (one process tree, sampled, "
-        "with the sandbox fork server and its commands); the bench client (one process, one SSE connection per run)",
+        **report_head("runs", _TOPOLOGY, plan.command),
         "profile": plan.profile,
         "profiles": [plan.profile],
         "agent": plan.agent,
         "mock": asdict(plan.mock),
-        "command": plan.command,
         "answer_delay_s": plan.answer_delay_s,
         "run_timeout_s": plan.run_timeout_s,
         "waiting_batches": plan.waiting_batches,

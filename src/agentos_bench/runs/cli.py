@@ -11,17 +11,9 @@ the command costs the CLI nothing.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from agentos_bench.common.cli import add_output_arguments, command_line, register_command
-
-
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `runs` to `agentos bench`."""
-    register_command(
-        commands, "runs", "N concurrent agent runs (tools scenario) and 1000 runs waiting", add_arguments, run_command
-    )
+from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -111,12 +103,6 @@ def _campaign(args: argparse.Namespace, command: str, fd_limit: int) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    from agentos_bench.common.cli import module_main
-
-    return module_main(argv, module="agentos_bench.runs", command="runs", doc=__doc__,
-                       add_arguments=add_arguments, run_command=run_command)  # fmt: skip
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+HELP = "N concurrent agent runs (tools scenario) and 1000 runs waiting"
+COMMAND = BenchCommand("runs", HELP, "agentos_bench.runs", __doc__, add_arguments, run_command)
+main = COMMAND.main
