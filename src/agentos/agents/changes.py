@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from agentos.journal.postgres import PgJournalStore
 from agentos.store import pg_pool
 from agentos.store.pg_follow import Follower, FollowerStatistics
+from agentos.store.pg_health import outage_of
 
 if TYPE_CHECKING:
     import asyncpg
@@ -42,7 +43,13 @@ class AgentChanges:
 
     async def follow(self, store: PgJournalStore) -> None:
         config = store.config
-        self._follower = Follower(lambda: pg_pool.connect(config), store.journal.agents_channel, self, _names)
+        self._follower = Follower(
+            lambda: pg_pool.connect(config),
+            store.journal.agents_channel,
+            self,
+            _names,
+            outage=outage_of(config.postgres_url),
+        )
         self._follower.start()
 
     async def close(self) -> None:

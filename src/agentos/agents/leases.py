@@ -43,7 +43,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
+from agentos.errors import ConfigError, StoreUnavailable
 from agentos.store import pg_pool
+from agentos.store.pg_health import outage_of
+from agentos.store.pg_pool import pooled
 from agentos.waiting import wait_event
 
 if TYPE_CHECKING:
@@ -190,8 +193,12 @@ class LeaseKeeper:
     async def _guarded(self, step: Callable[[], Awaitable[None]]) -> None:
         try:
             await step()
-        except Exception:  # the database is away, perhaps: the next tick tries again
-            log.exception("run leases: %s failed", getattr(step, "__name__", "a step"))
+        except Exception as exc:  # the database is away, perhaps: the next tick tries again
+            what = f"run leases: {getattr(step, '__name__', 'a step')}"
+            if isinstance(exc, (StoreUnavailable, ConfigError, *self._store.unavailable)):  # ConfigError: connect
+                outage_of(self._store.config.postgres_url).failed(what, exc)
+            else:
+                log.exception("%s failed", what)
 
     async def tick(self) -> None:
         await self.renew()
@@ -243,7 +250,7 @@ async def send_request(store: PgJournalStore, tenant_id: str, run_id: str, body:
     """Leave a request (JSON `body`) for the run's owner and wake it: the row and the NOTIFY on
     this schema's channel in one transaction, so the owner is woken exactly for committed rows.
     Returns the request's id. Raises what asyncpg raises (the caller classifies it)."""
-    async with store.pool.acquire(timeout=store.config.postgres_acquire_timeout_s) as conn, conn.transaction():
+    async with pooled(store.pool, store.config.postgres_acquire_timeout_s) as conn, conn.transaction():
         request_id: int = await conn.fetchval(_SEND, tenant_id, run_id, body, now_ms)
         await conn.execute("SELECT pg_notify($1, $2)", store.channel, run_id)
     return request_id

@@ -66,7 +66,8 @@ async def readyz(request: web.Request) -> web.Response:
         await runtime.store.check()
     except StoreUnavailable as exc:
         # The reason (hosts, driver messages) stays in the log: this route needs no credentials.
-        log.warning("not ready: %s", exc)
+        # The store logs an outage once each way (`pg_health.Outage`); a probe's answer is not news.
+        log.debug("not ready: %s", exc)
         return json_response({"status": "not_ready", "store": "unavailable"}, status=503)
     runs = request.app.get(RUNS)
     sandbox = runs.sandbox.status() if runs is not None else None

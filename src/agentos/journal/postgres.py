@@ -31,7 +31,8 @@ from agentos.journal.run_list import ListedRun, RunQuery, list_runs_sql, listed
 from agentos.journal.run_store import Op, StoreStatistics
 from agentos.kernel import RUN_TERMINAL_SQL
 from agentos.store import pg_migrations, pg_pool
-from agentos.store.pg_health import classify, within
+from agentos.store.pg_health import classify, outage_of, within
+from agentos.store.pg_pool import pooled
 from agentos.store.pg_writer import PgOp, PgWriter
 
 if TYPE_CHECKING:
@@ -81,10 +82,10 @@ class FencedWriter(PgWriter):
         super().__init__(name, pool, **options)
         self._node = node
 
-    async def _commit(self, batch: Sequence[PgOp]) -> None:
+    async def _commit(self, batch: Sequence[PgOp]) -> bool:
         units: list[Unit] = [op.params for op in batch if op.sql is not None]  # type: ignore[misc]
         if not units:
-            return
+            return False
         fences = dict(unit.fence for unit in units if unit.fence is not None)
         runs: list[tuple[str, list[Sequence[Any]]]] = []
         for unit in units:
@@ -93,7 +94,7 @@ class FencedWriter(PgWriter):
                     runs[-1][1].append(params)
                 else:
                     runs.append((sql, [params]))
-        async with self._pool.acquire(timeout=self._acquire_timeout_s) as conn, conn.transaction():
+        async with pooled(self._pool, self._acquire_timeout_s) as conn, conn.transaction():
             if fences:
                 held = dict(await conn.fetch(_LOCK_LEASES, list(fences), self._node))
                 lost = sorted(run for run, epoch in fences.items() if held.get(run) != epoch)
@@ -101,6 +102,7 @@ class FencedWriter(PgWriter):
                     raise LeaseLost(f"{self.name}: the lease of {', '.join(lost)} is another node's now")
             for sql, rows in runs:
                 await conn.executemany(sql, rows)
+        return True
 
     async def _apply_alone(self, op: PgOp) -> BaseException | None:
         try:
@@ -244,6 +246,7 @@ class PgJournalStore:
             batch_max_rows=c.batch_max_rows,
             linger_ms=c.linger_ms,
             acquire_timeout_s=max(c.postgres_acquire_timeout_s, _WRITER_ACQUIRE_TIMEOUT_S),
+            outage=outage_of(c.postgres_url),
         )
         self._writer.start()
 
@@ -329,7 +332,7 @@ class PgJournalStore:
         Raises: StoreUnavailable, StoreError.
         """
         try:
-            async with self.pool.acquire(timeout=self.config.postgres_acquire_timeout_s) as conn:
+            async with pooled(self.pool, self.config.postgres_acquire_timeout_s) as conn:
                 rows: list[Any] = await conn.fetch(sql, *args, timeout=self._bound_s)
         except Exception as exc:
             raise classify(exc, self.unavailable, "run journal query") from exc
@@ -393,7 +396,7 @@ class PgJournalStore:
         and the payloads nothing else refers to, in one transaction."""
         await within(self._lane.barrier(), "waiting for earlier run writes", self._bound_s)
         try:
-            async with self.pool.acquire(timeout=self.config.postgres_acquire_timeout_s) as conn:
+            async with pooled(self.pool, self.config.postgres_acquire_timeout_s) as conn:
                 rows = await conn.fetch(DELETE_SESSION_RUNS, tenant_id, session_id, timeout=self._bound_s)
         except Exception as exc:
             raise classify(exc, self.unavailable, "run deletion") from exc

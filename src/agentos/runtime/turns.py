@@ -174,7 +174,8 @@ class Turns:
         except ProviderError as exc:
             await self._finish(turn, sink, "turn.failed", {"reason": exc.code, "message": str(exc)}, partial)
         except StoreUnavailable as exc:  # the database went away under the turn: nobody's bug
-            log.warning("turn %s failed: %s", turn.turn_id, exc)
+            # The outage itself is the store's two log lines; each turn's outcome line says the rest.
+            log.debug("turn %s failed: %s", turn.turn_id, exc)
             data = {"reason": exc.code, "message": "the store cannot be reached; retry later"}
             await self._finish(turn, sink, "turn.failed", data, partial)
         except Exception:

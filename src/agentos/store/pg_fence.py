@@ -32,6 +32,7 @@ from agentos.store import pg_pool
 from agentos.store.base import EpochBump as Bumped
 from agentos.store.pg_bumps import ATTEMPTS, DEADLOCK, BumpBatches
 from agentos.store.pg_health import classify
+from agentos.store.pg_pool import pooled
 from agentos.store.pg_rows import MESSAGE_AND_EVENT
 
 if TYPE_CHECKING:
@@ -192,7 +193,7 @@ class TurnEpochs:
         # one statement (40P01), and this one statement can simply run again.
         for attempt in range(ATTEMPTS):
             try:
-                async with self._pool().acquire(timeout=self._acquire_timeout_s) as conn:
+                async with pooled(self._pool(), self._acquire_timeout_s) as conn:
                     return await conn.fetchrow(sql, *args)
             except Exception as exc:
                 if getattr(exc, "sqlstate", None) != DEADLOCK or attempt == ATTEMPTS - 1:

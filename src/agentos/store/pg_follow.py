@@ -25,6 +25,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from agentos.errors import ConfigError
+from agentos.store import pg_pool
+from agentos.store.pg_health import Outage
 from agentos.waiting import wait_event
 
 if TYPE_CHECKING:
@@ -77,11 +80,15 @@ class Follower(Generic[R]):
         *,
         full_reload_interval_s: float = FULL_RELOAD_INTERVAL_S,
         understood: Callable[[str], bool] = lambda name: True,
+        outage: Outage | None = None,
     ) -> None:
         """Args:
         read: reads the named things (None: all of them) on the follower's connection.
         understood: whether `read` can read a notification's name alone.
+        outage: the node's tracker of its database (`pg_health.outage_of`): a connection that
+            fails while the database is away is part of the outage's two log lines.
         """
+        self._outage = outage or Outage(f"postgres ({channel})")
         self._connect = connect
         self._channel = channel
         self._sink = sink
@@ -119,7 +126,12 @@ class Follower(Generic[R]):
             except Exception as exc:  # whatever broke the connection or a read: a new one, then reload
                 if self._closed.is_set():
                     return  # asyncpg may turn the cancel of a connect into another error
-                log.warning("%s: not following other nodes' changes (%s); retrying in %gs", self._channel, exc, retry_s)
+                if isinstance(exc, (_Lost, ConfigError, *pg_pool.connection_errors())):  # the database is away
+                    self._outage.failed(f"following {self._channel!r}", exc)
+                else:
+                    log.warning(
+                        "%s: not following other nodes' changes (%s); retrying in %gs", self._channel, exc, retry_s
+                    )
             if self._listening:
                 retry_s = RETRY_S  # it worked for a while: the next failure starts over
             self._listening = False
@@ -135,6 +147,7 @@ class Follower(Generic[R]):
             await conn.add_listener(self._channel, self._on_notification)
             await self._refresh(conn, None)  # anything changed while not listening
             self._listening = True
+            self._outage.answered()
             log.info("following changes by other nodes on %r", self._channel)
             await self._serve(conn)
         finally:

@@ -16,15 +16,19 @@ arriving while a check runs gets the previous answer.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, TypeVar
 
 from agentos.errors import StoreError, StoreUnavailable
+from agentos.store.pg_pool import pooled, shown_url
 
 if TYPE_CHECKING:
     import asyncpg
 
 T = TypeVar("T")
+log = logging.getLogger("agentos.store")
 
 CHECK_TTL_S = 1.0  # a readiness answer is reused this long
 CHECK_TIMEOUT_S = 1.0  # SELECT 1 must answer within this
@@ -50,11 +54,63 @@ async def within(awaitable: Awaitable[T], what: str, timeout_s: float) -> T:
         raise StoreUnavailable(f"postgres: {what} took longer than {timeout_s:g}s") from None
 
 
+class Outage:
+    """One log line when the database stops answering (what failed, since when) and one when it
+    answers again (after how long), for every part of this process that uses it: the store's
+    writers, the journal's, the follow connections, the leases. Not a line per failed batch or
+    reconnect attempt, and no traceback: an outage is nobody's bug. `outage_of` gives the one
+    tracker of a database URL."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.since: float | None = None  # time.monotonic() of the first failure
+        self.outages = 0  # how many began, for tests and statistics
+
+    def failed(self, what: str, exc: BaseException) -> None:
+        """A connection-level failure: the first since the database last answered is logged."""
+        if self.since is not None:
+            log.debug("%s: %s failed (%s: %s)", self.name, what, type(exc).__name__, exc)
+            return
+        self.since = time.monotonic()
+        self.outages += 1
+        started = time.strftime("%H:%M:%S", time.gmtime())
+        reason = str(exc).splitlines()[0] if str(exc) else ""
+        log.error(
+            "%s: database unreachable since %s UTC (%s failed: %s%s); awaited writes and reads answer "
+            "503 store_unavailable, kept writes are retried",
+            self.name,
+            started,
+            what,
+            type(exc).__name__,
+            f": {reason}" if reason else "",
+        )
+
+    def answered(self) -> None:
+        """The database answered: the outage, if one was under way, is over."""
+        if self.since is None:
+            return
+        lasted, self.since = time.monotonic() - self.since, None
+        log.warning("%s: database reachable again after %.1f s", self.name, lasted)
+
+
+_OUTAGES: dict[str, Outage] = {}
+
+
+def outage_of(url: str) -> Outage:
+    """The outage tracker of the database at `url` in this process (one per database: every
+    pool and writer of the node logs through it, so an outage is two lines, not one per part)."""
+    key = shown_url(url)
+    if key not in _OUTAGES:
+        _OUTAGES[key] = Outage(f"postgres {key}")
+    return _OUTAGES[key]
+
+
 class HealthCheck:
     """`await check()` raises `StoreUnavailable` while the database does not answer `SELECT 1`."""
 
-    def __init__(self, acquire_timeout_s: float) -> None:
+    def __init__(self, acquire_timeout_s: float, outage: Outage | None = None) -> None:
         self._acquire_timeout_s = acquire_timeout_s
+        self._outage = outage or Outage("postgres")
         self._checked_at: float | None = None
         self._failure: StoreUnavailable | None = None
 
@@ -69,8 +125,10 @@ class HealthCheck:
 
     async def _select_one(self, pool: asyncpg.Pool) -> StoreUnavailable | None:
         try:
-            async with pool.acquire(timeout=self._acquire_timeout_s) as conn:
+            async with pooled(pool, self._acquire_timeout_s) as conn:
                 await conn.fetchval("SELECT 1", timeout=CHECK_TIMEOUT_S)
         except Exception as exc:  # whatever stops SELECT 1, the store is not ready
+            self._outage.failed("the health check", exc)
             return StoreUnavailable(f"postgres health check failed ({type(exc).__name__}: {exc})")
+        self._outage.answered()
         return None

@@ -14,8 +14,12 @@ those installations never hear each other's notifications.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import importlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -37,11 +41,34 @@ def import_asyncpg() -> ModuleType:
         ConfigError: it is not installed; the message names the extra that brings it.
     """
     try:
-        return importlib.import_module("asyncpg")
+        driver = importlib.import_module("asyncpg")
     except ImportError:
         raise ConfigError(
             "store.backend: postgres needs the asyncpg driver; install it with pip install 'agentos[postgres]'"
         ) from None
+    _quiet_pool_log()
+    return driver
+
+
+class _NoFloorTracebacks(logging.Filter):
+    """asyncpg's pool logs a warning with a traceback for each failed attempt to reconnect its
+    minimum connections while the database is away (11-14 per node for a 4 s restart). The
+    outage is logged once each way by `pg_health.Outage` instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Failed to restore the pool connection floor")
+
+
+def _quiet_pool_log() -> None:
+    pool_log = logging.getLogger("asyncpg.pool")
+    if not any(isinstance(f, _NoFloorTracebacks) for f in pool_log.filters):
+        pool_log.addFilter(_NoFloorTracebacks())
+
+
+class ConnectionLost(ConnectionError):
+    """A connection left in a state the driver cannot go on from (closed under an operation, or
+    an operation still in progress: asyncpg's `InternalClientError`). It was terminated; as an
+    `OSError` it is one of `connection_errors()`: the database is away, not a row at fault."""
 
 
 def connection_errors() -> tuple[type[Exception], ...]:
@@ -52,12 +79,65 @@ def connection_errors() -> tuple[type[Exception], ...]:
     driver = import_asyncpg()
     exceptions = driver.exceptions
     return (
-        OSError,
+        OSError,  # ConnectionLost included
         TimeoutError,
-        driver.PostgresConnectionError,
+        driver.PostgresConnectionError,  # ConnectionDoesNotExistError included: closed mid-operation
+        exceptions.InternalClientError,  # a connection left mid-operation by an earlier failure
         exceptions.OperatorInterventionError,  # admin shutdown, cannot connect now, query cancelled
         exceptions.InsufficientResourcesError,  # too many connections, disk full, out of memory
     )
+
+
+@asynccontextmanager
+async def pooled(pool: asyncpg.Pool, timeout_s: float) -> AsyncIterator[asyncpg.Connection]:
+    """A connection of `pool` for one unit of work: the one place where every write and read on
+    a pool takes its connection, so the rule holds everywhere. A connection whose work was
+    cancelled, timed out or failed for any reason but a statement the server refused is
+    terminated before it goes back: the pool never hands out a connection in an unknown state
+    (an operation still in progress, a half-read answer), it opens a new one instead.
+
+    Raises: whatever the work raised; a driver error that means the connection is gone or
+        unusable (an `InterfaceError` on a closed connection, an `InternalClientError`) as
+        `ConnectionLost`.
+    """
+    conn: asyncpg.Connection = await pool.acquire(timeout=timeout_s)
+    try:
+        yield conn
+    except BaseException as exc:
+        if not is_statement_error(exc):
+            lost = _driver_lost(exc, conn)
+            _terminate(conn)
+            if lost:
+                raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
+        raise
+    finally:
+        await asyncio.shield(pool.release(conn))  # a terminated connection is replaced, not reused
+
+
+def is_statement_error(exc: BaseException) -> bool:
+    """An error the server answered for one statement: the connection is in a known state."""
+    driver = import_asyncpg()
+    return isinstance(exc, driver.PostgresError) and not isinstance(exc, connection_errors())
+
+
+def _driver_lost(exc: BaseException, conn: asyncpg.Connection) -> bool:
+    exceptions = import_asyncpg().exceptions
+    if isinstance(exc, exceptions.InternalClientError):
+        return True
+    if not isinstance(exc, exceptions.InterfaceError):
+        return False
+    try:
+        return bool(conn.is_closed())
+    except exceptions.InterfaceError:  # the pool detached it: its connection was lost
+        return True
+
+
+def _terminate(conn: asyncpg.Connection) -> None:
+    """Close the connection now, without a round trip (safe under cancellation). When it was
+    lost already, the pool has detached it from `conn` (which then refuses every call) and
+    replaces it by itself: nothing left to do."""
+    with contextlib.suppress(import_asyncpg().exceptions.InterfaceError):
+        conn.terminate()
 
 
 def shown_url(url: str) -> str:

@@ -21,6 +21,7 @@ import msgspec
 from agentos.errors import AgentOSError
 from agentos.store import pg_migrations, pg_pool
 from agentos.store.pg_health import classify, within
+from agentos.store.pg_pool import pooled
 
 if TYPE_CHECKING:
     import asyncpg
@@ -73,7 +74,7 @@ class SidePool:
         pool = self._pool
 
         async def run() -> T:
-            async with pool.acquire(timeout=self.config.postgres_acquire_timeout_s) as conn:
+            async with pooled(pool, self.config.postgres_acquire_timeout_s) as conn:
                 return await use(conn)
 
         try:

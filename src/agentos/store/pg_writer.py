@@ -33,7 +33,6 @@ same way, as `StaleTurn`, counted in `stale_total`: a superseded turn's write, n
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -43,6 +42,8 @@ from agentos.store.base import WriterStatistics
 from agentos.store.batching import Batcher
 from agentos.store.lanes import Lanes
 from agentos.store.pg_fence import STALE_SQLSTATE
+from agentos.store.pg_health import Outage
+from agentos.store.pg_pool import is_statement_error, pooled
 from agentos.store.retry import Backoff, split
 from agentos.waiting import wait_event
 
@@ -80,11 +81,13 @@ class PgWriter:
         on_batch: Callable[[int, float], None] | None = None,
         fatal_errors: tuple[type[Exception], ...] = (),
         retry_puts: bool = False,
+        outage: Outage | None = None,
     ) -> None:
         """`retry_puts`: keep the durable puts of a batch that found no database, and try them
         again first (the session store's lanes); without it they fail with the batch (the run
         journal: a run whose writes fail stops, and its next owner resumes it from the journal)."""
         self.name = name
+        self._outage = outage or Outage(f"postgres ({name})")  # the node's one tracker, when given
         self._retry_puts = retry_puts
         self._fatal_errors = fatal_errors
         self._pool = pool
@@ -200,9 +203,9 @@ class PgWriter:
         started = asyncio.get_running_loop().time()
         results: list[BaseException | None] = [None] * len(batch)
         try:
-            await self._commit(batch)
+            reached = await self._commit(batch)
         except CommitUnknown as exc:  # the connection broke in COMMIT: fail them all, retry none
-            log.error("%s batch of %d: commit not confirmed (%s)", self.name, len(batch), exc.__cause__)
+            self._outage.failed(f"{self.name}: a commit of {len(batch)}", exc.__cause__ or exc)
             reason = f"{self.name}: database unreachable while committing ({exc.__cause__})"
             results = [StoreUnavailable(reason) for _ in batch]
         except self._fatal_errors as exc:  # no row's fault: the awaited ones fail, durable puts wait
@@ -215,6 +218,8 @@ class PgWriter:
             results = [await self._apply_alone(op) for op in batch]
         else:
             self._backoff.succeeded()
+            if reached:  # a batch of barriers alone proves nothing about the database
+                self._outage.answered()
         self._resolve(batch, results, (asyncio.get_running_loop().time() - started) * 1000)
 
     def _keep_for_retry(self, batch: list[PgOp], exc: BaseException) -> list[PgOp]:
@@ -225,21 +230,15 @@ class PgWriter:
         kept, rest = split(batch, _durable_put) if retry else ([], batch)
         now = asyncio.get_running_loop().time()
         self._batcher.requeue(kept, now)
+        self._outage.failed(f"{self.name}: a batch of {len(batch)}", exc)
         if not kept:
-            log.error("%s batch of %d failed: database unreachable (%s)", self.name, len(batch), exc)
             return batch
         delay_s = self._backoff.failed(now)
-        log.error(
-            "%s batch of %d failed: database unreachable (%s); %d durable writes kept, tried again in %.2fs",
-            self.name,
-            len(batch),
-            exc,
-            len(kept),
-            delay_s,
-        )
+        log.debug("%s: %d durable writes kept, tried again in %.2fs", self.name, len(kept), delay_s)
         return [*rest, *self._batcher.remove(lambda op: op.future is not None)]
 
-    async def _commit(self, batch: Sequence[PgOp]) -> None:
+    async def _commit(self, batch: Sequence[PgOp]) -> bool:
+        """Apply the batch in one transaction; False when it held no statement (barriers only)."""
         runs: list[tuple[str, list[Sequence[Any]]]] = []
         for op in batch:
             if op.sql is None:
@@ -249,25 +248,29 @@ class PgWriter:
             else:
                 runs.append((op.sql, [op.params]))
         if not runs:
-            return
-        async with self._pool.acquire(timeout=self._acquire_timeout_s) as conn:
+            return False
+        async with pooled(self._pool, self._acquire_timeout_s) as conn:
             transaction = conn.transaction()
             await transaction.start()
             try:
                 for sql, rows in runs:
                     await conn.executemany(sql, rows)
-            except BaseException:
-                with contextlib.suppress(Exception):  # a broken connection rolled it back already
+            except Exception as exc:
+                if is_statement_error(exc):  # else `pooled` terminates the connection: no rollback on it
                     await transaction.rollback()
                 raise
             try:
                 await transaction.commit()
             except self._fatal_errors as exc:  # it may have committed: never apply it twice
                 raise CommitUnknown(exc) from exc
+        return True
 
     async def _apply_alone(self, op: PgOp) -> BaseException | None:
         try:
             await self._commit([op])
+        except CommitUnknown as exc:
+            self._outage.failed(f"{self.name}: a commit", exc.__cause__ or exc)
+            return StoreUnavailable(f"{self.name}: database unreachable while committing ({exc.__cause__})")
         except Exception as exc:
             kind = StoreUnavailable if isinstance(exc, self._fatal_errors) else StoreError
             kind = StaleTurn if _is_stale(exc) else kind
@@ -282,8 +285,8 @@ class PgWriter:
                 self.stale_total += 1
             elif error is not None:
                 failed += 1
-                if op.future is None:
-                    log.error("%s", error)
+                if op.future is None:  # an unreachable database is the outage's two lines, not one per row
+                    (log.debug if isinstance(error, StoreUnavailable) else log.error)("%s", error)
             if op.future is not None:
                 self._awaited -= 1
             if op.future is not None and not op.future.done():

@@ -38,7 +38,8 @@ from agentos.store.base import StoreStatistics
 from agentos.store.event_rows import EVENT_COLUMNS, event_from_row
 from agentos.store.jsonl import JsonlLog
 from agentos.store.pg_fence import FENCED_INSERT_EVENT, FENCED_INSERT_MESSAGE, FencedTurns, TurnEpochs
-from agentos.store.pg_health import HealthCheck, classify, within
+from agentos.store.pg_health import HealthCheck, classify, outage_of, within
+from agentos.store.pg_pool import pooled
 from agentos.store.pg_rows import (
     INSERT_ACCESS,
     INSERT_EVENT,
@@ -71,7 +72,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
         self._pool: asyncpg.Pool | None = None
         self._writers: tuple[PgWriter, PgWriter, PgWriter] | None = None
         self._unavailable: tuple[type[Exception], ...] = ()  # the driver's: known once started
-        self._health = HealthCheck(config.postgres_acquire_timeout_s)
+        self._health = HealthCheck(config.postgres_acquire_timeout_s, outage_of(config.postgres_url))
         self._bound_s = config.postgres_request_timeout_s  # of every store call a request awaits
         self._epochs = TurnEpochs(config, lambda: self._db, self._settled, lambda: self._unavailable)
 
@@ -98,6 +99,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
             "batch_max_rows": c.batch_max_rows,
             "linger_ms": c.linger_ms,
             "fatal_errors": self._unavailable,
+            "outage": outage_of(c.postgres_url),  # one log line each way for the node, not one per batch
         }
         self._writers = (
             PgWriter("messages", self._pool, retry_puts=True, **opts),  # a question is kept until stored
@@ -140,7 +142,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
         """
         await within(lane.barrier(), "waiting for earlier writes", self._bound_s)
         try:
-            async with self._db.acquire(timeout=self._config.postgres_acquire_timeout_s) as conn:
+            async with pooled(self._db, self._config.postgres_acquire_timeout_s) as conn:
                 rows: list[Any] = await conn.fetch(sql, *args, timeout=self._bound_s)
         except Exception as exc:
             raise classify(exc, self._unavailable, "read") from exc
@@ -186,7 +188,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
         await within(events.barrier(), "waiting for earlier events", self._bound_s)
         key = (tenant_id, session_id)
         try:
-            async with self._db.acquire(timeout=self._config.postgres_acquire_timeout_s) as conn, conn.transaction():
+            async with pooled(self._db, self._config.postgres_acquire_timeout_s) as conn, conn.transaction():
                 gone = await conn.execute(
                     "DELETE FROM sessions WHERE tenant_id = $1 AND session_id = $2", *key, timeout=self._bound_s
                 )

@@ -29,7 +29,8 @@ from agentos.config.tenants import clamp_overrides
 from agentos.errors import ConfigError, StoreError
 from agentos.store import pg_migrations, pg_pool
 from agentos.store.pg_follow import FULL_RELOAD_INTERVAL_S, Follower
-from agentos.store.pg_health import classify, within
+from agentos.store.pg_health import classify, outage_of, within
+from agentos.store.pg_pool import pooled
 from agentos.store.records import DEFAULT_TENANT
 from agentos.tenancy.pepper import pepper_check, pepper_matches
 from agentos.tenancy.records import ApiKey, Tenant
@@ -154,7 +155,7 @@ class PgTenantTables:
         pool = self._pool
 
         async def run() -> T:
-            async with pool.acquire(timeout=self._config.postgres_acquire_timeout_s) as conn:
+            async with pooled(pool, self._config.postgres_acquire_timeout_s) as conn:
                 return await use(conn)
 
         try:
@@ -173,6 +174,7 @@ class PgTenantTables:
             read_rows,
             full_reload_interval_s=self._full_reload_interval_s,
             understood=lambda name: name[:2] in ("t:", "k:"),
+            outage=outage_of(self._config.postgres_url),
         )
         self._follower.start()
 
