@@ -52,7 +52,7 @@ async def outcome(http: aiohttp.ClientSession, node: Node, session_id: str) -> t
 
 
 async def load(http: aiohttp.ClientSession, nodes: list[Node], sessions: list[str]) -> list[tuple[str, str]]:
-    return list(await asyncio.gather(*(outcome(http, nodes[i % 3], s) for i, s in enumerate(sessions))))
+    return list(await asyncio.gather(*(outcome(http, nodes[i % len(nodes)], s) for i, s in enumerate(sessions))))
 
 
 async def ready(http: aiohttp.ClientSession, node: Node, status: int) -> None:

@@ -38,6 +38,7 @@ import contextlib
 import logging
 import math
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -191,12 +192,13 @@ class LeaseKeeper:
             await wait_event(self._wake, max(0.0, due - loop.time()))
 
     async def _guarded(self, step: Callable[[], Awaitable[None]]) -> None:
+        begun = time.monotonic()
         try:
             await step()
         except Exception as exc:  # the database is away, perhaps: the next tick tries again
             what = f"run leases: {getattr(step, '__name__', 'a step')}"
             if isinstance(exc, (StoreUnavailable, ConfigError, *self._store.unavailable)):  # ConfigError: connect
-                outage_of(self._store.config.postgres_url).failed(what, exc)
+                outage_of(self._store.config.postgres_url).failed(what, exc, begun)
             else:
                 log.exception("%s failed", what)
 

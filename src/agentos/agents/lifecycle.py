@@ -31,7 +31,7 @@ from agentos.agents.handle import RunHandle
 from agentos.agents.pacer import Pacer
 from agentos.agents.runner import Runner
 from agentos.config.agents import AgentSpec
-from agentos.errors import AdmissionRejected, LeaseLost, new_error_id
+from agentos.errors import AdmissionRejected, LeaseLost, StoreUnavailable, new_error_id
 from agentos.journal.journal import TERMINAL, RunRow
 from agentos.kernel import (
     ExpireHuman,
@@ -152,6 +152,8 @@ class RunLifecycle(RunEngine):
         except LeaseLost:  # another node runs it now (this one paused past its lease): leave it
             log.warning("run %s: taken over by another node, stopped here", handle.run_id)
             self.handles.pop(handle.run_id, None)
+        except StoreUnavailable as exc:  # the database went away under the run: nobody's bug
+            self._leave_to_the_journal(handle, exc)
         except Exception:  # a bug must end this run with a reason, not hang it
             error_id = new_error_id()
             log.exception("run %s failed (error_id=%s)", handle.run_id, error_id)
@@ -161,6 +163,16 @@ class RunLifecycle(RunEngine):
                 handle.task = None
             if handle.outcome != "parked":
                 self.driver.handle(RunEnded(handle.run_id, handle.outcome))
+
+    def _leave_to_the_journal(self, handle: RunHandle, exc: StoreUnavailable) -> None:
+        """The run's writes cannot reach the database. If its row never was stored, its start
+        was answered 503 and it is forgotten. If it was, it stays unfinished in the journal, as
+        after a crash: this node lets its lease go, so once the database answers a node (this
+        one's lease keeper too) takes it over and resumes it from its last journaled step (on
+        SQLite, the next start resumes it)."""
+        self.handles.pop(handle.run_id, None)
+        self.store.release(handle.run_id)
+        log.info("run %s: stopped here, the store cannot be reached (%s); its journal resumes it", handle.run_id, exc)
 
     async def _work(self, handle: RunHandle) -> None:
         if handle.created is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -140,6 +141,7 @@ class Follower(Generic[R]):
             self._reconnects += 1
 
     async def _follow(self) -> None:
+        begun = time.monotonic()
         conn = await self._connect()
         self._lost.clear()
         conn.add_termination_listener(self._on_lost)
@@ -147,7 +149,7 @@ class Follower(Generic[R]):
             await conn.add_listener(self._channel, self._on_notification)
             await self._refresh(conn, None)  # anything changed while not listening
             self._listening = True
-            self._outage.answered()
+            self._outage.answered(begun)
             log.info("following changes by other nodes on %r", self._channel)
             await self._serve(conn)
         finally:

@@ -64,11 +64,14 @@ class Outage:
     def __init__(self, name: str) -> None:
         self.name = name
         self.since: float | None = None  # time.monotonic() of the first failure
+        self.back_at = float("-inf")  # time.monotonic() the database last answered again
         self.outages = 0  # how many began, for tests and statistics
 
-    def failed(self, what: str, exc: BaseException) -> None:
-        """A connection-level failure: the first since the database last answered is logged."""
-        if self.since is not None:
+    def failed(self, what: str, exc: BaseException, started_at: float | None = None) -> None:
+        """A connection-level failure of an operation begun at `started_at` (time.monotonic();
+        None: just now): the first since the database last answered is logged. An operation
+        begun before the database came back (a connection dropped while it was away) is no news."""
+        if self.since is not None or (started_at is not None and started_at < self.back_at):
             log.debug("%s: %s failed (%s: %s)", self.name, what, type(exc).__name__, exc)
             return
         self.since = time.monotonic()
@@ -85,11 +88,14 @@ class Outage:
             f": {reason}" if reason else "",
         )
 
-    def answered(self) -> None:
-        """The database answered: the outage, if one was under way, is over."""
-        if self.since is None:
+    def answered(self, started_at: float) -> None:
+        """An operation begun at `started_at` (time.monotonic()) succeeded: if it began after the
+        outage did, the database answers again and the outage is over. One begun before (a
+        commit in flight when the first failure came) proves nothing."""
+        if self.since is None or started_at < self.since:
             return
-        lasted, self.since = time.monotonic() - self.since, None
+        now = time.monotonic()
+        lasted, self.since, self.back_at = now - self.since, None, now
         log.warning("%s: database reachable again after %.1f s", self.name, lasted)
 
 
@@ -124,11 +130,12 @@ class HealthCheck:
             raise self._failure
 
     async def _select_one(self, pool: asyncpg.Pool) -> StoreUnavailable | None:
+        started = time.monotonic()
         try:
             async with pooled(pool, self._acquire_timeout_s) as conn:
                 await conn.fetchval("SELECT 1", timeout=CHECK_TIMEOUT_S)
         except Exception as exc:  # whatever stops SELECT 1, the store is not ready
-            self._outage.failed("the health check", exc)
+            self._outage.failed("the health check", exc, started)
             return StoreUnavailable(f"postgres health check failed ({type(exc).__name__}: {exc})")
-        self._outage.answered()
+        self._outage.answered(started)
         return None

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -201,15 +202,16 @@ class PgWriter:
 
     async def _apply(self, batch: list[PgOp]) -> None:
         started = asyncio.get_running_loop().time()
+        begun = time.monotonic()  # the outage tracker's clock (the loop's may be uvloop's own)
         results: list[BaseException | None] = [None] * len(batch)
         try:
             reached = await self._commit(batch)
         except CommitUnknown as exc:  # the connection broke in COMMIT: fail them all, retry none
-            self._outage.failed(f"{self.name}: a commit of {len(batch)}", exc.__cause__ or exc)
+            self._outage.failed(f"{self.name}: a commit of {len(batch)}", exc.__cause__ or exc, begun)
             reason = f"{self.name}: database unreachable while committing ({exc.__cause__})"
             results = [StoreUnavailable(reason) for _ in batch]
         except self._fatal_errors as exc:  # no row's fault: the awaited ones fail, durable puts wait
-            batch = self._keep_for_retry(batch, exc)
+            batch = self._keep_for_retry(batch, exc, begun)
             reason = f"{self.name}: database unreachable ({type(exc).__name__}: {exc})"
             results = [StoreUnavailable(reason) for _ in batch]
         except Exception as exc:  # a row's fault, perhaps: find the guilty rows one by one
@@ -219,10 +221,10 @@ class PgWriter:
         else:
             self._backoff.succeeded()
             if reached:  # a batch of barriers alone proves nothing about the database
-                self._outage.answered()
+                self._outage.answered(begun)
         self._resolve(batch, results, (asyncio.get_running_loop().time() - started) * 1000)
 
-    def _keep_for_retry(self, batch: list[PgOp], exc: BaseException) -> list[PgOp]:
+    def _keep_for_retry(self, batch: list[PgOp], exc: BaseException, begun: float) -> list[PgOp]:
         """Put the batch's durable puts back at the head of the queue for after the back-off (not
         while closing: nothing would try them); the rest, and the awaited operations queued
         behind (which may be more than a batch away), to fail."""
@@ -230,7 +232,7 @@ class PgWriter:
         kept, rest = split(batch, _durable_put) if retry else ([], batch)
         now = asyncio.get_running_loop().time()
         self._batcher.requeue(kept, now)
-        self._outage.failed(f"{self.name}: a batch of {len(batch)}", exc)
+        self._outage.failed(f"{self.name}: a batch of {len(batch)}", exc, begun)
         if not kept:
             return batch
         delay_s = self._backoff.failed(now)
@@ -266,10 +268,11 @@ class PgWriter:
         return True
 
     async def _apply_alone(self, op: PgOp) -> BaseException | None:
+        begun = time.monotonic()
         try:
             await self._commit([op])
         except CommitUnknown as exc:
-            self._outage.failed(f"{self.name}: a commit", exc.__cause__ or exc)
+            self._outage.failed(f"{self.name}: a commit", exc.__cause__ or exc, begun)
             return StoreUnavailable(f"{self.name}: database unreachable while committing ({exc.__cause__})")
         except Exception as exc:
             kind = StoreUnavailable if isinstance(exc, self._fatal_errors) else StoreError

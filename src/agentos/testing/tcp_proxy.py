@@ -5,6 +5,9 @@ accepted connection to the target, byte for byte, in both directions. `cut()` st
 (new connections are refused: ECONNREFUSED) and aborts every relayed connection (the client
 sees its connection drop, as when the database host goes away). `restore()` listens again on
 the same port, so a client configured with the proxy's address reconnects by itself.
+`cut_when(needle)` times a cut: the first time a client sends bytes containing `needle` (a
+statement's text, `COMMIT`, `LISTEN`), those bytes are dropped and everything is cut at once, so
+the operation that sent them is the one in the middle when the database goes away.
 `stall()` is the nastier fault: connections stay open but nothing moves, in either direction,
 and new ones are accepted and never answered (a host that vanished without a reset); the
 client's own timeouts are all that end its waits. `restore()` drops the stalled connections.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 
 class TcpProxy:
@@ -28,6 +32,9 @@ class TcpProxy:
         self.port = 0
         self._stalled = False
         self.accepted = 0  # connections relayed so far
+        self._needle: bytes | None = None
+        self._cutter: asyncio.Task[None] | None = None
+        self.timed_cut = asyncio.Event()  # set when a `cut_when` cut happened
 
     async def __aenter__(self) -> TcpProxy:
         await self.start()
@@ -53,6 +60,12 @@ class TcpProxy:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    def cut_when(self, needle: bytes) -> None:
+        """Cut (as `cut()`) the moment a client sends bytes containing `needle`; those bytes never
+        reach the target. `timed_cut` is set once it has happened."""
+        self.timed_cut.clear()
+        self._needle = needle
 
     async def stall(self) -> None:
         """Keep every connection open but relay nothing; accept new ones and leave them hanging."""
@@ -84,16 +97,33 @@ class TcpProxy:
             client_writer.transport.abort()
             return
         self._writers.update((client_writer, target_writer))
-        for reader, writer in ((client_reader, target_writer), (target_reader, client_writer)):
-            task = asyncio.get_running_loop().create_task(_copy(reader, writer))
+        for reader, writer, watched in ((client_reader, target_writer, True), (target_reader, client_writer, False)):
+            task = asyncio.get_running_loop().create_task(_copy(reader, writer, self._watch if watched else None))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
+    def _watch(self, data: bytes) -> bool:
+        """Whether `data` (from a client) must not pass: it holds the armed needle, and the cut
+        has begun (in a task of its own: this copy task is one of those it cancels)."""
+        if self._needle is None or self._needle not in data:
+            return False
+        self._needle = None
+        self._cutter = asyncio.get_running_loop().create_task(self._timed_cut())  # held: not a relay task
+        return True
 
-async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Relay until either side closes; then close the other side too."""
+    async def _timed_cut(self) -> None:
+        await self.cut()
+        self.timed_cut.set()
+
+
+async def _copy(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stop: Callable[[bytes], bool] | None = None
+) -> None:
+    """Relay until either side closes (or `stop` refuses a chunk); then close the other side too."""
     with contextlib.suppress(OSError):  # cancelled by stall(): the sockets stay open
         while data := await reader.read(65536):
+            if stop is not None and stop(data):
+                return  # the timed cut aborts both sides
             writer.write(data)
             await writer.drain()
     writer.transport.abort()
