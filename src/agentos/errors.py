@@ -35,19 +35,31 @@ its details stay in the log under a `new_error_id()`; the client gets only the c
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 
 class AgentOSError(Exception):
-    """Base of every error Agent OS raises on purpose."""
+    """Base of every error Agent OS raises on purpose.
+
+    A `RequestError` or a `ProviderError` says its HTTP status and its code in its bases, the
+    tree above in one line each: `class NotFound(RequestError, status=404, code="not_found")`."""
+
+    def __init_subclass__(cls, *, status: int | None = None, code: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, value in (("status", status), ("code", code)):
+            if value is not None:
+                setattr(cls, name, value)
 
 
 class ConfigError(AgentOSError):
     """The configuration is invalid; the message names the offending key."""
 
 
-class RequestError(AgentOSError):
-    status = 400
-    code = "bad_request"
+class RequestError(AgentOSError, status=400, code="bad_request"):
+    """The client's fault: a 4xx (or 503) answer with a JSON body of `code` and the message."""
+
+    status: int
+    code: str
     retry_after_s: int | None = None  # set: the answer carries `Retry-After`
     param: str | None = None  # the request field at fault, where known (OpenAI's error `param`)
 
@@ -58,19 +70,16 @@ class RequestError(AgentOSError):
             self.code = code
 
 
-class BadRequest(RequestError):
-    status = 400
-    code = "bad_request"
+class BadRequest(RequestError, status=400, code="bad_request"):
+    """Malformed JSON, bad query parameters."""
 
 
-class Unauthorized(RequestError):
-    status = 401
-    code = "unauthorized"
+class Unauthorized(RequestError, status=401, code="unauthorized"):
+    """The request carries no valid key."""
 
 
-class Forbidden(RequestError):
-    status = 403
-    code = "forbidden"
+class Forbidden(RequestError, status=403, code="forbidden"):
+    """The caller may not ask for this (a host process, a private URL)."""
 
 
 class QuotaExceeded(Forbidden):
@@ -84,75 +93,57 @@ class QuotaExceeded(Forbidden):
         self.retry_after_s = retry_after_s
 
 
-class NotFound(RequestError):
-    status = 404
-    code = "not_found"
+class NotFound(RequestError, status=404, code="not_found"):
+    """No such thing for this tenant (another tenant's reads the same as a missing one)."""
 
 
-class SessionNotFound(NotFound):
-    code = "session_not_found"
-
+class SessionNotFound(NotFound, code="session_not_found"):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {session_id!r} not found")
 
 
-class NotAcceptable(RequestError):
-    status = 406
-    code = "not_acceptable"
+class NotAcceptable(RequestError, status=406, code="not_acceptable"):
+    """The answer cannot be given in a media type the request accepts."""
 
 
-class RequestTimeout(RequestError):
-    status = 408
-    code = "request_timeout"
+class RequestTimeout(RequestError, status=408, code="request_timeout"):
+    """The request body did not arrive in time (server.body_timeout_s)."""
 
 
-class Conflict(RequestError):
-    status = 409
-    code = "conflict"
+class Conflict(RequestError, status=409, code="conflict"):
+    """The request collides with what is there (a taken name, a run not waiting, a reused key)."""
 
 
-class PayloadTooLarge(RequestError):
-    status = 413
-    code = "payload_too_large"
+class PayloadTooLarge(RequestError, status=413, code="payload_too_large"):
+    """A body over the limit, as sent or once inflated."""
 
 
-class UnsupportedMediaType(RequestError):
+class UnsupportedMediaType(RequestError, status=415, code="unsupported_media_type"):
     """A body whose Content-Type the route does not take (a JSON route: not JSON)."""
 
-    status = 415
-    code = "unsupported_media_type"
+
+class InvalidInput(RequestError, status=422, code="invalid_input"):
+    """Well-formed JSON of the wrong shape."""
 
 
-class InvalidInput(RequestError):
-    status = 422
-    code = "invalid_input"
-
-
-class AdmissionRejected(RequestError):
-    status = 429
-    code = "overloaded"
-
+class AdmissionRejected(RequestError, status=429, code="overloaded"):
     def __init__(self, retry_after_s: int, *, what: str = "turns", code: str = "overloaded") -> None:
         whose = "" if code == "overloaded" else "of this tenant "
         super().__init__(f"too many {what} {whose}in flight; retry after {retry_after_s}s", code=code)
         self.retry_after_s = retry_after_s
 
 
-class RateLimited(RequestError):
+class RateLimited(RequestError, status=429):
     """Over a rate limit; `code` names it (`turn_rate_limited`, `run_rate_limited`, ...)."""
-
-    status = 429
 
     def __init__(self, message: str, *, code: str, retry_after_s: int) -> None:
         super().__init__(message, code=code)
         self.retry_after_s = retry_after_s
 
 
-class ShuttingDown(RequestError):
+class ShuttingDown(RequestError, status=503, code="shutting_down"):
     """The server is draining: running work finishes, nothing new is started."""
 
-    status = 503
-    code = "shutting_down"
     retry_after_s = 1
 
 
@@ -161,10 +152,10 @@ def new_error_id() -> str:
     return f"err_{secrets.token_hex(8)}"
 
 
-class ProviderError(AgentOSError):
+class ProviderError(AgentOSError, code="provider_error"):
     """The provider failed; `code` is the reason reported in `turn.failed`."""
 
-    code = "provider_error"
+    code: str
 
     def __init__(self, message: str, *, retryable: bool = False, retry_after_s: float | None = None) -> None:
         super().__init__(message)
@@ -172,13 +163,11 @@ class ProviderError(AgentOSError):
         self.retry_after_s = retry_after_s
 
 
-class ProviderTimeout(ProviderError):
-    code = "provider_timeout"
+class ProviderTimeout(ProviderError, code="provider_timeout"):
+    """The provider did not answer, or stopped streaming, in time."""
 
 
-class ProviderHTTPError(ProviderError):
-    code = "provider_http_error"
-
+class ProviderHTTPError(ProviderError, code="provider_http_error"):
     def __init__(self, status_code: int, message: str, *, retry_after_s: float | None = None) -> None:
         retryable = status_code == 429 or status_code >= 500
         super().__init__(message, retryable=retryable, retry_after_s=retry_after_s)
@@ -187,18 +176,16 @@ class ProviderHTTPError(ProviderError):
             self.code = "provider_rate_limited"
 
 
-class ProviderProtocolError(ProviderError):
-    code = "provider_protocol_error"
+class ProviderProtocolError(ProviderError, code="provider_protocol_error"):
+    """The provider's stream broke, or is not what its protocol says."""
 
 
-class ProviderUnavailable(ProviderError):
-    code = "provider_unavailable"
+class ProviderUnavailable(ProviderError, code="provider_unavailable"):
+    """The provider cannot be reached."""
 
 
-class ProviderLimitTimeout(ProviderError):
+class ProviderLimitTimeout(ProviderError, code="provider_limit_timeout"):
     """The turn waited longer than `kernel.permit_wait_timeout_s` for a provider permit."""
-
-    code = "provider_limit_timeout"
 
 
 class StoreError(AgentOSError):

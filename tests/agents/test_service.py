@@ -362,3 +362,16 @@ async def test_a_tool_result_or_model_reply_is_heard_of_only_once_it_is_in_the_j
             if event.type == "human.requested":
                 break
     assert checked == ["model.completed", "tool.result", "model.completed", "tool.result", "model.completed"]
+
+
+async def test_a_call_of_a_tool_the_agent_lacks_is_answered_with_an_error(make_service: ServiceFactory) -> None:
+    provider = ScriptedProvider(lambda r: call("nope", {}) if len(r.messages) < 3 else answer("fine"))
+    service = await make_service(provider)
+    run_id = await service.start_run("default", "ops", "do the thing")
+    assert (await wait_status(service, run_id, "completed"))["result"] == "fine"
+    events = await collect(service, run_id)
+    result = next(e for e in events if e.type == "tool.result")
+    content = "error: unknown tool 'nope'"
+    assert (result.data["call_id"], result.data["name"], result.data["content"]) == ("c1", "nope", content)
+    steps = [s for s in await service.store.load_steps("default", run_id) if s.kind == "tool"]
+    assert [(s.status, s.output) for s in steps] == [("done", {"content": content})]

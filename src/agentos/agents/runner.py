@@ -187,9 +187,12 @@ class Runner:
         content = await self._dispatch(h, seq, call, arguments)
         await self._finish_tool(h, seq, call, content, attempts)
 
-    async def _finish_tool(self, h: RunHandle, seq: int, call: Call, content: str, attempts: int) -> None:
+    async def _finish_tool(
+        self, h: RunHandle, seq: int, call: Call, content: str, attempts: int, *, begun: list[Any] | None = None
+    ) -> None:
+        """`begun`: the step's `started` ops where they are written with its end (one transaction)."""
         output = {"content": content}
-        ops = self._done(h, seq, "done", output)
+        ops = (begun or []) + self._done(h, seq, "done", output)
         held: list[Callable[[], None]] = []
         # tool.result commits with its step and is heard of after: a client that saw it can
         # count on it (a crash before the commit runs the step again; none reuses its seq).
@@ -204,19 +207,8 @@ class Runner:
 
     async def _tool_error(self, h: RunHandle, seq: int, call: Call, message: str) -> None:
         """A call that cannot run at all: the model is told why and may try again."""
-        content = f"error: {message}"
-        ops = self._begin(h, seq, "tool", "started", _call_dict(call)) + self._done(
-            h, seq, "done", {"content": content}
-        )
-        held: list[Callable[[], None]] = []
-        self._host.emit(
-            h,
-            "tool.result",
-            {"operation_id": f"{h.run_id}:{seq}", "call_id": call.call_id, "name": call.name, "content": content},
-            into=ops,
-            held=held,
-        )
-        await self._journal(h, ops, _step(seq, "tool", "done", _call_dict(call), h, 1, {"content": content}), then=held)
+        begun = self._begin(h, seq, "tool", "started", _call_dict(call))
+        await self._finish_tool(h, seq, call, f"error: {message}", 1, begun=begun)
 
     async def _dispatch(self, h: RunHandle, seq: int, call: Call, arguments: dict[str, Any]) -> str:
         if call.name == "run_command":

@@ -77,22 +77,18 @@ def _update_limits(schemas: dict[str, Any]) -> None:
 
 
 _NULLABLE_MS = {"type": ["integer", "null"]}
-_TENANT = Schema(
+_TENANT = Schema.object(
     "Tenant",
     {
-        "type": "object",
-        "required": ["tenant_id", "name", "disabled", "limit_overrides", "limits", "created_ms"],
-        "properties": {
-            "tenant_id": {"type": "string"},
-            "name": {"type": "string"},
-            "disabled": {"type": "boolean", "description": "its keys are refused (401) while true"},
-            "limit_overrides": {"type": "object", "additionalProperties": {"type": "integer"}},
-            "limits": {
-                "$ref": "#/components/schemas/TenantLimits",
-                "description": "effective: [tenant_limits] with the overrides",
-            },
-            "created_ms": {"type": "integer"},
+        "tenant_id": {"type": "string"},
+        "name": {"type": "string"},
+        "disabled": {"type": "boolean", "description": "its keys are refused (401) while true"},
+        "limit_overrides": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "limits": {
+            "$ref": "#/components/schemas/TenantLimits",
+            "description": "effective: [tenant_limits] with the overrides",
         },
+        "created_ms": {"type": "integer"},
     },
     uses=(TenantLimits,),
 )
@@ -107,22 +103,18 @@ _KEY_PROPERTIES: dict[str, Any] = {
     "expires_ms": {**_NULLABLE_MS, "description": "null: never expires"},
     "revoked_ms": _NULLABLE_MS,
 }
-_KEY = Schema("ApiKey", {"type": "object", "required": list(_KEY_PROPERTIES), "properties": _KEY_PROPERTIES}, (Scope,))
-_KEY_CREATED = Schema(
+_KEY = Schema.object("ApiKey", _KEY_PROPERTIES, uses=(Scope,))
+_KEY_CREATED = Schema.object(
     "ApiKeyCreated",
     {
-        "type": "object",
-        "required": [*_KEY_PROPERTIES, "key"],
-        "properties": {
-            **_KEY_PROPERTIES,
-            "key": {
-                "type": "string",
-                "pattern": "^aos_[0-9A-Za-z]{12}_[0-9A-Za-z]{36}$",
-                "description": "the bearer key: shown here once, stored only as a keyed hash",
-            },
+        **_KEY_PROPERTIES,
+        "key": {
+            "type": "string",
+            "pattern": "^aos_[0-9A-Za-z]{12}_[0-9A-Za-z]{36}$",
+            "description": "the bearer key: shown here once, stored only as a keyed hash",
         },
     },
-    (Scope,),
+    uses=(Scope,),
 )
 _BAD_QUERY = {422: "A bad limit; the message names the parameter"}
 _UNKNOWN_TENANT = {404: "Unknown tenant"}

@@ -34,7 +34,7 @@ from typing import Any
 from aiohttp import web
 
 from agentos.api.keys import METRICS, RUNS, RUNTIME, SETTINGS, SSE_KEEPALIVE_S
-from agentos.api.routes import Schema, events, json, nullable, operation
+from agentos.api.routes import Schema, events, json, nullable, obj, operation
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSEStream, failures_as_events
 from agentos.clock import wall_ms
@@ -191,43 +191,30 @@ _HISTOGRAM = {
         "count": {"type": "number", "description": "Every observation: the +Inf bucket"},
     },
 }
-_ME = Schema(
+_ME = Schema.object(
     "ConsoleMe",
     {
-        "type": "object",
-        "required": ["tenant_id", "key_id", "admin", "scopes"],
-        "properties": {
-            "tenant_id": {"type": "string"},
-            "key_id": {**nullable("string"), "description": "null: an open loopback server, no key"},
-            "admin": {"type": "boolean"},
-            "scopes": {"type": "array", "items": {"type": "string"}},
-        },
+        "tenant_id": {"type": "string"},
+        "key_id": {**nullable("string"), "description": "null: an open loopback server, no key"},
+        "admin": {"type": "boolean"},
+        "scopes": {"type": "array", "items": {"type": "string"}},
     },
 )
-_METRICS = Schema(
+_METRICS = Schema.object(
     "ConsoleMetrics",
     {
-        "type": "object",
-        "required": ["t_ms", "tenant"],
-        "properties": {
-            "t_ms": {"type": "integer"},
-            "tenant": {
-                "description": "The caller's tenant now: permits_held, waiting_for_permit, turns_in_flight,"
-                " active_runs",
-                **_NUMBERS,
-            },
-            "server": {
-                "description": "Admin keys only: every metric of GET /metrics, every tenant's together; gauges and"
-                " counters summed over their labels (`values`), histograms cumulative (`histograms`)",
-                "type": "object",
-                "required": ["values", "histograms"],
-                "properties": {
-                    "values": _NUMBERS,
-                    "histograms": {"type": "object", "additionalProperties": _HISTOGRAM},
-                },
-            },
+        "t_ms": {"type": "integer"},
+        "tenant": {
+            "description": "The caller's tenant now: permits_held, waiting_for_permit, turns_in_flight, active_runs",
+            **_NUMBERS,
+        },
+        "server": {
+            "description": "Admin keys only: every metric of GET /metrics, every tenant's together; gauges and"
+            " counters summed over their labels (`values`), histograms cumulative (`histograms`)",
+            **obj({"values": _NUMBERS, "histograms": {"type": "object", "additionalProperties": _HISTOGRAM}}),
         },
     },
+    ["t_ms", "tenant"],
 )
 
 

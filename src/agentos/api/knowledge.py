@@ -121,11 +121,7 @@ _METADATA = {
 }
 
 
-def _object(name: str, properties: dict[str, Any], uses: tuple[Any, ...] = ()) -> Schema:
-    return Schema(name, {"type": "object", "required": list(properties), "properties": properties}, uses)
-
-
-_COLLECTION = _object(
+_COLLECTION = Schema.object(
     "Collection",
     {
         "name": {"type": "string", "pattern": COLLECTION_NAME_PATTERN},
@@ -140,7 +136,7 @@ _COLLECTION = _object(
         "created_ms": _INT,
     },
 )
-_DOCUMENT = _object(
+_DOCUMENT = Schema.object(
     "Document",
     {
         "document_id": _STRING,
@@ -160,7 +156,7 @@ _DOCUMENT = _object(
         "updated_ms": _INT,
     },
 )
-_HIT = _object(
+_HIT = Schema.object(
     "Hit",
     {
         "document_id": _STRING,
@@ -172,7 +168,7 @@ _HIT = _object(
         "metadata": _METADATA,
     },
 )
-_RESULTS = _object("QueryResults", {"results": {"type": "array", "items": _HIT.ref}}, (_HIT,))
+_RESULTS = Schema.object("QueryResults", {"results": {"type": "array", "items": _HIT.ref}}, uses=(_HIT,))
 _LOCATION = {"Location": {"description": "where to read it", "schema": _STRING}}
 _UPLOAD_HEADERS = (
     header(

@@ -22,7 +22,7 @@ from agentos.api.keys import RUNS, RUNTIME
 from agentos.api.openai_errors import BAD_BODY, SESSION_ANSWERED, TURN_ERRORS, TURN_LIMITS_429, TURN_QUOTA, openai_error
 from agentos.api.openai_turns import SESSION_HEADER, InvalidParam, open_turn, plain_model, plan_turn, resolve_model
 from agentos.api.openai_wire import ChatCompletionCreate, ChunkWriter, completion, error_body, error_line, model_entry
-from agentos.api.routes import SERVER_SENT_EVENT, SSE, Answer, Limits, Schema, header, json, operation
+from agentos.api.routes import SERVER_SENT_EVENT, SSE, Answer, Limits, Schema, header, json, obj, operation
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSE_HEADERS
 from agentos.clock import wall_ms
@@ -34,45 +34,35 @@ from agentos.tenancy.principal import Scope, require
 routes = web.RouteTableDef()
 
 # As much of OpenAI's objects as Agent OS fills (`agentos.api.openai_wire`).
-_MODEL_LIST = Schema(
+_MODEL_LIST = Schema.object(
     "ModelList",
     {
-        "type": "object",
-        "required": ["object", "data"],
-        "properties": {
-            "object": {"const": "list"},
-            "data": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["id", "object", "created", "owned_by"],
-                    "properties": {
-                        "id": {"type": "string"},
-                        "object": {"const": "model"},
-                        "created": {"type": "integer"},
-                        "owned_by": {"type": "string"},
-                    },
-                },
-            },
+        "object": {"const": "list"},
+        "data": {
+            "type": "array",
+            "items": obj(
+                {
+                    "id": {"type": "string"},
+                    "object": {"const": "model"},
+                    "created": {"type": "integer"},
+                    "owned_by": {"type": "string"},
+                }
+            ),
         },
     },
 )
-_COMPLETION = Schema(
+_COMPLETION = Schema.object(
     "ChatCompletion",
     {
-        "type": "object",
-        "required": ["id", "object", "created", "model", "choices", "usage"],
-        "properties": {
-            "id": {"type": "string"},
-            "object": {"const": "chat.completion"},
-            "created": {"type": "integer"},
-            "model": {"type": "string"},
-            "choices": {
-                "type": "array",
-                "items": {"type": "object", "required": ["index", "message", "finish_reason"]},
-            },
-            "usage": {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"]},
+        "id": {"type": "string"},
+        "object": {"const": "chat.completion"},
+        "created": {"type": "integer"},
+        "model": {"type": "string"},
+        "choices": {
+            "type": "array",
+            "items": {"type": "object", "required": ["index", "message", "finish_reason"]},
         },
+        "usage": {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"]},
     },
 )
 

@@ -50,24 +50,21 @@ _FIXED_RESPONSE_FIELDS = {
     "truncation": {"const": "disabled"},
 }
 # As much of OpenAI's response object as Agent OS fills (`agentos.api.openai_responses_wire`).
-_RESPONSE = Schema(
+_RESPONSE = Schema.object(
     "OpenAIResponse",
     {
-        "type": "object",
-        "required": ["id", "object", "created_at", "status", "model", "output"],
-        "properties": {
-            "id": {"type": "string"},
-            "object": {"const": "response"},
-            "created_at": {"type": "integer"},
-            "status": {"enum": ["completed", "failed", "in_progress", "cancelled", "incomplete"]},
-            "model": {"type": "string"},
-            "output": {"type": "array", "items": {"type": "object"}},
-            "usage": {"type": ["object", "null"], "description": "input_tokens, output_tokens, total_tokens"},
-            "error": {"type": ["object", "null"], "description": "{code, message} of a turn that did not complete"},
-            "previous_response_id": nullable("string"),
-            **_FIXED_RESPONSE_FIELDS,
-        },
+        "id": {"type": "string"},
+        "object": {"const": "response"},
+        "created_at": {"type": "integer"},
+        "status": {"enum": ["completed", "failed", "in_progress", "cancelled", "incomplete"]},
+        "model": {"type": "string"},
+        "output": {"type": "array", "items": {"type": "object"}},
+        "usage": {"type": ["object", "null"], "description": "input_tokens, output_tokens, total_tokens"},
+        "error": {"type": ["object", "null"], "description": "{code, message} of a turn that did not complete"},
+        "previous_response_id": nullable("string"),
+        **_FIXED_RESPONSE_FIELDS,
     },
+    ["id", "object", "created_at", "status", "model", "output"],
 )
 
 

@@ -40,6 +40,7 @@ from agentos.api.routes import (
     Schema,
     described,
     nullable,
+    obj,
     path_parameter,
     ref,
 )
@@ -61,41 +62,30 @@ BEARER = {
     "bearerFormat": "aos_<key_id>_<secret><checksum>",
     "description": "An API key (POST /v1/admin/keys) or the server's api_token; never in the URL. docs/security.md",
 }
-ERROR = Schema(
+ERROR = Schema.object(
     "Error",
     {
-        "type": "object",
-        "required": ["error"],
-        "properties": {
-            "error": {
-                "type": "object",
-                "required": ["code", "message"],
-                "properties": {
-                    "code": {"type": "string"},
-                    "message": {"type": "string"},
-                    "error_id": {"type": "string", "description": "internal errors only: quote it to the operator"},
-                },
-            }
-        },
+        "error": obj(
+            {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                "error_id": {"type": "string", "description": "internal errors only: quote it to the operator"},
+            },
+            ["code", "message"],
+        )
     },
 )
-OPENAI_ERROR = Schema(
+OPENAI_ERROR = Schema.object(
     "OpenAIError",
     {
-        "type": "object",
-        "required": ["error"],
-        "properties": {
-            "error": {
-                "type": "object",
-                "required": ["message", "type", "param", "code"],
-                "properties": {
-                    "message": {"type": "string"},
-                    "type": {"type": "string"},
-                    "param": nullable("string"),
-                    "code": nullable("string"),
-                },
+        "error": obj(
+            {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": nullable("string"),
+                "code": nullable("string"),
             }
-        },
+        )
     },
 )
 _WWW = {"WWW-Authenticate": {"schema": {"type": "string"}, "description": 'Bearer realm="agentos"[, error=...]'}}

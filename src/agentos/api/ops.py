@@ -17,29 +17,26 @@ from agentos.tenancy.principal import Scope, require
 log = logging.getLogger("agentos.api")
 routes = web.RouteTableDef()
 
-_HEALTH = Schema(
+_HEALTH = Schema.object(
     "Health",
     {
-        "type": "object",
-        "required": ["status"],
-        "properties": {
-            "status": {"enum": ["ok", "ready", "not_ready"]},
-            "store": {
-                "description": "/readyz: `ok`, or `unavailable` while the store cannot be reached (503);"
-                " PostgreSQL is asked SELECT 1 at most once a second",
-                "enum": ["ok", "unavailable"],
-            },
-            "sandbox": {
-                "description": "/readyz: run_command's sandbox (strict; weaker: allowed by sandbox.allow_weaker;"
-                " refused: commands are refused) and the parts this OS does not give",
-                "type": ["object", "null"],
-                "properties": {
-                    "mode": {"enum": ["strict", "weaker", "refused"]},
-                    "missing": {"type": "array", "items": {"type": "string"}},
-                },
+        "status": {"enum": ["ok", "ready", "not_ready"]},
+        "store": {
+            "description": "/readyz: `ok`, or `unavailable` while the store cannot be reached (503);"
+            " PostgreSQL is asked SELECT 1 at most once a second",
+            "enum": ["ok", "unavailable"],
+        },
+        "sandbox": {
+            "description": "/readyz: run_command's sandbox (strict; weaker: allowed by sandbox.allow_weaker;"
+            " refused: commands are refused) and the parts this OS does not give",
+            "type": ["object", "null"],
+            "properties": {
+                "mode": {"enum": ["strict", "weaker", "refused"]},
+                "missing": {"type": "array", "items": {"type": "string"}},
             },
         },
     },
+    ["status"],
 )
 
 

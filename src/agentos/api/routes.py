@@ -23,7 +23,7 @@ is an error (`described`), and tests/api/test_openapi.py serves every route.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -50,6 +50,12 @@ def ref(name: str) -> dict[str, str]:
     return {"$ref": REF_TEMPLATE.format(name=name)}
 
 
+def obj(properties: dict[str, Any], required: Iterable[str] | None = None) -> dict[str, Any]:
+    """The JSON Schema of an object of these properties; `required`: the ones it always has
+    (default: all of them)."""
+    return {"type": "object", "required": list(properties if required is None else required), "properties": properties}
+
+
 @dataclass(frozen=True)
 class Schema:
     """A JSON Schema written by hand beside the handler that builds this answer as a dict, a
@@ -58,6 +64,13 @@ class Schema:
     name: str
     body: dict[str, Any]
     uses: tuple[Any, ...] = ()
+
+    @classmethod
+    def object(
+        cls, name: str, properties: dict[str, Any], required: Iterable[str] | None = None, *, uses: tuple[Any, ...] = ()
+    ) -> Schema:
+        """An object of these properties (`obj`), under `name`."""
+        return cls(name, obj(properties, required), uses)
 
     @property
     def ref(self) -> dict[str, str]:
@@ -217,7 +230,7 @@ def page(name: str, item: Body, cursor: dict[str, Any] | None = None) -> Schema:
     """The shape every list shares: a page of items, and the cursor to pass as `?after=` for
     the next page (null: there is none)."""
     properties = {"data": {"type": "array", "items": ref_of(item)}, "next_cursor": cursor or nullable("string")}
-    return Schema(name, {"type": "object", "required": ["data", "next_cursor"], "properties": properties}, (item,))
+    return Schema.object(name, properties, uses=(item,))
 
 
 def limit_param(default: int) -> dict[str, Any]:

@@ -61,48 +61,42 @@ class RunStarted(msgspec.Struct):
     events_url: str
 
 
-_HUMAN_REQUEST = Schema(
+_HUMAN_REQUEST = Schema.object(
     "HumanRequest",
     {
-        "type": "object",
-        "required": ["operation_id", "kind"],
-        "properties": {
-            "operation_id": {"type": "string"},
-            "kind": {"enum": ["question", "approval", "uncertain"]},
-            "args_hash": {"type": "string", "description": "an approval must quote it"},
-            "deadline_ms": {"type": "integer"},
-            "question": {"type": "string"},
-            "tool": {"type": "string"},
-            "arguments": {
-                "type": "string",
-                "description": "the tool's arguments as the model sent them (JSON text); args_hash is their hash",
-            },
-            "call_id": {"type": "string"},
-            "operation_id_uncertain": {"type": "string", "description": "uncertain: the tool call in doubt"},
+        "operation_id": {"type": "string"},
+        "kind": {"enum": ["question", "approval", "uncertain"]},
+        "args_hash": {"type": "string", "description": "an approval must quote it"},
+        "deadline_ms": {"type": "integer"},
+        "question": {"type": "string"},
+        "tool": {"type": "string"},
+        "arguments": {
+            "type": "string",
+            "description": "the tool's arguments as the model sent them (JSON text); args_hash is their hash",
         },
+        "call_id": {"type": "string"},
+        "operation_id_uncertain": {"type": "string", "description": "uncertain: the tool call in doubt"},
     },
+    ["operation_id", "kind"],
 )
 # What `agentos.agents.service` answers for a run (`RunService.get_run` and the lists).
-RUN = Schema(
+RUN = Schema.object(
     "Run",
     {
-        "type": "object",
-        "required": ["run_id", "agent", "input", "input_truncated", "status", "created_ms", "updated_ms"],
-        "properties": {
-            "run_id": {"type": "string"},
-            "agent": {"type": "string"},
-            "session_id": nullable("string"),
-            "parent_run_id": nullable("string"),
-            "input": {"type": "string", "description": "the run's input; in GET /v1/runs cut at 500 characters"},
-            "input_truncated": {"type": "boolean", "description": "true: `input` is cut (only in GET /v1/runs)"},
-            "status": {"enum": list(RUN_STATUSES)},
-            "result": nullable("string"),
-            "reason": nullable("string"),
-            "created_ms": {"type": "integer"},
-            "updated_ms": {"type": "integer"},
-            "pending": {**ref("HumanRequest"), "description": "only while status is waiting_human"},
-        },
+        "run_id": {"type": "string"},
+        "agent": {"type": "string"},
+        "session_id": nullable("string"),
+        "parent_run_id": nullable("string"),
+        "input": {"type": "string", "description": "the run's input; in GET /v1/runs cut at 500 characters"},
+        "input_truncated": {"type": "boolean", "description": "true: `input` is cut (only in GET /v1/runs)"},
+        "status": {"enum": list(RUN_STATUSES)},
+        "result": nullable("string"),
+        "reason": nullable("string"),
+        "created_ms": {"type": "integer"},
+        "updated_ms": {"type": "integer"},
+        "pending": {**ref("HumanRequest"), "description": "only while status is waiting_human"},
     },
+    ["run_id", "agent", "input", "input_truncated", "status", "created_ms", "updated_ms"],
     uses=(_HUMAN_REQUEST,),
 )
 _THE_RUN = {200: json("The run", RUN)}

@@ -32,49 +32,39 @@ from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
 
-SESSION = Schema(
+SESSION = Schema.object(
     "Session",
     {
-        "type": "object",
-        "required": ["id", "agent", "metadata", "tenant_id", "created_at_ms"],
-        "properties": {
-            "id": {"type": "string"},
-            "agent": {**nullable("string"), "description": "the agent that runs the turns; null: plain chat turns"},
-            "metadata": {"type": "object"},
-            "tenant_id": {"type": "string"},
-            "created_at_ms": {"type": "integer"},
-            "active_turn": {**nullable("string"), "description": "GET of one session only"},
-        },
+        "id": {"type": "string"},
+        "agent": {**nullable("string"), "description": "the agent that runs the turns; null: plain chat turns"},
+        "metadata": {"type": "object"},
+        "tenant_id": {"type": "string"},
+        "created_at_ms": {"type": "integer"},
+        "active_turn": {**nullable("string"), "description": "GET of one session only"},
     },
+    ["id", "agent", "metadata", "tenant_id", "created_at_ms"],
 )
-_MESSAGE = Schema(
+_MESSAGE = Schema.object(
     "Message",
     {
-        "type": "object",
-        "required": ["id", "turn_id", "role", "content", "status", "created_at_ms"],
-        "properties": {
-            "id": {"type": "integer"},
-            "turn_id": {"type": "string"},
-            "role": {"enum": ["user", "assistant", "system", "tool"]},
-            "content": {"type": "string"},
-            "status": {"enum": ["completed", "cancelled", "failed"]},
-            "usage": {"type": ["object", "null"], "additionalProperties": {"type": "integer"}},
-            "created_at_ms": {"type": "integer"},
-        },
+        "id": {"type": "integer"},
+        "turn_id": {"type": "string"},
+        "role": {"enum": ["user", "assistant", "system", "tool"]},
+        "content": {"type": "string"},
+        "status": {"enum": ["completed", "cancelled", "failed"]},
+        "usage": {"type": ["object", "null"], "additionalProperties": {"type": "integer"}},
+        "created_at_ms": {"type": "integer"},
     },
+    ["id", "turn_id", "role", "content", "status", "created_at_ms"],
 )
-_EVENT = Schema(
+_EVENT = Schema.object(
     "StoredEvent",
     {
-        "type": "object",
-        "required": ["id", "turn_id", "type", "data", "created_at_ms"],
-        "properties": {
-            "id": {"type": "integer"},
-            "turn_id": {"type": "string"},
-            "type": {"type": "string", "description": "turn.started, turn.completed, ... (tokens are not stored)"},
-            "data": {"type": "object"},
-            "created_at_ms": {"type": "integer"},
-        },
+        "id": {"type": "integer"},
+        "turn_id": {"type": "string"},
+        "type": {"type": "string", "description": "turn.started, turn.completed, ... (tokens are not stored)"},
+        "data": {"type": "object"},
+        "created_at_ms": {"type": "integer"},
     },
 )
 UNKNOWN = {404: "Unknown session"}

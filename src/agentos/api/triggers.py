@@ -38,6 +38,7 @@ from agentos.api.routes import (
     json,
     limit_param,
     nullable,
+    obj,
     operation,
     page,
     query,
@@ -73,32 +74,21 @@ _TRIGGER_PROPERTIES: dict[str, Any] = {
     "secrets": {
         "type": "array",
         "description": "the signing secrets still valid, newest first (never the secrets themselves)",
-        "items": {
-            "type": "object",
-            "required": ["created_ms", "expires_ms"],
-            "properties": {
+        "items": obj(
+            {
                 "created_ms": {"type": "integer"},
                 "expires_ms": {**_NULLABLE_MS, "description": "null: current; else rotated out, valid until then"},
-            },
-        },
+            }
+        ),
     },
 }
-_TRIGGER = Schema(
-    "Trigger", {"type": "object", "required": list(_TRIGGER_PROPERTIES), "properties": _TRIGGER_PROPERTIES}
-)
+_TRIGGER = Schema.object("Trigger", _TRIGGER_PROPERTIES)
 _SECRET = {
     "type": "string",
     "pattern": "^whsec_[A-Za-z0-9+/]+={0,2}$",
     "description": "the signing secret (Standard Webhooks): shown here once, never stored",
 }
-_CREATED = Schema(
-    "TriggerCreated",
-    {
-        "type": "object",
-        "required": [*_TRIGGER_PROPERTIES, "secret"],
-        "properties": {**_TRIGGER_PROPERTIES, "secret": _SECRET},
-    },
-)
+_CREATED = Schema.object("TriggerCreated", {**_TRIGGER_PROPERTIES, "secret": _SECRET})
 _DELIVERY_PROPERTIES: dict[str, Any] = {
     "webhook_id": {"type": "string"},
     "run_id": {"type": "string", "description": "the run it starts (chosen when it was accepted)"},
@@ -107,20 +97,14 @@ _DELIVERY_PROPERTIES: dict[str, Any] = {
     "attempts": {"type": "integer", "description": "starts tried (a refused start is tried again later)"},
     "reason": {**nullable("string"), "description": "why it failed: agent_not_found, trigger_deleted, ..."},
 }
-_DELIVERY = Schema(
-    "Delivery", {"type": "object", "required": list(_DELIVERY_PROPERTIES), "properties": _DELIVERY_PROPERTIES}
-)
-_ACCEPTED = Schema(
+_DELIVERY = Schema.object("Delivery", _DELIVERY_PROPERTIES)
+_ACCEPTED = Schema.object(
     "DeliveryAccepted",
     {
-        "type": "object",
-        "required": ["webhook_id", "run_id", "status", "duplicate"],
-        "properties": {
-            "webhook_id": {"type": "string"},
-            "run_id": {"type": "string", "description": "the run it starts: GET /v1/runs/{run_id} once started"},
-            "status": {"enum": ["queued", "started", "failed"]},
-            "duplicate": {"type": "boolean", "description": "true: a redelivery; nothing new was stored or started"},
-        },
+        "webhook_id": {"type": "string"},
+        "run_id": {"type": "string", "description": "the run it starts: GET /v1/runs/{run_id} once started"},
+        "status": {"enum": ["queued", "started", "failed"]},
+        "duplicate": {"type": "boolean", "description": "true: a redelivery; nothing new was stored or started"},
     },
 )
 _PAYLOAD = Schema("WebhookPayload", {"description": "Any JSON: the event as the sender sends it (signed as raw bytes)"})

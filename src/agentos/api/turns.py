@@ -46,15 +46,11 @@ _RESULT = Schema(
         },
     },
 )
-_CANCEL = Schema(
+_CANCEL = Schema.object(
     "TurnCancel",
     {
-        "type": "object",
-        "required": ["cancelled", "turn_id"],
-        "properties": {
-            "cancelled": {"type": "boolean", "description": "false: no turn was running"},
-            "turn_id": {**nullable("string"), "description": "the cancelled turn"},
-        },
+        "cancelled": {"type": "boolean", "description": "false: no turn was running"},
+        "turn_id": {**nullable("string"), "description": "the cancelled turn"},
     },
 )
 _TOKENS_QUOTA = (
