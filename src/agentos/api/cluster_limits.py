@@ -15,11 +15,8 @@ evenly. A refund that cannot reach Redis is lost (the tenant loses one unit for 
 
 from __future__ import annotations
 
-import asyncio
 import math
-from collections.abc import Coroutine
 from dataclasses import replace
-from typing import Any
 
 import msgspec
 from aiohttp import web
@@ -28,7 +25,7 @@ from agentos.api.ratelimit import OPEN_KEY, Limiters, raise_if_refused
 from agentos.clock import Clock
 from agentos.config.tenants import TenantLimits
 from agentos.coordination.gcra import RedisGcra
-from agentos.coordination.link import Link
+from agentos.coordination.link import BackgroundCalls, Link
 from agentos.tenancy.principal import Principal
 from agentos.tenancy.ratelimit import Decision
 
@@ -41,7 +38,7 @@ class ClusterLimiters(Limiters):
         self._link = link
         self._gcra = RedisGcra(link.redis)
         self._shares: dict[TenantLimits, TenantLimits] = {}
-        self._pending: set[asyncio.Task[Any]] = set()
+        self._background = BackgroundCalls()
 
     async def admit_request(self, who: Principal) -> tuple[dict[str, str], web.Response | None]:
         limits = who.limits
@@ -95,17 +92,11 @@ class ClusterLimiters(Limiters):
         the request is being cancelled, where awaiting Redis is not wanted."""
         if per_minute:
             key = self._key(what, tenant_id)
-            self._spawn(self._link.call(lambda: self._gcra.refund(key, per_minute)))
+            self._background.spawn(self._link.call(lambda: self._gcra.refund(key, per_minute)))
 
     async def flush(self) -> None:
         """Wait for the refunds started so far (each is bounded by the link's timeout)."""
-        while self._pending:
-            await asyncio.gather(*list(self._pending), return_exceptions=True)
-
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        await self._background.flush()
 
     def _key(self, what: str, name: str) -> str:
         return f"{self._link.prefix}rate:{what}:{name}"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -199,3 +199,20 @@ def _public(url: str) -> str:
     """The URL without its password, for a message."""
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}{parts.path}"
+
+
+class BackgroundCalls:
+    """Calls to Redis nobody waits for (a refund, a count), each bounded by the link's timeout,
+    kept referenced until done; `flush` waits for those started so far (before the link closes)."""
+
+    def __init__(self) -> None:
+        self._pending: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def flush(self) -> None:
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)

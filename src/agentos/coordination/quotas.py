@@ -23,12 +23,8 @@ each node by what it saw, and what happens meanwhile is not added to Redis after
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Coroutine
-from typing import Any
-
 from agentos.clock import Clock
-from agentos.coordination.link import Link
+from agentos.coordination.link import BackgroundCalls, Link
 from agentos.tenancy.principal import Principal
 from agentos.tenancy.quotas import DAY_S, Quotas, sessions_exceeded
 
@@ -56,7 +52,7 @@ class ClusterQuotas(Quotas):
         self._reserve = link.redis.register_script(_RESERVE)
         self._release = link.redis.register_script(_RELEASE)
         self._shared = False
-        self._pending: set[asyncio.Task[Any]] = set()
+        self._background = BackgroundCalls()
 
     async def share(self) -> None:
         """Seed Redis from this node's counts (SET NX: only counters nobody wrote yet), and
@@ -94,7 +90,7 @@ class ClusterQuotas(Quotas):
         super().release_session(tenant_id)
         if self._shared:
             key = self._sessions_key(tenant_id)
-            self._spawn(self._link.call(lambda: self._release(keys=[key])))
+            self._background.spawn(self._link.call(lambda: self._release(keys=[key])))
 
     async def admit_tokens(self, who: Principal) -> None:
         limit = who.limits.tokens_per_day
@@ -117,17 +113,11 @@ class ClusterQuotas(Quotas):
                     pipe.expire(key, _TOKENS_TTL_S)
                     await pipe.execute()
 
-            self._spawn(self._link.call(count))
+            self._background.spawn(self._link.call(count))
 
     async def flush(self) -> None:
         """Wait for the background writes started so far (each is bounded by the link's timeout)."""
-        while self._pending:
-            await asyncio.gather(*list(self._pending), return_exceptions=True)
-
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        await self._background.flush()
 
     def _sessions_key(self, tenant_id: str) -> str:
         return f"{self._link.prefix}quota:sessions:{tenant_id}"

@@ -276,16 +276,9 @@ class PgJournalStore:
         return self._writer
 
     def statistics(self) -> StoreStatistics:
-        w = self._writer.statistics() if self._writer is not None else None
-        if w is None:
+        if self._writer is None:
             return StoreStatistics(batches=0, statements=self._statements, queued=0)
-        return StoreStatistics(
-            batches=w.batches_total,
-            statements=self._statements,
-            queued=w.queued + w.shed_queued,
-            dropped_total=w.dropped_total,
-            failed_total=w.failed_total,
-        )
+        return StoreStatistics.of(self._writer.statistics(), self._statements)
 
     async def wait_space(self) -> None:
         await self._lane.wait_space()

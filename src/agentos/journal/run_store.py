@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agentos.store.base import WriterStatistics
 from agentos.store.writer import Writer
 
 T = TypeVar("T")
@@ -33,6 +34,17 @@ class StoreStatistics:
     queued: int
     dropped_total: int = 0  # sheddable writes dropped over the bound
     failed_total: int = 0  # writes and reads that failed with StoreError
+
+    @classmethod
+    def of(cls, writer: WriterStatistics, statements: int) -> StoreStatistics:
+        """The journal's figures from its writer's (either backend's) and its statement count."""
+        return cls(
+            batches=writer.batches_total,
+            statements=statements,
+            queued=writer.queued + writer.shed_queued,
+            dropped_total=writer.dropped_total,
+            failed_total=writer.failed_total,
+        )
 
 
 class RunStore:
@@ -87,14 +99,7 @@ class RunStore:
         await self._writer.close()
 
     def statistics(self) -> StoreStatistics:
-        w = self._writer.statistics()
-        return StoreStatistics(
-            batches=w.batches_total,
-            statements=self._statements,
-            queued=w.queued + w.shed_queued,
-            dropped_total=w.dropped_total,
-            failed_total=w.failed_total,
-        )
+        return StoreStatistics.of(self._writer.statistics(), self._statements)
 
     async def wait_space(self) -> None:
         """Wait until the durable lane is under its bound (backpressure for `write_nowait`).

@@ -31,7 +31,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentos.errors import Conflict, NotFound
 from agentos.knowledge import filters
-from agentos.knowledge.records import ChunkBatch, ChunkRow, Collection, DocumentRow, collection_row, document_row
+from agentos.knowledge.records import (
+    COLLECTION_COLUMNS,
+    DOCUMENT_COLUMNS,
+    ChunkBatch,
+    ChunkRow,
+    Collection,
+    DocumentRow,
+    collection_row,
+    document_row,
+)
 from agentos.store.pg_side_pool import SidePool
 
 if TYPE_CHECKING:
@@ -242,14 +251,6 @@ class PgKnowledgeStorage:
 # -- The statements of `PgKnowledgeStorage` (tables of migrations 0006 and 0010) and its row conversions ----
 
 
-COLLECTION_COLUMNS = (
-    "collection_id, tenant_id, name, model, dims, chunk_tokens, chunk_overlap, created_ms, description,"
-    " documents, chunks"
-)
-DOCUMENT_COLUMNS = (
-    "document_id, tenant_id, collection_id, title, content_type, size_bytes, sha256, metadata, status,"
-    " created_ms, updated_ms, idempotency_key, reason, chunks, attempts"
-)
 D_COLUMNS = ", ".join(f"d.{c.strip()}" for c in DOCUMENT_COLUMNS.split(","))
 
 # Two-key advisory locks (a key space apart from the migrations' one-key lock): per tenant,

@@ -7,6 +7,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+# The columns a collection's and a document's row is read by, the same on both storages
+# (`collection_row`, `document_row` take them in this order).
+COLLECTION_COLUMNS = (
+    "collection_id, tenant_id, name, model, dims, chunk_tokens, chunk_overlap, created_ms, description,"
+    " documents, chunks"
+)
+DOCUMENT_COLUMNS = (
+    "document_id, tenant_id, collection_id, title, content_type, size_bytes, sha256, metadata, status,"
+    " created_ms, updated_ms, idempotency_key, reason, chunks, attempts"
+)
+
+
 DocumentStatus = Literal["queued", "indexing", "ready", "failed"]
 
 

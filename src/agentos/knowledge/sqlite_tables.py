@@ -12,16 +12,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentos.errors import Conflict, NotFound
-from agentos.knowledge.records import ChunkBatch, ChunkRow, Collection, DocumentRow, collection_row, document_row
+from agentos.knowledge.records import (
+    COLLECTION_COLUMNS,
+    DOCUMENT_COLUMNS,
+    ChunkBatch,
+    ChunkRow,
+    Collection,
+    DocumentRow,
+    collection_row,
+    document_row,
+)
 
-COLLECTION_COLUMNS = (
-    "collection_id, tenant_id, name, model, dims, chunk_tokens, chunk_overlap, created_ms, description,"
-    " documents, chunks"
-)
-DOCUMENT_COLUMNS = (
-    "document_id, tenant_id, collection_id, title, content_type, size_bytes, sha256, metadata, status,"
-    " created_ms, updated_ms, idempotency_key, reason, chunks, attempts"
-)
 _PENDING = "status = 'queued' OR (status = 'indexing' AND lease_until_ms < ?)"
 
 
