@@ -29,6 +29,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     compare.add_argument("new", type=Path, help="the new report (B)")
     compare.add_argument("--threshold", type=float, default=0.20, help="growth that counts as a regression")
     compare.set_defaults(handler=_compare)
+    from agentos_bench import gate  # `agentos bench gate` (CI's regression alarm)
+
+    gate_parser = commands.add_parser(
+        "gate", help="a short sweep judged against the committed baseline; exit 1 on a regression"
+    )
+    gate.add_arguments(gate_parser)
+    gate_parser.set_defaults(handler=gate.run_gate)
     from agentos_bench.runs import cli as runs_cli  # `agentos bench runs` (agent runs)
 
     runs_cli.COMMAND.register(commands)

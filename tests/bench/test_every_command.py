@@ -32,6 +32,7 @@ REAL_RUN_ELSEWHERE = {  # command -> the test file with its tiny real run
     "load": "tests/bench/test_arrival_smoke.py",
     "faults": "tests/bench/test_faults.py",
     "overload": "tests/bench/test_overload_bench.py",
+    "gate": "tests/bench/test_gate.py",
 }
 MODULE_MAINS = ("arrival", "authcost", "faults", "knowledge", "overload", "runs")  # python -m agentos_bench.<tool>
 TINY_MOCK = ["--mock-ttft-ms", "5", "--mock-tokens", "2"]

@@ -90,10 +90,10 @@ async def test_a_cut_in_the_middle_is_store_unavailable_and_two_log_lines(
             async with http.post(f"{nodes[0].url}/v1/agents", json={"name": "ops", "tools": []}) as r:
                 assert r.status == 201, await r.text()
             sessions = await asyncio.gather(*(new_session(http, nodes[i % 2].url) for i in range(2 * TURNS)))
-            if needle == b"LISTEN":  # the followers listen from the start: make them connect again
+            proxy.cut_when(needle)
+            if needle == b"LISTEN":  # the followers listen from the start: make them connect (and LISTEN) again
                 await proxy.cut()
                 await proxy.restore()
-            proxy.cut_when(needle)
             runs = await start_runs(http, nodes)
             first = asyncio.create_task(load(http, nodes, sessions[:TURNS]))
             await asyncio.wait_for(proxy.timed_cut.wait(), 30)  # cut at the moment `needle` was sent
@@ -117,4 +117,8 @@ async def test_a_cut_in_the_middle_is_store_unavailable_and_two_log_lines(
     for node in ("node0", "node1"):
         log = (tmp_path / f"{node}.stderr").read_text()
         assert "Traceback" not in log and "pool connection floor" not in log, (case, log[-3000:])
-        assert outage_lines(log) == (1, 1), (case, node, log[-3000:])
+        began, ended_lines = outage_lines(log)
+        assert began == ended_lines, (case, node, log[-3000:])  # every outage logged as begun has ended
+        # One outage, two lines; the follow case cuts twice (to make the followers LISTEN again,
+        # then at their LISTEN), which the node may see as one outage or two.
+        assert began == 1 or (needle == b"LISTEN" and began == 2), (case, node, log[-3000:])

@@ -122,13 +122,14 @@ class Follower(Generic[R]):
         """Follow until cancelled; each failure waits a little longer (bounded) before the next try."""
         retry_s = RETRY_S
         while not self._closed.is_set():
+            begun = time.monotonic()  # a connection made before the database came back is no news when it breaks
             try:
                 await self._follow()
             except Exception as exc:  # whatever broke the connection or a read: a new one, then reload
                 if self._closed.is_set():
                     return  # asyncpg may turn the cancel of a connect into another error
                 if isinstance(exc, (_Lost, ConfigError, *pg_pool.connection_errors())):  # the database is away
-                    self._outage.failed(f"following {self._channel!r}", exc)
+                    self._outage.failed(f"following {self._channel!r}", exc, begun)
                 else:
                     log.warning(
                         "%s: not following other nodes' changes (%s); retrying in %gs", self._channel, exc, retry_s
