@@ -34,6 +34,7 @@ class TcpProxy:
         self.accepted = 0  # connections relayed so far
         self._needle: bytes | None = None
         self._cutter: asyncio.Task[None] | None = None
+        self._cuts = 0  # cuts so far: a relay that was connecting across one is dropped too
         self.timed_cut = asyncio.Event()  # set when a `cut_when` cut happened
 
     async def __aenter__(self) -> TcpProxy:
@@ -49,7 +50,8 @@ class TcpProxy:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def cut(self) -> None:
-        """Refuse new connections and drop the relayed ones."""
+        """Refuse new connections and drop the relayed ones (and those still connecting)."""
+        self._cuts += 1
         if self._server is not None:
             self._server.close()
             self._server = None
@@ -91,10 +93,15 @@ class TcpProxy:
         if self._stalled:
             self._writers.add(client_writer)  # held open, never answered
             return
+        cuts = self._cuts
         try:
             target_reader, target_writer = await asyncio.open_connection(*self._target)
         except OSError:
             client_writer.transport.abort()
+            return
+        if cuts != self._cuts:  # a cut came while this one was connecting: it must not outlive it
+            client_writer.transport.abort()
+            target_writer.transport.abort()
             return
         self._writers.update((client_writer, target_writer))
         for reader, writer, watched in ((client_reader, target_writer, True), (target_reader, client_writer, False)):
