@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from agentos.kernel import KernelStatistics
 from agentos.store.base import StoreStatistics
+from agentos.store.pg_pool import FIGURES as POOLS
+from agentos.store.pg_pool import PoolFigures
 
 if TYPE_CHECKING:
     from agentos.coordination.permits import PermitStatistics
@@ -64,6 +66,31 @@ class _StatsCollector(Collector):
             yield from _cluster_metrics(self._cluster())
 
 
+class _PoolCollector(Collector):
+    """The PostgreSQL pools of this process together (`store.backend = "postgres"`); nothing
+    while there is none (the embedded default): a zero would read as an idle pool."""
+
+    def collect(self) -> Iterator[Metric]:
+        return _pool_metrics(POOLS) if POOLS.live() else iter(())
+
+
+def _pool_metrics(p: PoolFigures) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "agentos_store_pool_connections", "Connections open in this node's pools", p.open_connections
+    )
+    yield GaugeMetricFamily(
+        "agentos_store_pool_max", "The most connections this node's pools may open", p.max_connections
+    )
+    yield GaugeMetricFamily("agentos_store_pool_in_use", "Pool connections lent to a unit of work now", p.in_use)
+    yield GaugeMetricFamily("agentos_store_pool_waiting", "Units of work waiting for a pool connection", p.waiting)
+    yield CounterMetricFamily("agentos_store_pool_acquired", "Pool connections lent", p.acquired_total)
+    yield CounterMetricFamily(
+        "agentos_store_pool_acquire_timeouts",
+        "Waits for a pool connection past store.postgres_acquire_timeout_s",
+        p.acquire_timeouts_total,
+    )
+
+
 def _cluster_metrics(c: PermitStatistics) -> Iterator[Metric]:
     """The cluster's provider limit (`coordination.redis_url`), as this node sees it."""
     yield GaugeMetricFamily(
@@ -83,6 +110,10 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # process_cpu_seconds_total, process_resident_memory_bytes, ...: what a load generator
+        # measuring a deployment it did not start reads instead of /proc (agentos bench load --server-url)
+        ProcessCollector(registry=r)
+        r.register(_PoolCollector())
         self.turn_duration_ms = Histogram(
             "agentos_turn_duration_ms",
             "Turn time, submit to terminal event",

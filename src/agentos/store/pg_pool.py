@@ -20,6 +20,7 @@ import importlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +89,36 @@ def connection_errors() -> tuple[type[Exception], ...]:
     )
 
 
+@dataclass(slots=True)
+class PoolFigures:
+    """Every pool of this process together (a node is one process), for GET /metrics: how many
+    connections are lent out, how many units of work wait for one, and how many waited past
+    `store.postgres_acquire_timeout_s` (the seed's "pool timeouts": a pool too small for a burst
+    shows here first). Counted in `pooled`, the one place that lends connections."""
+
+    in_use: int = 0
+    waiting: int = 0
+    acquired_total: int = 0
+    acquire_timeouts_total: int = 0
+    pools: list[asyncpg.Pool] = field(default_factory=list)  # asyncpg's Pool takes no weak reference
+
+    def live(self) -> list[asyncpg.Pool]:
+        """The pools not closed, dropping the closed ones from the list."""
+        self.pools[:] = [pool for pool in self.pools if not pool.is_closing()]
+        return self.pools
+
+    @property
+    def open_connections(self) -> int:
+        return sum(pool.get_size() for pool in self.live())
+
+    @property
+    def max_connections(self) -> int:
+        return sum(pool.get_max_size() for pool in self.live())
+
+
+FIGURES = PoolFigures()
+
+
 @asynccontextmanager
 async def pooled(pool: asyncpg.Pool, timeout_s: float) -> AsyncIterator[asyncpg.Connection]:
     """A connection of `pool` for one unit of work: the one place where every write and read on
@@ -100,7 +131,8 @@ async def pooled(pool: asyncpg.Pool, timeout_s: float) -> AsyncIterator[asyncpg.
         unusable (an `InterfaceError` on a closed connection, an `InternalClientError`) as
         `ConnectionLost`.
     """
-    conn: asyncpg.Connection = await pool.acquire(timeout=timeout_s)
+    conn = await _acquire(pool, timeout_s)
+    FIGURES.in_use += 1
     try:
         yield conn
     except BaseException as exc:
@@ -111,7 +143,21 @@ async def pooled(pool: asyncpg.Pool, timeout_s: float) -> AsyncIterator[asyncpg.
                 raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
         raise
     finally:
+        FIGURES.in_use -= 1
         await asyncio.shield(pool.release(conn))  # a terminated connection is replaced, not reused
+
+
+async def _acquire(pool: asyncpg.Pool, timeout_s: float) -> asyncpg.Connection:
+    FIGURES.waiting += 1
+    try:
+        conn: asyncpg.Connection = await pool.acquire(timeout=timeout_s)
+    except TimeoutError:
+        FIGURES.acquire_timeouts_total += 1
+        raise
+    finally:
+        FIGURES.waiting -= 1
+    FIGURES.acquired_total += 1
+    return conn
 
 
 def is_statement_error(exc: BaseException) -> bool:
@@ -201,6 +247,7 @@ async def create_pool(config: StoreConfig) -> asyncpg.Pool:
         )
     except Exception as exc:
         raise unreachable(config.postgres_url, exc) from None
+    FIGURES.pools.append(pool)
     return pool
 
 
