@@ -1,5 +1,6 @@
-"""One open-arrival run: the mock and the server as processes of their own, the fixture, the
-schedule sent on time, CPU sampled throughout, the fixture removed, one result dict.
+"""One open-arrival run: the mock and the server as processes of their own (or a deployment
+already running: `run_deployment`, `deployment.py`), the fixture, the schedule sent on time, CPU
+sampled throughout, the fixture removed, one result dict.
 
 The generator is this process (its own CPU is a group of the report); the server and the mock
 are children started here, bound to 127.0.0.1, stopped by their pids. The admin key exists only
@@ -18,7 +19,8 @@ from typing import Any
 import aiohttp
 
 from agentos.mock.server import MockSettings
-from agentos_bench.arrival.cpu import CpuSamples, sample_cpu
+from agentos_bench.arrival.cpu import CpuSamples, Reader, local_reader, sample_cpu
+from agentos_bench.arrival.deployment import Deployment, DeploymentReader, DeploymentSamples, cpu_samples_for
 from agentos_bench.arrival.dispatch import START_DELAY_S, dispatch
 from agentos_bench.arrival.fixture import create_fixture, preflight, remove_fixture
 from agentos_bench.arrival.loads import Loads
@@ -58,7 +60,8 @@ async def run_load(plan: LoadPlan, work_dir: Path) -> dict[str, Any]:
                                  env={"AGENTOS_API_TOKEN": admin_token})  # fmt: skip
         server = await start_server_process(server_plan, work_dir)
         try:
-            result = await _measure(plan, server.url, mock.url, admin_token, (server.pid, mock.pid))
+            target = Deployment(urls=(server.url,), admin_token=admin_token, mock_url=mock.url)
+            result = await _measure(plan, target, CpuSamples(), local_reader(server.pid, mock.pid))
         finally:
             await stop_child(server.process)
     finally:
@@ -67,18 +70,34 @@ async def run_load(plan: LoadPlan, work_dir: Path) -> dict[str, Any]:
     return result
 
 
-async def _measure(plan: LoadPlan, url: str, mock_url: str, admin_token: str, pids: tuple[int, int]) -> dict[str, Any]:
+async def run_deployment(plan: LoadPlan, deployment: Deployment) -> dict[str, Any]:
+    """The same run against nodes already running (`--server-url`); their figures from /metrics.
+
+    Raises: PreflightError, DeploymentError (nothing was measured)."""
+    load_before = os.getloadavg()[0]
+    samples = DeploymentSamples(deployment.node_names)
+    async with aiohttp.ClientSession() as scraper, DeploymentReader(deployment, scraper, samples).opened() as reader:
+        result = await _measure(plan, deployment, cpu_samples_for(deployment), reader)
+    windows = plan_phases(plan.scenario, plan.scale, plan.rate_multiplier)
+    result["deployment"] = {"by_phase": samples.by_phase(windows), "timeline": samples.timeline()}
+    result["load_average"] = {"before_1m": round(load_before, 2), "after_1m": round(os.getloadavg()[0], 2)}
+    return result
+
+
+async def _measure(plan: LoadPlan, target: Deployment, cpu: CpuSamples, reader: Reader) -> dict[str, Any]:
     limit = plan.connection_limit
-    admin_headers = {"Authorization": f"Bearer {admin_token}"}
-    async with aiohttp.ClientSession(headers=admin_headers) as admin:
-        await preflight(admin, url, mock_url)
+    url = target.urls[0]  # the fixture is made through the first node; every node sees it
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {target.admin_token}"}) as admin:
+        await preflight(admin, target.urls, target.mock_url)
         fixture = await create_fixture(admin, url)
+        fixture.urls = target.urls
         try:
             async with (
                 aiohttp.ClientSession(connector=_connector(limit), headers=fixture.headers) as http,
                 aiohttp.ClientSession(connector=_connector(limit)) as anonymous,
             ):
-                result = await _send(plan, Loads(http, anonymous, fixture, run_timeout_s=_run_timeout(plan)), pids)
+                loads = Loads(http, anonymous, fixture, run_timeout_s=_run_timeout(plan))
+                result = await _send(plan, loads, cpu, reader)
         finally:
             cleanup_failures = await remove_fixture(admin, fixture)
     result["fixture_cleanup_failures"] = cleanup_failures
@@ -89,14 +108,14 @@ def _connector(limit: int) -> aiohttp.TCPConnector:
     return aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=None)
 
 
-async def _send(plan: LoadPlan, loads: Loads, pids: tuple[int, int]) -> dict[str, Any]:
+async def _send(plan: LoadPlan, loads: Loads, cpu: CpuSamples, reader: Reader) -> dict[str, Any]:
     windows = plan_phases(plan.scenario, plan.scale, plan.rate_multiplier)
     offers = build_schedule(plan.scenario, plan.scale, plan.rate_multiplier)
     timeouts = {load.kind: load.timeout_s for load in plan.scenario.loads}
     loop = asyncio.get_running_loop()
-    cpu, stop = CpuSamples(), asyncio.Event()
+    stop = asyncio.Event()
     t0 = loop.time() + START_DELAY_S  # one time base for the schedule and the CPU samples
-    sampler = asyncio.create_task(sample_cpu(cpu, lambda: loop.time() - t0, pids, stop))
+    sampler = asyncio.create_task(sample_cpu(cpu, lambda: loop.time() - t0, reader, stop))
     try:
         limit, drain = plan.connection_limit, plan.drain_s
         samples, stats = await dispatch(
@@ -117,10 +136,9 @@ def _run_timeout(plan: LoadPlan) -> float:
 
 
 def _cpu_table(cpu: CpuSamples, windows: list[Any]) -> dict[str, Any]:
-    from agentos_bench.arrival.cpu import GROUPS
-
-    by_phase = {w.name: {g: _round(cpu.cores(g, w.start_s, w.end_s)) for g in GROUPS} for w in windows}
-    return {"cores_by_phase": by_phase, "peak_cores": {g: _round(cpu.peak_cores(g)) for g in GROUPS},
+    groups = cpu.groups
+    by_phase = {w.name: {g: _round(cpu.cores(g, w.start_s, w.end_s)) for g in groups} for w in windows}
+    return {"cores_by_phase": by_phase, "peak_cores": {g: _round(cpu.peak_cores(g)) for g in groups},
             "samples": len(cpu.times_s)}  # fmt: skip
 
 

@@ -10,7 +10,7 @@ reaped by the fork server); the mock provider's tree; this generator process.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from agentos.waiting import wait_event
@@ -22,13 +22,22 @@ GROUPS = ("server", "sandboxes", "mock", "generator")
 
 @dataclass(slots=True)
 class CpuSamples:
+    """Cumulative CPU seconds per group at each sample. A deployment the bench did not start
+    (`--server-url`) has other groups: one per node, read from its /metrics (`deployment.py`)."""
+
+    groups: tuple[str, ...] = GROUPS
     times_s: list[float] = field(default_factory=list)  # from the run's start
-    cumulative: dict[str, list[float]] = field(default_factory=lambda: {g: [] for g in GROUPS})
+    cumulative: dict[str, list[float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.cumulative = {g: [] for g in self.groups}
 
     def add(self, t_s: float, values: dict[str, float]) -> None:
+        """A group missing from `values` (a scrape that failed) keeps its last figure."""
         self.times_s.append(t_s)
-        for group in GROUPS:
-            self.cumulative[group].append(values.get(group, 0.0))
+        for group in self.groups:
+            column = self.cumulative[group]
+            column.append(values.get(group, column[-1] if column else 0.0))
 
     def cores(self, group: str, start_s: float, end_s: float) -> float | None:
         """Mean cores used by `group` between the first and last sample inside [start, end]."""
@@ -58,13 +67,24 @@ def read_groups(server_pid: int | None, mock_pid: int | None) -> dict[str, float
     return found
 
 
-async def sample_cpu(
-    samples: CpuSamples, clock: Callable[[], float], pids: Sequence[int | None], stop: asyncio.Event
-) -> None:
+def local_reader(server_pid: int | None, mock_pid: int | None) -> Reader:
+    """The groups of processes this bench started, from /proc (off the event loop)."""
+
+    async def read(t_s: float) -> dict[str, float]:
+        return await asyncio.to_thread(read_groups, server_pid, mock_pid)
+
+    return read
+
+
+# reads the cumulative CPU seconds per group, at a time from the run's start
+Reader = Callable[[float], Awaitable[dict[str, float]]]
+
+
+async def sample_cpu(samples: CpuSamples, clock: Callable[[], float], read: Reader, stop: asyncio.Event) -> None:
     """Add a sample every `INTERVAL_S` until `stop` is set (and one when it is)."""
-    server_pid, mock_pid = pids
     while True:
-        samples.add(clock(), await asyncio.to_thread(read_groups, server_pid, mock_pid))
+        t_s = clock()
+        samples.add(t_s, await read(t_s))
         if stop.is_set():
             return
         await wait_event(stop, INTERVAL_S)

@@ -34,9 +34,12 @@ class PreflightError(RuntimeError):
     """The run cannot start: what is missing, in one line."""
 
 
-async def preflight(http: aiohttp.ClientSession, server_url: str, mock_url: str) -> None:
-    """The server is ready and the mock answers (models list)."""
-    for name, url in (("server", f"{server_url}/readyz"), ("mock provider", f"{mock_url}/models")):
+async def preflight(http: aiohttp.ClientSession, server_urls: tuple[str, ...], mock_url: str | None) -> None:
+    """Every node is ready and the mock answers (models list) when its URL is known."""
+    checks = [("server", f"{url}/readyz") for url in server_urls]
+    if mock_url is not None:
+        checks.append(("mock provider", f"{mock_url}/models"))
+    for name, url in checks:
         try:
             async with http.get(url, timeout=aiohttp.ClientTimeout(total=5)) as response:
                 if response.status != 200:

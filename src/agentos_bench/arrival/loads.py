@@ -47,6 +47,7 @@ class Fixture:
     tenant_id: str = ""
     key_id: str = ""
     idle_sessions: list[str] = field(default_factory=list)  # sessions with no turn running
+    urls: tuple[str, ...] = ()  # the nodes taking the load in turn; () = `url` alone
 
     @property
     def headers(self) -> dict[str, str]:
@@ -70,6 +71,7 @@ class Loads:
         self._fx = fixture
         self._run_timeout_s = run_timeout_s
         self._lists = itertools.cycle(_LISTS)
+        self._nodes = itertools.cycle(fixture.urls or (fixture.url,))
         self._senders: dict[str, Callable[[Offer, Attempt], Coroutine[Any, Any, None]]] = {
             "api_read": self.api_read,
             "chat_stream": self.chat_stream,
@@ -82,21 +84,25 @@ class Loads:
     async def send(self, offer: Offer, attempt: Attempt) -> None:
         await self._senders[offer.kind](offer, attempt)
 
+    def _node(self) -> str:
+        """The next node: each request goes to the next one in turn, as a round-robin balancer."""
+        return next(self._nodes)
+
     async def api_read(self, offer: Offer, attempt: Attempt) -> None:
-        async with self._http.get(self._fx.url + next(self._lists)) as response:
+        async with self._http.get(self._node() + next(self._lists)) as response:
             await response.read()
             _expect(response, 200)
 
     async def rag_query(self, offer: Offer, attempt: Attempt) -> None:
         body = {"query": text_of(offer.index, 8), "top_k": 5}
-        url = f"{self._fx.url}/v1/collections/{self._fx.collection}/query"
+        url = f"{self._node()}/v1/collections/{self._fx.collection}/query"
         async with self._http.post(url, json=body) as response:
             await response.read()
             _expect(response, 200)
 
     async def ingest(self, offer: Offer, attempt: Attempt) -> None:
         body = {"content": text_of(offer.index, 200), "content_type": "text/plain", "title": f"load {offer.index}"}
-        url = f"{self._fx.url}/v1/collections/{self._fx.collection}/documents"
+        url = f"{self._node()}/v1/collections/{self._fx.collection}/documents"
         async with self._http.post(url, json=body) as response:
             await response.read()
             _expect(response, 202)
@@ -108,20 +114,20 @@ class Loads:
             "Content-Type": "application/json",
             **signed_headers(self._fx.trigger_secret, webhook_id, int(time.time()), body),
         }
-        url = f"{self._fx.url}/v1/triggers/{self._fx.trigger_id}/events"
+        url = f"{self._node()}/v1/triggers/{self._fx.trigger_id}/events"
         async with self._webhooks.post(url, data=body, headers=headers) as response:
             await response.read()
             _expect(response, 202)
 
     async def agent_run(self, offer: Offer, attempt: Attempt) -> None:
-        target = RunTarget(self._fx.url, agent=self._fx.agent, run_input=f"load run {offer.index}")
+        target = RunTarget(self._node(), agent=self._fx.agent, run_input=f"load run {offer.index}")
         outcome = await drive_run(self._http, target, answer_delay_s=0.0, timeout_s=self._run_timeout_s)
         if not outcome.ok:
             raise Failed(outcome.failure or "run_not_completed")
 
     async def chat_stream(self, offer: Offer, attempt: Attempt) -> None:
         session_id = await self._session()
-        url = f"{self._fx.url}/v1/sessions/{session_id}/ws"
+        url = f"{self._node()}/v1/sessions/{session_id}/ws"
         try:
             async with self._http.ws_connect(url) as ws:
                 await ws.send_str(msgspec.json.encode({"type": "turn", "input": text_of(offer.index, 8)}).decode())
@@ -133,7 +139,7 @@ class Loads:
     async def _session(self) -> str:
         if self._fx.idle_sessions:
             return self._fx.idle_sessions.pop()
-        async with self._http.post(f"{self._fx.url}/v1/sessions", json={}) as response:
+        async with self._http.post(f"{self._node()}/v1/sessions", json={}) as response:
             data = await response.read()
             _expect(response, 201)
         return str(msgspec.json.decode(data)["id"])

@@ -32,7 +32,11 @@ def load_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
     others = [name for name in report["phases"] if name not in (SUSTAIN, RECOVER)]
     for name in others:
         lines += [f"## The {name} phase", "", *_phase(report["phases"][name]), ""]
-    lines += ["## CPU", "", *_cpu(report["cpu"]), ""]
+    if report.get("recovery"):
+        lines += ["## After the burst", "", *_recovery(report["recovery"]), ""]
+    lines += ["## CPU", "", *_cpu(report["cpu"], deployment="deployment" in report), ""]
+    if "deployment" in report:
+        lines += ["## The deployment's figures", "", *_deployment(report["deployment"]["by_phase"]), ""]
     lines += [f"![{name}]({path})" for name, path in images.items()]
     lines += ["", "## Verdict (judged on the sustain phase, each load on its own)", "", *_verdict(report), ""]
     return "\n".join(lines)
@@ -42,13 +46,17 @@ def _header(report: dict[str, Any]) -> list[str]:
     machine = report["machine"]
     versions = ", ".join(f"{k} {v}" for k, v in report["versions"].items())
     mock = report["mock"]
+    provider = (
+        "the deployment's own (the bench did not start it)" if mock is None else
+        f"TTFT {mock['ttft_ms']} ms, {mock['tps']} tokens/s, {mock['tokens']} tokens, "
+        f"scenario {mock['scenario']}, error rate {mock['error_rate']}, hang rate {mock['hang_rate']}"
+    )  # fmt: skip
     return [
         f"- **Date (UTC):** {report['created_utc']}",
         f"- **Machine:** {machine['cpu']}, {machine['cores']} cores, {machine['ram_gib']} GiB RAM, {machine['os']}",
         f"- **Versions:** {versions}",
         f"- **Topology:** {report['topology']}",
-        f"- **Mock:** TTFT {mock['ttft_ms']} ms, {mock['tps']} tokens/s, {mock['tokens']} tokens, "
-        f"scenario {mock['scenario']}, error rate {mock['error_rate']}, hang rate {mock['hang_rate']}",
+        f"- **Mock:** {provider}",
         f"- **Scenario:** {report['scenario_text']}",
         f"- **Command:** `{report['command']}`",
         f"- **Load average (1 min) before / after:** {report['load_average']['before_1m']} / "
@@ -92,12 +100,59 @@ def _phase(phase: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _cpu(cpu: dict[str, Any]) -> list[str]:
+def _recovery(r: dict[str, Any]) -> list[str]:
+    verdict = {True: "**recovered**", False: "**did not recover**", None: "not measured"}[r["recovered"]]
+    lines = [
+        f"Errors: sustain {_pct(r['sustain_error_rate'])}, `{r['peak_phase']}` {_pct(r['peak_error_rate'])}; "
+        f"the recover phase by thirds below. {verdict} (its last third fails no more than max(2 x sustain, 1%)).",
+        "",
+        "| third of recover | offered | errors | `api_read` latency p50 / p95 / p99 ms (n) |",
+        "|---|---|---|---|",
+    ]
+    for i, third in enumerate(r["recover_thirds"], 1):
+        lines.append(
+            f"| {i} | {third['offered']} | {_pct(third['error_rate'])} | {_pcts(third['api_read_latency_ms'])} |"
+        )
+    return lines
+
+
+def _deployment(by_phase: dict[str, Any]) -> list[str]:
+    lines = [
+        "| phase | node | peak RSS MB | peak turns in flight | pool: peak in use / waiting / timeouts | scrapes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for phase, figures in by_phase.items():
+        for node, n in figures["nodes"].items():
+            pool = f"{_f(n.get('peak_pool_in_use'))} / {_f(n.get('peak_pool_waiting'))} / {_f(n.get('pool_timeouts'))}"
+            lines.append(f"| {phase} | {node} | {_f(n.get('peak_rss_mb'))} | {_f(n.get('peak_in_flight_turns'))} | "
+                         f"{pool} | {n['scrapes']} ({n['scrape_failures']} failed) |")  # fmt: skip
+    databases = [(phase, f["database_peak"]) for phase, f in by_phase.items() if f["database_peak"]]
+    if databases:
+        lines += ["", "| phase | database: peak connections / active / idle in transaction / waiting on a lock | "
+                  "max_connections |", "|---|---|---|"]  # fmt: skip
+        for phase, d in databases:
+            lines.append(f"| {phase} | {d['connections']} / {d['active']} / {d['idle_in_transaction']} / "
+                         f"{d['waiting_on_locks']} | {d['max_connections']} |")  # fmt: skip
+    lines += ["", "From each node's GET /metrics once a second (a pool figure is `–` on SQLite) and, with "
+              "`--database-url`, from `pg_stat_activity`; timeouts: waits for a pool connection past "
+              "`store.postgres_acquire_timeout_s` in the phase."]  # fmt: skip
+    return lines
+
+
+def _pct(rate: float | None) -> str:
+    return "–" if rate is None else f"{rate * 100:.2f}%"
+
+
+def _cpu(cpu: dict[str, Any], *, deployment: bool = False) -> list[str]:
     groups = list(cpu["peak_cores"])
     lines = ["| phase | " + " | ".join(groups) + " |", "|---|" + "---|" * len(groups)]
     for phase, values in cpu["cores_by_phase"].items():
         lines.append(f"| {phase} (mean cores) | " + " | ".join(_f(values[g]) for g in groups) + " |")
     lines.append("| peak over 1 s | " + " | ".join(_f(cpu["peak_cores"][g]) for g in groups) + " |")
+    if deployment:
+        lines += ["", "Cores = the difference of cumulative CPU time over the interval, divided by its length: "
+                  "each node's `process_cpu_seconds_total` (its GET /metrics), this process's from /proc."]  # fmt: skip
+        return lines
     lines += ["", "Cores = the difference of cumulative CPU time (/proc) over the interval, divided by its length. "
               "server: the server process; sandboxes: its descendants (the fork server and the sandboxed "
               "commands); mock: the mock provider; generator: this bench process."]  # fmt: skip

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentos_bench.arrival.dispatch import DispatchStats, Sample
-from agentos_bench.arrival.scenario import SUSTAIN, Load, Scenario
+from agentos_bench.arrival.scenario import RECOVER, SUSTAIN, Load, Scenario
 from agentos_bench.arrival.schedule import Offer, PhaseWindow
 from agentos_bench.report.stats import percentiles_ms
 
@@ -51,8 +51,43 @@ def summarize(
             "abandoned": sum(1 for s in samples if s.error == "abandoned"),
         },
         "phases": phases,
+        "recovery": recovery(windows, samples),
         "verdict": verdict(scenario, phases.get(SUSTAIN)) if usable else None,
     }  # fmt: skip
+
+
+def recovery(windows: Sequence[PhaseWindow], samples: Sequence[Sample]) -> dict[str, Any] | None:
+    """The seed's question after the burst: does the deployment come back, or keep failing at a
+    rate it carried before (a backlog outliving the burst, as a pool whose waiters wait out a
+    30 s timeout)? The recover phase's error rate by thirds (and `api_read` latency, the cheapest
+    request), beside sustain's and the peak phase's (the burst: the highest rate).
+    Recovered: its last third fails no more than max(2 x sustain's rate, 1%)."""
+    by_name = {w.name: w for w in windows}
+    if RECOVER not in by_name or SUSTAIN not in by_name:
+        return None
+    window, peak = by_name[RECOVER], max(windows, key=lambda w: w.rate)  # the burst: the highest rate
+    third = (window.end_s - window.start_s) / 3
+    recover = [s for s in samples if s.phase == RECOVER]
+    thirds = [[s for s in recover if window.start_s + i * third <= s.due_s < window.start_s + (i + 1) * third]
+              for i in range(3)]  # fmt: skip
+    sustain_rate = _error_rate([s for s in samples if s.phase == SUSTAIN]) or 0.0
+    last = _error_rate(thirds[-1])
+    return {
+        "sustain_error_rate": sustain_rate,
+        "peak_phase": peak.name,
+        "peak_error_rate": _error_rate([s for s in samples if s.phase == peak.name]),
+        "recover_thirds": [_third(t) for t in thirds],
+        "recovered": None if last is None else last <= max(2 * sustain_rate, 0.01),
+    }  # fmt: skip
+
+
+def _third(samples: Sequence[Sample]) -> dict[str, Any]:
+    reads = [s.latency_s for s in samples if s.ok and s.kind == "api_read"]
+    return {"offered": len(samples), "error_rate": _error_rate(samples), "api_read_latency_ms": percentiles_ms(reads)}
+
+
+def _error_rate(samples: Sequence[Sample]) -> float | None:
+    return round(sum(1 for s in samples if not s.ok) / len(samples), 6) if samples else None
 
 
 def phase_summary(scenario: Scenario, window: PhaseWindow, samples: Sequence[Sample]) -> dict[str, Any]:
