@@ -134,7 +134,8 @@ def _deployment(by_phase: dict[str, Any]) -> list[str]:
             lines.append(f"| {phase} | {d['connections']} / {d['active']} / {d['idle_in_transaction']} / "
                          f"{d['waiting_on_locks']} | {d['max_connections']} |")  # fmt: skip
     lines += ["", "From each node's GET /metrics once a second (a pool figure is `–` on SQLite) and, with "
-              "`--database-url`, from `pg_stat_activity`; timeouts: waits for a pool connection past "
+              "`--database-url`, from `pg_stat_activity` (every client of that database, not only these nodes); "
+              "timeouts: waits for a pool connection past "
               "`store.postgres_acquire_timeout_s` in the phase."]  # fmt: skip
     return lines
 
