@@ -37,13 +37,15 @@ def test_the_campaign_scripts() -> None:
 
 def test_campaign_plans_and_their_scale() -> None:
     heavy = campaign_plan(CAMPAIGNS["heavy"], 1.0, "c")
-    assert heavy.points == (25, 50, 100) and heavy.mock.tokens == 300 and heavy.mock.tps == pytest.approx(1 / 1.5)
+    assert heavy.points == (50, 100, 200) and heavy.mock.tokens == 300 and heavy.mock.tps == pytest.approx(1 / 1.5)
     assert heavy.profile == "runs-heavy" and heavy.campaign == "heavy" and heavy.waiting_runs == 0
     light = campaign_plan(CAMPAIGNS["light"], 1.0, "c")
-    assert light.points == (100,) and light.ramp_s == 120.0 and light.mock.scenario == "light"
-    assert campaign_plan(CAMPAIGNS["hitl"], 1.0, "c").answer_delay_s == 30.0
+    assert light.points == (50, 100, 200) and light.ramp_s == 60.0 and light.mock.scenario == "light"
+    hitl = campaign_plan(CAMPAIGNS["hitl"], 1.0, "c")
+    assert hitl.answer_delay_s == 45.0 and hitl.profile == "runs-hitl" and hitl.points == (50, 100, 200)
+    assert campaign_plan(CAMPAIGNS["hitl"], 1.0, "c", answer_delay_s=5.0).answer_delay_s == 5.0  # the seed's knob
     small = campaign_plan(CAMPAIGNS["heavy"], 0.02, "c")
-    assert small.points == (1, 1, 2) and small.mock.tokens == 6 and small.mock.tps > 1
+    assert small.points == (1, 2, 4) and small.mock.tokens == 6 and small.mock.tps > 1
 
 
 def _row(runs: int, p95: float | None, completed: int | None = None, **failures: int) -> dict[str, Any]:
@@ -73,8 +75,15 @@ def test_a_short_hitl_campaign_runs_twice_and_reports(tmp_path: Path) -> None:
     (json_path,) = out.glob("*-runs-hitl.json")
     report = json.loads(json_path.read_text())
     assert len(report["repeats"]) == 2 and report["judged"]["completion"] == 1.0
-    assert report["repeats"][0][0]["human"]["paused_share"] == 1.0  # every run met its human
-    assert "## Campaign `hitl`" in json_path.with_suffix(".md").read_text()
+    first = report["repeats"][0][0]
+    assert first["human"]["paused_share"] == 1.0  # every run met its human
+    # each run: two commands approved by quoting their args_hash, then the question answered
+    assert first["human"]["approvals"] == 2 * first["runs"] and first["human"]["answered"] == 3 * first["runs"]
+    assert first["tool_results"] == 2 * first["runs"]  # the approved commands ran
+    assert set(first["cpu_peak_cores"]) >= {"server", "sandboxes", "mock", "generator"}
+    assert first["cpu_peak_total_cores"] > 0 and first["runs_per_core"] > 0
+    markdown = json_path.with_suffix(".md").read_text()
+    assert "## Campaign `hitl`" in markdown and "### CPU per service" in markdown
 
 
 async def test_the_contract_check_walks_an_unpaced_twin_of_the_heavy_mock(tmp_path: Path) -> None:

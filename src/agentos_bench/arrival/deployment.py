@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentos_bench.arrival.cpu import CpuSamples
 from agentos_bench.arrival.schedule import PhaseWindow
+from agentos_bench.common.cpu import CpuSamples
 from agentos_bench.common.procfs import self_cpu_s
 
 # a figure of the report <- the sample of GET /metrics it is read from

@@ -156,13 +156,18 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 def local_service_pids(settings: Settings) -> tuple[int, ...]:
     """The process trees of the PostgreSQL and Redis this profile uses, where they run on this
     machine (a loopback URL): their CPU is part of what a turn costs, apart from the nodes'."""
-    names = set()
+    return tuple(pid for roots in local_services(settings).values() for pid in roots)
+
+
+def local_services(settings: Settings) -> dict[str, tuple[int, ...]]:
+    """`local_service_pids` by service: {"postgres": roots, "redis": roots}, those used only."""
+    found = {}
     store, redis_url = settings.store, settings.coordination.redis_url
     if store.enabled and store.backend == "postgres" and urlsplit(store.postgres_url).hostname in _LOOPBACK:
-        names.add("postgres")
+        found["postgres"] = tuple(roots_named({"postgres"}))
     if redis_url.startswith("unix://") or (redis_url and urlsplit(redis_url).hostname in _LOOPBACK):
-        names.add("redis-server")
-    return tuple(roots_named(names)) if names else ()
+        found["redis"] = tuple(roots_named({"redis-server"}))
+    return found
 
 
 @dataclass(kw_only=True)

@@ -20,13 +20,14 @@ import shutil
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from agentos_bench.common.cpu import GROUPS, CpuSamples, local_reader, sample_cpu
 from agentos_bench.common.http import bench_http_session
 from agentos_bench.common.mock_process import start_mock_process
 from agentos_bench.common.processes import (
@@ -37,6 +38,7 @@ from agentos_bench.common.processes import (
     stop_child,
 )
 from agentos_bench.common.procfs import TreeSample, sample_tree, self_cpu_s
+from agentos_bench.load.cluster import local_services, profile_settings
 from agentos_bench.report.document import SCHEMA_VERSION
 from agentos_bench.report.machine import report_head
 from agentos_bench.report.stats import percentiles_ms
@@ -69,8 +71,11 @@ async def _mock_call(http: aiohttp.ClientSession, mock: Child, method: str, path
         return {}
 
 
-async def measure_point(plan: RunsPlan, n: int, server: Child, mock: Child) -> dict[str, Any]:
-    """N runs at once, each followed to its end; return the point's row."""
+async def measure_point(
+    plan: RunsPlan, n: int, server: Child, mock: Child, services: Mapping[str, Sequence[int]] | None = None
+) -> dict[str, Any]:
+    """N runs (at once, or over the plan's ramp), each followed to its end; the point's row."""
+    services = services or {}
     loop = asyncio.get_running_loop()
     target = RunTarget(server.url, agent=plan.agent)
     async with bench_http_session() as http:
@@ -79,8 +84,15 @@ async def measure_point(plan: RunsPlan, n: int, server: Child, mock: Child) -> d
         floor = await _healthz_burst(http, server.url, n)
         mock_before, client_before = sample_tree(mock.pid, False).cpu_s, self_cpu_s()
         started = loop.time()
+        cpu_samples, stop = CpuSamples(groups=(*GROUPS, *services)), asyncio.Event()
+        reader = local_reader(server.pid, mock.pid, services)
+        cpu_sampler = asyncio.create_task(sample_cpu(cpu_samples, lambda: loop.time() - started, reader, stop))
         async with peak_sampling(server.pid) as sampler:
-            outcomes = await asyncio.gather(*(_drive(http, target, plan, i * plan.ramp_s / n) for i in range(n)))
+            try:
+                outcomes = await asyncio.gather(*(_drive(http, target, plan, i * plan.ramp_s / n) for i in range(n)))
+            finally:
+                stop.set()
+                await cpu_sampler
             wall_s = loop.time() - started
             end, main_end = sample_tree(server.pid), own_cpu_s(server.pid)
             mock_end, client_end = sample_tree(mock.pid, False).cpu_s, self_cpu_s()
@@ -93,7 +105,25 @@ async def measure_point(plan: RunsPlan, n: int, server: Child, mock: Child) -> d
         server=(before, end, sampler.peak),
         mock_stats=mock_stats,
         cpu=cpu | {"client_cpu_s": client_end - client_before},
-    ) | {"healthz_burst_ms": floor}
+    ) | {"healthz_burst_ms": floor, **cpu_by_service(cpu_samples, n)}
+
+
+def cpu_by_service(cpu: CpuSamples, runs: int) -> dict[str, Any]:
+    """Each group's peak and mean cores at 1 s resolution (server, its sandboxes, mock, this
+    client, and PostgreSQL/Redis where the profile uses them on this machine), the peak of their
+    sum, and capacity in runs per core: the point's runs over that peak (the seed's "~20 runs per
+    core": concurrent runs a core carries at this profile's peak)."""
+    peak_total = cpu.peak_total_cores()
+    return {
+        "cpu_peak_cores": {g: _r3(cpu.peak_cores(g)) for g in cpu.groups},
+        "cpu_mean_cores": {g: _r3(cpu.mean_cores(g)) for g in cpu.groups},
+        "cpu_peak_total_cores": _r3(peak_total),
+        "runs_per_core": round(runs / peak_total, 1) if peak_total else None,
+    }
+
+
+def _r3(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 async def _healthz_burst(http: aiohttp.ClientSession, base_url: str, n: int) -> dict[str, float | None]:
@@ -177,6 +207,7 @@ def human_summary(outcomes: Sequence[RunOutcome]) -> dict[str, Any]:
     return {
         "paused_share": round(paused / len(outcomes), 3) if outcomes else None,
         "answered": sum(o.human_answers for o in outcomes),
+        "approvals": sum(o.approvals for o in outcomes),
         "mean_wait_ms": round(sum(waits) / len(waits) * 1000, 1) if waits else None,
     }
 
@@ -259,9 +290,10 @@ async def _points(plan: RunsPlan, mock: Child, work_dir: Path) -> list[dict[str,
     try:
         async with bench_http_session() as http:  # one throwaway run: one-time costs out of the first point
             await drive_run(http, RunTarget(server.url, agent=plan.agent), answer_delay_s=0.0, timeout_s=30.0)
+        services = local_services(profile_settings(resolve_profile(plan.profile)))
         for n in plan.points:
             await asyncio.sleep(plan.settle_s)
-            rows.append(await measure_point(plan, n, server, mock))
+            rows.append(await measure_point(plan, n, server, mock, services))
             print(f"runs: N={n}: {_progress(rows[-1])}", file=sys.stderr, flush=True)
     finally:
         await stop_child(server.process)

@@ -1,12 +1,15 @@
 """The run campaigns of the reference documents (`agentos bench runs --campaign light|heavy|hitl`).
 
-- `light`: 100 concurrent runs started over a 120 s ramp; two commands, then the answer; 200 ms
+Every campaign runs at 50, 100 and 200 concurrent runs, as the seed's profiles do.
+
+- `light`: the runs of a point started over a 60 s ramp; two commands, then the answer; 200 ms
   to the first token; `max_turns` 3 (profile `runs-light`).
-- `heavy`: 25, 50 and 100 concurrent runs; four model turns, two sandboxed commands of 10 s, a
-  human question between them, and a final answer of 300 tokens at 1.5 s per token (about eight
-  to ten minutes a run; profile `runs-heavy`, whose command timeout admits 10 s).
-- `hitl`: 100 concurrent runs of the `tools` scenario (a human question after two commands), the
-  human played by the driver after 30 s.
+- `heavy`: all at once; four model turns, two sandboxed commands of 10 s, a human question
+  between them, and a final answer of 300 tokens at 1.5 s per token (about eight to ten minutes a
+  run; profile `runs-heavy`, whose command timeout admits 10 s).
+- `hitl`: the `tools` scenario over a 60 s ramp, each command approval-gated (profile
+  `runs-hitl`): the human, played by the driver, approves each command by quoting its `args_hash`
+  and answers the question, each after 45 s (the seed's ~45 s; `--answer-delay-secs` sets it).
 
 Each campaign runs twice (a fresh server each time). A point whose run duration p95 differs by
 more than 20% between the two is marked "noisy: no conclusion". Acceptance is printed, never
@@ -38,26 +41,28 @@ class Campaign:
 
 
 CAMPAIGNS = {
-    "light": Campaign(name="light", points=(100,), ramp_s=120.0, profile="runs-light", answer_delay_s=0.0,
+    "light": Campaign(name="light", points=(50, 100, 200), ramp_s=60.0, profile="runs-light", answer_delay_s=0.0,
                       run_timeout_s=300.0, mock=MockSettings(ttft_ms=200.0, tps=200.0, tokens=8, scenario="light")),
-    "heavy": Campaign(name="heavy", points=(25, 50, 100), ramp_s=0.0, profile="runs-heavy", answer_delay_s=1.0,
+    "heavy": Campaign(name="heavy", points=(50, 100, 200), ramp_s=0.0, profile="runs-heavy", answer_delay_s=1.0,
                       run_timeout_s=1500.0,
                       mock=MockSettings(ttft_ms=200.0, tps=1 / 1.5, tokens=300, scenario="heavy")),
-    "hitl": Campaign(name="hitl", points=(100,), ramp_s=0.0, profile="runs", answer_delay_s=30.0,
+    "hitl": Campaign(name="hitl", points=(50, 100, 200), ramp_s=60.0, profile="runs-hitl", answer_delay_s=45.0,
                      run_timeout_s=300.0, mock=MockSettings(ttft_ms=200.0, tps=200.0, tokens=8, scenario="tools")),
 }  # fmt: skip
 
 
-def campaign_plan(campaign: Campaign, scale: float, command: str) -> RunsPlan:
+def campaign_plan(campaign: Campaign, scale: float, command: str, answer_delay_s: float | None = None) -> RunsPlan:
     """The campaign as a runs plan; `scale` < 1 shrinks counts, ramp, answer delay and tokens (a
-    smoke of the harness, not a campaign: the report says the scale)."""
+    smoke of the harness, not a campaign: the report says the scale). `answer_delay_s`: the
+    human's delay instead of the campaign's (not scaled)."""
     mock = campaign.mock
+    delay = campaign.answer_delay_s * scale if answer_delay_s is None else answer_delay_s
     if scale != 1.0:
         mock = replace(mock, tokens=max(1, round(mock.tokens * scale)), tps=max(mock.tps, 1 / 1.5 / scale))
     return RunsPlan(
         points=tuple(max(1, round(n * scale)) for n in campaign.points),
         ramp_s=campaign.ramp_s * scale,
-        answer_delay_s=campaign.answer_delay_s * scale,
+        answer_delay_s=delay,
         run_timeout_s=campaign.run_timeout_s,
         waiting_runs=0,
         profile=campaign.profile,

@@ -25,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--scale", type=float, default=1.0, help="with --campaign: counts, ramp, delay and tokens x this")
     p.add_argument("--runs", default="100,1000", help="concurrent runs per point, comma-separated")
-    p.add_argument("--answer-delay-secs", type=float, default=1.0, help="human answer after the question")
+    delay_help = "the human answers (and approves) this long after each request (default 1; a campaign's own)"
+    p.add_argument("--answer-delay-secs", type=float, help=delay_help)
     p.add_argument("--run-timeout-secs", type=float, default=120.0, help="per run; it is terminated after")
     p.add_argument("--waiting-runs", type=int, default=1000, help="runs parked on a human for memory (0: skip)")
     p.add_argument("--waiting-batches", type=int, default=4, help="start the waiting runs in this many bursts")
@@ -61,7 +62,7 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
         return _campaign(args, command, fd_limit)
     plan = RunsPlan(
         points=_points(args.runs),
-        answer_delay_s=args.answer_delay_secs,
+        answer_delay_s=1.0 if args.answer_delay_secs is None else args.answer_delay_secs,
         run_timeout_s=args.run_timeout_secs,
         waiting_runs=args.waiting_runs,
         waiting_batches=args.waiting_batches,
@@ -91,7 +92,7 @@ def _campaign(args: argparse.Namespace, command: str, fd_limit: int) -> int:
 
     if args.scale <= 0:
         raise SystemExit("agentos bench runs: --scale must be > 0")
-    plan = campaign_plan(CAMPAIGNS[args.campaign], args.scale, command)
+    plan = campaign_plan(CAMPAIGNS[args.campaign], args.scale, command, args.answer_delay_secs)
     if args.keep_dir is not None:
         args.keep_dir.mkdir(parents=True, exist_ok=True)
     report = run_loop(run_runs_bench(plan, keep_dir=args.keep_dir)) | {"fd_limit": fd_limit, "scale": args.scale}

@@ -67,6 +67,7 @@ class RunOutcome:
     failure: str | None = None  # one of FAILURE_KINDS
     tool_results: int = 0
     human_answers: int = 0  # `human.answered` events seen
+    approvals: int = 0  # of the human requests, approvals of a tool call (answered with its args_hash)
     phases: dict[str, list[float]] = field(default_factory=dict)  # phase -> seconds, from event arrival times
 
     @property
@@ -93,11 +94,17 @@ def _start_failure(status: int) -> str:
     return "start_5xx" if status >= 500 else "start_4xx"
 
 
-async def answer_run(http: aiohttp.ClientSession, base_url: str, run_id: str, operation_id: str) -> bool:
-    """Answer a question; True on 200."""
+async def answer_run(
+    http: aiohttp.ClientSession, base_url: str, run_id: str, operation_id: str, args_hash: str | None = None
+) -> bool:
+    """Answer a question, or approve a tool call by quoting its `args_hash` (an approval binds to
+    exactly the arguments asked about); True on 200."""
     url = f"{base_url}/v1/runs/{run_id}/answer"
+    body: dict[str, Any] = {"operation_id": operation_id, "answer": "yes"}
+    if args_hash is not None:
+        body |= {"approve": True, "args_hash": args_hash}
     try:
-        async with http.post(url, json={"operation_id": operation_id, "answer": "yes"}) as response:
+        async with http.post(url, json=body) as response:
             await response.read()
             return response.status == 200
     except (aiohttp.ClientError, TimeoutError):
@@ -199,8 +206,10 @@ class _Follower:
         elif name == "human.answered":
             self._outcome.human_answers += 1
         elif name == "human.requested":
-            operation_id = str(msgspec.json.decode(data)["operation_id"])
-            task = asyncio.create_task(self._answer(operation_id))
+            request = msgspec.json.decode(data)
+            args_hash = str(request["args_hash"]) if request.get("kind") == "approval" else None
+            self._outcome.approvals += args_hash is not None
+            task = asyncio.create_task(self._answer(str(request["operation_id"]), args_hash))
             self._answers.add(task)
             task.add_done_callback(self._answers.discard)
         elif name in TERMINAL_EVENTS:
@@ -217,9 +226,9 @@ class _Follower:
         self._outcome.phases.setdefault(phase, []).append(now - self.last_event_at)
         self.last_event_at = now
 
-    async def _answer(self, operation_id: str) -> None:
-        await asyncio.sleep(self._answer_delay_s)
-        if not await answer_run(self._http, self._base_url, self._run_id, operation_id):
+    async def _answer(self, operation_id: str, args_hash: str | None) -> None:
+        await asyncio.sleep(self._answer_delay_s)  # the human thinking: a measured part of the run
+        if not await answer_run(self._http, self._base_url, self._run_id, operation_id, args_hash):
             self._outcome.failure = self._outcome.failure or "answer_error"
 
     async def close(self) -> None:

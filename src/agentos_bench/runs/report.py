@@ -55,8 +55,8 @@ _NOTES = """
 
 
 _CAMPAIGN_COLUMNS = (
-    "| N | run p95 ms (run 1, run 2) | spread | noisy | completed (1, 2) | paused share | questions answered "
-    "| mean human wait ms | server processes peak |"
+    "| N | run p95 ms (run 1, run 2) | spread | noisy | completed (1, 2) | paused share | requests answered "
+    "(approvals) | mean human wait ms | server processes peak |"
 )
 
 
@@ -74,12 +74,33 @@ def _campaign_lines(report: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {point['runs']} | {', '.join(_fmt(v) for v in point['p95_ms'])} | {_fmt(point['spread'])} | "
             f"{'**noisy: no conclusion**' if point['noisy'] else 'no'} | "
-            f"{', '.join(str(r['completed']) for r in rows)} | {_fmt(human['paused_share'])} | {human['answered']} | "
+            f"{', '.join(str(r['completed']) for r in rows)} | {_fmt(human['paused_share'])} | {human['answered']} "
+            f"({human.get('approvals', 0)}) | "
             f"{_fmt(human['mean_wait_ms'])} | {rows[0]['server_processes_peak']} |"
         )
     lines += ["", f"Acceptance (printed, not asserted): run p95 across concurrency levels: **{judged['p95_holds']}**; "
               f"start errors **{judged['start_errors']}** (0 wanted); completion **{judged['completion']}** "
               "(1.0 wanted). A spread over 20% between the two runs of a point marks it noisy."]  # fmt: skip
+    return lines
+
+
+def _cpu_lines(repeats: list[list[dict[str, Any]]]) -> list[str]:
+    """Peak cores per service at 1 s resolution, per point and repeat, and runs per core."""
+    rows = [(i + 1, row) for i, points in enumerate(repeats) for row in points if "cpu_peak_cores" in row]
+    if not rows:
+        return []
+    groups = list(rows[0][1]["cpu_peak_cores"])
+    lines = ["", "### CPU per service (peak cores over 1 s; mean over the point in brackets)", "",
+             "| N | run | " + " | ".join(groups) + " | peak of the sum | runs per core |",
+             "|---|---|" + "---|" * (len(groups) + 2)]  # fmt: skip
+    for repeat, row in rows:
+        cells = [f"{_fmt(row['cpu_peak_cores'][g])} ({_fmt(row['cpu_mean_cores'][g])})" for g in groups]
+        lines.append(f"| {row['runs']} | {repeat} | " + " | ".join(cells) +
+                     f" | {_fmt(row['cpu_peak_total_cores'])} | {_fmt(row['runs_per_core'])} |")  # fmt: skip
+    lines += ["", "server: the server process; sandboxes: its descendants (the fork server and the commands); "
+              "mock: the mock provider; generator: this bench client; postgres, redis: their process trees when "
+              "the profile uses them on this machine. Runs per core: the point's concurrent runs over the peak "
+              "of the sum."]  # fmt: skip
     return lines
 
 
@@ -180,6 +201,7 @@ def runs_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
     lines += ["", "## Concurrent runs", "", _POINT_COLUMNS, "|" + "---|" * 16]
     lines += [_point_line(r) for r in report["points"]]
     lines += _phase_lines(report["points"])
+    lines += _cpu_lines(report.get("repeats") or [report["points"]])
     lines += _waiting_lines(report.get("waiting"))
     lines += _campaign_lines(report)
     if report.get("notes"):

@@ -1,4 +1,4 @@
-"""CPU of each process of a load run, sampled once a second from /proc.
+"""CPU of each process of a load run or a run campaign, sampled once a second from /proc.
 
 Per group, the cumulative CPU time (`agentos_bench.common.procfs`: utime + stime, with reaped
 children) at each sample; the report uses differences over intervals, never `ps %CPU` (a
@@ -10,7 +10,7 @@ reaped by the fork server); the mock provider's tree; this generator process.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agentos.waiting import wait_event
@@ -48,6 +48,21 @@ class CpuSamples:
         spent = self.cumulative[group][last] - self.cumulative[group][first]
         return spent / (self.times_s[last] - self.times_s[first])
 
+    def mean_cores(self, group: str) -> float | None:
+        """Mean cores used by `group` over every sample."""
+        return self.cores(group, self.times_s[0], self.times_s[-1]) if self.times_s else None
+
+    def peak_total_cores(self) -> float | None:
+        """The most cores every group together used over one sampling interval (the peak of
+        the sum: groups peaking at different moments do not add up)."""
+        times = self.times_s
+        totals = [
+            sum(self.cumulative[g][i] - self.cumulative[g][i - 1] for g in self.groups) / (times[i] - times[i - 1])
+            for i in range(1, len(times))
+            if times[i] > times[i - 1]
+        ]
+        return max(totals) if totals else None
+
     def peak_cores(self, group: str) -> float | None:
         """The most cores `group` used over one sampling interval."""
         values, times = self.cumulative[group], self.times_s
@@ -56,7 +71,11 @@ class CpuSamples:
         return max(rates) if rates else None
 
 
-def read_groups(server_pid: int | None, mock_pid: int | None) -> dict[str, float]:
+def read_groups(
+    server_pid: int | None, mock_pid: int | None, services: Mapping[str, Sequence[int]] | None = None
+) -> dict[str, float]:
+    """The CPU seconds of each group; `services`: more groups, each the process trees of its
+    roots (PostgreSQL's and Redis's on this machine, `load.cluster.local_service_pids`)."""
     stats = all_stats()
     found = {"generator": self_cpu_s()}
     if server_pid is not None and server_pid in stats:
@@ -64,14 +83,18 @@ def read_groups(server_pid: int | None, mock_pid: int | None) -> dict[str, float
         found["sandboxes"] = sum(stats[p][1] for p in tree_pids(server_pid, stats) if p != server_pid)
     if mock_pid is not None:
         found["mock"] = sum(stats[p][1] for p in tree_pids(mock_pid, stats))
+    for name, roots in (services or {}).items():
+        found[name] = sum(stats[p][1] for root in roots for p in tree_pids(root, stats))
     return found
 
 
-def local_reader(server_pid: int | None, mock_pid: int | None) -> Reader:
-    """The groups of processes this bench started, from /proc (off the event loop)."""
+def local_reader(
+    server_pid: int | None, mock_pid: int | None, services: Mapping[str, Sequence[int]] | None = None
+) -> Reader:
+    """The groups of processes this bench started (and `services`), from /proc, off the event loop."""
 
     async def read(t_s: float) -> dict[str, float]:
-        return await asyncio.to_thread(read_groups, server_pid, mock_pid)
+        return await asyncio.to_thread(read_groups, server_pid, mock_pid, services)
 
     return read
 
