@@ -155,3 +155,37 @@ async def test_a_two_node_deployment_is_measured_from_outside(tmp_path: Path, mo
     markdown = json_path.with_suffix(".md").read_text()
     assert "## The deployment's figures" in markdown and "## After the burst" in markdown
     assert token not in json_path.read_text() + markdown
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+async def test_runs_against_a_running_node_approve_by_args_hash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`agentos bench runs --server-url`: the node's own agent (approval-gated commands), its CPU
+    and memory from /metrics."""
+    from agentos_bench.common.processes import resolve_profile, start_server_process
+    from agentos_bench.runs.cli import main as runs_main
+
+    token = secrets.token_urlsafe(24)
+    monkeypatch.setenv("AGENTOS_TEST_BENCH_ADMIN", token)
+    mock = await start_mock_process(MockSettings(ttft_ms=20, tps=1000, tokens=4, scenario="tools"), tmp_path)
+    try:
+        plan = ServerPlan(profile_path=resolve_profile("runs-hitl"), provider_url=mock.url,
+                          data_dir=tmp_path / "data", env={"AGENTOS_API_TOKEN": token})  # fmt: skip
+        server = await start_server_process(plan, tmp_path)
+        try:
+            argv = ["--server-url", server.url, "--admin-token-env", "AGENTOS_TEST_BENCH_ADMIN", "--runs", "4",
+                    "--answer-delay-secs", "0.05", "--ramp-secs", "0.2", "--out-dir", f"{tmp_path}/out"]  # fmt: skip
+            assert await asyncio.to_thread(runs_main, argv) == 0
+        finally:
+            await stop_child(server.process)
+    finally:
+        await stop_child(mock.process)
+    (json_path,) = (tmp_path / "out").glob("*-runs-deployment.json")
+    (point,) = json.loads(json_path.read_text())["points"]
+    assert point["completed"] == 4 and point["failures"] == {}
+    assert point["human"]["approvals"] == 8 and point["human"]["answered"] == 12  # 2 approvals + 1 question a run
+    assert point["cpu_peak_cores"]["node 1"] > 0 and point["runs_per_core"] > 0
+    assert point["peak_rss_mb"]["node 1"] > 10
+    assert token not in json_path.read_text() + json_path.with_suffix(".md").read_text()

@@ -52,12 +52,12 @@ class CpuSamples:
         """Mean cores used by `group` over every sample."""
         return self.cores(group, self.times_s[0], self.times_s[-1]) if self.times_s else None
 
-    def peak_total_cores(self) -> float | None:
-        """The most cores every group together used over one sampling interval (the peak of
-        the sum: groups peaking at different moments do not add up)."""
-        times = self.times_s
+    def peak_total_cores(self, exclude: tuple[str, ...] = ()) -> float | None:
+        """The most cores the groups together (but `exclude`) used over one sampling interval
+        (the peak of the sum: groups peaking at different moments do not add up)."""
+        times, groups = self.times_s, [g for g in self.groups if g not in exclude]
         totals = [
-            sum(self.cumulative[g][i] - self.cumulative[g][i - 1] for g in self.groups) / (times[i] - times[i - 1])
+            sum(self.cumulative[g][i] - self.cumulative[g][i - 1] for g in groups) / (times[i] - times[i - 1])
             for i in range(1, len(times))
             if times[i] > times[i - 1]
         ]

@@ -9,8 +9,10 @@ import aiohttp
 
 
 @contextlib.asynccontextmanager
-async def bench_http_session() -> AsyncIterator[aiohttp.ClientSession]:
-    """One client for the whole run: no connection cap, no client-side queueing."""
+async def bench_http_session(headers: dict[str, str] | None = None) -> AsyncIterator[aiohttp.ClientSession]:
+    """One client for the whole run: no connection cap, no client-side queueing; `headers` on
+    every request (a key)."""
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=None, enable_cleanup_closed=False)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as http:
+    timeout = aiohttp.ClientTimeout(total=None)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers) as http:
         yield http

@@ -111,9 +111,10 @@ async def measure_point(
 def cpu_by_service(cpu: CpuSamples, runs: int) -> dict[str, Any]:
     """Each group's peak and mean cores at 1 s resolution (server, its sandboxes, mock, this
     client, and PostgreSQL/Redis where the profile uses them on this machine), the peak of their
-    sum, and capacity in runs per core: the point's runs over that peak (the seed's "~20 runs per
-    core": concurrent runs a core carries at this profile's peak)."""
-    peak_total = cpu.peak_total_cores()
+    sum (the bench client's left out: it is the load, not the service), and capacity in runs per
+    core: the point's runs over that peak (the seed's "~20 runs per core": concurrent runs a core
+    carries at this profile's peak)."""
+    peak_total = cpu.peak_total_cores(exclude=("generator",))
     return {
         "cpu_peak_cores": {g: _r3(cpu.peak_cores(g)) for g in cpu.groups},
         "cpu_mean_cores": {g: _r3(cpu.mean_cores(g)) for g in cpu.groups},

@@ -37,6 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mock-ttft-ms", type=float, default=200.0)
     p.add_argument("--mock-tps", type=float, default=200.0)
     p.add_argument("--mock-tokens", type=int, default=8)
+    deployment = p.add_argument_group("a deployment already running (its agent and provider; no waiting point)")
+    deployment.add_argument("--server-url", help="URL[,URL...]: its nodes, each run on the next one in turn")
+    token_help = "the environment variable holding an admin key (never given on the command line)"
+    deployment.add_argument("--admin-token-env", default="AGENTOS_API_TOKEN", help=token_help)
+    deployment.add_argument("--ramp-secs", type=float, default=0.0, help="a point's runs start evenly over this long")
     add_output_arguments(p)
 
 
@@ -58,6 +63,8 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
 
     fd_limit = raise_fd_limit()  # 1000 SSE connections here, inherited by the server and the mock
     command = command_line(command)
+    if args.server_url is not None:
+        return _deployment(args, command)
     if args.campaign:
         return _campaign(args, command, fd_limit)
     plan = RunsPlan(
@@ -79,6 +86,36 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     report["fd_limit"] = fd_limit
     stem = result_stem("runs", Path(args.profile).stem, machine_info(), utc_now(), args.name)
     for path in write_runs_report(report, args.out_dir, stem):
+        print(path)
+    return 0
+
+
+def _deployment(args: argparse.Namespace, command: str) -> int:
+    """`--server-url`: the points against nodes already running; exit 2 when it cannot start."""
+    import os
+    import sys
+
+    from agentos.mock.loop import run_loop
+    from agentos_bench.arrival.deployment import Deployment, DeploymentError, parse_urls
+    from agentos_bench.common.cli import report_stem
+    from agentos_bench.runs.deployment import run_deployment_points, write_deployment_report
+    from agentos_bench.runs.plan import RunsPlan
+
+    token = os.environ.get(args.admin_token_env, "")
+    try:
+        if args.campaign:
+            raise DeploymentError("--campaign starts its own server and mock: not with --server-url")
+        if not token:
+            raise DeploymentError(f"--server-url needs an admin key in ${args.admin_token_env} (--admin-token-env)")
+        deployment = Deployment(urls=parse_urls(args.server_url), admin_token=token)
+    except DeploymentError as exc:
+        print(f"agentos bench runs: refused to start: {exc}", file=sys.stderr)
+        return 2
+    delay = 1.0 if args.answer_delay_secs is None else args.answer_delay_secs
+    plan = RunsPlan(points=_points(args.runs), answer_delay_s=delay, run_timeout_s=args.run_timeout_secs,
+                    waiting_runs=0, agent=args.agent, ramp_s=args.ramp_secs, command=command)  # fmt: skip
+    report = run_loop(run_deployment_points(plan, deployment))
+    for path in write_deployment_report(report, args.out_dir, report_stem("runs-deployment", args.name)):
         print(path)
     return 0
 

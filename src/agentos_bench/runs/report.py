@@ -100,7 +100,7 @@ def _cpu_lines(repeats: list[list[dict[str, Any]]]) -> list[str]:
     lines += ["", "server: the server process; sandboxes: its descendants (the fork server and the commands); "
               "mock: the mock provider; generator: this bench client; postgres, redis: their process trees when "
               "the profile uses them on this machine. Runs per core: the point's concurrent runs over the peak "
-              "of the sum."]  # fmt: skip
+              "of the sum, the bench client left out."]  # fmt: skip
     return lines
 
 
