@@ -5,19 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agentos_bench.report.document import head_lines
 from agentos_bench.report.output import write_json_and_markdown
 
 
 def faults_markdown(report: dict[str, Any]) -> str:
-    machine = report["machine"]
-    lines = [
-        f"# Faults: crash storm, provider faults, overload ({report['created_utc'][:10]})", "",
-        f"- **Date (UTC):** {report['created_utc']}",
-        f"- **Machine:** {machine['cpu']}, {machine['cores']} cores, {machine['ram_gib']} GiB RAM, {machine['os']}",
-        f"- **Versions:** {', '.join(f'{k} {v}' for k, v in report['versions'].items())}",
-        f"- **Topology:** {report['topology']}",
-        f"- **Command:** `{report['command']}`", "",
-    ]  # fmt: skip
+    lines = [f"# Faults: crash storm, provider faults, overload ({report['created_utc'][:10]})", "",
+             *head_lines(report), ""]  # fmt: skip
     if storm := report.get("storm"):
         lines += ["## Crash storm", "", _table(storm), ""]
     if provider := report.get("provider"):

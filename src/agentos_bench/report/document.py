@@ -30,6 +30,19 @@ def _api_header(report: dict[str, Any]) -> list[str]:
     return ["- **Turns via:** `POST /v1/chat/completions` with `X-Session-Id` (the OpenAI front door)"]
 
 
+def head_lines(report: dict[str, Any]) -> list[str]:
+    """Date, machine, versions, topology and command: the lines every report opens with
+    (`report_head`'s fields), for the reports that need nothing of a sweep's."""
+    machine = report["machine"]
+    return [
+        f"- **Date (UTC):** {report['created_utc']}",
+        f"- **Machine:** {machine['cpu']}, {machine['cores']} cores, {machine['ram_gib']} GiB RAM, {machine['os']}",
+        f"- **Versions:** {', '.join(f'{k} {v}' for k, v in report['versions'].items())}",
+        f"- **Topology:** {report['topology']}",
+        f"- **Command:** `{report['command']}`",
+    ]
+
+
 def _header(report: dict[str, Any]) -> list[str]:
     machine, versions = report["machine"], report["versions"]
     version_text = ", ".join(f"{k} {v}" for k, v in versions.items())

@@ -22,6 +22,7 @@ from typing import Any
 from agentos_bench.arrival.deployment import Deployment, DeploymentReader, DeploymentSamples, cpu_samples_for
 from agentos_bench.common.cpu import sample_cpu
 from agentos_bench.common.http import bench_http_session
+from agentos_bench.report.document import head_lines
 from agentos_bench.report.machine import report_head
 from agentos_bench.report.output import claim_stem, write_json
 from agentos_bench.report.stats import percentiles_ms
@@ -93,13 +94,9 @@ def _memory(samples: DeploymentSamples) -> dict[str, Any]:
 
 
 def deployment_markdown(report: dict[str, Any]) -> str:
-    machine = report["machine"]
     lines = [
         f"# Agent runs against a deployment ({report['created_utc'][:10]})", "",
-        f"- **Date (UTC):** {report['created_utc']}",
-        f"- **Generator machine:** {machine['cpu']}, {machine['cores']} cores, {machine['os']}",
-        f"- **Topology:** {report['topology']}",
-        f"- **Command:** `{report['command']}`",
+        *head_lines(report),
         f"- **Runs:** agent `{report['agent']}`, ramp {report['ramp_s']} s, human answers after "
         f"{report['answer_delay_s']} s, run timeout {report['run_timeout_s']} s", "",
         "| N | completed | failures | start ms p50/p95/p99 (n) | run ms p50/p95/p99 (n) | wall s | requests answered "
