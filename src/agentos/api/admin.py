@@ -13,7 +13,7 @@ from aiohttp import web
 
 from agentos.api.body import page_limit, query_text, read_body
 from agentos.api.keys import TENANTS
-from agentos.api.routes import BAD_BODY, Schema, after_param, json, limit_param, operation, page, query, refines
+from agentos.api.routes import BAD_BODY, Schema, json, operation, page, page_params, query, refines
 from agentos.api.sessions import json_response
 from agentos.config.tenants import TenantLimits
 from agentos.tenancy.principal import TENANT_SCOPES, Scope, require
@@ -145,7 +145,7 @@ async def create_tenant(request: web.Request) -> web.Response:
 @operation(
     "List tenants, by id",
     tag="admin",
-    parameters=(limit_param(100), after_param("string")),
+    parameters=page_params(100),
     answers={200: json("A page of tenants", page("TenantPage", _TENANT))},
     errors=_BAD_QUERY,
 )
@@ -202,7 +202,7 @@ async def create_key(request: web.Request) -> web.Response:
 @operation(
     "List keys, by key_id",
     tag="admin",
-    parameters=(limit_param(100), after_param("string"), query("tenant_id", "only this tenant's")),
+    parameters=(*page_params(100), query("tenant_id", "only this tenant's")),
     answers={200: json("A page of keys", page("ApiKeyPage", _KEY))},
     errors=_BAD_QUERY,
 )

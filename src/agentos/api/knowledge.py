@@ -19,13 +19,12 @@ from agentos.api.routes import (
     BAD_BODY,
     Answer,
     Schema,
-    after_param,
     header,
     json,
-    limit_param,
     nullable,
     operation,
     page,
+    page_params,
     refines,
     retry,
 )
@@ -304,7 +303,7 @@ async def add_document(request: web.Request) -> web.Response:
 @operation(
     "List the collection's documents, by id",
     tag="knowledge",
-    parameters=(limit_param(DOCUMENTS_PAGE), after_param("string")),
+    parameters=page_params(DOCUMENTS_PAGE),
     answers={200: json("A page of documents", page("DocumentPage", _DOCUMENT))},
     errors=_NO_COLLECTION | {422: "A bad limit"},
 )

@@ -14,17 +14,9 @@ from typing import Any
 
 from aiohttp import web
 
+from agentos.api import openai_run
 from agentos.api.keys import RUNS
 from agentos.api.openai_errors import BAD_BODY, TURN_ERRORS, openai_error
-from agentos.api.openai_run import (
-    TURN_LIMITS,
-    OpenAIStream,
-    collect_turn,
-    read_turn_request,
-    stream_turn,
-    turn_answer,
-    turn_failure,
-)
 from agentos.api.openai_turns import SESSION_HEADER, InvalidParam, open_turn, plain_model, plan_turn, resolve_model
 from agentos.api.openai_wire import ChatCompletionCreate, ChunkWriter, completion, error_body, error_line, model_entry
 from agentos.api.routes import Schema, header, json, obj, operation
@@ -101,14 +93,14 @@ def _owner(agent: dict[str, Any], tenant_id: str) -> str:
         ),
     ),
     body=ChatCompletionCreate,
-    answers=turn_answer(
+    answers=openai_run.turn_answer(
         "The completion; with `stream: true`, `chat.completion.chunk` data lines, then [DONE]", _COMPLETION
     ),
     errors=BAD_BODY | TURN_ERRORS,
-    limits=TURN_LIMITS,
+    limits=openai_run.TURN_LIMITS,
 )
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    who, body = await read_turn_request(request, ChatCompletionCreate)
+    who, body = await openai_run.read_turn_request(request, ChatCompletionCreate)
     if body.n != 1:
         raise InvalidParam("n", "only n=1 is supported")
     agent = await resolve_model(request.app, who.tenant_id, body.model)
@@ -120,7 +112,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         return await _whole(request, turn, *head)
     include_usage = body.stream_options is not None and body.stream_options.include_usage
     writer, by_agent = ChunkWriter(*head, include_usage), turn.agent is not None
-    return await stream_turn(request, turn, lambda response: ChunkStream(response, writer, agent=by_agent))
+    return await openai_run.stream_turn(request, turn, lambda response: ChunkStream(response, writer, agent=by_agent))
 
 
 def _session_id(request: web.Request, user: str | None) -> str | None:
@@ -135,15 +127,15 @@ def _session_id(request: web.Request, user: str | None) -> str | None:
 
 
 async def _whole(request: web.Request, turn: Turn, completion_id: str, created_s: int, model: str) -> web.Response:
-    name, data, text = await collect_turn(request, turn)
+    name, data, text = await openai_run.collect_turn(request, turn)
     if name != "turn.completed":
-        return openai_error(*turn_failure(name, data))
+        return openai_error(*openai_run.turn_failure(name, data))
     response = json_response(completion(completion_id, created_s, model, text, data))
     response.headers[SESSION_HEADER] = turn.session_id
     return response
 
 
-class ChunkStream(OpenAIStream):
+class ChunkStream(openai_run.OpenAIStream):
     """A turn sink writing `chat.completion.chunk` lines, ended by an error line and `[DONE]`
     on a failure."""
 
@@ -165,7 +157,7 @@ class ChunkStream(OpenAIStream):
             line = self._completed(data)
         elif name in ("turn.failed", "turn.cancelled"):
             self.ended = True
-            status, code, message = turn_failure(name, data)
+            status, code, message = openai_run.turn_failure(name, data)
             line = error_line(error_body(status, code, message))
         else:  # tool activity of an agent, human requests: the agent's business, not the client's
             return

@@ -13,19 +13,10 @@ from typing import Any
 
 from aiohttp import web
 
+from agentos.api import openai_run
 from agentos.api.keys import RUNTIME
 from agentos.api.openai_errors import BAD_BODY, TURN_ERRORS, openai_error
 from agentos.api.openai_responses_wire import EventWriter, parse_response_id, response_id, response_object
-from agentos.api.openai_run import (
-    TURN_LIMITS,
-    OpenAIStream,
-    answer_of,
-    collect_turn,
-    read_turn_request,
-    stream_turn,
-    turn_answer,
-    turn_failure,
-)
 from agentos.api.openai_turns import InvalidParam, TurnPlan, open_turn, plan_turn, resolve_model
 from agentos.api.openai_wire import ChatMessage, ResponseCreate
 from agentos.api.routes import Schema, json, nullable, operation
@@ -76,12 +67,12 @@ _RESPONSE = Schema.object(
     "A turn as an OpenAI response; previous_response_id continues its session",
     tag="openai",
     body=ResponseCreate,
-    answers=turn_answer("The response; with `stream: true`, the Responses API's events", _RESPONSE),
+    answers=openai_run.turn_answer("The response; with `stream: true`, the Responses API's events", _RESPONSE),
     errors=BAD_BODY | TURN_ERRORS | {404: "`model_not_found`, or `previous_response_not_found`"},
-    limits=TURN_LIMITS,
+    limits=openai_run.TURN_LIMITS,
 )
 async def create_response(request: web.Request) -> web.StreamResponse:
-    who, body = await read_turn_request(request, ResponseCreate)
+    who, body = await openai_run.read_turn_request(request, ResponseCreate)
     agent = await resolve_model(request.app, who.tenant_id, body.model)
     plan = _plan(body, agent, continued=body.previous_response_id is not None)  # before any store read
     session_id = None
@@ -91,10 +82,10 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     rid = response_id(turn.session_id, turn.turn_id)
     start = response_object(rid, wall_ms() // 1000, body.model, "in_progress", None, previous=body.previous_response_id)
     if body.stream:
-        return await stream_turn(request, turn, lambda response: ResponseStream(response, start))
-    name, data, text = await collect_turn(request, turn)
+        return await openai_run.stream_turn(request, turn, lambda response: ResponseStream(response, start))
+    name, data, text = await openai_run.collect_turn(request, turn)
     if name != "turn.completed":
-        return openai_error(*turn_failure(name, data))
+        return openai_error(*openai_run.turn_failure(name, data))
     return json_response(_done(start, text, data))
 
 
@@ -147,7 +138,7 @@ def _done(start: dict[str, Any], text: str, data: dict[str, Any]) -> dict[str, A
     )
 
 
-class ResponseStream(OpenAIStream):
+class ResponseStream(openai_run.OpenAIStream):
     """A turn sink writing the Responses API's events, ended by `response.failed` on a failure."""
 
     __slots__ = ("_start", "_events", "_text")
@@ -166,10 +157,10 @@ class ResponseStream(OpenAIStream):
             line = self._events.delta(self._start["id"], data["delta"])
         elif name == "turn.completed":
             self.ended = True
-            text = "".join(self._text) or answer_of(data, "")
+            text = "".join(self._text) or openai_run.answer_of(data, "")
             line = self._events.closing(_done(self._start, text, data), text)
         elif name in ("turn.failed", "turn.cancelled"):
-            _, code, message = turn_failure(name, data)
+            _, code, message = openai_run.turn_failure(name, data)
             line = self._failed(code, message)
         else:  # an agent's tool activity and human requests stay on the native routes
             return

@@ -13,19 +13,7 @@ from aiohttp import web
 
 from agentos.api.body import MAX_AFTER, SessionCreate, page_limit, query_int, query_text, read_body
 from agentos.api.keys import QUOTAS, RUNTIME
-from agentos.api.routes import (
-    BAD_BODY,
-    Answer,
-    Limits,
-    Schema,
-    after_param,
-    json,
-    limit_param,
-    nullable,
-    operation,
-    page,
-    query,
-)
+from agentos.api.routes import BAD_BODY, Answer, Limits, Schema, json, nullable, operation, page, page_params, query
 from agentos.runtime.runtime import Runtime
 from agentos.store.records import SessionRecord
 from agentos.tenancy.principal import Scope, require
@@ -69,7 +57,7 @@ _EVENT = Schema.object(
 )
 UNKNOWN = {404: "Unknown session"}
 BAD_QUERY = {422: "A bad limit or after; the message names the parameter"}
-_PAGE = (limit_param(100), after_param("integer"))
+_PAGE = page_params(100, "integer")
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:
@@ -116,8 +104,7 @@ async def create_session(request: web.Request) -> web.Response:
     "List sessions",
     tag="sessions",
     parameters=(
-        limit_param(50),
-        after_param("string"),
+        *page_params(50),
         query("agent", "only sessions opened with this agent (`default`: opened without one)"),
     ),
     answers={200: json("A page of sessions, oldest first", page("SessionPage", SESSION))},

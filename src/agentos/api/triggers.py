@@ -33,7 +33,6 @@ from agentos.api.routes import (
     BAD_BODY,
     Answer,
     Schema,
-    after_param,
     header,
     json,
     limit_param,
@@ -41,6 +40,7 @@ from agentos.api.routes import (
     obj,
     operation,
     page,
+    page_params,
     query,
 )
 from agentos.api.sessions import json_response
@@ -134,7 +134,7 @@ async def create_trigger(request: web.Request) -> web.Response:
 @operation(
     "List the tenant's triggers, by id",
     tag="triggers",
-    parameters=(limit_param(100), after_param("string")),
+    parameters=page_params(100),
     answers={200: json("A page of triggers", page("TriggerPage", _TRIGGER))},
     errors={422: "A bad limit"},
 )
