@@ -43,7 +43,7 @@ from agentos.api.routes import (
     page_params,
     query,
 )
-from agentos.api.sessions import json_response
+from agentos.api.sessions import json_response, page_response
 from agentos.errors import RequestError
 from agentos.tenancy.principal import Scope, require
 from agentos.triggers.service import MAX_WEBHOOK_ID
@@ -206,8 +206,7 @@ async def list_deliveries(request: web.Request) -> web.Response:
     before = query_int(request, "before", 0, low=0, high=MAX_AFTER) if "before" in request.query else None
     service = request.app[TRIGGERS]
     page = await service.deliveries(tenant_id, request.match_info["trigger_id"], limit=limit, before_ms=before)
-    cursor = str(page[-1]["received_ms"]) if len(page) == limit else None
-    return json_response({"data": page, "next_cursor": cursor})
+    return page_response(page, limit, lambda d: d, lambda d: str(d["received_ms"]))
 
 
 @routes.get("/v1/triggers/{trigger_id}/deliveries/{webhook_id}")
