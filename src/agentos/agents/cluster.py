@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -42,9 +42,6 @@ from agentos.journal.store import JournalStore
 from agentos.kernel import RunEnded, RunState
 from agentos.store.pg_health import classify
 
-if TYPE_CHECKING:  # the service builds its cluster (`cluster_for`)
-    from agentos.agents.service import RunService
-
 log = logging.getLogger("agentos.agents")
 
 FOLLOW_POLL_S = 0.2  # how often a node that does not run a run reads its new events
@@ -55,13 +52,33 @@ _READ = "DELETE FROM run_requests WHERE id = $1"
 _ERRORS: dict[int, type[RequestError]] = {400: BadRequest, 404: NotFound, 409: Conflict, 422: InvalidInput}
 
 
-def cluster_for(store: JournalStore, runs: RunLifecycle, service: RunService) -> RunCluster | None:
+class RunRequests(Protocol):
+    """What a request from another node calls on the owner (`RunService`)."""
+
+    async def answer(
+        self,
+        tenant_id: str,
+        run_id: str,
+        operation_id: str,
+        answer: str = ...,
+        *,
+        approve: bool | None,
+        args_hash: str | None,
+        forward: bool,
+    ) -> Any: ...
+
+    async def cancel(self, tenant_id: str, run_id: str, *, forward: bool) -> Any: ...
+
+    async def terminate(self, tenant_id: str, run_id: str, *, forward: bool) -> Any: ...
+
+
+def cluster_for(store: JournalStore, runs: RunLifecycle, service: RunRequests) -> RunCluster | None:
     """The cluster of a PostgreSQL journal; None for `runs.db` (one node)."""
     return RunCluster(store, runs, service) if isinstance(store, PgJournalStore) else None
 
 
 class RunCluster:
-    def __init__(self, store: PgJournalStore, runs: RunLifecycle, service: RunService) -> None:
+    def __init__(self, store: PgJournalStore, runs: RunLifecycle, service: RunRequests) -> None:
         self._store = store
         self._runs = runs
         self._service = service
