@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentos.api.openai_chat import turn_failure
+from agentos.api.openai_run import turn_failure
 from agentos.testing import RunningServer
 from tests.api.helpers import assert_documented
 

@@ -60,7 +60,7 @@ class RunRequests(Protocol):
         tenant_id: str,
         run_id: str,
         operation_id: str,
-        answer: str = "",
+        answer: str = ...,
         *,
         approve: bool | None,
         args_hash: str | None,

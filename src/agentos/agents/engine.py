@@ -28,14 +28,13 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from agentos.agents.fanout import Fanout, RunEvent
 from agentos.agents.handle import RunHandle
 from agentos.agents.host import ToolHub
-from agentos.agents.knowledge_tool import KnowledgeSearch
 from agentos.config.agents import AgentSpec, parse_agent_spec, spec_to_dict
 from agentos.errors import NotFound
 from agentos.ids import new_id
@@ -45,6 +44,9 @@ from agentos.kernel import DEFAULT_TENANT
 from agentos.providers.base import Message, Provider
 from agentos.runtime.driver import Driver
 from agentos.sandbox.sandbox import Sandbox
+
+if TYPE_CHECKING:
+    from agentos.knowledge.service import KnowledgeService
 
 log = logging.getLogger("agentos.agents")
 
@@ -70,7 +72,7 @@ class RunEngine:
         driver: Driver,
         now_ms: Callable[[], int],
         on_usage: Callable[[str, int], None] | None = None,
-        knowledge: KnowledgeSearch | None = None,
+        knowledge: KnowledgeService | None = None,
     ) -> None:
         self.store = store
         self.journal = journal

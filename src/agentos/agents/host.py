@@ -5,15 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentos.agents.handle import RunHandle
-from agentos.agents.knowledge_tool import KnowledgeSearch
 from agentos.config.agents import AgentSpec
 from agentos.journal.journal import Journal, RunRow
 from agentos.journal.store import JournalStore
 from agentos.providers.base import Provider
 from agentos.sandbox.sandbox import Sandbox
+
+if TYPE_CHECKING:
+    from agentos.knowledge.service import KnowledgeService
 
 
 class ToolHub(Protocol):
@@ -34,7 +36,7 @@ class RunHost(Protocol):
     provider: Provider
     sandbox: Sandbox
     mcp: ToolHub
-    knowledge: KnowledgeSearch | None  # what `search_knowledge` searches; None: not on this server
+    knowledge: KnowledgeService | None  # what `search_knowledge` searches; None: not on this server
 
     @property
     def suspending(self) -> bool: ...
@@ -47,8 +49,8 @@ class RunHost(Protocol):
         event_type: str,
         data: dict[str, Any],
         *,
-        into: list[Any] | None = None,
-        held: list[Callable[[], None]] | None = None,
+        into: list[Any] | None = ...,
+        held: list[Callable[[], None]] | None = ...,
     ) -> None:
         """Journal and publish a run event; `into`: add its write to the step's writes instead;
         `held`: publish it only when the caller runs what was added there (after its commit)."""

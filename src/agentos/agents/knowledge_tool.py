@@ -15,10 +15,13 @@ only reads, so the model may simply try again or answer without it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from agentos.config.agents import AgentSpec
 from agentos.errors import AgentOSError
+
+if TYPE_CHECKING:
+    from agentos.knowledge.service import KnowledgeService
 
 DEFAULT_TOP_K = 5
 MAX_TOP_K = 20
@@ -27,21 +30,8 @@ MAX_EXCERPT_CHARS = 1200  # per hit: 20 hits stay a bounded part of the model's 
 CITE_INSTRUCTION = "Cite the excerpts you use by their number, as [1]."
 
 
-class KnowledgeSearch(Protocol):
-    """What the tool needs of `agentos.knowledge.service.KnowledgeService`."""
-
-    async def search(
-        self,
-        tenant_id: str,
-        collections: tuple[str, ...],
-        query: str,
-        top_k: int,
-        metadata_filter: Mapping[str, Any] | None = None,
-    ) -> list[dict[str, Any]]: ...
-
-
 async def search_knowledge(
-    knowledge: KnowledgeSearch | None, tenant_id: str, spec: AgentSpec, arguments: Mapping[str, Any]
+    knowledge: KnowledgeService | None, tenant_id: str, spec: AgentSpec, arguments: Mapping[str, Any]
 ) -> str:
     """The tool's result text: numbered excerpts and how to cite them, or `error: <why>`."""
     if knowledge is None:

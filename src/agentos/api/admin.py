@@ -13,8 +13,8 @@ from aiohttp import web
 
 from agentos.api.body import page_limit, query_text, read_body
 from agentos.api.keys import TENANTS
-from agentos.api.routes import BAD_BODY, Schema, after_param, json, limit_param, operation, page, query, refines
-from agentos.api.sessions import json_response
+from agentos.api.routes import BAD_BODY, Schema, json, operation, page, page_params, query, refines
+from agentos.api.sessions import json_response, page_response
 from agentos.config.tenants import TenantLimits
 from agentos.tenancy.principal import TENANT_SCOPES, Scope, require
 from agentos.tenancy.records import TENANT_ID_PATTERN, key_json, tenant_json
@@ -145,7 +145,7 @@ async def create_tenant(request: web.Request) -> web.Response:
 @operation(
     "List tenants, by id",
     tag="admin",
-    parameters=(limit_param(100), after_param("string")),
+    parameters=page_params(100),
     answers={200: json("A page of tenants", page("TenantPage", _TENANT))},
     errors=_BAD_QUERY,
 )
@@ -153,8 +153,7 @@ async def list_tenants(request: web.Request) -> web.Response:
     registry = _registry(request)
     limit = page_limit(request, 100)
     tenants = registry.tenants(after=query_text(request, "after"), limit=limit)
-    cursor = tenants[-1].tenant_id if len(tenants) == limit else None
-    return json_response({"data": [tenant_json(t, registry.defaults) for t in tenants], "next_cursor": cursor})
+    return page_response(tenants, limit, lambda t: tenant_json(t, registry.defaults), lambda t: t.tenant_id)
 
 
 @routes.get("/v1/admin/tenants/{tenant_id}")
@@ -202,7 +201,7 @@ async def create_key(request: web.Request) -> web.Response:
 @operation(
     "List keys, by key_id",
     tag="admin",
-    parameters=(limit_param(100), after_param("string"), query("tenant_id", "only this tenant's")),
+    parameters=(*page_params(100), query("tenant_id", "only this tenant's")),
     answers={200: json("A page of keys", page("ApiKeyPage", _KEY))},
     errors=_BAD_QUERY,
 )
@@ -210,9 +209,8 @@ async def list_keys(request: web.Request) -> web.Response:
     registry = _registry(request)
     limit = page_limit(request, 100)
     found = registry.keys(tenant_id=query_text(request, "tenant_id"), after=query_text(request, "after"), limit=limit)
-    cursor = found[-1].key_id if len(found) == limit else None
     now = registry.now_ms()
-    return json_response({"data": [key_json(k, now) for k in found], "next_cursor": cursor})
+    return page_response(found, limit, lambda k: key_json(k, now), lambda k: k.key_id)
 
 
 @routes.get("/v1/admin/keys/{key_id}")

@@ -17,11 +17,10 @@ from agentos.api.routes import (
     BAD_BODY,
     REF_TEMPLATE,
     Schema,
-    after_param,
     json,
-    limit_param,
     operation,
     page,
+    page_params,
     refines,
 )
 from agentos.api.sessions import BAD_QUERY, json_response
@@ -91,7 +90,7 @@ async def create_agent(request: web.Request) -> web.Response:
 @operation(
     "List agents, by name",
     tag="agents",
-    parameters=(limit_param(100), after_param("string")),
+    parameters=page_params(100),
     answers={200: json("A page of agents", page("AgentPage", AGENT))},
     errors=BAD_QUERY,
 )

@@ -19,17 +19,16 @@ from agentos.api.routes import (
     BAD_BODY,
     Answer,
     Schema,
-    after_param,
     header,
     json,
-    limit_param,
     nullable,
     operation,
     page,
+    page_params,
     refines,
     retry,
 )
-from agentos.api.sessions import json_response
+from agentos.api.sessions import json_response, page_response
 from agentos.config.knowledge import KnowledgeConfig
 from agentos.knowledge import filters
 from agentos.knowledge.extract import SUPPORTED_TYPES
@@ -304,7 +303,7 @@ async def add_document(request: web.Request) -> web.Response:
 @operation(
     "List the collection's documents, by id",
     tag="knowledge",
-    parameters=(limit_param(DOCUMENTS_PAGE), after_param("string")),
+    parameters=page_params(DOCUMENTS_PAGE),
     answers={200: json("A page of documents", page("DocumentPage", _DOCUMENT))},
     errors=_NO_COLLECTION | {422: "A bad limit"},
 )
@@ -313,8 +312,7 @@ async def list_documents(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     limit = page_limit(request, DOCUMENTS_PAGE)
     found = await service.list_documents(tenant, name, limit=limit, after=query_text(request, "after"))
-    cursor = found[-1].document_id if len(found) == limit else None
-    return json_response({"data": [d.to_dict(name) for d in found], "next_cursor": cursor})
+    return page_response(found, limit, lambda d: d.to_dict(name), lambda d: d.document_id)
 
 
 @routes.get("/v1/collections/{name}/documents/{document_id}")

@@ -10,25 +10,20 @@ docs/openai.md has the mapping and what is not supported.
 
 from __future__ import annotations
 
-from contextlib import suppress
 from typing import Any
 
 from aiohttp import web
 
-from agentos.api.admission import ADMISSION
-from agentos.api.body import read_body
-from agentos.api.errors import INTERNAL_MESSAGE, STARTED, log_internal_error
-from agentos.api.keys import RUNS, RUNTIME
-from agentos.api.openai_errors import BAD_BODY, SESSION_ANSWERED, TURN_ERRORS, TURN_LIMITS_429, TURN_QUOTA, openai_error
+from agentos.api import openai_run
+from agentos.api.keys import RUNS
+from agentos.api.openai_errors import BAD_BODY, TURN_ERRORS, openai_error
 from agentos.api.openai_turns import SESSION_HEADER, InvalidParam, open_turn, plain_model, plan_turn, resolve_model
 from agentos.api.openai_wire import ChatCompletionCreate, ChunkWriter, completion, error_body, error_line, model_entry
-from agentos.api.routes import SERVER_SENT_EVENT, SSE, Answer, Limits, Schema, header, json, obj, operation
+from agentos.api.routes import Schema, header, json, obj, operation
 from agentos.api.sessions import json_response
-from agentos.api.sse import SSE_HEADERS
 from agentos.clock import wall_ms
-from agentos.errors import RequestError, StoreUnavailable
 from agentos.ids import SESSION_ID
-from agentos.runtime.turn import CollectingSink, Turn
+from agentos.runtime.turn import Turn
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
@@ -98,20 +93,14 @@ def _owner(agent: dict[str, Any], tenant_id: str) -> str:
         ),
     ),
     body=ChatCompletionCreate,
-    answers={
-        200: Answer(
-            description="The completion; with `stream: true`, `chat.completion.chunk` data lines, then [DONE]",
-            content={"application/json": _COMPLETION, SSE: SERVER_SENT_EVENT},
-            headers=SESSION_ANSWERED,
-        )
-    },
+    answers=openai_run.turn_answer(
+        "The completion; with `stream: true`, `chat.completion.chunk` data lines, then [DONE]", _COMPLETION
+    ),
     errors=BAD_BODY | TURN_ERRORS,
-    limits=Limits(more_429=TURN_LIMITS_429, quota=TURN_QUOTA),
+    limits=openai_run.TURN_LIMITS,
 )
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    who = require(request, Scope.SESSIONS_WRITE)
-    request.app[ADMISSION].offer(who, "turn")  # a refusal reads no body, as for a native turn
-    body = await read_body(request, ChatCompletionCreate)
+    who, body = await openai_run.read_turn_request(request, ChatCompletionCreate)
     if body.n != 1:
         raise InvalidParam("n", "only n=1 is supported")
     agent = await resolve_model(request.app, who.tenant_id, body.model)
@@ -122,7 +111,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if not body.stream:
         return await _whole(request, turn, *head)
     include_usage = body.stream_options is not None and body.stream_options.include_usage
-    return await _streamed(request, turn, ChunkWriter(*head, include_usage))
+    writer, by_agent = ChunkWriter(*head, include_usage), turn.agent is not None
+    return await openai_run.stream_turn(request, turn, lambda response: ChunkStream(response, writer, agent=by_agent))
 
 
 def _session_id(request: web.Request, user: str | None) -> str | None:
@@ -137,64 +127,22 @@ def _session_id(request: web.Request, user: str | None) -> str | None:
 
 
 async def _whole(request: web.Request, turn: Turn, completion_id: str, created_s: int, model: str) -> web.Response:
-    sink = CollectingSink()
-    await request.app[RUNTIME].run_turn(turn, sink)
-    _, name, data = sink.events[-1]
+    name, data, text = await openai_run.collect_turn(request, turn)
     if name != "turn.completed":
-        return _turn_error(name, data)
-    tokens = "".join(d["delta"] for _, n, d in sink.events if n == "token")
-    text = str(data["result"]) if "result" in data else tokens  # an agent's answer is its result
+        return openai_error(*openai_run.turn_failure(name, data))
     response = json_response(completion(completion_id, created_s, model, text, data))
     response.headers[SESSION_HEADER] = turn.session_id
     return response
 
 
-def _turn_error(name: str, data: dict[str, Any]) -> web.Response:
-    status, code, message = turn_failure(name, data)
-    return openai_error(status, code, message)
+class ChunkStream(openai_run.OpenAIStream):
+    """A turn sink writing `chat.completion.chunk` lines, ended by an error line and `[DONE]`
+    on a failure."""
 
-
-def turn_failure(name: str, data: dict[str, Any]) -> tuple[int, str, str]:
-    """Status, code and message of a turn that did not complete."""
-    reason = str(data.get("reason", "internal_error"))
-    message = str(data.get("message") or f"the turn ended {name.removeprefix('turn.')}: {reason}")
-    if name == "turn.cancelled":
-        return (503, reason, message) if reason == "shutdown" else (409, reason, message)
-    if reason.startswith("provider"):
-        return 502, reason, message
-    return (503, reason, message) if reason == "store_unavailable" else (500, reason, message)
-
-
-async def _streamed(request: web.Request, turn: Turn, writer: ChunkWriter) -> web.StreamResponse:
-    runtime = request.app[RUNTIME]
-    response = web.StreamResponse(headers={**SSE_HEADERS, SESSION_HEADER: turn.session_id})
-    try:
-        await response.prepare(request)
-    except BaseException:
-        await runtime.run_turn(turn, GoneSink())  # record it as cancelled; never leave it admitted
-        raise
-    stream = ChunkStream(response, writer, agent=turn.agent is not None)
-    request[STARTED] = stream
-    await runtime.run_turn(turn, stream)
-    await stream.close()
-    return response
-
-
-class GoneSink:
-    async def send(self, event_id: str, name: str, data: dict[str, Any]) -> None:
-        raise ConnectionResetError("the client went away before the stream started")
-
-
-class ChunkStream:
-    """A turn sink writing `chat.completion.chunk` lines; also the request's started response
-    (`agentos.api.errors.STARTED`): a failure after the headers left ends it with an error
-    line and `[DONE]`, never a second status line."""
-
-    __slots__ = ("ended", "response", "_writer", "_agent", "_streamed")
+    __slots__ = ("_writer", "_agent", "_streamed")
 
     def __init__(self, response: web.StreamResponse, writer: ChunkWriter, *, agent: bool) -> None:
-        self.response = response
-        self.ended = False
+        super().__init__(response)
         self._writer = writer
         self._agent = agent
         self._streamed = False  # any content sent: an agent's result is then not sent again
@@ -209,7 +157,7 @@ class ChunkStream:
             line = self._completed(data)
         elif name in ("turn.failed", "turn.cancelled"):
             self.ended = True
-            status, code, message = turn_failure(name, data)
+            status, code, message = openai_run.turn_failure(name, data)
             line = error_line(error_body(status, code, message))
         else:  # tool activity of an agent, human requests: the agent's business, not the client's
             return
@@ -222,22 +170,5 @@ class ChunkStream:
         content = self._writer.chunk({"content": result}) if self._agent and result and not self._streamed else b""
         return content + self._writer.end(data)
 
-    async def close(self) -> None:
-        with suppress(ConnectionError):
-            await self.response.write_eof()
-
-    async def end_with_failure(self, exc: Exception) -> web.StreamResponse:
-        if not isinstance(exc, ConnectionError) and not self.ended:
-            with suppress(ConnectionError):
-                await self.response.write(error_line(failure_body(exc)))
-        await self.close()
-        return self.response
-
-
-def failure_body(exc: Exception) -> dict[str, Any]:
-    if isinstance(exc, RequestError):
-        return error_body(exc.status, exc.code, exc.message)
-    if isinstance(exc, StoreUnavailable):
-        return error_body(503, exc.code, "the store cannot be reached; retry later")
-    error_id = log_internal_error("a chat completion stream failed after it started")
-    return error_body(500, "internal_error", f"{INTERNAL_MESSAGE} (error_id {error_id})")
+    def failure_line(self, body: dict[str, Any]) -> bytes:
+        return error_line(body)

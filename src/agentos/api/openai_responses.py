@@ -9,26 +9,20 @@ false`). Checks, tenancy and admission are the chat completion's (`agentos.api.o
 
 from __future__ import annotations
 
-from contextlib import suppress
 from typing import Any
 
 from aiohttp import web
 
-from agentos.api.admission import ADMISSION
-from agentos.api.body import read_body
-from agentos.api.errors import STARTED
+from agentos.api import openai_run
 from agentos.api.keys import RUNTIME
-from agentos.api.openai_chat import GoneSink, failure_body, turn_failure
-from agentos.api.openai_errors import BAD_BODY, SESSION_ANSWERED, TURN_ERRORS, TURN_LIMITS_429, TURN_QUOTA, openai_error
+from agentos.api.openai_errors import BAD_BODY, TURN_ERRORS, openai_error
 from agentos.api.openai_responses_wire import EventWriter, parse_response_id, response_id, response_object
 from agentos.api.openai_turns import InvalidParam, TurnPlan, open_turn, plan_turn, resolve_model
 from agentos.api.openai_wire import ChatMessage, ResponseCreate
-from agentos.api.routes import SERVER_SENT_EVENT, SSE, Answer, Limits, Schema, json, nullable, operation
+from agentos.api.routes import Schema, json, nullable, operation
 from agentos.api.sessions import json_response
-from agentos.api.sse import SSE_HEADERS
 from agentos.clock import wall_ms
 from agentos.errors import Conflict, NotFound
-from agentos.runtime.turn import CollectingSink, Turn
 from agentos.store.base import Store
 from agentos.store.records import MessageRecord
 from agentos.tenancy.principal import Scope, require
@@ -73,21 +67,12 @@ _RESPONSE = Schema.object(
     "A turn as an OpenAI response; previous_response_id continues its session",
     tag="openai",
     body=ResponseCreate,
-    answers={
-        200: Answer(
-            description="The response; with `stream: true`, the Responses API's events",
-            content={"application/json": _RESPONSE, SSE: SERVER_SENT_EVENT},
-            headers=SESSION_ANSWERED,
-        )
-    },
+    answers=openai_run.turn_answer("The response; with `stream: true`, the Responses API's events", _RESPONSE),
     errors=BAD_BODY | TURN_ERRORS | {404: "`model_not_found`, or `previous_response_not_found`"},
-    limits=Limits(more_429=TURN_LIMITS_429, quota=TURN_QUOTA),
+    limits=openai_run.TURN_LIMITS,
 )
 async def create_response(request: web.Request) -> web.StreamResponse:
-    who = require(request, Scope.SESSIONS_WRITE)
-    runtime = request.app[RUNTIME]
-    request.app[ADMISSION].offer(who, "turn")  # a refusal reads no body, as for a native turn
-    body = await read_body(request, ResponseCreate)
+    who, body = await openai_run.read_turn_request(request, ResponseCreate)
     agent = await resolve_model(request.app, who.tenant_id, body.model)
     plan = _plan(body, agent, continued=body.previous_response_id is not None)  # before any store read
     session_id = None
@@ -97,13 +82,10 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     rid = response_id(turn.session_id, turn.turn_id)
     start = response_object(rid, wall_ms() // 1000, body.model, "in_progress", None, previous=body.previous_response_id)
     if body.stream:
-        return await _streamed(request, turn, start)
-    sink = CollectingSink()
-    await runtime.run_turn(turn, sink)
-    _, name, data = sink.events[-1]
+        return await openai_run.stream_turn(request, turn, lambda response: ResponseStream(response, start))
+    name, data, text = await openai_run.collect_turn(request, turn)
     if name != "turn.completed":
-        return openai_error(*turn_failure(name, data))
-    text = _answer(data, "".join(d["delta"] for _, n, d in sink.events if n == "token"))
+        return openai_error(*openai_run.turn_failure(name, data))
     return json_response(_done(start, text, data))
 
 
@@ -148,10 +130,6 @@ async def _continued(request: web.Request, tenant_id: str, previous: str) -> str
     return ids[0]
 
 
-def _answer(data: dict[str, Any], tokens: str) -> str:
-    return str(data["result"]) if "result" in data else tokens  # an agent's answer is its result
-
-
 def _done(start: dict[str, Any], text: str, data: dict[str, Any]) -> dict[str, Any]:
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     previous = start["previous_response_id"]
@@ -160,29 +138,13 @@ def _done(start: dict[str, Any], text: str, data: dict[str, Any]) -> dict[str, A
     )
 
 
-async def _streamed(request: web.Request, turn: Turn, start: dict[str, Any]) -> web.StreamResponse:
-    runtime = request.app[RUNTIME]
-    response = web.StreamResponse(headers={**SSE_HEADERS, "X-Session-Id": turn.session_id})
-    try:
-        await response.prepare(request)
-    except BaseException:
-        await runtime.run_turn(turn, GoneSink())  # record it as cancelled; never leave it admitted
-        raise
-    stream = ResponseStream(response, start)
-    request[STARTED] = stream
-    await runtime.run_turn(turn, stream)
-    await stream.close()
-    return response
+class ResponseStream(openai_run.OpenAIStream):
+    """A turn sink writing the Responses API's events, ended by `response.failed` on a failure."""
 
-
-class ResponseStream:
-    """A turn sink writing the Responses API's events; also the request's started response."""
-
-    __slots__ = ("ended", "response", "_start", "_events", "_text")
+    __slots__ = ("_start", "_events", "_text")
 
     def __init__(self, response: web.StreamResponse, start: dict[str, Any]) -> None:
-        self.response = response
-        self.ended = False
+        super().__init__(response)
         self._start = start
         self._events = EventWriter()
         self._text: list[str] = []
@@ -195,10 +157,10 @@ class ResponseStream:
             line = self._events.delta(self._start["id"], data["delta"])
         elif name == "turn.completed":
             self.ended = True
-            text = "".join(self._text) or _answer(data, "")
+            text = "".join(self._text) or openai_run.answer_of(data, "")
             line = self._events.closing(_done(self._start, text, data), text)
         elif name in ("turn.failed", "turn.cancelled"):
-            _, code, message = turn_failure(name, data)
+            _, code, message = openai_run.turn_failure(name, data)
             line = self._failed(code, message)
         else:  # an agent's tool activity and human requests stay on the native routes
             return
@@ -209,17 +171,8 @@ class ResponseStream:
         failed = self._start | {"status": "failed", "error": {"code": code, "message": message}}
         return self._events.event("response.failed", response=failed)
 
-    async def close(self) -> None:
-        with suppress(ConnectionError):
-            await self.response.write_eof()
-
-    async def end_with_failure(self, exc: Exception) -> web.StreamResponse:
-        if not isinstance(exc, ConnectionError) and not self.ended:
-            error = failure_body(exc)["error"]
-            with suppress(ConnectionError):
-                await self.response.write(self._failed(error["code"], error["message"]))
-        await self.close()
-        return self.response
+    def failure_line(self, body: dict[str, Any]) -> bytes:
+        return self._failed(body["error"]["code"], body["error"]["message"])
 
 
 @routes.get("/v1/responses/{response_id}")

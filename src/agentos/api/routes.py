@@ -244,5 +244,8 @@ def limit_param(default: int) -> dict[str, Any]:
 SEQ = {"type": "integer", "minimum": 0, "maximum": MAX_AFTER}
 
 
-def after_param(kind: Literal["integer", "string"]) -> dict[str, Any]:
-    return query("after", "the next_cursor of the page before", SEQ if kind == "integer" else {"type": "string"})
+def page_params(limit: int, after: Literal["integer", "string"] = "string") -> tuple[dict[str, Any], dict[str, Any]]:
+    """The parameters of a cursor-paginated list: `limit` (`limit` its default), and `after`, the
+    `next_cursor` of the page before (an integer or a string)."""
+    after_schema = SEQ if after == "integer" else {"type": "string"}
+    return limit_param(limit), query("after", "the next_cursor of the page before", after_schema)

@@ -6,31 +6,22 @@ tenant's session is a 404 `session_not_found`, exactly like one that does not ex
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
 
 from agentos.api.body import MAX_AFTER, SessionCreate, page_limit, query_int, query_text, read_body
 from agentos.api.keys import QUOTAS, RUNTIME
-from agentos.api.routes import (
-    BAD_BODY,
-    Answer,
-    Limits,
-    Schema,
-    after_param,
-    json,
-    limit_param,
-    nullable,
-    operation,
-    page,
-    query,
-)
+from agentos.api.routes import BAD_BODY, Answer, Limits, Schema, json, nullable, operation, page, page_params, query
 from agentos.runtime.runtime import Runtime
-from agentos.store.records import SessionRecord
+from agentos.store.records import EventRecord, MessageRecord, SessionRecord
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
+
+T = TypeVar("T")
 
 SESSION = Schema.object(
     "Session",
@@ -69,11 +60,18 @@ _EVENT = Schema.object(
 )
 UNKNOWN = {404: "Unknown session"}
 BAD_QUERY = {422: "A bad limit or after; the message names the parameter"}
-_PAGE = (limit_param(100), after_param("integer"))
+_PAGE = page_params(100, "integer")
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=msgspec.json.encode(data), status=status, content_type="application/json")
+
+
+def page_response(found: Sequence[T], limit: int, show: Callable[[T], Any], cursor: Callable[[T], Any]) -> web.Response:
+    """A page of a cursor-paginated list: the `found` items as `show` shows them. A full page
+    names its last item's `cursor` as `next_cursor`; a shorter one is the last (null)."""
+    next_cursor = cursor(found[-1]) if len(found) == limit else None
+    return json_response({"data": [show(item) for item in found], "next_cursor": next_cursor})
 
 
 def session_json(runtime: Runtime, record: SessionRecord) -> dict[str, Any]:
@@ -116,8 +114,7 @@ async def create_session(request: web.Request) -> web.Response:
     "List sessions",
     tag="sessions",
     parameters=(
-        limit_param(50),
-        after_param("string"),
+        *page_params(50),
         query("agent", "only sessions opened with this agent (`default`: opened without one)"),
     ),
     answers={200: json("A page of sessions, oldest first", page("SessionPage", SESSION))},
@@ -129,8 +126,7 @@ async def list_sessions(request: web.Request) -> web.Response:
     limit = page_limit(request, 50)
     after, agent = query_text(request, "after"), query_text(request, "agent")
     records = await runtime.store.list_sessions(who.tenant_id, limit=limit, after=after, agent=agent)
-    cursor = records[-1].session_id if len(records) == limit else None
-    return json_response({"data": [session_json(runtime, r) for r in records], "next_cursor": cursor})
+    return page_response(records, limit, lambda r: session_json(runtime, r), lambda r: r.session_id)
 
 
 @routes.get("/v1/sessions/{session_id}")
@@ -178,20 +174,19 @@ async def _page(request: web.Request) -> tuple[Runtime, str, str, int, int]:
 async def list_messages(request: web.Request) -> web.Response:
     runtime, tenant_id, session_id, after, limit = await _page(request)
     records = await runtime.store.list_messages(tenant_id, session_id, after=after, limit=limit)
-    data = [
-        {
-            "id": m.message_id,
-            "turn_id": m.turn_id,
-            "role": m.role,
-            "content": m.content,
-            "status": m.status,
-            "usage": m.usage,
-            "created_at_ms": m.created_at_ms,
-        }
-        for m in records
-    ]
-    cursor = records[-1].message_id if len(records) == limit else None
-    return json_response({"data": data, "next_cursor": cursor})
+    return page_response(records, limit, _message_json, lambda m: m.message_id)
+
+
+def _message_json(m: MessageRecord) -> dict[str, Any]:
+    return {
+        "id": m.message_id,
+        "turn_id": m.turn_id,
+        "role": m.role,
+        "content": m.content,
+        "status": m.status,
+        "usage": m.usage,
+        "created_at_ms": m.created_at_ms,
+    }
 
 
 @routes.get("/v1/sessions/{session_id}/events")
@@ -205,9 +200,8 @@ async def list_messages(request: web.Request) -> web.Response:
 async def list_events(request: web.Request) -> web.Response:
     runtime, tenant_id, session_id, after, limit = await _page(request)
     records = await runtime.store.list_events(tenant_id, session_id, after=after, limit=limit)
-    data = [
-        {"id": e.event_id, "turn_id": e.turn_id, "type": e.type, "data": e.data, "created_at_ms": e.created_at_ms}
-        for e in records
-    ]
-    cursor = records[-1].event_id if len(records) == limit else None
-    return json_response({"data": data, "next_cursor": cursor})
+    return page_response(records, limit, _event_json, lambda e: e.event_id)
+
+
+def _event_json(e: EventRecord) -> dict[str, Any]:
+    return {"id": e.event_id, "turn_id": e.turn_id, "type": e.type, "data": e.data, "created_at_ms": e.created_at_ms}

@@ -33,7 +33,6 @@ from agentos.api.routes import (
     BAD_BODY,
     Answer,
     Schema,
-    after_param,
     header,
     json,
     limit_param,
@@ -41,9 +40,10 @@ from agentos.api.routes import (
     obj,
     operation,
     page,
+    page_params,
     query,
 )
-from agentos.api.sessions import json_response
+from agentos.api.sessions import json_response, page_response
 from agentos.errors import RequestError
 from agentos.tenancy.principal import Scope, require
 from agentos.triggers.service import MAX_WEBHOOK_ID
@@ -134,7 +134,7 @@ async def create_trigger(request: web.Request) -> web.Response:
 @operation(
     "List the tenant's triggers, by id",
     tag="triggers",
-    parameters=(limit_param(100), after_param("string")),
+    parameters=page_params(100),
     answers={200: json("A page of triggers", page("TriggerPage", _TRIGGER))},
     errors={422: "A bad limit"},
 )
@@ -206,8 +206,7 @@ async def list_deliveries(request: web.Request) -> web.Response:
     before = query_int(request, "before", 0, low=0, high=MAX_AFTER) if "before" in request.query else None
     service = request.app[TRIGGERS]
     page = await service.deliveries(tenant_id, request.match_info["trigger_id"], limit=limit, before_ms=before)
-    cursor = str(page[-1]["received_ms"]) if len(page) == limit else None
-    return json_response({"data": page, "next_cursor": cursor})
+    return page_response(page, limit, lambda d: d, lambda d: str(d["received_ms"]))
 
 
 @routes.get("/v1/triggers/{trigger_id}/deliveries/{webhook_id}")

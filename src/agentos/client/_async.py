@@ -10,17 +10,7 @@ import msgspec
 from agentos.client._errors import TransportError
 from agentos.client._http import DEFAULT_TIMEOUT_S, HttpClient, Params, decode, event_data, url_path
 from agentos.client._run_events import Reconnects, resumed_run_events
-from agentos.client._types import (
-    Message,
-    Page,
-    Run,
-    RunEvent,
-    RunRef,
-    Session,
-    SessionEvent,
-    TurnEvent,
-    TurnResult,
-)
+from agentos.client._types import Message, Page, Run, RunEvent, RunRef, Session, SessionEvent, TurnEvent, TurnResult
 
 # The server sends a comment every 15 s on an idle run stream; four missed ones mean it is gone.
 DEFAULT_STREAM_IDLE_TIMEOUT_S = 60.0

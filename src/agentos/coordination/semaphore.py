@@ -55,6 +55,16 @@ end
 local function keep(ms)
   for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ms) end
 end
+-- Before a grant: drop the holders whose lease has passed (256 at most a call; a killed node's
+-- slots come back here) and the tenants that have not asked for a lease.
+local function reap(lease)
+  local dead = redis.call('ZRANGEBYSCORE', holders, '-inf', now, 'LIMIT', 0, 256)
+  for _, m in ipairs(dead) do
+    count_off(m)
+    redis.call('ZREM', holders, m)
+  end
+  redis.call('ZREMRANGEBYSCORE', seen, '-inf', now - lease)
+end
 -- Whether grants wait (Redis lost the semaphore; see the module's doc). `known`: this node used it before.
 local function held_off(known, lease, hold)
   if redis.call('EXISTS', alive) == 0 and known == '1' then redis.call('SET', holdoff, '1', 'PX', hold) end
@@ -70,13 +80,8 @@ _ACQUIRE = (
     + """
 local member, tenant = ARGV[1], ARGV[2]
 local limit, cap, lease = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local dead = redis.call('ZRANGEBYSCORE', holders, '-inf', now, 'LIMIT', 0, 256)
-for _, m in ipairs(dead) do
-  count_off(m)
-  redis.call('ZREM', holders, m)
-end
+reap(lease)
 redis.call('ZADD', seen, now, tenant)
-redis.call('ZREMRANGEBYSCORE', seen, '-inf', now - lease)
 keep(lease * 3)
 local waits = held_off(ARGV[7], lease, tonumber(ARGV[8]))
 if redis.call('ZSCORE', holders, member) then
@@ -100,12 +105,7 @@ _ACQUIRE_MANY = (
     _COMMON
     + """
 local limit, cap, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local dead = redis.call('ZRANGEBYSCORE', holders, '-inf', now, 'LIMIT', 0, 256)
-for _, m in ipairs(dead) do
-  count_off(m)
-  redis.call('ZREM', holders, m)
-end
-redis.call('ZREMRANGEBYSCORE', seen, '-inf', now - lease)
+reap(lease)
 keep(lease * 3)
 local waits = held_off(ARGV[4], lease, tonumber(ARGV[5]))
 local n = redis.call('ZCARD', holders)

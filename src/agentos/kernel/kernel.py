@@ -31,27 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agentos.kernel import events
 from agentos.kernel.commands import Command, FailTurn
-from agentos.kernel.events import (
-    CancelRequested,
-    Event,
-    HumanAnswered,
-    HumanRequested,
-    ProviderReleased,
-    RunCancelRequested,
-    RunEnded,
-    RunOffered,
-    RunResumed,
-    RunSubmitted,
-    SessionClosed,
-    SessionOpened,
-    StreamRequested,
-    TenantConfigured,
-    Tick,
-    TurnEnded,
-    TurnOffered,
-    TurnSubmitted,
-)
 from agentos.kernel.limits import KernelLimits
 from agentos.kernel.permits import PermitPool
 from agentos.kernel.runs import PendingHuman, Runs, RunState
@@ -106,23 +87,25 @@ class Kernel:
         self._runs = Runs(limits, self._turns, self._tenants)
         turns, runs = self._turns, self._runs
         self._dispatch: dict[type[Any], Callable[[Any, float], list[Command]]] = {
-            TurnSubmitted: lambda e, now: turns.submit(e.session_id, e.turn_id, e.wants_permit, now, e.tenant_id),
-            TurnOffered: lambda e, now: turns.offer(e.tenant_id),
-            StreamRequested: self._request_stream,
-            ProviderReleased: lambda e, now: turns.release(e.turn_id),
-            TurnEnded: self._end_turn,
-            CancelRequested: lambda e, now: turns.cancel_session_turn(e.session_id, e.reason),
-            SessionOpened: self._open_session,
-            SessionClosed: lambda e, now: turns.close_session(e.session_id),
-            Tick: lambda e, now: turns.tick(now) + runs.tick(now),
-            RunSubmitted: lambda e, now: runs.submit(e.run_id, e.parent_run_id, e.tenant_id),
-            RunOffered: lambda e, now: runs.offer(e.tenant_id),
-            RunResumed: lambda e, now: runs.resume(e.run_id, e.parent_run_id, e.tenant_id),
-            HumanRequested: lambda e, now: runs.request_human(e),
-            HumanAnswered: lambda e, now: runs.answer(e),
-            RunCancelRequested: lambda e, now: runs.cancel(e.run_id, e.hard),
-            RunEnded: lambda e, now: runs.end(e.run_id, e.status),
-            TenantConfigured: self._configure_tenant,
+            events.TurnSubmitted: lambda e, now: turns.submit(
+                e.session_id, e.turn_id, e.wants_permit, now, e.tenant_id
+            ),
+            events.TurnOffered: lambda e, now: turns.offer(e.tenant_id),
+            events.StreamRequested: self._request_stream,
+            events.ProviderReleased: lambda e, now: turns.release(e.turn_id),
+            events.TurnEnded: self._end_turn,
+            events.CancelRequested: lambda e, now: turns.cancel_session_turn(e.session_id, e.reason),
+            events.SessionOpened: self._open_session,
+            events.SessionClosed: lambda e, now: turns.close_session(e.session_id),
+            events.Tick: lambda e, now: turns.tick(now) + runs.tick(now),
+            events.RunSubmitted: lambda e, now: runs.submit(e.run_id, e.parent_run_id, e.tenant_id),
+            events.RunOffered: lambda e, now: runs.offer(e.tenant_id),
+            events.RunResumed: lambda e, now: runs.resume(e.run_id, e.parent_run_id, e.tenant_id),
+            events.HumanRequested: lambda e, now: runs.request_human(e),
+            events.HumanAnswered: lambda e, now: runs.answer(e),
+            events.RunCancelRequested: lambda e, now: runs.cancel(e.run_id, e.hard),
+            events.RunEnded: lambda e, now: runs.end(e.run_id, e.status),
+            events.TenantConfigured: self._configure_tenant,
         }
 
     # -- queries -------------------------------------------------------------------------------
@@ -205,7 +188,7 @@ class Kernel:
 
     # -- the one entry point -------------------------------------------------------------------
 
-    def handle(self, event: Event, now: float) -> list[Command]:
+    def handle(self, event: events.Event, now: float) -> list[Command]:
         """Apply `event` at time `now`; return the commands the runtime must carry out, in order.
 
         Raises:
@@ -214,7 +197,7 @@ class Kernel:
         """
         return self._dispatch[type(event)](event, now)
 
-    def _request_stream(self, event: StreamRequested, now: float) -> list[Command]:
+    def _request_stream(self, event: events.StreamRequested, now: float) -> list[Command]:
         owner = event.owner
         if owner is None:
             return self._turns.request_stream(event.stream_id, None, now, event.tenant_id)
@@ -225,17 +208,17 @@ class Kernel:
         self._runs.add_stream(owner, event.stream_id)
         return commands
 
-    def _end_turn(self, event: TurnEnded, now: float) -> list[Command]:
+    def _end_turn(self, event: events.TurnEnded, now: float) -> list[Command]:
         owner = self._turns.owner(event.turn_id)
         if owner is not None:
             self._runs.drop_stream(owner, event.turn_id)
         return self._turns.end(event.turn_id, now)
 
-    def _open_session(self, event: SessionOpened, now: float) -> list[Command]:
+    def _open_session(self, event: events.SessionOpened, now: float) -> list[Command]:
         self._turns.touch(event.session_id, now)
         return []
 
-    def _configure_tenant(self, event: TenantConfigured, now: float) -> list[Command]:
+    def _configure_tenant(self, event: events.TenantConfigured, now: float) -> list[Command]:
         share = TenantShare(event.weight, event.max_concurrent_turns, event.max_active_runs)
         self._tenants.configure(event.tenant_id, share)
         return []  # a new weight or cap frees nothing: the next grant or admission uses it

@@ -10,8 +10,11 @@ gate off; the permit pool and the timeouts have no "off" (a pool of zero would d
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, TypeVar
 
 from agentos.kernel.tenants import TenantShare
+
+R = TypeVar("R", bound=str)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,3 +52,11 @@ class KernelLimits:
         assert 0 <= self.fair_reserve < 1
         assert self.concurrency_limit >= 1
         assert self.session_ttl_s > 0 and self.permit_wait_timeout_s > 0
+
+
+def refusal(active: int, limit: int, held: int, cap: int, capped: R) -> Literal["overloaded"] | R | None:
+    """Why one more is refused: "overloaded" when `active` reached the server's `limit`, else
+    `capped` when the tenant's `held` reached its `cap` (a limit or cap of 0 is none); None: it fits."""
+    if limit and active >= limit:
+        return "overloaded"
+    return capped if cap and held >= cap else None

@@ -60,7 +60,7 @@ from agentos.kernel.commands import (
 )
 from agentos.kernel.deadlines import DeadlineSet
 from agentos.kernel.events import HumanAnswered, HumanRequested, RunOutcome
-from agentos.kernel.limits import KernelLimits
+from agentos.kernel.limits import KernelLimits, refusal
 from agentos.kernel.tenants import DEFAULT_TENANT, Tenants
 from agentos.kernel.turns import Turns
 
@@ -157,11 +157,9 @@ class Runs:
         return [RejectRun("", self.limits.retry_after_s, rejection)]
 
     def _over_limit(self, tenant: str) -> RunRejection | None:
-        limit = self.limits.max_active_runs
-        if limit and self.active >= limit:
-            return "overloaded"
         cap = self._tenants.share(tenant).max_active_runs
-        return "tenant_active_runs" if cap and self._tenants.runs[tenant] >= cap else None
+        held = self._tenants.runs[tenant]
+        return refusal(self.active, self.limits.max_active_runs, held, cap, "tenant_active_runs")
 
     def resume(self, run_id: str, parent_run_id: str | None, tenant: str = DEFAULT_TENANT) -> list[Command]:
         run = self.table.get(run_id)

@@ -48,7 +48,7 @@ from agentos.kernel.commands import (
     RejectTurn,
     TurnRejection,
 )
-from agentos.kernel.limits import KernelLimits
+from agentos.kernel.limits import KernelLimits, refusal
 from agentos.kernel.permits import PermitPool
 from agentos.kernel.tenants import DEFAULT_TENANT, Tenants
 
@@ -144,13 +144,9 @@ class Turns:
         return [RejectTurn("", self.limits.retry_after_s, rejection)]
 
     def _over_limit(self, tenant: str) -> TurnRejection | None:
-        limit = self.limits.max_in_flight_turns
-        if limit and self.in_flight >= limit:
-            return "overloaded"
         cap = self.tenants.share(tenant).max_concurrent_turns
-        if cap and self.tenants.turns[tenant] >= cap:
-            return "tenant_concurrent_turns"
-        return None
+        held = self.tenants.turns[tenant]
+        return refusal(self.in_flight, self.limits.max_in_flight_turns, held, cap, "tenant_concurrent_turns")
 
     def request_stream(
         self, stream_id: str, owner: str | None, now: float, tenant: str = DEFAULT_TENANT

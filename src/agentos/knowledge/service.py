@@ -59,7 +59,7 @@ class KnowledgeService:
     service = KnowledgeService(settings, open_knowledge_storage(settings, data_dir), Embedder(settings, driver))
     await service.start()          # opens the storage; the indexer resumes queued documents
     await service.create_collection("acme", {"name": "docs", "embedding_model": "m", "dimensions": 256})
-    doc = await service.add_document("acme", "docs", b"...", "text/markdown", metadata={"team": "a"})
+    doc, replayed = await service.accept_document("acme", "docs", b"...", "text/markdown", metadata={"team": "a"})
     hits = await service.query("acme", "docs", "how do I ...", top_k=5, metadata_filter={"team": "a"})
     await service.close()
     """
@@ -136,34 +136,6 @@ class KnowledgeService:
 
     # --- documents ---
 
-    async def add_document(
-        self,
-        tenant_id: str,
-        collection: str,
-        content: bytes,
-        content_type: str,
-        *,
-        title: str = "",
-        metadata: Mapping[str, Any] | None = None,
-        idempotency_key: str | None = None,
-    ) -> DocumentRow:
-        """The document, committed durably (`queued`) before this returns; the indexer is woken.
-        With an `idempotency_key` the collection already has for the same content, the document
-        it made (in whatever state it is now).
-
-        Raises: NotFound, InvalidInput, Conflict (`idempotency_key_reused`: same key, other
-        content; `too_many_documents`), StoreError."""
-        document, _ = await self.accept_document(
-            tenant_id,
-            collection,
-            content,
-            content_type,
-            title=title,
-            metadata=metadata,
-            idempotency_key=idempotency_key,
-        )
-        return document
-
     async def accept_document(
         self,
         tenant_id: str,
@@ -175,7 +147,13 @@ class KnowledgeService:
         metadata: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
     ) -> tuple[DocumentRow, bool]:
-        """`add_document`, and whether the answer is an earlier upload's (an idempotent replay)."""
+        """The document, committed durably (`queued`) before this returns; the indexer is woken.
+        With an `idempotency_key` the collection already has for the same content, the document
+        it made (in whatever state it is now), and True: the answer is an earlier upload's (an
+        idempotent replay).
+
+        Raises: NotFound, InvalidInput, Conflict (`idempotency_key_reused`: same key, other
+        content; `too_many_documents`), StoreError."""
         owner = await self.get_collection(tenant_id, collection)
         now = self._now_ms()
         digest = hashlib.sha256(content).hexdigest()

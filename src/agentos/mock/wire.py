@@ -16,14 +16,16 @@ def sse_data(obj: Any) -> bytes:
     return b"data: " + _encode(obj) + b"\n\n"
 
 
+def _completion(kind: str, completion_id: str, created: int, model: str, choice: dict[str, Any]) -> dict[str, Any]:
+    """The envelope a `chat.completion` and a `chat.completion.chunk` share, around their one choice."""
+    choices = [{"index": 0, **choice}]
+    return {"id": completion_id, "object": kind, "created": created, "model": model, "choices": choices}
+
+
 def _chunk(completion_id: str, created: int, model: str, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
-    return {
-        "id": completion_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
+    return _completion(
+        "chat.completion.chunk", completion_id, created, model, {"delta": delta, "finish_reason": finish}
+    )
 
 
 class ChunkWriter:
@@ -85,11 +87,6 @@ def completion_body(completion_id: str, created: int, model: str, plan: AnswerPl
             "tool_calls": [{"id": call.call_id, "type": "function", "function": function}],
         }
         finish = "tool_calls"
-    return {
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": usage(prompt, plan.tokens),
-    }
+    body = _completion("chat.completion", completion_id, created, model, {"message": message, "finish_reason": finish})
+    body["usage"] = usage(prompt, plan.tokens)
+    return body

@@ -42,14 +42,7 @@ class AgentRuns(Protocol):
     accepting: bool
 
     async def start_run(
-        self,
-        tenant_id: str,
-        agent: str,
-        text: str,
-        session_id: str | None = None,
-        *,
-        context: list[Message] | None = None,
-        run_id: str | None = None,
+        self, tenant_id: str, agent: str, text: str, session_id: str, *, context: list[Message] | None
     ) -> str: ...
 
     def events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> AsyncIterator[RunEventView]: ...

@@ -17,7 +17,7 @@ from agentos.errors import AdmissionRejected, ShuttingDown
 from agentos.ids import new_id
 from agentos.kernel import Kernel, KernelLimits, RejectRun, RejectTurn, RunOffered, TenantShare, TurnOffered
 from agentos.metrics import Metrics
-from agentos.providers.base import Message, Provider
+from agentos.providers.base import Provider
 from agentos.runtime.agent_turn import AgentTurns
 from agentos.runtime.chat import ChatTurns
 from agentos.runtime.driver import Driver
@@ -92,6 +92,9 @@ class Runtime:
         agents = AgentTurns(runs, store, history) if runs is not None else None
         self.streams = TurnStreams(store, bus, live=lambda turn_id: self._turns.get(turn_id) is not None)
         self._turns = Turns(driver, store, metrics, self.clock, self.sessions, chat, agents, self.streams, bus)
+        # Admit a turn (or raise ShuttingDown / SessionNotFound / AdmissionRejected): `Turns.start`
+        # itself, so its signature and documentation are stated once.
+        self.start_turn = self._turns.start
         self._lag_timer: asyncio.TimerHandle | None = None
         cluster = None if driver.cluster is None else driver.cluster.statistics
         metrics.bind(driver.kernel.statistics, store.statistics, lambda: len(self._turns), cluster)
@@ -152,21 +155,6 @@ class Runtime:
         for command in self.driver.handle(RunOffered(tenant_id)):
             if isinstance(command, RejectRun):
                 raise AdmissionRejected(command.retry_after_s, what="runs", code=command.code)
-
-    async def start_turn(
-        self,
-        tenant_id: str,
-        session_id: str,
-        text: str,
-        *,
-        prompt: list[Message] | None = None,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> Turn:
-        """Admit a turn (or raise ShuttingDown / SessionNotFound / AdmissionRejected).
-
-        `prompt`: the model's whole conversation, ending with `text`, instead of the session's
-        transcript; `tools`: a client's own tools (see `Turn`)."""
-        return await self._turns.start(tenant_id, session_id, text, prompt=prompt, tools=tools)
 
     async def run_turn(self, turn: Turn, sink: TurnSink) -> None:
         await self._turns.run(turn, sink)

@@ -12,6 +12,7 @@ from agentos_bench.knowledge.plan import CHUNK_OVERLAP, CHUNK_TOKENS, TARGET_P95
 from agentos_bench.report.document import SCHEMA_VERSION, _header
 from agentos_bench.report.machine import report_head
 from agentos_bench.report.output import claim_stem, write_json
+from agentos_bench.report.stats import cell
 
 
 def topology(plan: KnowledgePlan) -> str:
@@ -60,11 +61,7 @@ def summarize(plan: KnowledgePlan, result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _f(value: Any, digits: int = 2) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+    return cell(value, f".{digits}f")
 
 
 def _load(report: dict[str, Any]) -> str:

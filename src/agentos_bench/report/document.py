@@ -17,6 +17,7 @@ from agentos_bench.report.nodes_table import nodes_header, provider_limit_table
 from agentos_bench.report.output import claim_stem, write_json
 from agentos_bench.report.overhead import overhead_rows
 from agentos_bench.report.peers_table import peers_section
+from agentos_bench.report.stats import cell
 from agentos_bench.report.tenants_table import tenancy_header, tenants_table
 
 SCHEMA_VERSION = 1
@@ -72,18 +73,10 @@ def _mock_text(mock: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in mock.items())
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
 def _pcts(values: dict[str, Any]) -> str:
     """`p50 / p95 / p99 (n=K)`; reports written before `n` was recorded show no count."""
-    cell = " / ".join(_fmt(values.get(p)) for p in ("p50", "p95", "p99"))
-    return f"{cell} (n={values['n']})" if "n" in values else cell
+    text = " / ".join(cell(values.get(p)) for p in ("p50", "p95", "p99"))
+    return f"{text} (n={values['n']})" if "n" in values else text
 
 
 _SWEEP_COLUMNS = (
@@ -96,21 +89,21 @@ def _sweep_line(row: dict[str, Any]) -> str:
     failures = ", ".join(f"{k}: {v}" for k, v in row["failures"].items()) or "0"
     if row.get("setup_failures"):
         failures += f" (+{row['setup_failures']} sessions not created)"
-    rss = f"{_fmt(row.get('server_rss_mb_peak'))} / {_fmt(row.get('server_rss_mb_end'))}"
-    dirty = f"{_fmt(row.get('server_private_dirty_mb_peak'))} / {_fmt(row.get('server_private_dirty_mb_end'))}"
+    rss = f"{cell(row.get('server_rss_mb_peak'))} / {cell(row.get('server_rss_mb_end'))}"
+    dirty = f"{cell(row.get('server_private_dirty_mb_peak'))} / {cell(row.get('server_private_dirty_mb_end'))}"
     cells = [
         row["concurrency"],
         row["turns_per_s"],
         _pcts(row["ttft_ms"]),
         _pcts(row["turn_ms"]),
         failures,
-        _fmt(row.get("server_cpu_cores")),
-        _fmt(row.get("server_cpu_ms_per_turn")),
+        cell(row.get("server_cpu_cores")),
+        cell(row.get("server_cpu_ms_per_turn")),
         rss,
         dirty,
-        _fmt(row.get("mock_max_concurrent")),
-        _fmt(row.get("mock_cpu_cores")),
-        _fmt(row.get("loadgen_cpu_cores")),
+        cell(row.get("mock_max_concurrent")),
+        cell(row.get("mock_cpu_cores")),
+        cell(row.get("loadgen_cpu_cores")),
     ]
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
@@ -145,9 +138,9 @@ def _overhead_table(rows: Sequence[dict[str, Any]]) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for o in overhead:
-        counts = f"{_fmt(o['n_server'])} / {_fmt(o['n_direct'])}"
-        cells = [_fmt(o["profile"]), o["concurrency"], counts, _pcts(o["ttft_ms"]), _pcts(o["turn_ms"])]
-        lines.append("| " + " | ".join(str(c) for c in [*cells, _fmt(o["turns_per_s_ratio"])]) + " |")
+        counts = f"{cell(o['n_server'])} / {cell(o['n_direct'])}"
+        cells = [cell(o["profile"]), o["concurrency"], counts, _pcts(o["ttft_ms"]), _pcts(o["turn_ms"])]
+        lines.append("| " + " | ".join(str(c) for c in [*cells, cell(o["turns_per_s_ratio"])]) + " |")
     return lines
 
 
@@ -206,7 +199,7 @@ def memory_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
     climbed = sum(1 for step in report["steps"] if step["sessions"] > 0)  # the points behind the slope
     for key, template in _MEMORY_ROWS:
         label = template.replace("{n}", str(climbed))
-        lines.append(f"| {label} | {_fmt(summary[key]['rss'])} | {_fmt(summary[key]['private_dirty'])} |")
+        lines.append(f"| {label} | {cell(summary[key]['rss'])} | {cell(summary[key]['private_dirty'])} |")
     lines += ["", _memory_text(report), "", "## Plot", ""]
     lines += [f"![{name}]({file})" for name, file in images.items()] or [f"- {n}" for n in report.get("notes", [])]
     lines += ["", "## Steps (sessions → MB)", "", "| sessions | RSS MB | Private_Dirty MB |", "|---|---|---|"]
@@ -230,14 +223,15 @@ def _memory_text(report: dict[str, Any]) -> str:
     failures = report.get("failed_turns", 0)
     release = report.get("release", {})
     gauges = "; ".join(
-        f"{name.replace('_', ' ')}: active sessions {_fmt(mark.get('agentos_active_sessions'))}, "
-        f"evicted total {_fmt(mark.get('agentos_sessions_evicted_total'))}"
+        f"{name.replace('_', ' ')}: active sessions {cell(mark.get('agentos_active_sessions'))}, "
+        f"evicted total {cell(mark.get('agentos_sessions_evicted_total'))}"
         for name, mark in release.items()
     )
+    active = cell(report.get("top", {}).get("agentos_active_sessions"))
     return (
         f"{report['sessions']} sessions, one completed turn each ({failures} failed), sampled "
         f"{report['settle_s']} s after each step. TTL {report['session_ttl_s']} s. "
-        f"Server counters at the top: active sessions {_fmt(report.get('top', {}).get('agentos_active_sessions'))}; "
+        f"Server counters at the top: active sessions {active}; "
         f"{gauges or 'not read'}. RAM planning: base + marginal × concurrent sessions."
     )
 

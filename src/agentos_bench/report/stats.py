@@ -10,8 +10,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 PERCENTILES = (50, 95, 99)
+
+
+def cell(value: Any, spec: str = "g") -> str:
+    """A value as a report's table shows it: "–" when it is missing, a float formatted by `spec`,
+    anything else as `str`."""
+    if value is None:
+        return "–"
+    return format(value, spec) if isinstance(value, float) else str(value)
 
 
 def min_samples(percentile: float) -> int:

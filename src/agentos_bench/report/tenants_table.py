@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agentos_bench.report.stats import cell
+
 
 def tenancy_header(report: dict[str, Any]) -> list[str]:
     tenancy = report.get("tenancy")
@@ -30,7 +32,7 @@ def tenants_table(rows: Sequence[dict[str, Any]]) -> list[str]:
     ]
     for row in spread_rows:
         t = row["tenancy"]
-        users = f"{_fmt(t['users_per_tenant']['min'])} / {_fmt(t['users_per_tenant']['max'])}"
+        users = f"{cell(t['users_per_tenant']['min'])} / {cell(t['users_per_tenant']['max'])}"
         cells = [
             row.get("profile") or "–",
             row["concurrency"],
@@ -44,10 +46,4 @@ def tenants_table(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _three(spread: dict[str, Any]) -> str:
-    return " / ".join(_fmt(spread.get(k)) for k in ("min", "median", "max"))
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "–"
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    return " / ".join(cell(spread.get(k)) for k in ("min", "median", "max"))

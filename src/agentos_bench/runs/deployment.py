@@ -22,10 +22,10 @@ from typing import Any
 from agentos_bench.arrival.deployment import Deployment, DeploymentReader, DeploymentSamples, cpu_samples_for
 from agentos_bench.common.cpu import sample_cpu
 from agentos_bench.common.http import bench_http_session
-from agentos_bench.report.document import head_lines
+from agentos_bench.report.document import _pcts, head_lines
 from agentos_bench.report.machine import report_head
 from agentos_bench.report.output import claim_stem, write_json
-from agentos_bench.report.stats import percentiles_ms
+from agentos_bench.report.stats import cell, percentiles_ms
 from agentos_bench.runs.bench import cpu_by_service, human_summary, phase_percentiles
 from agentos_bench.runs.client import FAILURE_KINDS, RunOutcome, RunTarget, drive_run
 from agentos_bench.runs.plan import RunsPlan
@@ -105,12 +105,13 @@ def deployment_markdown(report: dict[str, Any]) -> str:
     ]  # fmt: skip
     for row in report["points"]:
         human = row["human"]
-        nodes = ", ".join(f"{k} {_f(v)}" for k, v in row["cpu_peak_cores"].items() if k != "generator")
-        rss = ", ".join(f"{k} {_f(v)}" for k, v in row["peak_rss_mb"].items())
+        nodes = ", ".join(f"{k} {cell(v)}" for k, v in row["cpu_peak_cores"].items() if k != "generator")
+        rss = ", ".join(f"{k} {cell(v)}" for k, v in row["peak_rss_mb"].items())
         failures = ", ".join(f"{k}: {v}" for k, v in row["failures"].items()) or "0"
+        peak, per_core = cell(row["cpu_peak_total_cores"]), cell(row["runs_per_core"])
         lines.append(f"| {row['runs']} | {row['completed']} | {failures} | {_pcts(row['start_ms'])} | "
                      f"{_pcts(row['duration_ms'])} | {row['wall_s']} | {human['answered']} ({human['approvals']}) | "
-                     f"{nodes} | {_f(row['cpu_peak_total_cores'])} | {_f(row['runs_per_core'])} | {rss} |")  # fmt: skip
+                     f"{nodes} | {peak} | {per_core} | {rss} |")  # fmt: skip
     lines += ["", "Cores: each node's `process_cpu_seconds_total` (GET /metrics) over 1 s intervals; runs "
               "per core: N over the peak of the nodes' sum (database, provider, this client left out)."]  # fmt: skip
     return "\n".join(lines) + "\n"
@@ -122,11 +123,3 @@ def write_deployment_report(report: dict[str, Any], out_dir: Path, stem: str) ->
     write_json(json_path, report)
     md_path.write_text(deployment_markdown(report))
     return [json_path, md_path]
-
-
-def _pcts(p: dict[str, Any]) -> str:
-    return f"{_f(p['p50'])} / {_f(p['p95'])} / {_f(p['p99'])} (n={p['n']})"
-
-
-def _f(value: Any) -> str:
-    return "–" if value is None else f"{value:g}" if isinstance(value, float | int) else str(value)

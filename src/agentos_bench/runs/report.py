@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-# report.py keeps its header and cell formatting private; reusing them keeps every report's header identical
-from agentos_bench.report.document import PLOTS_SKIPPED, _fmt, _header, _pcts
+# document.py keeps its header and percentile cells private; reusing them keeps every report's header identical
+from agentos_bench.report.document import PLOTS_SKIPPED, _header, _pcts
 from agentos_bench.report.output import claim_stem, write_json
+from agentos_bench.report.stats import cell
 
 _POINT_COLUMNS = (
     "| N | completed | failures | start ms p50/p95/p99 (n) | floor: N × /healthz ms p50/p95/p99 (n) "
@@ -72,11 +73,11 @@ def _campaign_lines(report: dict[str, Any]) -> list[str]:
         rows = [run[i] for run in report["repeats"] if i < len(run)]
         human = rows[0]["human"]
         lines.append(
-            f"| {point['runs']} | {', '.join(_fmt(v) for v in point['p95_ms'])} | {_fmt(point['spread'])} | "
+            f"| {point['runs']} | {', '.join(cell(v) for v in point['p95_ms'])} | {cell(point['spread'])} | "
             f"{'**noisy: no conclusion**' if point['noisy'] else 'no'} | "
-            f"{', '.join(str(r['completed']) for r in rows)} | {_fmt(human['paused_share'])} | {human['answered']} "
+            f"{', '.join(str(r['completed']) for r in rows)} | {cell(human['paused_share'])} | {human['answered']} "
             f"({human.get('approvals', 0)}) | "
-            f"{_fmt(human['mean_wait_ms'])} | {rows[0]['server_processes_peak']} |"
+            f"{cell(human['mean_wait_ms'])} | {rows[0]['server_processes_peak']} |"
         )
     lines += ["", f"Acceptance (printed, not asserted): run p95 across concurrency levels: **{judged['p95_holds']}**; "
               f"start errors **{judged['start_errors']}** (0 wanted); completion **{judged['completion']}** "
@@ -94,9 +95,9 @@ def _cpu_lines(repeats: list[list[dict[str, Any]]]) -> list[str]:
              "| N | run | " + " | ".join(groups) + " | peak of the sum | runs per core |",
              "|---|---|" + "---|" * (len(groups) + 2)]  # fmt: skip
     for repeat, row in rows:
-        cells = [f"{_fmt(row['cpu_peak_cores'][g])} ({_fmt(row['cpu_mean_cores'][g])})" for g in groups]
+        cells = [f"{cell(row['cpu_peak_cores'][g])} ({cell(row['cpu_mean_cores'][g])})" for g in groups]
         lines.append(f"| {row['runs']} | {repeat} | " + " | ".join(cells) +
-                     f" | {_fmt(row['cpu_peak_total_cores'])} | {_fmt(row['runs_per_core'])} |")  # fmt: skip
+                     f" | {cell(row['cpu_peak_total_cores'])} | {cell(row['runs_per_core'])} |")  # fmt: skip
     lines += ["", "server: the server process; sandboxes: its descendants (the fork server and the commands); "
               "mock: the mock provider; generator: this bench client; postgres, redis: their process trees when "
               "the profile uses them on this machine. Runs per core: the point's concurrent runs over the peak "
@@ -109,7 +110,7 @@ def _failures(row: dict[str, Any]) -> str:
 
 
 def _triple(row: dict[str, Any], name: str) -> str:
-    return " / ".join(_fmt(row.get(f"{name}_{part}")) for part in ("before", "peak", "end"))
+    return " / ".join(cell(row.get(f"{name}_{part}")) for part in ("before", "peak", "end"))
 
 
 def _point_line(row: dict[str, Any]) -> str:
@@ -120,17 +121,17 @@ def _point_line(row: dict[str, Any]) -> str:
         _pcts(row["start_ms"]),
         _pcts(row["healthz_burst_ms"]) if row.get("healthz_burst_ms") else "–",
         _pcts(row["duration_ms"]),
-        _fmt(row["wall_s"]),
+        cell(row["wall_s"]),
         row["steps"],
-        _fmt(row["steps_per_s"]),
-        f"{_fmt(row['server_cpu_s'])} ({_fmt(row['server_cpu_cores'])})",
-        f"{_fmt(row['server_main_cpu_s'])} ({_fmt(row['server_main_cpu_cores'])})",
-        _fmt(row["server_cpu_ms_per_run"]),
+        cell(row["steps_per_s"]),
+        f"{cell(row['server_cpu_s'])} ({cell(row['server_cpu_cores'])})",
+        f"{cell(row['server_main_cpu_s'])} ({cell(row['server_main_cpu_cores'])})",
+        cell(row["server_cpu_ms_per_run"]),
         _triple(row, "server_rss_mb"),
         _triple(row, "server_private_dirty_mb"),
-        _fmt(row["mock_max_concurrent"]),
-        _fmt(row["mock_cpu_s"]),
-        _fmt(row["client_cpu_s"]),
+        cell(row["mock_max_concurrent"]),
+        cell(row["mock_cpu_s"]),
+        cell(row["client_cpu_s"]),
     ]
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
@@ -169,12 +170,12 @@ def _waiting_lines(waiting: dict[str, Any] | None) -> list[str]:
     ]
     for key, template in _WAITING_ROWS:
         label = template.replace("{n}", str(len(waiting["steps"])))
-        lines.append(f"| {label} | {_fmt(waiting[key]['rss'])} | {_fmt(waiting[key]['private_dirty'])} |")
+        lines.append(f"| {label} | {cell(waiting[key]['rss'])} | {cell(waiting[key]['private_dirty'])} |")
     lines.append(
-        f"| after all were answered and ended, MB | {_fmt(after['rss_mb'])} | {_fmt(after['private_dirty_mb'])} |"
+        f"| after all were answered and ended, MB | {cell(after['rss_mb'])} | {cell(after['private_dirty_mb'])} |"
     )
     lines += ["", "| runs waiting | RSS MB | Private_Dirty MB |", "|---|---|---|"]
-    lines += [f"| {s['waiting']} | {_fmt(s['rss_mb'])} | {_fmt(s['private_dirty_mb'])} |" for s in waiting["steps"]]
+    lines += [f"| {s['waiting']} | {cell(s['rss_mb'])} | {cell(s['private_dirty_mb'])} |" for s in waiting["steps"]]
     return lines
 
 
@@ -196,7 +197,7 @@ def runs_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
     lines += _header(report)
     lines.append(
         f"- **Runs:** agent `{report['agent']}`, answer delay {report['answer_delay_s']} s, "
-        f"run timeout {report['run_timeout_s']} s, client open-files limit {_fmt(report.get('fd_limit'))}"
+        f"run timeout {report['run_timeout_s']} s, client open-files limit {cell(report.get('fd_limit'))}"
     )
     lines += ["", "## Concurrent runs", "", _POINT_COLUMNS, "|" + "---|" * 16]
     lines += [_point_line(r) for r in report["points"]]
