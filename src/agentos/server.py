@@ -14,7 +14,6 @@ import socket
 import sqlite3
 import sys
 import tempfile
-import tracemalloc
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
@@ -194,8 +193,6 @@ def run_server(settings: Settings, *, provider_setup: ProviderSetup | None = Non
         check_reachable(settings.store)
     listener = _configure_logging(settings.log_level)
     raise_fd_limit()
-    if settings.memory.tracemalloc:  # the memory bench's Python heap (GET /v1/admin/memory); off otherwise
-        tracemalloc.start()
     try:
         import uvloop
 

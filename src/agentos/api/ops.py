@@ -92,7 +92,7 @@ _MEMORY = Schema.object(
             "additionalProperties": {"type": "integer"},
         },
         "tracemalloc": {
-            "description": "the Python heap traced since start-up (memory.tracemalloc); null when it is off",
+            "description": "the Python heap (with PYTHONTRACEMALLOC=1); null when it is off",
             "type": ["object", "null"],
             "additionalProperties": {"type": "integer"},
         },
@@ -109,7 +109,7 @@ _MEMORY = Schema.object(
 @operation("The server's memory as its allocators see it", tag="admin", answers={200: json("Memory", _MEMORY)})
 async def memory(request: web.Request) -> web.Response:
     """The administrator's diagnostics, computed only when asked (a few microseconds; the
-    Python heap only when the server was started with `memory.tracemalloc`): what the memory
+    Python heap only when the server was started with `PYTHONTRACEMALLOC=1`): what the memory
     bench (`agentos bench memory`) samples beside RSS. docs/capacity.md, "Memory"."""
     require(request, Scope.ADMIN)
     reclaimer = request.app[RUNTIME].reclaimer

@@ -63,12 +63,11 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 class MemoryConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Giving memory back (`agentos.runtime.reclaim`): after `trim_after_evictions` sessions were
     evicted by the TTL reaper, glibc's `malloc_trim(0)` runs in a worker thread, at most once per
-    `trim_interval_s` (0 evictions: never). `tracemalloc`: trace the Python heap from the start,
-    for `GET /v1/admin/memory` (the memory bench; it costs memory and time on every allocation)."""
+    `trim_interval_s` (0 evictions: never). The Python heap in `GET /v1/admin/memory` needs the
+    interpreter's own `PYTHONTRACEMALLOC=1` (the memory bench's `--tracemalloc`), never on by default."""
 
     trim_after_evictions: NonNegInt = 256
     trim_interval_s: PosFloat = 30.0
-    tracemalloc: bool = False
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -12,9 +12,9 @@ sessions one `Tick` at a time (`EvictSession`): `Reclaimer.evicted()` counts the
 no glibc (macOS, musl), trimming is a no-op and one log line says so.
 
 `heap_figures()` answers `GET /v1/admin/memory`, only when asked: `sys.getallocatedblocks()`,
-glibc's `mallinfo2()`, the RSS and, when the server was started with `memory.tracemalloc`
-(the bench only: it costs memory per live block and time per allocation), tracemalloc's count
-of the bytes Python holds.
+glibc's `mallinfo2()`, the RSS and, when the interpreter was started with `PYTHONTRACEMALLOC=1`
+(the memory bench's `--tracemalloc` only: it costs memory per live block and time per
+allocation), tracemalloc's count of the bytes Python holds, from the first import on.
 """
 
 from __future__ import annotations
