@@ -174,6 +174,7 @@ def _register_memory(commands: argparse._SubParsersAction[argparse.ArgumentParse
     memory.add_argument("--profile", help="default: no-store (idle, turn), runs (waiting, sandbox)")
     memory.add_argument("--session-ttl-secs", type=float, help="default: long enough for the whole climb")
     memory.add_argument("--settle-secs", type=float, default=0.1)
+    memory.add_argument("--input-bytes", type=int, default=0, help='turn: each turn\'s input size (0: "hello")')
     memory.add_argument("--sandbox-points", type=int, default=4, help="sandbox: servers besides the one with none")
     memory.add_argument(
         "--tracemalloc", action="store_true", help="start the server with tracemalloc: the Python heap column"
@@ -307,6 +308,7 @@ def _memory(args: argparse.Namespace) -> int:
         tracemalloc=args.tracemalloc,
         server_env=_server_env(args.server_env),
         sandbox_points=args.sandbox_points,
+        input_bytes=max(0, args.input_bytes),
         mock=MockSettings(ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens, scenario=scenario),
         command=command_line(),
     )

@@ -11,6 +11,7 @@ import pytest
 from agentos_bench.memory.heap import heap_columns
 from agentos_bench.memory.sandboxes import point_sizes
 from agentos_bench.memory.staircase import MemoryPlan, run_memory
+from agentos_bench.memory.workloads import turn_input
 from agentos_bench.report.document import write_report
 
 pytestmark = pytest.mark.slow
@@ -26,6 +27,7 @@ def test_heap_columns_and_sandbox_points() -> None:
     }
     columns = heap_columns(figures)
     assert columns == {"blocks": 7, "malloc_used_mb": 2.0, "malloc_free_mb": 1.0, "trims": 1, "trim_released_mb": 3.0}
+    assert turn_input(0) == "hello" and len(turn_input(1000)) == 1000 and turn_input(1000).startswith("lorem ipsum")
     assert point_sizes(32, 4) == [0, 8, 16, 24, 32] and point_sizes(3, 4) == [0, 1, 2, 3] and point_sizes(0, 4) == [0]
 
 

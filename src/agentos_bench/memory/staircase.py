@@ -70,6 +70,7 @@ class MemoryPlan:
     tracemalloc: bool = False  # start the server with PYTHONTRACEMALLOC=1: the Python heap column
     server_env: tuple[tuple[str, str], ...] = ()  # added to the server's environment (`--server-env`)
     sandbox_points: int = 4  # `sandbox`: servers with 0, 1/n, ... n/n of `sessions` ready sandboxes
+    input_bytes: int = 0  # `turn`: each turn's input, in bytes (0: "hello"); the transcript keeps it
 
     @property
     def ttl_s(self) -> float:
@@ -116,7 +117,8 @@ def _mb(sample: TreeSample, **extra: Any) -> dict[str, Any]:
 def _items(plan: MemoryPlan, base_url: str) -> Items:
     if plan.workload == "waiting":
         return WaitingRuns(base_url, timeout_s=60.0, settle_s=plan.release_settle_s)
-    return Sessions(base_url, turn=plan.workload == "turn", ttl_s=plan.ttl_s, settle_s=plan.release_settle_s)
+    turn = plan.workload == "turn"
+    return Sessions(base_url, turn=turn, ttl_s=plan.ttl_s, settle_s=plan.release_settle_s, input_bytes=plan.input_bytes)
 
 
 async def _climb(stairs: _Staircase, items: Items) -> None:
@@ -220,6 +222,9 @@ def summarize(steps: list[dict[str, Any]], marks: dict[str, dict[str, Any]], sta
         for mark in ("after_delete", "after_ttl", "after_end"):
             if mark in marks:
                 summary.setdefault(f"{mark}_mb", {})[key] = marks[mark].get(field_name)
+        if "after_delete" in marks and "after_ttl" in marks and marks["after_ttl"].get(field_name) is not None:
+            reclaimed = marks["after_delete"][field_name] - marks["after_ttl"][field_name]
+            summary.setdefault("ttl_returned_mb", {})[key] = round(reclaimed, 2)
         if last_release.get(field_name) is not None:
             summary.setdefault("returned_mb", {})[key] = round(steps[-1][field_name] - last_release[field_name], 2)
     return summary
@@ -249,6 +254,7 @@ def memory_report(
         "workload": plan.workload,
         "item": WORKLOADS[plan.workload],
         "step": plan.step,
+        "input_bytes": plan.input_bytes,
         "tracemalloc": plan.tracemalloc,
         "server_env": dict(plan.server_env),
         "mock": asdict(plan.mock),

@@ -245,6 +245,7 @@ _MEMORY_ROWS = (
     ("after_delete_mb", "after deleting half the sessions, MB"),
     ("after_ttl_mb", "after the rest expired (TTL), MB"),
     ("after_end_mb", "after every run was answered and ended, MB"),
+    ("ttl_returned_mb", "**reclaim**: returned by the TTL evictions (after delete − after TTL), MB"),
     ("returned_mb", "returned at the end (end − last release sample), MB"),
 )
 
@@ -261,12 +262,17 @@ def _memory_text(report: dict[str, Any]) -> str:
     env = ", ".join(f"{k}={v}" for k, v in report.get("server_env", {}).items()) or "none"
     return (
         f"{report['sessions']} × {report.get('item', 'session with one completed turn')} ({failures} failed), "
-        f"{report.get('step', 1)} per step, sampled {report['settle_s']} s after each step. "
+        f"{report.get('step', 1)} per step{_input_text(report)}, sampled {report['settle_s']} s after each step. "
         f"TTL {report['session_ttl_s']} s. Server environment added: {env}; "
         f"tracemalloc {'on' if report.get('tracemalloc') else 'off'}. "
         f"Server counters at the top: active sessions {_fmt(report.get('top', {}).get('agentos_active_sessions'))}; "
         f"{gauges or 'not read'}. RAM planning: base + marginal × concurrent items."
     )
+
+
+def _input_text(report: dict[str, Any]) -> str:
+    size = report.get("input_bytes") or 0
+    return f", each turn's input {size} bytes" if size else ""
 
 
 def write_report(report: dict[str, Any], out_dir: Path, stem: str) -> list[Path]:
