@@ -23,10 +23,14 @@ def test_heap_columns_and_sandbox_points() -> None:
         "allocated_blocks": 7,
         "malloc": {"in_use_bytes": 2 * 1024 * 1024, "free_bytes": 1024 * 1024},
         "tracemalloc": None,
-        "trim": {"trims": 1, "released_bytes": 3 * 1024 * 1024},
+        "trim": {"trims": 1, "released_bytes": 3 * 1024 * 1024, "last_ms": 1.5},
     }
     columns = heap_columns(figures)
-    assert columns == {"blocks": 7, "malloc_used_mb": 2.0, "malloc_free_mb": 1.0, "trims": 1, "trim_released_mb": 3.0}
+    assert columns == {"blocks": 7, "malloc_used_mb": 2.0, "malloc_free_mb": 1.0} | {
+        "trims": 1,
+        "trim_released_mb": 3.0,
+        "trim_last_ms": 1.5,
+    }
     assert turn_input(0) == "hello" and len(turn_input(1000)) == 1000 and turn_input(1000).startswith("lorem ipsum")
     assert point_sizes(32, 4) == [0, 8, 16, 24, 32] and point_sizes(3, 4) == [0, 1, 2, 3] and point_sizes(0, 4) == [0]
 

@@ -44,4 +44,5 @@ def heap_columns(figures: dict[str, Any]) -> dict[str, Any]:
     if trim:
         columns["trims"] = trim["trims"]
         columns["trim_released_mb"] = round(trim["released_bytes"] / _MB, 2)
+        columns["trim_last_ms"] = trim["last_ms"]
     return columns

@@ -256,7 +256,7 @@ def _memory_text(report: dict[str, Any]) -> str:
     gauges = "; ".join(
         f"{name.replace('_', ' ')}: active sessions {_fmt(mark.get('agentos_active_sessions'))}, "
         f"evicted total {_fmt(mark.get('agentos_sessions_evicted_total'))}, trims {_fmt(mark.get('trims'))} "
-        f"({_fmt(mark.get('trim_released_mb'))} MB given back)"
+        f"({_fmt(mark.get('trim_released_mb'))} MB given back, the last in {_fmt(mark.get('trim_last_ms'))} ms)"
         for name, mark in release.items()
     )
     env = ", ".join(f"{k}={v}" for k, v in report.get("server_env", {}).items()) or "none"
