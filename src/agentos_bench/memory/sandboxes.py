@@ -25,7 +25,8 @@ from agentos_bench.common.http import bench_http_session
 from agentos_bench.common.processes import Child, start_server_process, stop_child
 from agentos_bench.common.procfs import sample_tree
 from agentos_bench.memory.heap import heap_sample
-from agentos_bench.memory.staircase import MemoryPlan, _mb, memory_report, server_plan
+from agentos_bench.memory.plan import MemoryPlan, server_plan, tree_columns
+from agentos_bench.memory.summary import memory_report
 from agentos_bench.memory.workloads import server_gauges
 from agentos_bench.runs.client import RunTarget, drive_run
 
@@ -74,7 +75,7 @@ async def _point(plan: MemoryPlan, work_dir: Path, mock_url: str, size: int) -> 
                 why = f"{int(ready)} of {size} ready sandboxes came (euid {os.geteuid()}, /readyz sandbox {status})"
                 return {}, why
             await asyncio.sleep(plan.settle_s)
-            sample = _mb(sample_tree(child.pid), items=int(ready)) | await heap_sample(http, child.url)
+            sample = tree_columns(sample_tree(child.pid), items=int(ready)) | await heap_sample(http, child.url)
             return sample, None
     finally:
         await stop_child(child.process)
