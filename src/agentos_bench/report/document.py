@@ -262,12 +262,18 @@ def _memory_text(report: dict[str, Any]) -> str:
     env = ", ".join(f"{k}={v}" for k, v in report.get("server_env", {}).items()) or "none"
     return (
         f"{report['sessions']} × {report.get('item', 'session with one completed turn')} ({failures} failed), "
-        f"{report.get('step', 1)} per step{_input_text(report)}, sampled {report['settle_s']} s after each step. "
+        f"{_steps_text(report)}{_input_text(report)}, sampled {report['settle_s']} s after each step. "
         f"TTL {report['session_ttl_s']} s. Server environment added: {env}; "
         f"tracemalloc {'on' if report.get('tracemalloc') else 'off'}. "
         f"Server counters at the top: active sessions {_fmt(report.get('top', {}).get('agentos_active_sessions'))}; "
         f"{gauges or 'not read'}. RAM planning: base + marginal × concurrent items."
     )
+
+
+def _steps_text(report: dict[str, Any]) -> str:
+    if "points" in report:
+        return f"one server per point with {', '.join(map(str, report['points']))} of them"
+    return f"{report.get('step', 1)} per step"
 
 
 def _input_text(report: dict[str, Any]) -> str:
