@@ -143,6 +143,12 @@ class Metrics:
         )
         for reason in CLOSE_REASONS:
             self.connections_closed.labels(reason)
+        self.memory_trims = Counter(
+            "agentos_memory_trims", "malloc_trim calls after TTL evictions (agentos.runtime.reclaim)", registry=r
+        )
+        self.memory_trim_released_bytes = Counter(
+            "agentos_memory_trim_released_bytes", "RSS given back by those trims (before - after)", registry=r
+        )
         self._outcomes = {o: self.turn_duration_ms.labels(o) for o in ("completed", "cancelled", "failed")}
 
     def bind(
@@ -156,6 +162,10 @@ class Metrics:
 
     def observe_turn(self, outcome: str, duration_ms: float) -> None:
         self._outcomes[outcome].observe(duration_ms)
+
+    def observe_trim(self, released_bytes: int) -> None:
+        self.memory_trims.inc()
+        self.memory_trim_released_bytes.inc(released_bytes)
 
     def observe_event_batch(self, rows: int, wait_ms: float) -> None:
         self.event_db_write_wait_ms.observe(wait_ms)

@@ -18,7 +18,8 @@ search, the auth middleware, the knowledge storage and index), and so import it.
 imports `agentos_bench`).
 
 - `load`: the closed-loop load generator and `agentos bench sweep` (`peers`: other agent servers on the same mock).
-- `memory`: `agentos bench memory`, the per-session memory staircase.
+- `memory`: `agentos bench memory`, the per-item memory staircase (idle sessions, sessions with a
+  turn, runs waiting for a human, ready sandboxes) with the server's heap beside RSS.
 - `runs`: `agentos bench runs`, concurrent agent runs and runs waiting for a human.
 - `arrival`, `authcost`, `faults`, `knowledge`, `overload`: `agentos bench load|auth-cost|faults|knowledge|overload`.
 - `micro`: the in-process microbenchmarks (see above).

@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Literal
 
 from agentos_bench.common.cli import command_line
 
@@ -161,14 +162,49 @@ def _register_sweep(commands: argparse._SubParsersAction[argparse.ArgumentParser
 
 
 def _register_memory(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    memory = commands.add_parser("memory", help="per-session memory staircase of the server")
-    memory.add_argument("--sessions", type=int, default=200)
-    memory.add_argument("--profile", default="no-store")
+    memory = commands.add_parser("memory", help="per-item memory staircase of the server (sessions, runs, sandboxes)")
+    memory.add_argument(
+        "--workload",
+        choices=["idle", "turn", "waiting", "sandbox"],
+        default="turn",
+        help="idle sessions, sessions with one completed turn (default), runs waiting for a human, ready sandboxes",
+    )
+    memory.add_argument("--sessions", type=int, default=200, help="items at the top of the staircase")
+    memory.add_argument("--step", type=int, default=1, help="items added between two samples")
+    memory.add_argument("--profile", help="default: no-store (idle, turn), runs (waiting, sandbox)")
     memory.add_argument("--session-ttl-secs", type=float, help="default: long enough for the whole climb")
     memory.add_argument("--settle-secs", type=float, default=0.1)
+    memory.add_argument("--input-bytes", type=int, default=0, help='turn: each turn\'s input size (0: "hello")')
+    memory.add_argument("--sandbox-points", type=int, default=4, help="sandbox: servers besides the one with none")
+    memory.add_argument(
+        "--tracemalloc", action="store_true", help="start the server with tracemalloc: the Python heap column"
+    )
+    memory.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="added to the server's environment (AGENTOS_MEMORY_TRIM_AFTER_EVICTIONS=0, PYTHONMALLOC=malloc)",
+    )
     _add_mock_flags(memory, 5.0, 2000.0, 8)
     _add_output_flags(memory)
-    memory.set_defaults(handler=_checked("memory", _memory, lambda a: [a.profile]))
+    memory.set_defaults(handler=_checked("memory", _memory, lambda a: [_memory_profile(a)]))
+
+
+def _memory_profile(args: argparse.Namespace) -> str:
+    from agentos_bench.memory.staircase import default_profile
+
+    return str(args.profile or default_profile(args.workload))
+
+
+def _server_env(pairs: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    env = []
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"agentos bench memory: --server-env {pair!r}: expected NAME=VALUE")
+        env.append((name, value))
+    return tuple(env)
 
 
 def _points(args: argparse.Namespace) -> list[int]:
@@ -257,17 +293,28 @@ def _memory(args: argparse.Namespace) -> int:
     from agentos.mock.server import MockSettings
     from agentos_bench.memory.staircase import MemoryPlan, run_memory
 
+    if args.sessions < 1 or args.step < 1 or args.sandbox_points < 1:
+        raise SystemExit("agentos bench memory: --sessions, --step and --sandbox-points must be 1 or more")
     raise_fd_limit()
+    profile = _memory_profile(args)
+    scenario: Literal["tools", "plain"] = "tools" if args.workload == "waiting" else "plain"
     plan = MemoryPlan(
         sessions=args.sessions,
-        profile=args.profile,
+        workload=args.workload,
+        step=args.step,
+        profile=profile,
         session_ttl_s=args.session_ttl_secs,
         settle_s=args.settle_secs,
-        mock=MockSettings(ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens),
+        tracemalloc=args.tracemalloc,
+        server_env=_server_env(args.server_env),
+        sandbox_points=args.sandbox_points,
+        input_bytes=max(0, args.input_bytes),
+        mock=MockSettings(ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens, scenario=scenario),
         command=command_line(),
     )
     report = run_loop(run_memory(plan))
-    return _write(report, "memory", args.profile, args)
+    label = profile if args.workload == "turn" else f"{profile}-{args.workload}"
+    return _write(report, "memory", label, args)
 
 
 def _write(report: dict[str, object], kind: str, label: str, args: argparse.Namespace) -> int:

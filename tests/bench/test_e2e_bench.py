@@ -49,8 +49,9 @@ async def test_short_sweep_against_the_real_server(tmp_path: Path, monkeypatch: 
 
 async def test_short_memory_staircase(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # anywhere: the profiles are package data
-    report = await run_memory(MemoryPlan(sessions=4, session_ttl_s=1.0, settle_s=0.05, release_settle_s=0.2))
-    assert [s["sessions"] for s in report["steps"]] == [0, 1, 2, 3, 4]
+    plan = MemoryPlan(sessions=4, session_ttl_s=1.0, settle_s=0.05, release_settle_s=0.2, input_bytes=2048)
+    report = await run_memory(plan)
+    assert [s["items"] for s in report["steps"]] == [0, 1, 2, 3, 4] and report["input_bytes"] == 2048
     assert report["failed_turns"] == 0
     assert report["summary"]["base_mb"]["rss"] > 10
     assert set(report["release"]) == {"after_delete", "after_ttl"}

@@ -171,7 +171,7 @@ def test_memory_summary_and_report(tmp_path: Path) -> None:
     assert summary["returned_mb"]["rss"] == pytest.approx(0.8)
     write_report(report, tmp_path, "mem")
     markdown = (tmp_path / "mem.md").read_text()
-    assert "marginal cost per session (least squares over n=10 steps)" in markdown
+    assert "marginal cost per session with one completed turn (least squares over n=10 steps)" in markdown
     assert "![memory staircase](mem-staircase.png)" in markdown
     assert (tmp_path / "mem-staircase.png").exists()
 

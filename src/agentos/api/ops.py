@@ -12,6 +12,7 @@ from agentos.api.openapi import document_bytes, served_routes
 from agentos.api.routes import Answer, Schema, json, operation, text
 from agentos.api.sessions import json_response
 from agentos.errors import StoreUnavailable
+from agentos.runtime.reclaim import heap_figures
 from agentos.tenancy.principal import Scope, require
 
 log = logging.getLogger("agentos.api")
@@ -78,6 +79,41 @@ async def metrics(request: web.Request) -> web.Response:
     require(request, Scope.ADMIN)
     body = request.app[METRICS].render()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+_MEMORY = Schema.object(
+    "Memory",
+    {
+        "rss_bytes": {"type": "integer", "description": "the server process's resident set (0 where /proc has none)"},
+        "allocated_blocks": {"type": "integer", "description": "sys.getallocatedblocks()"},
+        "malloc": {
+            "description": "glibc's mallinfo2(): the C heap (null elsewhere)",
+            "type": ["object", "null"],
+            "additionalProperties": {"type": "integer"},
+        },
+        "tracemalloc": {
+            "description": "the Python heap (with PYTHONTRACEMALLOC=1); null when it is off",
+            "type": ["object", "null"],
+            "additionalProperties": {"type": "integer"},
+        },
+        "trim": {
+            "description": "malloc_trim after TTL evictions (memory.trim_after_evictions): setting and result",
+            "type": "object",
+        },
+    },
+    ["rss_bytes", "allocated_blocks", "malloc", "tracemalloc", "trim"],
+)
+
+
+@routes.get("/v1/admin/memory")
+@operation("The server's memory as its allocators see it", tag="admin", answers={200: json("Memory", _MEMORY)})
+async def memory(request: web.Request) -> web.Response:
+    """The administrator's diagnostics, computed only when asked (a few microseconds; the
+    Python heap only when the server was started with `PYTHONTRACEMALLOC=1`): what the memory
+    bench (`agentos bench memory`) samples beside RSS. docs/capacity.md, "Memory"."""
+    require(request, Scope.ADMIN)
+    reclaimer = request.app[RUNTIME].reclaimer
+    return json_response(heap_figures(reclaimer.allocator) | {"trim": reclaimer.figures()})
 
 
 @routes.get("/openapi.json")

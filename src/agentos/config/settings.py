@@ -60,6 +60,16 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     mcp_connect_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=600)] = 10.0
 
 
+class MemoryConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Giving memory back (`agentos.runtime.reclaim`): after `trim_after_evictions` sessions were
+    evicted by the TTL reaper, glibc's `malloc_trim(0)` runs in a worker thread, at most once per
+    `trim_interval_s` (0 evictions: never). The Python heap in `GET /v1/admin/memory` needs the
+    interpreter's own `PYTHONTRACEMALLOC=1` (the memory bench's `--tracemalloc`), never on by default."""
+
+    trim_after_evictions: NonNegInt = 256
+    trim_interval_s: PosFloat = 30.0
+
+
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     data_dir: str = "./data"
     jsonl_dir: str = ""  # empty: no JSONL event log
@@ -75,6 +85,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     coordination: CoordinationConfig = msgspec.field(default_factory=CoordinationConfig)
     knowledge: KnowledgeConfig = msgspec.field(default_factory=KnowledgeConfig)
     triggers: TriggersConfig = msgspec.field(default_factory=TriggersConfig)
+    memory: MemoryConfig = msgspec.field(default_factory=MemoryConfig)
     agents: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
 
     @property
@@ -117,6 +128,7 @@ _SECTIONS = (
     "coordination",
     "knowledge",
     "triggers",
+    "memory",
 )
 
 

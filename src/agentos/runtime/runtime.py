@@ -21,6 +21,7 @@ from agentos.providers.base import Provider
 from agentos.runtime.agent_turn import AgentTurns
 from agentos.runtime.chat import ChatTurns
 from agentos.runtime.driver import Driver
+from agentos.runtime.reclaim import Reclaimer
 from agentos.runtime.sessions import DEFAULT_AGENT, Sessions
 from agentos.runtime.streams import TurnEvent, TurnStreams
 from agentos.runtime.turn import Turn, TurnSink
@@ -87,7 +88,14 @@ class Runtime:
         self.runs = runs
         self.clock: Clock = driver.clock
         history = settings.kernel.history_max_messages
-        self.sessions = Sessions(driver, store, runs)
+        memory = settings.memory
+        self.reclaimer = Reclaimer(
+            self.clock,
+            after_evictions=memory.trim_after_evictions,
+            interval_s=memory.trim_interval_s,
+            on_trim=metrics.observe_trim,
+        )
+        self.sessions = Sessions(driver, store, runs, on_evicted=self.reclaimer.evicted)
         chat = ChatTurns(driver, store, provider, metrics, self.clock, history, on_usage)
         agents = AgentTurns(runs, store, history) if runs is not None else None
         self.streams = TurnStreams(store, bus, live=lambda turn_id: self._turns.get(turn_id) is not None)
@@ -220,6 +228,7 @@ class Runtime:
             await self.wait_idle(5.0)
         if self._lag_timer is not None:
             self._lag_timer.cancel()
+        self.reclaimer.close()
 
     async def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no turn is live (every turn has ended and fed `TurnEnded` to the kernel).

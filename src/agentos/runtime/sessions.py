@@ -10,6 +10,7 @@ a turn for a loaded session checks it without a store read.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from agentos.clock import wall_ms
@@ -30,8 +31,15 @@ DEFAULT_AGENT = "default"
 
 
 class Sessions:
-    def __init__(self, driver: Driver, store: Store, runs: AgentRuns | None) -> None:
+    def __init__(
+        self,
+        driver: Driver,
+        store: Store,
+        runs: AgentRuns | None,
+        on_evicted: Callable[[], None] | None = None,  # after each eviction (`runtime.reclaim`)
+    ) -> None:
         self._driver = driver
+        self._on_evicted = on_evicted
         self._store = store
         self._runs = runs
         # The agent of each in-memory session whose turns an agent runs; kept here so that a
@@ -140,3 +148,5 @@ class Sessions:
         self._store.forget_session(command.session_id)
         self._agents.pop(command.session_id, None)
         self._tenants.pop(command.session_id, None)
+        if self._on_evicted is not None:
+            self._on_evicted()

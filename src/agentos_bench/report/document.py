@@ -193,28 +193,65 @@ def sweep_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
 
 def memory_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
     summary = report["summary"]
-    lines = [f"# Memory staircase: {report['profile']} ({report['created_utc'][:10]})", ""]
+    item = report.get("item", "session with one completed turn")
+    workload = f" ({report['workload']})" if report.get("workload", "turn") != "turn" else ""
+    lines = [f"# Memory staircase: {report['profile']}{workload} ({report['created_utc'][:10]})", ""]
     lines += _header(report)
-    lines += ["", "## Summary", "", "| quantity | RSS | Private_Dirty |", "|---|---|---|"]
-    climbed = sum(1 for step in report["steps"] if step["sessions"] > 0)  # the points behind the slope
+    if report.get("skipped"):
+        return "\n".join([*lines, "", f"**Not measured:** {report['skipped']}", ""])
+    columns = [(key, label) for key, label in _MEMORY_COLUMNS if key in summary.get("base_mb", {})]
+    lines += ["", "## Summary", "", "| quantity | " + " | ".join(label for _, label in columns) + " |"]
+    lines.append("|---|" + "---|" * len(columns))
+    climbed = sum(1 for step in report["steps"] if _step_items(step) > 0)  # the points behind the slope
     for key, template in _MEMORY_ROWS:
-        label = template.replace("{n}", str(climbed))
-        lines.append(f"| {label} | {cell(summary[key]['rss'])} | {cell(summary[key]['private_dirty'])} |")
+        if key in summary:
+            label = template.replace("{n}", str(climbed)).replace("{item}", item)
+            lines.append(f"| {label} | " + " | ".join(cell(summary[key].get(c)) for c, _ in columns) + " |")
     lines += ["", _memory_text(report), "", "## Plot", ""]
     lines += [f"![{name}]({file})" for name, file in images.items()] or [f"- {n}" for n in report.get("notes", [])]
-    lines += ["", "## Steps (sessions → MB)", "", "| sessions | RSS MB | Private_Dirty MB |", "|---|---|---|"]
-    for step in report["steps"]:
-        lines.append(f"| {step['sessions']} | {step['rss_mb']} | {step['private_dirty_mb']} |")
+    lines += _memory_steps(report)
     return "\n".join(lines) + "\n"
 
 
+def _step_items(step: dict[str, Any]) -> int:
+    return int(step["items"] if "items" in step else step["sessions"])
+
+
+def _memory_steps(report: dict[str, Any]) -> list[str]:
+    fields = [(f, label) for f, label in _STEP_FIELDS if any(f in step for step in report["steps"])]
+    lines = ["", "## Steps (items → MB)", "", "| items | " + " | ".join(label for _, label in fields) + " |"]
+    lines.append("|---|" + "---|" * len(fields))
+    for step in report["steps"]:
+        lines.append(f"| {_step_items(step)} | " + " | ".join(cell(step.get(f)) for f, _ in fields) + " |")
+    return lines
+
+
+_MEMORY_COLUMNS = (
+    ("rss", "RSS"),
+    ("private_dirty", "Private_Dirty"),
+    ("heap", "Python heap (tracemalloc)"),
+    ("malloc_used", "C heap in use (mallinfo2)"),
+    ("malloc_free", "C heap free, held"),
+    ("blocks", "allocated blocks (count; per item: blocks)"),
+)
+_STEP_FIELDS = (
+    ("rss_mb", "RSS MB"),
+    ("private_dirty_mb", "Private_Dirty MB"),
+    ("heap_mb", "Python heap MB"),
+    ("malloc_used_mb", "C heap in use MB"),
+    ("malloc_free_mb", "C heap free MB"),
+    ("blocks", "blocks"),
+    ("trims", "trims"),
+)
 _MEMORY_ROWS = (
-    ("start_mb", "at start (ready, no session), MB"),
-    ("base_mb", "fixed base (after the throwaway session), MB"),
-    ("end_mb", "after the last session, MB"),
-    ("marginal_kb_per_session", "marginal cost per session (least squares over n={n} steps), KB"),
+    ("start_mb", "at start (ready, no item), MB"),
+    ("base_mb", "fixed base (after the throwaway item), MB"),
+    ("end_mb", "after the last item, MB"),
+    ("marginal_kb_per_session", "marginal cost per {item} (least squares over n={n} steps), KB"),
     ("after_delete_mb", "after deleting half the sessions, MB"),
     ("after_ttl_mb", "after the rest expired (TTL), MB"),
+    ("after_end_mb", "after every run was answered and ended, MB"),
+    ("ttl_returned_mb", "**reclaim**: returned by the TTL evictions (after delete − after TTL), MB"),
     ("returned_mb", "returned at the end (end − last release sample), MB"),
 )
 
@@ -224,16 +261,30 @@ def _memory_text(report: dict[str, Any]) -> str:
     release = report.get("release", {})
     gauges = "; ".join(
         f"{name.replace('_', ' ')}: active sessions {cell(mark.get('agentos_active_sessions'))}, "
-        f"evicted total {cell(mark.get('agentos_sessions_evicted_total'))}"
+        f"evicted total {cell(mark.get('agentos_sessions_evicted_total'))}, trims {cell(mark.get('trims'))} "
+        f"({cell(mark.get('trim_released_mb'))} MB given back, the last in {cell(mark.get('trim_last_ms'))} ms)"
         for name, mark in release.items()
     )
-    active = cell(report.get("top", {}).get("agentos_active_sessions"))
+    env = ", ".join(f"{k}={v}" for k, v in report.get("server_env", {}).items()) or "none"
     return (
-        f"{report['sessions']} sessions, one completed turn each ({failures} failed), sampled "
-        f"{report['settle_s']} s after each step. TTL {report['session_ttl_s']} s. "
-        f"Server counters at the top: active sessions {active}; "
-        f"{gauges or 'not read'}. RAM planning: base + marginal × concurrent sessions."
+        f"{report['sessions']} × {report.get('item', 'session with one completed turn')} ({failures} failed), "
+        f"{_steps_text(report)}{_input_text(report)}, sampled {report['settle_s']} s after each step. "
+        f"TTL {report['session_ttl_s']} s. Server environment added: {env}; "
+        f"tracemalloc {'on' if report.get('tracemalloc') else 'off'}. "
+        f"Server counters at the top: active sessions {cell(report.get('top', {}).get('agentos_active_sessions'))}; "
+        f"{gauges or 'not read'}. RAM planning: base + marginal × concurrent items."
     )
+
+
+def _steps_text(report: dict[str, Any]) -> str:
+    if "points" in report:
+        return f"one server per point with {', '.join(map(str, report['points']))} of them"
+    return f"{report.get('step', 1)} per step"
+
+
+def _input_text(report: dict[str, Any]) -> str:
+    size = report.get("input_bytes") or 0
+    return f", each turn's input {size} bytes" if size else ""
 
 
 def write_report(report: dict[str, Any], out_dir: Path, stem: str) -> list[Path]:
@@ -260,6 +311,8 @@ def _write_plots(report: dict[str, Any], out_dir: Path, stem: str) -> dict[str, 
     from agentos_bench.report import plots  # matplotlib only where plots are drawn (`compare` needs none)
 
     if report["kind"] == "memory":
+        if not report["steps"]:
+            return {}  # a workload that was not measured (`skipped`)
         return {"memory staircase": plots.plot_staircase(report, out_dir / f"{stem}-staircase.png")}
     rows = [r for r in report["rows"] if r["turns_ok"]]
     overhead = overhead_rows(rows)

@@ -128,11 +128,13 @@ def _note(fig: Any, text: str) -> None:
 def plot_staircase(report: dict[str, Any], path: Path) -> Path:
     """RSS and Private_Dirty against sessions, one panel each (their own scale), release marks at the right."""
     steps = report["steps"]
-    xs = [s["sessions"] for s in steps]
+    xs = [s["items"] if "items" in s else s["sessions"] for s in steps]
     fig, axes = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
     for ax, (field_name, label, colour) in zip(axes, _MEMORY_SERIES, strict=True):
         ax.plot(xs, [s[field_name] for s in steps], color=colour, label=f"{label} (server tree)")
-        for name, marker in (("after_delete", "v"), ("after_ttl", "s")):
+        if field_name == "private_dirty_mb" and all("heap_mb" in s for s in steps):
+            ax.plot(xs, [s["heap_mb"] for s in steps], color="C2", label="Python heap (tracemalloc)")
+        for name, marker in (("after_delete", "v"), ("after_ttl", "s"), ("after_end", "o")):
             point = report.get("release", {}).get(name)
             if point:
                 ax.plot([xs[-1]], [point[field_name]], marker, color="black", label=name.replace("_", " "))
@@ -140,7 +142,7 @@ def plot_staircase(report: dict[str, Any], path: Path) -> Path:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     axes[0].set_title(f"Memory staircase: {report.get('profile')}")
-    axes[-1].set_xlabel("sessions (each with one completed turn)")
+    axes[-1].set_xlabel(f"items: {report.get('item', 'session with one completed turn')}")
     return _save(fig, path)
 
 
