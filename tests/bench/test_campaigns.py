@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from agentos.mock.scenario import plan_answer
+from agentos_bench.runs.bench import peak_concurrency
 from agentos_bench.runs.campaigns import CAMPAIGNS, campaign_plan, judge
 from agentos_bench.runs.cli import main
+from agentos_bench.runs.client import RunOutcome
 
 AGENT_TOOLS = frozenset({"run_command", "ask_human"})
 
@@ -46,6 +48,16 @@ def test_campaign_plans_and_their_scale() -> None:
     assert campaign_plan(CAMPAIGNS["hitl"], 1.0, "c", answer_delay_s=5.0).answer_delay_s == 5.0  # the seed's knob
     small = campaign_plan(CAMPAIGNS["heavy"], 0.02, "c")
     assert small.points == (1, 2, 4) and small.mock.tokens == 6 and small.mock.tps > 1
+
+
+def test_runs_alive_at_once_over_a_ramp() -> None:
+    def done(seconds: float | None) -> RunOutcome:
+        return RunOutcome(duration_s=seconds) if seconds is not None else RunOutcome(failure="timeout")
+
+    assert peak_concurrency(0.0, [done(1.0)] * 5) == 5  # all at once
+    assert peak_concurrency(10.0, [done(1.0)] * 10) == 1  # each ends as the next starts
+    assert peak_concurrency(10.0, [done(2.5)] * 10) == 3
+    assert peak_concurrency(10.0, [done(None)] + [done(0.5)] * 9) == 2  # a run that never ended stays alive
 
 
 def _row(runs: int, p95: float | None, completed: int | None = None, **failures: int) -> dict[str, Any]:

@@ -36,6 +36,7 @@ POINT_FIELDS = {
     "cpu_mean_cores",
     "cpu_peak_total_cores",
     "runs_per_core",
+    "peak_concurrent_runs",
     "duration_ms",
     "duration_min_ms",
     "phase_ms",

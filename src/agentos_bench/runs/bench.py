@@ -105,20 +105,35 @@ async def measure_point(
         server=(before, end, sampler.peak),
         mock_stats=mock_stats,
         cpu=cpu | {"client_cpu_s": client_end - client_before},
-    ) | {"healthz_burst_ms": floor, **cpu_by_service(cpu_samples, n)}
+    ) | {"healthz_burst_ms": floor, **cpu_by_service(cpu_samples, peak_concurrency(plan.ramp_s, outcomes))}
+
+
+def peak_concurrency(ramp_s: float, outcomes: Sequence[RunOutcome]) -> int:
+    """The most runs alive at one moment: run i starts at i x ramp / N and lives its duration (a
+    run that did not complete counts as alive to the end). Over a ramp, N runs are not all alive
+    at once: 200 light runs of 0.75 s over 60 s are about 3."""
+    n = len(outcomes)
+    ends = [o.duration_s if o.ok and o.duration_s is not None else float("inf") for o in outcomes]
+    edges = sorted([(i * ramp_s / n, 1) for i in range(n)] + [(i * ramp_s / n + d, -1) for i, d in enumerate(ends)])
+    alive = peak = 0
+    for _, step in edges:  # at a tie the end (-1) sorts first: a run ending as the next starts is not two
+        alive += step
+        peak = max(peak, alive)
+    return peak
 
 
 def cpu_by_service(cpu: CpuSamples, runs: int) -> dict[str, Any]:
     """Each group's peak and mean cores at 1 s resolution (server, its sandboxes, mock, this
     client, and PostgreSQL/Redis where the profile uses them on this machine), the peak of their
     sum (the bench client's left out: it is the load, not the service), and capacity in runs per
-    core: the point's runs over that peak (the seed's "~20 runs per core": concurrent runs a core
-    carries at this profile's peak)."""
+    core: `runs` (the most alive at once) over that peak (the seed's "~20 runs per core":
+    concurrent runs a core carries at this profile's peak)."""
     peak_total = cpu.peak_total_cores(exclude=("generator",))
     return {
         "cpu_peak_cores": {g: _r3(cpu.peak_cores(g)) for g in cpu.groups},
         "cpu_mean_cores": {g: _r3(cpu.mean_cores(g)) for g in cpu.groups},
         "cpu_peak_total_cores": _r3(peak_total),
+        "peak_concurrent_runs": runs,
         "runs_per_core": round(runs / peak_total, 1) if peak_total else None,
     }
 

@@ -26,7 +26,7 @@ from agentos_bench.report.document import _pcts, head_lines
 from agentos_bench.report.machine import report_head
 from agentos_bench.report.output import claim_stem, write_json
 from agentos_bench.report.stats import cell, percentiles_ms
-from agentos_bench.runs.bench import cpu_by_service, human_summary, phase_percentiles
+from agentos_bench.runs.bench import cpu_by_service, human_summary, peak_concurrency, phase_percentiles
 from agentos_bench.runs.client import FAILURE_KINDS, RunOutcome, RunTarget, drive_run
 from agentos_bench.runs.plan import RunsPlan
 
@@ -60,7 +60,8 @@ async def _point(plan: RunsPlan, deployment: Deployment, http: Any, n: int) -> d
             stop.set()
             await sampler
     wall_s = loop.time() - started
-    return deployment_row(n, outcomes, wall_s) | cpu_by_service(cpu, n) | _memory(samples)
+    alive = peak_concurrency(plan.ramp_s, outcomes)
+    return deployment_row(n, outcomes, wall_s) | cpu_by_service(cpu, alive) | _memory(samples)
 
 
 async def _drive(http: Any, target: RunTarget, plan: RunsPlan, delay_s: float) -> RunOutcome:
@@ -100,8 +101,8 @@ def deployment_markdown(report: dict[str, Any]) -> str:
         f"- **Runs:** agent `{report['agent']}`, ramp {report['ramp_s']} s, human answers after "
         f"{report['answer_delay_s']} s, run timeout {report['run_timeout_s']} s", "",
         "| N | completed | failures | start ms p50/p95/p99 (n) | run ms p50/p95/p99 (n) | wall s | requests answered "
-        "(approvals) | peak cores per node | peak of the sum | runs per core | peak RSS MB per node |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "(approvals) | peak cores per node | peak of the sum | runs alive at once | runs per core | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for row in report["points"]:
         human = row["human"]
@@ -111,9 +112,9 @@ def deployment_markdown(report: dict[str, Any]) -> str:
         peak, per_core = cell(row["cpu_peak_total_cores"]), cell(row["runs_per_core"])
         lines.append(f"| {row['runs']} | {row['completed']} | {failures} | {_pcts(row['start_ms'])} | "
                      f"{_pcts(row['duration_ms'])} | {row['wall_s']} | {human['answered']} ({human['approvals']}) | "
-                     f"{nodes} | {peak} | {per_core} | {rss} |")  # fmt: skip
-    lines += ["", "Cores: each node's `process_cpu_seconds_total` (GET /metrics) over 1 s intervals; runs "
-              "per core: N over the peak of the nodes' sum (database, provider, this client left out)."]  # fmt: skip
+                     f"{nodes} | {peak} | {row['peak_concurrent_runs']} | {per_core} | {rss} |")  # fmt: skip
+    lines += ["", "Cores: each node's `process_cpu_seconds_total` (GET /metrics) over 1 s intervals; runs per "
+              "core: runs alive at once over the peak of the nodes' sum (no database, provider, client)."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

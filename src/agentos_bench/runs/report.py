@@ -92,16 +92,18 @@ def _cpu_lines(repeats: list[list[dict[str, Any]]]) -> list[str]:
         return []
     groups = list(rows[0][1]["cpu_peak_cores"])
     lines = ["", "### CPU per service (peak cores over 1 s; mean over the point in brackets)", "",
-             "| N | run | " + " | ".join(groups) + " | peak of the sum | runs per core |",
-             "|---|---|" + "---|" * (len(groups) + 2)]  # fmt: skip
+             "| N | run | " + " | ".join(groups) + " | peak of the sum | runs alive at once | runs per core |",
+             "|---|---|" + "---|" * (len(groups) + 3)]  # fmt: skip
     for repeat, row in rows:
         cells = [f"{cell(row['cpu_peak_cores'][g])} ({cell(row['cpu_mean_cores'][g])})" for g in groups]
         lines.append(f"| {row['runs']} | {repeat} | " + " | ".join(cells) +
-                     f" | {cell(row['cpu_peak_total_cores'])} | {cell(row['runs_per_core'])} |")  # fmt: skip
+                     f" | {cell(row['cpu_peak_total_cores'])} | {cell(row.get('peak_concurrent_runs'))} | "
+                     f"{cell(row['runs_per_core'])} |")  # fmt: skip
     lines += ["", "server: the server process; sandboxes: its descendants (the fork server and the commands); "
               "mock: the mock provider; generator: this bench client; postgres, redis: their process trees when "
-              "the profile uses them on this machine. Runs per core: the point's concurrent runs over the peak "
-              "of the sum, the bench client left out."]  # fmt: skip
+              "the profile uses them on this machine. Runs alive at once: the most runs started and not yet "
+              "ended at one moment (over a ramp, fewer than N). Runs per core: those over the peak of the sum, "
+              "the bench client left out."]  # fmt: skip
     return lines
 
 
