@@ -28,6 +28,7 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--redis-down-s", type=float, default=30.0)
     g.add_argument("--pg-down-s", type=float, default=5.0)
     g.add_argument("--clock-step-s", type=float, default=3600.0)
+    g.add_argument("--note", action="append", default=[], help="a line for the report's notes (e.g. a shared machine)")
 
 
 def cluster_plan(args: argparse.Namespace) -> Any:
@@ -76,6 +77,7 @@ def run_cluster(args: argparse.Namespace, command: str) -> int:
         "(`agentos mock-llm`, the tools scenario); the clients and the proxies in this process"
     )
     report = {**report_head("faults-cluster", topology, command), **result}
+    report["notes"] = [*args.note, *report.get("notes", [])]
     for path in write_chaos_report(report, args.out_dir, report_stem("faults-cluster", args.name)):
         print(path)
     for fault, reason in report.get("skipped", {}).items():
