@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ import aiohttp
 from agentos.mock.server import MockSettings
 from agentos_bench.chaos.clients import TURN_TIMEOUT_S, Ledger, run_loop, user_loop
 from agentos_bench.chaos.cluster import Cluster, ClusterSetup, chaos_cluster
-from agentos_bench.chaos.faults import FAULTS, INJECT, Context, FaultTimes
+from agentos_bench.chaos.faults import FAULTS, INJECT, Context, FaultTimes, lines_since, outage_lines
 from agentos_bench.chaos.services import Postgres, RedisServer, services_problem
 from agentos_bench.chaos.summary import phase_summary
 from agentos_bench.chaos.verdicts import fault_verdicts
@@ -122,10 +123,33 @@ async def _campaign(plan: ChaosPlan, cluster: Cluster, postgres: Postgres, redis
 async def _one_fault(fault: str, ctx: Context, plan: ChaosPlan) -> dict[str, Any]:
     ctx.ledger.enter(fault)
     await _mock(ctx.http, ctx.cluster.setup.provider_url, "reset")
-    figures = await INJECT[fault](ctx)
-    await asyncio.sleep(plan.settle_s)
+    lines_before = outage_lines(ctx.cluster)
+    over: list[float] = []  # seconds since the fault began of each sample above the limit
+    sampler = asyncio.create_task(_sample(ctx.http, ctx.cluster.setup.provider_url, plan.provider_limit, over))
+    try:
+        figures = await INJECT[fault](ctx)
+        await asyncio.sleep(plan.settle_s)
+    finally:
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
     stats = await _mock(ctx.http, ctx.cluster.setup.provider_url, "")
-    return figures | {"provider_peak_streams": stats.get("max_concurrent")}
+    when = f"{over[0]:.1f}-{over[-1]:.1f} s after the fault began ({len(over)} samples)" if over else None
+    return figures | {
+        "provider_peak_streams": stats.get("max_concurrent"),
+        "provider_over_limit": when,
+        "outage_lines_over_the_phase": lines_since(ctx.cluster, lines_before),
+    }
+
+
+async def _sample(http: aiohttp.ClientSession, v1_url: str, limit: int, over: list[float]) -> None:
+    """Every 0.25 s until cancelled: when the provider's streams in flight were above `limit`
+    (the peak alone does not say whether it came with the fault or later)."""
+    began = time.perf_counter()
+    while True:
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            if (await _mock(http, v1_url, "")).get("in_flight", 0) > limit:
+                over.append(time.perf_counter() - began)
+        await asyncio.sleep(0.25)
 
 
 async def _mock(http: aiohttp.ClientSession, v1_url: str, what: str) -> dict[str, Any]:

@@ -138,6 +138,18 @@ async def _all_ready(ctx: Context, since: float) -> float | None:
     return None if pending else round(time.perf_counter() - since, 2)
 
 
+def outage_lines(cluster: Cluster) -> dict[tuple[int, str], int]:
+    """Each node's outage start/end lines (PostgreSQL, Redis) so far."""
+    return _counts(cluster, (PG_DOWN, PG_UP, REDIS_DOWN, REDIS_UP))
+
+
+def lines_since(cluster: Cluster, before: dict[tuple[int, str], int]) -> dict[str, int]:
+    """The outage lines each node logged since `before`, as `node<i>: <line>` (those that moved)."""
+    now = outage_lines(cluster)
+    return {f"node{node}: {line}": n - before.get((node, line), 0)
+            for (node, line), n in now.items() if n != before.get((node, line), 0)}  # fmt: skip
+
+
 def _counts(cluster: Cluster, patterns: tuple[str, ...]) -> dict[tuple[int, str], int]:
     """How many lines of each pattern each node's logs hold so far."""
     found: dict[tuple[int, str], int] = {}
