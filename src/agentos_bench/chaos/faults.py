@@ -79,13 +79,15 @@ async def postgres_restart(ctx: Context) -> dict[str, Any]:
 
 async def redis_stop(ctx: Context) -> dict[str, Any]:
     before = _counts(ctx.cluster, (REDIS_DOWN, REDIS_UP))
+    held = await _permits_held(ctx)  # a node above its share keeps those streams once Redis is gone
     await ctx.redis.stop()
     await asyncio.sleep(ctx.times.redis_down_s)
     await ctx.redis.start_again()
     back = time.perf_counter()
     cluster_wide = await _each_logged(ctx.cluster, before, REDIS_UP, back)
     lines = await _lines_after(ctx.cluster, before, (REDIS_DOWN, REDIS_UP), want=(REDIS_UP,))
-    return {"down_s": ctx.times.redis_down_s, "cluster_wide_again_after_s": cluster_wide, **lines}
+    return {"down_s": ctx.times.redis_down_s, "permits_held_at_the_stop": held,
+            "cluster_wide_again_after_s": cluster_wide, **lines}  # fmt: skip
 
 
 async def node_cut(ctx: Context) -> dict[str, Any]:
@@ -120,6 +122,21 @@ INJECT: dict[str, Callable[[Context], Awaitable[dict[str, Any]]]] = {
     "kill": kill, "postgres-restart": postgres_restart, "redis-stop": redis_stop, "node-cut": node_cut,
     "clock-step": clock_step,
 }  # fmt: skip
+
+
+async def _permits_held(ctx: Context) -> list[int | None]:
+    """Each node's `agentos_cluster_permits_held` (its streams holding a slot of the cluster's
+    limit), read from its `/metrics`; None where it did not answer."""
+    found: list[int | None] = []
+    for url in ctx.cluster.urls:
+        try:
+            async with ctx.http.get(f"{url}/metrics", timeout=aiohttp.ClientTimeout(total=5)) as response:
+                text = await response.text()
+            line = next(x for x in text.splitlines() if x.startswith("agentos_cluster_permits_held "))
+            found.append(int(float(line.split()[1])))
+        except (aiohttp.ClientError, TimeoutError, StopIteration, ValueError):
+            found.append(None)
+    return found
 
 
 async def _all_ready(ctx: Context, since: float) -> float | None:
