@@ -60,6 +60,7 @@ def test_the_provider_bound_and_a_verdict_that_fails() -> None:
     assert provider_bound("kill", 300, 3) == 0 and provider_bound("node-cut", 300, 3) == 100
     assert provider_bound("redis-stop", 10, 3) == 2  # three shares of ceil(10 / 3)
     assert provider_bound("redis-stop", 300, 3, [112, 98, None]) == 12  # node 0 kept 12 above its share
+    assert provider_bound("kill", 300, 3, alone=True) == 100  # a node's Redis call timed out: it decided alone
     clients = {"turns_completed": 5, "runs": 1, "responses_503": 2, "responses_503_with_retry_after": 1}
     verdicts = fault_verdicts({"kill": {"clients": clients, "provider_peak_streams": 11}}, 10, 3)["kill"]
     assert not verdicts["provider peak <= limit + 0"]["met"]

@@ -4,9 +4,9 @@ The bounds are the documented ones (docs/deployment.md):
 - the provider limit is exact while Redis answers; with Redis down each node grants from its share
   `ceil(limit / nodes)`, so the cluster may reach `nodes * ceil(limit / nodes)`, plus what a node
   held above its share as Redis went away (it keeps those streams; read from each node's
-  `agentos_cluster_permits_held` just before the stop); a node cut from
-  Redis while the others answer grants from its share while its slots in Redis lapse (after
-  `permit_lease_s`), so the provider may see the limit plus that share.
+  `agentos_cluster_permits_held` just before the stop); a node cut from Redis while the others
+  answer (or whose Redis call timed out under load: it logs `Redis unreachable`) grants from its
+  share on its own, not counted in Redis, so the provider may see the limit plus that share.
 - a node is ready again within 2 s of the database answering;
 - back to cluster-wide rate limits and quotas within 2 s of Redis answering (a node tries Redis
   again a second after a failure, each call bounded by `coordination.timeout_s`, 0.5 s).
@@ -21,13 +21,23 @@ READY_BOUND_S = 2.0
 CLUSTER_WIDE_BOUND_S = 2.0
 
 
-def provider_bound(fault: str, limit: int, nodes: int, held: list[int | None] | None = None) -> int:
+def provider_bound(
+    fault: str, limit: int, nodes: int, held: list[int | None] | None = None, alone: bool = False
+) -> int:
     """Streams over `limit` the documented rules allow during `fault`; `held`: each node's streams
     holding a slot as Redis stopped (a node above its share keeps them, the others grant up to
-    theirs, until those streams end)."""
+    theirs, until those streams end); `alone`: a node logged `Redis unreachable` during another
+    fault (a call timed out under load while Redis was fine): the partial bound, its share."""
     share = math.ceil(limit / nodes)
     above = sum(max(0, h - share) for h in held or [] if h is not None)
-    return {"redis-stop": nodes * share - limit + above, "node-cut": share}.get(fault, 0)
+    return {"redis-stop": nodes * share - limit + above, "node-cut": share}.get(fault, share if alone else 0)
+
+
+def _decided_alone(f: dict[str, Any]) -> bool:
+    """Whether a node logged a Redis outage of its own during the phase."""
+    return any(
+        line.endswith("Redis unreachable") and n > 0 for line, n in f.get("outage_lines_over_the_phase", {}).items()
+    )
 
 
 def fault_verdicts(faults: dict[str, dict[str, Any]], limit: int, nodes: int) -> dict[str, dict[str, dict[str, Any]]]:
@@ -43,7 +53,7 @@ def _common(f: dict[str, Any], fault: str, limit: int, nodes: int) -> dict[str, 
     lost, dup = c.get("lost_turns", 0), c.get("duplicated_turns", 0)
     steps = {k: c.get(k, 0) for k in ("lost_steps", "repeated_steps", "repeated_effects")}
     peak = f.get("provider_peak_streams")
-    bound = provider_bound(fault, limit, nodes, f.get("permits_held_at_the_stop"))
+    bound = provider_bound(fault, limit, nodes, f.get("permits_held_at_the_stop"), _decided_alone(f))
     errors = {k: c.get(k, 0) for k in ("hangs", "responses_5xx_not_503", "turns_failed_internal_error")}
     errors["503_without_retry_after"] = c.get("responses_503", 0) - c.get("responses_503_with_retry_after", 0)
     acked = c.get("turns_completed", 0)
