@@ -88,10 +88,14 @@ class Postgres:
             os.chown(home, entry.pw_uid, entry.pw_gid)
         pg = cls(data_dir=home / "data", port=free_port(), log_path=log_dir / "postgres.log")
         owner = user or pwd.getpwuid(os.geteuid()).pw_name
-        await _run(
-            [str(PG_BIN / "initdb"), "-D", str(pg.data_dir), "-A", "trust", "-U", owner, "--no-sync"], pg.log_path
-        )
-        await pg.start_again()
+        try:
+            await _run(
+                [str(PG_BIN / "initdb"), "-D", str(pg.data_dir), "-A", "trust", "-U", owner, "--no-sync"], pg.log_path
+            )
+            await pg.start_again()
+        except BaseException:  # nothing of ours left behind: the server stopped, its directory removed
+            await pg.close()
+            raise
         return pg
 
     async def start_again(self) -> None:
