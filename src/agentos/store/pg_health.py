@@ -35,8 +35,12 @@ CHECK_TIMEOUT_S = 1.0  # SELECT 1 must answer within this
 
 
 def classify(exc: BaseException, unavailable: tuple[type[Exception], ...], what: str) -> StoreError:
-    """`StoreUnavailable` for a database that cannot be reached, else `StoreError`; cause chained."""
-    kind = StoreUnavailable if isinstance(exc, unavailable) else StoreError
+    """`StoreUnavailable` for a database that cannot be reached, else `StoreError`; cause chained.
+
+    An `exc` that is already a `StoreUnavailable` (an earlier write of the node failed on the
+    outage, and this operation waited for it) stays one: a turn starting while PostgreSQL
+    restarted used to end `internal_error` (found by `agentos bench faults --cluster`)."""
+    kind = StoreUnavailable if isinstance(exc, (StoreUnavailable, *unavailable)) else StoreError
     error = kind(f"postgres {what} failed ({type(exc).__name__}: {exc})")
     error.__cause__ = exc
     return error

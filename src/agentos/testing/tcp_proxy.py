@@ -127,7 +127,9 @@ async def _copy(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stop: Callable[[bytes], bool] | None = None
 ) -> None:
     """Relay until either side closes (or `stop` refuses a chunk); then close the other side too."""
-    with contextlib.suppress(OSError):  # cancelled by stall(): the sockets stay open
+    # OSError: a side reset; RuntimeError: uvloop's write to a transport a cut just closed.
+    # (Cancelled by stall(): the sockets stay open.)
+    with contextlib.suppress(OSError, RuntimeError):
         while data := await reader.read(65536):
             if stop is not None and stop(data):
                 return  # the timed cut aborts both sides

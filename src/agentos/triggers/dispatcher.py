@@ -29,7 +29,7 @@ from prometheus_client import Counter
 
 from agentos.agents.service import RunService
 from agentos.config.knowledge import TriggersConfig
-from agentos.errors import AdmissionRejected, InvalidInput, NotFound, PayloadTooLarge, ShuttingDown
+from agentos.errors import AdmissionRejected, InvalidInput, NotFound, PayloadTooLarge, ShuttingDown, StoreUnavailable
 from agentos.triggers.records import DeliveryRow, TriggerRow
 from agentos.triggers.storage import TriggerStorage
 from agentos.triggers.template import render
@@ -127,7 +127,9 @@ class Dispatcher:
                 if loop.time() >= next_prune:
                     next_prune = loop.time() + PRUNE_EVERY_S
                     await self.prune()
-            except Exception:  # the store is away, or a bug: logged, tried again at the next poll
+            except StoreUnavailable as exc:  # the outage has its two lines (pg_health.Outage): no traceback
+                log.debug("trigger dispatch round failed: %s", exc)
+            except Exception:  # a bug: logged, tried again at the next poll
                 log.exception("trigger dispatch round failed")
             if claimed >= self._config.dispatch_batch:
                 continue  # more are due

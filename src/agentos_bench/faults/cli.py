@@ -1,6 +1,7 @@
 """`agentos bench faults`: parse, run, write the report, print the verdict.
 
     python -m agentos_bench.faults --scale 0.05
+    python -m agentos_bench.faults --cluster --scale 0.05   # the cluster chaos campaign (agentos_bench.chaos)
 
 Heavy imports happen in the handler, so registering the command costs the CLI nothing.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from agentos_bench.chaos.command import add_cluster_arguments
 from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, in_work_dir
 from agentos_bench.faults.parts import PARTS
 
@@ -19,9 +21,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kills", type=int, default=20)
     p.add_argument("--seed", type=int, default=1, help="the moments of the kills")
     add_output_arguments(p)
+    add_cluster_arguments(p)
 
 
 def run_command(args: argparse.Namespace, command: str | None = None) -> int:
+    if args.cluster:
+        from agentos_bench.chaos.command import run_cluster
+
+        return run_cluster(args, command_line(command))
     from agentos.mock.loop import raise_fd_limit, run_loop
     from agentos_bench.common.cli import report_stem
     from agentos_bench.faults.bench import FaultsPlan, run_faults
@@ -62,6 +69,6 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     return 0
 
 
-HELP = "crash storm (kill -9), provider faults, overload at 3x: the targets"
+HELP = "crash storm (kill -9), provider faults, overload at 3x: the targets; --cluster: the cluster chaos campaign"
 COMMAND = BenchCommand("faults", HELP, "agentos_bench.faults", __doc__, add_arguments, run_command)
 main = COMMAND.main
