@@ -14,18 +14,17 @@ by the campaign's stop flag and by per-request timeouts.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 import msgspec
 
 from agentos.providers.sse_parser import SSEParser
 from agentos.waiting import wait_event
+from agentos_bench.faults.clients import answer_pending, answer_request
 
 RETRY_S = 0.2
 HANG_S = 15.0  # beyond every bound the server documents for a request (store 2 s + 10 s, Redis 0.5 s)
@@ -34,6 +33,7 @@ QUIET_S = 5.0  # a run's event stream silent this long: look at the run again
 _TERMINAL_TURN = ("turn.completed", "turn.failed", "turn.cancelled")
 _TERMINAL_RUN = ("run.completed", "run.failed", "run.cancelled")
 Failure = (aiohttp.ClientError, TimeoutError, ConnectionError)
+_ANSWER_TIMEOUT_S = 15.0  # an answer may meet a node busy recovering from the fault
 
 
 @dataclass(slots=True)
@@ -194,7 +194,7 @@ async def follow_run(http: aiohttp.ClientSession, urls: Sequence[str], run: Run,
         url = urls[node]
         try:
             if run.last_seq:  # a question asked before a break (or answered in vain) is asked again
-                await _answer_pending(http, url, run.run_id)
+                await answer_pending(http, url, run.run_id, _ANSWER_TIMEOUT_S)
             await _events(http, url, run, ledger)
         except TimeoutError:
             ledger.errors[(ledger.phase, "follow_quiet")] += 1  # a run waiting: no hang, look again
@@ -232,34 +232,11 @@ async def _on_event(http: aiohttp.ClientSession, url: str, run: Run, seq: int, n
     if name == "tool.result":
         run.acknowledged[seq] = name
     elif name == "human.requested":
-        await _answer(http, url, run.run_id, msgspec.json.decode(data))
+        await answer_request(http, url, run.run_id, msgspec.json.decode(data), _ANSWER_TIMEOUT_S)
     elif name in _TERMINAL_RUN:
         run.end_seen = name
         return True
     return False
-
-
-async def _answer_pending(http: aiohttp.ClientSession, url: str, run_id: str) -> None:
-    async with http.get(f"{url}/v1/runs/{run_id}", timeout=aiohttp.ClientTimeout(total=15)) as response:
-        if response.status != 200:
-            return
-        row: dict[str, Any] = await response.json()
-    if row.get("pending"):
-        await _answer(http, url, run_id, row["pending"])
-
-
-async def _answer(http: aiohttp.ClientSession, url: str, run_id: str, pending: dict[str, Any]) -> None:
-    """Yes to a question or an approval; `skip` for a step a fault left uncertain (a retry could
-    repeat its effect at the human's request, which is no repeat of the server's making)."""
-    answer: dict[str, Any] = {"operation_id": pending["operation_id"], "answer": "yes"}
-    if pending.get("kind") == "approval":
-        answer |= {"approve": True, "args_hash": pending.get("args_hash")}
-    elif pending.get("kind") == "uncertain":
-        answer["answer"] = "skip"
-    with contextlib.suppress(*Failure):  # refused or lost: asked again after the next break
-        async with http.post(f"{url}/v1/runs/{run_id}/answer", json=answer,
-                             timeout=aiohttp.ClientTimeout(total=15)) as response:  # fmt: skip
-            await response.read()
 
 
 async def _pause(stop: asyncio.Event) -> None:

@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import msgspec
 
-from agentos.providers.sse_parser import SSEParser
 from agentos_bench.chaos.clients import Ledger, Run, Turn
+from agentos_bench.faults.storm import stored_events
 
 _PARALLEL = 16
 
@@ -134,15 +133,5 @@ async def _status(http: aiohttp.ClientSession, url: str, run_id: str) -> str | N
 
 
 async def _journal(http: aiohttp.ClientSession, url: str, run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
-    """(seq, type, data) of the run's stored events, read until the stream ends or pauses for 2 s
-    (a run that has not ended keeps its stream open)."""
-    found: list[tuple[int, str, dict[str, Any]]] = []
-    with contextlib.suppress(TimeoutError):
-        async with http.get(f"{url}/v1/runs/{run_id}/events",
-                            timeout=aiohttp.ClientTimeout(total=None, sock_read=2.0)) as response:  # fmt: skip
-            parser = SSEParser()
-            async for chunk in response.content.iter_any():
-                for event in parser.feed(chunk):
-                    if event.id is not None:
-                        found.append((int(event.id), event.event, msgspec.json.decode(event.data)))
-    return found
+    """(seq, type, data) of the run's stored events (the faults bench's reader)."""
+    return await stored_events(http, url, run_id)

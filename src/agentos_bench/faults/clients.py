@@ -119,7 +119,7 @@ async def _follow_run(http: aiohttp.ClientSession, url: str, run_id: str, ledger
     while not stop.is_set():
         try:
             if last_seq:  # back after a failure: a request answered before a crash may be asked again
-                await _answer_pending(http, url, run_id)
+                await answer_pending(http, url, run_id)
             events = f"{url}/v1/runs/{run_id}/events"
             read = aiohttp.ClientTimeout(total=None, sock_read=TURN_TIMEOUT_S)
             async with http.get(events, params={"after": str(last_seq)}, timeout=read) as response:
@@ -145,7 +145,7 @@ async def _on_run_event(
     if name == "tool.result":
         ledger.steps[run_id][seq] = name
     elif name == "human.requested":
-        await _answer(http, url, run_id, msgspec.json.decode(data))
+        await answer_request(http, url, run_id, msgspec.json.decode(data))
     elif name in _TERMINAL_RUN:
         if name == "run.completed":
             ledger.runs_completed.add(run_id)
@@ -153,26 +153,30 @@ async def _on_run_event(
     return False
 
 
-async def _answer_pending(http: aiohttp.ClientSession, url: str, run_id: str) -> None:
-    async with http.get(f"{url}/v1/runs/{run_id}", timeout=aiohttp.ClientTimeout(total=10)) as response:
+async def answer_pending(http: aiohttp.ClientSession, url: str, run_id: str, timeout_s: float = 10.0) -> None:
+    """Answer the run's pending human request, if it has one (after a break in its stream)."""
+    async with http.get(f"{url}/v1/runs/{run_id}", timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
         if response.status != 200:
             return
         row: dict[str, Any] = await response.json()
     if row.get("pending"):
-        await _answer(http, url, run_id, row["pending"])
+        await answer_request(http, url, run_id, row["pending"], timeout_s)
 
 
-async def _answer(http: aiohttp.ClientSession, url: str, run_id: str, pending: dict[str, Any]) -> None:
-    """Yes to a question or an approval; `skip` for a step a crash left uncertain (a retry could
+async def answer_request(
+    http: aiohttp.ClientSession, url: str, run_id: str, pending: dict[str, Any], timeout_s: float = 10.0
+) -> None:
+    """Yes to a question or an approval; `skip` for a step a fault left uncertain (a retry could
     repeat its effect at the human's request, which is no duplicate of the server's making)."""
     answer: dict[str, Any] = {"operation_id": pending["operation_id"], "answer": "yes"}
     if pending.get("kind") == "approval":
         answer |= {"approve": True, "args_hash": pending.get("args_hash")}
     elif pending.get("kind") == "uncertain":
         answer["answer"] = "skip"
-    with contextlib.suppress(aiohttp.ClientError, TimeoutError):  # a crash here: answered after the restart
+    # refused or lost (a crash, a cut): asked again after the next break in the stream
+    with contextlib.suppress(aiohttp.ClientError, TimeoutError, ConnectionError):
         async with http.post(f"{url}/v1/runs/{run_id}/answer", json=answer,
-                             timeout=aiohttp.ClientTimeout(total=10)) as response:  # fmt: skip
+                             timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:  # fmt: skip
             await response.read()
 
 
