@@ -19,10 +19,10 @@ from tests.postgres import URL
 
 from agentos.mock.server import MockSettings
 from agentos_bench.arrival.cli import main, redacted
-from agentos_bench.arrival.deployment import DeploymentError, DeploymentSamples, node_figures, parse_urls
 from agentos_bench.arrival.dispatch import Sample
 from agentos_bench.arrival.schedule import PhaseWindow
 from agentos_bench.arrival.summary import recovery
+from agentos_bench.common.deployment import DeploymentError, DeploymentSamples, node_figures, parse_urls
 from agentos_bench.common.mock_process import start_mock_process
 from agentos_bench.common.processes import ServerPlan, stop_child
 from agentos_bench.load.cluster import profile_settings, start_nodes

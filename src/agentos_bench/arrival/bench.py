@@ -19,7 +19,6 @@ from typing import Any
 import aiohttp
 
 from agentos.mock.server import MockSettings
-from agentos_bench.arrival.deployment import Deployment, DeploymentReader, DeploymentSamples, cpu_samples_for
 from agentos_bench.arrival.dispatch import START_DELAY_S, dispatch
 from agentos_bench.arrival.fixture import create_fixture, preflight, remove_fixture
 from agentos_bench.arrival.loads import Loads
@@ -27,6 +26,7 @@ from agentos_bench.arrival.scenario import Scenario
 from agentos_bench.arrival.schedule import build_schedule, plan_phases
 from agentos_bench.arrival.summary import summarize
 from agentos_bench.common.cpu import CpuSamples, Reader, local_reader, sample_cpu
+from agentos_bench.common.deployment import Deployment, DeploymentReader, DeploymentSamples, cpu_samples_for
 from agentos_bench.common.mock_process import start_mock_process
 from agentos_bench.common.processes import ServerPlan, start_server_process, stop_child
 

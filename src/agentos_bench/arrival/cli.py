@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, in_work_dir
 
 if TYPE_CHECKING:
-    from agentos_bench.arrival.deployment import Deployment
+    from agentos_bench.common.deployment import Deployment
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,11 +48,11 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     from agentos.mock.loop import raise_fd_limit, run_loop
     from agentos.mock.server import MockSettings
     from agentos_bench.arrival.bench import LoadPlan, run_deployment, run_load
-    from agentos_bench.arrival.deployment import DeploymentError
     from agentos_bench.arrival.fixture import PreflightError
     from agentos_bench.arrival.report import write_load_report
     from agentos_bench.arrival.scenario import ScenarioError, read_scenario
     from agentos_bench.common.cli import report_stem
+    from agentos_bench.common.deployment import DeploymentError
     from agentos_bench.common.processes import BenchSetupError
     from agentos_bench.report.machine import report_head
 
@@ -106,7 +106,7 @@ def _deployment(args: argparse.Namespace) -> Deployment | None:
     """`--server-url` and its companions; None without it (the bench starts its own server).
 
     Raises: DeploymentError (a bad URL, no admin key in the named variable)."""
-    from agentos_bench.arrival.deployment import Deployment, DeploymentError, parse_urls
+    from agentos_bench.common.deployment import Deployment, DeploymentError, parse_urls
 
     if args.server_url is None:
         if args.database_url or args.mock_url:

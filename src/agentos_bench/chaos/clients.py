@@ -24,7 +24,7 @@ import msgspec
 
 from agentos.providers.sse_parser import SSEParser
 from agentos.waiting import wait_event
-from agentos_bench.faults.clients import answer_pending, answer_request
+from agentos_bench.runs.client import answer_pending, answer_request
 
 RETRY_S = 0.2
 HANG_S = 15.0  # beyond every bound the server documents for a request (store 2 s + 10 s, Redis 0.5 s)

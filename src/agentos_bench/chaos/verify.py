@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 
 from agentos_bench.chaos.clients import Ledger, Run, Turn
-from agentos_bench.faults.storm import stored_events
+from agentos_bench.runs.client import stored_events
 
 _PARALLEL = 16
 

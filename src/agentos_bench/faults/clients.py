@@ -11,17 +11,16 @@ the campaign says stop; each loop is bounded by that flag and by per-request tim
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 import msgspec
 
 from agentos.providers.sse_parser import SSEParser
 from agentos.waiting import wait_event
+from agentos_bench.runs.client import answer_pending, answer_request
 
 RETRY_S = 0.1
 TURN_TIMEOUT_S = 30.0
@@ -151,33 +150,6 @@ async def _on_run_event(
             ledger.runs_completed.add(run_id)
         return True
     return False
-
-
-async def answer_pending(http: aiohttp.ClientSession, url: str, run_id: str, timeout_s: float = 10.0) -> None:
-    """Answer the run's pending human request, if it has one (after a break in its stream)."""
-    async with http.get(f"{url}/v1/runs/{run_id}", timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
-        if response.status != 200:
-            return
-        row: dict[str, Any] = await response.json()
-    if row.get("pending"):
-        await answer_request(http, url, run_id, row["pending"], timeout_s)
-
-
-async def answer_request(
-    http: aiohttp.ClientSession, url: str, run_id: str, pending: dict[str, Any], timeout_s: float = 10.0
-) -> None:
-    """Yes to a question or an approval; `skip` for a step a fault left uncertain (a retry could
-    repeat its effect at the human's request, which is no duplicate of the server's making)."""
-    answer: dict[str, Any] = {"operation_id": pending["operation_id"], "answer": "yes"}
-    if pending.get("kind") == "approval":
-        answer |= {"approve": True, "args_hash": pending.get("args_hash")}
-    elif pending.get("kind") == "uncertain":
-        answer["answer"] = "skip"
-    # refused or lost (a crash, a cut): asked again after the next break in the stream
-    with contextlib.suppress(aiohttp.ClientError, TimeoutError, ConnectionError):
-        async with http.post(f"{url}/v1/runs/{run_id}/answer", json=answer,
-                             timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:  # fmt: skip
-            await response.read()
 
 
 async def _pause(stop: asyncio.Event) -> None:

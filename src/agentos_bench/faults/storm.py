@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import msgspec
 
 from agentos_bench.common.processes import Child, ServerPlan, start_server_process, stop_child
 from agentos_bench.faults.clients import Ledger, run_loop, turn_loop
 from agentos_bench.report.stats import percentiles_ms
+from agentos_bench.runs.client import stored_events
 
 AGENT = "storm"
 
@@ -131,23 +131,6 @@ async def _all(http: aiohttp.ClientSession, url: str) -> list[dict[str, Any]]:
 async def _run_events(http: aiohttp.ClientSession, url: str, run_id: str) -> dict[int, str]:
     """seq -> event type of the run's stored events."""
     return {seq: name for seq, name, _ in await stored_events(http, url, run_id)}
-
-
-async def stored_events(http: aiohttp.ClientSession, url: str, run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
-    """(seq, type, data) of the run's stored events, read until the stream ends or pauses for 2 s
-    (a run that has not ended keeps its stream open)."""
-    from agentos.providers.sse_parser import SSEParser
-
-    found: list[tuple[int, str, dict[str, Any]]] = []
-    with contextlib.suppress(TimeoutError):
-        async with http.get(f"{url}/v1/runs/{run_id}/events",
-                            timeout=aiohttp.ClientTimeout(total=None, sock_read=2.0)) as response:  # fmt: skip
-            parser = SSEParser()
-            async for chunk in response.content.iter_any():
-                for event in parser.feed(chunk):
-                    if event.id is not None:
-                        found.append((int(event.id), event.event, msgspec.json.decode(event.data)))
-    return found
 
 
 def _repeated_lines(path: Path) -> int:

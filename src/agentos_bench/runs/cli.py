@@ -96,8 +96,8 @@ def _deployment(args: argparse.Namespace, command: str) -> int:
     import sys
 
     from agentos.mock.loop import run_loop
-    from agentos_bench.arrival.deployment import Deployment, DeploymentError, parse_urls
     from agentos_bench.common.cli import report_stem
+    from agentos_bench.common.deployment import Deployment, DeploymentError, parse_urls
     from agentos_bench.runs.deployment import run_deployment_points, write_deployment_report
     from agentos_bench.runs.plan import RunsPlan
 

@@ -236,3 +236,48 @@ class _Follower:
         for task in list(self._answers):
             task.cancel()
         await asyncio.gather(*self._answers, return_exceptions=True)
+
+
+# The fault campaigns' human and reader: they follow runs across crashes and cuts.
+
+
+async def answer_pending(http: aiohttp.ClientSession, url: str, run_id: str, timeout_s: float = 10.0) -> None:
+    """Answer the run's pending human request, if it has one (after a break in its stream)."""
+    async with http.get(f"{url}/v1/runs/{run_id}", timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+        if response.status != 200:
+            return
+        row: dict[str, Any] = await response.json()
+    if row.get("pending"):
+        await answer_request(http, url, run_id, row["pending"], timeout_s)
+
+
+async def answer_request(
+    http: aiohttp.ClientSession, url: str, run_id: str, pending: dict[str, Any], timeout_s: float = 10.0
+) -> None:
+    """Yes to a question or an approval; `skip` for a step a fault left uncertain (a retry could
+    repeat its effect at the human's request, which is no duplicate of the server's making)."""
+    answer: dict[str, Any] = {"operation_id": pending["operation_id"], "answer": "yes"}
+    if pending.get("kind") == "approval":
+        answer |= {"approve": True, "args_hash": pending.get("args_hash")}
+    elif pending.get("kind") == "uncertain":
+        answer["answer"] = "skip"
+    # refused or lost (a crash, a cut): asked again after the next break in the stream
+    with contextlib.suppress(aiohttp.ClientError, TimeoutError, ConnectionError):
+        async with http.post(f"{url}/v1/runs/{run_id}/answer", json=answer,
+                             timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:  # fmt: skip
+            await response.read()
+
+
+async def stored_events(http: aiohttp.ClientSession, url: str, run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
+    """(seq, type, data) of the run's stored events, read until the stream ends or pauses for 2 s
+    (a run that has not ended keeps its stream open)."""
+    found: list[tuple[int, str, dict[str, Any]]] = []
+    with contextlib.suppress(TimeoutError):
+        async with http.get(f"{url}/v1/runs/{run_id}/events",
+                            timeout=aiohttp.ClientTimeout(total=None, sock_read=2.0)) as response:  # fmt: skip
+            parser = SSEParser()
+            async for chunk in response.content.iter_any():
+                for event in parser.feed(chunk):
+                    if event.id is not None:
+                        found.append((int(event.id), event.event, msgspec.json.decode(event.data)))
+    return found

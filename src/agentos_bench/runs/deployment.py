@@ -19,8 +19,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from agentos_bench.arrival.deployment import Deployment, DeploymentReader, DeploymentSamples, cpu_samples_for
 from agentos_bench.common.cpu import sample_cpu
+from agentos_bench.common.deployment import Deployment, DeploymentReader, DeploymentSamples, cpu_samples_for
 from agentos_bench.common.http import bench_http_session
 from agentos_bench.report.document import _pcts, head_lines
 from agentos_bench.report.machine import report_head

@@ -1,4 +1,4 @@
-"""Measuring a deployment the bench did not start: `agentos bench load --server-url URL[,URL...]`.
+"""Measuring a deployment the bench did not start: `agentos bench load|runs --server-url URL[,URL...]`.
 
 One node, or several (the generator sends each request to the next URL in turn, as a
 round-robin balancer would; or give the one URL of your balancer). What /proc tells about
@@ -20,13 +20,12 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentos_bench.arrival.schedule import PhaseWindow
 from agentos_bench.common.cpu import CpuSamples
 from agentos_bench.common.procfs import self_cpu_s
 
@@ -50,6 +49,17 @@ FROM pg_stat_activity
 WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()
 """
 _SCRAPE_TIMEOUT_S = 0.8  # inside the 1 s sampling interval
+
+
+class Window(Protocol):
+    """A span of the run the figures are summed over (`arrival.schedule.PhaseWindow`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def start_s(self) -> float: ...
+    @property
+    def end_s(self) -> float: ...
 
 
 class DeploymentError(RuntimeError):
@@ -102,7 +112,7 @@ class DeploymentSamples:
     def __post_init__(self) -> None:
         self.figures = {node: [] for node in self.nodes}
 
-    def by_phase(self, windows: Sequence[PhaseWindow]) -> dict[str, Any]:
+    def by_phase(self, windows: Sequence[Window]) -> dict[str, Any]:
         """Per phase: each node's peak RSS, pool in use and waiting, and waits past the acquire
         timeout in the phase; the database's peak connections, active and lock waits."""
         return {w.name: self._window(w.start_s, w.end_s) for w in windows}
