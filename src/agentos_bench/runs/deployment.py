@@ -5,7 +5,7 @@ The agent (`--agent`) is the deployment's own, with its own provider: the bench 
 point (over `--ramp-secs`), each on the next node in turn, follows each on its SSE stream,
 answers every human request after the delay (an approval by quoting its `args_hash`), and times
 it, as `agentos bench runs` does. What /proc gives for a server the bench started comes from each
-node's `GET /metrics` once a second (`arrival.deployment`): CPU per node at 1 s, peak RSS; runs
+node's `GET /metrics` once a second (`common.deployment`): CPU per node at 1 s, peak RSS; runs
 per core are a point's runs over the peak of the nodes' summed cores (the database's and the
 provider's CPU are not in it: they run elsewhere). No contract check of the provider, no waiting
 point (both need processes of the bench's own).
