@@ -5,7 +5,10 @@ slow token rate so the turn is mid-way while node B follows it.
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import aiohttp
@@ -16,8 +19,8 @@ from agentos.mock.server import MockServer
 from agentos.testing import Event, sse_events, start_server
 from tests.api.helpers import new_session
 from tests.api.test_turn_follow import follow, post_turn
-from tests.conftest import make_settings
-from tests.coordination.cluster import node_env, serve_nodes
+from tests.conftest import child_env, make_settings
+from tests.coordination.cluster import node_env
 from tests.coordination.conftest import REDIS_URL, RedisProxy
 
 pytest.importorskip("asyncpg")
@@ -26,16 +29,46 @@ pytestmark = pytest.mark.slow
 TOKENS = 60
 
 
+@asynccontextmanager
+async def serve(data_dir: Path, provider_url: str, env: dict[str, str]) -> AsyncIterator[str]:
+    """One `agentos serve` process; yields its URL. Killed (by its pid) at the end."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agentos",
+        "serve",
+        "--port",
+        "0",
+        "--data-dir",
+        str(data_dir),
+        "--provider-url",
+        provider_url,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=child_env(**env),
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        if not line.startswith("agentos listening on "):
+            raise AssertionError(line + (await proc.stderr.read()).decode()[-2000:])
+        yield line.split()[-1]
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
 async def test_a_turn_on_node_a_is_followed_and_resumed_on_node_b(
     tmp_path: Path, mock_factory, pg: StoreConfig, prefix: str
 ) -> None:
     mock: MockServer = await mock_factory(tps=40, tokens=TOKENS)  # 1.5 s per turn
     env = node_env(pg, REDIS_URL, prefix)
-    async with (
-        serve_nodes(2, tmp_path, mock.url, env) as nodes,
-        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http,
-    ):
-        a, b = (node.url for node in nodes)
+    async with AsyncExitStack() as stack, aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+        a, b = await asyncio.gather(
+            stack.enter_async_context(serve(tmp_path / "a", mock.url, env)),
+            stack.enter_async_context(serve(tmp_path / "b", mock.url, env)),
+        )
         sid = await new_session(http, a)
         posted = await post_turn(http, a, sid)
         turn_id = posted.turn_id
