@@ -6,7 +6,16 @@ specifications, from a `[agents.*]` table or an API body); `sources` names where
 from, `checks` what the types cannot say, `toml` writes a tree back out."""
 
 from agentos.config.knowledge import KnowledgeConfig, TriggersConfig
-from agentos.config.provider import MockConfig, ProviderConfig
+from agentos.config.provider import (
+    MockConfig,
+    ModelConfig,
+    NamedProvider,
+    Price,
+    ProviderConfig,
+    Route,
+    RoutingConfig,
+    Target,
+)
 from agentos.config.security import CommandCaps, SandboxConfig, SecurityConfig
 from agentos.config.server import ServerConfig
 from agentos.config.settings import KernelConfig, Secret, Settings, load_settings, resolve_paths, settings_from_dict
@@ -19,13 +28,19 @@ __all__ = [
     "KernelConfig",
     "KnowledgeConfig",
     "MockConfig",
+    "ModelConfig",
+    "NamedProvider",
+    "Price",
     "ProviderConfig",
+    "Route",
+    "RoutingConfig",
     "SandboxConfig",
     "Secret",
     "SecurityConfig",
     "ServerConfig",
     "Settings",
     "StoreConfig",
+    "Target",
     "TenantLimits",
     "TriggersConfig",
     "load_settings",

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from agentos.config.knowledge import KnowledgeConfig, TriggersConfig
-from agentos.config.provider import MockConfig, ProviderConfig
+from agentos.config.provider import MockConfig, ModelConfig, NamedProvider, ProviderConfig, RoutingConfig, routes
 from agentos.config.security import SandboxConfig, SecurityConfig
 from agentos.config.server import ServerConfig, check_server
 from agentos.config.sources import InvalidSetting, Sources, from_validation_error
@@ -77,6 +77,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     kernel: KernelConfig = msgspec.field(default_factory=KernelConfig)
     provider: ProviderConfig = msgspec.field(default_factory=ProviderConfig)
+    providers: dict[str, NamedProvider] = msgspec.field(default_factory=dict)
+    models: dict[str, ModelConfig] = msgspec.field(default_factory=dict)
+    routing: RoutingConfig = msgspec.field(default_factory=RoutingConfig)
     mock: MockConfig = msgspec.field(default_factory=MockConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     security: SecurityConfig = msgspec.field(default_factory=SecurityConfig)
@@ -129,6 +132,7 @@ _SECTIONS = (
     "knowledge",
     "triggers",
     "memory",
+    "routing",
 )
 
 
@@ -140,7 +144,7 @@ def _known_keys() -> dict[str, str]:
         if name in _SECTIONS:
             for sub in getattr(defaults, name).__struct_fields__:
                 keys[f"{name}.{sub}"] = f"AGENTOS_{name}_{sub}".upper()
-        elif name != "agents":  # agents are tables of their own: config file only
+        elif name not in ("agents", "providers", "models"):  # tables of their own: config file only
             keys[name] = f"AGENTOS_{name}".upper()
     return keys
 
@@ -290,6 +294,11 @@ def check_settings(settings: Settings) -> None:
     url = settings.provider.url
     if url and not url.startswith(("http://", "https://")):
         raise InvalidSetting("provider.url", f"must start with http:// or https://, got {url!r}")
+    for name, named in settings.providers.items():
+        if not named.url.startswith(("http://", "https://")):
+            raise InvalidSetting(f"providers.{name}.url", f"must start with http:// or https://, got {named.url!r}")
+    if settings.providers or settings.models:
+        routes(settings.provider, settings.providers, settings.models, settings.routing)  # raises ConfigError
     _check_store(settings.store)
     check_server(settings.server)
     redis_url = settings.coordination.redis_url

@@ -17,6 +17,9 @@ def to_toml_dict(settings: Settings) -> dict[str, Any]:
         data["server"]["api_token"] = "**********"
     if data["provider"]["api_key"]:
         data["provider"]["api_key"] = "**********"
+    for provider in data["providers"].values():
+        if provider["api_key"]:
+            provider["api_key"] = "**********"
     if data["security"]["key_pepper"]:
         data["security"]["key_pepper"] = "**********"
     data["store"]["postgres_url"] = mask_url(data["store"]["postgres_url"])

@@ -1,8 +1,13 @@
-"""The provider contract: what the runtime asks of an OpenAI-compatible chat model.
+"""The provider contract: what the runtime asks of a chat model, whatever wire it speaks.
 
 `Provider.stream(request)` is an async iterator of `TextDelta`s followed by exactly one
 `Completion`. It raises `agentos.errors.ProviderError` subclasses, and closing the iterator
 early (`aclose()`, or cancelling the task that iterates it) aborts the upstream request.
+
+This is the one normalized stream inside Agent OS: messages and tools are OpenAI chat shapes,
+finish reasons OpenAI's (`stop`, `tool_calls`, `length`, `content_filter`), and each wire client
+(`openai_compat`, `openai_responses`, `anthropic`) translates to and from its own wire. The
+router (`agentos.providers.router`) is a `Provider` too: it picks the target that answers.
 """
 
 from __future__ import annotations
@@ -15,17 +20,39 @@ Message = dict[str, Any]  # an OpenAI chat message: {"role": ..., "content": ...
 
 
 @dataclass(frozen=True, slots=True)
+class CallContext:
+    """Who a model call is for: what the usage ledger and the budgets count it against."""
+
+    tenant_id: str = ""
+    key_id: str = ""
+    agent: str = ""
+    run_id: str = ""
+    session_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ChatRequest:
     messages: list[Message]
-    model: str | None = None  # None: the provider's configured model
+    model: str | None = None  # None: the default model (the router's) or the client's own
     tools: list[dict[str, Any]] | None = None  # OpenAI "tools" entries
     max_tokens: int | None = None
+    context: CallContext | None = None  # None: counted against nobody (the bench, the mock check)
+    # A run's model step resumed after a crash asks for the target journaled for it (the router
+    # then skips the others); empty: the model's targets in order.
+    pin_target: str = ""
+    # Set by the router for the wire client it calls: the target's own parameters (sent as they
+    # are), and whether the client may retry before the first token (not when the router has a
+    # further target to fall back to: it moves on at once instead).
+    params: dict[str, Any] | None = None
+    retry: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0  # every input token, cached or not
     completion_tokens: int = 0
+    cache_read_tokens: int = 0  # of prompt_tokens, read from the provider's prompt cache
+    cache_write_tokens: int = 0  # of prompt_tokens, written to it
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +73,8 @@ class Completion:
     finish_reason: str
     usage: Usage = field(default_factory=Usage)
     tool_calls: tuple[ToolCall, ...] = ()
+    target: str = ""  # the target that answered (`provider/model`); empty from a bare wire client
+    cost: float | None = None  # its price for this usage; None when the target has no price
 
 
 StreamItem = TextDelta | Completion

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import aiohttp
 import msgspec
 
-from agentos.config import ProviderConfig
+from agentos.config import NamedProvider, ProviderConfig, Route
 from agentos.errors import (
     ProviderError,
     ProviderHTTPError,
@@ -75,7 +75,7 @@ _decode_chunk = msgspec.json.Decoder(_Chunk).decode
 _encode = msgspec.json.encode
 
 
-def new_client_session(config: ProviderConfig) -> aiohttp.ClientSession:
+def new_client_session(config: ProviderConfig | NamedProvider) -> aiohttp.ClientSession:
     # No connection cap here: the kernel's permits are the one limit on concurrent streams.
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
     timeout = aiohttp.ClientTimeout(total=None, connect=config.connect_timeout_s, sock_connect=config.connect_timeout_s)
@@ -219,6 +219,26 @@ async def http_error(response: aiohttp.ClientResponse) -> ProviderError:
 
 
 class OpenAICompatProvider:
+    """The `openai` wire: chat completions, streamed."""
+
+    @classmethod
+    def for_route(cls, route: Route, session: aiohttp.ClientSession | None = None) -> OpenAICompatProvider:
+        """The client of one router target (`agentos.providers.wires.client_for`)."""
+        p = route.provider
+        config = ProviderConfig(
+            url=p.url,
+            model=route.model,
+            api_key=route.api_key,
+            connect_timeout_s=p.connect_timeout_s,
+            first_token_timeout_s=p.first_token_timeout_s,
+            idle_timeout_s=p.idle_timeout_s,
+            total_timeout_s=p.total_timeout_s,
+            max_retries=p.max_retries,
+            retry_budget_s=p.retry_budget_s,
+            max_tokens=route.max_tokens,
+        )
+        return cls(config, session)
+
     def __init__(self, config: ProviderConfig, session: aiohttp.ClientSession | None = None) -> None:
         self._config = config
         self._session = session or new_client_session(config)
@@ -240,6 +260,8 @@ class OpenAICompatProvider:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if request.params:
+            body.update(request.params)
         if request.tools:
             body["tools"] = request.tools
         max_tokens = request.max_tokens or self._config.max_tokens
@@ -254,7 +276,7 @@ class OpenAICompatProvider:
         first_deadline = min(start + self._config.first_token_timeout_s, total_deadline)
         try:
             async with asyncio.timeout_at(first_deadline):
-                response = await self._open(self._body(request))
+                response = await self._open(self._body(request), retry=request.retry)
         except TimeoutError:
             raise ProviderTimeout("provider first_token timeout (no response)") from None
         # A watchdog closes the response at its deadline rather than cancelling a task: this
@@ -319,8 +341,10 @@ class OpenAICompatProvider:
                 except msgspec.DecodeError:
                     raise ProviderProtocolError("the provider sent a chunk that is not valid JSON") from None
 
-    async def _open(self, body: bytes) -> aiohttp.ClientResponse:
+    async def _open(self, body: bytes, *, retry: bool = True) -> aiohttp.ClientResponse:
         """POST the request, retrying 429, 5xx and connection failures within the budget."""
+        if not retry:
+            return await self._post(body)
         return await self._retries.call(lambda: self._post(body))
 
     async def _post(self, body: bytes) -> aiohttp.ClientResponse:

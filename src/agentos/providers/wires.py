@@ -1,0 +1,28 @@
+"""One client per router target, by its provider's kind (its wire).
+
+Every client is a `Provider` (`agentos.providers.base`): it takes the normalized `ChatRequest`
+(OpenAI chat messages and tools, `model` set to the target's upstream name, `params` and
+`max_tokens` from the target) and yields the normalized stream. Clients of one provider share
+one aiohttp session, so its connections are pooled once.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+
+from agentos.config import Route
+from agentos.providers.base import Provider
+from agentos.providers.openai_compat import OpenAICompatProvider, new_client_session
+
+
+def client_for(route: Route, session: aiohttp.ClientSession) -> Provider:
+    """The wire client for `route`, on `session` (which the caller owns and closes)."""
+    kind = route.provider.kind
+    if kind == "openai":
+        return OpenAICompatProvider.for_route(route, session)
+    raise NotImplementedError(f"provider kind {kind!r}")  # filled in by the wire helper
+
+
+def session_for(route: Route) -> aiohttp.ClientSession:
+    """A client session with the connect timeout of `route`'s provider."""
+    return new_client_session(route.provider)
