@@ -5,6 +5,7 @@
       RequestError(status, code)   # the client's fault -> 4xx with a JSON body
         BadRequest            400  malformed JSON, bad query parameters
         Unauthorized          401
+        BudgetExceeded        402  a budget (tenant, key or run) cannot hold the call's worst case
         Forbidden             403  the caller may not ask for this (a host process, a private URL)
           QuotaExceeded       403  a tenant quota (sessions, tokens per day); may carry retry_after_s
         NotFound              404  SessionNotFound, RunNotFound, AgentNotFound
@@ -76,6 +77,17 @@ class BadRequest(RequestError, status=400, code="bad_request"):
 
 class Unauthorized(RequestError, status=401, code="unauthorized"):
     """The request carries no valid key."""
+
+
+class BudgetExceeded(RequestError, status=402, code="budget_exceeded"):
+    """A spending budget cannot hold the worst case of the next model call; `budget` names it
+    (`tenant:<id>:day`, `key:<id>:month`, `run:<id>`, ...). Inside a run it ends the run with
+    this code as the reason."""
+
+    def __init__(self, message: str, *, budget: str, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.budget = budget
+        self.retry_after_s = retry_after_s
 
 
 class Forbidden(RequestError, status=403, code="forbidden"):

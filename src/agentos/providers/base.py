@@ -28,6 +28,9 @@ class CallContext:
     agent: str = ""
     run_id: str = ""
     session_id: str = ""
+    # The turn (or run step) the call serves: a budget reservation made at admission under this
+    # id is the one the call uses (`agentos.providers.metering.Meter`).
+    call_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
