@@ -37,7 +37,7 @@ from agentos.errors import ConfigError
 from agentos.kernel import Kernel
 from agentos.knowledge.embeddings import Embedder
 from agentos.knowledge.service import KnowledgeService, open_knowledge_storage
-from agentos.metrics import Metrics
+from agentos.metrics import Metrics, RouterCollector
 from agentos.providers.base import Provider
 from agentos.providers.router import open_router
 from agentos.runtime.driver import Driver
@@ -144,7 +144,9 @@ async def open_services(
     started: list[Callable[[], Awaitable[None]]] = []  # closed in reverse if a later part fails
     try:
         quotas = await _seeded_quotas(store, wall_clock or WallClock(), link)
-        provider = provider or open_router(settings, clock or MonotonicClock())
+        if provider is None:
+            provider = open_router(settings, clock or MonotonicClock())
+            metrics.registry.register(RouterCollector(provider))
         cluster = None if link is None else cluster_permits(settings, link, bus)  # the limit, cluster-wide
         turn_holds = run_holds = None
         if link is not None and cluster is not None:  # tenants' turn caps over every node, same heartbeat
