@@ -27,6 +27,7 @@ from agentos.agents import RunService
 from agentos.agents.relay import RunRelay
 from agentos.clock import Clock, MonotonicClock, WallClock, wall_ms
 from agentos.config import Settings, resolve_paths
+from agentos.coordination.breakers import BusBreakerShare
 from agentos.coordination.bus import Bus
 from agentos.coordination.holds import ClusterHolds
 from agentos.coordination.link import Link, open_link
@@ -145,7 +146,10 @@ async def open_services(
     try:
         quotas = await _seeded_quotas(store, wall_clock or WallClock(), link)
         if provider is None:
-            provider = open_router(settings, clock or MonotonicClock())
+            share = None if bus is None else BusBreakerShare(bus, node_id())  # breakers, cluster-wide
+            provider = open_router(settings, clock or MonotonicClock(), share=share)
+            if share is not None:
+                await share.start(provider.breakers)
             metrics.registry.register(RouterCollector(provider))
         cluster = None if link is None else cluster_permits(settings, link, bus)  # the limit, cluster-wide
         turn_holds = run_holds = None
