@@ -23,7 +23,8 @@ def test_off_imports_nothing_of_opentelemetry() -> None:
     code = (
         "import sys\n"
         "from agentos.config.telemetry import TelemetryConfig\n"
-        "from agentos.telemetry import open_tracing, NO_TRACING\n"
+        "from agentos.telemetry import NO_TRACING\n"
+        "from agentos.telemetry.opening import open_tracing\n"
         "assert open_tracing(TelemetryConfig()) is NO_TRACING\n"
         "with NO_TRACING.span('x') as s: s.set_attribute('a', 1)\n"
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"

@@ -2,9 +2,10 @@
 
 Off (the default), `NO_TRACING` answers every call with shared null objects and no OpenTelemetry
 module is ever imported: the hot path pays one attribute test (`tracing.on`) where it would build
-attributes, nothing else. On, `open_tracing` builds an OpenTelemetry SDK tracer of this server's
-own (never the process-global one: several nodes in one test process each trace on their own)
-that exports over OTLP/HTTP from a background thread (`agentos.telemetry.otel`).
+attributes, nothing else. On, `agentos.telemetry.opening.open_tracing` builds an OpenTelemetry
+SDK tracer of this server's own (never the process-global one: several nodes in one test process
+each trace on their own) that exports over OTLP/HTTP from a background thread
+(`agentos.telemetry.otel`).
 
 Span names and attributes follow the OpenTelemetry GenAI semantic conventions
 (`agentos.telemetry.names`); docs/observability.md lists them.
@@ -18,14 +19,9 @@ Usage::
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, Protocol
-
-from agentos.config.telemetry import TelemetryConfig, tracing_wanted
-
-log = logging.getLogger("agentos.telemetry")
 
 Kind = Literal["internal", "server", "client", "consumer", "producer"]
 Attributes = Mapping[str, Any]
@@ -156,20 +152,3 @@ def valid_traceparent(value: str) -> bool:
     if not all(c in "0123456789abcdef" for c in "".join(parts)):
         return False
     return parts[0] != "ff" and parts[1] != "0" * 32 and parts[2] != "0" * 16
-
-
-def open_tracing(config: TelemetryConfig, *, node: str = "") -> Tracing:
-    """The tracing `config` asks for: `NO_TRACING` when off (nothing of OpenTelemetry imported),
-    else an SDK tracer of this server's own. Without the `telemetry` extra installed, tracing
-    asked for is refused with one clear log line and the server runs untraced."""
-    if not tracing_wanted(config):
-        return NO_TRACING
-    try:
-        from agentos.telemetry.otel import OtelTracing  # the SDK: only now
-    except ImportError as exc:
-        log.warning(
-            "telemetry: tracing is on but OpenTelemetry is not installed (%s); pip install 'agentos[telemetry]'",
-            exc.name,
-        )
-        return NO_TRACING
-    return OtelTracing(config, node=node)
