@@ -38,6 +38,10 @@ class Span(Protocol):
 
     def record_error(self, error: BaseException | str) -> None: ...
 
+    def add_link(self, traceparent: str, attributes: Attributes | None = None) -> None:
+        """Link this span to another (a successor known only after it started)."""
+        ...
+
     def end(self) -> None: ...
 
     @property
@@ -62,6 +66,9 @@ class _NullSpan:
         return None
 
     def record_error(self, error: BaseException | str) -> None:
+        return None
+
+    def add_link(self, traceparent: str, attributes: Attributes | None = None) -> None:
         return None
 
     def end(self) -> None:

@@ -138,6 +138,11 @@ class _OtelSpan:
             self._span.set_attribute("error.type", error)
             self._span.set_status(Status(StatusCode.ERROR, error[:200]))
 
+    def add_link(self, traceparent: str, attributes: Attributes | None = None) -> None:
+        context = _span_context(traceparent)
+        if context is not None:
+            self._span.add_link(context, dict(attributes) if attributes else None)
+
     def end(self) -> None:
         self._span.end()
 
@@ -228,7 +233,7 @@ class OtelTracing(Tracing):
         with trace.use_span(started._span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
             try:
                 yield started
-            except BaseException as exc:
+            except Exception as exc:  # not a cancel: that is how a turn ends when superseded
                 started.record_error(exc)
                 raise
 
