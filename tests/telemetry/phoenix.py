@@ -12,9 +12,9 @@ What Phoenix 20.26.1 keeps of an OTLP span, and so what a test can read back: tr
 ids, the parent's span id, name, start and end, status code and message, attributes (lists as
 lists) and events with their attributes. To the attributes it adds OpenInference ones of its own
 derived from the GenAI ones (`llm.model_name`, `llm.token_count.prompt`, `llm.finish_reason`):
-compare a GenAI span's attributes key by key, not as a whole. It does NOT keep span links, the span kind, nor resource attributes
-(`service.name`): `phoenix/trace/otel.py` `decode_otlp_span` drops them. A link is proven on the
-wire (tests/telemetry/otlp_sink.py), not here.
+compare a GenAI span's attributes key by key, not as a whole. It does NOT keep span links, the
+span kind, nor resource attributes (`service.name`): `phoenix/trace/otel.py` `decode_otlp_span`
+drops them. A link is proven on the wire (tests/telemetry/otlp_sink.py), not here.
 
 Usage::
 
