@@ -192,7 +192,7 @@ async def test_a_fallback_between_targets_is_stored_on_the_chat_span(
 async def test_a_turn_superseded_by_last_wins_is_stored_cancelled_in_its_own_trace(
     phoenix: Phoenix, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
-    mock: MockServer = await start_mock(MockSettings(ttft_ms=5, tps=200, tokens=400))  # a turn of ~2 s
+    mock: MockServer = await start_mock(MockSettings(ttft_ms=5, tps=200, tokens=2000))  # 10 s: long enough to catch
     (first_trace, first_caller), (second_trace, second_caller) = new_trace(), new_trace()
     try:
         async with traced_server(phoenix, tmp_path, {"provider": {"url": mock.url}}) as server:
