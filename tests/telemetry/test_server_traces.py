@@ -130,3 +130,31 @@ async def _wait_pending(http: aiohttp.ClientSession, url: str, run_id: str) -> d
 
     await eventually(waiting, 10, "the run to ask its question")
     return found
+
+
+async def test_a_signed_delivery_joins_the_senders_trace_and_links_its_run(tmp_path: Any) -> None:
+    from agentos.telemetry import derived_ids
+    from tests.triggers.webhooks import Sender, create_trigger, run_outcome, serve
+
+    async with otlp_sink() as sink:
+        mock = await start_mock(MockSettings(ttft_ms=1, tps=5000, tokens=3))
+        telemetry = {"enabled": True, "endpoint": sink.url, "export_interval_s": 0.05}
+        server = await serve(tmp_path / "data", mock, {}, telemetry=telemetry)
+        try:
+            async with aiohttp.ClientSession() as http:
+                created = await create_trigger(http, server.url)
+                sender = Sender(http, server.url, created["trigger_id"], created["secret"])
+                forged = Sender(http, server.url, created["trigger_id"], "whsec_" + "A" * 44)
+                forged_parent = "00-11111111111111111111111111111111-2222222222222222-01"
+                assert (await forged.send({"n": 1}, headers={"traceparent": forged_parent})).status == 401
+                answer = await sender.send({"n": 1}, headers={"traceparent": CALLER})
+                run_id = answer.body["run_id"]
+                assert await run_outcome(http, server.url, run_id) == "run.completed"
+                await sink.wait_for({"agentos.trigger.delivery", "invoke_agent echo"})
+        finally:
+            await server.close()
+            await mock.close()
+    (delivery,) = sink.named("agentos.trigger.delivery")
+    assert delivery.trace_id == CALLER.split("-")[1] and delivery.parent_span_id == "b7ad6b7169203331"
+    assert derived_ids(run_id) in delivery.links
+    assert not any(s.trace_id == "1" * 32 for s in sink.spans)  # a forged delivery writes into no trace

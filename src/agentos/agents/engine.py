@@ -168,7 +168,11 @@ class RunEngine:
         stream_id = new_id("stream")
         handle = self.handles.get(run_id)
         tenant_id = handle.row.tenant_id if handle is not None else DEFAULT_TENANT
-        await self._driver.acquire_permit(stream_id, owner=run_id, tenant_id=tenant_id)
+        if self.traces.on:
+            with self.traces.in_run(run_id, "agentos.provider_permit", {"agentos.tenant.id": tenant_id}):
+                await self._driver.acquire_permit(stream_id, owner=run_id, tenant_id=tenant_id)
+        else:
+            await self._driver.acquire_permit(stream_id, owner=run_id, tenant_id=tenant_id)
         try:
             yield
         finally:

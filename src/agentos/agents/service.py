@@ -91,6 +91,7 @@ class RunService:
                 trusted=self._agents.trusted_mcp_servers(),
                 policy=self._agents.policy.outbound,
                 connect_timeout_s=settings.kernel.mcp_connect_timeout_s,
+                tracing=tracing,
             ),
             driver=driver,
             now_ms=now_ms,

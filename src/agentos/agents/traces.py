@@ -80,6 +80,12 @@ class RunTraces:
         ) as span:
             yield span
 
+    @contextmanager
+    def in_run(self, run_id: str, name: str, attributes: dict[str, Any]) -> Iterator[Span]:
+        """A span of the run's trace (under its root) for the block: the wait for a permit."""
+        with self.tracing.span(name, attributes, parent=self.root(run_id)) as span:
+            yield span
+
     def _died(self, run_id: str, seq: int, attempt: int) -> tuple[str, ...]:
         if attempt <= 1:
             return ()

@@ -151,6 +151,10 @@ class Tracing:
         """Link the current span (a request's) to another trace's span (the run it started)."""
         return None
 
+    def event(self, name: str, attributes: Attributes | None = None) -> None:
+        """An event on the current span (admission decided, a retry)."""
+        return None
+
     def current_traceparent(self) -> str:
         """The current span's traceparent ("" when none or off): what a journal keeps."""
         return ""

@@ -298,6 +298,11 @@ class OtelTracing(Tracing):
         if context is not None and current.is_recording():
             current.add_link(context, dict(attributes) if attributes else None)
 
+    def event(self, name: str, attributes: Attributes | None = None) -> None:
+        current = trace.get_current_span()
+        if current.is_recording():
+            current.add_event(name, dict(attributes) if attributes else None)
+
     def current_traceparent(self) -> str:
         return _traceparent(trace.get_current_span().get_span_context())
 
