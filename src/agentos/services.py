@@ -1,7 +1,7 @@
 """Build every service from the settings, in order, and close them in reverse.
 
     tenants -> Redis link and bus (if configured) -> store -> quotas (seeded from the store)
-      -> provider -> driver (the kernel) -> knowledge -> runs -> triggers -> runtime
+      -> usage ledger (on the store) -> provider -> driver (the kernel) -> knowledge -> runs -> triggers -> runtime
 
 Each part receives what it needs when it is built, so nothing is wired by assignment later;
 the CLI, the test helpers and the bench all build the server this one way.
@@ -46,6 +46,7 @@ from agentos.sandbox.metrics import SandboxCollector
 from agentos.store.base import Store
 from agentos.store.memory import MemoryStore
 from agentos.store.sqlite import SQLiteStore
+from agentos.tenancy.ledger import StoreLedger
 from agentos.tenancy.pepper import load_pepper
 from agentos.tenancy.quotas import Quotas
 from agentos.tenancy.registry import TenantRegistry
@@ -69,6 +70,7 @@ class Services:
     runtime: Runtime
     tenants: TenantRegistry
     quotas: Quotas
+    ledger: StoreLedger  # the router's `Ledger`: one row per model call that answered
     knowledge: KnowledgeService
     triggers: TriggerService
     link: Link | None = None  # Redis, when coordination.redis_url is set
@@ -144,6 +146,7 @@ async def open_services(
     started: list[Callable[[], Awaitable[None]]] = []  # closed in reverse if a later part fails
     try:
         quotas = await _seeded_quotas(store, wall_clock or WallClock(), link)
+        ledger = StoreLedger(store)  # the router records each call's Spend here (agentos.providers.metering)
         provider = provider or OpenAICompatProvider(settings.provider)
         cluster = None if link is None else cluster_permits(settings, link, bus)  # the limit, cluster-wide
         turn_holds = run_holds = None
@@ -198,7 +201,20 @@ async def open_services(
     if driver.cluster is not None:
         await driver.cluster.start()  # its heartbeat; last, so a failed start-up leaves no task behind
     return Services(
-        settings, metrics, store, provider, driver, runs, runtime, tenants, quotas, knowledge, triggers, link, bus
+        settings,
+        metrics,
+        store,
+        provider,
+        driver,
+        runs,
+        runtime,
+        tenants,
+        quotas,
+        ledger,
+        knowledge,
+        triggers,
+        link,
+        bus,
     )
 
 

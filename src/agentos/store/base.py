@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from agentos.store.ledger import UsageQuery, UsageRow, UsageTotal
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
 
 
@@ -148,6 +149,21 @@ class Store(Protocol):
         ...
 
     def log_access(self, record: AccessRecord) -> None: ...
+
+    # The usage ledger (`agentos.store.ledger`).
+    def record_usage(self, row: UsageRow) -> None:
+        """Queue one ledger row and return at once; never shed (its own durable lane).
+
+        Raises: StoreError: the store is closed or its writer dead (nothing was queued).
+        """
+        ...
+
+    async def usage_totals(self, query: UsageQuery) -> list[UsageTotal]:
+        """The ledger's totals for `query`, after every row recorded before the call.
+
+        Raises: StoreUnavailable, StoreError.
+        """
+        ...
 
     def statistics(self) -> StoreStatistics: ...
 
