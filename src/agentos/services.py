@@ -39,7 +39,7 @@ from agentos.knowledge.embeddings import Embedder
 from agentos.knowledge.service import KnowledgeService, open_knowledge_storage
 from agentos.metrics import Metrics
 from agentos.providers.base import Provider
-from agentos.providers.openai_compat import OpenAICompatProvider
+from agentos.providers.router import open_router
 from agentos.runtime.driver import Driver
 from agentos.runtime.runtime import Runtime, kernel_limits
 from agentos.sandbox.metrics import SandboxCollector
@@ -126,7 +126,7 @@ async def open_services(
     """
     settings = resolve_paths(settings)  # once, here: every part below gets the same absolute paths
     metrics = metrics or Metrics()
-    if provider is None and not settings.provider.url:
+    if provider is None and not (settings.provider.url or settings.providers):
         raise ConfigError("provider.url: no provider configured")
     tenants = await open_tenants(settings, now_ms)
     link: Link | None = None
@@ -147,7 +147,7 @@ async def open_services(
     try:
         quotas = await _seeded_quotas(store, wall_clock or WallClock(), link)
         ledger = StoreLedger(store)  # the router records each call's Spend here (agentos.providers.metering)
-        provider = provider or OpenAICompatProvider(settings.provider)
+        provider = provider or open_router(settings, clock or MonotonicClock(), ledger=ledger)
         cluster = None if link is None else cluster_permits(settings, link, bus)  # the limit, cluster-wide
         turn_holds = run_holds = None
         if link is not None and cluster is not None:  # tenants' turn caps over every node, same heartbeat
