@@ -5,13 +5,18 @@ never sees another's rows. The ledger's part of the store contract."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections import Counter
+from pathlib import Path
 
 import msgspec
 import pytest
 
+from agentos.config import StoreConfig
 from agentos.store.base import Store
 from agentos.store.ledger import DAY_MS, UsageQuery, UsageRow, day_of, select_totals
+from agentos.store.records import MessageRecord, SessionRecord
+from agentos.store.sqlite import SQLiteStore
 
 DAY0 = 20_000 * DAY_MS  # 2024-10-04, UTC midnight
 ALL_TIME = {"from_ms": 0, "to_ms": 2**62}
@@ -129,3 +134,55 @@ def test_grouped_columns_come_from_the_table_not_the_caller() -> None:
 @pytest.mark.parametrize("at_ms, day", [(0, "1970-01-01"), (DAY_MS - 1, "1970-01-01"), (DAY0 + DAY_MS, "2024-10-05")])
 def test_day_of(at_ms: int, day: str) -> None:
     assert day_of(at_ms) == day
+
+
+async def test_a_stuck_ledger_holds_up_neither_the_loop_nor_transcripts_sqlite(tmp_path: Path) -> None:
+    """Another process holds ledger.db's write lock: recording still returns at once, sessions and
+    messages still commit (their own file and thread), and every row lands once the lock goes."""
+    store = SQLiteStore(tmp_path, StoreConfig())
+    await store.start()
+    holder = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # the ledger writer's next commit waits on this (busy_timeout)
+    try:
+        await record_concurrently(store, [row(n) for n in range(200)])
+        await store.create_session(SessionRecord(tenant_id="acme", session_id="s"))
+        await store.commit_message(
+            MessageRecord(tenant_id="acme", session_id="s", turn_id="t", role="user", content="hi")
+        )
+        assert holder.execute("SELECT COUNT(*) FROM usage_ledger").fetchone() == (0,)  # the ledger waits
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    [total] = await store.usage_totals(UsageQuery(tenant_id="acme", **ALL_TIME))
+    assert total.calls == 200 and total.cost == 50.0
+    await store.close()
+
+
+async def test_a_locked_ledger_table_holds_up_neither_the_loop_nor_transcripts_postgres(
+    pg_config: StoreConfig,
+) -> None:
+    """The same on PostgreSQL: another session holds usage_ledger locked; the ledger lane waits,
+    the messages lane commits, and the rows land once the lock goes."""
+    import asyncpg
+
+    from agentos.store.postgres import PostgresStore
+
+    store = PostgresStore(pg_config)
+    await store.start()
+    holder = await asyncpg.connect(pg_config.postgres_url, server_settings={"search_path": pg_config.postgres_schema})
+    locked = holder.transaction()
+    await locked.start()
+    await holder.execute("LOCK TABLE usage_ledger IN EXCLUSIVE MODE")
+    try:
+        await record_concurrently(store, [row(n) for n in range(200)])
+        await store.create_session(SessionRecord(tenant_id="acme", session_id="s"))
+        await store.commit_message(
+            MessageRecord(tenant_id="acme", session_id="s", turn_id="t", role="user", content="hi")
+        )
+        assert await holder.fetchval("SELECT count(*) FROM usage_ledger") == 0  # the ledger lane waits
+    finally:
+        await locked.rollback()
+        await holder.close()
+    [total] = await store.usage_totals(UsageQuery(tenant_id="acme", **ALL_TIME))
+    assert total.calls == 200 and total.cost == 50.0
+    await store.close()
