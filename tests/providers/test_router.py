@@ -20,6 +20,8 @@ from agentos.providers.router import ModelNotFound, Router, open_router
 from agentos.testing import FakeClock
 
 HELLO = [{"role": "user", "content": "hello"}]
+FAILING = MockSettings(error_rate=1.0, ttft_ms=1)
+HEALTHY = MockSettings(ttft_ms=1, tps=5000, tokens=2)
 WHO = CallContext(tenant_id="t1", key_id="k1", session_id="s1", call_id="turn-1")
 
 
@@ -283,3 +285,27 @@ def test_a_key_from_a_missing_variable_is_a_config_error_naming_it(monkeypatch: 
     tree["providers"]["p0"]["api_key_env"] = "AGENTOS_TEST_NO_SUCH_KEY"
     with pytest.raises(ConfigError, match="providers.p0.api_key_env"):
         settings_from_dict(tree)
+
+
+async def test_the_targets_counters_reach_prometheus() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from agentos.metrics import RouterCollector
+
+    async with mocks(MockSettings(error_rate=1.0, ttft_ms=1), MockSettings(ttft_ms=1, tps=5000, tokens=2)) as (
+        bad,
+        good,
+    ):
+        router = open_router(settings_from_dict(config([bad.url, good.url], failures=1)), FakeClock())
+        try:
+            await ask(router)
+        finally:
+            await router.aclose()
+    registry = CollectorRegistry()
+    registry.register(RouterCollector(router))
+    text = generate_latest(registry).decode()
+    assert 'agentos_provider_requests_total{target="p0/m0"} 1.0' in text
+    assert 'agentos_provider_failures_total{reason="provider_http_error",target="p0/m0"} 1.0' in text
+    assert 'agentos_provider_fallbacks_total{target="p0/m0"} 1.0' in text
+    assert 'agentos_provider_breaker_state{target="p0/m0"} 1.0' in text
+    assert 'agentos_provider_ttft_seconds_count{target="p1/m1"} 1.0' in text
