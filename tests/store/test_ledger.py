@@ -150,11 +150,13 @@ async def test_a_stuck_ledger_holds_up_neither_the_loop_nor_transcripts_sqlite(t
             MessageRecord(tenant_id="acme", session_id="s", turn_id="t", role="user", content="hi")
         )
         assert holder.execute("SELECT COUNT(*) FROM usage_ledger").fetchone() == (0,)  # the ledger waits
+        assert store.statistics().ledger_queue == 200  # counted (agentos_usage_ledger_queue), never shed
     finally:
         holder.execute("ROLLBACK")
         holder.close()
     [total] = await store.usage_totals(UsageQuery(tenant_id="acme", **ALL_TIME))
     assert total.calls == 200 and total.cost == 50.0
+    assert store.statistics().ledger_queue == 0
     await store.close()
 
 

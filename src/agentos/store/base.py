@@ -48,6 +48,7 @@ class StoreStatistics:
     events_dropped_total: int
     access_dropped_total: int
     stale_writes_total: int = 0  # refused by the turn fence (PostgreSQL: a superseded turn's writes)
+    ledger_queue: int = 0  # usage ledger rows queued, not yet committed (never shed)
 
 
 @dataclass(frozen=True, slots=True)

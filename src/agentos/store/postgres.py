@@ -303,7 +303,8 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
     def statistics(self) -> StoreStatistics:
         if self._writers is None:
             return StoreStatistics(0, 0, 0, 0, 0)
-        m, e, a, _ = (w.statistics() for w in self._writers)
+        m, e, a, ledger = (w.statistics() for w in self._writers)
         jsonl_dropped = self._jsonl.dropped_total if self._jsonl is not None else 0
         stale = sum(w.stale_total for w in self._writers)  # the turn fence's refusals
-        return StoreStatistics(m.queued, e.queued, a.queued, e.dropped_total + jsonl_dropped, a.dropped_total, stale)
+        dropped = e.dropped_total + jsonl_dropped
+        return StoreStatistics(m.queued, e.queued, a.queued, dropped, a.dropped_total, stale, ledger.queued)

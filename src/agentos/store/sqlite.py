@@ -265,6 +265,7 @@ class SQLiteStore(OneNodeTurns):
             access_queue=a.queued,
             events_dropped_total=e.dropped_total + jsonl_dropped,
             access_dropped_total=a.dropped_total,
+            ledger_queue=self._ledger.statistics().queued,
         )
 
 
