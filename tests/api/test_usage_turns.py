@@ -1,7 +1,7 @@
-"""The ledger end to end: turns through the real server (loopback port, real SQLite files, the
-real mock provider over HTTP, keys made through the admin API) become ledger rows with the
-asking tenant, key and session, and the cost of `[models.m]`'s price; an agent's model without a
-price is counted in tokens only. GET /v1/usage reads them back exactly."""
+"""The ledger end to end: turns through the real server (loopback port, the real mock provider
+over HTTP, keys made through the admin API, SQLite files or PostgreSQL) become ledger rows with
+the asking tenant, key and session, and the cost of `[models.m]`'s price; an agent's model
+without a price is counted in tokens only. GET /v1/usage reads them back exactly."""
 
 from __future__ import annotations
 
@@ -17,17 +17,33 @@ from agentos.config import settings_from_dict
 from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, start_server
 from agentos.testing.tenants import TenantKey, create_tenant_key
+from tests.postgres import fresh_schema
 
 ADMIN = "admin-token-for-the-ledger-e2e"
 PRICE = {"input": 2.0, "output": 8.0}  # per million tokens
 TURNS = 12  # per tenant, all at once
 
 
-@pytest.fixture
-async def server(tmp_path: Path, mock: MockServer) -> AsyncIterator[RunningServer]:
+@pytest.fixture(params=["sqlite", "postgres"])
+async def server(request: pytest.FixtureRequest, tmp_path: Path, mock: MockServer) -> AsyncIterator[RunningServer]:
+    """The server on SQLite files, or on a fresh PostgreSQL schema (the run journal stays SQLite)."""
+    if request.param == "sqlite":
+        running = await _serve(tmp_path, mock, {})
+        yield running
+        await running.close()
+        return
+    async for config in fresh_schema():
+        pg = {"backend": "postgres", "postgres_url": config.postgres_url, "postgres_schema": config.postgres_schema}
+        running = await _serve(tmp_path, mock, pg)
+        yield running
+        await running.close()
+
+
+async def _serve(tmp_path: Path, mock: MockServer, store: dict[str, Any]) -> RunningServer:
     settings = settings_from_dict(
         {
             "data_dir": str(tmp_path / "data"),
+            "store": store,
             "server": {"api_token": ADMIN},
             "providers": {"mock": {"url": mock.url, "max_retries": 0}},
             "models": {
@@ -37,9 +53,7 @@ async def server(tmp_path: Path, mock: MockServer) -> AsyncIterator[RunningServe
             "agents": {"cheap": {"model": "free", "tools": []}},
         }
     )
-    running = await start_server(settings)
-    yield running
-    await running.close()
+    return await start_server(settings)
 
 
 async def turn(http: aiohttp.ClientSession, url: str, key: TenantKey, agent: str | None = None) -> dict[str, Any]:
