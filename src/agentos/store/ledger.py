@@ -196,11 +196,12 @@ def totals(query: UsageQuery, rows: Iterable[UsageRow]) -> list[UsageTotal]:
             continue
         if query.tenant_id is not None and row.tenant_id != query.tenant_id:
             continue
-        key = tuple(_value(name, row) for name in query.group_by)
+        key = tuple(row.at_ms // DAY_MS if name == "day" else getattr(row, _FIELDS[name]) for name in query.group_by)
+        # as _SUMS: calls, the four token counts, the sum of the known costs, the calls without one
         sums = groups.setdefault(key, [0, 0, 0, 0, 0, None, 0])
-        for i, n in enumerate((1, row.prompt_tokens, row.completion_tokens, row.cache_read_tokens)):
+        counts = (1, row.prompt_tokens, row.completion_tokens, row.cache_read_tokens, row.cache_write_tokens)
+        for i, n in enumerate(counts):
             sums[i] += n
-        sums[4] += row.cache_write_tokens
         if row.cost is None:
             sums[6] += 1
         else:
@@ -209,13 +210,8 @@ def totals(query: UsageQuery, rows: Iterable[UsageRow]) -> list[UsageTotal]:
     return totals_from_rows(query, [(*key, *sums) for key, sums in ordered])
 
 
-def _value(name: GroupName, row: UsageRow) -> Any:
-    if name == "day":
-        return row.at_ms // DAY_MS
-    return row.params()[_COLUMN_INDEX[name]]
-
-
-_COLUMN_INDEX = {"tenant": 0, "key": 1, "agent": 2, "run": 3, "session": 4, "model": 5, "target": 6}
+# The row's field each group reads (`day` is derived from `at_ms`).
+_FIELDS = {name: column for name, column in GROUPS.items() if name != "day"}
 
 
 def _shown(name: GroupName, value: Any) -> str:
