@@ -3,12 +3,13 @@ store, `record` never awaits, and a store that refuses the row costs the call no
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from agentos.config import StoreConfig
 from agentos.providers.base import CallContext, Usage
 from agentos.providers.metering import Ledger, Spend
-from agentos.store.ledger import UsageQuery, UsageRow
+from agentos.store.ledger import UsageQuery
 from agentos.store.sqlite import SQLiteStore
 from agentos.tenancy.ledger import StoreLedger, usage_row
 
@@ -24,21 +25,9 @@ SPEND = Spend(
 
 
 def test_a_spend_is_one_row() -> None:
-    assert usage_row(SPEND) == UsageRow(
-        tenant_id="acme",
-        key_id="k1",
-        agent="helper",
-        run_id="r1",
-        session_id="s1",
-        model="m",
-        target="openai/gpt",
-        prompt_tokens=100,
-        completion_tokens=20,
-        cache_read_tokens=30,
-        cache_write_tokens=5,
-        cost=0.125,
-        at_ms=1_700_000_000_000,
-    )
+    who, usage = ("acme", "k1", "helper", "r1", "s1"), (100, 20, 30, 5)
+    assert usage_row(SPEND).params() == (*who, "m", "openai/gpt", *usage, 0.125, 1_700_000_000_000)
+    assert usage_row(replace(SPEND, cost=None)).cost is None  # no price: none invented
 
 
 async def test_recorded_into_the_store(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any, Literal, get_args
 
 import msgspec
@@ -46,26 +47,20 @@ _COLUMNS = (
 )
 INSERT_SQLITE = f"INSERT INTO usage_ledger ({_COLUMNS}) VALUES ({', '.join('?' * 13)})"
 INSERT_PG = f"INSERT INTO usage_ledger ({_COLUMNS}) VALUES ({', '.join(f'${n}' for n in range(1, 14))})"
-# `ledger.db` (SQLite); PostgreSQL's is migration 0011_usage_ledger.sql, the same table.
-SQLITE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS usage_ledger (
-    tenant_id TEXT NOT NULL,
-    key_id TEXT NOT NULL,
-    agent TEXT NOT NULL,
-    run_id TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    model TEXT NOT NULL,
-    target TEXT NOT NULL,
-    prompt_tokens INTEGER NOT NULL,
-    completion_tokens INTEGER NOT NULL,
-    cache_read_tokens INTEGER NOT NULL,
-    cache_write_tokens INTEGER NOT NULL,
-    cost REAL,
-    at_ms INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS usage_ledger_by_tenant ON usage_ledger (tenant_id, at_ms);
-CREATE INDEX IF NOT EXISTS usage_ledger_by_time ON usage_ledger (at_ms);
-"""
+# The table's one definition, in PostgreSQL's migrations; SQLite runs the same statements.
+LEDGER_MIGRATION = "0011_usage_ledger.sql"
+
+
+def sqlite_schema() -> str:
+    """`ledger.db`'s schema: the PostgreSQL migration's own statements (their types are SQLite's
+    too: BIGINT is an integer, DOUBLE PRECISION a real), made safe to run at every start. One
+    definition of the table for both stores."""
+    sql = resources.files("agentos.store.migrations.postgres").joinpath(LEDGER_MIGRATION).read_text(encoding="utf-8")
+    return sql.replace("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ").replace(
+        "CREATE INDEX ", "CREATE INDEX IF NOT EXISTS "
+    )
+
+
 _SUMS = (
     "COUNT(*), COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0),"
     " COALESCE(SUM(cache_read_tokens), 0), COALESCE(SUM(cache_write_tokens), 0), SUM(cost), COUNT(*) - COUNT(cost)"

@@ -82,7 +82,7 @@ class SQLiteStore(OneNodeTurns):
         )
         self._access = Writer("access", data_dir / "access.db", ACCESS_SCHEMA, migrate=migrate_access, **opts)
         # Its own file and thread: a month's totals summed for /v1/usage never hold up a transcript.
-        self._ledger = Writer("ledger", data_dir / "ledger.db", ledger.SQLITE_SCHEMA, retry_puts=True, **opts)
+        self._ledger = Writer("ledger", data_dir / "ledger.db", ledger.sqlite_schema(), retry_puts=True, **opts)
         self._ends = TurnEnds(self._sessions, self._events)
         self._jsonl = JsonlLog(Path(jsonl_dir), queue_max_rows=config.queue_max_rows) if jsonl_dir else None
 
