@@ -177,7 +177,15 @@ async def open_services(
         await knowledge.start()  # the indexer resumes the documents accepted before a crash
         started.append(knowledge.close)
         knowledge.register_metrics(metrics.registry)
-        runs = RunService(provider, data_dir, settings, driver=driver, on_usage=quotas.add_tokens, knowledge=knowledge)
+        runs = RunService(
+            provider,
+            data_dir,
+            settings,
+            driver=driver,
+            on_usage=quotas.add_tokens,
+            knowledge=knowledge,
+            tracing=tracing,
+        )
         metrics.registry.register(SandboxCollector(runs.sandbox.statistics))
         if bus is not None:  # before `start`: the runs it resumes publish too
             relay = RunRelay(bus)

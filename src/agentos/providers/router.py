@@ -152,7 +152,15 @@ class Router:
         # leak into the consumer's between items. The span's traceparent travels in the headers.
         span = NULL_SPAN
         if self._tracing.on:  # off: not even the attributes are built
-            span = self._tracing.start(f"chat {model}", _call_attributes(model, request), kind="client")
+            at = request.trace
+            attributes = _call_attributes(model, request)
+            if at is None:
+                span = self._tracing.start(f"chat {model}", attributes, kind="client")
+            else:
+                name = f"chat {model}"
+                span = self._tracing.start(
+                    name, attributes, kind="client", parent=at.parent, span_id=at.span_id, links=at.links
+                )
             request = replace(request, headers={**(request.headers or {}), "traceparent": span.traceparent})
         last = len(targets) - 1
         try:
