@@ -328,10 +328,16 @@ def _prompt_bytes(request: ChatRequest) -> int:
 
 
 def open_router(
-    settings: Settings, clock: Clock, *, share: BreakerShare | None = None, tracing: Tracing = NO_TRACING
+    settings: Settings,
+    clock: Clock,
+    *,
+    share: BreakerShare | None = None,
+    tracing: Tracing = NO_TRACING,
+    ledger: Ledger | None = None,
 ) -> Router:
     """The router of `settings`: `[providers]` and `[models]`, or the simple `[provider]` form
-    (then a model the config does not name passes through to that provider, as before).
+    (then a model the config does not name passes through to that provider, as before);
+    `ledger`: where each call that answered is recorded (`agentos.tenancy.ledger.StoreLedger`).
 
     Raises: ConfigError naming the key (an unknown provider, a key variable not set)."""
     models, default = routes(settings.provider, settings.providers, settings.models, settings.routing)
@@ -339,7 +345,8 @@ def open_router(
     breakers = Breakers(
         clock, failures=r.breaker_failures, cooldown_s=r.breaker_cooldown_s, probes=r.breaker_probes, share=share
     )
-    return Router(models, default, breakers, clock, passthrough=not settings.models, tracing=tracing)
+    passthrough = not settings.models
+    return Router(models, default, breakers, clock, passthrough=passthrough, tracing=tracing, ledger=ledger)
 
 
 _GEN_AI_PROVIDER = {"openai": "openai", "openai-responses": "openai", "anthropic": "anthropic"}
