@@ -158,3 +158,17 @@ async def test_a_signed_delivery_joins_the_senders_trace_and_links_its_run(tmp_p
     assert delivery.trace_id == CALLER.split("-")[1] and delivery.parent_span_id == "b7ad6b7169203331"
     assert derived_ids(run_id) in delivery.links
     assert not any(s.trace_id == "1" * 32 for s in sink.spans)  # a forged delivery writes into no trace
+
+
+async def test_the_access_log_names_each_requests_trace(tmp_path: Any) -> None:
+    import sqlite3
+
+    async with traced_server(tmp_path) as (server, sink, _), aiohttp.ClientSession() as http:
+        await _turn(http, server.url, {"traceparent": CALLER})
+        await sink.wait_for({TURN_ROUTE})
+    db = sqlite3.connect(tmp_path / "access.db")  # the server closed: its access log is flushed
+    try:
+        rows = db.execute("SELECT method, trace_id FROM access_log WHERE path LIKE '%/turns'").fetchall()
+    finally:
+        db.close()
+    assert rows == [("POST", CALLER.split("-")[1])]
