@@ -12,7 +12,8 @@ import aiohttp
 
 from agentos.config import Route
 from agentos.providers.base import Provider
-from agentos.providers.openai_compat import OpenAICompatProvider, new_client_session
+from agentos.providers.openai_compat import OpenAICompatProvider
+from agentos.providers.transport import new_client_session
 
 
 def client_for(route: Route, session: aiohttp.ClientSession) -> Provider:
