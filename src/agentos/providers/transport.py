@@ -27,19 +27,23 @@ import asyncio
 import logging
 import math
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import ClassVar, Generic, Protocol, Self, TypeVar
 
 import aiohttp
 import msgspec
 
+from agentos.config import Route
 from agentos.errors import ProviderError, ProviderHTTPError, ProviderProtocolError, ProviderTimeout, ProviderUnavailable
+from agentos.providers.base import ChatRequest, Completion, StreamItem, TextDelta
 from agentos.providers.sse_parser import SSEParser
 
 log = logging.getLogger("agentos.providers")
 T = TypeVar("T")
+E = TypeVar("E")
+E_contra = TypeVar("E_contra", contravariant=True)
 
 
 class Timeouts(Protocol):
@@ -306,3 +310,81 @@ class OpenStream:
         except aiohttp.ClientError:
             return  # the answer is whole; the connection just cannot be reused
         self.response.release()
+
+
+class Answer(Protocol[E_contra]):
+    """A wire's reading of one answer, event by event (`WireClient`)."""
+
+    text: list[str]
+
+    def apply(self, event: E_contra) -> str | None:
+        """Take in one event: the text it adds, "" for other content (a tool call's arguments),
+        None for no content (the watchdog is not touched).
+
+        Raises:
+            ProviderError: the event reports a failure.
+        """
+
+    def completion(self) -> Completion:
+        """The answer, once the stream has ended.
+
+        Raises:
+            ProviderProtocolError: the stream ended before the answer did.
+        """
+
+
+class WireClient(Generic[E]):
+    """A `Provider` of one router target over a wire that `Upstream` carries: the subclass
+    says where (`path`), how it signs (`headers`), what it sends (`body`) and how it reads the
+    events back (`decode`, `answer`); the stream loop is this one."""
+
+    path: ClassVar[str]
+
+    def __init__(self, route: Route, session: aiohttp.ClientSession | None = None) -> None:
+        p = route.provider
+        self.model = route.model
+        self.max_tokens = route.max_tokens
+        self._session = session or new_client_session(p)
+        self._owns_session = session is None
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **self.headers(route)}
+        retries = RetryPolicy(max_retries=p.max_retries, budget_s=p.retry_budget_s)
+        self._upstream = Upstream(self._session, p.url.rstrip("/") + self.path, headers, timeouts=p, retries=retries)
+
+    @classmethod
+    def for_route(cls, route: Route, session: aiohttp.ClientSession | None = None) -> Self:
+        """The client of one router target (`agentos.providers.wires.client_for`)."""
+        return cls(route, session)
+
+    def headers(self, route: Route) -> dict[str, str]:
+        raise NotImplementedError
+
+    def body(self, request: ChatRequest) -> bytes:
+        """Raises: ProviderUnsupported for what the wire cannot express."""
+        raise NotImplementedError
+
+    def decode(self, data: str) -> E:
+        raise NotImplementedError
+
+    def answer(self) -> Answer[E]:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        if self._owns_session:
+            await self._session.close()
+
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamItem, None]:
+        stream = await self._upstream.open(self.body(request), retry=request.retry)
+        watchdog = stream.watchdog
+        answer = self.answer()
+        with stream.guard():
+            async for event in stream.events(self.decode):
+                delta = answer.apply(event)
+                if delta is not None:
+                    watchdog.touch()
+                    if delta:
+                        answer.text.append(delta)
+                        yield TextDelta(delta)
+            stream.check_timeout()
+            completion = answer.completion()
+            await stream.drain()
+        yield completion
