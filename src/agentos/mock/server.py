@@ -7,8 +7,14 @@ Usage::
     assert server.stats.max_concurrent <= 64
     await server.close()
 
-Endpoints: `POST /v1/chat/completions` (streamed SSE or whole JSON), `POST /v1/embeddings`,
-`GET /v1/models`, `GET /stats`, `POST /stats/reset`, `GET /metrics`.
+Endpoints: `POST /v1/chat/completions` (streamed SSE or whole JSON), `POST /v1/messages`
+(Anthropic's Messages API, streamed: `agentos.mock.anthropic_wire`), `POST /v1/responses`
+(OpenAI's Responses API, streamed: `agentos.mock.responses_wire`), `POST /v1/embeddings`,
+`GET /v1/models`, `GET /stats`, `POST /stats/reset`, `GET /metrics`. The three chat wires answer
+with the same scripts (`agentos.mock.scenario`), pace and faults; the Anthropic wire's injected
+error is its 529 `overloaded_error`. `stream_error_after` ends a stream with the wire's error
+event after that many content frames. A prompt prefix marked `cache_control` (Anthropic) or all
+but the last message (Responses) is "cached": written the first time, read after.
 
 Faults are decided per chat request (embeddings: mock/embeddings.py), in this order: every
 `fail_every`-th request gets 429 with `Retry-After`; then `error_rate` of them get 500; then
@@ -31,13 +37,67 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from agentos.mock.scenario import AnswerPlan, offered_tools, plan_answer, prompt_tokens
+from agentos.mock import anthropic_wire, responses_wire, wire
+from agentos.mock.scenario import AnswerPlan, plan_answer, prompt_tokens
 from agentos.mock.settings import Fault, MockSettings, MockStats, decide_fault
 
 # Settings and stats live in mock/settings.py; the server is where callers meet them.
 __all__ = ["MOCK_KEY", "MockServer", "MockSettings", "MockStats", "create_mock_app", "decide_fault", "start_mock"]
 from agentos.mock.embeddings import EmbeddingsMock
-from agentos.mock.wire import DONE, ChunkWriter, completion_body, usage
+from agentos.mock.wire import Asked, ChunkWriter, Ending, Finish, StreamWriter, completion_body
+
+# Each wire's error code (OpenAI) or type (Anthropic) for a fault: a 429, an injected error, a hang released.
+_CHAT_ERRORS = {"rate_limit": "rate_limit_exceeded", "error": "server_error", "timeout": "timeout"}
+_MESSAGES_ERRORS = {"rate_limit": "rate_limit_error", "error": "overloaded_error", "timeout": "api_error"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Wire:
+    """How one wire reads a request, writes an answer and says an error."""
+
+    read: Callable[[dict[str, Any]], Asked]
+    writer: Callable[[str, int, str], StreamWriter]  # (answer id, created, model)
+    errors: dict[str, str]
+    error_body: Callable[[str, str], dict[str, Any]]
+    error_status: int  # of an injected error (`error_rate`)
+    id_prefix: str
+    reports_limits: bool  # a finish of `length` / `stop_sequence` (chat completions: "stop", as ever)
+    writes_cache: bool  # reports cache writes (Anthropic), or only reads (OpenAI)
+
+    def error(self, fault: str, message: str) -> dict[str, Any]:
+        return self.error_body(self.errors.get(fault, "invalid_request_error"), message)
+
+
+_CHAT = _Wire(
+    read=wire.read_request,
+    writer=ChunkWriter,
+    errors=_CHAT_ERRORS,
+    error_body=wire.error_body,
+    error_status=500,
+    id_prefix="chatcmpl-mock-",
+    reports_limits=False,
+    writes_cache=False,
+)
+_MESSAGES = _Wire(
+    read=anthropic_wire.read_request,
+    writer=lambda answer_id, _created, model: anthropic_wire.MessageWriter(answer_id, model),
+    errors=_MESSAGES_ERRORS,
+    error_body=anthropic_wire.error_body,
+    error_status=529,
+    id_prefix="msg_mock_",
+    reports_limits=True,
+    writes_cache=True,
+)
+_RESPONSES = _Wire(
+    read=responses_wire.read_request,
+    writer=responses_wire.ResponseWriter,
+    errors=_CHAT_ERRORS,
+    error_body=responses_wire.error_body,
+    error_status=500,
+    id_prefix="resp_mock_",
+    reports_limits=True,
+    writes_cache=False,
+)
 
 MOCK_MODEL = "mock-1"
 _MAX_HANG_S = 600.0  # a hung request is released after this even if the client stays
@@ -76,50 +136,96 @@ class _MockApp:
         self.closing = asyncio.Event()
         self._rng = random.Random(settings.seed)
         self._ids = itertools.count(1)
+        self._cache: set[bytes] = set()  # the prompt prefixes "cached" so far (cache tokens)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, _CHAT)
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, _MESSAGES)
+
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, _RESPONSES)
+
+    async def _serve(self, request: web.Request, wire: _Wire) -> web.StreamResponse:
         body = await _read_json(request)
         started = asyncio.get_running_loop().time()
         self.stats.requests += 1
         self.stats.enter()
         try:
-            return await self._answer(request, body, started)
+            return await self._answer(request, body, started, wire)
         finally:
             self.stats.leave()
 
-    async def _answer(self, request: web.Request, body: dict[str, Any], started: float) -> web.StreamResponse:
+    async def _answer(
+        self, request: web.Request, body: dict[str, Any], started: float, wire: _Wire
+    ) -> web.StreamResponse:
         fault = decide_fault(self.settings, self.stats.requests, self._rng)
         if fault != "none":
-            return await self._fault(request, fault)
-        messages = body.get("messages") or []
-        tokens = _token_count(self.settings.tokens, body)
-        plan = plan_answer(self.settings.scenario, messages, tokens, offered_tools(body))
-        prompt = prompt_tokens(messages)
-        if body.get("stream"):
-            return await self._stream(request, plan, (messages, prompt), started)
+            return await self._fault(request, fault, wire)
+        asked = wire.read(body)
+        tokens = self.settings.tokens if asked.max_tokens is None else min(self.settings.tokens, asked.max_tokens)
+        plan = plan_answer(self.settings.scenario, asked.messages, tokens, asked.tools)
+        if wire.reports_limits and asked.stop is not None and not plan.calls:
+            plan = AnswerPlan(tokens=1)  # the first token "meets" the stop sequence
+        ending = self._ending(asked, plan, wire)
+        if asked.stream:
+            writer = wire.writer(self._next_id(wire.id_prefix), int(time.time()), asked.model or MOCK_MODEL)
+            return await self._stream(request, writer, plan, ending, asked.messages, started)
+        if wire is not _CHAT:
+            return _json(wire.error("invalid_request", "mock: only streamed requests are answered here"), status=400)
         try:
             await _sleep_until(started + self._answer_s(plan.tokens))
         except asyncio.CancelledError:
             self._count_abort()
             raise
-        self._completed(messages)
-        created, completion_id = int(time.time()), self._next_id()
-        return _json(completion_body(completion_id, created, _model(body), plan, prompt))
+        self._completed(asked.messages)
+        created, completion_id = int(time.time()), self._next_id(wire.id_prefix)
+        return _json(completion_body(completion_id, created, _model(body), plan, ending.prompt_tokens))
 
-    async def _fault(self, request: web.Request, fault: Fault) -> web.StreamResponse:
+    def _ending(self, asked: Asked, plan: AnswerPlan, wire: _Wire) -> Ending:
+        """The finish and usage: input tokens split into cache reads or writes where the
+        request's prefix is (or becomes) cached."""
+        prompt = prompt_tokens(asked.messages)
+        finish: Finish = "tool_calls" if plan.calls else "stop"
+        if wire.reports_limits and not plan.calls:
+            if asked.stop is not None:
+                finish = "stop_sequence"
+            elif asked.max_tokens is not None and asked.max_tokens < self.settings.tokens:
+                finish = "length"
+        read = write = 0
+        if asked.cache_prefix is not None:
+            key, words = asked.cache_prefix
+            words = min(words, prompt)
+            if key in self._cache:
+                read = words
+            elif wire.writes_cache:
+                write = words
+            self._cache.add(key)
+        stop = asked.stop if finish == "stop_sequence" else None
+        return Ending(
+            finish=finish,
+            input_tokens=prompt - read - write,
+            completion_tokens=plan.tokens,
+            cache_read=read,
+            cache_write=write,
+            stop_sequence=stop,
+        )
+
+    async def _fault(self, request: web.Request, fault: Fault, wire: _Wire) -> web.StreamResponse:
         if fault == "rate_limit":
             self.stats.rate_limited += 1
             self.metrics.requests.labels("rate_limited").inc()
             headers = {"Retry-After": f"{self.settings.retry_after_s:g}"}
-            return _json(_error("rate_limit_exceeded", "mock: rate limited"), status=429, headers=headers)
+            return _json(wire.error("rate_limit", "mock: rate limited"), status=429, headers=headers)
         if fault == "error":
             self.stats.errors_injected += 1
             self.metrics.requests.labels("error").inc()
-            return _json(_error("server_error", "mock: injected error"), status=500)
+            return _json(wire.error("error", "mock: injected error"), status=wire.error_status)
         self.stats.hung += 1
         self.metrics.requests.labels("hung").inc()
         await self._hang(request)
-        return _json(_error("timeout", "mock: hung request released"), status=504)
+        return _json(wire.error("timeout", "mock: hung request released"), status=504)
 
     async def _hang(self, request: web.Request) -> None:
         deadline = asyncio.get_running_loop().time() + _MAX_HANG_S
@@ -129,16 +235,27 @@ class _MockApp:
             await asyncio.sleep(_HANG_POLL_S)
 
     async def _stream(
-        self, request: web.Request, plan: AnswerPlan, prompt: tuple[list[dict[str, Any]], int], started: float
+        self,
+        request: web.Request,
+        writer: StreamWriter,
+        plan: AnswerPlan,
+        ending: Ending,
+        messages: list[dict[str, Any]],
+        started: float,
     ) -> web.StreamResponse:
-        messages, prompt_count = prompt
         response = web.StreamResponse(headers=_SSE_HEADERS)
-        writer = ChunkWriter(self._next_id(), int(time.time()), MOCK_MODEL)
+        frames = writer.frames(plan, ending)
+        cut = self.settings.stream_error_after
         try:
             await response.prepare(request)
-            await self._write_answer(response, writer, plan, started)
-            final = writer.final("tool_calls" if plan.tool_call else "stop", usage(prompt_count, plan.tokens))
-            await response.write(final + DONE)  # one write: a syscall fewer per stream
+            if 0 <= cut < len(frames):
+                await self._write_answer(response, frames[:cut], started)
+                self.stats.errors_injected += 1
+                self.metrics.requests.labels("error").inc()
+                await response.write(writer.failure())
+                return response
+            await self._write_answer(response, frames, started)
+            await response.write(writer.closing(ending))  # one write: a syscall fewer per stream
         except ConnectionResetError:
             self._count_abort()
             return response
@@ -148,10 +265,7 @@ class _MockApp:
         self._completed(messages)
         return response
 
-    async def _write_answer(
-        self, response: web.StreamResponse, writer: ChunkWriter, plan: AnswerPlan, started: float
-    ) -> None:
-        frames = writer.tool_call_frames(plan) if plan.tool_call else writer.text_frames(plan)
+    async def _write_answer(self, response: web.StreamResponse, frames: list[bytes], started: float) -> None:
         ttft_s, interval_s = self.settings.ttft_ms / 1000, 1 / self.settings.tps
         for i, frame in enumerate(frames):
             await _sleep_until(started + ttft_s + i * interval_s)
@@ -176,8 +290,8 @@ class _MockApp:
         self.stats.completed += 1
         self.metrics.requests.labels(outcome).inc()
 
-    def _next_id(self) -> str:
-        return f"chatcmpl-mock-{next(self._ids)}"
+    def _next_id(self, prefix: str) -> str:
+        return f"{prefix}{next(self._ids)}"
 
     async def embeddings(self, request: web.Request) -> web.Response:
         status, answer, headers = self.embedder.respond(await _read_json(request), MOCK_MODEL)
@@ -191,6 +305,7 @@ class _MockApp:
 
     async def reset_stats(self, _request: web.Request) -> web.Response:
         self.stats.reset()
+        self._cache.clear()
         self._rng = random.Random(self.settings.seed)
         self.embedder.reset()
         return _json(self.stats.as_dict())
@@ -217,6 +332,8 @@ def create_mock_app(settings: MockSettings, *, on_completed: CompletionHook | No
     app = web.Application(client_max_size=16 << 20)
     app[MOCK_KEY] = mock
     app.router.add_post("/v1/chat/completions", mock.chat)
+    app.router.add_post("/v1/messages", mock.messages)
+    app.router.add_post("/v1/responses", mock.responses)
     app.router.add_post("/v1/embeddings", mock.embeddings)
     app.router.add_get("/v1/models", mock.models)
     app.router.add_get("/stats", mock.get_stats)
@@ -271,18 +388,9 @@ async def _read_json(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def _token_count(tokens: int, body: dict[str, Any]) -> int:
-    limit = body.get("max_tokens") or body.get("max_completion_tokens")
-    return min(tokens, int(limit)) if isinstance(limit, int) and limit > 0 else tokens
-
-
 def _model(body: dict[str, Any]) -> str:
     model = body.get("model")
     return model if isinstance(model, str) and model else MOCK_MODEL
-
-
-def _error(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": code, "code": code}}
 
 
 def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
