@@ -142,6 +142,13 @@ class _MockApp:
         return await self._serve(request, _CHAT)
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
+        # As the real service: no key is a 401, no version a 400 (any key is taken).
+        if not request.headers.get("x-api-key"):
+            error = anthropic_wire.error_body("authentication_error", "x-api-key header is required")
+            return _json(error, status=401)
+        if not request.headers.get("anthropic-version"):
+            error = anthropic_wire.error_body("invalid_request_error", "anthropic-version header is required")
+            return _json(error, status=400)
         return await self._serve(request, _MESSAGES)
 
     async def responses(self, request: web.Request) -> web.StreamResponse:

@@ -68,13 +68,16 @@ _encode = msgspec.json.encode
 # -- the request ---------------------------------------------------------------------------
 
 
-def request_body(request: ChatRequest, model: str, max_tokens: int) -> dict[str, Any]:
+def request_body(
+    request: ChatRequest, model: str, max_tokens: int, target_params: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The Messages API body for `request` (not encoded).
 
     Raises:
-        ProviderUnsupported: a part, tool or parameter the Messages API cannot express.
+        ProviderUnsupported: a part, tool or parameter (the target's `target_params`, then the
+            request's `params`, merged) the Messages API cannot express.
     """
-    params = dict(request.params or {})
+    params = {**(target_params or {}), **(request.params or {})}
     cache_prompt = bool(params.pop(CACHE_PROMPT, False))
     if params.get("n", 1) != 1:
         raise ProviderUnsupported("n > 1 (several choices)", WIRE)
@@ -343,7 +346,7 @@ class AnthropicProvider(WireClient[_Event]):
 
     def body(self, request: ChatRequest) -> bytes:
         max_tokens = self.max_tokens or DEFAULT_MAX_TOKENS
-        return _encode(request_body(request, request.model or self.model, max_tokens))
+        return _encode(request_body(request, request.model or self.model, max_tokens, self.params))
 
     def decode(self, data: str) -> _Event:
         return _decode_event(data)

@@ -54,13 +54,16 @@ _encode = msgspec.json.encode
 # -- the request ---------------------------------------------------------------------------
 
 
-def request_body(request: ChatRequest, model: str, max_tokens: int) -> dict[str, Any]:
+def request_body(
+    request: ChatRequest, model: str, max_tokens: int, target_params: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The Responses API body for `request` (not encoded).
 
     Raises:
-        ProviderUnsupported: a part, tool or parameter the Responses API cannot express.
+        ProviderUnsupported: a part, tool or parameter (the target's `target_params`, then the
+            request's `params`, merged) the Responses API cannot express.
     """
-    params = dict(request.params or {})
+    params = {**(target_params or {}), **(request.params or {})}
     if params.pop("n", 1) != 1:
         raise ProviderUnsupported("n > 1 (several choices)", WIRE)
     instructions, items = translate_messages(request.messages)
@@ -293,7 +296,7 @@ class OpenAIResponsesProvider(WireClient[_Event]):
         return {"Authorization": f"Bearer {route.api_key}"} if route.api_key else {}
 
     def body(self, request: ChatRequest) -> bytes:
-        return _encode(request_body(request, request.model or self.model, self.max_tokens))
+        return _encode(request_body(request, request.model or self.model, self.max_tokens, self.params))
 
     def decode(self, data: str) -> _Event:
         return _decode_event(data)

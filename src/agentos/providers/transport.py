@@ -344,6 +344,7 @@ class WireClient(Generic[E]):
         p = route.provider
         self.model = route.model
         self.max_tokens = route.max_tokens
+        self.params = route.params  # under the request's own `params` (the router may set them too)
         self._session = session or new_client_session(p)
         self._owns_session = session is None
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **self.headers(route)}
