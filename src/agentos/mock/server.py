@@ -142,8 +142,9 @@ class _MockApp:
         return await self._serve(request, _CHAT)
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
-        # As the real service: no key is a 401, no version a 400 (any key is taken).
-        if not request.headers.get("x-api-key"):
+        # As the real service: no key (x-api-key, or a bearer token as SDK 2.x sends it) is a 401,
+        # no version a 400; any key is taken.
+        if not request.headers.get("x-api-key") and not request.headers.get("Authorization"):
             error = anthropic_wire.error_body("authentication_error", "x-api-key header is required")
             return _json(error, status=401)
         if not request.headers.get("anthropic-version"):
