@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
+
+import aiohttp
 
 from agentos.config import NamedProvider, Route
 from agentos.config.provider import ProviderKind
 from agentos.mock.server import MockServer
 from agentos.providers.base import ChatRequest, Completion, Provider, TextDelta
+from agentos.providers.wires import client_for
 
 MOCK_API_KEY = "mock-key"
+MockFactory = Callable[..., Awaitable[MockServer]]
 
 
 def route_to(
@@ -27,6 +32,11 @@ def route_to(
         price=None,
         api_key=api_key,
     )
+
+
+def wire_client(mock: MockServer, session: aiohttp.ClientSession, kind: ProviderKind, **route: Any) -> Provider:
+    """The client `client_for` gives a target of `kind` on `mock` (`route_to`'s arguments)."""
+    return client_for(route_to(mock, kind, **route), session)
 
 
 async def collect(client: Provider, request: ChatRequest) -> tuple[list[str], Completion]:

@@ -29,10 +29,6 @@ from agentos.providers.responses_wire import (
 _encode = msgspec.json.Encoder().encode
 
 
-def error_body(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": code, "param": None, "code": code}}
-
-
 def read_request(body: dict[str, Any]) -> Asked:
     """What a Responses API request asks, its instructions and input items as chat messages:
     `function_call_output` items become `tool` messages (the scripts count them)."""

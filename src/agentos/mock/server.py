@@ -40,7 +40,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from agentos.errors import ConfigError
-from agentos.mock import anthropic_wire, responses_wire, wire
+from agentos.mock import anthropic_wire, wire
+from agentos.mock import responses_wire as responses
 from agentos.mock.scenario import AnswerPlan, plan_answer, prompt_tokens
 from agentos.mock.settings import Fault, MockSettings, MockStats, decide_fault
 
@@ -49,57 +50,49 @@ __all__ = ["MOCK_KEY", "MockServer", "MockSettings", "MockStats", "create_mock_a
 from agentos.mock.embeddings import EmbeddingsMock
 from agentos.mock.wire import Asked, ChunkWriter, Ending, Finish, StreamWriter, completion_body
 
-# Each wire's error code (OpenAI) or type (Anthropic) for a fault: a 429, an injected error, a hang released.
-_CHAT_ERRORS = {"rate_limit": "rate_limit_exceeded", "error": "server_error", "timeout": "timeout"}
-_MESSAGES_ERRORS = {"rate_limit": "rate_limit_error", "error": "overloaded_error", "timeout": "api_error"}
+# Each wire's answer to a fault: its HTTP status and its error code (OpenAI) or type (Anthropic).
+Faults = dict[str, tuple[int, str]]
+_OPENAI_FAULTS: Faults = {
+    "rate_limit": (429, "rate_limit_exceeded"),
+    "error": (500, "server_error"),
+    "timeout": (504, "timeout"),
+    "invalid": (400, "invalid_request_error"),
+}
+_ANTHROPIC_FAULTS: Faults = {
+    "rate_limit": (429, "rate_limit_error"),
+    "error": (529, "overloaded_error"),  # what an Anthropic outage looks like
+    "timeout": (504, "api_error"),
+    "invalid": (400, "invalid_request_error"),
+}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)
 class _Wire:
     """How one wire reads a request, writes an answer and says an error."""
 
     read: Callable[[dict[str, Any]], Asked]
     writer: Callable[[str, int, str], StreamWriter]  # (answer id, created, model)
-    errors: dict[str, str]
+    faults: Faults
     error_body: Callable[[str, str], dict[str, Any]]
-    error_status: int  # of an injected error (`error_rate`)
     id_prefix: str
     reports_limits: bool  # a finish of `length` / `stop_sequence` (chat completions: "stop", as ever)
     writes_cache: bool  # reports cache writes (Anthropic), or only reads (OpenAI)
 
-    def error(self, fault: str, message: str) -> dict[str, Any]:
-        return self.error_body(self.errors.get(fault, "invalid_request_error"), message)
+    def error(self, fault: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
+        status, code = self.faults[fault]
+        return _json(self.error_body(code, message), status=status, headers=headers)
 
 
-_CHAT = _Wire(
-    read=wire.read_request,
-    writer=ChunkWriter,
-    errors=_CHAT_ERRORS,
-    error_body=wire.error_body,
-    error_status=500,
-    id_prefix="chatcmpl-mock-",
-    reports_limits=False,
-    writes_cache=False,
-)
+def _message_writer(answer_id: str, _created_s: int, model: str) -> StreamWriter:
+    return anthropic_wire.MessageWriter(answer_id, model)
+
+
+_CHAT = _Wire(wire.read_request, ChunkWriter, _OPENAI_FAULTS, wire.error_body, "chatcmpl-mock-", False, False)
 _MESSAGES = _Wire(
-    read=anthropic_wire.read_request,
-    writer=lambda answer_id, _created, model: anthropic_wire.MessageWriter(answer_id, model),
-    errors=_MESSAGES_ERRORS,
-    error_body=anthropic_wire.error_body,
-    error_status=529,
-    id_prefix="msg_mock_",
-    reports_limits=True,
-    writes_cache=True,
+    anthropic_wire.read_request, _message_writer, _ANTHROPIC_FAULTS, anthropic_wire.error_body, "msg_mock_", True, True
 )
 _RESPONSES = _Wire(
-    read=responses_wire.read_request,
-    writer=responses_wire.ResponseWriter,
-    errors=_CHAT_ERRORS,
-    error_body=responses_wire.error_body,
-    error_status=500,
-    id_prefix="resp_mock_",
-    reports_limits=True,
-    writes_cache=False,
+    responses.read_request, responses.ResponseWriter, _OPENAI_FAULTS, wire.error_body, "resp_mock_", True, False
 )
 
 MOCK_MODEL = "mock-1"
@@ -159,48 +152,48 @@ class _MockApp:
     async def responses(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, _RESPONSES)
 
-    async def _serve(self, request: web.Request, wire: _Wire) -> web.StreamResponse:
+    async def _serve(self, request: web.Request, dialect: _Wire) -> web.StreamResponse:
         body = await _read_json(request)
         started = asyncio.get_running_loop().time()
         self.stats.requests += 1
         self.stats.enter()
         try:
-            return await self._answer(request, body, started, wire)
+            return await self._answer(request, body, started, dialect)
         finally:
             self.stats.leave()
 
     async def _answer(
-        self, request: web.Request, body: dict[str, Any], started: float, wire: _Wire
+        self, request: web.Request, body: dict[str, Any], started: float, dialect: _Wire
     ) -> web.StreamResponse:
         fault = decide_fault(self.settings, self.stats.requests, self._rng)
         if fault != "none":
-            return await self._fault(request, fault, wire)
-        asked = wire.read(body)
+            return await self._fault(request, fault, dialect)
+        asked = dialect.read(body)
         tokens = self.settings.tokens if asked.max_tokens is None else min(self.settings.tokens, asked.max_tokens)
         plan = plan_answer(self.settings.scenario, asked.messages, tokens, asked.tools)
-        if wire.reports_limits and asked.stop is not None and not plan.calls:
+        if dialect.reports_limits and asked.stop is not None and not plan.calls:
             plan = AnswerPlan(tokens=1)  # the first token "meets" the stop sequence
-        ending = self._ending(asked, plan, wire)
+        ending = self._ending(asked, plan, dialect)
         if asked.stream:
-            writer = wire.writer(self._next_id(wire.id_prefix), int(time.time()), asked.model or MOCK_MODEL)
+            writer = dialect.writer(self._next_id(dialect.id_prefix), int(time.time()), asked.model or MOCK_MODEL)
             return await self._stream(request, writer, plan, ending, asked.messages, started)
-        if wire is not _CHAT:
-            return _json(wire.error("invalid_request", "mock: only streamed requests are answered here"), status=400)
+        if dialect is not _CHAT:
+            return dialect.error("invalid", "mock: only streamed requests are answered here")
         try:
             await _sleep_until(started + self._answer_s(plan.tokens))
         except asyncio.CancelledError:
             self._count_abort()
             raise
         self._completed(asked.messages)
-        created, completion_id = int(time.time()), self._next_id(wire.id_prefix)
+        created, completion_id = int(time.time()), self._next_id(dialect.id_prefix)
         return _json(completion_body(completion_id, created, _model(body), plan, ending.prompt_tokens))
 
-    def _ending(self, asked: Asked, plan: AnswerPlan, wire: _Wire) -> Ending:
+    def _ending(self, asked: Asked, plan: AnswerPlan, dialect: _Wire) -> Ending:
         """The finish and usage: input tokens split into cache reads or writes where the
         request's prefix is (or becomes) cached."""
         prompt = prompt_tokens(asked.messages)
         finish: Finish = "tool_calls" if plan.calls else "stop"
-        if wire.reports_limits and not plan.calls:
+        if dialect.reports_limits and not plan.calls:
             if asked.stop is not None:
                 finish = "stop_sequence"
             elif asked.max_tokens is not None and asked.max_tokens < self.settings.tokens:
@@ -211,7 +204,7 @@ class _MockApp:
             words = min(words, prompt)
             if key in self._cache:
                 read = words
-            elif wire.writes_cache:
+            elif dialect.writes_cache:
                 write = words
             self._cache.add(key)
         stop = asked.stop if finish == "stop_sequence" else None
@@ -224,20 +217,20 @@ class _MockApp:
             stop_sequence=stop,
         )
 
-    async def _fault(self, request: web.Request, fault: Fault, wire: _Wire) -> web.StreamResponse:
+    async def _fault(self, request: web.Request, fault: Fault, dialect: _Wire) -> web.StreamResponse:
         if fault == "rate_limit":
             self.stats.rate_limited += 1
             self.metrics.requests.labels("rate_limited").inc()
             headers = {"Retry-After": f"{self.settings.retry_after_s:g}"}
-            return _json(wire.error("rate_limit", "mock: rate limited"), status=429, headers=headers)
+            return dialect.error("rate_limit", "mock: rate limited", headers)
         if fault == "error":
             self.stats.errors_injected += 1
             self.metrics.requests.labels("error").inc()
-            return _json(wire.error("error", "mock: injected error"), status=wire.error_status)
+            return dialect.error("error", "mock: injected error")
         self.stats.hung += 1
         self.metrics.requests.labels("hung").inc()
         await self._hang(request)
-        return _json(wire.error("timeout", "mock: hung request released"), status=504)
+        return dialect.error("timeout", "mock: hung request released")
 
     async def _hang(self, request: web.Request) -> None:
         deadline = asyncio.get_running_loop().time() + _MAX_HANG_S

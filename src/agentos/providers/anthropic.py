@@ -35,8 +35,9 @@ from typing import Any
 import msgspec
 
 from agentos.config import Route
-from agentos.errors import ProviderError, ProviderHTTPError, ProviderProtocolError, ProviderUnsupported
-from agentos.providers.base import ChatRequest, Completion, Message, ToolCall, Usage
+from agentos.errors import ProviderProtocolError, ProviderUnsupported
+from agentos.providers.base import ChatRequest, Completion, Message, Usage
+from agentos.providers.translation import TEXT_PARTS, function_of, merged_params, stream_error, tool_calls
 from agentos.providers.transport import WireClient
 
 WIRE = "anthropic"
@@ -65,23 +66,17 @@ ERROR_STATUS = {
 _encode = msgspec.json.encode
 
 
-# -- the request ---------------------------------------------------------------------------
-
-
 def request_body(
     request: ChatRequest, model: str, max_tokens: int, target_params: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The Messages API body for `request` (not encoded).
+    """The Messages API body for `request` (not encoded); `target_params` go under the
+    request's own `params`, and `cache_prompt` among them marks the cached prefix.
 
     Raises:
-        ProviderUnsupported: a part, tool or parameter (the target's `target_params`, then the
-            request's `params`, merged) the Messages API cannot express.
+        ProviderUnsupported: a content part, a tool or `n > 1`, which the Messages API cannot express.
     """
-    params = {**(target_params or {}), **(request.params or {})}
+    params = merged_params(request, target_params, WIRE)
     cache_prompt = bool(params.pop(CACHE_PROMPT, False))
-    if params.get("n", 1) != 1:
-        raise ProviderUnsupported("n > 1 (several choices)", WIRE)
-    params.pop("n", None)
     system, messages = translate_messages(request.messages)
     body: dict[str, Any] = {"model": model, "max_tokens": request.max_tokens or max_tokens, "messages": messages}
     tools = [translate_tool(tool) for tool in request.tools or ()]
@@ -145,7 +140,7 @@ def _text_blocks(content: Any) -> list[dict[str, Any]]:
 
 
 def _text_part(part: dict[str, Any]) -> dict[str, Any]:
-    if part.get("type") not in ("text", "input_text", "output_text"):
+    if part.get("type") not in TEXT_PARTS:
         raise ProviderUnsupported(f"a content part of type {part.get('type')!r} here", WIRE)
     return _with_cache(part, {"type": "text", "text": part.get("text", "")})
 
@@ -204,17 +199,12 @@ def translate_tool(tool: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ProviderUnsupported: a tool that is not a function.
     """
-    if tool.get("type") != "function":
-        raise ProviderUnsupported(f"a tool of type {tool.get('type')!r}", WIRE)
-    function = tool.get("function") or {}
+    function = function_of(tool, WIRE)
     schema = function.get("parameters") or {"type": "object", "properties": {}}
     out: dict[str, Any] = {"name": function.get("name", ""), "input_schema": schema}
     if function.get("description"):
         out["description"] = function["description"]
     return _with_cache(tool, out)
-
-
-# -- the stream ----------------------------------------------------------------------------
 
 
 class _Usage(msgspec.Struct):
@@ -276,7 +266,7 @@ class _Answer:
         """Take in one event: the text it adds, "" for a tool call's arguments, None for no content.
 
         Raises:
-            ProviderError: an `error` event (`stream_error`).
+            ProviderError: an `error` event (`translation.stream_error`).
         """
         kind = event.type
         if kind == "content_block_delta" and event.delta is not None:
@@ -300,7 +290,9 @@ class _Answer:
         elif kind == "message_stop":
             self.stopped = True
         elif kind == "error":
-            raise stream_error(event.error or _Error(), started=bool(self.text))
+            error = event.error or _Error()
+            status = ERROR_STATUS.get(error.type, 500)
+            raise stream_error(error.type, error.message, status, started=bool(self.text))
         return None
 
     def _count(self, usage: _Usage | None) -> None:
@@ -318,19 +310,8 @@ class _Answer:
         u = self.usage
         reads, writes = u.cache_read_input_tokens or 0, u.cache_creation_input_tokens or 0
         usage = Usage((u.input_tokens or 0) + reads + writes, u.output_tokens or 0, reads, writes)
-        calls = tuple(ToolCall(c[0], c[1], c[2] or "{}") for _, c in sorted(self.calls.items()))
         finish = STOP_REASONS.get(self.stop_reason, self.stop_reason)
-        return Completion("".join(self.text), finish, usage, calls)
-
-
-def stream_error(error: _Error, *, started: bool) -> ProviderError:
-    """An `error` event: before the first token, the error its HTTP status would be (retryable
-    for overloaded, rate limits and API errors: the router falls back); after it, a protocol
-    error that ends the turn."""
-    message = f"provider stream error {error.type}: {error.message}"[:300]
-    if started:
-        return ProviderProtocolError(message)
-    return ProviderHTTPError(ERROR_STATUS.get(error.type, 500), message)
+        return Completion("".join(self.text), finish, usage, tool_calls(self.calls))
 
 
 class AnthropicProvider(WireClient[_Event]):

@@ -33,39 +33,28 @@ from typing import Any
 import msgspec
 
 from agentos.config import Route
-from agentos.errors import ProviderError, ProviderHTTPError, ProviderProtocolError, ProviderUnsupported
-from agentos.providers.base import ChatRequest, Completion, Message, ToolCall, Usage
+from agentos.errors import ProviderError, ProviderProtocolError, ProviderUnsupported
+from agentos.providers.base import ChatRequest, Completion, Message, Usage
+from agentos.providers.translation import TEXT_PARTS, function_of, merged_params, stream_error, tool_calls
 from agentos.providers.transport import WireClient
 
 WIRE = "openai-responses"
 INCOMPLETE_REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}
 # The HTTP status a failed response's error code stands for (500 for the ones not listed).
-ERROR_STATUS = {
-    "rate_limit_exceeded": 429,
-    "server_error": 500,
-    "invalid_prompt": 400,
-    "context_length_exceeded": 400,
-    "invalid_request_error": 400,
-}
-_TEXT_PARTS = ("text", "input_text", "output_text")
+ERROR_STATUS = {"rate_limit_exceeded": 429, "server_error": 500, "invalid_prompt": 400, "invalid_request_error": 400}
 _encode = msgspec.json.encode
-
-
-# -- the request ---------------------------------------------------------------------------
 
 
 def request_body(
     request: ChatRequest, model: str, max_tokens: int, target_params: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The Responses API body for `request` (not encoded).
+    """The Responses API body for `request` (not encoded), `target_params` merged under the
+    request's own `params`.
 
     Raises:
-        ProviderUnsupported: a part, tool or parameter (the target's `target_params`, then the
-            request's `params`, merged) the Responses API cannot express.
+        ProviderUnsupported: a content part, a tool or `n > 1` that the Responses API cannot express.
     """
-    params = {**(target_params or {}), **(request.params or {})}
-    if params.pop("n", 1) != 1:
-        raise ProviderUnsupported("n > 1 (several choices)", WIRE)
+    params = merged_params(request, target_params, WIRE)
     instructions, items = translate_messages(request.messages)
     body: dict[str, Any] = {"model": model, "input": items, "store": False}
     if instructions:
@@ -111,7 +100,7 @@ def _text(content: Any) -> str:
     if content is None or isinstance(content, str):
         return content or ""
     for part in content:
-        if part.get("type") not in _TEXT_PARTS:
+        if part.get("type") not in TEXT_PARTS:
             raise ProviderUnsupported(f"a content part of type {part.get('type')!r} here", WIRE)
     return "".join(str(part.get("text", "")) for part in content)
 
@@ -124,7 +113,7 @@ def _user_content(content: Any) -> str | list[dict[str, Any]]:
 
 def _input_part(part: dict[str, Any]) -> dict[str, Any]:
     kind = part.get("type")
-    if kind in _TEXT_PARTS:
+    if kind in TEXT_PARTS:
         return {"type": "input_text", "text": part.get("text", "")}
     if kind == "image_url":
         image = part.get("image_url")
@@ -157,9 +146,7 @@ def translate_tool(tool: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ProviderUnsupported: a tool that is not a function.
     """
-    if tool.get("type") != "function":
-        raise ProviderUnsupported(f"a tool of type {tool.get('type')!r}", WIRE)
-    function = tool.get("function") or {}
+    function = function_of(tool, WIRE)
     out: dict[str, Any] = {
         "type": "function",
         "name": function.get("name", ""),
@@ -171,14 +158,13 @@ def translate_tool(tool: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# -- the stream ----------------------------------------------------------------------------
-
-
 class _Item(msgspec.Struct):
-    type: str = ""
-    call_id: str = ""
-    name: str = ""
-    arguments: str = ""
+    """An output item; only a function call's fields are read (a message's text comes in deltas)."""
+
+    type: str | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
 
 
 class _InputDetails(msgspec.Struct):
@@ -235,7 +221,7 @@ class _Answer:
         """Take in one event: the text it adds, "" for a call's arguments, None for no content.
 
         Raises:
-            ProviderError: `response.failed` or `error` (`stream_error`).
+            ProviderError: `response.failed` or `error` (`translation.stream_error`).
         """
         kind = event.type
         if kind == "response.output_text.delta":
@@ -256,15 +242,19 @@ class _Answer:
             self.finish = INCOMPLETE_REASONS.get(reason, "length")
         elif kind == "response.failed":
             error = (event.response.error if event.response is not None else None) or _Error(code="server_error")
-            raise stream_error(error, started=bool(self.text))
+            raise self._failed(error)
         elif kind == "error":
-            raise stream_error(_Error(event.code, event.message), started=bool(self.text))
+            raise self._failed(_Error(event.code, event.message))
         return None
+
+    def _failed(self, error: _Error) -> ProviderError:
+        code = error.code or "server_error"
+        return stream_error(code, error.message, ERROR_STATUS.get(code, 500), started=bool(self.text))
 
     def _item(self, index: int, item: _Item | None) -> None:
         if item is None or item.type != "function_call":
             return
-        call = self.calls.setdefault(index, [item.call_id, item.name, ""])
+        call = self.calls.setdefault(index, ["", "", ""])
         call[0], call[1] = item.call_id or call[0], item.name or call[1]
         call[2] = item.arguments or call[2]
 
@@ -274,17 +264,8 @@ class _Answer:
             raise ProviderProtocolError("the stream ended without response.completed")
         u = self.usage or _Usage()
         cached = u.input_tokens_details.cached_tokens if u.input_tokens_details is not None else 0
-        calls = tuple(ToolCall(c[0], c[1], c[2] or "{}") for _, c in sorted(self.calls.items()))
-        return Completion("".join(self.text), self.finish, Usage(u.input_tokens, u.output_tokens, cached), calls)
-
-
-def stream_error(error: _Error, *, started: bool) -> ProviderError:
-    """A failed response: before the first token, the error its code stands for (retryable for
-    server errors and rate limits: the router falls back); after it, a protocol error."""
-    message = f"provider stream error {error.code}: {error.message}"[:300]
-    if started:
-        return ProviderProtocolError(message)
-    return ProviderHTTPError(ERROR_STATUS.get(error.code or "", 500), message)
+        usage = Usage(u.input_tokens, u.output_tokens, cached)
+        return Completion("".join(self.text), self.finish, usage, tool_calls(self.calls))
 
 
 class OpenAIResponsesProvider(WireClient[_Event]):
