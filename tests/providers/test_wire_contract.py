@@ -2,19 +2,21 @@
 both (`anthropic`, `openai-responses`): text as deltas then one completion, parallel tool calls,
 tool results read back, `length` at the token limit, errors before the first token retryable
 (the router falls back) and after it final, and a request the wire cannot express refused before
-anything is sent. What differs per wire (the request's shape, cache tokens, headers) is in
-test_anthropic.py and test_openai_responses.py."""
+anything is sent; the shared transport's first-token deadline and an early close. What differs
+per wire (the request's shape, cache tokens, headers) is in test_anthropic.py and
+test_openai_responses.py."""
 
 from __future__ import annotations
 
+from contextlib import aclosing
 from typing import Any
 
 import aiohttp
 import pytest
 
 from agentos.config.provider import ProviderKind
-from agentos.errors import ProviderHTTPError, ProviderProtocolError, ProviderUnsupported
-from agentos.providers.base import ChatRequest
+from agentos.errors import ProviderHTTPError, ProviderProtocolError, ProviderTimeout, ProviderUnsupported
+from agentos.providers.base import ChatRequest, TextDelta
 from tests.providers.wire_helpers import (
     AGENT_TOOLS,
     MockFactory,
@@ -116,3 +118,25 @@ async def test_an_unsupported_request_never_reaches_the_provider(
     with pytest.raises(ProviderUnsupported, match=f"the {kind} wire cannot express a tool of type 'web_search'"):
         await collect(wire_client(mock, session, kind), chat(tools=[{"type": "web_search"}]))
     assert mock.stats.requests == 0
+
+
+async def test_no_answer_by_the_first_token_deadline_is_a_timeout(
+    mock_factory: MockFactory, session: aiohttp.ClientSession, kind: ProviderKind
+) -> None:
+    """The shared transport's deadline holds on each wire, and the request is abandoned upstream."""
+    mock = await mock_factory(hang_rate=1.0)
+    client = wire_client(mock, session, kind, first_token_timeout_s=0.3)
+    with pytest.raises(ProviderTimeout, match="first_token"):
+        await collect(client, chat())
+    await mock.stats.wait_for(lambda s: s.hung == 1 and s.in_flight == 0, what="the hung request to be let go")
+
+
+async def test_closing_the_stream_early_aborts_the_upstream_request(
+    mock_factory: MockFactory, session: aiohttp.ClientSession, kind: ProviderKind
+) -> None:
+    mock = await mock_factory(tokens=50, tps=100)
+    async with aclosing(wire_client(mock, session, kind).stream(chat())) as stream:
+        first = await anext(stream)
+    assert isinstance(first, TextDelta)
+    await mock.stats.wait_for(lambda s: s.aborted == 1 and s.in_flight == 0, what="the stream to be aborted")
+    assert mock.stats.completed == 0

@@ -1,7 +1,8 @@
 """Each new wire end to end: a real server whose only model (`[models.m]`) is served by a
 provider of kind `anthropic` or `openai-responses` pointing at the mock, over real HTTP. A chat
 turn streams the mock's text back; an agent run with tools walks the `tools` script (two
-commands, a question, the answer) through the wire's tool calls and tool results. The router,
+commands, a question, the answer) through the wire's tool calls and tool results; the OpenAI
+front door (chat completions and the Responses API) answers from the other wire. The router,
 kernel, runs and journal are the real ones: only the wire differs from the other tests."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from pathlib import Path
 
+import openai
 import pytest
 
 from agentos.client import AsyncClient
@@ -80,3 +82,18 @@ async def test_an_agent_run_with_tools_goes_through_the_wire(
     assert names[-1] == "run.completed" and run.status == "completed"
     assert upstream.stats.completed == 4  # run_command, run_command, ask_human, the answer
     assert (tmp_path / "data" / "workspaces" / run_id / "effects.log").read_text() == "step-1\nstep-2\n"
+
+
+async def test_the_openai_front_door_answers_through_the_wire(wired: RunningServer, upstream: MockServer) -> None:
+    """A client of the server's OpenAI door (chat completions, then the Responses API) asks for
+    model `m`; the answer comes over the other wire and back in OpenAI's shapes."""
+    async with openai.AsyncOpenAI(base_url=f"{wired.url}/v1", api_key="unused-on-loopback") as client:
+        stream = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True, stream_options={"include_usage": True}
+        )
+        chunks = [chunk async for chunk in stream]
+        response = await client.responses.create(model="m", input="hi")
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "tok tok tok "
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 3
+    assert response.status == "completed" and response.output_text == "tok tok tok "
+    assert upstream.stats.completed == 2

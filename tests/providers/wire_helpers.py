@@ -18,10 +18,18 @@ MockFactory = Callable[..., Awaitable[MockServer]]
 
 
 def route_to(
-    mock: MockServer, kind: ProviderKind, *, max_tokens: int = 0, api_key: str = MOCK_API_KEY, **params: Any
+    mock: MockServer,
+    kind: ProviderKind,
+    *,
+    max_tokens: int = 0,
+    api_key: str = MOCK_API_KEY,
+    first_token_timeout_s: float = 5.0,
+    **params: Any,
 ) -> Route:
     """A router target of `kind` on `mock`, with `params` as the target's parameters."""
-    provider = NamedProvider(kind=kind, url=mock.url, max_retries=0, first_token_timeout_s=5, idle_timeout_s=5)
+    provider = NamedProvider(
+        kind=kind, url=mock.url, max_retries=0, first_token_timeout_s=first_token_timeout_s, idle_timeout_s=5
+    )
     return Route(
         name=f"mock/{kind}",
         provider_name="mock",
