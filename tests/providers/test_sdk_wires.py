@@ -159,3 +159,27 @@ async def test_responses_incomplete_and_failed(mock_factory: MockFactory) -> Non
         failed = [event async for event in stream][-1]
     assert failed.type == "response.failed" and failed.response.error is not None
     assert failed.response.error.code == "server_error"
+
+
+async def test_whole_answers_without_stream(mock_factory: MockFactory) -> None:
+    """A request without `stream` gets the answer as one message / one response object."""
+    mock = await mock_factory(scenario="parallel", tokens=2)
+    async with anthropic_client(mock) as claude:
+        message = await claude.messages.create(
+            model="claude-mock", max_tokens=64, tools=ANTHROPIC_TOOLS, messages=[{"role": "user", "content": "go"}]
+        )
+        text = await claude.messages.create(
+            model="claude-mock", max_tokens=64, messages=[{"role": "user", "content": "x"}]
+        )
+    assert message.stop_reason == "tool_use" and [b.type for b in message.content] == ["tool_use", "tool_use"]
+    assert message.content[1].type == "tool_use"
+    assert message.content[1].input == {"command": ["sh", "-c", "echo step-2 >> effects.log; echo two"]}
+    assert text.content[0].type == "text" and text.content[0].text == "tok tok " and text.usage.output_tokens == 2
+    async with openai_client(mock) as client:
+        response = await client.responses.create(model="gpt-mock", input="go", tools=RESPONSES_TOOLS)
+        cut = await client.responses.create(model="gpt-mock", input="x", max_output_tokens=1)
+    assert [(item.type, getattr(item, "name", None)) for item in response.output] == [
+        ("function_call", "run_command"),
+        ("function_call", "run_command"),
+    ]
+    assert cut.status == "incomplete" and cut.output_text == "tok "

@@ -94,24 +94,39 @@ class MessageWriter:
         self._model = model
         self._open_block = False
 
-    def _start(self, ending: Ending) -> bytes:
+    def _message(self, ending: Ending, content: list[dict[str, Any]], *, done: bool) -> dict[str, Any]:
+        """The `message` object: as `message_start` opens it (no content, no stop reason, one
+        output token so far), or `done`, as a whole answer."""
         usage = {
             "input_tokens": ending.input_tokens,
             "cache_creation_input_tokens": ending.cache_write,
             "cache_read_input_tokens": ending.cache_read,
-            "output_tokens": 1,
+            "output_tokens": ending.completion_tokens if done else 1,
         }
-        message: dict[str, Any] = {
+        return {
             "id": self._message_id,
             "type": "message",
             "role": "assistant",
             "model": self._model,
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
+            "content": content,
+            "stop_reason": STOP_REASONS[ending.finish] if done else None,
+            "stop_sequence": ending.stop_sequence if done else None,
             "usage": usage,
         }
-        return event("message_start", {"message": message}) + event("ping", {})
+
+    def _start(self, ending: Ending) -> bytes:
+        return event("message_start", {"message": self._message(ending, [], done=False)}) + event("ping", {})
+
+    def whole(self, plan: AnswerPlan, ending: Ending) -> dict[str, Any]:
+        """The answer as one `message` (a request without `stream`)."""
+        if plan.calls:
+            content = [
+                {"type": "tool_use", "id": c.call_id, "name": c.name, "input": msgspec.json.decode(c.arguments)}
+                for c in plan.calls
+            ]
+        else:
+            content = [{"type": "text", "text": "".join(text_pieces(plan))}]
+        return self._message(ending, content, done=True)
 
     def frames(self, plan: AnswerPlan, opening: Ending) -> list[bytes]:
         """The content's frames, the first led by `message_start` (with `opening`'s usage)."""

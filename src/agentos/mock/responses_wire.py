@@ -126,26 +126,31 @@ class ResponseWriter:
         return frames
 
     def closing(self, ending: Ending) -> bytes:
+        response = self.whole(self._plan, ending)
+        head = b""
+        if not self._plan.calls:
+            item = response["output"][0]
+            head = self._text_done(item["content"][0]["text"], item)
+        return head + self._events.event(f"response.{response['status']}", response=response)
+
+    def whole(self, plan: AnswerPlan, ending: Ending) -> dict[str, Any]:
+        """The answer as one `response` object (`completed`, or `incomplete` at the token limit)."""
         status = "incomplete" if ending.finish == "length" else "completed"
         usage = {
             "prompt_tokens": ending.prompt_tokens,
             "completion_tokens": ending.completion_tokens,
             "cache_read_tokens": ending.cache_read,
         }
-        if self._plan.calls:
-            output = [_call_item(self._rid, i, c, "completed", c.arguments) for i, c in enumerate(self._plan.calls)]
-            head = b""
+        if plan.calls:
+            output = [_call_item(self._rid, i, c, "completed", c.arguments) for i, c in enumerate(plan.calls)]
         else:
-            text = "".join(text_pieces(self._plan))
-            output = [message_item(self._rid, status, text)]
-            head = self._text_done(text, output[0])
+            output = [message_item(self._rid, status, "".join(text_pieces(plan)))]
         response = response_object(
             self._rid, self._start["created_at"], self._start["model"], status, None, usage=usage, output=output
         )
         if status == "incomplete":
             response["incomplete_details"] = {"reason": "max_output_tokens"}
-            return head + self._events.event("response.incomplete", response=response)
-        return head + self._events.event("response.completed", response=response)
+        return response
 
     def _text_done(self, text: str, item: dict[str, Any]) -> bytes:
         part = {"item_id": item_id(self._rid), "output_index": 0, "content_index": 0}

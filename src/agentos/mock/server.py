@@ -48,7 +48,7 @@ from agentos.mock.settings import Fault, MockSettings, MockStats, decide_fault
 # Settings and stats live in mock/settings.py; the server is where callers meet them.
 __all__ = ["MOCK_KEY", "MockServer", "MockSettings", "MockStats", "create_mock_app", "decide_fault", "start_mock"]
 from agentos.mock.embeddings import EmbeddingsMock
-from agentos.mock.wire import Asked, ChunkWriter, Ending, Finish, StreamWriter, completion_body
+from agentos.mock.wire import Asked, ChunkWriter, Ending, Finish, StreamWriter
 
 # Each wire's answer to a fault: its HTTP status and its error code (OpenAI) or type (Anthropic).
 Faults = dict[str, tuple[int, str]]
@@ -56,13 +56,11 @@ _OPENAI_FAULTS: Faults = {
     "rate_limit": (429, "rate_limit_exceeded"),
     "error": (500, "server_error"),
     "timeout": (504, "timeout"),
-    "invalid": (400, "invalid_request_error"),
 }
 _ANTHROPIC_FAULTS: Faults = {
     "rate_limit": (429, "rate_limit_error"),
     "error": (529, "overloaded_error"),  # what an Anthropic outage looks like
     "timeout": (504, "api_error"),
-    "invalid": (400, "invalid_request_error"),
 }
 
 
@@ -174,19 +172,17 @@ class _MockApp:
         if dialect.reports_limits and asked.stop is not None and not plan.calls:
             plan = AnswerPlan(tokens=1)  # the first token "meets" the stop sequence
         ending = self._ending(asked, plan, dialect)
+        answer_id = self._next_id(dialect.id_prefix)
         if asked.stream:
-            writer = dialect.writer(self._next_id(dialect.id_prefix), int(time.time()), asked.model or MOCK_MODEL)
+            writer = dialect.writer(answer_id, int(time.time()), asked.model or MOCK_MODEL)
             return await self._stream(request, writer, plan, ending, asked.messages, started)
-        if dialect is not _CHAT:
-            return dialect.error("invalid", "mock: only streamed requests are answered here")
         try:
             await _sleep_until(started + self._answer_s(plan.tokens))
         except asyncio.CancelledError:
             self._count_abort()
             raise
         self._completed(asked.messages)
-        created, completion_id = int(time.time()), self._next_id(dialect.id_prefix)
-        return _json(completion_body(completion_id, created, _model(body), plan, ending.prompt_tokens))
+        return _json(dialect.writer(answer_id, int(time.time()), _model(body)).whole(plan, ending))
 
     def _ending(self, asked: Asked, plan: AnswerPlan, dialect: _Wire) -> Ending:
         """The finish and usage: input tokens split into cache reads or writes where the

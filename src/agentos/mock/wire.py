@@ -119,6 +119,9 @@ class ChunkWriter:
         """The last chunk and `[DONE]`, one write: a syscall fewer per stream."""
         return self.final(ending.finish, usage(ending.prompt_tokens, ending.completion_tokens)) + DONE
 
+    def whole(self, plan: AnswerPlan, ending: Ending) -> dict[str, Any]:
+        return completion_body(self._head[0], self._head[1], self._head[2], plan, ending.prompt_tokens)
+
     def failure(self) -> bytes:
         """An error in the stream: an `error` chunk, and no finish nor `[DONE]` after it."""
         return sse_data({"error": {"message": "mock: injected failure in the stream", "type": "server_error"}})
@@ -141,6 +144,9 @@ class StreamWriter(Protocol):
 
     def failure(self) -> bytes:
         """A failure in the stream, after which nothing more is sent."""
+
+    def whole(self, plan: AnswerPlan, ending: Ending) -> dict[str, Any]:
+        """The same answer whole, as JSON (a request that does not ask for a stream)."""
 
 
 def read_request(body: dict[str, Any]) -> Asked:
