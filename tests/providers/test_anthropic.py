@@ -7,6 +7,8 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
+from agentos.config import settings_from_dict
+from agentos.config.provider import routes
 from agentos.errors import ProviderHTTPError, ProviderUnsupported
 from agentos.providers.anthropic import request_body
 from agentos.providers.base import ChatRequest
@@ -138,3 +140,20 @@ async def test_without_a_key_the_api_answers_401(mock_factory: MockFactory, sess
     with pytest.raises(ProviderHTTPError) as raised:
         await collect(wire_client(mock, session, "anthropic", api_key=""), chat())
     assert raised.value.status_code == 401 and not raised.value.retryable
+
+
+def test_an_anthropic_target_without_max_tokens_asks_for_4096() -> None:
+    """The Messages API requires max_tokens: the route carries the default, so the router's
+    budget reservation counts it as the call's worst case; other kinds leave it to the provider."""
+    settings = settings_from_dict(
+        {
+            "providers": {
+                "a": {"kind": "anthropic", "url": "http://127.0.0.1:9/v1"},
+                "r": {"kind": "openai-responses", "url": "http://127.0.0.1:9/v1"},
+                "capped": {"kind": "anthropic", "url": "http://127.0.0.1:9/v1", "max_tokens": 100},
+            },
+            "models": {"m": {"targets": [{"provider": p, "model": "x"} for p in ("a", "r", "capped")]}},
+        }
+    )
+    table, _ = routes(settings.provider, settings.providers, settings.models, settings.routing)
+    assert [route.max_tokens for route in table["m"]] == [4096, 0, 100]

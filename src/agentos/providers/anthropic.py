@@ -10,7 +10,8 @@ The request is translated from the normalized one (OpenAI chat messages and tool
   one user message, as the API requires;
 - OpenAI `tools` (`{"type": "function", "function": {...}}`) become `{name, description,
   input_schema}`; any other tool type is refused;
-- `max_tokens` is required: the request's, else the target's, else 4096;
+- `max_tokens` is required: the request's, else the target's or its provider's, else 4096
+  (`agentos.config.provider.routes` resolves that last default, so budgets reserve it too);
 - the target's `params` are merged as they are (they are Anthropic's: `temperature`,
   `stop_sequences`, `metadata`, ...), but for `cache_prompt` (ours, see below) and `n` (refused
   above 1: the API answers one message).
@@ -35,13 +36,13 @@ from typing import Any
 import msgspec
 
 from agentos.config import Route
+from agentos.config.provider import ANTHROPIC_DEFAULT_MAX_TOKENS
 from agentos.errors import ProviderProtocolError, ProviderUnsupported
 from agentos.providers.base import ChatRequest, Completion, Message, Usage
 from agentos.providers.translation import TEXT_PARTS, function_of, merged_params, stream_error, tool_calls
 from agentos.providers.transport import WireClient
 
 WIRE = "anthropic"
-DEFAULT_MAX_TOKENS = 4096
 CACHE_PROMPT = "cache_prompt"  # the target param that marks the system prompt and the last tool
 EPHEMERAL = {"type": "ephemeral"}
 STOP_REASONS = {
@@ -326,7 +327,7 @@ class AnthropicProvider(WireClient[_Event]):
         return headers
 
     def body(self, request: ChatRequest) -> bytes:
-        max_tokens = self.max_tokens or DEFAULT_MAX_TOKENS
+        max_tokens = self.max_tokens or ANTHROPIC_DEFAULT_MAX_TOKENS  # a route built by hand
         return _encode(request_body(request, request.model or self.model, max_tokens, self.params))
 
     def decode(self, data: str) -> _Event:
