@@ -18,6 +18,7 @@ Usage::
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -47,6 +48,8 @@ from agentos.sandbox.metrics import SandboxCollector
 from agentos.store.base import Store
 from agentos.store.memory import MemoryStore
 from agentos.store.sqlite import SQLiteStore
+from agentos.telemetry import NO_TRACING, Tracing
+from agentos.telemetry.opening import open_tracing
 from agentos.tenancy.pepper import load_pepper
 from agentos.tenancy.quotas import Quotas
 from agentos.tenancy.registry import TenantRegistry
@@ -74,6 +77,7 @@ class Services:
     triggers: TriggerService
     link: Link | None = None  # Redis, when coordination.redis_url is set
     bus: Bus | None = None  # pub/sub between nodes over that Redis
+    tracing: Tracing = NO_TRACING  # traces over OTLP ([telemetry]); off: no OpenTelemetry loaded
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Refuse new turns and runs; let running turns finish (bounded), then cancel the rest."""
@@ -93,6 +97,8 @@ class Services:
                 await holds.close()
         await self.provider.aclose()
         await self.store.close()
+        if self.tracing.on:  # the last spans out, in a thread: a slow collector must not block the loop
+            await asyncio.to_thread(self.tracing.shutdown)
         await self.tenants.close()
         if self.bus is not None:
             await self.bus.close()
@@ -125,6 +131,7 @@ async def open_services(
     """
     settings = resolve_paths(settings)  # once, here: every part below gets the same absolute paths
     metrics = metrics or Metrics()
+    tracing = open_tracing(settings.telemetry, node=node_id())
     if provider is None and not (settings.provider.url or settings.providers):
         raise ConfigError("provider.url: no provider configured")
     tenants = await open_tenants(settings, now_ms)
@@ -147,7 +154,7 @@ async def open_services(
         quotas = await _seeded_quotas(store, wall_clock or WallClock(), link)
         if provider is None:
             share = None if bus is None else BusBreakerShare(bus, node_id())  # breakers, cluster-wide
-            provider = open_router(settings, clock or MonotonicClock(), share=share)
+            provider = open_router(settings, clock or MonotonicClock(), share=share, tracing=tracing)
             if share is not None:
                 await share.start(provider.breakers)
             metrics.registry.register(RouterCollector(provider))
@@ -197,14 +204,37 @@ async def open_services(
         await _close_link(link)
         await tenants.close()
         raise
-    runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs, bus=bus, on_usage=quotas.add_tokens)
+    runtime = Runtime(
+        settings,
+        store,
+        provider,
+        metrics,
+        driver=driver,
+        runs=runs,
+        bus=bus,
+        on_usage=quotas.add_tokens,
+        tracing=tracing,
+    )
     await runtime.start()
     runtime.start_lag_probe()
     await runtime.streams.start()
     if driver.cluster is not None:
         await driver.cluster.start()  # its heartbeat; last, so a failed start-up leaves no task behind
     return Services(
-        settings, metrics, store, provider, driver, runs, runtime, tenants, quotas, knowledge, triggers, link, bus
+        settings,
+        metrics,
+        store,
+        provider,
+        driver,
+        runs,
+        runtime,
+        tenants,
+        quotas,
+        knowledge,
+        triggers,
+        link,
+        bus,
+        tracing,
     )
 
 

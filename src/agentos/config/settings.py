@@ -35,6 +35,7 @@ from agentos.config.security import SandboxConfig, SecurityConfig
 from agentos.config.server import ServerConfig, check_server
 from agentos.config.sources import InvalidSetting, Sources, from_validation_error
 from agentos.config.store import CoordinationConfig, StoreConfig
+from agentos.config.telemetry import TelemetryConfig
 from agentos.config.tenants import TenantLimits
 from agentos.errors import ConfigError
 
@@ -97,6 +98,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     knowledge: KnowledgeConfig = msgspec.field(default_factory=KnowledgeConfig)
     triggers: TriggersConfig = msgspec.field(default_factory=TriggersConfig)
     memory: MemoryConfig = msgspec.field(default_factory=MemoryConfig)
+    telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
     agents: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
 
     @property
@@ -146,6 +148,7 @@ _SECTIONS = (
     "triggers",
     "memory",
     "routing",
+    "telemetry",
 )
 
 

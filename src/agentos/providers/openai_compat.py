@@ -127,7 +127,7 @@ class OpenAICompatProvider:
         return _encode(body)
 
     async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamItem, None]:
-        upstream = await self._upstream.open(self._body(request), retry=request.retry)
+        upstream = await self._upstream.open(self._body(request), retry=request.retry, headers=request.headers)
         watchdog = upstream.watchdog
         text: list[str] = []
         tools = _ToolCallAccumulator()

@@ -226,8 +226,9 @@ class Upstream:
         self._timeouts = timeouts
         self._retries = retries
 
-    async def open(self, body: bytes, *, retry: bool = True) -> OpenStream:
-        """POST `body` and return the stream once its answer's headers are in.
+    async def open(self, body: bytes, *, retry: bool = True, headers: dict[str, str] | None = None) -> OpenStream:
+        """POST `body` and return the stream once its answer's headers are in; `headers` are
+        sent beside the endpoint's own (the trace context).
 
         Raises:
             ProviderTimeout: no answer before the first-token deadline.
@@ -238,21 +239,22 @@ class Upstream:
         start = loop.time()
         total_deadline = start + self._timeouts.total_timeout_s
         first_deadline = min(start + self._timeouts.first_token_timeout_s, total_deadline)
+        sent = self._headers if not headers else {**self._headers, **headers}
         try:
             async with asyncio.timeout_at(first_deadline):
                 if retry:
-                    response = await self._retries.call(lambda: self._post(body))
+                    response = await self._retries.call(lambda: self._post(body, sent))
                 else:
-                    response = await self._post(body)
+                    response = await self._post(body, sent)
         except TimeoutError:
             raise ProviderTimeout("provider first_token timeout (no response)") from None
         idle_s = self._timeouts.idle_timeout_s
         watchdog = Watchdog(loop, response, first_deadline, idle_s=idle_s, total_deadline=total_deadline)
         return OpenStream(response, watchdog)
 
-    async def _post(self, body: bytes) -> aiohttp.ClientResponse:
+    async def _post(self, body: bytes, headers: Mapping[str, str]) -> aiohttp.ClientResponse:
         with connection_errors():
-            response = await self._session.post(self._url, data=body, headers=self._headers)
+            response = await self._session.post(self._url, data=body, headers=headers)
         if response.status >= 400:
             raise await http_error(response)
         return response
@@ -374,7 +376,7 @@ class WireClient(Generic[E]):
             await self._session.close()
 
     async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamItem, None]:
-        stream = await self._upstream.open(self.body(request), retry=request.retry)
+        stream = await self._upstream.open(self.body(request), retry=request.retry, headers=request.headers)
         watchdog = stream.watchdog
         answer = self.answer()
         with stream.guard():
