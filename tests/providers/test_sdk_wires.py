@@ -183,3 +183,18 @@ async def test_whole_answers_without_stream(mock_factory: MockFactory) -> None:
         ("function_call", "run_command"),
     ]
     assert cut.status == "incomplete" and cut.output_text == "tok "
+
+
+async def test_anthropic_error_event_in_the_stream(mock_factory: MockFactory) -> None:
+    """An overload reported inside the stream (after `message_start`) is an error the SDK raises."""
+    mock = await mock_factory(stream_error_after=0)
+    async with anthropic_client(mock) as client:
+        stream = await client.messages.create(
+            model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        seen: list[str] = []
+        with pytest.raises(anthropic.APIStatusError) as raised:
+            async for event in stream:
+                seen.append(event.type)
+    assert seen == ["message_start"]  # the SDK passes pings over
+    assert isinstance(raised.value.body, dict) and raised.value.body["error"]["type"] == "overloaded_error"

@@ -93,6 +93,7 @@ class MessageWriter:
         self._message_id = message_id
         self._model = model
         self._open_block = False
+        self._opening = Ending(finish="stop", input_tokens=0, completion_tokens=0)
 
     def _message(self, ending: Ending, content: list[dict[str, Any]], *, done: bool) -> dict[str, Any]:
         """The `message` object: as `message_start` opens it (no content, no stop reason, one
@@ -130,6 +131,7 @@ class MessageWriter:
 
     def frames(self, plan: AnswerPlan, opening: Ending) -> list[bytes]:
         """The content's frames, the first led by `message_start` (with `opening`'s usage)."""
+        self._opening = opening
         frames = self._tool_frames(plan) if plan.calls else self._text_frames(plan)
         frames[0] = self._start(opening) + frames[0]
         return frames
@@ -161,5 +163,7 @@ class MessageWriter:
         usage = {"output_tokens": ending.completion_tokens}
         return stop + event("message_delta", {"delta": delta, "usage": usage}) + event("message_stop", {})
 
-    def failure(self) -> bytes:
-        return event("error", error_body("overloaded_error", "mock: injected overload in the stream"))
+    def failure(self, sent: int) -> bytes:
+        """An `error` event (overloaded), after `message_start` as the service sends it."""
+        start = self._start(self._opening) if sent == 0 else b""
+        return start + event("error", error_body("overloaded_error", "mock: injected overload in the stream"))

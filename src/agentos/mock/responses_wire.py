@@ -162,7 +162,12 @@ class ResponseWriter:
             )
         )
 
-    def failure(self) -> bytes:
+    def failure(self, sent: int) -> bytes:
+        """`response.failed`, after `response.created` and `.in_progress` as the service sends them."""
+        head = b""
+        if sent == 0:
+            head = self._events.event("response.created", response=self._start)
+            head += self._events.event("response.in_progress", response=self._start)
         error = {"code": "server_error", "message": "mock: injected failure in the stream"}
         failed = self._start | {"status": "failed", "error": error}
-        return self._events.event("response.failed", response=failed)
+        return head + self._events.event("response.failed", response=failed)

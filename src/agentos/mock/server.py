@@ -253,7 +253,7 @@ class _MockApp:
                 await self._write_answer(response, frames[:cut], started)
                 self.stats.errors_injected += 1
                 self.metrics.requests.labels("error").inc()
-                await response.write(writer.failure())
+                await response.write(writer.failure(cut))
                 return response
             await self._write_answer(response, frames, started)
             await response.write(writer.closing(ending))  # one write: a syscall fewer per stream

@@ -122,8 +122,9 @@ class ChunkWriter:
     def whole(self, plan: AnswerPlan, ending: Ending) -> dict[str, Any]:
         return completion_body(self._head[0], self._head[1], self._head[2], plan, ending.prompt_tokens)
 
-    def failure(self) -> bytes:
+    def failure(self, sent: int) -> bytes:
         """An error in the stream: an `error` chunk, and no finish nor `[DONE]` after it."""
+        del sent  # the same whatever went before
         return sse_data({"error": {"message": "mock: injected failure in the stream", "type": "server_error"}})
 
     def final(self, finish: str, usage: dict[str, int]) -> bytes:
@@ -142,8 +143,8 @@ class StreamWriter(Protocol):
     def closing(self, ending: Ending) -> bytes:
         """What follows the content: the finish and the usage."""
 
-    def failure(self) -> bytes:
-        """A failure in the stream, after which nothing more is sent."""
+    def failure(self, sent: int) -> bytes:
+        """A failure in the stream after `sent` content frames; nothing more is sent after it."""
 
     def whole(self, plan: AnswerPlan, ending: Ending) -> dict[str, Any]:
         """The same answer whole, as JSON (a request that does not ask for a stream)."""
