@@ -140,3 +140,14 @@ async def test_closing_the_stream_early_aborts_the_upstream_request(
     assert isinstance(first, TextDelta)
     await mock.stats.wait_for(lambda s: s.aborted == 1 and s.in_flight == 0, what="the stream to be aborted")
     assert mock.stats.completed == 0
+
+
+async def test_a_mid_stream_failure_switched_on_while_running(
+    mock_factory: MockFactory, session: aiohttp.ClientSession, kind: ProviderKind
+) -> None:
+    """`POST /faults {"stream_error_after": 1}` (the fault campaign's switch) cuts the next answers."""
+    mock = await mock_factory()
+    async with session.post(f"{mock.url.removesuffix('/v1')}/faults", json={"stream_error_after": 1}) as response:
+        assert response.status == 200 and (await response.json())["stream_error_after"] == 1
+    deltas, error = await deltas_before_failure(wire_client(mock, session, kind), chat())
+    assert deltas == ["tok "] and isinstance(error, ProviderProtocolError)

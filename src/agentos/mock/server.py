@@ -94,7 +94,8 @@ _RESPONSES = _Wire(
 )
 
 MOCK_MODEL = "mock-1"
-_SWITCHABLE = frozenset({"error_rate", "hang_rate", "fail_every", "retry_after_s", "ttft_ms"})
+_SWITCHABLE = frozenset({"error_rate", "hang_rate", "fail_every", "retry_after_s", "ttft_ms", "stream_error_after"})
+_INT_FAULTS = frozenset({"fail_every", "stream_error_after"})
 _MAX_HANG_S = 600.0  # a hung request is released after this even if the client stays
 _HANG_POLL_S = 0.05
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -313,7 +314,8 @@ class _MockApp:
 
     def set_faults(self, **changes: float) -> MockSettings:
         """Change the fault settings (`error_rate`, `hang_rate`, `fail_every`, `retry_after_s`,
-        `ttft_ms`) of a running mock: what a fault campaign switches on and off mid-run.
+        `ttft_ms`, `stream_error_after`) of a running mock: what a fault campaign switches on and off
+        mid-run.
 
         Raises: ConfigError (MockSettings' own check) for an unknown or invalid value."""
         unknown = set(changes) - _SWITCHABLE
@@ -325,7 +327,7 @@ class _MockApp:
     async def post_faults(self, request: web.Request) -> web.Response:
         body = await _read_json(request)
         try:
-            settings = self.set_faults(**{k: float(v) if k != "fail_every" else int(v) for k, v in body.items()})
+            settings = self.set_faults(**{k: int(v) if k in _INT_FAULTS else float(v) for k, v in body.items()})
         except (ConfigError, TypeError, ValueError) as exc:
             return _json(wire.error_body("invalid_faults", str(exc)), status=400)
         return _json({name: getattr(settings, name) for name in sorted(_SWITCHABLE)})

@@ -42,6 +42,7 @@ class MockSettings:
             (0 <= self.hang_rate <= 1, "hang_rate must be within [0, 1]"),
             (self.fail_every >= 0, "fail_every must be >= 0"),
             (self.retry_after_s >= 0, "retry_after_s must be >= 0"),
+            (self.stream_error_after >= -1, "stream_error_after must be >= -1 (-1: never)"),
             (self.scenario in _SCENARIOS, "scenario must be one of " + ", ".join(_SCENARIOS)),
         )
         problems = [message for ok, message in checks if not ok]
