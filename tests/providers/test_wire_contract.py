@@ -4,7 +4,8 @@ tool results read back, `length` at the token limit, errors before the first tok
 (the router falls back) and after it final, and a request the wire cannot express refused before
 anything is sent; the shared transport's first-token deadline and an early close. What differs
 per wire (the request's shape, cache tokens, headers) is in test_anthropic.py and
-test_openai_responses.py."""
+test_openai_responses.py; every documented ending, the scripted ones and the others (a refusal,
+a content filter), maps to its OpenAI finish reason."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 from agentos.config.provider import ProviderKind
 from agentos.errors import ProviderHTTPError, ProviderProtocolError, ProviderTimeout, ProviderUnsupported
 from agentos.providers.base import ChatRequest, TextDelta
+from agentos.providers.transport import WireClient
 from tests.providers.wire_helpers import (
     AGENT_TOOLS,
     MockFactory,
@@ -28,9 +30,10 @@ from tests.providers.wire_helpers import (
 
 # Per wire: the HTTP status of an injected error (Anthropic's is its 529 overloaded_error).
 INJECTED_STATUS = {"anthropic": 529, "openai-responses": 500}
-pytestmark = pytest.mark.parametrize("kind", ["anthropic", "openai-responses"])
+both_wires = pytest.mark.parametrize("kind", ["anthropic", "openai-responses"])
 
 
+@both_wires
 async def test_text_streams_as_deltas_then_one_completion(
     mock_factory: MockFactory, session: aiohttp.ClientSession, kind: ProviderKind
 ) -> None:
@@ -41,6 +44,7 @@ async def test_text_streams_as_deltas_then_one_completion(
     assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (2, 4)
 
 
+@both_wires
 async def test_parallel_tool_calls_come_back_whole(
     mock_factory: MockFactory, session: aiohttp.ClientSession, kind: ProviderKind
 ) -> None:
@@ -53,6 +57,7 @@ async def test_parallel_tool_calls_come_back_whole(
     ]
 
 
+@both_wires
 async def test_tool_results_go_back(
     mock_factory: MockFactory, session: aiohttp.ClientSession, kind: ProviderKind
 ) -> None:
@@ -73,6 +78,7 @@ async def test_tool_results_go_back(
     assert [c.name for c in completion.tool_calls] == ["ask_human"]
 
 
+@both_wires
 async def test_the_token_limit_is_length(
     mock_factory: MockFactory, session: aiohttp.ClientSession, kind: ProviderKind
 ) -> None:
@@ -81,6 +87,7 @@ async def test_the_token_limit_is_length(
     assert (deltas, cut.finish_reason, cut.usage.completion_tokens) == (["tok "] * 2, "length", 2)
 
 
+@both_wires
 @pytest.mark.parametrize("fault", ["fail_every", "error_rate"])
 async def test_refused_requests_are_retryable_http_errors(
     mock_factory: MockFactory, session: aiohttp.ClientSession, kind: ProviderKind, fault: str
@@ -93,6 +100,7 @@ async def test_refused_requests_are_retryable_http_errors(
     assert raised.value.retry_after_s == (3.0 if status == 429 else None)
 
 
+@both_wires
 async def test_an_error_event_before_the_first_token_is_retryable(
     mock_factory: MockFactory, session: aiohttp.ClientSession, kind: ProviderKind
 ) -> None:
@@ -102,6 +110,7 @@ async def test_an_error_event_before_the_first_token_is_retryable(
     assert isinstance(error, ProviderHTTPError) and error.status_code == INJECTED_STATUS[kind] and error.retryable
 
 
+@both_wires
 async def test_an_error_event_after_the_first_token_ends_the_stream(
     mock_factory: MockFactory, session: aiohttp.ClientSession, kind: ProviderKind
 ) -> None:
@@ -111,6 +120,7 @@ async def test_an_error_event_after_the_first_token_ends_the_stream(
     assert isinstance(error, ProviderProtocolError) and not error.retryable
 
 
+@both_wires
 async def test_an_unsupported_request_never_reaches_the_provider(
     mock_factory: MockFactory, session: aiohttp.ClientSession, kind: ProviderKind
 ) -> None:
@@ -120,6 +130,7 @@ async def test_an_unsupported_request_never_reaches_the_provider(
     assert mock.stats.requests == 0
 
 
+@both_wires
 async def test_no_answer_by_the_first_token_deadline_is_a_timeout(
     mock_factory: MockFactory, session: aiohttp.ClientSession, kind: ProviderKind
 ) -> None:
@@ -131,6 +142,7 @@ async def test_no_answer_by_the_first_token_deadline_is_a_timeout(
     await mock.stats.wait_for(lambda s: s.hung == 1 and s.in_flight == 0, what="the hung request to be let go")
 
 
+@both_wires
 async def test_closing_the_stream_early_aborts_the_upstream_request(
     mock_factory: MockFactory, session: aiohttp.ClientSession, kind: ProviderKind
 ) -> None:
@@ -142,6 +154,7 @@ async def test_closing_the_stream_early_aborts_the_upstream_request(
     assert mock.stats.completed == 0
 
 
+@both_wires
 async def test_a_mid_stream_failure_switched_on_while_running(
     mock_factory: MockFactory, session: aiohttp.ClientSession, kind: ProviderKind
 ) -> None:
@@ -151,3 +164,38 @@ async def test_a_mid_stream_failure_switched_on_while_running(
         assert response.status == 200 and (await response.json())["stream_error_after"] == 1
     deltas, error = await deltas_before_failure(wire_client(mock, session, kind), chat())
     assert deltas == ["tok "] and isinstance(error, ProviderProtocolError)
+
+
+def _ending_events(kind: ProviderKind, reason: str) -> list[str]:
+    """The last events of an answer that ended for `reason`, as the wire sends them."""
+    if kind == "anthropic":
+        delta = f'{{"type":"message_delta","delta":{{"stop_reason":"{reason}"}},"usage":{{"output_tokens":1}}}}'
+        return [delta, '{"type":"message_stop"}']
+    if reason == "completed":
+        return ['{"type":"response.completed","response":{"usage":{"input_tokens":1,"output_tokens":1}}}']
+    return [f'{{"type":"response.incomplete","response":{{"incomplete_details":{{"reason":"{reason}"}}}}}}']
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason", "finish"),
+    [
+        ("anthropic", "end_turn", "stop"),
+        ("anthropic", "stop_sequence", "stop"),
+        ("anthropic", "max_tokens", "length"),
+        ("anthropic", "refusal", "content_filter"),
+        ("openai-responses", "completed", "stop"),
+        ("openai-responses", "max_output_tokens", "length"),
+        ("openai-responses", "content_filter", "content_filter"),
+    ],
+)
+async def test_every_ending_maps_to_an_openai_finish_reason(
+    mock_factory: MockFactory, session: aiohttp.ClientSession, kind: ProviderKind, reason: str, finish: str
+) -> None:
+    """The endings the mock does not script (a refusal, a content filter), read by the wire
+    client's own decoder from the events as the services document them."""
+    client = wire_client(await mock_factory(), session, kind)
+    assert isinstance(client, WireClient)
+    answer = client.answer()
+    for data in _ending_events(kind, reason):
+        answer.apply(client.decode(data))
+    assert answer.completion().finish_reason == finish
