@@ -55,12 +55,16 @@ def read_request(body: dict[str, Any]) -> Asked:
     return Asked(
         messages=messages,
         tools=tools,
-        max_tokens=body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else None,
+        max_tokens=_positive(body.get("max_tokens")),
         stream=bool(body.get("stream")),
         model=str(body.get("model") or ""),
         stop=str(stops[0]) if isinstance(stops, list) and stops else None,
         cache_prefix=_cache_prefix(body),
     )
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def _cache_prefix(body: dict[str, Any]) -> tuple[bytes, int] | None:

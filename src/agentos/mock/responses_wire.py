@@ -47,7 +47,7 @@ def read_request(body: dict[str, Any]) -> Asked:
     return Asked(
         messages=messages,
         tools=tools,
-        max_tokens=limit if isinstance(limit, int) else None,
+        max_tokens=limit if isinstance(limit, int) and limit > 0 else None,
         stream=bool(body.get("stream")),
         model=str(body.get("model") or ""),
         cache_prefix=_cache_prefix(messages),

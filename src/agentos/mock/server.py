@@ -96,6 +96,7 @@ _RESPONSES = _Wire(
 MOCK_MODEL = "mock-1"
 _SWITCHABLE = frozenset({"error_rate", "hang_rate", "fail_every", "retry_after_s", "ttft_ms", "stream_error_after"})
 _INT_FAULTS = frozenset({"fail_every", "stream_error_after"})
+_MAX_CACHED_PREFIXES = 100_000
 _MAX_HANG_S = 600.0  # a hung request is released after this even if the client stays
 _HANG_POLL_S = 0.05
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -203,6 +204,8 @@ class _MockApp:
                 read = words
             elif dialect.writes_cache:
                 write = words
+            if len(self._cache) >= _MAX_CACHED_PREFIXES:
+                self._cache.clear()  # a long bench run: forget rather than grow without end
             self._cache.add(key)
         stop = asked.stop if finish == "stop_sequence" else None
         return Ending(
