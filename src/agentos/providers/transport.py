@@ -293,7 +293,8 @@ class OpenStream:
         try:
             yield
         except aiohttp.ClientError as exc:
-            self.check_timeout()
+            if self.watchdog.fired:
+                raise ProviderTimeout(f"provider {self.watchdog.phase} timeout") from None
             raise ProviderProtocolError(f"provider stream broke: {exc.__class__.__name__}") from None
         finally:
             self.watchdog.cancel()
