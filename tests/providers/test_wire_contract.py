@@ -143,6 +143,17 @@ async def test_no_answer_by_the_first_token_deadline_is_a_timeout(
 
 
 @both_wires
+async def test_a_stream_that_stalls_after_its_first_token_is_an_idle_timeout(
+    mock_factory: MockFactory, session: aiohttp.ClientSession, kind: ProviderKind
+) -> None:
+    mock = await mock_factory(tokens=3, tps=2)  # half a second between tokens
+    deltas, error = await deltas_before_failure(wire_client(mock, session, kind, idle_timeout_s=0.2), chat())
+    assert deltas == ["tok "]
+    assert isinstance(error, ProviderTimeout) and "idle" in str(error)
+    await mock.stats.wait_for(lambda s: s.aborted == 1 and s.in_flight == 0, what="the stalled stream to be aborted")
+
+
+@both_wires
 async def test_closing_the_stream_early_aborts_the_upstream_request(
     mock_factory: MockFactory, session: aiohttp.ClientSession, kind: ProviderKind
 ) -> None:

@@ -24,11 +24,16 @@ def route_to(
     max_tokens: int = 0,
     api_key: str = MOCK_API_KEY,
     first_token_timeout_s: float = 5.0,
+    idle_timeout_s: float = 5.0,
     **params: Any,
 ) -> Route:
     """A router target of `kind` on `mock`, with `params` as the target's parameters."""
     provider = NamedProvider(
-        kind=kind, url=mock.url, max_retries=0, first_token_timeout_s=first_token_timeout_s, idle_timeout_s=5
+        kind=kind,
+        url=mock.url,
+        max_retries=0,
+        first_token_timeout_s=first_token_timeout_s,
+        idle_timeout_s=idle_timeout_s,
     )
     return Route(
         name=f"mock/{kind}",
