@@ -16,13 +16,14 @@ from aiohttp import web
 from agentos.api import openai_run
 from agentos.api.keys import RUNTIME
 from agentos.api.openai_errors import BAD_BODY, TURN_ERRORS, openai_error
-from agentos.api.openai_responses_wire import EventWriter, parse_response_id, response_id, response_object
+from agentos.api.openai_responses_wire import parse_response_id, response_id
 from agentos.api.openai_turns import InvalidParam, TurnPlan, open_turn, plan_turn, resolve_model
 from agentos.api.openai_wire import ChatMessage, ResponseCreate
 from agentos.api.routes import Schema, json, nullable, operation
 from agentos.api.sessions import json_response
 from agentos.clock import wall_ms
 from agentos.errors import Conflict, NotFound
+from agentos.providers.responses_wire import EventWriter, response_object
 from agentos.store.base import Store
 from agentos.store.records import MessageRecord
 from agentos.tenancy.principal import Scope, require

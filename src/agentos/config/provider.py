@@ -51,6 +51,7 @@ class MockConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
 
 ProviderKind = Literal["openai", "openai-responses", "anthropic"]
+ANTHROPIC_DEFAULT_MAX_TOKENS = 4096  # the Messages API requires max_tokens
 Name = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")]
 
 
@@ -160,6 +161,13 @@ def provider_key(name: str, provider: NamedProvider) -> str:
     return provider.api_key
 
 
+def _default_max_tokens(provider: NamedProvider) -> int:
+    """What a target asks for when neither it nor its provider sets `max_tokens`: the Messages
+    API requires a limit, so an `anthropic` target's is explicit (and the budget reservation,
+    which counts `max_tokens` of output, sees it); the others let the provider decide (0)."""
+    return ANTHROPIC_DEFAULT_MAX_TOKENS if provider.kind == "anthropic" else 0
+
+
 def legacy_provider(config: ProviderConfig) -> NamedProvider:
     """The simple `[provider]` group as the provider named `default`."""
     return NamedProvider(
@@ -209,7 +217,7 @@ def routes(
                     provider=config,
                     model=target.model,
                     params=dict(target.params),
-                    max_tokens=target.max_tokens or config.max_tokens,
+                    max_tokens=target.max_tokens or config.max_tokens or _default_max_tokens(config),
                     price=target.price,
                     api_key=keys[target.provider],
                 )
