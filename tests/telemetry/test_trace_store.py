@@ -2,7 +2,9 @@
 
 What the exporter sends, Phoenix decodes, stores in its database and answers over its REST API:
 these tests prove the spans survive that whole way with their ids, parents, names, attributes,
-events and errors. Phoenix does not store span links (nor the span kind, nor resource
+events and errors: spans of the tracer alone; of a chat turn; of a fallback between targets; of
+a turn superseded by last-wins; of an agent run with two sandboxed commands and a question; of a
+webhook delivery in its sender's trace. Phoenix does not store span links (nor the span kind, nor resource
 attributes): those are proven on the wire, against tests/telemetry/otlp_sink.py.
 
 All in this one file: `--dist loadfile` runs them in one worker, so one Phoenix (started once,
@@ -24,8 +26,9 @@ import pytest
 from agentos.config import settings_from_dict
 from agentos.config.telemetry import TelemetryConfig
 from agentos.mock.server import MockServer, MockSettings, start_mock
+from agentos.telemetry import derived_ids
 from agentos.telemetry.otel import OtelTracing
-from agentos.testing import RunningServer, sse_events, start_server
+from agentos.testing import RunningServer, eventually, sse_events, start_server
 from tests.telemetry.phoenix import Phoenix
 
 # The first test waits for Phoenix to start (tests/telemetry/conftest.py): up to 150 s of setup.
@@ -192,7 +195,8 @@ async def test_a_fallback_between_targets_is_stored_on_the_chat_span(
 async def test_a_turn_superseded_by_last_wins_is_stored_cancelled_in_its_own_trace(
     phoenix: Phoenix, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
-    mock: MockServer = await start_mock(MockSettings(ttft_ms=5, tps=200, tokens=2000))  # 10 s: long enough to catch
+    mock: MockServer = await start_mock(MockSettings(ttft_ms=1, tps=5000, tokens=3))
+    mock.set_faults(hang_rate=1.0)  # the first turn's call hangs until the server gives it up
     (first_trace, first_caller), (second_trace, second_caller) = new_trace(), new_trace()
     try:
         async with traced_server(phoenix, tmp_path, {"provider": {"url": mock.url}}) as server:
@@ -200,12 +204,10 @@ async def test_a_turn_superseded_by_last_wins_is_stored_cancelled_in_its_own_tra
             url = f"{server.url}/v1/sessions/{session_id}/turns"
             headers = {"Accept": "text/event-stream", "traceparent": first_caller}
             async with http.post(url, json={"input": "one"}, headers=headers) as first:
-                events = sse_events(first)
-                async for event in events:  # the first turn is streaming: now supersede it
-                    if event.name == "token":
-                        break
-                await chat_turn(http, server.url, session_id, {"traceparent": second_caller})
-                names = [e.name async for e in events]
+                await mock.stats.wait_for(lambda s: s.hung == 1, what="the first turn's call to hang")
+                mock.set_faults(hang_rate=0.0)
+                await chat_turn(http, server.url, session_id, {"traceparent": second_caller})  # last wins
+                names = [e.name async for e in sse_events(first)]
             assert names[-1] == "turn.cancelled"
     finally:
         await mock.close()
@@ -221,3 +223,94 @@ async def test_a_turn_superseded_by_last_wins_is_stored_cancelled_in_its_own_tra
     # The turn's span link to its successor's request (`agentos.link = superseded_by`) is sent
     # (tests/telemetry/test_server_traces.py reads it on the wire) but Phoenix 20.26.1 stores no
     # links: nothing here can read it back.
+
+
+async def _pending_question(http: aiohttp.ClientSession, url: str, run_id: str) -> dict[str, Any]:
+    """The run's pending question, once it asks (the server is this process, but its run
+    driver offers no event a test could await: polled over HTTP, bounded)."""
+    found: dict[str, Any] = {}
+
+    async def asking() -> bool:
+        async with http.get(f"{url}/v1/runs/{run_id}") as response:
+            info = await response.json()
+        if info["status"] == "waiting_human" and info.get("pending"):
+            found.update(info["pending"])
+            return True
+        return False
+
+    await eventually(asking, 20, "the run to ask its question")
+    return found
+
+
+async def test_an_agent_run_with_two_commands_and_a_question_is_stored_as_a_trace_of_its_own(
+    phoenix: Phoenix, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    mock = await start_mock(MockSettings(scenario="tools", ttft_ms=1, tps=5000, tokens=3))
+    caller_trace, caller = new_trace()
+    tree = {
+        "provider": {"url": mock.url},
+        "agents": {"ops": {"tools": ["run_command", "ask_human"], "command": {"timeout_s": 10}}},
+    }
+    try:
+        async with traced_server(phoenix, tmp_path, tree) as server:
+            url = f"{server.url}/v1/agents/ops/runs"
+            async with http.post(url, json={"input": "go"}, headers={"traceparent": caller}) as response:
+                assert response.status == 202, await response.text()
+                run_id = (await response.json())["run_id"]
+            pending = await _pending_question(http, server.url, run_id)
+            body = {"operation_id": pending["operation_id"], "answer": "forty-two"}
+            async with http.post(f"{server.url}/v1/runs/{run_id}/answer", json=body) as response:
+                assert response.status in (200, 202), await response.text()
+            async with http.get(f"{server.url}/v1/runs/{run_id}/events") as response:  # ends with the run
+                assert [e.name async for e in sse_events(response)][-1] == "run.completed"
+    finally:
+        await mock.close()
+
+    trace_id, root_id = derived_ids(run_id)  # a run's trace: its ids derive from its run id
+    await phoenix.spans_where(http, trace_id=trace_id, name="invoke_agent ops")  # recorded when the run ends
+    run = await phoenix.trace(http, trace_id, at_least=7)
+    root = run.one("invoke_agent ops")
+    assert (root.span_id, root.parent_id) == (root_id, None)
+    assert root.attributes["agentos.run.id"] == run_id and root.attributes["agentos.run.status"] == "completed"
+    assert root.attributes["gen_ai.operation.name"] == "invoke_agent"
+    commands = run.named("execute_tool run_command")
+    assert len(commands) == 2 and all(stored.parent_id == root_id for stored in commands)
+    assert [c.attributes["process.exit.code"] for c in commands] == [0, 0]
+    assert all(c.attributes["gen_ai.tool.name"] == "run_command" for c in commands)
+    chats = run.named("chat mock-1")
+    assert len(chats) >= 3 and all(c.parent_id == root_id for c in chats)
+    wait = run.one("human_wait question")
+    assert wait.parent_id == root_id
+    assert wait.event_names == ["agentos.human.requested", "agentos.human.answered"]
+    # The request that started the run is in the caller's trace (its link to the run's root is
+    # not stored by Phoenix).
+    request = await phoenix.trace(http, caller_trace, at_least=1)
+    assert request.one("POST /v1/agents/{name}/runs").parent_id == CALLER_SPAN
+
+
+async def test_a_webhook_delivery_is_stored_in_the_senders_trace(
+    phoenix: Phoenix, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    from tests.triggers.webhooks import Sender, create_trigger, run_outcome, serve
+
+    sender_trace, sender_parent = new_trace()
+    mock = await start_mock(MockSettings(ttft_ms=1, tps=5000, tokens=3))
+    telemetry = {"enabled": True, "endpoint": phoenix.otlp_endpoint, "export_interval_s": 0.05}
+    server = await serve(tmp_path / "data", mock, {}, telemetry=telemetry)
+    try:
+        created = await create_trigger(http, server.url)
+        sender = Sender(http, server.url, created["trigger_id"], created["secret"])
+        answer = await sender.send({"n": 1}, headers={"traceparent": sender_parent})
+        run_id = answer.body["run_id"]
+        assert await run_outcome(http, server.url, run_id) == "run.completed"
+    finally:
+        await server.close()
+        await mock.close()
+
+    delivery = (await phoenix.spans_where(http, trace_id=sender_trace, name="agentos.trigger.delivery"))[0]
+    assert delivery.parent_id == CALLER_SPAN  # the sender's span
+    assert delivery.attributes["agentos.trigger.id"] == created["trigger_id"]
+    assert delivery.attributes["agentos.run.id"] == run_id and delivery.attributes["agentos.delivery.new"] is True
+    trace_id, root_id = derived_ids(run_id)  # the run it started: a trace of its own
+    (root,) = await phoenix.spans_where(http, trace_id=trace_id, name="invoke_agent echo")
+    assert root.span_id == root_id and root.attributes["agentos.run.status"] == "completed"
