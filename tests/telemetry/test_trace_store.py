@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import signal
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,8 @@ from agentos.mock.server import MockServer, MockSettings, start_mock
 from agentos.telemetry import derived_ids
 from agentos.telemetry.otel import OtelTracing
 from agentos.testing import RunningServer, eventually, sse_events, start_server
-from tests.telemetry.phoenix import Phoenix
+from tests.conftest import child_env
+from tests.telemetry.phoenix import REPO, Phoenix
 
 # The first test waits for Phoenix to start (tests/telemetry/conftest.py): up to 150 s of setup.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(200)]
@@ -314,3 +318,74 @@ async def test_a_webhook_delivery_is_stored_in_the_senders_trace(
     trace_id, root_id = derived_ids(run_id)  # the run it started: a trace of its own
     (root,) = await phoenix.spans_where(http, trace_id=trace_id, name="invoke_agent echo")
     assert root.span_id == root_id and root.attributes["agentos.run.status"] == "completed"
+
+
+@dataclass
+class ServerProcess:
+    proc: asyncio.subprocess.Process
+    url: str
+
+
+async def run_server_process(tmp_path: Path, provider_url: str, n: int, env: dict[str, str]) -> ServerProcess:
+    """`tests.agents.run_server` (the real application) as a process on `tmp_path/data`, with
+    `env` added to its environment; returns once it listens."""
+    port_file = tmp_path / f"port-{n}"
+    argv = ["-m", "tests.agents.run_server", "--data-dir", str(tmp_path / "data"), "--provider-url", provider_url]
+    with (tmp_path / f"server-{n}.log").open("wb") as log:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, *argv, "--port-file", str(port_file), cwd=REPO, env=child_env(**env), stdout=log, stderr=log
+        )
+    await eventually(lambda: port_file.exists() or proc.returncode is not None, 20.0, "the server to listen")
+    assert proc.returncode is None, (tmp_path / f"server-{n}.log").read_text()
+    return ServerProcess(proc, f"http://127.0.0.1:{port_file.read_text()}")
+
+
+async def test_a_run_resumed_after_kill_9_goes_on_in_the_same_trace(
+    phoenix: Phoenix, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    from tests.agents.counting_mock import start_counting_mock
+
+    mock = await start_counting_mock(MockSettings(scenario="tools", ttft_ms=1, tps=5000, tokens=3))
+    mock.hold = lambda key: key[1] == 2  # the model call after the two commands: in flight at the kill
+    env = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": phoenix.otlp_endpoint}  # tracing on, by the standard variable
+    try:
+        first = await run_server_process(tmp_path, mock.url, 1, env)
+        try:
+            async with http.post(f"{first.url}/v1/agents/ops/runs", json={"input": "go"}) as response:
+                assert response.status == 202, await response.text()
+                run_id = (await response.json())["run_id"]
+            await mock.wait_held(1, timeout_s=20)
+            trace_id, root_id = derived_ids(run_id)
+            # what the first node ended before it dies is in Phoenix (its exporter sends every second)
+            before = await phoenix.spans_where(http, trace_id=trace_id, name="execute_tool run_command", at_least=2)
+        finally:
+            first.proc.send_signal(signal.SIGKILL)
+            await first.proc.wait()
+        mock.hold = lambda _key: False
+        second = await run_server_process(tmp_path, mock.url, 2, env)  # resumes the run from its journal
+        try:
+            pending = await _pending_question(http, second.url, run_id)
+            body = {"operation_id": pending["operation_id"], "answer": "yes"}
+            async with http.post(f"{second.url}/v1/runs/{run_id}/answer", json=body) as response:
+                assert response.status in (200, 202), await response.text()
+            async with http.get(f"{second.url}/v1/runs/{run_id}/events") as response:  # ends with the run
+                assert [e.name async for e in sse_events(response)][-1] == "run.completed"
+        finally:
+            second.proc.terminate()  # SIGTERM: the server closes, its last spans flushed
+            await second.proc.wait()
+    finally:
+        await mock.close()
+
+    await phoenix.spans_where(http, trace_id=trace_id, name="invoke_agent ops")  # the second node's root
+    run = await phoenix.trace(http, trace_id, at_least=8)  # 4 chat, 2 execute_tool, human_wait, the root
+    assert {s.span_id for s in before} <= {s.span_id for s in run.spans}  # the first node's spans, same trace
+    assert run.one("invoke_agent ops").span_id == root_id
+    assert run.one("invoke_agent ops").attributes["agentos.run.status"] == "completed"
+    assert all(s.parent_id == root_id for s in run.spans if s.span_id != root_id)
+    # Each step's span id derives from (run, step, attempt). The model step cut by the kill
+    # (the third, seq 5: after two model and two tool steps) was taken again by the node that
+    # resumed it: attempt 2. Attempt 1 died with the first node, never sent.
+    names = {derived_ids(run_id, str(q), str(a))[1]: (q, a) for q in range(1, 12) for a in (1, 2, 3)}
+    steps = sorted(names[s.span_id] for s in run.spans if s.name.startswith(("chat ", "execute_tool ")))
+    assert steps == [(1, 1), (2, 1), (3, 1), (4, 1), (5, 2), (7, 1)], steps
+    assert run.one("human_wait question").event_names == ["agentos.human.requested", "agentos.human.answered"]
