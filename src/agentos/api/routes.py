@@ -1,17 +1,8 @@
 """What each route does, said beside its handler; `agentos.api.openapi` writes the document from it.
 
-A handler is described under its aiohttp route::
-
-    @routes.post("/v1/sessions")
-    @operation(
-        "Open a session",
-        tag="sessions",
-        body=SessionCreate,
-        answers={201: json("The session", SESSION)},
-        errors=BAD_BODY | {404: "`agent_not_found`: no agent of that name this tenant can run"},
-        limits=Limits(quota="`quota_sessions`: ..."),
-    )
-    async def create_session(request): ...
+A handler is described under its aiohttp route, by `operation` (`Operation` names the fields):
+`create_session` in `agentos.api.sessions` is a short example, with a body, its answer, its
+errors and the quota it may name.
 
 A request or answer body is the msgspec `Struct` the handler decodes or encodes (its JSON Schema
 is msgspec's), or a `Schema` written by hand beside a handler that builds its answer as a dict.
