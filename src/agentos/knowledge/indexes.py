@@ -31,7 +31,6 @@ import time
 from collections.abc import Callable
 from collections.abc import Collection as Collect
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentos.knowledge import filters
@@ -141,20 +140,20 @@ class IndexCache:
     async def search(
         self, entry: IndexEntry, query: np.ndarray, k: int, documents: Collect[str] | None
     ) -> list[tuple[int, float]]:
-        return await _searched(entry, len(entry.index), partial(entry.index.search, query, k, documents))
+        return await _searched(entry, len(entry.index), lambda: entry.index.search(query, k, documents))
 
     async def search_text(
         self, entry: IndexEntry, terms: list[str], k: int, documents: Collect[str] | None
     ) -> list[tuple[int, float]]:
         """The full-text search (`TextIndex.search`), like `search`."""
-        return await _searched(entry, len(entry.text), partial(entry.text.search, terms, k, documents))
+        return await _searched(entry, len(entry.text), lambda: entry.text.search(terms, k, documents))
 
     async def search_both(
         self, entry: IndexEntry, query: np.ndarray, terms: list[str], k: int, documents: Collect[str] | None
     ) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
         """`search` and `search_text` in one go: one thread and one hold of the lock, not two
         (the two would take the lock one after the other anyway)."""
-        return await _searched(entry, len(entry.index), partial(_both, entry, query, terms, k, documents))
+        return await _searched(entry, len(entry.index), lambda: _both(entry, query, terms, k, documents))
 
     def drop(self, collection_id: str) -> None:
         self._entries.pop(collection_id, None)
@@ -224,7 +223,8 @@ async def _append(entry: IndexEntry, batch: ChunkBatch, dimensions: int) -> None
 
 async def _searched(entry: IndexEntry, size: int, search: Callable[[], T]) -> T:
     """`search()` at once on the loop while the index is small (under `LARGE`) and not being
-    changed; else in a thread, holding the entry's lock (a reload cannot change it meanwhile)."""
+    changed; else in a thread, holding the entry's lock (a reload cannot change it meanwhile).
+    `search` reads the entry when it runs, after the lock is taken."""
     if size < LARGE and not entry.lock.locked():
         return search()
     async with entry.lock:
