@@ -1,7 +1,7 @@
 """Build every service from the settings, in order, and close them in reverse.
 
     tenants -> Redis link and bus (if configured) -> store -> quotas (seeded from the store)
-      -> provider -> driver (the kernel) -> knowledge -> runs -> triggers -> runtime
+      -> usage ledger (on the store) -> provider -> driver (the kernel) -> knowledge -> runs -> triggers -> runtime
 
 Each part receives what it needs when it is built, so nothing is wired by assignment later;
 the CLI, the test helpers and the bench all build the server this one way.
@@ -18,6 +18,7 @@ Usage::
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from agentos.agents import RunService
 from agentos.agents.relay import RunRelay
 from agentos.clock import Clock, MonotonicClock, WallClock, wall_ms
 from agentos.config import Settings, resolve_paths
+from agentos.coordination.breakers import BusBreakerShare
 from agentos.coordination.bus import Bus
 from agentos.coordination.holds import ClusterHolds
 from agentos.coordination.link import Link, open_link
@@ -37,15 +39,18 @@ from agentos.errors import ConfigError
 from agentos.kernel import Kernel
 from agentos.knowledge.embeddings import Embedder
 from agentos.knowledge.service import KnowledgeService, open_knowledge_storage
-from agentos.metrics import Metrics
+from agentos.metrics import Metrics, RouterCollector
 from agentos.providers.base import Provider
-from agentos.providers.openai_compat import OpenAICompatProvider
+from agentos.providers.router import open_router
 from agentos.runtime.driver import Driver
 from agentos.runtime.runtime import Runtime, kernel_limits
 from agentos.sandbox.metrics import SandboxCollector
 from agentos.store.base import Store
 from agentos.store.memory import MemoryStore
 from agentos.store.sqlite import SQLiteStore
+from agentos.telemetry import NO_TRACING, Tracing
+from agentos.telemetry.opening import open_tracing
+from agentos.tenancy.ledger import StoreLedger
 from agentos.tenancy.pepper import load_pepper
 from agentos.tenancy.quotas import Quotas
 from agentos.tenancy.registry import TenantRegistry
@@ -69,10 +74,12 @@ class Services:
     runtime: Runtime
     tenants: TenantRegistry
     quotas: Quotas
+    ledger: StoreLedger  # the router's `Ledger`: one row per model call that answered
     knowledge: KnowledgeService
     triggers: TriggerService
     link: Link | None = None  # Redis, when coordination.redis_url is set
     bus: Bus | None = None  # pub/sub between nodes over that Redis
+    tracing: Tracing = NO_TRACING  # traces over OTLP ([telemetry]); off: no OpenTelemetry loaded
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Refuse new turns and runs; let running turns finish (bounded), then cancel the rest."""
@@ -92,6 +99,8 @@ class Services:
                 await holds.close()
         await self.provider.aclose()
         await self.store.close()
+        if self.tracing.on:  # the last spans out, in a thread: a slow collector must not block the loop
+            await asyncio.to_thread(self.tracing.shutdown)
         await self.tenants.close()
         if self.bus is not None:
             await self.bus.close()
@@ -124,7 +133,8 @@ async def open_services(
     """
     settings = resolve_paths(settings)  # once, here: every part below gets the same absolute paths
     metrics = metrics or Metrics()
-    if provider is None and not settings.provider.url:
+    tracing = open_tracing(settings.telemetry, node=node_id())
+    if provider is None and not (settings.provider.url or settings.providers):
         raise ConfigError("provider.url: no provider configured")
     tenants = await open_tenants(settings, now_ms)
     link: Link | None = None
@@ -144,7 +154,13 @@ async def open_services(
     started: list[Callable[[], Awaitable[None]]] = []  # closed in reverse if a later part fails
     try:
         quotas = await _seeded_quotas(store, wall_clock or WallClock(), link)
-        provider = provider or OpenAICompatProvider(settings.provider)
+        ledger = StoreLedger(store)  # the router records each call's Spend here (agentos.providers.metering)
+        if provider is None:
+            share = None if bus is None else BusBreakerShare(bus, node_id())  # breakers, cluster-wide
+            provider = open_router(settings, clock or MonotonicClock(), share=share, tracing=tracing, ledger=ledger)
+            if share is not None:
+                await share.start(provider.breakers)
+            metrics.registry.register(RouterCollector(provider))
         cluster = None if link is None else cluster_permits(settings, link, bus)  # the limit, cluster-wide
         turn_holds = run_holds = None
         if link is not None and cluster is not None:  # tenants' turn caps over every node, same heartbeat
@@ -161,7 +177,15 @@ async def open_services(
         await knowledge.start()  # the indexer resumes the documents accepted before a crash
         started.append(knowledge.close)
         knowledge.register_metrics(metrics.registry)
-        runs = RunService(provider, data_dir, settings, driver=driver, on_usage=quotas.add_tokens, knowledge=knowledge)
+        runs = RunService(
+            provider,
+            data_dir,
+            settings,
+            driver=driver,
+            on_usage=quotas.add_tokens,
+            knowledge=knowledge,
+            tracing=tracing,
+        )
         metrics.registry.register(SandboxCollector(runs.sandbox.statistics))
         if bus is not None:  # before `start`: the runs it resumes publish too
             relay = RunRelay(bus)
@@ -191,14 +215,38 @@ async def open_services(
         await _close_link(link)
         await tenants.close()
         raise
-    runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs, bus=bus, on_usage=quotas.add_tokens)
+    runtime = Runtime(
+        settings,
+        store,
+        provider,
+        metrics,
+        driver=driver,
+        runs=runs,
+        bus=bus,
+        on_usage=quotas.add_tokens,
+        tracing=tracing,
+    )
     await runtime.start()
     runtime.start_lag_probe()
     await runtime.streams.start()
     if driver.cluster is not None:
         await driver.cluster.start()  # its heartbeat; last, so a failed start-up leaves no task behind
     return Services(
-        settings, metrics, store, provider, driver, runs, runtime, tenants, quotas, knowledge, triggers, link, bus
+        settings,
+        metrics,
+        store,
+        provider,
+        driver,
+        runs,
+        runtime,
+        tenants,
+        quotas,
+        ledger,
+        knowledge,
+        triggers,
+        link,
+        bus,
+        tracing,
     )
 
 

@@ -115,6 +115,7 @@ class RunLifecycle(RunEngine):
             context_ref,
         )
         writes += self.journal.create_run(row)
+        self.traces.submitted(row)
         handle = self.new_handle(row, spec, context)
         created = handle.created = asyncio.get_running_loop().create_future()
         commands = self.driver.handle(RunSubmitted(run_id, parent_id, row.tenant_id))
@@ -287,6 +288,7 @@ class RunLifecycle(RunEngine):
         self.store.write_nowait(writes, run=handle.run_id)
         self.store.release(handle.run_id)
         log.info("run %s %s: %s", handle.run_id, command.status, command.reason)
+        self.traces.ended(handle.row, command.status, command.reason, self.now_ms())
         self._wake(handle.run_id, _final(handle.row, command.status, command.reason))
 
     def _on_expire(self, command: ExpireHuman) -> None:

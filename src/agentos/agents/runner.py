@@ -25,8 +25,9 @@ from agentos.config.agents import SEARCH_KNOWLEDGE, AgentSpec
 from agentos.errors import InvalidInput, NotFound, ProviderError
 from agentos.journal.journal import Step, StepKind, StepStatus, arguments_hash
 from agentos.mcp.checks import McpUnavailable
-from agentos.providers.base import ChatRequest, Completion, TextDelta
+from agentos.providers.base import CallContext, ChatRequest, Completion, TextDelta
 from agentos.sandbox.command import check_argv
+from agentos.telemetry import NULL_SPAN, Span
 
 
 class _Parked(Exception):
@@ -109,7 +110,7 @@ class Runner:
         self._host.emit(h, "model.started", model_started(operation_id, attempts), into=ops)
         await self._journal(h, ops, _step(seq, "model", "started", None, h, attempts), durable=False)
         try:
-            reply = await self._stream(h, messages)
+            reply = await self._stream(h, messages, seq)
         except ProviderError as exc:
             await self._end(h, "failed", reason=f"provider: {exc.code}: {exc}")
         except McpUnavailable as exc:  # a server of its tools cannot start: at once, saying why
@@ -121,9 +122,14 @@ class Runner:
         await self._journal(h, ops, _step(seq, "model", "done", None, h, attempts, reply), then=held)
         self._host.spent(h, reply["usage"])
 
-    async def _stream(self, h: RunHandle, messages: list[Any]) -> dict[str, Any]:
+    async def _stream(self, h: RunHandle, messages: list[Any], seq: int) -> dict[str, Any]:
         tools = builtin_schemas(h.spec) + await self._host.mcp.schemas(h.spec)
-        request = ChatRequest(messages=list(messages), model=h.spec.model, tools=tools or None)
+        row = h.row
+        context = CallContext(row.tenant_id, "", row.agent, row.run_id, row.session_id or "", f"{row.run_id}:{seq}")
+        trace = self._host.traces.model_step(row.run_id, seq, _attempts(h, seq) + 1)
+        request = ChatRequest(
+            messages=list(messages), model=h.spec.model, tools=tools or None, context=context, trace=trace
+        )
         completion: Completion | None = None
         # aclosing aborts the upstream request when we stop early; the permit is given back
         # once the stream is closed, not before.
@@ -184,7 +190,8 @@ class Runner:
             _step(seq, "tool", "started", call_value, h, attempts),
         )
         self._host.emit(h, "tool.call", {"operation_id": operation_id, **call_value})
-        content = await self._dispatch(h, seq, call, arguments)
+        with self._host.traces.tool_step(h.run_id, seq, attempts, call.name, call.call_id) as span:
+            content = await self._dispatch(h, seq, call, arguments, span)
         await self._finish_tool(h, seq, call, content, attempts)
 
     async def _finish_tool(
@@ -210,9 +217,11 @@ class Runner:
         begun = self._begin(h, seq, "tool", "started", _call_dict(call))
         await self._finish_tool(h, seq, call, f"error: {message}", 1, begun=begun)
 
-    async def _dispatch(self, h: RunHandle, seq: int, call: Call, arguments: dict[str, Any]) -> str:
+    async def _dispatch(
+        self, h: RunHandle, seq: int, call: Call, arguments: dict[str, Any], span: Span = NULL_SPAN
+    ) -> str:
         if call.name == "run_command":
-            return await self._run_command(h, seq, arguments)
+            return await self._run_command(h, seq, arguments, span)
         if call.name == "delegate":
             return await self._delegate(h, seq, arguments)
         if call.name == SEARCH_KNOWLEDGE:  # the run's tenant, always: the spec only names collections
@@ -222,7 +231,7 @@ class Runner:
         except InvalidInput as exc:
             return f"error: {exc}"
 
-    async def _run_command(self, h: RunHandle, seq: int, arguments: dict[str, Any]) -> str:
+    async def _run_command(self, h: RunHandle, seq: int, arguments: dict[str, Any], span: Span = NULL_SPAN) -> str:
         try:
             argv = check_argv(arguments.get("command"))
         except InvalidInput as exc:
@@ -231,8 +240,12 @@ class Runner:
         try:
             result = await self._host.sandbox.run(argv, workdir, h.spec.command, operation_id=f"{h.run_id}:{seq}")
         except OSError as exc:  # the sandbox itself failed (fork server gone, no fds left...)
+            span.record_error(exc)
             return f"error: the sandbox failed, the command may or may not have run: {exc}"
-        return msgspec.json.encode(result.to_dict()).decode()
+        value = result.to_dict()
+        if span is not NULL_SPAN:
+            span.set_attributes({"process.command": argv[0], "process.exit.code": value.get("exit_code", -1)})
+        return msgspec.json.encode(value).decode()
 
     async def _delegate(self, h: RunHandle, seq: int, arguments: dict[str, Any]) -> str:
         child_id = f"{h.run_id}.{seq}"
@@ -262,6 +275,7 @@ class Runner:
             "kind": kind,
             "args_hash": arguments_hash(call.arguments),
             "deadline_ms": now + int(h.spec.human_timeout_s * 1000),
+            "asked_ms": now,
             **details,
         }
         ops = [*(extra_ops or []), *self._begin(h, seq, "human", "waiting", request)]
@@ -295,7 +309,7 @@ def _decode_arguments(call: Call) -> dict[str, Any]:
 
 
 def _reply_dict(completion: Completion) -> dict[str, Any]:
-    return {
+    reply: dict[str, Any] = {
         "text": completion.text,
         "finish_reason": completion.finish_reason,
         "usage": {
@@ -304,3 +318,8 @@ def _reply_dict(completion: Completion) -> dict[str, Any]:
         },
         "tool_calls": [{"id": c.call_id, "name": c.name, "arguments": c.arguments} for c in completion.tool_calls],
     }
+    if completion.target:  # journaled with the step: which target answered, and at what cost
+        reply["target"] = completion.target
+        if completion.cost is not None:
+            reply["cost"] = completion.cost
+    return reply

@@ -38,6 +38,7 @@ ASSETS = {
         "runs.js",
         "inbox.js",
         "playground.js",
+        "usage.js",
         "admin.js",
     )
 }

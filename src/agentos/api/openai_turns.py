@@ -58,7 +58,7 @@ class TurnPlan:
 def plain_model(app: web.Application, tenant_id: str) -> str | None:
     """The provider's model id while it names the plain chat turn for this tenant."""
     runs = app[RUNS]
-    return None if runs.has_agent(tenant_id, DEFAULT_AGENT) else app[RUNTIME].settings.provider.model
+    return None if runs.has_agent(tenant_id, DEFAULT_AGENT) else app[RUNTIME].settings.default_model
 
 
 async def resolve_model(app: web.Application, tenant_id: str, model: str) -> str | None:
@@ -143,7 +143,9 @@ async def open_turn(
 async def _start(request: web.Request, who: Principal, session_id: str, plan: TurnPlan) -> Turn:
     async with request.app[ADMISSION].starting(who, "turn"):
         runtime = request.app[RUNTIME]
-        return await runtime.start_turn(who.tenant_id, session_id, plan.text, prompt=plan.prompt, tools=plan.tools)
+        return await runtime.start_turn(
+            who.tenant_id, session_id, plan.text, prompt=plan.prompt, tools=plan.tools, key_id=who.key_id or ""
+        )
 
 
 async def _new_session(request: web.Request, who: Principal, agent: str | None) -> str:

@@ -34,20 +34,29 @@ class CallContext:
 
 
 @dataclass(frozen=True, slots=True)
+class TraceSpec:
+    """Where the router's `chat` span of a call goes when its caller decides (a run's model
+    step: `agentos.agents.traces`): its parent, its own id, the spans it follows from."""
+
+    parent: str  # a W3C traceparent
+    span_id: str
+    links: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ChatRequest:
     messages: list[Message]
     model: str | None = None  # None: the default model (the router's) or the client's own
     tools: list[dict[str, Any]] | None = None  # OpenAI "tools" entries
     max_tokens: int | None = None
     context: CallContext | None = None  # None: counted against nobody (the bench, the mock check)
-    # A run's model step resumed after a crash asks for the target journaled for it (the router
-    # then skips the others); empty: the model's targets in order.
-    pin_target: str = ""
     # Set by the router for the wire client it calls: the target's own parameters (sent as they
     # are), and whether the client may retry before the first token (not when the router has a
     # further target to fall back to: it moves on at once instead).
     params: dict[str, Any] | None = None
     retry: bool = True
+    headers: dict[str, str] | None = None  # sent as they are: the trace context (`traceparent`)
+    trace: TraceSpec | None = None  # None: the chat span is a child of the current span
 
 
 @dataclass(frozen=True, slots=True)

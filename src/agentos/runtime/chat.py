@@ -10,11 +10,12 @@ from agentos.clock import Clock
 from agentos.errors import ProviderProtocolError
 from agentos.kernel import ProviderReleased
 from agentos.metrics import Metrics
-from agentos.providers.base import ChatRequest, Completion, Message, Provider
+from agentos.providers.base import CallContext, ChatRequest, Completion, Message, Provider
 from agentos.runtime.driver import Driver
 from agentos.runtime.transcript import begin, message
 from agentos.runtime.turn import Outcome, Turn, TurnSink
 from agentos.store.base import Store
+from agentos.telemetry import NO_TRACING, Tracing
 
 
 class ChatTurns:
@@ -27,7 +28,9 @@ class ChatTurns:
         clock: Clock,
         history_max: int,
         on_usage: Callable[[str, int], None] | None = None,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
+        self._tracing = tracing
         self._on_usage = on_usage  # (tenant_id, tokens): the tenant's tokens per day, as a run's model calls
         self._driver = driver
         self._store = store
@@ -42,7 +45,12 @@ class ChatTurns:
             messages.append({"role": "user", "content": turn.input})
         else:
             messages = turn.prompt
-        await self._driver.open_stream(turn.turn_id, turn.permit, turn.tenant_id, turn.submitted_s)
+        if self._tracing.on and (turn.permit is not None or self._driver.cluster is not None):
+            # Only a turn that waits for its permit (or asks the cluster's limit) gets the span.
+            with self._tracing.span("agentos.provider_permit", {"agentos.tenant.id": turn.tenant_id}):
+                await self._driver.open_stream(turn.turn_id, turn.permit, turn.tenant_id, turn.submitted_s)
+        else:
+            await self._driver.open_stream(turn.turn_id, turn.permit, turn.tenant_id, turn.submitted_s)
         try:
             completion = await self._stream(turn, sink, messages, partial)
         finally:
@@ -67,7 +75,9 @@ class ChatTurns:
         first = True
         # aclosing: an error in this loop's body (the client went away) must abort the
         # upstream now, not whenever the generator is collected.
-        async with aclosing(self._provider.stream(ChatRequest(messages, tools=turn.tools))) as stream:
+        context = CallContext(turn.tenant_id, turn.key_id, "", "", turn.session_id, turn.turn_id)
+        request = ChatRequest(messages, tools=turn.tools, context=context)
+        async with aclosing(self._provider.stream(request)) as stream:
             async for item in stream:
                 if isinstance(item, Completion):
                     return item

@@ -30,7 +30,7 @@ EVENTS = Table(
 ACCESS_LOG = Table(
     "access_log",
     "id INTEGER PRIMARY KEY AUTOINCREMENT, tenant_id TEXT, ts_ms INTEGER, method TEXT, path TEXT, status INTEGER,"
-    " duration_ms REAL, remote TEXT, key_id TEXT DEFAULT ''",
+    " duration_ms REAL, remote TEXT, key_id TEXT DEFAULT '', trace_id TEXT DEFAULT ''",
 )
 SESSIONS_SCHEMA = script(SESSIONS, MESSAGES, "DROP INDEX IF EXISTS messages_by_session;")
 EVENTS_SCHEMA = script(EVENTS, "DROP INDEX IF EXISTS events_by_session;")
@@ -38,10 +38,11 @@ ACCESS_SCHEMA = script(ACCESS_LOG)
 
 
 def migrate_access(conn: sqlite3.Connection) -> None:
-    """Files made before keys existed lack `key_id`: add it (old rows read '')."""
+    """Files made before keys (or traces) existed lack `key_id` (`trace_id`): add it (old rows read '')."""
     columns = {row[1] for row in conn.execute("PRAGMA table_info(access_log)")}
-    if "key_id" not in columns:
-        conn.execute("ALTER TABLE access_log ADD COLUMN key_id TEXT NOT NULL DEFAULT ''")
+    for column in ("key_id", "trace_id"):
+        if column not in columns:
+            conn.execute(f"ALTER TABLE access_log ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
 
 
 # A writer retry may repeat a batch (after a COMMIT that reported failure), so writes with a
