@@ -3,12 +3,13 @@
 What the exporter sends, Phoenix decodes, stores in its database and answers over its REST API:
 these tests prove the spans survive that whole way with their ids, parents, names, attributes,
 events and errors: spans of the tracer alone; of a chat turn; of a fallback between targets; of
-a turn superseded by last-wins; of an agent run with two sandboxed commands and a question; of a
-webhook delivery in its sender's trace. Phoenix does not store span links (nor the span kind, nor resource
-attributes): those are proven on the wire, against tests/telemetry/otlp_sink.py.
+a turn superseded by last-wins; of an agent run with two sandboxed commands, two approvals and a
+question; of a webhook delivery in its sender's trace; of a run resumed after kill -9. Phoenix
+does not store span links (nor the span kind, nor resource attributes): those are proven on the
+wire, against tests/telemetry/otlp_sink.py (test_server_traces.py).
 
 All in this one file: `--dist loadfile` runs them in one worker, so one Phoenix (started once,
-12-40 s) serves them all. Kept few: each costs a real server and a poll of Phoenix.
+9-48 s measured) serves them all. Kept few: each costs a real server and a poll of Phoenix.
 """
 
 from __future__ import annotations
@@ -241,42 +242,54 @@ async def test_a_turn_superseded_by_last_wins_is_stored_cancelled_in_its_own_tra
     # links: nothing here can read it back.
 
 
-async def _pending_question(http: aiohttp.ClientSession, url: str, run_id: str) -> dict[str, Any]:
-    """The run's pending question, once it asks (the server is this process, but its run
-    driver offers no event a test could await: polled over HTTP, bounded)."""
+async def _pending(http: aiohttp.ClientSession, url: str, run_id: str, answered: set[str]) -> dict[str, Any]:
+    """The run's next human request (one whose operation is not in `answered`), once it asks:
+    the run's state is polled over HTTP, bounded, as the run driver offers no event to await."""
     found: dict[str, Any] = {}
 
     async def asking() -> bool:
         async with http.get(f"{url}/v1/runs/{run_id}") as response:
             info = await response.json()
-        if info["status"] == "waiting_human" and info.get("pending"):
-            found.update(info["pending"])
+        pending = info.get("pending")
+        if info["status"] == "waiting_human" and pending and pending["operation_id"] not in answered:
+            found.update(pending)
             return True
         return False
 
-    await eventually(asking, 20, "the run to ask its question")
+    await eventually(asking, 20, "the run to ask a human")
     return found
 
 
-async def test_an_agent_run_with_two_commands_and_a_question_is_stored_as_a_trace_of_its_own(
+async def _answer(http: aiohttp.ClientSession, url: str, run_id: str, pending: dict[str, Any]) -> None:
+    """Approve an approval (the hash of what was asked), answer a question."""
+    body: dict[str, Any] = {"operation_id": pending["operation_id"], "answer": "yes"}
+    if pending["kind"] == "approval":
+        body |= {"approve": True, "args_hash": pending["args_hash"]}
+    async with http.post(f"{url}/v1/runs/{run_id}/answer", json=body) as response:
+        assert response.status in (200, 202), await response.text()
+
+
+async def test_an_agent_run_with_two_commands_two_approvals_and_a_question_is_stored_as_a_trace_of_its_own(
     phoenix: Phoenix, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
     mock = await start_mock(MockSettings(scenario="tools", ttft_ms=1, tps=5000, tokens=3))
     caller_trace, caller = new_trace()
-    tree = {
-        "provider": {"url": mock.url},
-        "agents": {"ops": {"tools": ["run_command", "ask_human"], "command": {"timeout_s": 10}}},
-    }
+    ops = {"tools": ["run_command", "ask_human"], "approval_required": ["run_command"], "command": {"timeout_s": 10}}
+    tree = {"provider": {"url": mock.url}, "agents": {"ops": ops}}
     try:
         async with traced_server(phoenix, tmp_path, tree) as server:
             url = f"{server.url}/v1/agents/ops/runs"
             async with http.post(url, json={"input": "go"}, headers={"traceparent": caller}) as response:
                 assert response.status == 202, await response.text()
                 run_id = (await response.json())["run_id"]
-            pending = await _pending_question(http, server.url, run_id)
-            body = {"operation_id": pending["operation_id"], "answer": "forty-two"}
-            async with http.post(f"{server.url}/v1/runs/{run_id}/answer", json=body) as response:
-                assert response.status in (200, 202), await response.text()
+            answered: set[str] = set()
+            kinds = []
+            for _ in range(3):  # each command approved, then the question answered
+                pending = await _pending(http, server.url, run_id, answered)
+                await _answer(http, server.url, run_id, pending)
+                answered.add(pending["operation_id"])
+                kinds.append(pending["kind"])
+            assert kinds == ["approval", "approval", "question"]
             async with http.get(f"{server.url}/v1/runs/{run_id}/events") as response:  # ends with the run
                 assert [e.name async for e in sse_events(response)][-1] == "run.completed"
     finally:
@@ -284,7 +297,7 @@ async def test_an_agent_run_with_two_commands_and_a_question_is_stored_as_a_trac
 
     trace_id, root_id = derived_ids(run_id)  # a run's trace: its ids derive from its run id
     await phoenix.spans_where(http, trace_id=trace_id, name="invoke_agent ops")  # recorded when the run ends
-    run = await phoenix.trace(http, trace_id, at_least=7)
+    run = await phoenix.trace(http, trace_id, at_least=9)  # root, 3 chats, 2 commands, 3 human waits
     root = run.one("invoke_agent ops")
     assert (root.span_id, root.parent_id) == (root_id, None)
     assert root.attributes["agentos.run.id"] == run_id and root.attributes["agentos.run.status"] == "completed"
@@ -295,9 +308,9 @@ async def test_an_agent_run_with_two_commands_and_a_question_is_stored_as_a_trac
     assert all(c.attributes["gen_ai.tool.name"] == "run_command" for c in commands)
     chats = run.named("chat mock-1")
     assert len(chats) >= 3 and all(c.parent_id == root_id for c in chats)
-    wait = run.one("human_wait question")
-    assert wait.parent_id == root_id
-    assert wait.event_names == ["agentos.human.requested", "agentos.human.answered"]
+    waits = [run.one("human_wait question"), *run.named("human_wait approval")]
+    assert len(waits) == 3 and all(w.parent_id == root_id for w in waits)
+    assert all(w.event_names == ["agentos.human.requested", "agentos.human.answered"] for w in waits)
     # The request that started the run is in the caller's trace (its link to the run's root is
     # not stored by Phoenix).
     request = await phoenix.trace(http, caller_trace, at_least=1)
@@ -376,10 +389,7 @@ async def test_a_run_resumed_after_kill_9_goes_on_in_the_same_trace(
         mock.hold = lambda _key: False
         second = await run_server_process(tmp_path, mock.url, 2, env)  # resumes the run from its journal
         try:
-            pending = await _pending_question(http, second.url, run_id)
-            body = {"operation_id": pending["operation_id"], "answer": "yes"}
-            async with http.post(f"{second.url}/v1/runs/{run_id}/answer", json=body) as response:
-                assert response.status in (200, 202), await response.text()
+            await _answer(http, second.url, run_id, await _pending(http, second.url, run_id, set()))
             async with http.get(f"{second.url}/v1/runs/{run_id}/events") as response:  # ends with the run
                 assert [e.name async for e in sse_events(response)][-1] == "run.completed"
         finally:
