@@ -1,9 +1,9 @@
 """The trace store of the telemetry tests: one Arize Phoenix per test session (tests/telemetry/phoenix.py).
 
-Session-scoped: Phoenix takes 12 to 40 s to start and holds ~450 MB, so it starts once, in the
-worker that runs the first test asking for it. The tests that use it live in one file
-(test_trace_store.py): `--dist loadfile` sends them all to that one worker, so one Phoenix serves
-the whole run. Stopped by its PID when the session ends.
+Session-scoped: Phoenix takes 9 to 48 s to start (measured here) and holds ~450 MB, so it
+starts once, in the worker that runs the first test asking for it. The tests that use it live in
+one file (test_trace_store.py): `--dist loadfile` sends them all to that one worker, so one
+Phoenix serves the whole run. Stopped by its PID when the session ends.
 """
 
 from __future__ import annotations

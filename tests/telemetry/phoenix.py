@@ -45,8 +45,8 @@ REPO = Path(__file__).resolve().parents[2]
 VERSION = "20.26.1"  # .ci/phoenix installs this one
 VENV = Path(os.environ.get("TEST_PHOENIX_VENV") or REPO / ".venv-phoenix")
 REQUIRED = os.environ.get("TEST_TRACES_REQUIRED") == "1"
-# Measured: 40 s from exec to /readyz on a 2-core machine under a load of 10 (22 s of it
-# importing), ~12 s on a quiet one. Bounded well above: a Phoenix that never answers fails.
+# Measured on this 2-core machine, shared: 40-48 s from exec to /readyz under a load of 10
+# (22 s of it importing), 9-25 s under less. Bounded well above: one that never answers fails.
 START_TIMEOUT_S = 150.0
 PROJECT = "default"  # where spans without an `openinference.project.name` resource go
 
