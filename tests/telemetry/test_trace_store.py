@@ -4,9 +4,9 @@ What the exporter sends, Phoenix decodes, stores in its database and answers ove
 these tests prove the spans survive that whole way with their ids, parents, names, attributes,
 events and errors: spans of the tracer alone; of a chat turn; of a fallback between targets; of
 a turn superseded by last-wins; of an agent run with two sandboxed commands, two approvals and a
-question; of a webhook delivery in its sender's trace; of a run resumed after kill -9. Phoenix
-does not store span links (nor the span kind, nor resource attributes): those are proven on the
-wire, against tests/telemetry/otlp_sink.py (test_server_traces.py).
+question; of a delegation; of a webhook delivery in its sender's trace; of a run resumed after
+kill -9. Phoenix does not store span links (nor the span kind, nor resource attributes): those
+are proven on the wire, against tests/telemetry/otlp_sink.py (test_server_traces.py).
 
 All in this one file: `--dist loadfile` runs them in one worker, so one Phoenix (started once,
 9-48 s measured) serves them all. Kept few: each costs a real server and a poll of Phoenix.
@@ -30,9 +30,12 @@ import pytest
 from agentos.config import settings_from_dict
 from agentos.config.telemetry import TelemetryConfig
 from agentos.mock.server import MockServer, MockSettings, start_mock
+from agentos.providers.base import ChatRequest, Completion
+from agentos.services import open_services
 from agentos.telemetry import derived_ids
 from agentos.telemetry.otel import OtelTracing
-from agentos.testing import RunningServer, eventually, sse_events, start_server
+from agentos.testing import RunningServer, eventually, serve_services, sse_events, start_server
+from tests.agents.fakes import ScriptedProvider, answer, call, tool_messages_since_user
 from tests.conftest import child_env
 from tests.telemetry.phoenix import REPO, Phoenix, StoredTrace
 
@@ -411,3 +414,42 @@ async def test_a_run_resumed_after_kill_9_goes_on_in_the_same_trace(
     steps = sorted(names[s.span_id] for s in run.spans if s.name.startswith(("chat ", "execute_tool ")))
     assert steps == [(1, 1), (2, 1), (3, 1), (4, 1), (5, 2), (7, 1)], steps
     assert run.one("human_wait question").event_names == ["agentos.human.requested", "agentos.human.answered"]
+
+
+def _delegate_once(request: ChatRequest) -> Completion:
+    """The parent delegates once, then answers; the child answers at once."""
+    user = [m for m in request.messages if m["role"] == "user"][-1]["content"]
+    if user == "child" or tool_messages_since_user(request) > 0:
+        return answer(f"{user} done")
+    return call("delegate", {"input": "child"})
+
+
+async def test_a_delegation_is_stored_as_the_parents_step_and_the_childs_own_trace(
+    phoenix: Phoenix, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    telemetry = {"enabled": True, "endpoint": phoenix.otlp_endpoint, "export_interval_s": 0.05}
+    tree: dict[str, Any] = {"data_dir": str(tmp_path), "telemetry": telemetry}
+    tree["agents"] = {"a": {"tools": ["delegate"]}}
+    # A scripted provider (no router, so no chat spans): the bench mock's scenarios never delegate.
+    services = await open_services(settings_from_dict(tree), provider=ScriptedProvider(_delegate_once))
+    server = await serve_services(services)
+    try:
+        async with http.post(f"{server.url}/v1/agents/a/runs", json={"input": "parent"}) as response:
+            assert response.status == 202, await response.text()
+            run_id = (await response.json())["run_id"]
+        async with http.get(f"{server.url}/v1/runs/{run_id}/events") as response:  # ends with the run
+            assert [e.name async for e in sse_events(response)][-1] == "run.completed"
+    finally:
+        await server.close()
+
+    child_id = f"{run_id}.2"  # a child run is named by its parent's run and step
+    trace_id, root_id = derived_ids(run_id)
+    await phoenix.spans_where(http, trace_id=trace_id, name="invoke_agent a")
+    parent = await phoenix.trace(http, trace_id, at_least=2)
+    step = parent.one("execute_tool delegate")
+    assert step.parent_id == root_id and step.attributes["agentos.step.seq"] == 2
+    child_trace, child_root = derived_ids(child_id)  # the child: a trace of its own
+    (child,) = await phoenix.spans_where(http, trace_id=child_trace, name="invoke_agent a")
+    assert (child.span_id, child.parent_id) == (child_root, None)
+    assert child.attributes["agentos.run.id"] == child_id and child.attributes["agentos.run.status"] == "completed"
+    # Step -> child and child -> parent are span links: sent, not stored by Phoenix.
