@@ -175,6 +175,10 @@ def existing(fuzz_server: _ServerThread, finished_run: str, request: pytest.Fixt
         trigger = _post(fuzz_server, "/v1/triggers", {"agent": "fuzz"})
         _deliver(fuzz_server, trigger, "fuzz-1")
         known |= {"trigger_id": trigger["trigger_id"], "webhook_id": "fuzz-1"}
+    schedule = None
+    if path.startswith("/v1/schedules/"):  # paused: it starts no runs while the cases run
+        schedule = _post(fuzz_server, "/v1/schedules", {"agent": "fuzz", "input": "x", "every_s": 3600, "paused": True})
+        known["schedule_id"] = schedule["schedule_id"]
     if path.startswith("/v1/collections"):
         known["document_id"] = _knowledge(fuzz_server)
     if path.startswith("/v1/responses/"):  # a response of the admin's tenant (the tenant key's is a 404)
@@ -182,6 +186,9 @@ def existing(fuzz_server: _ServerThread, finished_run: str, request: pytest.Fixt
     yield known
     if trigger is not None:  # triggers.max_triggers is per tenant: one per test would reach it
         url = f"{fuzz_server.url}/v1/triggers/{trigger['trigger_id']}"
+        requests.delete(url, headers=_auth(fuzz_server), timeout=10)
+    if schedule is not None:  # schedules.max_schedules is per tenant too
+        url = f"{fuzz_server.url}/v1/schedules/{schedule['schedule_id']}"
         requests.delete(url, headers=_auth(fuzz_server), timeout=10)
 
 
