@@ -79,6 +79,7 @@ _CROSS_FIELD = {
     ("/v1/usage", "get"): "from must be before to, at most 366 days apart (by default to is the end of today)",
     ("/v1/agents", "post"): "approval_required names tools of the agent; a stdio MCP server needs a command",
     ("/v1/collections", "post"): "chunk_overlap must be below chunk_tokens",
+    ("/v1/schedules", "post"): "exactly one of cron and every_s; a cron croniter takes, a known zone, an agent to run",
     ("/v1/chat/completions", "post"): "the last message is a user's (or a tool's), with text; tools go with no agent",
     ("/v1/responses", "post"): "input holds text and ends with a user's message",
     ("/v1/collections/{name}/documents", "post"): "exactly one of content and content_base64, valid base64",
