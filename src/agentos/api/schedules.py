@@ -21,10 +21,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 from aiohttp import web
 
-from agentos.api.body import page_limit, query_text, read_body
+from agentos.api.body import read_body
 from agentos.api.keys import SCHEDULES
 from agentos.api.routes import BAD_BODY, Answer, Schema, json, nullable, operation, page, page_params
-from agentos.api.sessions import json_response
+from agentos.api.sessions import json_response, page_by_id
 from agentos.schedules.service import ScheduleSpec
 from agentos.tenancy.principal import Scope, require
 
@@ -110,13 +110,7 @@ async def create_schedule(request: web.Request) -> web.Response:
 async def list_schedules(request: web.Request) -> web.Response:
     """By id; `?after=` the `next_cursor` of the page before."""
     tenant_id = require(request, Scope.SCHEDULES_READ).tenant_id
-    limit = page_limit(request, 100)
-    after = query_text(request, "after")
-    found = sorted(await request.app[SCHEDULES].list_schedules(tenant_id), key=lambda s: str(s["schedule_id"]))
-    later = [s for s in found if after is None or s["schedule_id"] > after]
-    page = later[:limit]
-    cursor = page[-1]["schedule_id"] if len(later) > limit else None
-    return json_response({"data": page, "next_cursor": cursor})
+    return page_by_id(request, await request.app[SCHEDULES].list_schedules(tenant_id), "schedule_id", 100)
 
 
 @routes.get("/v1/schedules/{schedule_id}")

@@ -74,6 +74,19 @@ def page_response(found: Sequence[T], limit: int, show: Callable[[T], Any], curs
     return json_response({"data": [show(item) for item in found], "next_cursor": next_cursor})
 
 
+def page_by_id(request: web.Request, items: Sequence[dict[str, Any]], key: str, default_limit: int) -> web.Response:
+    """A page of `items` (all of the tenant's: a short list, such as its triggers or schedules)
+    in the order of their id `key`: `?limit=` of those after `?after=`, the `next_cursor` of the
+    page before; `next_cursor` is null on the last page.
+
+    Raises: InvalidInput (a bad limit or after)."""
+    limit = page_limit(request, default_limit)
+    after = query_text(request, "after")
+    later = sorted((item for item in items if after is None or str(item[key]) > after), key=lambda i: str(i[key]))
+    shown = later[:limit]
+    return json_response({"data": shown, "next_cursor": shown[-1][key] if len(later) > limit else None})
+
+
 def session_json(runtime: Runtime, record: SessionRecord) -> dict[str, Any]:
     """A session as the API shows it; `agent` is what runs its turns (None: plain chat turns)."""
     return {

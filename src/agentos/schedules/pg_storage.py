@@ -10,7 +10,7 @@ fires with `FOR UPDATE SKIP LOCKED`, so two nodes never lease the same fire at o
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentos.errors import Conflict
@@ -88,16 +88,11 @@ class PgScheduleStorage:
     async def close(self) -> None:
         await self._db.close()
 
-    async def _use(self, use: Callable[[asyncpg.Connection], Awaitable[T]], what: str) -> T:
-        return await self._db.use(use, what)
-
     async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        rows: list[asyncpg.Record] = await self._use(lambda conn: conn.fetch(sql, *args), "schedules read")
-        return rows
+        return await self._db.fetch("schedules read", sql, *args)
 
     async def _execute(self, sql: str, *args: Any) -> int:
-        status: str = await self._use(lambda conn: conn.execute(sql, *args), "schedules write")
-        return int(status.rsplit(" ", 1)[-1])
+        return await self._db.execute("schedules write", sql, *args)
 
     async def create(self, schedule: ScheduleRow, *, max_per_tenant: int) -> None:
         async def create(conn: asyncpg.Connection) -> None:
@@ -108,7 +103,7 @@ class PgScheduleStorage:
                     raise Conflict(f"a tenant has at most {max_per_tenant} schedules", code="too_many_schedules")
                 await conn.execute(_INSERT, *schedule_values(schedule))
 
-        await self._use(create, "schedule create")
+        await self._db.use(create, "schedule create")
 
     async def get(self, tenant_id: str, schedule_id: str) -> ScheduleRow | None:
         rows = await self._fetch(_SELECT + " WHERE schedule_id = $1 AND tenant_id = $2", schedule_id, tenant_id)
@@ -127,7 +122,7 @@ class PgScheduleStorage:
                 await conn.execute("DELETE FROM schedule_fires WHERE schedule_id = $1", schedule_id)
                 return True
 
-        return await self._use(delete, "schedule delete")
+        return await self._db.use(delete, "schedule delete")
 
     async def set_paused(self, tenant_id: str, schedule_id: str, paused: bool, cursor_ms: int) -> ScheduleRow | None:
         sql = (
@@ -152,14 +147,14 @@ class PgScheduleStorage:
                 await conn.executemany(_INSERT_FIRE, rows)
                 return True
 
-        return await self._use(advance, "schedule advance")
+        return await self._db.use(advance, "schedule advance")
 
     async def active(self, schedule_id: str) -> list[FireRow]:
         sql = _SELECT_FIRE + " WHERE schedule_id = $1 AND status IN ('pending', 'started') ORDER BY slot_ms"
         return [fire_row(r) for r in await self._fetch(sql, schedule_id)]
 
     async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[FireRow]:
-        rows = await self._use(lambda conn: conn.fetch(_CLAIM, owner, now_ms, lease_ms, limit), "fire claim")
+        rows = await self._db.use(lambda conn: conn.fetch(_CLAIM, owner, now_ms, lease_ms, limit), "fire claim")
         return sorted((fire_row(r) for r in rows), key=lambda f: (f.slot_ms, f.schedule_id))  # RETURNING has no order
 
     async def settle(
