@@ -209,6 +209,10 @@ class Scheduler:
         except (InvalidInput, PayloadTooLarge) as exc:
             await self._settle(fire, "failed", exc.code)
             return 0
+        except Exception:  # a bug, or a store error: waiting may help; never dropped, never doubled (its run id)
+            log.exception("starting the run of schedule %s slot %d failed; tried again", fire.schedule_id, fire.slot_ms)
+            await self._storage.release(fire, self._owner)
+            return 0
         await self._settle(fire, "started", None)
         return 1
 
