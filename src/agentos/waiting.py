@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import heapq
 
-__all__ = ["IdlePoll", "wait_event"]
+__all__ = ["IdlePoll", "cancel_and_wait", "wait_event"]
 
 
 async def wait_event(event: asyncio.Event, timeout_s: float | None) -> bool:
@@ -35,6 +35,17 @@ async def wait_event(event: asyncio.Event, timeout_s: float | None) -> bool:
         async with asyncio.timeout(timeout_s):
             await event.wait()
     return event.is_set()
+
+
+async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
+    """Cancel a background loop's `task` (None: never started) and wait until it has ended; its
+    own CancelledError is the expected end, not the caller's (the caller's cancel still propagates).
+    """
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 class IdlePoll:

@@ -78,11 +78,7 @@ class PgScheduleStorage:
         self._db = SidePool(config, "schedules")
 
     async def open(self) -> None:
-        """Migrate, then open a small pool (`agentos.store.pg_side_pool`).
-
-        Raises:
-            ConfigError: naming store.postgres_url (unreachable, a schema mismatch) or store.backend (no asyncpg).
-        """
+        """Migrate (0014 among the rest), then open its pool. Raises: as `SidePool.open`."""
         await self._db.open()
 
     async def close(self) -> None:

@@ -18,7 +18,6 @@ runs a round every `schedules.poll_s`, and at once when a schedule is created or
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -32,7 +31,7 @@ from agentos.kernel import RUN_TERMINAL_STATUSES
 from agentos.schedules.records import FireRow, FireStatus, Overlap, ScheduleRow
 from agentos.schedules.slots import plan
 from agentos.schedules.storage import FIRE_LEASE_MS, ScheduleStorage
-from agentos.waiting import wait_event
+from agentos.waiting import cancel_and_wait, wait_event
 
 log = logging.getLogger("agentos.schedules")
 
@@ -104,11 +103,8 @@ class Scheduler:
     async def close(self) -> None:
         self._stopping = True  # as well as the cancel: a driver may turn a cancel into another error
         self._wake.set()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _loop(self) -> None:
         while not self._stopping:

@@ -93,10 +93,6 @@ class SqliteScheduleStorage:
     async def close(self) -> None:
         await self._writer.close()
 
-    async def _run(self, apply: Callable[[sqlite3.Connection], T]) -> T:
-        result: T = await self._writer.submit(apply=apply)
-        return result
-
     async def create(self, schedule: ScheduleRow, *, max_per_tenant: int) -> None:
         def create(db: sqlite3.Connection) -> None:
             (count,) = db.execute(
@@ -106,15 +102,15 @@ class SqliteScheduleStorage:
                 raise Conflict(f"a tenant has at most {max_per_tenant} schedules", code="too_many_schedules")
             db.execute(_INSERT, schedule_values(schedule))
 
-        await self._run(create)
+        await self._writer.run(create)
 
     async def get(self, tenant_id: str, schedule_id: str) -> ScheduleRow | None:
         sql = _SELECT + " WHERE schedule_id = ? AND tenant_id = ?"
-        return await self._run(lambda db: _one(db, sql, (schedule_id, tenant_id), schedule_row))
+        return await self._writer.run(lambda db: _one(db, sql, (schedule_id, tenant_id), schedule_row))
 
     async def list_schedules(self, tenant_id: str) -> list[ScheduleRow]:
         sql = _SELECT + " WHERE tenant_id = ? ORDER BY created_ms, schedule_id"
-        return await self._run(lambda db: [schedule_row(r) for r in db.execute(sql, (tenant_id,))])
+        return await self._writer.run(lambda db: [schedule_row(r) for r in db.execute(sql, (tenant_id,))])
 
     async def delete(self, tenant_id: str, schedule_id: str) -> bool:
         def delete(db: sqlite3.Connection) -> bool:
@@ -124,7 +120,7 @@ class SqliteScheduleStorage:
             db.execute("DELETE FROM schedule_fires WHERE schedule_id = ?", (schedule_id,))
             return True
 
-        return await self._run(delete)
+        return await self._writer.run(delete)
 
     async def set_paused(self, tenant_id: str, schedule_id: str, paused: bool, cursor_ms: int) -> ScheduleRow | None:
         def update(db: sqlite3.Connection) -> ScheduleRow | None:
@@ -134,11 +130,11 @@ class SqliteScheduleStorage:
                 db, _SELECT + " WHERE schedule_id = ? AND tenant_id = ?", (schedule_id, tenant_id), schedule_row
             )
 
-        return await self._run(update)
+        return await self._writer.run(update)
 
     async def due(self, now_ms: int, limit: int) -> list[ScheduleRow]:
         sql = _SELECT + " WHERE paused = 0 AND cursor_ms <= ? ORDER BY cursor_ms, schedule_id LIMIT ?"
-        return await self._run(lambda db: [schedule_row(r) for r in db.execute(sql, (now_ms, limit))])
+        return await self._writer.run(lambda db: [schedule_row(r) for r in db.execute(sql, (now_ms, limit))])
 
     async def advance(self, schedule: ScheduleRow, cursor_ms: int, fires: Sequence[FireRow], owner: str) -> bool:
         def advance(db: sqlite3.Connection) -> bool:
@@ -149,11 +145,11 @@ class SqliteScheduleStorage:
             db.executemany(_INSERT_FIRE, rows)
             return True
 
-        return await self._run(advance)
+        return await self._writer.run(advance)
 
     async def active(self, schedule_id: str) -> list[FireRow]:
         sql = _SELECT_FIRE + " WHERE schedule_id = ? AND status IN ('pending', 'started') ORDER BY slot_ms"
-        return await self._run(lambda db: [fire_row(r) for r in db.execute(sql, (schedule_id,))])
+        return await self._writer.run(lambda db: [fire_row(r) for r in db.execute(sql, (schedule_id,))])
 
     async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[FireRow]:
         def claim(db: sqlite3.Connection) -> list[FireRow]:
@@ -165,7 +161,7 @@ class SqliteScheduleStorage:
             db.executemany(lease, [(owner, now_ms + lease_ms, f.schedule_id, f.slot_ms) for f in found])
             return found
 
-        return await self._run(claim)
+        return await self._writer.run(claim)
 
     async def settle(
         self, fire: FireRow, status: FireStatus, owner: str | None, now_ms: int, reason: str | None = None
@@ -181,10 +177,12 @@ class SqliteScheduleStorage:
 
     async def fires(self, tenant_id: str, schedule_id: str, limit: int) -> list[FireRow]:
         sql = _SELECT_FIRE + " WHERE schedule_id = ? AND tenant_id = ? ORDER BY slot_ms DESC LIMIT ?"
-        return await self._run(lambda db: [fire_row(r) for r in db.execute(sql, (schedule_id, tenant_id, limit))])
+        return await self._writer.run(
+            lambda db: [fire_row(r) for r in db.execute(sql, (schedule_id, tenant_id, limit))]
+        )
 
     async def prune(self, keep: int) -> int:
-        return await self._run(lambda db: db.execute(_PRUNE, (keep - 1,)).rowcount)
+        return await self._writer.run(lambda db: db.execute(_PRUNE, (keep - 1,)).rowcount)
 
 
 def _one(db: sqlite3.Connection, sql: str, params: Sequence[Any], convert: Callable[[Any], T]) -> T | None:
