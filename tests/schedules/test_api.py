@@ -15,7 +15,7 @@ from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, eventually
 from agentos.testing.tenants import create_tenant_key
 from tests.api.helpers import assert_documented, expect_error
-from tests.triggers.webhooks import backends, run_outcome, serve
+from tests.triggers.webhooks import backends, metric, run_outcome, serve
 
 ADMIN = "admin-token"
 
@@ -74,6 +74,8 @@ async def test_a_schedule_fires_runs_and_shows_its_next_and_last_fires(
     row = await server.services.runs.store.load_run("default", fire["run_id"])
     assert row is not None and row.agent == "echo" and row.input == "the daily report"
 
+    async with http.get(f"{url}/metrics") as r:
+        assert metric(await r.text(), 'agentos_schedule_fires_total{outcome="started"}') >= 1
     async with http.get(f"{url}/v1/schedules?limit=1") as r:
         page = await r.json()
     assert_documented(page, "SchedulePage")
