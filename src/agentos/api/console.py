@@ -38,6 +38,7 @@ ASSETS = {
         "inbox.js",
         "playground.js",
         "usage.js",
+        "schedules.js",
         "admin.js",
     )
 }
