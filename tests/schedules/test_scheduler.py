@@ -167,3 +167,23 @@ async def test_an_unknown_agent_fails_the_fire(storage: ScheduleStorage) -> None
     clock.advance(10)
     assert await scheduler(storage, runs, clock).round() == 0
     assert await fires(storage, row.schedule_id) == [(10, "failed", "agent_not_found")]
+
+
+async def test_a_disabled_tenants_slots_pass_by_unfired(storage: ScheduleStorage) -> None:
+    clock, runs = FakeClock(0.0), FakeRuns()
+    row = schedule(every_s=10)
+    await storage.create(row, max_per_tenant=10)
+    s = Scheduler(
+        storage,
+        runs,
+        CONFIG,
+        "node-a",
+        lambda: int(clock.now() * 1000),
+        ScheduleMetrics(),
+        tenant_enabled=lambda _: False,
+    )
+    clock.advance(25)
+    assert await s.round() == 0
+    assert await fires(storage, row.schedule_id) == [] and runs.starts == []
+    stored = await storage.get("t1", row.schedule_id)
+    assert stored is not None and stored.cursor_ms == 30 * S  # decided: not fired again once it is enabled

@@ -145,7 +145,8 @@ class Scheduler:
         )
         running, waiting = await self._in_flight(schedule)
         fires: list[FireRow] = []
-        for slot in decided.fire:
+        # a disabled tenant's slots pass by unfired (and unrecorded): no failed row every second
+        for slot in decided.fire if self._tenant_enabled(schedule.tenant_id) else ():
             status, reason = admit(
                 schedule.overlap, schedule.max_runs_in_flight, self._config.max_queued, running, waiting
             )

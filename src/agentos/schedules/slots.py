@@ -62,16 +62,21 @@ def check_cron(expr: str, zone: str) -> Cron:
     fields = expr.split()
     if len(fields) != 5 or not croniter.is_valid(" ".join(fields)):
         raise InvalidInput(f"cron {expr!r} is not five valid cron fields", code="invalid_cron")
-    try:
-        ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidInput(f"time zone {zone!r} is not an IANA time zone", code="unknown_time_zone") from None
+    check_zone(zone)
     timing = Cron(" ".join(fields), zone)
     try:
         next_after(timing, 0)  # "0 0 31 2 *" parses but never happens: croniter gives up on it
     except Exception:
         raise InvalidInput(f"cron {expr!r} never fires", code="invalid_cron") from None
     return timing
+
+
+def check_zone(zone: str) -> None:
+    """Raises: InvalidInput (`unknown_time_zone`): not a zone of the IANA database."""
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):  # ValueError: not a key at all ("../etc", "")
+        raise InvalidInput(f"time zone {zone!r} is not an IANA time zone", code="unknown_time_zone") from None
 
 
 def next_after(timing: Timing, t_ms: int) -> int:
