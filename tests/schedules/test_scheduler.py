@@ -187,3 +187,26 @@ async def test_a_disabled_tenants_slots_pass_by_unfired(storage: ScheduleStorage
     assert await fires(storage, row.schedule_id) == [] and runs.starts == []
     stored = await storage.get("t1", row.schedule_id)
     assert stored is not None and stored.cursor_ms == 30 * S  # decided: not fired again once it is enabled
+
+
+async def test_with_one_place_free_only_the_oldest_waiting_fire_starts(storage: ScheduleStorage) -> None:
+    """Two nodes, each holding one of two queued fires when the one running run ends: only the
+    holder of the oldest starts its run (both would fit if each looked only at the runs)."""
+    clock, runs = FakeClock(0.0), FakeRuns()
+    row = schedule(every_s=10, overlap="queue")
+    await storage.create(row, max_per_tenant=10)
+    a, b = scheduler(storage, runs, clock, "node-a"), scheduler(storage, runs, clock, "node-b")
+    clock.advance(10)
+    assert await a.round() == 1  # slot 10 runs
+    for _ in range(2):  # 20 and 30 wait
+        clock.advance(10)
+        assert await a.round() == 0
+    runs.finish_all()
+    pending = sorted(
+        (f for f in await storage.fires("t1", row.schedule_id, 10) if f.status == "pending"), key=lambda f: f.slot_ms
+    )
+    assert [f.slot_ms // S for f in pending] == [20, 30]
+    assert await b._start(pending[1]) == 0  # not the oldest: left waiting
+    assert await a._start(pending[0]) == 1
+    assert await b._start(pending[1]) == 0  # the one place is taken now
+    assert len(runs.starts) == 2

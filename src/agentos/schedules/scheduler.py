@@ -143,7 +143,8 @@ class Scheduler:
             grace_ms=int(self._config.misfire_grace_s * 1000),
             misfire=schedule.misfire,
         )
-        running, waiting = await self._in_flight(schedule)
+        running, queued = await self._in_flight(schedule)
+        waiting = len(queued)
         fires: list[FireRow] = []
         # a disabled tenant's slots pass by unfired (and unrecorded): no failed row every second
         for slot in decided.fire if self._tenant_enabled(schedule.tenant_id) else ():
@@ -162,13 +163,13 @@ class Scheduler:
                 self._metrics.fires.labels(outcome="skipped").inc()
         return [f for f in fires if f.status == "pending"]
 
-    async def _in_flight(self, schedule: ScheduleRow) -> tuple[int, int]:
-        """The schedule's runs still running and its fires waiting to start; the started fires
-        whose run has ended are settled on the way."""
-        running = waiting = 0
+    async def _in_flight(self, schedule: ScheduleRow) -> tuple[int, list[int]]:
+        """The schedule's runs still running, and the slots of its fires waiting to start (oldest
+        first); the started fires whose run has ended are settled on the way."""
+        running, waiting = 0, []
         for fire in await self._storage.active(schedule.schedule_id):
             if fire.status == "pending":
-                waiting += 1
+                waiting.append(fire.slot_ms)
             elif await self._run_ended(fire):
                 await self._storage.settle(fire, "finished", None, self._now_ms())
             else:
@@ -178,8 +179,10 @@ class Scheduler:
     async def _run_ended(self, fire: FireRow) -> bool:
         try:
             run = await self._runs.get_run(fire.tenant_id, fire.run_id)
-        except NotFound:  # deleted with its session, or its tenant: it runs no more
-            return True
+        except NotFound:
+            # deleted with its session or its tenant; or, just started on another node, not
+            # journaled yet: only a fire started a lease ago is taken for ended
+            return self._now_ms() - fire.updated_ms > FIRE_LEASE_MS
         return run.get("status") in RUN_TERMINAL_STATUSES
 
     async def _start(self, fire: FireRow) -> int:
@@ -190,8 +193,10 @@ class Scheduler:
         if not self._tenant_enabled(fire.tenant_id):
             await self._settle(fire, "failed", "tenant_disabled")
             return 0
-        running, _ = await self._in_flight(schedule)
-        if schedule.paused or running >= schedule.max_runs_in_flight:
+        running, waiting = await self._in_flight(schedule)
+        # Only the oldest waiting fires that fit start: two nodes holding two of them at once
+        # cannot both take the one free place (each starts only a fire in the first places).
+        if schedule.paused or fire.slot_ms not in waiting[: max(schedule.max_runs_in_flight - running, 0)]:
             await self._storage.release(fire, self._owner)  # queued: a later round starts it
             return 0
         try:
