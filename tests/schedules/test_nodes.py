@@ -50,6 +50,13 @@ async def test_three_nodes_fire_every_slot_once_while_one_is_killed(
             return await fired(pg, schedule_id) >= n
 
         await eventually(lambda: at_least(BEFORE_KILL), timeout_s=30, what=f"{BEFORE_KILL} fires")
+        victim = f"-{nodes[1].proc.pid}-"  # in its node id (agentos.coordination.node)
+
+        async def victim_fired() -> bool:
+            sql = "SELECT count(*) FROM schedule_fires WHERE schedule_id = $1 AND lease_owner LIKE $2"
+            return int((await pg_rows(pg, sql, schedule_id, f"%{victim}%"))[0][0]) > 0
+
+        await eventually(victim_fired, timeout_s=30, what="a fire started by the node to be killed")
         await nodes[1].kill()
         seen = await fired(pg, schedule_id)
         await eventually(lambda: at_least(seen + AFTER_KILL), timeout_s=40, what=f"{AFTER_KILL} more fires")
@@ -61,7 +68,7 @@ async def test_three_nodes_fire_every_slot_once_while_one_is_killed(
             return int((await pg_rows(pg, sql, schedule_id))[0][0]) == 0
 
         await eventually(all_started, timeout_s=30, what="the dead node's fires started by the others")
-        sql = "SELECT slot_ms, status, run_id FROM schedule_fires WHERE schedule_id = $1 ORDER BY slot_ms"
+        sql = "SELECT slot_ms, status, run_id, lease_owner FROM schedule_fires WHERE schedule_id = $1 ORDER BY slot_ms"
         fires = await pg_rows(pg, sql, schedule_id)
         slots = [f["slot_ms"] for f in fires]
         assert slots == list(range(slots[0], slots[-1] + 1, 1000)), "a slot missing"  # no gap, none twice (the key)

@@ -55,7 +55,7 @@ FROM due WHERE f.schedule_id = due.schedule_id AND f.slot_ms = due.slot_ms
 RETURNING {", ".join("f." + c.strip() for c in FIRE_COLUMNS.split(","))}
 """
 _SETTLE = (
-    "UPDATE schedule_fires SET status = $3, reason = $4, updated_ms = $5, lease_owner = NULL, lease_until_ms = 0"
+    "UPDATE schedule_fires SET status = $3, reason = $4, updated_ms = $5, lease_until_ms = 0"
     " WHERE schedule_id = $1 AND slot_ms = $2 AND status IN ('pending', 'started')"
     " AND ($6::text IS NULL OR lease_owner = $6 OR status = 'started')"
 )

@@ -56,7 +56,7 @@ CREATE TABLE IF NOT EXISTS schedule_fires (
     status TEXT NOT NULL,
     updated_ms INTEGER NOT NULL,
     reason TEXT,
-    lease_owner TEXT,
+    lease_owner TEXT,  -- pending: the node starting it, until lease_until_ms; then the node that started it
     lease_until_ms INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (schedule_id, slot_ms)
 );
@@ -166,7 +166,7 @@ class SqliteScheduleStorage:
     async def settle(
         self, fire: FireRow, status: FireStatus, owner: str | None, now_ms: int, reason: str | None = None
     ) -> None:
-        sql = "UPDATE schedule_fires SET status = ?, reason = ?, updated_ms = ?, lease_owner = NULL, lease_until_ms = 0"
+        sql = "UPDATE schedule_fires SET status = ?, reason = ?, updated_ms = ?, lease_until_ms = 0"
         where = _KEY + " AND status IN ('pending', 'started') AND (? IS NULL OR lease_owner = ? OR status = 'started')"
         params = (status, reason, now_ms, fire.schedule_id, fire.slot_ms, owner, owner)
         await self._writer.submit(sql + where, params)

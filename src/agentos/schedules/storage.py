@@ -65,7 +65,8 @@ class ScheduleStorage(Protocol):
     async def settle(
         self, fire: FireRow, status: FireStatus, owner: str | None, now_ms: int, reason: str | None = None
     ) -> None:
-        """Set the fire's status (releasing its lease) if `owner` holds it (None: whoever does)."""
+        """Set the fire's status (ending its lease; `lease_owner` stays: the node that started
+        it) if `owner` holds it (None: whoever does)."""
         ...
 
     async def release(self, fire: FireRow, owner: str) -> None:

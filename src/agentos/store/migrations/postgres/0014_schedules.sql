@@ -29,7 +29,7 @@ CREATE TABLE schedule_fires (
     status TEXT NOT NULL,  -- pending | started | finished | skipped | failed
     updated_ms BIGINT NOT NULL,
     reason TEXT,
-    lease_owner TEXT,  -- the node starting it, until lease_until_ms
+    lease_owner TEXT,  -- pending: the node starting it, until lease_until_ms; then the node that started it
     lease_until_ms BIGINT NOT NULL DEFAULT 0,
     PRIMARY KEY (schedule_id, slot_ms)
 );
