@@ -1,5 +1,5 @@
 """A small pool of its own for a part that keeps its tables in the store's PostgreSQL database
-(knowledge, triggers): the migrations run at open, every call is bounded and its failures are
+(knowledge, triggers, schedules): the migrations run at open, every call is bounded and its failures are
 classified as the store's are (unreachable or too slow: `StoreUnavailable`, a 503).
 
 Usage::
