@@ -122,7 +122,12 @@ class Scheduler:
         now = self._now_ms()
         owned: list[FireRow] = []
         for schedule in await self._storage.due(now, BATCH):
-            owned += await self._decide(schedule, now)
+            try:
+                owned += await self._decide(schedule, now)
+            except StoreUnavailable:
+                raise
+            except Exception:  # a bug about this one schedule: the others still fire
+                log.exception("deciding the slots of schedule %s failed", schedule.schedule_id)
         claim_now = now + FIRE_LEASE_MS + 1 if self._reclaim else now  # as if every lease had run out
         self._reclaim = False
         owned += await self._storage.claim(self._owner, claim_now, FIRE_LEASE_MS, BATCH)
