@@ -177,3 +177,22 @@ async def test_a_tenant_has_at_most_max_schedules(
             await expect_error(r, 409, "too_many_schedules")
     finally:
         await server.close()
+
+
+async def test_fires_count_against_the_tenants_active_runs(
+    tmp_path: Path, mock_factory: Any, http: aiohttp.ClientSession
+) -> None:
+    """The tenant may run one run at once; its schedule fires every second runs of 1.5 s: the
+    fires wait (postponed, the same run id) instead of going over the tenant's cap."""
+    mock: MockServer = await mock_factory(ttft_ms=1500, tokens=2)
+    server = await serve(tmp_path / "data", mock, {}, tenant_limits={"max_active_runs": 1}, schedules={"poll_s": 0.05})
+    try:
+        created = await create(http, server.url, every_s=1, max_runs_in_flight=5, overlap="queue")
+        await mock.stats.wait_for(lambda s: s.completed >= 3, timeout_s=30, what="three fires' runs")
+        async with http.post(f"{server.url}/v1/schedules/{created['schedule_id']}/pause") as r:
+            assert r.status == 200
+        assert mock.stats.max_concurrent == 1  # one at a time: the tenant's cap held
+        async with http.get(f"{server.url}/metrics") as r:
+            assert metric(await r.text(), 'agentos_schedule_fires_total{outcome="postponed"}') > 0
+    finally:
+        await server.close()
