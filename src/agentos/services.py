@@ -1,7 +1,8 @@
 """Build every service from the settings, in order, and close them in reverse.
 
     tenants -> Redis link and bus (if configured) -> store -> quotas (seeded from the store)
-      -> usage ledger (on the store) -> provider -> driver (the kernel) -> knowledge -> runs -> triggers -> runtime
+      -> usage ledger (on the store) -> provider -> driver (the kernel) -> knowledge -> runs -> triggers
+      -> schedules -> runtime
 
 Each part receives what it needs when it is built, so nothing is wired by assignment later;
 the CLI, the test helpers and the bench all build the server this one way.
@@ -45,6 +46,7 @@ from agentos.providers.router import open_router
 from agentos.runtime.driver import Driver
 from agentos.runtime.runtime import Runtime, kernel_limits
 from agentos.sandbox.metrics import SandboxCollector
+from agentos.schedules.service import ScheduleService, open_schedule_storage
 from agentos.store.base import Store
 from agentos.store.memory import MemoryStore
 from agentos.store.sqlite import SQLiteStore
@@ -77,6 +79,7 @@ class Services:
     ledger: StoreLedger  # the router's `Ledger`: one row per model call that answered
     knowledge: KnowledgeService
     triggers: TriggerService
+    schedules: ScheduleService
     link: Link | None = None  # Redis, when coordination.redis_url is set
     bus: Bus | None = None  # pub/sub between nodes over that Redis
     tracing: Tracing = NO_TRACING  # traces over OTLP ([telemetry]); off: no OpenTelemetry loaded
@@ -88,6 +91,7 @@ class Services:
     async def close(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Drain, then close everything in the reverse order of building it."""
         await self.drain(timeout_s)
+        await self.schedules.close()  # its scheduler starts runs: stopped before them
         await self.triggers.close()  # its dispatcher starts runs: stopped before them
         await self.runs.close(min(timeout_s, 5.0))  # before the provider: draining runs may still call it
         await self.knowledge.close()  # its indexer embeds through the provider and the driver's permits
@@ -206,7 +210,13 @@ async def open_services(
             tenant_enabled=tenants.is_enabled,
         )
         await triggers.start()  # the dispatcher starts the deliveries accepted before a crash
+        started.append(triggers.close)
         triggers.register_metrics(metrics.registry)
+        schedules = ScheduleService(
+            settings, open_schedule_storage(settings, data_dir), runs, tenant_enabled=tenants.is_enabled
+        )
+        await schedules.start()  # the scheduler starts the fires claimed before a crash, then what is due
+        schedules.register_metrics(metrics.registry)
     except BaseException:
         for close in reversed(started):
             await close()
@@ -244,6 +254,7 @@ async def open_services(
         ledger,
         knowledge,
         triggers,
+        schedules,
         link,
         bus,
         tracing,

@@ -17,7 +17,7 @@ import heapq
 from collections.abc import Collection
 from typing import Any
 
-__all__ = ["IdlePoll", "wait_event", "wait_tasks"]
+__all__ = ["IdlePoll", "cancel_and_wait", "wait_event", "wait_tasks"]
 
 
 async def wait_event(event: asyncio.Event, timeout_s: float | None) -> bool:
@@ -55,6 +55,17 @@ async def wait_tasks(tasks: Collection[asyncio.Future[Any]], timeout_s: float) -
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     return pending
+
+
+async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
+    """Cancel a background loop's `task` (None: never started) and wait until it has ended; its
+    own CancelledError is the expected end, not the caller's (the caller's cancel still propagates).
+    """
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 class IdlePoll:

@@ -15,6 +15,7 @@ from agentos.api.admin import KeyCreate, TenantCreate, TenantUpdate
 from agentos.api.app import ROUTES
 from agentos.api.body import MAX_AFTER, MAX_PAGE_LIMIT, AnswerCreate, RunCreate, SessionCreate, TurnCreate
 from agentos.api.openapi import document, served_routes, table_routes
+from agentos.api.schedules import ScheduleCreate
 from agentos.api.triggers import TriggerCreate
 from agentos.config.agents import AgentSpec
 from agentos.config.tenants import TenantLimits
@@ -35,6 +36,7 @@ BODIES: dict[tuple[str, str], tuple[type[Any], str]] = {
     ("patch", "/v1/admin/tenants/{tenant_id}"): (TenantUpdate, "TenantUpdate"),
     ("post", "/v1/admin/keys"): (KeyCreate, "KeyCreate"),
     ("post", "/v1/triggers"): (TriggerCreate, "TriggerCreate"),
+    ("post", "/v1/schedules"): (ScheduleCreate, "ScheduleCreate"),
     ("post", "/v1/collections"): (CollectionCreate, "CollectionCreate"),
     ("post", "/v1/collections/{name}/documents"): (DocumentUpload, "DocumentUpload"),
     ("post", "/v1/collections/{name}/query"): (QueryRequest, "QueryRequest"),

@@ -18,6 +18,7 @@ from agentos.api import (
     openai_responses,
     ops,
     runs,
+    schedules,
     sessions,
     triggers,
     turn_events,
@@ -37,6 +38,7 @@ from agentos.api.keys import (
     QUOTAS,
     RUNS,
     RUNTIME,
+    SCHEDULES,
     SETTINGS,
     SSE_KEEPALIVE_S,
     TENANTS,
@@ -62,6 +64,7 @@ ROUTES = (
     usage.routes,
     knowledge.routes,
     triggers.routes,
+    schedules.routes,
     openai_chat.routes,
     openai_responses.routes,
     console_stream.routes,
@@ -104,6 +107,7 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     app[ADMISSION] = Admission(services.runtime, services.quotas, limiters)
     app[KNOWLEDGE] = services.knowledge
     app[TRIGGERS] = services.triggers
+    app[SCHEDULES] = services.schedules
     app[CONSOLE] = console_stream.console_hub(app)
     app.on_shutdown.append(console_stream.close_hub)  # its streams never end by themselves
     app.on_response_prepare.append(add_rate_headers)  # before an event stream's headers leave

@@ -39,6 +39,7 @@ ASSETS = {
         "inbox.js",
         "playground.js",
         "usage.js",
+        "schedules.js",
         "admin.js",
     )
 }

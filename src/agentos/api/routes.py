@@ -22,7 +22,9 @@ from agentos.api.body import MAX_AFTER, MAX_PAGE_LIMIT
 from agentos.errors import ConfigError
 
 REF_TEMPLATE = "#/components/schemas/{name}"
-Tag = Literal["sessions", "turns", "agents", "runs", "admin", "usage", "knowledge", "triggers", "openai", "server"]
+Tag = Literal[
+    "sessions", "turns", "agents", "runs", "admin", "usage", "knowledge", "triggers", "schedules", "openai", "server"
+]
 # The groups of operations on /docs, in the order shown.
 TAGS: dict[Tag, str] = {
     "sessions": "Sessions, their transcripts and stored events",
@@ -33,6 +35,7 @@ TAGS: dict[Tag, str] = {
     "usage": "Tokens and cost of model calls, from the usage ledger (docs/providers.md)",
     "knowledge": "Collections, documents and hybrid retrieval (docs/knowledge.md)",
     "triggers": "Signed webhooks that start runs (docs/triggers.md)",
+    "schedules": "Runs started on a cron or every N seconds (docs/schedules.md)",
     "openai": "The OpenAI-compatible front door: models, chat completions, responses (docs/openai.md)",
     "server": "Health, metrics, and this documentation",
 }

@@ -87,9 +87,17 @@ def page_response(found: Sequence[T], limit: int, show: Callable[[T], Any], curs
 def page_after(items: Iterable[dict[str, Any]], key: str, after: str | None, limit: int) -> web.Response:
     """A page of a list held whole, in `key` order: the items after `after` (None: from the
     first), at most `limit`; `next_cursor` names the last one's `key` when more follow (else null)."""
-    later = [item for item in items if after is None or item[key] > after]
+    later = sorted((item for item in items if after is None or str(item[key]) > after), key=lambda i: str(i[key]))
     page = later[:limit]
     return json_response({"data": page, "next_cursor": page[-1][key] if len(later) > limit else None})
+
+
+def page_by_id(request: web.Request, items: Sequence[dict[str, Any]], key: str, default_limit: int) -> web.Response:
+    """`page_after` with `?limit=` and `?after=` read from the request (a short list held whole,
+    such as a tenant's triggers or schedules).
+
+    Raises: InvalidInput (a bad limit or after)."""
+    return page_after(items, key, query_text(request, "after"), page_limit(request, default_limit))
 
 
 def session_json(runtime: Runtime, record: SessionRecord) -> dict[str, Any]:

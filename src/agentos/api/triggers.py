@@ -27,7 +27,7 @@ import msgspec
 from aiohttp import web
 
 from agentos.agents.traces import RunTraces
-from agentos.api.body import MAX_AFTER, page_limit, query_int, query_text, read_body
+from agentos.api.body import MAX_AFTER, page_limit, query_int, read_body
 from agentos.api.body_encoding import read_raw
 from agentos.api.keys import RUNTIME, TRIGGERS
 from agentos.api.routes import (
@@ -44,7 +44,7 @@ from agentos.api.routes import (
     query,
     tagged,
 )
-from agentos.api.sessions import json_response, page_after, page_response
+from agentos.api.sessions import json_response, page_by_id, page_response
 from agentos.clock import wall_ms
 from agentos.errors import RequestError
 from agentos.telemetry import Tracing, valid_traceparent
@@ -142,10 +142,7 @@ async def create_trigger(request: web.Request) -> web.Response:
 async def list_triggers(request: web.Request) -> web.Response:
     """By id; `?after=` the `next_cursor` of the page before."""
     tenant_id = require(request, Scope.TRIGGERS_READ).tenant_id
-    limit = page_limit(request, 100)
-    after = query_text(request, "after")
-    found = sorted(await request.app[TRIGGERS].list_triggers(tenant_id), key=lambda t: str(t["trigger_id"]))
-    return page_after(found, "trigger_id", after, limit)
+    return page_by_id(request, await request.app[TRIGGERS].list_triggers(tenant_id), "trigger_id", 100)
 
 
 @routes.get("/v1/triggers/{trigger_id}")
