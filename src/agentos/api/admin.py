@@ -33,14 +33,14 @@ class TenantCreate(msgspec.Struct, forbid_unknown_fields=True):
 
     tenant_id: TenantId
     name: Name = ""
-    limits: dict[str, int] = {}
+    limits: dict[str, int | float] = {}
 
 
 class TenantUpdate(msgspec.Struct, forbid_unknown_fields=True):
     """What is given changes; `limits` merges into the overrides (null drops one)."""
 
     name: Name | None = None
-    limits: dict[str, int | None] | None = None
+    limits: dict[str, int | float | None] | None = None
     disabled: bool | None = None
 
 

@@ -21,7 +21,7 @@ def updated_tenant(
     defaults: TenantLimits,
     *,
     name: str | None,
-    limits: dict[str, int | None] | None,
+    limits: dict[str, int | float | None] | None,
     disabled: bool | None,
 ) -> Tenant:
     """`tenant` with what is given changed; `limits` is merged into the overrides (None drops one).

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from agentos.config.tenants import clamp_overrides
+from agentos.config.tenants import Overrides, clamp_overrides
 from agentos.errors import ConfigError, StoreError
 from agentos.store import pg_migrations, pg_pool
 from agentos.store.pg_follow import FULL_RELOAD_INTERVAL_S, Follower
@@ -233,7 +233,7 @@ async def read_rows(conn: asyncpg.Connection, changes: Iterable[str] | None) -> 
 
 
 def _tenant(row: asyncpg.Record) -> Tenant:
-    limits = clamp_overrides(msgspec.json.decode(row["limits"], type=dict[str, int]))
+    limits = clamp_overrides(msgspec.json.decode(row["limits"], type=Overrides))
     return Tenant(
         tenant_id=row["tenant_id"],
         name=row["name"],

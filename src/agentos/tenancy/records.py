@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from agentos.config.tenants import MAXIMA, TenantLimits
+from agentos.config.tenants import MAXIMA, Overrides, TenantLimits
 from agentos.errors import Conflict, InvalidInput, NotFound
 
 TENANT_ID_PATTERN = "^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -24,7 +24,7 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True):
 
     tenant_id: str
     name: str = ""
-    limits: dict[str, int] = {}
+    limits: Overrides = {}
     disabled: bool = False
     created_ms: int = 0
 
@@ -78,7 +78,7 @@ def check_tenant_id(tenant_id: str) -> str:
     return tenant_id
 
 
-def effective_limits(defaults: TenantLimits, overrides: dict[str, int]) -> TenantLimits:
+def effective_limits(defaults: TenantLimits, overrides: Overrides) -> TenantLimits:
     """The defaults with a tenant's overrides on top.
 
     Raises:
@@ -88,7 +88,8 @@ def effective_limits(defaults: TenantLimits, overrides: dict[str, int]) -> Tenan
     if unknown:
         raise InvalidInput(f"unknown limit {unknown[0]!r}; known: {', '.join(TenantLimits.__struct_fields__)}")
     for name, value in overrides.items():
-        if isinstance(value, int) and value > MAXIMA[name]:  # the usual refusal, said plainly
+        # the usual refusal, said plainly (a bool is refused by msgspec below, as not a number)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > MAXIMA[name]:
             raise InvalidInput(f"limits.{name}: at most {MAXIMA[name]}, got {str(value)[:40]}")
     try:
         return msgspec.convert(msgspec.to_builtins(defaults) | overrides, TenantLimits)

@@ -27,7 +27,7 @@ from pathlib import Path
 import msgspec
 
 from agentos.clock import wall_ms
-from agentos.config.tenants import TenantLimits
+from agentos.config.tenants import Overrides, TenantLimits
 from agentos.errors import InvalidInput
 from agentos.store.records import DEFAULT_TENANT
 from agentos.tenancy import keys
@@ -175,7 +175,7 @@ class TenantRegistry:
         """The tenant's effective limits (its overrides over the defaults). Raises: TenantNotFound."""
         return effective_limits(self.defaults, self.tenant(tenant_id).limits)
 
-    async def create_tenant(self, tenant_id: str, *, name: str = "", limits: dict[str, int] | None = None) -> Tenant:
+    async def create_tenant(self, tenant_id: str, *, name: str = "", limits: Overrides | None = None) -> Tenant:
         """Raises: InvalidInput (a bad id or limit), TenantExists, StoreError."""
         check_tenant_id(tenant_id)
         effective_limits(self.defaults, limits or {})
@@ -194,7 +194,7 @@ class TenantRegistry:
         tenant_id: str,
         *,
         name: str | None = None,
-        limits: dict[str, int | None] | None = None,
+        limits: dict[str, int | float | None] | None = None,
         disabled: bool | None = None,
     ) -> Tenant:
         """Change what is given; `limits` is merged into the overrides (a None value drops one).

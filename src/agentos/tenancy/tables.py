@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgspec
 
-from agentos.config.tenants import clamp_overrides
+from agentos.config.tenants import Overrides, clamp_overrides
 from agentos.store.writer import Writer
 from agentos.tenancy.records import ApiKey, Tenant
 from agentos.tenancy.storage import ChangeSink
@@ -93,8 +93,8 @@ def _load(conn: sqlite3.Connection) -> tuple[list[Tenant], list[ApiKey]]:
     return tenants, keys
 
 
-def _decode_limits(raw: str) -> dict[str, int]:
-    return clamp_overrides(msgspec.json.decode(raw, type=dict[str, int]))
+def _decode_limits(raw: str) -> Overrides:
+    return clamp_overrides(msgspec.json.decode(raw, type=Overrides))
 
 
 def registry_path(data_dir: Path | None) -> Path | None:

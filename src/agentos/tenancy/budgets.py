@@ -1,0 +1,333 @@
+"""Spending budgets: what a tenant, a key and a run may spend on model calls, held by reservation.
+
+Theory of operation (docs/providers-budgets.md):
+
+- A model call counts against *lines*: the tenant's day and month (`TenantLimits.budget_per_day`
+  / `budget_per_month`), its key's day and month (set on the key by an admin), and its run
+  (`CallContext.max_cost`). A budget that is 0 (never set) is no line: no limit.
+- Counting after the call overshoots (a burst passes the check before any of it is counted:
+  LiteLLM's budgets do). So a call first *holds* its worst case (`Estimate.worst_cost`: every
+  prompt byte a token, `max_tokens` of output) against all its lines at once, or against none:
+  a line takes the hold when `spent + held + worst <= limit`, else `BudgetExceeded` names it.
+  After the call, `settle` drops the hold and adds the real cost (`Spend.cost`), or only drops it
+  (None: the call failed before answering). Concurrent calls can never spend past a line.
+- Unpriced targets: a call whose worst case is unknown (no price, or no `max_tokens` at
+  admission) cannot be held by a currency budget, so it is refused when any line applies and
+  passes freely when none does. Counting it as 0 would let an unpriced model spend without
+  limit a tenant that an operator capped.
+- Amounts are integers in millionths of the currency (`to_micros`, rounded up): exact, and
+  atomic with the same arithmetic in Redis (`agentos.coordination.budgets`).
+- A hold that nobody settles (its node died mid-call) lapses after `CALL_HOLD_S`; a settle that
+  comes later still adds the cost.
+- Admission (`hold_call`) holds the first call's worst case before a turn or run starts, so the
+  402 comes before any stream; `bind(call_id)` names the turn (or run) it is for, and the first
+  `reserve` of a call with that `call_id` (or `run_id`) takes that hold over instead of holding
+  again (topping it up if the call's worst case is larger). An admission hold never taken over
+  lapses after `ADMISSION_HOLD_S`.
+
+`Book` is the arithmetic, with `now` passed in; `Budgets` is the `Meter` of one process around
+it. `ClusterBudgets` keeps the counters in Redis and overrides `_put` and `_settle` only.
+"""
+
+from __future__ import annotations
+
+import calendar
+import heapq
+import math
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from agentos.clock import Clock
+from agentos.errors import BudgetExceeded
+from agentos.providers.base import CallContext
+from agentos.providers.metering import Estimate, Spend
+
+MICROS = 1_000_000  # amounts are counted in millionths of the currency
+DAY_S = 86_400
+CALL_HOLD_S = 900.0  # past the longest model call (`total_timeout_s` is 600 by default)
+ADMISSION_HOLD_S = 120.0  # from a turn's admission to its first model call (a permit wait included)
+
+
+def to_micros(cost: float) -> int:
+    """`cost` in millionths, rounded up (a hold or a spend is never counted short)."""
+    return math.ceil(round(cost * MICROS, 3))
+
+
+class BudgetLimits(Protocol):
+    """Where the budgets are set: the tenant registry (`agentos.tenancy.registry`)."""
+
+    def tenant_budgets(self, tenant_id: str) -> tuple[float, float]:
+        """The tenant's (per day, per month) budgets; 0 each: none."""
+        ...
+
+    def key_budgets(self, key_id: str) -> tuple[float, float]:
+        """The key's (per day, per month) budgets; 0 each: none."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One budget a call counts against: `budget` names it (in errors), `counter` is this
+    period's count of it (`tenant:acme:day:20430`), `limit` in millionths, `ends_s` when the
+    period ends (epoch seconds; 0: never, a run's)."""
+
+    budget: str
+    counter: str
+    limit: int
+    ends_s: int = 0
+
+
+def budget_lines(context: CallContext, limits: BudgetLimits, now_s: float) -> list[Line]:
+    """Every line a call of `context` counts against, at wall time `now_s`."""
+    day = int(now_s // DAY_S)
+    year, month = time.gmtime(now_s)[:2]
+    month_ends = calendar.timegm((year + month // 12, month % 12 + 1, 1, 0, 0, 0))
+    periods = (("day", str(day), (day + 1) * DAY_S), ("month", f"{year:04d}-{month:02d}", month_ends))
+    lines: list[Line] = []
+    owners = [("tenant", context.tenant_id, limits.tenant_budgets(context.tenant_id))]
+    if context.key_id:
+        owners.append(("key", context.key_id, limits.key_budgets(context.key_id)))
+    for kind, owner, budgets in owners:
+        for (period, label, ends_s), amount in zip(periods, budgets, strict=True):
+            if amount > 0:
+                name = f"{kind}:{owner}:{period}"
+                lines.append(Line(name, f"{name}:{label}", to_micros(amount), ends_s))
+    if context.run_id and context.max_cost > 0:
+        lines.append(Line(f"run:{context.run_id}", f"run:{context.run_id}", to_micros(context.max_cost)))
+    return lines
+
+
+@dataclass(slots=True)
+class Hold:
+    """A `Reservation`: `amount` (millionths) held on each of `counters` under `hold_id`."""
+
+    hold_id: str
+    counters: tuple[str, ...]
+    amount: int
+    call_id: str = ""
+    settled: bool = field(default=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a line could not take a hold: its numbers, in millionths."""
+
+    line: Line
+    spent: int
+    held: int
+
+
+class Book:
+    """The counters of one process: spent and held per counter, and the holds by id. Sync."""
+
+    def __init__(self) -> None:
+        self._spent: dict[str, int] = {}
+        self._held: dict[str, int] = {}
+        self._holds: dict[str, dict[str, int]] = {}  # hold_id -> {counter: amount}
+        self._expiry: list[tuple[float, str]] = []  # (lapses at, hold_id), a heap
+        self._lapses: dict[str, float] = {}
+        self._ends: dict[str, int] = {}  # counter -> when its period ends (0: never)
+
+    def spent(self, counter: str) -> int:
+        return self._spent.get(counter, 0)
+
+    def held(self, counter: str) -> int:
+        return self._held.get(counter, 0)
+
+    def holds(self) -> int:
+        return len(self._holds)
+
+    def put(self, hold_id: str, lines: Iterable[Line], amount: int, lapses_at: float, now: float) -> Refusal | None:
+        """Hold `amount` on every line under `hold_id` (replacing what that id held), or on none.
+        Returns the first line that cannot hold it, or None when held."""
+        self._lapse(now)
+        lines = list(lines)
+        before = self._holds.get(hold_id, {})
+        for line in lines:
+            spent, held = self.spent(line.counter), self.held(line.counter) - before.get(line.counter, 0)
+            if spent + held + amount > line.limit:
+                return Refusal(line, spent, held)
+        self._drop(hold_id)
+        self._holds[hold_id] = {line.counter: amount for line in lines}
+        for line in lines:
+            self._held[line.counter] = self.held(line.counter) + amount
+            self._ends[line.counter] = line.ends_s
+        self._lapses[hold_id] = lapses_at
+        heapq.heappush(self._expiry, (lapses_at, hold_id))
+        return None
+
+    def settle(self, hold_id: str, counters: Iterable[str], cost: int, now: float) -> None:
+        """Drop the hold (if it has not lapsed) and add `cost` to each counter."""
+        self._drop(hold_id)
+        if cost > 0:
+            for counter in counters:
+                self._spent[counter] = self.spent(counter) + cost
+        self._lapse(now)
+
+    def _drop(self, hold_id: str) -> None:
+        for counter, amount in self._holds.pop(hold_id, {}).items():
+            left = self.held(counter) - amount
+            if left > 0:
+                self._held[counter] = left
+            else:
+                self._held.pop(counter, None)
+        self._lapses.pop(hold_id, None)
+
+    def _lapse(self, now: float) -> None:
+        """Drop the holds past their time, and the counters of periods over (a day later)."""
+        while self._expiry and self._expiry[0][0] <= now:
+            lapses_at, hold_id = heapq.heappop(self._expiry)
+            if self._lapses.get(hold_id) == lapses_at:  # not replaced or settled since
+                self._drop(hold_id)
+        over = [c for c, ends in self._ends.items() if ends and ends + DAY_S <= now and c not in self._held]
+        for counter in over:
+            del self._ends[counter]
+            self._spent.pop(counter, None)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStatistics:
+    holds: int  # holds not yet settled (admissions waiting for their call included)
+    refused: int  # reservations refused since start
+
+
+class Budgets:
+    """The `Meter` of one process (`agentos.providers.metering`). Usage::
+
+    budgets = Budgets(WallClock(), registry)
+    hold = await budgets.hold_call(estimate)          # at admission: 402 before any stream
+    budgets.bind(hold, turn.turn_id)                  # the turn's calls take it over
+    reservation = await budgets.reserve(estimate)     # the router, before each model call
+    await budgets.settle(reservation, spend)          # after it (None: it never answered)
+
+    `clock.now()` is wall time in epoch seconds: it decides the day and the month.
+    """
+
+    def __init__(
+        self,
+        clock: Clock,
+        limits: BudgetLimits,
+        *,
+        call_hold_s: float = CALL_HOLD_S,
+        admission_hold_s: float = ADMISSION_HOLD_S,
+    ) -> None:
+        self._clock = clock
+        self._limits = limits
+        self._call_hold_s = call_hold_s
+        self._admission_hold_s = admission_hold_s
+        self._book = Book()
+        self._admitted: dict[str, Hold] = {}  # call_id -> its admission hold, until a call takes it
+        self._refused = 0
+
+    def lines(self, context: CallContext) -> list[Line]:
+        return budget_lines(context, self._limits, self._clock.now())
+
+    async def hold_call(self, estimate: Estimate) -> Hold:
+        """Hold the first call's worst case at admission, for `admission_hold_s`.
+
+        Raises: BudgetExceeded naming the budget that cannot hold it."""
+        return await self._hold(_new_hold_id(), estimate, self._admission_hold_s)
+
+    def bind(self, hold: Hold, call_id: str) -> None:
+        """The turn (or run) `call_id` was admitted with `hold`: its first call takes it over."""
+        if hold.counters and not hold.settled:
+            hold.call_id = call_id
+            self._admitted[call_id] = hold
+
+    async def reserve(self, estimate: Estimate) -> Hold:
+        """Hold the call's worst case on every line it counts against (taking over the hold its
+        admission made, if any).
+
+        Raises: BudgetExceeded naming the budget that cannot hold it."""
+        admitted = self._take_admitted(estimate.context)
+        if admitted is None:
+            return await self._hold(_new_hold_id(), estimate, self._call_hold_s)
+        try:
+            return await self._hold(admitted.hold_id, estimate, self._call_hold_s, admitted.amount)
+        except BudgetExceeded:
+            await self.settle(admitted, None)
+            raise
+
+    async def settle(self, reservation: object, spend: Spend | None) -> None:
+        """Replace the hold by what the call cost, or give it back (None). Once per hold."""
+        assert isinstance(reservation, Hold)
+        if reservation.settled:
+            return
+        reservation.settled = True
+        if self._admitted.get(reservation.call_id) is reservation:
+            del self._admitted[reservation.call_id]
+        if reservation.counters:
+            cost = 0 if spend is None or spend.cost is None else to_micros(spend.cost)
+            await self._settle(reservation.hold_id, reservation.counters, cost)
+
+    async def release(self, hold: Hold) -> None:
+        """Give an admission hold back (the start it was for failed)."""
+        await self.settle(hold, None)
+
+    def statistics(self) -> BudgetStatistics:
+        return BudgetStatistics(self._book.holds(), self._refused)
+
+    def spent(self, counter: str) -> float:
+        """What `counter` (`Line.counter`) has spent so far, in the currency (this process's view)."""
+        return self._book.spent(counter) / MICROS
+
+    def _take_admitted(self, context: CallContext | None) -> Hold | None:
+        if context is None:
+            return None
+        for call_id in (context.call_id, context.run_id):
+            if call_id and (hold := self._admitted.pop(call_id, None)) is not None:
+                return hold
+        return None
+
+    async def _hold(self, hold_id: str, estimate: Estimate, hold_s: float, at_least: int = 0) -> Hold:
+        context = estimate.context or CallContext()
+        lines = self.lines(context)
+        if not lines:
+            return Hold(hold_id, (), 0)
+        if estimate.worst_cost is None:
+            self._refused += 1
+            raise _unpriced(lines[0], estimate)
+        amount = max(at_least, to_micros(estimate.worst_cost))
+        refusal = await self._put(hold_id, lines, amount, hold_s)
+        if refusal is not None:
+            self._refused += 1
+            raise _exceeded(refusal, amount, self._clock.now())
+        return Hold(hold_id, tuple(line.counter for line in lines), amount)
+
+    async def _put(self, hold_id: str, lines: list[Line], amount: int, hold_s: float) -> Refusal | None:
+        now = self._clock.now()
+        return self._book.put(hold_id, lines, amount, now + hold_s, now)
+
+    async def _settle(self, hold_id: str, counters: tuple[str, ...], cost: int) -> None:
+        self._book.settle(hold_id, counters, cost, self._clock.now())
+
+
+def _new_hold_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _money(micros: int) -> str:
+    return f"{micros / MICROS:.6f}".rstrip("0").rstrip(".")
+
+
+def _exceeded(refusal: Refusal, amount: int, now_s: float) -> BudgetExceeded:
+    line = refusal.line
+    # Only the end of its period frees what is spent; holds in flight may free sooner (no hint then).
+    renews = refusal.spent + amount > line.limit and line.ends_s > 0
+    return BudgetExceeded(
+        f"budget {line.budget!r} ({_money(line.limit)}) cannot hold this call's worst case ({_money(amount)}):"
+        f" {_money(refusal.spent)} spent, {_money(refusal.held)} held by calls in flight",
+        budget=line.budget,
+        retry_after_s=max(1, math.ceil(line.ends_s - now_s)) if renews else None,
+    )
+
+
+def _unpriced(line: Line, estimate: Estimate) -> BudgetExceeded:
+    return BudgetExceeded(
+        f"budget {line.budget!r} cannot hold a call to {estimate.target or estimate.model!r}: its worst case is"
+        " unknown (the target has no price, or no max_tokens), and a budgeted call must have one",
+        budget=line.budget,
+    )
