@@ -1,0 +1,103 @@
+"""Budgets in the real Redis, three "nodes" (three links, each its own pool) on one namespace: a
+burst across them never holds or spends past a budget, holds lapse by the clock passed in (a
+FakeClock: nothing sleeps), and a Redis that is gone refuses only the calls a budget applies to."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from agentos.coordination.budgets import ClusterBudgets
+from agentos.coordination.link import Link
+from agentos.errors import BudgetExceeded, StoreUnavailable
+from agentos.tenancy.budgets import CALL_HOLD_S
+from agentos.testing import FakeClock
+from tests.coordination.conftest import RedisProxy
+from tests.tenancy.test_budgets import NOON, TODAY, Limits, estimate, spend
+
+LinkFactory = Callable[..., Awaitable[Link]]
+COUNTER = f"tenant:t1:day:{TODAY}"
+
+
+async def nodes(link_factory: LinkFactory, limits: Limits, clock: FakeClock, n: int = 3) -> list[ClusterBudgets]:
+    return [ClusterBudgets(clock, limits, await link_factory()) for _ in range(n)]
+
+
+async def test_a_burst_over_three_nodes_holds_exactly_the_budget(link_factory: LinkFactory) -> None:
+    limits = Limits(tenants={"t1": (10.0, 0.0), "t2": (1.0, 0.0)})
+    budgets = await nodes(link_factory, limits, FakeClock(NOON))
+    holds = await asyncio.gather(
+        *(budgets[i % 3].reserve(estimate(0.1)) for i in range(300)), return_exceptions=True
+    )  # every reservation arrives before any settles
+    taken = [h for h in holds if not isinstance(h, BaseException)]
+    refused = [h for h in holds if isinstance(h, BudgetExceeded)]
+    assert (len(taken), len(refused)) == (100, 200)
+    assert {e.budget for e in refused} == {"tenant:t1:day"}
+    await asyncio.gather(*(budgets[i % 3].settle(h, spend(0.07)) for i, h in enumerate(taken)))
+    assert await budgets[0].read_spent(COUNTER) == pytest.approx(7.0)
+    await budgets[1].reserve(estimate(1.0, tenant_id="t2"))  # another tenant's budget is untouched
+
+
+async def test_reserve_and_settle_at_once_on_three_nodes_never_spend_past_the_budget(
+    link_factory: LinkFactory,
+) -> None:
+    budgets = await nodes(link_factory, Limits(tenants={"t1": (5.0, 0.0)}), FakeClock(NOON))
+
+    async def calls(node: ClusterBudgets) -> int:
+        done = 0
+        for _ in range(60):
+            try:
+                hold = await node.reserve(estimate(0.1, key_id="k1"))
+            except BudgetExceeded:
+                continue
+            await node.settle(hold, spend(0.1))
+            done += 1
+        return done
+
+    done = sum(await asyncio.gather(*(calls(node) for node in budgets for _ in range(3))))
+    assert done == 50
+    assert await budgets[2].read_spent(COUNTER) == pytest.approx(5.0)
+
+
+async def test_key_and_run_lines_across_nodes(link_factory: LinkFactory) -> None:
+    limits = Limits(tenants={"t1": (100.0, 100.0)}, keys={"k1": (0.0, 1.0)})
+    a, b = await nodes(link_factory, limits, FakeClock(NOON), 2)
+    await a.settle(await a.reserve(estimate(0.6, key_id="k1")), spend(0.6, key_id="k1"))
+    with pytest.raises(BudgetExceeded) as key_full:
+        await b.reserve(estimate(0.6, key_id="k1"))
+    assert key_full.value.budget == "key:k1:month" and key_full.value.retry_after_s is not None
+    run = {"run_id": "r1", "max_cost": 1.0}
+    await a.settle(await a.reserve(estimate(0.6, **run)), spend(0.6, run_id="r1"))
+    with pytest.raises(BudgetExceeded) as run_full:  # the run taken over by node b: same count
+        await b.reserve(estimate(0.6, **run))
+    assert run_full.value.budget == "run:r1"
+    assert await a.read_spent(f"tenant:t1:day:{TODAY}") == pytest.approx(1.2)
+
+
+async def test_holds_lapse_by_the_clock_and_the_admission_hold_is_taken_over(link_factory: LinkFactory) -> None:
+    clock = FakeClock(NOON)
+    a, b = await nodes(link_factory, Limits(tenants={"t1": (1.0, 0.0)}), clock, 2)
+    await a.reserve(estimate(1.0))  # its node dies mid-call: never settled
+    with pytest.raises(BudgetExceeded):
+        await b.reserve(estimate(1.0))
+    clock.advance(CALL_HOLD_S)
+    admitted = await b.hold_call(estimate(0.5))
+    b.bind(admitted, "turn_1")
+    call = await b.reserve(estimate(1.0, call_id="turn_1"))  # topped up from 0.5 to 1.0, not held twice
+    assert call.hold_id == admitted.hold_id
+    await b.settle(call, spend(0.25))
+    await a.reserve(estimate(0.75))
+    assert await a.read_spent(COUNTER) == pytest.approx(0.25)
+
+
+async def test_without_redis_a_budgeted_call_is_refused_and_an_unbudgeted_one_goes_on(
+    link_factory: LinkFactory, redis_proxy: RedisProxy
+) -> None:
+    budgets = ClusterBudgets(FakeClock(NOON), Limits(tenants={"t1": (1.0, 0.0)}), await link_factory(redis_proxy.url))
+    await budgets.reserve(estimate(0.5))
+    await redis_proxy.stop()
+    with pytest.raises(StoreUnavailable):
+        await budgets.reserve(estimate(0.1))
+    await budgets.reserve(estimate(0.1, tenant_id="t2"))  # no budget applies: nothing to ask Redis
