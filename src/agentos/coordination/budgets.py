@@ -118,7 +118,7 @@ class ClusterBudgets(Budgets):
 
     async def _send(self, hold_id: str, counters: tuple[str, ...], cost: int, *, recovery: bool = False) -> bool:
         keys = [key for counter in counters for key in self._keys(counter)]
-        args = [hold_id, cost, 2 * DAY_S]
+        args: list[str | int] = [hold_id, cost, 2 * DAY_S]
         return await self._link.call(lambda: self._settle_script(keys=keys, args=args), recovery=recovery) is not None
 
     async def _send_unsent(self) -> None:
