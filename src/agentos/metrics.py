@@ -6,10 +6,12 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from agentos.kernel import KernelStatistics
+from agentos.providers.breaker import STATE_CODES
+from agentos.providers.router import TTFT_BUCKETS_S, Router
 from agentos.store.base import StoreStatistics
 from agentos.store.pg_pool import FIGURES as POOLS
 from agentos.store.pg_pool import PoolFigures
@@ -104,6 +106,45 @@ def _cluster_metrics(c: PermitStatistics) -> Iterator[Metric]:
         "Slots of this node added back to Redis after Redis lost them (a restart, a long outage)",
         c.restored_total,
     )
+
+
+class RouterCollector(Collector):
+    """The router's targets (`agentos.providers.router`): read at scrape time, so the hot path
+    only adds to plain integers."""
+
+    def __init__(self, router: Router) -> None:
+        self._router = router
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._router.statistics()
+        states = self._router.breakers.states()
+        requests = CounterMetricFamily("agentos_provider_requests", "Calls sent to a target", labels=["target"])
+        failures = CounterMetricFamily(
+            "agentos_provider_failures", "Calls a target failed, by reason", labels=["target", "reason"]
+        )
+        fallbacks = CounterMetricFamily(
+            "agentos_provider_fallbacks",
+            "Calls a target failed before its first token and passed on",
+            labels=["target"],
+        )
+        breaker = GaugeMetricFamily(
+            "agentos_provider_breaker_state", "A target's breaker: 0 closed, 1 open, 2 half-open", labels=["target"]
+        )
+        ttft = HistogramMetricFamily(
+            "agentos_provider_ttft_seconds", "From a target's call to its first token", labels=["target"]
+        )
+        for target, s in sorted(stats.items()):
+            requests.add_metric([target], s.requests)
+            for reason, count in sorted(s.failures.items()):
+                failures.add_metric([target, reason], count)
+            fallbacks.add_metric([target], s.fallbacks)
+            breaker.add_metric([target], STATE_CODES[states.get(target, "closed")])
+            cumulative, buckets = 0, []
+            for bound, count in zip((*map(str, TTFT_BUCKETS_S), "+Inf"), s.ttft_buckets, strict=True):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            ttft.add_metric([target], buckets, s.ttft_sum_s)
+        yield from (requests, failures, fallbacks, breaker, ttft)
 
 
 class Metrics:

@@ -37,9 +37,9 @@ from agentos.errors import ConfigError
 from agentos.kernel import Kernel
 from agentos.knowledge.embeddings import Embedder
 from agentos.knowledge.service import KnowledgeService, open_knowledge_storage
-from agentos.metrics import Metrics
+from agentos.metrics import Metrics, RouterCollector
 from agentos.providers.base import Provider
-from agentos.providers.openai_compat import OpenAICompatProvider
+from agentos.providers.router import open_router
 from agentos.runtime.driver import Driver
 from agentos.runtime.runtime import Runtime, kernel_limits
 from agentos.sandbox.metrics import SandboxCollector
@@ -124,7 +124,7 @@ async def open_services(
     """
     settings = resolve_paths(settings)  # once, here: every part below gets the same absolute paths
     metrics = metrics or Metrics()
-    if provider is None and not settings.provider.url:
+    if provider is None and not (settings.provider.url or settings.providers):
         raise ConfigError("provider.url: no provider configured")
     tenants = await open_tenants(settings, now_ms)
     link: Link | None = None
@@ -144,7 +144,9 @@ async def open_services(
     started: list[Callable[[], Awaitable[None]]] = []  # closed in reverse if a later part fails
     try:
         quotas = await _seeded_quotas(store, wall_clock or WallClock(), link)
-        provider = provider or OpenAICompatProvider(settings.provider)
+        if provider is None:
+            provider = open_router(settings, clock or MonotonicClock())
+            metrics.registry.register(RouterCollector(provider))
         cluster = None if link is None else cluster_permits(settings, link, bus)  # the limit, cluster-wide
         turn_holds = run_holds = None
         if link is not None and cluster is not None:  # tenants' turn caps over every node, same heartbeat

@@ -25,7 +25,7 @@ from agentos.config.agents import SEARCH_KNOWLEDGE, AgentSpec
 from agentos.errors import InvalidInput, NotFound, ProviderError
 from agentos.journal.journal import Step, StepKind, StepStatus, arguments_hash
 from agentos.mcp.checks import McpUnavailable
-from agentos.providers.base import ChatRequest, Completion, TextDelta
+from agentos.providers.base import CallContext, ChatRequest, Completion, TextDelta
 from agentos.sandbox.command import check_argv
 
 
@@ -109,7 +109,7 @@ class Runner:
         self._host.emit(h, "model.started", model_started(operation_id, attempts), into=ops)
         await self._journal(h, ops, _step(seq, "model", "started", None, h, attempts), durable=False)
         try:
-            reply = await self._stream(h, messages)
+            reply = await self._stream(h, messages, seq)
         except ProviderError as exc:
             await self._end(h, "failed", reason=f"provider: {exc.code}: {exc}")
         except McpUnavailable as exc:  # a server of its tools cannot start: at once, saying why
@@ -121,9 +121,11 @@ class Runner:
         await self._journal(h, ops, _step(seq, "model", "done", None, h, attempts, reply), then=held)
         self._host.spent(h, reply["usage"])
 
-    async def _stream(self, h: RunHandle, messages: list[Any]) -> dict[str, Any]:
+    async def _stream(self, h: RunHandle, messages: list[Any], seq: int) -> dict[str, Any]:
         tools = builtin_schemas(h.spec) + await self._host.mcp.schemas(h.spec)
-        request = ChatRequest(messages=list(messages), model=h.spec.model, tools=tools or None)
+        row = h.row
+        context = CallContext(row.tenant_id, "", row.agent, row.run_id, row.session_id or "", f"{row.run_id}:{seq}")
+        request = ChatRequest(messages=list(messages), model=h.spec.model, tools=tools or None, context=context)
         completion: Completion | None = None
         # aclosing aborts the upstream request when we stop early; the permit is given back
         # once the stream is closed, not before.
@@ -295,7 +297,7 @@ def _decode_arguments(call: Call) -> dict[str, Any]:
 
 
 def _reply_dict(completion: Completion) -> dict[str, Any]:
-    return {
+    reply: dict[str, Any] = {
         "text": completion.text,
         "finish_reason": completion.finish_reason,
         "usage": {
@@ -304,3 +306,8 @@ def _reply_dict(completion: Completion) -> dict[str, Any]:
         },
         "tool_calls": [{"id": c.call_id, "name": c.name, "arguments": c.arguments} for c in completion.tool_calls],
     }
+    if completion.target:  # journaled with the step: which target answered, and at what cost
+        reply["target"] = completion.target
+        if completion.cost is not None:
+            reply["cost"] = completion.cost
+    return reply

@@ -99,7 +99,9 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     body = await read_body(request, TurnCreate)
     check_input(body.input, runtime.settings.kernel.max_input_chars)
     async with admission.starting(who, "turn"):
-        turn = await runtime.start_turn(who.tenant_id, request.match_info["session_id"], body.input)
+        turn = await runtime.start_turn(
+            who.tenant_id, request.match_info["session_id"], body.input, key_id=who.key_id or ""
+        )
     if not sse:
         return await _collect(runtime, turn)
     try:

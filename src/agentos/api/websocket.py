@@ -96,7 +96,7 @@ async def _on_frame(app: web.Application, who: Principal, session_id: str, raw: 
     admission = app[ADMISSION]  # a turn started over the socket is admitted like one over HTTP
     admission.offer(who, "turn")
     async with admission.starting(who, "turn"):
-        return await runtime.start_turn(tenant_id, session_id, frame.input)
+        return await runtime.start_turn(tenant_id, session_id, frame.input, key_id=who.key_id or "")
 
 
 async def _run_turn(runtime: Runtime, turn: Turn, sink: WebSocketSink) -> None:

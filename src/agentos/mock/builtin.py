@@ -22,7 +22,7 @@ log = logging.getLogger("agentos")
 async def builtin_mock(settings: Settings) -> AsyncIterator[Settings]:
     """`settings` unchanged when a provider is configured; otherwise a mock is started for the
     duration and the settings point at it."""
-    if settings.provider.url:
+    if settings.provider.url or settings.providers:
         yield settings
         return
     from agentos.mock.server import MockSettings, start_mock  # only now: it loads numpy (embeddings)

@@ -8,7 +8,8 @@ Usage::
     await server.close()
 
 Endpoints: `POST /v1/chat/completions` (streamed SSE or whole JSON), `POST /v1/embeddings`,
-`GET /v1/models`, `GET /stats`, `POST /stats/reset`, `GET /metrics`.
+`GET /v1/models`, `GET /stats`, `POST /stats/reset`, `POST /faults` (switch faults on and off
+while running: `{"error_rate": 1.0}`), `GET /metrics`.
 
 Faults are decided per chat request (embeddings: mock/embeddings.py), in this order: every
 `fail_every`-th request gets 429 with `Retry-After`; then `error_rate` of them get 500; then
@@ -20,6 +21,7 @@ request order faults the same requests.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import random
 import time
@@ -31,6 +33,7 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from agentos.errors import ConfigError
 from agentos.mock.scenario import AnswerPlan, offered_tools, plan_answer, prompt_tokens
 from agentos.mock.settings import Fault, MockSettings, MockStats, decide_fault
 
@@ -40,6 +43,7 @@ from agentos.mock.embeddings import EmbeddingsMock
 from agentos.mock.wire import DONE, ChunkWriter, completion_body, usage
 
 MOCK_MODEL = "mock-1"
+_SWITCHABLE = frozenset({"error_rate", "hang_rate", "fail_every", "retry_after_s", "ttft_ms"})
 _MAX_HANG_S = 600.0  # a hung request is released after this even if the client stays
 _HANG_POLL_S = 0.05
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -195,6 +199,25 @@ class _MockApp:
         self.embedder.reset()
         return _json(self.stats.as_dict())
 
+    def set_faults(self, **changes: float) -> MockSettings:
+        """Change the fault settings (`error_rate`, `hang_rate`, `fail_every`, `retry_after_s`,
+        `ttft_ms`) of a running mock: what a fault campaign switches on and off mid-run.
+
+        Raises: ConfigError (MockSettings' own check) for an unknown or invalid value."""
+        unknown = set(changes) - _SWITCHABLE
+        if unknown:
+            raise ConfigError(f"mock-llm: faults cannot change {sorted(unknown)}")
+        self.settings = dataclasses.replace(self.settings, **changes)  # type: ignore[arg-type]
+        return self.settings
+
+    async def post_faults(self, request: web.Request) -> web.Response:
+        body = await _read_json(request)
+        try:
+            settings = self.set_faults(**{k: float(v) if k != "fail_every" else int(v) for k, v in body.items()})
+        except (ConfigError, TypeError, ValueError) as exc:
+            return _json(_error("invalid_faults", str(exc)), status=400)
+        return _json({name: getattr(settings, name) for name in sorted(_SWITCHABLE)})
+
     async def get_metrics(self, _request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -221,6 +244,7 @@ def create_mock_app(settings: MockSettings, *, on_completed: CompletionHook | No
     app.router.add_get("/v1/models", mock.models)
     app.router.add_get("/stats", mock.get_stats)
     app.router.add_post("/stats/reset", mock.reset_stats)
+    app.router.add_post("/faults", mock.post_faults)
     app.router.add_get("/metrics", mock.get_metrics)
     app.on_shutdown.append(mock.on_shutdown)
     return app
@@ -233,6 +257,11 @@ class MockServer:
     url: str  # base URL ending in /v1
     stats: MockStats
     runner: web.AppRunner
+
+    def set_faults(self, **changes: float) -> MockSettings:
+        """`POST /faults`, in process: see `_MockApp.set_faults`."""
+        mock: _MockApp = self.runner.app[MOCK_KEY]
+        return mock.set_faults(**changes)
 
     async def close(self) -> None:
         await self.runner.cleanup()

@@ -43,9 +43,6 @@ class ChatRequest:
     tools: list[dict[str, Any]] | None = None  # OpenAI "tools" entries
     max_tokens: int | None = None
     context: CallContext | None = None  # None: counted against nobody (the bench, the mock check)
-    # A run's model step resumed after a crash asks for the target journaled for it (the router
-    # then skips the others); empty: the model's targets in order.
-    pin_target: str = ""
     # Set by the router for the wire client it calls: the target's own parameters (sent as they
     # are), and whether the client may retry before the first token (not when the router has a
     # further target to fall back to: it moves on at once instead).

@@ -10,7 +10,7 @@ from agentos.clock import Clock
 from agentos.errors import ProviderProtocolError
 from agentos.kernel import ProviderReleased
 from agentos.metrics import Metrics
-from agentos.providers.base import ChatRequest, Completion, Message, Provider
+from agentos.providers.base import CallContext, ChatRequest, Completion, Message, Provider
 from agentos.runtime.driver import Driver
 from agentos.runtime.transcript import begin, message
 from agentos.runtime.turn import Outcome, Turn, TurnSink
@@ -67,7 +67,9 @@ class ChatTurns:
         first = True
         # aclosing: an error in this loop's body (the client went away) must abort the
         # upstream now, not whenever the generator is collected.
-        async with aclosing(self._provider.stream(ChatRequest(messages, tools=turn.tools))) as stream:
+        context = CallContext(turn.tenant_id, turn.key_id, "", "", turn.session_id, turn.turn_id)
+        request = ChatRequest(messages, tools=turn.tools, context=context)
+        async with aclosing(self._provider.stream(request)) as stream:
             async for item in stream:
                 if isinstance(item, Completion):
                     return item

@@ -71,6 +71,7 @@ class Turn:
         "finishing",
         "run_id",
         "agent",
+        "key_id",
         "submitted_s",
         "epoch",
         "fenced_out",
@@ -94,6 +95,7 @@ class Turn:
         self.cancel_reason: str | None = None
         self.finishing = False  # the answer is complete: a cancel no longer applies
         self.agent = agent  # the agent that runs the turn; None: a plain chat turn
+        self.key_id = ""  # the key that asked for it ("": none, or not known)
         self.run_id: str | None = None  # set when the session's agent runs the turn
         self.submitted_s = submitted_s
         # The session's turn epoch this turn holds (PostgreSQL; None on the one-node stores).

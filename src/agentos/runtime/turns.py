@@ -101,8 +101,10 @@ class Turns:
         *,
         prompt: list[Message] | None = None,
         tools: list[dict[str, Any]] | None = None,
+        key_id: str = "",
     ) -> Turn:
-        """Admit a turn in the tenant's session; `run` runs it.
+        """Admit a turn in the tenant's session; `run` runs it. `key_id`: the key that asked
+        (its model calls are counted against it: the usage ledger, the key's budget).
 
         Raises:
             ShuttingDown: the server is draining.
@@ -120,7 +122,7 @@ class Turns:
             retry_after_s = self._driver.kernel.limits.retry_after_s
             raise AdmissionRejected(retry_after_s, code="tenant_concurrent_turns")
         turn = Turn(turn_id, tenant_id, session_id, text, self._clock.now(), agent)
-        turn.prompt, turn.tools = prompt, tools
+        turn.prompt, turn.tools, turn.key_id = prompt, tools, key_id
         self._turns[turn.turn_id] = turn
         self.idle.clear()
         commands = self._driver.handle(TurnSubmitted(session_id, turn.turn_id, agent is None, tenant_id))
