@@ -27,6 +27,7 @@ from agentos.agents import RunService
 from agentos.agents.relay import RunRelay
 from agentos.clock import Clock, MonotonicClock, WallClock, wall_ms
 from agentos.config import Settings, resolve_paths
+from agentos.coordination.budgets import ClusterBudgets
 from agentos.coordination.bus import Bus
 from agentos.coordination.holds import ClusterHolds
 from agentos.coordination.link import Link, open_link
@@ -46,6 +47,7 @@ from agentos.sandbox.metrics import SandboxCollector
 from agentos.store.base import Store
 from agentos.store.memory import MemoryStore
 from agentos.store.sqlite import SQLiteStore
+from agentos.tenancy.budgets import Budgets
 from agentos.tenancy.pepper import load_pepper
 from agentos.tenancy.quotas import Quotas
 from agentos.tenancy.registry import TenantRegistry
@@ -73,6 +75,7 @@ class Services:
     triggers: TriggerService
     link: Link | None = None  # Redis, when coordination.redis_url is set
     bus: Bus | None = None  # pub/sub between nodes over that Redis
+    budgets: Budgets | None = None  # spending budgets (in Redis with a link): the router's meter
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Refuse new turns and runs; let running turns finish (bounded), then cancel the rest."""
@@ -144,8 +147,10 @@ async def open_services(
     started: list[Callable[[], Awaitable[None]]] = []  # closed in reverse if a later part fails
     try:
         quotas = await _seeded_quotas(store, wall_clock or WallClock(), link)
+        budgets = open_budgets(wall_clock or WallClock(), tenants, link)
         if provider is None:
             provider = open_router(settings, clock or MonotonicClock())
+            provider.set_meter(budgets, None)
             metrics.registry.register(RouterCollector(provider))
         cluster = None if link is None else cluster_permits(settings, link, bus)  # the limit, cluster-wide
         turn_holds = run_holds = None
@@ -200,8 +205,27 @@ async def open_services(
     if driver.cluster is not None:
         await driver.cluster.start()  # its heartbeat; last, so a failed start-up leaves no task behind
     return Services(
-        settings, metrics, store, provider, driver, runs, runtime, tenants, quotas, knowledge, triggers, link, bus
+        settings,
+        metrics,
+        store,
+        provider,
+        driver,
+        runs,
+        runtime,
+        tenants,
+        quotas,
+        knowledge,
+        triggers,
+        link,
+        bus,
+        budgets,
     )
+
+
+def open_budgets(wall_clock: Clock, tenants: TenantRegistry, link: Link | None) -> Budgets:
+    """The budgets: counted in this process, or in Redis for every node with a link. Without
+    Redis, several nodes over one PostgreSQL would each count alone: one node only then."""
+    return Budgets(wall_clock, tenants) if link is None else ClusterBudgets(wall_clock, tenants, link)
 
 
 async def _close_bus(bus: Bus | None) -> None:

@@ -127,10 +127,11 @@ async def start_run(request: web.Request) -> web.Response:
     tenant_id, runtime, admission = who.tenant_id, request.app[RUNTIME], request.app[ADMISSION]
     admission.offer(who, "run")  # draining or full: refused before the body, like a turn
     body = await read_body(request, RunCreate)
-    async with admission.starting(who, "run"):
+    async with admission.starting(who, "run", body.input) as started:
         if body.session_id is not None:
             await runtime.get_session(tenant_id, body.session_id)  # 404 unless it is the tenant's
         run_id = await request.app[RUNS].start_run(tenant_id, request.match_info["name"], body.input, body.session_id)
+        started.bind(run_id)  # its steps' calls carry the run id
     links = {"run_url": f"/v1/runs/{run_id}", "events_url": f"/v1/runs/{run_id}/events"}
     return json_response(RunStarted(run_id, "queued", **links), status=202)
 

@@ -98,10 +98,11 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     admission.offer(who, "turn")  # a refusal reads no body and looks nothing up
     body = await read_body(request, TurnCreate)
     check_input(body.input, runtime.settings.kernel.max_input_chars)
-    async with admission.starting(who, "turn"):
+    async with admission.starting(who, "turn", body.input) as started:
         turn = await runtime.start_turn(
             who.tenant_id, request.match_info["session_id"], body.input, key_id=who.key_id or ""
         )
+        started.bind(turn.turn_id)
     if not sse:
         return await _collect(runtime, turn)
     try:

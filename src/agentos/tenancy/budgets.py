@@ -11,10 +11,10 @@ Theory of operation (docs/providers-budgets.md):
   a line takes the hold when `spent + held + worst <= limit`, else `BudgetExceeded` names it.
   After the call, `settle` drops the hold and adds the real cost (`Spend.cost`), or only drops it
   (None: the call failed before answering). Concurrent calls can never spend past a line.
-- Unpriced targets: a call whose worst case is unknown (no price, or no `max_tokens` at
-  admission) cannot be held by a currency budget, so it is refused when any line applies and
-  passes freely when none does. Counting it as 0 would let an unpriced model spend without
-  limit a tenant that an operator capped.
+- Unpriced targets: a call whose worst case is unknown (its target has no price, or no
+  `max_tokens`: the provider would decide its length) cannot be held by a currency budget,
+  so it is refused when any line applies and passes freely when none does. Counting it as 0
+  would let an unpriced model spend without limit for a tenant that an operator capped.
 - Amounts are integers in millionths of the currency (`to_micros`, rounded up): exact, and
   atomic with the same arithmetic in Redis (`agentos.coordination.budgets`).
 - A hold that nobody settles (its node died mid-call) lapses after `CALL_HOLD_S`; a settle that
@@ -287,7 +287,7 @@ class Budgets:
         lines = self.lines(context)
         if not lines:
             return Hold(hold_id, (), 0)
-        if estimate.worst_cost is None:
+        if estimate.worst_cost is None or estimate.max_tokens <= 0:  # no bound on what it may cost
             self._refused += 1
             raise _unpriced(lines[0], estimate)
         amount = max(at_least, to_micros(estimate.worst_cost))

@@ -38,6 +38,10 @@ class ApiKey(msgspec.Struct, frozen=True, kw_only=True):
     expires_ms: int | None = None
     revoked_ms: int | None = None
     hash: bytes = b""
+    # What the key's model calls may cost per UTC day and calendar month, in the operator's
+    # currency; 0: no budget of its own (the tenant's still apply).
+    budget_per_day: float = 0.0
+    budget_per_month: float = 0.0
 
     def __repr__(self) -> str:  # the hash stays out of logs and tracebacks too
         return f"ApiKey(key_id={self.key_id!r}, tenant_id={self.tenant_id!r}, scopes={self.scopes!r})"

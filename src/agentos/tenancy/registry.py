@@ -175,6 +175,17 @@ class TenantRegistry:
         """The tenant's effective limits (its overrides over the defaults). Raises: TenantNotFound."""
         return effective_limits(self.defaults, self.tenant(tenant_id).limits)
 
+    def tenant_budgets(self, tenant_id: str) -> tuple[float, float]:
+        """The tenant's (per day, per month) spending budgets; 0 each: none (`BudgetLimits`)."""
+        tenant = self._tenants.get(tenant_id)
+        limits = self.defaults if tenant is None else effective_limits(self.defaults, tenant.limits)
+        return limits.budget_per_day, limits.budget_per_month
+
+    def key_budgets(self, key_id: str) -> tuple[float, float]:
+        """The key's (per day, per month) spending budgets; 0 each: none (`BudgetLimits`)."""
+        key = self._keys.get(key_id)
+        return (0.0, 0.0) if key is None else (key.budget_per_day, key.budget_per_month)
+
     async def create_tenant(self, tenant_id: str, *, name: str = "", limits: Overrides | None = None) -> Tenant:
         """Raises: InvalidInput (a bad id or limit), TenantExists, StoreError."""
         check_tenant_id(tenant_id)
