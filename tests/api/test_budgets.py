@@ -192,3 +192,33 @@ async def test_hostile_budgets_are_4xx_json_and_change_nothing(
             assert (r.status, error["code"]) in ((422, "invalid_input"), (400, "malformed_json")), error
         async with http.get(f"{server.url}/v1/admin/tenants/default", headers=admin) as r:
             assert (await r.json())["limit_overrides"] == {}
+
+
+async def test_a_keys_own_budget_holds_that_key_back_and_not_its_tenants_other_keys(
+    tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    async with served(priced(mock.url, tmp_path)) as server:
+        admin = {"Authorization": f"Bearer {ADMIN}"}
+        first = await create_tenant_key(server.url, ADMIN, limits={"budget_per_month": 1.0})
+        body = {"tenant_id": first.tenant_id, "budget_per_day": 0.0005}
+        async with http.post(f"{server.url}/v1/admin/keys", json=body, headers=admin) as r:
+            made = await r.json()
+            assert r.status == 201 and made["budget_per_day"] == 0.0005, made
+        capped = {"Authorization": f"Bearer {made['key']}"}
+        sid = await new_session(http, server.url, capped)
+        refused = await expect_error(await turn(http, server.url, capped, sid), 402, "budget_exceeded")
+        assert f"'key:{made['key_id']}:day'" in refused["error"]["message"]
+        assert (await turn(http, server.url, first.headers, sid)).status == 200  # the tenant's other key
+        raised = {"budget_per_day": 0.01}
+        async with http.patch(f"{server.url}/v1/admin/keys/{made['key_id']}", json=raised, headers=admin) as r:
+            assert r.status == 200 and (await r.json())["budget_per_day"] == 0.01
+        assert (await turn(http, server.url, capped, sid)).status == 200
+        for bad in (-1, "1", True, 10**10):
+            async with http.patch(
+                f"{server.url}/v1/admin/keys/{made['key_id']}", json={"budget_per_month": bad}, headers=admin
+            ) as r:
+                await expect_error(r, 422, "invalid_input")
+            async with http.post(
+                f"{server.url}/v1/admin/keys", json={"tenant_id": first.tenant_id, "budget_per_day": bad}, headers=admin
+            ) as r:
+                await expect_error(r, 422, "invalid_input")

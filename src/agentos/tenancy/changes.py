@@ -52,6 +52,7 @@ def new_key(
     scopes: Iterable[Scope],
     now_ms: int,
     expires_in_s: int | None,
+    budgets: tuple[float, float] = (0.0, 0.0),
 ) -> tuple[str, ApiKey]:
     """A new key (shown once, never stored) and its record, which holds only the secret's hash."""
     key = keys.generate(key_id)
@@ -63,5 +64,7 @@ def new_key(
         created_ms=now_ms,
         expires_ms=None if expires_in_s is None else now_ms + expires_in_s * 1000,
         hash=keys.hash_secret(pepper, keys.parse(key).secret),
+        budget_per_day=budgets[0],
+        budget_per_month=budgets[1],
     )
     return key, record

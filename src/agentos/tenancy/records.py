@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from agentos.config.tenants import MAXIMA, Overrides, TenantLimits
+from agentos.config.tenants import MAX_BUDGET, MAXIMA, Overrides, TenantLimits
 from agentos.errors import Conflict, InvalidInput, NotFound
 
 TENANT_ID_PATTERN = "^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -82,6 +82,13 @@ def check_tenant_id(tenant_id: str) -> str:
     return tenant_id
 
 
+def check_budgets(*amounts: float) -> None:
+    """Raises: InvalidInput: a budget that is not a finite number from 0 to `MAX_BUDGET`."""
+    for amount in amounts:
+        if not 0 <= amount <= MAX_BUDGET:  # nan compares false: refused too
+            raise InvalidInput(f"a budget must be a number from 0 to {MAX_BUDGET}, got {str(amount)[:40]}")
+
+
 def effective_limits(defaults: TenantLimits, overrides: Overrides) -> TenantLimits:
     """The defaults with a tenant's overrides on top.
 
@@ -123,4 +130,6 @@ def key_json(key: ApiKey, now_ms: int) -> dict[str, Any]:
         "created_ms": key.created_ms,
         "expires_ms": key.expires_ms,
         "revoked_ms": key.revoked_ms,
+        "budget_per_day": key.budget_per_day,
+        "budget_per_month": key.budget_per_month,
     }

@@ -40,6 +40,7 @@ from agentos.tenancy.records import (
     Tenant,
     TenantExists,
     TenantNotFound,
+    check_budgets,
     check_tenant_id,
     effective_limits,
 )
@@ -232,12 +233,20 @@ class TenantRegistry:
         return [self._keys[k] for k in chosen if tenant_id is None or self._keys[k].tenant_id == tenant_id][:limit]
 
     async def create_key(
-        self, tenant_id: str, *, name: str = "", scopes: Iterable[Scope] = (), expires_in_s: int | None = None
+        self,
+        tenant_id: str,
+        *,
+        name: str = "",
+        scopes: Iterable[Scope] = (),
+        expires_in_s: int | None = None,
+        budgets: tuple[float, float] = (0.0, 0.0),
     ) -> tuple[str, ApiKey]:
         """A new key of `tenant_id`: the key itself (shown once, never stored) and its record.
+        `budgets`: its own spending budgets (per day, per month; 0: none).
 
-        Raises: TenantNotFound, InvalidInput (expiry out of range), StoreError.
+        Raises: TenantNotFound, InvalidInput (expiry or a budget out of range), StoreError.
         """
+        check_budgets(*budgets)
         if expires_in_s is not None and not 1 <= expires_in_s <= MAX_EXPIRES_IN_S:
             raise InvalidInput(f"expires_in_s must be from 1 to {MAX_EXPIRES_IN_S}, got {expires_in_s}")
         async with self._lock:
@@ -253,9 +262,26 @@ class TenantRegistry:
                 scopes=scopes,
                 now_ms=self.now_ms(),
                 expires_in_s=expires_in_s,
+                budgets=budgets,
             )
             await self._put_key(record)
         return key, record
+
+    async def update_key(
+        self, key_id: str, *, budget_per_day: float | None = None, budget_per_month: float | None = None
+    ) -> ApiKey:
+        """Change the key's spending budgets (None: unchanged; 0: none).
+
+        Raises: KeyNotFound, InvalidInput (a budget out of range), StoreError.
+        """
+        async with self._lock:
+            record = self.key(key_id)
+            per_day = record.budget_per_day if budget_per_day is None else budget_per_day
+            per_month = record.budget_per_month if budget_per_month is None else budget_per_month
+            check_budgets(per_day, per_month)
+            record = msgspec.structs.replace(record, budget_per_day=per_day, budget_per_month=per_month)
+            await self._put_key(record)
+        return record
 
     async def revoke_key(self, key_id: str) -> ApiKey:
         """Revoke the key from the next request on; revoking a revoked key changes nothing.
