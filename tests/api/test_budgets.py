@@ -222,3 +222,26 @@ async def test_a_keys_own_budget_holds_that_key_back_and_not_its_tenants_other_k
                 f"{server.url}/v1/admin/keys", json={"tenant_id": first.tenant_id, "budget_per_day": bad}, headers=admin
             ) as r:
                 await expect_error(r, 422, "invalid_input")
+
+
+async def test_a_runs_own_budget_stops_it_at_the_step_it_cannot_hold(
+    tmp_path: Path, mock_factory: Callable[..., Awaitable[MockServer]], http: aiohttp.ClientSession
+) -> None:
+    mock = await mock_factory(scenario="tools")  # the model asks for tools, then answers: several steps
+    agents = {
+        "thrifty": {"model": "m", "tools": ["run_command", "ask_human"], "max_cost": 0.00102},
+        "broke": {"model": "m", "tools": ["run_command"], "max_cost": 0.0005},
+    }
+    async with served(priced(mock.url, tmp_path, agents=agents)) as server:
+        admin = {"Authorization": f"Bearer {ADMIN}"}
+        outcomes = {}
+        for agent in agents:
+            async with http.post(f"{server.url}/v1/agents/{agent}/runs", json={"input": "go"}, headers=admin) as r:
+                assert r.status == 202, await r.text()
+                run_id = (await r.json())["run_id"]
+            outcomes[agent] = (run_id, await run_outcome(http, server.url, admin, run_id))
+        run_id, run = outcomes["broke"]  # its first step's worst case (0.001) is past its 0.0005
+        assert (run["status"], run["reason"]) == ("failed", f"budget_exceeded: run:{run_id}")
+        run_id, run = outcomes["thrifty"]  # step 1 holds 0.001 and costs 0.00004: step 2 does not fit
+        assert (run["status"], run["reason"]) == ("failed", f"budget_exceeded: run:{run_id}")
+        assert mock.stats.completed == 1  # only thrifty's first step reached the provider

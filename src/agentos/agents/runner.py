@@ -126,7 +126,9 @@ class Runner:
     async def _stream(self, h: RunHandle, messages: list[Any], seq: int) -> dict[str, Any]:
         tools = builtin_schemas(h.spec) + await self._host.mcp.schemas(h.spec)
         row = h.row
-        context = CallContext(row.tenant_id, "", row.agent, row.run_id, row.session_id or "", f"{row.run_id}:{seq}")
+        context = CallContext(
+            row.tenant_id, "", row.agent, row.run_id, row.session_id or "", f"{row.run_id}:{seq}", h.spec.max_cost
+        )
         request = ChatRequest(messages=list(messages), model=h.spec.model, tools=tools or None, context=context)
         completion: Completion | None = None
         # aclosing aborts the upstream request when we stop early; the permit is given back
