@@ -18,6 +18,7 @@ Usage::
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from agentos.agents import RunService
 from agentos.agents.relay import RunRelay
 from agentos.clock import Clock, MonotonicClock, WallClock, wall_ms
 from agentos.config import Settings, resolve_paths
+from agentos.coordination.breakers import BusBreakerShare
 from agentos.coordination.budgets import ClusterBudgets
 from agentos.coordination.bus import Bus
 from agentos.coordination.holds import ClusterHolds
@@ -47,6 +49,8 @@ from agentos.sandbox.metrics import SandboxCollector
 from agentos.store.base import Store
 from agentos.store.memory import MemoryStore
 from agentos.store.sqlite import SQLiteStore
+from agentos.telemetry import NO_TRACING, Tracing
+from agentos.telemetry.opening import open_tracing
 from agentos.tenancy.budgets import Budgets
 from agentos.tenancy.pepper import load_pepper
 from agentos.tenancy.quotas import Quotas
@@ -75,6 +79,7 @@ class Services:
     triggers: TriggerService
     link: Link | None = None  # Redis, when coordination.redis_url is set
     bus: Bus | None = None  # pub/sub between nodes over that Redis
+    tracing: Tracing = NO_TRACING  # traces over OTLP ([telemetry]); off: no OpenTelemetry loaded
     budgets: Budgets | None = None  # spending budgets (in Redis with a link): the router's meter
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
@@ -95,6 +100,8 @@ class Services:
                 await holds.close()
         await self.provider.aclose()
         await self.store.close()
+        if self.tracing.on:  # the last spans out, in a thread: a slow collector must not block the loop
+            await asyncio.to_thread(self.tracing.shutdown)
         await self.tenants.close()
         if self.bus is not None:
             await self.bus.close()
@@ -127,6 +134,7 @@ async def open_services(
     """
     settings = resolve_paths(settings)  # once, here: every part below gets the same absolute paths
     metrics = metrics or Metrics()
+    tracing = open_tracing(settings.telemetry, node=node_id())
     if provider is None and not (settings.provider.url or settings.providers):
         raise ConfigError("provider.url: no provider configured")
     tenants = await open_tenants(settings, now_ms)
@@ -149,8 +157,11 @@ async def open_services(
         quotas = await _seeded_quotas(store, wall_clock or WallClock(), link)
         budgets = open_budgets(wall_clock or WallClock(), tenants, link)
         if provider is None:
-            provider = open_router(settings, clock or MonotonicClock())
+            share = None if bus is None else BusBreakerShare(bus, node_id())  # breakers, cluster-wide
+            provider = open_router(settings, clock or MonotonicClock(), share=share, tracing=tracing)
             provider.set_meter(budgets, None)
+            if share is not None:
+                await share.start(provider.breakers)
             metrics.registry.register(RouterCollector(provider))
         cluster = None if link is None else cluster_permits(settings, link, bus)  # the limit, cluster-wide
         turn_holds = run_holds = None
@@ -198,7 +209,17 @@ async def open_services(
         await _close_link(link)
         await tenants.close()
         raise
-    runtime = Runtime(settings, store, provider, metrics, driver=driver, runs=runs, bus=bus, on_usage=quotas.add_tokens)
+    runtime = Runtime(
+        settings,
+        store,
+        provider,
+        metrics,
+        driver=driver,
+        runs=runs,
+        bus=bus,
+        on_usage=quotas.add_tokens,
+        tracing=tracing,
+    )
     await runtime.start()
     runtime.start_lag_probe()
     await runtime.streams.start()
@@ -218,6 +239,7 @@ async def open_services(
         triggers,
         link,
         bus,
+        tracing,
         budgets,
     )
 

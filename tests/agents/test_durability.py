@@ -149,6 +149,7 @@ async def test_kill_9_at_random_points_then_every_run_ends_without_repeats(tmp_p
     check_no_journaled_model_call_repeated(mock, snapshots)
     check_no_effect_applied_twice(tmp_path / "data" / "workspaces", runs)
     check_model_events_match_model_steps(journal_rows(tmp_path / "data"))
+    check_model_steps_name_their_target(tmp_path / "data")
 
 
 def progressed(mock: CountingMock, target: int, infos: dict[str, dict[str, Any]]) -> bool:
@@ -200,6 +201,22 @@ def check_no_effect_applied_twice(workspaces: Path, runs: list[str]) -> None:
         assert set(lines) <= {"step-1", "step-2"}
         applied += len(lines)
     assert applied > 0
+
+
+def check_model_steps_name_their_target(data_dir: Path) -> None:
+    """Every journaled model reply names the router's target that answered it (the simple
+    `--provider-url` form: the provider `default`), through every kill and resume."""
+    db = sqlite3.connect(data_dir / "runs.db")
+    try:
+        bodies = db.execute(
+            "SELECT p.body FROM steps s JOIN payloads p ON p.hash = s.payload_ref"
+            " WHERE s.kind = 'model' AND s.status = 'done'"
+        ).fetchall()
+    finally:
+        db.close()
+    assert bodies
+    for (body,) in bodies:
+        assert msgspec.json.decode(body)["target"] == "default/mock-1", body
 
 
 def journal_rows(data_dir: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:

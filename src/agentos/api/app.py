@@ -44,6 +44,7 @@ from agentos.api.keys import (
 from agentos.api.middleware import access_log_middleware, auth_middleware, is_loopback
 from agentos.api.openai_errors import openai_error_middleware
 from agentos.api.ratelimit import LIMITERS, Limiters, add_rate_headers, rate_limit_middleware
+from agentos.api.tracing import tracing_middleware
 from agentos.providers.router import Router
 from agentos.services import Services
 
@@ -83,6 +84,8 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     middlewares.append(browser_middleware(BrowserRules.from_settings(settings.server)))  # before auth: costs nothing
     loopback = is_loopback(settings.server.host)
     middlewares.append(auth_middleware(settings.server.api_token, services.tenants, loopback=loopback))
+    if services.tracing.on:  # after auth: the key decides whether a caller's traceparent is taken
+        middlewares.append(tracing_middleware(services.tracing, settings.telemetry))
     clock = services.driver.clock  # the kernel's clock: a FakeClock in tests drives both
     limiters = Limiters(clock) if services.link is None else ClusterLimiters(clock, services.link)
     middlewares.append(rate_limit_middleware(limiters))  # after auth: it limits the principal

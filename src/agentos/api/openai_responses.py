@@ -199,7 +199,7 @@ async def get_response(request: web.Request) -> web.Response:
     messages = await _turn_messages(runtime.store, tenant_id, session_id, turn_id)
     if not messages:
         raise missing
-    model = runtime.sessions.reported_agent(record) or runtime.settings.provider.model
+    model = runtime.sessions.reported_agent(record) or runtime.settings.default_model
     answer = next((m for m in messages if m.role == "assistant"), None)
     created_s = messages[0].created_at_ms // 1000
     if answer is None:

@@ -58,7 +58,7 @@ class TurnPlan:
 def plain_model(app: web.Application, tenant_id: str) -> str | None:
     """The provider's model id while it names the plain chat turn for this tenant."""
     runs = app[RUNS]
-    return None if runs.has_agent(tenant_id, DEFAULT_AGENT) else app[RUNTIME].settings.provider.model
+    return None if runs.has_agent(tenant_id, DEFAULT_AGENT) else app[RUNTIME].settings.default_model
 
 
 async def resolve_model(app: web.Application, tenant_id: str, model: str) -> str | None:

@@ -133,6 +133,16 @@ class Route:
     api_key: str = field(repr=False)  # never in a log line
 
 
+def default_model(settings_provider: ProviderConfig, models: dict[str, ModelConfig], routing: RoutingConfig) -> str:
+    """The model a plain session or an agent without one uses: `routing.default_model`, else the
+    simple form's `provider.model`, else the first `[models.*]` table."""
+    if routing.default_model:
+        return routing.default_model
+    if not models:
+        return settings_provider.model
+    return settings_provider.model if settings_provider.model in models else next(iter(models))
+
+
 def provider_key(name: str, provider: NamedProvider) -> str:
     """The provider's key, from the environment, a file or the config itself.
 
@@ -205,7 +215,7 @@ def routes(
                 )
             )
         resolved[model_name] = targets
-    default = routing.default_model or (provider.model if provider.url else next(iter(table), ""))
+    default = default_model(provider, models, routing) if table else ""
     if default and default not in resolved:
         raise ConfigError(f"routing.default_model: no model named {default!r}")
     return resolved, default

@@ -22,11 +22,20 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from agentos.config.knowledge import KnowledgeConfig, TriggersConfig
-from agentos.config.provider import MockConfig, ModelConfig, NamedProvider, ProviderConfig, RoutingConfig, routes
+from agentos.config.provider import (
+    MockConfig,
+    ModelConfig,
+    NamedProvider,
+    ProviderConfig,
+    RoutingConfig,
+    default_model,
+    routes,
+)
 from agentos.config.security import SandboxConfig, SecurityConfig
 from agentos.config.server import ServerConfig, check_server
 from agentos.config.sources import InvalidSetting, Sources, from_validation_error
 from agentos.config.store import CoordinationConfig, StoreConfig
+from agentos.config.telemetry import TelemetryConfig
 from agentos.config.tenants import TenantLimits
 from agentos.errors import ConfigError
 
@@ -89,7 +98,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     knowledge: KnowledgeConfig = msgspec.field(default_factory=KnowledgeConfig)
     triggers: TriggersConfig = msgspec.field(default_factory=TriggersConfig)
     memory: MemoryConfig = msgspec.field(default_factory=MemoryConfig)
+    telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
     agents: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+
+    @property
+    def default_model(self) -> str:
+        """The model a plain session or an agent without one uses (`agentos.config.provider`)."""
+        return default_model(self.provider, self.models, self.routing)
 
     @property
     def provider_api_key(self) -> Secret:
@@ -133,6 +148,7 @@ _SECTIONS = (
     "triggers",
     "memory",
     "routing",
+    "telemetry",
 )
 
 

@@ -48,6 +48,7 @@ class ChatRequest:
     # further target to fall back to: it moves on at once instead).
     params: dict[str, Any] | None = None
     retry: bool = True
+    headers: dict[str, str] | None = None  # sent as they are: the trace context (`traceparent`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -276,7 +276,7 @@ class OpenAICompatProvider:
         first_deadline = min(start + self._config.first_token_timeout_s, total_deadline)
         try:
             async with asyncio.timeout_at(first_deadline):
-                response = await self._open(self._body(request), retry=request.retry)
+                response = await self._open(self._body(request), retry=request.retry, headers=request.headers)
         except TimeoutError:
             raise ProviderTimeout("provider first_token timeout (no response)") from None
         # A watchdog closes the response at its deadline rather than cancelling a task: this
@@ -341,15 +341,18 @@ class OpenAICompatProvider:
                 except msgspec.DecodeError:
                     raise ProviderProtocolError("the provider sent a chunk that is not valid JSON") from None
 
-    async def _open(self, body: bytes, *, retry: bool = True) -> aiohttp.ClientResponse:
+    async def _open(
+        self, body: bytes, *, retry: bool = True, headers: dict[str, str] | None = None
+    ) -> aiohttp.ClientResponse:
         """POST the request, retrying 429, 5xx and connection failures within the budget."""
+        sent = self._headers if not headers else {**self._headers, **headers}
         if not retry:
-            return await self._post(body)
-        return await self._retries.call(lambda: self._post(body))
+            return await self._post(body, sent)
+        return await self._retries.call(lambda: self._post(body, sent))
 
-    async def _post(self, body: bytes) -> aiohttp.ClientResponse:
+    async def _post(self, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
         with connection_errors():
-            response = await self._session.post(self._url, data=body, headers=self._headers)
+            response = await self._session.post(self._url, data=body, headers=headers)
         if response.status >= 400:
             raise await http_error(response)
         return response

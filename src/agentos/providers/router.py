@@ -44,6 +44,7 @@ from agentos.providers.base import ChatRequest, Completion, Provider, StreamItem
 from agentos.providers.breaker import Breakers, BreakerShare
 from agentos.providers.metering import Estimate, Ledger, Meter, Spend, cost_of, worst_case
 from agentos.providers.wires import client_for, session_for
+from agentos.telemetry import NO_TRACING, NULL_SPAN, Span, Tracing
 
 log = logging.getLogger("agentos.providers")
 
@@ -100,11 +101,13 @@ class Router:
         ledger: Ledger | None = None,
         now_ms: Callable[[], int] = wall_ms,
         clients: Mapping[str, Provider] | None = None,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         """`passthrough`: a model the config does not name goes to the default model's first
         target under its own name (the simple `[provider]` form, where agents name any model of
         the one provider). `clients`: a client per target name, replacing the wire clients
         (tests give their own)."""
+        self._tracing = tracing
         self._models = {name: list(targets) for name, targets in models.items()}
         self._default = default_model
         self._passthrough = passthrough
@@ -145,23 +148,39 @@ class Router:
 
     async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamItem, None]:
         model, targets = self._resolve(request.model)
+        # Not made current: this generator yields to its consumer, and a context set here would
+        # leak into the consumer's between items. The span's traceparent travels in the headers.
+        span = NULL_SPAN
+        if self._tracing.on:  # off: not even the attributes are built
+            span = self._tracing.start(f"chat {model}", _call_attributes(model, request), kind="client")
+            request = replace(request, headers={**(request.headers or {}), "traceparent": span.traceparent})
         last = len(targets) - 1
-        for i, route in enumerate(targets):
-            # The last target is never skipped: breakers decide where a call goes first, they
-            # never make a model fail faster than its providers do.
-            if i < last and not self.breakers.try_acquire(route.name):
-                continue
-            try:
-                async for item in self._attempt(request, model, route, has_next=i < last):
-                    yield item
-                return
-            except _FallBack as fall:
-                self._stats[route.name].fallbacks += 1
-                code = fall.error.code
-                log.info("model %s: %s failed before its first token (%s); falling back", model, route.name, code)
+        try:
+            for i, route in enumerate(targets):
+                # The last target is never skipped: breakers decide where a call goes first, they
+                # never make a model fail faster than its providers do.
+                if i < last and not self.breakers.try_acquire(route.name):
+                    if span is not NULL_SPAN:
+                        span.add_event("agentos.target.skipped", {"agentos.target": route.name})
+                    continue
+                try:
+                    async for item in self._attempt(request, model, route, has_next=i < last, span=span):
+                        yield item
+                    return
+                except _FallBack as fall:
+                    self._stats[route.name].fallbacks += 1
+                    code = fall.error.code
+                    if span is not NULL_SPAN:
+                        span.add_event("agentos.fallback", {"agentos.target": route.name, "error.type": code})
+                    log.info("model %s: %s failed before its first token (%s); falling back", model, route.name, code)
+        except Exception as exc:
+            span.record_error(exc)
+            raise
+        finally:
+            span.end()
 
     async def _attempt(
-        self, request: ChatRequest, model: str, route: Route, *, has_next: bool
+        self, request: ChatRequest, model: str, route: Route, *, has_next: bool, span: Span = NULL_SPAN
     ) -> AsyncGenerator[StreamItem, None]:
         """One target's try. Raises `_FallBack` for a failure before the first token when
         `has_next`; the error itself otherwise."""
@@ -188,11 +207,17 @@ class Router:
                 async for item in upstream:
                     if not answered:
                         answered = True
-                        stats.observe_ttft(self._clock.now() - started)
+                        ttft_s = self._clock.now() - started
+                        stats.observe_ttft(ttft_s)
+                        if span is not NULL_SPAN:
+                            first = {"agentos.target": route.name, "agentos.ttft_ms": ttft_s * 1000}
+                            span.add_event("gen_ai.first_token", first)
                     if isinstance(item, TextDelta):
                         yield item
                         continue
                     completion = self._priced(item, route)
+                    if span is not NULL_SPAN:
+                        _trace_completion(span, route, completion)
                     self.breakers.success(route.name)
                     settled = True
                     await self._settle(reservation, request, model, completion)
@@ -294,7 +319,9 @@ def _prompt_bytes(request: ChatRequest) -> int:
     return total
 
 
-def open_router(settings: Settings, clock: Clock, *, share: BreakerShare | None = None) -> Router:
+def open_router(
+    settings: Settings, clock: Clock, *, share: BreakerShare | None = None, tracing: Tracing = NO_TRACING
+) -> Router:
     """The router of `settings`: `[providers]` and `[models]`, or the simple `[provider]` form
     (then a model the config does not name passes through to that provider, as before).
 
@@ -304,4 +331,43 @@ def open_router(settings: Settings, clock: Clock, *, share: BreakerShare | None 
     breakers = Breakers(
         clock, failures=r.breaker_failures, cooldown_s=r.breaker_cooldown_s, probes=r.breaker_probes, share=share
     )
-    return Router(models, default, breakers, clock, passthrough=not settings.models)
+    return Router(models, default, breakers, clock, passthrough=not settings.models, tracing=tracing)
+
+
+_GEN_AI_PROVIDER = {"openai": "openai", "openai-responses": "openai", "anthropic": "anthropic"}
+
+
+def _call_attributes(model: str, request: ChatRequest) -> dict[str, Any]:
+    attributes: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
+    if request.max_tokens:
+        attributes["gen_ai.request.max_tokens"] = request.max_tokens
+    context = request.context
+    if context is not None:
+        attributes["agentos.tenant.id"] = context.tenant_id
+        if context.session_id:
+            attributes["gen_ai.conversation.id"] = context.session_id
+        if context.agent:
+            attributes["gen_ai.agent.name"] = context.agent
+        if context.run_id:
+            attributes["agentos.run.id"] = context.run_id
+    return attributes
+
+
+def _trace_completion(span: Span, route: Route, completion: Completion) -> None:
+    usage = completion.usage
+    span.set_attributes(
+        {
+            "gen_ai.provider.name": _GEN_AI_PROVIDER.get(route.provider.kind, route.provider.kind),
+            "gen_ai.response.model": route.model,
+            "gen_ai.response.finish_reasons": [completion.finish_reason],
+            "gen_ai.usage.input_tokens": usage.prompt_tokens,
+            "gen_ai.usage.output_tokens": usage.completion_tokens,
+            "agentos.target": route.name,
+        }
+    )
+    if usage.cache_read_tokens:
+        span.set_attribute("gen_ai.usage.cache_read.input_tokens", usage.cache_read_tokens)
+    if usage.cache_write_tokens:
+        span.set_attribute("gen_ai.usage.cache_creation.input_tokens", usage.cache_write_tokens)
+    if completion.cost is not None:
+        span.set_attribute("agentos.cost", completion.cost)

@@ -28,6 +28,7 @@ from agentos.runtime.turn import Turn, TurnSink
 from agentos.runtime.turns import Turns
 from agentos.store.base import Store
 from agentos.store.records import SessionRecord
+from agentos.telemetry import NO_TRACING, Tracing
 
 if TYPE_CHECKING:
     from agentos.coordination.bus import Bus
@@ -79,7 +80,9 @@ class Runtime:
         runs: AgentRuns | None = None,
         bus: Bus | None = None,
         on_usage: Callable[[str, int], None] | None = None,  # (tenant_id, tokens) after each chat turn's call
+        tracing: Tracing = NO_TRACING,
     ) -> None:
+        self.tracing = tracing
         self.settings = settings
         self.store = store
         self.provider = provider
@@ -99,7 +102,9 @@ class Runtime:
         chat = ChatTurns(driver, store, provider, metrics, self.clock, history, on_usage)
         agents = AgentTurns(runs, store, history) if runs is not None else None
         self.streams = TurnStreams(store, bus, live=lambda turn_id: self._turns.get(turn_id) is not None)
-        self._turns = Turns(driver, store, metrics, self.clock, self.sessions, chat, agents, self.streams, bus)
+        self._turns = Turns(
+            driver, store, metrics, self.clock, self.sessions, chat, agents, self.streams, bus, tracing=tracing
+        )
         # Admit a turn (or raise ShuttingDown / SessionNotFound / AdmissionRejected): `Turns.start`
         # itself, so its signature and documentation are stated once.
         self.start_turn = self._turns.start

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 from agentos.errors import InvalidInput
 from agentos.providers.base import Message
 from agentos.store.records import MessageRecord
+from agentos.telemetry import NULL_SPAN, Span
 
 EventName = Literal["turn.started", "token", "turn.completed", "turn.cancelled", "turn.failed"]
 TERMINAL_EVENTS: frozenset[str] = frozenset({"turn.completed", "turn.cancelled", "turn.failed"})
@@ -72,6 +73,8 @@ class Turn:
         "run_id",
         "agent",
         "key_id",
+        "span",
+        "superseded_by",
         "submitted_s",
         "epoch",
         "fenced_out",
@@ -96,6 +99,8 @@ class Turn:
         self.finishing = False  # the answer is complete: a cancel no longer applies
         self.agent = agent  # the agent that runs the turn; None: a plain chat turn
         self.key_id = ""  # the key that asked for it ("": none, or not known)
+        self.span: Span = NULL_SPAN  # its trace span while it runs (agentos.telemetry)
+        self.superseded_by = ""  # the traceparent of the request whose turn cancelled it (last-wins)
         self.run_id: str | None = None  # set when the session's agent runs the turn
         self.submitted_s = submitted_s
         # The session's turn epoch this turn holds (PostgreSQL; None on the one-node stores).

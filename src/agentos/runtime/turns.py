@@ -49,6 +49,7 @@ from agentos.runtime.transcript import event, message, record_event
 from agentos.runtime.turn import Outcome, Turn, TurnSink
 from agentos.store.base import Store
 from agentos.store.records import MessageRecord
+from agentos.telemetry import NO_TRACING, Tracing
 
 if TYPE_CHECKING:
     from agentos.coordination.bus import Bus
@@ -68,7 +69,9 @@ class Turns:
         agents: AgentTurns | None,
         streams: TurnStreams | None = None,
         bus: Bus | None = None,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
+        self._tracing = tracing
         self._driver = driver
         self._store = store
         self._metrics = metrics
@@ -155,6 +158,20 @@ class Turns:
 
     async def run(self, turn: Turn, sink: TurnSink) -> None:
         """Run an admitted turn in the calling task, sending its events to `sink`."""
+        if not self._tracing.on:
+            return await self._run(turn, sink)
+        attributes = {
+            "gen_ai.conversation.id": turn.session_id,
+            "agentos.session.id": turn.session_id,
+            "agentos.turn.id": turn.turn_id,
+            "agentos.tenant.id": turn.tenant_id,
+        }
+        if turn.agent is not None:
+            attributes["gen_ai.agent.name"] = turn.agent
+        with self._tracing.span("turn", attributes) as turn.span:
+            await self._run(turn, sink)
+
+    async def _run(self, turn: Turn, sink: TurnSink) -> None:
         turn.task = asyncio.current_task()
         partial: list[str] = []
         try:
@@ -218,6 +235,8 @@ class Turns:
         if turn is None or turn.finishing:
             return
         turn.cancel_reason = command.reason
+        if command.reason == "superseded":  # by the turn whose request is the current span
+            turn.superseded_by = self._tracing.current_traceparent()
         if turn.task is not None:
             turn.task.cancel()
 
@@ -244,6 +263,8 @@ class Turns:
         """
         turn.finishing = True  # from here a cancel would only cut the terminal event short
         outcome = name.removeprefix("turn.")
+        if self._tracing.on:
+            _trace_outcome(turn, outcome, data)
         data = {"turn_id": turn.turn_id, **data}
         if turn.run_id is not None:
             data["run_id"] = turn.run_id
@@ -291,3 +312,14 @@ class Turns:
             data.get("reason", "-"),
             duration_ms,
         )
+
+
+def _trace_outcome(turn: Turn, outcome: str, data: dict[str, Any]) -> None:
+    turn.span.set_attribute("agentos.turn.outcome", outcome)
+    reason = data.get("reason")
+    if reason:
+        turn.span.set_attribute("agentos.turn.reason", str(reason))
+    if outcome == "failed":
+        turn.span.record_error(str(reason or "failed"))
+    if turn.superseded_by:  # last-wins: a link to the request whose turn took over
+        turn.span.add_link(turn.superseded_by, {"agentos.link": "superseded_by"})

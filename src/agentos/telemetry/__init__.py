@@ -1,0 +1,161 @@
+"""Traces, behind one small facade: `Tracing`.
+
+Off (the default), `NO_TRACING` answers every call with shared null objects and no OpenTelemetry
+module is ever imported: the hot path pays one attribute test (`tracing.on`) where it would build
+attributes, nothing else. On, `agentos.telemetry.opening.open_tracing` builds an OpenTelemetry
+SDK tracer of this server's own (never the process-global one: several nodes in one test process
+each trace on their own) that exports over OTLP/HTTP from a background thread
+(`agentos.telemetry.otel`).
+
+Span names and attributes follow the OpenTelemetry GenAI semantic conventions
+(`agentos.telemetry.names`); docs/observability.md lists them.
+
+Usage::
+
+    with tracing.span("execute_tool run_command", {"gen_ai.tool.name": "run_command"}) as span:
+        ...
+        span.set_attribute("process.exit.code", 0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal, Protocol
+
+Kind = Literal["internal", "server", "client", "consumer", "producer"]
+Attributes = Mapping[str, Any]
+
+
+class Span(Protocol):
+    """What instrumented code may do with a span (a no-op when tracing is off)."""
+
+    def set_attribute(self, key: str, value: Any) -> None: ...
+
+    def set_attributes(self, attributes: Attributes) -> None: ...
+
+    def add_event(self, name: str, attributes: Attributes | None = None) -> None: ...
+
+    def record_error(self, error: BaseException | str) -> None: ...
+
+    def add_link(self, traceparent: str, attributes: Attributes | None = None) -> None:
+        """Link this span to another (a successor known only after it started)."""
+        ...
+
+    def end(self) -> None: ...
+
+    @property
+    def traceparent(self) -> str:
+        """The W3C traceparent naming this span ("" when not recorded)."""
+        ...
+
+    @property
+    def trace_id(self) -> str: ...
+
+
+class _NullSpan:
+    __slots__ = ()
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        return None
+
+    def set_attributes(self, attributes: Attributes) -> None:
+        return None
+
+    def add_event(self, name: str, attributes: Attributes | None = None) -> None:
+        return None
+
+    def record_error(self, error: BaseException | str) -> None:
+        return None
+
+    def add_link(self, traceparent: str, attributes: Attributes | None = None) -> None:
+        return None
+
+    def end(self) -> None:
+        return None
+
+    @property
+    def traceparent(self) -> str:
+        return ""
+
+    @property
+    def trace_id(self) -> str:
+        return ""
+
+
+NULL_SPAN: Span = _NullSpan()
+
+
+class Tracing:
+    """No tracing: every method is a no-op (`NO_TRACING`). `agentos.telemetry.otel.OtelTracing`
+    is the real one, with the same methods."""
+
+    on = False
+    trace_url_template = ""
+
+    def start(
+        self,
+        name: str,
+        attributes: Attributes | None = None,
+        *,
+        kind: Kind = "internal",
+        parent: str = "",
+        links: Sequence[str] = (),
+    ) -> Span:
+        """A span not made current: end it with `end()`. `parent`: a traceparent to continue
+        (else the current span); `links`: traceparents of spans this one follows from."""
+        return NULL_SPAN
+
+    @contextmanager
+    def span(
+        self,
+        name: str,
+        attributes: Attributes | None = None,
+        *,
+        kind: Kind = "internal",
+        parent: str = "",
+        links: Sequence[str] = (),
+    ) -> Iterator[Span]:
+        """A span made current for the block, ended after it; an exception escaping the block
+        is recorded on it."""
+        yield NULL_SPAN
+
+    def current_traceparent(self) -> str:
+        """The current span's traceparent ("" when none or off): what a journal keeps."""
+        return ""
+
+    def inject(self, headers: dict[str, str]) -> None:
+        """Add the current context's `traceparent`/`tracestate` to outgoing headers."""
+        return None
+
+    def capture(self, tenant_id: str) -> int:
+        """How many characters of content may be recorded for `tenant_id` (0: none)."""
+        return 0
+
+    def statistics(self) -> dict[str, int]:
+        """Spans exported, dropped (queue full) and failed (the collector refused or was down)."""
+        return {}
+
+    def shutdown(self) -> None:
+        return None
+
+
+NO_TRACING = Tracing()
+
+
+def trace_id_of(traceparent: str) -> str:
+    """The trace id inside a W3C traceparent (`00-<trace id>-<span id>-<flags>`); "" if malformed."""
+    parts = traceparent.split("-")
+    if len(parts) != 4 or len(parts[1]) != 32:
+        return ""
+    return parts[1]
+
+
+def valid_traceparent(value: str) -> bool:
+    """A W3C traceparent of version 00 with a non-zero trace id and span id, hex only."""
+    parts = value.strip().split("-")
+    if len(parts) != 4 or [len(p) for p in parts] != [2, 32, 16, 2]:
+        return False
+    if not all(c in "0123456789abcdef" for c in "".join(parts)):
+        return False
+    return parts[0] != "ff" and parts[1] != "0" * 32 and parts[2] != "0" * 16

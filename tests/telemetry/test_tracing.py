@@ -1,0 +1,130 @@
+"""The tracing facade: off costs no import, on builds spans of this server's own, continues a
+caller's trace, links, and drops (counted) rather than block when the exporter cannot keep up."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from agentos.config.telemetry import TelemetryConfig, traces_endpoint, tracing_wanted
+from agentos.telemetry import NO_TRACING, trace_id_of, valid_traceparent
+from agentos.telemetry.otel import OtelTracing
+
+CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_off_imports_nothing_of_opentelemetry() -> None:
+    code = (
+        "import sys\n"
+        "from agentos.config.telemetry import TelemetryConfig\n"
+        "from agentos.telemetry import NO_TRACING\n"
+        "from agentos.telemetry.opening import open_tracing\n"
+        "assert open_tracing(TelemetryConfig()) is NO_TRACING\n"
+        "with NO_TRACING.span('x') as s: s.set_attribute('a', 1)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+    )
+    env = {"PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_standard_variables_turn_it_on_and_name_the_endpoint() -> None:
+    config = TelemetryConfig()
+    assert not tracing_wanted(config, {})
+    assert tracing_wanted(config, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})
+    assert not tracing_wanted(config, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"})
+    assert not tracing_wanted(TelemetryConfig(enabled=False), {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})
+    assert traces_endpoint(config, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/"}) == "http://c:4318/v1/traces"
+    assert traces_endpoint(config, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t/x"}) == "http://t/x"
+    assert traces_endpoint(TelemetryConfig(endpoint="http://mine/v1/traces"), {}) == "http://mine/v1/traces"
+
+
+def test_traceparents_are_checked() -> None:
+    assert valid_traceparent(CALLER)
+    assert trace_id_of(CALLER) == "0af7651916cd43dd8448eb211c80319c"
+    for bad in ("", "00-xyz", CALLER.upper(), "00-" + "0" * 32 + "-b7ad6b7169203331-01", CALLER + "-extra"):
+        assert not valid_traceparent(bad), bad
+
+
+def _tracing(exporter: SpanExporter, **config: object) -> OtelTracing:
+    return OtelTracing(TelemetryConfig(enabled=True, **config), node="node-1", exporter=exporter)  # type: ignore[arg-type]
+
+
+def test_spans_nest_continue_a_callers_trace_and_link() -> None:
+    exporter = InMemorySpanExporter()
+    tracing = _tracing(exporter)
+    with tracing.span("POST /v1/sessions/{id}/turns", kind="server", parent=CALLER) as request:
+        with tracing.span("turn", {"session.id": "s1"}) as turn:
+            assert tracing.current_traceparent() == turn.traceparent
+        follower = tracing.start("turn", links=[turn.traceparent])
+        follower.end()
+    assert tracing.flush()
+    spans = {s.name: s for s in exporter.get_finished_spans() if s.name != "turn"}
+    turns = [s for s in exporter.get_finished_spans() if s.name == "turn"]
+    server = spans["POST /v1/sessions/{id}/turns"]
+    assert format(server.context.trace_id, "032x") == trace_id_of(CALLER) == request.trace_id
+    assert server.parent is not None and format(server.parent.span_id, "016x") == "b7ad6b7169203331"
+    assert turns[0].parent is not None and turns[0].parent.span_id == server.context.span_id
+    assert [link.context.span_id for link in turns[1].links] == [turns[0].context.span_id]
+    assert server.resource.attributes["service.instance.id"] == "node-1"
+    assert server.resource.attributes["service.name"] == "agentos"
+    tracing.shutdown()
+
+
+def test_an_error_escaping_a_span_is_recorded_on_it() -> None:
+    exporter = InMemorySpanExporter()
+    tracing = _tracing(exporter)
+    try:
+        with tracing.span("execute_tool run_command"):
+            raise ValueError("boom")
+    except ValueError:
+        pass
+    tracing.flush()
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes is not None and span.attributes["error.type"] == "ValueError"
+    assert not span.status.is_ok
+    tracing.shutdown()
+
+
+class _Stuck(SpanExporter):
+    """A collector that does not answer until released."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.entered.set()
+        self.release.wait(10)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        self.release.set()
+
+
+def test_a_stuck_collector_costs_dropped_spans_not_a_blocked_caller() -> None:
+    exporter = _Stuck()
+    tracing = _tracing(exporter, max_queue=16, batch_size=1)
+    tracing.start("first").end()
+    assert exporter.entered.wait(5)  # the export thread is now stuck in the collector
+    for _ in range(100):
+        tracing.start("more").end()  # returns at once: the queue holds 16, the rest are dropped
+    stats = tracing.statistics()
+    assert stats["queued"] == 16 and stats["dropped"] == 100 - 16
+    exporter.release.set()
+    assert tracing.flush()
+    assert tracing.statistics()["exported"] == 1 + 16
+    tracing.shutdown()
+
+
+def test_content_is_captured_only_for_the_tenants_named() -> None:
+    tracing = _tracing(InMemorySpanExporter(), capture_content=["t1"], content_max_chars=50)
+    assert tracing.capture("t1") == 50 and tracing.capture("t2") == 0
+    assert NO_TRACING.capture("t1") == 0
+    tracing.shutdown()
