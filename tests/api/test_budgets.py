@@ -135,7 +135,7 @@ async def test_the_openai_door_answers_402_in_openais_shape(
 ) -> None:
     async with served(priced(mock.url, tmp_path)) as server:
         capped = await create_tenant_key(server.url, ADMIN, limits={"budget_per_day": 0.0001})
-        body = {"model": "mock-1", "messages": [{"role": "user", "content": "hi"}]}  # the plain chat model
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}  # the default model: a plain chat turn
         async with http.post(f"{server.url}/v1/chat/completions", json=body, headers=capped.headers) as r:
             assert r.status == 402
             error = (await r.json())["error"]
