@@ -234,14 +234,12 @@ async def test_a_runs_own_budget_stops_it_at_the_step_it_cannot_hold(
     }
     async with served(priced(mock.url, tmp_path, agents=agents)) as server:
         admin = {"Authorization": f"Bearer {ADMIN}"}
-        outcomes = {}
-        for agent in agents:
-            async with http.post(f"{server.url}/v1/agents/{agent}/runs", json={"input": "go"}, headers=admin) as r:
-                assert r.status == 202, await r.text()
-                run_id = (await r.json())["run_id"]
-            outcomes[agent] = (run_id, await run_outcome(http, server.url, admin, run_id))
-        run_id, run = outcomes["broke"]  # its first step's worst case (0.001) is past its 0.0005
-        assert (run["status"], run["reason"]) == ("failed", f"budget_exceeded: run:{run_id}")
-        run_id, run = outcomes["thrifty"]  # step 1 holds 0.001 and costs 0.00004: step 2 does not fit
+        async with http.post(f"{server.url}/v1/agents/broke/runs", json={"input": "go"}, headers=admin) as r:
+            refused = await expect_error(r, 402, "budget_exceeded")  # its first call's 0.001 is past its 0.0005
+        assert "budget 'run:run_" in refused["error"]["message"]
+        async with http.post(f"{server.url}/v1/agents/thrifty/runs", json={"input": "go"}, headers=admin) as r:
+            assert r.status == 202, await r.text()
+            run_id = (await r.json())["run_id"]
+        run = await run_outcome(http, server.url, admin, run_id)  # step 1 costs 0.00004: step 2 does not fit
         assert (run["status"], run["reason"]) == ("failed", f"budget_exceeded: run:{run_id}")
         assert mock.stats.completed == 1  # only thrifty's first step reached the provider

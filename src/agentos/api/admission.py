@@ -111,15 +111,18 @@ class Admission:
             self._runtime.offer_run(who.tenant_id)
 
     @asynccontextmanager
-    async def starting(self, who: Principal, work: Work, text: str = "") -> AsyncIterator[Started]:
+    async def starting(
+        self, who: Principal, work: Work, text: str = "", *, run: tuple[str, float] = ("", 0.0)
+    ) -> AsyncIterator[Started]:
         """Step 4, around the start: the unit it took and the budget hold are given back if the
-        start fails. `text`: the input (its bytes count in the first call's worst case).
+        start fails. `text`: the input (its bytes count in the first call's worst case); `run`:
+        the id a run will have and its own budget (`max_cost`, 0: none), held on too.
 
         Raises: QuotaExceeded (`quota_tokens_per_day`); BudgetExceeded (`budget_exceeded`);
             RateLimited (`turn_rate_limited`, `run_rate_limited`); StoreUnavailable (budgets in
             a Redis that does not answer)."""
         await self._quotas.admit_tokens(who)
-        started = Started(self._budgets, await self._hold(who, text))
+        started = Started(self._budgets, await self._hold(who, text, run))
         try:
             if work == "turn":
                 await self._limiters.admit_turn(who)
@@ -138,7 +141,7 @@ class Admission:
             await started.release()
             raise
 
-    async def _hold(self, who: Principal, text: str) -> Hold | None:
+    async def _hold(self, who: Principal, text: str, run: tuple[str, float]) -> Hold | None:
         """Hold the worst case of the first model call (the default model's first target, this
         input, its `max_tokens`) on the tenant's and the key's budgets. The call itself holds
         its own worst case (the whole conversation, the target it reaches) by topping this up."""
@@ -149,7 +152,7 @@ class Admission:
         route = routes[0] if routes else None
         price, max_tokens = (route.price, route.max_tokens) if route is not None else (None, 0)
         worst = worst_case(price, len(text.encode()), max_tokens)
-        context = CallContext(tenant_id=who.tenant_id, key_id=who.key_id or "")
+        context = CallContext(tenant_id=who.tenant_id, key_id=who.key_id or "", run_id=run[0], max_cost=run[1])
         target = route.name if route is not None else model
         return await self._budgets.hold_call(Estimate(context, model, target, worst, max_tokens))
 

@@ -45,6 +45,7 @@ from agentos.api.routes import (
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSEStream, failures_as_events
 from agentos.errors import BadRequest, InvalidInput
+from agentos.ids import new_run_id
 from agentos.journal.run_list import CURSOR_PATTERN, RUN_STATUSES, RunCursor, RunQuery
 from agentos.kernel import RUN_TERMINAL_EVENTS
 from agentos.tenancy.principal import Scope, require
@@ -127,10 +128,13 @@ async def start_run(request: web.Request) -> web.Response:
     tenant_id, runtime, admission = who.tenant_id, request.app[RUNTIME], request.app[ADMISSION]
     admission.offer(who, "run")  # draining or full: refused before the body, like a turn
     body = await read_body(request, RunCreate)
-    async with admission.starting(who, "run", body.input) as started:
+    runs, agent, run_id = request.app[RUNS], request.match_info["name"], new_run_id()
+    # The agent's own budget per run joins the admission's hold (an unknown agent: 404 inside)
+    max_cost = runs.get_agent(tenant_id, agent)["max_cost"] if await runs.sees_agent(tenant_id, agent) else 0.0
+    async with admission.starting(who, "run", body.input, run=(run_id, max_cost)) as started:
         if body.session_id is not None:
             await runtime.get_session(tenant_id, body.session_id)  # 404 unless it is the tenant's
-        run_id = await request.app[RUNS].start_run(tenant_id, request.match_info["name"], body.input, body.session_id)
+        await runs.start_run(tenant_id, agent, body.input, body.session_id, run_id=run_id)
         started.bind(run_id)  # its steps' calls carry the run id
     links = {"run_url": f"/v1/runs/{run_id}", "events_url": f"/v1/runs/{run_id}/events"}
     return json_response(RunStarted(run_id, "queued", **links), status=202)
