@@ -82,20 +82,23 @@ class Line:
 
 def budget_lines(context: CallContext, limits: BudgetLimits, now_s: float) -> list[Line]:
     """Every line a call of `context` counts against, at wall time `now_s`."""
+    owners = [("tenant", context.tenant_id, limits.tenant_budgets(context.tenant_id))]
+    if context.key_id:
+        owners.append(("key", context.key_id, limits.key_budgets(context.key_id)))
+    run = bool(context.run_id) and context.max_cost > 0
+    if not run and all(amount <= 0 for _, _, budgets in owners for amount in budgets):
+        return []  # the common case, before every model call: no calendar work
     day = int(now_s // DAY_S)
     year, month = time.gmtime(now_s)[:2]
     month_ends = calendar.timegm((year + month // 12, month % 12 + 1, 1, 0, 0, 0))
     periods = (("day", str(day), (day + 1) * DAY_S), ("month", f"{year:04d}-{month:02d}", month_ends))
     lines: list[Line] = []
-    owners = [("tenant", context.tenant_id, limits.tenant_budgets(context.tenant_id))]
-    if context.key_id:
-        owners.append(("key", context.key_id, limits.key_budgets(context.key_id)))
     for kind, owner, budgets in owners:
         for (period, label, ends_s), amount in zip(periods, budgets, strict=True):
             if amount > 0:
                 name = f"{kind}:{owner}:{period}"
                 lines.append(Line(name, f"{name}:{label}", to_micros(amount), ends_s))
-    if context.run_id and context.max_cost > 0:
+    if run:
         lines.append(Line(f"run:{context.run_id}", f"run:{context.run_id}", to_micros(context.max_cost)))
     return lines
 
@@ -229,7 +232,7 @@ class Budgets:
         """Hold the first call's worst case at admission, for `admission_hold_s`.
 
         Raises: BudgetExceeded naming the budget that cannot hold it."""
-        return await self._hold(_new_hold_id(), estimate, self._admission_hold_s)
+        return await self._hold("", estimate, self._admission_hold_s)
 
     def bind(self, hold: Hold, call_id: str) -> None:
         """The turn (or run) `call_id` was admitted with `hold`: its first call takes it over."""
@@ -244,7 +247,7 @@ class Budgets:
         Raises: BudgetExceeded naming the budget that cannot hold it."""
         admitted = self._take_admitted(estimate.context)
         if admitted is None:
-            return await self._hold(_new_hold_id(), estimate, self._call_hold_s)
+            return await self._hold("", estimate, self._call_hold_s)
         try:
             return await self._hold(admitted.hold_id, estimate, self._call_hold_s, admitted.amount)
         except BudgetExceeded:
@@ -283,10 +286,12 @@ class Budgets:
         return None
 
     async def _hold(self, hold_id: str, estimate: Estimate, hold_s: float, at_least: int = 0) -> Hold:
+        """Hold under `hold_id` (empty: a new one)."""
         context = estimate.context or CallContext()
         lines = self.lines(context)
         if not lines:
             return Hold(hold_id, (), 0)
+        hold_id = hold_id or uuid.uuid4().hex
         if estimate.worst_cost is None or estimate.max_tokens <= 0:  # no bound on what it may cost
             self._refused += 1
             raise _unpriced(lines[0], estimate)
@@ -303,10 +308,6 @@ class Budgets:
 
     async def _settle(self, hold_id: str, counters: tuple[str, ...], cost: int) -> None:
         self._book.settle(hold_id, counters, cost, self._clock.now())
-
-
-def _new_hold_id() -> str:
-    return uuid.uuid4().hex
 
 
 def _money(micros: int) -> str:

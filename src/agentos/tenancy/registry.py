@@ -88,6 +88,7 @@ class TenantRegistry:
         self._usable_until_ms: float = 0  # inf: an unrevoked key that never expires
         self._lock = asyncio.Lock()
         self._watchers: list[Callable[[str, TenantLimits], None]] = []
+        self._budgets: dict[str, tuple[float, float]] = {}  # tenant_budgets, until the tenant changes
 
     @property
     def pepper(self) -> bytes:
@@ -178,9 +179,12 @@ class TenantRegistry:
 
     def tenant_budgets(self, tenant_id: str) -> tuple[float, float]:
         """The tenant's (per day, per month) spending budgets; 0 each: none (`BudgetLimits`)."""
-        tenant = self._tenants.get(tenant_id)
-        limits = self.defaults if tenant is None else effective_limits(self.defaults, tenant.limits)
-        return limits.budget_per_day, limits.budget_per_month
+        known = self._budgets.get(tenant_id)
+        if known is None:  # asked before every model call: the overrides are merged once per change
+            tenant = self._tenants.get(tenant_id)
+            limits = self.defaults if tenant is None else effective_limits(self.defaults, tenant.limits)
+            known = self._budgets[tenant_id] = (limits.budget_per_day, limits.budget_per_month)
+        return known
 
     def key_budgets(self, key_id: str) -> tuple[float, float]:
         """The key's (per day, per month) spending budgets; 0 each: none (`BudgetLimits`)."""
@@ -322,6 +326,7 @@ class TenantRegistry:
 
     def _notify(self, tenant_ids: Iterable[str]) -> None:
         for tenant_id in tenant_ids:
+            self._budgets.pop(tenant_id, None)
             for notify in self._watchers:
                 notify(tenant_id, self.limits_of(tenant_id))
 
