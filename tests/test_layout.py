@@ -66,3 +66,5 @@ async def test_a_started_server_loads_no_bench_module(tmp_path: Path) -> None:
     imported = [row.rsplit("|", 1)[-1].strip() for row in (tmp_path / "stderr").read_text().splitlines()]
     assert "agentos.mock.server" in imported and "agentos.runtime" in imported  # the list is the real one
     assert [m for m in imported if m.startswith("agentos_bench")] == []
+    # tracing off (the default): nothing of OpenTelemetry is loaded (docs/observability.md)
+    assert [m for m in imported if m.startswith("opentelemetry")] == []

@@ -54,6 +54,7 @@ class _StatsCollector(Collector):
         yield GaugeMetricFamily("agentos_message_store_queue", "Transcript writes queued", s.message_queue)
         yield GaugeMetricFamily("agentos_event_db_queue", "Event writes queued", s.event_queue)
         yield GaugeMetricFamily("agentos_access_log_queue", "Access-log writes queued", s.access_queue)
+        yield GaugeMetricFamily("agentos_usage_ledger_queue", "Usage ledger rows queued (never shed)", s.ledger_queue)
         yield CounterMetricFamily("agentos_event_db_dropped", "Event rows shed under overload", s.events_dropped_total)
         yield CounterMetricFamily(
             "agentos_access_log_dropped", "Access-log rows shed under overload", s.access_dropped_total

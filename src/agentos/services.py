@@ -1,7 +1,7 @@
 """Build every service from the settings, in order, and close them in reverse.
 
     tenants -> Redis link and bus (if configured) -> store -> quotas (seeded from the store)
-      -> provider -> driver (the kernel) -> knowledge -> runs -> triggers -> runtime
+      -> usage ledger (on the store) -> provider -> driver (the kernel) -> knowledge -> runs -> triggers -> runtime
 
 Each part receives what it needs when it is built, so nothing is wired by assignment later;
 the CLI, the test helpers and the bench all build the server this one way.
@@ -52,6 +52,7 @@ from agentos.store.sqlite import SQLiteStore
 from agentos.telemetry import NO_TRACING, Tracing
 from agentos.telemetry.opening import open_tracing
 from agentos.tenancy.budgets import Budgets
+from agentos.tenancy.ledger import StoreLedger
 from agentos.tenancy.pepper import load_pepper
 from agentos.tenancy.quotas import Quotas
 from agentos.tenancy.registry import TenantRegistry
@@ -75,6 +76,7 @@ class Services:
     runtime: Runtime
     tenants: TenantRegistry
     quotas: Quotas
+    ledger: StoreLedger  # the router's `Ledger`: one row per model call that answered
     knowledge: KnowledgeService
     triggers: TriggerService
     link: Link | None = None  # Redis, when coordination.redis_url is set
@@ -155,11 +157,13 @@ async def open_services(
     started: list[Callable[[], Awaitable[None]]] = []  # closed in reverse if a later part fails
     try:
         quotas = await _seeded_quotas(store, wall_clock or WallClock(), link)
-        budgets = open_budgets(wall_clock or WallClock(), tenants, link)
+        ledger = StoreLedger(store)  # the router records each call's Spend here (agentos.providers.metering)
+        budgets = open_budgets(wall_clock or WallClock(), tenants, link)  # and reserves, then settles, here
         if provider is None:
             share = None if bus is None else BusBreakerShare(bus, node_id())  # breakers, cluster-wide
-            provider = open_router(settings, clock or MonotonicClock(), share=share, tracing=tracing)
-            provider.set_meter(budgets, None)
+            provider = open_router(
+                settings, clock or MonotonicClock(), share=share, tracing=tracing, ledger=ledger, meter=budgets
+            )
             if share is not None:
                 await share.start(provider.breakers)
             metrics.registry.register(RouterCollector(provider))
@@ -179,7 +183,15 @@ async def open_services(
         await knowledge.start()  # the indexer resumes the documents accepted before a crash
         started.append(knowledge.close)
         knowledge.register_metrics(metrics.registry)
-        runs = RunService(provider, data_dir, settings, driver=driver, on_usage=quotas.add_tokens, knowledge=knowledge)
+        runs = RunService(
+            provider,
+            data_dir,
+            settings,
+            driver=driver,
+            on_usage=quotas.add_tokens,
+            knowledge=knowledge,
+            tracing=tracing,
+        )
         metrics.registry.register(SandboxCollector(runs.sandbox.statistics))
         if bus is not None:  # before `start`: the runs it resumes publish too
             relay = RunRelay(bus)
@@ -235,6 +247,7 @@ async def open_services(
         runtime,
         tenants,
         quotas,
+        ledger,
         knowledge,
         triggers,
         link,

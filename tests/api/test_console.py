@@ -17,6 +17,8 @@ import pytest
 from agentos.api.console import ASSETS
 from agentos.api.console_stream import CONSOLE
 from agentos.mock.server import MockServer
+from agentos.providers.base import CallContext, Usage
+from agentos.providers.metering import Spend
 from agentos.testing import Event, sse_events
 from agentos.testing.tenants import TenantKey
 from tests.api.console import ConsoleServer, start_console_server
@@ -195,3 +197,35 @@ async def test_a_closing_server_ends_every_tab_with_reconnect(console: ConsoleSe
         names = [e.name async for e in events]
         await asyncio.wait_for(closing, timeout=10)
     assert names[-1] == "reconnect" and set(names[:-1]) <= {"metrics"}
+
+
+async def test_the_cost_views_data_is_the_tenants_own(console: ConsoleServer, http) -> None:
+    """The Cost tab (usage.js) asks GET /v1/usage with each grouping its menu offers (chromium
+    is not needed to check that the server answers them, and only with the tab's tenant's rows)."""
+    async with http.get(f"{console.url}/console") as r:
+        html = await r.text()
+    assert 'data-view="usage"' in html and 'id="view-usage"' in html
+    menu = re.search(r'<select id="usage-group">(.*?)</select>', html, re.S)
+    assert menu is not None
+    groupings = re.findall(r'<option value="([a-z,]+)">', menu.group(1))
+    assert groupings == ["model", "target", "day", "model,target,day"]
+    ledger = console.server.services.ledger
+    for n, key in enumerate((console.alice, console.bob)):
+        who = CallContext(tenant_id=key.tenant_id, key_id=key.key_id, session_id="s")
+        ledger.record(Spend(who, "m", "p/x", Usage(prompt_tokens=10, completion_tokens=n + 1), 0.5 * (n + 1), 1))
+    for grouping in [*groupings, "tenant,model"]:  # the last one only an admin's menu offers
+        async with http.get(
+            f"{console.url}/v1/usage",
+            params={"group_by": grouping, "from": "0", "to": "2"},
+            headers=console.alice.headers,
+        ) as r:
+            assert r.status == 200, await r.text()
+            report = await r.json()
+        assert [(t["calls"], t["completion_tokens"], t["cost"]) for t in report["data"]] == [(1, 1, 0.5)]
+        assert report["tenant"] == "alice"
+    async with http.get(
+        f"{console.url}/v1/usage",
+        params={"group_by": "tenant,model", "from": "0", "to": "2"},
+        headers=console.admin.headers,
+    ) as r:
+        assert [t["tenant"] for t in (await r.json())["data"]] == ["alice", "bob"]

@@ -76,6 +76,7 @@ _CHECKS = [
 # out where the server checks what JSON Schema cannot say, so a schema-valid body can be a right
 # 422; every other check still judges these operations, and the 422 is documented.
 _CROSS_FIELD = {
+    ("/v1/usage", "get"): "from must be before to, at most 366 days apart (by default to is the end of today)",
     ("/v1/agents", "post"): "approval_required names tools of the agent; a stdio MCP server needs a command",
     ("/v1/collections", "post"): "chunk_overlap must be below chunk_tokens",
     ("/v1/chat/completions", "post"): "the last message is a user's (or a tool's), with text; tools go with no agent",

@@ -152,6 +152,8 @@ async def test_real_answers_match_the_documented_schemas(server: RunningServer, 
         ("get", "/v1/admin/keys/{key_id}", None, {}),
         ("post", "/v1/admin/keys/{key_id}/revoke", None, {}),
         ("delete", "/v1/admin/keys/{key_id}", None, {"key_id": "nokey"}),
+        ("get", "/v1/usage", {"group_by": "tenant,model,day"}, {}),
+        ("get", "/v1/usage", {"group_by": "model,nope"}, {}),
         ("get", "/healthz", None, {}),
         ("get", "/readyz", None, {}),
     ]

@@ -69,3 +69,106 @@ async def test_a_callers_traceparent_is_refused_where_the_config_says(tmp_path: 
         await sink.wait_for({TURN_ROUTE})
     (request,) = sink.named(TURN_ROUTE)
     assert request.trace_id != CALLER.split("-")[1] and request.parent_span_id == ""
+
+
+async def test_an_agent_run_is_a_trace_of_its_own_linked_from_its_request(tmp_path: Any) -> None:
+    from agentos.telemetry import derived_ids
+
+    async with otlp_sink() as sink:
+        mock = await start_mock(MockSettings(scenario="tools", ttft_ms=1, tps=5000, tokens=3))
+        agents = {"ops": {"tools": ["run_command", "ask_human"], "command": {"timeout_s": 10}}}
+        tree = {
+            "data_dir": str(tmp_path),
+            "provider": {"url": mock.url},
+            "agents": agents,
+            "telemetry": {"enabled": True, "endpoint": sink.url, "export_interval_s": 0.05},
+        }
+        server = await start_server(settings_from_dict(tree))
+        try:
+            async with aiohttp.ClientSession() as http:
+                async with http.post(f"{server.url}/v1/agents/ops/runs", json={"input": "go"}) as response:
+                    assert response.status == 202, await response.text()
+                    run_id = (await response.json())["run_id"]
+                await sink.wait_for({"execute_tool run_command"})
+                pending = await _wait_pending(http, server.url, run_id)
+                body = {"operation_id": pending["operation_id"], "answer": "forty-two"}
+                async with http.post(f"{server.url}/v1/runs/{run_id}/answer", json=body) as response:
+                    assert response.status in (200, 202), await response.text()
+                await sink.wait_for({"invoke_agent ops", "human_wait question"})
+        finally:
+            await server.close()
+            await mock.close()
+    trace_id, root_id = derived_ids(run_id)
+    (root,) = sink.named("invoke_agent ops")
+    assert (root.trace_id, root.span_id, root.parent_span_id) == (trace_id, root_id, "")
+    assert root.attributes["agentos.run.status"] == "completed"
+    in_run = [s for s in sink.spans if s.trace_id == trace_id]
+    tools = [s for s in in_run if s.name == "execute_tool run_command"]
+    chats = [s for s in in_run if s.name == "chat mock-1"]
+    assert len(tools) == 2 and all(t.parent_span_id == root_id for t in tools)
+    assert all(t.attributes["process.exit.code"] == 0 for t in tools)
+    assert len(chats) >= 3 and all(c.parent_span_id == root_id for c in chats)
+    (wait,) = sink.named("human_wait question")
+    assert wait.trace_id == trace_id and wait.parent_span_id == root_id
+    assert wait.events == ["agentos.human.requested", "agentos.human.answered"]
+    (request,) = sink.named("POST /v1/agents/{name}/runs")
+    assert request.trace_id != trace_id and (trace_id, root_id) in request.links
+
+
+async def _wait_pending(http: aiohttp.ClientSession, url: str, run_id: str) -> dict[str, Any]:
+    from agentos.testing import eventually
+
+    found: dict[str, Any] = {}
+
+    async def waiting() -> bool:
+        async with http.get(f"{url}/v1/runs/{run_id}") as response:
+            info = await response.json()
+        if info["status"] == "waiting_human" and info.get("pending"):
+            found.update(info["pending"])
+            return True
+        return False
+
+    await eventually(waiting, 10, "the run to ask its question")
+    return found
+
+
+async def test_a_signed_delivery_joins_the_senders_trace_and_links_its_run(tmp_path: Any) -> None:
+    from agentos.telemetry import derived_ids
+    from tests.triggers.webhooks import Sender, create_trigger, run_outcome, serve
+
+    async with otlp_sink() as sink:
+        mock = await start_mock(MockSettings(ttft_ms=1, tps=5000, tokens=3))
+        telemetry = {"enabled": True, "endpoint": sink.url, "export_interval_s": 0.05}
+        server = await serve(tmp_path / "data", mock, {}, telemetry=telemetry)
+        try:
+            async with aiohttp.ClientSession() as http:
+                created = await create_trigger(http, server.url)
+                sender = Sender(http, server.url, created["trigger_id"], created["secret"])
+                forged = Sender(http, server.url, created["trigger_id"], "whsec_" + "A" * 44)
+                forged_parent = "00-11111111111111111111111111111111-2222222222222222-01"
+                assert (await forged.send({"n": 1}, headers={"traceparent": forged_parent})).status == 401
+                answer = await sender.send({"n": 1}, headers={"traceparent": CALLER})
+                run_id = answer.body["run_id"]
+                assert await run_outcome(http, server.url, run_id) == "run.completed"
+                await sink.wait_for({"agentos.trigger.delivery", "invoke_agent echo"})
+        finally:
+            await server.close()
+            await mock.close()
+    (delivery,) = sink.named("agentos.trigger.delivery")
+    assert delivery.trace_id == CALLER.split("-")[1] and delivery.parent_span_id == "b7ad6b7169203331"
+    assert derived_ids(run_id) in delivery.links
+    assert not any(s.trace_id == "1" * 32 for s in sink.spans)  # a forged delivery writes into no trace
+
+
+async def test_the_access_log_names_each_requests_trace(tmp_path: Any) -> None:
+    import sqlite3
+
+    async with traced_server(tmp_path) as (server, sink, _), aiohttp.ClientSession() as http:
+        await _turn(http, server.url, {"traceparent": CALLER})
+        await sink.wait_for({TURN_ROUTE})
+    db = sqlite3.connect(tmp_path / "access.db")  # the server closed: its access log is flushed
+    try:
+        rows = db.execute("SELECT method, trace_id FROM access_log WHERE path LIKE '%/turns'").fetchall()
+    finally:
+        db.close()
+    assert rows == [("POST", CALLER.split("-")[1])]

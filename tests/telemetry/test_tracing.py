@@ -128,3 +128,26 @@ def test_content_is_captured_only_for_the_tenants_named() -> None:
     assert tracing.capture("t1") == 50 and tracing.capture("t2") == 0
     assert NO_TRACING.capture("t1") == 0
     tracing.shutdown()
+
+
+def test_json_log_lines_carry_the_trace_of_the_moment() -> None:
+    import json
+    import logging
+
+    from agentos.telemetry.logs import JsonLineFormatter, stamp
+
+    tracing = _tracing(InMemorySpanExporter())
+    formatter = JsonLineFormatter()
+
+    def line(message: str) -> dict[str, str]:
+        record = logging.LogRecord("agentos", logging.INFO, __file__, 1, message, None, None)
+        stamp(record)  # on the loop, when the record is made
+        return dict(json.loads(formatter.format(record)))  # on the log thread, later
+
+    with tracing.span("turn") as span:
+        inside = line("turn t1 completed")
+    outside = line("idle")
+    assert inside["trace_id"] == span.trace_id and inside["span_id"] == span.traceparent.split("-")[2]
+    assert inside["message"] == "turn t1 completed" and inside["level"] == "INFO"
+    assert outside["trace_id"] == "" and outside["span_id"] == ""
+    tracing.shutdown()

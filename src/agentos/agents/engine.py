@@ -35,6 +35,7 @@ import msgspec
 from agentos.agents.fanout import Fanout, RunEvent
 from agentos.agents.handle import RunHandle
 from agentos.agents.host import ToolHub
+from agentos.agents.traces import RunTraces
 from agentos.config.agents import AgentSpec, parse_agent_spec, spec_to_dict
 from agentos.errors import NotFound
 from agentos.ids import new_id
@@ -44,6 +45,7 @@ from agentos.kernel import DEFAULT_TENANT
 from agentos.providers.base import Message, Provider
 from agentos.runtime.driver import Driver
 from agentos.sandbox.sandbox import Sandbox
+from agentos.telemetry import NO_TRACING, Tracing
 
 if TYPE_CHECKING:
     from agentos.knowledge.service import KnowledgeService
@@ -73,7 +75,9 @@ class RunEngine:
         now_ms: Callable[[], int],
         on_usage: Callable[[str, int], None] | None = None,
         knowledge: KnowledgeService | None = None,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
+        self.traces = RunTraces(tracing)
         self.store = store
         self.journal = journal
         self.provider = provider
@@ -164,7 +168,11 @@ class RunEngine:
         stream_id = new_id("stream")
         handle = self.handles.get(run_id)
         tenant_id = handle.row.tenant_id if handle is not None else DEFAULT_TENANT
-        await self._driver.acquire_permit(stream_id, owner=run_id, tenant_id=tenant_id)
+        if self.traces.on:
+            with self.traces.in_run(run_id, "agentos.provider_permit", {"agentos.tenant.id": tenant_id}):
+                await self._driver.acquire_permit(stream_id, owner=run_id, tenant_id=tenant_id)
+        else:
+            await self._driver.acquire_permit(stream_id, owner=run_id, tenant_id=tenant_id)
         try:
             yield
         finally:
@@ -276,6 +284,7 @@ class RunEngine:
         await self.store.write(writes, run=handle.run_id)
         self.store.release(handle.run_id)
         log.info("run %s %s: %s", handle.run_id, status, reason)
+        self.traces.ended(handle.row, status, reason, self.now_ms())
         return replace(handle.row, status=status, result=result, reason=reason)
 
     async def child_exists(self, parent: RunHandle, child_run_id: str) -> bool:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agentos.agents.handle import RunHandle
+from agentos.agents.traces import RunTraces
 from agentos.config.agents import AgentSpec
 from agentos.journal.journal import Journal, RunRow
 from agentos.journal.store import JournalStore
@@ -34,6 +35,7 @@ class RunHost(Protocol):
     store: JournalStore
     journal: Journal
     provider: Provider
+    traces: RunTraces
     sandbox: Sandbox
     mcp: ToolHub
     knowledge: KnowledgeService | None  # what `search_knowledge` searches; None: not on this server

@@ -67,6 +67,7 @@ async def record_answer(runs: RunLifecycle, handle: RunHandle, step: Step, outpu
     yet: the event is published first, and the write is queued before the task's first read."""
     runs.emit(handle, "human.answered", {"operation_id": step.operation_id, "kind": step.input["kind"], **output})
     now = runs.now_ms()
+    runs.traces.human_answered(handle.row, step.seq, step.input, now)
     ops = runs.journal.finish_step(handle.row.tenant_id, handle.run_id, step.seq, "done", output, now)
     ops.append(runs.journal.set_status(handle.run_id, "running", now))
     await runs.store.write(ops, run=handle.run_id)

@@ -96,6 +96,7 @@ class RunLifecycle(RunEngine):
         if not await self.driver.hold_run(run_id, tenant_id, parent_id):  # the tenant's cap over every node
             raise AdmissionRejected(self.driver.kernel.limits.retry_after_s, what="runs", code="tenant_active_runs")
         row, writes = self.new_run(tenant_id, spec, text, session_id, run_id, parent, context)
+        self.traces.submitted(row)
         handle = self.new_handle(row, spec, context)
         created = handle.created = asyncio.get_running_loop().create_future()
         commands = self.driver.handle(RunSubmitted(run_id, parent_id, row.tenant_id))
@@ -268,6 +269,7 @@ class RunLifecycle(RunEngine):
         self.store.write_nowait(writes, run=handle.run_id)
         self.store.release(handle.run_id)
         log.info("run %s %s: %s", handle.run_id, command.status, command.reason)
+        self.traces.ended(handle.row, command.status, command.reason, self.now_ms())
         self._wake(handle.run_id, _final(handle.row, command.status, command.reason))
 
     def _on_expire(self, command: ExpireHuman) -> None:

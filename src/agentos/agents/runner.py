@@ -27,6 +27,7 @@ from agentos.journal.journal import Step, StepKind, StepStatus, arguments_hash
 from agentos.mcp.checks import McpUnavailable
 from agentos.providers.base import CallContext, ChatRequest, Completion, TextDelta
 from agentos.sandbox.command import check_argv
+from agentos.telemetry import NULL_SPAN, Span
 
 
 class _Parked(Exception):
@@ -129,7 +130,10 @@ class Runner:
         context = CallContext(
             row.tenant_id, "", row.agent, row.run_id, row.session_id or "", f"{row.run_id}:{seq}", h.spec.max_cost
         )
-        request = ChatRequest(messages=list(messages), model=h.spec.model, tools=tools or None, context=context)
+        trace = self._host.traces.model_step(row.run_id, seq, _attempts(h, seq) + 1)
+        request = ChatRequest(
+            messages=list(messages), model=h.spec.model, tools=tools or None, context=context, trace=trace
+        )
         completion: Completion | None = None
         # aclosing aborts the upstream request when we stop early; the permit is given back
         # once the stream is closed, not before.
@@ -190,7 +194,8 @@ class Runner:
             _step(seq, "tool", "started", call_value, h, attempts),
         )
         self._host.emit(h, "tool.call", {"operation_id": operation_id, **call_value})
-        content = await self._dispatch(h, seq, call, arguments)
+        with self._host.traces.tool_step(h.run_id, seq, attempts, call.name, call.call_id) as span:
+            content = await self._dispatch(h, seq, call, arguments, span)
         await self._finish_tool(h, seq, call, content, attempts)
 
     async def _finish_tool(
@@ -216,9 +221,11 @@ class Runner:
         begun = self._begin(h, seq, "tool", "started", _call_dict(call))
         await self._finish_tool(h, seq, call, f"error: {message}", 1, begun=begun)
 
-    async def _dispatch(self, h: RunHandle, seq: int, call: Call, arguments: dict[str, Any]) -> str:
+    async def _dispatch(
+        self, h: RunHandle, seq: int, call: Call, arguments: dict[str, Any], span: Span = NULL_SPAN
+    ) -> str:
         if call.name == "run_command":
-            return await self._run_command(h, seq, arguments)
+            return await self._run_command(h, seq, arguments, span)
         if call.name == "delegate":
             return await self._delegate(h, seq, arguments)
         if call.name == SEARCH_KNOWLEDGE:  # the run's tenant, always: the spec only names collections
@@ -228,7 +235,7 @@ class Runner:
         except InvalidInput as exc:
             return f"error: {exc}"
 
-    async def _run_command(self, h: RunHandle, seq: int, arguments: dict[str, Any]) -> str:
+    async def _run_command(self, h: RunHandle, seq: int, arguments: dict[str, Any], span: Span = NULL_SPAN) -> str:
         try:
             argv = check_argv(arguments.get("command"))
         except InvalidInput as exc:
@@ -237,8 +244,12 @@ class Runner:
         try:
             result = await self._host.sandbox.run(argv, workdir, h.spec.command, operation_id=f"{h.run_id}:{seq}")
         except OSError as exc:  # the sandbox itself failed (fork server gone, no fds left...)
+            span.record_error(exc)
             return f"error: the sandbox failed, the command may or may not have run: {exc}"
-        return msgspec.json.encode(result.to_dict()).decode()
+        value = result.to_dict()
+        if span is not NULL_SPAN:
+            span.set_attributes({"process.command": argv[0], "process.exit.code": value.get("exit_code", -1)})
+        return msgspec.json.encode(value).decode()
 
     async def _delegate(self, h: RunHandle, seq: int, arguments: dict[str, Any]) -> str:
         child_id = f"{h.run_id}.{seq}"
@@ -268,6 +279,7 @@ class Runner:
             "kind": kind,
             "args_hash": arguments_hash(call.arguments),
             "deadline_ms": now + int(h.spec.human_timeout_s * 1000),
+            "asked_ms": now,
             **details,
         }
         ops = [*(extra_ops or []), *self._begin(h, seq, "human", "waiting", request)]

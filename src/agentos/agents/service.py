@@ -46,6 +46,7 @@ from agentos.providers.base import Message, Provider
 from agentos.runtime.driver import Driver
 from agentos.runtime.turn import check_input
 from agentos.sandbox.sandbox import Sandbox
+from agentos.telemetry import NO_TRACING, Tracing
 
 if TYPE_CHECKING:
     from agentos.knowledge.service import KnowledgeService
@@ -64,6 +65,7 @@ class RunService:
         now_ms: Callable[[], int] = wall_ms,
         on_usage: Callable[[str, int], None] | None = None,  # (tenant_id, tokens) after each model call
         knowledge: KnowledgeService | None = None,  # what the `search_knowledge` tool searches
+        tracing: Tracing = NO_TRACING,  # runs' traces (agentos.agents.traces)
     ) -> None:
         """Args:
         provider: the chat model every agent talks to.
@@ -89,12 +91,14 @@ class RunService:
                 trusted=self._agents.trusted_mcp_servers(),
                 policy=self._agents.policy.outbound,
                 connect_timeout_s=settings.kernel.mcp_connect_timeout_s,
+                tracing=tracing,
             ),
             driver=driver,
             now_ms=now_ms,
             on_usage=on_usage,
             sandbox=Sandbox(settings.sandbox),
             knowledge=knowledge,
+            tracing=tracing,
         )
         self._cluster = cluster_for(store, self._runs, self)  # PostgreSQL: leases
         self._workspaces = workspace_dir or (data_dir / "workspaces" if data_dir else None)

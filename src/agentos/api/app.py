@@ -22,6 +22,7 @@ from agentos.api import (
     triggers,
     turn_events,
     turns,
+    usage,
     websocket,
 )
 from agentos.api.admission import ADMISSION, Admission
@@ -59,6 +60,7 @@ ROUTES = (
     agents.routes,
     runs.routes,
     admin.routes,
+    usage.routes,
     knowledge.routes,
     triggers.routes,
     openai_chat.routes,

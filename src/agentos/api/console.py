@@ -37,6 +37,7 @@ ASSETS = {
         "runs.js",
         "inbox.js",
         "playground.js",
+        "usage.js",
         "admin.js",
     )
 }

@@ -22,6 +22,7 @@ RUNS: web.AppKey[RunService] = web.AppKey("runs")
 TENANTS: web.AppKey[TenantRegistry] = web.AppKey("tenants")
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
+TRACE_ID = web.RequestKey("trace_id", str)  # the request's trace id ([telemetry]), for the access log
 MAX_BODY_BYTES: web.AppKey[int] = web.AppKey("max_body_bytes", int)
 # How often an idle event stream (a run waiting for a human) gets a comment line.
 SSE_KEEPALIVE_S: web.AppKey[float] = web.AppKey("sse_keepalive_s", float)

@@ -21,7 +21,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from agentos.api.errors import Handler, error_response
-from agentos.api.keys import RUNTIME
+from agentos.api.keys import RUNTIME, TRACE_ID
 from agentos.clock import wall_ms
 from agentos.errors import InvalidInput
 from agentos.store.records import DEFAULT_TENANT, AccessRecord
@@ -162,6 +162,7 @@ async def access_log_middleware(request: web.Request, handler: Handler) -> web.S
                     remote=request.remote or "",
                     tenant_id=who.tenant_id if who is not None else "",
                     key_id=(who.key_id or "") if who is not None else request.get(REFUSED_KEY_ID, ""),
+                    trace_id=request.get(TRACE_ID, ""),
                 )
             )
 

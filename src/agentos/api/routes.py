@@ -31,7 +31,7 @@ from agentos.api.body import MAX_AFTER, MAX_PAGE_LIMIT
 from agentos.errors import ConfigError
 
 REF_TEMPLATE = "#/components/schemas/{name}"
-Tag = Literal["sessions", "turns", "agents", "runs", "admin", "knowledge", "triggers", "openai", "server"]
+Tag = Literal["sessions", "turns", "agents", "runs", "admin", "usage", "knowledge", "triggers", "openai", "server"]
 # The groups of operations on /docs, in the order shown.
 TAGS: dict[Tag, str] = {
     "sessions": "Sessions, their transcripts and stored events",
@@ -39,6 +39,7 @@ TAGS: dict[Tag, str] = {
     "agents": "Agent definitions (docs/agents.md)",
     "runs": "Background runs of an agent, their events, their human requests",
     "admin": "Tenants and their API keys (the admin scope; docs/security.md)",
+    "usage": "Tokens and cost of model calls, from the usage ledger (docs/providers.md)",
     "knowledge": "Collections, documents and hybrid retrieval (docs/knowledge.md)",
     "triggers": "Signed webhooks that start runs (docs/triggers.md)",
     "openai": "The OpenAI-compatible front door: models, chat completions, responses (docs/openai.md)",

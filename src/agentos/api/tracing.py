@@ -16,12 +16,12 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from agentos.api.errors import Handler
+from agentos.api.keys import TRACE_ID
 from agentos.config.telemetry import TelemetryConfig
 from agentos.telemetry import Tracing, valid_traceparent
 from agentos.tenancy.principal import PRINCIPAL, Principal
 
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
-TRACE_ID = web.RequestKey("agentos.trace_id", str)  # the request's trace id, for the access log
 
 
 def tracing_middleware(tracing: Tracing, config: TelemetryConfig) -> Middleware:

@@ -26,9 +26,10 @@ from typing import Annotated, Any
 import msgspec
 from aiohttp import web
 
+from agentos.agents.traces import RunTraces
 from agentos.api.body import MAX_AFTER, page_limit, query_int, query_text, read_body
 from agentos.api.body_encoding import read_raw
-from agentos.api.keys import TRIGGERS
+from agentos.api.keys import RUNTIME, TRIGGERS
 from agentos.api.routes import (
     BAD_BODY,
     Answer,
@@ -44,7 +45,9 @@ from agentos.api.routes import (
     query,
 )
 from agentos.api.sessions import json_response, page_response
+from agentos.clock import wall_ms
 from agentos.errors import RequestError
+from agentos.telemetry import Tracing, valid_traceparent
 from agentos.tenancy.principal import Scope, require
 from agentos.triggers.service import MAX_WEBHOOK_ID
 from agentos.triggers.template import MAX_TEMPLATE_CHARS
@@ -260,6 +263,7 @@ async def deliver(request: web.Request) -> web.Response:
     """A signed delivery (no key). 202 when it is new, 200 for a redelivery: both only once the
     delivery is committed, both with the same run id."""
     service = request.app[TRIGGERS]
+    started_ms = wall_ms()
     try:
         trigger = await service.find(request.match_info["trigger_id"])
         body = await read_raw(request, service.config.max_body_bytes, "a delivery's body")
@@ -267,4 +271,31 @@ async def deliver(request: web.Request) -> web.Response:
     except RequestError:
         service.rejected()
         raise
+    tracing = request.app[RUNTIME].tracing
+    if tracing.on:
+        _trace_delivery(tracing, request, trigger.trigger_id, str(answer["run_id"]), created, started_ms)
     return json_response(answer, status=202 if created else 200)
+
+
+def _trace_delivery(
+    tracing: Tracing, request: web.Request, trigger_id: str, run_id: str, created: bool, started_ms: int
+) -> None:
+    """The delivery in the sender's trace: its `traceparent` is taken only now, the signature
+    checked (a forged request writes nothing into anyone's trace), with links to this request's
+    span and to the run it starts (a trace of its own, `agentos.agents.traces`)."""
+    sender = request.headers.get("traceparent", "").strip()
+    attributes = {
+        "agentos.trigger.id": trigger_id,
+        "agentos.run.id": run_id,
+        "agentos.delivery.new": created,
+        "agentos.webhook.id": request.headers.get("webhook-id", "")[:200],
+    }
+    links = [RunTraces(tracing).root(run_id), tracing.current_traceparent()]
+    tracing.record(
+        "agentos.trigger.delivery",
+        attributes,
+        start_ms=started_ms,
+        end_ms=wall_ms(),
+        parent=sender if valid_traceparent(sender) else "",
+        links=[link for link in links if link],
+    )

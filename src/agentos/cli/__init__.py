@@ -1,9 +1,9 @@
 """The `agentos` command: parse arguments, build Settings, hand over. No logic lives here.
 
 One module per command family: `serve` (`serve`, `config show`, the settings flags), `db`,
-`admin` (`tenants`, `keys`), `mock` (`mock-llm`). `agentos bench ...` belongs to the bench kit
-(`agentos_bench.cli`), a separate package: it is imported only when `bench` is the command, so
-`agentos serve` never loads it.
+`admin` (`tenants`, `keys`), `usage`, `mock` (`mock-llm`). `agentos bench ...` belongs to the
+bench kit (`agentos_bench.cli`), a separate package: it is imported only when `bench` is the
+command, so `agentos serve` never loads it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from agentos import __version__
-from agentos.cli import admin, db, mock, serve
+from agentos.cli import admin, db, mock, serve, usage
 from agentos.cli.serve import settings_from_args
 from agentos.errors import ConfigError
 
@@ -35,6 +35,7 @@ def build_parser(*, with_bench: bool = False) -> argparse.ArgumentParser:
     serve.register(commands)
     db.register(commands)
     admin.register(commands, os.environ)
+    usage.register(commands, os.environ)
     mock.register(commands)
     if with_bench:
         from agentos_bench.cli import register_commands

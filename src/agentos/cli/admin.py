@@ -48,7 +48,8 @@ def read_secret_file(path: Path, what: str) -> str:
 
 
 def run_admin(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    """Run an admin command (`args.admin`, set by `register`) and print its answer."""
+    """Run an admin command (`args.admin`, set by `register`) and print its answer (as JSON, or
+    as `args.show` writes it where the command set one)."""
     token = environ.get(KEY_ENV, "") if args.key_file is None else read_secret_file(args.key_file, "--key-file")
     try:
         answer = asyncio.run(_call(args, token or None))
@@ -61,8 +62,13 @@ def run_admin(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     except ClientError as exc:
         print(f"agentos: {exc}", file=sys.stderr)
         return 1
-    sys.stdout.write(msgspec.json.format(msgspec.json.encode(answer)).decode() + "\n")
+    show: Callable[[Any], str] = getattr(args, "show", None) or _as_json
+    sys.stdout.write(show(answer))
     return 0
+
+
+def _as_json(answer: Any) -> str:
+    return msgspec.json.format(msgspec.json.encode(answer)).decode() + "\n"
 
 
 async def _call(args: argparse.Namespace, token: str | None) -> Any:

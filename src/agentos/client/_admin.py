@@ -1,4 +1,5 @@
-"""`AdminClient`: the admin API (tenants and keys) for operators' scripts and `agentos tenants|keys`.
+"""`AdminClient`: the admin API (tenants and keys) and the usage ledger, for operators' scripts and
+`agentos tenants|keys|usage`.
 
 Answers are the server's JSON as plain dicts (`docs/api.md` describes each); errors are the
 client's (`APIError`, `TransportError`), as for `AsyncClient`.
@@ -74,6 +75,22 @@ class AdminClient(HttpClient):
 
     async def revoke_key(self, key_id: str) -> Json:
         return await self._call("POST", f"/v1/admin/keys/{quote(key_id, safe='')}/revoke")
+
+    # -- usage -----------------------------------------------------------------------------------
+
+    async def usage(
+        self,
+        *,
+        group_by: Iterable[str] = (),
+        start: str | None = None,
+        end: str | None = None,
+        tenant: str | None = None,
+    ) -> Json:
+        """GET /v1/usage: tokens and cost summed by `group_by` over `[start, end)` (UTC dates, `end`
+        counted, or epoch milliseconds). Any key reads its own tenant's; an admin key every
+        tenant's, or `tenant`'s."""
+        given = {"group_by": ",".join(group_by), "from": start, "to": end, "tenant": tenant}
+        return await self._call("GET", "/v1/usage", params={k: v for k, v in given.items() if v})
 
 
 def _page(limit: int, after: str | None) -> dict[str, str | int]:

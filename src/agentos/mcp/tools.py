@@ -34,6 +34,7 @@ from agentos.config.agents import MCP_TOOL_SEPARATOR, AgentSpec, McpServerSpec
 from agentos.errors import Forbidden
 from agentos.mcp.checks import TIMEOUT_CODE, McpUnavailable, connection_closed, describe_failure
 from agentos.outbound import OutboundPolicy, Resolver, check_url, resolve_checked
+from agentos.telemetry import NO_TRACING, Tracing
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +186,7 @@ class McpHub:
         policy: OutboundPolicy | None = None,
         resolver: Resolver | None = None,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         """Args:
         trusted: the servers an administrator defined, started or reached as written.
@@ -193,6 +195,7 @@ class McpHub:
         connect_timeout_s: how long a use waits for a server to start and answer the
             handshake (`kernel.mcp_connect_timeout_s`).
         """
+        self._tracing = tracing
         self._connections: dict[McpServerSpec, _Connection] = {}
         self._stopping: list[_Connection] = []  # forgotten, their servers still being stopped
         self._trust = _Trust(frozenset(trusted), policy or OutboundPolicy(), resolver, connect_timeout_s)
@@ -220,8 +223,32 @@ class McpHub:
         except McpUnavailable as exc:
             return f"error: {exc}"
         name = tool_name.partition(MCP_TOOL_SEPARATOR)[2]
+        if (
+            self._tracing.on
+        ):  # a client span, its traceparent in the request's `_meta` (MCP carries no headers per call)
+            attributes = {"rpc.system": "mcp", "rpc.method": "tools/call", "agentos.mcp.server": server.name}
+            with self._tracing.span(f"tools/call {name}", attributes, kind="client") as span:
+                return await self._call(
+                    connection, server, tool_name, name, arguments, {"traceparent": span.traceparent}
+                )
+        return await self._call(connection, server, tool_name, name, arguments, None)
+
+    async def _call(
+        self,
+        connection: _Connection,
+        server: McpServerSpec,
+        tool_name: str,
+        name: str,
+        arguments: dict[str, Any],
+        meta: dict[str, str] | None,
+    ) -> str:
         try:
-            result = await asyncio.wait_for(connection.session.call_tool(name, arguments), timeout=CALL_TIMEOUT_S)
+            call = (
+                connection.session.call_tool(name, arguments, meta=meta)
+                if meta
+                else connection.session.call_tool(name, arguments)
+            )
+            result = await asyncio.wait_for(call, timeout=CALL_TIMEOUT_S)
         except TimeoutError:
             return f"error: the call of {tool_name!r} took longer than {CALL_TIMEOUT_S:g} s"
         except Exception as exc:  # an MCP protocol error is the tool's failure, told to the model

@@ -37,6 +37,16 @@ class CallContext:
 
 
 @dataclass(frozen=True, slots=True)
+class TraceSpec:
+    """Where the router's `chat` span of a call goes when its caller decides (a run's model
+    step: `agentos.agents.traces`): its parent, its own id, the spans it follows from."""
+
+    parent: str  # a W3C traceparent
+    span_id: str
+    links: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ChatRequest:
     messages: list[Message]
     model: str | None = None  # None: the default model (the router's) or the client's own
@@ -49,6 +59,7 @@ class ChatRequest:
     params: dict[str, Any] | None = None
     retry: bool = True
     headers: dict[str, str] | None = None  # sent as they are: the trace context (`traceparent`)
+    trace: TraceSpec | None = None  # None: the chat span is a child of the current span
 
 
 @dataclass(frozen=True, slots=True)

@@ -152,7 +152,15 @@ class Router:
         # leak into the consumer's between items. The span's traceparent travels in the headers.
         span = NULL_SPAN
         if self._tracing.on:  # off: not even the attributes are built
-            span = self._tracing.start(f"chat {model}", _call_attributes(model, request), kind="client")
+            at = request.trace
+            attributes = _call_attributes(model, request)
+            if at is None:
+                span = self._tracing.start(f"chat {model}", attributes, kind="client")
+            else:
+                name = f"chat {model}"
+                span = self._tracing.start(
+                    name, attributes, kind="client", parent=at.parent, span_id=at.span_id, links=at.links
+                )
             request = replace(request, headers={**(request.headers or {}), "traceparent": span.traceparent})
         last = len(targets) - 1
         try:
@@ -320,10 +328,18 @@ def _prompt_bytes(request: ChatRequest) -> int:
 
 
 def open_router(
-    settings: Settings, clock: Clock, *, share: BreakerShare | None = None, tracing: Tracing = NO_TRACING
+    settings: Settings,
+    clock: Clock,
+    *,
+    share: BreakerShare | None = None,
+    tracing: Tracing = NO_TRACING,
+    ledger: Ledger | None = None,
+    meter: Meter | None = None,
 ) -> Router:
     """The router of `settings`: `[providers]` and `[models]`, or the simple `[provider]` form
-    (then a model the config does not name passes through to that provider, as before).
+    (then a model the config does not name passes through to that provider, as before);
+    `ledger`: where each call that answered is recorded (`agentos.tenancy.ledger.StoreLedger`);
+    `meter`: the budgets each call reserves on, then settles (`agentos.tenancy.budgets`).
 
     Raises: ConfigError naming the key (an unknown provider, a key variable not set)."""
     models, default = routes(settings.provider, settings.providers, settings.models, settings.routing)
@@ -331,7 +347,10 @@ def open_router(
     breakers = Breakers(
         clock, failures=r.breaker_failures, cooldown_s=r.breaker_cooldown_s, probes=r.breaker_probes, share=share
     )
-    return Router(models, default, breakers, clock, passthrough=not settings.models, tracing=tracing)
+    passthrough = not settings.models
+    return Router(
+        models, default, breakers, clock, passthrough=passthrough, tracing=tracing, ledger=ledger, meter=meter
+    )
 
 
 _GEN_AI_PROVIDER = {"openai": "openai", "openai-responses": "openai", "anthropic": "anthropic"}

@@ -15,6 +15,7 @@ from agentos.runtime.driver import Driver
 from agentos.runtime.transcript import begin, message
 from agentos.runtime.turn import Outcome, Turn, TurnSink
 from agentos.store.base import Store
+from agentos.telemetry import NO_TRACING, Tracing
 
 
 class ChatTurns:
@@ -27,7 +28,9 @@ class ChatTurns:
         clock: Clock,
         history_max: int,
         on_usage: Callable[[str, int], None] | None = None,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
+        self._tracing = tracing
         self._on_usage = on_usage  # (tenant_id, tokens): the tenant's tokens per day, as a run's model calls
         self._driver = driver
         self._store = store
@@ -42,7 +45,12 @@ class ChatTurns:
             messages.append({"role": "user", "content": turn.input})
         else:
             messages = turn.prompt
-        await self._driver.open_stream(turn.turn_id, turn.permit, turn.tenant_id, turn.submitted_s)
+        if self._tracing.on and (turn.permit is not None or self._driver.cluster is not None):
+            # Only a turn that waits for its permit (or asks the cluster's limit) gets the span.
+            with self._tracing.span("agentos.provider_permit", {"agentos.tenant.id": turn.tenant_id}):
+                await self._driver.open_stream(turn.turn_id, turn.permit, turn.tenant_id, turn.submitted_s)
+        else:
+            await self._driver.open_stream(turn.turn_id, turn.permit, turn.tenant_id, turn.submitted_s)
         try:
             completion = await self._stream(turn, sink, messages, partial)
         finally:

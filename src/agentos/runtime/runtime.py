@@ -99,7 +99,7 @@ class Runtime:
             on_trim=metrics.observe_trim,
         )
         self.sessions = Sessions(driver, store, runs, on_evicted=self.reclaimer.evicted)
-        chat = ChatTurns(driver, store, provider, metrics, self.clock, history, on_usage)
+        chat = ChatTurns(driver, store, provider, metrics, self.clock, history, on_usage, tracing)
         agents = AgentTurns(runs, store, history) if runs is not None else None
         self.streams = TurnStreams(store, bus, live=lambda turn_id: self._turns.get(turn_id) is not None)
         self._turns = Turns(

@@ -137,6 +137,10 @@ class Turns:
             raise AdmissionRejected(commands[0].retry_after_s, code=commands[0].code)
         if agent is None and GrantPermit(turn.turn_id) not in commands:
             turn.permit = self._driver.waits_for_permit(turn.turn_id)
+        if self._tracing.on:  # on the request's span: admitted, and whether a permit was free
+            self._tracing.event(
+                "agentos.turn.admitted", {"agentos.turn.id": turn_id, "agentos.permit.waits": turn.permit is not None}
+            )
         return turn
 
     def cancel(self, session_id: str, reason: str = "cancelled") -> str | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from agentos.store.ledger import UsageQuery, UsageRow, UsageTotal
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
 
 
@@ -47,6 +48,7 @@ class StoreStatistics:
     events_dropped_total: int
     access_dropped_total: int
     stale_writes_total: int = 0  # refused by the turn fence (PostgreSQL: a superseded turn's writes)
+    ledger_queue: int = 0  # usage ledger rows queued, not yet committed (never shed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +150,21 @@ class Store(Protocol):
         ...
 
     def log_access(self, record: AccessRecord) -> None: ...
+
+    # The usage ledger (`agentos.store.ledger`).
+    def record_usage(self, row: UsageRow) -> None:
+        """Queue one ledger row and return at once; never shed (its own durable lane).
+
+        Raises: StoreError: the store is closed or its writer dead (nothing was queued).
+        """
+        ...
+
+    async def usage_totals(self, query: UsageQuery) -> list[UsageTotal]:
+        """The ledger's totals for `query`, after every row recorded before the call.
+
+        Raises: StoreUnavailable, StoreError.
+        """
+        ...
 
     def statistics(self) -> StoreStatistics: ...
 

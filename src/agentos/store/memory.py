@@ -2,18 +2,22 @@
 
 It keeps sessions and their transcripts in dicts while they are in memory; a session evicted
 by the TTL is forgotten with its history (there is nowhere else to keep it). Events and the
-access log are not kept at all. It is the kernel's ceiling in the bench, and a verified fake
-of `SQLiteStore` in tests: every read takes the caller's tenant and sees only that tenant's
-rows, exactly like the SQLite store's queries.
+access log are not kept at all; the usage ledger keeps its newest `LEDGER_MAX_ROWS` rows. It
+is the kernel's ceiling in the bench, and a verified fake of `SQLiteStore` in tests: every
+read takes the caller's tenant and sees only that tenant's rows, exactly like the SQLite store's queries.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections import Counter
+from collections import Counter, deque
 
+from agentos.store import ledger
 from agentos.store.base import OneNodeTurns, StoreStatistics
+from agentos.store.ledger import UsageQuery, UsageRow, UsageTotal
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
+
+LEDGER_MAX_ROWS = 100_000  # nothing outlives memory: a bound, not a ledger to bill from
 
 
 class MemoryStore(OneNodeTurns):
@@ -23,6 +27,7 @@ class MemoryStore(OneNodeTurns):
         self._events: dict[str, list[EventRecord]] = {}
         self._keep_events = keep_events
         self._ids = itertools.count(1)
+        self._ledger: deque[UsageRow] = deque(maxlen=LEDGER_MAX_ROWS)
 
     async def start(self) -> None:
         return None
@@ -127,6 +132,12 @@ class MemoryStore(OneNodeTurns):
 
     def log_access(self, record: AccessRecord) -> None:
         return None
+
+    def record_usage(self, row: UsageRow) -> None:
+        self._ledger.append(row)
+
+    async def usage_totals(self, query: UsageQuery) -> list[UsageTotal]:
+        return ledger.totals(query, self._ledger)
 
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(0, 0, 0, 0, 0)

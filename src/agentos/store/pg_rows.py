@@ -35,8 +35,8 @@ INSERT_EVENT = (
     " VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7)"
 )
 INSERT_ACCESS = (
-    "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote, key_id)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+    "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote, key_id, trace_id)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
 )
 SESSION_COLUMNS = "session_id, tenant_id, agent, metadata, created_at_ms"
 TOKENS_SINCE = """SELECT tenant_id, SUM(COALESCE((usage->>'prompt_tokens')::bigint, 0)

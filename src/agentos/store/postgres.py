@@ -1,15 +1,16 @@
 """The PostgreSQL store: sessions, transcripts, turn events and the access log in one database.
 
 Theory of operation. `start()` applies the pending migrations (under an advisory lock, see
-`agentos.store.pg_migrations`), opens a small asyncpg pool and starts three `PgWriter` lanes,
-the same split as the SQLite store's three files:
+`agentos.store.pg_migrations`), opens a small asyncpg pool and starts four `PgWriter` lanes,
+the same split as the SQLite store's four files:
 - `messages`: sessions and transcripts, never shed; `create_session` and `commit_message` are
   acknowledged after COMMIT, `add_message` returns at once (callers await `wait_space()`);
 - `events` and `access`: shed and counted over their bound, committed in batches. A turn's
   terminal event is never shed: a completed turn's is written on the `messages` lane by the
   statement that writes its answer (`commit_answer`, `pg_rows.MESSAGE_AND_EVENT`), so both
   commit together or not at all; a failed or cancelled turn's goes on the events lane's
-  durable side.
+  durable side;
+- `ledger`: the usage ledger (`agentos.store.ledger`), one row per model call, never shed.
 Many turns finishing together share one transaction per lane (group commit); nothing is a
 per-token round trip.
 
@@ -33,10 +34,11 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from agentos.store import pg_migrations, pg_pool
+from agentos.store import ledger, pg_migrations, pg_pool
 from agentos.store.base import StoreStatistics
 from agentos.store.event_rows import EVENT_COLUMNS, event_from_row
 from agentos.store.jsonl import JsonlLog
+from agentos.store.ledger import UsageQuery, UsageRow, UsageTotal
 from agentos.store.pg_fence import FENCED_INSERT_EVENT, FENCED_INSERT_MESSAGE, FencedTurns, TurnEpochs
 from agentos.store.pg_health import HealthCheck, classify, outage_of, within
 from agentos.store.pg_pool import pooled
@@ -70,7 +72,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
         self._jsonl = JsonlLog(Path(jsonl_dir), queue_max_rows=config.queue_max_rows) if jsonl_dir else None
         self._on_batch = on_batch
         self._pool: asyncpg.Pool | None = None
-        self._writers: tuple[PgWriter, PgWriter, PgWriter] | None = None
+        self._writers: tuple[PgWriter, PgWriter, PgWriter, PgWriter] | None = None
         self._unavailable: tuple[type[Exception], ...] = ()  # the driver's: known once started
         self._health = HealthCheck(config.postgres_acquire_timeout_s, outage_of(config.postgres_url))
         self._bound_s = config.postgres_request_timeout_s  # of every store call a request awaits
@@ -105,6 +107,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
             PgWriter("messages", self._pool, retry_puts=True, **opts),  # a question is kept until stored
             PgWriter("events", self._pool, on_batch=self._on_batch, retry_puts=True, **opts),
             PgWriter("access", self._pool, **opts),
+            PgWriter("ledger", self._pool, retry_puts=True, **opts),  # kept through an outage, like a question
         )
         for writer in self._writers:
             writer.start()
@@ -123,7 +126,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
             await self._jsonl.close()
 
     @property
-    def _lanes(self) -> tuple[PgWriter, PgWriter, PgWriter]:
+    def _lanes(self) -> tuple[PgWriter, PgWriter, PgWriter, PgWriter]:
         assert self._writers is not None, "store not started"
         return self._writers
 
@@ -183,7 +186,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
             StoreError: the database failed; the transaction rolled back, nothing is deleted
                 (`StoreUnavailable` when it cannot be reached or a bound passed).
         """
-        messages, events, _ = self._lanes
+        messages, events, *_ = self._lanes
         await within(messages.barrier(), "waiting for earlier writes", self._bound_s)
         await within(events.barrier(), "waiting for earlier events", self._bound_s)
         key = (tenant_id, session_id)
@@ -285,13 +288,23 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
         return [event_from_row(row) for row in rows]
 
     def log_access(self, r: AccessRecord) -> None:
-        params = (r.tenant_id, r.ts_ms, r.method, r.path, r.status, r.duration_ms, r.remote, r.key_id)
+        params = (r.tenant_id, r.ts_ms, r.method, r.path, r.status, r.duration_ms, r.remote, r.key_id, r.trace_id)
         self._lanes[2].put(INSERT_ACCESS, params, sheddable=True)
+
+    # -- the usage ledger ----------------------------------------------------------------------
+
+    def record_usage(self, row: UsageRow) -> None:
+        self._lanes[3].put(ledger.INSERT_PG, row.params())
+
+    async def usage_totals(self, query: UsageQuery) -> list[UsageTotal]:
+        sql, params = ledger.select_totals(query, lambda n: f"${n}")
+        return ledger.totals_from_rows(query, await self._fetch(self._lanes[3], sql, *params))
 
     def statistics(self) -> StoreStatistics:
         if self._writers is None:
             return StoreStatistics(0, 0, 0, 0, 0)
-        m, e, a = (w.statistics() for w in self._writers)
+        m, e, a, ledger = (w.statistics() for w in self._writers)
         jsonl_dropped = self._jsonl.dropped_total if self._jsonl is not None else 0
         stale = sum(w.stale_total for w in self._writers)  # the turn fence's refusals
-        return StoreStatistics(m.queued, e.queued, a.queued, e.dropped_total + jsonl_dropped, a.dropped_total, stale)
+        dropped = e.dropped_total + jsonl_dropped
+        return StoreStatistics(m.queued, e.queued, a.queued, dropped, a.dropped_total, stale, ledger.queued)

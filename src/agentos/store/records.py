@@ -55,3 +55,4 @@ class AccessRecord(msgspec.Struct, kw_only=True, array_like=True):
     remote: str
     tenant_id: str = DEFAULT_TENANT  # "" when the request had no principal (an open route, a 401)
     key_id: str = ""  # the public id of the key presented, never the key; "" if none or malformed
+    trace_id: str = ""  # the request's trace ([telemetry]); "" when untraced

@@ -1,8 +1,9 @@
 """The embedded store: three SQLite files in WAL mode, each with its own writer thread.
 
 `sessions.db` holds sessions and transcripts (never shed), `events.db` the turn events and
-`access.db` the access log (both shed under overload, counted). Separate files keep the
-sheddable writers from holding the transcript writer's lock. A turn's terminal event is never
+`access.db` the access log (both shed under overload, counted), `ledger.db` the usage ledger
+(never shed; `agentos.store.ledger`). Separate files keep the sheddable writers from holding
+the transcript writer's lock. A turn's terminal event is never
 shed, and a completed turn's is committed with its answer in sessions.db before it is copied
 to events.db (`agentos.store.sqlite`): a crash cannot lose it once acknowledged.
 
@@ -27,10 +28,11 @@ import msgspec
 
 from agentos.config import StoreConfig
 from agentos.errors import StoreError
-from agentos.store import usage
+from agentos.store import ledger, usage
 from agentos.store.base import OneNodeTurns, StoreStatistics
 from agentos.store.event_rows import EVENT_COLUMNS, event_from_row, migrate_sqlite_events
 from agentos.store.jsonl import JsonlLog
+from agentos.store.ledger import UsageQuery, UsageRow, UsageTotal
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
 from agentos.store.rows import MESSAGE_COLUMNS, message_from_row, message_params, session_from_row
 from agentos.store.sqlite_rows import (
@@ -79,11 +81,17 @@ class SQLiteStore(OneNodeTurns):
             **opts,
         )
         self._access = Writer("access", data_dir / "access.db", ACCESS_SCHEMA, migrate=migrate_access, **opts)
+        # Its own file and thread: a month's totals summed for /v1/usage never hold up a transcript.
+        self._ledger = Writer("ledger", data_dir / "ledger.db", ledger.sqlite_schema(), retry_puts=True, **opts)
         self._ends = TurnEnds(self._sessions, self._events)
         self._jsonl = JsonlLog(Path(jsonl_dir), queue_max_rows=config.queue_max_rows) if jsonl_dir else None
 
+    @property
+    def _writers(self) -> tuple[Writer, ...]:
+        return (self._sessions, self._events, self._access, self._ledger)
+
     async def start(self) -> None:
-        for writer in (self._sessions, self._events, self._access):
+        for writer in self._writers:
             writer.start()
         if self._jsonl is not None:
             self._jsonl.start()
@@ -92,11 +100,11 @@ class SQLiteStore(OneNodeTurns):
 
     async def check(self) -> None:
         """Raises: StoreUnavailable: a writer is closed or its thread died."""
-        for writer in (self._sessions, self._events, self._access):
+        for writer in self._writers:
             writer.check()
 
     async def close(self) -> None:
-        for writer in (self._sessions, self._events, self._access):
+        for writer in self._writers:
             await writer.close()
         if self._jsonl is not None:
             await self._jsonl.close()
@@ -235,8 +243,18 @@ class SQLiteStore(OneNodeTurns):
         return [event_from_row(row) for row in rows]
 
     def log_access(self, r: AccessRecord) -> None:
-        params = (r.tenant_id, r.ts_ms, r.method, r.path, r.status, r.duration_ms, r.remote, r.key_id)
+        params = (r.tenant_id, r.ts_ms, r.method, r.path, r.status, r.duration_ms, r.remote, r.key_id, r.trace_id)
         self._access.put(INSERT_ACCESS, params, sheddable=True)
+
+    # -- the usage ledger ----------------------------------------------------------------------
+
+    def record_usage(self, row: UsageRow) -> None:
+        self._ledger.put(ledger.INSERT_SQLITE, row.params())
+
+    async def usage_totals(self, query: UsageQuery) -> list[UsageTotal]:
+        sql, params = ledger.select_totals(query, lambda n: "?")
+        rows = await self._ledger.read(lambda conn: conn.execute(sql, params).fetchall())
+        return ledger.totals_from_rows(query, rows)
 
     def statistics(self) -> StoreStatistics:
         m, e, a = (w.statistics() for w in (self._sessions, self._events, self._access))
@@ -247,6 +265,7 @@ class SQLiteStore(OneNodeTurns):
             access_queue=a.queued,
             events_dropped_total=e.dropped_total + jsonl_dropped,
             access_dropped_total=a.dropped_total,
+            ledger_queue=self._ledger.statistics().queued,
         )
 
 

@@ -55,16 +55,18 @@ CREATE TABLE IF NOT EXISTS access_log (
     status INTEGER NOT NULL,
     duration_ms REAL NOT NULL,
     remote TEXT NOT NULL,
-    key_id TEXT NOT NULL DEFAULT ''
+    key_id TEXT NOT NULL DEFAULT '',
+    trace_id TEXT NOT NULL DEFAULT ''
 );
 """
 
 
 def migrate_access(conn: sqlite3.Connection) -> None:
-    """Files made before keys existed lack `key_id`: add it (old rows read '')."""
+    """Files made before keys (or traces) existed lack `key_id` (`trace_id`): add it (old rows read '')."""
     columns = {row[1] for row in conn.execute("PRAGMA table_info(access_log)")}
-    if "key_id" not in columns:
-        conn.execute("ALTER TABLE access_log ADD COLUMN key_id TEXT NOT NULL DEFAULT ''")
+    for column in ("key_id", "trace_id"):
+        if column not in columns:
+            conn.execute(f"ALTER TABLE access_log ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
 
 
 # A writer retry may repeat a batch (after a COMMIT that reported failure), so writes with a
@@ -77,6 +79,6 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (turn_id, role) DO UPDATE SET content = excluded.content, status = excluded.status, usage = excluded.usage
 """
 INSERT_ACCESS = (
-    "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote, key_id)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote, key_id, trace_id)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )

@@ -19,6 +19,7 @@ Usage::
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, Protocol
@@ -101,9 +102,11 @@ class Tracing:
         kind: Kind = "internal",
         parent: str = "",
         links: Sequence[str] = (),
+        span_id: str = "",
     ) -> Span:
         """A span not made current: end it with `end()`. `parent`: a traceparent to continue
-        (else the current span); `links`: traceparents of spans this one follows from."""
+        (else the current span); `links`: traceparents of spans this one follows from;
+        `span_id`: the span's id, where it must be known beforehand (`derived_ids`)."""
         return NULL_SPAN
 
     @contextmanager
@@ -115,10 +118,42 @@ class Tracing:
         kind: Kind = "internal",
         parent: str = "",
         links: Sequence[str] = (),
+        span_id: str = "",
     ) -> Iterator[Span]:
         """A span made current for the block, ended after it; an exception escaping the block
         is recorded on it."""
         yield NULL_SPAN
+
+    def record(
+        self,
+        name: str,
+        attributes: Attributes | None = None,
+        *,
+        start_ms: int,
+        end_ms: int,
+        trace_id: str = "",
+        span_id: str = "",
+        parent: str = "",
+        links: Sequence[str] = (),
+        events: Sequence[tuple[str, int, Attributes]] = (),
+    ) -> None:
+        """A span that already happened, sent at once: a run's root (known whole only at its
+        end, on whichever node ends it) or a human's wait (asked on one node, answered on
+        another). Times in epoch milliseconds; `events`: (name, epoch ms, attributes)."""
+        return None
+
+    def traceparent(self, trace_id: str, span_id: str) -> str:
+        """The traceparent of a span known by its ids (`derived_ids`), sampled or not as this
+        tracer would sample its trace ("" when off)."""
+        return ""
+
+    def link_current(self, traceparent: str, attributes: Attributes | None = None) -> None:
+        """Link the current span (a request's) to another trace's span (the run it started)."""
+        return None
+
+    def event(self, name: str, attributes: Attributes | None = None) -> None:
+        """An event on the current span (admission decided, a retry)."""
+        return None
 
     def current_traceparent(self) -> str:
         """The current span's traceparent ("" when none or off): what a journal keeps."""
@@ -159,3 +194,10 @@ def valid_traceparent(value: str) -> bool:
     if not all(c in "0123456789abcdef" for c in "".join(parts)):
         return False
     return parts[0] != "ff" and parts[1] != "0" * 32 and parts[2] != "0" * 16
+
+
+def derived_ids(*parts: str) -> tuple[str, str]:
+    """A trace id and a span id that are a function of `parts` (a run id, a step): every node,
+    before or after a crash, names the same span the same way without storing anything."""
+    digest = hashlib.sha256("\x00".join(("agentos", *parts)).encode()).hexdigest()
+    return digest[:32], digest[32:48]

@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import trace
@@ -25,6 +26,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.semconv.schemas import Schemas
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
@@ -47,6 +49,22 @@ _KINDS = {
     "producer": SpanKind.PRODUCER,
 }
 _PROPAGATOR = TraceContextTextMapPropagator()
+
+
+_FORCED: ContextVar[tuple[str, str]] = ContextVar("agentos_forced_ids", default=("", ""))
+
+
+class _ForcedIds(RandomIdGenerator):
+    """Random ids, but for a span whose ids must be known beforehand (`derived_ids`): set for
+    the one `start_span` call that creates it."""
+
+    def generate_span_id(self) -> int:
+        forced = _FORCED.get()[1]
+        return int(forced, 16) if forced else super().generate_span_id()
+
+    def generate_trace_id(self) -> int:
+        forced = _FORCED.get()[0]
+        return int(forced, 16) if forced else super().generate_trace_id()
 
 
 class QueueProcessor(SpanProcessor):
@@ -178,7 +196,9 @@ class OtelTracing(Tracing):
             resource = resource.merge(Resource({"service.name": "agentos"}))
         if node:
             resource = resource.merge(Resource({"service.instance.id": node}))
-        self._provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)))
+        sampler = TraceIdRatioBased(config.sample_ratio)
+        self._bound = sampler.bound
+        self._provider = TracerProvider(resource=resource, sampler=ParentBased(sampler), id_generator=_ForcedIds())
         self._exporter = exporter or OTLPSpanExporter(
             endpoint=traces_endpoint(config), headers=config.headers or None, timeout=config.export_timeout_s
         )
@@ -208,14 +228,23 @@ class OtelTracing(Tracing):
         kind: Kind = "internal",
         parent: str = "",
         links: Sequence[str] = (),
+        span_id: str = "",
+        trace_id: str = "",
+        start_ms: int | None = None,
     ) -> Span:
-        span = self._tracer.start_span(
-            name,
-            context=self._context(parent),
-            kind=_KINDS[kind],
-            attributes=dict(attributes) if attributes else None,
-            links=[Link(c) for c in map(_span_context, links) if c is not None],
-        )
+        token = _FORCED.set((trace_id, span_id)) if (span_id or trace_id) else None
+        try:
+            span = self._tracer.start_span(
+                name,
+                context=self._context(parent) if parent or not trace_id else Context(),
+                kind=_KINDS[kind],
+                attributes=dict(attributes) if attributes else None,
+                links=[Link(c) for c in map(_span_context, links) if c is not None],
+                start_time=None if start_ms is None else start_ms * 1_000_000,
+            )
+        finally:
+            if token is not None:
+                _FORCED.reset(token)
         return _OtelSpan(span)
 
     @contextmanager
@@ -227,8 +256,9 @@ class OtelTracing(Tracing):
         kind: Kind = "internal",
         parent: str = "",
         links: Sequence[str] = (),
+        span_id: str = "",
     ) -> Iterator[Span]:
-        started = self.start(name, attributes, kind=kind, parent=parent, links=links)
+        started = self.start(name, attributes, kind=kind, parent=parent, links=links, span_id=span_id)
         assert isinstance(started, _OtelSpan)
         with trace.use_span(started._span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
             try:
@@ -236,6 +266,42 @@ class OtelTracing(Tracing):
             except Exception as exc:  # not a cancel: that is how a turn ends when superseded
                 started.record_error(exc)
                 raise
+
+    def record(
+        self,
+        name: str,
+        attributes: Attributes | None = None,
+        *,
+        start_ms: int,
+        end_ms: int,
+        trace_id: str = "",
+        span_id: str = "",
+        parent: str = "",
+        links: Sequence[str] = (),
+        events: Sequence[tuple[str, int, Attributes]] = (),
+    ) -> None:
+        span = self.start(
+            name, attributes, parent=parent, links=links, span_id=span_id, trace_id=trace_id, start_ms=start_ms
+        )
+        assert isinstance(span, _OtelSpan)
+        for event, at_ms, event_attributes in events:
+            span._span.add_event(event, dict(event_attributes), timestamp=at_ms * 1_000_000)
+        span._span.end(end_time=max(start_ms, end_ms) * 1_000_000)
+
+    def traceparent(self, trace_id: str, span_id: str) -> str:
+        sampled = int(trace_id[16:], 16) < self._bound  # TraceIdRatioBased's own rule
+        return f"00-{trace_id}-{span_id}-{'01' if sampled else '00'}"
+
+    def link_current(self, traceparent: str, attributes: Attributes | None = None) -> None:
+        context = _span_context(traceparent)
+        current = trace.get_current_span()
+        if context is not None and current.is_recording():
+            current.add_link(context, dict(attributes) if attributes else None)
+
+    def event(self, name: str, attributes: Attributes | None = None) -> None:
+        current = trace.get_current_span()
+        if current.is_recording():
+            current.add_event(name, dict(attributes) if attributes else None)
 
     def current_traceparent(self) -> str:
         return _traceparent(trace.get_current_span().get_span_context())
