@@ -159,6 +159,7 @@ async def open_services(
         quotas = await _seeded_quotas(store, wall_clock or WallClock(), link)
         ledger = StoreLedger(store)  # the router records each call's Spend here (agentos.providers.metering)
         budgets = open_budgets(wall_clock or WallClock(), tenants, link)  # and reserves, then settles, here
+        await budgets.seed(store)  # what the ledger says was spent today, this month, by recent runs
         if provider is None:
             share = None if bus is None else BusBreakerShare(bus, node_id())  # breakers, cluster-wide
             provider = open_router(

@@ -48,8 +48,8 @@ WALL = FakeClock(time.time())  # the budgets' calendar: never moved here
 
 
 @asynccontextmanager
-async def served(tree: dict[str, Any]) -> AsyncIterator[RunningServer]:
-    server = await start_server(settings_from_dict(tree), wall_clock=WALL)
+async def served(tree: dict[str, Any], wall: FakeClock = WALL) -> AsyncIterator[RunningServer]:
+    server = await start_server(settings_from_dict(tree), wall_clock=wall)
     try:
         yield server
     finally:
@@ -243,3 +243,22 @@ async def test_a_runs_own_budget_stops_it_at_the_step_it_cannot_hold(
         run = await run_outcome(http, server.url, admin, run_id)  # step 1 costs 0.00004: step 2 does not fit
         assert (run["status"], run["reason"]) == ("failed", f"budget_exceeded: run:{run_id}")
         assert mock.stats.completed == 1  # only thrifty's first step reached the provider
+
+
+async def test_what_was_spent_survives_a_restart_from_the_usage_ledger(
+    tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    # 0.00107: two calls (0.001 held, 0.00004 spent each) fit; a third after them does not
+    tree = priced(mock.url, tmp_path, tenant_limits={"budget_per_day": 0.00107})
+    admin = {"Authorization": f"Bearer {ADMIN}"}  # the server's token acts for tenant "default"
+    async with served(tree) as server:
+        sid = await new_session(http, server.url, admin)
+        for _ in range(2):
+            assert (await turn(http, server.url, admin, sid)).status == 200
+    later = FakeClock(time.time() + 60)  # the ledger's rows are stamped by the real clock: all before
+    async with served(tree, later) as server:
+        budgets = server.services.budgets
+        assert budgets is not None
+        assert budgets.spent(f"tenant:default:day:{int(later.now() // DAY_S)}") == pytest.approx(2 * REAL)
+        response = await turn(http, server.url, admin, await new_session(http, server.url, admin))
+        await expect_error(response, 402, "budget_exceeded")  # forgotten, it would have fit

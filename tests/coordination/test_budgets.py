@@ -102,3 +102,25 @@ async def test_without_redis_a_budgeted_call_is_refused_and_an_unbudgeted_one_go
     with pytest.raises(StoreUnavailable):
         await budgets.reserve(estimate(0.1))
     await budgets.reserve(estimate(0.1, tenant_id="t2"))  # no budget applies: nothing to ask Redis
+
+
+async def test_the_first_node_seeds_redis_from_the_ledger_and_a_later_one_resets_nothing(
+    link_factory: LinkFactory,
+) -> None:
+    from agentos.store.ledger import UsageRow
+    from agentos.store.memory import MemoryStore
+
+    store = MemoryStore()
+    row = {"model": "m", "target": "p/m", "completion_tokens": 4, "at_ms": int(NOON * 1000) - 1000}
+    store.record_usage(UsageRow(tenant_id="t1", key_id="k1", cost=0.25, **row))  # type: ignore[arg-type]
+    store.record_usage(UsageRow(tenant_id="t1", cost=None, **{**row, "target": "free/m"}))  # type: ignore[arg-type]
+    limits = Limits(tenants={"t1": (1.0, 0.0)}, keys={"k1": (0.5, 0.0)})
+    first, later = await nodes(link_factory, limits, FakeClock(NOON), 2)
+    await first.seed(store)
+    assert await first.read_spent(COUNTER) == pytest.approx(0.25)  # the unpriced call adds nothing
+    assert await first.read_spent(f"key:k1:day:{TODAY}") == pytest.approx(0.25)
+    await first.settle(await first.reserve(estimate(0.5)), spend(0.5))
+    await later.seed(store)  # a node (re)starting later: the counters exist, nothing is reset
+    assert await later.read_spent(COUNTER) == pytest.approx(0.75)
+    with pytest.raises(BudgetExceeded):
+        await later.reserve(estimate(0.3, key_id="k1"))  # 0.25 of the key's 0.5 spent before

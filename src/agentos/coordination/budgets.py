@@ -6,7 +6,8 @@ Each counter (`tenant:acme:day:20430`, `key:k1:month:2026-12`, `run:r1`) is two 
 per hold; and `<prefix>budget:<counter>:lapse`, the holds by when they lapse (epoch ms). One
 script checks every line of a call and holds on all of them, or on none, in one step: Redis runs
 a script alone, so two nodes can never both take the last room in a line. The keys expire a day
-after their period ends (a run's after `RUN_TTL_S`).
+after their period ends (a run's after `RUN_TTL_S`). At start each node seeds the counters nobody counted yet from the
+usage ledger (HSETNX), as the quotas are seeded.
 
 Redis unreachable (`Link.call` answers None): a call that a budget applies to is refused with
 503 `store_unavailable` (each node deciding alone would let N nodes spend N budgets; a call no
@@ -97,6 +98,23 @@ class ClusterBudgets(Budgets):
         if raw is None and self._link.down:
             raise _unavailable()
         return int(raw or 0) / MICROS
+
+    async def _seed(self, spent: dict[str, int], ends: dict[str, int]) -> None:
+        """HSETNX: only counters that nothing counted yet (the first node to start over a ledger
+        seeds the cluster; a node restarting later does not reset what the others counted)."""
+        now = self._clock.now()
+
+        async def write() -> None:
+            async with self._link.redis.pipeline(transaction=False) as pipe:
+                for counter, amount in spent.items():
+                    key = self._key(counter)
+                    pipe.hsetnx(key, "spent", amount)
+                    ends_s = ends.get(counter)
+                    pipe.expire(key, RUN_TTL_S if ends_s is None else math.ceil(ends_s + DAY_S - now))
+                await pipe.execute()
+
+        if spent:
+            await self._link.call(write, recovery=True)
 
     async def _put(self, hold_id: str, lines: list[Line], amount: int, hold_s: float) -> Refusal | None:
         now = self._clock.now()

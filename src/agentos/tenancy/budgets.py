@@ -36,7 +36,7 @@ import heapq
 import math
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -44,11 +44,14 @@ from agentos.clock import Clock
 from agentos.errors import BudgetExceeded
 from agentos.providers.base import CallContext
 from agentos.providers.metering import Estimate, Spend
+from agentos.store.base import Store
+from agentos.store.ledger import GroupName, UsageQuery
 
 MICROS = 1_000_000  # amounts are counted in millionths of the currency
 DAY_S = 86_400
 CALL_HOLD_S = 900.0  # past the longest model call (`total_timeout_s` is 600 by default)
 ADMISSION_HOLD_S = 120.0  # from a turn's admission to its first model call (a permit wait included)
+RUN_SEED_S = 30 * DAY_S  # how far back a restart looks for what runs spent (runs live no longer)
 
 
 def to_micros(cost: float) -> int:
@@ -88,19 +91,29 @@ def budget_lines(context: CallContext, limits: BudgetLimits, now_s: float) -> li
     run = bool(context.run_id) and context.max_cost > 0
     if not run and all(amount <= 0 for _, _, budgets in owners for amount in budgets):
         return []  # the common case, before every model call: no calendar work
-    day = int(now_s // DAY_S)
-    year, month = time.gmtime(now_s)[:2]
-    month_ends = calendar.timegm((year + month // 12, month % 12 + 1, 1, 0, 0, 0))
-    periods = (("day", str(day), (day + 1) * DAY_S), ("month", f"{year:04d}-{month:02d}", month_ends))
     lines: list[Line] = []
     for kind, owner, budgets in owners:
-        for (period, label, ends_s), amount in zip(periods, budgets, strict=True):
+        for (period, label, _, ends_s), amount in zip(periods(now_s), budgets, strict=True):
             if amount > 0:
                 name = f"{kind}:{owner}:{period}"
                 lines.append(Line(name, f"{name}:{label}", to_micros(amount), ends_s))
     if run:
         lines.append(Line(f"run:{context.run_id}", f"run:{context.run_id}", to_micros(context.max_cost)))
     return lines
+
+
+def periods(now_s: float) -> tuple[tuple[str, str, int, int], tuple[str, str, int, int]]:
+    """The day and the month (UTC) of `now_s`: (period, its label in counters, starts, ends)."""
+    day = int(now_s // DAY_S)
+    year, month = time.gmtime(now_s)[:2]
+    month_starts = calendar.timegm((year, month, 1, 0, 0, 0))
+    month_ends = calendar.timegm((year + month // 12, month % 12 + 1, 1, 0, 0, 0))
+    return ("day", str(day), day * DAY_S, (day + 1) * DAY_S), (
+        "month",
+        f"{year:04d}-{month:02d}",
+        month_starts,
+        month_ends,
+    )
 
 
 @dataclass(slots=True)
@@ -136,6 +149,11 @@ class Book:
 
     def spent(self, counter: str) -> int:
         return self._spent.get(counter, 0)
+
+    def seed(self, spent: Mapping[str, int], ends: Mapping[str, int]) -> None:
+        """Start from what the ledger holds: millionths spent per counter (and when its period ends)."""
+        self._spent.update(spent)
+        self._ends.update(ends)
 
     def held(self, counter: str) -> int:
         return self._held.get(counter, 0)
@@ -273,6 +291,15 @@ class Budgets:
     def statistics(self) -> BudgetStatistics:
         return BudgetStatistics(self._book.holds(), self._refused)
 
+    async def seed(self, store: Store) -> None:
+        """Start today's and this month's counters (and recent runs') from the usage ledger, so a
+        restart does not forget what was spent. Raises: StoreError."""
+        spent, ends = await spent_in_ledger(store, self._clock.now())
+        await self._seed(spent, ends)
+
+    async def _seed(self, spent: dict[str, int], ends: dict[str, int]) -> None:
+        self._book.seed(spent, ends)
+
     def spent(self, counter: str) -> float:
         """What `counter` (`Line.counter`) has spent so far, in the currency (this process's view)."""
         return self._book.spent(counter) / MICROS
@@ -308,6 +335,30 @@ class Budgets:
 
     async def _settle(self, hold_id: str, counters: tuple[str, ...], cost: int) -> None:
         self._book.settle(hold_id, counters, cost, self._clock.now())
+
+
+async def spent_in_ledger(store: Store, now_s: float) -> tuple[dict[str, int], dict[str, int]]:
+    """Millionths spent per counter by the ledger's rows: the tenants' and keys' this day and
+    month, the runs' over `RUN_SEED_S`; and when each counter's period ends. Grouped by target
+    too: a target without a price sums to None and adds nothing, the priced ones are kept."""
+    now_ms = int(now_s * 1000) + 1
+    spent: dict[str, int] = {}
+    ends: dict[str, int] = {}
+    for period, label, starts_s, ends_s in periods(now_s):
+        for kind in ("tenant", "key"):
+            for owner, cost in await _costs(store, kind, starts_s * 1000, now_ms):
+                counter = f"{kind}:{owner}:{period}:{label}"
+                spent[counter] = spent.get(counter, 0) + cost
+                ends[counter] = ends_s
+    for owner, cost in await _costs(store, "run", now_ms - RUN_SEED_S * 1000, now_ms):
+        spent[f"run:{owner}"] = spent.get(f"run:{owner}", 0) + cost
+    return spent, ends
+
+
+async def _costs(store: Store, group: GroupName, from_ms: int, to_ms: int) -> list[tuple[str, int]]:
+    query = UsageQuery(tenant_id=None, group_by=(group, "target"), from_ms=from_ms, to_ms=to_ms, limit=10**7)
+    totals = await store.usage_totals(query)
+    return [(owner, to_micros(t.cost)) for t in totals if (owner := getattr(t, group)) and t.cost]
 
 
 def _money(micros: int) -> str:
