@@ -262,3 +262,20 @@ async def test_what_was_spent_survives_a_restart_from_the_usage_ledger(
         assert budgets.spent(f"tenant:default:day:{int(later.now() // DAY_S)}") == pytest.approx(2 * REAL)
         response = await turn(http, server.url, admin, await new_session(http, server.url, admin))
         await expect_error(response, 402, "budget_exceeded")  # forgotten, it would have fit
+
+
+async def test_an_agents_turn_is_held_once_its_run_takes_the_admission_hold(
+    tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    # 0.0015 holds one worst case (0.001), not two: the turn's hold and its run's would not fit
+    tree = priced(mock.url, tmp_path, agents={"helper": {"model": "m", "tools": []}})
+    async with served(tree) as server:
+        capped = await create_tenant_key(server.url, ADMIN, limits={"budget_per_day": 0.0015})
+        async with http.post(f"{server.url}/v1/sessions", json={"agent": "helper"}, headers=capped.headers) as r:
+            sid = (await r.json())["id"]
+        async with http.post(
+            f"{server.url}/v1/sessions/{sid}/turns", json={"input": "hi"}, headers=SSE | capped.headers
+        ) as r:
+            assert r.status == 200
+            names = [e.name async for e in sse_events(r)]
+        assert names[-1] == "turn.completed", names

@@ -211,3 +211,15 @@ async def test_a_burst_of_concurrent_reservations_never_holds_past_the_budget() 
     accepted = sum(await asyncio.gather(*tasks))
     assert accepted == 100
     assert budgets.spent(f"tenant:t1:day:{TODAY}") == pytest.approx(10.0)
+
+
+async def test_an_agents_turn_hold_is_taken_over_by_its_runs_call_in_the_session() -> None:
+    budgets = Budgets(FakeClock(NOON), Limits(tenants={"t1": (1.5, 0.0)}))
+    admitted = await budgets.hold_call(estimate(1.0))
+    budgets.bind(admitted, "turn_1", "ses_1")
+    step = await budgets.reserve(estimate(1.0, run_id="run_9", call_id="run_9:1", session_id="ses_1"))
+    assert step.hold_id == admitted.hold_id  # not held twice: 1.0 of 1.5
+    await budgets.settle(step, spend(0.25))
+    assert budgets.statistics().holds == 0
+    other = await budgets.reserve(estimate(1.0, call_id="turn_1", session_id="ses_1"))
+    assert other.hold_id != admitted.hold_id  # taken once: every id it was bound to is let go

@@ -63,11 +63,11 @@ class Started:
         self._budgets = budgets
         self._hold = hold
 
-    def bind(self, call_id: str) -> None:
-        """The work started as `call_id` (a turn id, a run id): its first model call takes the
-        hold over instead of holding its worst case again."""
+    def bind(self, call_id: str, session_id: str = "") -> None:
+        """The work started as `call_id` (a turn id, a run id) in `session_id`: its first model
+        call takes the hold over instead of holding its worst case again."""
         if self._budgets is not None and self._hold is not None:
-            self._budgets.bind(self._hold, call_id)
+            self._budgets.bind(self._hold, call_id, session_id)
 
     async def release(self) -> None:
         if self._budgets is not None and self._hold is not None:

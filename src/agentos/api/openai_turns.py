@@ -146,7 +146,7 @@ async def _start(request: web.Request, who: Principal, session_id: str, plan: Tu
         turn = await runtime.start_turn(
             who.tenant_id, session_id, plan.text, prompt=plan.prompt, tools=plan.tools, key_id=who.key_id or ""
         )
-        started.bind(turn.turn_id)
+        started.bind(turn.turn_id, turn.session_id)  # an agent's turn: its run's calls carry the session
         return turn
 
 

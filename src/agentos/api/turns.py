@@ -102,7 +102,7 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
         turn = await runtime.start_turn(
             who.tenant_id, request.match_info["session_id"], body.input, key_id=who.key_id or ""
         )
-        started.bind(turn.turn_id)
+        started.bind(turn.turn_id, turn.session_id)  # an agent's turn: its run's calls carry the session
     if not sse:
         return await _collect(runtime, turn)
     try:

@@ -97,7 +97,7 @@ async def _on_frame(app: web.Application, who: Principal, session_id: str, raw: 
     admission.offer(who, "turn")
     async with admission.starting(who, "turn", frame.input) as started:
         turn = await runtime.start_turn(tenant_id, session_id, frame.input, key_id=who.key_id or "")
-        started.bind(turn.turn_id)
+        started.bind(turn.turn_id, turn.session_id)  # an agent's turn: its run's calls carry the session
         return turn
 
 

@@ -20,8 +20,9 @@ Theory of operation (docs/providers-budgets.md):
 - A hold that nobody settles (its node died mid-call) lapses after `CALL_HOLD_S`; a settle that
   comes later still adds the cost.
 - Admission (`hold_call`) holds the first call's worst case before a turn or run starts, so the
-  402 comes before any stream; `bind(call_id)` names the turn (or run) it is for, and the first
-  `reserve` of a call with that `call_id` (or `run_id`) takes that hold over instead of holding
+  402 comes before any stream; `bind(call_id, session_id)` names the turn (or run) it is for, and
+  the first `reserve` of a call with that `call_id` (or `run_id`; or `session_id`: an agent's
+  turn runs a run in its session, whose calls carry the run's ids) takes that hold over instead of holding
   again (topping it up if the call's worst case is larger). An admission hold never taken over
   lapses after `ADMISSION_HOLD_S`.
 
@@ -123,7 +124,7 @@ class Hold:
     hold_id: str
     counters: tuple[str, ...]
     amount: int
-    call_id: str = ""
+    bound: tuple[str, ...] = ()  # the ids its admission bound it to (`Budgets.bind`)
     settled: bool = field(default=False, compare=False)
 
 
@@ -240,7 +241,7 @@ class Budgets:
         self._call_hold_s = call_hold_s
         self._admission_hold_s = admission_hold_s
         self._book = Book()
-        self._admitted: dict[str, Hold] = {}  # call_id -> its admission hold, until a call takes it
+        self._admitted: dict[str, Hold] = {}  # a bound id -> its admission hold, until a call takes it
         self._refused = 0
 
     def lines(self, context: CallContext) -> list[Line]:
@@ -252,11 +253,13 @@ class Budgets:
         Raises: BudgetExceeded naming the budget that cannot hold it."""
         return await self._hold("", estimate, self._admission_hold_s)
 
-    def bind(self, hold: Hold, call_id: str) -> None:
-        """The turn (or run) `call_id` was admitted with `hold`: its first call takes it over."""
+    def bind(self, hold: Hold, call_id: str, session_id: str = "") -> None:
+        """The turn (or run) `call_id` of `session_id` was admitted with `hold`: the first call
+        that carries either id takes it over."""
         if hold.counters and not hold.settled:
-            hold.call_id = call_id
-            self._admitted[call_id] = hold
+            hold.bound = tuple(i for i in (call_id, session_id) if i)
+            for bound in hold.bound:
+                self._admitted[bound] = hold
 
     async def reserve(self, estimate: Estimate) -> Hold:
         """Hold the call's worst case on every line it counts against (taking over the hold its
@@ -278,8 +281,7 @@ class Budgets:
         if reservation.settled:
             return
         reservation.settled = True
-        if self._admitted.get(reservation.call_id) is reservation:
-            del self._admitted[reservation.call_id]
+        self._unbind(reservation)
         if reservation.counters:
             cost = 0 if spend is None or spend.cost is None else to_micros(spend.cost)
             await self._settle(reservation.hold_id, reservation.counters, cost)
@@ -307,10 +309,16 @@ class Budgets:
     def _take_admitted(self, context: CallContext | None) -> Hold | None:
         if context is None:
             return None
-        for call_id in (context.call_id, context.run_id):
-            if call_id and (hold := self._admitted.pop(call_id, None)) is not None:
+        for bound in (context.call_id, context.run_id, context.session_id):
+            if bound and (hold := self._admitted.get(bound)) is not None:
+                self._unbind(hold)
                 return hold
         return None
+
+    def _unbind(self, hold: Hold) -> None:
+        for bound in hold.bound:
+            if self._admitted.get(bound) is hold:
+                del self._admitted[bound]
 
     async def _hold(self, hold_id: str, estimate: Estimate, hold_s: float, at_least: int = 0) -> Hold:
         """Hold under `hold_id` (empty: a new one)."""
