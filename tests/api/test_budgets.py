@@ -279,3 +279,12 @@ async def test_an_agents_turn_is_held_once_its_run_takes_the_admission_hold(
             assert r.status == 200
             names = [e.name async for e in sse_events(r)]
         assert names[-1] == "turn.completed", names
+
+
+def test_the_routes_that_start_work_document_their_402() -> None:
+    from tests.api.helpers import OPENAPI
+
+    paths = OPENAPI["paths"]
+    for path in ("/v1/sessions/{session_id}/turns", "/v1/agents/{name}/runs", "/v1/chat/completions", "/v1/responses"):
+        assert "budget_exceeded" in paths[path]["post"]["responses"]["402"]["description"], path
+    assert "402" not in paths["/v1/sessions"]["post"]["responses"]  # a session holds no budget

@@ -121,6 +121,7 @@ _AFTER = {
         " `tenant_active_runs`",
         quota="`quota_tokens_per_day`: the tenant's provider tokens for the UTC day are spent"
         " (Retry-After: until 00:00 UTC)",
+        budgets=True,
     ),
 )
 async def start_run(request: web.Request) -> web.Response:

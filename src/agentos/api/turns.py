@@ -84,6 +84,7 @@ def wants_sse(accept: str) -> bool:
         more_429="`turn_rate_limited` (turns per minute), `overloaded` (the server's admission limit),"
         " `tenant_concurrent_turns`",
         quota=_TOKENS_QUOTA,
+        budgets=True,
     ),
 )
 async def post_turn(request: web.Request) -> web.StreamResponse:
