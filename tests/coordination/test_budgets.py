@@ -124,3 +124,35 @@ async def test_the_first_node_seeds_redis_from_the_ledger_and_a_later_one_resets
     assert await later.read_spent(COUNTER) == pytest.approx(0.75)
     with pytest.raises(BudgetExceeded):
         await later.reserve(estimate(0.3, key_id="k1"))  # 0.25 of the key's 0.5 spent before
+
+
+async def test_a_redis_back_empty_is_seeded_from_the_ledger_again_before_anything_else(
+    link_factory: LinkFactory, redis_proxy: RedisProxy, prefix: str
+) -> None:
+    from redis.asyncio import Redis
+
+    from agentos.config import CoordinationConfig
+    from agentos.store.ledger import UsageRow
+    from agentos.store.memory import MemoryStore
+
+    store = MemoryStore()
+    store.record_usage(
+        UsageRow(tenant_id="t1", model="m", target="p/m", cost=0.25, at_ms=int(NOON * 1000) - 1000)  # type: ignore[call-arg]
+    )
+    proxied = await link_factory(redis_proxy.url, timeout_s=2.0)
+    config = CoordinationConfig(redis_url=redis_proxy.url, key_prefix=prefix, timeout_s=2.0)
+    link = Link(proxied.redis, config, retry_s=0.0)  # probes Redis again at once after a failure
+    budgets = ClusterBudgets(FakeClock(NOON), Limits(tenants={"t1": (1.0, 0.0)}), link)
+    await budgets.seed(store)
+    direct = Redis.from_url("redis://127.0.0.1:6379/0")
+    try:
+        await direct.delete(*[k async for k in direct.scan_iter(match=f"{prefix}budget:*")])  # Redis lost it all
+    finally:
+        await direct.aclose()
+    await redis_proxy.stop()
+    with pytest.raises(StoreUnavailable):
+        await budgets.reserve(estimate(0.8))
+    await redis_proxy.start()
+    with pytest.raises(BudgetExceeded):  # 0.25 seeded again before this call: 1.05 of 1.0
+        await budgets.reserve(estimate(0.8))
+    assert await budgets.read_spent(COUNTER) == pytest.approx(0.25)

@@ -12,7 +12,8 @@ usage ledger (HSETNX), as the quotas are seeded.
 Redis unreachable (`Link.call` answers None): a call that a budget applies to is refused with
 503 `store_unavailable` (each node deciding alone would let N nodes spend N budgets; a call no
 budget applies to goes on). A settle that cannot reach Redis is kept and sent when it answers
-again, so what was spent is not lost; its hold lapses meanwhile.
+again, so what was spent is not lost; its hold lapses meanwhile. When Redis answers again, the
+counters it may have lost (a restart with no data) are first seeded from the ledger again.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import math
 
 from agentos.clock import Clock
 from agentos.coordination.link import Link
-from agentos.errors import StoreUnavailable
+from agentos.errors import StoreError, StoreUnavailable
+from agentos.store.base import Store
 from agentos.tenancy.budgets import ADMISSION_HOLD_S, CALL_HOLD_S, DAY_S, MICROS, BudgetLimits, Budgets, Line, Refusal
 
 log = logging.getLogger("agentos.coordination")
@@ -90,7 +92,8 @@ class ClusterBudgets(Budgets):
         self._put_script = link.redis.register_script(_PUT)
         self._settle_script = link.redis.register_script(_SETTLE)
         self._unsent: list[tuple[str, tuple[str, ...], int]] = []  # settles Redis did not take
-        link.when_back(self._send_unsent)
+        self._store: Store | None = None  # the ledger seeded from (again when Redis is back)
+        link.when_back(self._back)
 
     async def read_spent(self, counter: str) -> float:
         """What `counter` has spent, over every node (Redis's count). Raises: StoreUnavailable."""
@@ -98,6 +101,18 @@ class ClusterBudgets(Budgets):
         if raw is None and self._link.down:
             raise _unavailable()
         return int(raw or 0) / MICROS
+
+    async def seed(self, store: Store) -> None:
+        self._store = store
+        await super().seed(store)
+
+    async def _back(self) -> None:
+        """Redis answers again: seed what it may have lost (a restart empty: HSETNX fills only
+        counters it lacks), then send the settles kept meanwhile. The ledger may hold some of
+        those already: counted twice then, never forgotten."""
+        if self._store is not None:
+            await _quietly_seed(self, self._store)
+        await self._send_unsent()
 
     async def _seed(self, spent: dict[str, int], ends: dict[str, int]) -> None:
         """HSETNX: only counters that nothing counted yet (the first node to start over a ledger
@@ -152,6 +167,13 @@ class ClusterBudgets(Budgets):
     def _keys(self, counter: str) -> tuple[str, str]:
         key = self._key(counter)
         return key, f"{key}:lapse"
+
+
+async def _quietly_seed(budgets: ClusterBudgets, store: Store) -> None:
+    try:
+        await Budgets.seed(budgets, store)
+    except StoreError as exc:  # the ledger unreachable now: Redis keeps what the nodes count from here
+        log.warning("budgets: not seeded again from the ledger (%s)", exc)
 
 
 def _unavailable() -> StoreUnavailable:
