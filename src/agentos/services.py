@@ -40,7 +40,7 @@ from agentos.errors import ConfigError
 from agentos.kernel import Kernel
 from agentos.knowledge.embeddings import Embedder
 from agentos.knowledge.service import KnowledgeService, open_knowledge_storage
-from agentos.metrics import Metrics, RouterCollector
+from agentos.metrics import BudgetCollector, Metrics, RouterCollector
 from agentos.providers.base import Provider
 from agentos.providers.router import open_router
 from agentos.runtime.driver import Driver
@@ -160,6 +160,7 @@ async def open_services(
         ledger = StoreLedger(store)  # the router records each call's Spend here (agentos.providers.metering)
         budgets = open_budgets(wall_clock or WallClock(), tenants, link)  # and reserves, then settles, here
         await budgets.seed(store)  # what the ledger says was spent today, this month, by recent runs
+        metrics.registry.register(BudgetCollector(budgets.statistics))
         if provider is None:
             share = None if bus is None else BusBreakerShare(bus, node_id())  # breakers, cluster-wide
             provider = open_router(

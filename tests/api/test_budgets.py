@@ -98,6 +98,8 @@ async def test_a_turn_past_the_tenants_budget_is_402_before_its_stream_and_the_r
         assert f"tenant:{capped.tenant_id}:day" in body["error"]["message"]
         other = await new_session(http, server.url, free.headers)
         assert (await turn(http, server.url, free.headers, other)).status == 200  # another tenant: untouched
+        async with http.get(f"{server.url}/metrics", headers=admin) as r:
+            assert 'agentos_budget_refusals_total{budget="tenant",reason="exceeded"} 1.0' in await r.text()
 
 
 async def test_a_budgeted_tenant_cannot_call_an_unpriced_model(

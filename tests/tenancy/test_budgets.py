@@ -138,7 +138,7 @@ async def test_an_unpriced_call_is_refused_where_a_budget_applies_and_free_where
     assert refused.value.budget == "tenant:t1:day" and "no price" in refused.value.message
     free = await budgets.reserve(estimate(None, tenant_id="t2"))
     await budgets.settle(free, spend(None, tenant_id="t2"))
-    assert budgets.statistics() == type(budgets.statistics())(holds=0, refused=1)
+    assert budgets.statistics() == type(budgets.statistics())(holds=0, refused={("tenant", "unpriced"): 1})
 
 
 async def test_a_hold_nobody_settles_lapses_and_a_late_settle_still_counts() -> None:

@@ -212,8 +212,8 @@ class Book:
 
 @dataclass(frozen=True, slots=True)
 class BudgetStatistics:
-    holds: int  # holds not yet settled (admissions waiting for their call included)
-    refused: int  # reservations refused since start
+    holds: int  # holds this process's counters keep (in-process only: with Redis, Redis keeps them)
+    refused: dict[tuple[str, str], int]  # reservations refused since start, by (tenant|key|run, exceeded|unpriced)
 
 
 class Budgets:
@@ -242,7 +242,7 @@ class Budgets:
         self._admission_hold_s = admission_hold_s
         self._book = Book()
         self._admitted: dict[str, Hold] = {}  # a bound id -> its admission hold, until a call takes it
-        self._refused = 0
+        self._refused: dict[tuple[str, str], int] = {}
 
     def lines(self, context: CallContext) -> list[Line]:
         return budget_lines(context, self._limits, self._clock.now())
@@ -291,7 +291,7 @@ class Budgets:
         await self.settle(hold, None)
 
     def statistics(self) -> BudgetStatistics:
-        return BudgetStatistics(self._book.holds(), self._refused)
+        return BudgetStatistics(self._book.holds(), dict(self._refused))
 
     async def seed(self, store: Store) -> None:
         """Start today's and this month's counters (and recent runs') from the usage ledger, so a
@@ -328,14 +328,18 @@ class Budgets:
             return Hold(hold_id, (), 0)
         hold_id = hold_id or uuid.uuid4().hex
         if estimate.worst_cost is None or estimate.max_tokens <= 0:  # no bound on what it may cost
-            self._refused += 1
+            self._count_refusal(lines[0], "unpriced")
             raise _unpriced(lines[0], estimate)
         amount = max(at_least, to_micros(estimate.worst_cost))
         refusal = await self._put(hold_id, lines, amount, hold_s)
         if refusal is not None:
-            self._refused += 1
+            self._count_refusal(refusal.line, "exceeded")
             raise _exceeded(refusal, amount, self._clock.now())
         return Hold(hold_id, tuple(line.counter for line in lines), amount)
+
+    def _count_refusal(self, line: Line, why: str) -> None:
+        kind = (line.budget.split(":", 1)[0], why)
+        self._refused[kind] = self._refused.get(kind, 0) + 1
 
     async def _put(self, hold_id: str, lines: list[Line], amount: int, hold_s: float) -> Refusal | None:
         now = self._clock.now()
