@@ -138,7 +138,7 @@ async def test_an_unpriced_call_is_refused_where_a_budget_applies_and_free_where
     assert refused.value.budget == "tenant:t1:day" and "no price" in refused.value.message
     free = await budgets.reserve(estimate(None, tenant_id="t2"))
     await budgets.settle(free, spend(None, tenant_id="t2"))
-    assert budgets.statistics() == type(budgets.statistics())(holds=0, refused={("tenant", "unpriced"): 1})
+    assert budgets.statistics() == type(budgets.statistics())(holds=0, refused={("tenant", "unpriced"): 1}, waiting=0)
 
 
 async def test_a_hold_nobody_settles_lapses_and_a_late_settle_still_counts() -> None:
@@ -223,3 +223,14 @@ async def test_an_agents_turn_hold_is_taken_over_by_its_runs_call_in_the_session
     assert budgets.statistics().holds == 0
     other = await budgets.reserve(estimate(1.0, call_id="turn_1", session_id="ses_1"))
     assert other.hold_id != admitted.hold_id  # taken once: every id it was bound to is let go
+
+
+async def test_admission_holds_no_call_took_over_are_let_go_once_lapsed() -> None:
+    clock = FakeClock(NOON)
+    budgets = Budgets(clock, Limits(tenants={"t1": (100.0, 0.0)}))
+    for i in range(10):  # turns cancelled before their first call: nothing takes their holds over
+        budgets.bind(await budgets.hold_call(estimate(1.0)), f"turn_{i}", f"ses_{i}")
+    assert budgets.statistics().waiting == 20
+    clock.advance(ADMISSION_HOLD_S)
+    budgets.bind(await budgets.hold_call(estimate(1.0)), "turn_new")
+    assert budgets.statistics().waiting == 1 and budgets.statistics().holds == 1

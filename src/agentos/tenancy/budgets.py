@@ -37,6 +37,7 @@ import heapq
 import math
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -214,6 +215,7 @@ class Book:
 class BudgetStatistics:
     holds: int  # holds this process's counters keep (in-process only: with Redis, Redis keeps them)
     refused: dict[tuple[str, str], int]  # reservations refused since start, by (tenant|key|run, exceeded|unpriced)
+    waiting: int = 0  # ids bound to admission holds that no call has taken over yet
 
 
 class Budgets:
@@ -242,6 +244,9 @@ class Budgets:
         self._admission_hold_s = admission_hold_s
         self._book = Book()
         self._admitted: dict[str, Hold] = {}  # a bound id -> its admission hold, until a call takes it
+        # (lapses at, bound id, hold) in the order bound: one TTL for all, so also in lapsing order.
+        # A hold no call takes over (its turn cancelled first) is let go here once it has lapsed.
+        self._bound: deque[tuple[float, str, Hold]] = deque()
         self._refused: dict[tuple[str, str], int] = {}
 
     def lines(self, context: CallContext) -> list[Line]:
@@ -256,10 +261,16 @@ class Budgets:
     def bind(self, hold: Hold, call_id: str, session_id: str = "") -> None:
         """The turn (or run) `call_id` of `session_id` was admitted with `hold`: the first call
         that carries either id takes it over."""
+        now = self._clock.now()
+        while self._bound and self._bound[0][0] <= now:
+            _, bound, lapsed = self._bound.popleft()
+            if self._admitted.get(bound) is lapsed:
+                del self._admitted[bound]
         if hold.counters and not hold.settled:
             hold.bound = tuple(i for i in (call_id, session_id) if i)
             for bound in hold.bound:
                 self._admitted[bound] = hold
+                self._bound.append((now + self._admission_hold_s, bound, hold))
 
     async def reserve(self, estimate: Estimate) -> Hold:
         """Hold the call's worst case on every line it counts against (taking over the hold its
@@ -291,7 +302,7 @@ class Budgets:
         await self.settle(hold, None)
 
     def statistics(self) -> BudgetStatistics:
-        return BudgetStatistics(self._book.holds(), dict(self._refused))
+        return BudgetStatistics(self._book.holds(), dict(self._refused), len(self._admitted))
 
     async def seed(self, store: Store) -> None:
         """Start today's and this month's counters (and recent runs') from the usage ledger, so a
