@@ -72,6 +72,15 @@ def _maxima() -> dict[str, int | float]:
 MAXIMA: dict[str, int | float] = _maxima()  # each limit's maximum, by name
 
 
+def _whole() -> frozenset[str]:
+    info = msgspec.inspect.type_info(TenantLimits)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return frozenset(f.name for f in info.fields if isinstance(f.type, msgspec.inspect.IntType))
+
+
+WHOLE_LIMITS = _whole()  # the limits that are integers (every one but the budgets)
+
+
 def clamp_overrides(overrides: Overrides) -> Overrides:
     """A stored row's overrides with each value over its limit's maximum read as the maximum.
 

@@ -13,7 +13,7 @@ import msgspec
 from agentos.config.tenants import TenantLimits
 from agentos.tenancy import keys
 from agentos.tenancy.principal import Scope
-from agentos.tenancy.records import ApiKey, Tenant, effective_limits
+from agentos.tenancy.records import ApiKey, Tenant, effective_limits, whole_numbers
 
 
 def updated_tenant(
@@ -37,7 +37,7 @@ def updated_tenant(
     effective_limits(defaults, overrides)
     return msgspec.structs.replace(
         tenant,
-        limits=overrides,
+        limits=whole_numbers(overrides),
         name=tenant.name if name is None else name,
         disabled=tenant.disabled if disabled is None else disabled,
     )

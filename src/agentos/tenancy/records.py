@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from agentos.config.tenants import MAX_BUDGET, MAXIMA, Overrides, TenantLimits
+from agentos.config.tenants import MAX_BUDGET, MAXIMA, WHOLE_LIMITS, Overrides, TenantLimits
 from agentos.errors import Conflict, InvalidInput, NotFound
 
 TENANT_ID_PATTERN = "^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -89,6 +89,14 @@ def check_budgets(*amounts: float) -> None:
             raise InvalidInput(f"a budget must be a number from 0 to {MAX_BUDGET}, got {str(amount)[:40]}")
 
 
+def whole_numbers(overrides: Overrides) -> Overrides:
+    """`overrides` with a whole float (`3059.0`, an integer as JSON Schema counts it) of an
+    integer limit as the integer: the limits take any JSON number since budgets are currency."""
+    return {
+        k: int(v) if k in WHOLE_LIMITS and isinstance(v, float) and v.is_integer() else v for k, v in overrides.items()
+    }
+
+
 def effective_limits(defaults: TenantLimits, overrides: Overrides) -> TenantLimits:
     """The defaults with a tenant's overrides on top.
 
@@ -103,7 +111,7 @@ def effective_limits(defaults: TenantLimits, overrides: Overrides) -> TenantLimi
         if isinstance(value, int | float) and not isinstance(value, bool) and value > MAXIMA[name]:
             raise InvalidInput(f"limits.{name}: at most {MAXIMA[name]}, got {str(value)[:40]}")
     try:
-        return msgspec.convert(msgspec.to_builtins(defaults) | overrides, TenantLimits)
+        return msgspec.convert(msgspec.to_builtins(defaults) | whole_numbers(overrides), TenantLimits)
     except msgspec.ValidationError as exc:
         message, _, at = str(exc).rpartition(" - at `$.")
         raise InvalidInput(f"limits.{at.rstrip('`')}: {message}" if at else f"limits: {exc}") from None

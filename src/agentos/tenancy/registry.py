@@ -43,6 +43,7 @@ from agentos.tenancy.records import (
     check_budgets,
     check_tenant_id,
     effective_limits,
+    whole_numbers,
 )
 from agentos.tenancy.storage import RegistryStorage, Rows
 from agentos.tenancy.tables import TenantTables
@@ -198,7 +199,8 @@ class TenantRegistry:
         async with self._lock:
             if tenant_id in self._tenants:
                 raise TenantExists(tenant_id)
-            tenant = Tenant(tenant_id=tenant_id, name=name, limits=limits or {}, created_ms=self.now_ms())
+            overrides = whole_numbers(limits or {})
+            tenant = Tenant(tenant_id=tenant_id, name=name, limits=overrides, created_ms=self.now_ms())
             # `create`: another node may have made it without this one having heard yet
             if not await self._storage.put_tenant(tenant, create=True):
                 raise TenantExists(tenant_id)
