@@ -290,3 +290,29 @@ def test_the_routes_that_start_work_document_their_402() -> None:
     for path in ("/v1/sessions/{session_id}/turns", "/v1/agents/{name}/runs", "/v1/chat/completions", "/v1/responses"):
         assert "budget_exceeded" in paths[path]["post"]["responses"]["402"]["description"], path
     assert "402" not in paths["/v1/sessions"]["post"]["responses"]  # a session holds no budget
+
+
+async def test_a_run_requests_its_own_budget_within_its_agents(
+    tmp_path: Path, mock_factory: Callable[..., Awaitable[MockServer]], http: aiohttp.ClientSession
+) -> None:
+    mock = await mock_factory(scenario="tools")
+    agents = {
+        "open": {"model": "m", "tools": ["run_command", "ask_human"]},
+        "capped": {"model": "m", "tools": ["run_command"], "max_cost": 0.01},
+    }
+    async with served(priced(mock.url, tmp_path, agents=agents)) as server:
+        admin = {"Authorization": f"Bearer {ADMIN}"}
+        runs = f"{server.url}/v1/agents/%s/runs"
+        async with http.post(runs % "capped", json={"input": "go", "max_cost": 0.02}, headers=admin) as r:
+            error = (await expect_error(r, 422, "invalid_input"))["error"]
+        assert "at most the agent's max_cost (0.01)" in error["message"]
+        for bad in (0, -1, "1", True):
+            async with http.post(runs % "open", json={"input": "go", "max_cost": bad}, headers=admin) as r:
+                await expect_error(r, 422, "invalid_input")
+        async with http.post(runs % "open", json={"input": "go", "max_cost": 0.0005}, headers=admin) as r:
+            await expect_error(r, 402, "budget_exceeded")  # its own budget cannot hold the first call
+        async with http.post(runs % "open", json={"input": "go", "max_cost": 0.00102}, headers=admin) as r:
+            assert r.status == 202, await r.text()
+            run_id = (await r.json())["run_id"]
+        run = await run_outcome(http, server.url, admin, run_id)  # kept with the run: its step 2 is refused
+        assert (run["status"], run["reason"]) == ("failed", f"budget_exceeded: run:{run_id}")

@@ -132,10 +132,12 @@ async def start_run(request: web.Request) -> web.Response:
     runs, agent, run_id = request.app[RUNS], request.match_info["name"], new_run_id()
     # The agent's own budget per run joins the admission's hold (an unknown agent: 404 inside)
     max_cost = runs.get_agent(tenant_id, agent)["max_cost"] if await runs.sees_agent(tenant_id, agent) else 0.0
+    if body.max_cost is not None and not (max_cost and body.max_cost > max_cost):  # past it: 422 inside
+        max_cost = body.max_cost
     async with admission.starting(who, "run", body.input, run=(run_id, max_cost)) as started:
         if body.session_id is not None:
             await runtime.get_session(tenant_id, body.session_id)  # 404 unless it is the tenant's
-        await runs.start_run(tenant_id, agent, body.input, body.session_id, run_id=run_id)
+        await runs.start_run(tenant_id, agent, body.input, body.session_id, run_id=run_id, max_cost=body.max_cost)
         started.bind(run_id)  # its steps' calls carry the run id
     links = {"run_url": f"/v1/runs/{run_id}", "events_url": f"/v1/runs/{run_id}/events"}
     return json_response(RunStarted(run_id, "queued", **links), status=202)
