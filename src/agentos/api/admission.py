@@ -112,17 +112,24 @@ class Admission:
 
     @asynccontextmanager
     async def starting(
-        self, who: Principal, work: Work, text: str = "", *, run: tuple[str, float] = ("", 0.0)
+        self,
+        who: Principal,
+        work: Work,
+        text: str = "",
+        *,
+        run: tuple[str, float] = ("", 0.0),
+        model: str | None = None,
     ) -> AsyncIterator[Started]:
         """Step 4, around the start: the unit it took and the budget hold are given back if the
         start fails. `text`: the input (its bytes count in the first call's worst case); `run`:
-        the id a run will have and its own budget (`max_cost`, 0: none), held on too.
+        the id a run will have and its own budget (`max_cost`, 0: none), held on too; `model`:
+        the model its first call asks for (None: the default model).
 
         Raises: QuotaExceeded (`quota_tokens_per_day`); BudgetExceeded (`budget_exceeded`);
             RateLimited (`turn_rate_limited`, `run_rate_limited`); StoreUnavailable (budgets in
             a Redis that does not answer)."""
         await self._quotas.admit_tokens(who)
-        started = Started(self._budgets, await self._hold(who, text, run))
+        started = Started(self._budgets, await self._hold(who, text, run, model))
         try:
             if work == "turn":
                 await self._limiters.admit_turn(who)
@@ -141,14 +148,14 @@ class Admission:
             await started.release()
             raise
 
-    async def _hold(self, who: Principal, text: str, run: tuple[str, float]) -> Hold | None:
-        """Hold the worst case of the first model call (the default model's first target, this
-        input, its `max_tokens`) on the tenant's and the key's budgets. The call itself holds
+    async def _hold(self, who: Principal, text: str, run: tuple[str, float], model: str | None) -> Hold | None:
+        """Hold the worst case of the first model call (its model's first target, this input,
+        its `max_tokens`) on the tenant's and the key's budgets (and the run's). The call itself holds
         its own worst case (the whole conversation, the target it reaches) by topping this up."""
         if self._budgets is None or self._models is None:
             return None
-        model = self._models.default_model
-        routes = self._models.models().get(model) or []
+        model = model or self._models.default_model
+        routes = self._models.models().get(model) or self._models.models().get(self._models.default_model) or []
         route = routes[0] if routes else None
         price, max_tokens = (route.price, route.max_tokens) if route is not None else (None, 0)
         worst = worst_case(price, len(text.encode()), max_tokens)

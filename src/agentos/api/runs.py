@@ -131,10 +131,11 @@ async def start_run(request: web.Request) -> web.Response:
     body = await read_body(request, RunCreate)
     runs, agent, run_id = request.app[RUNS], request.match_info["name"], new_run_id()
     # The agent's own budget per run joins the admission's hold (an unknown agent: 404 inside)
-    max_cost = runs.get_agent(tenant_id, agent)["max_cost"] if await runs.sees_agent(tenant_id, agent) else 0.0
+    spec = runs.get_agent(tenant_id, agent) if await runs.sees_agent(tenant_id, agent) else {}
+    max_cost, model = spec.get("max_cost", 0.0), spec.get("model")
     if body.max_cost is not None and not (max_cost and body.max_cost > max_cost):  # past it: 422 inside
         max_cost = body.max_cost
-    async with admission.starting(who, "run", body.input, run=(run_id, max_cost)) as started:
+    async with admission.starting(who, "run", body.input, run=(run_id, max_cost), model=model) as started:
         if body.session_id is not None:
             await runtime.get_session(tenant_id, body.session_id)  # 404 unless it is the tenant's
         await runs.start_run(tenant_id, agent, body.input, body.session_id, run_id=run_id, max_cost=body.max_cost)
