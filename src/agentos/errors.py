@@ -21,6 +21,7 @@
       ProviderError(retryable, retry_after_s, code)   # the upstream's fault
         ProviderTimeout  ProviderHTTPError(status_code)  ProviderProtocolError  ProviderUnavailable
         ProviderLimitTimeout  # no provider permit within kernel.permit_wait_timeout_s
+        ProviderUnsupported   # the request asks for what the target's wire cannot express
       StoreError                   # a store failed: a bug or a bad row -> 500 with an error_id
         StoreUnavailable      503  the database cannot be reached (refused, dropped, timed out)
                                    or the writer is gone; carries retry_after_s (Retry-After)
@@ -198,6 +199,16 @@ class ProviderUnavailable(ProviderError, code="provider_unavailable"):
 
 class ProviderLimitTimeout(ProviderError, code="provider_limit_timeout"):
     """The turn waited longer than `kernel.permit_wait_timeout_s` for a provider permit."""
+
+
+class ProviderUnsupported(ProviderError, code="provider_unsupported"):
+    """The request asks for something the target's wire cannot express (an image part, `n > 1`,
+    a tool that is not a function); the message names the feature. Never retryable: another
+    try at the same target would fail the same way."""
+
+    def __init__(self, feature: str, wire: str) -> None:
+        super().__init__(f"the {wire} wire cannot express {feature}", retryable=False)
+        self.feature = feature
 
 
 class StoreError(AgentOSError):

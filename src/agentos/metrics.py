@@ -237,16 +237,28 @@ class Metrics:
         """Every metric as JSON, for the console (`agentos.api.console_stream`): gauges and
         counters as one number each (summed over their labels), histograms as their cumulative
         bucket counts (`le`, `counts`), `sum` and `count`, every label's together. The names drop
-        the `agentos_` prefix and a counter's `_total`."""
+        the `agentos_` prefix and a counter's `_total`. The router's families (`provider_*`) are
+        given per target as well (`targets`: target -> name -> value), for the console's table."""
         values: dict[str, float] = {}
         histograms: dict[str, dict[str, Any]] = {}
+        targets: dict[str, dict[str, float]] = {}
         for family in self.registry.collect():
             name = family.name.removeprefix("agentos_")
             if family.type == "histogram":
                 histograms[name] = _histogram(family)
             else:
                 values[name] = sum(s.value for s in family.samples if not s.name.endswith("_created"))
-        return {"values": values, "histograms": histograms}
+                if name.startswith("provider_"):
+                    _by_target(targets, name.removeprefix("provider_"), family)
+        return {"values": values, "histograms": histograms, "targets": targets}
+
+
+def _by_target(targets: dict[str, dict[str, float]], name: str, family: Metric) -> None:
+    for sample in family.samples:
+        target = sample.labels.get("target")
+        if target is not None and not sample.name.endswith("_created"):
+            row = targets.setdefault(target, {})
+            row[name] = row.get(name, 0.0) + sample.value
 
 
 def _histogram(family: Metric) -> dict[str, Any]:

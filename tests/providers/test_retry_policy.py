@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentos.errors import ProviderError, ProviderHTTPError
-from agentos.providers.openai_compat import RetryPolicy
+from agentos.providers.transport import RetryPolicy
 
 
 class Flaky:

@@ -309,3 +309,20 @@ async def test_the_targets_counters_reach_prometheus() -> None:
     assert 'agentos_provider_fallbacks_total{target="p0/m0"} 1.0' in text
     assert 'agentos_provider_breaker_state{target="p0/m0"} 1.0' in text
     assert 'agentos_provider_ttft_seconds_count{target="p1/m1"} 1.0' in text
+
+
+async def test_the_consoles_snapshot_has_each_targets_counters() -> None:
+    from agentos.metrics import Metrics, RouterCollector
+
+    async with mocks(FAILING, HEALTHY) as (bad, good):
+        router = open_router(settings_from_dict(config([bad.url, good.url], failures=1)), FakeClock())
+        try:
+            await ask(router)
+        finally:
+            await router.aclose()
+    metrics = Metrics()
+    metrics.registry.register(RouterCollector(router))
+    targets = metrics.snapshot()["targets"]
+    assert targets["p0/m0"]["requests"] == 1 and targets["p0/m0"]["fallbacks"] == 1
+    assert targets["p0/m0"]["failures"] == 1 and targets["p0/m0"]["breaker_state"] == 1
+    assert targets["p1/m1"] == {"requests": 1, "fallbacks": 0, "breaker_state": 0}

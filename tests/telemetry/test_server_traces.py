@@ -46,7 +46,7 @@ async def _turn(http: aiohttp.ClientSession, url: str, headers: dict[str, str] |
 async def test_a_chat_turn_is_one_trace_request_turn_chat(tmp_path: Any) -> None:
     async with traced_server(tmp_path) as (server, sink, _mock), aiohttp.ClientSession() as http:
         await _turn(http, server.url, {"traceparent": CALLER})
-        spans = await sink.wait_for({TURN_ROUTE, "turn", "chat mock-1"})
+        spans = await sink.wait_for({TURN_ROUTE, "turn", "chat mock-1", "agentos.store.commit"})
     (request,) = sink.named(TURN_ROUTE)
     (turn,) = sink.named("turn")
     (chat,) = sink.named("chat mock-1")
@@ -59,6 +59,8 @@ async def test_a_chat_turn_is_one_trace_request_turn_chat(tmp_path: Any) -> None
     assert chat.attributes["gen_ai.usage.output_tokens"] == 3
     assert chat.attributes["agentos.target"] == "default/mock-1"
     assert "gen_ai.first_token" in chat.events
+    (commit,) = sink.named("agentos.store.commit")
+    assert commit.parent_span_id == turn.span_id
     assert request.resource["service.name"] == "agentos"
     assert not any(s.name.startswith("GET") for s in spans)  # reads start no work: untraced
 

@@ -240,41 +240,16 @@ class RunEngine:
 
     # --- the journal ---
 
-    def new_run(
-        self,
-        tenant_id: str,
-        spec: AgentSpec,
-        text: str,
-        session_id: str | None,
-        run_id: str,
-        parent: RunHandle | None,
-        context: list[Message] | None,
-    ) -> tuple[RunRow, list[Any]]:
-        """The run's row, and the writes that create it (its spec and context payloads first)."""
-        now = self.now_ms()
+    def payloads(
+        self, tenant_id: str, spec: AgentSpec, context: list[Message] | None
+    ) -> tuple[str, str | None, list[Any]]:
+        """The refs of a new run's spec and context payloads (None: no context), and the writes
+        that store them (before the run's row)."""
         spec_ref, put_spec = self.journal.payload(tenant_id, spec_to_dict(spec))
-        writes = [put_spec]
-        context_ref = None
-        if context:
-            context_ref, put_context = self.journal.payload(tenant_id, context)
-            writes.append(put_context)
-        row = RunRow(
-            run_id,
-            tenant_id,
-            spec.name,
-            session_id,
-            parent.run_id if parent else None,
-            parent.row.depth + 1 if parent else 0,
-            spec_ref,
-            text,
-            "queued",
-            None,
-            None,
-            now,
-            now,
-            context_ref,
-        )
-        return row, [*writes, *self.journal.create_run(row)]
+        if not context:
+            return spec_ref, None, [put_spec]
+        context_ref, put_context = self.journal.payload(tenant_id, context)
+        return spec_ref, context_ref, [put_spec, put_context]
 
     async def record_finish(self, handle: RunHandle, status: str, result: str | None, reason: str) -> RunRow:
         """Journal the terminal state; the caller has set `handle.status` already."""

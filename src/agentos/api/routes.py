@@ -1,17 +1,8 @@
 """What each route does, said beside its handler; `agentos.api.openapi` writes the document from it.
 
-A handler is described under its aiohttp route::
-
-    @routes.post("/v1/sessions")
-    @operation(
-        "Open a session",
-        tag="sessions",
-        body=SessionCreate,
-        answers={201: json("The session", SESSION)},
-        errors=BAD_BODY | {404: "`agent_not_found`: no agent of that name this tenant can run"},
-        limits=Limits(quota="`quota_sessions`: ..."),
-    )
-    async def create_session(request): ...
+A handler is described under its aiohttp route, by `operation` (`Operation` names the fields):
+`create_session` in `agentos.api.sessions` is a short example, with a body, its answer, its
+errors and the quota it may name.
 
 A request or answer body is the msgspec `Struct` the handler decodes or encodes (its JSON Schema
 is msgspec's), or a `Schema` written by hand beside a handler that builds its answer as a dict.
@@ -149,6 +140,22 @@ def operation(summary: str, /, **details: Any) -> Callable[[H], H]:
     return describe
 
 
+@dataclass(frozen=True)
+class TaggedOperation:
+    """`operation` with the group (`tag`) given once; `tagged` makes one."""
+
+    tag: Tag
+
+    def __call__(self, summary: str, /, **details: Any) -> Callable[[H], H]:
+        return operation(summary, tag=self.tag, **details)
+
+
+def tagged(tag: Tag) -> TaggedOperation:
+    """`operation` for a module whose routes are all in one group (`tag`), so that no handler
+    repeats it: `operation = tagged("admin")`, then `@operation("Create a tenant", ...)`."""
+    return TaggedOperation(tag)
+
+
 def described(handler: Callable[..., Any]) -> Operation:
     """The handler's description.
 
@@ -252,3 +259,20 @@ def page_params(limit: int, after: Literal["integer", "string"] = "string") -> t
     `next_cursor` of the page before (an integer or a string)."""
     after_schema = SEQ if after == "integer" else {"type": "string"}
     return limit_param(limit), query("after", "the next_cursor of the page before", after_schema)
+
+
+def listing(
+    description: str,
+    name: str,
+    item: Body,
+    limit: int,
+    *more: dict[str, Any],
+    after: Literal["integer", "string"] = "string",
+    cursor: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What a cursor-paginated list adds to its `operation`: its parameters (`page_params`, then
+    `more`) and its 200, a `page(name, item, cursor)`: `@operation("List ...", **listing(...))`."""
+    return {
+        "parameters": (*page_params(limit, after), *more),
+        "answers": {200: json(description, page(name, item, cursor))},
+    }

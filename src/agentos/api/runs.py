@@ -36,11 +36,11 @@ from agentos.api.routes import (
     json,
     limit_param,
     nullable,
-    operation,
     page,
     query,
     ref,
     retry,
+    tagged,
 )
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSEStream, failures_as_events
@@ -51,6 +51,7 @@ from agentos.kernel import RUN_TERMINAL_EVENTS
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
+operation = tagged("runs")
 
 
 class RunStarted(msgspec.Struct):
@@ -112,7 +113,6 @@ _AFTER = {
 @routes.post("/v1/agents/{name}/runs")
 @operation(
     "Start a background run of the agent",
-    tag="runs",
     body=RunCreate,
     answers={202: json("Queued", RunStarted)},
     errors=BAD_BODY | UNKNOWN_AGENT | {503: retry("Draining: the server starts no new runs")},
@@ -147,7 +147,6 @@ async def start_run(request: web.Request) -> web.Response:
 @routes.get("/v1/runs")
 @operation(
     "List the tenant's runs, newest first; status=waiting_human is the inbox",
-    tag="runs",
     parameters=(
         query("status", "only runs in this status", {"type": "string", "enum": list(RUN_STATUSES)}),
         query("agent", "only runs of this agent"),
@@ -186,21 +185,21 @@ def _run_query(request: web.Request) -> RunQuery:
 
 
 @routes.get("/v1/runs/{run_id}")
-@operation("A run's status, result and pending human request", tag="runs", answers=_THE_RUN, errors=_UNKNOWN)
+@operation("A run's status, result and pending human request", answers=_THE_RUN, errors=_UNKNOWN)
 async def get_run(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.RUNS_READ).tenant_id
     return json_response(await request.app[RUNS].get_run(tenant_id, request.match_info["run_id"]))
 
 
 @routes.post("/v1/runs/{run_id}/cancel")
-@operation("Soft cancel: the loop stops at its next step", tag="runs", answers=_THE_RUN, errors=_UNKNOWN)
+@operation("Soft cancel: the loop stops at its next step", answers=_THE_RUN, errors=_UNKNOWN)
 async def cancel_run(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.RUNS_WRITE).tenant_id
     return json_response(await request.app[RUNS].cancel(tenant_id, request.match_info["run_id"]))
 
 
 @routes.post("/v1/runs/{run_id}/terminate")
-@operation("Hard stop in every state; records run.cancelled", tag="runs", answers=_THE_RUN, errors=_UNKNOWN)
+@operation("Hard stop in every state; records run.cancelled", answers=_THE_RUN, errors=_UNKNOWN)
 async def terminate_run(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.RUNS_WRITE).tenant_id
     return json_response(await request.app[RUNS].terminate(tenant_id, request.match_info["run_id"]))
@@ -209,7 +208,6 @@ async def terminate_run(request: web.Request) -> web.Response:
 @routes.post("/v1/runs/{run_id}/answer")
 @operation(
     "Answer the run's human request",
-    tag="runs",
     body=AnswerCreate,
     answers=_THE_RUN,
     errors=BAD_BODY | _UNKNOWN | {409: "Not waiting, or the hash does not match"},
@@ -232,7 +230,6 @@ async def answer_run(request: web.Request) -> web.Response:
 @routes.get("/v1/runs/{run_id}/events")
 @operation(
     "The run's events as SSE (`id:` = seq), resumable after Last-Event-ID (or ?after=)",
-    tag="runs",
     parameters=(
         header("Last-Event-ID", "the seq to resume after", SEQ),
         query("after", "the seq to resume after", SEQ),

@@ -41,7 +41,9 @@ def tracing_middleware(tracing: Tracing, config: TelemetryConfig) -> Middleware:
         who = request.get(PRINCIPAL)
         route = request.match_info.route.resource
         template = route.canonical if route is not None else request.path
-        attributes = {"http.request.method": request.method, "http.route": template, "url.path": request.path}
+        # Few attributes, each worth its cost (the SDK checks every one): the path's ids are in
+        # the spans below (a session's, a run's), the route names the operation.
+        attributes = {"http.request.method": request.method, "http.route": template}
         if who is not None:
             attributes["agentos.tenant.id"] = who.tenant_id
             if who.key_id:

@@ -18,8 +18,8 @@ from agentos.api.routes import (
     Schema,
     json,
     nullable,
-    operation,
     retry,
+    tagged,
 )
 from agentos.api.sessions import UNKNOWN, json_response
 from agentos.api.sse import SSEStream, failures_as_events
@@ -29,6 +29,7 @@ from agentos.runtime.turn import TERMINAL_EVENTS, CollectingSink, Turn, check_in
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
+operation = tagged("turns")
 
 _RESULT = Schema(
     "TurnResult",
@@ -70,7 +71,6 @@ def wants_sse(accept: str) -> bool:
 @routes.post("/v1/sessions/{session_id}/turns")
 @operation(
     "Send a turn; a running turn of the session is cancelled (last-wins)",
-    tag="turns",
     body=TurnCreate,
     answers={
         200: Answer(
@@ -139,9 +139,7 @@ async def _collect(runtime: Runtime, turn: Turn) -> web.Response:
 
 
 @routes.delete("/v1/sessions/{session_id}/turn")
-@operation(
-    "Cancel the running turn", tag="turns", answers={200: json("Whether a turn was running", _CANCEL)}, errors=UNKNOWN
-)
+@operation("Cancel the running turn", answers={200: json("Whether a turn was running", _CANCEL)}, errors=UNKNOWN)
 async def cancel_turn(request: web.Request) -> web.Response:
     who = require(request, Scope.SESSIONS_WRITE)
     runtime = request.app[RUNTIME]

@@ -21,7 +21,7 @@ from agentos.api.admission import ADMISSION
 from agentos.api.body import decode_json
 from agentos.api.errors import INTERNAL_MESSAGE, STARTED, log_internal_error
 from agentos.api.keys import MAX_BODY_BYTES, RUNTIME
-from agentos.api.routes import Answer, operation
+from agentos.api.routes import Answer, tagged
 from agentos.api.sessions import UNKNOWN
 from agentos.errors import RequestError
 from agentos.runtime.runtime import Runtime
@@ -29,6 +29,7 @@ from agentos.runtime.turn import Turn, check_input
 from agentos.tenancy.principal import Principal, Scope, require
 
 routes = web.RouteTableDef()
+operation = tagged("turns")
 _encode = msgspec.json.encode
 
 
@@ -40,7 +41,6 @@ class Frame(msgspec.Struct, forbid_unknown_fields=True):
 @routes.get("/v1/sessions/{session_id}/ws")
 @operation(
     "A WebSocket for the session's turns",
-    tag="turns",
     description="Frames in: `{type: turn, input}`, `{type: cancel}`. Frames out: the turn events as"
     " `{type, id, data}`, and `{type: error, error: {code, message, retry_after_s?}}` for a"
     " refused frame. A turn cancelled before it started may end without `turn.started`."

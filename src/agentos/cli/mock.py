@@ -1,4 +1,4 @@
-"""`agentos mock-llm` (the mock OpenAI-compatible provider, `agentos.mock`) and `agentos mock-llm check`."""
+"""`agentos mock-llm` (the mock provider of the three wires, `agentos.mock`) and `agentos mock-llm check`."""
 
 from __future__ import annotations
 
@@ -19,17 +19,20 @@ _MOCK_FLAGS: dict[str, type] = {
     "fail_every": int,
     "retry_after_s": float,
     "hang_rate": float,
+    "stream_error_after": int,
     "seed": int,
 }
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `mock-llm` (and its `check`) to the `agentos` parser."""
-    mock = commands.add_parser("mock-llm", help="run the mock OpenAI-compatible provider")
+    mock = commands.add_parser(
+        "mock-llm", help="run the mock provider (chat completions, Responses API and Anthropic Messages)"
+    )
     for name, kind in _MOCK_FLAGS.items():
         env = f" (env {_MOCK_ENV[name]})" if name in _MOCK_ENV else ""
         mock.add_argument(f"--{name.replace('_', '-')}", type=kind, help=f"{name}{env}")
-    mock.add_argument("--scenario", choices=["plain", "tools", "light", "heavy"])
+    mock.add_argument("--scenario", choices=["plain", "tools", "light", "heavy", "parallel"])
     mock.add_argument("--host", default="127.0.0.1")
     mock.add_argument("--port", type=int, default=0, help="0: a free port")
     mock.set_defaults(handler=_run_mock)

@@ -28,7 +28,7 @@ from agentos.errors import (
 )
 from agentos.ids import new_id
 from agentos.providers.base import ProviderPermits
-from agentos.providers.openai_compat import RetryPolicy, connection_errors, http_error, new_client_session
+from agentos.providers.transport import RetryPolicy, connection_errors, http_error, new_client_session
 
 if TYPE_CHECKING:
     import numpy as np

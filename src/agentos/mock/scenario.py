@@ -13,6 +13,9 @@ messages, k = the number of `tool` messages after the last `user` message decide
 `light` is the two `run_command` calls, then the answer; `heavy` a `run_command` of 10 s,
 `ask_human`, another `run_command` of 10 s, then the answer.
 
+`parallel` asks for both of `light`'s calls at once (parallel tool calls, one assistant
+message): at k = 0 the two calls, at k >= 2 the answer.
+
 Tool call ids derive from k and a hash of the last user message, so a replayed request gets the
 same ids.
 
@@ -33,7 +36,7 @@ from typing import Any, Literal
 
 import msgspec
 
-Scenario = Literal["plain", "tools", "light", "heavy"]
+Scenario = Literal["plain", "tools", "light", "heavy", "parallel"]
 TOKEN_TEXT = "tok "
 Steps = tuple[tuple[str, dict[str, Any]], ...]
 
@@ -69,11 +72,17 @@ _QUOTE_CHARS = 300  # of the first excerpt, in the knowledge script's answer
 
 @dataclass(frozen=True, slots=True)
 class AnswerPlan:
-    """What to send back: `tokens` text tokens (or `text`, when set, as the answer), or one tool call."""
+    """What to send back: `tokens` text tokens (or `text`, when set, as the answer), or tool
+    calls: `tool_call`, and `more_calls` asked for with it (parallel calls)."""
 
     tokens: int
     tool_call: ToolCallPlan | None = None
     text: str | None = None
+    more_calls: tuple[ToolCallPlan, ...] = ()
+
+    @property
+    def calls(self) -> tuple[ToolCallPlan, ...]:
+        return () if self.tool_call is None else (self.tool_call, *self.more_calls)
 
 
 def tool_messages_since_user(messages: Sequence[dict[str, Any]]) -> int:
@@ -131,12 +140,24 @@ def plan_answer(
     if SEARCH_KNOWLEDGE in tools:
         return _plan_knowledge(messages, tokens)
     k = tool_messages_since_user(messages)
+    if scenario == "parallel":
+        return _plan_parallel(k, last_user_text(messages), tokens)
     steps = SCRIPTS[scenario]
     if k >= len(steps):
         return AnswerPlan(tokens=tokens)
     name, arguments = steps[k]
     call = ToolCallPlan(tool_call_id(k, last_user_text(messages)), name, msgspec.json.encode(arguments).decode())
     return AnswerPlan(tokens=tokens, tool_call=call)
+
+
+def _plan_parallel(k: int, user_text: str, tokens: int) -> AnswerPlan:
+    if k > 0:
+        return AnswerPlan(tokens=tokens)
+    first, *more = (
+        ToolCallPlan(tool_call_id(i, user_text), name, msgspec.json.encode(arguments).decode())
+        for i, (name, arguments) in enumerate(SCRIPTS["light"])
+    )
+    return AnswerPlan(tokens=tokens, tool_call=first, more_calls=tuple(more))
 
 
 def _plan_knowledge(messages: Sequence[dict[str, Any]], tokens: int) -> AnswerPlan:

@@ -11,7 +11,7 @@ from typing import Literal
 from agentos.errors import ConfigError
 from agentos.mock.scenario import Scenario
 
-_SCENARIOS = ("plain", "tools", "light", "heavy")
+_SCENARIOS = ("plain", "tools", "light", "heavy", "parallel")
 Fault = Literal["none", "rate_limit", "error", "hang"]
 
 
@@ -26,6 +26,9 @@ class MockSettings:
     fail_every: int = 0  # every N-th request answered 429 with Retry-After (0 = off)
     retry_after_s: float = 1.0
     hang_rate: float = 0.0  # share held open without an answer (until the client goes away)
+    # A stream cut by the wire's error event after this many content frames (-1 = never; 0 = before
+    # the first token): what a provider failing mid-answer looks like.
+    stream_error_after: int = -1
     scenario: Scenario = "plain"
     seed: int = 0  # random faults are reproducible
 
@@ -39,6 +42,7 @@ class MockSettings:
             (0 <= self.hang_rate <= 1, "hang_rate must be within [0, 1]"),
             (self.fail_every >= 0, "fail_every must be >= 0"),
             (self.retry_after_s >= 0, "retry_after_s must be >= 0"),
+            (self.stream_error_after >= -1, "stream_error_after must be >= -1 (-1: never)"),
             (self.scenario in _SCENARIOS, "scenario must be one of " + ", ".join(_SCENARIOS)),
         )
         problems = [message for ok, message in checks if not ok]

@@ -360,15 +360,7 @@ def _call_attributes(model: str, request: ChatRequest) -> dict[str, Any]:
     attributes: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
     if request.max_tokens:
         attributes["gen_ai.request.max_tokens"] = request.max_tokens
-    context = request.context
-    if context is not None:
-        attributes["agentos.tenant.id"] = context.tenant_id
-        if context.session_id:
-            attributes["gen_ai.conversation.id"] = context.session_id
-        if context.agent:
-            attributes["gen_ai.agent.name"] = context.agent
-        if context.run_id:
-            attributes["agentos.run.id"] = context.run_id
+    # Who the call is for is on the spans above it (the request, the turn, the run's root).
     return attributes
 
 

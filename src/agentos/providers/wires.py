@@ -11,16 +11,21 @@ from __future__ import annotations
 import aiohttp
 
 from agentos.config import Route
+from agentos.providers.anthropic import AnthropicProvider
 from agentos.providers.base import Provider
-from agentos.providers.openai_compat import OpenAICompatProvider, new_client_session
+from agentos.providers.openai_compat import OpenAICompatProvider
+from agentos.providers.openai_responses import OpenAIResponsesProvider
+from agentos.providers.transport import new_client_session
 
 
 def client_for(route: Route, session: aiohttp.ClientSession) -> Provider:
     """The wire client for `route`, on `session` (which the caller owns and closes)."""
     kind = route.provider.kind
-    if kind == "openai":
-        return OpenAICompatProvider.for_route(route, session)
-    raise NotImplementedError(f"provider kind {kind!r}")  # filled in by the wire helper
+    if kind == "anthropic":
+        return AnthropicProvider.for_route(route, session)
+    if kind == "openai-responses":
+        return OpenAIResponsesProvider.for_route(route, session)
+    return OpenAICompatProvider.for_route(route, session)  # "openai": the config allows no other kind
 
 
 def session_for(route: Route) -> aiohttp.ClientSession:

@@ -48,7 +48,7 @@ from agentos.runtime.streams import PublishingSink, TurnStreams
 from agentos.runtime.transcript import event, message, record_event
 from agentos.runtime.turn import Outcome, Turn, TurnSink
 from agentos.store.base import Store
-from agentos.store.records import MessageRecord
+from agentos.store.records import EventRecord, MessageRecord
 from agentos.telemetry import NO_TRACING, Tracing
 
 if TYPE_CHECKING:
@@ -164,12 +164,7 @@ class Turns:
         """Run an admitted turn in the calling task, sending its events to `sink`."""
         if not self._tracing.on:
             return await self._run(turn, sink)
-        attributes = {
-            "gen_ai.conversation.id": turn.session_id,
-            "agentos.session.id": turn.session_id,
-            "agentos.turn.id": turn.turn_id,
-            "agentos.tenant.id": turn.tenant_id,
-        }
+        attributes = {"gen_ai.conversation.id": turn.session_id, "agentos.turn.id": turn.turn_id}
         if turn.agent is not None:
             attributes["gen_ai.agent.name"] = turn.agent
         with self._tracing.span("turn", attributes) as turn.span:
@@ -281,7 +276,7 @@ class Turns:
             # its partial answer over the committed one (`run` re-raises when `answered`).
             turn.answered = True
             try:
-                await self._store.commit_answer(answer, event(turn, name, data))
+                await self._commit(turn, answer, event(turn, name, data))
             except asyncio.CancelledError:  # its client left: both are queued, and will be stored
                 self._ended(turn, name, data)
                 raise
@@ -300,6 +295,14 @@ class Turns:
             return  # nobody to tell
         with suppress(ConnectionError):  # the client left just now; the outcome is stored all the same
             await sink.send(event_id, name, data)
+
+    async def _commit(self, turn: Turn, answer: MessageRecord, ended: EventRecord) -> None:
+        """The answer and its terminal event in one commit: the one store write a client waits
+        on (traced as `agentos.store.commit`: a slow disk or database shows here)."""
+        if not self._tracing.on:
+            return await self._store.commit_answer(answer, ended)
+        with self._tracing.span("agentos.store.commit", {"db.operation.name": "commit_answer"}):
+            await self._store.commit_answer(answer, ended)
 
     def _ended(self, turn: Turn, name: str, data: dict[str, Any]) -> None:
         """Tell the turn's followers how it ended, and count and log it."""

@@ -18,6 +18,14 @@ export function el(tag, attrs = {}, ...children) {
 
 export const $ = (id) => document.getElementById(id);
 
+// The toolbar every list view has, by its ids: `<view>-reload`, `<view>-more` (the next page),
+// and `<view>-open` (the one whose id is typed in `<view>-open-id`).
+export function listToolbar(view, { reload, more, open }) {
+  $(`${view}-reload`).addEventListener("click", () => reload());
+  $(`${view}-more`).addEventListener("click", () => more());
+  $(`${view}-open`).addEventListener("click", () => open($(`${view}-open-id`).value.trim()));
+}
+
 export function clear(node) {
   node.replaceChildren();
   return node;

@@ -1,7 +1,7 @@
 // Runs: the tenant's runs by status (GET /v1/runs, a page at a time), and one run's timeline
 // from GET /v1/runs/{id}/events (stored, then live) with cancel and terminate.
 import { api, query, stream } from "./api.js";
-import { $, clear, el, pretty, status, table, appendRows, time } from "./dom.js";
+import { $, clear, el, listToolbar, pretty, status, table, appendRows, time } from "./dom.js";
 
 const PAGE = 50;
 const COLUMNS = [
@@ -18,11 +18,9 @@ export const runId = (r) => r.run_id;
 
 export function init(context) {
   ctx = context;
-  $("runs-reload").addEventListener("click", () => reload());
+  listToolbar("runs", { reload, more, open: openRun });
   $("runs-status").addEventListener("change", () => reload());
   $("runs-agent").addEventListener("change", () => reload());
-  $("runs-more").addEventListener("click", () => more());
-  $("runs-open").addEventListener("click", () => openRun($("runs-open-id").value.trim()));
   // A listed run changes status in place; new runs wait for Reload (the page stays where it is).
   ctx.bus.addEventListener("run", (event) => {
     const { run_id: id, type } = event.detail;

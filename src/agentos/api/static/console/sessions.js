@@ -1,7 +1,7 @@
 // Sessions: the tenant's sessions a page at a time (the server's cursor), and one session's
 // transcript: its turns, each with the user's input, the answer and how the turn ended.
 import { api, query } from "./api.js";
-import { $, appendRows, clear, el, pretty, status, table, time } from "./dom.js";
+import { $, appendRows, clear, el, listToolbar, pretty, status, table, time } from "./dom.js";
 
 const PAGE = 50;
 const COLUMNS = [
@@ -15,11 +15,9 @@ let ctx = null;
 
 export function init(context) {
   ctx = context;
-  $("sessions-reload").addEventListener("click", () => reload());
-  $("sessions-more").addEventListener("click", () => more());
+  listToolbar("sessions", { reload, more, open: openSession });
   $("sessions-filter").addEventListener("input", () => render());
   $("sessions-agent").addEventListener("change", () => reload());
-  $("sessions-open").addEventListener("click", () => openSession($("sessions-open-id").value.trim()));
 }
 
 export function open() {
