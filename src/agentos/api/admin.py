@@ -225,7 +225,6 @@ async def get_key(request: web.Request) -> web.Response:
 @routes.patch("/v1/admin/keys/{key_id}")
 @operation(
     "Change a key's spending budgets",
-    tag="admin",
     body=KeyUpdate,
     answers={200: json("The key (never the key itself)", _KEY)},
     errors=BAD_BODY | {404: "Unknown key"},
