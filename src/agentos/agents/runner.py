@@ -110,7 +110,7 @@ class Runner:
         self._host.emit(h, "model.started", model_started(operation_id, attempts), into=ops)
         await self._journal(h, ops, _step(seq, "model", "started", None, h, attempts), durable=False)
         try:
-            reply = await self._stream(h, messages, seq)
+            reply = await self._stream(h, messages, seq, attempts)
         except ProviderError as exc:
             await self._end(h, "failed", reason=f"provider: {exc.code}: {exc}")
         except BudgetExceeded as exc:  # a budget cannot hold this step's worst case: the run stops here
@@ -124,13 +124,13 @@ class Runner:
         await self._journal(h, ops, _step(seq, "model", "done", None, h, attempts, reply), then=held)
         self._host.spent(h, reply["usage"])
 
-    async def _stream(self, h: RunHandle, messages: list[Any], seq: int) -> dict[str, Any]:
+    async def _stream(self, h: RunHandle, messages: list[Any], seq: int, attempt: int) -> dict[str, Any]:
         tools = builtin_schemas(h.spec) + await self._host.mcp.schemas(h.spec)
         row = h.row
         context = CallContext(
             row.tenant_id, "", row.agent, row.run_id, row.session_id or "", f"{row.run_id}:{seq}", h.spec.max_cost
         )
-        trace = self._host.traces.model_step(row.run_id, seq, _attempts(h, seq) + 1)
+        trace = self._host.traces.model_step(row.run_id, seq, attempt)  # the attempt journaled as started
         request = ChatRequest(
             messages=list(messages), model=h.spec.model, tools=tools or None, context=context, trace=trace
         )

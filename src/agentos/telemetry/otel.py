@@ -76,6 +76,7 @@ class QueueProcessor(SpanProcessor):
         self._batch_size = batch_size
         self._interval_s = interval_s
         self._wake = threading.Event()
+        self._exporting = threading.Lock()
         self._stop = False
         self.exported = 0
         self.dropped = 0
@@ -105,6 +106,10 @@ class QueueProcessor(SpanProcessor):
             self._drain()
 
     def _drain(self) -> None:
+        with self._exporting:  # one exporter call at a time: the thread's, or a flush's
+            self._drain_locked()
+
+    def _drain_locked(self) -> None:
         while self._queue:
             batch = [self._queue.popleft() for _ in range(min(self._batch_size, len(self._queue)))]
             try:
@@ -117,10 +122,14 @@ class QueueProcessor(SpanProcessor):
                 self.failed += len(batch)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        deadline = time.monotonic() + timeout_millis / 1000
-        self._wake.set()
-        while self._queue and time.monotonic() < deadline:
-            time.sleep(0.01)  # in the exporter's thread's time, not the event loop's: called at close
+        """Send what is queued and wait until the batch in flight is sent too (in the caller's
+        thread: called at close, off the event loop, or by a test)."""
+        if not self._exporting.acquire(timeout=timeout_millis / 1000):
+            return False
+        try:
+            self._drain_locked()
+        finally:
+            self._exporting.release()
         return not self._queue
 
     def shutdown(self) -> None:
