@@ -30,6 +30,7 @@ from agentos.agents.relay import RunRelay
 from agentos.clock import Clock, MonotonicClock, WallClock, wall_ms
 from agentos.config import Settings, resolve_paths
 from agentos.coordination.breakers import BusBreakerShare
+from agentos.coordination.budgets import ClusterBudgets
 from agentos.coordination.bus import Bus
 from agentos.coordination.holds import ClusterHolds
 from agentos.coordination.link import Link, open_link
@@ -40,7 +41,7 @@ from agentos.errors import ConfigError
 from agentos.kernel import Kernel
 from agentos.knowledge.embeddings import Embedder
 from agentos.knowledge.service import KnowledgeService, open_knowledge_storage
-from agentos.metrics import Metrics, RouterCollector
+from agentos.metrics import BudgetCollector, Metrics, RouterCollector
 from agentos.providers.base import Provider
 from agentos.providers.router import open_router
 from agentos.runtime.driver import Driver
@@ -52,6 +53,7 @@ from agentos.store.memory import MemoryStore
 from agentos.store.sqlite import SQLiteStore
 from agentos.telemetry import NO_TRACING, Tracing
 from agentos.telemetry.opening import open_tracing
+from agentos.tenancy.budgets import Budgets
 from agentos.tenancy.ledger import StoreLedger
 from agentos.tenancy.pepper import load_pepper
 from agentos.tenancy.quotas import Quotas
@@ -83,6 +85,7 @@ class Services:
     link: Link | None = None  # Redis, when coordination.redis_url is set
     bus: Bus | None = None  # pub/sub between nodes over that Redis
     tracing: Tracing = NO_TRACING  # traces over OTLP ([telemetry]); off: no OpenTelemetry loaded
+    budgets: Budgets | None = None  # spending budgets (in Redis with a link): the router's meter
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Refuse new turns and runs; let running turns finish (bounded), then cancel the rest."""
@@ -159,9 +162,14 @@ async def open_services(
     try:
         quotas = await _seeded_quotas(store, wall_clock or WallClock(), link)
         ledger = StoreLedger(store)  # the router records each call's Spend here (agentos.providers.metering)
+        budgets = open_budgets(wall_clock or WallClock(), tenants, link)  # and reserves, then settles, here
+        await budgets.seed(store)  # what the ledger says was spent today, this month, by recent runs
+        metrics.registry.register(BudgetCollector(budgets.statistics))
         if provider is None:
             share = None if bus is None else BusBreakerShare(bus, node_id())  # breakers, cluster-wide
-            provider = open_router(settings, clock or MonotonicClock(), share=share, tracing=tracing, ledger=ledger)
+            provider = open_router(
+                settings, clock or MonotonicClock(), share=share, tracing=tracing, ledger=ledger, meter=budgets
+            )
             if share is not None:
                 await share.start(provider.breakers)
             metrics.registry.register(RouterCollector(provider))
@@ -258,7 +266,14 @@ async def open_services(
         link,
         bus,
         tracing,
+        budgets,
     )
+
+
+def open_budgets(wall_clock: Clock, tenants: TenantRegistry, link: Link | None) -> Budgets:
+    """The budgets: counted in this process, or in Redis for every node with a link. Without
+    Redis, several nodes over one PostgreSQL would each count alone: one node only then."""
+    return Budgets(wall_clock, tenants) if link is None else ClusterBudgets(wall_clock, tenants, link)
 
 
 async def _close_bus(bus: Bus | None) -> None:

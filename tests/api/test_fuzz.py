@@ -304,6 +304,11 @@ def _moot(case: Any, response: requests.Response) -> list[Any]:
         # Accept header parameter): a 406 for one the operation cannot answer refuses no valid
         # request. status_code_conformance still wants the 406 documented.
         moot.append(checks.positive_data_acceptance)
+    if response.status_code == 402:
+        # A spending budget (here: a run's max_cost, which no unpriced model can be held by) refuses
+        # by the server's state, the spend and the prices, not by the request's shape: like a
+        # 403 quota, a right answer to a valid request. status_code_conformance wants it documented.
+        moot.append(checks.positive_data_acceptance)
     if case.meta.generation.mode is GenerationMode.NEGATIVE and case.media_type not in (None, "application/json"):
         # A raw body (a document upload's text) is its bytes: a "non-string" schemathesis makes of
         # it is sent as its text, which is a valid document.

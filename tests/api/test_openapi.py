@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from jsonschema import Draft202012Validator
 
-from agentos.api.admin import KeyCreate, TenantCreate, TenantUpdate
+from agentos.api.admin import KeyCreate, KeyUpdate, TenantCreate, TenantUpdate
 from agentos.api.app import ROUTES
 from agentos.api.body import MAX_AFTER, MAX_PAGE_LIMIT, AnswerCreate, RunCreate, SessionCreate, TurnCreate
 from agentos.api.openapi import document, served_routes, table_routes
@@ -35,6 +35,7 @@ BODIES: dict[tuple[str, str], tuple[type[Any], str]] = {
     ("post", "/v1/admin/tenants"): (TenantCreate, "TenantCreate"),
     ("patch", "/v1/admin/tenants/{tenant_id}"): (TenantUpdate, "TenantUpdate"),
     ("post", "/v1/admin/keys"): (KeyCreate, "KeyCreate"),
+    ("patch", "/v1/admin/keys/{key_id}"): (KeyUpdate, "KeyUpdate"),
     ("post", "/v1/triggers"): (TriggerCreate, "TriggerCreate"),
     ("post", "/v1/schedules"): (ScheduleCreate, "ScheduleCreate"),
     ("post", "/v1/collections"): (CollectionCreate, "CollectionCreate"),

@@ -15,7 +15,7 @@ from agentos.api.body import page_limit, query_text, read_body
 from agentos.api.keys import TENANTS
 from agentos.api.routes import BAD_BODY, Schema, json, listing, query, refines, tagged
 from agentos.api.sessions import json_response, page_response
-from agentos.config.tenants import TenantLimits
+from agentos.config.tenants import Budget, TenantLimits
 from agentos.tenancy.principal import TENANT_SCOPES, Scope, require
 from agentos.tenancy.records import TENANT_ID_PATTERN, key_json, tenant_json
 from agentos.tenancy.registry import MAX_EXPIRES_IN_S, TenantRegistry
@@ -34,14 +34,14 @@ class TenantCreate(msgspec.Struct, forbid_unknown_fields=True):
 
     tenant_id: TenantId
     name: Name = ""
-    limits: dict[str, int] = {}
+    limits: dict[str, int | float] = {}
 
 
 class TenantUpdate(msgspec.Struct, forbid_unknown_fields=True):
     """What is given changes; `limits` merges into the overrides (null drops one)."""
 
     name: Name | None = None
-    limits: dict[str, int | None] | None = None
+    limits: dict[str, int | float | None] | None = None
     disabled: bool | None = None
 
 
@@ -54,6 +54,15 @@ class KeyCreate(msgspec.Struct, forbid_unknown_fields=True):
         default_factory=lambda: list(DEFAULT_KEY_SCOPES)
     )
     expires_in_s: ExpiresIn | None = None
+    budget_per_day: Budget = 0.0  # the key's own spending budgets (0: none; the tenant's still apply)
+    budget_per_month: Budget = 0.0
+
+
+class KeyUpdate(msgspec.Struct, forbid_unknown_fields=True):
+    """What is given changes: the key's spending budgets (0: none)."""
+
+    budget_per_day: Budget | None = None
+    budget_per_month: Budget | None = None
 
 
 def _ranges() -> dict[str, Any]:
@@ -84,7 +93,7 @@ _TENANT = Schema.object(
         "tenant_id": {"type": "string"},
         "name": {"type": "string"},
         "disabled": {"type": "boolean", "description": "its keys are refused (401) while true"},
-        "limit_overrides": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "limit_overrides": {"type": "object", "additionalProperties": {"type": "number"}},
         "limits": {
             "$ref": "#/components/schemas/TenantLimits",
             "description": "effective: [tenant_limits] with the overrides",
@@ -103,6 +112,8 @@ _KEY_PROPERTIES: dict[str, Any] = {
     "created_ms": {"type": "integer"},
     "expires_ms": {**_NULLABLE_MS, "description": "null: never expires"},
     "revoked_ms": _NULLABLE_MS,
+    "budget_per_day": {"type": "number", "description": "its own spending budget per UTC day; 0: none"},
+    "budget_per_month": {"type": "number", "description": "per calendar month (UTC); 0: none"},
 }
 _KEY = Schema.object("ApiKey", _KEY_PROPERTIES, uses=(Scope,))
 _KEY_CREATED = Schema.object(
@@ -183,8 +194,9 @@ async def update_tenant(request: web.Request) -> web.Response:
 async def create_key(request: web.Request) -> web.Response:
     registry = _registry(request)
     body = await read_body(request, KeyCreate)
+    budgets = (body.budget_per_day, body.budget_per_month)
     key, record = await registry.create_key(
-        body.tenant_id, name=body.name, scopes=body.scopes, expires_in_s=body.expires_in_s
+        body.tenant_id, name=body.name, scopes=body.scopes, expires_in_s=body.expires_in_s, budgets=budgets
     )
     return json_response(key_json(record, registry.now_ms()) | {"key": key}, status=201)
 
@@ -208,6 +220,22 @@ async def list_keys(request: web.Request) -> web.Response:
 async def get_key(request: web.Request) -> web.Response:
     registry = _registry(request)
     return json_response(key_json(registry.key(request.match_info["key_id"]), registry.now_ms()))
+
+
+@routes.patch("/v1/admin/keys/{key_id}")
+@operation(
+    "Change a key's spending budgets",
+    body=KeyUpdate,
+    answers={200: json("The key (never the key itself)", _KEY)},
+    errors=BAD_BODY | {404: "Unknown key"},
+)
+async def update_key(request: web.Request) -> web.Response:
+    registry = _registry(request)
+    body = await read_body(request, KeyUpdate)
+    record = await registry.update_key(
+        request.match_info["key_id"], budget_per_day=body.budget_per_day, budget_per_month=body.budget_per_month
+    )
+    return json_response(key_json(record, registry.now_ms()))
 
 
 @routes.post("/v1/admin/keys/{key_id}/revoke")

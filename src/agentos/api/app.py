@@ -48,6 +48,7 @@ from agentos.api.middleware import access_log_middleware, auth_middleware, is_lo
 from agentos.api.openai_errors import openai_error_middleware
 from agentos.api.ratelimit import LIMITERS, Limiters, add_rate_headers, rate_limit_middleware
 from agentos.api.tracing import tracing_middleware
+from agentos.providers.router import Router
 from agentos.services import Services
 
 SSE_KEEPALIVE_S_DEFAULT = 15.0
@@ -104,7 +105,8 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     app[SSE_KEEPALIVE_S] = sse_keepalive_s
     app[LIMITERS] = limiters
     app[QUOTAS] = services.quotas
-    app[ADMISSION] = Admission(services.runtime, services.quotas, limiters)
+    models = services.provider if isinstance(services.provider, Router) else None  # a test's own: unpriced
+    app[ADMISSION] = Admission(services.runtime, services.quotas, limiters, budgets=services.budgets, models=models)
     app[KNOWLEDGE] = services.knowledge
     app[TRIGGERS] = services.triggers
     app[SCHEDULES] = services.schedules

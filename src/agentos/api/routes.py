@@ -96,10 +96,12 @@ def text(description: str, *media_types: str) -> Answer:
 @dataclass(frozen=True, kw_only=True)
 class Limits:
     """What an operation that starts work adds to every keyed operation's 429 (`more_429`: its
-    own codes) and the quota (`quota`) its 403 may name."""
+    own codes), the quota (`quota`) its 403 may name, and whether it holds spending budgets
+    (`budgets`: its 402 `budget_exceeded`)."""
 
     more_429: str = ""
     quota: str = ""
+    budgets: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

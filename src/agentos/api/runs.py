@@ -45,8 +45,10 @@ from agentos.api.routes import (
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSEStream, failures_as_events
 from agentos.errors import BadRequest, InvalidInput
+from agentos.ids import new_run_id
 from agentos.journal.run_list import CURSOR_PATTERN, RUN_STATUSES, RunCursor, RunQuery
 from agentos.kernel import RUN_TERMINAL_EVENTS
+from agentos.runtime.turn import check_input
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
@@ -120,6 +122,7 @@ _AFTER = {
         " `tenant_active_runs`",
         quota="`quota_tokens_per_day`: the tenant's provider tokens for the UTC day are spent"
         " (Retry-After: until 00:00 UTC)",
+        budgets=True,
     ),
 )
 async def start_run(request: web.Request) -> web.Response:
@@ -127,10 +130,18 @@ async def start_run(request: web.Request) -> web.Response:
     tenant_id, runtime, admission = who.tenant_id, request.app[RUNTIME], request.app[ADMISSION]
     admission.offer(who, "run")  # draining or full: refused before the body, like a turn
     body = await read_body(request, RunCreate)
-    async with admission.starting(who, "run"):
+    check_input(body.input, runtime.settings.kernel.max_input_chars)  # 422 before any budget is held, as a turn's
+    runs, agent, run_id = request.app[RUNS], request.match_info["name"], new_run_id()
+    # The agent's own budget per run joins the admission's hold (an unknown agent: 404 inside)
+    spec = runs.get_agent(tenant_id, agent) if await runs.sees_agent(tenant_id, agent) else None
+    max_cost, model = (0.0, None) if spec is None else (spec["max_cost"], spec["model"])  # unknown: 404 inside
+    if spec is not None and body.max_cost is not None and not (max_cost and body.max_cost > max_cost):
+        max_cost = body.max_cost  # past the agent's: 422 inside
+    async with admission.starting(who, "run", body.input, run=(run_id, max_cost), model=model) as started:
         if body.session_id is not None:
             await runtime.get_session(tenant_id, body.session_id)  # 404 unless it is the tenant's
-        run_id = await request.app[RUNS].start_run(tenant_id, request.match_info["name"], body.input, body.session_id)
+        await runs.start_run(tenant_id, agent, body.input, body.session_id, run_id=run_id, max_cost=body.max_cost)
+        started.bind(run_id)  # its steps' calls carry the run id
     links = {"run_url": f"/v1/runs/{run_id}", "events_url": f"/v1/runs/{run_id}/events"}
     return json_response(RunStarted(run_id, "queued", **links), status=202)
 

@@ -84,6 +84,7 @@ def wants_sse(accept: str) -> bool:
         more_429="`turn_rate_limited` (turns per minute), `overloaded` (the server's admission limit),"
         " `tenant_concurrent_turns`",
         quota=_TOKENS_QUOTA,
+        budgets=True,
     ),
 )
 async def post_turn(request: web.Request) -> web.StreamResponse:
@@ -98,10 +99,11 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     admission.offer(who, "turn")  # a refusal reads no body and looks nothing up
     body = await read_body(request, TurnCreate)
     check_input(body.input, runtime.settings.kernel.max_input_chars)
-    async with admission.starting(who, "turn"):
+    async with admission.starting(who, "turn", body.input) as started:
         turn = await runtime.start_turn(
             who.tenant_id, request.match_info["session_id"], body.input, key_id=who.key_id or ""
         )
+        started.bind(turn.turn_id, turn.session_id)  # an agent's turn: its run's calls carry the session
     if not sse:
         return await _collect(runtime, turn)
     try:

@@ -95,8 +95,10 @@ async def _on_frame(app: web.Application, who: Principal, session_id: str, raw: 
     check_input(frame.input, runtime.settings.kernel.max_input_chars)
     admission = app[ADMISSION]  # a turn started over the socket is admitted like one over HTTP
     admission.offer(who, "turn")
-    async with admission.starting(who, "turn"):
-        return await runtime.start_turn(tenant_id, session_id, frame.input, key_id=who.key_id or "")
+    async with admission.starting(who, "turn", frame.input) as started:
+        turn = await runtime.start_turn(tenant_id, session_id, frame.input, key_id=who.key_id or "")
+        started.bind(turn.turn_id, turn.session_id)  # an agent's turn: its run's calls carry the session
+        return turn
 
 
 async def _run_turn(runtime: Runtime, turn: Turn, sink: WebSocketSink) -> None:

@@ -350,10 +350,12 @@ def open_router(
     share: BreakerShare | None = None,
     tracing: Tracing = NO_TRACING,
     ledger: Ledger | None = None,
+    meter: Meter | None = None,
 ) -> Router:
     """The router of `settings`: `[providers]` and `[models]`, or the simple `[provider]` form
     (then a model the config does not name passes through to that provider, as before);
-    `ledger`: where each call that answered is recorded (`agentos.tenancy.ledger.StoreLedger`).
+    `ledger`: where each call that answered is recorded (`agentos.tenancy.ledger.StoreLedger`);
+    `meter`: the budgets each call reserves on, then settles (`agentos.tenancy.budgets`).
 
     Raises: ConfigError naming the key (an unknown provider, a key variable not set)."""
     models, default = routes(settings.provider, settings.providers, settings.models, settings.routing)
@@ -362,7 +364,9 @@ def open_router(
         clock, failures=r.breaker_failures, cooldown_s=r.breaker_cooldown_s, probes=r.breaker_probes, share=share
     )
     passthrough = not settings.models
-    return Router(models, default, breakers, clock, passthrough=passthrough, tracing=tracing, ledger=ledger)
+    return Router(
+        models, default, breakers, clock, passthrough=passthrough, tracing=tracing, ledger=ledger, meter=meter
+    )
 
 
 _GEN_AI_PROVIDER = {"openai": "openai", "openai-responses": "openai", "anthropic": "anthropic"}
