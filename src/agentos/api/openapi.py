@@ -94,7 +94,7 @@ _FORBIDDEN = "The key lacks the scope this operation needs (insufficient_scope)"
 _BUDGET = (
     "`budget_exceeded`: a spending budget (the tenant's or the key's per day or month, the agent's"
     " per run) cannot hold the first model call's worst case; the message names it; Retry-After"
-    " when only the next day or month frees it (docs/providers-budgets.md)"
+    " when only the next day or month frees it (docs/providers.md, Budgets)"
 )
 _NOT_JSON = "`unsupported_media_type`: a body not sent as `Content-Type: application/json`"
 _UNAVAILABLE = (

@@ -1,6 +1,6 @@
 """Spending budgets: what a tenant, a key and a run may spend on model calls, held by reservation.
 
-Theory of operation (docs/providers-budgets.md):
+Theory of operation (docs/providers.md ("Budgets")):
 
 - A model call counts against *lines*: the tenant's day and month (`TenantLimits.budget_per_day`
   / `budget_per_month`), its key's day and month (set on the key by an admin), and its run
