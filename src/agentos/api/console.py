@@ -38,6 +38,7 @@ ASSETS = {
         "inbox.js",
         "playground.js",
         "usage.js",
+        "waterfall.js",
         "admin.js",
     )
 }
