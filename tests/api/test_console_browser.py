@@ -380,18 +380,30 @@ WATERFALL = """() => [...document.querySelectorAll('#run-waterfall .wf-row')].ma
 })"""
 
 
-async def test_a_runs_waterfall_shows_its_steps_with_the_waiting_one_open(
-    open_tab, console: ConsoleServer, http: aiohttp.ClientSession
-) -> None:
+async def _waiting_run_opened(
+    open_tab: Callable[[], Awaitable[Tab]], console: ConsoleServer, http: aiohttp.ClientSession, *, by_id: bool
+) -> tuple[str, Tab]:
+    """A run of `careful` waiting for its first approval, opened in the runs view (by its id in
+    the Open box, or from the list), its waterfall drawn up to the open human wait."""
     run_id = await _start_careful(http, console, console.alice)
     tab = await open_tab()
     await tab.sign_in(console.alice)
     await tab.view("runs")
-    page = tab.page
-    await page.fill("#runs-open-id", run_id)
-    await page.click("#runs-open")
+    if by_id:
+        await tab.page.fill("#runs-open-id", run_id)
+        await tab.page.click("#runs-open")
+    else:
+        await tab.page.locator(f"#runs-table tr[data-id='{run_id}']").click()
+    await tab.page.wait_for_selector("#run-waterfall .wf-row.human[data-open='true']", timeout=WAIT_MS)
+    return run_id, tab
+
+
+async def test_a_runs_waterfall_shows_its_steps_with_the_waiting_one_open(
+    open_tab, console: ConsoleServer, http: aiohttp.ClientSession
+) -> None:
     # Waiting for its first approval: the model call is done, the human wait runs on to now.
-    await page.wait_for_selector("#run-waterfall .wf-row.human[data-open='true']", timeout=WAIT_MS)
+    run_id, tab = await _waiting_run_opened(open_tab, console, http, by_id=True)
+    page = tab.page
     rows = await page.evaluate(WATERFALL)
     assert [(r["kind"], r["status"], r["open"]) for r in rows] == [
         ("run", "running", True),
@@ -418,6 +430,7 @@ async def test_a_runs_waterfall_shows_its_steps_with_the_waiting_one_open(
     assert {r["kind"] for r in steps} == {"model", "human", "sandbox"}
     commands = [r["label"] for r in steps if r["kind"] == "sandbox"]
     assert len(commands) == 2 and all(c.startswith("sandbox: sh -c echo step-") for c in commands), commands
+    assert all(c.endswith(" · exit 0") for c in commands), commands
     assert sum(r["kind"] == "human" for r in steps) == 3
     assert all(r["status"] == "completed" and not r["open"] for r in rows)
     # Bars by time: each step starts where or after the one before it, inside the run's bar.
@@ -432,13 +445,8 @@ async def test_a_runs_waterfall_shows_its_steps_with_the_waiting_one_open(
 async def test_terminating_a_waiting_run_closes_its_open_step_and_turns_the_buttons_off(
     open_tab, console: ConsoleServer, http: aiohttp.ClientSession
 ) -> None:
-    run_id = await _start_careful(http, console, console.alice)
-    tab = await open_tab()
-    await tab.sign_in(console.alice)
-    await tab.view("runs")
+    _, tab = await _waiting_run_opened(open_tab, console, http, by_id=False)
     page = tab.page
-    await page.locator(f"#runs-table tr[data-id='{run_id}']").click()
-    await page.wait_for_selector("#run-waterfall .wf-row.human[data-open='true']", timeout=WAIT_MS)
     await page.click("#run-terminate")
     await page.wait_for_selector("#run-waterfall .wf-row.human[data-status='cancelled']", timeout=WAIT_MS)
     await page.wait_for_selector("#run-cancel:disabled", timeout=WAIT_MS)

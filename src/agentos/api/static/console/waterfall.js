@@ -56,7 +56,9 @@ export function waterfall(node, run, onOpenRun) {
       step(`tool ${op}`, { kind: sandbox ? "sandbox" : "tool", label: toolLabel(data), start: at });
     } else if (name === "tool.result") {
       const s = byKey.get(`tool ${op}`) ?? step(`tool ${op}`, { kind: "tool", label: data.name, start: at });
-      close(s, at, /^error:/.test(data.content ?? "") ? "failed" : "completed");
+      const exit = s.kind === "sandbox" ? exitOf(data.content) : null;
+      if (exit) s.label += ` · ${exit}`;
+      close(s, at, /^error:/.test(data.content ?? "") || (exit && exit !== "exit 0") ? "failed" : "completed");
       close(byKey.get(`child ${op}`), at, "completed");
     } else if (name === "tool.uncertain") {
       close(byKey.get(`tool ${op}`), at, "uncertain");
@@ -141,4 +143,14 @@ function toolLabel(data) {
     } catch (_) { /* the arguments as sent */ }
   }
   return `${data.name}`;
+}
+
+// A sandbox command's result (`{"exit_code", "timed_out", ...}`): "exit N", "timed out", or null.
+function exitOf(content) {
+  try {
+    const result = JSON.parse(content);
+    return result.timed_out ? "timed out" : typeof result.exit_code === "number" ? `exit ${result.exit_code}` : null;
+  } catch (_) {
+    return null;
+  }
 }
