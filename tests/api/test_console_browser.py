@@ -442,6 +442,55 @@ async def test_a_runs_waterfall_shows_its_steps_with_the_waiting_one_open(
     await tab.shoot("waterfall")
 
 
+# The page's own waterfall (waterfall.js) fed a run's events that the mock's scripts never make:
+# a delegation, a model call cut off by a restart and made again, and a failing command.
+DELEGATION = """async () => {
+    const { waterfall } = await import('./console/waterfall.js');  // the module the page runs
+    const node = document.createElement('div');
+    node.id = 'run-waterfall';
+    document.getElementById('run-detail').replaceChildren(node);
+    window.opened = [];
+    const run = {run_id: 'run_p', agent: 'boss', created_ms: 1000};
+    const chart = waterfall(node, run, (id) => window.opened.push(id));
+    const events = [
+        ['run.started', {agent: 'boss', at_ms: 1000}],
+        ['model.started', {operation_id: 'run_p:1', attempt: 1, at_ms: 1010}],
+        ['run.resumed', {agent: 'boss', at_ms: 1500}],
+        ['model.started', {operation_id: 'run_p:1', attempt: 2, at_ms: 1510}],
+        ['model.completed', {operation_id: 'run_p:1', duration_ms: 90, tool_calls: [{name: 'delegate'}], at_ms: 1600}],
+        ['tool.call', {operation_id: 'run_p:2', name: 'delegate', arguments: '{}', at_ms: 1610}],
+        ['run.child_started', {child_run_id: 'run_p.2', agent: 'helper', at_ms: 1620}],
+        ['tool.result', {operation_id: 'run_p:2', name: 'delegate', content: 'done', at_ms: 2600}],
+        ['tool.call', {operation_id: 'run_p:3', name: 'run_command', arguments: '{"command": ["false"]}', at_ms: 2610}],
+        ['tool.result', {operation_id: 'run_p:3', name: 'run_command', content: '{"exit_code": 1}', at_ms: 2700}],
+        ['model.started', {operation_id: 'run_p:4', attempt: 1, at_ms: 2710}],
+        ['run.failed', {status: 'failed', reason: 'provider: down', at_ms: 3000}],
+    ];
+    for (const [name, data] of events) chart.add(name, data);
+    await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
+    return [...node.querySelectorAll('.wf-row')].map((row) => [row.dataset.kind, row.dataset.status,
+        row.querySelector('.wf-label').textContent, row.querySelector('.wf-took').textContent]);
+}"""
+
+
+async def test_a_waterfall_shows_a_child_run_a_resumed_call_and_failures(open_tab, console: ConsoleServer) -> None:
+    tab = await open_tab()
+    await tab.sign_in(console.alice)
+    await tab.view("runs")
+    rows = await tab.page.evaluate(DELEGATION)
+    assert rows == [
+        ["run", "failed", "run (boss)", "2.00 s"],
+        ["model", "interrupted", "model call", "490 ms"],  # died with its node at the restart
+        ["model", "completed", "model call (attempt 2) → delegate", "90 ms"],
+        ["tool", "completed", "delegate", "990 ms"],
+        ["child", "completed", "child run run_p.2 (helper)", "980 ms"],  # until the delegate step's result
+        ["sandbox", "failed", "sandbox: false · exit 1", "90 ms"],
+        ["model", "failed", "model call", "290 ms"],  # open when the run failed
+    ]
+    await tab.page.click("#run-waterfall .wf-row.child")
+    assert await tab.page.evaluate("() => window.opened") == ["run_p.2"]
+
+
 async def test_terminating_a_waiting_run_closes_its_open_step_and_turns_the_buttons_off(
     open_tab, console: ConsoleServer, http: aiohttp.ClientSession
 ) -> None:
