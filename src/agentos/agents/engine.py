@@ -220,8 +220,9 @@ class RunEngine:
         return handle
 
     async def run_view(self, tenant_id: str, run_id: str) -> dict[str, Any]:
-        """The run's row as a client sees it: this node's live status if it drives the run, and
-        the pending human request while it waits. Raises: NotFound (also for another tenant's run)."""
+        """The run's row as a client sees it: this node's live status if it drives the run, the
+        pending human request while it waits, and its trace's id and link when tracing is on
+        (`RunTraces.view`). Raises: NotFound (also for another tenant's run)."""
         row = await self.store.load_run(tenant_id, run_id)
         if row is None:
             raise run_not_found(run_id)
@@ -233,6 +234,7 @@ class RunEngine:
         pending = steps[-1] if steps else None
         if info["status"] == "waiting_human" and pending is not None and pending.status == "waiting":
             info["pending"] = pending.input
+        info.update(self.traces.view(run_id))
         return info
 
     def children(self, run_id: str) -> list[RunHandle]:

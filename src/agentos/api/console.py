@@ -40,6 +40,7 @@ ASSETS = {
         "playground.js",
         "usage.js",
         "schedules.js",
+        "waterfall.js",
         "admin.js",
     )
 }

@@ -98,6 +98,16 @@ RUN = Schema.object(
         "created_ms": {"type": "integer"},
         "updated_ms": {"type": "integer"},
         "pending": {**ref("HumanRequest"), "description": "only while status is waiting_human"},
+        "trace_id": {
+            "type": "string",
+            "description": "the run's own trace (docs/observability.md); only when tracing is on,"
+            " and not in GET /v1/runs",
+        },
+        "trace_url": {
+            "type": "string",
+            "description": "`[telemetry] trace_url_template` with the run's trace id: the trace in the"
+            " operator's backend; only when the template is set and the run's trace is sampled",
+        },
     },
     ["run_id", "agent", "input", "input_truncated", "status", "created_ms", "updated_ms"],
     uses=(_HUMAN_REQUEST,),

@@ -39,12 +39,18 @@ export function status(value) {
   return el("span", { class: `status ${value}`, text: value });
 }
 
-export function table(node, columns, rows, onPick) {
+// A table of `rows`; with none, one row that says so (`empty`) instead of a bare header.
+export function table(node, columns, rows, onPick, empty = "Nothing to show.") {
   clear(node).append(el("tr", {}, columns.map(([title]) => el("th", { text: title }))));
+  if (!rows.length) {
+    node.append(el("tr", { class: "empty" }, el("td", { colspan: columns.length, class: "hint", text: empty })));
+    return;
+  }
   appendRows(node, columns, rows, onPick);
 }
 
 export function appendRows(node, columns, rows, onPick) {
+  if (rows.length) node.querySelector("tr.empty")?.remove();
   for (const row of rows) {
     const cells = columns.map(([, cell]) => {
       const value = cell(row);

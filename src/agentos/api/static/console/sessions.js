@@ -48,7 +48,8 @@ function matches(s, needle) {
 
 function render() {
   const needle = $("sessions-filter").value.trim().toLowerCase();
-  table($("sessions-table"), COLUMNS, loaded.filter((s) => matches(s, needle)), (s) => openSession(s.id));
+  const empty = loaded.length ? "No loaded session matches the filter." : "No sessions yet.";
+  table($("sessions-table"), COLUMNS, loaded.filter((s) => matches(s, needle)), (s) => openSession(s.id), empty);
   $("sessions-more").hidden = !cursor;
 }
 
