@@ -111,6 +111,10 @@ async def test_sign_in_keeps_the_key_out_of_the_url_and_a_chart_updates(
         for _ in range(3):
             await _turns(http, console, count=16)
         await page.wait_for_function("() => Number(document.querySelector('#chart-turns').dataset.points) >= 8")
+    # The router's targets as a table (docs/providers.md, "Metrics"): the one target answered them all.
+    await page.wait_for_selector("#live-providers span.mono", timeout=WAIT_MS)
+    row = await page.text_content("#live-providers tr:nth-child(2)")
+    assert row is not None and row.startswith("default/") and "closed" in row
     await tab.shoot("live")
     await page.reload()  # the key is kept for the tab: still signed in
     await page.wait_for_selector("#shell:not([hidden])", timeout=WAIT_MS)

@@ -1,6 +1,6 @@
 // Live: the numbers of GET /metrics, one point a second from the tab's stream, as charts.
 // Histograms arrive cumulative; each point is the quantile of what was observed since the last.
-import { $, clear, el } from "./dom.js";
+import { $, clear, el, table } from "./dom.js";
 
 const POINTS = 120;  // two minutes
 const COLORS = ["#2f6fdf", "#e07a00", "#23864a", "#9b59b6"];
@@ -145,7 +145,23 @@ function update(m) {
     c.box.dataset.values = String(c.data[1].filter((x) => x !== null).length);  // points with a first series' value
   }
   tiles(m);
+  if (m.server) providers(m.server.targets || {});
   previous = m;
+}
+
+// The router's targets (docs/providers.md, "Metrics"): calls, failures, fallbacks, breaker.
+const BREAKER = ["closed", "open", "half-open"];
+const TARGET_COLUMNS = [
+  ["target", (t) => el("span", { class: "mono", text: t.name })],
+  ["calls", (t) => String(t.requests ?? 0)],
+  ["failures", (t) => String(t.failures ?? 0)],
+  ["fell back", (t) => String(t.fallbacks ?? 0)],
+  ["breaker", (t) => el("span", { class: `status ${t.breaker_state ? "failed" : "completed"}`, text: BREAKER[t.breaker_state ?? 0] })],
+];
+
+function providers(targets) {
+  const rows = Object.entries(targets).map(([name, values]) => ({ name, ...values }));
+  table($("live-providers"), TARGET_COLUMNS, rows, null, "No provider called yet.");
 }
 
 function tiles(m) {
