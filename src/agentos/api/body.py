@@ -19,6 +19,7 @@ from agentos.api.keys import MAX_BODY_BYTES
 from agentos.config import KernelConfig
 from agentos.errors import BadRequest, InvalidInput, PayloadTooLarge, UnsupportedMediaType
 from agentos.json_limits import check_json, nests_freely, too_deep
+from agentos.kernel import OnBusy
 
 T = TypeVar("T")
 
@@ -47,8 +48,21 @@ class SessionCreate(msgspec.Struct, forbid_unknown_fields=True):
     metadata: dict[str, Any] = {}
 
 
+OnBusyField = Annotated[
+    OnBusy | None,
+    msgspec.Meta(
+        description="what this turn does if the session is running one: replace (cancel it, the"
+        " default), reject (409 turn_in_progress), enqueue (wait in the session's queue, 429"
+        " turn_queue_full over its bound), rollback (replace, and drop the replaced turn's messages),"
+        " steer (an agent turn takes the message at its next step; a chat turn: replace)."
+        " Absent or null: the session's default (docs/conversations.md)"
+    ),
+]
+
+
 class TurnCreate(msgspec.Struct, forbid_unknown_fields=True):
     input: Input
+    on_busy: OnBusyField = None
 
 
 class RunCreate(msgspec.Struct, forbid_unknown_fields=True):

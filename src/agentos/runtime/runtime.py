@@ -64,6 +64,7 @@ def kernel_limits(settings: Settings) -> KernelLimits:
         retry_after_s=k.retry_after_s,
         max_active_runs=k.max_active_runs,
         fair_reserve=k.fair_reserve,
+        max_queued_turns_per_session=k.max_queued_turns_per_session,
         tenant_defaults=TenantShare(t.weight, t.max_concurrent_turns, t.max_active_runs),
     )
 
@@ -179,6 +180,18 @@ class Runtime:
         """
         self.sessions.check_loaded(tenant_id, session_id)
         return self._turns.cancel(session_id, reason)
+
+    def cancel_turn_by_id(self, tenant_id: str, session_id: str, turn_id: str) -> bool:
+        """Cancel one turn of a session in memory by id (a queued one leaves the queue); whether
+        it was live here (another session's or tenant's turn is not).
+
+        Raises: SessionNotFound (not in memory, or another tenant's).
+        """
+        self.sessions.check_loaded(tenant_id, session_id)
+        turn = self._turns.get(turn_id)
+        if turn is None or turn.session_id != session_id or turn.tenant_id != tenant_id:
+            return False
+        return self._turns.cancel_by_id(turn_id)
 
     async def follow_turn(
         self, tenant_id: str, session_id: str, turn_id: str, after_seq: int

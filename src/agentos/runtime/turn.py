@@ -16,7 +16,9 @@ from agentos.providers.base import Message
 from agentos.store.records import MessageRecord
 from agentos.telemetry import NULL_SPAN, Span
 
-EventName = Literal["turn.started", "token", "turn.completed", "turn.cancelled", "turn.failed"]
+EventName = Literal[
+    "turn.queued", "turn.started", "token", "turn.steered", "turn.completed", "turn.cancelled", "turn.failed"
+]
 TERMINAL_EVENTS: frozenset[str] = frozenset({"turn.completed", "turn.cancelled", "turn.failed"})
 
 
@@ -82,6 +84,8 @@ class Turn:
         "asked",
         "prompt",
         "tools",
+        "queued",
+        "rollback",
         "_seq",
     )
 
@@ -112,6 +116,10 @@ class Turn:
         # mode), ending with `input`; None: the session's transcript, then `input`.
         self.prompt: list[Message] | None = None
         self.tools: list[dict[str, Any]] | None = None  # a client's own tools (plain chat turns only)
+        # While it waits in its session's queue (`on_busy` enqueue or steer): `(ahead, accepted)`,
+        # the turns ahead of it when it joined and the future its promotion resolves.
+        self.queued: tuple[int, asyncio.Future[None]] | None = None
+        self.rollback = False  # replaced by a turn with `on_busy` "rollback": its messages go
         self._seq = 0
 
     @property

@@ -32,10 +32,24 @@ from agentos.errors import (
     ShuttingDown,
     StaleTurn,
     StoreUnavailable,
+    TurnInProgress,
     new_error_id,
 )
 from agentos.ids import new_id
-from agentos.kernel import CancelRequested, CancelTurn, GrantPermit, RejectTurn, TurnEnded, TurnSubmitted
+from agentos.kernel import (
+    DEFAULT_ON_BUSY,
+    AcceptTurn,
+    CancelRequested,
+    CancelTurn,
+    GrantPermit,
+    OnBusy,
+    QueueTurn,
+    RejectTurn,
+    TurnCancelRequested,
+    TurnEnded,
+    TurnState,
+    TurnSubmitted,
+)
 from agentos.metrics import Metrics
 from agentos.providers.base import Message
 from agentos.runtime.agent_turn import AgentTurns
@@ -84,6 +98,7 @@ class Turns:
         self.idle = asyncio.Event()  # set while no turn is live
         self.idle.set()
         driver.on(CancelTurn, self._on_cancel)
+        driver.on(AcceptTurn, self._on_accept)
         self.epochs = TurnEpochs(driver, store, bus, self.get)
 
     def __len__(self) -> int:
@@ -105,15 +120,20 @@ class Turns:
         prompt: list[Message] | None = None,
         tools: list[dict[str, Any]] | None = None,
         key_id: str = "",
+        on_busy: OnBusy | None = None,
     ) -> Turn:
         """Admit a turn in the tenant's session; `run` runs it. `key_id`: the key that asked
         (its model calls are counted against it: the usage ledger, the key's budget).
+        `on_busy`: what it does if the session runs a turn (None: the session's default,
+        docs/conversations.md); a queued turn is admitted and `run` waits for its turn.
 
         Raises:
             ShuttingDown: the server is draining.
             SessionNotFound: no such session (or another tenant's).
-            AdmissionRejected: over `kernel.max_in_flight_turns` (code "overloaded") or the
-                session's tenant's `max_concurrent_turns` ("tenant_concurrent_turns").
+            AdmissionRejected: over `kernel.max_in_flight_turns` (code "overloaded"), the
+                session's tenant's `max_concurrent_turns` ("tenant_concurrent_turns") or the
+                session's queue bound ("turn_queue_full").
+            TurnInProgress: `on_busy` "reject" and the session runs a turn.
         """
         if not self.accepting:
             raise ShuttingDown("the server is shutting down")
@@ -128,13 +148,17 @@ class Turns:
         turn.prompt, turn.tools, turn.key_id = prompt, tools, key_id
         self._turns[turn.turn_id] = turn
         self.idle.clear()
-        commands = self._driver.handle(TurnSubmitted(session_id, turn.turn_id, agent is None, tenant_id))
+        submitted = TurnSubmitted(session_id, turn.turn_id, agent is None, tenant_id, on_busy or DEFAULT_ON_BUSY)
+        commands = self._driver.handle(submitted)
         if isinstance(commands[0], RejectTurn):
             self._forget(turn)
             if self._driver.turn_holds is not None:
                 self._driver.turn_holds.release(turn_id)  # held above, never started
-            raise AdmissionRejected(commands[0].retry_after_s, code=commands[0].code)
-        if agent is None and GrantPermit(turn.turn_id) not in commands:
+            raise _refusal(session_id, commands[0])
+        queued = next((c for c in commands if isinstance(c, QueueTurn)), None)
+        if queued is not None:  # it waits its turn: `_on_accept` resolves the future
+            turn.queued = (queued.ahead, asyncio.get_running_loop().create_future())
+        elif agent is None and GrantPermit(turn.turn_id) not in commands:
             turn.permit = self._driver.waits_for_permit(turn.turn_id)
         if self._tracing.on:  # on the request's span: admitted, and whether a permit was free
             self._tracing.event(
@@ -154,6 +178,13 @@ class Turns:
         if turn_id is not None or not self.epochs.fencing:
             return turn_id
         return await self.epochs.cancel(tenant_id, session_id)
+
+    def cancel_by_id(self, turn_id: str) -> bool:
+        """Cancel one live turn of this node by id (a queued one leaves its queue); whether it was live."""
+        if turn_id not in self._turns:
+            return False
+        self._driver.handle(TurnCancelRequested(turn_id))
+        return True
 
     def cancel_all(self, reason: str) -> None:
         for turn_id in list(self._turns):
@@ -175,6 +206,8 @@ class Turns:
         try:
             if turn.cancel_reason is not None:  # cancelled before it started running
                 raise asyncio.CancelledError
+            if turn.queued is not None:
+                await self._wait_turn(turn, sink)
             await self.epochs.begin(turn)
             outcome = await self._execute(turn, self._published(turn, sink), partial)
             await self._finish(turn, sink, outcome.name, outcome.data, None, outcome.answer)
@@ -206,6 +239,28 @@ class Turns:
             self._store.end_turn(turn.turn_id)  # a no-op if it completed (see _finish)
             self._driver.handle(TurnEnded(turn.turn_id))
 
+    async def _wait_turn(self, turn: Turn, sink: TurnSink) -> None:
+        """A queued turn: say so, then wait until the turns ahead of it are done (or it is
+        cancelled: the task is, as for any turn)."""
+        assert turn.queued is not None
+        ahead, accepted = turn.queued
+        data = {"turn_id": turn.turn_id, "ahead": ahead}
+        await sink.send(turn.next_event_id(), "turn.queued", data)
+        record_event(self._store, turn, "turn.queued", data)
+        await accepted
+
+    def _on_accept(self, command: AcceptTurn) -> None:
+        """A queued turn's turn came: it runs now (and waits for a permit if none was free)."""
+        turn = self._turns.get(command.turn_id)
+        if turn is None or turn.queued is None:
+            return  # admitted at once: `start` saw it
+        accepted = turn.queued[1]
+        turn.queued = None
+        if turn.agent is None and self._driver.kernel.turn_state(turn.turn_id) is TurnState.WAITING:
+            turn.permit = self._driver.waits_for_permit(turn.turn_id)
+        if not accepted.done():
+            accepted.set_result(None)
+
     def _published(self, turn: Turn, sink: TurnSink) -> TurnSink:
         return sink if self._streams is None else PublishingSink(sink, self._streams, turn)
 
@@ -230,6 +285,7 @@ class Turns:
         if turn is None or turn.finishing:
             return
         turn.cancel_reason = command.reason
+        turn.rollback = command.rollback
         if command.reason == "superseded":  # by the turn whose request is the current span
             turn.superseded_by = self._tracing.current_traceparent()
         if turn.task is not None:
@@ -315,6 +371,12 @@ class Turns:
             data.get("reason", "-"),
             duration_ms,
         )
+
+
+def _refusal(session_id: str, rejected: RejectTurn) -> Exception:
+    if rejected.code == "turn_in_progress":
+        return TurnInProgress(session_id, rejected.running_turn_id)
+    return AdmissionRejected(rejected.retry_after_s, code=rejected.code)
 
 
 def _trace_outcome(turn: Turn, outcome: str, data: dict[str, Any]) -> None:
