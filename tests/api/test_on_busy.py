@@ -164,3 +164,24 @@ async def test_reject_and_enqueue_over_the_websocket(server_factory, mock_factor
     assert names.index("turn.queued") < names.index("turn.completed") < len(names) - 1
     assert names[-1] == "turn.completed" and names.count("turn.completed") == 2
     assert mock.stats.aborted == 0
+
+
+async def test_on_busy_at_the_openai_front_door(server_factory, mock_factory, http: aiohttp.ClientSession) -> None:
+    """`on_busy` is an extension field of chat completions: it acts on the session the
+    X-Session-Id header names."""
+    mock: MockServer = await mock_factory(ttft_ms=5, tps=200, tokens=60)
+    server: RunningServer = await server_factory(mock.url)
+    chat = f"{server.url}/v1/chat/completions"
+    hi = [{"role": "user", "content": "hi"}]
+    async with http.post(chat, json={"model": "mock-1", "messages": hi}) as r:
+        session = {"X-Session-Id": r.headers["X-Session-Id"]}
+    first, first_id = await _running(http, f"{server.url}/v1/sessions/{session['X-Session-Id']}/turns", "one")
+    body = {"model": "mock-1", "messages": hi, "on_busy": "reject"}
+    async with http.post(chat, json=body, headers=session) as r:
+        assert r.status == 409
+        error = (await r.json())["error"]
+    assert error["code"] == "turn_in_progress" and first_id in error["message"]
+    async with http.post(chat, json=body | {"on_busy": "enqueue"}, headers=session) as r:
+        assert r.status == 200
+        assert (await r.json())["choices"][0]["message"]["content"]
+    assert (await first)[-1].name == "turn.completed"  # the queued one ran after it
