@@ -185,3 +185,28 @@ async def test_on_busy_at_the_openai_front_door(server_factory, mock_factory, ht
         assert r.status == 200
         assert (await r.json())["choices"][0]["message"]["content"]
     assert (await first)[-1].name == "turn.completed"  # the queued one ran after it
+
+
+async def test_rollback_removes_the_replaced_turn_from_the_transcript(
+    server_factory, mock_factory, http: aiohttp.ClientSession
+) -> None:
+    mock: MockServer = await mock_factory(ttft_ms=5, tps=200, tokens=100)
+    server: RunningServer = await server_factory(mock.url)
+    sid = await new_session(http, server.url)
+    url = f"{server.url}/v1/sessions/{sid}/turns"
+    first, _ = await _running(http, url, "one two three four five")
+    async with http.post(url, json={"input": "six", "on_busy": "rollback"}) as r:
+        rolled = await r.json()
+    events = await first
+    assert events[-1].name == "turn.cancelled" and events[-1].data["reason"] == "superseded"
+    async with http.get(f"{server.url}/v1/sessions/{sid}/messages") as r:
+        messages = (await r.json())["data"]
+    assert [(m["role"], m["content"], m["status"]) for m in messages] == [
+        ("user", "six", "completed"),
+        ("assistant", rolled["output"], "completed"),
+    ]
+    alone = await new_session(http, server.url)
+    async with http.post(f"{server.url}/v1/sessions/{alone}/turns", json={"input": "six"}) as r:
+        fresh = await r.json()
+    # the model never saw the rolled-back question: the same prompt as a first turn
+    assert rolled["usage"]["prompt_tokens"] == fresh["usage"]["prompt_tokens"]

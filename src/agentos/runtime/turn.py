@@ -86,6 +86,7 @@ class Turn:
         "tools",
         "queued",
         "rollback",
+        "rolls_back",
         "_seq",
     )
 
@@ -120,6 +121,7 @@ class Turn:
         # the turns ahead of it when it joined and the future its promotion resolves.
         self.queued: tuple[int, asyncio.Future[None]] | None = None
         self.rollback = False  # replaced by a turn with `on_busy` "rollback": its messages go
+        self.rolls_back: list[str] = []  # the turns this one replaced with "rollback"
         self._seq = 0
 
     @property

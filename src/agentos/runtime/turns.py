@@ -155,6 +155,7 @@ class Turns:
             if self._driver.turn_holds is not None:
                 self._driver.turn_holds.release(turn_id)  # held above, never started
             raise _refusal(session_id, commands[0])
+        turn.rolls_back = [c.turn_id for c in commands if isinstance(c, CancelTurn) and c.rollback]
         queued = next((c for c in commands if isinstance(c, QueueTurn)), None)
         if queued is not None:  # it waits its turn: `_on_accept` resolves the future
             turn.queued = (queued.ahead, asyncio.get_running_loop().create_future())
@@ -209,6 +210,8 @@ class Turns:
             if turn.queued is not None:
                 await self._wait_turn(turn, sink)
             await self.epochs.begin(turn)
+            for rolled_back in turn.rolls_back:  # before this turn reads the transcript
+                await self._store.delete_turn_messages(turn.tenant_id, turn.session_id, rolled_back)
             outcome = await self._execute(turn, self._published(turn, sink), partial)
             await self._finish(turn, sink, outcome.name, outcome.data, None, outcome.answer)
         except asyncio.CancelledError:
@@ -339,7 +342,7 @@ class Turns:
         elif data.get("reason") != "session_deleted" and not fenced:
             # A closed store refuses the records; the client is still told how the turn ended.
             with suppress(StoreUnavailable):
-                if partial is not None and turn.asked:  # no answer without its question
+                if partial is not None and turn.asked and not turn.rollback:  # no answer without its question
                     self._store.add_message(message(turn, "assistant", "".join(partial), outcome))
                 record_event(self._store, turn, name, data)
         self._ended(turn, name, data)
