@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 from agentos.agents.agents import AgentRegistry
 from agentos.agents.checks import remove_dirs
 from agentos.agents.cluster import cluster_for
+from agentos.agents.engine import run_not_found
 from agentos.agents.fanout import Bridge, RunEvent
+from agentos.agents.handle import Steer
 from agentos.agents.host import ToolHub
 from agentos.agents.interventions import apply_answer, terminate_here
 from agentos.agents.lifecycle import RunLifecycle
@@ -264,6 +266,25 @@ class RunService:
         if not forwarded and await self._runs.handle(tenant_id, run_id) is not None:
             self._driver.handle(RunCancelRequested(run_id, hard=False))
         return await self.get_run(tenant_id, run_id)
+
+    def steer(
+        self, tenant_id: str, run_id: str, text: str, claim: Callable[[], bool] = lambda: True
+    ) -> asyncio.Future[int | None] | None:
+        """Offer `text` to a run this node holds (working, or waiting for a human): it is taken in
+        at the run's next step, before its next model call, as a user message journaled there
+        (`Runner._take_steers`). The future resolves with that journal step, or None when it
+        was not delivered (`claim()` said no, or the run ended first). None: the run is not
+        held here (finished, or on another node).
+
+        Raises: NotFound (another tenant's run)."""
+        handle = self._runs.handles.get(run_id)
+        if handle is None:
+            return None
+        if handle.row.tenant_id != tenant_id:
+            raise run_not_found(run_id)
+        delivered: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        handle.steers.append(Steer(text, claim, delivered))
+        return delivered
 
     async def terminate(self, tenant_id: str, run_id: str, *, forward: bool = True) -> dict[str, Any]:
         """Hard stop in any state: the task is cancelled and `run.cancelled` recorded; returns

@@ -37,12 +37,16 @@ _RESULT = Schema(
         "properties": {
             "turn_id": {"type": "string"},
             "session_id": {"type": "string"},
-            "status": {"enum": ["completed", "cancelled", "failed", "steered"]},
+            "status": {"enum": ["completed", "cancelled", "failed"]},
             "output": {"type": "string"},
             "usage": {"type": "object"},
             "reason": {"type": "string"},
             "message": {"type": "string"},
             "finish_reason": {"type": "string"},
+            "steered_into": {
+                "type": "string",
+                "description": "`on_busy` steer: the running agent turn this turn's message was delivered into",
+            },
         },
     },
 )
@@ -139,7 +143,7 @@ async def _collect(runtime: Runtime, turn: Turn) -> web.Response:
         "status": name.removeprefix("turn."),
         "output": output,
     }
-    result |= {k: v for k, v in data.items() if k in ("usage", "reason", "message", "finish_reason")}
+    result |= {k: v for k, v in data.items() if k in ("usage", "reason", "message", "finish_reason", "steered_into")}
     return json_response(result)
 
 

@@ -8,7 +8,7 @@ takes one, so a run waiting for a human holds none.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
 from agentos.kernel import RUN_TERMINAL_EVENTS
@@ -49,6 +49,10 @@ class AgentRuns(Protocol):
 
     async def terminate(self, tenant_id: str, run_id: str, *, forward: bool = True) -> dict[str, Any]: ...
 
+    def steer(
+        self, tenant_id: str, run_id: str, text: str, claim: Callable[[], bool]
+    ) -> asyncio.Future[int | None] | None: ...
+
     async def sees_agent(self, tenant_id: str, name: str) -> bool: ...
 
     def has_agent(self, tenant_id: str, name: str) -> bool: ...
@@ -76,11 +80,19 @@ class AgentTurns:
             elif event.type in RUN_TERMINAL_EVENTS:
                 return await self._end(turn, event.type, event.data)
             if event.type not in _RUN_ONLY:
+                name = "turn.steered" if event.type == "run.steered" else event.type  # the turn's own word
                 data = {**event.data, "run_id": turn.run_id}
-                await sink.send(turn.next_event_id(), event.type, data)
-                if event.type != "token":  # stored, so a resumed turn stream replays it
-                    record_event(self._store, turn, event.type, data)
+                await sink.send(turn.next_event_id(), name, data)
+                if name != "token":  # stored, so a resumed turn stream replays it
+                    record_event(self._store, turn, name, data)
         raise AssertionError("a run's event stream ends with its terminal event")  # pragma: no cover
+
+    def steer(self, into: Turn, text: str, claim: Callable[[], bool]) -> bool:
+        """Offer `text` to the run behind the agent turn `into`; False if it has none here yet
+        (the message then waits its turn in the session's queue)."""
+        if into.run_id is None:
+            return False
+        return self._runs.steer(into.tenant_id, into.run_id, text, claim) is not None
 
     async def stop(self, turn: Turn, reason: str) -> None:
         if turn.run_id is not None and reason in _STOPS_RUN:

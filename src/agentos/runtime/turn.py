@@ -87,6 +87,7 @@ class Turn:
         "queued",
         "rollback",
         "rolls_back",
+        "steered_into",
         "_seq",
     )
 
@@ -122,6 +123,7 @@ class Turn:
         self.queued: tuple[int, asyncio.Future[None]] | None = None
         self.rollback = False  # replaced by a turn with `on_busy` "rollback": its messages go
         self.rolls_back: list[str] = []  # the turns this one replaced with "rollback"
+        self.steered_into: str | None = None  # its message was delivered into this agent turn
         self._seq = 0
 
     @property

@@ -41,10 +41,13 @@ from agentos.kernel import (
     AcceptTurn,
     CancelRequested,
     CancelTurn,
+    DeliverSteer,
     GrantPermit,
     OnBusy,
     QueueTurn,
     RejectTurn,
+    SteerClaimed,
+    SteerTurn,
     TurnCancelRequested,
     TurnEnded,
     TurnState,
@@ -99,6 +102,8 @@ class Turns:
         self.idle.set()
         driver.on(CancelTurn, self._on_cancel)
         driver.on(AcceptTurn, self._on_accept)
+        driver.on(SteerTurn, self._on_steer)
+        driver.on(DeliverSteer, self._on_deliver)
         self.epochs = TurnEpochs(driver, store, bus, self.get)
 
     def __len__(self) -> int:
@@ -207,8 +212,9 @@ class Turns:
         try:
             if turn.cancel_reason is not None:  # cancelled before it started running
                 raise asyncio.CancelledError
-            if turn.queued is not None:
-                await self._wait_turn(turn, sink)
+            if turn.queued is not None and await self._wait_turn(turn, sink):
+                data = {"steered_into": turn.steered_into}  # delivered: the agent turn answers it
+                return await self._finish(turn, sink, "turn.completed", data, None)
             await self.epochs.begin(turn)
             for rolled_back in turn.rolls_back:  # before this turn reads the transcript
                 await self._store.delete_turn_messages(turn.tenant_id, turn.session_id, rolled_back)
@@ -242,15 +248,43 @@ class Turns:
             self._store.end_turn(turn.turn_id)  # a no-op if it completed (see _finish)
             self._driver.handle(TurnEnded(turn.turn_id))
 
-    async def _wait_turn(self, turn: Turn, sink: TurnSink) -> None:
+    async def _wait_turn(self, turn: Turn, sink: TurnSink) -> bool:
         """A queued turn: say so, then wait until the turns ahead of it are done (or it is
-        cancelled: the task is, as for any turn)."""
+        cancelled: the task is, as for any turn). True: it was a steer, and its message was
+        delivered into the running agent turn instead."""
         assert turn.queued is not None
         ahead, accepted = turn.queued
         data = {"turn_id": turn.turn_id, "ahead": ahead}
         await sink.send(turn.next_event_id(), "turn.queued", data)
         record_event(self._store, turn, "turn.queued", data)
         await accepted
+        return turn.steered_into is not None
+
+    def _on_steer(self, command: SteerTurn) -> None:
+        """Offer the queued turn's message to the running agent turn's run. Its claim goes
+        through the kernel, which decides once: delivered, or (the turn ended first) promoted."""
+        turn, into = self._turns.get(command.turn_id), self._turns.get(command.into_turn_id)
+        if turn is None or into is None or self._agents is None:
+            return  # not offered: it waits its turn in the queue
+
+        def claim() -> bool:
+            delivered = DeliverSteer(command.turn_id, command.into_turn_id)
+            return delivered in self._driver.handle(SteerClaimed(command.turn_id, command.into_turn_id))
+
+        self._agents.steer(into, turn.input, claim)
+
+    def _on_deliver(self, command: DeliverSteer) -> None:
+        """The running agent turn took the queued turn's message: it joins the transcript (before
+        that turn's answer) and the queued turn ends without running."""
+        turn = self._turns.get(command.turn_id)
+        if turn is None or turn.queued is None:
+            return  # pragma: no cover - the kernel delivers only turns it still holds queued
+        turn.steered_into = command.into_turn_id
+        turn.asked = True
+        self._store.add_message(message(turn, "user", turn.input, "completed"))
+        accepted = turn.queued[1]
+        if not accepted.done():
+            accepted.set_result(None)
 
     def _on_accept(self, command: AcceptTurn) -> None:
         """A queued turn's turn came: it runs now (and waits for a permit if none was free)."""
