@@ -286,3 +286,28 @@ async def test_steer_delivers_a_message_to_the_running_agent_at_its_next_step(
         assert server.runtime.kernel.statistics().steered_total == 1
     finally:
         await server.close()
+
+
+async def test_an_agents_on_busy_is_its_sessions_default(tmp_path: Path, mock_factory, http) -> None:
+    mock: MockServer = await mock_factory(scenario="tools")
+    settings = settings_from_dict(
+        {
+            "data_dir": str(tmp_path / "data"),
+            "provider": {"url": mock.url},
+            "agents": {"ops": OPS | {"on_busy": "reject"}},
+        }
+    )
+    server = await start_server(settings)
+    try:
+        sid = await new_session(http, server.url, agent="ops")
+        url = f"{server.url}/v1/sessions/{sid}/turns"
+        async with AsyncClient(server.url) as client:
+            async for event in client.stream_turn(sid, "build it"):
+                if event.name == "human.requested":  # the run waits: its turn is still the session's
+                    async with http.post(url, json={"input": "again"}) as r:
+                        assert r.status == 409
+                        assert (await r.json())["error"]["code"] == "turn_in_progress"
+                    await client.answer(event.data["run_id"], event.human_request().operation_id, "yes")
+        assert event.name == "turn.completed"
+    finally:
+        await server.close()

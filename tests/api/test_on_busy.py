@@ -10,7 +10,7 @@ import aiohttp
 
 from agentos.kernel import TurnState
 from agentos.mock.server import MockServer
-from agentos.testing import RunningServer, sse_events
+from agentos.testing import FakeClock, RunningServer, sse_events
 from tests.api.helpers import SSE, expect_error, new_session
 from tests.api.test_websocket import ended, receive_until
 
@@ -210,3 +210,31 @@ async def test_rollback_removes_the_replaced_turn_from_the_transcript(
         fresh = await r.json()
     # the model never saw the rolled-back question: the same prompt as a first turn
     assert rolled["usage"]["prompt_tokens"] == fresh["usage"]["prompt_tokens"]
+
+
+async def test_a_session_default_applies_to_turns_without_their_own(
+    server_factory, mock_factory, http: aiohttp.ClientSession
+) -> None:
+    mock: MockServer = await mock_factory(ttft_ms=5, tps=200, tokens=60)
+    clock = FakeClock()  # the kernel's: the session's TTL passes when the test says so
+    server: RunningServer = await server_factory(mock.url, clock=clock)
+    async with http.post(f"{server.url}/v1/sessions", json={"on_busy": "reject"}) as r:
+        session = await r.json()
+    assert session["on_busy"] == "reject"
+    url = f"{server.url}/v1/sessions/{session['id']}/turns"
+    first, first_id = await _running(http, url, "one")
+    async with http.post(url, json={"input": "two"}) as r:
+        assert r.status == 409 and (await r.json())["error"]["turn_id"] == first_id
+    async with http.post(url, json={"input": "three", "on_busy": "enqueue"}) as r:  # the turn's own wins
+        assert (await r.json())["status"] == "completed"
+    assert (await first)[-1].name == "turn.completed"
+    assert await server.runtime.wait_idle(5.0)
+    clock.advance(301)  # idle past its TTL: evicted, read back from the store next time
+    server.runtime.driver.tick()
+    assert not server.runtime.kernel.has_session(session["id"])
+    async with http.get(f"{server.url}/v1/sessions/{session['id']}") as r:
+        assert (await r.json())["on_busy"] == "reject"
+    again, _ = await _running(http, url, "four")
+    async with http.post(url, json={"input": "five"}) as r:
+        assert r.status == 409
+    await again

@@ -42,7 +42,7 @@ from agentos.ids import new_run_id
 from agentos.journal.journal import Journal
 from agentos.journal.run_list import RunQuery, next_cursor
 from agentos.journal.store import JournalStore, open_journal_store
-from agentos.kernel import RunCancelRequested
+from agentos.kernel import OnBusy, RunCancelRequested
 from agentos.mcp.tools import McpHub
 from agentos.providers.base import Message, Provider
 from agentos.runtime.driver import Driver
@@ -194,6 +194,11 @@ class RunService:
 
     def has_agent(self, tenant_id: str, name: str) -> bool:
         return self._agents.has(tenant_id, name)
+
+    def agent_on_busy(self, tenant_id: str, name: str) -> OnBusy | None:
+        if not self._agents.has(tenant_id, name):
+            return None
+        return self._agents.get(tenant_id, name).on_busy
 
     def get_agent(self, tenant_id: str, name: str) -> dict[str, Any]:
         """Raises: NotFound (also for another tenant's agent)."""

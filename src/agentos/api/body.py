@@ -46,6 +46,13 @@ class SessionCreate(msgspec.Struct, forbid_unknown_fields=True):
         ),
     ] = None
     metadata: dict[str, Any] = {}
+    on_busy: Annotated[
+        OnBusy | None,
+        msgspec.Meta(
+            description="the default `on_busy` of its turns (a turn's own wins); absent or null: its"
+            " agent's `on_busy`, else replace"
+        ),
+    ] = None
 
 
 OnBusyField = Annotated[

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
-from agentos.kernel import RUN_TERMINAL_EVENTS
+from agentos.kernel import RUN_TERMINAL_EVENTS, OnBusy
 from agentos.providers.base import Message
 from agentos.runtime.transcript import begin, message, record_event
 from agentos.runtime.turn import Outcome, Turn, TurnSink
@@ -56,6 +56,10 @@ class AgentRuns(Protocol):
     async def sees_agent(self, tenant_id: str, name: str) -> bool: ...
 
     def has_agent(self, tenant_id: str, name: str) -> bool: ...
+
+    def agent_on_busy(self, tenant_id: str, name: str) -> OnBusy | None:
+        """The `on_busy` its spec sets for its sessions' turns; None: none (or no such agent)."""
+        ...
 
     async def delete_session_runs(self, tenant_id: str, session_id: str) -> None: ...
 

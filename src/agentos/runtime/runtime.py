@@ -15,7 +15,7 @@ from agentos.clock import Clock
 from agentos.config import Settings
 from agentos.errors import AdmissionRejected, ShuttingDown
 from agentos.ids import new_id
-from agentos.kernel import Kernel, KernelLimits, RejectRun, RejectTurn, RunOffered, TenantShare, TurnOffered
+from agentos.kernel import Kernel, KernelLimits, OnBusy, RejectRun, RejectTurn, RunOffered, TenantShare, TurnOffered
 from agentos.metrics import Metrics
 from agentos.providers.base import Provider
 from agentos.runtime.agent_turn import AgentTurns
@@ -132,8 +132,10 @@ class Runtime:
 
     # Every call names the caller's tenant: another tenant's session is a SessionNotFound.
 
-    async def create_session(self, tenant_id: str, agent: str | None, metadata: dict[str, Any]) -> SessionRecord:
-        return await self.sessions.create(tenant_id, agent, metadata)
+    async def create_session(
+        self, tenant_id: str, agent: str | None, metadata: dict[str, Any], *, on_busy: OnBusy | None = None
+    ) -> SessionRecord:
+        return await self.sessions.create(tenant_id, agent, metadata, on_busy=on_busy)
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord:
         return await self.sessions.get(tenant_id, session_id)

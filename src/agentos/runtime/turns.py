@@ -37,7 +37,6 @@ from agentos.errors import (
 )
 from agentos.ids import new_id
 from agentos.kernel import (
-    DEFAULT_ON_BUSY,
     AcceptTurn,
     CancelRequested,
     CancelTurn,
@@ -153,7 +152,8 @@ class Turns:
         turn.prompt, turn.tools, turn.key_id = prompt, tools, key_id
         self._turns[turn.turn_id] = turn
         self.idle.clear()
-        submitted = TurnSubmitted(session_id, turn.turn_id, agent is None, tenant_id, on_busy or DEFAULT_ON_BUSY)
+        on_busy = on_busy or self._sessions.on_busy_of(session_id)
+        submitted = TurnSubmitted(session_id, turn.turn_id, agent is None, tenant_id, on_busy)
         commands = self._driver.handle(submitted)
         if isinstance(commands[0], RejectTurn):
             self._forget(turn)

@@ -47,13 +47,12 @@ from agentos.store.pg_rows import (
     INSERT_EVENT,
     INSERT_MESSAGE,
     INSERT_SESSION,
-    SESSION_COLUMNS,
     TOKENS_SINCE,
     message_params,
 )
 from agentos.store.pg_writer import PgWriter
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
-from agentos.store.rows import MESSAGE_COLUMNS, message_from_row, session_from_row
+from agentos.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, message_from_row, session_from_row
 
 if TYPE_CHECKING:
     import asyncpg
@@ -160,7 +159,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
     # -- sessions ----------------------------------------------------------------------------
 
     async def create_session(self, r: SessionRecord) -> None:
-        params = (r.session_id, r.tenant_id, r.agent, _encode(r.metadata).decode(), r.created_at_ms)
+        params = (r.session_id, r.tenant_id, r.agent, _encode(r.metadata).decode(), r.created_at_ms, r.on_busy)
         await within(self._lanes[0].submit(INSERT_SESSION, params), "creating a session", self._bound_s)
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:

@@ -12,7 +12,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     tenant_id TEXT NOT NULL,
     agent TEXT NOT NULL,
     metadata TEXT NOT NULL,
-    created_at_ms INTEGER NOT NULL
+    created_at_ms INTEGER NOT NULL,
+    on_busy TEXT
 );
 CREATE TABLE IF NOT EXISTS messages (
     message_id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -61,6 +62,13 @@ CREATE TABLE IF NOT EXISTS access_log (
 """
 
 
+def migrate_sessions(conn: sqlite3.Connection) -> None:
+    """Files made before `on_busy` lack the column: add it (old sessions read NULL: the default)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
+    if "on_busy" not in columns:
+        conn.execute("ALTER TABLE sessions ADD COLUMN on_busy TEXT")
+
+
 def migrate_access(conn: sqlite3.Connection) -> None:
     """Files made before keys (or traces) existed lack `key_id` (`trace_id`): add it (old rows read '')."""
     columns = {row[1] for row in conn.execute("PRAGMA table_info(access_log)")}
@@ -71,7 +79,10 @@ def migrate_access(conn: sqlite3.Connection) -> None:
 
 # A writer retry may repeat a batch (after a COMMIT that reported failure), so writes with a
 # natural key are idempotent. Events and access rows have none; they are sheddable anyway.
-INSERT_SESSION = "INSERT INTO sessions VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING"
+INSERT_SESSION = (
+    "INSERT INTO sessions (session_id, tenant_id, agent, metadata, created_at_ms, on_busy)"
+    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING"
+)
 # Upsert: a turn has one message per role.
 INSERT_MESSAGE = """
 INSERT INTO messages (tenant_id, session_id, turn_id, role, content, status, usage, created_at_ms)
