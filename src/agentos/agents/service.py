@@ -37,7 +37,7 @@ from agentos.agents.policy import AgentPolicy
 from agentos.agents.statistics import RunServiceStatistics, run_statistics
 from agentos.clock import wall_ms
 from agentos.config import Settings
-from agentos.errors import ShuttingDown
+from agentos.errors import Conflict, ShuttingDown
 from agentos.ids import new_run_id
 from agentos.journal.journal import Journal
 from agentos.journal.run_list import RunQuery, next_cursor
@@ -290,6 +290,26 @@ class RunService:
         delivered: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
         handle.steers.append(Steer(text, claim, delivered))
         return delivered
+
+    async def steer_run(self, tenant_id: str, run_id: str, text: str) -> dict[str, Any]:
+        """`POST /v1/runs/{run_id}/steer`: deliver `text` to a run working on this node at its next
+        step, before its next model call; returns once it is journaled there (`seq`), so a
+        replay after a crash has it exactly once. A client that leaves before the answer leaves
+        the message on its way all the same.
+
+        Raises: NotFound (also another tenant's run); Conflict `run_not_working` (finished,
+        waiting for a human, worked by another node, or it ended before its next step)."""
+        check_input(text, self._settings.kernel.max_input_chars)
+        handle = await self._runs.handle(tenant_id, run_id)
+        if handle is None or handle.task is None or handle.status != "running":
+            status = "finished" if handle is None else handle.status
+            raise Conflict(f"run {run_id!r} is not working on this node ({status})", code="run_not_working")
+        delivered = self.steer(tenant_id, run_id, text)
+        assert delivered is not None  # its handle is here
+        seq = await delivered
+        if seq is None:
+            raise Conflict(f"run {run_id!r} stopped before its next step", code="run_not_working")
+        return {"run_id": run_id, "seq": seq}
 
     async def terminate(self, tenant_id: str, run_id: str, *, forward: bool = True) -> dict[str, Any]:
         """Hard stop in any state: the task is cancelled and `run.cancelled` recorded; returns

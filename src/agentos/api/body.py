@@ -77,6 +77,12 @@ class RunCreate(msgspec.Struct, forbid_unknown_fields=True):
     session_id: Annotated[str | None, msgspec.Meta(description="the session the run belongs to, if any")] = None
 
 
+class RunSteer(msgspec.Struct, forbid_unknown_fields=True):
+    """A message for a working run, taken in at its next step (`POST /v1/runs/{run_id}/steer`)."""
+
+    input: Input
+
+
 class AnswerCreate(msgspec.Struct, forbid_unknown_fields=True):
     """An answer to a run's human request; an approval names the exact `args_hash` it approves."""
 
