@@ -44,13 +44,21 @@ async def _running(http: aiohttp.ClientSession, url: str, text: str) -> tuple[as
     return task, events[0].data["turn_id"]
 
 
+async def _session(
+    server_factory, mock_factory, http: aiohttp.ClientSession, *, tps: int = 200, tokens: int = 100, **settings: Any
+) -> tuple[MockServer, RunningServer, str]:
+    """A server on a mock slow enough to send a second message into (its turns last `tokens / tps`
+    seconds), one session on it, and the URL of its turns."""
+    mock: MockServer = await mock_factory(ttft_ms=5, tps=tps, tokens=tokens)
+    server: RunningServer = await server_factory(mock.url, **settings)
+    sid = await new_session(http, server.url)
+    return mock, server, f"{server.url}/v1/sessions/{sid}/turns"
+
+
 async def test_reject_answers_409_with_the_running_turn_and_leaves_it_alone(
     server_factory, mock_factory, http: aiohttp.ClientSession
 ) -> None:
-    mock: MockServer = await mock_factory(ttft_ms=5, tps=200, tokens=100)
-    server: RunningServer = await server_factory(mock.url)
-    sid = await new_session(http, server.url)
-    url = f"{server.url}/v1/sessions/{sid}/turns"
+    mock, server, url = await _session(server_factory, mock_factory, http, tps=200, tokens=100)
     first, first_id = await _running(http, url, "one")
     async with http.post(url, json={"input": "two", "on_busy": "reject"}) as r:
         assert r.status == 409
@@ -64,10 +72,9 @@ async def test_reject_answers_409_with_the_running_turn_and_leaves_it_alone(
 async def test_enqueue_runs_the_turns_in_order_after_the_running_one(
     server_factory, mock_factory, http: aiohttp.ClientSession
 ) -> None:
-    mock: MockServer = await mock_factory(ttft_ms=5, tps=400, tokens=60)
-    server: RunningServer = await server_factory(mock.url, **{"kernel.max_queued_turns_per_session": 2})
-    sid = await new_session(http, server.url)
-    url = f"{server.url}/v1/sessions/{sid}/turns"
+    mock, server, url = await _session(
+        server_factory, mock_factory, http, tps=400, tokens=60, **{"kernel.max_queued_turns_per_session": 2}
+    )
     first, _ = await _running(http, url, "one")
     queued_two, queued_three = asyncio.Event(), asyncio.Event()
     two = asyncio.create_task(_stream(http, url, {"input": "two", "on_busy": "enqueue"}, queued_two))
@@ -83,7 +90,7 @@ async def test_enqueue_runs_the_turns_in_order_after_the_running_one(
     assert two_events[0].data["ahead"] == 0 and three_events[0].data["ahead"] == 1
     assert two_events[-1].name == three_events[-1].name == "turn.completed"
     assert mock.stats.aborted == 0  # nothing was cancelled
-    async with http.get(f"{server.url}/v1/sessions/{sid}/messages") as r:
+    async with http.get(url.replace("/turns", "/messages")) as r:
         messages = (await r.json())["data"]
     assert [(m["role"], m["content"]) for m in messages if m["role"] == "user"] == [
         ("user", "one"),
@@ -94,10 +101,7 @@ async def test_enqueue_runs_the_turns_in_order_after_the_running_one(
 
 
 async def test_a_queued_turn_is_cancelled_by_its_id(server_factory, mock_factory, http: aiohttp.ClientSession) -> None:
-    mock: MockServer = await mock_factory(ttft_ms=5, tps=200, tokens=100)
-    server: RunningServer = await server_factory(mock.url)
-    sid = await new_session(http, server.url)
-    url = f"{server.url}/v1/sessions/{sid}/turns"
+    mock, server, url = await _session(server_factory, mock_factory, http, tps=200, tokens=100)
     first, _ = await _running(http, url, "one")
     queued = asyncio.Event()
     two = asyncio.create_task(_stream(http, url, {"input": "two", "on_busy": "enqueue"}, queued))
@@ -109,15 +113,12 @@ async def test_a_queued_turn_is_cancelled_by_its_id(server_factory, mock_factory
     assert [e.name for e in events] == ["turn.queued", "turn.cancelled"]
     assert events[-1].data["reason"] == "cancelled"
     assert (await first)[-1].name == "turn.completed"
-    async with http.get(f"{server.url}/v1/sessions/{sid}/messages") as r:
+    async with http.get(url.replace("/turns", "/messages")) as r:
         assert [m["content"] for m in (await r.json())["data"] if m["role"] == "user"] == ["one"]
 
 
 async def test_steer_on_a_chat_turn_replaces_it(server_factory, mock_factory, http: aiohttp.ClientSession) -> None:
-    mock: MockServer = await mock_factory(ttft_ms=5, tps=200, tokens=100)
-    server: RunningServer = await server_factory(mock.url)
-    sid = await new_session(http, server.url)
-    url = f"{server.url}/v1/sessions/{sid}/turns"
+    mock, server, url = await _session(server_factory, mock_factory, http, tps=200, tokens=100)
     first, _ = await _running(http, url, "one")
     async with http.post(url, json={"input": "two", "on_busy": "steer"}) as r:
         assert (await r.json())["status"] == "completed"
@@ -128,10 +129,7 @@ async def test_steer_on_a_chat_turn_replaces_it(server_factory, mock_factory, ht
 async def test_a_session_without_a_strategy_keeps_last_wins(
     server_factory, mock_factory, http: aiohttp.ClientSession
 ) -> None:
-    mock: MockServer = await mock_factory(ttft_ms=5, tps=200, tokens=100)
-    server: RunningServer = await server_factory(mock.url)
-    sid = await new_session(http, server.url)
-    url = f"{server.url}/v1/sessions/{sid}/turns"
+    mock, server, url = await _session(server_factory, mock_factory, http, tps=200, tokens=100)
     first, _ = await _running(http, url, "one")
     async with http.post(url, json={"input": "two", "on_busy": None}) as r:
         assert (await r.json())["status"] == "completed"
@@ -190,16 +188,13 @@ async def test_on_busy_at_the_openai_front_door(server_factory, mock_factory, ht
 async def test_rollback_removes_the_replaced_turn_from_the_transcript(
     server_factory, mock_factory, http: aiohttp.ClientSession
 ) -> None:
-    mock: MockServer = await mock_factory(ttft_ms=5, tps=200, tokens=100)
-    server: RunningServer = await server_factory(mock.url)
-    sid = await new_session(http, server.url)
-    url = f"{server.url}/v1/sessions/{sid}/turns"
+    mock, server, url = await _session(server_factory, mock_factory, http, tps=200, tokens=100)
     first, _ = await _running(http, url, "one two three four five")
     async with http.post(url, json={"input": "six", "on_busy": "rollback"}) as r:
         rolled = await r.json()
     events = await first
     assert events[-1].name == "turn.cancelled" and events[-1].data["reason"] == "superseded"
-    async with http.get(f"{server.url}/v1/sessions/{sid}/messages") as r:
+    async with http.get(url.replace("/turns", "/messages")) as r:
         messages = (await r.json())["data"]
     assert [(m["role"], m["content"], m["status"]) for m in messages] == [
         ("user", "six", "completed"),
