@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from agentos.coordination.bus import Bus
 
 log = logging.getLogger("agentos.turns")
+_REPLACING = frozenset({"replace", "rollback"})  # strategies that never wait for a running turn
 
 
 class Turns:
@@ -137,11 +138,16 @@ class Turns:
             AdmissionRejected: over `kernel.max_in_flight_turns` (code "overloaded"), the
                 session's tenant's `max_concurrent_turns` ("tenant_concurrent_turns") or the
                 session's queue bound ("turn_queue_full").
-            TurnInProgress: `on_busy` "reject" and the session runs a turn.
+            TurnInProgress: `on_busy` "reject" and the session runs a turn; or any strategy
+                but replace and rollback while it runs one on another node (PostgreSQL).
+            StoreUnavailable: that other node's turn could not be looked up.
         """
         if not self.accepting:
             raise ShuttingDown("the server is shutting down")
         await self._sessions.ensure_loaded(tenant_id, session_id)
+        on_busy = on_busy or self._sessions.on_busy_of(session_id)
+        if on_busy not in _REPLACING:
+            await self._check_elsewhere(tenant_id, session_id)
         agent = self._sessions.agent_of(session_id) if self._agents is not None else None
         turn_id = new_id("turn")
         held = self._driver.turn_holds is None or await self._driver.hold_turn(turn_id, tenant_id)
@@ -152,7 +158,6 @@ class Turns:
         turn.prompt, turn.tools, turn.key_id = prompt, tools, key_id
         self._turns[turn.turn_id] = turn
         self.idle.clear()
-        on_busy = on_busy or self._sessions.on_busy_of(session_id)
         submitted = TurnSubmitted(session_id, turn.turn_id, agent is None, tenant_id, on_busy)
         commands = self._driver.handle(submitted)
         if isinstance(commands[0], RejectTurn):
@@ -171,6 +176,18 @@ class Turns:
                 "agentos.turn.admitted", {"agentos.turn.id": turn_id, "agentos.permit.waits": turn.permit is not None}
             )
         return turn
+
+    async def _check_elsewhere(self, tenant_id: str, session_id: str) -> None:
+        """A turn that must not replace: refuse it if the session runs a turn on another node
+        (PostgreSQL). Queues and steers are this node's kernel's, so a session busy elsewhere
+        refuses them too, rather than starting a turn that would fence the running one out.
+
+        Raises: TurnInProgress; StoreUnavailable."""
+        if not self.epochs.fencing or self._driver.kernel.active_turn(session_id) is not None:
+            return  # one node, or busy here: the kernel decides
+        running = await self._store.running_turn(tenant_id, session_id)
+        if running is not None and running not in self._turns:
+            raise TurnInProgress(session_id, running)
 
     def cancel(self, session_id: str, reason: str = "cancelled") -> str | None:
         """Cancel the session's running turn; returns its id, or None if none was running."""

@@ -121,6 +121,14 @@ class Store(Protocol):
         none of its fenced writes can still be queued (its answer was committed)."""
         ...
 
+    async def running_turn(self, tenant_id: str, session_id: str) -> str | None:
+        """The session's turn still running on any node (it holds the epoch and stored no answer
+        yet), for `on_busy` reject across nodes; None if none (or one node).
+
+        Raises: StoreUnavailable.
+        """
+        ...
+
     async def wait_space(self) -> None: ...
     def add_message(self, record: MessageRecord) -> None: ...
     async def commit_message(self, record: MessageRecord) -> None: ...
@@ -185,4 +193,7 @@ class OneNodeTurns:
         return None
 
     def end_turn(self, turn_id: str, *, pending_writes: bool = True) -> None:
+        return None
+
+    async def running_turn(self, tenant_id: str, session_id: str) -> str | None:
         return None

@@ -39,7 +39,7 @@ from agentos.store.base import StoreStatistics
 from agentos.store.event_rows import EVENT_COLUMNS, event_from_row
 from agentos.store.jsonl import JsonlLog
 from agentos.store.ledger import UsageQuery, UsageRow, UsageTotal
-from agentos.store.pg_fence import FENCED_INSERT_EVENT, FENCED_INSERT_MESSAGE, FencedTurns, TurnEpochs
+from agentos.store.pg_fence import FENCED_INSERT_EVENT, FENCED_INSERT_MESSAGE, RUNNING, FencedTurns, TurnEpochs
 from agentos.store.pg_health import HealthCheck, classify, outage_of, within
 from agentos.store.pg_pool import pooled
 from agentos.store.pg_rows import (
@@ -234,6 +234,10 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
     async def commit_message(self, record: MessageRecord) -> None:
         op = self._epochs.route(record.turn_id, INSERT_MESSAGE, FENCED_INSERT_MESSAGE, message_params(record))
         await within(self._lanes[0].submit(*op), "committing a message", self._bound_s)
+
+    async def running_turn(self, tenant_id: str, session_id: str) -> str | None:
+        rows = await self._fetch(self._lanes[0], RUNNING, tenant_id, session_id)
+        return str(rows[0][0]) if rows else None
 
     async def delete_turn_messages(self, tenant_id: str, session_id: str, turn_id: str) -> None:
         # On the lane its messages were put on (ordered after them), and not fenced: the turn
