@@ -98,6 +98,10 @@ async def test_enqueue_runs_the_turns_in_order_after_the_running_one(
         ("user", "three"),
     ]
     assert [m["role"] for m in messages] == ["user", "assistant"] * 3  # one after the other
+    async with http.get(f"{server.url}/metrics") as r:
+        metrics = await r.text()
+    assert "agentos_turns_queued_total 2.0" in metrics and "agentos_turns_refused_busy_total 1.0" in metrics
+    assert "agentos_queued_turns 0.0" in metrics
 
 
 async def test_a_queued_turn_is_cancelled_by_its_id(server_factory, mock_factory, http: aiohttp.ClientSession) -> None:
