@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -309,5 +310,35 @@ async def test_an_agents_on_busy_is_its_sessions_default(tmp_path: Path, mock_fa
                         assert (await r.json())["error"]["code"] == "turn_in_progress"
                     await client.answer(event.data["run_id"], event.human_request().operation_id, "yes")
         assert event.name == "turn.completed"
+    finally:
+        await server.close()
+
+
+async def test_a_steer_sent_as_the_agent_turn_starts_is_delivered_too(tmp_path: Path, mock_factory, http) -> None:
+    """A double text: the second message comes right after the first turn started, perhaps before
+    its run exists; it is kept on the turn and offered to the run once it does."""
+    mock: MockServer = await mock_factory(scenario="tools")
+    server = await start(tmp_path, mock)
+    try:
+        sid = await new_session(http, server.url, agent="ops")
+        url = f"{server.url}/v1/sessions/{sid}/turns"
+        names: list[str] = []
+        steering: asyncio.Task[Any] | None = None
+
+        async def steer() -> Any:
+            async with http.post(url, json={"input": "and use blue", "on_busy": "steer"}) as r:
+                return await r.json()
+
+        async with AsyncClient(server.url) as client:
+            async for event in client.stream_turn(sid, "build it"):
+                names.append(event.name)
+                if event.name == "turn.started":
+                    steering = asyncio.create_task(steer())
+                if event.name == "human.requested":
+                    await client.answer(event.data["run_id"], event.human_request().operation_id, "yes")
+        assert steering is not None
+        steered = await steering
+        assert names.count("turn.steered") == 1 and names[-1] == "turn.completed", names
+        assert steered["status"] == "completed" and steered["steered_into"] == event.data["turn_id"]
     finally:
         await server.close()

@@ -78,6 +78,9 @@ class AgentTurns:
         turn.run_id = await self._runs.start_run(
             turn.tenant_id, turn.agent, turn.input, turn.session_id, context=context
         )
+        for text, claim in turn.steers:  # sent while the run was being started
+            self._runs.steer(turn.tenant_id, turn.run_id, text, claim)
+        turn.steers.clear()
         async for event in self._runs.events(turn.tenant_id, turn.run_id):
             if event.type == "token":
                 partial.append(event.data.get("delta", ""))
@@ -91,12 +94,13 @@ class AgentTurns:
                     record_event(self._store, turn, name, data)
         raise AssertionError("a run's event stream ends with its terminal event")  # pragma: no cover
 
-    def steer(self, into: Turn, text: str, claim: Callable[[], bool]) -> bool:
-        """Offer `text` to the run behind the agent turn `into`; False if it has none here yet
-        (the message then waits its turn in the session's queue)."""
+    def steer(self, into: Turn, text: str, claim: Callable[[], bool]) -> None:
+        """Offer `text` to the run behind the agent turn `into` (kept on the turn until its run
+        exists). Not taken (the run ended first), the message waits its turn in the queue."""
         if into.run_id is None:
-            return False
-        return self._runs.steer(into.tenant_id, into.run_id, text, claim) is not None
+            into.steers.append((text, claim))
+        else:
+            self._runs.steer(into.tenant_id, into.run_id, text, claim)
 
     async def stop(self, turn: Turn, reason: str) -> None:
         if turn.run_id is not None and reason in _STOPS_RUN:

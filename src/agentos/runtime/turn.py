@@ -8,6 +8,7 @@ own handler task: no extra task and no queue hop per token) and sends its events
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -88,6 +89,7 @@ class Turn:
         "rollback",
         "rolls_back",
         "steered_into",
+        "steers",
         "_seq",
     )
 
@@ -124,6 +126,8 @@ class Turn:
         self.rollback = False  # replaced by a turn with `on_busy` "rollback": its messages go
         self.rolls_back: list[str] = []  # the turns this one replaced with "rollback"
         self.steered_into: str | None = None  # its message was delivered into this agent turn
+        # Messages steered into this agent turn before its run existed: offered once it does.
+        self.steers: list[tuple[str, Callable[[], bool]]] = []
         self._seq = 0
 
     @property
