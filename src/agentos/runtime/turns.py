@@ -229,7 +229,7 @@ class Turns:
         try:
             if turn.cancel_reason is not None:  # cancelled before it started running
                 raise asyncio.CancelledError
-            if turn.queued is not None and await self._wait_turn(turn, sink):
+            if turn.queued is not None and await self._wait_turn(turn, self._published(turn, sink)):
                 data = {"steered_into": turn.steered_into}  # delivered: the agent turn answers it
                 return await self._finish(turn, sink, "turn.completed", data, None)
             await self.epochs.begin(turn)
