@@ -13,7 +13,6 @@ statistics never scan the table.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterator
 
 
 class Session:
@@ -35,9 +34,6 @@ class Sessions:
 
     def __len__(self) -> int:
         return len(self._table)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._table)
 
     def get(self, session_id: str) -> Session | None:
         return self._table.get(session_id)
