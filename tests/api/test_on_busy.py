@@ -10,6 +10,7 @@ import aiohttp
 
 from agentos.kernel import TurnState
 from agentos.mock.server import MockServer
+from agentos.runtime.turn import TERMINAL_EVENTS
 from agentos.testing import FakeClock, RunningServer, sse_events
 from tests.api.helpers import SSE, expect_error, new_session
 from tests.api.test_websocket import ended, receive_until
@@ -237,3 +238,31 @@ async def test_a_session_default_applies_to_turns_without_their_own(
     async with http.post(url, json={"input": "five"}) as r:
         assert r.status == 409
     await again
+
+
+def _streaming(frames: list[dict[str, Any]]) -> bool:
+    """A token came after the latest turn.started: that turn is streaming."""
+    names = [f["type"] for f in frames]
+    return "turn.started" in names and "token" in names[len(names) - names[::-1].index("turn.started") :]
+
+
+async def test_rollback_and_steer_over_the_websocket(server_factory, mock_factory, http: aiohttp.ClientSession) -> None:
+    """On a chat session: steer replaces (there is no agent to steer), rollback replaces and the
+    replaced turn leaves the transcript; every turn ends with one terminal frame."""
+    mock, server, url = await _session(server_factory, mock_factory, http, tps=200, tokens=100)
+    async with http.ws_connect(url.replace("/turns", "/ws")) as ws:
+        await ws.send_json({"type": "turn", "input": "one"})
+        frames = await receive_until(ws, lambda fs: any(f["type"] == "token" for f in fs))
+        await ws.send_json({"type": "turn", "input": "two", "on_busy": "steer"})
+        frames += await receive_until(ws, lambda fs: ended(1)(fs) and _streaming(fs))  # "one" ended, "two" streams
+        await ws.send_json({"type": "turn", "input": "three", "on_busy": "rollback"})
+        frames += await receive_until(ws, ended(2))
+    ends = [(f["type"], f["data"].get("reason")) for f in frames if f["type"] in TERMINAL_EVENTS]
+    assert ends == [("turn.cancelled", "superseded"), ("turn.cancelled", "superseded"), ("turn.completed", None)]
+    async with http.get(url.replace("/turns", "/messages")) as r:
+        messages = (await r.json())["data"]
+    assert [(m["content"], m["status"]) for m in messages if m["role"] == "user"] == [
+        ("one", "completed"),
+        ("three", "completed"),
+    ]  # "two" was rolled back; "one" was replaced and kept, its partial answer marked cancelled
+    assert [m["status"] for m in messages if m["role"] == "assistant"] == ["cancelled", "completed"]
