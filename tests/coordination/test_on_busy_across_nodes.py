@@ -1,7 +1,7 @@
 """`on_busy` across nodes: two real `agentos serve` processes on one PostgreSQL schema (and one
 Redis), one bench mock slow to its first token. A turn that must not replace never fences out
 a turn running on another node: reject names it (409), and so do enqueue and steer, which queue
-on one node only (docs/conversations.md); replace still cancels it there at once."""
+on one node only (docs/conversations.md); rollback fences it out and removes its messages."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from agentos.config import StoreConfig
 from agentos.mock.server import MockServer
 from tests.api.helpers import new_session, turn_events
-from tests.coordination.cluster import node_env, serve_nodes
+from tests.coordination.cluster import node_env, pg_rows, serve_nodes
 from tests.coordination.conftest import REDIS_URL
 
 pytest.importorskip("asyncpg")
@@ -45,3 +45,18 @@ async def test_a_turn_running_on_another_node_is_never_replaced_by_one_that_must
         assert error["turn_id"] == events[0].data["turn_id"]
         async with http.post(f"{b.url}/v1/sessions/{sid}/turns", json={"input": "y", "on_busy": "reject"}) as r:
             assert (await r.json())["status"] == "completed"  # idle everywhere now: it runs
+
+
+async def test_rollback_of_a_turn_on_another_node_removes_its_messages(
+    tmp_path: Path, slow_mock: MockServer, pg: StoreConfig, prefix: str, http: aiohttp.ClientSession
+) -> None:
+    async with serve_nodes(2, tmp_path, slow_mock.url, node_env(pg, REDIS_URL, prefix)) as (a, b):
+        sid = await new_session(http, a.url)
+        first = asyncio.create_task(turn_events(http, a.url, sid, "first"))
+        await slow_mock.stats.wait_for(lambda s: s.requests == 1, what="turn 1 upstream")
+        async with http.post(f"{b.url}/v1/sessions/{sid}/turns", json={"input": "second", "on_busy": "rollback"}) as r:
+            assert (await r.json())["status"] == "completed"
+        events = await first
+        assert events[-1].name == "turn.cancelled" and events[-1].data["reason"] == "superseded"
+        rows = await pg_rows(pg, "SELECT role, content FROM messages WHERE session_id = $1 ORDER BY message_id", sid)
+        assert [tuple(row) for row in rows][0] == ("user", "second") and len(rows) == 2

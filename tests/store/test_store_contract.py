@@ -75,6 +75,9 @@ async def test_a_rolled_back_turn_leaves_the_transcript(store: Store) -> None:
     await store.delete_turn_messages("other", "s", "t1")  # another tenant's: nothing
     await store.delete_turn_messages("default", "s", "t2")
     assert [m.content for m in await store.history("default", "s", limit=10)] == ["kept"]
+    await store.commit_message(msg("s", "t1", "assistant", "answered"))
+    await store.delete_turn_messages("default", "s", "t1")  # it completed after all: it stays
+    assert [m.content for m in await store.history("default", "s", limit=10)] == ["kept", "answered"]
 
 
 async def test_events(store: Store) -> None:

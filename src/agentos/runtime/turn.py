@@ -88,6 +88,7 @@ class Turn:
         "queued",
         "rollback",
         "rolls_back",
+        "rollback_elsewhere",
         "steered_into",
         "steers",
         "_seq",
@@ -125,6 +126,7 @@ class Turn:
         self.queued: tuple[int, asyncio.Future[None]] | None = None
         self.rollback = False  # replaced by a turn with `on_busy` "rollback": its messages go
         self.rolls_back: list[str] = []  # the turns this one replaced with "rollback"
+        self.rollback_elsewhere = False  # "rollback" in a session idle here: perhaps busy on another node
         self.steered_into: str | None = None  # its message was delivered into this agent turn
         # Messages steered into this agent turn before its run existed: offered once it does.
         self.steers: list[tuple[str, Callable[[], bool]]] = []

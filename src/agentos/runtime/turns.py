@@ -166,6 +166,7 @@ class Turns:
                 self._driver.turn_holds.release(turn_id)  # held above, never started
             raise _refusal(session_id, commands[0])
         turn.rolls_back = [c.turn_id for c in commands if isinstance(c, CancelTurn) and c.rollback]
+        turn.rollback_elsewhere = on_busy == "rollback" and not turn.rolls_back and self.epochs.fencing
         queued = next((c for c in commands if isinstance(c, QueueTurn)), None)
         if queued is not None:  # it waits its turn: `_on_accept` resolves the future
             turn.queued = (queued.ahead, asyncio.get_running_loop().create_future())
@@ -232,9 +233,7 @@ class Turns:
             if turn.queued is not None and await self._wait_turn(turn, self._published(turn, sink)):
                 data = {"steered_into": turn.steered_into}  # delivered: the agent turn answers it
                 return await self._finish(turn, sink, "turn.completed", data, None)
-            await self.epochs.begin(turn)
-            for rolled_back in turn.rolls_back:  # before this turn reads the transcript
-                await self._store.delete_turn_messages(turn.tenant_id, turn.session_id, rolled_back)
+            await self._begin(turn)
             outcome = await self._execute(turn, self._published(turn, sink), partial)
             await self._finish(turn, sink, outcome.name, outcome.data, None, outcome.answer)
         except asyncio.CancelledError:
@@ -264,6 +263,17 @@ class Turns:
             self._forget(turn)
             self._store.end_turn(turn.turn_id)  # a no-op if it completed (see _finish)
             self._driver.handle(TurnEnded(turn.turn_id))
+
+    async def _begin(self, turn: Turn) -> None:
+        """Take the session's turn epoch; a rollback then removes the turns it replaced from the
+        transcript, before this turn reads it. With PostgreSQL the replaced turn may run on
+        another node: it is the session's running turn just before the bump, which fences it out."""
+        elsewhere = None
+        if turn.rollback_elsewhere:
+            elsewhere = await self._store.running_turn(turn.tenant_id, turn.session_id)
+        await self.epochs.begin(turn)
+        for rolled_back in [*turn.rolls_back, *([elsewhere] if elsewhere else [])]:
+            await self._store.delete_turn_messages(turn.tenant_id, turn.session_id, rolled_back)
 
     async def _wait_turn(self, turn: Turn, sink: TurnSink) -> bool:
         """A queued turn: say so, then wait until the turns ahead of it are done (or it is

@@ -134,7 +134,8 @@ class Store(Protocol):
     async def commit_message(self, record: MessageRecord) -> None: ...
     async def delete_turn_messages(self, tenant_id: str, session_id: str, turn_id: str) -> None:
         """Remove a turn's messages from the transcript (a turn rolled back, `on_busy`
-        "rollback"), after every write of them queued before the call."""
+        "rollback"), after every write of them queued before the call; unless it completed after
+        all (its answer committed before it could be stopped): then they stay."""
         ...
 
     async def history(self, tenant_id: str, session_id: str, *, limit: int) -> list[MessageRecord]: ...

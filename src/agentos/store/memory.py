@@ -106,7 +106,9 @@ class MemoryStore(OneNodeTurns):
 
     async def delete_turn_messages(self, tenant_id: str, session_id: str, turn_id: str) -> None:
         transcript = self._messages.get(session_id)
-        if transcript is not None and self._owned(tenant_id, session_id) is not None:
+        if transcript is None or self._owned(tenant_id, session_id) is None:
+            return
+        if not any(m.turn_id == turn_id and m.role == "assistant" and m.status == "completed" for m in transcript):
             transcript[:] = [m for m in transcript if m.turn_id != turn_id]
 
     async def history(self, tenant_id: str, session_id: str, *, limit: int) -> list[MessageRecord]:

@@ -241,8 +241,12 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
 
     async def delete_turn_messages(self, tenant_id: str, session_id: str, turn_id: str) -> None:
         # On the lane its messages were put on (ordered after them), and not fenced: the turn
-        # that rolls another back deletes the older turn's rows, whatever its epoch.
-        sql = "DELETE FROM messages WHERE tenant_id = $1 AND session_id = $2 AND turn_id = $3"
+        # that rolls another back deletes the older turn's rows, whatever its epoch. A turn that
+        # completed (another node's, which finished before the rollback's bump) keeps them.
+        sql = (
+            "DELETE FROM messages WHERE tenant_id = $1 AND session_id = $2 AND turn_id = $3 AND NOT EXISTS"
+            " (SELECT 1 FROM messages m WHERE m.turn_id = $3 AND m.role = 'assistant' AND m.status = 'completed')"
+        )
         await within(self._lanes[0].submit(sql, (tenant_id, session_id, turn_id)), "deleting a turn", self._bound_s)
 
     async def history(self, tenant_id: str, session_id: str, *, limit: int) -> list[MessageRecord]:

@@ -196,9 +196,13 @@ class SQLiteStore(OneNodeTurns):
         await self._sessions.submit(INSERT_MESSAGE, message_params(record))
 
     async def delete_turn_messages(self, tenant_id: str, session_id: str, turn_id: str) -> None:
-        # Through the queue its messages were put on: ordered after them.
-        sql = "DELETE FROM messages WHERE tenant_id = ? AND session_id = ? AND turn_id = ?"
-        await self._sessions.submit(sql, (tenant_id, session_id, turn_id))
+        # Through the queue its messages were put on: ordered after them. A turn that completed
+        # after all (its answer was committing when it was replaced) keeps them.
+        sql = (
+            "DELETE FROM messages WHERE tenant_id = ? AND session_id = ? AND turn_id = ? AND NOT EXISTS"
+            " (SELECT 1 FROM messages m WHERE m.turn_id = ? AND m.role = 'assistant' AND m.status = 'completed')"
+        )
+        await self._sessions.submit(sql, (tenant_id, session_id, turn_id, turn_id))
 
     async def history(self, tenant_id: str, session_id: str, *, limit: int) -> list[MessageRecord]:
         def read(conn: sqlite3.Connection) -> list[MessageRecord]:
