@@ -253,6 +253,12 @@ def test_the_redis_url_from_env_and_flags(capsys: pytest.CaptureFixture[str]) ->
         *(
             (f"[tenant_limits]\n{name} = {maximum + 1}\n", f"tenant_limits.{name} must be an integer <= {maximum}")
             for name, maximum in MAXIMA.items()
+            if not name.startswith("budget_")
+        ),
+        *(  # budgets are currency: any number up to the maximum
+            (f"[tenant_limits]\n{name} = {maximum + 1}\n", f"tenant_limits.{name} must be a number <= {maximum:.1f}")
+            for name, maximum in MAXIMA.items()
+            if name.startswith("budget_")
         ),
         ("[tenant_limits]\ntokens_per_day = 9223372036854775807\n", "tenant_limits.tokens_per_day must be"),
         ("[agents.ops]\ntoken_budget = 1000000000001\n", "agents.ops.token_budget: Expected `int` <= 1000000000000"),

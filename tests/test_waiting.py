@@ -1,4 +1,5 @@
-"""`wait_event` never swallows a cancel, even one that meets the event or the timeout.
+"""`wait_event` never swallows a cancel, even one that meets the event or the timeout;
+`wait_tasks` cancels what is still running when its time is up.
 
 Each race is staged step by step on the loop (`sleep(0)` only yields), so the outcome is
 deterministic; `asyncio.wait_for` loses the cancel in the first race on Python 3.11.
@@ -10,7 +11,7 @@ import asyncio
 
 import pytest
 
-from agentos.waiting import IdlePoll, wait_event
+from agentos.waiting import IdlePoll, wait_event, wait_tasks
 
 
 class _Waiter:
@@ -102,3 +103,17 @@ def test_an_idle_poll_never_waits_past_a_due_time_it_knows() -> None:
     assert poll.wait_s(3_500) == 5.5
     assert poll.wait_s(20_000) == 0.0
     assert poll.wait_s(20_000) == 16.0
+
+
+async def test_wait_tasks_cancels_only_what_outlives_the_timeout() -> None:
+    stuck = asyncio.create_task(asyncio.Event().wait())
+    quick = asyncio.create_task(asyncio.sleep(0))
+
+    async def failing() -> None:
+        raise ValueError("its own failure stays in the task")
+
+    failed = asyncio.create_task(failing())
+    cancelled = await wait_tasks([stuck, quick, failed], timeout_s=0.05)
+    assert cancelled == {stuck} and stuck.cancelled()
+    assert quick.done() and not quick.cancelled() and isinstance(failed.exception(), ValueError)
+    assert await wait_tasks([], timeout_s=0.05) == set()

@@ -15,6 +15,7 @@ from agentos.providers.router import TTFT_BUCKETS_S, Router
 from agentos.store.base import StoreStatistics
 from agentos.store.pg_pool import FIGURES as POOLS
 from agentos.store.pg_pool import PoolFigures
+from agentos.tenancy.budgets import BudgetStatistics
 
 if TYPE_CHECKING:
     from agentos.coordination.permits import PermitStatistics
@@ -159,6 +160,23 @@ class RouterCollector(Collector):
                 buckets.append((bound, cumulative))
             ttft.add_metric([target], buckets, s.ttft_sum_s)
         yield from (requests, failures, fallbacks, breaker, ttft)
+
+
+class BudgetCollector(Collector):
+    """The spending budgets (`agentos.tenancy.budgets`): refusals, read at scrape time."""
+
+    def __init__(self, statistics: Callable[[], BudgetStatistics]) -> None:
+        self._statistics = statistics
+
+    def collect(self) -> Iterator[Metric]:
+        refused = CounterMetricFamily(
+            "agentos_budget_refusals",
+            "Model calls a budget could not hold (402 at admission, or a turn or run step failed)",
+            labels=["budget", "reason"],
+        )
+        for (budget, reason), count in sorted(self._statistics().refused.items()):
+            refused.add_metric([budget, reason], count)
+        yield refused
 
 
 class Metrics:

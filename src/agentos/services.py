@@ -1,7 +1,8 @@
 """Build every service from the settings, in order, and close them in reverse.
 
     tenants -> Redis link and bus (if configured) -> store -> quotas (seeded from the store)
-      -> usage ledger (on the store) -> provider -> driver (the kernel) -> knowledge -> runs -> triggers -> runtime
+      -> usage ledger (on the store) -> provider -> driver (the kernel) -> knowledge -> runs -> triggers
+      -> schedules -> runtime
 
 Each part receives what it needs when it is built, so nothing is wired by assignment later;
 the CLI, the test helpers and the bench all build the server this one way.
@@ -29,6 +30,7 @@ from agentos.agents.relay import RunRelay
 from agentos.clock import Clock, MonotonicClock, WallClock, wall_ms
 from agentos.config import Settings, resolve_paths
 from agentos.coordination.breakers import BusBreakerShare
+from agentos.coordination.budgets import ClusterBudgets
 from agentos.coordination.bus import Bus
 from agentos.coordination.holds import ClusterHolds
 from agentos.coordination.link import Link, open_link
@@ -39,17 +41,19 @@ from agentos.errors import ConfigError
 from agentos.kernel import Kernel
 from agentos.knowledge.embeddings import Embedder
 from agentos.knowledge.service import KnowledgeService, open_knowledge_storage
-from agentos.metrics import Metrics, RouterCollector
+from agentos.metrics import BudgetCollector, Metrics, RouterCollector
 from agentos.providers.base import Provider
 from agentos.providers.router import open_router
 from agentos.runtime.driver import Driver
 from agentos.runtime.runtime import Runtime, kernel_limits
 from agentos.sandbox.metrics import SandboxCollector
+from agentos.schedules.service import ScheduleService, open_schedule_storage
 from agentos.store.base import Store
 from agentos.store.memory import MemoryStore
 from agentos.store.sqlite import SQLiteStore
 from agentos.telemetry import NO_TRACING, Tracing
 from agentos.telemetry.opening import open_tracing
+from agentos.tenancy.budgets import Budgets
 from agentos.tenancy.ledger import StoreLedger
 from agentos.tenancy.pepper import load_pepper
 from agentos.tenancy.quotas import Quotas
@@ -77,9 +81,11 @@ class Services:
     ledger: StoreLedger  # the router's `Ledger`: one row per model call that answered
     knowledge: KnowledgeService
     triggers: TriggerService
+    schedules: ScheduleService
     link: Link | None = None  # Redis, when coordination.redis_url is set
     bus: Bus | None = None  # pub/sub between nodes over that Redis
     tracing: Tracing = NO_TRACING  # traces over OTLP ([telemetry]); off: no OpenTelemetry loaded
+    budgets: Budgets | None = None  # spending budgets (in Redis with a link): the router's meter
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Refuse new turns and runs; let running turns finish (bounded), then cancel the rest."""
@@ -88,6 +94,7 @@ class Services:
     async def close(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Drain, then close everything in the reverse order of building it."""
         await self.drain(timeout_s)
+        await self.schedules.close()  # its scheduler starts runs: stopped before them
         await self.triggers.close()  # its dispatcher starts runs: stopped before them
         await self.runs.close(min(timeout_s, 5.0))  # before the provider: draining runs may still call it
         await self.knowledge.close()  # its indexer embeds through the provider and the driver's permits
@@ -155,9 +162,14 @@ async def open_services(
     try:
         quotas = await _seeded_quotas(store, wall_clock or WallClock(), link)
         ledger = StoreLedger(store)  # the router records each call's Spend here (agentos.providers.metering)
+        budgets = open_budgets(wall_clock or WallClock(), tenants, link)  # and reserves, then settles, here
+        await budgets.seed(store)  # what the ledger says was spent today, this month, by recent runs
+        metrics.registry.register(BudgetCollector(budgets.statistics))
         if provider is None:
             share = None if bus is None else BusBreakerShare(bus, node_id())  # breakers, cluster-wide
-            provider = open_router(settings, clock or MonotonicClock(), share=share, tracing=tracing, ledger=ledger)
+            provider = open_router(
+                settings, clock or MonotonicClock(), share=share, tracing=tracing, ledger=ledger, meter=budgets
+            )
             if share is not None:
                 await share.start(provider.breakers)
             metrics.registry.register(RouterCollector(provider))
@@ -206,7 +218,13 @@ async def open_services(
             tenant_enabled=tenants.is_enabled,
         )
         await triggers.start()  # the dispatcher starts the deliveries accepted before a crash
+        started.append(triggers.close)
         triggers.register_metrics(metrics.registry)
+        schedules = ScheduleService(
+            settings, open_schedule_storage(settings, data_dir), runs, tenant_enabled=tenants.is_enabled
+        )
+        await schedules.start()  # the scheduler starts the fires claimed before a crash, then what is due
+        schedules.register_metrics(metrics.registry)
     except BaseException:
         for close in reversed(started):
             await close()
@@ -244,10 +262,18 @@ async def open_services(
         ledger,
         knowledge,
         triggers,
+        schedules,
         link,
         bus,
         tracing,
+        budgets,
     )
+
+
+def open_budgets(wall_clock: Clock, tenants: TenantRegistry, link: Link | None) -> Budgets:
+    """The budgets: counted in this process, or in Redis for every node with a link. Without
+    Redis, several nodes over one PostgreSQL would each count alone: one node only then."""
+    return Budgets(wall_clock, tenants) if link is None else ClusterBudgets(wall_clock, tenants, link)
 
 
 async def _close_bus(bus: Bus | None) -> None:

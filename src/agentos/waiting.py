@@ -1,4 +1,5 @@
-"""Waiting for an `asyncio.Event` with a timeout, without ever swallowing a cancel.
+"""Waiting with a timeout, without ever swallowing a cancel: for an `asyncio.Event`
+(`wait_event`), and for tasks that are cancelled once the time is up (`wait_tasks`).
 
 Python 3.11's `asyncio.wait_for` runs the wait as a task of its own; when a cancel reaches the
 caller in the same loop step as that task completes (the event was set, or the timeout fired),
@@ -13,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+from collections.abc import Collection
+from typing import Any
 
-__all__ = ["IdlePoll", "wait_event"]
+__all__ = ["IdlePoll", "cancel_and_wait", "wait_event", "wait_tasks"]
 
 
 async def wait_event(event: asyncio.Event, timeout_s: float | None) -> bool:
@@ -35,6 +38,34 @@ async def wait_event(event: asyncio.Event, timeout_s: float | None) -> bool:
         async with asyncio.timeout(timeout_s):
             await event.wait()
     return event.is_set()
+
+
+async def wait_tasks(tasks: Collection[asyncio.Future[Any]], timeout_s: float) -> set[asyncio.Future[Any]]:
+    """Wait up to `timeout_s` for `tasks` to end, then cancel the ones still running and wait for
+    them to end too (a close that must not hang on one stuck call). Nothing they raise escapes;
+    a cancel of the caller does.
+
+    Returns:
+        The tasks that had to be cancelled.
+    """
+    if not tasks:
+        return set()
+    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return pending
+
+
+async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
+    """Cancel a background loop's `task` (None: never started) and wait until it has ended; its
+    own CancelledError is the expected end, not the caller's (the caller's cancel still propagates).
+    """
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 class IdlePoll:

@@ -30,9 +30,14 @@ class ConsoleServer:
 
 
 async def start_console_server(
-    data_dir: Path, mock_factory: Callable[..., Awaitable[MockServer]], *, server: dict[str, Any] | None = None
+    data_dir: Path,
+    mock_factory: Callable[..., Awaitable[MockServer]],
+    *,
+    server: dict[str, Any] | None = None,
+    telemetry: dict[str, Any] | None = None,
 ) -> ConsoleServer:
-    """The caller closes `.server`. `server`: more of the `[server]` table."""
+    """The caller closes `.server`. `server`: more of the `[server]` table; `telemetry`: the
+    `[telemetry]` table (none: tracing off)."""
     # 50 tokens/s: a turn's 12 tokens come 20 ms apart, so a browser sees them arrive one by one
     mock = await mock_factory(scenario="tools", ttft_ms=20, tps=50, tokens=12)
     settings = settings_from_dict(
@@ -41,6 +46,7 @@ async def start_console_server(
             "provider": {"url": mock.url, "retry_budget_s": 2.0},
             "server": {"api_token": TOKEN, **(server or {})},
             "agents": AGENTS,
+            **({"telemetry": telemetry} if telemetry else {}),
         }
     )
     server = await start_server(settings)

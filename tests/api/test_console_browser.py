@@ -111,6 +111,10 @@ async def test_sign_in_keeps_the_key_out_of_the_url_and_a_chart_updates(
         for _ in range(3):
             await _turns(http, console, count=16)
         await page.wait_for_function("() => Number(document.querySelector('#chart-turns').dataset.points) >= 8")
+    # The router's targets as a table (docs/providers.md, "Metrics"): the one target answered them all.
+    await page.wait_for_selector("#live-providers span.mono", timeout=WAIT_MS)
+    row = await page.text_content("#live-providers tr:nth-child(2)")
+    assert row is not None and row.startswith("default/") and "closed" in row
     await tab.shoot("live")
     await page.reload()  # the key is kept for the tab: still signed in
     await page.wait_for_selector("#shell:not([hidden])", timeout=WAIT_MS)
@@ -350,3 +354,318 @@ async def test_an_admin_sees_keys_and_tenants_and_a_tenant_key_does_not(
     tenant = await open_tab()
     await tenant.sign_in(console.alice)
     assert not await tenant.page.is_visible("#nav button[data-view=keys]")
+
+
+async def _start_careful(http: aiohttp.ClientSession, console: ConsoleServer, key: TenantKey) -> str:
+    async with http.post(f"{console.url}/v1/agents/careful/runs", json={"input": "go"}, headers=key.headers) as r:
+        run_id: str = (await r.json())["run_id"]
+    async with http.get(f"{console.url}/v1/runs/{run_id}/events", headers=key.headers) as r:
+        async for event in sse_events(r):
+            if event.name == "human.requested":
+                return run_id
+    raise AssertionError(f"run {run_id} never asked")
+
+
+async def _answer(http: aiohttp.ClientSession, console: ConsoleServer, run_id: str) -> None:
+    """Answer the run's pending request: approve an approval, say "yes" to a question."""
+    pending = await _pending(http, console, run_id)
+    body = {"operation_id": pending["operation_id"], "approve": True, "args_hash": pending.get("args_hash")}
+    if pending["kind"] == "question":
+        body = {"operation_id": pending["operation_id"], "answer": "yes"}
+    async with http.post(f"{console.url}/v1/runs/{run_id}/answer", json=body, headers=console.alice.headers) as r:
+        assert r.status == 200, await r.text()
+
+
+WATERFALL = """() => [...document.querySelectorAll('#run-waterfall .wf-row')].map((row) => {
+    const bar = row.querySelector('.wf-bar').getBoundingClientRect();
+    return {kind: row.dataset.kind, status: row.dataset.status, open: row.dataset.open === 'true',
+            start: Number(row.dataset.startMs), label: row.querySelector('.wf-label').textContent,
+            left: bar.left, right: bar.right};
+})"""
+
+
+async def _waiting_run_opened(
+    open_tab: Callable[[], Awaitable[Tab]], console: ConsoleServer, http: aiohttp.ClientSession, *, by_id: bool
+) -> tuple[str, Tab]:
+    """A run of `careful` waiting for its first approval, opened in the runs view (by its id in
+    the Open box, or from the list), its waterfall drawn up to the open human wait."""
+    run_id = await _start_careful(http, console, console.alice)
+    tab = await open_tab()
+    await tab.sign_in(console.alice)
+    await tab.view("runs")
+    if by_id:
+        await tab.page.fill("#runs-open-id", run_id)
+        await tab.page.click("#runs-open")
+    else:
+        await tab.page.locator(f"#runs-table tr[data-id='{run_id}']").click()
+    await tab.page.wait_for_selector("#run-waterfall .wf-row.human[data-open='true']", timeout=WAIT_MS)
+    return run_id, tab
+
+
+async def test_a_runs_waterfall_shows_its_steps_with_the_waiting_one_open(
+    open_tab, console: ConsoleServer, http: aiohttp.ClientSession
+) -> None:
+    # Waiting for its first approval: the model call is done, the human wait runs on to now.
+    run_id, tab = await _waiting_run_opened(open_tab, console, http, by_id=True)
+    page = tab.page
+    rows = await page.evaluate(WATERFALL)
+    assert [(r["kind"], r["status"], r["open"]) for r in rows] == [
+        ("run", "running", True),
+        ("model", "completed", False),
+        ("human", "waiting", True),
+    ]
+    run_bar, model, human = rows
+    assert human["label"] == "human approval run_command"
+    assert abs(run_bar["right"] - human["right"]) < 0.5  # both open-ended: to now, the right edge
+    assert model["right"] <= human["left"] + 1
+    assert await page.is_enabled("#run-cancel") and await page.is_enabled("#run-terminate")
+    assert await page.locator("#run-trace").count() == 0  # tracing is off: no link
+    for asked in (2, 3):  # two approvals (each then runs its command), then a question
+        await _answer(http, console, run_id)
+        await page.wait_for_function(
+            f"""() => document.querySelectorAll('#run-waterfall .wf-row.human').length === {asked}
+                && document.querySelector('#run-waterfall .wf-row.human:last-child').dataset.open === 'true'""",
+            timeout=WAIT_MS,
+        )
+    await _answer(http, console, run_id)
+    await page.wait_for_selector("#run-waterfall .wf-row.run[data-status='completed']", timeout=WAIT_MS)
+    rows = await page.evaluate(WATERFALL)
+    steps = rows[1:]
+    assert {r["kind"] for r in steps} == {"model", "human", "sandbox"}
+    commands = [r["label"] for r in steps if r["kind"] == "sandbox"]
+    assert len(commands) == 2 and all(c.startswith("sandbox: sh -c echo step-") for c in commands), commands
+    assert all(c.endswith(" · exit 0") for c in commands), commands
+    assert sum(r["kind"] == "human" for r in steps) == 3
+    assert all(r["status"] == "completed" and not r["open"] for r in rows)
+    # Bars by time: each step starts where or after the one before it, inside the run's bar.
+    assert [r["start"] for r in steps] == sorted(r["start"] for r in steps)
+    assert all(a["left"] <= b["left"] + 0.5 for a, b in zip(steps, steps[1:], strict=False))
+    assert all(rows[0]["left"] - 0.5 <= r["left"] and r["right"] <= rows[0]["right"] + 0.5 for r in steps)
+    # A finished run can be neither cancelled nor terminated.
+    assert not await page.is_enabled("#run-cancel") and not await page.is_enabled("#run-terminate")
+    await tab.shoot("waterfall")
+
+
+# The page's own waterfall (waterfall.js) fed a run's events that the mock's scripts never make:
+# a delegation, a model call cut off by a restart and made again, and a failing command.
+DELEGATION = """async () => {
+    const { waterfall } = await import('./console/waterfall.js');  // the module the page runs
+    const node = document.createElement('div');
+    node.id = 'run-waterfall';
+    document.getElementById('run-detail').replaceChildren(node);
+    window.opened = [];
+    const run = {run_id: 'run_p', agent: 'boss', created_ms: 1000};
+    const chart = waterfall(node, run, (id) => window.opened.push(id));
+    const events = [
+        ['run.started', {agent: 'boss', at_ms: 1000}],
+        ['model.started', {operation_id: 'run_p:1', attempt: 1, at_ms: 1010}],
+        ['run.resumed', {agent: 'boss', at_ms: 1500}],
+        ['model.started', {operation_id: 'run_p:1', attempt: 2, at_ms: 1510}],
+        ['model.completed', {operation_id: 'run_p:1', duration_ms: 90, tool_calls: [{name: 'delegate'}], at_ms: 1600}],
+        ['tool.call', {operation_id: 'run_p:2', name: 'delegate', arguments: '{}', at_ms: 1610}],
+        ['run.child_started', {child_run_id: 'run_p.2', agent: 'helper', at_ms: 1620}],
+        ['tool.result', {operation_id: 'run_p:2', name: 'delegate', content: 'done', at_ms: 2600}],
+        ['tool.call', {operation_id: 'run_p:3', name: 'run_command', arguments: '{"command": ["false"]}', at_ms: 2610}],
+        ['tool.result', {operation_id: 'run_p:3', name: 'run_command', content: '{"exit_code": 1}', at_ms: 2700}],
+        ['model.started', {operation_id: 'run_p:4', attempt: 1, at_ms: 2710}],
+        ['run.failed', {status: 'failed', reason: 'provider: down', at_ms: 3000}],
+    ];
+    for (const [name, data] of events) chart.add(name, data);
+    await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
+    return [...node.querySelectorAll('.wf-row')].map((row) => [row.dataset.kind, row.dataset.status,
+        row.querySelector('.wf-label').textContent, row.querySelector('.wf-took').textContent]);
+}"""
+
+
+async def test_a_waterfall_shows_a_child_run_a_resumed_call_and_failures(open_tab, console: ConsoleServer) -> None:
+    tab = await open_tab()
+    await tab.sign_in(console.alice)
+    await tab.view("runs")
+    rows = await tab.page.evaluate(DELEGATION)
+    assert rows == [
+        ["run", "failed", "run (boss)", "2.00 s"],
+        ["model", "interrupted", "model call", "490 ms"],  # died with its node at the restart
+        ["model", "completed", "model call (attempt 2) → delegate", "90 ms"],
+        ["tool", "completed", "delegate", "990 ms"],
+        ["child", "completed", "child run run_p.2 (helper)", "980 ms"],  # until the delegate step's result
+        ["sandbox", "failed", "sandbox: false · exit 1", "90 ms"],
+        ["model", "failed", "model call", "290 ms"],  # open when the run failed
+    ]
+    await tab.page.click("#run-waterfall .wf-row.child")
+    assert await tab.page.evaluate("() => window.opened") == ["run_p.2"]
+
+
+async def test_terminating_a_waiting_run_closes_its_open_step_and_turns_the_buttons_off(
+    open_tab, console: ConsoleServer, http: aiohttp.ClientSession
+) -> None:
+    _, tab = await _waiting_run_opened(open_tab, console, http, by_id=False)
+    page = tab.page
+    await page.click("#run-terminate")
+    await page.wait_for_selector("#run-waterfall .wf-row.human[data-status='cancelled']", timeout=WAIT_MS)
+    await page.wait_for_selector("#run-cancel:disabled", timeout=WAIT_MS)
+    assert not await page.is_enabled("#run-terminate")
+    assert await page.locator("#run-waterfall .wf-row[data-open='true']").count() == 0
+
+
+async def test_the_run_view_links_to_the_run_trace_in_the_operators_backend(
+    tmp_path: Path,
+    mock_factory: Callable[..., Awaitable[MockServer]],
+    browser: Browser,
+    http: aiohttp.ClientSession,
+) -> None:
+    from agentos.telemetry import derived_ids
+    from tests.api.helpers import assert_documented
+    from tests.telemetry.otlp_sink import otlp_sink
+
+    template = "http://127.0.0.1:9/trace/{trace_id}?from=agentos"
+    async with otlp_sink() as sink:
+        telemetry = {"enabled": True, "endpoint": sink.url, "trace_url_template": template}
+        console = await start_console_server(tmp_path / "data", mock_factory, telemetry=telemetry)
+        try:
+            run_id = await _start_careful(http, console, console.alice)
+            async with http.get(f"{console.url}/v1/runs/{run_id}", headers=console.alice.headers) as r:
+                view = await r.json()
+            assert_documented(view, "Run")
+            trace_id = derived_ids(run_id)[0]
+            assert view["trace_id"] == trace_id
+            assert view["trace_url"] == template.replace("{trace_id}", trace_id)
+            context = await browser.new_context(viewport={"width": 1360, "height": 860})
+            tab = Tab(await context.new_page(), console.url)
+            await tab.sign_in(console.alice)
+            await tab.view("runs")
+            await tab.page.locator(f"#runs-table tr[data-id='{run_id}']").click()
+            link = tab.page.locator("#run-trace")
+            await link.wait_for(timeout=WAIT_MS)
+            assert await link.text_content() == "Open trace"
+            assert await link.get_attribute("href") == view["trace_url"]
+            assert await link.get_attribute("rel") == "noopener noreferrer"
+            await context.close()
+            assert tab.problems == []
+        finally:
+            await console.server.close()
+
+
+async def test_a_run_without_tracing_has_no_trace_in_its_view(
+    console: ConsoleServer, http: aiohttp.ClientSession
+) -> None:
+    run_id = await _start_careful(http, console, console.alice)
+    async with http.get(f"{console.url}/v1/runs/{run_id}", headers=console.alice.headers) as r:
+        view = await r.json()
+    assert "trace_id" not in view and "trace_url" not in view
+
+
+# The canvas pixels of a chart in its first series' color (#2f6fdf), and whether its axes'
+# labels fit: x labels apart from each other, y labels inside the axis, the plot inside its box.
+CHART = """(id) => {
+    const box = document.getElementById(id), u = box.uplot, canvas = box.querySelector('canvas');
+    const pixels = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+    let blue = 0;
+    for (let i = 0; i < pixels.length; i += 4) {
+        const [r, g, b] = pixels.slice(i, i + 3);
+        if (Math.abs(r - 47) < 40 && Math.abs(g - 111) < 40 && Math.abs(b - 223) < 40) blue++;
+    }
+    const ctx = document.createElement('canvas').getContext('2d');
+    const width = (axis, text) => { ctx.font = axis.font[0]; return ctx.measureText(text).width; };
+    const x = u.axes[0], y = u.axes[1];
+    const xs = (x._values || []).map((text, i) => ({text, at: u.valToPos(x._splits[i], 'x'), w: width(x, text)}))
+        .filter((l) => l.text);
+    let overlap = 0;
+    for (let i = 1; i < xs.length; i++) if (xs[i].at - xs[i - 1].at < (xs[i].w + xs[i - 1].w) / 2 + 4) overlap++;
+    const widest = Math.max(0, ...(y._values || []).map((text) => width(y, text)));
+    const outer = box.getBoundingClientRect(), root = u.root.getBoundingClientRect();
+    return {blue, overlap, xLabels: xs.length, yFits: widest + y.gap + y.ticks.size <= y._size,
+            inside: root.right <= outer.right + 0.5};
+}"""
+
+
+async def test_sparse_chart_samples_are_drawn_and_axis_labels_fit(
+    open_tab, console: ConsoleServer, http: aiohttp.ClientSession
+) -> None:
+    tab = await open_tab()
+    await tab.sign_in(console.admin)
+    page = tab.page
+    await page.wait_for_function("() => Number(document.querySelector('#chart-turns').dataset.points) >= 2")
+    await _turns(http, console, count=2)  # one second's sample, with nothing either side
+    await page.wait_for_function(
+        "() => Number(document.querySelector('#chart-ttft').dataset.values) >= 1", timeout=WAIT_MS
+    )
+    for chart in ("chart-ttft", "chart-duration"):
+        await page.wait_for_function(f"() => ({CHART})('{chart}').blue > 0", timeout=WAIT_MS)
+    await page.wait_for_function("() => Number(document.querySelector('#chart-turns').dataset.points) >= 5")
+    for chart in await page.eval_on_selector_all(".chart", "(boxes) => boxes.map((b) => b.id)"):
+        shown = await page.evaluate(f"({CHART})('{chart}')")
+        assert shown["overlap"] == 0 and shown["xLabels"] >= 2, (chart, shown)
+        assert shown["yFits"] and shown["inside"], (chart, shown)
+
+
+# The page's own chart (live.js `lineChart`) with the samples a quiet or a slow server gives.
+PROBE = """async ([id, columns]) => {
+    const { lineChart } = await import('./console/live.js');  // the module the page runs
+    const box = document.createElement('div');
+    box.className = 'chart';
+    box.id = id;
+    document.getElementById('live-charts').append(box);
+    const now = Date.now() / 1000;
+    const u = lineChart(box, ['p50', 'p95'], [columns[0].map((ago) => now - ago), ...columns.slice(1)]);
+    await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
+    return {...(CHART)(id), window: u.scales.x.max - u.scales.x.min};
+}""".replace("CHART", CHART)
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        [[0], [5], [None]],  # the first sample: one point
+        [[1, 0], [None, 12_345.6], [None, 23_456.7]],  # two points, one value, large
+        [[3, 2, 1, 0], [None, 1_234_567, None, 7], [2_500_000, None, None, 9]],  # lone values, huge
+    ],
+)
+async def test_a_chart_draws_one_or_two_samples_with_labels_that_fit(
+    open_tab, console: ConsoleServer, columns: list[list[float | None]]
+) -> None:
+    tab = await open_tab()
+    await tab.sign_in(console.admin)
+    shown = await tab.page.evaluate(PROBE, ["chart-probe", columns])
+    assert shown["blue"] >= 30, shown  # a visible dot, at least
+    assert 119 <= shown["window"] <= 125, shown  # the last two minutes, not a year or a second
+    assert shown["overlap"] == 0 and shown["xLabels"] >= 2, shown
+    assert shown["yFits"] and shown["inside"], shown
+
+
+async def test_inbox_cards_keep_their_order_and_agent_after_an_answer(
+    open_tab, console: ConsoleServer, http: aiohttp.ClientSession
+) -> None:
+    first = await _start_careful(http, console, console.alice)
+    second = await _start_careful(http, console, console.alice)
+    tab = await open_tab()
+    await tab.sign_in(console.alice)
+    await tab.view("inbox")
+    page = tab.page
+    order = "() => [...document.querySelectorAll('.inbox-item')].map((c) => c.dataset.run)"
+    await page.wait_for_function(f"() => ({order})().length === 2", timeout=WAIT_MS)
+    assert await page.evaluate(order) == [first, second]  # oldest run first
+    await page.locator(f".inbox-item[data-run='{second}'] input.answer").fill("typed, not sent")
+    card = page.locator(f".inbox-item[data-run='{first}']")
+    await card.locator("button.approve").click()
+    await card.locator("pre.arguments").filter(has_text="step-2").wait_for(timeout=WAIT_MS)  # asked again
+    assert await page.evaluate(order) == [first, second]
+    assert "· careful" in (await card.locator(".hint").first.text_content() or "")
+    assert await page.locator(f".inbox-item[data-run='{second}'] input.answer").input_value() == "typed, not sent"
+    # A run that starts asking after the tab opened shows its agent too, last (the newest).
+    third = await _start_careful(http, console, console.alice)
+    late = page.locator(f".inbox-item[data-run='{third}'] .hint").first
+    await late.filter(has_text="· careful").wait_for(timeout=WAIT_MS)
+    assert await page.evaluate(order) == [first, second, third]
+
+
+async def test_empty_tables_say_so(open_tab, console: ConsoleServer) -> None:
+    tab = await open_tab()
+    await tab.sign_in(console.bob)  # a tenant with nothing yet
+    for view, table, text in (
+        ("runs", "#runs-table", "No runs match."),
+        ("sessions", "#sessions-table", "No sessions yet."),
+        ("usage", "#usage-table", "No model calls in this range."),
+    ):
+        await tab.view(view)
+        await tab.page.wait_for_selector(f"{table} tr.empty:has-text('{text}')", timeout=WAIT_MS)
+        assert await tab.page.locator(f"{table} tr.row").count() == 0

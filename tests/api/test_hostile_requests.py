@@ -97,6 +97,7 @@ async def json_routes(http: aiohttp.ClientSession, url: str) -> list[tuple[str, 
         ("POST", "/v1/collections/docs/documents", b'{"content":"x","content_type":"text/plain","metadata":', b"}"),
         ("POST", "/v1/collections/docs/query", b'{"query":"q","filter":', b"}"),
         ("POST", "/v1/triggers", b'{"agent":"a","description":', b"}"),
+        ("POST", "/v1/schedules", b'{"agent":"a","every_s":60,"input":', b"}"),
         ("POST", "/v1/admin/tenants", b'{"tenant_id":"t","limits":', b"}"),
         ("POST", "/v1/admin/keys", b'{"tenant_id":"t","scopes":', b"}"),
         ("PATCH", "/v1/admin/tenants/default", b'{"limits":', b"}"),
@@ -292,7 +293,7 @@ async def test_integer_query_parameters_past_64_bits_are_a_422(
     async with http.post(f"{server.url}/v1/triggers", json={"agent": "a"}) as r:
         trigger_id = (await r.json())["trigger_id"]
     lists = ["/v1/sessions", "/v1/agents", "/v1/admin/tenants", "/v1/admin/keys", "/v1/collections/docs/documents"]
-    lists += ["/v1/triggers", f"/v1/triggers/{trigger_id}/deliveries"]
+    lists += ["/v1/triggers", f"/v1/triggers/{trigger_id}/deliveries", "/v1/schedules"]
     cursors = [
         f"/v1/sessions/{sid}/messages?after=",
         f"/v1/sessions/{sid}/events?after=",
@@ -317,6 +318,7 @@ async def test_nul_in_a_url_is_a_404_in_the_path_and_a_422_in_a_query_parameter(
         assert_json_error(status, headers, body, 404, "not_found")
     queries = ["/v1/sessions?after=a%00b", "/v1/collections/docs/documents?after=%00", "/v1/agents?after=%00"]
     queries += ["/v1/triggers?after=%00", "/v1/admin/tenants?after=%00", "/v1/admin/keys?tenant_id=%00"]
+    queries += ["/v1/schedules?after=%00"]
     for target in queries:
         status, headers, body = await raw_request(server.url, get(target))
         assert_json_error(status, headers, body, 422, "invalid_input")

@@ -11,10 +11,11 @@ import pytest
 from aiohttp import web
 from jsonschema import Draft202012Validator
 
-from agentos.api.admin import KeyCreate, TenantCreate, TenantUpdate
+from agentos.api.admin import KeyCreate, KeyUpdate, TenantCreate, TenantUpdate
 from agentos.api.app import ROUTES
 from agentos.api.body import MAX_AFTER, MAX_PAGE_LIMIT, AnswerCreate, RunCreate, RunSteer, SessionCreate, TurnCreate
 from agentos.api.openapi import document, served_routes, table_routes
+from agentos.api.schedules import ScheduleCreate
 from agentos.api.triggers import TriggerCreate
 from agentos.config.agents import AgentSpec
 from agentos.config.tenants import TenantLimits
@@ -35,7 +36,9 @@ BODIES: dict[tuple[str, str], tuple[type[Any], str]] = {
     ("post", "/v1/admin/tenants"): (TenantCreate, "TenantCreate"),
     ("patch", "/v1/admin/tenants/{tenant_id}"): (TenantUpdate, "TenantUpdate"),
     ("post", "/v1/admin/keys"): (KeyCreate, "KeyCreate"),
+    ("patch", "/v1/admin/keys/{key_id}"): (KeyUpdate, "KeyUpdate"),
     ("post", "/v1/triggers"): (TriggerCreate, "TriggerCreate"),
+    ("post", "/v1/schedules"): (ScheduleCreate, "ScheduleCreate"),
     ("post", "/v1/collections"): (CollectionCreate, "CollectionCreate"),
     ("post", "/v1/collections/{name}/documents"): (DocumentUpload, "DocumentUpload"),
     ("post", "/v1/collections/{name}/query"): (QueryRequest, "QueryRequest"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,12 +52,15 @@ def node_env(pg: StoreConfig, redis_url: str = "", prefix: str = "") -> dict[str
 
 
 @asynccontextmanager
-async def serve_nodes(count: int, data: Path, mock_url: str, env: dict[str, str]) -> AsyncIterator[list[Node]]:
-    """`count` nodes, started one after the other (the first migrates the schema)."""
+async def serve_nodes(
+    count: int, data: Path, mock_url: str, env: dict[str, str], args: Sequence[str] = ()
+) -> AsyncIterator[list[Node]]:
+    """`count` nodes, started one after the other (the first migrates the schema); `args` go to
+    each `agentos serve` (`--config`, for what only a config file can say)."""
     nodes: list[Node] = []
     try:
         for i in range(count):
-            nodes.append(await _serve(data / f"node{i}", mock_url, env))
+            nodes.append(await _serve(data / f"node{i}", mock_url, env, args))
         yield nodes
     finally:
         for node in nodes:
@@ -66,7 +69,7 @@ async def serve_nodes(count: int, data: Path, mock_url: str, env: dict[str, str]
                 await node.proc.wait()
 
 
-async def _serve(data_dir: Path, mock_url: str, env: dict[str, str]) -> Node:
+async def _serve(data_dir: Path, mock_url: str, env: dict[str, str], args: Sequence[str] = ()) -> Node:
     log_path = data_dir.with_name(data_dir.name + ".stderr")  # a file: a pipe nobody reads fills up
     with log_path.open("wb") as log:  # the child keeps its own copy of the descriptor
         proc = await asyncio.create_subprocess_exec(
@@ -80,6 +83,7 @@ async def _serve(data_dir: Path, mock_url: str, env: dict[str, str]) -> Node:
             str(data_dir),
             "--provider-url",
             mock_url,
+            *args,
             stdout=asyncio.subprocess.PIPE,
             stderr=log,
             env=child_env(**env),

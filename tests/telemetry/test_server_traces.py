@@ -174,3 +174,22 @@ async def test_the_access_log_names_each_requests_trace(tmp_path: Any) -> None:
     finally:
         db.close()
     assert rows == [("POST", CALLER.split("-")[1])]
+
+
+async def test_content_is_recorded_only_for_the_tenants_the_administrator_names(tmp_path: Any) -> None:
+    async with traced_server(tmp_path, capture_content=["default"], content_max_chars=40) as (server, sink, _):
+        async with aiohttp.ClientSession() as http:
+            await _turn(http, server.url)
+        await sink.wait_for({"chat mock-1"})
+    (chat,) = sink.named("chat mock-1")
+    assert chat.attributes["gen_ai.input.messages"].startswith('[{"role":"user","content":"hi"}')
+    assert chat.attributes["gen_ai.output.messages"].startswith('[{"role":"assistant"')
+    assert len(chat.attributes["gen_ai.output.messages"]) <= 40 + len("...[truncated]")
+
+
+async def test_no_content_is_recorded_by_default(tmp_path: Any) -> None:
+    async with traced_server(tmp_path) as (server, sink, _), aiohttp.ClientSession() as http:
+        await _turn(http, server.url)
+        await sink.wait_for({"chat mock-1"})
+    (chat,) = sink.named("chat mock-1")
+    assert not any(key.startswith(("gen_ai.input", "gen_ai.output")) for key in chat.attributes)

@@ -151,3 +151,22 @@ def test_json_log_lines_carry_the_trace_of_the_moment() -> None:
     assert inside["message"] == "turn t1 completed" and inside["level"] == "INFO"
     assert outside["trace_id"] == "" and outside["span_id"] == ""
     tracing.shutdown()
+
+
+def test_a_runs_view_names_its_trace_and_links_it_only_when_sampled() -> None:
+    from agentos.agents.traces import RunTraces
+    from agentos.telemetry import derived_ids
+
+    run_id = "run_0123456789abcdef0123"
+    trace_id = derived_ids(run_id)[0]
+    template = "https://grafana.example/explore?traceId={trace_id}"
+    assert RunTraces(NO_TRACING).view(run_id) == {}  # off: nothing
+    every = _tracing(InMemorySpanExporter(), trace_url_template=template)
+    link = f"https://grafana.example/explore?traceId={trace_id}"
+    assert RunTraces(every).view(run_id) == {"trace_id": trace_id, "trace_url": link}
+    plain = _tracing(InMemorySpanExporter())
+    assert RunTraces(plain).view(run_id) == {"trace_id": trace_id}  # no template
+    none = _tracing(InMemorySpanExporter(), trace_url_template=template, sample_ratio=0.0)
+    assert RunTraces(none).view(run_id) == {"trace_id": trace_id}  # not sampled: no trace to open
+    for tracing in (every, plain, none):
+        tracing.shutdown()

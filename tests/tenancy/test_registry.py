@@ -219,3 +219,52 @@ async def test_with_the_store_off_the_registry_lives_in_memory() -> None:
 def _registry_files(directory: Path) -> bytes:
     """Every byte of tenants.db and its WAL (what a stolen copy of the file would hold)."""
     return b"".join(p.read_bytes() for p in directory.iterdir() if p.name.startswith("tenants.db"))
+
+
+async def test_budgets_of_tenants_and_keys_are_kept_and_read_back(make: Callable[..., TenantRegistry]) -> None:
+    first = make()
+    await first.open()
+    await first.create_tenant("acme", limits={"budget_per_day": 2.5})
+    _, record = await first.create_key("acme", name="ci", budgets=(0.5, 10.0))
+    other, _ = await first.create_key("acme", name="plain")
+    await first.update_key(record.key_id, budget_per_month=7.25)
+    with pytest.raises(InvalidInput):
+        await first.update_key(record.key_id, budget_per_day=float("nan"))
+    with pytest.raises(InvalidInput):
+        await first.create_key("acme", budgets=(-1.0, 0.0))
+    await first.close()
+    second = make()  # another node, or a restart: from the rows
+    await second.open()
+    try:
+        assert second.tenant_budgets("acme") == (2.5, 0.0)
+        assert second.key_budgets(record.key_id) == (0.5, 7.25)
+        assert second.key_budgets(parse(other).key_id) == (0.0, 0.0)
+        assert second.key_budgets("nokey") == (0.0, 0.0) and second.tenant_budgets("nobody") == (0.0, 0.0)
+    finally:
+        await second.close()
+
+
+async def test_a_tenants_db_from_before_key_budgets_gains_their_columns(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "tenants.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "CREATE TABLE tenants (tenant_id TEXT PRIMARY KEY, name TEXT NOT NULL, limits TEXT NOT NULL,"
+        " disabled INTEGER NOT NULL, created_ms INTEGER NOT NULL);"
+        "CREATE TABLE api_keys (key_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, name TEXT NOT NULL,"
+        " scopes TEXT NOT NULL, created_ms INTEGER NOT NULL, expires_ms INTEGER, revoked_ms INTEGER,"
+        " hash BLOB NOT NULL);"
+        "INSERT INTO tenants VALUES ('default', 'default', '{}', 0, 1);"
+        "INSERT INTO api_keys VALUES ('k_old', 'default', 'old', 'admin', 1, NULL, NULL, x'00');"
+    )
+    conn.commit()
+    conn.close()
+    registry = TenantRegistry(path, PEPPER)
+    await registry.open()
+    try:
+        assert registry.key_budgets("k_old") == (0.0, 0.0)
+        await registry.update_key("k_old", budget_per_day=1.0)
+        assert registry.key("k_old").budget_per_day == 1.0
+    finally:
+        await registry.close()

@@ -220,8 +220,9 @@ class RunEngine:
         return handle
 
     async def run_view(self, tenant_id: str, run_id: str) -> dict[str, Any]:
-        """The run's row as a client sees it: this node's live status if it drives the run, and
-        the pending human request while it waits. Raises: NotFound (also for another tenant's run)."""
+        """The run's row as a client sees it: this node's live status if it drives the run, the
+        pending human request while it waits, and its trace's id and link when tracing is on
+        (`RunTraces.view`). Raises: NotFound (also for another tenant's run)."""
         row = await self.store.load_run(tenant_id, run_id)
         if row is None:
             raise run_not_found(run_id)
@@ -233,6 +234,7 @@ class RunEngine:
         pending = steps[-1] if steps else None
         if info["status"] == "waiting_human" and pending is not None and pending.status == "waiting":
             info["pending"] = pending.input
+        info.update(self.traces.view(run_id))
         return info
 
     def children(self, run_id: str) -> list[RunHandle]:
@@ -240,41 +242,16 @@ class RunEngine:
 
     # --- the journal ---
 
-    def new_run(
-        self,
-        tenant_id: str,
-        spec: AgentSpec,
-        text: str,
-        session_id: str | None,
-        run_id: str,
-        parent: RunHandle | None,
-        context: list[Message] | None,
-    ) -> tuple[RunRow, list[Any]]:
-        """The run's row, and the writes that create it (its spec and context payloads first)."""
-        now = self.now_ms()
+    def payloads(
+        self, tenant_id: str, spec: AgentSpec, context: list[Message] | None
+    ) -> tuple[str, str | None, list[Any]]:
+        """The refs of a new run's spec and context payloads (None: no context), and the writes
+        that store them (before the run's row)."""
         spec_ref, put_spec = self.journal.payload(tenant_id, spec_to_dict(spec))
-        writes = [put_spec]
-        context_ref = None
-        if context:
-            context_ref, put_context = self.journal.payload(tenant_id, context)
-            writes.append(put_context)
-        row = RunRow(
-            run_id,
-            tenant_id,
-            spec.name,
-            session_id,
-            parent.run_id if parent else None,
-            parent.row.depth + 1 if parent else 0,
-            spec_ref,
-            text,
-            "queued",
-            None,
-            None,
-            now,
-            now,
-            context_ref,
-        )
-        return row, [*writes, *self.journal.create_run(row)]
+        if not context:
+            return spec_ref, None, [put_spec]
+        context_ref, put_context = self.journal.payload(tenant_id, context)
+        return spec_ref, context_ref, [put_spec, put_context]
 
     async def record_finish(self, handle: RunHandle, status: str, result: str | None, reason: str) -> RunRow:
         """Journal the terminal state; the caller has set `handle.status` already."""

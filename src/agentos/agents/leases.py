@@ -48,7 +48,7 @@ from agentos.errors import ConfigError, StoreUnavailable
 from agentos.store import pg_pool
 from agentos.store.pg_health import outage_of
 from agentos.store.pg_pool import pooled
-from agentos.waiting import wait_event
+from agentos.waiting import wait_event, wait_tasks
 
 if TYPE_CHECKING:
     import asyncpg
@@ -134,10 +134,7 @@ class LeaseKeeper:
             self._closing = True
             self._wake.set()
             self._stopped.set()
-            _, pending = await asyncio.wait(self._tasks, timeout=CLOSE_WAIT_S)
-            for task in pending:  # a database call stuck past its own bounds
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await wait_tasks(self._tasks, CLOSE_WAIT_S)  # cancels a database call stuck past its own bounds
             self._tasks = []
         if self._listener is not None:
             with contextlib.suppress(Exception):  # a connection already gone has nothing to close

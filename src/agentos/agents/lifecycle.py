@@ -95,7 +95,26 @@ class RunLifecycle(RunEngine):
         parent_id = parent.run_id if parent else None
         if not await self.driver.hold_run(run_id, tenant_id, parent_id):  # the tenant's cap over every node
             raise AdmissionRejected(self.driver.kernel.limits.retry_after_s, what="runs", code="tenant_active_runs")
-        row, writes = self.new_run(tenant_id, spec, text, session_id, run_id, parent, context)
+        spec_ref, context_ref, writes = self.payloads(tenant_id, spec, context)
+        now = self.now_ms()
+        depth = parent.row.depth + 1 if parent else 0
+        row = RunRow(
+            run_id,
+            tenant_id,
+            spec.name,
+            session_id,
+            parent_id,
+            depth,
+            spec_ref,
+            text,
+            "queued",
+            None,
+            None,
+            now,
+            now,
+            context_ref,
+        )
+        writes += self.journal.create_run(row)
         self.traces.submitted(row)
         handle = self.new_handle(row, spec, context)
         created = handle.created = asyncio.get_running_loop().create_future()

@@ -19,14 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentos.journal.journal import Step, arguments_hash
-from agentos.providers.base import Message
+from agentos.providers.base import Message, ToolCall
 
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    call_id: str
-    name: str
-    arguments: str
+# A tool call as the journal replays it: the model's own (its id, the tool's name, the JSON text).
+Call = ToolCall
 
 
 @dataclass(frozen=True, slots=True)

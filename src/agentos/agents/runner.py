@@ -23,7 +23,7 @@ from agentos.agents.model_events import model_completed, model_started
 from agentos.agents.replay import Call, CallModel, Finish, Reconcile, RunTool, WaitHuman, replay
 from agentos.agents.tools import builtin_schemas, is_idempotent
 from agentos.config.agents import SEARCH_KNOWLEDGE, AgentSpec
-from agentos.errors import InvalidInput, NotFound, ProviderError
+from agentos.errors import BudgetExceeded, InvalidInput, NotFound, ProviderError
 from agentos.journal.journal import Step, StepKind, StepStatus, arguments_hash
 from agentos.mcp.checks import McpUnavailable
 from agentos.providers.base import CallContext, ChatRequest, Completion, TextDelta
@@ -117,9 +117,11 @@ class Runner:
         self._host.emit(h, "model.started", model_started(operation_id, attempts), into=ops)
         await self._journal(h, ops, _step(seq, "model", "started", None, h, attempts), durable=False)
         try:
-            reply = await self._stream(h, messages, seq)
+            reply = await self._stream(h, messages, seq, attempts)
         except ProviderError as exc:
             await self._end(h, "failed", reason=f"provider: {exc.code}: {exc}")
+        except BudgetExceeded as exc:  # a budget cannot hold this step's worst case: the run stops here
+            await self._end(h, "failed", reason=f"budget_exceeded: {exc.budget}")
         except McpUnavailable as exc:  # a server of its tools cannot start: at once, saying why
             await self._end(h, "failed", reason=f"tools: {exc.code}: {exc}")
         ops = self._done(h, seq, "done", reply)
@@ -129,11 +131,13 @@ class Runner:
         await self._journal(h, ops, _step(seq, "model", "done", None, h, attempts, reply), then=held)
         self._host.spent(h, reply["usage"])
 
-    async def _stream(self, h: RunHandle, messages: list[Any], seq: int) -> dict[str, Any]:
+    async def _stream(self, h: RunHandle, messages: list[Any], seq: int, attempt: int) -> dict[str, Any]:
         tools = builtin_schemas(h.spec) + await self._host.mcp.schemas(h.spec)
         row = h.row
-        context = CallContext(row.tenant_id, "", row.agent, row.run_id, row.session_id or "", f"{row.run_id}:{seq}")
-        trace = self._host.traces.model_step(row.run_id, seq, _attempts(h, seq) + 1)
+        context = CallContext(
+            row.tenant_id, "", row.agent, row.run_id, row.session_id or "", f"{row.run_id}:{seq}", h.spec.max_cost
+        )
+        trace = self._host.traces.model_step(row.run_id, seq, attempt)  # the attempt journaled as started
         request = ChatRequest(
             messages=list(messages), model=h.spec.model, tools=tools or None, context=context, trace=trace
         )

@@ -24,6 +24,8 @@ from collections.abc import AsyncGenerator, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from agentos.agents.agents import AgentRegistry
 from agentos.agents.checks import remove_dirs
 from agentos.agents.cluster import cluster_for
@@ -37,7 +39,8 @@ from agentos.agents.policy import AgentPolicy
 from agentos.agents.statistics import RunServiceStatistics, run_statistics
 from agentos.clock import wall_ms
 from agentos.config import Settings
-from agentos.errors import Conflict, ShuttingDown
+from agentos.config.agents import AgentSpec
+from agentos.errors import Conflict, InvalidInput, ShuttingDown
 from agentos.ids import new_run_id
 from agentos.journal.journal import Journal
 from agentos.journal.run_list import RunQuery, next_cursor
@@ -215,25 +218,29 @@ class RunService:
         *,
         context: list[Message] | None = None,
         run_id: str | None = None,
+        max_cost: float | None = None,
     ) -> str:
         """Start a run of `tenant_id` in the background and return its id. `context`: earlier
         messages (a session's transcript) the model sees before `text`; journaled with the run.
         `session_id` must be a session of the tenant: the caller checks it (the HTTP route,
         an agent turn). `run_id`: the id to give it (a trigger's delivery chose it when it was
         accepted); when the tenant already has a run of that id, nothing starts and that id
-        is returned (a second start of the same delivery is a no-op).
+        is returned (a second start of the same delivery is a no-op). `max_cost`: this run's own
+        budget, at most the agent's `max_cost` (kept with the run's spec, so a node that takes the
+        run over applies it too).
 
         Raises:
             ShuttingDown: the server is draining.
             AdmissionRejected: over `kernel.max_active_runs`.
             NotFound: no such agent (or another tenant's).
             InvalidInput: empty input.
-            InvalidInput: input blank or over `kernel.max_input_chars` (as a turn's).
+            InvalidInput: input blank or over `kernel.max_input_chars` (as a turn's); a
+                `max_cost` over the agent's.
         """
         if not self.accepting:
             raise ShuttingDown("the server is shutting down")
         await self._agents.sees(tenant_id, agent)  # read only after a change heard of, or on a miss
-        spec = self._agents.get(tenant_id, agent)
+        spec = run_spec(self._agents.get(tenant_id, agent), max_cost)
         check_input(text, self._settings.kernel.max_input_chars)
         if run_id is None:
             run_id = new_run_id()
@@ -362,3 +369,14 @@ class RunService:
         if self._workspaces is not None:
             workspaces = self._workspaces
             await asyncio.to_thread(remove_dirs, [workspaces / run_id for run_id in deleted])
+
+
+def run_spec(spec: AgentSpec, max_cost: float | None) -> AgentSpec:
+    """The spec a run keeps: the agent's, with the run's own `max_cost` where one is asked.
+
+    Raises: InvalidInput: past the agent's own `max_cost`."""
+    if max_cost is None:
+        return spec
+    if spec.max_cost and max_cost > spec.max_cost:
+        raise InvalidInput(f"max_cost: at most the agent's max_cost ({spec.max_cost:g}), got {max_cost:g}")
+    return msgspec.structs.replace(spec, max_cost=max_cost)

@@ -43,6 +43,18 @@ class RunTraces:
         trace_id, span_id = derived_ids(run_id)
         return self.tracing.traceparent(trace_id, span_id)
 
+    def view(self, run_id: str) -> dict[str, str]:
+        """What a run's view (GET /v1/runs/{run_id}) says of its trace: nothing when tracing is
+        off; `trace_id` when on; and `trace_url`, the operator's backend's page of that trace
+        (`[telemetry] trace_url_template`), when one is configured and the trace is sampled."""
+        if not self.on:
+            return {}
+        trace_id, _ = derived_ids(run_id)
+        template = self.tracing.trace_url_template
+        if template and self.root(run_id).endswith("-01"):
+            return {"trace_id": trace_id, "trace_url": template.replace("{trace_id}", trace_id)}
+        return {"trace_id": trace_id}
+
     def submitted(self, row: RunRow) -> None:
         """The run was created under the current span (a request, a parent's tool step): link
         that span to the run's root."""

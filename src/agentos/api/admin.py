@@ -13,14 +13,15 @@ from aiohttp import web
 
 from agentos.api.body import page_limit, query_text, read_body
 from agentos.api.keys import TENANTS
-from agentos.api.routes import BAD_BODY, Schema, json, operation, page, page_params, query, refines
+from agentos.api.routes import BAD_BODY, Schema, json, listing, query, refines, tagged
 from agentos.api.sessions import json_response, page_response
-from agentos.config.tenants import TenantLimits
+from agentos.config.tenants import Budget, TenantLimits
 from agentos.tenancy.principal import TENANT_SCOPES, Scope, require
 from agentos.tenancy.records import TENANT_ID_PATTERN, key_json, tenant_json
 from agentos.tenancy.registry import MAX_EXPIRES_IN_S, TenantRegistry
 
 routes = web.RouteTableDef()
+operation = tagged("admin")
 
 TenantId = Annotated[str, msgspec.Meta(pattern=TENANT_ID_PATTERN)]
 Name = Annotated[str, msgspec.Meta(max_length=200)]
@@ -33,14 +34,14 @@ class TenantCreate(msgspec.Struct, forbid_unknown_fields=True):
 
     tenant_id: TenantId
     name: Name = ""
-    limits: dict[str, int] = {}
+    limits: dict[str, int | float] = {}
 
 
 class TenantUpdate(msgspec.Struct, forbid_unknown_fields=True):
     """What is given changes; `limits` merges into the overrides (null drops one)."""
 
     name: Name | None = None
-    limits: dict[str, int | None] | None = None
+    limits: dict[str, int | float | None] | None = None
     disabled: bool | None = None
 
 
@@ -53,6 +54,15 @@ class KeyCreate(msgspec.Struct, forbid_unknown_fields=True):
         default_factory=lambda: list(DEFAULT_KEY_SCOPES)
     )
     expires_in_s: ExpiresIn | None = None
+    budget_per_day: Budget = 0.0  # the key's own spending budgets (0: none; the tenant's still apply)
+    budget_per_month: Budget = 0.0
+
+
+class KeyUpdate(msgspec.Struct, forbid_unknown_fields=True):
+    """What is given changes: the key's spending budgets (0: none)."""
+
+    budget_per_day: Budget | None = None
+    budget_per_month: Budget | None = None
 
 
 def _ranges() -> dict[str, Any]:
@@ -83,7 +93,7 @@ _TENANT = Schema.object(
         "tenant_id": {"type": "string"},
         "name": {"type": "string"},
         "disabled": {"type": "boolean", "description": "its keys are refused (401) while true"},
-        "limit_overrides": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "limit_overrides": {"type": "object", "additionalProperties": {"type": "number"}},
         "limits": {
             "$ref": "#/components/schemas/TenantLimits",
             "description": "effective: [tenant_limits] with the overrides",
@@ -102,6 +112,8 @@ _KEY_PROPERTIES: dict[str, Any] = {
     "created_ms": {"type": "integer"},
     "expires_ms": {**_NULLABLE_MS, "description": "null: never expires"},
     "revoked_ms": _NULLABLE_MS,
+    "budget_per_day": {"type": "number", "description": "its own spending budget per UTC day; 0: none"},
+    "budget_per_month": {"type": "number", "description": "per calendar month (UTC); 0: none"},
 }
 _KEY = Schema.object("ApiKey", _KEY_PROPERTIES, uses=(Scope,))
 _KEY_CREATED = Schema.object(
@@ -129,7 +141,6 @@ def _registry(request: web.Request) -> TenantRegistry:
 @routes.post("/v1/admin/tenants")
 @operation(
     "Create a tenant",
-    tag="admin",
     body=TenantCreate,
     answers={201: json("The tenant", _TENANT)},
     errors=BAD_BODY | {409: "The id is taken"},
@@ -142,13 +153,7 @@ async def create_tenant(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/admin/tenants")
-@operation(
-    "List tenants, by id",
-    tag="admin",
-    parameters=page_params(100),
-    answers={200: json("A page of tenants", page("TenantPage", _TENANT))},
-    errors=_BAD_QUERY,
-)
+@operation("List tenants, by id", **listing("A page of tenants", "TenantPage", _TENANT, 100), errors=_BAD_QUERY)
 async def list_tenants(request: web.Request) -> web.Response:
     registry = _registry(request)
     limit = page_limit(request, 100)
@@ -157,7 +162,7 @@ async def list_tenants(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/admin/tenants/{tenant_id}")
-@operation("Read a tenant", tag="admin", answers={200: json("The tenant", _TENANT)}, errors=_UNKNOWN_TENANT)
+@operation("Read a tenant", answers={200: json("The tenant", _TENANT)}, errors=_UNKNOWN_TENANT)
 async def get_tenant(request: web.Request) -> web.Response:
     registry = _registry(request)
     return json_response(tenant_json(registry.tenant(request.match_info["tenant_id"]), registry.defaults))
@@ -166,7 +171,6 @@ async def get_tenant(request: web.Request) -> web.Response:
 @routes.patch("/v1/admin/tenants/{tenant_id}")
 @operation(
     "Change a tenant's name, limits or disabled flag (effective on the next request)",
-    tag="admin",
     body=TenantUpdate,
     answers={200: json("The tenant", _TENANT)},
     errors=BAD_BODY | _UNKNOWN_TENANT,
@@ -183,7 +187,6 @@ async def update_tenant(request: web.Request) -> web.Response:
 @routes.post("/v1/admin/keys")
 @operation(
     "Create an API key; the answer is the only place the key appears",
-    tag="admin",
     body=KeyCreate,
     answers={201: json("The key, with the key itself", _KEY_CREATED)},
     errors=BAD_BODY | _UNKNOWN_TENANT,
@@ -191,8 +194,9 @@ async def update_tenant(request: web.Request) -> web.Response:
 async def create_key(request: web.Request) -> web.Response:
     registry = _registry(request)
     body = await read_body(request, KeyCreate)
+    budgets = (body.budget_per_day, body.budget_per_month)
     key, record = await registry.create_key(
-        body.tenant_id, name=body.name, scopes=body.scopes, expires_in_s=body.expires_in_s
+        body.tenant_id, name=body.name, scopes=body.scopes, expires_in_s=body.expires_in_s, budgets=budgets
     )
     return json_response(key_json(record, registry.now_ms()) | {"key": key}, status=201)
 
@@ -200,9 +204,7 @@ async def create_key(request: web.Request) -> web.Response:
 @routes.get("/v1/admin/keys")
 @operation(
     "List keys, by key_id",
-    tag="admin",
-    parameters=(*page_params(100), query("tenant_id", "only this tenant's")),
-    answers={200: json("A page of keys", page("ApiKeyPage", _KEY))},
+    **listing("A page of keys", "ApiKeyPage", _KEY, 100, query("tenant_id", "only this tenant's")),
     errors=_BAD_QUERY,
 )
 async def list_keys(request: web.Request) -> web.Response:
@@ -214,14 +216,30 @@ async def list_keys(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/admin/keys/{key_id}")
-@operation("Read a key", tag="admin", **_THE_KEY)
+@operation("Read a key", **_THE_KEY)
 async def get_key(request: web.Request) -> web.Response:
     registry = _registry(request)
     return json_response(key_json(registry.key(request.match_info["key_id"]), registry.now_ms()))
 
 
+@routes.patch("/v1/admin/keys/{key_id}")
+@operation(
+    "Change a key's spending budgets",
+    body=KeyUpdate,
+    answers={200: json("The key (never the key itself)", _KEY)},
+    errors=BAD_BODY | {404: "Unknown key"},
+)
+async def update_key(request: web.Request) -> web.Response:
+    registry = _registry(request)
+    body = await read_body(request, KeyUpdate)
+    record = await registry.update_key(
+        request.match_info["key_id"], budget_per_day=body.budget_per_day, budget_per_month=body.budget_per_month
+    )
+    return json_response(key_json(record, registry.now_ms()))
+
+
 @routes.post("/v1/admin/keys/{key_id}/revoke")
-@operation("Revoke a key, effective on the next request", tag="admin", **_THE_KEY)
+@operation("Revoke a key, effective on the next request", **_THE_KEY)
 async def revoke_key(request: web.Request) -> web.StreamResponse:
     registry = _registry(request)
     record = await registry.revoke_key(request.match_info["key_id"])
@@ -229,7 +247,7 @@ async def revoke_key(request: web.Request) -> web.StreamResponse:
 
 
 @routes.delete("/v1/admin/keys/{key_id}")
-@operation("Revoke a key (the same as POST .../revoke)", tag="admin", **_THE_KEY)
+@operation("Revoke a key (the same as POST .../revoke)", **_THE_KEY)
 async def delete_key(request: web.Request) -> web.StreamResponse:
     """The same as `revoke`: the row stays (the access log names its key_id), unusable."""
     return await revoke_key(request)

@@ -18,16 +18,16 @@ from agentos.api.routes import (
     REF_TEMPLATE,
     Schema,
     json,
-    operation,
-    page,
-    page_params,
+    listing,
     refines,
+    tagged,
 )
-from agentos.api.sessions import BAD_QUERY, json_response
+from agentos.api.sessions import BAD_QUERY, json_response, page_after
 from agentos.config.agents import BUILTIN_TOOLS, MAX_KNOWLEDGE_COLLECTIONS, AgentSpec
 from agentos.tenancy.principal import Principal, Scope, require
 
 routes = web.RouteTableDef()
+operation = tagged("agents")
 _NAME = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 
 
@@ -74,7 +74,6 @@ def _is_admin_key(who: Principal) -> bool:
 @routes.post("/v1/agents")
 @operation(
     "Create or replace an agent (docs/agents.md)",
-    tag="agents",
     body=AgentSpec,
     answers={201: json("The agent", AGENT)},
     errors=BAD_BODY | {403: "Asks for what an API caller may not have (docs/security.md)", 409: "A config agent"},
@@ -87,13 +86,7 @@ async def create_agent(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/agents")
-@operation(
-    "List agents, by name",
-    tag="agents",
-    parameters=page_params(100),
-    answers={200: json("A page of agents", page("AgentPage", AGENT))},
-    errors=BAD_QUERY,
-)
+@operation("List agents, by name", **listing("A page of agents", "AgentPage", AGENT, 100), errors=BAD_QUERY)
 async def list_agents(request: web.Request) -> web.Response:
     """The agents by name, in the list shape every list shares: `{"data", "next_cursor"}`;
     `?after=` a name, the `next_cursor` of the page before."""
@@ -101,14 +94,11 @@ async def list_agents(request: web.Request) -> web.Response:
     limit = page_limit(request, 100)
     after = query_text(request, "after")
     await request.app[RUNS].sync_agents(tenant_id)
-    agents = [a for a in request.app[RUNS].list_agents(tenant_id) if after is None or a["name"] > after]
-    page = agents[:limit]
-    cursor = page[-1]["name"] if len(agents) > limit else None
-    return json_response({"data": page, "next_cursor": cursor})
+    return page_after(request.app[RUNS].list_agents(tenant_id), "name", after, limit)
 
 
 @routes.get("/v1/agents/{name}")
-@operation("Read an agent", tag="agents", answers={200: json("The agent", AGENT)}, errors=UNKNOWN_AGENT)
+@operation("Read an agent", answers={200: json("The agent", AGENT)}, errors=UNKNOWN_AGENT)
 async def get_agent(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.AGENTS_READ).tenant_id
     await request.app[RUNS].sync_agents(tenant_id)

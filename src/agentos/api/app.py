@@ -18,6 +18,7 @@ from agentos.api import (
     openai_responses,
     ops,
     runs,
+    schedules,
     sessions,
     triggers,
     turn_events,
@@ -37,6 +38,7 @@ from agentos.api.keys import (
     QUOTAS,
     RUNS,
     RUNTIME,
+    SCHEDULES,
     SETTINGS,
     SSE_KEEPALIVE_S,
     TENANTS,
@@ -46,6 +48,7 @@ from agentos.api.middleware import access_log_middleware, auth_middleware, is_lo
 from agentos.api.openai_errors import openai_error_middleware
 from agentos.api.ratelimit import LIMITERS, Limiters, add_rate_headers, rate_limit_middleware
 from agentos.api.tracing import tracing_middleware
+from agentos.providers.router import Router
 from agentos.services import Services
 
 SSE_KEEPALIVE_S_DEFAULT = 15.0
@@ -62,6 +65,7 @@ ROUTES = (
     usage.routes,
     knowledge.routes,
     triggers.routes,
+    schedules.routes,
     openai_chat.routes,
     openai_responses.routes,
     console_stream.routes,
@@ -101,9 +105,11 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     app[SSE_KEEPALIVE_S] = sse_keepalive_s
     app[LIMITERS] = limiters
     app[QUOTAS] = services.quotas
-    app[ADMISSION] = Admission(services.runtime, services.quotas, limiters)
+    models = services.provider if isinstance(services.provider, Router) else None  # a test's own: unpriced
+    app[ADMISSION] = Admission(services.runtime, services.quotas, limiters, budgets=services.budgets, models=models)
     app[KNOWLEDGE] = services.knowledge
     app[TRIGGERS] = services.triggers
+    app[SCHEDULES] = services.schedules
     app[CONSOLE] = console_stream.console_hub(app)
     app.on_shutdown.append(console_stream.close_hub)  # its streams never end by themselves
     app.on_response_prepare.append(add_rate_headers)  # before an event stream's headers leave

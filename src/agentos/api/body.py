@@ -17,6 +17,7 @@ from agentos.api.body_encoding import CONTENT_ENCODING, UNREADABLE, read_raw
 from agentos.api.expect import send_continue
 from agentos.api.keys import MAX_BODY_BYTES
 from agentos.config import KernelConfig
+from agentos.config.tenants import MAX_BUDGET
 from agentos.errors import BadRequest, InvalidInput, PayloadTooLarge, UnsupportedMediaType
 from agentos.json_limits import check_json, nests_freely, too_deep
 from agentos.kernel import OnBusy
@@ -29,6 +30,15 @@ T = TypeVar("T")
 NOT_BLANK = "[^\\s\\x1c-\\x1f\\x85]"
 # A turn's or a run's input as the document shows it: `agentos.api.turns.check_input` checks it
 # against kernel.max_input_chars (its default here), so these bounds are not checked on decoding.
+RunBudget = Annotated[
+    float,
+    msgspec.Meta(
+        gt=0,
+        le=MAX_BUDGET,
+        description="what this run's model calls may cost together, in the prices' currency; at most the"
+        " agent's own max_cost when it has one (absent: the agent's)",
+    ),
+]
 Input = Annotated[
     str,
     msgspec.Meta(extra_json_schema={"minLength": 1, "maxLength": KernelConfig().max_input_chars, "pattern": NOT_BLANK}),
@@ -75,6 +85,7 @@ class TurnCreate(msgspec.Struct, forbid_unknown_fields=True):
 class RunCreate(msgspec.Struct, forbid_unknown_fields=True):
     input: Input
     session_id: Annotated[str | None, msgspec.Meta(description="the session the run belongs to, if any")] = None
+    max_cost: RunBudget | None = None
 
 
 class RunSteer(msgspec.Struct, forbid_unknown_fields=True):

@@ -16,6 +16,7 @@ evenly. A refund that cannot reach Redis is lost (the tenant loses one unit for 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 import msgspec
@@ -55,18 +56,24 @@ class ClusterLimiters(Limiters):
         return self.answer(who, by_key, by_tenant)
 
     async def admit_turn(self, who: Principal) -> None:
-        decision = await self._decide_one("turns", who.tenant_id, who.limits.turns_per_minute)
-        if decision is None:
-            self.check_turn(self._share(who))
-        else:
-            raise_if_refused(decision, "turn_rate_limited", "turns")
+        await self._admit_one("turns", who, who.limits.turns_per_minute, self.check_turn, "turn_rate_limited")
 
     async def admit_run(self, who: Principal) -> None:
-        decision = await self._decide_one("runs", who.tenant_id, who.limits.runs_per_minute)
+        await self._admit_one("runs", who, who.limits.runs_per_minute, self.check_run, "run_rate_limited")
+
+    async def _admit_one(
+        self, what: str, who: Principal, per_minute: int, check_here: Callable[[Principal], None], code: str
+    ) -> None:
+        """One unit of `what` from the tenant's bucket in Redis; from the node's share
+        (`check_here`) while Redis is down.
+
+        Raises:
+            RateLimited: refused (`code`), with when to retry."""
+        decision = await self._decide_one(what, who.tenant_id, per_minute)
         if decision is None:
-            self.check_run(self._share(who))
+            check_here(self._share(who))
         else:
-            raise_if_refused(decision, "run_rate_limited", "runs")
+            raise_if_refused(decision, code, what)
 
     def refund_turn(self, who: Principal) -> None:
         if self._link.down:  # the unit was taken here, from the node's share

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from agentos.api.routes import operation, text
+from agentos.api.routes import tagged, text
 from agentos.api.static_assets import Asset, named_asset, serve_asset
 
 routes = web.RouteTableDef()
+operation = tagged("server")
 
 _JS = "text/javascript; charset=utf-8"
 _CSS = "text/css; charset=utf-8"
@@ -38,6 +39,8 @@ ASSETS = {
         "inbox.js",
         "playground.js",
         "usage.js",
+        "schedules.js",
+        "waterfall.js",
         "admin.js",
     )
 }
@@ -46,7 +49,6 @@ ASSETS = {
 @routes.get("/console")
 @operation(
     "The web console (docs/console.md); it signs in with an API key",
-    tag="server",
     open=True,
     answers={200: text("The page", "text/html")},
 )
@@ -57,7 +59,6 @@ async def console_page(request: web.Request) -> web.Response:
 @routes.get("/console/{asset}")
 @operation(
     "The console's scripts and styles (and vendored uPlot)",
-    tag="server",
     open=True,
     answers={200: text("The asset", "text/javascript", "text/css")},
     errors={404: "Not one of the console's assets"},

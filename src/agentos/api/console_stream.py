@@ -34,7 +34,7 @@ from typing import Any
 from aiohttp import web
 
 from agentos.api.keys import METRICS, RUNS, RUNTIME, SETTINGS, SSE_KEEPALIVE_S
-from agentos.api.routes import Schema, events, json, nullable, obj, operation
+from agentos.api.routes import Schema, events, json, nullable, obj, tagged
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSEStream, failures_as_events
 from agentos.clock import wall_ms
@@ -42,6 +42,7 @@ from agentos.metrics import Metrics
 from agentos.tenancy.principal import Principal, Scope, principal
 
 routes = web.RouteTableDef()
+operation = tagged("server")
 
 Item = tuple[str, dict[str, Any]]
 MAX_QUEUED = 64  # events per listener; a minute of metrics, or a burst of run events
@@ -221,7 +222,6 @@ _METRICS = Schema.object(
 @routes.get("/v1/console/me")
 @operation(
     "Who the key is: its tenant, its scopes, whether it is an admin's (the console's sign-in)",
-    tag="server",
     answers={200: json("The key's principal", _ME)},
 )
 async def console_me(request: web.Request) -> web.Response:
@@ -231,7 +231,6 @@ async def console_me(request: web.Request) -> web.Response:
 @routes.get("/v1/console/metrics")
 @operation(
     "The console's live numbers once: the tenant's, and the server's for an admin",
-    tag="server",
     answers={200: json("The numbers now", _METRICS)},
 )
 async def console_metrics(request: web.Request) -> web.Response:
@@ -241,7 +240,6 @@ async def console_metrics(request: web.Request) -> web.Response:
 @routes.get("/v1/console/stream")
 @operation(
     "The console's one event stream per browser tab (SSE): metrics, run and inbox changes",
-    tag="server",
     answers={
         200: events(
             "Live only (no ids). `hello` ConsoleMe first; `metrics` ConsoleMetrics every second; `run` {run_id,"

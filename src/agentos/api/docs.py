@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from agentos.api.routes import operation, text
+from agentos.api.routes import tagged, text
 from agentos.api.static_assets import Asset, named_asset, serve_asset
 
 routes = web.RouteTableDef()
+operation = tagged("server")
 
 PAGE = Asset("docs.html", "text/html; charset=utf-8", gzipped=False)
 # What /docs/{asset} serves, by name: nothing else under static/ is reachable.
@@ -29,7 +30,6 @@ ASSETS = {
 @routes.get("/docs")
 @operation(
     "This page: the document, browsable, with requests you can try",
-    tag="server",
     open=True,
     answers={200: text("The page", "text/html")},
 )
@@ -40,7 +40,6 @@ async def docs_page(request: web.Request) -> web.Response:
 @routes.get("/docs/{asset}")
 @operation(
     "The page's scripts and styles (vendored Swagger UI)",
-    tag="server",
     open=True,
     answers={200: text("The asset", "text/javascript", "text/css", "text/plain")},
     errors={404: "Not one of the page's assets"},

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from agentos.knowledge.service import KnowledgeService
     from agentos.metrics import Metrics
     from agentos.runtime.runtime import Runtime
+    from agentos.schedules.service import ScheduleService
     from agentos.tenancy.quotas import Quotas
     from agentos.tenancy.registry import TenantRegistry
     from agentos.triggers.service import TriggerService
@@ -29,3 +30,4 @@ SSE_KEEPALIVE_S: web.AppKey[float] = web.AppKey("sse_keepalive_s", float)
 QUOTAS: web.AppKey[Quotas] = web.AppKey("quotas")
 KNOWLEDGE: web.AppKey[KnowledgeService] = web.AppKey("knowledge")
 TRIGGERS: web.AppKey[TriggerService] = web.AppKey("triggers")
+SCHEDULES: web.AppKey[ScheduleService] = web.AppKey("schedules")

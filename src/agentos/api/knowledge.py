@@ -21,12 +21,12 @@ from agentos.api.routes import (
     Schema,
     header,
     json,
+    listing,
     nullable,
-    operation,
     page,
-    page_params,
     refines,
     retry,
+    tagged,
 )
 from agentos.api.sessions import json_response, page_response
 from agentos.config.knowledge import KnowledgeConfig
@@ -47,6 +47,7 @@ from agentos.knowledge.service import KnowledgeService
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
+operation = tagged("knowledge")
 
 DOCUMENTS_PAGE = 100
 
@@ -204,7 +205,6 @@ def _location(name: str, document_id: str = "") -> str:
 @routes.post("/v1/collections")
 @operation(
     "Create a collection; its embedding model and dimensions are pinned",
-    tag="knowledge",
     body=CollectionCreate,
     answers={201: json("The collection", _COLLECTION, _LOCATION)},
     errors=BAD_BODY | {409: "`collection_exists`, or `too_many_collections` (knowledge.max_collections)"},
@@ -221,7 +221,6 @@ async def create_collection(request: web.Request) -> web.Response:
 @routes.get("/v1/collections")
 @operation(
     "List the tenant's collections",
-    tag="knowledge",
     answers={200: json("The collections, by name", page("CollectionPage", _COLLECTION))},
 )
 async def list_collections(request: web.Request) -> web.Response:
@@ -233,7 +232,6 @@ async def list_collections(request: web.Request) -> web.Response:
 @routes.get("/v1/collections/{name}")
 @operation(
     "Read a collection, with its document and chunk counts",
-    tag="knowledge",
     answers={200: json("The collection", _COLLECTION)},
     errors=_NO_COLLECTION,
 )
@@ -243,9 +241,7 @@ async def get_collection(request: web.Request) -> web.Response:
 
 
 @routes.delete("/v1/collections/{name}")
-@operation(
-    "Delete a collection with its documents and chunks", tag="knowledge", answers=_DELETED, errors=_NO_COLLECTION
-)
+@operation("Delete a collection with its documents and chunks", answers=_DELETED, errors=_NO_COLLECTION)
 async def delete_collection(request: web.Request) -> web.Response:
     service, tenant = _service(request, Scope.KNOWLEDGE_WRITE)
     await service.delete_collection(tenant, request.match_info["name"])
@@ -255,7 +251,6 @@ async def delete_collection(request: web.Request) -> web.Response:
 @routes.post("/v1/collections/{name}/documents")
 @operation(
     "Upload a document; 202 once it is committed durably, indexed in the background",
-    tag="knowledge",
     parameters=_UPLOAD_HEADERS,
     body=DocumentUpload,
     body_content=_RAW_TYPES,
@@ -302,9 +297,7 @@ async def add_document(request: web.Request) -> web.Response:
 @routes.get("/v1/collections/{name}/documents")
 @operation(
     "List the collection's documents, by id",
-    tag="knowledge",
-    parameters=page_params(DOCUMENTS_PAGE),
-    answers={200: json("A page of documents", page("DocumentPage", _DOCUMENT))},
+    **listing("A page of documents", "DocumentPage", _DOCUMENT, DOCUMENTS_PAGE),
     errors=_NO_COLLECTION | {422: "A bad limit"},
 )
 async def list_documents(request: web.Request) -> web.Response:
@@ -318,7 +311,6 @@ async def list_documents(request: web.Request) -> web.Response:
 @routes.get("/v1/collections/{name}/documents/{document_id}")
 @operation(
     "Read a document and its state (queued, indexing, ready, failed with a reason)",
-    tag="knowledge",
     answers={200: json("The document", _DOCUMENT)},
     errors=_NO_DOCUMENT,
 )
@@ -330,7 +322,7 @@ async def get_document(request: web.Request) -> web.Response:
 
 
 @routes.delete("/v1/collections/{name}/documents/{document_id}")
-@operation("Delete a document and its chunks", tag="knowledge", answers=_DELETED, errors=_NO_DOCUMENT)
+@operation("Delete a document and its chunks", answers=_DELETED, errors=_NO_DOCUMENT)
 async def delete_document(request: web.Request) -> web.Response:
     service, tenant = _service(request, Scope.KNOWLEDGE_WRITE)
     await service.delete_document(tenant, request.match_info["name"], request.match_info["document_id"])
@@ -340,7 +332,6 @@ async def delete_document(request: web.Request) -> web.Response:
 @routes.post("/v1/collections/{name}/query")
 @operation(
     "Hybrid retrieval: vector and full-text search with the filter inside, fused by rank",
-    tag="knowledge",
     body=QueryRequest,
     answers={200: json("The best chunks, best first", _RESULTS)},
     errors=BAD_BODY

@@ -20,7 +20,7 @@ from agentos.api.keys import RUNS
 from agentos.api.openai_errors import BAD_BODY, TURN_ERRORS, openai_error
 from agentos.api.openai_turns import SESSION_HEADER, InvalidParam, open_turn, plain_model, plan_turn, resolve_model
 from agentos.api.openai_wire import ChatCompletionCreate, ChunkWriter, completion, error_body, error_line, model_entry
-from agentos.api.routes import Schema, header, json, obj, operation
+from agentos.api.routes import Schema, header, json, obj, tagged
 from agentos.api.sessions import json_response
 from agentos.clock import wall_ms
 from agentos.ids import SESSION_ID
@@ -28,6 +28,7 @@ from agentos.runtime.turn import Turn
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
+operation = tagged("openai")
 
 # As much of OpenAI's objects as Agent OS fills (`agentos.api.openai_wire`).
 _MODEL_LIST = Schema.object(
@@ -66,7 +67,6 @@ _COMPLETION = Schema.object(
 @routes.get("/v1/models")
 @operation(
     "The caller's agents, and the provider's model for plain chat turns, as OpenAI models",
-    tag="openai",
     answers={200: json("The models", _MODEL_LIST)},
 )
 async def list_models(request: web.Request) -> web.Response:
@@ -87,7 +87,6 @@ def _owner(agent: dict[str, Any], tenant_id: str) -> str:
 @routes.post("/v1/chat/completions")
 @operation(
     "A turn of a session as an OpenAI chat completion (docs/openai.md)",
-    tag="openai",
     parameters=(
         header(
             SESSION_HEADER, "Continue this session of the caller: the last message is the new turn (docs/openai.md)"

@@ -19,7 +19,7 @@ from agentos.api.openai_errors import BAD_BODY, TURN_ERRORS, openai_error
 from agentos.api.openai_responses_wire import parse_response_id, response_id
 from agentos.api.openai_turns import InvalidParam, TurnPlan, open_turn, plan_turn, resolve_model
 from agentos.api.openai_wire import ChatMessage, ResponseCreate
-from agentos.api.routes import Schema, json, nullable, operation
+from agentos.api.routes import Schema, json, nullable, tagged
 from agentos.api.sessions import json_response
 from agentos.clock import wall_ms
 from agentos.errors import Conflict, NotFound
@@ -29,6 +29,7 @@ from agentos.store.records import MessageRecord
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
+operation = tagged("openai")
 
 # Fields of OpenAI's response object that Agent OS answers with one fixed value each.
 _FIXED_RESPONSE_FIELDS = {
@@ -66,7 +67,6 @@ _RESPONSE = Schema.object(
 @routes.post("/v1/responses")
 @operation(
     "A turn as an OpenAI response; previous_response_id continues its session",
-    tag="openai",
     body=ResponseCreate,
     answers=openai_run.turn_answer("The response; with `stream: true`, the Responses API's events", _RESPONSE),
     errors=BAD_BODY | TURN_ERRORS | {404: "`model_not_found`, or `previous_response_not_found`"},
@@ -179,7 +179,6 @@ class ResponseStream(openai_run.OpenAIStream):
 @routes.get("/v1/responses/{response_id}")
 @operation(
     "A response: its turn's answer and how the turn ended",
-    tag="openai",
     answers={200: json("The response", _RESPONSE)},
     errors={404: "`response_not_found` (also another tenant's)"},
 )

@@ -26,7 +26,7 @@ from agentos.tenancy.principal import Principal, Scope, require
 T = TypeVar("T")
 
 # What a route that runs a turn documents beside its errors.
-TURN_LIMITS = Limits(more_429=TURN_LIMITS_429, quota=TURN_QUOTA)
+TURN_LIMITS = Limits(more_429=TURN_LIMITS_429, quota=TURN_QUOTA, budgets=True)
 
 
 def turn_answer(description: str, whole: Schema) -> dict[int, str | Answer]:

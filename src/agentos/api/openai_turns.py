@@ -143,9 +143,9 @@ async def open_turn(
 
 
 async def _start(request: web.Request, who: Principal, session_id: str, plan: TurnPlan) -> Turn:
-    async with request.app[ADMISSION].starting(who, "turn"):
+    async with request.app[ADMISSION].starting(who, "turn", plan.text) as started:
         runtime = request.app[RUNTIME]
-        return await runtime.start_turn(
+        turn = await runtime.start_turn(
             who.tenant_id,
             session_id,
             plan.text,
@@ -154,6 +154,8 @@ async def _start(request: web.Request, who: Principal, session_id: str, plan: Tu
             key_id=who.key_id or "",
             on_busy=plan.on_busy,
         )
+        started.bind(turn.turn_id, turn.session_id)  # an agent's turn: its run's calls carry the session
+        return turn
 
 
 async def _new_session(request: web.Request, who: Principal, agent: str | None) -> str:

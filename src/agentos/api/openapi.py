@@ -91,6 +91,11 @@ OPENAI_ERROR = Schema.object(
 _WWW = {"WWW-Authenticate": {"schema": {"type": "string"}, "description": 'Bearer realm="agentos"[, error=...]'}}
 _UNAUTHORIZED = "Missing, malformed, unknown, expired or revoked bearer key"
 _FORBIDDEN = "The key lacks the scope this operation needs (insufficient_scope)"
+_BUDGET = (
+    "`budget_exceeded`: a spending budget (the tenant's or the key's per day or month, the agent's"
+    " per run) cannot hold the first model call's worst case; the message names it; Retry-After"
+    " when only the next day or month frees it (docs/providers.md, Budgets)"
+)
 _NOT_JSON = "`unsupported_media_type`: a body not sent as `Content-Type: application/json`"
 _UNAVAILABLE = (
     "`store_unavailable`: the database cannot be reached (refused, dropped, or slower than its"
@@ -260,6 +265,8 @@ def _keyed(operation: Operation, out: dict[str, Any], content: dict[str, Any], *
         old = responses.get("403")
         description = f"{old['description']}; or {quota}" if old else f"A quota is used up: {quota}"
         responses["403"] = {"description": description, "content": content, "headers": {"Retry-After": RETRY_AFTER}}
+    if operation.limits.budgets:
+        responses["402"] = {"description": _BUDGET, "content": content, "headers": {"Retry-After": RETRY_AFTER}}
     if openai:
         responses.pop("422", None)  # answered as 400 (`agentos.api.openai_errors`)
     for answer in responses.values():

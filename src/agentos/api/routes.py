@@ -1,17 +1,8 @@
 """What each route does, said beside its handler; `agentos.api.openapi` writes the document from it.
 
-A handler is described under its aiohttp route::
-
-    @routes.post("/v1/sessions")
-    @operation(
-        "Open a session",
-        tag="sessions",
-        body=SessionCreate,
-        answers={201: json("The session", SESSION)},
-        errors=BAD_BODY | {404: "`agent_not_found`: no agent of that name this tenant can run"},
-        limits=Limits(quota="`quota_sessions`: ..."),
-    )
-    async def create_session(request): ...
+A handler is described under its aiohttp route, by `operation` (`Operation` names the fields):
+`create_session` in `agentos.api.sessions` is a short example, with a body, its answer, its
+errors and the quota it may name.
 
 A request or answer body is the msgspec `Struct` the handler decodes or encodes (its JSON Schema
 is msgspec's), or a `Schema` written by hand beside a handler that builds its answer as a dict.
@@ -31,7 +22,9 @@ from agentos.api.body import MAX_AFTER, MAX_PAGE_LIMIT
 from agentos.errors import ConfigError
 
 REF_TEMPLATE = "#/components/schemas/{name}"
-Tag = Literal["sessions", "turns", "agents", "runs", "admin", "usage", "knowledge", "triggers", "openai", "server"]
+Tag = Literal[
+    "sessions", "turns", "agents", "runs", "admin", "usage", "knowledge", "triggers", "schedules", "openai", "server"
+]
 # The groups of operations on /docs, in the order shown.
 TAGS: dict[Tag, str] = {
     "sessions": "Sessions, their transcripts and stored events",
@@ -42,6 +35,7 @@ TAGS: dict[Tag, str] = {
     "usage": "Tokens and cost of model calls, from the usage ledger (docs/providers.md)",
     "knowledge": "Collections, documents and hybrid retrieval (docs/knowledge.md)",
     "triggers": "Signed webhooks that start runs (docs/triggers.md)",
+    "schedules": "Runs started on a cron or every N seconds (docs/schedules.md)",
     "openai": "The OpenAI-compatible front door: models, chat completions, responses (docs/openai.md)",
     "server": "Health, metrics, and this documentation",
 }
@@ -102,10 +96,12 @@ def text(description: str, *media_types: str) -> Answer:
 @dataclass(frozen=True, kw_only=True)
 class Limits:
     """What an operation that starts work adds to every keyed operation's 429 (`more_429`: its
-    own codes) and the quota (`quota`) its 403 may name."""
+    own codes), the quota (`quota`) its 403 may name, and whether it holds spending budgets
+    (`budgets`: its 402 `budget_exceeded`)."""
 
     more_429: str = ""
     quota: str = ""
+    budgets: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,6 +141,22 @@ def operation(summary: str, /, **details: Any) -> Callable[[H], H]:
         return handler
 
     return describe
+
+
+@dataclass(frozen=True)
+class TaggedOperation:
+    """`operation` with the group (`tag`) given once; `tagged` makes one."""
+
+    tag: Tag
+
+    def __call__(self, summary: str, /, **details: Any) -> Callable[[H], H]:
+        return operation(summary, tag=self.tag, **details)
+
+
+def tagged(tag: Tag) -> TaggedOperation:
+    """`operation` for a module whose routes are all in one group (`tag`), so that no handler
+    repeats it: `operation = tagged("admin")`, then `@operation("Create a tenant", ...)`."""
+    return TaggedOperation(tag)
 
 
 def described(handler: Callable[..., Any]) -> Operation:
@@ -250,3 +262,20 @@ def page_params(limit: int, after: Literal["integer", "string"] = "string") -> t
     `next_cursor` of the page before (an integer or a string)."""
     after_schema = SEQ if after == "integer" else {"type": "string"}
     return limit_param(limit), query("after", "the next_cursor of the page before", after_schema)
+
+
+def listing(
+    description: str,
+    name: str,
+    item: Body,
+    limit: int,
+    *more: dict[str, Any],
+    after: Literal["integer", "string"] = "string",
+    cursor: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What a cursor-paginated list adds to its `operation`: its parameters (`page_params`, then
+    `more`) and its 200, a `page(name, item, cursor)`: `@operation("List ...", **listing(...))`."""
+    return {
+        "parameters": (*page_params(limit, after), *more),
+        "answers": {200: json(description, page(name, item, cursor))},
+    }

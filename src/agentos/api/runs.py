@@ -37,20 +37,23 @@ from agentos.api.routes import (
     json,
     limit_param,
     nullable,
-    operation,
     page,
     query,
     ref,
     retry,
+    tagged,
 )
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSEStream, failures_as_events
 from agentos.errors import BadRequest, InvalidInput
+from agentos.ids import new_run_id
 from agentos.journal.run_list import CURSOR_PATTERN, RUN_STATUSES, RunCursor, RunQuery
 from agentos.kernel import RUN_TERMINAL_EVENTS
+from agentos.runtime.turn import check_input
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
+operation = tagged("runs")
 
 
 class RunStarted(msgspec.Struct):
@@ -96,6 +99,16 @@ RUN = Schema.object(
         "created_ms": {"type": "integer"},
         "updated_ms": {"type": "integer"},
         "pending": {**ref("HumanRequest"), "description": "only while status is waiting_human"},
+        "trace_id": {
+            "type": "string",
+            "description": "the run's own trace (docs/observability.md); only when tracing is on,"
+            " and not in GET /v1/runs",
+        },
+        "trace_url": {
+            "type": "string",
+            "description": "`[telemetry] trace_url_template` with the run's trace id: the trace in the"
+            " operator's backend; only when the template is set and the run's trace is sampled",
+        },
     },
     ["run_id", "agent", "input", "input_truncated", "status", "created_ms", "updated_ms"],
     uses=(_HUMAN_REQUEST,),
@@ -112,7 +125,6 @@ _AFTER = {
 @routes.post("/v1/agents/{name}/runs")
 @operation(
     "Start a background run of the agent",
-    tag="runs",
     body=RunCreate,
     answers={202: json("Queued", RunStarted)},
     errors=BAD_BODY | UNKNOWN_AGENT | {503: retry("Draining: the server starts no new runs")},
@@ -121,6 +133,7 @@ _AFTER = {
         " `tenant_active_runs`",
         quota="`quota_tokens_per_day`: the tenant's provider tokens for the UTC day are spent"
         " (Retry-After: until 00:00 UTC)",
+        budgets=True,
     ),
 )
 async def start_run(request: web.Request) -> web.Response:
@@ -128,10 +141,18 @@ async def start_run(request: web.Request) -> web.Response:
     tenant_id, runtime, admission = who.tenant_id, request.app[RUNTIME], request.app[ADMISSION]
     admission.offer(who, "run")  # draining or full: refused before the body, like a turn
     body = await read_body(request, RunCreate)
-    async with admission.starting(who, "run"):
+    check_input(body.input, runtime.settings.kernel.max_input_chars)  # 422 before any budget is held, as a turn's
+    runs, agent, run_id = request.app[RUNS], request.match_info["name"], new_run_id()
+    # The agent's own budget per run joins the admission's hold (an unknown agent: 404 inside)
+    spec = runs.get_agent(tenant_id, agent) if await runs.sees_agent(tenant_id, agent) else None
+    max_cost, model = (0.0, None) if spec is None else (spec["max_cost"], spec["model"])  # unknown: 404 inside
+    if spec is not None and body.max_cost is not None and not (max_cost and body.max_cost > max_cost):
+        max_cost = body.max_cost  # past the agent's: 422 inside
+    async with admission.starting(who, "run", body.input, run=(run_id, max_cost), model=model) as started:
         if body.session_id is not None:
             await runtime.get_session(tenant_id, body.session_id)  # 404 unless it is the tenant's
-        run_id = await request.app[RUNS].start_run(tenant_id, request.match_info["name"], body.input, body.session_id)
+        await runs.start_run(tenant_id, agent, body.input, body.session_id, run_id=run_id, max_cost=body.max_cost)
+        started.bind(run_id)  # its steps' calls carry the run id
     links = {"run_url": f"/v1/runs/{run_id}", "events_url": f"/v1/runs/{run_id}/events"}
     return json_response(RunStarted(run_id, "queued", **links), status=202)
 
@@ -139,7 +160,6 @@ async def start_run(request: web.Request) -> web.Response:
 @routes.get("/v1/runs")
 @operation(
     "List the tenant's runs, newest first; status=waiting_human is the inbox",
-    tag="runs",
     parameters=(
         query("status", "only runs in this status", {"type": "string", "enum": list(RUN_STATUSES)}),
         query("agent", "only runs of this agent"),
@@ -178,21 +198,21 @@ def _run_query(request: web.Request) -> RunQuery:
 
 
 @routes.get("/v1/runs/{run_id}")
-@operation("A run's status, result and pending human request", tag="runs", answers=_THE_RUN, errors=_UNKNOWN)
+@operation("A run's status, result and pending human request", answers=_THE_RUN, errors=_UNKNOWN)
 async def get_run(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.RUNS_READ).tenant_id
     return json_response(await request.app[RUNS].get_run(tenant_id, request.match_info["run_id"]))
 
 
 @routes.post("/v1/runs/{run_id}/cancel")
-@operation("Soft cancel: the loop stops at its next step", tag="runs", answers=_THE_RUN, errors=_UNKNOWN)
+@operation("Soft cancel: the loop stops at its next step", answers=_THE_RUN, errors=_UNKNOWN)
 async def cancel_run(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.RUNS_WRITE).tenant_id
     return json_response(await request.app[RUNS].cancel(tenant_id, request.match_info["run_id"]))
 
 
 @routes.post("/v1/runs/{run_id}/terminate")
-@operation("Hard stop in every state; records run.cancelled", tag="runs", answers=_THE_RUN, errors=_UNKNOWN)
+@operation("Hard stop in every state; records run.cancelled", answers=_THE_RUN, errors=_UNKNOWN)
 async def terminate_run(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.RUNS_WRITE).tenant_id
     return json_response(await request.app[RUNS].terminate(tenant_id, request.match_info["run_id"]))
@@ -210,7 +230,6 @@ _STEERED = Schema.object(
 @routes.post("/v1/runs/{run_id}/steer")
 @operation(
     "Steer a working run: the message joins it at its next step, before its next model call",
-    tag="runs",
     body=RunSteer,
     answers={200: json("Journaled at step `seq` (the run's events show run.steered)", _STEERED)},
     errors=BAD_BODY
@@ -226,7 +245,6 @@ async def steer_run(request: web.Request) -> web.Response:
 @routes.post("/v1/runs/{run_id}/answer")
 @operation(
     "Answer the run's human request",
-    tag="runs",
     body=AnswerCreate,
     answers=_THE_RUN,
     errors=BAD_BODY | _UNKNOWN | {409: "Not waiting, or the hash does not match"},
@@ -249,7 +267,6 @@ async def answer_run(request: web.Request) -> web.Response:
 @routes.get("/v1/runs/{run_id}/events")
 @operation(
     "The run's events as SSE (`id:` = seq), resumable after Last-Event-ID (or ?after=)",
-    tag="runs",
     parameters=(
         header("Last-Event-ID", "the seq to resume after", SEQ),
         query("after", "the seq to resume after", SEQ),

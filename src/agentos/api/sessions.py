@@ -6,7 +6,7 @@ tenant's session is a 404 `session_not_found`, exactly like one that does not ex
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -14,12 +14,23 @@ from aiohttp import web
 
 from agentos.api.body import MAX_AFTER, SessionCreate, page_limit, query_int, query_text, read_body
 from agentos.api.keys import QUOTAS, RUNTIME
-from agentos.api.routes import BAD_BODY, Answer, Limits, Schema, json, nullable, operation, page, page_params, query
+from agentos.api.routes import (
+    BAD_BODY,
+    Answer,
+    Limits,
+    Schema,
+    json,
+    listing,
+    nullable,
+    query,
+    tagged,
+)
 from agentos.runtime.runtime import Runtime
 from agentos.store.records import EventRecord, MessageRecord, SessionRecord
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
+operation = tagged("sessions")
 
 T = TypeVar("T")
 
@@ -64,7 +75,6 @@ _EVENT = Schema.object(
 )
 UNKNOWN = {404: "Unknown session"}
 BAD_QUERY = {422: "A bad limit or after; the message names the parameter"}
-_PAGE = page_params(100, "integer")
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:
@@ -76,6 +86,22 @@ def page_response(found: Sequence[T], limit: int, show: Callable[[T], Any], curs
     names its last item's `cursor` as `next_cursor`; a shorter one is the last (null)."""
     next_cursor = cursor(found[-1]) if len(found) == limit else None
     return json_response({"data": [show(item) for item in found], "next_cursor": next_cursor})
+
+
+def page_after(items: Iterable[dict[str, Any]], key: str, after: str | None, limit: int) -> web.Response:
+    """A page of a list held whole, in `key` order: the items after `after` (None: from the
+    first), at most `limit`; `next_cursor` names the last one's `key` when more follow (else null)."""
+    later = sorted((item for item in items if after is None or str(item[key]) > after), key=lambda i: str(i[key]))
+    page = later[:limit]
+    return json_response({"data": page, "next_cursor": page[-1][key] if len(later) > limit else None})
+
+
+def page_by_id(request: web.Request, items: Sequence[dict[str, Any]], key: str, default_limit: int) -> web.Response:
+    """`page_after` with `?limit=` and `?after=` read from the request (a short list held whole,
+    such as a tenant's triggers or schedules).
+
+    Raises: InvalidInput (a bad limit or after)."""
+    return page_after(items, key, query_text(request, "after"), page_limit(request, default_limit))
 
 
 def session_json(runtime: Runtime, record: SessionRecord) -> dict[str, Any]:
@@ -93,7 +119,6 @@ def session_json(runtime: Runtime, record: SessionRecord) -> dict[str, Any]:
 @routes.post("/v1/sessions")
 @operation(
     "Open a session",
-    tag="sessions",
     body=SessionCreate,
     body_required=False,
     answers={201: json("The session", SESSION)},
@@ -117,12 +142,13 @@ async def create_session(request: web.Request) -> web.Response:
 @routes.get("/v1/sessions")
 @operation(
     "List sessions",
-    tag="sessions",
-    parameters=(
-        *page_params(50),
+    **listing(
+        "A page of sessions, oldest first",
+        "SessionPage",
+        SESSION,
+        50,
         query("agent", "only sessions opened with this agent (`default`: opened without one)"),
     ),
-    answers={200: json("A page of sessions, oldest first", page("SessionPage", SESSION))},
     errors=BAD_QUERY,
 )
 async def list_sessions(request: web.Request) -> web.Response:
@@ -135,7 +161,7 @@ async def list_sessions(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/sessions/{session_id}")
-@operation("Read a session", tag="sessions", answers={200: json("The session", SESSION)}, errors=UNKNOWN)
+@operation("Read a session", answers={200: json("The session", SESSION)}, errors=UNKNOWN)
 async def get_session(request: web.Request) -> web.Response:
     who = require(request, Scope.SESSIONS_READ)
     runtime = request.app[RUNTIME]
@@ -146,9 +172,7 @@ async def get_session(request: web.Request) -> web.Response:
 
 
 @routes.delete("/v1/sessions/{session_id}")
-@operation(
-    "Delete a session and its transcript", tag="sessions", answers={204: Answer(description="Deleted")}, errors=UNKNOWN
-)
+@operation("Delete a session and its transcript", answers={204: Answer(description="Deleted")}, errors=UNKNOWN)
 async def delete_session(request: web.Request) -> web.Response:
     who = require(request, Scope.SESSIONS_WRITE)
     await request.app[RUNTIME].delete_session(who.tenant_id, request.match_info["session_id"])
@@ -171,9 +195,7 @@ async def _page(request: web.Request) -> tuple[Runtime, str, str, int, int]:
 @routes.get("/v1/sessions/{session_id}/messages")
 @operation(
     "The transcript, cursor-paginated",
-    tag="sessions",
-    parameters=_PAGE,
-    answers={200: json("A page of messages", page("MessagePage", _MESSAGE, nullable("integer")))},
+    **listing("A page of messages", "MessagePage", _MESSAGE, 100, after="integer", cursor=nullable("integer")),
     errors=BAD_QUERY | UNKNOWN,
 )
 async def list_messages(request: web.Request) -> web.Response:
@@ -197,9 +219,7 @@ def _message_json(m: MessageRecord) -> dict[str, Any]:
 @routes.get("/v1/sessions/{session_id}/events")
 @operation(
     "Stored turn events, cursor-paginated",
-    tag="sessions",
-    parameters=_PAGE,
-    answers={200: json("A page of events", page("EventPage", _EVENT, nullable("integer")))},
+    **listing("A page of events", "EventPage", _EVENT, 100, after="integer", cursor=nullable("integer")),
     errors=BAD_QUERY | UNKNOWN,
 )
 async def list_events(request: web.Request) -> web.Response:

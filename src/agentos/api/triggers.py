@@ -27,7 +27,7 @@ import msgspec
 from aiohttp import web
 
 from agentos.agents.traces import RunTraces
-from agentos.api.body import MAX_AFTER, page_limit, query_int, query_text, read_body
+from agentos.api.body import MAX_AFTER, page_limit, query_int, read_body
 from agentos.api.body_encoding import read_raw
 from agentos.api.keys import RUNTIME, TRIGGERS
 from agentos.api.routes import (
@@ -37,14 +37,14 @@ from agentos.api.routes import (
     header,
     json,
     limit_param,
+    listing,
     nullable,
     obj,
-    operation,
     page,
-    page_params,
     query,
+    tagged,
 )
-from agentos.api.sessions import json_response, page_response
+from agentos.api.sessions import json_response, page_by_id, page_response
 from agentos.clock import wall_ms
 from agentos.errors import RequestError
 from agentos.telemetry import Tracing, valid_traceparent
@@ -53,6 +53,7 @@ from agentos.triggers.service import MAX_WEBHOOK_ID
 from agentos.triggers.template import MAX_TEMPLATE_CHARS
 
 routes = web.RouteTableDef()
+operation = tagged("triggers")
 
 
 class TriggerCreate(msgspec.Struct, forbid_unknown_fields=True):
@@ -117,7 +118,6 @@ _NOT_FOUND = {404: "Unknown trigger (another tenant's too): trigger_not_found"}
 @routes.post("/v1/triggers")
 @operation(
     "Create a trigger of an agent; the answer is the only place its secret appears",
-    tag="triggers",
     body=TriggerCreate,
     answers={201: json("The trigger, with its secret", _CREATED)},
     errors=BAD_BODY
@@ -136,27 +136,17 @@ async def create_trigger(request: web.Request) -> web.Response:
 @routes.get("/v1/triggers")
 @operation(
     "List the tenant's triggers, by id",
-    tag="triggers",
-    parameters=page_params(100),
-    answers={200: json("A page of triggers", page("TriggerPage", _TRIGGER))},
+    **listing("A page of triggers", "TriggerPage", _TRIGGER, 100),
     errors={422: "A bad limit"},
 )
 async def list_triggers(request: web.Request) -> web.Response:
     """By id; `?after=` the `next_cursor` of the page before."""
     tenant_id = require(request, Scope.TRIGGERS_READ).tenant_id
-    limit = page_limit(request, 100)
-    after = query_text(request, "after")
-    found = sorted(await request.app[TRIGGERS].list_triggers(tenant_id), key=lambda t: str(t["trigger_id"]))
-    later = [t for t in found if after is None or t["trigger_id"] > after]
-    page = later[:limit]
-    cursor = page[-1]["trigger_id"] if len(later) > limit else None
-    return json_response({"data": page, "next_cursor": cursor})
+    return page_by_id(request, await request.app[TRIGGERS].list_triggers(tenant_id), "trigger_id", 100)
 
 
 @routes.get("/v1/triggers/{trigger_id}")
-@operation(
-    "Read a trigger (never its secret)", tag="triggers", answers={200: json("The trigger", _TRIGGER)}, errors=_NOT_FOUND
-)
+@operation("Read a trigger (never its secret)", answers={200: json("The trigger", _TRIGGER)}, errors=_NOT_FOUND)
 async def get_trigger(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.TRIGGERS_READ).tenant_id
     return json_response(await request.app[TRIGGERS].get(tenant_id, request.match_info["trigger_id"]))
@@ -165,7 +155,6 @@ async def get_trigger(request: web.Request) -> web.Response:
 @routes.delete("/v1/triggers/{trigger_id}")
 @operation(
     "Delete a trigger; its deliveries not started yet fail (trigger_deleted)",
-    tag="triggers",
     answers={204: Answer(description="Deleted")},
     errors=_NOT_FOUND,
 )
@@ -178,7 +167,6 @@ async def delete_trigger(request: web.Request) -> web.Response:
 @routes.post("/v1/triggers/{trigger_id}/rotate")
 @operation(
     "A new secret (shown once); the old one stays valid for triggers.rotation_overlap_s",
-    tag="triggers",
     answers={200: json("The trigger, with its new secret", _CREATED)},
     errors=_NOT_FOUND,
 )
@@ -190,7 +178,6 @@ async def rotate_secret(request: web.Request) -> web.Response:
 @routes.get("/v1/triggers/{trigger_id}/deliveries")
 @operation(
     "The trigger's deliveries, newest first (kept for triggers.dedup_horizon_s)",
-    tag="triggers",
     parameters=(
         limit_param(100),
         query(
@@ -215,7 +202,6 @@ async def list_deliveries(request: web.Request) -> web.Response:
 @routes.get("/v1/triggers/{trigger_id}/deliveries/{webhook_id}")
 @operation(
     "One delivery, by its webhook-id",
-    tag="triggers",
     answers={200: json("The delivery", _DELIVERY)},
     errors={404: "Unknown trigger or delivery: trigger_not_found, delivery_not_found"},
 )
@@ -228,7 +214,6 @@ async def get_delivery(request: web.Request) -> web.Response:
 @routes.post("/v1/triggers/{trigger_id}/events")
 @operation(
     "Deliver a signed event (Standard Webhooks); no API key: the signature authenticates it",
-    tag="triggers",
     open=True,
     parameters=(
         header(

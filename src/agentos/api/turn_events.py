@@ -18,13 +18,14 @@ from aiohttp import web
 
 from agentos.api.body import MAX_AFTER, decimal
 from agentos.api.keys import RUNTIME, SSE_KEEPALIVE_S
-from agentos.api.routes import SEQ, events, header, operation, query
+from agentos.api.routes import SEQ, events, header, query, tagged
 from agentos.api.sse import SSEStream, failures_as_events
 from agentos.errors import BadRequest
 from agentos.runtime.turn import TERMINAL_EVENTS
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
+operation = tagged("turns")
 
 _ENDS = TERMINAL_EVENTS | {"error"}
 _EVENT_ID = {
@@ -37,7 +38,6 @@ _EVENT_ID = {
 @routes.get("/v1/sessions/{session_id}/turns/{turn_id}/events")
 @operation(
     "Follow a turn's events as SSE from any node, resumable after Last-Event-ID (or ?after=)",
-    tag="turns",
     parameters=(
         header("Last-Event-ID", _EVENT_ID["description"], _EVENT_ID),
         query("after", "a seq: resume after it", SEQ),

@@ -18,8 +18,8 @@ from agentos.api.routes import (
     Schema,
     json,
     nullable,
-    operation,
     retry,
+    tagged,
 )
 from agentos.api.sessions import UNKNOWN, json_response
 from agentos.api.sse import SSEStream, failures_as_events
@@ -29,6 +29,7 @@ from agentos.runtime.turn import TERMINAL_EVENTS, CollectingSink, Turn, check_in
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
+operation = tagged("turns")
 
 _RESULT = Schema(
     "TurnResult",
@@ -74,7 +75,6 @@ def wants_sse(accept: str) -> bool:
 @routes.post("/v1/sessions/{session_id}/turns")
 @operation(
     "Send a turn; what happens to a running turn of the session is `on_busy` (default: it is cancelled)",
-    tag="turns",
     body=TurnCreate,
     answers={
         200: Answer(
@@ -95,6 +95,7 @@ def wants_sse(accept: str) -> bool:
         more_429="`turn_rate_limited` (turns per minute), `overloaded` (the server's admission limit),"
         " `tenant_concurrent_turns`, `turn_queue_full` (`on_busy` enqueue or steer: the session's queue is full)",
         quota=_TOKENS_QUOTA,
+        budgets=True,
     ),
 )
 async def post_turn(request: web.Request) -> web.StreamResponse:
@@ -109,10 +110,11 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     admission.offer(who, "turn")  # a refusal reads no body and looks nothing up
     body = await read_body(request, TurnCreate)
     check_input(body.input, runtime.settings.kernel.max_input_chars)
-    async with admission.starting(who, "turn"):
+    async with admission.starting(who, "turn", body.input) as started:
         turn = await runtime.start_turn(
             who.tenant_id, request.match_info["session_id"], body.input, key_id=who.key_id or "", on_busy=body.on_busy
         )
+        started.bind(turn.turn_id, turn.session_id)  # an agent's turn: its run's calls carry the session
     if not sse:
         return await _collect(runtime, turn)
     try:
@@ -148,9 +150,7 @@ async def _collect(runtime: Runtime, turn: Turn) -> web.Response:
 
 
 @routes.delete("/v1/sessions/{session_id}/turn")
-@operation(
-    "Cancel the running turn", tag="turns", answers={200: json("Whether a turn was running", _CANCEL)}, errors=UNKNOWN
-)
+@operation("Cancel the running turn", answers={200: json("Whether a turn was running", _CANCEL)}, errors=UNKNOWN)
 async def cancel_turn(request: web.Request) -> web.Response:
     who = require(request, Scope.SESSIONS_WRITE)
     runtime = request.app[RUNTIME]
@@ -163,7 +163,6 @@ async def cancel_turn(request: web.Request) -> web.Response:
 @routes.delete("/v1/sessions/{session_id}/turns/{turn_id}")
 @operation(
     "Cancel one turn by id: a queued one leaves the session's queue, the running one is cancelled",
-    tag="turns",
     answers={200: json("Whether that turn was live on this node", _CANCEL)},
     errors=UNKNOWN,
 )

@@ -21,7 +21,7 @@ from agentos.api.admission import ADMISSION
 from agentos.api.body import decode_json
 from agentos.api.errors import INTERNAL_MESSAGE, STARTED, log_internal_error
 from agentos.api.keys import MAX_BODY_BYTES, RUNTIME
-from agentos.api.routes import Answer, operation
+from agentos.api.routes import Answer, tagged
 from agentos.api.sessions import UNKNOWN
 from agentos.errors import RequestError
 from agentos.kernel import OnBusy
@@ -30,6 +30,7 @@ from agentos.runtime.turn import Turn, check_input
 from agentos.tenancy.principal import Principal, Scope, require
 
 routes = web.RouteTableDef()
+operation = tagged("turns")
 _encode = msgspec.json.encode
 
 
@@ -42,7 +43,6 @@ class Frame(msgspec.Struct, forbid_unknown_fields=True):
 @routes.get("/v1/sessions/{session_id}/ws")
 @operation(
     "A WebSocket for the session's turns",
-    tag="turns",
     description="Frames in: `{type: turn, input, on_busy?}`, `{type: cancel}`. Frames out: the turn events as"
     " `{type, id, data}`, and `{type: error, error: {code, message, retry_after_s?}}` for a"
     " refused frame. A turn cancelled before it started may end without `turn.started`."
@@ -99,10 +99,12 @@ async def _on_frame(app: web.Application, who: Principal, session_id: str, raw: 
     check_input(frame.input, runtime.settings.kernel.max_input_chars)
     admission = app[ADMISSION]  # a turn started over the socket is admitted like one over HTTP
     admission.offer(who, "turn")
-    async with admission.starting(who, "turn"):
-        return await runtime.start_turn(
+    async with admission.starting(who, "turn", frame.input) as started:
+        turn = await runtime.start_turn(
             tenant_id, session_id, frame.input, key_id=who.key_id or "", on_busy=frame.on_busy
         )
+        started.bind(turn.turn_id, turn.session_id)  # an agent's turn: its run's calls carry the session
+        return turn
 
 
 async def _run_turn(runtime: Runtime, turn: Turn, sink: WebSocketSink) -> None:

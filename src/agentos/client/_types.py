@@ -128,6 +128,8 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     created_ms: int = 0
     updated_ms: int = 0
     pending: HumanRequest | None = None  # only while `status` is "waiting_human"
+    trace_id: str | None = None  # `get_run` with tracing on: the run's own trace
+    trace_url: str | None = None  # and its page in the operator's backend (`trace_url_template`)
 
 
 class RunEvent(msgspec.Struct, frozen=True):

@@ -5,7 +5,7 @@ environment variables, then CLI flags (`settings.py` says how). One module per c
 specifications, from a `[agents.*]` table or an API body); `sources` names where a value came
 from, `checks` what the types cannot say, `toml` writes a tree back out."""
 
-from agentos.config.knowledge import KnowledgeConfig, TriggersConfig
+from agentos.config.knowledge import KnowledgeConfig, SchedulesConfig, TriggersConfig
 from agentos.config.provider import (
     MockConfig,
     ModelConfig,
@@ -35,6 +35,7 @@ __all__ = [
     "Route",
     "RoutingConfig",
     "SandboxConfig",
+    "SchedulesConfig",
     "Secret",
     "SecurityConfig",
     "ServerConfig",

@@ -30,6 +30,7 @@ from agentos.config.security import (
     TokenBudget,
     Turns,
 )
+from agentos.config.tenants import Budget
 from agentos.errors import AgentOSError, ConfigError, InvalidInput
 from agentos.kernel import OnBusy
 from agentos.outbound import OutboundPolicy
@@ -74,6 +75,9 @@ class AgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     mcp_servers: tuple[McpServerSpec, ...] = ()
     max_turns: Turns = 8
     token_budget: TokenBudget = 0  # prompt + completion tokens per run; 0 = unlimited
+    # What one run's model calls may cost together, in the operator's currency (a budget held by
+    # reservation before each call: agentos.tenancy.budgets); 0 = none.
+    max_cost: Budget = 0.0
     max_delegation_depth: DelegationDepth = 1
     max_delegation_width: DelegationWidth = 4
     approval_required: tuple[str, ...] = ()

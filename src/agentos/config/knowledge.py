@@ -1,5 +1,6 @@
 """The config groups of work that arrives without a user watching: `[knowledge]` (collections,
-document ingest, retrieval) and `[triggers]` (signed webhooks that start runs).
+document ingest, retrieval), `[triggers]` (signed webhooks that start runs) and `[schedules]`
+(runs started on a cron or an interval).
 `agentos.config.Settings` holds them."""
 
 from __future__ import annotations
@@ -40,3 +41,15 @@ class TriggersConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     max_triggers: PosInt = 100  # per tenant
     dispatch_batch: PosInt = 64  # deliveries claimed per round by the dispatcher
     retry_s: PosFloat = 1.0  # a delivery whose run was refused (quota, overload) is tried again after this
+
+
+class SchedulesConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    max_schedules: PosInt = 100  # per tenant
+    min_every_s: PosInt = 1  # the shortest `every` a schedule may have
+    max_every_s: PosInt = 366 * 24 * 3600  # the longest (a year and a day)
+    # a slot the scheduler reaches later than this after its time is missed (downtime, a
+    # paused loop): its schedule's `misfire` decides (skip it, or one run for all missed)
+    misfire_grace_s: PosFloat = 30.0
+    max_queued: PosInt = 10  # `overlap = "queue"`: fires waiting for a run to end, per schedule; past it skipped
+    poll_s: PosFloat = 0.25  # the scheduler looks at due slots at least this often
+    fire_history: PosInt = 1000  # fires kept per schedule (the oldest beyond are pruned)

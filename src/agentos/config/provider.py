@@ -24,9 +24,11 @@ PosFloat = Annotated[float, msgspec.Meta(gt=0)]
 NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
 
 
-class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    url: str = ""  # empty: start the built-in mock provider
-    model: str = "mock-1"
+class Upstream(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What every upstream has: its key, timeouts and retries (`[provider]` and each
+    `[providers.NAME]`). Retries happen before the first token, only where the model has no
+    further target to fall back to (with one, the router moves on at once instead)."""
+
     api_key: str = ""
     connect_timeout_s: PosFloat = 5.0
     first_token_timeout_s: PosFloat = 60.0
@@ -34,7 +36,16 @@ class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     total_timeout_s: PosFloat = 600.0
     max_retries: NonNegInt = 2
     retry_budget_s: NonNegFloat = 10.0
-    max_tokens: NonNegInt = 0  # 0 = let the provider decide
+    max_tokens: NonNegInt = 0  # 0 = let the provider decide (anthropic requires one: 4096 then)
+
+    def upstream(self) -> dict[str, Any]:
+        """The `Upstream` fields alone, to build the other form from."""
+        return {name: getattr(self, name) for name in Upstream.__struct_fields__}
+
+
+class ProviderConfig(Upstream, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    url: str = ""  # empty: start the built-in mock provider
+    model: str = "mock-1"
 
 
 class MockConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -55,7 +66,7 @@ ANTHROPIC_DEFAULT_MAX_TOKENS = 4096  # the Messages API requires max_tokens
 Name = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")]
 
 
-class NamedProvider(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class NamedProvider(Upstream, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One upstream: a kind (its wire), where it is, its key and its own limits.
 
     The key comes from `api_key_env` (an environment variable's name) or `api_key_file` (a file
@@ -63,18 +74,8 @@ class NamedProvider(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
     kind: ProviderKind = "openai"
     url: str
-    api_key: str = ""
     api_key_env: str = ""
     api_key_file: str = ""
-    connect_timeout_s: PosFloat = 5.0
-    first_token_timeout_s: PosFloat = 60.0
-    idle_timeout_s: PosFloat = 30.0
-    total_timeout_s: PosFloat = 600.0
-    # Retries against this provider before its first token, only where the model has no further
-    # target to fall back to (with one, the router moves on at once instead).
-    max_retries: NonNegInt = 2
-    retry_budget_s: NonNegFloat = 10.0
-    max_tokens: NonNegInt = 0  # 0 = let the provider decide (anthropic requires one: 4096 then)
     max_concurrency: NonNegInt = 0  # streams open to it at once from this node; 0 = no own limit
     anthropic_version: str = "2023-06-01"
 
@@ -170,18 +171,7 @@ def _default_max_tokens(provider: NamedProvider) -> int:
 
 def legacy_provider(config: ProviderConfig) -> NamedProvider:
     """The simple `[provider]` group as the provider named `default`."""
-    return NamedProvider(
-        kind="openai",
-        url=config.url,
-        api_key=config.api_key,
-        connect_timeout_s=config.connect_timeout_s,
-        first_token_timeout_s=config.first_token_timeout_s,
-        idle_timeout_s=config.idle_timeout_s,
-        total_timeout_s=config.total_timeout_s,
-        max_retries=config.max_retries,
-        retry_budget_s=config.retry_budget_s,
-        max_tokens=config.max_tokens,
-    )
+    return NamedProvider(kind="openai", url=config.url, **config.upstream())
 
 
 def routes(

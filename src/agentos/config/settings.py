@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from agentos.config.knowledge import KnowledgeConfig, TriggersConfig
+from agentos.config.knowledge import KnowledgeConfig, SchedulesConfig, TriggersConfig
 from agentos.config.provider import (
     MockConfig,
     ModelConfig,
@@ -100,6 +100,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     coordination: CoordinationConfig = msgspec.field(default_factory=CoordinationConfig)
     knowledge: KnowledgeConfig = msgspec.field(default_factory=KnowledgeConfig)
     triggers: TriggersConfig = msgspec.field(default_factory=TriggersConfig)
+    schedules: SchedulesConfig = msgspec.field(default_factory=SchedulesConfig)
     memory: MemoryConfig = msgspec.field(default_factory=MemoryConfig)
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
     agents: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
@@ -149,6 +150,7 @@ _SECTIONS = (
     "coordination",
     "knowledge",
     "triggers",
+    "schedules",
     "memory",
     "routing",
     "telemetry",

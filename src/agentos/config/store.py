@@ -28,8 +28,8 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     backend: Literal["sqlite", "postgres"] = "sqlite"
     postgres_url: str = ""  # postgresql://user:password@host:5432/database
     postgres_schema: str = ""  # "": the server's search_path; else this schema (created if missing)
-    # per pool; a node has two (the store's, the run journal's), two of min(4, this) (knowledge,
-    # triggers) and three connections of their own: docs/deployment.md "Connections"
+    # per pool; a node has two (the store's, the run journal's), three of min(4, this) (knowledge,
+    # triggers, schedules) and three connections of their own: docs/deployment.md "Connections"
     postgres_pool_max: PosInt = 10
     postgres_acquire_timeout_s: PosFloat = 2.0  # a read waits this long for a connection, then fails
     postgres_request_timeout_s: PosFloat = 10.0  # a request waits this long on one store call, then 503

@@ -3,7 +3,7 @@
 The `[tenant_limits]` table of the config gives every tenant's defaults; a tenant's own row
 (`/v1/admin/tenants`) may override any of them. 0 means "no limit" everywhere.
 
-Every limit has a maximum (`MAX_PER_MINUTE`, `MAX_AT_ONCE`, `MAX_TOKENS_PER_DAY`): far above any
+Every limit has a maximum (`MAX_PER_MINUTE`, `MAX_AT_ONCE`, `MAX_TOKENS_PER_DAY`, `MAX_BUDGET`): far above any
 real use, and far below where an integer stops fitting the 64 bits that SQLite, PostgreSQL and
 Redis hold (2**63 was taken before, and a counter compared with it in Redis or a row written
 with it would fail later). Past it, the API answers 422 and the config stops start-up, both
@@ -22,11 +22,17 @@ MAX_PER_MINUTE = 10**9  # requests, turns or runs a minute: 16.7 million a secon
 MAX_AT_ONCE = 10**9  # sessions stored, turns or runs at once
 MAX_TOKENS_PER_DAY = 10**12  # provider tokens a UTC day
 MAX_WEIGHT = 1000
+# A spending budget, in the operator's currency (the unit of `[models.*]` prices). Budgets are
+# counted in millionths (`agentos.tenancy.budgets`), and 10**9 of them stay below 2**53: exact in
+# a double, as Redis's Lua holds numbers.
+MAX_BUDGET = 10**9
 
 PerMinute = Annotated[int, msgspec.Meta(ge=0, le=MAX_PER_MINUTE)]
 AtOnce = Annotated[int, msgspec.Meta(ge=0, le=MAX_AT_ONCE)]
 TokensPerDay = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS_PER_DAY)]
 Weight = Annotated[int, msgspec.Meta(ge=1, le=MAX_WEIGHT)]
+Budget = Annotated[float, msgspec.Meta(ge=0, le=MAX_BUDGET)]  # the bounds refuse nan and inf too
+Overrides = dict[str, int | float]  # a tenant's own limits, by name (budgets are the floats)
 
 
 class TenantLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -38,6 +44,9 @@ class TenantLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     max_concurrent_turns, max_active_runs: at once (429 when over: they free themselves).
     tokens_per_day: provider tokens (prompt + completion) per UTC day (403 when over).
     weight: the tenant's share of the provider permits against other tenants' (fair queuing).
+    budget_per_day, budget_per_month: what the tenant's model calls may cost per UTC day and
+        calendar month (UTC), in the operator's currency (402 `budget_exceeded` when the next
+        call's worst case does not fit; `agentos.tenancy.budgets`).
     """
 
     requests_per_minute: PerMinute = 0
@@ -49,18 +58,30 @@ class TenantLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     max_active_runs: AtOnce = 0
     tokens_per_day: TokensPerDay = 0
     weight: Weight = 1
+    budget_per_day: Budget = 0.0
+    budget_per_month: Budget = 0.0
 
 
-def _maxima() -> dict[str, int]:
+def _maxima() -> dict[str, int | float]:
     info = msgspec.inspect.type_info(TenantLimits)
     assert isinstance(info, msgspec.inspect.StructType)
-    return {f.name: f.type.le for f in info.fields if isinstance(f.type, msgspec.inspect.IntType) and f.type.le}
+    bounded = (msgspec.inspect.IntType, msgspec.inspect.FloatType)
+    return {f.name: f.type.le for f in info.fields if isinstance(f.type, bounded) and f.type.le is not None}
 
 
-MAXIMA: dict[str, int] = _maxima()  # each limit's maximum, by name
+MAXIMA: dict[str, int | float] = _maxima()  # each limit's maximum, by name
 
 
-def clamp_overrides(overrides: dict[str, int]) -> dict[str, int]:
+def _whole() -> frozenset[str]:
+    info = msgspec.inspect.type_info(TenantLimits)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return frozenset(f.name for f in info.fields if isinstance(f.type, msgspec.inspect.IntType))
+
+
+WHOLE_LIMITS = _whole()  # the limits that are integers (every one but the budgets)
+
+
+def clamp_overrides(overrides: Overrides) -> Overrides:
     """A stored row's overrides with each value over its limit's maximum read as the maximum.
 
     Only a row written before the maxima existed can hold one: the same meaning ("as good as

@@ -51,6 +51,7 @@ from agentos.coordination.link import Link
 from agentos.coordination.node import node_id
 from agentos.coordination.permit_line import PermitLine
 from agentos.coordination.semaphore import FULL, GRANTED, RELEASED_CHANNEL, RedisSemaphore
+from agentos.waiting import wait_tasks
 
 log = logging.getLogger("agentos.coordination")
 
@@ -122,10 +123,10 @@ class ClusterPermits:
             self._unsubscribe()
         if self._heartbeat is not None:
             self._heartbeat.cancel()
-            await _bounded({self._heartbeat})
+            await wait_tasks({self._heartbeat}, CLOSE_WAIT_S)  # each call is bounded by the link
         for stream_id in list(self.held):
             self.release(stream_id)
-        await _bounded(set(self._tasks))
+        await wait_tasks(set(self._tasks), CLOSE_WAIT_S)  # closing never hangs on a Redis call
         await self._releases.wait_idle()
 
     async def acquire(self, stream_id: str, tenant: str, timeout_s: float, *, shared: bool = False) -> None:
@@ -240,17 +241,6 @@ def hold_off_s(lease_s: float, retry_s: float = RETRY_S) -> float:
     """How long grants wait after Redis lost its data: the longest time between two heartbeats
     of a node (the period, plus the sleep that may overrun it), and a margin."""
     return lease_s / 3 + min(retry_s, lease_s / 3) + HOLD_MARGIN_S
-
-
-async def _bounded(tasks: set[asyncio.Task[None]]) -> None:
-    """Wait for `tasks` (each bounded by the link's timeouts), cancelling what is left after
-    `CLOSE_WAIT_S`: closing never hangs on a Redis call."""
-    if not tasks:
-        return
-    _, pending = await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def cluster_permits(settings: Settings, link: Link, bus: Bus | None) -> ClusterPermits:

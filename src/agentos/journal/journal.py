@@ -62,6 +62,11 @@ def arguments_hash(arguments_json: str) -> str:
     return sha256_hex(canonical_json(value))
 
 
+# What the API answers of a run, in this order, around `input_truncated` (`RunRow.to_dict`).
+_RUN_ANSWER_HEAD = ["run_id", "agent", "session_id", "parent_run_id", "input"]
+_RUN_ANSWER_TAIL = ["status", "result", "reason", "created_ms", "updated_ms"]
+
+
 @dataclass(frozen=True, slots=True)
 class RunRow:
     run_id: str
@@ -80,19 +85,9 @@ class RunRow:
     context_ref: str | None = None  # payload: earlier messages of the session the run continues
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "agent": self.agent,
-            "session_id": self.session_id,
-            "parent_run_id": self.parent_run_id,
-            "input": self.input,
-            "input_truncated": False,
-            "status": self.status,
-            "result": self.result,
-            "reason": self.reason,
-            "created_ms": self.created_ms,
-            "updated_ms": self.updated_ms,
-        }
+        """The run as the API answers it (`input` whole: a list cuts it, `run_list`)."""
+        head = {name: getattr(self, name) for name in _RUN_ANSWER_HEAD}
+        return head | {"input_truncated": False} | {name: getattr(self, name) for name in _RUN_ANSWER_TAIL}
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,13 +115,22 @@ def parse_filter(raw: Any) -> Filter:
         InvalidInput: not an object, too many keys, a bad key, or a value that is not a
             string, number, boolean or `{"$in": [...]}` of them.
     """
+    items = _object(raw, "filter", "metadata key -> value", MAX_KEYS)
+    return {_key(k, "filter"): _values(k, v) for k, v in items}
+
+
+def _object(raw: Any, where: str, of: str, max_keys: int) -> list[tuple[Any, Any]]:
+    """The items of `raw`, an object (None: no items) of at most `max_keys` keys.
+
+    Raises:
+        InvalidInput: not an object, or too many keys."""
     if raw is None:
-        return {}
+        return []
     if not isinstance(raw, Mapping):
-        raise InvalidInput("filter: must be an object of metadata key -> value")
-    if len(raw) > MAX_KEYS:
-        raise InvalidInput(f"filter: at most {MAX_KEYS} keys")
-    return {_key(k, "filter"): _values(k, v) for k, v in raw.items()}
+        raise InvalidInput(f"{where}: must be an object of {of}")
+    if len(raw) > max_keys:
+        raise InvalidInput(f"{where}: at most {max_keys} keys")
+    return list(raw.items())
 
 
 def _key(key: Any, where: str) -> str:
@@ -168,13 +177,8 @@ def check_metadata(raw: Any, *, max_keys: int = 64) -> dict[str, Scalar | None]:
     Raises:
         InvalidInput: anything else.
     """
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise InvalidInput("metadata: must be an object of key -> value")
-    if len(raw) > max_keys:
-        raise InvalidInput(f"metadata: at most {max_keys} keys")
-    return {_key(k, "metadata"): None if v is None else _scalar(f"metadata.{k}", v) for k, v in raw.items()}
+    items = _object(raw, "metadata", "key -> value", max_keys)
+    return {_key(k, "metadata"): None if v is None else _scalar(f"metadata.{k}", v) for k, v in items}
 
 
 def refuse_nul(document: DocumentRow) -> None:

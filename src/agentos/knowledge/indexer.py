@@ -33,7 +33,7 @@ import os
 import secrets
 import socket
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from agentos.config.knowledge import KnowledgeConfig
@@ -72,40 +72,36 @@ def new_owner() -> str:
     return f"{socket.gethostname()[:40]}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
+@dataclass(eq=False, repr=False)
 class Indexer:
-    def __init__(
-        self,
-        config: KnowledgeConfig,
-        storage: KnowledgeStorage,
-        embedder: Embedder,
-        now_ms: Callable[[], int],
-        *,
-        embedded: bool,
-        on_tick: Callable[[], object] | None = None,
-    ) -> None:
-        self._config = config
-        self._storage = storage
-        self._embedder = embedder
-        self._now_ms = now_ms
-        self._embedded = embedded
-        self._on_tick = on_tick
-        self.owner = new_owner()
-        self.stats = IndexerStats()
-        self._wake = asyncio.Event()
-        self._poll = IdlePoll(POLL_S, IDLE_POLL_MAX_S)
-        self._recover_until: int | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+    """The background indexers (`config.indexers` workers and a ticker). `embedded`: the
+    storage is this process's own file, so every lease in it at start is a dead process's;
+    `on_tick`: called on each tick."""
+
+    config: KnowledgeConfig
+    storage: KnowledgeStorage
+    embedder: Embedder
+    now_ms: Callable[[], int]
+    _: KW_ONLY
+    embedded: bool
+    on_tick: Callable[[], object] | None = None
+    owner: str = field(init=False, default_factory=new_owner)
+    stats: IndexerStats = field(init=False, default_factory=IndexerStats)
+    _wake: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    _poll: IdlePoll = field(init=False, default_factory=lambda: IdlePoll(POLL_S, IDLE_POLL_MAX_S))
+    _recover_until: int | None = field(init=False, default=None)
+    _tasks: list[asyncio.Task[None]] = field(init=False, default_factory=list)
 
     @property
     def _lease_ms(self) -> int:
-        return int(self._config.lease_s * 1000)
+        return int(self.config.lease_s * 1000)
 
     async def start(self) -> None:
-        if self._embedded:  # every lease in knowledge.db now is a dead process's: see _claim
-            self._recover_until = self._now_ms() + self._lease_ms
-        self.stats.backlog = await self._storage.pending()
+        if self.embedded:  # every lease in knowledge.db now is a dead process's: see _claim
+            self._recover_until = self.now_ms() + self._lease_ms
+        self.stats.backlog = await self.storage.pending()
         self._tasks = [
-            asyncio.create_task(self._work(), name=f"knowledge-indexer-{i}") for i in range(self._config.indexers)
+            asyncio.create_task(self._work(), name=f"knowledge-indexer-{i}") for i in range(self.config.indexers)
         ]
         self._tasks.append(asyncio.create_task(self._tick(), name="knowledge-ticker"))
 
@@ -127,11 +123,11 @@ class Indexer:
         while True:
             await asyncio.sleep(self._poll.current_s)
             try:
-                self.stats.backlog = await self._storage.pending()
+                self.stats.backlog = await self.storage.pending()
             except Exception as exc:  # the store away: the gauge keeps its last value
                 log.warning("knowledge backlog not read: %s", exc)
-            if self._on_tick is not None:
-                self._on_tick()
+            if self.on_tick is not None:
+                self.on_tick()
 
     async def _work(self) -> None:
         while True:
@@ -155,8 +151,8 @@ class Indexer:
         """A document to index, or None. Recovering (embedded backend, until a claim finds
         nothing), leases are judged at `_recover_until`: every lease taken before this start
         ends by then (a dead process's), while those this process takes or renews end later."""
-        now = self._now_ms() if self._recover_until is None else max(self._now_ms(), self._recover_until)
-        claimed = await self._storage.claim_documents(self.owner, now, self._lease_ms, 1)
+        now = self.now_ms() if self._recover_until is None else max(self.now_ms(), self._recover_until)
+        claimed = await self.storage.claim_documents(self.owner, now, self._lease_ms, 1)
         if not claimed:
             self._recover_until = None
         self._poll.found(bool(claimed))
@@ -168,12 +164,12 @@ class Indexer:
         ends at this node's earliest postponement. What this waits for alone: another node's
         documents whose lease ran out (their node died), and a document added on another node
         while every one of its workers was busy."""
-        await wait_event(self._wake, self._poll.wait_s(self._now_ms()))
+        await wait_event(self._wake, self._poll.wait_s(self.now_ms()))
 
     async def _index(self, document: DocumentRow, collection: Collection, content: bytes) -> None:
         try:
             chunks = await self._renewed(document.document_id, self._chunks(document, collection, content))
-            if await self._storage.save_chunks(self.owner, document.document_id, chunks, self._now_ms()):
+            if await self.storage.save_chunks(self.owner, document.document_id, chunks, self.now_ms()):
                 self.stats.documents_indexed += 1
                 self.stats.chunks_indexed += len(chunks)
         except RequestError as exc:  # extraction: unsupported, unreadable, empty
@@ -199,7 +195,7 @@ class Indexer:
         pieces = await asyncio.to_thread(split, text, collection.chunk_tokens, collection.chunk_overlap)
         if not pieces:
             raise RequestError("the document has no text to index", code="empty_document")
-        vectors = await self._embedder.embed(
+        vectors = await self.embedder.embed(
             document.tenant_id, collection.embedding_model, collection.dimensions, pieces
         )
         if vectors.shape != (len(pieces), collection.dimensions):
@@ -216,28 +212,28 @@ class Indexer:
             await self._fail(document, reason)
             return
         backoff_ms = min(self._lease_ms, 1000 * 2 ** max(document.attempts - 1, 0))
-        until = self._now_ms() + backoff_ms
+        until = self.now_ms() + backoff_ms
         if self._recover_until is not None:  # recovering claims would take it again at once
             until = max(until, self._recover_until)
         log.info("indexing %s postponed until %d (%s)", document.document_id, until, reason)
         self._poll.due_at(until)
         try:  # a shorter lease is the postponement: any worker takes it again when it runs out
-            await self._storage.renew_lease(self.owner, [document.document_id], until)
+            await self.storage.renew_lease(self.owner, [document.document_id], until)
         except Exception as renew_exc:  # the lease then runs out at its full length
             log.warning("postponing %s: %s", document.document_id, renew_exc)
 
     async def _fail(self, document: DocumentRow, reason: str) -> None:
         log.info("document %s failed: %s", document.document_id, reason)
-        await self._storage.fail_document(self.owner, document.document_id, reason[:MAX_REASON], self._now_ms())
+        await self.storage.fail_document(self.owner, document.document_id, reason[:MAX_REASON], self.now_ms())
         self.stats.documents_failed += 1
 
     async def _renew(self, document_id: str) -> None:
         """Keep the lease while the document is worked on (a large PDF, a slow provider)."""
-        interval = self._config.lease_s / 3
+        interval = self.config.lease_s / 3
         while True:
             await asyncio.sleep(interval)
             try:
-                await self._storage.renew_lease(self.owner, [document_id], self._now_ms() + self._lease_ms)
+                await self.storage.renew_lease(self.owner, [document_id], self.now_ms() + self._lease_ms)
             except Exception as exc:  # the next renewal may succeed; the lease is 3 intervals long
                 log.warning("renewing the lease of %s: %s", document_id, exc)
 

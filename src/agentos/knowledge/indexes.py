@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from collections.abc import Collection as Collect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentos.knowledge import filters
 from agentos.knowledge.records import ChunkBatch, Collection
@@ -41,6 +42,8 @@ if TYPE_CHECKING:  # both need numpy, imported with the first collection used: a
 
     from agentos.knowledge.index import VectorIndex
     from agentos.knowledge.text_index import TextIndex
+
+T = TypeVar("T")
 
 LARGE = 20_000  # rows from which searches and appends leave the event loop
 LARGE_BATCH = 500  # chunks from which an append leaves the event loop (tokenizing them takes a while)
@@ -137,29 +140,20 @@ class IndexCache:
     async def search(
         self, entry: IndexEntry, query: np.ndarray, k: int, documents: Collect[str] | None
     ) -> list[tuple[int, float]]:
-        if len(entry.index) < LARGE and not entry.lock.locked():
-            return entry.index.search(query, k, documents)
-        async with entry.lock:
-            return await asyncio.to_thread(entry.index.search, query, k, documents)
+        return await _searched(entry, len(entry.index), lambda: entry.index.search(query, k, documents))
 
     async def search_text(
         self, entry: IndexEntry, terms: list[str], k: int, documents: Collect[str] | None
     ) -> list[tuple[int, float]]:
         """The full-text search (`TextIndex.search`), like `search`."""
-        if len(entry.text) < LARGE and not entry.lock.locked():
-            return entry.text.search(terms, k, documents)
-        async with entry.lock:
-            return await asyncio.to_thread(entry.text.search, terms, k, documents)
+        return await _searched(entry, len(entry.text), lambda: entry.text.search(terms, k, documents))
 
     async def search_both(
         self, entry: IndexEntry, query: np.ndarray, terms: list[str], k: int, documents: Collect[str] | None
     ) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
         """`search` and `search_text` in one go: one thread and one hold of the lock, not two
         (the two would take the lock one after the other anyway)."""
-        if len(entry.index) < LARGE and not entry.lock.locked():
-            return _both(entry, query, terms, k, documents)
-        async with entry.lock:
-            return await asyncio.to_thread(_both, entry, query, terms, k, documents)
+        return await _searched(entry, len(entry.index), lambda: _both(entry, query, terms, k, documents))
 
     def drop(self, collection_id: str) -> None:
         self._entries.pop(collection_id, None)
@@ -225,3 +219,13 @@ async def _append(entry: IndexEntry, batch: ChunkBatch, dimensions: int) -> None
         await asyncio.to_thread(_append_now, entry, batch, dimensions)
     else:
         _append_now(entry, batch, dimensions)
+
+
+async def _searched(entry: IndexEntry, size: int, search: Callable[[], T]) -> T:
+    """`search()` at once on the loop while the index is small (under `LARGE`) and not being
+    changed; else in a thread, holding the entry's lock (a reload cannot change it meanwhile).
+    `search` reads the entry when it runs, after the lock is taken."""
+    if size < LARGE and not entry.lock.locked():
+        return search()
+    async with entry.lock:
+        return await asyncio.to_thread(search)

@@ -22,6 +22,10 @@ DOCUMENT_COLUMNS = (
 DocumentStatus = Literal["queued", "indexing", "ready", "failed"]
 
 
+# What the API answers of a hit, in this order.
+_HIT_ANSWER = ["document_id", "chunk_id", "ordinal", "text", "score", "title", "metadata"]
+
+
 @dataclass(frozen=True, slots=True)
 class Collection:
     """A tenant's collection. `embedding_model` and `dimensions` are pinned at creation: every
@@ -123,15 +127,7 @@ class Hit:
     title: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "document_id": self.document_id,
-            "chunk_id": self.chunk_id,
-            "ordinal": self.ordinal,
-            "text": self.text,
-            "score": self.score,
-            "title": self.title,
-            "metadata": self.metadata,
-        }
+        return {name: getattr(self, name) for name in _HIT_ANSWER}
 
 
 # Rows read back in the column order of both backends' SELECTs (the dataclasses' field order).

@@ -33,6 +33,7 @@ from agentos.errors import StoreUnavailable
 from agentos.knowledge import filters
 from agentos.knowledge import sqlite_tables as t
 from agentos.knowledge.records import ChunkBatch, ChunkRow, Collection, DocumentRow
+from agentos.store.sqlite_table import Table, script
 from agentos.store.writer import Writer
 
 T = TypeVar("T")
@@ -151,57 +152,35 @@ class SqliteKnowledgeStorage:
 
 VERSION = 1
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS collections (
-    collection_id TEXT PRIMARY KEY,
-    tenant_id TEXT NOT NULL,
-    name TEXT NOT NULL,
-    model TEXT NOT NULL,
-    dims INTEGER NOT NULL,
-    chunk_tokens INTEGER NOT NULL,
-    chunk_overlap INTEGER NOT NULL,
-    created_ms INTEGER NOT NULL,
-    description TEXT NOT NULL DEFAULT '',
-    documents INTEGER NOT NULL DEFAULT 0,
-    chunks INTEGER NOT NULL DEFAULT 0,
-    deletions INTEGER NOT NULL DEFAULT 0,
-    UNIQUE (tenant_id, name)
-);
-CREATE TABLE IF NOT EXISTS documents (
-    document_id TEXT PRIMARY KEY,
-    tenant_id TEXT NOT NULL,
-    collection_id TEXT NOT NULL,
-    title TEXT NOT NULL,
-    content_type TEXT NOT NULL,
-    size_bytes INTEGER NOT NULL,
-    sha256 TEXT NOT NULL,
-    metadata TEXT NOT NULL,
-    status TEXT NOT NULL,
-    created_ms INTEGER NOT NULL,
-    updated_ms INTEGER NOT NULL,
-    idempotency_key TEXT,
-    reason TEXT,
-    chunks INTEGER NOT NULL DEFAULT 0,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    lease_owner TEXT,
-    lease_until_ms INTEGER,
-    UNIQUE (collection_id, idempotency_key)
-);
-CREATE INDEX IF NOT EXISTS documents_by_collection ON documents (collection_id, document_id);
-CREATE INDEX IF NOT EXISTS documents_pending ON documents (created_ms) WHERE status IN ('queued', 'indexing');
--- Kept until the document is deleted: a document can be indexed again (another model, a crash).
-CREATE TABLE IF NOT EXISTS document_content (document_id TEXT PRIMARY KEY, body BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS chunks (
-    chunk_id INTEGER PRIMARY KEY AUTOINCREMENT,
-    collection_id TEXT NOT NULL,
-    document_id TEXT NOT NULL,
-    ordinal INTEGER NOT NULL,
-    text TEXT NOT NULL,
-    vector BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS chunks_by_collection ON chunks (collection_id, chunk_id);
-CREATE INDEX IF NOT EXISTS chunks_by_document ON chunks (document_id);
-"""
+COLLECTIONS = Table(
+    "collections",
+    "collection_id TEXT PRIMARY KEY, tenant_id TEXT, name TEXT, model TEXT, dims INTEGER, chunk_tokens INTEGER,"
+    " chunk_overlap INTEGER, created_ms INTEGER, description TEXT DEFAULT '', documents INTEGER DEFAULT 0,"
+    " chunks INTEGER DEFAULT 0, deletions INTEGER DEFAULT 0",
+    constraints=("UNIQUE (tenant_id, name)",),
+)
+DOCUMENTS = Table(
+    "documents",
+    "document_id TEXT PRIMARY KEY, tenant_id TEXT, collection_id TEXT, title TEXT, content_type TEXT,"
+    " size_bytes INTEGER, sha256 TEXT, metadata TEXT, status TEXT, created_ms INTEGER, updated_ms INTEGER,"
+    " idempotency_key TEXT, reason TEXT, chunks INTEGER DEFAULT 0, attempts INTEGER DEFAULT 0, lease_owner TEXT,"
+    " lease_until_ms INTEGER",
+    nullable=("idempotency_key", "reason", "lease_owner", "lease_until_ms"),
+    constraints=("UNIQUE (collection_id, idempotency_key)",),
+    indexes=(
+        "documents_by_collection (collection_id, document_id)",
+        "documents_pending (created_ms) WHERE status IN ('queued', 'indexing')",
+    ),
+)
+# Kept until the document is deleted: a document can be indexed again (another model, a crash).
+CONTENT = Table("document_content", "document_id TEXT PRIMARY KEY, body BLOB")
+CHUNKS = Table(
+    "chunks",
+    "chunk_id INTEGER PRIMARY KEY AUTOINCREMENT, collection_id TEXT, document_id TEXT, ordinal INTEGER, text TEXT,"
+    " vector BLOB",
+    indexes=("chunks_by_collection (collection_id, chunk_id)", "chunks_by_document (document_id)"),
+)
+SCHEMA = script(COLLECTIONS, DOCUMENTS, CONTENT, CHUNKS)
 
 # 0 -> 1: without the FTS5 index. One transaction: a crash leaves version 0, and the next open
 # drops again (every statement is IF EXISTS).

@@ -12,17 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentos.errors import Conflict, NotFound
-from agentos.knowledge.records import (
-    COLLECTION_COLUMNS,
-    DOCUMENT_COLUMNS,
-    ChunkBatch,
-    ChunkRow,
-    Collection,
-    DocumentRow,
-    collection_row,
-    document_row,
-)
+from agentos.knowledge import records
+from agentos.knowledge.records import ChunkBatch, ChunkRow, Collection, DocumentRow
 
+_SELECT_COLLECTION = f"SELECT {records.COLLECTION_COLUMNS} FROM collections"
+_SELECT_DOCUMENT = f"SELECT {records.DOCUMENT_COLUMNS} FROM documents"
 _PENDING = "status = 'queued' OR (status = 'indexing' AND lease_until_ms < ?)"
 
 
@@ -47,14 +41,14 @@ def create_collection(c: Collection, max_per_tenant: int, db: sqlite3.Connection
 
 
 def get_collection(tenant_id: str, name: str, db: sqlite3.Connection) -> Collection | None:
-    sql = f"SELECT {COLLECTION_COLUMNS} FROM collections WHERE tenant_id = ? AND name = ?"
+    sql = _SELECT_COLLECTION + " WHERE tenant_id = ? AND name = ?"
     row = db.execute(sql, (tenant_id, name)).fetchone()
-    return None if row is None else collection_row(row)
+    return None if row is None else records.collection_row(row)
 
 
 def list_collections(tenant_id: str, db: sqlite3.Connection) -> list[Collection]:
-    sql = f"SELECT {COLLECTION_COLUMNS} FROM collections WHERE tenant_id = ? ORDER BY name"
-    return [collection_row(r) for r in db.execute(sql, (tenant_id,))]
+    sql = _SELECT_COLLECTION + " WHERE tenant_id = ? ORDER BY name"
+    return [records.collection_row(r) for r in db.execute(sql, (tenant_id,))]
 
 
 def delete_collection(tenant_id: str, name: str, db: sqlite3.Connection) -> Collection | None:
@@ -81,15 +75,15 @@ def insert_document(d: DocumentRow, content: bytes, max_documents: int, db: sqli
     if counted is None:
         raise NotFound("collection not found")
     if d.idempotency_key is not None:
-        sql = f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE collection_id = ? AND idempotency_key = ?"
+        sql = _SELECT_DOCUMENT + " WHERE collection_id = ? AND idempotency_key = ?"
         existing = db.execute(sql, (d.collection_id, d.idempotency_key)).fetchone()
         if existing is not None:
-            return document_row(existing)
+            return records.document_row(existing)
     if counted[0] >= max_documents:
         raise Conflict(f"at most {max_documents} documents per collection", code="too_many_documents")
     row = (d.document_id, d.tenant_id, d.collection_id, d.title, d.content_type, d.size_bytes, d.sha256)
     db.execute(
-        f"INSERT INTO documents ({DOCUMENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT INTO documents ({records.DOCUMENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (*row, json.dumps(d.metadata), "queued", d.created_ms, d.updated_ms, d.idempotency_key, None, 0, 0),
     )
     db.execute("INSERT INTO document_content (document_id, body) VALUES (?, ?)", (d.document_id, content))
@@ -100,19 +94,18 @@ def insert_document(d: DocumentRow, content: bytes, max_documents: int, db: sqli
 
 
 def get_document(tenant_id: str, collection_id: str, document_id: str, db: sqlite3.Connection) -> DocumentRow | None:
-    sql = f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE document_id = ? AND collection_id = ? AND tenant_id = ?"
+    sql = _SELECT_DOCUMENT + " WHERE document_id = ? AND collection_id = ? AND tenant_id = ?"
     row = db.execute(sql, (document_id, collection_id, tenant_id)).fetchone()
-    return None if row is None else document_row(row)
+    return None if row is None else records.document_row(row)
 
 
 def list_documents(
     tenant_id: str, collection_id: str, limit: int, after: str | None, db: sqlite3.Connection
 ) -> list[DocumentRow]:
     sql = (
-        f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE collection_id = ? AND tenant_id = ? AND document_id > ?"
-        " ORDER BY document_id LIMIT ?"
+        _SELECT_DOCUMENT + " WHERE collection_id = ? AND tenant_id = ? AND document_id > ? ORDER BY document_id LIMIT ?"
     )
-    return [document_row(r) for r in db.execute(sql, (collection_id, tenant_id, after or "", limit))]
+    return [records.document_row(r) for r in db.execute(sql, (collection_id, tenant_id, after or "", limit))]
 
 
 def delete_document(tenant_id: str, collection_id: str, document_id: str, db: sqlite3.Connection) -> bool:
@@ -145,11 +138,9 @@ def claim_documents(
             " updated_ms = ? WHERE document_id = ?",
             (owner, now_ms + lease_ms, now_ms, document_id),
         )
-        doc = document_row(
-            db.execute(f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE document_id = ?", (document_id,)).fetchone()
-        )
-        sql = f"SELECT {COLLECTION_COLUMNS} FROM collections WHERE collection_id = ?"
-        collection = collection_row(db.execute(sql, (doc.collection_id,)).fetchone())
+        doc = records.document_row(db.execute(_SELECT_DOCUMENT + " WHERE document_id = ?", (document_id,)).fetchone())
+        sql = _SELECT_COLLECTION + " WHERE collection_id = ?"
+        collection = records.collection_row(db.execute(sql, (doc.collection_id,)).fetchone())
         (body,) = db.execute("SELECT body FROM document_content WHERE document_id = ?", (document_id,)).fetchone()
         claimed.append((doc, collection, bytes(body)))
     return claimed

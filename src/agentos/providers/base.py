@@ -31,6 +31,9 @@ class CallContext:
     # The turn (or run step) the call serves: a budget reservation made at admission under this
     # id is the one the call uses (`agentos.providers.metering.Meter`).
     call_id: str = ""
+    # The run's own budget in the operator's currency (its spec's or its request's `max_cost`);
+    # 0: none. Carried with each call so that any node that takes the run over applies it.
+    max_cost: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,20 +80,8 @@ class OpenAICompatProvider:
     @classmethod
     def for_route(cls, route: Route, session: aiohttp.ClientSession | None = None) -> OpenAICompatProvider:
         """The client of one router target (`agentos.providers.wires.client_for`)."""
-        p = route.provider
-        config = ProviderConfig(
-            url=p.url,
-            model=route.model,
-            api_key=route.api_key,
-            connect_timeout_s=p.connect_timeout_s,
-            first_token_timeout_s=p.first_token_timeout_s,
-            idle_timeout_s=p.idle_timeout_s,
-            total_timeout_s=p.total_timeout_s,
-            max_retries=p.max_retries,
-            retry_budget_s=p.retry_budget_s,
-            max_tokens=route.max_tokens,
-        )
-        return cls(config, session)
+        shared = route.provider.upstream() | {"api_key": route.api_key, "max_tokens": route.max_tokens}
+        return cls(ProviderConfig(url=route.provider.url, model=route.model, **shared), session)
 
     def __init__(self, config: ProviderConfig, session: aiohttp.ClientSession | None = None) -> None:
         self._config = config

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
+import msgspec
 
 from agentos.clock import Clock, wall_ms
 from agentos.config import Route, Settings
@@ -150,7 +151,7 @@ class Router:
         model, targets = self._resolve(request.model)
         # Not made current: this generator yields to its consumer, and a context set here would
         # leak into the consumer's between items. The span's traceparent travels in the headers.
-        span = NULL_SPAN
+        span, capture = NULL_SPAN, 0
         if self._tracing.on:  # off: not even the attributes are built
             at = request.trace
             attributes = _call_attributes(model, request)
@@ -162,6 +163,9 @@ class Router:
                     name, attributes, kind="client", parent=at.parent, span_id=at.span_id, links=at.links
                 )
             request = replace(request, headers={**(request.headers or {}), "traceparent": span.traceparent})
+            capture = self._tracing.capture(request.context.tenant_id) if request.context is not None else 0
+            if capture:  # the administrator turned content on for this tenant ([telemetry] capture_content)
+                span.set_attribute("gen_ai.input.messages", _bounded(request.messages, capture))
         last = len(targets) - 1
         try:
             for i, route in enumerate(targets):
@@ -172,7 +176,9 @@ class Router:
                         span.add_event("agentos.target.skipped", {"agentos.target": route.name})
                     continue
                 try:
-                    async for item in self._attempt(request, model, route, has_next=i < last, span=span):
+                    async for item in self._attempt(
+                        request, model, route, has_next=i < last, span=span, capture=capture
+                    ):
                         yield item
                     return
                 except _FallBack as fall:
@@ -188,7 +194,14 @@ class Router:
             span.end()
 
     async def _attempt(
-        self, request: ChatRequest, model: str, route: Route, *, has_next: bool, span: Span = NULL_SPAN
+        self,
+        request: ChatRequest,
+        model: str,
+        route: Route,
+        *,
+        has_next: bool,
+        span: Span = NULL_SPAN,
+        capture: int = 0,
     ) -> AsyncGenerator[StreamItem, None]:
         """One target's try. Raises `_FallBack` for a failure before the first token when
         `has_next`; the error itself otherwise."""
@@ -226,6 +239,9 @@ class Router:
                     completion = self._priced(item, route)
                     if span is not NULL_SPAN:
                         _trace_completion(span, route, completion)
+                        if capture:
+                            output = [{"role": "assistant", "content": completion.text}]
+                            span.set_attribute("gen_ai.output.messages", _bounded(output, capture))
                     self.breakers.success(route.name)
                     settled = True
                     await self._settle(reservation, request, model, completion)
@@ -334,10 +350,12 @@ def open_router(
     share: BreakerShare | None = None,
     tracing: Tracing = NO_TRACING,
     ledger: Ledger | None = None,
+    meter: Meter | None = None,
 ) -> Router:
     """The router of `settings`: `[providers]` and `[models]`, or the simple `[provider]` form
     (then a model the config does not name passes through to that provider, as before);
-    `ledger`: where each call that answered is recorded (`agentos.tenancy.ledger.StoreLedger`).
+    `ledger`: where each call that answered is recorded (`agentos.tenancy.ledger.StoreLedger`);
+    `meter`: the budgets each call reserves on, then settles (`agentos.tenancy.budgets`).
 
     Raises: ConfigError naming the key (an unknown provider, a key variable not set)."""
     models, default = routes(settings.provider, settings.providers, settings.models, settings.routing)
@@ -346,7 +364,9 @@ def open_router(
         clock, failures=r.breaker_failures, cooldown_s=r.breaker_cooldown_s, probes=r.breaker_probes, share=share
     )
     passthrough = not settings.models
-    return Router(models, default, breakers, clock, passthrough=passthrough, tracing=tracing, ledger=ledger)
+    return Router(
+        models, default, breakers, clock, passthrough=passthrough, tracing=tracing, ledger=ledger, meter=meter
+    )
 
 
 _GEN_AI_PROVIDER = {"openai": "openai", "openai-responses": "openai", "anthropic": "anthropic"}
@@ -378,3 +398,9 @@ def _trace_completion(span: Span, route: Route, completion: Completion) -> None:
         span.set_attribute("gen_ai.usage.cache_creation.input_tokens", usage.cache_write_tokens)
     if completion.cost is not None:
         span.set_attribute("agentos.cost", completion.cost)
+
+
+def _bounded(messages: Any, max_chars: int) -> str:
+    """Content as one JSON attribute, cut at `max_chars` (and said so)."""
+    text = msgspec.json.encode(messages).decode()
+    return text if len(text) <= max_chars else text[:max_chars] + "...[truncated]"

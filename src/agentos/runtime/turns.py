@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from agentos.clock import Clock
 from agentos.errors import (
     AdmissionRejected,
+    BudgetExceeded,
     ProviderError,
     SessionNotFound,
     ShuttingDown,
@@ -249,6 +250,9 @@ class Turns:
             await self._finish(turn, sink, "turn.cancelled", {"reason": "client_disconnected"}, partial)
         except ProviderError as exc:
             await self._finish(turn, sink, "turn.failed", {"reason": exc.code, "message": str(exc)}, partial)
+        except BudgetExceeded as exc:  # a call past what admission held (a longer conversation, a dearer target)
+            data = {"reason": exc.code, "message": str(exc), "budget": exc.budget}
+            await self._finish(turn, sink, "turn.failed", data, partial)
         except StoreUnavailable as exc:  # the database went away under the turn: nobody's bug
             # The outage itself is the store's two log lines; each turn's outcome line says the rest.
             log.debug("turn %s failed: %s", turn.turn_id, exc)

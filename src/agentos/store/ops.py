@@ -28,6 +28,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -38,28 +39,18 @@ log = logging.getLogger("agentos.store")
 Apply = Callable[[sqlite3.Connection], Any]
 
 
+@dataclass(slots=True, eq=False)
 class Operation:
     """A statement with its parameters, or a callable run with the connection; maybe awaited.
     `at_once`: a read someone waits for: its batch is due now, however busy the writer is."""
 
-    __slots__ = ("sql", "params", "apply", "future", "sheddable", "enqueued_ns", "at_once")
-
-    def __init__(
-        self,
-        sql: str | None,
-        params: Sequence[Any] | None,
-        apply: Apply | None,
-        future: asyncio.Future[Any] | None,
-        sheddable: bool = False,
-        at_once: bool = False,
-    ) -> None:
-        self.at_once = at_once
-        self.sql = sql
-        self.params = params
-        self.apply = apply
-        self.future = future
-        self.sheddable = sheddable
-        self.enqueued_ns = time.perf_counter_ns()
+    sql: str | None
+    params: Sequence[Any] | None
+    apply: Apply | None
+    future: asyncio.Future[Any] | None
+    sheddable: bool = False
+    at_once: bool = False
+    enqueued_ns: int = field(init=False, default_factory=time.perf_counter_ns)
 
 
 # SQLite's result codes that are the machine's fault, not a statement's: the file is locked

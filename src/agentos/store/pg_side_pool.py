@@ -1,5 +1,5 @@
 """A small pool of its own for a part that keeps its tables in the store's PostgreSQL database
-(knowledge, triggers): the migrations run at open, every call is bounded and its failures are
+(knowledge, triggers, schedules): the migrations run at open, every call is bounded and its failures are
 classified as the store's are (unreachable or too slow: `StoreUnavailable`, a 503).
 
 Usage::
@@ -7,6 +7,7 @@ Usage::
     db = SidePool(settings.store, "knowledge")
     await db.open()                                  # migrate, then min(4, postgres_pool_max) connections
     rows = await db.use(lambda conn: conn.fetch("SELECT ..."), "knowledge read")
+    rows = await db.fetch("knowledge read", "SELECT ...")   # the same, for one statement
     await db.close()
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -83,3 +84,13 @@ class SidePool:
             raise
         except Exception as exc:
             raise classify(exc, self._unavailable, what) from exc
+
+    async def fetch(self, what: str, sql: str, *args: Any) -> list[asyncpg.Record]:
+        """The rows of `sql`, bounded and classified as `use` is."""
+        rows: list[asyncpg.Record] = await self.use(lambda conn: conn.fetch(sql, *args), what)
+        return rows
+
+    async def execute(self, what: str, sql: str, *args: Any) -> int:
+        """How many rows `sql` changed, bounded and classified as `use` is."""
+        status: str = await self.use(lambda conn: conn.execute(sql, *args), what)
+        return int(status.rsplit(" ", 1)[-1])

@@ -6,60 +6,36 @@ from __future__ import annotations
 
 import sqlite3
 
-SESSIONS_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id TEXT PRIMARY KEY,
-    tenant_id TEXT NOT NULL,
-    agent TEXT NOT NULL,
-    metadata TEXT NOT NULL,
-    created_at_ms INTEGER NOT NULL,
-    on_busy TEXT
-);
-CREATE TABLE IF NOT EXISTS messages (
-    message_id INTEGER PRIMARY KEY AUTOINCREMENT,
-    tenant_id TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    turn_id TEXT NOT NULL,
-    role TEXT NOT NULL,
-    content TEXT NOT NULL,
-    status TEXT NOT NULL,
-    usage TEXT,
-    created_at_ms INTEGER NOT NULL,
-    UNIQUE (turn_id, role)
-);
-CREATE INDEX IF NOT EXISTS sessions_by_tenant ON sessions (tenant_id, session_id);
-CREATE INDEX IF NOT EXISTS messages_by_tenant ON messages (tenant_id, session_id, message_id);
-DROP INDEX IF EXISTS messages_by_session;
-"""
+from agentos.store.sqlite_table import Table, script
 
-EVENTS_SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
-    event_id INTEGER PRIMARY KEY AUTOINCREMENT,
-    tenant_id TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    turn_id TEXT NOT NULL,
-    type TEXT NOT NULL,
-    data TEXT NOT NULL,
-    created_at_ms INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_by_tenant ON events (tenant_id, session_id, event_id);
-DROP INDEX IF EXISTS events_by_session;
-"""
-
-ACCESS_SCHEMA = """
-CREATE TABLE IF NOT EXISTS access_log (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    tenant_id TEXT NOT NULL,
-    ts_ms INTEGER NOT NULL,
-    method TEXT NOT NULL,
-    path TEXT NOT NULL,
-    status INTEGER NOT NULL,
-    duration_ms REAL NOT NULL,
-    remote TEXT NOT NULL,
-    key_id TEXT NOT NULL DEFAULT '',
-    trace_id TEXT NOT NULL DEFAULT ''
-);
-"""
+SESSIONS = Table(
+    "sessions",
+    "session_id TEXT PRIMARY KEY, tenant_id TEXT, agent TEXT, metadata TEXT, created_at_ms INTEGER, on_busy TEXT",
+    nullable=("on_busy",),  # NULL: the session's turns default to its agent's on_busy, else replace
+    indexes=("sessions_by_tenant (tenant_id, session_id)",),
+)
+MESSAGES = Table(
+    "messages",
+    "message_id INTEGER PRIMARY KEY AUTOINCREMENT, tenant_id TEXT, session_id TEXT, turn_id TEXT, role TEXT,"
+    " content TEXT, status TEXT, usage TEXT, created_at_ms INTEGER",
+    nullable=("usage",),
+    constraints=("UNIQUE (turn_id, role)",),
+    indexes=("messages_by_tenant (tenant_id, session_id, message_id)",),
+)
+EVENTS = Table(
+    "events",
+    "event_id INTEGER PRIMARY KEY AUTOINCREMENT, tenant_id TEXT, session_id TEXT, turn_id TEXT, type TEXT,"
+    " data TEXT, created_at_ms INTEGER",
+    indexes=("events_by_tenant (tenant_id, session_id, event_id)",),
+)
+ACCESS_LOG = Table(
+    "access_log",
+    "id INTEGER PRIMARY KEY AUTOINCREMENT, tenant_id TEXT, ts_ms INTEGER, method TEXT, path TEXT, status INTEGER,"
+    " duration_ms REAL, remote TEXT, key_id TEXT DEFAULT '', trace_id TEXT DEFAULT ''",
+)
+SESSIONS_SCHEMA = script(SESSIONS, MESSAGES, "DROP INDEX IF EXISTS messages_by_session;")
+EVENTS_SCHEMA = script(EVENTS, "DROP INDEX IF EXISTS events_by_session;")
+ACCESS_SCHEMA = script(ACCESS_LOG)
 
 
 def migrate_sessions(conn: sqlite3.Connection) -> None:
@@ -79,17 +55,10 @@ def migrate_access(conn: sqlite3.Connection) -> None:
 
 # A writer retry may repeat a batch (after a COMMIT that reported failure), so writes with a
 # natural key are idempotent. Events and access rows have none; they are sheddable anyway.
-INSERT_SESSION = (
-    "INSERT INTO sessions (session_id, tenant_id, agent, metadata, created_at_ms, on_busy)"
-    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING"
-)
+INSERT_SESSION = SESSIONS.insert() + " ON CONFLICT (session_id) DO NOTHING"
 # Upsert: a turn has one message per role.
-INSERT_MESSAGE = """
-INSERT INTO messages (tenant_id, session_id, turn_id, role, content, status, usage, created_at_ms)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (turn_id, role) DO UPDATE SET content = excluded.content, status = excluded.status, usage = excluded.usage
-"""
-INSERT_ACCESS = (
-    "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote, key_id, trace_id)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+INSERT_MESSAGE = MESSAGES.insert(generated=("message_id",)) + (
+    " ON CONFLICT (turn_id, role) DO UPDATE SET content = excluded.content, status = excluded.status,"
+    " usage = excluded.usage"
 )
+INSERT_ACCESS = ACCESS_LOG.insert(generated=("id",))

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agentos.errors import StoreUnavailable
 from agentos.store.base import WriterStatistics
@@ -38,6 +38,8 @@ from agentos.store.ops import Apply, Operation, apply_batch, connect, died, post
 from agentos.store.sqlite_outage import Outage
 
 log = logging.getLogger("agentos.store")
+
+T = TypeVar("T")
 
 _BUSY_WINDOW_S = 0.02  # a batch this recent means the writer is busy
 _STOP = Operation(None, None, None, None)
@@ -175,6 +177,16 @@ class Writer:
         future: asyncio.Future[Any] = self._loop.create_future()
         self._enqueue(Operation(sql, params, apply, future))
         return future
+
+    async def run(self, apply: Callable[[sqlite3.Connection], T]) -> T:
+        """`apply(conn)` inside a batch's transaction (a read-then-write no other operation can
+        come between); its result once that batch is committed.
+
+        Raises:
+            StoreError: the writer is closed or dead; what `apply` raised, unchanged.
+        """
+        result: T = await self.submit(apply=apply)
+        return result
 
     def read(self, apply: Apply) -> asyncio.Future[Any]:
         """`apply(conn)` (a read) run by the thread; the future resolves with its result. Unlike

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any, Literal, Protocol
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, Literal, Protocol, Required, TypedDict, Unpack
 
 Kind = Literal["internal", "server", "client", "consumer", "producer"]
 Attributes = Mapping[str, Any]
@@ -87,6 +87,29 @@ class _NullSpan:
 NULL_SPAN: Span = _NullSpan()
 
 
+class SpanOptions(TypedDict, total=False):
+    """Where a span goes. `kind`: internal (default), server, client...; `parent`: a W3C
+    traceparent to continue (else the current span); `links`: traceparents of spans this one
+    follows from; `span_id`: the span's own id, where it must be known beforehand
+    (`derived_ids`); `trace_id`: a root span's trace id (the same); `start_ms`: when it began,
+    epoch milliseconds (else now)."""
+
+    kind: Kind
+    parent: str
+    links: Sequence[str]
+    span_id: str
+    trace_id: str
+    start_ms: int
+
+
+class RecordOptions(SpanOptions, total=False):
+    """`SpanOptions`, and when it ended (`end_ms`, required with `start_ms`) and its events:
+    (name, epoch milliseconds, attributes)."""
+
+    end_ms: Required[int]
+    events: Sequence[tuple[str, int, Attributes]]
+
+
 class Tracing:
     """No tracing: every method is a no-op (`NO_TRACING`). `agentos.telemetry.otel.OtelTracing`
     is the real one, with the same methods."""
@@ -94,52 +117,36 @@ class Tracing:
     on = False
     trace_url_template = ""
 
-    def start(
-        self,
-        name: str,
-        attributes: Attributes | None = None,
-        *,
-        kind: Kind = "internal",
-        parent: str = "",
-        links: Sequence[str] = (),
-        span_id: str = "",
-    ) -> Span:
-        """A span not made current: end it with `end()`. `parent`: a traceparent to continue
-        (else the current span); `links`: traceparents of spans this one follows from;
-        `span_id`: the span's id, where it must be known beforehand (`derived_ids`)."""
+    def start(self, name: str, attributes: Attributes | None = None, **options: Unpack[SpanOptions]) -> Span:
+        """A span not made current: end it with `end()` (`SpanOptions` says what each option
+        does)."""
         return NULL_SPAN
 
     @contextmanager
-    def span(
-        self,
-        name: str,
-        attributes: Attributes | None = None,
-        *,
-        kind: Kind = "internal",
-        parent: str = "",
-        links: Sequence[str] = (),
-        span_id: str = "",
-    ) -> Iterator[Span]:
+    def span(self, name: str, attributes: Attributes | None = None, **options: Unpack[SpanOptions]) -> Iterator[Span]:
         """A span made current for the block, ended after it; an exception escaping the block
-        is recorded on it."""
-        yield NULL_SPAN
+        (not a cancel) is recorded on it."""
+        if not self.on:
+            yield NULL_SPAN
+            return
+        started = self.start(name, attributes, **options)
+        try:
+            with self._current(started):
+                yield started
+        except Exception as exc:  # not a cancel: that is how a superseded turn ends
+            started.record_error(exc)
+            raise
+        finally:
+            started.end()
 
-    def record(
-        self,
-        name: str,
-        attributes: Attributes | None = None,
-        *,
-        start_ms: int,
-        end_ms: int,
-        trace_id: str = "",
-        span_id: str = "",
-        parent: str = "",
-        links: Sequence[str] = (),
-        events: Sequence[tuple[str, int, Attributes]] = (),
-    ) -> None:
+    def _current(self, span: Span) -> AbstractContextManager[object]:
+        """`span` made the current span for a block (the implementation's context)."""
+        return nullcontext()
+
+    def record(self, name: str, attributes: Attributes | None = None, **options: Unpack[RecordOptions]) -> None:
         """A span that already happened, sent at once: a run's root (known whole only at its
         end, on whichever node ends it) or a human's wait (asked on one node, answered on
-        another). Times in epoch milliseconds; `events`: (name, epoch ms, attributes)."""
+        another). See `RecordOptions`."""
         return None
 
     def traceparent(self, trace_id: str, span_id: str) -> str:

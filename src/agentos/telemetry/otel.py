@@ -15,10 +15,9 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Unpack
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -33,7 +32,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from agentos.config.telemetry import TelemetryConfig, traces_endpoint
-from agentos.telemetry import Attributes, Kind, Span, Tracing, valid_traceparent
+from agentos.telemetry import Attributes, RecordOptions, Span, SpanOptions, Tracing, valid_traceparent
 
 log = logging.getLogger("agentos.telemetry")
 
@@ -77,6 +76,7 @@ class QueueProcessor(SpanProcessor):
         self._batch_size = batch_size
         self._interval_s = interval_s
         self._wake = threading.Event()
+        self._exporting = threading.Lock()
         self._stop = False
         self.exported = 0
         self.dropped = 0
@@ -106,6 +106,10 @@ class QueueProcessor(SpanProcessor):
             self._drain()
 
     def _drain(self) -> None:
+        with self._exporting:  # one exporter call at a time: the thread's, or a flush's
+            self._drain_locked()
+
+    def _drain_locked(self) -> None:
         while self._queue:
             batch = [self._queue.popleft() for _ in range(min(self._batch_size, len(self._queue)))]
             try:
@@ -118,10 +122,14 @@ class QueueProcessor(SpanProcessor):
                 self.failed += len(batch)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        deadline = time.monotonic() + timeout_millis / 1000
-        self._wake.set()
-        while self._queue and time.monotonic() < deadline:
-            time.sleep(0.01)  # in the exporter's thread's time, not the event loop's: called at close
+        """Send what is queued and wait until the batch in flight is sent too (in the caller's
+        thread: called at close, off the event loop, or by a test)."""
+        if not self._exporting.acquire(timeout=timeout_millis / 1000):
+            return False
+        try:
+            self._drain_locked()
+        finally:
+            self._exporting.release()
         return not self._queue
 
     def shutdown(self) -> None:
@@ -220,26 +228,17 @@ class OtelTracing(Tracing):
         span_context = _span_context(parent)
         return None if span_context is None else trace.set_span_in_context(trace.NonRecordingSpan(span_context))
 
-    def start(
-        self,
-        name: str,
-        attributes: Attributes | None = None,
-        *,
-        kind: Kind = "internal",
-        parent: str = "",
-        links: Sequence[str] = (),
-        span_id: str = "",
-        trace_id: str = "",
-        start_ms: int | None = None,
-    ) -> Span:
+    def start(self, name: str, attributes: Attributes | None = None, **options: Unpack[SpanOptions]) -> Span:
+        trace_id, span_id, parent = options.get("trace_id", ""), options.get("span_id", ""), options.get("parent", "")
         token = _FORCED.set((trace_id, span_id)) if (span_id or trace_id) else None
+        start_ms = options.get("start_ms")
         try:
             span = self._tracer.start_span(
                 name,
                 context=self._context(parent) if parent or not trace_id else Context(),
-                kind=_KINDS[kind],
+                kind=_KINDS[options.get("kind", "internal")],
                 attributes=dict(attributes) if attributes else None,
-                links=[Link(c) for c in map(_span_context, links) if c is not None],
+                links=[Link(c) for c in map(_span_context, options.get("links", ())) if c is not None],
                 start_time=None if start_ms is None else start_ms * 1_000_000,
             )
         finally:
@@ -247,46 +246,19 @@ class OtelTracing(Tracing):
                 _FORCED.reset(token)
         return _OtelSpan(span)
 
-    @contextmanager
-    def span(
-        self,
-        name: str,
-        attributes: Attributes | None = None,
-        *,
-        kind: Kind = "internal",
-        parent: str = "",
-        links: Sequence[str] = (),
-        span_id: str = "",
-    ) -> Iterator[Span]:
-        started = self.start(name, attributes, kind=kind, parent=parent, links=links, span_id=span_id)
-        assert isinstance(started, _OtelSpan)
-        with trace.use_span(started._span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
-            try:
-                yield started
-            except Exception as exc:  # not a cancel: that is how a turn ends when superseded
-                started.record_error(exc)
-                raise
+    def _current(self, span: Span) -> AbstractContextManager[object]:
+        assert isinstance(span, _OtelSpan)
+        return trace.use_span(span._span, end_on_exit=False, record_exception=False, set_status_on_exception=False)
 
-    def record(
-        self,
-        name: str,
-        attributes: Attributes | None = None,
-        *,
-        start_ms: int,
-        end_ms: int,
-        trace_id: str = "",
-        span_id: str = "",
-        parent: str = "",
-        links: Sequence[str] = (),
-        events: Sequence[tuple[str, int, Attributes]] = (),
-    ) -> None:
-        span = self.start(
-            name, attributes, parent=parent, links=links, span_id=span_id, trace_id=trace_id, start_ms=start_ms
-        )
+    def record(self, name: str, attributes: Attributes | None = None, **options: Unpack[RecordOptions]) -> None:
+        end_ms = options["end_ms"]
+        events = options.get("events", ())
+        start: SpanOptions = {k: v for k, v in options.items() if k not in ("end_ms", "events")}  # type: ignore[assignment]
+        span = self.start(name, attributes, **start)
         assert isinstance(span, _OtelSpan)
         for event, at_ms, event_attributes in events:
             span._span.add_event(event, dict(event_attributes), timestamp=at_ms * 1_000_000)
-        span._span.end(end_time=max(start_ms, end_ms) * 1_000_000)
+        span._span.end(end_time=max(options.get("start_ms", end_ms), end_ms) * 1_000_000)
 
     def traceparent(self, trace_id: str, span_id: str) -> str:
         sampled = int(trace_id[16:], 16) < self._bound  # TraceIdRatioBased's own rule

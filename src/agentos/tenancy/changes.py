@@ -13,7 +13,7 @@ import msgspec
 from agentos.config.tenants import TenantLimits
 from agentos.tenancy import keys
 from agentos.tenancy.principal import Scope
-from agentos.tenancy.records import ApiKey, Tenant, effective_limits
+from agentos.tenancy.records import ApiKey, Tenant, effective_limits, whole_numbers
 
 
 def updated_tenant(
@@ -21,7 +21,7 @@ def updated_tenant(
     defaults: TenantLimits,
     *,
     name: str | None,
-    limits: dict[str, int | None] | None,
+    limits: dict[str, int | float | None] | None,
     disabled: bool | None,
 ) -> Tenant:
     """`tenant` with what is given changed; `limits` is merged into the overrides (None drops one).
@@ -37,7 +37,7 @@ def updated_tenant(
     effective_limits(defaults, overrides)
     return msgspec.structs.replace(
         tenant,
-        limits=overrides,
+        limits=whole_numbers(overrides),
         name=tenant.name if name is None else name,
         disabled=tenant.disabled if disabled is None else disabled,
     )
@@ -52,6 +52,7 @@ def new_key(
     scopes: Iterable[Scope],
     now_ms: int,
     expires_in_s: int | None,
+    budgets: tuple[float, float] = (0.0, 0.0),
 ) -> tuple[str, ApiKey]:
     """A new key (shown once, never stored) and its record, which holds only the secret's hash."""
     key = keys.generate(key_id)
@@ -63,5 +64,7 @@ def new_key(
         created_ms=now_ms,
         expires_ms=None if expires_in_s is None else now_ms + expires_in_s * 1000,
         hash=keys.hash_secret(pepper, keys.parse(key).secret),
+        budget_per_day=budgets[0],
+        budget_per_month=budgets[1],
     )
     return key, record

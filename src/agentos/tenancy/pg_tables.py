@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from agentos.config.tenants import clamp_overrides
+from agentos.config.tenants import Overrides, clamp_overrides
 from agentos.errors import ConfigError, StoreError
 from agentos.store import pg_migrations, pg_pool
 from agentos.store.pg_follow import FULL_RELOAD_INTERVAL_S, Follower
@@ -47,16 +47,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("agentos.tenancy")
 T = TypeVar("T")
 _TENANT_COLUMNS = "tenant_id, name, limits, disabled, created_ms"
-_KEY_COLUMNS = "key_id, tenant_id, name, scopes, created_ms, expires_ms, revoked_ms, hash"
+_KEY_COLUMNS = (
+    "key_id, tenant_id, name, scopes, created_ms, expires_ms, revoked_ms, hash, budget_per_day, budget_per_month"
+)
 _INSERT_TENANT = f"INSERT INTO tenants ({_TENANT_COLUMNS}) VALUES ($1, $2, $3::jsonb, $4, $5)"
 _UPSERT_TENANT = (
     _INSERT_TENANT + " ON CONFLICT (tenant_id) DO UPDATE"
     " SET name = excluded.name, limits = excluded.limits, disabled = excluded.disabled"
 )
 _UPSERT_KEY = (
-    f"INSERT INTO api_keys ({_KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+    f"INSERT INTO api_keys ({_KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
     " ON CONFLICT (key_id) DO UPDATE SET name = excluded.name, scopes = excluded.scopes,"
-    " expires_ms = excluded.expires_ms, revoked_ms = excluded.revoked_ms"
+    " expires_ms = excluded.expires_ms, revoked_ms = excluded.revoked_ms,"
+    " budget_per_day = excluded.budget_per_day, budget_per_month = excluded.budget_per_month"
 )
 _NOTIFY = "SELECT pg_notify($1, $2)"
 _ANYTHING_BUT_DEFAULT = "SELECT EXISTS (SELECT 1 FROM api_keys) OR EXISTS (SELECT 1 FROM tenants WHERE tenant_id <> $1)"
@@ -137,7 +140,7 @@ class PgTenantTables:
     async def put_key(self, key: ApiKey) -> None:
         """Raises: StoreError (StoreUnavailable: the database cannot be reached)."""
         k = key
-        row = (k.key_id, k.tenant_id, k.name, " ".join(k.scopes), k.created_ms, k.expires_ms, k.revoked_ms, k.hash)
+        row = (k.key_id, k.tenant_id, k.name, " ".join(k.scopes), *_times(k), k.hash, *_budgets(k))
         await self._bounded(lambda conn: self._write(conn, _UPSERT_KEY, row, f"k:{k.key_id}"), "key write")
 
     async def _write(self, conn: asyncpg.Connection, sql: str, row: tuple[Any, ...], change: str) -> bool:
@@ -210,12 +213,16 @@ async def import_sqlite(conn: asyncpg.Connection, path: Path) -> None:
             await conn.execute(_UPSERT_TENANT, t.tenant_id, t.name, limits, t.disabled, t.created_ms)
         for k in keys:
             scopes = " ".join(k.scopes)
-            await conn.execute(_UPSERT_KEY, k.key_id, k.tenant_id, k.name, scopes, *_times(k), k.hash)
+            await conn.execute(_UPSERT_KEY, k.key_id, k.tenant_id, k.name, scopes, *_times(k), k.hash, *_budgets(k))
     log.info("tenants: imported %d tenants and %d keys from %s", len(tenants), len(keys), path)
 
 
 def _times(k: ApiKey) -> tuple[int, int | None, int | None]:
     return k.created_ms, k.expires_ms, k.revoked_ms
+
+
+def _budgets(k: ApiKey) -> tuple[float, float]:
+    return k.budget_per_day, k.budget_per_month
 
 
 async def read_rows(conn: asyncpg.Connection, changes: Iterable[str] | None) -> Rows:
@@ -233,7 +240,7 @@ async def read_rows(conn: asyncpg.Connection, changes: Iterable[str] | None) -> 
 
 
 def _tenant(row: asyncpg.Record) -> Tenant:
-    limits = clamp_overrides(msgspec.json.decode(row["limits"], type=dict[str, int]))
+    limits = clamp_overrides(msgspec.json.decode(row["limits"], type=Overrides))
     return Tenant(
         tenant_id=row["tenant_id"],
         name=row["name"],
@@ -253,6 +260,8 @@ def _key(row: asyncpg.Record) -> ApiKey:
         expires_ms=row["expires_ms"],
         revoked_ms=row["revoked_ms"],
         hash=bytes(row["hash"]),
+        budget_per_day=row["budget_per_day"],
+        budget_per_month=row["budget_per_month"],
     )
 
 

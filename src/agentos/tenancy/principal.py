@@ -28,6 +28,8 @@ class Scope(StrEnum):
     KNOWLEDGE_WRITE = "knowledge:write"  # create and delete collections, upload and delete documents
     TRIGGERS_READ = "triggers:read"
     TRIGGERS_WRITE = "triggers:write"  # create, rotate and delete triggers (deliveries are signed, not keyed)
+    SCHEDULES_READ = "schedules:read"
+    SCHEDULES_WRITE = "schedules:write"  # create, pause, resume and delete schedules (their runs start on their own)
     ADMIN = "admin"  # tenants and keys of every tenant; agents that start host processes
 
 

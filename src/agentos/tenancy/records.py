@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from agentos.config.tenants import MAXIMA, TenantLimits
+from agentos.config.tenants import MAX_BUDGET, MAXIMA, WHOLE_LIMITS, Overrides, TenantLimits
 from agentos.errors import Conflict, InvalidInput, NotFound
 
 TENANT_ID_PATTERN = "^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -24,7 +24,7 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True):
 
     tenant_id: str
     name: str = ""
-    limits: dict[str, int] = {}
+    limits: Overrides = {}
     disabled: bool = False
     created_ms: int = 0
 
@@ -38,6 +38,10 @@ class ApiKey(msgspec.Struct, frozen=True, kw_only=True):
     expires_ms: int | None = None
     revoked_ms: int | None = None
     hash: bytes = b""
+    # What the key's model calls may cost per UTC day and calendar month, in the operator's
+    # currency; 0: no budget of its own (the tenant's still apply).
+    budget_per_day: float = 0.0
+    budget_per_month: float = 0.0
 
     def __repr__(self) -> str:  # the hash stays out of logs and tracebacks too
         return f"ApiKey(key_id={self.key_id!r}, tenant_id={self.tenant_id!r}, scopes={self.scopes!r})"
@@ -78,7 +82,22 @@ def check_tenant_id(tenant_id: str) -> str:
     return tenant_id
 
 
-def effective_limits(defaults: TenantLimits, overrides: dict[str, int]) -> TenantLimits:
+def check_budgets(*amounts: float) -> None:
+    """Raises: InvalidInput: a budget that is not a finite number from 0 to `MAX_BUDGET`."""
+    for amount in amounts:
+        if not 0 <= amount <= MAX_BUDGET:  # nan compares false: refused too
+            raise InvalidInput(f"a budget must be a number from 0 to {MAX_BUDGET}, got {str(amount)[:40]}")
+
+
+def whole_numbers(overrides: Overrides) -> Overrides:
+    """`overrides` with a whole float (`3059.0`, an integer as JSON Schema counts it) of an
+    integer limit as the integer: the limits take any JSON number since budgets are currency."""
+    return {
+        k: int(v) if k in WHOLE_LIMITS and isinstance(v, float) and v.is_integer() else v for k, v in overrides.items()
+    }
+
+
+def effective_limits(defaults: TenantLimits, overrides: Overrides) -> TenantLimits:
     """The defaults with a tenant's overrides on top.
 
     Raises:
@@ -88,10 +107,11 @@ def effective_limits(defaults: TenantLimits, overrides: dict[str, int]) -> Tenan
     if unknown:
         raise InvalidInput(f"unknown limit {unknown[0]!r}; known: {', '.join(TenantLimits.__struct_fields__)}")
     for name, value in overrides.items():
-        if isinstance(value, int) and value > MAXIMA[name]:  # the usual refusal, said plainly
+        # the usual refusal, said plainly (a bool is refused by msgspec below, as not a number)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > MAXIMA[name]:
             raise InvalidInput(f"limits.{name}: at most {MAXIMA[name]}, got {str(value)[:40]}")
     try:
-        return msgspec.convert(msgspec.to_builtins(defaults) | overrides, TenantLimits)
+        return msgspec.convert(msgspec.to_builtins(defaults) | whole_numbers(overrides), TenantLimits)
     except msgspec.ValidationError as exc:
         message, _, at = str(exc).rpartition(" - at `$.")
         raise InvalidInput(f"limits.{at.rstrip('`')}: {message}" if at else f"limits: {exc}") from None
@@ -118,4 +138,6 @@ def key_json(key: ApiKey, now_ms: int) -> dict[str, Any]:
         "created_ms": key.created_ms,
         "expires_ms": key.expires_ms,
         "revoked_ms": key.revoked_ms,
+        "budget_per_day": key.budget_per_day,
+        "budget_per_month": key.budget_per_month,
     }

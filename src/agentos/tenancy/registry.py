@@ -27,7 +27,7 @@ from pathlib import Path
 import msgspec
 
 from agentos.clock import wall_ms
-from agentos.config.tenants import TenantLimits
+from agentos.config.tenants import Overrides, TenantLimits
 from agentos.errors import InvalidInput
 from agentos.store.records import DEFAULT_TENANT
 from agentos.tenancy import keys
@@ -40,8 +40,10 @@ from agentos.tenancy.records import (
     Tenant,
     TenantExists,
     TenantNotFound,
+    check_budgets,
     check_tenant_id,
     effective_limits,
+    whole_numbers,
 )
 from agentos.tenancy.storage import RegistryStorage, Rows
 from agentos.tenancy.tables import TenantTables
@@ -87,6 +89,7 @@ class TenantRegistry:
         self._usable_until_ms: float = 0  # inf: an unrevoked key that never expires
         self._lock = asyncio.Lock()
         self._watchers: list[Callable[[str, TenantLimits], None]] = []
+        self._budgets: dict[str, tuple[float, float]] = {}  # tenant_budgets, until the tenant changes
 
     @property
     def pepper(self) -> bytes:
@@ -175,14 +178,29 @@ class TenantRegistry:
         """The tenant's effective limits (its overrides over the defaults). Raises: TenantNotFound."""
         return effective_limits(self.defaults, self.tenant(tenant_id).limits)
 
-    async def create_tenant(self, tenant_id: str, *, name: str = "", limits: dict[str, int] | None = None) -> Tenant:
+    def tenant_budgets(self, tenant_id: str) -> tuple[float, float]:
+        """The tenant's (per day, per month) spending budgets; 0 each: none (`BudgetLimits`)."""
+        known = self._budgets.get(tenant_id)
+        if known is None:  # asked before every model call: the overrides are merged once per change
+            tenant = self._tenants.get(tenant_id)
+            limits = self.defaults if tenant is None else effective_limits(self.defaults, tenant.limits)
+            known = self._budgets[tenant_id] = (limits.budget_per_day, limits.budget_per_month)
+        return known
+
+    def key_budgets(self, key_id: str) -> tuple[float, float]:
+        """The key's (per day, per month) spending budgets; 0 each: none (`BudgetLimits`)."""
+        key = self._keys.get(key_id)
+        return (0.0, 0.0) if key is None else (key.budget_per_day, key.budget_per_month)
+
+    async def create_tenant(self, tenant_id: str, *, name: str = "", limits: Overrides | None = None) -> Tenant:
         """Raises: InvalidInput (a bad id or limit), TenantExists, StoreError."""
         check_tenant_id(tenant_id)
         effective_limits(self.defaults, limits or {})
         async with self._lock:
             if tenant_id in self._tenants:
                 raise TenantExists(tenant_id)
-            tenant = Tenant(tenant_id=tenant_id, name=name, limits=limits or {}, created_ms=self.now_ms())
+            overrides = whole_numbers(limits or {})
+            tenant = Tenant(tenant_id=tenant_id, name=name, limits=overrides, created_ms=self.now_ms())
             # `create`: another node may have made it without this one having heard yet
             if not await self._storage.put_tenant(tenant, create=True):
                 raise TenantExists(tenant_id)
@@ -194,7 +212,7 @@ class TenantRegistry:
         tenant_id: str,
         *,
         name: str | None = None,
-        limits: dict[str, int | None] | None = None,
+        limits: dict[str, int | float | None] | None = None,
         disabled: bool | None = None,
     ) -> Tenant:
         """Change what is given; `limits` is merged into the overrides (a None value drops one).
@@ -221,12 +239,20 @@ class TenantRegistry:
         return [self._keys[k] for k in chosen if tenant_id is None or self._keys[k].tenant_id == tenant_id][:limit]
 
     async def create_key(
-        self, tenant_id: str, *, name: str = "", scopes: Iterable[Scope] = (), expires_in_s: int | None = None
+        self,
+        tenant_id: str,
+        *,
+        name: str = "",
+        scopes: Iterable[Scope] = (),
+        expires_in_s: int | None = None,
+        budgets: tuple[float, float] = (0.0, 0.0),
     ) -> tuple[str, ApiKey]:
         """A new key of `tenant_id`: the key itself (shown once, never stored) and its record.
+        `budgets`: its own spending budgets (per day, per month; 0: none).
 
-        Raises: TenantNotFound, InvalidInput (expiry out of range), StoreError.
+        Raises: TenantNotFound, InvalidInput (expiry or a budget out of range), StoreError.
         """
+        check_budgets(*budgets)
         if expires_in_s is not None and not 1 <= expires_in_s <= MAX_EXPIRES_IN_S:
             raise InvalidInput(f"expires_in_s must be from 1 to {MAX_EXPIRES_IN_S}, got {expires_in_s}")
         async with self._lock:
@@ -242,9 +268,26 @@ class TenantRegistry:
                 scopes=scopes,
                 now_ms=self.now_ms(),
                 expires_in_s=expires_in_s,
+                budgets=budgets,
             )
             await self._put_key(record)
         return key, record
+
+    async def update_key(
+        self, key_id: str, *, budget_per_day: float | None = None, budget_per_month: float | None = None
+    ) -> ApiKey:
+        """Change the key's spending budgets (None: unchanged; 0: none).
+
+        Raises: KeyNotFound, InvalidInput (a budget out of range), StoreError.
+        """
+        async with self._lock:
+            record = self.key(key_id)
+            per_day = record.budget_per_day if budget_per_day is None else budget_per_day
+            per_month = record.budget_per_month if budget_per_month is None else budget_per_month
+            check_budgets(per_day, per_month)
+            record = msgspec.structs.replace(record, budget_per_day=per_day, budget_per_month=per_month)
+            await self._put_key(record)
+        return record
 
     async def revoke_key(self, key_id: str) -> ApiKey:
         """Revoke the key from the next request on; revoking a revoked key changes nothing.
@@ -285,6 +328,7 @@ class TenantRegistry:
 
     def _notify(self, tenant_ids: Iterable[str]) -> None:
         for tenant_id in tenant_ids:
+            self._budgets.pop(tenant_id, None)
             for notify in self._watchers:
                 notify(tenant_id, self.limits_of(tenant_id))
 

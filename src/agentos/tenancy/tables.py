@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgspec
 
-from agentos.config.tenants import clamp_overrides
+from agentos.config.tenants import Overrides, clamp_overrides
 from agentos.store.writer import Writer
 from agentos.tenancy.records import ApiKey, Tenant
 from agentos.tenancy.storage import ChangeSink
@@ -36,13 +36,20 @@ CREATE TABLE IF NOT EXISTS api_keys (
     created_ms INTEGER NOT NULL,
     expires_ms INTEGER,
     revoked_ms INTEGER,
-    hash BLOB NOT NULL
+    hash BLOB NOT NULL,
+    budget_per_day REAL NOT NULL DEFAULT 0,
+    budget_per_month REAL NOT NULL DEFAULT 0
 );
 """
+# A file written before keys had budgets gains their columns at open (`_add_budgets`).
+_BUDGET_COLUMNS = ("budget_per_day", "budget_per_month")
 
 _UPSERT_TENANT = "INSERT OR REPLACE INTO tenants VALUES (?, ?, ?, ?, ?)"
 _CREATE_TENANT = "INSERT OR IGNORE INTO tenants VALUES (?, ?, ?, ?, ?)"
-_UPSERT_KEY = "INSERT OR REPLACE INTO api_keys VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_KEY_COLUMNS = (
+    "key_id, tenant_id, name, scopes, created_ms, expires_ms, revoked_ms, hash, budget_per_day, budget_per_month"
+)
+_UPSERT_KEY = f"INSERT OR REPLACE INTO api_keys ({_KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
 class TenantTables:
@@ -55,6 +62,7 @@ class TenantTables:
     async def open(self) -> None:
         """Raises: StoreError: the file cannot be opened."""
         await self._writer.open()
+        await self._writer.submit(apply=_add_budgets)
 
     async def load(self) -> tuple[list[Tenant], list[ApiKey]]:
         """Every row (the registry serves from memory after this). Raises: StoreError."""
@@ -78,7 +86,7 @@ class TenantTables:
     async def put_key(self, k: ApiKey) -> None:
         scopes = " ".join(k.scopes)
         row = (k.key_id, k.tenant_id, k.name, scopes, k.created_ms, k.expires_ms, k.revoked_ms, k.hash)
-        await self._writer.submit(_UPSERT_KEY, row)
+        await self._writer.submit(_UPSERT_KEY, (*row, k.budget_per_day, k.budget_per_month))
 
 
 def _load(conn: sqlite3.Connection) -> tuple[list[Tenant], list[ApiKey]]:
@@ -87,14 +95,32 @@ def _load(conn: sqlite3.Connection) -> tuple[list[Tenant], list[ApiKey]]:
         for t, n, lim, d, c in conn.execute("SELECT * FROM tenants ORDER BY tenant_id")
     ]
     keys = [
-        ApiKey(key_id=k, tenant_id=t, name=n, scopes=tuple(s.split()), created_ms=c, expires_ms=e, revoked_ms=r, hash=h)
-        for k, t, n, s, c, e, r, h in conn.execute("SELECT * FROM api_keys ORDER BY key_id")
+        ApiKey(
+            key_id=k,
+            tenant_id=t,
+            name=n,
+            scopes=tuple(s.split()),
+            created_ms=c,
+            expires_ms=e,
+            revoked_ms=r,
+            hash=h,
+            budget_per_day=day,
+            budget_per_month=month,
+        )
+        for k, t, n, s, c, e, r, h, day, month in conn.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY key_id")
     ]
     return tenants, keys
 
 
-def _decode_limits(raw: str) -> dict[str, int]:
-    return clamp_overrides(msgspec.json.decode(raw, type=dict[str, int]))
+def _add_budgets(conn: sqlite3.Connection) -> None:
+    have = {row[1] for row in conn.execute("PRAGMA table_info(api_keys)")}
+    for column in _BUDGET_COLUMNS:
+        if column not in have:
+            conn.execute(f"ALTER TABLE api_keys ADD COLUMN {column} REAL NOT NULL DEFAULT 0")
+
+
+def _decode_limits(raw: str) -> Overrides:
+    return clamp_overrides(msgspec.json.decode(raw, type=Overrides))
 
 
 def registry_path(data_dir: Path | None) -> Path | None:

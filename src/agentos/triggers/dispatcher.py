@@ -21,7 +21,6 @@ after a round that found work, the wait doubling with each round that found none
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
@@ -33,7 +32,7 @@ from agentos.errors import AdmissionRejected, InvalidInput, NotFound, PayloadToo
 from agentos.triggers.records import DeliveryRow, TriggerRow
 from agentos.triggers.storage import TriggerStorage
 from agentos.triggers.template import render
-from agentos.waiting import IdlePoll, wait_event
+from agentos.waiting import IdlePoll, cancel_and_wait, wait_event
 
 log = logging.getLogger("agentos.triggers")
 
@@ -110,11 +109,8 @@ class Dispatcher:
         # another error, which the loop logs and survives (`wait_event` itself never swallows it).
         self._stopping = True
         self._wake.set()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()

@@ -94,13 +94,11 @@ class PgTriggerStorage:
         return await self._db.use(use, what)
 
     async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        rows: list[asyncpg.Record] = await self._bounded(lambda conn: conn.fetch(sql, *args), "triggers read")
-        return rows
+        return await self._db.fetch("triggers read", sql, *args)
 
     async def _execute(self, sql: str, *args: Any) -> int:
         """The number of rows `sql` changed."""
-        status: str = await self._bounded(lambda conn: conn.execute(sql, *args), "triggers write")
-        return int(status.rsplit(" ", 1)[-1])
+        return await self._db.execute("triggers write", sql, *args)
 
     # -- triggers ------------------------------------------------------------------------------
 

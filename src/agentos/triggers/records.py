@@ -19,6 +19,11 @@ class SecretRow:
     expires_ms: int | None = None
 
 
+# What the API answers of each row, in this order (the secrets themselves and the payload stay inside).
+_TRIGGER_ANSWER = ["trigger_id", "agent", "input_template", "description", "enabled", "created_ms"]
+_DELIVERY_ANSWER = ["webhook_id", "run_id", "status", "received_ms", "attempts", "reason"]
+
+
 @dataclass(frozen=True, slots=True)
 class TriggerRow:
     trigger_id: str  # random, global ("trg_" + 20 hex)
@@ -31,13 +36,7 @@ class TriggerRow:
     enabled: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "trigger_id": self.trigger_id,
-            "agent": self.agent,
-            "input_template": self.input_template,
-            "description": self.description,
-            "enabled": self.enabled,
-            "created_ms": self.created_ms,
+        return {name: getattr(self, name) for name in _TRIGGER_ANSWER} | {
             "events_url": f"/v1/triggers/{self.trigger_id}/events",
             "secrets": [{"created_ms": s.created_ms, "expires_ms": s.expires_ms} for s in self.secrets],
         }
@@ -60,11 +59,4 @@ class DeliveryRow:
     reason: str | None = None  # why it failed (the agent is gone, the input is refused)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "webhook_id": self.webhook_id,
-            "run_id": self.run_id,
-            "status": self.status,
-            "received_ms": self.received_ms,
-            "attempts": self.attempts,
-            "reason": self.reason,
-        }
+        return {name: getattr(self, name) for name in _DELIVERY_ANSWER}

@@ -29,16 +29,8 @@ from typing import Any, TypeVar
 from agentos.clock import wall_ms
 from agentos.errors import Conflict
 from agentos.store.writer import Writer
+from agentos.triggers import storage
 from agentos.triggers.records import DeliveryRow, SecretRow, TriggerRow
-from agentos.triggers.storage import (
-    DELIVERY_COLUMNS,
-    TRIGGER_COLUMNS,
-    delivery_row,
-    delivery_values,
-    encode_secrets,
-    trigger_row,
-    trigger_values,
-)
 
 T = TypeVar("T")
 
@@ -74,11 +66,11 @@ CREATE INDEX IF NOT EXISTS deliveries_to_claim ON deliveries (status, next_attem
 CREATE INDEX IF NOT EXISTS deliveries_by_trigger ON deliveries (trigger_id, received_ms);
 """
 
-_INSERT_TRIGGER = f"INSERT INTO triggers ({TRIGGER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-_SELECT_TRIGGER = f"SELECT {TRIGGER_COLUMNS} FROM triggers"
-_SELECT_DELIVERY = f"SELECT {DELIVERY_COLUMNS} FROM deliveries"
+_INSERT_TRIGGER = f"INSERT INTO triggers ({storage.TRIGGER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_SELECT_TRIGGER = f"SELECT {storage.TRIGGER_COLUMNS} FROM triggers"
+_SELECT_DELIVERY = f"SELECT {storage.DELIVERY_COLUMNS} FROM deliveries"
 _INSERT_DELIVERY = (
-    f"INSERT INTO deliveries ({DELIVERY_COLUMNS}, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO deliveries ({storage.DELIVERY_COLUMNS}, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (trigger_id, webhook_id) DO NOTHING"
 )
 _DUE = (
@@ -111,10 +103,6 @@ class SqliteTriggerStorage:
     async def close(self) -> None:
         await self._writer.close()
 
-    async def _run(self, apply: Callable[[sqlite3.Connection], T]) -> T:
-        result: T = await self._writer.submit(apply=apply)
-        return result
-
     # -- triggers ------------------------------------------------------------------------------
 
     async def create_trigger(self, trigger: TriggerRow, *, max_per_tenant: int) -> None:
@@ -125,33 +113,33 @@ class SqliteTriggerStorage:
             if count >= max_per_tenant:
                 raise Conflict(f"a tenant has at most {max_per_tenant} triggers", code="too_many_triggers")
             try:
-                db.execute(_INSERT_TRIGGER, trigger_values(trigger))
+                db.execute(_INSERT_TRIGGER, storage.trigger_values(trigger))
             except sqlite3.IntegrityError:
                 raise Conflict(f"trigger {trigger.trigger_id!r} exists", code="trigger_exists") from None
 
-        await self._run(create)
+        await self._writer.run(create)
 
     async def get_trigger(self, tenant_id: str, trigger_id: str) -> TriggerRow | None:
         sql = _SELECT_TRIGGER + " WHERE trigger_id = ? AND tenant_id = ?"
-        return await self._run(lambda db: _one(db, sql, (trigger_id, tenant_id), trigger_row))
+        return await self._writer.run(lambda db: _one(db, sql, (trigger_id, tenant_id), storage.trigger_row))
 
     async def find_trigger(self, trigger_id: str) -> TriggerRow | None:
-        return await self._run(
-            lambda db: _one(db, _SELECT_TRIGGER + " WHERE trigger_id = ?", (trigger_id,), trigger_row)
+        return await self._writer.run(
+            lambda db: _one(db, _SELECT_TRIGGER + " WHERE trigger_id = ?", (trigger_id,), storage.trigger_row)
         )
 
     async def list_triggers(self, tenant_id: str) -> list[TriggerRow]:
         sql = _SELECT_TRIGGER + " WHERE tenant_id = ? ORDER BY created_ms, trigger_id"
-        return await self._run(lambda db: [trigger_row(r) for r in db.execute(sql, (tenant_id,))])
+        return await self._writer.run(lambda db: [storage.trigger_row(r) for r in db.execute(sql, (tenant_id,))])
 
     async def set_secrets(self, tenant_id: str, trigger_id: str, secrets: Sequence[SecretRow]) -> bool:
         sql = "UPDATE triggers SET secrets = ? WHERE trigger_id = ? AND tenant_id = ?"
-        params = (encode_secrets(secrets), trigger_id, tenant_id)
-        return await self._run(lambda db: db.execute(sql, params).rowcount == 1)
+        params = (storage.encode_secrets(secrets), trigger_id, tenant_id)
+        return await self._writer.run(lambda db: db.execute(sql, params).rowcount == 1)
 
     async def delete_trigger(self, tenant_id: str, trigger_id: str) -> bool:
         sql = "DELETE FROM triggers WHERE trigger_id = ? AND tenant_id = ?"
-        return await self._run(lambda db: db.execute(sql, (trigger_id, tenant_id)).rowcount == 1)
+        return await self._writer.run(lambda db: db.execute(sql, (trigger_id, tenant_id)).rowcount == 1)
 
     # -- deliveries ----------------------------------------------------------------------------
 
@@ -160,18 +148,20 @@ class SqliteTriggerStorage:
         d = delivery
 
         def accept(db: sqlite3.Connection) -> tuple[DeliveryRow, bool]:
-            if db.execute(_INSERT_DELIVERY, (*delivery_values(d), d.received_ms)).rowcount == 1:
+            if db.execute(_INSERT_DELIVERY, (*storage.delivery_values(d), d.received_ms)).rowcount == 1:
                 return d, True
-            stored = _one(db, _SELECT_DELIVERY + " WHERE trigger_id = ? AND webhook_id = ?", _key(d), delivery_row)
+            sql = _SELECT_DELIVERY + " WHERE trigger_id = ? AND webhook_id = ?"
+            stored = _one(db, sql, _key(d), storage.delivery_row)
             assert stored is not None  # the conflicting row, read in the same transaction
             return stored, False
 
         await self._writer.wait_space()
-        return await self._run(accept)
+        return await self._writer.run(accept)
 
     async def get_delivery(self, tenant_id: str, trigger_id: str, webhook_id: str) -> DeliveryRow | None:
         sql = _SELECT_DELIVERY + " WHERE trigger_id = ? AND webhook_id = ? AND tenant_id = ?"
-        return await self._run(lambda db: _one(db, sql, (trigger_id, webhook_id, tenant_id), delivery_row))
+        key = (trigger_id, webhook_id, tenant_id)
+        return await self._writer.run(lambda db: _one(db, sql, key, storage.delivery_row))
 
     async def list_deliveries(
         self, tenant_id: str, trigger_id: str, *, limit: int, before_ms: int | None
@@ -182,7 +172,7 @@ class SqliteTriggerStorage:
             " ORDER BY received_ms DESC, webhook_id DESC LIMIT ?"
         )
         params = (trigger_id, tenant_id, before_ms if before_ms is not None else 2**62, limit)
-        return await self._run(lambda db: [delivery_row(r) for r in db.execute(sql, params)])
+        return await self._writer.run(lambda db: [storage.delivery_row(r) for r in db.execute(sql, params)])
 
     async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[DeliveryRow]:
         """Due, unleased (or lease expired) deliveries, oldest first; a delivery still leased to
@@ -192,9 +182,9 @@ class SqliteTriggerStorage:
             keys = db.execute(_DUE, (now_ms, now_ms, limit)).fetchall()
             db.executemany(_LEASE, [(owner, now_ms + lease_ms, now_ms, t, w) for t, w in keys])
             where = " WHERE trigger_id = ? AND webhook_id = ?"
-            return [delivery_row(db.execute(_SELECT_DELIVERY + where, key).fetchone()) for key in keys]
+            return [storage.delivery_row(db.execute(_SELECT_DELIVERY + where, key).fetchone()) for key in keys]
 
-        return await self._run(claim)
+        return await self._writer.run(claim)
 
     async def mark_started(self, owner: str, trigger_id: str, webhook_id: str, now_ms: int) -> None:
         """Only while `owner` holds the lease (else nothing changes)."""
@@ -210,13 +200,13 @@ class SqliteTriggerStorage:
         await self._writer.submit(_FAILED + _BY_OWNER, (reason, now_ms, trigger_id, webhook_id, owner))
 
     async def backlog(self) -> int:
-        return await self._run(
+        return await self._writer.run(
             lambda db: int(db.execute("SELECT count(*) FROM deliveries WHERE status = 'queued'").fetchone()[0])
         )
 
     async def prune(self, before_ms: int) -> int:
         sql = "DELETE FROM deliveries WHERE received_ms < ? AND status <> 'queued'"
-        return await self._run(lambda db: db.execute(sql, (before_ms,)).rowcount)
+        return await self._writer.run(lambda db: db.execute(sql, (before_ms,)).rowcount)
 
 
 def _key(d: DeliveryRow) -> tuple[str, str]:

@@ -13,6 +13,7 @@ secrets right after). The dispatcher's `claim` works across tenants; each row na
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any, Protocol
 
 import msgspec
@@ -93,6 +94,10 @@ TRIGGER_COLUMNS = "trigger_id, tenant_id, agent, input_template, description, en
 DELIVERY_COLUMNS = (
     "tenant_id, trigger_id, webhook_id, run_id, payload, received_ms, status, attempts, next_attempt_ms, reason"
 )
+# The records' attributes of those names, in the columns' order.
+_TRIGGER_NAMES = TRIGGER_COLUMNS.split(", ")
+_TRIGGER_VALUES = attrgetter(*_TRIGGER_NAMES)
+_DELIVERY_VALUES = attrgetter(*DELIVERY_COLUMNS.split(", "))
 
 # A secret as stored: [nonce, created_ms, expires_ms]; a list of them, newest first.
 _Secrets = list[tuple[str, int, int | None]]
@@ -109,60 +114,26 @@ def decode_secrets(raw: str | bytes) -> tuple[SecretRow, ...]:
 
 
 def trigger_values(t: TriggerRow) -> tuple[Any, ...]:
-    """The values of `TRIGGER_COLUMNS` for `t` (`enabled` as the driver's boolean: SQLite stores 0/1)."""
-    return (
-        t.trigger_id,
-        t.tenant_id,
-        t.agent,
-        t.input_template,
-        t.description,
-        t.enabled,
-        encode_secrets(t.secrets),
-        t.created_ms,
-    )
+    """The values of `TRIGGER_COLUMNS` for `t` (`enabled` as the driver's boolean: SQLite stores 0/1;
+    `secrets`, the seventh, encoded)."""
+    values = list(_TRIGGER_VALUES(t))
+    values[6] = encode_secrets(t.secrets)
+    return tuple(values)
 
 
 def delivery_values(d: DeliveryRow) -> tuple[Any, ...]:
     """The values of `DELIVERY_COLUMNS` for `d`."""
-    return (
-        d.tenant_id,
-        d.trigger_id,
-        d.webhook_id,
-        d.run_id,
-        d.payload,
-        d.received_ms,
-        d.status,
-        d.attempts,
-        d.next_attempt_ms,
-        d.reason,
-    )
+    return tuple(_DELIVERY_VALUES(d))
 
 
 def trigger_row(row: Sequence[Any]) -> TriggerRow:
-    trigger_id, tenant_id, agent, template, description, enabled, secrets, created_ms = row
-    return TriggerRow(
-        trigger_id=trigger_id,
-        tenant_id=tenant_id,
-        agent=agent,
-        input_template=template,
-        description=description,
-        secrets=decode_secrets(secrets),
-        created_ms=created_ms,
-        enabled=bool(enabled),
-    )
+    """A row of `TRIGGER_COLUMNS` as a record (`enabled` read back as a bool, `secrets` decoded)."""
+    named = dict(zip(_TRIGGER_NAMES, row, strict=True))
+    return TriggerRow(**named | {"enabled": bool(named["enabled"]), "secrets": decode_secrets(named["secrets"])})
 
 
 def delivery_row(row: Sequence[Any]) -> DeliveryRow:
-    tenant_id, trigger_id, webhook_id, run_id, payload, received_ms, status, attempts, next_attempt_ms, reason = row
-    return DeliveryRow(
-        tenant_id=tenant_id,
-        trigger_id=trigger_id,
-        webhook_id=webhook_id,
-        run_id=run_id,
-        payload=bytes(payload),
-        received_ms=received_ms,
-        status=status,
-        attempts=attempts,
-        next_attempt_ms=next_attempt_ms,
-        reason=reason,
-    )
+    """A row of `DELIVERY_COLUMNS` (the record's fields, in order) as a record."""
+    values = list(row)
+    values[4] = bytes(values[4])  # the payload, as bytes whatever buffer the driver returns
+    return DeliveryRow(*values)

@@ -18,6 +18,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from agentos.waiting import wait_tasks
 from agentos_bench.arrival.schedule import Offer
 
 LATE_S = 0.010  # a dispatch this far behind its due time is late
@@ -109,11 +110,7 @@ async def dispatch(
         task = loop.create_task(_one(offer, send, t0, timeouts[offer.kind], samples, stats))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
-    if tasks:
-        _, pending = await asyncio.wait(set(tasks), timeout=drain_s)
-        for task in pending:
-            task.cancel()  # records the sample as abandoned
-        await asyncio.gather(*pending, return_exceptions=True)
+    await wait_tasks(set(tasks), drain_s)  # a task cancelled here records its sample as abandoned
     _abandon_unstarted(offers, samples, stats, loop.time() - t0)
     samples.sort(key=lambda s: s.index)
     return samples, stats

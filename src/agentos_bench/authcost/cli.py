@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, in_work_dir
+from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, in_work_dir, plan_from_args
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,17 +37,7 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     if min(args.rounds, args.requests, args.concurrency, args.tenants, args.keys_per_tenant) < 1:
         raise SystemExit("agentos bench auth-cost: rounds, requests, concurrency, tenants and keys must be >= 1")
     raise_fd_limit()
-    plan = AuthCostPlan(
-        rounds=args.rounds,
-        requests=args.requests,
-        concurrency=args.concurrency,
-        tenants=args.tenants,
-        keys_per_tenant=args.keys_per_tenant,
-        warmup_requests=args.warmup_requests,
-        round_timeout_s=args.round_timeout_secs,
-        micro_calls=args.micro_calls,
-        command=command_line(command),
-    )
+    plan = plan_from_args(AuthCostPlan, args, command=command_line(command))
     report = in_work_dir(args.keep_dir, "agentos-auth-cost-", lambda work: run_auth_cost(plan, work))
     stem = f"{utc_now():%Y-%m-%dT%H%M%SZ}-{args.name or machine_slug(machine_info())}-auth-cost"
     for path in write_auth_cost_report(report, args.out_dir, stem):

@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp
 
 from agentos.mock.server import MockSettings
+from agentos.waiting import wait_tasks
 from agentos_bench.chaos.clients import TURN_TIMEOUT_S, Ledger, run_loop, user_loop
 from agentos_bench.chaos.cluster import Cluster, ClusterSetup, chaos_cluster
 from agentos_bench.chaos.faults import FAULTS, INJECT, Context, FaultTimes, lines_since, outage_lines
@@ -165,17 +166,8 @@ async def _stop(users: list[asyncio.Task[None]], runs: list[asyncio.Task[None]],
     """Stop the users (their last turns end) and the runs' starts; follow the runs left to their
     ends for at most `drain_s` (then their followers are cancelled: the read-back judges them)."""
     stop.set()
-    await _bounded(users, TURN_TIMEOUT_S + 10)
-    await _bounded(runs, drain_s)
-
-
-async def _bounded(tasks: list[asyncio.Task[None]], timeout_s: float) -> None:
-    if not tasks:
-        return
-    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await wait_tasks(users, TURN_TIMEOUT_S + 10)
+    await wait_tasks(runs, drain_s)
 
 
 async def _create_agent(http: aiohttp.ClientSession, url: str) -> None:

@@ -8,11 +8,15 @@ import shlex
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 T = TypeVar("T")
+P = TypeVar("P", bound="DataclassInstance")
 
 
 @dataclass(frozen=True)
@@ -74,3 +78,12 @@ def in_work_dir(keep_dir: Path | None, prefix: str, body: Callable[[Path], T]) -
         return body(keep_dir)
     with tempfile.TemporaryDirectory(prefix=prefix) as work:
         return body(Path(work))
+
+
+def plan_from_args(plan: type[P], args: argparse.Namespace, **given: Any) -> P:
+    """The dataclass `plan` with each field the command line sets: a field `x` reads `--x`, a
+    field `x_s` reads `--x-secs` (the bench's spelling of seconds); a field with no option keeps
+    its default; `given` wins over both."""
+    options = {f.name: f.name[:-2] + "_secs" if f.name.endswith("_s") else f.name for f in fields(plan)}
+    read = {name: getattr(args, option) for name, option in options.items() if hasattr(args, option)}
+    return plan(**(read | given))

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from agentos.waiting import wait_tasks
 from agentos_bench.common.processes import stop_child
 from agentos_bench.faults.clients import Ledger, turn_loop
 from agentos_bench.overload.bench import make_sessions, run_probe, start_probe
@@ -116,10 +117,7 @@ async def _users(url: str, users: int, seconds: float, on_stop: Callable[[], Non
         await asyncio.sleep(seconds)
         stop.set()
         on_stop()
-        _, pending = await asyncio.wait(tasks, timeout=35)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await wait_tasks(tasks, 35)
     return ledger
 
 

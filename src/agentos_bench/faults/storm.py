@@ -25,6 +25,7 @@ from typing import Any
 
 import aiohttp
 
+from agentos.waiting import wait_tasks
 from agentos_bench.common.processes import Child, ServerPlan, start_server_process, stop_child
 from agentos_bench.faults.clients import Ledger, run_loop, turn_loop
 from agentos_bench.report.stats import percentiles_ms
@@ -61,10 +62,7 @@ async def crash_storm(plan: StormPlan, server_plan: ServerPlan, log_dir: Path) -
             await asyncio.sleep(plan.settle_s)
         finally:
             stop.set()
-            _, pending = await asyncio.wait(clients, timeout=35)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*clients, return_exceptions=True)
+            await wait_tasks(clients, 35)
         check = await _verify(http, server.url, ledger, server_plan.data_dir)
     await stop_child(server.process)
     return {

@@ -28,6 +28,7 @@ from typing import Any
 
 import aiohttp
 
+from agentos.waiting import wait_tasks
 from agentos_bench.common.procfs import TreeSample, sample_tree, sample_trees, self_cpu_s
 from agentos_bench.load.targets import FAILURE_KINDS, Target, TurnSample
 from agentos_bench.report.stats import percentiles_ms
@@ -217,13 +218,7 @@ def _pause_after(sample: TurnSample) -> float:
 
 
 async def _bounded_gather(coroutines: Sequence[Awaitable[None]], timeout_s: float) -> None:
-    tasks = [asyncio.ensure_future(c) for c in coroutines]
-    if not tasks:
-        return
-    _, pending = await asyncio.wait(tasks, timeout=max(timeout_s, 0.1))
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await wait_tasks([asyncio.ensure_future(c) for c in coroutines], max(timeout_s, 0.1))
 
 
 async def _sleep_until(deadline: float) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, in_work_dir
+from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, in_work_dir, plan_from_args
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,18 +42,7 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     if min(args.max_in_flight, args.offered, args.probes, args.tokens) < 1 or args.offered <= args.max_in_flight:
         raise SystemExit("agentos bench overload: sizes must be >= 1 and --offered above --max-in-flight")
     raise_fd_limit()
-    plan = OverloadPlan(
-        max_in_flight=args.max_in_flight,
-        offered=args.offered,
-        ttft_ms=args.ttft_ms,
-        tokens=args.tokens,
-        tps=args.tps,
-        retry_pause_ms=args.retry_pause_ms,
-        probes=args.probes,
-        probe_interval_ms=args.probe_interval_ms,
-        warmup_s=args.warmup_secs,
-        command=command_line(command),
-    )
+    plan = plan_from_args(OverloadPlan, args, command=command_line(command))
     if plan.turn_s <= plan.warmup_s + plan.window_s:
         print(
             f"warning: a turn ({plan.turn_s:g} s) ends before the probes do ({plan.warmup_s + plan.window_s:g} s): "

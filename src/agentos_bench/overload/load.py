@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from agentos.waiting import wait_event
+from agentos.waiting import wait_event, wait_tasks
 from agentos_bench.overload.plan import OverloadPlan
 
 _BODY = b'{"input": "tell me something slow"}'
@@ -61,13 +61,7 @@ class Load:
 
     async def finish(self, grace_s: float) -> None:
         """Wait up to `grace_s` for the workers, then cancel the rest."""
-        if not self._tasks:
-            return
-        _, pending = await asyncio.wait(self._tasks, timeout=grace_s)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if pending:
+        if pending := await wait_tasks(self._tasks, grace_s):
             self.stats.other["cancelled_at_end"] += len(pending)
 
     async def _worker(self, url: str) -> None:

@@ -43,6 +43,17 @@ class PeerTarget(Target, Protocol):
     async def stop(self) -> None: ...
 
 
+async def created_id(http: aiohttp.ClientSession, url: str, key: str, refused: str) -> str:
+    """POST `{}` to `url` (a peer creating a session or thread) and return the answer's `key`.
+
+    Raises:
+        RuntimeError: `refused`, with the status, on any answer but 200."""
+    async with http.post(url, json={}) as response:
+        if response.status != 200:
+            raise RuntimeError(f"{refused}: {response.status}")
+        return str((await response.json())[key])
+
+
 def agno_verdict(event: SSEEvent, seen_first: bool = False) -> EventVerdict:
     if event.event == "RunContent":
         return "first"
@@ -117,10 +128,7 @@ class OpencodeTarget:
         self._first_seen.clear()
 
     async def open_worker(self, http: aiohttp.ClientSession) -> str | None:
-        async with http.post(f"{self.base_url}/session", json={}) as response:
-            if response.status != 200:
-                raise RuntimeError(f"opencode refused a session: {response.status}")
-            return str((await response.json())["id"])
+        return await created_id(http, f"{self.base_url}/session", "id", "opencode refused a session")
 
     async def turn(self, http: aiohttp.ClientSession, worker: str | None, timeout_s: float) -> TurnSample:
         loop = asyncio.get_running_loop()
@@ -237,10 +245,7 @@ class LangGraphTarget:
         return None
 
     async def open_worker(self, http: aiohttp.ClientSession) -> str | None:
-        async with http.post(f"{self.base_url}/threads", json={}) as response:
-            if response.status != 200:
-                raise RuntimeError(f"LangGraph refused a thread: {response.status}")
-            return str((await response.json())["thread_id"])
+        return await created_id(http, f"{self.base_url}/threads", "thread_id", "LangGraph refused a thread")
 
     async def turn(self, http: aiohttp.ClientSession, worker: str | None, timeout_s: float) -> TurnSample:
         url = f"{self.base_url}/threads/{worker}/runs/stream"

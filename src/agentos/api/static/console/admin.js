@@ -10,7 +10,8 @@ function pager(path, tableId, moreId, columns, actions) {
   const load = async (first) => {
     try {
       const page = await api("GET", path + query({ limit: 100, after: first ? null : cursor }));
-      (first ? table : appendRows)($(tableId), columns, page.data, actions);
+      if (first) table($(tableId), columns, page.data, actions, "None yet.");
+      else appendRows($(tableId), columns, page.data, actions);
       cursor = page.next_cursor;
       $(moreId).hidden = !cursor;
     } catch (error) {

@@ -7,12 +7,13 @@ import * as runs from "./runs.js";
 import * as inbox from "./inbox.js";
 import * as playground from "./playground.js";
 import * as usage from "./usage.js";
+import * as schedules from "./schedules.js";
 import * as admin from "./admin.js";
 
 // Every view gets this: who signed in, and `bus`, where the stream's events arrive
 // ("metrics", "run", "resync") as DOM events whose `detail` is the data.
 const bus = new EventTarget();
-const views = { live, sessions, runs, inbox, playground, usage, keys: admin.keys, tenants: admin.tenants };
+const views = { live, sessions, runs, inbox, playground, usage, schedules, keys: admin.keys, tenants: admin.tenants };
 let current = null;
 let streamAbort = null;
 

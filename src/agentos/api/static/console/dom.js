@@ -18,6 +18,14 @@ export function el(tag, attrs = {}, ...children) {
 
 export const $ = (id) => document.getElementById(id);
 
+// The toolbar every list view has, by its ids: `<view>-reload`, `<view>-more` (the next page),
+// and `<view>-open` (the one whose id is typed in `<view>-open-id`).
+export function listToolbar(view, { reload, more, open }) {
+  $(`${view}-reload`).addEventListener("click", () => reload());
+  $(`${view}-more`).addEventListener("click", () => more());
+  $(`${view}-open`).addEventListener("click", () => open($(`${view}-open-id`).value.trim()));
+}
+
 export function clear(node) {
   node.replaceChildren();
   return node;
@@ -31,12 +39,18 @@ export function status(value) {
   return el("span", { class: `status ${value}`, text: value });
 }
 
-export function table(node, columns, rows, onPick) {
+// A table of `rows`; with none, one row that says so (`empty`) instead of a bare header.
+export function table(node, columns, rows, onPick, empty = "Nothing to show.") {
   clear(node).append(el("tr", {}, columns.map(([title]) => el("th", { text: title }))));
+  if (!rows.length) {
+    node.append(el("tr", { class: "empty" }, el("td", { colspan: columns.length, class: "hint", text: empty })));
+    return;
+  }
   appendRows(node, columns, rows, onPick);
 }
 
 export function appendRows(node, columns, rows, onPick) {
+  if (rows.length) node.querySelector("tr.empty")?.remove();
   for (const row of rows) {
     const cells = columns.map(([, cell]) => {
       const value = cell(row);

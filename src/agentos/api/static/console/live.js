@@ -1,6 +1,6 @@
 // Live: the numbers of GET /metrics, one point a second from the tab's stream, as charts.
 // Histograms arrive cumulative; each point is the quantile of what was observed since the last.
-import { $, clear, el } from "./dom.js";
+import { $, clear, el, table } from "./dom.js";
 
 const POINTS = 120;  // two minutes
 const COLORS = ["#2f6fdf", "#e07a00", "#23864a", "#9b59b6"];
@@ -63,18 +63,76 @@ export function init(ctx) {
   ctx.bus.addEventListener("metrics", (event) => update(event.detail));
 }
 
+// Axis labels: short (12k, 1.5M), so they fit the axis; the y axis is as wide as its longest.
+const FONT = "12px system-ui, sans-serif";
+const measure = document.createElement("canvas").getContext("2d");
+measure.font = FONT;
+
+function short(value) {
+  if (value === null || value === undefined) return "";
+  const size = Math.abs(value);
+  if (size >= 1e6) return `${+(value / 1e6).toFixed(1)}M`;
+  if (size >= 1e4) return `${+(value / 1e3).toFixed(1)}k`;
+  return `${+value.toFixed(size >= 100 ? 0 : size >= 1 ? 1 : 2)}`;
+}
+
+const clock = (t) => new Date(t * 1000).toLocaleTimeString([], { hour12: false, hour: "2-digit", minute: "2-digit", second: "2-digit" });
+
 function chart(id, title, series) {
   const box = el("div", { class: "chart", id: `chart-${id}`, "data-points": 0, "data-values": 0 }, el("h3", { text: title }));
   $("live-charts").append(box);
   const data = [[], ...series.map(() => [])];
+  const plot = lineChart(box, series.map(([label]) => label), data);
+  return { box, plot, data, series };
+}
+
+// A chart of a time column and a series per label, in `box` (a `.chart`), as wide as the box.
+export function lineChart(box, labels, data) {
   const plot = new uPlot({
-    width: 420, height: 170,
-    scales: { x: { time: true } },
-    series: [{}, ...series.map(([label], i) => ({ label, stroke: COLORS[i], width: 1.5, spanGaps: false }))],
-    axes: [{}, { size: 50 }],
+    width: 400, height: 170,  // then the box's inner width (below): never wider, so nothing is clipped
+    scales: {
+      // The whole window, however few points: one sample is a dot at its time, not nothing.
+      x: { time: true, range: (u) => timeWindow(u.data[0]) },
+      y: { range: (u, min, max) => (min === null ? [0, 1] : [Math.min(0, min), max > min ? max * 1.1 : max + 1]) },
+    },
+    // Points are drawn where a sample stands alone (a null on each side: no line to draw).
+    series: [{}, ...labels.map((label, i) => ({
+      label, stroke: COLORS[i], width: 1.5, spanGaps: false,
+      points: { show: (u, si, i0, i1) => lonely(u.data[si], i0, i1), size: 7, fill: COLORS[i] },
+    }))],
+    axes: [
+      { font: FONT, space: 70, values: (u, ticks) => ticks.map(clock) },
+      { font: FONT, values: (u, ticks) => ticks.map(short), size: yAxisSize },
+    ],
     legend: { live: false },
   }, data, box);
-  return { box, plot, data, series };
+  box.uplot = plot;  // for the browser tests: its axes' labels and positions
+  // The box's width is known once its view is shown, and changes with the window.
+  new ResizeObserver(() => {
+    const width = box.clientWidth - 14;  // inside the box's padding (6 + 6) and border (1 + 1)
+    if (width > 0 && width !== plot.width) plot.setSize({ width, height: 170 });
+  }).observe(box);
+  return plot;
+}
+
+// From the first sample to the last, and at least the last POINTS seconds (uPlot's own range
+// for a single point is a day wide, and for two a second, in sub-second ticks).
+function timeWindow(times) {
+  const last = times.length ? times[times.length - 1] : Date.now() / 1000;
+  return [Math.min(times.length ? times[0] : last, last - POINTS), last];
+}
+
+// Show points when some value in view has no neighbour to draw a line to.
+function lonely(values, i0, i1) {
+  for (let i = i0; i <= i1; i++) {
+    if (values[i] !== null && values[i] !== undefined && (values[i - 1] ?? null) === null && (values[i + 1] ?? null) === null) return true;
+  }
+  return false;
+}
+
+function yAxisSize(u, values) {
+  const widest = Math.max(0, ...(values ?? []).map((text) => measure.measureText(text).width));
+  return Math.ceil(widest) + 18;  // the ticks (10) and a gap
 }
 
 function update(m) {
@@ -87,7 +145,23 @@ function update(m) {
     c.box.dataset.values = String(c.data[1].filter((x) => x !== null).length);  // points with a first series' value
   }
   tiles(m);
+  if (m.server) providers(m.server.targets || {});
   previous = m;
+}
+
+// The router's targets (docs/providers.md, "Metrics"): calls, failures, fallbacks, breaker.
+const BREAKER = ["closed", "open", "half-open"];
+const TARGET_COLUMNS = [
+  ["target", (t) => el("span", { class: "mono", text: t.name })],
+  ["calls", (t) => String(t.requests ?? 0)],
+  ["failures", (t) => String(t.failures ?? 0)],
+  ["fell back", (t) => String(t.fallbacks ?? 0)],
+  ["breaker", (t) => el("span", { class: `status ${t.breaker_state ? "failed" : "completed"}`, text: BREAKER[t.breaker_state ?? 0] })],
+];
+
+function providers(targets) {
+  const rows = Object.entries(targets).map(([name, values]) => ({ name, ...values }));
+  table($("live-providers"), TARGET_COLUMNS, rows, null, "No provider called yet.");
 }
 
 function tiles(m) {

@@ -1,7 +1,9 @@
-// Runs: the tenant's runs by status (GET /v1/runs, a page at a time), and one run's timeline
-// from GET /v1/runs/{id}/events (stored, then live) with cancel and terminate.
+// Runs: the tenant's runs by status (GET /v1/runs, a page at a time), and one run's waterfall
+// and timeline from GET /v1/runs/{id}/events (stored, then live) with cancel and terminate, and
+// a link to its trace in the operator's backend when the server has one (`trace_url`).
 import { api, query, stream } from "./api.js";
-import { $, clear, el, pretty, status, table, appendRows, time } from "./dom.js";
+import { $, clear, el, listToolbar, pretty, status, table, appendRows, time } from "./dom.js";
+import { waterfall } from "./waterfall.js";
 
 const PAGE = 50;
 const COLUMNS = [
@@ -13,16 +15,16 @@ const COLUMNS = [
 let ctx = null;
 let cursor = null;
 let follow = null;  // the open timeline's stream
+let steps = null;  // the open run's waterfall
+const FINISHED = new Set(["completed", "failed", "cancelled"]);
 
 export const runId = (r) => r.run_id;
 
 export function init(context) {
   ctx = context;
-  $("runs-reload").addEventListener("click", () => reload());
+  listToolbar("runs", { reload, more, open: openRun });
   $("runs-status").addEventListener("change", () => reload());
   $("runs-agent").addEventListener("change", () => reload());
-  $("runs-more").addEventListener("click", () => more());
-  $("runs-open").addEventListener("click", () => openRun($("runs-open-id").value.trim()));
   // A listed run changes status in place; new runs wait for Reload (the page stays where it is).
   ctx.bus.addEventListener("run", (event) => {
     const { run_id: id, type } = event.detail;
@@ -53,7 +55,9 @@ async function more(first = false) {
   const params = { status: $("runs-status").value, agent: $("runs-agent").value.trim(), limit: PAGE, after: cursor };
   try {
     const page = await api("GET", "/v1/runs" + query(params));
-    (first ? table : appendRows)($("runs-table"), COLUMNS, page.data, (r) => openRun(runId(r)));
+    const pick = (r) => openRun(runId(r));
+    if (first) table($("runs-table"), COLUMNS, page.data, pick, "No runs match.");
+    else appendRows($("runs-table"), COLUMNS, page.data, pick);
     cursor = page.next_cursor;
     $("runs-more").hidden = !cursor;
   } catch (error) {
@@ -64,6 +68,8 @@ async function more(first = false) {
 export async function openRun(id) {
   if (!id) return;
   follow?.abort();
+  steps?.stop();
+  steps = null;
   const detail = clear($("run-detail"));
   let run;
   try {
@@ -72,31 +78,44 @@ export async function openRun(id) {
     detail.append(el("p", { class: "error", text: error.status === 404 ? `No run ${id}` : error.message }));
     return;
   }
+  const buttons = [];
   const state = el("span", {}, status(run.status));
+  // A finished run cannot be cancelled or terminated: its buttons are off.
+  const setStatus = (value) => {
+    clear(state).append(status(value));
+    for (const button of buttons) button.disabled = FINISHED.has(value);
+  };
   const act = (what) => async () => {
     try {
       const after = await api("POST", `/v1/runs/${encodeURIComponent(id)}/${what}`);
-      clear(state).append(status(after.status));
+      setStatus(after.status);
     } catch (error) {
       ctx.showError(error);
     }
   };
+  buttons.push(el("button", { id: "run-cancel", onclick: act("cancel") }, "Cancel"),
+    el("button", { id: "run-terminate", class: "danger", onclick: act("terminate") }, "Terminate"));
+  const trace = run.trace_url
+    ? el("a", { id: "run-trace", href: run.trace_url, target: "_blank", rel: "noopener noreferrer" }, "Open trace")
+    : null;
+  const chart = el("div", { class: "waterfall", id: "run-waterfall" });
   const list = el("ul", { class: "timeline", id: "run-timeline" });
   detail.append(
     el("h2", {}, "Run ", el("span", { class: "mono", text: run.run_id }), " ", state),
     el("p", { class: "hint" }, `agent ${run.agent}`, run.session_id ? ` · session ${run.session_id}` : "",
-      ` · created ${time(run.created_ms)}`),
-    el("div", { class: "toolbar" },
-      el("button", { id: "run-cancel", onclick: act("cancel") }, "Cancel"),
-      el("button", { id: "run-terminate", class: "danger", onclick: act("terminate") }, "Terminate")),
-    run.result ? el("pre", { text: run.result }) : null,
+      run.parent_run_id ? ` · child of ${run.parent_run_id}` : "", ` · created ${time(run.created_ms)}`),
+    el("div", { class: "toolbar" }, ...buttons, trace),
+    ...(run.result ? [el("pre", { text: run.result })] : []),
+    chart,
     list,
   );
+  setStatus(run.status);
+  steps = waterfall(chart, run, openRun);
   follow = new AbortController();
-  timeline(id, list, state, follow.signal);
+  timeline(id, list, setStatus, steps, follow.signal);
 }
 
-async function timeline(id, list, state, signal) {
+async function timeline(id, list, setStatus, steps, signal) {
   let tokens = null;
   try {
     await stream("GET", `/v1/runs/${encodeURIComponent(id)}/events`, {
@@ -109,8 +128,9 @@ async function timeline(id, list, state, signal) {
         }
         tokens = null;
         list.append(item(name, data));
-        if (/^run\.(completed|failed|cancelled)$/.test(name)) clear(state).append(status(name.slice(4)));
-        else if (name === "human.requested") clear(state).append(status("waiting_human"));
+        steps.add(name, data);
+        const after = statusAfter(name);
+        if (after) setStatus(after);
       },
     });
   } catch (error) {

@@ -1,7 +1,7 @@
 // Sessions: the tenant's sessions a page at a time (the server's cursor), and one session's
 // transcript: its turns, each with the user's input, the answer and how the turn ended.
 import { api, query } from "./api.js";
-import { $, appendRows, clear, el, pretty, status, table, time } from "./dom.js";
+import { $, appendRows, clear, el, listToolbar, pretty, status, table, time } from "./dom.js";
 
 const PAGE = 50;
 const COLUMNS = [
@@ -15,11 +15,9 @@ let ctx = null;
 
 export function init(context) {
   ctx = context;
-  $("sessions-reload").addEventListener("click", () => reload());
-  $("sessions-more").addEventListener("click", () => more());
+  listToolbar("sessions", { reload, more, open: openSession });
   $("sessions-filter").addEventListener("input", () => render());
   $("sessions-agent").addEventListener("change", () => reload());
-  $("sessions-open").addEventListener("click", () => openSession($("sessions-open-id").value.trim()));
 }
 
 export function open() {
@@ -50,7 +48,8 @@ function matches(s, needle) {
 
 function render() {
   const needle = $("sessions-filter").value.trim().toLowerCase();
-  table($("sessions-table"), COLUMNS, loaded.filter((s) => matches(s, needle)), (s) => openSession(s.id));
+  const empty = loaded.length ? "No loaded session matches the filter." : "No sessions yet.";
+  table($("sessions-table"), COLUMNS, loaded.filter((s) => matches(s, needle)), (s) => openSession(s.id), empty);
   $("sessions-more").hidden = !cursor;
 }
 

@@ -21,7 +21,7 @@ async function load() {
     const columns = report.group_by.map((name) => [name, (t) => el("span", { class: "mono", text: t[name] || "-" })]);
     for (const [title, field] of SUMS) columns.push([title, (t) => number(t[field])]);
     columns.push(["cost", (t) => number(money(t.cost))], ["unpriced", (t) => number(t.unpriced_calls)]);
-    table($("usage-table"), columns, report.data);
+    table($("usage-table"), columns, report.data, null, "No model calls in this range.");
     const total = report.data.reduce((sum, t) => sum + (t.cost ?? 0), 0);
     const unpriced = report.data.reduce((sum, t) => sum + t.unpriced_calls, 0);
     const whose = report.tenant === null ? "every tenant" : report.tenant;

@@ -1,0 +1,169 @@
+"""Schedules and their fires in the store's PostgreSQL database (migration 0014): every node
+shares them, and every node's scheduler decides due slots.
+
+Two nodes deciding the same schedule at once: `advance` is one transaction whose UPDATE of the
+cursor names the cursor it read (row-locked: the second waits, then finds it moved and changes
+nothing), and the fires go in under their unique key with `ON CONFLICT DO NOTHING`. Each fire
+is committed with `synchronous_commit = on` before its run is started. `claim` takes pending
+fires with `FOR UPDATE SKIP LOCKED`, so two nodes never lease the same fire at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agentos.errors import Conflict
+from agentos.schedules.records import FireRow, FireStatus, ScheduleRow
+from agentos.schedules.storage import (
+    FIRE_COLUMNS,
+    FIRE_LEASE_MS,
+    SCHEDULE_COLUMNS,
+    SETTLED,
+    fire_row,
+    fire_values,
+    schedule_row,
+    schedule_values,
+)
+from agentos.store.pg_side_pool import SidePool
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from agentos.config import StoreConfig
+
+T = TypeVar("T")
+
+_SELECT = f"SELECT {SCHEDULE_COLUMNS} FROM schedules"
+_SELECT_FIRE = f"SELECT {FIRE_COLUMNS} FROM schedule_fires"
+_INSERT = f"INSERT INTO schedules ({SCHEDULE_COLUMNS}) VALUES ({', '.join(f'${i}' for i in range(1, 14))})"
+_INSERT_FIRE = (
+    f"INSERT INTO schedule_fires ({FIRE_COLUMNS}, lease_owner, lease_until_ms)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (schedule_id, slot_ms) DO NOTHING"
+)
+# Schedules of one tenant are counted and created one at a time (another node may be creating one).
+_TENANT_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('agentos.schedules:' || $1, 0))"
+_CLAIM = f"""
+WITH due AS MATERIALIZED (
+    SELECT schedule_id, slot_ms FROM schedule_fires
+    WHERE status = 'pending' AND lease_until_ms < $2
+    ORDER BY slot_ms, schedule_id LIMIT $4
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE schedule_fires f SET lease_owner = $1, lease_until_ms = $2 + $3
+FROM due WHERE f.schedule_id = due.schedule_id AND f.slot_ms = due.slot_ms
+RETURNING {", ".join("f." + c.strip() for c in FIRE_COLUMNS.split(","))}
+"""
+_SETTLE = (
+    "UPDATE schedule_fires SET status = $3, reason = $4, updated_ms = $5, lease_until_ms = 0"
+    " WHERE schedule_id = $1 AND slot_ms = $2 AND status IN ('pending', 'started')"
+    " AND ($6::text IS NULL OR lease_owner = $6 OR status = 'started')"
+)
+_RELEASE = (
+    "UPDATE schedule_fires SET lease_owner = NULL, lease_until_ms = 0"
+    " WHERE schedule_id = $1 AND slot_ms = $2 AND status = 'pending' AND lease_owner = $3"
+)
+_PRUNE = f"""
+DELETE FROM schedule_fires f WHERE f.status IN {SETTLED} AND f.slot_ms < (
+    SELECT k.slot_ms FROM schedule_fires k WHERE k.schedule_id = f.schedule_id
+    ORDER BY k.slot_ms DESC LIMIT 1 OFFSET $1
+)
+"""
+
+
+class PgScheduleStorage:
+    """A `ScheduleStorage` (`agentos.schedules.storage`) in PostgreSQL."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self._db = SidePool(config, "schedules")
+
+    async def open(self) -> None:
+        """Migrate (0014 among the rest), then open its pool. Raises: as `SidePool.open`."""
+        await self._db.open()
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        return await self._db.fetch("schedules read", sql, *args)
+
+    async def _execute(self, sql: str, *args: Any) -> int:
+        return await self._db.execute("schedules write", sql, *args)
+
+    async def create(self, schedule: ScheduleRow, *, max_per_tenant: int) -> None:
+        async def create(conn: asyncpg.Connection) -> None:
+            async with conn.transaction():
+                await conn.execute(_TENANT_LOCK, schedule.tenant_id)
+                count = await conn.fetchval("SELECT count(*) FROM schedules WHERE tenant_id = $1", schedule.tenant_id)
+                if count >= max_per_tenant:
+                    raise Conflict(f"a tenant has at most {max_per_tenant} schedules", code="too_many_schedules")
+                await conn.execute(_INSERT, *schedule_values(schedule))
+
+        await self._db.use(create, "schedule create")
+
+    async def get(self, tenant_id: str, schedule_id: str) -> ScheduleRow | None:
+        rows = await self._fetch(_SELECT + " WHERE schedule_id = $1 AND tenant_id = $2", schedule_id, tenant_id)
+        return schedule_row(rows[0]) if rows else None
+
+    async def list_schedules(self, tenant_id: str) -> list[ScheduleRow]:
+        rows = await self._fetch(_SELECT + " WHERE tenant_id = $1 ORDER BY created_ms, schedule_id", tenant_id)
+        return [schedule_row(r) for r in rows]
+
+    async def delete(self, tenant_id: str, schedule_id: str) -> bool:
+        async def delete(conn: asyncpg.Connection) -> bool:
+            async with conn.transaction():
+                sql = "DELETE FROM schedules WHERE schedule_id = $1 AND tenant_id = $2"
+                if await conn.execute(sql, schedule_id, tenant_id) != "DELETE 1":
+                    return False
+                await conn.execute("DELETE FROM schedule_fires WHERE schedule_id = $1", schedule_id)
+                return True
+
+        return await self._db.use(delete, "schedule delete")
+
+    async def set_paused(self, tenant_id: str, schedule_id: str, paused: bool, cursor_ms: int) -> ScheduleRow | None:
+        sql = (
+            f"UPDATE schedules SET paused = $3, cursor_ms = $4 WHERE schedule_id = $1 AND tenant_id = $2"
+            f" RETURNING {SCHEDULE_COLUMNS}"
+        )
+        rows = await self._fetch(sql, schedule_id, tenant_id, paused, cursor_ms)
+        return schedule_row(rows[0]) if rows else None
+
+    async def due(self, now_ms: int, limit: int) -> list[ScheduleRow]:
+        sql = _SELECT + " WHERE NOT paused AND cursor_ms <= $1 ORDER BY cursor_ms, schedule_id LIMIT $2"
+        return [schedule_row(r) for r in await self._fetch(sql, now_ms, limit)]
+
+    async def advance(self, schedule: ScheduleRow, cursor_ms: int, fires: Sequence[FireRow], owner: str) -> bool:
+        async def advance(conn: asyncpg.Connection) -> bool:
+            async with conn.transaction():
+                await conn.execute("SET LOCAL synchronous_commit = on")
+                sql = "UPDATE schedules SET cursor_ms = $1 WHERE schedule_id = $2 AND cursor_ms = $3 AND NOT paused"
+                if await conn.execute(sql, cursor_ms, schedule.schedule_id, schedule.cursor_ms) != "UPDATE 1":
+                    return False
+                rows = [(*fire_values(f), owner, f.updated_ms + FIRE_LEASE_MS) for f in fires]
+                await conn.executemany(_INSERT_FIRE, rows)
+                return True
+
+        return await self._db.use(advance, "schedule advance")
+
+    async def active(self, schedule_id: str) -> list[FireRow]:
+        sql = _SELECT_FIRE + " WHERE schedule_id = $1 AND status IN ('pending', 'started') ORDER BY slot_ms"
+        return [fire_row(r) for r in await self._fetch(sql, schedule_id)]
+
+    async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[FireRow]:
+        rows = await self._db.use(lambda conn: conn.fetch(_CLAIM, owner, now_ms, lease_ms, limit), "fire claim")
+        return sorted((fire_row(r) for r in rows), key=lambda f: (f.slot_ms, f.schedule_id))  # RETURNING has no order
+
+    async def settle(
+        self, fire: FireRow, status: FireStatus, owner: str | None, now_ms: int, reason: str | None = None
+    ) -> None:
+        await self._execute(_SETTLE, fire.schedule_id, fire.slot_ms, status, reason, now_ms, owner)
+
+    async def release(self, fire: FireRow, owner: str) -> None:
+        await self._execute(_RELEASE, fire.schedule_id, fire.slot_ms, owner)
+
+    async def fires(self, tenant_id: str, schedule_id: str, limit: int) -> list[FireRow]:
+        sql = _SELECT_FIRE + " WHERE schedule_id = $1 AND tenant_id = $2 ORDER BY slot_ms DESC LIMIT $3"
+        return [fire_row(r) for r in await self._fetch(sql, schedule_id, tenant_id, limit)]
+
+    async def prune(self, keep: int) -> int:
+        return await self._execute(_PRUNE, keep - 1)

@@ -1,0 +1,228 @@
+"""The scheduler: each due slot of a schedule becomes one run, exactly once, on one node.
+
+A round, on every node alike: (1) each due schedule's slots are decided (`slots.plan`: fire or
+missed) and each slot to fire is decided again against the schedule's runs still in flight
+(`admit`: start, wait in the queue, or skip); the cursor moves and the fires are inserted, one
+transaction, under the unique key (schedule_id, slot_ms) (`ScheduleStorage.advance`): the node
+whose compare-and-set wins owns those fires, the others write nothing. (2) The fires it owns,
+and pending fires whose lease ran out (a node died before starting them) or was released (a
+queued fire, a refused start), are started through `RunService.start_run(..., run_id=fire.run_id)`:
+the run id was chosen with the fire, and a start of an id that exists starts nothing, so a
+fire tried again after a crash never makes a second run. The run counts against the tenant's
+quotas like any run (`max_active_runs`: a refused start leaves the fire pending for a later round).
+
+Time is an input (`now_ms`): tests drive `round()` on a fake clock, with no sleeps. The loop
+runs a round every `schedules.poll_s`, and at once when a schedule is created or resumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from prometheus_client import Counter
+
+from agentos.config.knowledge import SchedulesConfig
+from agentos.errors import AdmissionRejected, InvalidInput, NotFound, PayloadTooLarge, ShuttingDown, StoreUnavailable
+from agentos.ids import new_run_id
+from agentos.kernel import RUN_TERMINAL_STATUSES
+from agentos.schedules.records import FireRow, FireStatus, Overlap, ScheduleRow
+from agentos.schedules.slots import plan
+from agentos.schedules.storage import FIRE_LEASE_MS, ScheduleStorage
+from agentos.waiting import cancel_and_wait, wait_event
+
+log = logging.getLogger("agentos.schedules")
+
+BATCH = 64  # schedules decided, and fires claimed, per round
+PRUNE_EVERY_ROUNDS = 240  # a minute at the default poll
+
+
+class ScheduledRuns(Protocol):
+    """What the scheduler needs of the runs (`agentos.agents.service.RunService`)."""
+
+    async def start_run(self, tenant_id: str, agent: str, text: str, *, run_id: str | None = None) -> str: ...
+
+    async def get_run(self, tenant_id: str, run_id: str) -> dict[str, Any]: ...
+
+
+class ScheduleMetrics:
+    """The counter; unregistered until `ScheduleService.register_metrics`."""
+
+    def __init__(self) -> None:
+        self.fires = Counter("agentos_schedule_fires", "Schedule slots by outcome", ["outcome"], registry=None)
+
+
+def admit(overlap: Overlap, max_in_flight: int, max_queued: int, running: int, waiting: int) -> tuple[FireStatus, str]:
+    """What a slot to fire does, given the schedule's runs `running` and its fires `waiting` to
+    start: ("pending", "") to start (now or, queued, once a run ends), or ("skipped", why)."""
+    if running + waiting < max_in_flight:
+        return "pending", ""
+    if overlap == "skip":
+        return "skipped", "overlap"
+    if waiting >= max_queued:
+        return "skipped", "queue_full"
+    return "pending", ""
+
+
+class Scheduler:
+    def __init__(
+        self,
+        storage: ScheduleStorage,
+        runs: ScheduledRuns,
+        config: SchedulesConfig,
+        owner: str,
+        now_ms: Callable[[], int],
+        metrics: ScheduleMetrics,
+        *,
+        tenant_enabled: Callable[[str], bool] = lambda _: True,
+        reclaim: bool = False,
+    ) -> None:
+        """`reclaim`: this owner is the only one (SQLite): leases it finds at start are its own
+        previous process's, so its first round takes them back at once."""
+        self._storage = storage
+        self._runs = runs
+        self._config = config
+        self._owner = owner
+        self._now_ms = now_ms
+        self._metrics = metrics
+        self._tenant_enabled = tenant_enabled
+        self._reclaim = reclaim
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._rounds = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="scheduler")
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def close(self) -> None:
+        self._stopping = True  # as well as the cancel: a driver may turn a cancel into another error
+        self._wake.set()
+        await cancel_and_wait(self._task)
+        self._task = None
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            self._wake.clear()  # before the round: a schedule created during it wakes the next one
+            try:
+                await self.round()
+            except StoreUnavailable as exc:  # the outage is logged where it is detected
+                log.debug("scheduler round failed: %s", exc)
+            except Exception:  # a bug: logged, tried again next round
+                log.exception("scheduler round failed")
+            await wait_event(self._wake, self._config.poll_s)
+
+    async def round(self) -> int:
+        """Decide the due slots, then start the fires this node holds; how many fires started."""
+        now = self._now_ms()
+        owned: list[FireRow] = []
+        for schedule in await self._storage.due(now, BATCH):
+            try:
+                owned += await self._decide(schedule, now)
+            except StoreUnavailable:
+                raise
+            except Exception:  # a bug about this one schedule: the others still fire
+                log.exception("deciding the slots of schedule %s failed", schedule.schedule_id)
+        claim_now = now + FIRE_LEASE_MS + 1 if self._reclaim else now  # as if every lease had run out
+        self._reclaim = False
+        owned += await self._storage.claim(self._owner, claim_now, FIRE_LEASE_MS, BATCH)
+        started = 0
+        for fire in sorted(owned, key=lambda f: f.slot_ms):
+            started += await self._start(fire)
+        self._rounds += 1
+        if self._rounds % PRUNE_EVERY_ROUNDS == 0:
+            await self._storage.prune(self._config.fire_history)
+        return started
+
+    async def _decide(self, schedule: ScheduleRow, now: int) -> list[FireRow]:
+        """Move the schedule's cursor past `now`, deciding each slot; the pending fires, if this node won."""
+        decided = plan(
+            schedule.timing,
+            schedule.cursor_ms,
+            now,
+            grace_ms=int(self._config.misfire_grace_s * 1000),
+            misfire=schedule.misfire,
+        )
+        running, queued = await self._in_flight(schedule)
+        waiting = len(queued)
+        fires: list[FireRow] = []
+        # a disabled tenant's slots pass by unfired (and unrecorded): no failed row every second
+        for slot in decided.fire if self._tenant_enabled(schedule.tenant_id) else ():
+            status, reason = admit(
+                schedule.overlap, schedule.max_runs_in_flight, self._config.max_queued, running, waiting
+            )
+            waiting += status == "pending"
+            row = FireRow(schedule.schedule_id, slot, schedule.tenant_id, new_run_id(), status, now, reason or None)
+            fires.append(row)
+        if not await self._storage.advance(schedule, decided.cursor_ms, fires, self._owner):
+            return []  # another node decided these slots
+        if decided.missed:
+            self._metrics.fires.labels(outcome="missed").inc(decided.missed)
+        for fire in fires:
+            if fire.status == "skipped":
+                self._metrics.fires.labels(outcome="skipped").inc()
+        return [f for f in fires if f.status == "pending"]
+
+    async def _in_flight(self, schedule: ScheduleRow) -> tuple[int, list[int]]:
+        """The schedule's runs still running, and the slots of its fires waiting to start (oldest
+        first); the started fires whose run has ended are settled on the way."""
+        running, waiting = 0, []
+        for fire in await self._storage.active(schedule.schedule_id):
+            if fire.status == "pending":
+                waiting.append(fire.slot_ms)
+            elif await self._run_ended(fire):
+                await self._storage.settle(fire, "finished", None, self._now_ms())
+            else:
+                running += 1
+        return running, waiting
+
+    async def _run_ended(self, fire: FireRow) -> bool:
+        try:
+            run = await self._runs.get_run(fire.tenant_id, fire.run_id)
+        except NotFound:
+            # deleted with its session or its tenant; or, just started on another node, not
+            # journaled yet: only a fire started a lease ago is taken for ended
+            return self._now_ms() - fire.updated_ms > FIRE_LEASE_MS
+        return run.get("status") in RUN_TERMINAL_STATUSES
+
+    async def _start(self, fire: FireRow) -> int:
+        """Start the fire's run, or leave it pending (no room yet, refused for now), or fail it."""
+        schedule = await self._storage.get(fire.tenant_id, fire.schedule_id)
+        if schedule is None:  # deleted meanwhile (its fires went with it)
+            return 0
+        if not self._tenant_enabled(fire.tenant_id):
+            await self._settle(fire, "failed", "tenant_disabled")
+            return 0
+        running, waiting = await self._in_flight(schedule)
+        # Only the oldest waiting fires that fit start: two nodes holding two of them at once
+        # cannot both take the one free place (each starts only a fire in the first places).
+        if schedule.paused or fire.slot_ms not in waiting[: max(schedule.max_runs_in_flight - running, 0)]:
+            await self._storage.release(fire, self._owner)  # queued: a later round starts it
+            return 0
+        try:
+            await self._runs.start_run(fire.tenant_id, schedule.agent, schedule.input, run_id=fire.run_id)
+        except (AdmissionRejected, ShuttingDown, StoreUnavailable):  # the tenant's quota, a full or draining node
+            await self._storage.release(fire, self._owner)
+            self._metrics.fires.labels(outcome="postponed").inc()
+            return 0
+        except NotFound:
+            await self._settle(fire, "failed", "agent_not_found")
+            return 0
+        except (InvalidInput, PayloadTooLarge) as exc:
+            await self._settle(fire, "failed", exc.code)
+            return 0
+        except Exception:  # a bug, or a store error: waiting may help; never dropped, never doubled (its run id)
+            log.exception("starting the run of schedule %s slot %d failed; tried again", fire.schedule_id, fire.slot_ms)
+            await self._storage.release(fire, self._owner)
+            return 0
+        await self._settle(fire, "started", None)
+        return 1
+
+    async def _settle(self, fire: FireRow, status: FireStatus, reason: str | None) -> None:
+        await self._storage.settle(fire, status, self._owner, self._now_ms(), reason)
+        self._metrics.fires.labels(outcome=status).inc()
