@@ -12,10 +12,12 @@
         NotAcceptable         406
         RequestTimeout        408  the request body did not arrive in time (server.body_timeout_s)
         Conflict              409
+          TurnInProgress      409  `on_busy` "reject" in a busy session; carries the running turn_id
         PayloadTooLarge       413
         UnsupportedMediaType  415  a body that is not JSON on a JSON route
         InvalidInput          422  well-formed JSON of the wrong shape
-        AdmissionRejected     429  carries retry_after_s; code: overloaded, tenant_concurrent_turns, tenant_active_runs
+        AdmissionRejected     429  carries retry_after_s; code: overloaded, tenant_concurrent_turns, tenant_active_runs,
+                                   turn_queue_full (the session's queue of turns is full)
         RateLimited           429  a rate limit of the caller's key or tenant; carries retry_after_s
         ShuttingDown          503  the server is draining: nothing new starts
       ProviderError(retryable, retry_after_s, code)   # the upstream's fault
@@ -64,6 +66,7 @@ class RequestError(AgentOSError, status=400, code="bad_request"):
     code: str
     retry_after_s: int | None = None  # set: the answer carries `Retry-After`
     param: str | None = None  # the request field at fault, where known (OpenAI's error `param`)
+    turn_id: str | None = None  # the turn the error is about, where one is (`TurnInProgress`)
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
@@ -127,6 +130,14 @@ class Conflict(RequestError, status=409, code="conflict"):
     """The request collides with what is there (a taken name, a run not waiting, a reused key)."""
 
 
+class TurnInProgress(Conflict, code="turn_in_progress"):
+    """A turn sent with `on_busy` "reject" while its session runs one; `turn_id` names that one."""
+
+    def __init__(self, session_id: str, running_turn_id: str) -> None:
+        super().__init__(f"session {session_id!r} is running turn {running_turn_id!r}")
+        self.turn_id = running_turn_id
+
+
 class PayloadTooLarge(RequestError, status=413, code="payload_too_large"):
     """A body over the limit, as sent or once inflated."""
 
@@ -142,7 +153,10 @@ class InvalidInput(RequestError, status=422, code="invalid_input"):
 class AdmissionRejected(RequestError, status=429, code="overloaded"):
     def __init__(self, retry_after_s: int, *, what: str = "turns", code: str = "overloaded") -> None:
         whose = "" if code == "overloaded" else "of this tenant "
-        super().__init__(f"too many {what} {whose}in flight; retry after {retry_after_s}s", code=code)
+        message = f"too many {what} {whose}in flight; retry after {retry_after_s}s"
+        if code == "turn_queue_full":
+            message = f"the session's queue of turns is full; retry after {retry_after_s}s"
+        super().__init__(message, code=code)
         self.retry_after_s = retry_after_s
 
 

@@ -66,8 +66,21 @@ class _StatsCollector(Collector):
             s.stale_writes_total,
         )
         yield CounterMetricFamily("agentos_sessions_evicted", "Sessions evicted by the TTL", k.evicted_total)
+        yield from _busy_metrics(k)
         if self._cluster is not None:
             yield from _cluster_metrics(self._cluster())
+
+
+def _busy_metrics(k: KernelStatistics) -> Iterator[Metric]:
+    """A second message while a turn runs (`on_busy`, docs/conversations.md)."""
+    yield GaugeMetricFamily("agentos_queued_turns", "Turns waiting behind their session's running turn", k.queued_turns)
+    yield CounterMetricFamily("agentos_turns_queued", "Turns that waited in a session's queue", k.queued_total)
+    yield CounterMetricFamily("agentos_turns_steered", "Messages steered into a running agent turn", k.steered_total)
+    yield CounterMetricFamily(
+        "agentos_turns_refused_busy",
+        "Turns refused for a busy session (turn_in_progress, turn_queue_full)",
+        k.busy_refused_total,
+    )
 
 
 class _PoolCollector(Collector):

@@ -100,3 +100,20 @@ def test_an_approval_of_other_arguments_does_not_approve_the_call() -> None:
     ]
     action = replay("", "x", steps).action
     assert isinstance(action, RunTool) and not action.approved
+
+
+def test_a_steered_message_joins_the_conversation_at_its_step_once() -> None:
+    """A `user` step (a message steered into the run) sits after the tool results it followed
+    and before the model call that answers it; replaying the journal puts it there once."""
+    steps = [
+        model(1, [("c1", "run_command")]),
+        tool(2, "c1", "run_command", "ok"),
+        Step(3, "user", "r:3", "done", {"content": "use blue"}, None, 1),
+    ]
+    state = replay("", "build", steps)
+    assert state.action == CallModel(4)
+    assert [m["role"] for m in state.messages] == ["user", "assistant", "tool", "user"]
+    assert state.messages[-1]["content"] == "use blue"
+    answered = replay("", "build", [*steps, model(4, [], text="blue it is")])
+    assert answered.action == Finish("blue it is")
+    assert [m["content"] for m in answered.messages if m["role"] == "user"] == ["build", "use blue"]

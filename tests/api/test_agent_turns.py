@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -237,5 +238,107 @@ async def test_an_agent_turn_behind_a_plain_turn_gets_the_freed_permit(tmp_path:
         await mock.stats.wait_for(lambda s: s.in_flight == 1, what="the plain turn to hold the permit")
         assert await last_event(agent) == "turn.completed"
         assert await first == "turn.completed"
+    finally:
+        await server.close()
+
+
+async def test_steer_delivers_a_message_to_the_running_agent_at_its_next_step(
+    tmp_path: Path, mock_factory, http
+) -> None:
+    """While the run waits for a human, a steered message waits in the session's queue; once the
+    human answers, the run takes it in before its next model call, and its stream says so. (The
+    mock's `tools` script counts tool messages since the last user message, so it starts over.)"""
+    mock: MockServer = await mock_factory(scenario="tools")
+    server = await start(tmp_path, mock)
+    try:
+        sid = await new_session(http, server.url, agent="ops")
+        url = f"{server.url}/v1/sessions/{sid}/turns"
+        names: list[str] = []
+        steered: list = []
+        queued = asyncio.Event()
+
+        async def steer() -> None:
+            body = {"input": "and use blue", "on_busy": "steer"}
+            async with http.post(url, json=body, headers=SSE) as r:
+                async for event in sse_events(r):
+                    steered.append(event)
+                    queued.set()
+
+        async with AsyncClient(server.url) as client:
+            async for event in client.stream_turn(sid, "build it"):
+                names.append(event.name)
+                if event.name == "human.requested":
+                    if not queued.is_set():  # the first time only: the mock's script restarts after a user message
+                        steering = asyncio.create_task(steer())
+                        await queued.wait()
+                    await client.answer(event.data["run_id"], event.human_request().operation_id, "yes")
+                if event.name == "turn.steered":
+                    assert event.data["input"] == "and use blue"
+            completed = event.data
+        await steering
+        assert "turn.steered" in names and names[-1] == "turn.completed", (names, completed)
+        assert names.index("turn.steered") > names.index("human.requested")
+        assert [e.name for e in steered] == ["turn.queued", "turn.completed"]
+        assert steered[-1].data["steered_into"] == completed["turn_id"]
+        async with http.get(f"{server.url}/v1/sessions/{sid}/messages") as r:
+            messages = (await r.json())["data"]
+        assert [(m["role"], m["content"]) for m in messages][:2] == [("user", "build it"), ("user", "and use blue")]
+        assert messages[-1]["role"] == "assistant" and messages[-1]["content"] == completed["result"]
+        assert server.runtime.kernel.statistics().steered_total == 1
+    finally:
+        await server.close()
+
+
+async def test_an_agents_on_busy_is_its_sessions_default(tmp_path: Path, mock_factory, http) -> None:
+    mock: MockServer = await mock_factory(scenario="tools")
+    settings = settings_from_dict(
+        {
+            "data_dir": str(tmp_path / "data"),
+            "provider": {"url": mock.url},
+            "agents": {"ops": OPS | {"on_busy": "reject"}},
+        }
+    )
+    server = await start_server(settings)
+    try:
+        sid = await new_session(http, server.url, agent="ops")
+        url = f"{server.url}/v1/sessions/{sid}/turns"
+        async with AsyncClient(server.url) as client:
+            async for event in client.stream_turn(sid, "build it"):
+                if event.name == "human.requested":  # the run waits: its turn is still the session's
+                    async with http.post(url, json={"input": "again"}) as r:
+                        assert r.status == 409
+                        assert (await r.json())["error"]["code"] == "turn_in_progress"
+                    await client.answer(event.data["run_id"], event.human_request().operation_id, "yes")
+        assert event.name == "turn.completed"
+    finally:
+        await server.close()
+
+
+async def test_a_steer_sent_as_the_agent_turn_starts_is_delivered_too(tmp_path: Path, mock_factory, http) -> None:
+    """A double text: the second message comes right after the first turn started, perhaps before
+    its run exists; it is kept on the turn and offered to the run once it does."""
+    mock: MockServer = await mock_factory(scenario="tools")
+    server = await start(tmp_path, mock)
+    try:
+        sid = await new_session(http, server.url, agent="ops")
+        url = f"{server.url}/v1/sessions/{sid}/turns"
+        names: list[str] = []
+        steering: asyncio.Task[Any] | None = None
+
+        async def steer() -> Any:
+            async with http.post(url, json={"input": "and use blue", "on_busy": "steer"}) as r:
+                return await r.json()
+
+        async with AsyncClient(server.url) as client:
+            async for event in client.stream_turn(sid, "build it"):
+                names.append(event.name)
+                if event.name == "turn.started":
+                    steering = asyncio.create_task(steer())
+                if event.name == "human.requested":
+                    await client.answer(event.data["run_id"], event.human_request().operation_id, "yes")
+        assert steering is not None
+        steered = await steering
+        assert names.count("turn.steered") == 1 and names[-1] == "turn.completed", names
+        assert steered["status"] == "completed" and steered["steered_into"] == event.data["turn_id"]
     finally:
         await server.close()

@@ -311,3 +311,30 @@ def _corrupt_event(db_path: Path, run_id: str, *, seq: int) -> None:
             "UPDATE run_events SET data = 'not json' WHERE run_id = ? AND seq = ?", (run_id, seq)
         ).rowcount
     assert changed == 1
+
+
+async def test_steer_delivers_a_message_to_a_working_run_at_its_next_step(
+    base_url: str, http: aiohttp.ClientSession
+) -> None:
+    async with AsyncClient(base_url) as client:
+        run_id = (await client.start_run("ops", "x")).run_id
+        steer_url = f"{base_url}/v1/runs/{run_id}/steer"
+        names: list[str] = []
+        async with aclosing(client.run_events(run_id)) as stream:
+            async for event in stream:
+                names.append(event.name)
+                if event.name == "tool.call" and "run.steered" not in names:
+                    # answered once journaled: after this tool step, before the next model call
+                    status, steered = await post(http, steer_url, {"input": "use blue"})
+                    assert status == 200 and steered["run_id"] == run_id
+                if event.name == "run.steered":
+                    assert (event.data["input"], event.data["seq"]) == ("use blue", steered["seq"])
+                if event.name == "human.requested":
+                    status, refused = await post(http, steer_url, {"input": "later"})  # no task: refused
+                    assert status == 409 and refused["error"]["code"] == "run_not_working"
+                    await client.answer(run_id, event.human_request().operation_id, "yes")
+        status, refused = await post(http, steer_url, {"input": "too late"})
+        assert status == 409 and refused["error"]["code"] == "run_not_working"
+    assert names[-1] == "run.completed" and names.count("run.steered") == 1
+    steered_at = names.index("run.steered")
+    assert names[steered_at - 1] == "tool.result" and names[steered_at + 1] == "model.started"

@@ -65,6 +65,21 @@ async def test_messages_history_and_upsert(store: Store) -> None:
     assert await store.history("default", "s", limit=10) == []
 
 
+async def test_a_rolled_back_turn_leaves_the_transcript(store: Store) -> None:
+    """`on_busy` rollback: the deletion is ordered after the turn's writes queued before it,
+    and touches only that turn of that tenant's session."""
+    await store.create_session(SessionRecord(tenant_id="default", session_id="s"))
+    await store.commit_message(msg("s", "t1", "user", "kept"))
+    store.add_message(msg("s", "t2", "user", "rolled back"))  # queued, not awaited
+    store.add_message(msg("s", "t2", "assistant", "partial", "cancelled"))
+    await store.delete_turn_messages("other", "s", "t1")  # another tenant's: nothing
+    await store.delete_turn_messages("default", "s", "t2")
+    assert [m.content for m in await store.history("default", "s", limit=10)] == ["kept"]
+    await store.commit_message(msg("s", "t1", "assistant", "answered"))
+    await store.delete_turn_messages("default", "s", "t1")  # it completed after all: it stays
+    assert [m.content for m in await store.history("default", "s", limit=10)] == ["kept", "answered"]
+
+
 async def test_events(store: Store) -> None:
     await store.create_session(SessionRecord(tenant_id="default", session_id="s"))
     for name in ("turn.started", "turn.completed"):

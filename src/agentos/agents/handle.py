@@ -8,6 +8,7 @@ it parks.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -16,7 +17,7 @@ from agentos.config.agents import AgentSpec
 from agentos.journal.journal import RunRow, Step
 from agentos.kernel import RUN_TERMINAL_EVENTS
 
-__all__ = ["TERMINAL_EVENTS", "EventType", "RunEvent", "RunHandle"]
+__all__ = ["TERMINAL_EVENTS", "EventType", "RunEvent", "RunHandle", "Steer"]
 
 EventType = Literal[
     "run.started",
@@ -30,11 +31,25 @@ EventType = Literal[
     "tool.uncertain",
     "human.requested",
     "human.answered",
+    "run.steered",
     "run.completed",
     "run.failed",
     "run.cancelled",
 ]
 TERMINAL_EVENTS = RUN_TERMINAL_EVENTS
+
+
+@dataclass(slots=True, eq=False)
+class Steer:
+    """A message for the run, taken in at its next step before a model call (`Runner`).
+
+    `claim()` is asked right before it is journaled: False drops it (the session turn that
+    sent it was promoted meanwhile, `kernel.queues`). `delivered` resolves with the journal
+    step that holds it, or None if it was dropped or the run stopped working first."""
+
+    text: str
+    claim: Callable[[], bool]
+    delivered: asyncio.Future[int | None]
 
 
 @dataclass(slots=True, eq=False)
@@ -52,6 +67,7 @@ class RunHandle:
     outcome: Literal["completed", "failed", "cancelled", "suspended", "parked"] = "suspended"  # how the task ended
     steps: list[Step] | None = None
     context: list[dict[str, Any]] = field(default_factory=list)  # earlier session messages, before the input
+    steers: list[Steer] = field(default_factory=list)  # messages waiting for the run's next step
 
     @property
     def run_id(self) -> str:

@@ -99,6 +99,8 @@ def _apply(state: RunState, walk: _Walk, step: Step) -> None:
         _apply_model(state, walk, step)
     elif step.kind == "tool":
         _apply_tool(state, walk, step)
+    elif step.kind == "user":  # a message steered in before a model call: the next call sees it
+        state.messages.append({"role": "user", "content": step.input["content"]})
     else:
         _apply_human(state, walk, step)
 

@@ -9,6 +9,7 @@ ends: a waiting run holds no task). Limits end the run with a reason, never a ha
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from contextlib import aclosing
 from typing import Any, NoReturn
@@ -49,6 +50,9 @@ class Runner:
                 await self._advance(handle)
         except (_Parked, _Ended):
             return
+        finally:
+            if handle.outcome != "parked" or self._host.suspending:
+                _drop_steers(handle)  # a parked run takes them when it resumes
 
     async def _advance(self, h: RunHandle) -> None:
         if self._host.suspending:
@@ -65,6 +69,9 @@ class Runner:
             raise _Parked
         if h.spec.token_budget and state.tokens > h.spec.token_budget:
             await self._end(h, "failed", reason=f"token_budget: {state.tokens} tokens spent of {h.spec.token_budget}")
+        if isinstance(action, CallModel) and h.steers:
+            await self._take_steers(h, action.seq)  # the next _advance calls the model with them
+            return
         if isinstance(action, CallModel):
             if state.turns >= h.spec.max_turns:
                 await self._end(h, "failed", reason=f"max_turns: {h.spec.max_turns} model turns without an answer")
@@ -146,6 +153,24 @@ class Runner:
         if completion is None:
             raise ProviderError("the provider stream ended without a completion")
         return _reply_dict(completion)
+
+    # --- steering ---
+
+    async def _take_steers(self, h: RunHandle, seq: int) -> None:
+        """Journal each steered message as a `user` step, durably, before the model call it joins:
+        a replay after a crash puts it back at the same place, once."""
+        while h.steers:
+            steer = h.steers.pop(0)
+            if not steer.claim():
+                _resolve(steer.delivered, None)
+                continue
+            value = {"content": steer.text}
+            ops = self._begin(h, seq, "user", "done", value)
+            held: list[Callable[[], None]] = []  # heard of once it is committed
+            self._host.emit(h, "run.steered", {"input": steer.text, "seq": seq}, into=ops, held=held)
+            await self._journal(h, ops, _step(seq, "user", "done", value, h, 1), then=held)
+            _resolve(steer.delivered, seq)
+            seq += 1
 
     # --- tools ---
 
@@ -287,6 +312,18 @@ class Runner:
         await self._journal(h, ops, _step(seq, "human", "waiting", request, h, 1))
         await self._host.park(h, request)
         raise _Parked
+
+
+def _resolve(future: asyncio.Future[int | None], value: int | None) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _drop_steers(h: RunHandle) -> None:
+    """The run stopped working (ended, stopped, suspended): its pending steers were not delivered."""
+    for steer in h.steers:
+        _resolve(steer.delivered, None)
+    h.steers.clear()
 
 
 def _attempts(h: RunHandle, seq: int) -> int:

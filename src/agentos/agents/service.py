@@ -29,7 +29,9 @@ import msgspec
 from agentos.agents.agents import AgentRegistry
 from agentos.agents.checks import remove_dirs
 from agentos.agents.cluster import cluster_for
+from agentos.agents.engine import run_not_found
 from agentos.agents.fanout import Bridge, RunEvent
+from agentos.agents.handle import Steer
 from agentos.agents.host import ToolHub
 from agentos.agents.interventions import apply_answer, terminate_here
 from agentos.agents.lifecycle import RunLifecycle
@@ -38,12 +40,12 @@ from agentos.agents.statistics import RunServiceStatistics, run_statistics
 from agentos.clock import wall_ms
 from agentos.config import Settings
 from agentos.config.agents import AgentSpec
-from agentos.errors import InvalidInput, ShuttingDown
+from agentos.errors import Conflict, InvalidInput, ShuttingDown
 from agentos.ids import new_run_id
 from agentos.journal.journal import Journal
 from agentos.journal.run_list import RunQuery, next_cursor
 from agentos.journal.store import JournalStore, open_journal_store
-from agentos.kernel import RunCancelRequested
+from agentos.kernel import OnBusy, RunCancelRequested
 from agentos.mcp.tools import McpHub
 from agentos.providers.base import Message, Provider
 from agentos.runtime.driver import Driver
@@ -196,6 +198,11 @@ class RunService:
     def has_agent(self, tenant_id: str, name: str) -> bool:
         return self._agents.has(tenant_id, name)
 
+    def agent_on_busy(self, tenant_id: str, name: str) -> OnBusy | None:
+        if not self._agents.has(tenant_id, name):
+            return None
+        return self._agents.get(tenant_id, name).on_busy
+
     def get_agent(self, tenant_id: str, name: str) -> dict[str, Any]:
         """Raises: NotFound (also for another tenant's agent)."""
         return self._agents.as_dict(self._agents.get(tenant_id, name))
@@ -271,6 +278,45 @@ class RunService:
         if not forwarded and await self._runs.handle(tenant_id, run_id) is not None:
             self._driver.handle(RunCancelRequested(run_id, hard=False))
         return await self.get_run(tenant_id, run_id)
+
+    def steer(
+        self, tenant_id: str, run_id: str, text: str, claim: Callable[[], bool] = lambda: True
+    ) -> asyncio.Future[int | None] | None:
+        """Offer `text` to a run this node holds (working, or waiting for a human): it is taken in
+        at the run's next step, before its next model call, as a user message journaled there
+        (`Runner._take_steers`). The future resolves with that journal step, or None when it
+        was not delivered (`claim()` said no, or the run ended first). None: the run is not
+        held here (finished, or on another node).
+
+        Raises: NotFound (another tenant's run)."""
+        handle = self._runs.handles.get(run_id)
+        if handle is None:
+            return None
+        if handle.row.tenant_id != tenant_id:
+            raise run_not_found(run_id)
+        delivered: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        handle.steers.append(Steer(text, claim, delivered))
+        return delivered
+
+    async def steer_run(self, tenant_id: str, run_id: str, text: str) -> dict[str, Any]:
+        """`POST /v1/runs/{run_id}/steer`: deliver `text` to a run working on this node at its next
+        step, before its next model call; returns once it is journaled there (`seq`), so a
+        replay after a crash has it exactly once. A client that leaves before the answer leaves
+        the message on its way all the same.
+
+        Raises: NotFound (also another tenant's run); Conflict `run_not_working` (finished,
+        waiting for a human, worked by another node, or it ended before its next step)."""
+        check_input(text, self._settings.kernel.max_input_chars)
+        handle = await self._runs.handle(tenant_id, run_id)
+        if handle is None or handle.task is None or handle.status != "running":
+            status = "finished" if handle is None else handle.status
+            raise Conflict(f"run {run_id!r} is not working on this node ({status})", code="run_not_working")
+        delivered = self.steer(tenant_id, run_id, text)
+        assert delivered is not None  # its handle is here
+        seq = await delivered
+        if seq is None:
+            raise Conflict(f"run {run_id!r} stopped before its next step", code="run_not_working")
+        return {"run_id": run_id, "seq": seq}
 
     async def terminate(self, tenant_id: str, run_id: str, *, forward: bool = True) -> dict[str, Any]:
         """Hard stop in any state: the task is cancelled and `run.cancelled` recorded; returns

@@ -20,6 +20,7 @@ from agentos.config import KernelConfig
 from agentos.config.tenants import MAX_BUDGET
 from agentos.errors import BadRequest, InvalidInput, PayloadTooLarge, UnsupportedMediaType
 from agentos.json_limits import check_json, nests_freely, too_deep
+from agentos.kernel import OnBusy
 
 T = TypeVar("T")
 
@@ -55,16 +56,42 @@ class SessionCreate(msgspec.Struct, forbid_unknown_fields=True):
         ),
     ] = None
     metadata: dict[str, Any] = {}
+    on_busy: Annotated[
+        OnBusy | None,
+        msgspec.Meta(
+            description="the default `on_busy` of its turns (a turn's own wins); absent or null: its"
+            " agent's `on_busy`, else replace"
+        ),
+    ] = None
+
+
+OnBusyField = Annotated[
+    OnBusy | None,
+    msgspec.Meta(
+        description="what this turn does if the session is running one: replace (cancel it, the"
+        " default), reject (409 turn_in_progress), enqueue (wait in the session's queue, 429"
+        " turn_queue_full over its bound), rollback (replace, and drop the replaced turn's messages),"
+        " steer (an agent turn takes the message at its next step; a chat turn: replace)."
+        " Absent or null: the session's default (docs/conversations.md)"
+    ),
+]
 
 
 class TurnCreate(msgspec.Struct, forbid_unknown_fields=True):
     input: Input
+    on_busy: OnBusyField = None
 
 
 class RunCreate(msgspec.Struct, forbid_unknown_fields=True):
     input: Input
     session_id: Annotated[str | None, msgspec.Meta(description="the session the run belongs to, if any")] = None
     max_cost: RunBudget | None = None
+
+
+class RunSteer(msgspec.Struct, forbid_unknown_fields=True):
+    """A message for a working run, taken in at its next step (`POST /v1/runs/{run_id}/steer`)."""
+
+    input: Input
 
 
 class AnswerCreate(msgspec.Struct, forbid_unknown_fields=True):

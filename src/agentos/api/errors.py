@@ -99,6 +99,8 @@ def _answer(request: web.Request, exc: Exception) -> web.StreamResponse:
     if isinstance(exc, RequestError):
         headers = None if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
         extra = {} if exc.param is None else {"param": exc.param}
+        if exc.turn_id is not None:
+            extra["turn_id"] = exc.turn_id
         return error_response(exc.status, exc.code, exc.message, headers, **extra)
     if isinstance(exc, StoreUnavailable):
         log.warning("store unavailable on %s %s: %s", request.method, request.path, exc)

@@ -10,6 +10,7 @@ docs/openai.md has the mapping and what is not supported.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -104,7 +105,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         raise InvalidParam("n", "only n=1 is supported")
     agent = await resolve_model(request.app, who.tenant_id, body.model)
     session_id = _session_id(request, body.user)
-    plan = plan_turn(body.messages, body.tools, agent=agent, stateful=session_id is not None)
+    plan = replace(
+        plan_turn(body.messages, body.tools, agent=agent, stateful=session_id is not None), on_busy=body.on_busy
+    )
     turn = await open_turn(request, who, agent, session_id, plan)
     head = (f"chatcmpl-{turn.turn_id}", wall_ms() // 1000, body.model)
     if not body.stream:

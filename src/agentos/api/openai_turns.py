@@ -27,6 +27,7 @@ from agentos.api.admission import ADMISSION
 from agentos.api.keys import QUOTAS, RUNS, RUNTIME
 from agentos.api.openai_wire import ChatMessage, text_of
 from agentos.errors import BadRequest, NotFound, StoreUnavailable
+from agentos.kernel import OnBusy
 from agentos.providers.base import Message
 from agentos.runtime.runtime import DEFAULT_AGENT
 from agentos.runtime.turn import Turn, check_input
@@ -53,6 +54,7 @@ class TurnPlan:
     text: str
     prompt: list[Message] | None
     tools: list[dict[str, Any]] | None
+    on_busy: OnBusy | None = None  # the chat completions extension field
 
 
 def plain_model(app: web.Application, tenant_id: str) -> str | None:
@@ -144,7 +146,13 @@ async def _start(request: web.Request, who: Principal, session_id: str, plan: Tu
     async with request.app[ADMISSION].starting(who, "turn", plan.text) as started:
         runtime = request.app[RUNTIME]
         turn = await runtime.start_turn(
-            who.tenant_id, session_id, plan.text, prompt=plan.prompt, tools=plan.tools, key_id=who.key_id or ""
+            who.tenant_id,
+            session_id,
+            plan.text,
+            prompt=plan.prompt,
+            tools=plan.tools,
+            key_id=who.key_id or "",
+            on_busy=plan.on_busy,
         )
         started.bind(turn.turn_id, turn.session_id)  # an agent's turn: its run's calls carry the session
         return turn

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from agentos.kernel import OnBusy
+
 _encode = msgspec.json.encode
 
 DONE = b"data: [DONE]\n\n"
@@ -62,6 +64,11 @@ class ChatCompletionCreate(msgspec.Struct, forbid_unknown_fields=False):
     tools: list[dict[str, Any]] | None = None
     n: Annotated[int, msgspec.Meta(extra_json_schema={"minimum": 1, "maximum": 1})] = 1
     user: str | None = None
+    # An Agent OS extension: what the turn does if its session (the session header) runs one.
+    on_busy: Annotated[
+        OnBusy | None,
+        msgspec.Meta(description="Agent OS extension: as `on_busy` of a turn (docs/conversations.md)"),
+    ] = None
 
 
 class ResponseCreate(msgspec.Struct, forbid_unknown_fields=False):

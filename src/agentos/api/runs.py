@@ -9,6 +9,7 @@ Routes::
     POST /v1/runs/{run_id}/cancel     soft                             200 run
     POST /v1/runs/{run_id}/terminate  hard, any state                  200 run
     POST /v1/runs/{run_id}/answer     {"operation_id", "answer"?, "approve"?, "args_hash"?}  200 run
+    POST /v1/runs/{run_id}/steer      {"input"}                         200 {"run_id", "seq"}
 
 Reads take `runs:read`, the rest `runs:write`; every call acts for the principal's tenant, so
 another tenant's run is a 404 `run_not_found`, and a `session_id` must name one of the
@@ -24,7 +25,7 @@ from aiohttp import web
 
 from agentos.api.admission import ADMISSION
 from agentos.api.agents import UNKNOWN_AGENT
-from agentos.api.body import MAX_AFTER, AnswerCreate, RunCreate, decimal, page_limit, query_text, read_body
+from agentos.api.body import MAX_AFTER, AnswerCreate, RunCreate, RunSteer, decimal, page_limit, query_text, read_body
 from agentos.api.keys import RUNS, RUNTIME, SSE_KEEPALIVE_S
 from agentos.api.routes import (
     BAD_BODY,
@@ -215,6 +216,30 @@ async def cancel_run(request: web.Request) -> web.Response:
 async def terminate_run(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.RUNS_WRITE).tenant_id
     return json_response(await request.app[RUNS].terminate(tenant_id, request.match_info["run_id"]))
+
+
+_STEERED = Schema.object(
+    "RunSteered",
+    {
+        "run_id": {"type": "string"},
+        "seq": {"type": "integer", "description": "the journal step that holds the message"},
+    },
+)
+
+
+@routes.post("/v1/runs/{run_id}/steer")
+@operation(
+    "Steer a working run: the message joins it at its next step, before its next model call",
+    body=RunSteer,
+    answers={200: json("Journaled at step `seq` (the run's events show run.steered)", _STEERED)},
+    errors=BAD_BODY
+    | _UNKNOWN
+    | {409: "`run_not_working`: finished, waiting for a human, on another node, or ended before its next step"},
+)
+async def steer_run(request: web.Request) -> web.Response:
+    tenant_id = require(request, Scope.RUNS_WRITE).tenant_id
+    body = await read_body(request, RunSteer)
+    return json_response(await request.app[RUNS].steer_run(tenant_id, request.match_info["run_id"], body.input))
 
 
 @routes.post("/v1/runs/{run_id}/answer")

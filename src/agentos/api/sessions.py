@@ -42,6 +42,10 @@ SESSION = Schema.object(
         "metadata": {"type": "object"},
         "tenant_id": {"type": "string"},
         "created_at_ms": {"type": "integer"},
+        "on_busy": {
+            "enum": ["replace", "reject", "enqueue", "rollback", "steer", None],
+            "description": "the default `on_busy` of its turns as opened; null: its agent's, else replace",
+        },
         "active_turn": {**nullable("string"), "description": "GET of one session only"},
     },
     ["id", "agent", "metadata", "tenant_id", "created_at_ms"],
@@ -108,6 +112,7 @@ def session_json(runtime: Runtime, record: SessionRecord) -> dict[str, Any]:
         "metadata": record.metadata,
         "tenant_id": record.tenant_id,
         "created_at_ms": record.created_at_ms,
+        "on_busy": record.on_busy,
     }
 
 
@@ -127,7 +132,7 @@ async def create_session(request: web.Request) -> web.Response:
     quotas = request.app[QUOTAS]
     await quotas.admit_session(who)  # counted before creating: concurrent creates cannot overshoot
     try:
-        record = await runtime.create_session(who.tenant_id, body.agent, body.metadata)
+        record = await runtime.create_session(who.tenant_id, body.agent, body.metadata, on_busy=body.on_busy)
     except BaseException:
         quotas.release_session(who.tenant_id)
         raise

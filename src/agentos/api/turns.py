@@ -44,6 +44,10 @@ _RESULT = Schema(
             "reason": {"type": "string"},
             "message": {"type": "string"},
             "finish_reason": {"type": "string"},
+            "steered_into": {
+                "type": "string",
+                "description": "`on_busy` steer: the running agent turn this turn's message was delivered into",
+            },
         },
     },
 )
@@ -70,19 +74,26 @@ def wants_sse(accept: str) -> bool:
 
 @routes.post("/v1/sessions/{session_id}/turns")
 @operation(
-    "Send a turn; a running turn of the session is cancelled (last-wins)",
+    "Send a turn; what happens to a running turn of the session is `on_busy` (default: it is cancelled)",
     body=TurnCreate,
     answers={
         200: Answer(
-            description="`text/event-stream`: events turn.started, token, then turn.completed | turn.cancelled"
-            " | turn.failed. `application/json`: the whole turn.",
+            description="`text/event-stream`: events turn.queued (enqueue, steer: it waits its turn),"
+            " turn.started, token, turn.steered (a message steered into this agent turn), then"
+            " turn.completed | turn.cancelled | turn.failed. `application/json`: the whole turn.",
             content={SSE: SERVER_SENT_EVENT, "application/json": _RESULT},
         )
     },
-    errors=BAD_BODY | UNKNOWN | {406: "Unsupported Accept", 503: retry("Draining: the server starts no new turns")},
+    errors=BAD_BODY
+    | UNKNOWN
+    | {
+        406: "Unsupported Accept",
+        409: "`turn_in_progress`: `on_busy` reject and the session runs a turn (its id in `error.turn_id`)",
+        503: retry("Draining: the server starts no new turns"),
+    },
     limits=Limits(
         more_429="`turn_rate_limited` (turns per minute), `overloaded` (the server's admission limit),"
-        " `tenant_concurrent_turns`",
+        " `tenant_concurrent_turns`, `turn_queue_full` (`on_busy` enqueue or steer: the session's queue is full)",
         quota=_TOKENS_QUOTA,
         budgets=True,
     ),
@@ -101,7 +112,7 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     check_input(body.input, runtime.settings.kernel.max_input_chars)
     async with admission.starting(who, "turn", body.input) as started:
         turn = await runtime.start_turn(
-            who.tenant_id, request.match_info["session_id"], body.input, key_id=who.key_id or ""
+            who.tenant_id, request.match_info["session_id"], body.input, key_id=who.key_id or "", on_busy=body.on_busy
         )
         started.bind(turn.turn_id, turn.session_id)  # an agent's turn: its run's calls carry the session
     if not sse:
@@ -134,7 +145,7 @@ async def _collect(runtime: Runtime, turn: Turn) -> web.Response:
         "status": name.removeprefix("turn."),
         "output": output,
     }
-    result |= {k: v for k, v in data.items() if k in ("usage", "reason", "message", "finish_reason")}
+    result |= {k: v for k, v in data.items() if k in ("usage", "reason", "message", "finish_reason", "steered_into")}
     return json_response(result)
 
 
@@ -147,3 +158,18 @@ async def cancel_turn(request: web.Request) -> web.Response:
     await runtime.ensure_loaded(who.tenant_id, session_id)
     turn_id = await runtime.cancel_turn_anywhere(who.tenant_id, session_id)
     return json_response({"cancelled": turn_id is not None, "turn_id": turn_id})
+
+
+@routes.delete("/v1/sessions/{session_id}/turns/{turn_id}")
+@operation(
+    "Cancel one turn by id: a queued one leaves the session's queue, the running one is cancelled",
+    answers={200: json("Whether that turn was live on this node", _CANCEL)},
+    errors=UNKNOWN,
+)
+async def cancel_turn_by_id(request: web.Request) -> web.Response:
+    who = require(request, Scope.SESSIONS_WRITE)
+    runtime = request.app[RUNTIME]
+    session_id, turn_id = request.match_info["session_id"], request.match_info["turn_id"]
+    await runtime.ensure_loaded(who.tenant_id, session_id)
+    cancelled = runtime.cancel_turn_by_id(who.tenant_id, session_id, turn_id)
+    return json_response({"cancelled": cancelled, "turn_id": turn_id if cancelled else None})

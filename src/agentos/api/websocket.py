@@ -24,6 +24,7 @@ from agentos.api.keys import MAX_BODY_BYTES, RUNTIME
 from agentos.api.routes import Answer, tagged
 from agentos.api.sessions import UNKNOWN
 from agentos.errors import RequestError
+from agentos.kernel import OnBusy
 from agentos.runtime.runtime import Runtime
 from agentos.runtime.turn import Turn, check_input
 from agentos.tenancy.principal import Principal, Scope, require
@@ -36,12 +37,13 @@ _encode = msgspec.json.encode
 class Frame(msgspec.Struct, forbid_unknown_fields=True):
     type: Literal["turn", "cancel"]
     input: str = ""
+    on_busy: OnBusy | None = None  # a turn's: as in the turn body (None: the session's default)
 
 
 @routes.get("/v1/sessions/{session_id}/ws")
 @operation(
     "A WebSocket for the session's turns",
-    description="Frames in: `{type: turn, input}`, `{type: cancel}`. Frames out: the turn events as"
+    description="Frames in: `{type: turn, input, on_busy?}`, `{type: cancel}`. Frames out: the turn events as"
     " `{type, id, data}`, and `{type: error, error: {code, message, retry_after_s?}}` for a"
     " refused frame. A turn cancelled before it started may end without `turn.started`."
     " docs/api.md has every frame and error code.",
@@ -65,8 +67,10 @@ async def session_socket(request: web.Request) -> web.WebSocketResponse:
             try:
                 turn = await _on_frame(request.app, who, session_id, message.data)
             except RequestError as exc:  # as over HTTP: overloaded and shutting_down say when to retry
-                retry = {} if exc.retry_after_s is None else {"retry_after_s": exc.retry_after_s}
-                await _send_error(ws, exc.code, exc.message, **retry)
+                extra: dict[str, str | int] = {} if exc.retry_after_s is None else {"retry_after_s": exc.retry_after_s}
+                if exc.turn_id is not None:  # turn_in_progress: the running turn
+                    extra["turn_id"] = exc.turn_id
+                await _send_error(ws, exc.code, exc.message, **extra)
                 continue
             except Exception:  # the socket is open: a failure is a frame, never an escaping exception
                 error_id = log_internal_error("a frame on the WebSocket of session %s failed", session_id)
@@ -96,7 +100,9 @@ async def _on_frame(app: web.Application, who: Principal, session_id: str, raw: 
     admission = app[ADMISSION]  # a turn started over the socket is admitted like one over HTTP
     admission.offer(who, "turn")
     async with admission.starting(who, "turn", frame.input) as started:
-        turn = await runtime.start_turn(tenant_id, session_id, frame.input, key_id=who.key_id or "")
+        turn = await runtime.start_turn(
+            tenant_id, session_id, frame.input, key_id=who.key_id or "", on_busy=frame.on_busy
+        )
         started.bind(turn.turn_id, turn.session_id)  # an agent's turn: its run's calls carry the session
         return turn
 

@@ -32,6 +32,7 @@ from agentos.config.security import (
 )
 from agentos.config.tenants import Budget
 from agentos.errors import AgentOSError, ConfigError, InvalidInput
+from agentos.kernel import OnBusy
 from agentos.outbound import OutboundPolicy
 
 BUILTIN_TOOLS = ("run_command", "ask_human", "delegate")
@@ -83,6 +84,7 @@ class AgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     human_timeout_s: HumanTimeout = 3600.0
     command: CommandLimits = msgspec.field(default_factory=CommandLimits)
     knowledge: tuple[str, ...] = ()  # collection names of the run's tenant: offers `search_knowledge`
+    on_busy: OnBusy | None = None  # its sessions' default `on_busy` (docs/conversations.md); None: replace
 
     def mcp_server(self, tool_name: str) -> McpServerSpec | None:
         """The MCP server a `<server>__<tool>` name belongs to, if any."""

@@ -60,6 +60,9 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     history_max_messages: PosInt = 50  # transcript tail sent to the provider
     max_input_chars: PosInt = 100_000
     max_active_runs: NonNegInt = 1024  # agent runs working at once (children excluded); 0 = no gate
+    # Turns one session may hold waiting behind its running turn (`on_busy` enqueue, steer);
+    # over it a turn gets 429 turn_queue_full (docs/conversations.md). 0: none may wait.
+    max_queued_turns_per_session: NonNegInt = 8
     # Shared by several tenants, this fraction of concurrency_limit (rounded up) is kept from any
     # one tenant, so a newcomer is granted at once (agentos.kernel.permits); 0 = no reserve.
     fair_reserve: Annotated[float, msgspec.Meta(ge=0, lt=1)] = 0.1

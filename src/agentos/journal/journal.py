@@ -38,7 +38,7 @@ __all__ = ["SCHEMA", "TERMINAL", "EventRow", "Journal", "RunRow", "Step", "migra
 
 RunStatus = Literal["queued", "running", "waiting_human", "completed", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset(RUN_TERMINAL_STATUSES)
-StepKind = Literal["model", "tool", "human"]
+StepKind = Literal["model", "tool", "human", "user"]  # "user": a message steered into the run
 StepStatus = Literal["started", "waiting", "done", "uncertain"]
 
 _encoder = msgspec.json.Encoder(order="sorted")

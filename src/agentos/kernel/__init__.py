@@ -1,5 +1,6 @@
 """The kernel: pure logic, stdlib only. The runtime feeds it events and carries out its commands."""
 
+from agentos.kernel.busy import DEFAULT_ON_BUSY, ON_BUSY, OnBusy
 from agentos.kernel.commands import (
     AcceptAnswer,
     AcceptRun,
@@ -7,16 +8,19 @@ from agentos.kernel.commands import (
     AnswerRejection,
     CancelTurn,
     Command,
+    DeliverSteer,
     EvictSession,
     ExpireHuman,
     FailTurn,
     FinishRun,
     GrantPermit,
+    QueueTurn,
     RejectAnswer,
     RejectRun,
     RejectTurn,
     RunRejection,
     StartRun,
+    SteerTurn,
     StopRun,
     TurnRejection,
 )
@@ -37,9 +41,11 @@ from agentos.kernel.events import (
     RunSubmitted,
     SessionClosed,
     SessionOpened,
+    SteerClaimed,
     StreamRequested,
     TenantConfigured,
     Tick,
+    TurnCancelRequested,
     TurnEnded,
     TurnOffered,
     TurnSubmitted,
@@ -56,7 +62,15 @@ from agentos.kernel.kernel import (
 from agentos.kernel.tenants import DEFAULT_TENANT, TenantShare
 
 __all__ = [
+    "DEFAULT_ON_BUSY",
     "DEFAULT_TENANT",
+    "ON_BUSY",
+    "DeliverSteer",
+    "OnBusy",
+    "QueueTurn",
+    "SteerClaimed",
+    "SteerTurn",
+    "TurnCancelRequested",
     "AcceptAnswer",
     "AcceptRun",
     "AcceptTurn",

@@ -8,21 +8,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from agentos.kernel.busy import BusyRefusal
+
 AnswerRejection = Literal["not_waiting", "operation_mismatch", "approval_required", "args_hash_mismatch"]
-TurnRejection = Literal["overloaded", "tenant_concurrent_turns"]
+TurnRejection = Literal["overloaded", "tenant_concurrent_turns"] | BusyRefusal
 RunRejection = Literal["overloaded", "tenant_active_runs"]
 
 
 @dataclass(frozen=True, slots=True)
 class RejectTurn:
-    """Over an admission limit: answer 429 with Retry-After and `code`, start nothing.
+    """Refused: answer with `code`, start nothing, change nothing.
 
-    `code`: "overloaded" (the server's `max_in_flight_turns`) or "tenant_concurrent_turns"
-    (the tenant's `max_concurrent_turns`). `turn_id` is "" for a `TurnOffered`."""
+    `code`: "overloaded" (the server's `max_in_flight_turns`), "tenant_concurrent_turns"
+    (the tenant's `max_concurrent_turns`) or "turn_queue_full" (the session's queue is at
+    `max_queued_turns_per_session`): 429 with Retry-After; "turn_in_progress" (`on_busy`
+    "reject" in a busy session): 409 naming `running_turn_id`. `turn_id` is "" for a
+    `TurnOffered`."""
 
     turn_id: str
     retry_after_s: int
     code: TurnRejection = "overloaded"
+    running_turn_id: str = ""  # the session's active turn, for "turn_in_progress"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +46,41 @@ class GrantPermit:
 @dataclass(frozen=True, slots=True)
 class CancelTurn:
     """Stop the turn (or abort the stream): abort its upstream, store its partial output as
-    cancelled, then send `ProviderReleased`/`TurnEnded` as usual."""
+    cancelled, then send `ProviderReleased`/`TurnEnded` as usual. `rollback`: remove the turn's
+    messages from the transcript instead (`on_busy` "rollback"). A queued turn never started:
+    end it as cancelled without running it."""
 
     turn_id: str
     reason: str
+    rollback: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueueTurn:
+    """The turn waits in its session's queue (`ahead` turns before it, the active one not
+    counted): hold it, run nothing; `AcceptTurn` (its turn came) or `CancelTurn` follows."""
+
+    turn_id: str
+    ahead: int
+
+
+@dataclass(frozen=True, slots=True)
+class SteerTurn:
+    """Offer the queued turn's message to the running agent turn `into_turn_id`: at its next
+    step (before its next model call) that turn sends `SteerClaimed`. If it ends first, the
+    queued turn is promoted (`AcceptTurn`) and runs as the next turn."""
+
+    turn_id: str
+    into_turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverSteer:
+    """The claim holds: add the steered turn's message to `into_turn_id`'s conversation now, and
+    end the steered turn as delivered (`turn.steered`). The kernel has forgotten it."""
+
+    turn_id: str
+    into_turn_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +184,9 @@ Command = (
     | AcceptTurn
     | GrantPermit
     | CancelTurn
+    | QueueTurn
+    | SteerTurn
+    | DeliverSteer
     | FailTurn
     | EvictSession
     | AcceptRun

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from agentos.kernel.busy import DEFAULT_ON_BUSY, OnBusy
 from agentos.kernel.tenants import DEFAULT_TENANT
 
 RunOutcome = Literal["completed", "failed", "cancelled", "suspended"]
@@ -32,12 +33,38 @@ class TurnSubmitted:
     (`StreamRequested(owner=run_id)`).
 
     `tenant_id`: the session's tenant. Over its `max_concurrent_turns` the turn is refused with
-    `RejectTurn(code="tenant_concurrent_turns")`; its permit comes from its tenant's fair share."""
+    `RejectTurn(code="tenant_concurrent_turns")`; its permit comes from its tenant's fair share.
+
+    `on_busy`: what it does when the session has an active turn (`busy.py`): replace or
+    rollback it (`CancelTurn`), be refused (`RejectTurn("turn_in_progress")`), wait in the
+    session's queue (`QueueTurn`, later `AcceptTurn`), or steer the running agent turn
+    (`QueueTurn` + `SteerTurn`)."""
 
     session_id: str
     turn_id: str
     wants_permit: bool = True
     tenant_id: str = DEFAULT_TENANT
+    on_busy: OnBusy = DEFAULT_ON_BUSY
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCancelRequested:
+    """Cancel one turn by its id: a queued one leaves the queue (`CancelTurn`), the active one
+    is cancelled as by `CancelRequested` (the queue then moves on). Unknown or ending: []."""
+
+    turn_id: str
+    reason: str = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class SteerClaimed:
+    """The running agent turn `into_turn_id` reached its next step and takes the message of the
+    queued turn `turn_id` (offered by `SteerTurn`). -> `DeliverSteer` if it is still queued for
+    that turn and that turn is still its session's active one; else [] (it was promoted or
+    cancelled): a steered message is delivered once, or runs as a turn, never both."""
+
+    turn_id: str
+    into_turn_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +263,8 @@ Event = (
     | ProviderReleased
     | TurnEnded
     | CancelRequested
+    | TurnCancelRequested
+    | SteerClaimed
     | SessionOpened
     | SessionClosed
     | Tick

@@ -11,7 +11,9 @@ The work is split by subject, each module with its own theory of operation:
 - `permits.py`: the provider permit pool shared by session turns and run streams, by weighted
   fair queuing across tenants;
 - `tenants.py`: each tenant's weight and caps, and its counts of turns and runs;
-- `turns.py`: session turns and streams (admission, last-wins, permit waits, session TTL);
+- `turns.py`: session turns and streams (admission, a busy session's queue, permit waits, TTL);
+- `busy.py`: what a turn does when its session is busy (replace, reject, enqueue, rollback, steer);
+- `queues.py`, `sessions.py`: a busy session's queue and steers; sessions in memory and their TTL;
 - `runs.py`: agent runs (admission, lifecycle, human waits and deadlines, approval binding);
 - `deadlines.py`: the human deadline set, bounded by the number of waiting runs.
 
@@ -33,11 +35,12 @@ from typing import Any
 
 from agentos.kernel import events
 from agentos.kernel.commands import Command, FailTurn
+from agentos.kernel.entries import TurnState
 from agentos.kernel.limits import KernelLimits
 from agentos.kernel.permits import PermitPool
 from agentos.kernel.runs import PendingHuman, Runs, RunState
 from agentos.kernel.tenants import Tenants, TenantShare
-from agentos.kernel.turns import Turns, TurnState
+from agentos.kernel.turns import Turns
 
 __all__ = ["Kernel", "KernelLimits", "KernelStatistics", "PendingHuman", "RunState", "TenantUsage", "TurnState"]
 
@@ -64,6 +67,10 @@ class KernelStatistics:
     run_admission_limit: int  # max_active_runs (0 = off)
     shared: bool  # two tenants configured or seen: the fair-share reserve applies
     tenant_permit_cap: int  # the most permits one tenant may hold now
+    queued_turns: int  # turns waiting behind their session's active turn now
+    queued_total: int  # turns that ever waited in a session's queue (enqueue, steer)
+    steered_total: int  # steered messages delivered to a running agent turn
+    busy_refused_total: int  # turns refused for a busy session (turn_in_progress, turn_queue_full)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +95,15 @@ class Kernel:
         turns, runs = self._turns, self._runs
         self._dispatch: dict[type[Any], Callable[[Any, float], list[Command]]] = {
             events.TurnSubmitted: lambda e, now: turns.submit(
-                e.session_id, e.turn_id, e.wants_permit, now, e.tenant_id
+                e.session_id, e.turn_id, e.wants_permit, now, e.tenant_id, e.on_busy
             ),
             events.TurnOffered: lambda e, now: turns.offer(e.tenant_id),
             events.StreamRequested: self._request_stream,
             events.ProviderReleased: lambda e, now: turns.release(e.turn_id),
             events.TurnEnded: self._end_turn,
-            events.CancelRequested: lambda e, now: turns.cancel_session_turn(e.session_id, e.reason),
+            events.CancelRequested: lambda e, now: turns.cancel_session_turn(e.session_id, e.reason, now),
+            events.TurnCancelRequested: lambda e, now: turns.cancel_turn(e.turn_id, e.reason, now),
+            events.SteerClaimed: lambda e, now: turns.queues.claim_steer(e.turn_id, e.into_turn_id),
             events.SessionOpened: self._open_session,
             events.SessionClosed: lambda e, now: turns.close_session(e.session_id),
             events.Tick: lambda e, now: turns.tick(now) + runs.tick(now),
@@ -184,6 +193,10 @@ class Kernel:
             run_admission_limit=self.limits.max_active_runs,
             shared=self._tenants.multi,
             tenant_permit_cap=self._permits.tenant_cap,
+            queued_turns=turns.sessions.queued_now,
+            queued_total=turns.queues.queued,
+            steered_total=turns.queues.steered,
+            busy_refused_total=turns.refused_busy,
         )
 
     # -- the one entry point -------------------------------------------------------------------

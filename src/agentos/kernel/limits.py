@@ -36,6 +36,8 @@ class KernelLimits:
             once (`permits.py`); 0 = no reserve.
         tenant_defaults: the weight and caps of every tenant not configured otherwise
             (`TenantConfigured`).
+        max_queued_turns_per_session: turns one session may hold waiting behind its active
+            turn (`on_busy` "enqueue" and unclaimed "steer"); over it: 429 `turn_queue_full`.
     """
 
     max_in_flight_turns: int = 0
@@ -46,9 +48,11 @@ class KernelLimits:
     max_active_runs: int = 0
     fair_reserve: float = 0.1
     tenant_defaults: TenantShare = field(default_factory=TenantShare)
+    max_queued_turns_per_session: int = 8
 
     def __post_init__(self) -> None:
         assert self.max_in_flight_turns >= 0 and self.max_active_runs >= 0
+        assert self.max_queued_turns_per_session >= 0
         assert 0 <= self.fair_reserve < 1
         assert self.concurrency_limit >= 1
         assert self.session_ttl_s > 0 and self.permit_wait_timeout_s > 0

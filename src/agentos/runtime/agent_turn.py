@@ -8,10 +8,10 @@ takes one, so a run waiting for a human holds none.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
-from agentos.kernel import RUN_TERMINAL_EVENTS
+from agentos.kernel import RUN_TERMINAL_EVENTS, OnBusy
 from agentos.providers.base import Message
 from agentos.runtime.transcript import begin, message, record_event
 from agentos.runtime.turn import Outcome, Turn, TurnSink
@@ -49,9 +49,17 @@ class AgentRuns(Protocol):
 
     async def terminate(self, tenant_id: str, run_id: str, *, forward: bool = True) -> dict[str, Any]: ...
 
+    def steer(
+        self, tenant_id: str, run_id: str, text: str, claim: Callable[[], bool]
+    ) -> asyncio.Future[int | None] | None: ...
+
     async def sees_agent(self, tenant_id: str, name: str) -> bool: ...
 
     def has_agent(self, tenant_id: str, name: str) -> bool: ...
+
+    def agent_on_busy(self, tenant_id: str, name: str) -> OnBusy | None:
+        """The `on_busy` its spec sets for its sessions' turns; None: none (or no such agent)."""
+        ...
 
     async def delete_session_runs(self, tenant_id: str, session_id: str) -> None: ...
 
@@ -70,17 +78,29 @@ class AgentTurns:
         turn.run_id = await self._runs.start_run(
             turn.tenant_id, turn.agent, turn.input, turn.session_id, context=context
         )
+        for text, claim in turn.steers:  # sent while the run was being started
+            self._runs.steer(turn.tenant_id, turn.run_id, text, claim)
+        turn.steers.clear()
         async for event in self._runs.events(turn.tenant_id, turn.run_id):
             if event.type == "token":
                 partial.append(event.data.get("delta", ""))
             elif event.type in RUN_TERMINAL_EVENTS:
                 return await self._end(turn, event.type, event.data)
             if event.type not in _RUN_ONLY:
+                name = "turn.steered" if event.type == "run.steered" else event.type  # the turn's own word
                 data = {**event.data, "run_id": turn.run_id}
-                await sink.send(turn.next_event_id(), event.type, data)
-                if event.type != "token":  # stored, so a resumed turn stream replays it
-                    record_event(self._store, turn, event.type, data)
+                await sink.send(turn.next_event_id(), name, data)
+                if name != "token":  # stored, so a resumed turn stream replays it
+                    record_event(self._store, turn, name, data)
         raise AssertionError("a run's event stream ends with its terminal event")  # pragma: no cover
+
+    def steer(self, into: Turn, text: str, claim: Callable[[], bool]) -> None:
+        """Offer `text` to the run behind the agent turn `into` (kept on the turn until its run
+        exists). Not taken (the run ended first), the message waits its turn in the queue."""
+        if into.run_id is None:
+            into.steers.append((text, claim))
+        else:
+            self._runs.steer(into.tenant_id, into.run_id, text, claim)
 
     async def stop(self, turn: Turn, reason: str) -> None:
         if turn.run_id is not None and reason in _STOPS_RUN:

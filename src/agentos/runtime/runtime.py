@@ -15,7 +15,7 @@ from agentos.clock import Clock
 from agentos.config import Settings
 from agentos.errors import AdmissionRejected, ShuttingDown
 from agentos.ids import new_id
-from agentos.kernel import Kernel, KernelLimits, RejectRun, RejectTurn, RunOffered, TenantShare, TurnOffered
+from agentos.kernel import Kernel, KernelLimits, OnBusy, RejectRun, RejectTurn, RunOffered, TenantShare, TurnOffered
 from agentos.metrics import Metrics
 from agentos.providers.base import Provider
 from agentos.runtime.agent_turn import AgentTurns
@@ -64,6 +64,7 @@ def kernel_limits(settings: Settings) -> KernelLimits:
         retry_after_s=k.retry_after_s,
         max_active_runs=k.max_active_runs,
         fair_reserve=k.fair_reserve,
+        max_queued_turns_per_session=k.max_queued_turns_per_session,
         tenant_defaults=TenantShare(t.weight, t.max_concurrent_turns, t.max_active_runs),
     )
 
@@ -131,8 +132,10 @@ class Runtime:
 
     # Every call names the caller's tenant: another tenant's session is a SessionNotFound.
 
-    async def create_session(self, tenant_id: str, agent: str | None, metadata: dict[str, Any]) -> SessionRecord:
-        return await self.sessions.create(tenant_id, agent, metadata)
+    async def create_session(
+        self, tenant_id: str, agent: str | None, metadata: dict[str, Any], *, on_busy: OnBusy | None = None
+    ) -> SessionRecord:
+        return await self.sessions.create(tenant_id, agent, metadata, on_busy=on_busy)
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord:
         return await self.sessions.get(tenant_id, session_id)
@@ -179,6 +182,18 @@ class Runtime:
         """
         self.sessions.check_loaded(tenant_id, session_id)
         return self._turns.cancel(session_id, reason)
+
+    def cancel_turn_by_id(self, tenant_id: str, session_id: str, turn_id: str) -> bool:
+        """Cancel one turn of a session in memory by id (a queued one leaves the queue); whether
+        it was live here (another session's or tenant's turn is not).
+
+        Raises: SessionNotFound (not in memory, or another tenant's).
+        """
+        self.sessions.check_loaded(tenant_id, session_id)
+        turn = self._turns.get(turn_id)
+        if turn is None or turn.session_id != session_id or turn.tenant_id != tenant_id:
+            return False
+        return self._turns.cancel_by_id(turn_id)
 
     async def follow_turn(
         self, tenant_id: str, session_id: str, turn_id: str, after_seq: int

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from agentos.clock import wall_ms
 from agentos.errors import NotFound, SessionNotFound
 from agentos.ids import new_id
-from agentos.kernel import EvictSession, SessionClosed, SessionOpened
+from agentos.kernel import DEFAULT_ON_BUSY, EvictSession, OnBusy, SessionClosed, SessionOpened
 from agentos.runtime.driver import Driver
 from agentos.store.base import Store
 from agentos.store.records import SessionRecord
@@ -46,6 +46,7 @@ class Sessions:
         # turn does not read the store to learn how to run.
         self._agents: dict[str, str] = {}
         self._tenants: dict[str, str] = {}  # session id -> tenant, for the sessions in memory
+        self._on_busy: dict[str, OnBusy] = {}  # a default other than "replace", for the sessions in memory
         driver.on(EvictSession, self._evict)
 
     def agent_of(self, session_id: str) -> str | None:
@@ -73,7 +74,14 @@ class Sessions:
             return self._agents.get(record.session_id)
         return DEFAULT_AGENT if self._has_default_agent(record.tenant_id) else None
 
-    async def create(self, tenant_id: str, agent: str | None, metadata: dict[str, Any]) -> SessionRecord:
+    def on_busy_of(self, session_id: str) -> OnBusy:
+        """The default `on_busy` of the in-memory session's turns: its own (set when it was
+        opened), else its agent's, else "replace"."""
+        return self._on_busy.get(session_id, DEFAULT_ON_BUSY)
+
+    async def create(
+        self, tenant_id: str, agent: str | None, metadata: dict[str, Any], *, on_busy: OnBusy | None = None
+    ) -> SessionRecord:
         """Open a session of `tenant_id` run by `agent` (None: the default, see `DEFAULT_AGENT`);
         the agent must be one the tenant sees (a config agent or one of its own).
 
@@ -85,7 +93,12 @@ class Sessions:
                 f"unknown agent {agent!r}; define it in the config or with POST /v1/agents", code="agent_not_found"
             )
         record = SessionRecord(
-            session_id=new_id("ses"), tenant_id=tenant_id, agent=agent, metadata=metadata, created_at_ms=wall_ms()
+            session_id=new_id("ses"),
+            tenant_id=tenant_id,
+            agent=agent,
+            metadata=metadata,
+            created_at_ms=wall_ms(),
+            on_busy=on_busy,
         )
         await self._store.create_session(record)
         self._open(record)
@@ -129,6 +142,7 @@ class Sessions:
             raise SessionNotFound(session_id)
         self._driver.handle(SessionClosed(session_id))  # cancels its running turn
         self._agents.pop(session_id, None)
+        self._on_busy.pop(session_id, None)
         self._tenants.pop(session_id, None)
         if self._runs is not None:
             await self._runs.delete_session_runs(tenant_id, session_id)
@@ -138,6 +152,11 @@ class Sessions:
         # session without an agent of its own runs it.
         if record.agent != DEFAULT_AGENT or self._has_default_agent(record.tenant_id):
             self._agents[record.session_id] = record.agent
+        on_busy = record.on_busy
+        if on_busy is None and record.session_id in self._agents and self._runs is not None:
+            on_busy = self._runs.agent_on_busy(record.tenant_id, record.agent)
+        if on_busy is not None and on_busy != DEFAULT_ON_BUSY:
+            self._on_busy[record.session_id] = on_busy
         self._tenants[record.session_id] = record.tenant_id
         self._driver.handle(SessionOpened(record.session_id))
 
@@ -147,6 +166,7 @@ class Sessions:
     def _evict(self, command: EvictSession) -> None:
         self._store.forget_session(command.session_id)
         self._agents.pop(command.session_id, None)
+        self._on_busy.pop(command.session_id, None)
         self._tenants.pop(command.session_id, None)
         if self._on_evicted is not None:
             self._on_evicted()

@@ -8,6 +8,7 @@ own handler task: no extra task and no queue hop per token) and sends its events
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -16,7 +17,9 @@ from agentos.providers.base import Message
 from agentos.store.records import MessageRecord
 from agentos.telemetry import NULL_SPAN, Span
 
-EventName = Literal["turn.started", "token", "turn.completed", "turn.cancelled", "turn.failed"]
+EventName = Literal[
+    "turn.queued", "turn.started", "token", "turn.steered", "turn.completed", "turn.cancelled", "turn.failed"
+]
 TERMINAL_EVENTS: frozenset[str] = frozenset({"turn.completed", "turn.cancelled", "turn.failed"})
 
 
@@ -82,6 +85,12 @@ class Turn:
         "asked",
         "prompt",
         "tools",
+        "queued",
+        "rollback",
+        "rolls_back",
+        "rollback_elsewhere",
+        "steered_into",
+        "steers",
         "_seq",
     )
 
@@ -112,6 +121,15 @@ class Turn:
         # mode), ending with `input`; None: the session's transcript, then `input`.
         self.prompt: list[Message] | None = None
         self.tools: list[dict[str, Any]] | None = None  # a client's own tools (plain chat turns only)
+        # While it waits in its session's queue (`on_busy` enqueue or steer): `(ahead, accepted)`,
+        # the turns ahead of it when it joined and the future its promotion resolves.
+        self.queued: tuple[int, asyncio.Future[None]] | None = None
+        self.rollback = False  # replaced by a turn with `on_busy` "rollback": its messages go
+        self.rolls_back: list[str] = []  # the turns this one replaced with "rollback"
+        self.rollback_elsewhere = False  # "rollback" in a session idle here: perhaps busy on another node
+        self.steered_into: str | None = None  # its message was delivered into this agent turn
+        # Messages steered into this agent turn before its run existed: offered once it does.
+        self.steers: list[tuple[str, Callable[[], bool]]] = []
         self._seq = 0
 
     @property

@@ -33,10 +33,26 @@ from agentos.errors import (
     ShuttingDown,
     StaleTurn,
     StoreUnavailable,
+    TurnInProgress,
     new_error_id,
 )
 from agentos.ids import new_id
-from agentos.kernel import CancelRequested, CancelTurn, GrantPermit, RejectTurn, TurnEnded, TurnSubmitted
+from agentos.kernel import (
+    AcceptTurn,
+    CancelRequested,
+    CancelTurn,
+    DeliverSteer,
+    GrantPermit,
+    OnBusy,
+    QueueTurn,
+    RejectTurn,
+    SteerClaimed,
+    SteerTurn,
+    TurnCancelRequested,
+    TurnEnded,
+    TurnState,
+    TurnSubmitted,
+)
 from agentos.metrics import Metrics
 from agentos.providers.base import Message
 from agentos.runtime.agent_turn import AgentTurns
@@ -55,6 +71,7 @@ if TYPE_CHECKING:
     from agentos.coordination.bus import Bus
 
 log = logging.getLogger("agentos.turns")
+_REPLACING = frozenset({"replace", "rollback"})  # strategies that never wait for a running turn
 
 
 class Turns:
@@ -85,6 +102,9 @@ class Turns:
         self.idle = asyncio.Event()  # set while no turn is live
         self.idle.set()
         driver.on(CancelTurn, self._on_cancel)
+        driver.on(AcceptTurn, self._on_accept)
+        driver.on(SteerTurn, self._on_steer)
+        driver.on(DeliverSteer, self._on_deliver)
         self.epochs = TurnEpochs(driver, store, bus, self.get)
 
     def __len__(self) -> int:
@@ -106,19 +126,29 @@ class Turns:
         prompt: list[Message] | None = None,
         tools: list[dict[str, Any]] | None = None,
         key_id: str = "",
+        on_busy: OnBusy | None = None,
     ) -> Turn:
         """Admit a turn in the tenant's session; `run` runs it. `key_id`: the key that asked
         (its model calls are counted against it: the usage ledger, the key's budget).
+        `on_busy`: what it does if the session runs a turn (None: the session's default,
+        docs/conversations.md); a queued turn is admitted and `run` waits for its turn.
 
         Raises:
             ShuttingDown: the server is draining.
             SessionNotFound: no such session (or another tenant's).
-            AdmissionRejected: over `kernel.max_in_flight_turns` (code "overloaded") or the
-                session's tenant's `max_concurrent_turns` ("tenant_concurrent_turns").
+            AdmissionRejected: over `kernel.max_in_flight_turns` (code "overloaded"), the
+                session's tenant's `max_concurrent_turns` ("tenant_concurrent_turns") or the
+                session's queue bound ("turn_queue_full").
+            TurnInProgress: `on_busy` "reject" and the session runs a turn; or any strategy
+                but replace and rollback while it runs one on another node (PostgreSQL).
+            StoreUnavailable: that other node's turn could not be looked up.
         """
         if not self.accepting:
             raise ShuttingDown("the server is shutting down")
         await self._sessions.ensure_loaded(tenant_id, session_id)
+        on_busy = on_busy or self._sessions.on_busy_of(session_id)
+        if on_busy not in _REPLACING:
+            await self._check_elsewhere(tenant_id, session_id)
         agent = self._sessions.agent_of(session_id) if self._agents is not None else None
         turn_id = new_id("turn")
         held = self._driver.turn_holds is None or await self._driver.hold_turn(turn_id, tenant_id)
@@ -129,19 +159,37 @@ class Turns:
         turn.prompt, turn.tools, turn.key_id = prompt, tools, key_id
         self._turns[turn.turn_id] = turn
         self.idle.clear()
-        commands = self._driver.handle(TurnSubmitted(session_id, turn.turn_id, agent is None, tenant_id))
+        submitted = TurnSubmitted(session_id, turn.turn_id, agent is None, tenant_id, on_busy)
+        commands = self._driver.handle(submitted)
         if isinstance(commands[0], RejectTurn):
             self._forget(turn)
             if self._driver.turn_holds is not None:
                 self._driver.turn_holds.release(turn_id)  # held above, never started
-            raise AdmissionRejected(commands[0].retry_after_s, code=commands[0].code)
-        if agent is None and GrantPermit(turn.turn_id) not in commands:
+            raise _refusal(session_id, commands[0])
+        turn.rolls_back = [c.turn_id for c in commands if isinstance(c, CancelTurn) and c.rollback]
+        turn.rollback_elsewhere = on_busy == "rollback" and not turn.rolls_back and self.epochs.fencing
+        queued = next((c for c in commands if isinstance(c, QueueTurn)), None)
+        if queued is not None:  # it waits its turn: `_on_accept` resolves the future
+            turn.queued = (queued.ahead, asyncio.get_running_loop().create_future())
+        elif agent is None and GrantPermit(turn.turn_id) not in commands:
             turn.permit = self._driver.waits_for_permit(turn.turn_id)
         if self._tracing.on:  # on the request's span: admitted, and whether a permit was free
             self._tracing.event(
                 "agentos.turn.admitted", {"agentos.turn.id": turn_id, "agentos.permit.waits": turn.permit is not None}
             )
         return turn
+
+    async def _check_elsewhere(self, tenant_id: str, session_id: str) -> None:
+        """A turn that must not replace: refuse it if the session runs a turn on another node
+        (PostgreSQL). Queues and steers are this node's kernel's, so a session busy elsewhere
+        refuses them too, rather than starting a turn that would fence the running one out.
+
+        Raises: TurnInProgress; StoreUnavailable."""
+        if not self.epochs.fencing or self._driver.kernel.active_turn(session_id) is not None:
+            return  # one node, or busy here: the kernel decides
+        running = await self._store.running_turn(tenant_id, session_id)
+        if running is not None and running not in self._turns:
+            raise TurnInProgress(session_id, running)
 
     def cancel(self, session_id: str, reason: str = "cancelled") -> str | None:
         """Cancel the session's running turn; returns its id, or None if none was running."""
@@ -155,6 +203,13 @@ class Turns:
         if turn_id is not None or not self.epochs.fencing:
             return turn_id
         return await self.epochs.cancel(tenant_id, session_id)
+
+    def cancel_by_id(self, turn_id: str) -> bool:
+        """Cancel one live turn of this node by id (a queued one leaves its queue); whether it was live."""
+        if turn_id not in self._turns:
+            return False
+        self._driver.handle(TurnCancelRequested(turn_id))
+        return True
 
     def cancel_all(self, reason: str) -> None:
         for turn_id in list(self._turns):
@@ -176,7 +231,10 @@ class Turns:
         try:
             if turn.cancel_reason is not None:  # cancelled before it started running
                 raise asyncio.CancelledError
-            await self.epochs.begin(turn)
+            if turn.queued is not None and await self._wait_turn(turn, self._published(turn, sink)):
+                data = {"steered_into": turn.steered_into}  # delivered: the agent turn answers it
+                return await self._finish(turn, sink, "turn.completed", data, None)
+            await self._begin(turn)
             outcome = await self._execute(turn, self._published(turn, sink), partial)
             await self._finish(turn, sink, outcome.name, outcome.data, None, outcome.answer)
         except asyncio.CancelledError:
@@ -210,6 +268,67 @@ class Turns:
             self._store.end_turn(turn.turn_id)  # a no-op if it completed (see _finish)
             self._driver.handle(TurnEnded(turn.turn_id))
 
+    async def _begin(self, turn: Turn) -> None:
+        """Take the session's turn epoch; a rollback then removes the turns it replaced from the
+        transcript, before this turn reads it. With PostgreSQL the replaced turn may run on
+        another node: it is the session's running turn just before the bump, which fences it out."""
+        elsewhere = None
+        if turn.rollback_elsewhere:
+            elsewhere = await self._store.running_turn(turn.tenant_id, turn.session_id)
+        await self.epochs.begin(turn)
+        for rolled_back in [*turn.rolls_back, *([elsewhere] if elsewhere else [])]:
+            await self._store.delete_turn_messages(turn.tenant_id, turn.session_id, rolled_back)
+
+    async def _wait_turn(self, turn: Turn, sink: TurnSink) -> bool:
+        """A queued turn: say so, then wait until the turns ahead of it are done (or it is
+        cancelled: the task is, as for any turn). True: it was a steer, and its message was
+        delivered into the running agent turn instead."""
+        assert turn.queued is not None
+        ahead, accepted = turn.queued
+        data = {"turn_id": turn.turn_id, "ahead": ahead}
+        await sink.send(turn.next_event_id(), "turn.queued", data)
+        record_event(self._store, turn, "turn.queued", data)
+        await accepted
+        return turn.steered_into is not None
+
+    def _on_steer(self, command: SteerTurn) -> None:
+        """Offer the queued turn's message to the running agent turn's run. Its claim goes
+        through the kernel, which decides once: delivered, or (the turn ended first) promoted."""
+        turn, into = self._turns.get(command.turn_id), self._turns.get(command.into_turn_id)
+        if turn is None or into is None or self._agents is None:
+            return  # not offered: it waits its turn in the queue
+
+        def claim() -> bool:
+            delivered = DeliverSteer(command.turn_id, command.into_turn_id)
+            return delivered in self._driver.handle(SteerClaimed(command.turn_id, command.into_turn_id))
+
+        self._agents.steer(into, turn.input, claim)
+
+    def _on_deliver(self, command: DeliverSteer) -> None:
+        """The running agent turn took the queued turn's message: it joins the transcript (before
+        that turn's answer) and the queued turn ends without running."""
+        turn = self._turns.get(command.turn_id)
+        if turn is None or turn.queued is None:
+            return  # pragma: no cover - the kernel delivers only turns it still holds queued
+        turn.steered_into = command.into_turn_id
+        turn.asked = True
+        self._store.add_message(message(turn, "user", turn.input, "completed"))
+        accepted = turn.queued[1]
+        if not accepted.done():
+            accepted.set_result(None)
+
+    def _on_accept(self, command: AcceptTurn) -> None:
+        """A queued turn's turn came: it runs now (and waits for a permit if none was free)."""
+        turn = self._turns.get(command.turn_id)
+        if turn is None or turn.queued is None:
+            return  # admitted at once: `start` saw it
+        accepted = turn.queued[1]
+        turn.queued = None
+        if turn.agent is None and self._driver.kernel.turn_state(turn.turn_id) is TurnState.WAITING:
+            turn.permit = self._driver.waits_for_permit(turn.turn_id)
+        if not accepted.done():
+            accepted.set_result(None)
+
     def _published(self, turn: Turn, sink: TurnSink) -> TurnSink:
         return sink if self._streams is None else PublishingSink(sink, self._streams, turn)
 
@@ -234,6 +353,7 @@ class Turns:
         if turn is None or turn.finishing:
             return
         turn.cancel_reason = command.reason
+        turn.rollback = command.rollback
         if command.reason == "superseded":  # by the turn whose request is the current span
             turn.superseded_by = self._tracing.current_traceparent()
         if turn.task is not None:
@@ -287,7 +407,7 @@ class Turns:
         elif data.get("reason") != "session_deleted" and not fenced:
             # A closed store refuses the records; the client is still told how the turn ended.
             with suppress(StoreUnavailable):
-                if partial is not None and turn.asked:  # no answer without its question
+                if partial is not None and turn.asked and not turn.rollback:  # no answer without its question
                     self._store.add_message(message(turn, "assistant", "".join(partial), outcome))
                 record_event(self._store, turn, name, data)
         self._ended(turn, name, data)
@@ -319,6 +439,12 @@ class Turns:
             data.get("reason", "-"),
             duration_ms,
         )
+
+
+def _refusal(session_id: str, rejected: RejectTurn) -> Exception:
+    if rejected.code == "turn_in_progress":
+        return TurnInProgress(session_id, rejected.running_turn_id)
+    return AdmissionRejected(rejected.retry_after_s, code=rejected.code)
 
 
 def _trace_outcome(turn: Turn, outcome: str, data: dict[str, Any]) -> None:

@@ -121,9 +121,23 @@ class Store(Protocol):
         none of its fenced writes can still be queued (its answer was committed)."""
         ...
 
+    async def running_turn(self, tenant_id: str, session_id: str) -> str | None:
+        """The session's turn still running on any node (it holds the epoch and stored no answer
+        yet), for `on_busy` reject across nodes; None if none (or one node).
+
+        Raises: StoreUnavailable.
+        """
+        ...
+
     async def wait_space(self) -> None: ...
     def add_message(self, record: MessageRecord) -> None: ...
     async def commit_message(self, record: MessageRecord) -> None: ...
+    async def delete_turn_messages(self, tenant_id: str, session_id: str, turn_id: str) -> None:
+        """Remove a turn's messages from the transcript (a turn rolled back, `on_busy`
+        "rollback"), after every write of them queued before the call; unless it completed after
+        all (its answer committed before it could be stopped): then they stay."""
+        ...
+
     async def history(self, tenant_id: str, session_id: str, *, limit: int) -> list[MessageRecord]: ...
     async def list_messages(
         self, tenant_id: str, session_id: str, *, after: int, limit: int
@@ -180,4 +194,7 @@ class OneNodeTurns:
         return None
 
     def end_turn(self, turn_id: str, *, pending_writes: bool = True) -> None:
+        return None
+
+    async def running_turn(self, tenant_id: str, session_id: str) -> str | None:
         return None

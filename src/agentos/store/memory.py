@@ -104,6 +104,13 @@ class MemoryStore(OneNodeTurns):
     def _transcript(self, tenant_id: str, session_id: str) -> list[MessageRecord]:
         return [m for m in self._messages.get(session_id, []) if m.tenant_id == tenant_id]
 
+    async def delete_turn_messages(self, tenant_id: str, session_id: str, turn_id: str) -> None:
+        transcript = self._messages.get(session_id)
+        if transcript is None or self._owned(tenant_id, session_id) is None:
+            return
+        if not any(m.turn_id == turn_id and m.role == "assistant" and m.status == "completed" for m in transcript):
+            transcript[:] = [m for m in transcript if m.turn_id != turn_id]
+
     async def history(self, tenant_id: str, session_id: str, *, limit: int) -> list[MessageRecord]:
         return self._transcript(tenant_id, session_id)[-limit:]
 

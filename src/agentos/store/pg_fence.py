@@ -85,6 +85,14 @@ CANCEL = _BUMP.format(
 )
 
 
+# The session's running turn on any node, by the same rule as CANCEL's: it holds the epoch and
+# has stored no answer (every turn stores one, whole or partial, when it ends).
+RUNNING = """
+SELECT s.active_turn FROM sessions s WHERE s.tenant_id = $1 AND s.session_id = $2 AND s.active_turn IS NOT NULL
+AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.turn_id = s.active_turn AND m.role = 'assistant')
+"""
+
+
 class TurnEpochs:
     """The epochs of the turns this node runs, and the bumps that hand them out."""
 

@@ -15,7 +15,10 @@ _encode = msgspec.json.encode
 
 # A batch applied again after a failure may repeat a write, so the writes with a natural key
 # are idempotent. Events and access rows have none; they are sheddable anyway.
-INSERT_SESSION = "INSERT INTO sessions VALUES ($1, $2, $3, $4::jsonb, $5) ON CONFLICT (session_id) DO NOTHING"
+INSERT_SESSION = (
+    "INSERT INTO sessions (session_id, tenant_id, agent, metadata, created_at_ms, on_busy)"
+    " VALUES ($1, $2, $3, $4::jsonb, $5, $6) ON CONFLICT (session_id) DO NOTHING"
+)
 # A message, with its turn's terminal event when $9 (its type) is not NULL (`commit_answer`):
 # one statement, so the event is stored exactly when the answer is, and every write of the
 # messages lane stays one statement (one `executemany` per batch). `{fence}`: pg_fence's.
@@ -38,7 +41,6 @@ INSERT_ACCESS = (
     "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote, key_id, trace_id)"
     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
 )
-SESSION_COLUMNS = "session_id, tenant_id, agent, metadata, created_at_ms"
 TOKENS_SINCE = """SELECT tenant_id, SUM(COALESCE((usage->>'prompt_tokens')::bigint, 0)
 + COALESCE((usage->>'completion_tokens')::bigint, 0)) FROM messages
 WHERE usage IS NOT NULL AND created_at_ms >= $1 GROUP BY tenant_id"""

@@ -39,7 +39,7 @@ from agentos.store.base import StoreStatistics
 from agentos.store.event_rows import EVENT_COLUMNS, event_from_row
 from agentos.store.jsonl import JsonlLog
 from agentos.store.ledger import UsageQuery, UsageRow, UsageTotal
-from agentos.store.pg_fence import FENCED_INSERT_EVENT, FENCED_INSERT_MESSAGE, FencedTurns, TurnEpochs
+from agentos.store.pg_fence import FENCED_INSERT_EVENT, FENCED_INSERT_MESSAGE, RUNNING, FencedTurns, TurnEpochs
 from agentos.store.pg_health import HealthCheck, classify, outage_of, within
 from agentos.store.pg_pool import pooled
 from agentos.store.pg_rows import (
@@ -47,13 +47,12 @@ from agentos.store.pg_rows import (
     INSERT_EVENT,
     INSERT_MESSAGE,
     INSERT_SESSION,
-    SESSION_COLUMNS,
     TOKENS_SINCE,
     message_params,
 )
 from agentos.store.pg_writer import PgWriter
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
-from agentos.store.rows import MESSAGE_COLUMNS, message_from_row, session_from_row
+from agentos.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, message_from_row, session_from_row
 
 if TYPE_CHECKING:
     import asyncpg
@@ -160,7 +159,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
     # -- sessions ----------------------------------------------------------------------------
 
     async def create_session(self, r: SessionRecord) -> None:
-        params = (r.session_id, r.tenant_id, r.agent, _encode(r.metadata).decode(), r.created_at_ms)
+        params = (r.session_id, r.tenant_id, r.agent, _encode(r.metadata).decode(), r.created_at_ms, r.on_busy)
         await within(self._lanes[0].submit(INSERT_SESSION, params), "creating a session", self._bound_s)
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
@@ -235,6 +234,20 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
     async def commit_message(self, record: MessageRecord) -> None:
         op = self._epochs.route(record.turn_id, INSERT_MESSAGE, FENCED_INSERT_MESSAGE, message_params(record))
         await within(self._lanes[0].submit(*op), "committing a message", self._bound_s)
+
+    async def running_turn(self, tenant_id: str, session_id: str) -> str | None:
+        rows = await self._fetch(self._lanes[0], RUNNING, tenant_id, session_id)
+        return str(rows[0][0]) if rows else None
+
+    async def delete_turn_messages(self, tenant_id: str, session_id: str, turn_id: str) -> None:
+        # On the lane its messages were put on (ordered after them), and not fenced: the turn
+        # that rolls another back deletes the older turn's rows, whatever its epoch. A turn that
+        # completed (another node's, which finished before the rollback's bump) keeps them.
+        sql = (
+            "DELETE FROM messages WHERE tenant_id = $1 AND session_id = $2 AND turn_id = $3 AND NOT EXISTS"
+            " (SELECT 1 FROM messages m WHERE m.turn_id = $3 AND m.role = 'assistant' AND m.status = 'completed')"
+        )
+        await within(self._lanes[0].submit(sql, (tenant_id, session_id, turn_id)), "deleting a turn", self._bound_s)
 
     async def history(self, tenant_id: str, session_id: str, *, limit: int) -> list[MessageRecord]:
         sql = (

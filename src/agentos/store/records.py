@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from agentos.kernel import OnBusy
+
 DEFAULT_TENANT = "default"
 
 MessageStatus = Literal["completed", "cancelled", "failed"]
@@ -21,6 +23,7 @@ class SessionRecord(msgspec.Struct, kw_only=True):
     agent: str = "default"
     metadata: dict[str, Any] = {}
     created_at_ms: int = 0
+    on_busy: OnBusy | None = None  # its turns' default `on_busy`; None: its agent's, else "replace"
 
 
 class MessageRecord(msgspec.Struct, kw_only=True):

@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from agentos.kernel import ON_BUSY
 from agentos.store.records import MessageRecord, SessionRecord
 
 MESSAGE_COLUMNS = "message_id, tenant_id, session_id, turn_id, role, content, status, usage, created_at_ms"
@@ -36,8 +37,16 @@ def message_from_row(row: Any) -> MessageRecord:
     )
 
 
+SESSION_COLUMNS = "session_id, tenant_id, agent, metadata, created_at_ms, on_busy"
+
+
 def session_from_row(row: Any) -> SessionRecord:
-    sid, tenant, agent, metadata, created = row
+    sid, tenant, agent, metadata, created, on_busy = row
     return SessionRecord(
-        session_id=sid, tenant_id=tenant, agent=agent, metadata=_decode(metadata), created_at_ms=created
+        session_id=sid,
+        tenant_id=tenant,
+        agent=agent,
+        metadata=_decode(metadata),
+        created_at_ms=created,
+        on_busy=on_busy if on_busy in ON_BUSY else None,
     )

@@ -34,7 +34,7 @@ from agentos.store.event_rows import EVENT_COLUMNS, event_from_row, migrate_sqli
 from agentos.store.jsonl import JsonlLog
 from agentos.store.ledger import UsageQuery, UsageRow, UsageTotal
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
-from agentos.store.rows import MESSAGE_COLUMNS, message_from_row, message_params, session_from_row
+from agentos.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, message_from_row, message_params, session_from_row
 from agentos.store.sqlite_rows import (
     ACCESS_SCHEMA,
     EVENTS_SCHEMA,
@@ -43,6 +43,7 @@ from agentos.store.sqlite_rows import (
     INSERT_SESSION,
     SESSIONS_SCHEMA,
     migrate_access,
+    migrate_sessions,
 )
 from agentos.store.writer import Writer
 
@@ -70,7 +71,9 @@ class SQLiteStore(OneNodeTurns):
         }
         # A question (a put) kept until stored when the disk fails its batch (store/sqlite_outage.py)
         sessions_schema = SESSIONS_SCHEMA + TURN_ENDS_SCHEMA
-        self._sessions = Writer("messages", data_dir / "sessions.db", sessions_schema, retry_puts=True, **opts)
+        self._sessions = Writer(
+            "messages", data_dir / "sessions.db", sessions_schema, migrate=migrate_sessions, retry_puts=True, **opts
+        )
         self._events = Writer(
             "events",
             data_dir / "events.db",
@@ -112,13 +115,14 @@ class SQLiteStore(OneNodeTurns):
     # -- sessions ----------------------------------------------------------------------------
 
     async def create_session(self, r: SessionRecord) -> None:
-        params = (r.session_id, r.tenant_id, r.agent, _encode(r.metadata).decode(), r.created_at_ms)
+        params = (r.session_id, r.tenant_id, r.agent, _encode(r.metadata).decode(), r.created_at_ms, r.on_busy)
         await self._sessions.submit(INSERT_SESSION, params)
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
         def read(conn: sqlite3.Connection) -> SessionRecord | None:
             row = conn.execute(
-                "SELECT * FROM sessions WHERE session_id = ? AND tenant_id = ?", (session_id, tenant_id)
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ? AND tenant_id = ?",
+                (session_id, tenant_id),
             ).fetchone()
             return session_from_row(row) if row else None
 
@@ -130,8 +134,8 @@ class SQLiteStore(OneNodeTurns):
     ) -> list[SessionRecord]:
         def read(conn: sqlite3.Connection) -> list[SessionRecord]:
             rows = conn.execute(
-                "SELECT * FROM sessions WHERE tenant_id = ? AND session_id > ? AND (? IS NULL OR agent = ?)"
-                " ORDER BY session_id LIMIT ?",
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant_id = ? AND session_id > ?"
+                " AND (? IS NULL OR agent = ?) ORDER BY session_id LIMIT ?",
                 (tenant_id, after or "", agent, agent, limit),
             ).fetchall()
             return [session_from_row(row) for row in rows]
@@ -190,6 +194,15 @@ class SQLiteStore(OneNodeTurns):
 
     async def commit_message(self, record: MessageRecord) -> None:
         await self._sessions.submit(INSERT_MESSAGE, message_params(record))
+
+    async def delete_turn_messages(self, tenant_id: str, session_id: str, turn_id: str) -> None:
+        # Through the queue its messages were put on: ordered after them. A turn that completed
+        # after all (its answer was committing when it was replaced) keeps them.
+        sql = (
+            "DELETE FROM messages WHERE tenant_id = ? AND session_id = ? AND turn_id = ? AND NOT EXISTS"
+            " (SELECT 1 FROM messages m WHERE m.turn_id = ? AND m.role = 'assistant' AND m.status = 'completed')"
+        )
+        await self._sessions.submit(sql, (tenant_id, session_id, turn_id, turn_id))
 
     async def history(self, tenant_id: str, session_id: str, *, limit: int) -> list[MessageRecord]:
         def read(conn: sqlite3.Connection) -> list[MessageRecord]:

@@ -10,7 +10,8 @@ from agentos.store.sqlite_table import Table, script
 
 SESSIONS = Table(
     "sessions",
-    "session_id TEXT PRIMARY KEY, tenant_id TEXT, agent TEXT, metadata TEXT, created_at_ms INTEGER",
+    "session_id TEXT PRIMARY KEY, tenant_id TEXT, agent TEXT, metadata TEXT, created_at_ms INTEGER, on_busy TEXT",
+    nullable=("on_busy",),  # NULL: the session's turns default to its agent's on_busy, else replace
     indexes=("sessions_by_tenant (tenant_id, session_id)",),
 )
 MESSAGES = Table(
@@ -37,6 +38,13 @@ EVENTS_SCHEMA = script(EVENTS, "DROP INDEX IF EXISTS events_by_session;")
 ACCESS_SCHEMA = script(ACCESS_LOG)
 
 
+def migrate_sessions(conn: sqlite3.Connection) -> None:
+    """Files made before `on_busy` lack the column: add it (old sessions read NULL: the default)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
+    if "on_busy" not in columns:
+        conn.execute("ALTER TABLE sessions ADD COLUMN on_busy TEXT")
+
+
 def migrate_access(conn: sqlite3.Connection) -> None:
     """Files made before keys (or traces) existed lack `key_id` (`trace_id`): add it (old rows read '')."""
     columns = {row[1] for row in conn.execute("PRAGMA table_info(access_log)")}
@@ -47,7 +55,7 @@ def migrate_access(conn: sqlite3.Connection) -> None:
 
 # A writer retry may repeat a batch (after a COMMIT that reported failure), so writes with a
 # natural key are idempotent. Events and access rows have none; they are sheddable anyway.
-INSERT_SESSION = "INSERT INTO sessions VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING"
+INSERT_SESSION = SESSIONS.insert() + " ON CONFLICT (session_id) DO NOTHING"
 # Upsert: a turn has one message per role.
 INSERT_MESSAGE = MESSAGES.insert(generated=("message_id",)) + (
     " ON CONFLICT (turn_id, role) DO UPDATE SET content = excluded.content, status = excluded.status,"
