@@ -7,10 +7,10 @@ import argparse
 import shlex
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -74,3 +74,11 @@ def in_work_dir(keep_dir: Path | None, prefix: str, body: Callable[[Path], T]) -
         return body(keep_dir)
     with tempfile.TemporaryDirectory(prefix=prefix) as work:
         return body(Path(work))
+
+
+def print_outcome(paths: Iterable[Path], verdict: dict[str, dict[str, Any]]) -> None:
+    """The report's files, then each target of its verdict: `met` or `NOT MET`, with its value."""
+    for path in paths:
+        print(path)
+    for target, v in verdict.items():
+        print(f"{'met' if v['met'] else 'NOT MET'}: {target} ({v['value']})")
