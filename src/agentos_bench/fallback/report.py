@@ -28,7 +28,7 @@ def fallback_markdown(report: dict[str, Any]) -> str:
         *(f"- **Note:** {note}" for note in plan["notes"]), "",
         "## Verdict", "", "| target | met | value |", "|---|---|---|",
         *(f"| {t} | **{'yes' if v['met'] else 'NO'}** | {cell(v['value'])} |" for t, v in report["verdict"].items()),
-        "", "## The arithmetic", "", *_arithmetic(fault), "",
+        "", "## The arithmetic", "", *_arithmetic(fault, plan), "",
         "## Phases of the fault run", "", *_phases(fault), "",
     ]  # fmt: skip
     if control := report.get("control"):
@@ -48,8 +48,9 @@ def _pcts(ttft: dict[str, Any]) -> str:
     return f"{' / '.join(cell(ttft.get(p)) for p in ('p50', 'p95', 'p99'))} (n={ttft.get('n', 0)})"
 
 
-def _arithmetic(fault: dict[str, Any]) -> list[str]:
-    phases, breaker = fault["phases"], fault["breaker"]
+def _arithmetic(fault: dict[str, Any], plan: dict[str, Any]) -> list[str]:
+    phases, breaker, mock = fault["phases"], fault["breaker"], plan["mock"]
+    turn_s = mock["ttft_ms"] / 1000 + mock["tokens"] / mock["tps"]
     before = phases["before"]["ttft_ms"].get("p95")
     open_ = phases.get("open", {}).get("ttft_ms", {}).get("p95")
     lines = [f"- TTFT p95 added = p95 while the breaker is open ({cell(open_)} ms) - p95 before the fault "
@@ -68,7 +69,8 @@ def _arithmetic(fault: dict[str, Any]) -> list[str]:
         f"{cell(breaker.get('opened_after_s_at_least'))} s, did not); first seen open after "
         f"{cell(breaker.get('first_open_after_s'))} s, closed again {cell(breaker.get('closed_again_before_held'))} "
         "times in between (a call sent before the fault that completes after it closes the breaker and resets its "
-        "run of failures: `Breakers.success`)",
+        "run of failures: `Breakers.success`); such calls end up to one mock turn after the switch "
+        f"({mock['ttft_ms']:g} ms + {mock['tokens']} tokens at {mock['tps']:g}/s = {turn_s:g} s)",
         f"- /metrics read every {breaker['poll_ms']:g} ms, answers {cell(breaker['poll_gap_ms']['p50'])} ms apart "
         f"(p50; max {cell(breaker['poll_gap_ms']['max'])} ms): the timing's granularity",
         f"- Half-open probes while the fault lasted: {cell(breaker.get('calls_while_open'))} calls reached the "
