@@ -138,9 +138,12 @@ def target_totals(first: Scrape | None, last: Scrape | None) -> dict[str, dict[s
     return totals
 
 
-def p95_difference(table: dict[str, dict[str, Any]], phase: str, base: str = "before") -> float | None:
-    """`phase`'s TTFT p95 minus `base`'s, in ms (None where either has too few samples)."""
-    a, b = table.get(phase, {}).get("ttft_ms", {}).get("p95"), table.get(base, {}).get("ttft_ms", {}).get("p95")
+def p95_difference(
+    table: dict[str, dict[str, Any]], phase: str, base: str = "before", percentile: str = "p95"
+) -> float | None:
+    """`phase`'s TTFT p95 (or another `percentile`) minus `base`'s, in ms (None where either has
+    too few samples)."""
+    a, b = (table.get(name, {}).get("ttft_ms", {}).get(percentile) for name in (phase, base))
     return None if a is None or b is None else round(a - b, 1)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agentos_bench.fallback.findings import p95_difference
 from agentos_bench.report.document import head_lines
 from agentos_bench.report.output import write_json_and_markdown
 from agentos_bench.report.stats import cell
@@ -51,6 +52,7 @@ def _pcts(ttft: dict[str, Any]) -> str:
 def _arithmetic(fault: dict[str, Any], plan: dict[str, Any]) -> list[str]:
     phases, breaker, mock = fault["phases"], fault["breaker"], plan["mock"]
     turn_s = mock["ttft_ms"] / 1000 + mock["tokens"] / mock["tps"]
+    one_attempt = p95_difference(phases, "opening", percentile="p50")
     before = phases["before"]["ttft_ms"].get("p95")
     open_ = phases.get("open", {}).get("ttft_ms", {}).get("p95")
     lines = [f"- TTFT p95 added = p95 while the breaker is open ({cell(open_)} ms) - p95 before the fault "
@@ -75,7 +77,9 @@ def _arithmetic(fault: dict[str, Any], plan: dict[str, Any]) -> list[str]:
         f"(p50; max {cell(breaker['poll_gap_ms']['max'])} ms): the timing's granularity",
         f"- Half-open probes while the fault lasted: {cell(breaker.get('calls_while_open'))} calls reached the "
         f"failing primary after it opened ({cell(breaker.get('failures_while_open'))} failures); each probe's turn "
-        "failed over to the secondary after one failed attempt, so that many turns were delayed by one 500",
+        "failed over to the secondary after one failed attempt, so that many turns were delayed by one 500; "
+        "what one failed attempt costs a turn: the opening phase's TTFT p50 (turns then tried the primary first, "
+        f"but while the breaker flickered open) minus the p50 before: {cell(one_attempt)} ms",
         f"- Failed turns: {fault['failed_turns']['failed']} of {fault['failed_turns']['turns']} (every turn sent, "
         "warm-up and the last turns after the window included)",
     ]
