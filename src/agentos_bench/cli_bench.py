@@ -18,8 +18,8 @@ _RESULTS = Path("bench/results")
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `sweep`, `memory`, `compare`, `runs`, `auth-cost`, `knowledge`, `load`, `faults` and `overload` to
-    `agentos bench`."""
+    """Add `sweep`, `memory`, `compare`, `runs`, `auth-cost`, `knowledge`, `load`, `faults`, `fallback` and
+    `overload` to `agentos bench`."""
     _register_sweep(commands)
     _register_memory(commands)
     from agentos_bench.load import fairness_cli  # `agentos bench fairness` (tenants sharing the provider)
@@ -53,6 +53,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     from agentos_bench.faults import cli as faults_cli  # `agentos bench faults`
 
     faults_cli.COMMAND.register(commands)
+    from agentos_bench.fallback import cli as fallback_cli  # `agentos bench fallback` (the router's fault campaign)
+
+    fallback_cli.COMMAND.register(commands)
     from agentos_bench.overload import cli as overload_cli  # `agentos bench overload` (the 429 path)
 
     overload_cli.COMMAND.register(commands)

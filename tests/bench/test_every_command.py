@@ -31,10 +31,12 @@ REAL_RUN_ELSEWHERE = {  # command -> the test file with its tiny real run
     "knowledge": "tests/bench/test_knowledge_bench.py",
     "load": "tests/bench/test_arrival_smoke.py",
     "faults": "tests/bench/test_faults.py",
+    "fallback": "tests/bench/test_fallback.py",
     "overload": "tests/bench/test_overload_bench.py",
     "gate": "tests/bench/test_gate.py",
 }
-MODULE_MAINS = ("arrival", "authcost", "faults", "knowledge", "overload", "runs")  # python -m agentos_bench.<tool>
+# python -m agentos_bench.<tool>
+MODULE_MAINS = ("arrival", "authcost", "fallback", "faults", "knowledge", "overload", "runs")
 TINY_MOCK = ["--mock-ttft-ms", "5", "--mock-tokens", "2"]
 
 

@@ -7,7 +7,7 @@ import argparse
 import shlex
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -87,3 +87,11 @@ def plan_from_args(plan: type[P], args: argparse.Namespace, **given: Any) -> P:
     options = {f.name: f.name[:-2] + "_secs" if f.name.endswith("_s") else f.name for f in fields(plan)}
     read = {name: getattr(args, option) for name, option in options.items() if hasattr(args, option)}
     return plan(**(read | given))
+
+
+def print_outcome(paths: Iterable[Path], verdict: dict[str, dict[str, Any]]) -> None:
+    """The report's files, then each target of its verdict: `met` or `NOT MET`, with its value."""
+    for path in paths:
+        print(path)
+    for target, v in verdict.items():
+        print(f"{'met' if v['met'] else 'NOT MET'}: {target} ({v['value']})")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from agentos_bench.chaos.command import add_cluster_arguments
-from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, in_work_dir
+from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, in_work_dir, print_outcome
 from agentos_bench.faults.parts import PARTS
 
 
@@ -62,10 +62,7 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
         **report_head("faults", topology, command),
         **result,
     }  # fmt: skip
-    for path in write_faults_report(report, args.out_dir, report_stem("faults", args.name)):
-        print(path)
-    for target, v in report["verdict"].items():
-        print(f"{'met' if v['met'] else 'NOT MET'}: {target} ({v['value']})")
+    print_outcome(write_faults_report(report, args.out_dir, report_stem("faults", args.name)), report["verdict"])
     return 0
 
 

@@ -55,6 +55,7 @@ class PointResult:
     concurrency: int
     duration_s: float
     samples: list[TurnSample] = field(default_factory=list)
+    outside: list[TurnSample] = field(default_factory=list)  # the turns that ended in the warm-up or after the window
     server: dict[str, float] = field(default_factory=dict)  # cpu and memory of the server tree
     mock_stats: dict[str, int] = field(default_factory=dict)
     mock_cpu_cores: float | None = None
@@ -123,19 +124,29 @@ class Group:
     workers: int
 
 
-async def run_point(target: Target, http: aiohttp.ClientSession, plan: PointPlan, probes: Probes) -> PointResult:
+WindowHook = Callable[[float, float], object]  # called with the window's start and end (loop time)
+
+
+async def run_point(
+    target: Target, http: aiohttp.ClientSession, plan: PointPlan, probes: Probes, on_window: WindowHook | None = None
+) -> PointResult:
     """Run one concurrency point against `target` and return its measurements."""
-    (result,) = await run_groups([Group(target, plan.concurrency)], http, plan, probes)
+    (result,) = await run_groups([Group(target, plan.concurrency)], http, plan, probes, on_window)
     return result
 
 
 async def run_groups(
-    groups: Sequence[Group], http: aiohttp.ClientSession, plan: PointPlan, probes: Probes
+    groups: Sequence[Group],
+    http: aiohttp.ClientSession,
+    plan: PointPlan,
+    probes: Probes,
+    on_window: WindowHook | None = None,
 ) -> list[PointResult]:
     """Run every group's workers in one shared window; one result per group, in order.
 
     `plan.concurrency` is ignored: each group has its own `workers`. The server's CPU and memory
-    (sampled once, for the whole server) go into every result."""
+    (sampled once, for the whole server) go into every result. `on_window(start, end)` is called
+    once the window is known, before the first worker starts (what a campaign times its events by)."""
     loop = asyncio.get_running_loop()
     await _mock_call(http, probes, "POST", "/stats/reset")
     opened = await asyncio.gather(*(_open(g.target, http) for g in groups for _ in range(g.workers)))
@@ -150,6 +161,8 @@ async def run_groups(
         live += [(group, w, result) for w in mine if not isinstance(w, _SetupFailed)]
     live = _interleave(live)
     shared = results[0]
+    if on_window is not None:
+        on_window(window_start, window_end)
     sampler = asyncio.create_task(_sample_window(probes, window_start, window_end, shared))
     stagger_s = min(plan.warmup_s / 2, _MAX_STAGGER_S)
     loops = [
@@ -160,6 +173,7 @@ async def run_groups(
     await sampler
     mock_stats = await _mock_call(http, probes, "GET", "/stats")
     for result in results:
+        result.outside = [s for s in result.samples if not window_start <= s.ended <= window_end]
         result.samples = [s for s in result.samples if window_start <= s.ended <= window_end]
         result.server, result.mock_stats = shared.server, mock_stats
         result.mock_cpu_cores, result.loadgen_cpu_cores = shared.mock_cpu_cores, shared.loadgen_cpu_cores
