@@ -326,3 +326,38 @@ async def test_the_consoles_snapshot_has_each_targets_counters() -> None:
     assert targets["p0/m0"]["requests"] == 1 and targets["p0/m0"]["fallbacks"] == 1
     assert targets["p0/m0"]["failures"] == 1 and targets["p0/m0"]["breaker_state"] == 1
     assert targets["p1/m1"] == {"requests": 1, "fallbacks": 0, "breaker_state": 0}
+
+
+def test_an_answer_to_a_call_sent_before_the_failures_does_not_close_the_breaker() -> None:
+    from agentos.providers.breaker import Breakers
+
+    clock = FakeClock()
+    breakers = Breakers(clock, failures=2, cooldown_s=5.0)
+    long_call_started = clock.now()  # a 2-second stream sent before the outage
+    clock.advance(0.5)
+    breakers.failure("t")
+    breakers.failure("t")
+    assert breakers.state("t") == "open"
+    clock.advance(1.5)
+    breakers.success("t", started_s=long_call_started)  # it ends well, after the outage began
+    assert breakers.state("t") == "open"  # says nothing of the target now
+    clock.advance(5)
+    assert breakers.try_acquire("t")  # half-open: one probe
+    probe_started = clock.now()
+    clock.advance(0.1)
+    breakers.success("t", started_s=probe_started)
+    assert breakers.state("t") == "closed"
+
+
+def test_a_stale_answer_does_not_restart_a_run_of_failures() -> None:
+    from agentos.providers.breaker import Breakers
+
+    clock = FakeClock()
+    breakers = Breakers(clock, failures=3, cooldown_s=5.0)
+    old = clock.now()
+    clock.advance(0.1)
+    breakers.failure("t")
+    breakers.failure("t")
+    breakers.success("t", started_s=old)  # sent before those failures: ignored
+    breakers.failure("t")
+    assert breakers.state("t") == "open"

@@ -29,6 +29,7 @@ class _Breaker:
     opened_at: float | None = None  # None: closed
     probing: int = 0  # probes in flight while half-open
     held_until: float = 0.0  # Retry-After
+    failed_at: float = -1.0  # when the last failure was counted
 
 
 class BreakerShare(Protocol):
@@ -87,9 +88,15 @@ class Breakers:
         b.probing += 1
         return True
 
-    def success(self, target: str) -> None:
+    def success(self, target: str, started_s: float | None = None) -> None:
+        """A call to `target` answered. `started_s`: when that call was sent (the breakers'
+        clock). A call sent before the last failure says nothing of the target now: a 2-second
+        stream that began before an outage and ends after it must not close the breaker that
+        the outage opened, nor restart its run of failures."""
         b = self._by_target.get(target)
         if b is None:
+            return
+        if started_s is not None and started_s < b.failed_at:
             return
         was_open = b.opened_at is not None
         b.failures, b.opened_at, b.probing = 0, None, 0
@@ -98,6 +105,7 @@ class Breakers:
 
     def failure(self, target: str) -> None:
         b = self._by_target.setdefault(target, _Breaker())
+        b.failed_at = self._clock.now()
         if b.opened_at is not None:  # a probe failed (or a request let through before it opened)
             b.probing = max(0, b.probing - 1)
             self._open(target, b)
@@ -120,7 +128,7 @@ class Breakers:
 
     def _open(self, target: str, b: _Breaker) -> None:
         b.opened_at = self._clock.now()
-        b.failures = 0
+        b.failures = b.probing = 0  # a new cool-down: its probes are counted afresh
         if self._share is not None:
             self._share.opened(target, self._cooldown_s)
 

@@ -242,7 +242,7 @@ class Router:
                         if capture:
                             output = [{"role": "assistant", "content": completion.text}]
                             span.set_attribute("gen_ai.output.messages", _bounded(output, capture))
-                    self.breakers.success(route.name)
+                    self.breakers.success(route.name, started)
                     settled = True
                     await self._settle(reservation, request, model, completion)
                     yield completion
