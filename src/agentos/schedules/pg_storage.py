@@ -14,17 +14,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentos.errors import Conflict
+from agentos.schedules import storage
 from agentos.schedules.records import FireRow, FireStatus, ScheduleRow
-from agentos.schedules.storage import (
-    FIRE_COLUMNS,
-    FIRE_LEASE_MS,
-    SCHEDULE_COLUMNS,
-    SETTLED,
-    fire_row,
-    fire_values,
-    schedule_row,
-    schedule_values,
-)
 from agentos.store.pg_side_pool import SidePool
 
 if TYPE_CHECKING:
@@ -34,11 +25,11 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-_SELECT = f"SELECT {SCHEDULE_COLUMNS} FROM schedules"
-_SELECT_FIRE = f"SELECT {FIRE_COLUMNS} FROM schedule_fires"
-_INSERT = f"INSERT INTO schedules ({SCHEDULE_COLUMNS}) VALUES ({', '.join(f'${i}' for i in range(1, 14))})"
+_SELECT = f"SELECT {storage.SCHEDULE_COLUMNS} FROM schedules"
+_SELECT_FIRE = f"SELECT {storage.FIRE_COLUMNS} FROM schedule_fires"
+_INSERT = f"INSERT INTO schedules ({storage.SCHEDULE_COLUMNS}) VALUES ({', '.join(f'${i}' for i in range(1, 14))})"
 _INSERT_FIRE = (
-    f"INSERT INTO schedule_fires ({FIRE_COLUMNS}, lease_owner, lease_until_ms)"
+    f"INSERT INTO schedule_fires ({storage.FIRE_COLUMNS}, lease_owner, lease_until_ms)"
     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (schedule_id, slot_ms) DO NOTHING"
 )
 # Schedules of one tenant are counted and created one at a time (another node may be creating one).
@@ -52,7 +43,7 @@ WITH due AS MATERIALIZED (
 )
 UPDATE schedule_fires f SET lease_owner = $1, lease_until_ms = $2 + $3
 FROM due WHERE f.schedule_id = due.schedule_id AND f.slot_ms = due.slot_ms
-RETURNING {", ".join("f." + c.strip() for c in FIRE_COLUMNS.split(","))}
+RETURNING {", ".join("f." + c.strip() for c in storage.FIRE_COLUMNS.split(","))}
 """
 _SETTLE = (
     "UPDATE schedule_fires SET status = $3, reason = $4, updated_ms = $5, lease_until_ms = 0"
@@ -64,7 +55,7 @@ _RELEASE = (
     " WHERE schedule_id = $1 AND slot_ms = $2 AND status = 'pending' AND lease_owner = $3"
 )
 _PRUNE = f"""
-DELETE FROM schedule_fires f WHERE f.status IN {SETTLED} AND f.slot_ms < (
+DELETE FROM schedule_fires f WHERE f.status IN {storage.SETTLED} AND f.slot_ms < (
     SELECT k.slot_ms FROM schedule_fires k WHERE k.schedule_id = f.schedule_id
     ORDER BY k.slot_ms DESC LIMIT 1 OFFSET $1
 )
@@ -97,17 +88,17 @@ class PgScheduleStorage:
                 count = await conn.fetchval("SELECT count(*) FROM schedules WHERE tenant_id = $1", schedule.tenant_id)
                 if count >= max_per_tenant:
                     raise Conflict(f"a tenant has at most {max_per_tenant} schedules", code="too_many_schedules")
-                await conn.execute(_INSERT, *schedule_values(schedule))
+                await conn.execute(_INSERT, *storage.schedule_values(schedule))
 
         await self._db.use(create, "schedule create")
 
     async def get(self, tenant_id: str, schedule_id: str) -> ScheduleRow | None:
         rows = await self._fetch(_SELECT + " WHERE schedule_id = $1 AND tenant_id = $2", schedule_id, tenant_id)
-        return schedule_row(rows[0]) if rows else None
+        return storage.schedule_row(rows[0]) if rows else None
 
     async def list_schedules(self, tenant_id: str) -> list[ScheduleRow]:
         rows = await self._fetch(_SELECT + " WHERE tenant_id = $1 ORDER BY created_ms, schedule_id", tenant_id)
-        return [schedule_row(r) for r in rows]
+        return [storage.schedule_row(r) for r in rows]
 
     async def delete(self, tenant_id: str, schedule_id: str) -> bool:
         async def delete(conn: asyncpg.Connection) -> bool:
@@ -123,14 +114,14 @@ class PgScheduleStorage:
     async def set_paused(self, tenant_id: str, schedule_id: str, paused: bool, cursor_ms: int) -> ScheduleRow | None:
         sql = (
             f"UPDATE schedules SET paused = $3, cursor_ms = $4 WHERE schedule_id = $1 AND tenant_id = $2"
-            f" RETURNING {SCHEDULE_COLUMNS}"
+            f" RETURNING {storage.SCHEDULE_COLUMNS}"
         )
         rows = await self._fetch(sql, schedule_id, tenant_id, paused, cursor_ms)
-        return schedule_row(rows[0]) if rows else None
+        return storage.schedule_row(rows[0]) if rows else None
 
     async def due(self, now_ms: int, limit: int) -> list[ScheduleRow]:
         sql = _SELECT + " WHERE NOT paused AND cursor_ms <= $1 ORDER BY cursor_ms, schedule_id LIMIT $2"
-        return [schedule_row(r) for r in await self._fetch(sql, now_ms, limit)]
+        return [storage.schedule_row(r) for r in await self._fetch(sql, now_ms, limit)]
 
     async def advance(self, schedule: ScheduleRow, cursor_ms: int, fires: Sequence[FireRow], owner: str) -> bool:
         async def advance(conn: asyncpg.Connection) -> bool:
@@ -139,7 +130,7 @@ class PgScheduleStorage:
                 sql = "UPDATE schedules SET cursor_ms = $1 WHERE schedule_id = $2 AND cursor_ms = $3 AND NOT paused"
                 if await conn.execute(sql, cursor_ms, schedule.schedule_id, schedule.cursor_ms) != "UPDATE 1":
                     return False
-                rows = [(*fire_values(f), owner, f.updated_ms + FIRE_LEASE_MS) for f in fires]
+                rows = [(*storage.fire_values(f), owner, f.updated_ms + storage.FIRE_LEASE_MS) for f in fires]
                 await conn.executemany(_INSERT_FIRE, rows)
                 return True
 
@@ -147,11 +138,13 @@ class PgScheduleStorage:
 
     async def active(self, schedule_id: str) -> list[FireRow]:
         sql = _SELECT_FIRE + " WHERE schedule_id = $1 AND status IN ('pending', 'started') ORDER BY slot_ms"
-        return [fire_row(r) for r in await self._fetch(sql, schedule_id)]
+        return [storage.fire_row(r) for r in await self._fetch(sql, schedule_id)]
 
     async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[FireRow]:
         rows = await self._db.use(lambda conn: conn.fetch(_CLAIM, owner, now_ms, lease_ms, limit), "fire claim")
-        return sorted((fire_row(r) for r in rows), key=lambda f: (f.slot_ms, f.schedule_id))  # RETURNING has no order
+        return sorted(
+            (storage.fire_row(r) for r in rows), key=lambda f: (f.slot_ms, f.schedule_id)
+        )  # RETURNING has no order
 
     async def settle(
         self, fire: FireRow, status: FireStatus, owner: str | None, now_ms: int, reason: str | None = None
@@ -163,7 +156,7 @@ class PgScheduleStorage:
 
     async def fires(self, tenant_id: str, schedule_id: str, limit: int) -> list[FireRow]:
         sql = _SELECT_FIRE + " WHERE schedule_id = $1 AND tenant_id = $2 ORDER BY slot_ms DESC LIMIT $3"
-        return [fire_row(r) for r in await self._fetch(sql, schedule_id, tenant_id, limit)]
+        return [storage.fire_row(r) for r in await self._fetch(sql, schedule_id, tenant_id, limit)]
 
     async def prune(self, keep: int) -> int:
         return await self._execute(_PRUNE, keep - 1)

@@ -15,17 +15,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agentos.errors import Conflict
+from agentos.schedules import storage
 from agentos.schedules.records import FireRow, FireStatus, ScheduleRow
-from agentos.schedules.storage import (
-    FIRE_COLUMNS,
-    FIRE_LEASE_MS,
-    SCHEDULE_COLUMNS,
-    SETTLED,
-    fire_row,
-    fire_values,
-    schedule_row,
-    schedule_values,
-)
 from agentos.store.writer import Writer
 
 T = TypeVar("T")
@@ -63,17 +54,18 @@ CREATE TABLE IF NOT EXISTS schedule_fires (
 CREATE INDEX IF NOT EXISTS schedule_fires_to_claim ON schedule_fires (status, lease_until_ms);
 """
 
-_SELECT = f"SELECT {SCHEDULE_COLUMNS} FROM schedules"
-_SELECT_FIRE = f"SELECT {FIRE_COLUMNS} FROM schedule_fires"
-_INSERT = f"INSERT INTO schedules ({SCHEDULE_COLUMNS}) VALUES ({', '.join('?' * 13)})"
+_SELECT = f"SELECT {storage.SCHEDULE_COLUMNS} FROM schedules"
+_SELECT_FIRE = f"SELECT {storage.FIRE_COLUMNS} FROM schedule_fires"
+_INSERT = f"INSERT INTO schedules ({storage.SCHEDULE_COLUMNS}) VALUES ({', '.join('?' * 13)})"
 _INSERT_FIRE = (
-    f"INSERT INTO schedule_fires ({FIRE_COLUMNS}, lease_owner, lease_until_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO schedule_fires ({storage.FIRE_COLUMNS}, lease_owner, lease_until_ms)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (schedule_id, slot_ms) DO NOTHING"
 )
 _KEY = " WHERE schedule_id = ? AND slot_ms = ?"
 _HELD = _KEY + " AND status = 'pending' AND (? IS NULL OR lease_owner = ?)"
 _PRUNE = f"""
-DELETE FROM schedule_fires AS f WHERE f.status IN {SETTLED} AND f.slot_ms < (
+DELETE FROM schedule_fires AS f WHERE f.status IN {storage.SETTLED} AND f.slot_ms < (
     SELECT k.slot_ms FROM schedule_fires AS k WHERE k.schedule_id = f.schedule_id
     ORDER BY k.slot_ms DESC LIMIT 1 OFFSET ?
 )
@@ -100,17 +92,17 @@ class SqliteScheduleStorage:
             ).fetchone()
             if count >= max_per_tenant:
                 raise Conflict(f"a tenant has at most {max_per_tenant} schedules", code="too_many_schedules")
-            db.execute(_INSERT, schedule_values(schedule))
+            db.execute(_INSERT, storage.schedule_values(schedule))
 
         await self._writer.run(create)
 
     async def get(self, tenant_id: str, schedule_id: str) -> ScheduleRow | None:
         sql = _SELECT + " WHERE schedule_id = ? AND tenant_id = ?"
-        return await self._writer.run(lambda db: _one(db, sql, (schedule_id, tenant_id), schedule_row))
+        return await self._writer.run(lambda db: _one(db, sql, (schedule_id, tenant_id), storage.schedule_row))
 
     async def list_schedules(self, tenant_id: str) -> list[ScheduleRow]:
         sql = _SELECT + " WHERE tenant_id = ? ORDER BY created_ms, schedule_id"
-        return await self._writer.run(lambda db: [schedule_row(r) for r in db.execute(sql, (tenant_id,))])
+        return await self._writer.run(lambda db: [storage.schedule_row(r) for r in db.execute(sql, (tenant_id,))])
 
     async def delete(self, tenant_id: str, schedule_id: str) -> bool:
         def delete(db: sqlite3.Connection) -> bool:
@@ -127,21 +119,21 @@ class SqliteScheduleStorage:
             sql = "UPDATE schedules SET paused = ?, cursor_ms = ? WHERE schedule_id = ? AND tenant_id = ?"
             db.execute(sql, (paused, cursor_ms, schedule_id, tenant_id))
             return _one(
-                db, _SELECT + " WHERE schedule_id = ? AND tenant_id = ?", (schedule_id, tenant_id), schedule_row
+                db, _SELECT + " WHERE schedule_id = ? AND tenant_id = ?", (schedule_id, tenant_id), storage.schedule_row
             )
 
         return await self._writer.run(update)
 
     async def due(self, now_ms: int, limit: int) -> list[ScheduleRow]:
         sql = _SELECT + " WHERE paused = 0 AND cursor_ms <= ? ORDER BY cursor_ms, schedule_id LIMIT ?"
-        return await self._writer.run(lambda db: [schedule_row(r) for r in db.execute(sql, (now_ms, limit))])
+        return await self._writer.run(lambda db: [storage.schedule_row(r) for r in db.execute(sql, (now_ms, limit))])
 
     async def advance(self, schedule: ScheduleRow, cursor_ms: int, fires: Sequence[FireRow], owner: str) -> bool:
         def advance(db: sqlite3.Connection) -> bool:
             sql = "UPDATE schedules SET cursor_ms = ? WHERE schedule_id = ? AND cursor_ms = ? AND paused = 0"
             if db.execute(sql, (cursor_ms, schedule.schedule_id, schedule.cursor_ms)).rowcount != 1:
                 return False
-            rows = [(*fire_values(f), owner, f.updated_ms + FIRE_LEASE_MS) for f in fires]
+            rows = [(*storage.fire_values(f), owner, f.updated_ms + storage.FIRE_LEASE_MS) for f in fires]
             db.executemany(_INSERT_FIRE, rows)
             return True
 
@@ -149,14 +141,14 @@ class SqliteScheduleStorage:
 
     async def active(self, schedule_id: str) -> list[FireRow]:
         sql = _SELECT_FIRE + " WHERE schedule_id = ? AND status IN ('pending', 'started') ORDER BY slot_ms"
-        return await self._writer.run(lambda db: [fire_row(r) for r in db.execute(sql, (schedule_id,))])
+        return await self._writer.run(lambda db: [storage.fire_row(r) for r in db.execute(sql, (schedule_id,))])
 
     async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[FireRow]:
         def claim(db: sqlite3.Connection) -> list[FireRow]:
             sql = (
                 _SELECT_FIRE + " WHERE status = 'pending' AND lease_until_ms < ? ORDER BY slot_ms, schedule_id LIMIT ?"
             )
-            found = [fire_row(r) for r in db.execute(sql, (now_ms, limit))]
+            found = [storage.fire_row(r) for r in db.execute(sql, (now_ms, limit))]
             lease = "UPDATE schedule_fires SET lease_owner = ?, lease_until_ms = ?" + _KEY
             db.executemany(lease, [(owner, now_ms + lease_ms, f.schedule_id, f.slot_ms) for f in found])
             return found
@@ -178,7 +170,7 @@ class SqliteScheduleStorage:
     async def fires(self, tenant_id: str, schedule_id: str, limit: int) -> list[FireRow]:
         sql = _SELECT_FIRE + " WHERE schedule_id = ? AND tenant_id = ? ORDER BY slot_ms DESC LIMIT ?"
         return await self._writer.run(
-            lambda db: [fire_row(r) for r in db.execute(sql, (schedule_id, tenant_id, limit))]
+            lambda db: [storage.fire_row(r) for r in db.execute(sql, (schedule_id, tenant_id, limit))]
         )
 
     async def prune(self, keep: int) -> int:
