@@ -44,7 +44,8 @@ async def _turn(http: aiohttp.ClientSession, url: str, headers: dict[str, str] |
 
 
 async def test_a_chat_turn_is_one_trace_request_turn_chat(tmp_path: Any) -> None:
-    async with traced_server(tmp_path) as (server, sink, _mock), aiohttp.ClientSession() as http:
+    traced = traced_server(tmp_path, slow_commit_ms=0)  # every answer commit gets its span
+    async with traced as (server, sink, _mock), aiohttp.ClientSession() as http:
         await _turn(http, server.url, {"traceparent": CALLER})
         spans = await sink.wait_for({TURN_ROUTE, "turn", "chat mock-1", "agentos.store.commit"})
     (request,) = sink.named(TURN_ROUTE)
@@ -193,3 +194,11 @@ async def test_no_content_is_recorded_by_default(tmp_path: Any) -> None:
         await sink.wait_for({"chat mock-1"})
     (chat,) = sink.named("chat mock-1")
     assert not any(key.startswith(("gen_ai.input", "gen_ai.output")) for key in chat.attributes)
+
+
+async def test_a_fast_answer_commit_costs_no_span(tmp_path: Any) -> None:
+    traced = traced_server(tmp_path, slow_commit_ms=60_000)  # no commit is that slow
+    async with traced as (server, sink, _mock), aiohttp.ClientSession() as http:
+        await _turn(http, server.url)
+        await sink.wait_for({TURN_ROUTE, "turn", "chat mock-1"})
+    assert sink.named("agentos.store.commit") == []

@@ -121,7 +121,8 @@ async def test_the_tracer_s_spans_are_stored_with_their_ids_parents_events_and_e
 @asynccontextmanager
 async def traced_server(phoenix: Phoenix, data_dir: Path, tree: dict[str, Any]) -> AsyncIterator[RunningServer]:
     """A real server, tracing on, exporting to Phoenix; closed (its last spans flushed) after."""
-    telemetry = {"enabled": True, "endpoint": phoenix.otlp_endpoint, "export_interval_s": 0.05}
+    # slow_commit_ms 0: every answer commit gets its span (by default only a slow one does)
+    telemetry = {"enabled": True, "endpoint": phoenix.otlp_endpoint, "export_interval_s": 0.05, "slow_commit_ms": 0}
     server = await start_server(settings_from_dict({"data_dir": str(data_dir), "telemetry": telemetry, **tree}))
     try:
         yield server

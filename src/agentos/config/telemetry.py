@@ -51,6 +51,9 @@ class TelemetryConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     export_interval_s: Annotated[float, msgspec.Meta(gt=0, le=60)] = 1.0
     export_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=60)] = 10.0
     trace_url_template: str = ""
+    # A turn's answer commit (the store write its client waits on) gets a span when it takes this
+    # long or longer; 0: always. Most take a millisecond: a span each would be most of the cost.
+    slow_commit_ms: Annotated[float, msgspec.Meta(ge=0, le=60_000)] = 10.0
     log_format: Literal["text", "json"] = "text"
 
 

@@ -24,7 +24,7 @@ import logging
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
-from agentos.clock import Clock
+from agentos.clock import Clock, wall_ms
 from agentos.errors import (
     AdmissionRejected,
     BudgetExceeded,
@@ -418,11 +418,16 @@ class Turns:
 
     async def _commit(self, turn: Turn, answer: MessageRecord, ended: EventRecord) -> None:
         """The answer and its terminal event in one commit: the one store write a client waits
-        on (traced as `agentos.store.commit`: a slow disk or database shows here)."""
+        on, traced as `agentos.store.commit` when it took `telemetry.slow_commit_ms` or more (a
+        slow disk or database shows; the usual millisecond commit costs no span)."""
         if not self._tracing.on:
             return await self._store.commit_answer(answer, ended)
-        with self._tracing.span("agentos.store.commit", {"db.operation.name": "commit_answer"}):
-            await self._store.commit_answer(answer, ended)
+        started_ms = wall_ms()
+        await self._store.commit_answer(answer, ended)
+        ended_ms = wall_ms()
+        if ended_ms - started_ms >= self._tracing.slow_commit_ms:
+            attributes = {"db.operation.name": "commit_answer"}
+            self._tracing.record("agentos.store.commit", attributes, start_ms=started_ms, end_ms=ended_ms)
 
     def _ended(self, turn: Turn, name: str, data: dict[str, Any]) -> None:
         """Tell the turn's followers how it ended, and count and log it."""

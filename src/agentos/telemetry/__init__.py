@@ -116,6 +116,7 @@ class Tracing:
 
     on = False
     trace_url_template = ""
+    slow_commit_ms = 0.0  # a turn's answer commit this slow or slower gets its span
 
     def start(self, name: str, attributes: Attributes | None = None, **options: Unpack[SpanOptions]) -> Span:
         """A span not made current: end it with `end()` (`SpanOptions` says what each option

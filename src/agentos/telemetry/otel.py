@@ -221,6 +221,7 @@ class OtelTracing(Tracing):
         self._capture = frozenset(config.capture_content)
         self._content_max = config.content_max_chars
         self.trace_url_template = config.trace_url_template
+        self.slow_commit_ms = config.slow_commit_ms
 
     def _context(self, parent: str) -> Context | None:
         if not parent:
