@@ -218,6 +218,9 @@ class _Recorder:
         self.refuse = refuse
         self.events: list[tuple[str, Any]] = []
 
+    def idle(self, context: CallContext) -> bool:
+        return False  # hears of every call
+
     async def reserve(self, estimate: Estimate) -> object:
         if self.refuse:
             raise BudgetExceeded("no money", budget="tenant:t1:day")

@@ -75,6 +75,11 @@ class Reservation(Protocol):
 
 
 class Meter(Protocol):
+    def idle(self, context: CallContext) -> bool:
+        """No budget applies to calls of `context` and no admission hold waits for one: the
+        router then skips the estimate and the reservation (the common case costs nothing)."""
+        ...
+
     async def reserve(self, estimate: Estimate) -> Reservation:
         """Hold the worst case against every budget the call counts against.
 

@@ -219,7 +219,7 @@ class Router:
         answered = False
         settled = False
         try:
-            if self._meter is not None and request.context is not None:
+            if self._meter is not None and request.context is not None and not self._meter.idle(request.context):
                 max_tokens = sub.max_tokens or 0
                 worst = worst_case(route.price, _prompt_bytes(request), max_tokens)
                 estimate = Estimate(request.context, model, route.name, worst, max_tokens)

@@ -317,6 +317,14 @@ class Budgets:
         """What `counter` (`Line.counter`) has spent so far, in the currency (this process's view)."""
         return self._book.spent(counter) / MICROS
 
+    def idle(self, context: CallContext) -> bool:
+        """`Meter.idle`: no budget line for `context`, and no admission hold bound to its ids."""
+        if self._admitted and any(
+            i and i in self._admitted for i in (context.call_id, context.run_id, context.session_id)
+        ):
+            return False
+        return not self.lines(context)
+
     def _take_admitted(self, context: CallContext | None) -> Hold | None:
         if context is None:
             return None
