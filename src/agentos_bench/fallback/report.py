@@ -53,6 +53,8 @@ def _arithmetic(fault: dict[str, Any], plan: dict[str, Any]) -> list[str]:
     phases, breaker, mock = fault["phases"], fault["breaker"], plan["mock"]
     turn_s = mock["ttft_ms"] / 1000 + mock["tokens"] / mock["tps"]
     one_attempt = p95_difference(phases, "opening", percentile="p50")
+    open_s = phases.get("open", {}).get("to_s", 0) - phases.get("open", {}).get("from_s", 0)
+    probes = int(open_s // plan["breaker_cooldown_s"]) if open_s > 0 else None
     before = phases["before"]["ttft_ms"].get("p95")
     open_ = phases.get("open", {}).get("ttft_ms", {}).get("p95")
     lines = [f"- TTFT p95 added = p95 while the breaker is open ({cell(open_)} ms) - p95 before the fault "
@@ -75,9 +77,10 @@ def _arithmetic(fault: dict[str, Any], plan: dict[str, Any]) -> list[str]:
         f"({mock['ttft_ms']:g} ms + {mock['tokens']} tokens at {mock['tps']:g}/s = {turn_s:g} s)",
         f"- /metrics read every {breaker['poll_ms']:g} ms, answers {cell(breaker['poll_gap_ms']['p50'])} ms apart "
         f"(p50; max {cell(breaker['poll_gap_ms']['max'])} ms): the timing's granularity",
-        f"- Half-open probes while the fault lasted: {cell(breaker.get('calls_while_open'))} calls reached the "
-        f"failing primary after it opened ({cell(breaker.get('failures_while_open'))} failures); each probe's turn "
-        "failed over to the secondary after one failed attempt, so that many turns were delayed by one 500; "
+        f"- Calls that reached the failing primary after the breaker opened for good: "
+        f"{cell(breaker.get('calls_while_open'))} ({cell(breaker.get('failures_while_open'))} failures): the half-open "
+        f"probes (one per cool-down: about {cell(probes)}) and calls let through before it held whose 500 came "
+        "after; each such turn failed over to the secondary after one failed attempt (delayed by one 500); "
         "what one failed attempt costs a turn: the opening phase's TTFT p50 (turns then tried the primary first, "
         f"but while the breaker flickered open) minus the p50 before: {cell(one_attempt)} ms",
         f"- Failed turns: {fault['failed_turns']['failed']} of {fault['failed_turns']['turns']} (every turn sent, "
