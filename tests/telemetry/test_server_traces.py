@@ -202,3 +202,21 @@ async def test_a_fast_answer_commit_costs_no_span(tmp_path: Any) -> None:
         await _turn(http, server.url)
         await sink.wait_for({TURN_ROUTE, "turn", "chat mock-1"})
     assert sink.named("agentos.store.commit") == []
+
+
+async def test_a_hostile_traceparent_is_ignored_never_an_error(tmp_path: Any) -> None:
+    hostile = ["garbage", "00-" + "0" * 32 + "-b7ad6b7169203331-01", CALLER.upper(), "00-" + "a" * 5000, CALLER + "-00"]
+    async with traced_server(tmp_path) as (server, sink, _), aiohttp.ClientSession() as http:
+        for value in hostile:
+            await _turn(http, server.url, {"traceparent": value})  # each answered 200 (asserted in _turn)
+        await sink.wait_for({TURN_ROUTE})
+        await eventually_count(sink, TURN_ROUTE, len(hostile))
+    requests = sink.named(TURN_ROUTE)
+    assert len({r.trace_id for r in requests}) == len(hostile)  # each a trace of its own
+    assert all(r.parent_span_id == "" for r in requests)  # none continued what it claimed
+
+
+async def eventually_count(sink: OtlpSink, name: str, count: int) -> None:
+    from agentos.testing import eventually
+
+    await eventually(lambda: len(sink.named(name)) >= count, 10, f"{count} spans named {name}")
