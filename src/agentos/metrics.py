@@ -179,6 +179,24 @@ class BudgetCollector(Collector):
         yield refused
 
 
+class TracingCollector(Collector):
+    """The span exporter's counters ([telemetry], docs/observability.md): what a collector that
+    is down or slow costs is dropped spans, counted here."""
+
+    def __init__(self, statistics: Callable[[], dict[str, int]]) -> None:
+        self._statistics = statistics
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._statistics()
+        for name, help_text in (
+            ("exported", "Spans sent to the OTLP collector"),
+            ("dropped", "Spans dropped: the export queue was full (telemetry.max_queue)"),
+            ("failed", "Spans the collector refused or did not take (down, slow)"),
+        ):
+            yield CounterMetricFamily(f"agentos_trace_spans_{name}", help_text, s.get(name, 0))
+        yield GaugeMetricFamily("agentos_trace_queue", "Spans waiting for export", s.get("queued", 0))
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)

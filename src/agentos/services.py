@@ -41,7 +41,7 @@ from agentos.errors import ConfigError
 from agentos.kernel import Kernel
 from agentos.knowledge.embeddings import Embedder
 from agentos.knowledge.service import KnowledgeService, open_knowledge_storage
-from agentos.metrics import BudgetCollector, Metrics, RouterCollector
+from agentos.metrics import BudgetCollector, Metrics, RouterCollector, TracingCollector
 from agentos.providers.base import Provider
 from agentos.providers.router import open_router
 from agentos.runtime.driver import Driver
@@ -140,7 +140,7 @@ async def open_services(
     """
     settings = resolve_paths(settings)  # once, here: every part below gets the same absolute paths
     metrics = metrics or Metrics()
-    tracing = open_tracing(settings.telemetry, node=node_id())
+    tracing = _tracing(settings, metrics)
     if provider is None and not (settings.provider.url or settings.providers):
         raise ConfigError("provider.url: no provider configured")
     tenants = await open_tenants(settings, now_ms)
@@ -274,6 +274,15 @@ def open_budgets(wall_clock: Clock, tenants: TenantRegistry, link: Link | None) 
     """The budgets: counted in this process, or in Redis for every node with a link. Without
     Redis, several nodes over one PostgreSQL would each count alone: one node only then."""
     return Budgets(wall_clock, tenants) if link is None else ClusterBudgets(wall_clock, tenants, link)
+
+
+def _tracing(settings: Settings, metrics: Metrics) -> Tracing:
+    """The server's tracing ([telemetry]; off: nothing of OpenTelemetry loaded), its exporter's
+    counters on /metrics when on."""
+    tracing = open_tracing(settings.telemetry, node=node_id())
+    if tracing.on:
+        metrics.registry.register(TracingCollector(tracing.statistics))
+    return tracing
 
 
 async def _close_bus(bus: Bus | None) -> None:

@@ -64,6 +64,7 @@ async def test_a_chat_turn_is_one_trace_request_turn_chat(tmp_path: Any) -> None
     assert commit.parent_span_id == turn.span_id
     assert request.resource["service.name"] == "agentos"
     assert not any(s.name.startswith("GET") for s in spans)  # reads start no work: untraced
+    assert server.services.tracing.statistics()["exported"] >= 4
 
 
 async def test_a_callers_traceparent_is_refused_where_the_config_says(tmp_path: Any) -> None:
@@ -220,3 +221,14 @@ async def eventually_count(sink: OtlpSink, name: str, count: int) -> None:
     from agentos.testing import eventually
 
     await eventually(lambda: len(sink.named(name)) >= count, 10, f"{count} spans named {name}")
+
+
+async def test_the_exporters_counters_are_on_metrics(tmp_path: Any) -> None:
+    async with traced_server(tmp_path) as (server, sink, _), aiohttp.ClientSession() as http:
+        await _turn(http, server.url)
+        await sink.wait_for({TURN_ROUTE})
+        async with http.get(f"{server.url}/metrics") as response:
+            text = await response.text()
+    for name in ("exported", "dropped", "failed"):
+        assert f"agentos_trace_spans_{name}_total" in text
+    assert "agentos_trace_queue" in text

@@ -167,10 +167,6 @@ class Tracing:
         """The current span's traceparent ("" when none or off): what a journal keeps."""
         return ""
 
-    def inject(self, headers: dict[str, str]) -> None:
-        """Add the current context's `traceparent`/`tracestate` to outgoing headers."""
-        return None
-
     def capture(self, tenant_id: str) -> int:
         """How many characters of content may be recorded for `tenant_id` (0: none)."""
         return 0

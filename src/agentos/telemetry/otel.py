@@ -29,7 +29,6 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.semconv.schemas import Schemas
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from agentos.config.telemetry import TelemetryConfig, traces_endpoint
 from agentos.telemetry import Attributes, RecordOptions, Span, SpanOptions, Tracing, valid_traceparent
@@ -47,7 +46,6 @@ _KINDS = {
     "consumer": SpanKind.CONSUMER,
     "producer": SpanKind.PRODUCER,
 }
-_PROPAGATOR = TraceContextTextMapPropagator()
 
 
 _FORCED: ContextVar[tuple[str, str]] = ContextVar("agentos_forced_ids", default=("", ""))
@@ -278,9 +276,6 @@ class OtelTracing(Tracing):
 
     def current_traceparent(self) -> str:
         return _traceparent(trace.get_current_span().get_span_context())
-
-    def inject(self, headers: dict[str, str]) -> None:
-        _PROPAGATOR.inject(headers)
 
     def capture(self, tenant_id: str) -> int:
         return self._content_max if ("*" in self._capture or tenant_id in self._capture) else 0
