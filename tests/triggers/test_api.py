@@ -15,19 +15,22 @@ from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, eventually
 from agentos.testing.tenants import create_tenant_key
 from tests.api.helpers import assert_documented, expect_error
-from tests.triggers.webhooks import Answer, Sender, backends, create_trigger, deliveries, metric, run_outcome, serve
+from tests.triggers.webhooks import (
+    Answer,
+    Sender,
+    backend,  # noqa: F401  (the fixture: both store backends)
+    create_trigger,
+    deliveries,
+    metric,
+    run_outcome,
+    serve,
+)
 
 ADMIN = "admin-token"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-async def backend(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, Any]]:
-    async for settings in backends(request.param):
-        yield settings
-
-
 @pytest.fixture
-async def server(tmp_path: Path, mock: MockServer, backend: dict[str, Any]) -> AsyncIterator[RunningServer]:
+async def server(tmp_path: Path, mock: MockServer, backend: dict[str, Any]) -> AsyncIterator[RunningServer]:  # noqa: F811
     running = await serve(tmp_path / "data", mock, backend)
     yield running
     await running.close()

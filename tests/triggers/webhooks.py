@@ -14,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import msgspec
+import pytest
 
 from agentos.config import settings_from_dict
 from agentos.mock.server import MockServer
@@ -37,6 +38,13 @@ async def backends(name: str) -> AsyncIterator[dict[str, Any]]:
                 "postgres_schema": config.postgres_schema,
             }
         }
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, Any]]:
+    """Each test that takes it runs on both store backends (triggers' and schedules' API tests)."""
+    async for settings in backends(request.param):
+        yield settings
 
 
 async def serve(data_dir: Path, mock: MockServer, backend: dict[str, Any], **groups: Any) -> RunningServer:
