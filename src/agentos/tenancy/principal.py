@@ -1,8 +1,10 @@
-"""Who a request acts for: a tenant, the key it presented, and that key's scopes.
+"""Who a request acts for: a tenant, the key or token it presented, its scopes, and (for an end
+user's token) the user and the resources it may touch.
 
 The auth middleware sets `request[PRINCIPAL]` on every request it lets through; handlers read it
-with `require(request, scope)`, which also checks the scope. The tenant is always derived from
-the key, never from anything else the client sends (OWASP API3).
+with `require(request, scope)`, which also checks the scope, and ask `may_see(...)` of every
+resource they load or list. The tenant is always derived from the credential, never from anything
+else the client sends (OWASP API3); so is the user.
 """
 
 from __future__ import annotations
@@ -15,6 +17,15 @@ from aiohttp import web
 from agentos.config.tenants import TenantLimits
 from agentos.errors import Forbidden
 from agentos.store.records import DEFAULT_TENANT
+
+
+class Via(StrEnum):
+    """What kind of credential a principal came from (docs/security.md, "The identity model")."""
+
+    OPEN = "open"  # no auth configured, loopback only
+    KEY = "key"  # a tenant API key (or the single server token)
+    USER = "user"  # a JWT from the tenant's identity provider (OIDC)
+    BROWSER = "browser"  # a short-lived token minted by POST /v1/tokens
 
 
 class Scope(StrEnum):
@@ -45,12 +56,23 @@ class Principal:
         logged, never the key itself.
     scopes: what the key may do; `admin` implies every other scope.
     limits: the tenant's effective limits (its own row over the config's defaults).
+    subject: the end user (a JWT's `sub`, or the user a browser token was minted for); recorded
+        as the owner of what the request creates. None for a tenant key.
+    tenant_wide: whether the principal sees every resource of the tenant (a tenant key, or a
+        user token with the `all` scope) or only those its subject owns.
+    resources: for a browser token, the only resources it may touch, as (kind, id) pairs such as
+        ("session", "s_...") or ("run", "r_..."); None: no narrowing beyond the owner rule.
+    via: the kind of credential (key, user token, browser token).
     """
 
     tenant_id: str
     key_id: str | None
     scopes: frozenset[Scope]
     limits: TenantLimits = field(default_factory=TenantLimits)
+    subject: str | None = None
+    tenant_wide: bool = True
+    resources: frozenset[tuple[str, str]] | None = None
+    via: Via = Via.KEY
 
     @property
     def is_admin(self) -> bool:
@@ -59,9 +81,20 @@ class Principal:
     def allows(self, scope: Scope) -> bool:
         return scope in self.scopes or Scope.ADMIN in self.scopes
 
+    def may_see(self, kind: str, resource_id: str, owner: str | None) -> bool:
+        """Whether this principal may see (and, with the scope, act on) one resource of its
+        tenant. The caller has already checked the tenant; a False answers 404, as another
+        tenant's resource does, so that ids cannot be probed.
+
+        `owner` is the subject recorded when the resource was made (None: made by a tenant key,
+        visible to tenant-wide principals only)."""
+        if self.resources is not None and (kind, resource_id) not in self.resources:
+            return False
+        return self.tenant_wide or (owner is not None and owner == self.subject)
+
 
 # No keys and no token configured, on a loopback bind: today's single-user behaviour.
-OPEN_PRINCIPAL = Principal(DEFAULT_TENANT, None, ALL_SCOPES)
+OPEN_PRINCIPAL = Principal(DEFAULT_TENANT, None, ALL_SCOPES, via=Via.OPEN)
 
 PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal", Principal)
 
