@@ -102,7 +102,9 @@ async def test_kill_9_of_one_node_loses_no_acknowledged_message(
             print("their events:", [tuple(r) for r in events if r[0] in lost])
             for i in range(3):
                 print(f"node{i} log:", (tmp_path / f"node{i}.stderr").read_text()[-3000:])
-    assert mock.stats.max_concurrent > TURNS // 2  # the turns did run concurrently
+    # The turns did run concurrently. A quarter, not a half: on a loaded 2-core runner three nodes
+    # start 200 turns over about a turn's length (0.5 s), and CI once saw a peak of 90.
+    assert mock.stats.max_concurrent > TURNS // 4
     assert all(survivors)  # the nodes left keep serving
     victims = {r for i, r in enumerate(results) if i % 3 == 2 and r is not None}
     assert victims  # some of the victim's turns were acknowledged before the kill...
