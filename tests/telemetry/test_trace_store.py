@@ -33,7 +33,7 @@ from agentos.mock.server import MockServer, MockSettings, start_mock
 from agentos.providers.base import ChatRequest, Completion
 from agentos.services import open_services
 from agentos.telemetry import derived_ids
-from agentos.telemetry.otel import OtelTracing
+from agentos.telemetry.opening import open_tracing
 from agentos.testing import RunningServer, eventually, serve_services, sse_events, start_server
 from tests.agents.fakes import ScriptedProvider, answer, call, tool_messages_since_user
 from tests.conftest import child_env
@@ -73,7 +73,7 @@ async def test_the_tracer_s_spans_are_stored_with_their_ids_parents_events_and_e
     phoenix: Phoenix, http: aiohttp.ClientSession
 ) -> None:
     caller_trace, caller = new_trace()
-    tracing = OtelTracing(
+    tracing = open_tracing(
         TelemetryConfig(enabled=True, endpoint=phoenix.otlp_endpoint, export_interval_s=0.05), node="node-1"
     )
     try:

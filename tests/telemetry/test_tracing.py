@@ -8,13 +8,15 @@ import sys
 import threading
 from collections.abc import Sequence
 
+import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentos.config.telemetry import TelemetryConfig, traces_endpoint, tracing_wanted
-from agentos.telemetry import NO_TRACING, trace_id_of, valid_traceparent
-from agentos.telemetry.otel import OtelTracing
+from agentos.telemetry import NO_TRACING, shipping, trace_id_of, valid_traceparent
+from agentos.telemetry.opening import open_tracing
+from agentos.telemetry.recording import RecordingTracing
 
 CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -52,8 +54,10 @@ def test_traceparents_are_checked() -> None:
         assert not valid_traceparent(bad), bad
 
 
-def _tracing(exporter: SpanExporter, **config: object) -> OtelTracing:
-    return OtelTracing(TelemetryConfig(enabled=True, **config), node="node-1", exporter=exporter)  # type: ignore[arg-type]
+def _tracing(exporter: SpanExporter, **config: object) -> RecordingTracing:
+    tracing = open_tracing(TelemetryConfig(enabled=True, **config), node="node-1", exporter=exporter)  # type: ignore[arg-type]
+    assert isinstance(tracing, RecordingTracing)
+    return tracing
 
 
 def test_spans_nest_continue_a_callers_trace_and_link() -> None:
@@ -170,3 +174,36 @@ def test_a_runs_view_names_its_trace_and_links_it_only_when_sampled() -> None:
     assert RunTraces(none).view(run_id) == {"trace_id": trace_id}  # not sampled: no trace to open
     for tracing in (every, plain, none):
         tracing.shutdown()
+
+
+def test_on_the_server_records_without_the_sdk_and_a_down_collector_costs_failed_spans() -> None:
+    """The SDK and the OTLP encoder load in the export process only; a collector that refuses
+    connections costs spans counted as failed, never an error in the server."""
+    code = (
+        "import sys\n"
+        "from agentos.config.telemetry import TelemetryConfig\n"
+        "from agentos.telemetry.opening import open_tracing\n"
+        "t = open_tracing(TelemetryConfig(enabled=True, endpoint='http://127.0.0.1:9/v1/traces', export_timeout_s=1))\n"
+        "with t.span('turn') as s: s.set_attribute('a', 1)\n"
+        "assert t.flush(30), t.statistics()\n"
+        "print(t.statistics()['failed'], sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+        "t.shutdown()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split() == ["1", "[]"]
+
+
+def test_an_export_process_that_dies_is_started_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shipping, "RESTART_INTERVAL_S", 0.0)
+    tracing = open_tracing(TelemetryConfig(enabled=True, endpoint="http://127.0.0.1:9/v1/traces", export_timeout_s=1))
+    assert isinstance(tracing, RecordingTracing)
+    sink = tracing.shipper._sink
+    assert isinstance(sink, shipping.ProcessSink) and sink._process is not None
+    first = sink._process
+    first.kill()
+    first.wait(10)
+    tracing.start("after the death").end()
+    assert tracing.flush(30)  # answered by a new export process
+    assert sink._process is not first and sink._process.poll() is None
+    assert tracing.statistics()["failed"] == 1  # the collector is down: the span is counted, not lost silently
+    tracing.shutdown()

@@ -2,10 +2,11 @@
 
 Off (the default), `NO_TRACING` answers every call with shared null objects and no OpenTelemetry
 module is ever imported: the hot path pays one attribute test (`tracing.on`) where it would build
-attributes, nothing else. On, `agentos.telemetry.opening.open_tracing` builds an OpenTelemetry
-SDK tracer of this server's own (never the process-global one: several nodes in one test process
-each trace on their own) that exports over OTLP/HTTP from a background thread
-(`agentos.telemetry.otel`).
+attributes, nothing else. On, `agentos.telemetry.opening.open_tracing` builds a tracer of this
+server's own (never a process-global one: several nodes in one test process each trace on their
+own) that records spans as tuples (`agentos.telemetry.recording`) and ships them to an export
+process that sends them with the OpenTelemetry SDK's OTLP/HTTP exporter
+(`agentos.telemetry.shipping`, `agentos.telemetry.otel`).
 
 Span names and attributes follow the OpenTelemetry GenAI semantic conventions
 (`agentos.telemetry.names`); docs/observability.md lists them.
@@ -111,8 +112,8 @@ class RecordOptions(SpanOptions, total=False):
 
 
 class Tracing:
-    """No tracing: every method is a no-op (`NO_TRACING`). `agentos.telemetry.otel.OtelTracing`
-    is the real one, with the same methods."""
+    """No tracing: every method is a no-op (`NO_TRACING`).
+    `agentos.telemetry.recording.RecordingTracing` is the real one, with the same methods."""
 
     on = False
     trace_url_template = ""
@@ -174,6 +175,11 @@ class Tracing:
     def statistics(self) -> dict[str, int]:
         """Spans exported, dropped (queue full) and failed (the collector refused or was down)."""
         return {}
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Send what is recorded and wait for the exporter's answer (off the loop: at close, in
+        tests)."""
+        return True
 
     def shutdown(self) -> None:
         return None

@@ -2,26 +2,22 @@
 
 Log lines are formatted on a thread of their own (`agentos.server`), where the event loop's
 context is not visible: the trace and span ids are read when the record is made, on the loop
-(`stamp`), and written by the formatter later. With tracing off OpenTelemetry is never loaded
-and the ids are empty; the lines are JSON all the same.
+(`stamp`), and written by the formatter later. With tracing off no span is ever current and the
+ids are empty; the lines are JSON all the same.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
+
+from agentos.telemetry.recording import current_ids
 
 
 def stamp(record: logging.LogRecord) -> None:
     """Give `record` the current span's `trace_id` and `span_id` ("" outside any span)."""
-    trace_id = span_id = ""
-    otel = sys.modules.get("opentelemetry.trace")
-    if otel is not None:  # only ever loaded by tracing that is on
-        context = otel.get_current_span().get_span_context()
-        if context.is_valid:
-            trace_id, span_id = format(context.trace_id, "032x"), format(context.span_id, "016x")
+    trace_id, span_id = current_ids()
     record.trace_id = trace_id
     record.span_id = span_id
 

@@ -1,0 +1,253 @@
+"""Finished spans, from the event loop to an exporter, without ever blocking the loop.
+
+A finished span is one tuple appended to a bounded deque (`Shipper.put`, under the GIL, no lock).
+A daemon thread takes batches off it and hands them to a sink:
+
+- `ProcessSink` (the server's): the batch is encoded with msgspec's MessagePack (in C) and
+  written to the stdin of the export process (`python -m agentos.telemetry.otel`), which builds
+  the OTLP request and sends it. A write blocks only this thread, with the GIL released: a slow
+  collector fills the pipe, then the queue, then spans are dropped and counted.
+- `ExporterSink`: an OpenTelemetry `SpanExporter` called in this thread (a test's in-memory
+  exporter, or a stuck one).
+
+When the queue is full a new span is dropped and counted, and a warning is logged at most once
+per `DROP_LOG_INTERVAL_S`: a collector that is down or slow costs nothing but dropped spans.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import IO, Any, Protocol
+
+import msgspec
+
+from agentos.telemetry.wire import SpanRecord, frame
+
+log = logging.getLogger("agentos.telemetry")
+
+DROP_LOG_INTERVAL_S = 60.0
+RESTART_INTERVAL_S = 10.0  # an export process that died is started again at most this often
+
+
+class Sink(Protocol):
+    def send(self, batch: list[SpanRecord]) -> None:
+        """Send one batch; count it as exported or failed (now or when the answer comes)."""
+        ...
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until every batch sent so far is answered."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Counts:
+    """What happened to the spans (read by /metrics through `statistics`)."""
+
+    def __init__(self) -> None:
+        self.exported = 0
+        self.failed = 0
+
+
+class Shipper:
+    """The bounded queue and the thread that empties it into a sink."""
+
+    def __init__(self, sink_factory: Callable[[Counts], Sink], *, max_queue: int, batch_size: int, interval_s: float):
+        self.counts = Counts()
+        self._sink = sink_factory(self.counts)
+        self._queue: deque[SpanRecord] = deque()
+        self._max_queue = max_queue
+        self._batch_size = batch_size
+        self._interval_s = interval_s
+        self._wake = threading.Event()
+        self._sending = threading.Lock()
+        self._stop = False
+        self.dropped = 0
+        self._last_drop_log = -DROP_LOG_INTERVAL_S
+        self._thread = threading.Thread(target=self._run, name="agentos-span-export", daemon=True)
+        self._thread.start()
+
+    def put(self, record: SpanRecord) -> None:
+        if len(self._queue) >= self._max_queue:
+            self.dropped += 1
+            now = time.monotonic()
+            if now - self._last_drop_log >= DROP_LOG_INTERVAL_S:
+                self._last_drop_log = now
+                log.warning("span export queue full (%d): dropping spans (%d so far)", self._max_queue, self.dropped)
+            return
+        self._queue.append(record)
+        if len(self._queue) >= self._batch_size:
+            self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop:
+            self._wake.wait(self._interval_s)
+            self._wake.clear()
+            with self._sending:  # one sender at a time: this thread, or a flush's caller
+                self._drain()
+
+    def _drain(self) -> None:
+        while self._queue:
+            batch = [self._queue.popleft() for _ in range(min(self._batch_size, len(self._queue)))]
+            try:
+                self._sink.send(batch)
+            except Exception:  # a sink's own failure never kills the thread
+                log.exception("span export failed")
+                self.counts.failed += len(batch)
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Send what is queued and wait until the exporter has answered for it (in the caller's
+        thread: at close, off the event loop, or in a test)."""
+        if not self._sending.acquire(timeout=timeout_s):
+            return False
+        try:
+            self._drain()
+        finally:
+            self._sending.release()
+        return self._sink.flush(timeout_s) and not self._queue
+
+    def statistics(self) -> dict[str, int]:
+        c = self.counts
+        return {"exported": c.exported, "dropped": self.dropped, "failed": c.failed, "queued": len(self._queue)}
+
+    def close(self) -> None:
+        self._stop = True
+        self._wake.set()
+        self._thread.join(timeout=5)
+        self.flush()
+        self._sink.close()
+
+
+class ExporterSink:
+    """An OpenTelemetry `SpanExporter`, called in the shipping thread."""
+
+    def __init__(self, counts: Counts, exporter: Any, service_name: str, node: str) -> None:
+        from agentos.telemetry import otel  # the SDK: only for this sink
+
+        self._counts = counts
+        self._exporter = exporter
+        self._convert = otel.SpanConverter(service_name, node)
+        self._success = otel.SUCCESS
+
+    def send(self, batch: list[SpanRecord]) -> None:
+        ok = self._exporter.export(self._convert(batch)) is self._success
+        if ok:
+            self._counts.exported += len(batch)
+        else:
+            self._counts.failed += len(batch)
+
+    def flush(self, timeout_s: float) -> bool:
+        return True
+
+    def close(self) -> None:
+        self._exporter.shutdown()
+
+
+class ProcessSink:
+    """The export process: started at once, restarted (at most every RESTART_INTERVAL_S) if it
+    dies; each answer it writes back ("ok N", "failed N", "flushed K") updates the counts."""
+
+    def __init__(self, counts: Counts, settings: dict[str, Any]) -> None:
+        self._counts = counts
+        self._argv = [sys.executable, "-m", "agentos.telemetry.otel", msgspec.json.encode(settings).decode()]
+        self._encode = msgspec.msgpack.Encoder().encode
+        self._answered = threading.Condition()
+        self._flushes_sent = 0
+        self._flushes_done = 0
+        self._process: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        self._started = -RESTART_INTERVAL_S
+        self._start()
+
+    def _start(self) -> bool:
+        now = time.monotonic()
+        if now - self._started < RESTART_INTERVAL_S:
+            return False
+        self._started = now
+        self._process = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        assert self._process.stdout is not None
+        threading.Thread(
+            target=self._read, args=(self._process.stdout,), name="agentos-span-answers", daemon=True
+        ).start()
+        return True
+
+    def _alive(self) -> bool:
+        if self._process is not None and self._process.poll() is None:
+            return True
+        if self._process is not None:
+            log.warning("telemetry: the span export process ended (%s); starting another", self._process.returncode)
+            assert self._process.stdin is not None
+            with contextlib.suppress(OSError):  # its unsent bytes have nowhere to go
+                self._process.stdin.close()
+        return self._start()
+
+    def _write(self, kind: bytes, payload: bytes) -> None:
+        process = self._process
+        assert process is not None and process.stdin is not None
+        fd = process.stdin.fileno()
+        data = memoryview(frame(kind, payload))
+        while data:  # os.write releases the GIL while the pipe is full
+            data = data[os.write(fd, data) :]
+
+    def send(self, batch: list[SpanRecord]) -> None:
+        if not self._alive():
+            self._counts.failed += len(batch)
+            return
+        try:
+            self._write(b"B", self._encode(batch))
+        except OSError:  # it died as we wrote: the next batch starts another
+            self._counts.failed += len(batch)
+
+    def _read(self, answers: IO[bytes]) -> None:
+        with answers:
+            self._answers(answers)
+        with self._answered:  # the process ended: nothing more will answer
+            self._flushes_done = self._flushes_sent
+            self._answered.notify_all()
+
+    def _answers(self, answers: IO[bytes]) -> None:
+        for line in answers:
+            word, _, number = line.decode().partition(" ")
+            with self._answered:
+                if word == "ok":
+                    self._counts.exported += int(number)
+                elif word == "failed":
+                    self._counts.failed += int(number)
+                elif word == "flushed":
+                    self._flushes_done = int(number)
+                self._answered.notify_all()
+
+    def flush(self, timeout_s: float) -> bool:
+        if self._process is None or self._process.poll() is not None:
+            return False
+        with self._answered:
+            self._flushes_sent += 1
+            wanted = self._flushes_sent
+        try:
+            self._write(b"F", str(wanted).encode())
+        except OSError:
+            return False
+        with self._answered:
+            return self._answered.wait_for(lambda: self._flushes_done >= wanted, timeout_s)
+
+    def close(self) -> None:
+        process = self._process
+        if process is None:
+            return
+        assert process.stdin is not None
+        process.stdin.close()  # end of input: it sends what it holds and exits
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if self._reader is not None:
+            self._reader.join(timeout=5)  # it closes the answers' pipe at their end
