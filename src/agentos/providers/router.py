@@ -147,25 +147,28 @@ class Router:
 
     # --- the call ---
 
+    def _chat_span(self, model: str, request: ChatRequest) -> tuple[Span, int, ChatRequest]:
+        """The call's span, how much content it may capture, and the request carrying its
+        traceparent. Not made current: `stream` yields to its consumer, and a context set there
+        would leak into the consumer's between items."""
+        at = request.trace
+        attributes = _call_attributes(model, request)
+        if at is None:
+            span = self._tracing.start(f"chat {model}", attributes, kind="client")
+        else:
+            name = f"chat {model}"
+            span = self._tracing.start(
+                name, attributes, kind="client", parent=at.parent, span_id=at.span_id, links=at.links
+            )
+        request = replace(request, headers={**(request.headers or {}), "traceparent": span.traceparent})
+        capture = self._tracing.capture(request.context.tenant_id) if request.context is not None else 0
+        if capture:  # the administrator turned content on for this tenant ([telemetry] capture_content)
+            span.set_attribute("gen_ai.input.messages", _bounded(request.messages, capture))
+        return span, capture, request
+
     async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamItem, None]:
         model, targets = self._resolve(request.model)
-        # Not made current: this generator yields to its consumer, and a context set here would
-        # leak into the consumer's between items. The span's traceparent travels in the headers.
-        span, capture = NULL_SPAN, 0
-        if self._tracing.on:  # off: not even the attributes are built
-            at = request.trace
-            attributes = _call_attributes(model, request)
-            if at is None:
-                span = self._tracing.start(f"chat {model}", attributes, kind="client")
-            else:
-                name = f"chat {model}"
-                span = self._tracing.start(
-                    name, attributes, kind="client", parent=at.parent, span_id=at.span_id, links=at.links
-                )
-            request = replace(request, headers={**(request.headers or {}), "traceparent": span.traceparent})
-            capture = self._tracing.capture(request.context.tenant_id) if request.context is not None else 0
-            if capture:  # the administrator turned content on for this tenant ([telemetry] capture_content)
-                span.set_attribute("gen_ai.input.messages", _bounded(request.messages, capture))
+        span, capture, request = self._chat_span(model, request) if self._tracing.on else (NULL_SPAN, 0, request)
         last = len(targets) - 1
         try:
             for i, route in enumerate(targets):
@@ -175,92 +178,41 @@ class Router:
                     if span is not NULL_SPAN:
                         span.add_event("agentos.target.skipped", {"agentos.target": route.name})
                     continue
+                # One target's try, inline rather than a generator of its own: every token
+                # passes through here, and a generator layer per token is measurable at c=1000.
+                attempt = _Attempt(self, request, model, route, has_next=i < last, span=span, capture=capture)
                 try:
-                    async for item in self._attempt(
-                        request, model, route, has_next=i < last, span=span, capture=capture
-                    ):
-                        yield item
-                    return
-                except _FallBack as fall:
-                    self._stats[route.name].fallbacks += 1
-                    code = fall.error.code
-                    if span is not NULL_SPAN:
-                        span.add_event("agentos.fallback", {"agentos.target": route.name, "error.type": code})
-                    log.info("model %s: %s failed before its first token (%s); falling back", model, route.name, code)
+                    await attempt.reserve()  # BudgetExceeded: no fallback helps
+                    async with self._limit(route), aclosing(self._client(route).stream(attempt.sub)) as upstream:
+                        async for item in upstream:
+                            if not attempt.answered:
+                                attempt.first_token()
+                            if isinstance(item, TextDelta):
+                                yield item
+                                continue
+                            yield await attempt.complete(item)
+                            return
+                    raise ProviderProtocolError("the provider stream ended without a completion")
+                except ProviderError as error:
+                    if not attempt.falls_back(error):
+                        raise
+                    self._fell_back(model, route, error, span)
+                except BaseException:
+                    self.breakers.release(route.name)  # cancelled: says nothing of the target
+                    raise
+                finally:
+                    await attempt.finish()
         except Exception as exc:
             span.record_error(exc)
             raise
         finally:
             span.end()
 
-    async def _attempt(
-        self,
-        request: ChatRequest,
-        model: str,
-        route: Route,
-        *,
-        has_next: bool,
-        span: Span = NULL_SPAN,
-        capture: int = 0,
-    ) -> AsyncGenerator[StreamItem, None]:
-        """One target's try. Raises `_FallBack` for a failure before the first token when
-        `has_next`; the error itself otherwise."""
-        stats = self._stats.setdefault(route.name, TargetStatistics())
-        stats.requests += 1
-        sub = replace(
-            request,
-            model=route.model,
-            params=route.params or None,
-            max_tokens=request.max_tokens or route.max_tokens or None,
-            retry=not has_next,
-        )
-        reservation = None
-        started = self._clock.now()
-        answered = False
-        settled = False
-        try:
-            if self._meter is not None and request.context is not None and not self._meter.idle(request.context):
-                max_tokens = sub.max_tokens or 0
-                worst = worst_case(route.price, _prompt_bytes(request), max_tokens)
-                estimate = Estimate(request.context, model, route.name, worst, max_tokens)
-                reservation = await self._meter.reserve(estimate)  # BudgetExceeded: no fallback helps
-            async with self._limit(route), aclosing(self._client(route).stream(sub)) as upstream:
-                async for item in upstream:
-                    if not answered:
-                        answered = True
-                        ttft_s = self._clock.now() - started
-                        stats.observe_ttft(ttft_s)
-                        if span is not NULL_SPAN:
-                            first = {"agentos.target": route.name, "agentos.ttft_ms": ttft_s * 1000}
-                            span.add_event("gen_ai.first_token", first)
-                    if isinstance(item, TextDelta):
-                        yield item
-                        continue
-                    completion = self._priced(item, route)
-                    if span is not NULL_SPAN:
-                        _trace_completion(span, route, completion)
-                        if capture:
-                            output = [{"role": "assistant", "content": completion.text}]
-                            span.set_attribute("gen_ai.output.messages", _bounded(output, capture))
-                    self.breakers.success(route.name, started)
-                    settled = True
-                    await self._settle(reservation, request, model, completion)
-                    yield completion
-                    return
-            raise ProviderProtocolError("the provider stream ended without a completion")
-        except ProviderError as error:
-            stats.failures[error.code] = stats.failures.get(error.code, 0) + 1
-            self._count_failure(route, error)
-            if not answered and has_next:
-                raise _FallBack(error) from error
-            raise
-        except BaseException:
-            self.breakers.release(route.name)  # cancelled: says nothing of the target
-            raise
-        finally:
-            if reservation is not None and not settled:
-                assert self._meter is not None
-                await self._meter.settle(reservation, None)
+    def _fell_back(self, model: str, route: Route, error: ProviderError, span: Span) -> None:
+        self._stats[route.name].fallbacks += 1
+        if span is not NULL_SPAN:
+            span.add_event("agentos.fallback", {"agentos.target": route.name, "error.type": error.code})
+        log.info("model %s: %s failed before its first token (%s); falling back", model, route.name, error.code)
 
     def _count_failure(self, route: Route, error: ProviderError) -> None:
         if isinstance(error, ProviderHTTPError) and error.status_code == 429 and error.retry_after_s:
@@ -279,10 +231,6 @@ class Router:
             await self._meter.settle(reservation, spend)
         if self._ledger is not None:
             self._ledger.record(spend)
-
-    @staticmethod
-    def _priced(completion: Completion, route: Route) -> Completion:
-        return replace(completion, target=route.name, cost=cost_of(route.price, completion.usage))
 
     # --- targets ---
 
@@ -318,12 +266,81 @@ class Router:
         return limit
 
 
-class _FallBack(Exception):
-    """A target failed before its first token and another one follows."""
+class _Attempt:
+    """The bookkeeping of one target's try: its request, budget reservation, first token,
+    priced completion and failure accounting (the tokens themselves pass in `Router.stream`)."""
 
-    def __init__(self, error: ProviderError) -> None:
-        super().__init__(str(error))
-        self.error = error
+    __slots__ = ("router", "request", "model", "route", "has_next", "span", "capture", "stats", "sub",
+                 "reservation", "started", "answered", "settled")  # fmt: skip
+
+    def __init__(
+        self,
+        router: Router,
+        request: ChatRequest,
+        model: str,
+        route: Route,
+        *,
+        has_next: bool,
+        span: Span,
+        capture: int,
+    ) -> None:
+        self.router, self.request, self.model, self.route = router, request, model, route
+        self.has_next, self.span, self.capture = has_next, span, capture
+        self.stats = router._stats.setdefault(route.name, TargetStatistics())
+        self.stats.requests += 1
+        self.sub = replace(
+            request,
+            model=route.model,
+            params=route.params or None,
+            max_tokens=request.max_tokens or route.max_tokens or None,
+            retry=not has_next,
+        )
+        self.reservation: Any = None
+        self.started = router._clock.now()
+        self.answered = False
+        self.settled = False
+
+    async def reserve(self) -> None:
+        meter, context = self.router._meter, self.request.context
+        if meter is not None and context is not None and not meter.idle(context):
+            max_tokens = self.sub.max_tokens or 0
+            worst = worst_case(self.route.price, _prompt_bytes(self.request), max_tokens)
+            self.reservation = await meter.reserve(Estimate(context, self.model, self.route.name, worst, max_tokens))
+
+    def first_token(self) -> None:
+        self.answered = True
+        ttft_s = self.router._clock.now() - self.started
+        self.stats.observe_ttft(ttft_s)
+        if self.span is not NULL_SPAN:
+            self.span.add_event(
+                "gen_ai.first_token", {"agentos.target": self.route.name, "agentos.ttft_ms": ttft_s * 1000}
+            )
+
+    async def complete(self, item: Completion) -> Completion:
+        route, span = self.route, self.span
+        completion = replace(item, target=route.name, cost=cost_of(route.price, item.usage))
+        if span is not NULL_SPAN:
+            _trace_completion(span, route, completion)
+            if self.capture:
+                output = [{"role": "assistant", "content": completion.text}]
+                span.set_attribute("gen_ai.output.messages", _bounded(output, self.capture))
+        self.router.breakers.success(route.name, self.started)
+        self.settled = True
+        await self.router._settle(self.reservation, self.request, self.model, completion)
+        return completion
+
+    def falls_back(self, error: ProviderError) -> bool:
+        """Count `error`; True when the call passes to the next target (nothing was answered
+        yet and one follows)."""
+        self.stats.failures[error.code] = self.stats.failures.get(error.code, 0) + 1
+        self.router._count_failure(self.route, error)
+        return not self.answered and self.has_next
+
+    async def finish(self) -> None:
+        if self.reservation is not None and not self.settled:
+            meter = self.router._meter
+            assert meter is not None
+            await meter.settle(self.reservation, None)
 
 
 def _prompt_bytes(request: ChatRequest) -> int:
