@@ -81,9 +81,8 @@ async def test_an_edited_answer_over_http(served: tuple[RunningServer, MockServe
     async with AsyncClient(server.url) as client:
         original = await finish(client, (await client.start_run("careful", "x")).run_id)
         ref = await client.fork_run(original.run_id, 3, content="edited output")
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"{server.url}/v1/runs/{ref.run_id}") as response:
-                body = await response.json()
+        async with aiohttp.ClientSession() as http, http.get(f"{server.url}/v1/runs/{ref.run_id}") as response:
+            body = await response.json()
         assert body["forked_from"] == {"run_id": original.run_id, "at_seq": 3}
         assert_documented(body, "Run")
         fork = await finish(client, ref.run_id)
