@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, cast
 
@@ -133,8 +134,9 @@ class RunLifecycle(RunEngine):
         writes = writes + self.journal.create_run(row)
         self.traces.submitted(row)
         handle = self.new_handle(row, spec, context)
+        held: list[Callable[[], None]] = []  # its first event is heard of once it is committed
         if row.forked_from is not None:
-            writes += self._forked(handle, steps or [])
+            writes += self._forked(handle, steps or [], held)
         created = handle.created = asyncio.get_running_loop().create_future()
         commands = self.driver.handle(RunSubmitted(run_id, parent_id, row.tenant_id))
         if isinstance(commands[0], RejectRun):
@@ -146,6 +148,8 @@ class RunLifecycle(RunEngine):
             created.set_exception(exc)
             raise
         self.store.adopt(run_id, 1)  # born owned by this node (a lease on PostgreSQL)
+        for publish in held:
+            publish()
         # The task (started by StartRun) wakes after this call returns: its caller answers first.
         created.set_result(None)
         return handle
@@ -169,7 +173,7 @@ class RunLifecycle(RunEngine):
         fork = replace(fork, created_ms=now, updated_ms=now, forked_from=run_id, forked_at_seq=at_seq)
         return await self.admit(fork, spec, list(context or []), [], steps)
 
-    def _forked(self, handle: RunHandle, steps: list[Step]) -> list[Any]:
+    def _forked(self, handle: RunHandle, steps: list[Step], held: list[Callable[[], None]]) -> list[Any]:
         """A fork's copied steps and its first event, `run.forked` (instead of `run.started`)."""
         tenant, now, journal = handle.row.tenant_id, self.now_ms(), self.journal
         writes: list[Any] = []
@@ -179,7 +183,8 @@ class RunLifecycle(RunEngine):
             if step.output is not None:
                 writes += journal.finish_step(tenant, handle.run_id, step.seq, status, step.output, now)
         handle.steps = list(steps)
-        self.emit(handle, "run.forked", {"agent": handle.row.agent, "forked_from": handle.row.origin()}, into=writes)
+        origin = {"agent": handle.row.agent, "forked_from": handle.row.origin()}
+        self.emit(handle, "run.forked", origin, into=writes, held=held)
         return writes
 
     def _on_start(self, command: StartRun) -> None:
