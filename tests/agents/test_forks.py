@@ -223,3 +223,19 @@ async def test_a_fork_survives_a_restart_and_lists_its_origin(make_service: Serv
 
 def _query() -> RunQuery:
     return RunQuery(limit=100)
+
+
+async def test_a_fork_keeps_the_session_context_and_the_system_prompt(
+    make_service: ServiceFactory,
+) -> None:
+    provider = ScriptedProvider(lambda request: answer(f"{len(request.messages)} messages"))
+    agents = {"plain": {"tools": [], "system_prompt": "be brief"}}
+    service = await make_service(provider, agents=agents)
+    context: list[Any] = [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "noted"}]
+    run_id = await service.start_run("default", "plain", "now", context=context)
+    info, _ = await drive(service, run_id)
+    fork_id = await service.fork_run("default", run_id, 0)
+    fork, names = await drive(service, fork_id)
+    assert fork["result"] == info["result"] == "4 messages"
+    assert provider.requests[-1].messages == provider.requests[0].messages  # system, context, input
+    assert names[0] == "run.forked" and fork["session_id"] == info["session_id"]
