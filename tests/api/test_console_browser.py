@@ -402,6 +402,31 @@ async def _waiting_run_opened(
     return run_id, tab
 
 
+async def test_a_step_of_the_run_view_forks_the_run_and_opens_the_fork(
+    open_tab, console: ConsoleServer, http: aiohttp.ClientSession
+) -> None:
+    # Waiting for its first approval: step 1 (the model's call) is finished, its Fork button on.
+    run_id, tab = await _waiting_run_opened(open_tab, console, http, by_id=True)
+    page = tab.page
+    button = page.locator("#run-timeline li[data-event='model.completed'] button.fork[data-seq='1']")
+    await button.click(timeout=WAIT_MS)
+    # The fork opens: it links back to the original and replays step 1, so it asks again at once.
+    origin = page.locator("#run-origin")
+    await origin.wait_for(timeout=WAIT_MS)
+    assert await origin.text_content() == f"forked from {run_id} at step 1"
+    await page.wait_for_selector("#run-timeline li[data-event='run.forked']", timeout=WAIT_MS)
+    await page.wait_for_selector("#run-timeline li[data-event='human.requested']", timeout=WAIT_MS)
+    fork_id = await page.locator("#run-detail h2 .mono").text_content()
+    assert fork_id and fork_id != run_id
+    async with http.get(f"{console.url}/v1/runs/{fork_id}", headers=console.alice.headers) as r:
+        fork = await r.json()
+    assert fork["forked_from"] == {"run_id": run_id, "at_seq": 1} and fork["status"] == "waiting_human"
+    # The step's model call came from the journal: the fork's timeline has no model call before it asks.
+    assert await page.locator("#run-timeline li[data-event='model.started']").count() == 0
+    await origin.click()  # and back to the original, still waiting
+    await page.wait_for_selector(f"#run-detail h2 .mono:text-is('{run_id}')", timeout=WAIT_MS)
+
+
 async def test_a_runs_waterfall_shows_its_steps_with_the_waiting_one_open(
     open_tab, console: ConsoleServer, http: aiohttp.ClientSession
 ) -> None:

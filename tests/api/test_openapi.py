@@ -13,7 +13,16 @@ from jsonschema import Draft202012Validator
 
 from agentos.api.admin import KeyCreate, KeyUpdate, TenantCreate, TenantUpdate
 from agentos.api.app import ROUTES
-from agentos.api.body import MAX_AFTER, MAX_PAGE_LIMIT, AnswerCreate, RunCreate, RunSteer, SessionCreate, TurnCreate
+from agentos.api.body import (
+    MAX_AFTER,
+    MAX_PAGE_LIMIT,
+    AnswerCreate,
+    RunCreate,
+    RunFork,
+    RunSteer,
+    SessionCreate,
+    TurnCreate,
+)
 from agentos.api.openapi import document, served_routes, table_routes
 from agentos.api.schedules import ScheduleCreate
 from agentos.api.triggers import TriggerCreate
@@ -33,6 +42,7 @@ BODIES: dict[tuple[str, str], tuple[type[Any], str]] = {
     ("post", "/v1/agents/{name}/runs"): (RunCreate, "RunCreate"),
     ("post", "/v1/runs/{run_id}/answer"): (AnswerCreate, "AnswerCreate"),
     ("post", "/v1/runs/{run_id}/steer"): (RunSteer, "RunSteer"),
+    ("post", "/v1/runs/{run_id}/fork"): (RunFork, "RunFork"),
     ("post", "/v1/admin/tenants"): (TenantCreate, "TenantCreate"),
     ("patch", "/v1/admin/tenants/{tenant_id}"): (TenantUpdate, "TenantUpdate"),
     ("post", "/v1/admin/keys"): (KeyCreate, "KeyCreate"),

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import sqlite3
 
-from agentos.journal.journal import SCHEMA, migrate
+from agentos.journal.journal import SCHEMA, RunRow, migrate
+
+FORKS = ",\n  forked_from TEXT, forked_at_seq INTEGER"  # added by the release that made forks
+BEFORE_FORKS = SCHEMA.replace(FORKS, "")
 
 
 def test_migrate_adds_the_context_column_to_an_older_runs_table() -> None:
     db = sqlite3.connect(":memory:")
-    db.executescript(SCHEMA.replace(",\n  context_ref TEXT", ""))  # the table as the first release made it
+    db.executescript(BEFORE_FORKS.replace(",\n  context_ref TEXT", ""))  # the table as the first release made it
     assert "context_ref" not in {row[1] for row in db.execute("PRAGMA table_info(runs)")}
     migrate(db)
     migrate(db)  # and running it again changes nothing
@@ -18,10 +21,25 @@ def test_migrate_adds_the_context_column_to_an_older_runs_table() -> None:
 
 def test_opening_an_older_runs_db_adds_the_session_index_deletion_uses() -> None:
     db = sqlite3.connect(":memory:")
-    first_release = SCHEMA.replace(",\n  context_ref TEXT", "")
+    first_release = BEFORE_FORKS.replace(",\n  context_ref TEXT", "")
     db.executescript(first_release.replace("CREATE INDEX IF NOT EXISTS runs_session", "CREATE INDEX IF NOT EXISTS x"))
     db.execute("DROP INDEX x")
     db.executescript(SCHEMA)  # what RunStore.open runs on every start
     migrate(db)
     plan = " ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN SELECT run_id FROM runs WHERE session_id = 's'"))
     assert "runs_session" in plan
+
+
+def test_migrate_adds_the_fork_columns_after_the_others() -> None:
+    db = sqlite3.connect(":memory:")
+    assert FORKS in SCHEMA
+    db.executescript(BEFORE_FORKS)
+    db.execute(
+        "INSERT INTO runs VALUES ('r', 't', 'a', NULL, NULL, 0, 's', 'in', 'completed', 'ok', 'done', 1, 2, NULL)"
+    )
+    migrate(db)
+    migrate(db)
+    columns = [row[1] for row in db.execute("PRAGMA table_info(runs)")]
+    assert columns[-3:] == ["context_ref", "forked_from", "forked_at_seq"]
+    row = RunRow(*db.execute("SELECT * FROM runs").fetchone())  # an older run reads as no fork
+    assert row.result == "ok" and row.origin() is None and row.to_dict()["forked_from"] is None

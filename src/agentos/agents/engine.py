@@ -208,11 +208,16 @@ class RunEngine:
             raise run_not_found(run_id)  # exactly as a run that does not exist
         return handle
 
-    async def load_handle(self, row: RunRow) -> RunHandle:
-        spec = self._specs.get(row.spec_ref)
-        spec_data, last_seq, context = await self.store.resume_state(row)
+    def spec_of(self, spec_ref: str, spec_data: Any) -> AgentSpec:
+        """The run's spec snapshot, parsed once per snapshot (runs of an agent share it)."""
+        spec = self._specs.get(spec_ref)
         if spec is None:
-            spec = self._specs[row.spec_ref] = parse_agent_spec(spec_data)
+            spec = self._specs[spec_ref] = parse_agent_spec(spec_data)
+        return spec
+
+    async def load_handle(self, row: RunRow) -> RunHandle:
+        spec_data, last_seq, context = await self.store.resume_state(row)
+        spec = self.spec_of(row.spec_ref, spec_data)
         handle = RunHandle(
             row=row, spec=spec, status=row.status, next_event_seq=last_seq + 1, context=list(context or [])
         )

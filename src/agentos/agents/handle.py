@@ -21,6 +21,7 @@ __all__ = ["TERMINAL_EVENTS", "EventType", "RunEvent", "RunHandle", "Steer"]
 
 EventType = Literal[
     "run.started",
+    "run.forked",
     "run.resumed",
     "run.child_started",
     "model.started",

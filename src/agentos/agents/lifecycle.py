@@ -22,17 +22,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from agentos.agents.agents import AgentRegistry
-from agentos.agents.engine import RunEngine
+from agentos.agents.engine import RunEngine, run_not_found
+from agentos.agents.forks import ForkEdit, fork_steps
 from agentos.agents.handle import RunHandle
 from agentos.agents.pacer import Pacer
 from agentos.agents.runner import Runner
 from agentos.config.agents import AgentSpec
 from agentos.errors import AdmissionRejected, LeaseLost, StoreUnavailable, new_error_id
-from agentos.journal.journal import TERMINAL, RunRow
+from agentos.journal.journal import TERMINAL, RunRow, Step, StepKind, StepStatus
 from agentos.kernel import (
     ExpireHuman,
     FinishRun,
@@ -93,8 +95,6 @@ class RunLifecycle(RunEngine):
                 `max_active_runs` ("tenant_active_runs").
         """
         parent_id = parent.run_id if parent else None
-        if not await self.driver.hold_run(run_id, tenant_id, parent_id):  # the tenant's cap over every node
-            raise AdmissionRejected(self.driver.kernel.limits.retry_after_s, what="runs", code="tenant_active_runs")
         spec_ref, context_ref, writes = self.payloads(tenant_id, spec, context)
         now = self.now_ms()
         depth = parent.row.depth + 1 if parent else 0
@@ -114,9 +114,29 @@ class RunLifecycle(RunEngine):
             now,
             context_ref,
         )
-        writes += self.journal.create_run(row)
+        return await self.admit(row, spec, context, writes)
+
+    async def admit(
+        self,
+        row: RunRow,
+        spec: AgentSpec,
+        context: list[Message] | None,
+        writes: list[Any],
+        steps: list[Step] | None = None,
+    ) -> RunHandle:
+        """Admit the new run `row`, write its row after `writes` and start it; returns once it is
+        committed. `steps`: its journal so far (a fork's copied steps), in the same commit.
+
+        Raises: AdmissionRejected (see `submit`)."""
+        run_id, tenant_id, parent_id = row.run_id, row.tenant_id, row.parent_run_id
+        if not await self.driver.hold_run(run_id, tenant_id, parent_id):  # the tenant's cap over every node
+            raise AdmissionRejected(self.driver.kernel.limits.retry_after_s, what="runs", code="tenant_active_runs")
+        writes = writes + self.journal.create_run(row)
         self.traces.submitted(row)
         handle = self.new_handle(row, spec, context)
+        held: list[Callable[[], None]] = []  # its first event is heard of once it is committed
+        if row.forked_from is not None:
+            writes += self._forked(handle, steps or [], held)
         created = handle.created = asyncio.get_running_loop().create_future()
         commands = self.driver.handle(RunSubmitted(run_id, parent_id, row.tenant_id))
         if isinstance(commands[0], RejectRun):
@@ -128,9 +148,44 @@ class RunLifecycle(RunEngine):
             created.set_exception(exc)
             raise
         self.store.adopt(run_id, 1)  # born owned by this node (a lease on PostgreSQL)
+        for publish in held:
+            publish()
         # The task (started by StartRun) wakes after this call returns: its caller answers first.
         created.set_result(None)
         return handle
+
+    async def fork(self, tenant_id: str, run_id: str, at_seq: int, edit: ForkEdit | None, fork_id: str) -> RunHandle:
+        """Start run `fork_id`: the tenant's run `run_id`'s journal up to step `at_seq` (the last
+        step edited by `edit`), then live (`agentos.agents.forks`). The original is not touched.
+
+        Raises: NotFound (also another tenant's run); InvalidInput (`fork_steps`);
+            AdmissionRejected (see `submit`)."""
+        row = await self.store.load_run(tenant_id, run_id)
+        if row is None:
+            raise run_not_found(run_id)
+        steps = fork_steps(await self.store.load_steps(tenant_id, run_id), at_seq, edit, run_id, fork_id)
+        spec_data, _, context = await self.store.resume_state(row)
+        spec = self.spec_of(row.spec_ref, spec_data)
+        now = self.now_ms()
+        # Its own top-level run (no parent waits for it), on the original's spec snapshot, input
+        # and session context: the same payloads, so nothing is stored again.
+        fork = replace(row, run_id=fork_id, parent_run_id=None, status="queued", result=None, reason=None)
+        fork = replace(fork, created_ms=now, updated_ms=now, forked_from=run_id, forked_at_seq=at_seq)
+        return await self.admit(fork, spec, list(context or []), [], steps)
+
+    def _forked(self, handle: RunHandle, steps: list[Step], held: list[Callable[[], None]]) -> list[Any]:
+        """A fork's copied steps and its first event, `run.forked` (instead of `run.started`)."""
+        tenant, now, journal = handle.row.tenant_id, self.now_ms(), self.journal
+        writes: list[Any] = []
+        for step in steps:
+            kind, status = cast(StepKind, step.kind), cast(StepStatus, step.status)
+            writes += journal.begin_step(tenant, handle.run_id, step.seq, kind, status, step.input, now)
+            if step.output is not None:
+                writes += journal.finish_step(tenant, handle.run_id, step.seq, status, step.output, now)
+        handle.steps = list(steps)
+        origin = {"agent": handle.row.agent, "forked_from": handle.row.origin()}
+        self.emit(handle, "run.forked", origin, into=writes, held=held)
+        return writes
 
     def _on_start(self, command: StartRun) -> None:
         handle = self.handles[command.run_id]
@@ -203,7 +258,7 @@ class RunLifecycle(RunEngine):
             tenant = handle.row.tenant_id
             handle.steps = await self.store.load_steps(tenant, handle.run_id)
         if handle.status in ("queued", "waiting_human"):
-            if handle.status == "queued" and not handle.steps:
+            if handle.status == "queued" and not handle.steps and handle.row.forked_from is None:
                 self.emit(handle, "run.started", {"agent": handle.row.agent})
             handle.status = "running"
             self.store.write_nowait(

@@ -31,6 +31,7 @@ from agentos.agents.checks import remove_dirs
 from agentos.agents.cluster import cluster_for
 from agentos.agents.engine import run_not_found
 from agentos.agents.fanout import Bridge, RunEvent
+from agentos.agents.forks import ForkEdit
 from agentos.agents.handle import Steer
 from agentos.agents.host import ToolHub
 from agentos.agents.interventions import apply_answer, terminate_here
@@ -247,6 +248,26 @@ class RunService:
         elif run_id in self._runs.handles or await self.store.load_run(tenant_id, run_id) is not None:
             return run_id
         handle = await self._runs.submit(tenant_id, spec, text, session_id, run_id, context=context)
+        return handle.run_id
+
+    async def fork_run(
+        self, tenant_id: str, run_id: str, at_seq: int, edit: ForkEdit | None = None, *, fork_id: str | None = None
+    ) -> str:
+        """Fork the tenant's run at step `at_seq` (optionally with that step's result edited) into
+        a new run, started in the background; returns its id (`fork_id` when given). The new run
+        replays the copied steps without a model or tool call and continues live; the original is
+        not touched (`agentos.agents.forks`).
+
+        Raises:
+            ShuttingDown: the server is draining.
+            NotFound: no such run (or another tenant's).
+            InvalidInput: `at_seq` not a finished step of the run, or an edit that does not fit
+                it (codes: `agentos.agents.forks.fork_steps`).
+            AdmissionRejected: as `start_run`.
+        """
+        if not self.accepting:
+            raise ShuttingDown("the server is shutting down")
+        handle = await self._runs.fork(tenant_id, run_id, at_seq, edit, fork_id or new_run_id())
         return handle.run_id
 
     async def get_run(self, tenant_id: str, run_id: str) -> dict[str, Any]:

@@ -94,6 +94,25 @@ class RunSteer(msgspec.Struct, forbid_unknown_fields=True):
     input: Input
 
 
+class RunForkEdit(msgspec.Struct, forbid_unknown_fields=True):
+    """The fork's new result for step `at_seq`: `content` for a tool step; `answer` (and
+    `approve`, for an approval) for a human step (docs/agents.md "Forks")."""
+
+    content: Annotated[str | None, msgspec.Meta(description="a tool step: the result the model sees")] = None
+    answer: Annotated[str | None, msgspec.Meta(description="a human step: the answer")] = None
+    approve: Annotated[bool | None, msgspec.Meta(description="an approval step: approved or not")] = None
+
+
+class RunFork(msgspec.Struct, forbid_unknown_fields=True):
+    """Fork a run at a step (`POST /v1/runs/{run_id}/fork`)."""
+
+    at_seq: Annotated[
+        int,
+        msgspec.Meta(ge=0, le=2**31 - 1, description="the last step of the run's journal the fork keeps (0: none)"),
+    ]
+    edit: RunForkEdit | None = None
+
+
 class AnswerCreate(msgspec.Struct, forbid_unknown_fields=True):
     """An answer to a run's human request; an approval names the exact `args_hash` it approves."""
 

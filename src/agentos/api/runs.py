@@ -10,6 +10,7 @@ Routes::
     POST /v1/runs/{run_id}/terminate  hard, any state                  200 run
     POST /v1/runs/{run_id}/answer     {"operation_id", "answer"?, "approve"?, "args_hash"?}  200 run
     POST /v1/runs/{run_id}/steer      {"input"}                         200 {"run_id", "seq"}
+    POST /v1/runs/{run_id}/fork       {"at_seq", "edit"?}               202 {"run_id", "forked_from", ...}
 
 Reads take `runs:read`, the rest `runs:write`; every call acts for the principal's tenant, so
 another tenant's run is a 404 `run_not_found`, and a `session_id` must name one of the
@@ -23,13 +24,25 @@ from typing import Literal
 import msgspec
 from aiohttp import web
 
+from agentos.agents.forks import ForkEdit
 from agentos.api.admission import ADMISSION
 from agentos.api.agents import UNKNOWN_AGENT
-from agentos.api.body import MAX_AFTER, AnswerCreate, RunCreate, RunSteer, decimal, page_limit, query_text, read_body
+from agentos.api.body import (
+    MAX_AFTER,
+    AnswerCreate,
+    RunCreate,
+    RunFork,
+    RunSteer,
+    decimal,
+    page_limit,
+    query_text,
+    read_body,
+)
 from agentos.api.keys import RUNS, RUNTIME, SSE_KEEPALIVE_S
 from agentos.api.routes import (
     BAD_BODY,
     SEQ,
+    Answer,
     Limits,
     Schema,
     events,
@@ -63,6 +76,23 @@ class RunStarted(msgspec.Struct):
     status: Literal["queued"]
     run_url: str
     events_url: str
+
+
+class ForkOrigin(msgspec.Struct):
+    """The run a fork was forked from, and the last step of its journal the fork copied."""
+
+    run_id: str
+    at_seq: int
+
+
+class RunForked(msgspec.Struct):
+    """A fork accepted and queued: where to read it and follow its events."""
+
+    run_id: str
+    status: Literal["queued"]
+    run_url: str
+    events_url: str
+    forked_from: ForkOrigin
 
 
 _HUMAN_REQUEST = Schema.object(
@@ -99,6 +129,18 @@ RUN = Schema.object(
         "created_ms": {"type": "integer"},
         "updated_ms": {"type": "integer"},
         "pending": {**ref("HumanRequest"), "description": "only while status is waiting_human"},
+        "forked_from": {
+            "description": "a fork (POST /v1/runs/{run_id}/fork): the run it was forked from and the last"
+            " step it copied; null: not a fork",
+            "oneOf": [
+                {"type": "null"},
+                {
+                    "type": "object",
+                    "properties": {"run_id": {"type": "string"}, "at_seq": {"type": "integer"}},
+                    "required": ["run_id", "at_seq"],
+                },
+            ],
+        },
         "trace_id": {
             "type": "string",
             "description": "the run's own trace (docs/observability.md); only when tracing is on,"
@@ -240,6 +282,44 @@ async def steer_run(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.RUNS_WRITE).tenant_id
     body = await read_body(request, RunSteer)
     return json_response(await request.app[RUNS].steer_run(tenant_id, request.match_info["run_id"], body.input))
+
+
+_FORK_ERRORS: dict[int, str | Answer] = {
+    422: "Wrong types or values (the message names the field); `fork_seq_out_of_range`: at_seq past the"
+    " run's last step; `fork_seq_not_a_boundary`: that step is not finished; `fork_edit_not_allowed`:"
+    " an edit of a step that is not a tool result or a human answer; `fork_edit_invalid`: an edit that"
+    " does not fit its step",
+}
+
+
+@routes.post("/v1/runs/{run_id}/fork")
+@operation(
+    "Fork the run at a step: a new run with its journal up to `at_seq`, optionally with that step's"
+    " result edited, then live",
+    body=RunFork,
+    answers={202: json("Queued; the fork replays the copied steps without a model or tool call", RunForked)},
+    errors=BAD_BODY | _UNKNOWN | _FORK_ERRORS | {503: retry("Draining: the server starts no new runs")},
+    limits=Limits(
+        more_429="`run_rate_limited` (runs per minute), `overloaded` (over `kernel.max_active_runs`),"
+        " `tenant_active_runs`",
+        quota="`quota_tokens_per_day`: the tenant's provider tokens for the UTC day are spent"
+        " (Retry-After: until 00:00 UTC)",
+        budgets=True,
+    ),
+)
+async def fork_run(request: web.Request) -> web.Response:
+    who = require(request, Scope.RUNS_WRITE)
+    tenant_id, admission = who.tenant_id, request.app[ADMISSION]
+    admission.offer(who, "run")  # draining or full: refused before the body, like a start
+    body = await read_body(request, RunFork)
+    runs, run_id, fork_id = request.app[RUNS], request.match_info["run_id"], new_run_id()
+    original = await runs.get_run(tenant_id, run_id)  # a 404 before any budget is held
+    edit = ForkEdit(body.edit.content, body.edit.answer, body.edit.approve) if body.edit is not None else None
+    async with admission.starting(who, "run", original["input"], run=(fork_id, 0.0)) as started:
+        await runs.fork_run(tenant_id, run_id, body.at_seq, edit, fork_id=fork_id)
+        started.bind(fork_id)
+    links = {"run_url": f"/v1/runs/{fork_id}", "events_url": f"/v1/runs/{fork_id}/events"}
+    return json_response(RunForked(fork_id, "queued", **links, forked_from=ForkOrigin(run_id, body.at_seq)), status=202)
 
 
 @routes.post("/v1/runs/{run_id}/answer")

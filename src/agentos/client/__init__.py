@@ -19,6 +19,7 @@ from agentos.client._async import AsyncClient
 from agentos.client._errors import APIError, ClientError, ProtocolError, StreamError, TransportError
 from agentos.client._sync import Client
 from agentos.client._types import (
+    ForkOrigin,
     HumanRequest,
     Message,
     Page,
@@ -37,6 +38,7 @@ __all__ = [
     "AsyncClient",
     "Client",
     "ClientError",
+    "ForkOrigin",
     "HumanRequest",
     "Message",
     "Page",

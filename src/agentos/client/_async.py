@@ -242,6 +242,27 @@ class AsyncClient(HttpClient):
         body |= {k: v for k, v in (("approve", approve), ("args_hash", args_hash)) if v is not None}
         return await self._http.call("POST", url_path("/v1/runs/{}/answer", run_id), Run, body=body)
 
+    async def fork_run(
+        self,
+        run_id: str,
+        at_seq: int,
+        *,
+        content: str | None = None,
+        answer: str | None = None,
+        approve: bool | None = None,
+    ) -> RunRef:
+        """Fork the run at step `at_seq`: a new run with its journal up to that step (replayed
+        without a model or tool call), then live. Edit that step's result with `content` (a tool
+        step) or `answer` and `approve` (a human step); none: an exact copy (docs/agents.md "Forks").
+
+        Raises:
+            APIError: 404 `run_not_found`; 422 `fork_seq_out_of_range`, `fork_seq_not_a_boundary`,
+                `fork_edit_not_allowed`, `fork_edit_invalid`; 429, 503 as `start_run`.
+        """
+        edit = {k: v for k, v in (("content", content), ("answer", answer), ("approve", approve)) if v is not None}
+        body: dict[str, Any] = {"at_seq": at_seq} | ({"edit": edit} if edit else {})
+        return await self._http.call("POST", url_path("/v1/runs/{}/fork", run_id), RunRef, body=body)
+
     def run_events(self, run_id: str, after: int | None = None) -> AsyncGenerator[RunEvent, None]:
         """The run's events after seq `after` (None: from its start), stored then live, until the
         terminal one (`run.completed`, `run.failed`, `run.cancelled`).

@@ -92,13 +92,21 @@ class TurnEvent(msgspec.Struct, frozen=True):
         return _human_request(self.name, self.data)
 
 
+class ForkOrigin(msgspec.Struct, frozen=True, kw_only=True):
+    """The run a fork was forked from, and the last step of its journal the fork copied."""
+
+    run_id: str
+    at_seq: int
+
+
 class RunRef(msgspec.Struct, frozen=True, kw_only=True):
-    """A run just started (`start_run`): it is queued; follow it with `run_events(run_id)`."""
+    """A run just started (`start_run`, `fork_run`): it is queued; follow it with `run_events(run_id)`."""
 
     run_id: str
     status: str
     run_url: str = ""
     events_url: str = ""
+    forked_from: ForkOrigin | None = None  # `fork_run`: the run and step it was forked from
 
 
 class HumanRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -130,6 +138,7 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     pending: HumanRequest | None = None  # only while `status` is "waiting_human"
     trace_id: str | None = None  # `get_run` with tracing on: the run's own trace
     trace_url: str | None = None  # and its page in the operator's backend (`trace_url_template`)
+    forked_from: ForkOrigin | None = None  # a fork: the run and step it was forked from
 
 
 class RunEvent(msgspec.Struct, frozen=True):

@@ -83,11 +83,20 @@ class RunRow:
     created_ms: int
     updated_ms: int
     context_ref: str | None = None  # payload: earlier messages of the session the run continues
+    forked_from: str | None = None  # a fork (`agentos.agents.forks`): the run it was forked from
+    forked_at_seq: int | None = None  # ... and the last step of that run's journal it copied
 
     def to_dict(self) -> dict[str, Any]:
         """The run as the API answers it (`input` whole: a list cuts it, `run_list`)."""
         head = {name: getattr(self, name) for name in _RUN_ANSWER_HEAD}
-        return head | {"input_truncated": False} | {name: getattr(self, name) for name in _RUN_ANSWER_TAIL}
+        tail = {name: getattr(self, name) for name in _RUN_ANSWER_TAIL}
+        return head | {"input_truncated": False} | tail | {"forked_from": self.origin()}
+
+    def origin(self) -> dict[str, Any] | None:
+        """`{"run_id", "at_seq"}` of the run this one was forked from; None: not a fork."""
+        if self.forked_from is None:
+            return None
+        return {"run_id": self.forked_from, "at_seq": self.forked_at_seq}
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +129,7 @@ class Journal:
     with the same parameters); reads run on the store's thread."""
 
     PUT_PAYLOAD = "INSERT OR IGNORE INTO payloads (hash, tenant_id, body) VALUES (?, ?, ?)"
-    INSERT_RUN = "INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    INSERT_RUN = "INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     SET_STATUS = (
         "UPDATE runs SET status = ?, result = coalesce(?, result), reason = coalesce(?, reason), updated_ms = ?"
         " WHERE run_id = ?"
@@ -166,6 +175,8 @@ class Journal:
                 row.created_ms,
                 row.updated_ms,
                 row.context_ref,
+                row.forked_from,
+                row.forked_at_seq,
             ),
         )
 

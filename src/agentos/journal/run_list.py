@@ -39,7 +39,7 @@ INPUT_MAX_CHARS = 500
 _COLUMNS = (
     "r.run_id, r.tenant_id, r.agent, r.session_id, r.parent_run_id, r.depth, r.spec_ref,"
     f" substr(r.input, 1, {INPUT_MAX_CHARS + 1}), r.status, r.result, r.reason, r.created_ms, r.updated_ms,"
-    " r.context_ref"
+    " r.context_ref, r.forked_from, r.forked_at_seq"
 )
 
 

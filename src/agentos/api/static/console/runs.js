@@ -1,6 +1,8 @@
 // Runs: the tenant's runs by status (GET /v1/runs, a page at a time), and one run's waterfall
 // and timeline from GET /v1/runs/{id}/events (stored, then live) with cancel and terminate, and
-// a link to its trace in the operator's backend when the server has one (`trace_url`).
+// a link to its trace in the operator's backend when the server has one (`trace_url`). Each
+// finished step of the timeline has a Fork button (POST /v1/runs/{id}/fork at that step) that
+// opens the new run; a fork's view links back to the run it was forked from.
 import { api, query, stream } from "./api.js";
 import { $, clear, el, listToolbar, pretty, status, table, appendRows, time } from "./dom.js";
 import { waterfall } from "./waterfall.js";
@@ -36,7 +38,7 @@ export function init(context) {
 
 function statusAfter(type) {
   if (type === "human.requested") return "waiting_human";
-  if (type === "run.started" || type === "run.resumed" || type === "human.answered") return "running";
+  if (["run.started", "run.forked", "run.resumed", "human.answered"].includes(type)) return "running";
   if (/^run\.(completed|failed|cancelled)$/.test(type)) return type.slice(4);
   return null;
 }
@@ -98,12 +100,17 @@ export async function openRun(id) {
   const trace = run.trace_url
     ? el("a", { id: "run-trace", href: run.trace_url, target: "_blank", rel: "noopener noreferrer" }, "Open trace")
     : null;
+  const origin = run.forked_from
+    ? el("button", { id: "run-origin", class: "link", onclick: () => openRun(run.forked_from.run_id) },
+      `forked from ${run.forked_from.run_id} at step ${run.forked_from.at_seq}`)
+    : null;
   const chart = el("div", { class: "waterfall", id: "run-waterfall" });
   const list = el("ul", { class: "timeline", id: "run-timeline" });
   detail.append(
     el("h2", {}, "Run ", el("span", { class: "mono", text: run.run_id }), " ", state),
     el("p", { class: "hint" }, `agent ${run.agent}`, run.session_id ? ` · session ${run.session_id}` : "",
-      run.parent_run_id ? ` · child of ${run.parent_run_id}` : "", ` · created ${time(run.created_ms)}`),
+      run.parent_run_id ? ` · child of ${run.parent_run_id}` : "", ` · created ${time(run.created_ms)}`,
+      ...(origin ? [" · ", origin] : [])),
     el("div", { class: "toolbar" }, ...buttons, trace),
     ...(run.result ? [el("pre", { text: run.result })] : []),
     chart,
@@ -127,7 +134,7 @@ async function timeline(id, list, setStatus, steps, signal) {
           return;
         }
         tokens = null;
-        list.append(item(name, data));
+        list.append(item(name, data, forkButton(id, name, data)));
         steps.add(name, data);
         const after = statusAfter(name);
         if (after) setStatus(after);
@@ -138,7 +145,32 @@ async function timeline(id, list, setStatus, steps, signal) {
   }
 }
 
-function item(name, data) {
+// The events that close a journal step, and that step's seq: a fork can start right after it.
+const STEP_ENDS = new Set(["model.completed", "tool.result", "human.answered", "run.steered"]);
+
+function stepSeq(id, name, data) {
+  if (!STEP_ENDS.has(name)) return null;
+  if (name === "run.steered") return data.seq ?? null;
+  const prefix = `${id}:`;
+  const op = data.operation_id ?? "";
+  return op.startsWith(prefix) ? Number(op.slice(prefix.length)) : null;
+}
+
+function forkButton(id, name, data) {
+  const seq = stepSeq(id, name, data);
+  if (!Number.isInteger(seq)) return null;
+  const fork = async () => {
+    try {
+      const made = await api("POST", `/v1/runs/${encodeURIComponent(id)}/fork`, { at_seq: seq });
+      await openRun(made.run_id);
+    } catch (error) {
+      ctx.showError(error);
+    }
+  };
+  return el("button", { class: "fork", "data-seq": String(seq), title: `A new run from step ${seq}`, onclick: fork }, "Fork");
+}
+
+function item(name, data, fork) {
   const kind = name.startsWith("tool.") ? "tool" : name.startsWith("human.") ? "human" : name.startsWith("run.") ? "end" : "";
   let body = "";
   if (name === "tool.call") body = `${data.name}(${pretty(data.arguments ?? "")})`;
@@ -147,5 +179,6 @@ function item(name, data) {
   else if (name === "human.answered") body = pretty(data);
   else if (data.result) body = data.result;
   else if (data.reason) body = data.reason;
-  return el("li", { class: kind, "data-event": name }, el("span", { class: "t", text: name }), el("span", { class: "text", text: body }));
+  return el("li", { class: kind, "data-event": name }, el("span", { class: "t", text: name }),
+    el("span", { class: "text", text: body }), ...(fork ? [fork] : []));
 }
