@@ -153,6 +153,7 @@ async def test_steer_on_another_node_joins_the_agent_turn_running_there(
     assert [e.data["input"] for e in events if e.name == "turn.steered"] == ["and use blue"]
     users = [content for role, content in await transcript(pg, sid) if role == "user"]
     assert users == ["build it", "and use blue"]
+    assert mock.stats.requests == 4  # the run's own calls (1, then 3 after the steer): none of the steer's
 
 
 async def test_a_run_steered_through_another_node_journals_the_message_once(
