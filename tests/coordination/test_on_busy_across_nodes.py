@@ -57,11 +57,18 @@ async def post_turn(http: aiohttp.ClientSession, url: str, sid: str, text: str, 
 
 
 async def stream_turn(
-    http: aiohttp.ClientSession, url: str, sid: str, text: str, on_busy: str, first: asyncio.Event | None = None
+    http: aiohttp.ClientSession,
+    url: str,
+    sid: str,
+    text: str,
+    on_busy: str,
+    first: asyncio.Event | None = None,
+    events: list[Any] | None = None,
 ) -> list[Any]:
-    """The turn's events; `first` is set once its first event came (a queued turn: it is queued)."""
+    """The turn's events (also into `events` as they come); `first` is set once its first event
+    came (a queued turn: it is queued)."""
     body = {"input": text, "on_busy": on_busy}
-    events = []
+    events = [] if events is None else events
     async with http.post(f"{url}/v1/sessions/{sid}/turns", json=body, headers=SSE) as r:
         assert r.status == 200, await r.text()
         async for event in sse_events(r):
@@ -122,6 +129,27 @@ async def test_enqueue_on_another_node_runs_after_the_running_turn_within_its_bo
     assert first_events[-1].name == "turn.completed"  # never fenced out by the queued turn
     assert [row for row in await transcript(pg, sid) if row[0] == "user"] == [("user", "first"), ("user", "second")]
     assert [row[0] for row in await transcript(pg, sid)] == ["user", "assistant", "user", "assistant"]
+
+
+async def test_a_turn_queued_on_another_node_is_cancelled_by_id_from_any_node(
+    tmp_path: Path, slow_mock: MockServer, pg: StoreConfig, prefix: str, http: aiohttp.ClientSession
+) -> None:
+    """DELETE .../turns/{turn_id} on B reaches the turn queued on A: it leaves A's queue, its
+    stream on B ends `turn.cancelled`, and "first" runs on untouched; it wrote no message."""
+    async with busy_on_a(tmp_path, slow_mock, pg, prefix, http) as (b_url, sid, first):
+        in_queue, events = asyncio.Event(), []
+        queued = asyncio.create_task(stream_turn(http, b_url, sid, "second", "enqueue", in_queue, events))
+        await asyncio.wait_for(in_queue.wait(), 10)
+        turn_id = events[0].data["turn_id"]
+        async with http.delete(f"{b_url}/v1/sessions/{sid}/turns/{turn_id}") as r:
+            assert r.status == 200 and (await r.json()) == {"cancelled": True, "turn_id": turn_id}
+        await asyncio.wait_for(queued, 10)
+        first_events = await first
+    assert [e.name for e in events] == ["turn.queued", "turn.cancelled"]
+    assert events[-1].data["reason"] == "cancelled"
+    assert first_events[-1].name == "turn.completed"
+    assert [row[1] for row in await transcript(pg, sid) if row[0] == "user"] == ["first"]
+    assert slow_mock.stats.requests == 1
 
 
 @asynccontextmanager
