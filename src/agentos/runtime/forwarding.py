@@ -89,10 +89,11 @@ class TurnForwarding:
 
     Without a bus it is off (`available` False): a cluster without Redis refuses such turns."""
 
-    def __init__(self, bus: Bus | None, serve: Serve) -> None:
+    def __init__(self, bus: Bus | None, serve: Serve, *, node: str | None = None) -> None:
+        """`node`: this node's id (`node_id()`; tests name two nodes in one process)."""
         self._bus = bus
         self._serve = serve
-        self._node = node_id()
+        self._node = node or node_id()
         self._waiting: dict[str, asyncio.Future[Reply]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._next = 0
