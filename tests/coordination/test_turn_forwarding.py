@@ -57,6 +57,7 @@ async def test_the_node_that_runs_the_session_replies(buses: tuple[Bus, Bus]) ->
     refused = await b.ask(ask("turn", "t1", "ses_mine", "turn_2", input="full", on_busy="enqueue"))
     assert refused is not None and (refused.status, refused.code, refused.retry_after_s) == (429, "turn_queue_full", 2)
     assert [r.turn_id for r in heard] == ["turn_1", "turn_2"] and heard[0].on_busy == "enqueue"
+    assert (b.statistics().asked_total, b.statistics().unanswered_total, a.statistics().answered_total) == (2, 0, 2)
 
 
 async def test_no_reply_is_none_after_the_wait(buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -76,6 +77,13 @@ class Reply(msgspec.Struct, frozen=True):
     turn_id: str | None = None  # `turn_in_progress`: the running turn
 
 
+@dataclass(frozen=True, slots=True)
+class ForwardingStatistics:
+    asked_total: int  # requests this node sent (turns and cancels)
+    unanswered_total: int  # of them, those no node answered in time
+    answered_total: int  # requests of other nodes this node answered
+
+
 # Serves a request from another node: its reply, or None when this node is not the one.
 Serve = Callable[[Forwarded], Awaitable[Reply | None]]
 
@@ -97,7 +105,7 @@ class TurnForwarding:
         self._waiting: dict[str, asyncio.Future[Reply]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._next = 0
-        self.forwarded_total = self.served_total = 0
+        self._asked = self._answered = self._unanswered = 0
 
     @property
     def available(self) -> bool:
@@ -114,11 +122,13 @@ class TurnForwarding:
             return None
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._waiting[request.request_id] = future
+        self._asked += 1
         try:
             self._bus.publish(CHANNEL, _encode(request))
             async with asyncio.timeout(ASK_S):
                 return await future
         except TimeoutError:
+            self._unanswered += 1
             return None
         finally:
             self._waiting.pop(request.request_id, None)
@@ -148,7 +158,7 @@ class TurnForwarding:
     async def _answer(self, request: Forwarded) -> None:
         reply = await self._serve(request)
         if reply is not None and self._bus is not None:
-            self.served_total += 1
+            self._answered += 1
             self._bus.publish(reply_channel(request.origin), _encode(reply))
 
     def _on_reply(self, data: bytes) -> None:
@@ -160,6 +170,9 @@ class TurnForwarding:
         future = self._waiting.get(reply.request_id)
         if future is not None and not future.done():
             future.set_result(reply)
+
+    def statistics(self) -> ForwardingStatistics:
+        return ForwardingStatistics(self._asked, self._unanswered, self._answered)
 
     def admitted(self, request: Forwarded) -> Reply:
         return Reply(request.request_id, self._node)

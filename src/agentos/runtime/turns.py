@@ -235,7 +235,6 @@ class Turns:
             ask("turn", tenant_id, session_id, turn.turn_id, input=text, on_busy=on_busy, key_id=key_id)
         )
         if reply is not None and reply.status == 0:
-            self.forwarding.forwarded_total += 1
             self._elsewhere[turn.turn_id] = following
             return turn
         following.close()
@@ -275,7 +274,6 @@ class Turns:
         task = asyncio.create_task(self.run(turn, _Elsewhere()))
         self._serving.add(task)
         task.add_done_callback(self._serving.discard)
-        self.forwarding.served_total += 1
         return self.forwarding.admitted(request)
 
     def _runs_here(self, tenant_id: str, session_id: str) -> bool:
