@@ -17,6 +17,7 @@ import pytest
 
 from agentos.config import StoreConfig
 from agentos.mock.server import MockServer
+from agentos.runtime.turns import QUIET_S
 from agentos.testing import sse_events
 from tests.api.helpers import SSE, new_session, turn_events
 from tests.coordination.cluster import node_env, pg_rows, serve_nodes
@@ -150,6 +151,27 @@ async def test_a_turn_queued_on_another_node_is_cancelled_by_id_from_any_node(
     assert first_events[-1].name == "turn.completed"
     assert [row[1] for row in await transcript(pg, sid) if row[0] == "user"] == ["first"]
     assert slow_mock.stats.requests == 1
+
+
+async def test_a_turn_queued_on_a_node_that_dies_ends_node_lost(
+    tmp_path: Path, mock_factory: Any, pg: StoreConfig, prefix: str, http: aiohttp.ClientSession
+) -> None:
+    """Kill -9 of the node holding B's queued turn: B's client is told `node_lost` once the turn
+    was quiet for `QUIET_S` and no node says it lives, instead of waiting for ever."""
+    mock: MockServer = await mock_factory(ttft_ms=60_000, tps=200, tokens=3)  # "first" never ends
+    async with serve_nodes(2, tmp_path, mock.url, node_env(pg, REDIS_URL, prefix)) as (a, b):
+        sid = await new_session(http, a.url)
+        first = asyncio.create_task(turn_events(http, a.url, sid, "first"))
+        await mock.stats.wait_for(lambda s: s.requests == 1, what="turn 1 upstream")
+        in_queue = asyncio.Event()
+        queued = asyncio.create_task(stream_turn(http, b.url, sid, "second", "enqueue", in_queue))
+        await asyncio.wait_for(in_queue.wait(), 10)
+        await a.kill()
+        events = await asyncio.wait_for(queued, QUIET_S + 15)
+        first.cancel()
+        await asyncio.gather(first, return_exceptions=True)  # its node is gone: no answer to wait for
+    assert [e.name for e in events] == ["turn.queued", "turn.failed"]
+    assert events[-1].data["reason"] == "node_lost"
 
 
 @asynccontextmanager

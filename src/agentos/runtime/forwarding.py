@@ -19,11 +19,13 @@ events from there (`TurnStreams`, as any follower on another node does).
   a cancel of the old id is sent in case a reply was only late; a session still busy elsewhere
   refuses it with `409 turn_in_progress`, as without a bus.
 - A cancel by id (`DELETE /v1/sessions/{id}/turns/{turn_id}`, or the client of a forwarded turn
-  leaving) goes the same way: the node where the turn lives cancels it and replies.
+  leaving) goes the same way: the node where the turn lives cancels it and replies. So does
+  "alive": a forwarded turn quiet for `QUIET_S` (queued behind a long turn) is asked after; when
+  no node says it lives (twice), its stream ends `turn.failed` `node_lost`.
 
 What is not guaranteed: a queued turn lives in the memory of the node that runs its session's
-turn, as on one node. If that node dies, the turns queued there are lost with it (their
-clients' streams end with `turn_stalled`; nothing of them was written but `turn.queued`).
+turn, as on one node. If that node dies, the turns queued there are lost with it (nothing of
+them was written but `turn.queued`); their clients hear `node_lost` within about 20 s.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class Forwarded(msgspec.Struct, frozen=True):
 
     request_id: str
     origin: str  # the asking node: the reply goes to its channel
-    kind: str  # "turn" or "cancel"
+    kind: str  # "turn", "cancel", or "alive" (is the turn still live there?)
     tenant_id: str
     session_id: str
     turn_id: str

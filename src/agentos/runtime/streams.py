@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -210,8 +210,9 @@ class TurnStreams:
                 self._followers.pop(turn_id, None)
 
     async def _events(
-        self, follower: _Follower, key: tuple[str, str, str], last: int, local: bool
-    ) -> AsyncIterator[TurnEvent]:
+        self, follower: _Follower, key: tuple[str, str, str], last: int, local: bool, stall_s: float | None = None
+    ) -> AsyncGenerator[TurnEvent, None]:
+        stall_s = self._stall_s if stall_s is None else stall_s
         wait_s, heard = FIRST_POLL_S, time.monotonic()
         # The first read starts at 0: a client that already has the terminal event gets none.
         reread, first = True, True
@@ -229,7 +230,7 @@ class TurnStreams:
                 reread, wait_s = True, min(wait_s * 2, self._poll_cap(local))
                 if self._bus is not None and not local:  # the running node may have missed it
                     self._bus.publish(FOLLOW_CHANNEL, key[2].encode())
-                if time.monotonic() - heard > self._stall_s:
+                if time.monotonic() - heard > stall_s:
                     yield TurnEvent(0, "error", {"code": "turn_stalled", "message": _STALLED})
                     return
                 continue
@@ -288,8 +289,10 @@ class Following:
         self._local = local
         self._unsubscribe = unsubscribe
 
-    def events(self, after_seq: int = 0) -> AsyncIterator[TurnEvent]:
-        return self._streams._events(self._follower, self._key, after_seq, self._local)
+    def events(self, after_seq: int = 0, stall_s: float | None = None) -> AsyncGenerator[TurnEvent, None]:
+        """Stored then live events after `after_seq`; an `error` event (seq 0) after `stall_s`
+        without one (default: the streams' `stall_s`), after which `events` may be read again."""
+        return self._streams._events(self._follower, self._key, after_seq, self._local, stall_s)
 
     def close(self) -> None:
         self._streams._leave(self._key[2], self._follower)

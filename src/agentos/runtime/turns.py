@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from contextlib import suppress
+from contextlib import aclosing, suppress
 from typing import TYPE_CHECKING, Any
 
 from agentos.clock import Clock, wall_ms
@@ -78,6 +78,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentos.turns")
 _REPLACING = frozenset({"replace", "rollback"})  # strategies that never wait for a running turn
+QUIET_S = 15.0  # a turn run by another node that sends nothing this long: is it still alive there?
+_NODE_LOST = "the node that held this turn is gone, and the turn with it; send it again"
 
 
 class Turns:
@@ -247,11 +249,12 @@ class Turns:
 
     async def _serve_forwarded(self, request: Forwarded) -> Reply | None:
         """Another node's turn (or cancel) for a session whose turn runs here; None: not ours."""
-        if request.kind == "cancel":
+        if request.kind in ("cancel", "alive"):
             turn = self._turns.get(request.turn_id)
             if turn is None or (turn.tenant_id, turn.session_id) != (request.tenant_id, request.session_id):
                 return None
-            self.cancel_by_id(request.turn_id)
+            if request.kind == "cancel":
+                self.cancel_by_id(request.turn_id)
             return self.forwarding.admitted(request)
         if request.on_busy not in ON_BUSY or not self._runs_here(request.tenant_id, request.session_id):
             return None
@@ -285,18 +288,23 @@ class Turns:
         return not turn.fenced_out and turn.cancel_reason is None
 
     async def _relay(self, turn: Turn, following: Following, sink: TurnSink) -> None:
-        """Stream a turn another node runs to this node's client. Its client leaving (or this
-        task cancelled) cancels it there."""
+        """Stream a turn another node runs to this node's client. A quiet while (a queued turn
+        waits, perhaps behind a human) asks that node whether the turn still lives there: if no
+        node says so, its node died with it (`node_lost`). The client leaving (or this task
+        cancelled) cancels it there."""
         last, ended = 0, False
         try:
-            async for event in following.events():
-                if event.seq == 0:  # it stalled: its node may be gone, and its queue with it
-                    data = {"turn_id": turn.turn_id, "reason": event.data["code"], "message": event.data["message"]}
-                    await sink.send(f"{turn.turn_id}:{last}", "turn.failed", data)
+            while not ended:
+                async with aclosing(following.events(last, stall_s=QUIET_S)) as events:
+                    async for event in events:
+                        if event.seq == 0:  # quiet for QUIET_S
+                            break
+                        last, ended = event.seq, event.name in TERMINAL_EVENTS
+                        await sink.send(f"{turn.turn_id}:{event.seq}", event.name, event.data)
+                if not ended and not await self._lives_elsewhere(turn):
+                    data = {"turn_id": turn.turn_id, "reason": "node_lost", "message": _NODE_LOST}
                     ended = True
-                    return
-                last, ended = event.seq, event.name in TERMINAL_EVENTS
-                await sink.send(f"{turn.turn_id}:{event.seq}", event.name, event.data)
+                    await sink.send(f"{turn.turn_id}:{last}", "turn.failed", data)
         except (asyncio.CancelledError, ConnectionError) as exc:
             if not ended:
                 self.forwarding.tell(self.forwarding.request("cancel", turn.tenant_id, turn.session_id, turn.turn_id))
@@ -305,6 +313,14 @@ class Turns:
         finally:
             following.close()
             self._elsewhere.pop(turn.turn_id, None)
+
+    async def _lives_elsewhere(self, turn: Turn) -> bool:
+        """Whether a node says the turn is live there (asked twice: one lost message is no death)."""
+        for _ in range(2):
+            request = self.forwarding.request("alive", turn.tenant_id, turn.session_id, turn.turn_id)
+            if await self.forwarding.ask(request) is not None:
+                return True
+        return False
 
     async def cancel_elsewhere(self, tenant_id: str, session_id: str, turn_id: str) -> bool:
         """Cancel a turn of the session by id on whichever other node it lives; whether one did."""
