@@ -295,13 +295,12 @@ class Turns:
         last, ended = 0, False
         try:
             while not ended:
-                async with aclosing(following.events(last, stall_s=QUIET_S)) as events:
-                    async for event in events:
-                        if event.seq == 0:  # quiet for QUIET_S
-                            break
-                        last, ended = event.seq, event.name in TERMINAL_EVENTS
-                        await sink.send(f"{turn.turn_id}:{event.seq}", event.name, event.data)
-                if not ended and not await self._lives_elsewhere(turn):
+                last, ended = await self._pump(turn, following, sink, last, QUIET_S)
+                if ended or await self._lives_elsewhere(turn):
+                    continue
+                # Gone from every node; it may have ended just before, its end missed live: the store says.
+                last, ended = await self._pump(turn, following, sink, last, 0.0)
+                if not ended:
                     data = {"turn_id": turn.turn_id, "reason": "node_lost", "message": _NODE_LOST}
                     ended = True
                     await sink.send(f"{turn.turn_id}:{last}", "turn.failed", data)
@@ -313,6 +312,21 @@ class Turns:
         finally:
             following.close()
             self._elsewhere.pop(turn.turn_id, None)
+
+    async def _pump(
+        self, turn: Turn, following: Following, sink: TurnSink, last: int, quiet_s: float
+    ) -> tuple[int, bool]:
+        """Send the turn's events after `last` until its end, or until it was quiet `quiet_s`
+        (0: only what is stored now); returns the last seq sent and whether it ended."""
+        async with aclosing(following.events(last, stall_s=quiet_s)) as events:
+            async for event in events:
+                if event.seq == 0:  # quiet
+                    break
+                last = event.seq
+                await sink.send(f"{turn.turn_id}:{event.seq}", event.name, event.data)
+                if event.name in TERMINAL_EVENTS:
+                    return last, True
+        return last, False
 
     async def _lives_elsewhere(self, turn: Turn) -> bool:
         """Whether a node says the turn is live there (asked twice: one lost message is no death)."""
