@@ -220,14 +220,49 @@ async def test_a_run_steered_through_another_node_journals_the_message_once(
         async with http.post(f"{b_url}/v1/runs/{run_id}/steer", json={"input": "use blue"}) as r:
             assert r.status == 200, await r.text()
             steered = await r.json()
+        again = await _replay_the_last_steer_request(pg, run_id)  # as if A died before answering it
         async with http.get(f"{a_url}/v1/runs/{run_id}/events", headers=SSE) as r:
             events = [e async for e in sse_events(r)]
         async with http.post(f"{b_url}/v1/runs/{run_id}/steer", json={"input": "too late"}) as r:
             assert r.status == 409 and (await r.json())["error"]["code"] == "run_not_working"
     assert steered["run_id"] == run_id and isinstance(steered["seq"], int)
+    assert again == {"status": 200, "seq": steered["seq"]}  # answered from the journal, not taken twice
     assert [(e.data["input"], e.data["seq"]) for e in events if e.name == "run.steered"] == [
         ("use blue", steered["seq"])
     ]
     assert events[-1].name == "run.completed"
     rows = await pg_rows(pg, "SELECT count(*) FROM steps WHERE run_id = $1 AND kind = 'user'", run_id)
     assert rows[0][0] == 1
+
+
+async def _replay_the_last_steer_request(pg: StoreConfig, run_id: str) -> dict[str, Any]:
+    """Put the run's last steer request back as if its owner had died after journaling it and
+    before answering (the row stays for the next owner), wake the owner, and return its outcome."""
+    import asyncpg
+    import msgspec
+
+    from agentos.store.pg_pool import channel
+
+    conn = await asyncpg.connect(pg.postgres_url, server_settings={"search_path": pg.postgres_schema})
+    try:
+        # The one request of this test so far: the steer, whose row its sender deleted on reading it.
+        sequence = await conn.fetchval("SELECT pg_get_serial_sequence('run_requests', 'id')")
+        request_id = await conn.fetchval(f"SELECT last_value FROM {sequence}")
+        await conn.execute(
+            "INSERT INTO run_requests (id, tenant_id, run_id, body, created_ms) OVERRIDING SYSTEM VALUE"
+            " VALUES ($1, 'default', $2, $3::jsonb, 0)",
+            request_id,
+            run_id,
+            '{"kind": "steer", "input": "use blue"}',
+        )
+        await conn.execute("SELECT pg_notify($1, $2)", channel("agentos_run_requests", pg.postgres_schema), run_id)
+        for _ in range(200):  # 20 s at most
+            outcome = await conn.fetchval("SELECT outcome FROM run_requests WHERE id = $1", request_id)
+            if outcome is not None:
+                break
+            await asyncio.sleep(0.1)  # another process's row: read it again
+        assert outcome is not None, "the owner answered the request"
+        await conn.execute("DELETE FROM run_requests WHERE id = $1", request_id)
+        return dict(msgspec.json.decode(outcome))
+    finally:
+        await conn.close()

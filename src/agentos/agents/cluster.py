@@ -19,8 +19,9 @@ restart; a run lost stops here without writing) and carries requests across node
   error, which the sender raises, so its client gets the 409/422 the owner would have answered;
 - a steer (`POST /v1/runs/{id}/steer`) goes the same way: the owner offers the message to its
   run (`RunRequests.offer_steer`) and keeps the request until the run took it in at its next
-  step (journaled) or ended first; the row then holds the journal step (status 200, `seq`) or
-  the refusal, which the sender reads to answer its client as the owner would have;
+  step (journaled, with the request's key) or ended first; the row then holds the journal step
+  (status 200, `seq`) or the refusal, which the sender reads to answer its client as the owner
+  would have. A new owner finds a steer its dead predecessor journaled by that key: never twice;
 - reads work on every node: the row, and the events replayed from the journal, followed by
   polling it until the run ends (token events are live only, on the owner).
 """
@@ -77,9 +78,9 @@ class RunRequests(Protocol):
 
     async def terminate(self, tenant_id: str, run_id: str, *, forward: bool) -> Any: ...
 
-    def offer_steer(self, tenant_id: str, run_id: str, text: str) -> asyncio.Future[int | None]:
-        """Offer `text` to a run working here (resolves with its journal step, or None).
-        Raises: Conflict `run_not_working`."""
+    def offer_steer(self, tenant_id: str, run_id: str, text: str, key: str = ...) -> asyncio.Future[int | None]:
+        """Offer `text` to a run working here, `key` journaled with it (resolves with its
+        journal step, or None). Raises: Conflict `run_not_working`."""
         ...
 
 
@@ -162,6 +163,9 @@ class RunCluster:
 
     async def _requests(self, requests: list[Request]) -> dict[int, dict[str, Any] | None]:
         settled: dict[int, dict[str, Any] | None] = {}
+        pending = {r.id for r in requests}  # a steer settled but no longer asked for: its run ended
+        for request_id in [i for i, f in self._steering.items() if f.done() and i not in pending]:
+            del self._steering[request_id]
         for r in requests:
             outcome = await self._settle(r)
             if outcome != "keep":
@@ -178,7 +182,7 @@ class RunCluster:
         if r.run_id not in self._runs.handles:  # not resumed here (yet), or just ending
             return "keep"
         if body.get("kind") == "steer":
-            return self._settle_steer(r)
+            return await self._settle_steer(r)
         kernel = self._runs.driver.kernel
         if body.get("kind") == "answer" and kernel.run_state(r.run_id) is RunState.RUNNING:
             self._kept.add(r.run_id)  # its next question (or end) brings the next round
@@ -197,13 +201,17 @@ class RunCluster:
             log.exception("run %s: request %s from another node failed; dropped", r.run_id, body.get("kind"))
         return "applied"
 
-    def _settle_steer(self, r: Request) -> Literal["keep"] | dict[str, Any]:
+    async def _settle_steer(self, r: Request) -> Literal["keep"] | dict[str, Any]:
         """Offer a steer to the run once; keep the request until the run took it in (its journal
-        step, for the sender) or ended first (refused, as on one node)."""
+        step, for the sender) or ended first (refused, as on one node). A steer the journal
+        holds already (its owner died before answering) is answered from there, not taken twice."""
         delivered = self._steering.get(r.id)
         if delivered is None:
+            key = f"request:{r.id}"
+            if (seq := await self._journaled(r, key)) is not None:
+                return {"status": 200, "seq": seq}
             try:
-                delivered = self._service.offer_steer(r.tenant_id, r.run_id, str(r.body.get("input", "")))
+                delivered = self._service.offer_steer(r.tenant_id, r.run_id, str(r.body.get("input", "")), key)
             except RequestError as exc:  # not working (waiting for a human, stopping): as on one node
                 return {"status": exc.status, "code": exc.code, "message": exc.message}
             self._steering[r.id] = delivered
@@ -216,6 +224,11 @@ class RunCluster:
             message = f"run {r.run_id!r} stopped before its next step"
             return {"status": 409, "code": "run_not_working", "message": message}
         return {"status": 200, "seq": seq}
+
+    async def _journaled(self, r: Request, key: str) -> int | None:
+        """The journal step of the run that holds the steer `key`, if one does."""
+        steps = await self._store.load_steps(r.tenant_id, r.run_id)
+        return next((s.seq for s in steps if s.kind == "user" and (s.input or {}).get("key") == key), None)
 
     def _watch(self, tenant_id: str, run_id: str, event_type: str, data: dict[str, Any]) -> None:
         """A run's `run.*` or `human.*` event: one with an answer kept (`_settle`) may take it

@@ -280,7 +280,7 @@ class RunService:
         return await self.get_run(tenant_id, run_id)
 
     def steer(
-        self, tenant_id: str, run_id: str, text: str, claim: Callable[[], bool] = lambda: True
+        self, tenant_id: str, run_id: str, text: str, claim: Callable[[], bool] = lambda: True, key: str = ""
     ) -> asyncio.Future[int | None] | None:
         """Offer `text` to a run this node holds (working, or waiting for a human): it is taken in
         at the run's next step, before its next model call, as a user message journaled there
@@ -295,7 +295,7 @@ class RunService:
         if handle.row.tenant_id != tenant_id:
             raise run_not_found(run_id)
         delivered: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
-        handle.steers.append(Steer(text, claim, delivered))
+        handle.steers.append(Steer(text, claim, delivered, key))
         return delivered
 
     async def steer_run(self, tenant_id: str, run_id: str, text: str) -> dict[str, Any]:
@@ -318,16 +318,16 @@ class RunService:
             raise Conflict(f"run {run_id!r} stopped before its next step", code="run_not_working")
         return {"run_id": run_id, "seq": seq}
 
-    def offer_steer(self, tenant_id: str, run_id: str, text: str) -> asyncio.Future[int | None]:
-        """Offer `text` to a run working on this node (`steer`); its future resolves with the
-        journal step, or None if the run ended before its next step.
+    def offer_steer(self, tenant_id: str, run_id: str, text: str, key: str = "") -> asyncio.Future[int | None]:
+        """Offer `text` to a run working on this node (`steer`, `key` journaled with it); its
+        future resolves with the journal step, or None if the run ended before its next step.
 
         Raises: NotFound (another tenant's run); Conflict `run_not_working` (not working here)."""
         handle = self._runs.handles.get(run_id)
         if handle is None or handle.task is None or handle.status != "running":
             status = "finished" if handle is None else handle.status
             raise Conflict(f"run {run_id!r} is not working on this node ({status})", code="run_not_working")
-        delivered = self.steer(tenant_id, run_id, text)
+        delivered = self.steer(tenant_id, run_id, text, key=key)
         assert delivered is not None  # its handle is here
         return delivered
 
