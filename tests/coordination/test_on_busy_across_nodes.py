@@ -153,6 +153,26 @@ async def test_a_turn_queued_on_another_node_is_cancelled_by_id_from_any_node(
     assert slow_mock.stats.requests == 1
 
 
+async def test_a_client_of_another_node_that_leaves_cancels_its_queued_turn(
+    tmp_path: Path, slow_mock: MockServer, pg: StoreConfig, prefix: str, http: aiohttp.ClientSession
+) -> None:
+    """The client of B's enqueued turn goes away: the turn leaves A's queue (as a local turn's
+    client leaving cancels it), and "first" runs on untouched."""
+    async with busy_on_a(tmp_path, slow_mock, pg, prefix, http) as (b_url, sid, first):
+        in_queue, events = asyncio.Event(), []
+        queued = asyncio.create_task(stream_turn(http, b_url, sid, "second", "enqueue", in_queue, events))
+        await asyncio.wait_for(in_queue.wait(), 10)
+        queued.cancel()  # the connection closes with the task
+        await asyncio.gather(queued, return_exceptions=True)
+        turn_id = events[0].data["turn_id"]
+        async with http.get(f"{b_url}/v1/sessions/{sid}/turns/{turn_id}/events", headers=SSE) as r:
+            followed = [e async for e in sse_events(r)]
+        first_events = await first
+    assert [e.name for e in followed] == ["turn.queued", "turn.cancelled"]
+    assert first_events[-1].name == "turn.completed"
+    assert slow_mock.stats.requests == 1
+
+
 async def test_a_turn_queued_on_a_node_that_dies_ends_node_lost(
     tmp_path: Path, mock_factory: Any, pg: StoreConfig, prefix: str, http: aiohttp.ClientSession
 ) -> None:
