@@ -20,6 +20,7 @@ from agentos.mock.server import MockServer
 from agentos.runtime.turns import QUIET_S
 from agentos.testing import sse_events
 from tests.api.helpers import SSE, new_session, turn_events
+from tests.api.test_websocket import ended, receive_until
 from tests.coordination.cluster import node_env, pg_rows, serve_nodes
 from tests.coordination.conftest import REDIS_URL
 
@@ -130,6 +131,21 @@ async def test_enqueue_on_another_node_runs_after_the_running_turn_within_its_bo
     assert first_events[-1].name == "turn.completed"  # never fenced out by the queued turn
     assert [row for row in await transcript(pg, sid) if row[0] == "user"] == [("user", "first"), ("user", "second")]
     assert [row[0] for row in await transcript(pg, sid)] == ["user", "assistant", "user", "assistant"]
+
+
+async def test_enqueue_over_a_websocket_on_another_node(
+    tmp_path: Path, slow_mock: MockServer, pg: StoreConfig, prefix: str, http: aiohttp.ClientSession
+) -> None:
+    """The same through a WebSocket on B: the frames of the turn A queued and runs, in order."""
+    async with busy_on_a(tmp_path, slow_mock, pg, prefix, http) as (b_url, sid, first):
+        async with http.ws_connect(f"{b_url}/v1/sessions/{sid}/ws") as ws:
+            await ws.send_json({"type": "turn", "input": "second", "on_busy": "enqueue"})
+            frames = await receive_until(ws, ended(1))
+        first_events = await first
+    names = [f["type"] for f in frames]
+    assert names[0] == "turn.queued" and names[-1] == "turn.completed", names
+    assert "token" in names[names.index("turn.started") :]
+    assert first_events[-1].name == "turn.completed"
 
 
 async def test_a_turn_queued_on_another_node_is_cancelled_by_id_from_any_node(
