@@ -155,6 +155,12 @@ def _register_sweep(commands: argparse._SubParsersAction[argparse.ArgumentParser
         default="native",
         help="each turn via POST /v1/sessions/{id}/turns (default) or /v1/chat/completions with X-Session-Id",
     )
+    sweep.add_argument(
+        "--double-text",
+        choices=["none", "enqueue"],
+        default="none",
+        help="enqueue: each turn is a pair, the second sent with on_busy enqueue while the first runs (both count)",
+    )
     from agentos_bench.peers import cli as peers_cli  # `--peers`: other agent servers on the same mock
 
     peers_cli.add_sweep_arguments(sweep)
@@ -244,6 +250,8 @@ def _check_nodes(args: argparse.Namespace) -> None:
         raise ConfigError(f"bench sweep --nodes {args.nodes}: not with --server-url (the bench starts the nodes)")
     if args.nodes > 1 and args.api == "openai":
         raise ConfigError(f"bench sweep --nodes {args.nodes}: --api openai runs on one node only")
+    if args.double_text != "none" and (args.nodes > 1 or args.api == "openai"):
+        raise ConfigError(f"bench sweep --double-text {args.double_text}: native turns on one node only")
     for name in _sweep_profiles(args):
         if problem := nodes_problem(profile_settings(check_profile(name)), args.nodes):
             raise ConfigError(f"bench sweep --nodes {args.nodes}: profile {name!r} {problem}")
@@ -279,6 +287,7 @@ def _sweep(args: argparse.Namespace) -> int:
         nodes=args.nodes,
         spread=args.spread,
         api=args.api,
+        double_text=args.double_text,
         peers=peers,
         peer_runner=peer_runner(args.peers_dir or default_peers_dir()) if peers else None,
     )
@@ -286,6 +295,8 @@ def _sweep(args: argparse.Namespace) -> int:
     label = "+".join([*report["profiles"], *peers]) or "direct"
     if args.api == "openai" and report["profiles"]:
         label += "-openai"
+    if args.double_text != "none" and report["profiles"]:
+        label += f"-{args.double_text}"
     if args.nodes > 1 and report["profiles"]:
         label += f"-{args.nodes}nodes" + ("-turn-spread" if args.spread == "turn" else "")
     return _write(report, "sweep", label, args)

@@ -17,6 +17,11 @@ restart; a run lost stops here without writing) and carries requests across node
   The sender waits (bounded) until the owner is done with it: applied (the row is gone), or
   refused for good (the run moved on since the sender's check): then the row holds the owner's
   error, which the sender raises, so its client gets the 409/422 the owner would have answered;
+- a steer (`POST /v1/runs/{id}/steer`) goes the same way: the owner offers the message to its
+  run (`RunRequests.offer_steer`) and keeps the request until the run took it in at its next
+  step (journaled, with the request's key) or ended first; the row then holds the journal step
+  (status 200, `seq`) or the refusal, which the sender reads to answer its client as the owner
+  would have. A new owner finds a steer its dead predecessor journaled by that key: never twice;
 - reads work on every node: the row, and the events replayed from the journal, followed by
   polling it until the run ends (token events are live only, on the owner).
 """
@@ -47,6 +52,8 @@ log = logging.getLogger("agentos.agents")
 FOLLOW_POLL_S = 0.2  # how often a node that does not run a run reads its new events
 TERMINATE_WAIT_S = 30.0  # a terminate sent to another node waits this long for the run's end
 REQUEST_WAIT_S = 5.0  # an answer or cancel sent to another node waits this long for the owner
+STEER_WAIT_S = 30.0  # a steer waits for the run's next step: a tool call in flight, a model call
+STEER_CHECK_S = 1.0  # meanwhile, whether the run ended (then the steer is refused, as on one node)
 _OUTCOME = "SELECT outcome FROM run_requests WHERE id = $1"
 _READ = "DELETE FROM run_requests WHERE id = $1"
 _ERRORS: dict[int, type[RequestError]] = {400: BadRequest, 404: NotFound, 409: Conflict, 422: InvalidInput}
@@ -71,6 +78,11 @@ class RunRequests(Protocol):
 
     async def terminate(self, tenant_id: str, run_id: str, *, forward: bool) -> Any: ...
 
+    def offer_steer(self, tenant_id: str, run_id: str, text: str, key: str = ...) -> asyncio.Future[int | None]:
+        """Offer `text` to a run working here, `key` journaled with it (resolves with its
+        journal step, or None). Raises: Conflict `run_not_working`."""
+        ...
+
 
 def cluster_for(store: JournalStore, runs: RunLifecycle, service: RunRequests) -> RunCluster | None:
     """The cluster of a PostgreSQL journal; None for `runs.db` (one node)."""
@@ -84,6 +96,8 @@ class RunCluster:
         self._service = service
         self.keeper = LeaseKeeper(store, on_claimed=self._claimed, on_lost=self._lost, on_requests=self._requests)
         self._kept: set[str] = set()  # runs with an answer kept until they wait (`_settle`)
+        # Steers from other nodes offered to a run here, by request id, until it took them in.
+        self._steering: dict[int, asyncio.Future[int | None]] = {}
         runs.watchers.append(self._watch)
 
     # --- the owner's side ---
@@ -149,6 +163,9 @@ class RunCluster:
 
     async def _requests(self, requests: list[Request]) -> dict[int, dict[str, Any] | None]:
         settled: dict[int, dict[str, Any] | None] = {}
+        pending = {r.id for r in requests}  # a steer settled but no longer asked for: its run ended
+        for request_id in [i for i, f in self._steering.items() if f.done() and i not in pending]:
+            del self._steering[request_id]
         for r in requests:
             outcome = await self._settle(r)
             if outcome != "keep":
@@ -164,6 +181,8 @@ class RunCluster:
         body = r.body
         if r.run_id not in self._runs.handles:  # not resumed here (yet), or just ending
             return "keep"
+        if body.get("kind") == "steer":
+            return await self._settle_steer(r)
         kernel = self._runs.driver.kernel
         if body.get("kind") == "answer" and kernel.run_state(r.run_id) is RunState.RUNNING:
             self._kept.add(r.run_id)  # its next question (or end) brings the next round
@@ -181,6 +200,35 @@ class RunCluster:
         except Exception:  # a bug: never retried in a loop
             log.exception("run %s: request %s from another node failed; dropped", r.run_id, body.get("kind"))
         return "applied"
+
+    async def _settle_steer(self, r: Request) -> Literal["keep"] | dict[str, Any]:
+        """Offer a steer to the run once; keep the request until the run took it in (its journal
+        step, for the sender) or ended first (refused, as on one node). A steer the journal
+        holds already (its owner died before answering) is answered from there, not taken twice."""
+        delivered = self._steering.get(r.id)
+        if delivered is None:
+            key = f"request:{r.id}"
+            if (seq := await self._journaled(r, key)) is not None:
+                return {"status": 200, "seq": seq}
+            try:
+                delivered = self._service.offer_steer(r.tenant_id, r.run_id, str(r.body.get("input", "")), key)
+            except RequestError as exc:  # not working (waiting for a human, stopping): as on one node
+                return {"status": exc.status, "code": exc.code, "message": exc.message}
+            self._steering[r.id] = delivered
+            delivered.add_done_callback(lambda _: self.keeper.wake())  # the next round answers it
+        if not delivered.done():
+            return "keep"
+        del self._steering[r.id]
+        seq = delivered.result()
+        if seq is None:
+            message = f"run {r.run_id!r} stopped before its next step"
+            return {"status": 409, "code": "run_not_working", "message": message}
+        return {"status": 200, "seq": seq}
+
+    async def _journaled(self, r: Request, key: str) -> int | None:
+        """The journal step of the run that holds the steer `key`, if one does."""
+        steps = await self._store.load_steps(r.tenant_id, r.run_id)
+        return next((s.seq for s in steps if s.kind == "user" and (s.input or {}).get("key") == key), None)
 
     def _watch(self, tenant_id: str, run_id: str, event_type: str, data: dict[str, Any]) -> None:
         """A run's `run.*` or `human.*` event: one with an answer kept (`_settle`) may take it
@@ -227,6 +275,27 @@ class RunCluster:
         await self.settled(request_id, TERMINATE_WAIT_S if request["kind"] == "terminate" else REQUEST_WAIT_S)
         return True
 
+    async def steer(self, row: RunRow, text: str) -> int | None:
+        """Send a steer to the node that drives the run (`row`, from `remote_row`) and wait
+        (bounded) until its run took it in: its journal step. None when the wait ran out: the
+        request stays queued for the run (or the node that takes it over), which takes it in at
+        its next step.
+
+        Raises: Conflict `run_not_working` (the owner refused it: the run waits for a human, or
+            ended before its next step), NotFound, StoreError.
+        """
+        request_id = await self.send(row, {"kind": "steer", "input": text})  # the owner says if it works
+        for _ in range(int(STEER_WAIT_S / STEER_CHECK_S)):
+            outcome = await self.settled(request_id, STEER_CHECK_S)
+            if outcome is not None:
+                return int(outcome["seq"])
+            current = await self._store.load_run(row.tenant_id, row.run_id)
+            pending = await self._store.query(_OUTCOME, request_id)
+            if current is None or current.status in TERMINAL or not pending:  # it ended first
+                await self._store.query(_READ, request_id)
+                raise Conflict(f"run {row.run_id!r} ended before its next step", code="run_not_working")
+        return None
+
     async def remote_row(self, tenant_id: str, run_id: str) -> RunRow | None:
         """The tenant's run's row if another node runs it; None if this node does, or it ended.
 
@@ -263,10 +332,11 @@ class RunCluster:
         except Exception as exc:
             raise classify(exc, self._store.unavailable, "run request") from exc
 
-    async def settled(self, request_id: int, timeout_s: float) -> None:
+    async def settled(self, request_id: int, timeout_s: float) -> dict[str, Any] | None:
         """Wait until the owner is done with the request (its row is gone: applied, or the run
         ended), or `timeout_s` passed (the owner died, perhaps: the request waits for the node
-        that takes the run over, and the reply shows the run as it is).
+        that takes the run over, and the reply shows the run as it is). Returns the owner's
+        outcome when it left one for the sender (a steer's journal step), else None.
 
         Raises: the owner's RequestError (Conflict, InvalidInput...) if it refused the request.
         """
@@ -275,11 +345,15 @@ class RunCluster:
         for _ in range(int(timeout_s / FOLLOW_POLL_S) + 1):
             rows = await self._store.query(_OUTCOME, request_id)
             if not rows or loop.time() >= deadline:
-                return
+                return None
             if rows[0][0] is not None:
                 await self._store.query(_READ, request_id)  # read: the sender was the one waiting for it
-                raise _refusal(msgspec.json.decode(rows[0][0]))
+                outcome: dict[str, Any] = msgspec.json.decode(rows[0][0])
+                if outcome.get("status") == 200:
+                    return outcome
+                raise _refusal(outcome)
             await asyncio.sleep(FOLLOW_POLL_S)  # another process's state: read it again
+        return None
 
     async def follow(self, tenant_id: str, run_id: str, after_seq: int) -> AsyncIterator[RunEvent]:
         """The run's journaled events after `after_seq`, read again until the terminal one."""

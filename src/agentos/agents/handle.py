@@ -46,11 +46,14 @@ class Steer:
 
     `claim()` is asked right before it is journaled: False drops it (the session turn that
     sent it was promoted meanwhile, `kernel.queues`). `delivered` resolves with the journal
-    step that holds it, or None if it was dropped or the run stopped working first."""
+    step that holds it, or None if it was dropped or the run stopped working first. `key`:
+    journaled with it (a steer another node sent: its request, so a new owner after a crash
+    finds it taken in already instead of journaling it twice)."""
 
     text: str
     claim: Callable[[], bool]
     delivered: asyncio.Future[int | None]
+    key: str = ""
 
 
 @dataclass(slots=True, eq=False)

@@ -164,7 +164,7 @@ class Runner:
             if not steer.claim():
                 _resolve(steer.delivered, None)
                 continue
-            value = {"content": steer.text}
+            value = {"content": steer.text, **({"key": steer.key} if steer.key else {})}
             ops = self._begin(h, seq, "user", "done", value)
             held: list[Callable[[], None]] = []  # heard of once it is committed
             self._host.emit(h, "run.steered", {"input": steer.text, "seq": seq}, into=ops, held=held)

@@ -301,7 +301,7 @@ class RunService:
         return await self.get_run(tenant_id, run_id)
 
     def steer(
-        self, tenant_id: str, run_id: str, text: str, claim: Callable[[], bool] = lambda: True
+        self, tenant_id: str, run_id: str, text: str, claim: Callable[[], bool] = lambda: True, key: str = ""
     ) -> asyncio.Future[int | None] | None:
         """Offer `text` to a run this node holds (working, or waiting for a human): it is taken in
         at the run's next step, before its next model call, as a user message journaled there
@@ -316,28 +316,41 @@ class RunService:
         if handle.row.tenant_id != tenant_id:
             raise run_not_found(run_id)
         delivered: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
-        handle.steers.append(Steer(text, claim, delivered))
+        handle.steers.append(Steer(text, claim, delivered, key))
         return delivered
 
     async def steer_run(self, tenant_id: str, run_id: str, text: str) -> dict[str, Any]:
-        """`POST /v1/runs/{run_id}/steer`: deliver `text` to a run working on this node at its next
-        step, before its next model call; returns once it is journaled there (`seq`), so a
-        replay after a crash has it exactly once. A client that leaves before the answer leaves
-        the message on its way all the same.
+        """`POST /v1/runs/{run_id}/steer`: deliver `text` to a working run at its next step,
+        before its next model call; returns once it is journaled there (`seq`), so a replay
+        after a crash has it exactly once. A run another node works (PostgreSQL) gets it through
+        that node (`RunCluster.steer`); `seq` is None when that node did not take it in within
+        `STEER_WAIT_S` (it stays queued for the run). A client that leaves before the answer
+        leaves the message on its way all the same.
 
         Raises: NotFound (also another tenant's run); Conflict `run_not_working` (finished,
-        waiting for a human, worked by another node, or it ended before its next step)."""
+        waiting for a human, or it ended before its next step)."""
         check_input(text, self._settings.kernel.max_input_chars)
-        handle = await self._runs.handle(tenant_id, run_id)
-        if handle is None or handle.task is None or handle.status != "running":
-            status = "finished" if handle is None else handle.status
-            raise Conflict(f"run {run_id!r} is not working on this node ({status})", code="run_not_working")
-        delivered = self.steer(tenant_id, run_id, text)
-        assert delivered is not None  # its handle is here
-        seq = await delivered
+        row = None if self._cluster is None else await self._cluster.remote_row(tenant_id, run_id)
+        if row is not None and self._cluster is not None:
+            return {"run_id": run_id, "seq": await self._cluster.steer(row, text)}
+        await self._runs.handle(tenant_id, run_id)  # NotFound for another tenant's run
+        seq = await self.offer_steer(tenant_id, run_id, text)
         if seq is None:
             raise Conflict(f"run {run_id!r} stopped before its next step", code="run_not_working")
         return {"run_id": run_id, "seq": seq}
+
+    def offer_steer(self, tenant_id: str, run_id: str, text: str, key: str = "") -> asyncio.Future[int | None]:
+        """Offer `text` to a run working on this node (`steer`, `key` journaled with it); its
+        future resolves with the journal step, or None if the run ended before its next step.
+
+        Raises: NotFound (another tenant's run); Conflict `run_not_working` (not working here)."""
+        handle = self._runs.handles.get(run_id)
+        if handle is None or handle.task is None or handle.status != "running":
+            status = "finished" if handle is None else handle.status
+            raise Conflict(f"run {run_id!r} is not working on this node ({status})", code="run_not_working")
+        delivered = self.steer(tenant_id, run_id, text, key=key)
+        assert delivered is not None  # its handle is here
+        return delivered
 
     async def terminate(self, tenant_id: str, run_id: str, *, forward: bool = True) -> dict[str, Any]:
         """Hard stop in any state: the task is cancelled and `run.cancelled` recorded; returns

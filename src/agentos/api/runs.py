@@ -264,7 +264,11 @@ _STEERED = Schema.object(
     "RunSteered",
     {
         "run_id": {"type": "string"},
-        "seq": {"type": "integer", "description": "the journal step that holds the message"},
+        "seq": {
+            "type": ["integer", "null"],
+            "description": "the journal step that holds the message; null: the run works on another node,"
+            " which has not taken it in within 30 s (it stays queued for the run's next step)",
+        },
     },
 )
 
@@ -276,7 +280,7 @@ _STEERED = Schema.object(
     answers={200: json("Journaled at step `seq` (the run's events show run.steered)", _STEERED)},
     errors=BAD_BODY
     | _UNKNOWN
-    | {409: "`run_not_working`: finished, waiting for a human, on another node, or ended before its next step"},
+    | {409: "`run_not_working`: finished, waiting for a human, or ended before its next step"},
 )
 async def steer_run(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.RUNS_WRITE).tenant_id

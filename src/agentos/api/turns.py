@@ -163,7 +163,7 @@ async def cancel_turn(request: web.Request) -> web.Response:
 @routes.delete("/v1/sessions/{session_id}/turns/{turn_id}")
 @operation(
     "Cancel one turn by id: a queued one leaves the session's queue, the running one is cancelled",
-    answers={200: json("Whether that turn was live on this node", _CANCEL)},
+    answers={200: json("Whether that turn was live (on this node, or with a bus on another)", _CANCEL)},
     errors=UNKNOWN,
 )
 async def cancel_turn_by_id(request: web.Request) -> web.Response:
@@ -171,5 +171,5 @@ async def cancel_turn_by_id(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     session_id, turn_id = request.match_info["session_id"], request.match_info["turn_id"]
     await runtime.ensure_loaded(who.tenant_id, session_id)
-    cancelled = runtime.cancel_turn_by_id(who.tenant_id, session_id, turn_id)
+    cancelled = await runtime.cancel_turn_by_id_anywhere(who.tenant_id, session_id, turn_id)
     return json_response({"cancelled": cancelled, "turn_id": turn_id if cancelled else None})

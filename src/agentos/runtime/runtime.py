@@ -116,6 +116,7 @@ class Runtime:
     async def start(self) -> None:
         """Hear the other nodes' cancels (with `coordination.redis_url`); nothing otherwise."""
         await self._turns.epochs.start()
+        await self._turns.forwarding.start()
 
     @property
     def kernel(self) -> Kernel:
@@ -194,6 +195,16 @@ class Runtime:
         if turn is None or turn.session_id != session_id or turn.tenant_id != tenant_id:
             return False
         return self._turns.cancel_by_id(turn_id)
+
+    async def cancel_turn_by_id_anywhere(self, tenant_id: str, session_id: str, turn_id: str) -> bool:
+        """`cancel_turn_by_id`, and with PostgreSQL and a bus on the node where the turn lives
+        (a turn queued behind another node's turn); whether a node cancelled it.
+
+        Raises: SessionNotFound (not in memory, or another tenant's).
+        """
+        if self.cancel_turn_by_id(tenant_id, session_id, turn_id):
+            return True
+        return await self._turns.cancel_elsewhere(tenant_id, session_id, turn_id)
 
     async def follow_turn(
         self, tenant_id: str, session_id: str, turn_id: str, after_seq: int

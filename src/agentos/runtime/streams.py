@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -179,26 +179,40 @@ class TurnStreams:
         """The turn's events after `after_seq`, stored then live, until its terminal event
         (or an `error` event when it stalls). `local`: the turn runs on
         this node, so its live events come from the fanout, not the bus."""
-        follower = _Follower()
-        followers = self._followers.setdefault(turn_id, set())
-        followers.add(follower)
-        unsubscribe: Callable[[], None] | None = None
+        following = await self.open(tenant_id, session_id, turn_id, local=local)
         try:
-            if self._bus is not None and not local:  # subscribed before the store is read
-                unsubscribe = await self._bus.subscribe(channel(tenant_id, session_id, turn_id), follower.offer_raw)
-                self._bus.publish(FOLLOW_CHANNEL, turn_id.encode())
-            async for event in self._events(follower, (tenant_id, session_id, turn_id), after_seq, local):
+            async for event in following.events(after_seq):
                 yield event
         finally:
+            following.close()
+
+    async def open(self, tenant_id: str, session_id: str, turn_id: str, *, local: bool) -> Following:
+        """Start following the turn now (subscribed to its channel when it runs on another node,
+        so nothing it publishes from here on is missed); read with `events`, then `close`."""
+        follower = _Follower()
+        self._followers.setdefault(turn_id, set()).add(follower)
+        unsubscribe: Callable[[], None] | None = None
+        if self._bus is not None and not local:  # subscribed before the store is read
+            unsubscribe = await self._bus.subscribe(channel(tenant_id, session_id, turn_id), follower.offer_raw)
+            self._bus.publish(FOLLOW_CHANNEL, turn_id.encode())
+        return Following(self, follower, (tenant_id, session_id, turn_id), local, unsubscribe)
+
+    def followed_elsewhere(self, turn_id: str) -> None:
+        """A turn of this node that another node follows from its start (a forwarded one): its
+        events go on the bus from the first, before that node's follow message could arrive."""
+        self._followed.add(turn_id)
+
+    def _leave(self, turn_id: str, follower: _Follower) -> None:
+        followers = self._followers.get(turn_id)
+        if followers is not None:
             followers.discard(follower)
             if not followers:
                 self._followers.pop(turn_id, None)
-            if unsubscribe is not None:
-                unsubscribe()
 
     async def _events(
-        self, follower: _Follower, key: tuple[str, str, str], last: int, local: bool
-    ) -> AsyncIterator[TurnEvent]:
+        self, follower: _Follower, key: tuple[str, str, str], last: int, local: bool, stall_s: float | None = None
+    ) -> AsyncGenerator[TurnEvent, None]:
+        stall_s = self._stall_s if stall_s is None else stall_s
         wait_s, heard = FIRST_POLL_S, time.monotonic()
         # The first read starts at 0: a client that already has the terminal event gets none.
         reread, first = True, True
@@ -216,7 +230,7 @@ class TurnStreams:
                 reread, wait_s = True, min(wait_s * 2, self._poll_cap(local))
                 if self._bus is not None and not local:  # the running node may have missed it
                     self._bus.publish(FOLLOW_CHANNEL, key[2].encode())
-                if time.monotonic() - heard > self._stall_s:
+                if time.monotonic() - heard > stall_s:
                     yield TurnEvent(0, "error", {"code": "turn_stalled", "message": _STALLED})
                     return
                 continue
@@ -256,6 +270,35 @@ class TurnStreams:
         for followers in self._followers.values():
             for follower in followers:
                 follower.lose()
+
+
+class Following:
+    """One follower of one turn (`TurnStreams.open`)."""
+
+    def __init__(
+        self,
+        streams: TurnStreams,
+        follower: _Follower,
+        key: tuple[str, str, str],
+        local: bool,
+        unsubscribe: Callable[[], None] | None,
+    ) -> None:
+        self._streams = streams
+        self._follower = follower
+        self._key = key
+        self._local = local
+        self._unsubscribe = unsubscribe
+
+    def events(self, after_seq: int = 0, stall_s: float | None = None) -> AsyncGenerator[TurnEvent, None]:
+        """Stored then live events after `after_seq`; an `error` event (seq 0) after `stall_s`
+        without one (default: the streams' `stall_s`), after which `events` may be read again."""
+        return self._streams._events(self._follower, self._key, after_seq, self._local, stall_s)
+
+    def close(self) -> None:
+        self._streams._leave(self._key[2], self._follower)
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
 
 
 _STALLED = "no event of this turn for a while (it may wait on a human, or its node is gone); resume with Last-Event-ID"

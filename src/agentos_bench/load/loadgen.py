@@ -30,7 +30,7 @@ import aiohttp
 
 from agentos.waiting import wait_tasks
 from agentos_bench.common.procfs import TreeSample, sample_tree, sample_trees, self_cpu_s
-from agentos_bench.load.targets import FAILURE_KINDS, Target, TurnSample
+from agentos_bench.load.targets import FAILURE_KINDS, Target, TurnSample, samples_of
 from agentos_bench.report.stats import percentiles_ms
 
 _FAILURE_PAUSE_S = 0.05  # after a non-429 failure, so a dead server is not hammered in a hot loop
@@ -218,9 +218,9 @@ async def _worker(
     loop = asyncio.get_running_loop()
     await asyncio.sleep(delay_s)  # spread the first turns so the workers do not move in lockstep
     while loop.time() < window_end:
-        sample = await target.turn(http, worker, plan.turn_timeout_s)
-        samples.append(sample)
-        pause = _pause_after(sample)
+        several = samples_of(await target.turn(http, worker, plan.turn_timeout_s))
+        samples.extend(several)
+        pause = max(_pause_after(sample) for sample in several)
         if pause:
             await asyncio.sleep(min(pause, max(0.0, window_end - loop.time())))
 

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 import aiohttp
 
+from agentos_bench.load.double_text import DoubleText, EnqueueTarget
 from agentos_bench.load.openai_target import Api, OpenAITarget
 from agentos_bench.load.sweep_tenants import tenant_name
 from agentos_bench.load.targets import ServerTarget, Target, TurnSample
@@ -103,11 +104,14 @@ def point_targets(
     spread: Spread = "session",
     keys_by_node: Sequence[Sequence[str]] | None = None,
     api: Api = "native",
+    double_text: DoubleText = "none",
 ) -> list[Target]:
     """The targets of one point: one per tenant (`keys_by_node[node][tenant]`), or one without
-    keys; on one node plain `ServerTarget`s (`OpenAITarget`s with `api="openai"`), on several
-    `NodesTarget`s sharing one placement (native turns only)."""
-    one = OpenAITarget if api == "openai" else ServerTarget
+    keys; on one node plain `ServerTarget`s (`OpenAITarget`s with `api="openai"`, `EnqueueTarget`s
+    with `double_text="enqueue"`), on several `NodesTarget`s sharing one placement (native turns only)."""
+    one: type[ServerTarget | EnqueueTarget] = OpenAITarget if api == "openai" else ServerTarget
+    if double_text == "enqueue":
+        one = EnqueueTarget
     if keys_by_node is None:
         return [one(urls[0]) if len(urls) == 1 else NodesTarget(urls, RoundRobin(len(urls)), spread=spread)]
     placement = RoundRobin(len(urls))

@@ -36,6 +36,7 @@ from agentos_bench.common.http import bench_http_session
 from agentos_bench.common.mock_process import start_mock_process
 from agentos_bench.common.processes import BenchSetupError, ServerPlan, resolve_profile, stop_child
 from agentos_bench.load.cluster import local_service_pids, profile_settings, start_nodes
+from agentos_bench.load.double_text import DoubleText
 from agentos_bench.load.loadgen import PointPlan, Probes, run_point
 from agentos_bench.load.nodes import Spread, point_targets, provider_fields
 from agentos_bench.load.openai_target import Api
@@ -78,6 +79,7 @@ class SweepPlan:
     peers: Sequence[str] = ()  # peer servers measured after the profiles, on the same mock
     peer_runner: PeerRunner | None = None  # starts and measures one (bench.peers.launch.peer_runner)
     api: Api = "native"  # each turn via POST /v1/sessions/{id}/turns, or /v1/chat/completions (load.openai_target)
+    double_text: DoubleText = "none"  # "enqueue": each turn a pair, the second enqueued (load.double_text)
 
 
 @dataclass(kw_only=True)
@@ -186,7 +188,7 @@ async def _server_measure(
     if admin is None:
 
         async def plain(point: PointPlan) -> dict[str, Any]:
-            (target,) = point_targets(urls, plan.spread, api=plan.api)
+            (target,) = point_targets(urls, plan.spread, api=plan.api, double_text=plan.double_text)
             return (await run_point(target, http, point, probes)).as_row()
 
         return plain
@@ -197,7 +199,8 @@ async def _server_measure(
     _log(f"{plan.tenants} tenants with one key each (per node)")
 
     async def measure(point: PointPlan) -> dict[str, Any]:
-        return await tenant_point_row(point_targets(urls, plan.spread, keys, plan.api), http, point, probes)
+        targets = point_targets(urls, plan.spread, keys, plan.api, plan.double_text)
+        return await tenant_point_row(targets, http, point, probes)
 
     return measure
 
@@ -267,6 +270,7 @@ def sweep_report(run: SweepRun) -> dict[str, Any]:
         "schema": SCHEMA_VERSION,
         **report_head("sweep", topology(plan), plan.command),
         "api": plan.api,
+        "double_text": plan.double_text,
         "profiles": profiles,
         "mock": asdict(plan.mock) if not plan.mock_url else {"url": plan.mock_url},
         "tenancy": tenancy(plan),

@@ -52,12 +52,21 @@ class TurnSample:
         return self.ended - self.started
 
 
+def samples_of(made: TurnSample | tuple[TurnSample, ...]) -> tuple[TurnSample, ...]:
+    """What a `Target.turn` returned, as the samples it counts for."""
+    return made if isinstance(made, tuple) else (made,)
+
+
 class Target(Protocol):
     name: str
 
     async def open_worker(self, http: aiohttp.ClientSession) -> str | None: ...
 
-    async def turn(self, http: aiohttp.ClientSession, worker: str | None, timeout_s: float) -> TurnSample: ...
+    async def turn(
+        self, http: aiohttp.ClientSession, worker: str | None, timeout_s: float
+    ) -> TurnSample | tuple[TurnSample, ...]:
+        """One turn's sample, or several (a double text: `load.double_text`), each counted."""
+        ...
 
     async def close_worker(self, http: aiohttp.ClientSession, worker: str | None) -> None: ...
 

@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 
 from agentos_bench.common.processes import BenchSetupError, Child, free_port, stop_child, wait_ready
+from agentos_bench.load.targets import samples_of
 from agentos_bench.peers.catalog import NOT_BUILT, PEERS, Peer
 from agentos_bench.peers.targets import PeerTarget
 
@@ -90,10 +91,11 @@ async def _warm(target: PeerTarget, http: aiohttp.ClientSession, title: str) -> 
         worker = await target.open_worker(http)
     except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
         raise BenchSetupError(f"{title}: no session for the warm-up turn: {exc!r}") from exc
-    sample = await target.turn(http, worker, WARM_TURN_TIMEOUT_S)
+    samples = samples_of(await target.turn(http, worker, WARM_TURN_TIMEOUT_S))
     await target.close_worker(http, worker)
-    if not sample.ok:
-        raise BenchSetupError(f"{title}: the warm-up turn failed ({sample.failure})")
+    for sample in samples:
+        if not sample.ok:
+            raise BenchSetupError(f"{title}: the warm-up turn failed ({sample.failure})")
 
 
 @contextlib.asynccontextmanager

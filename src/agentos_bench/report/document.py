@@ -26,9 +26,15 @@ PLOTS_SKIPPED = "plots skipped: matplotlib is not installed (pip install 'agento
 
 def _api_header(report: dict[str, Any]) -> list[str]:
     """Which API the server's turns went through (sweeps since `--api`; older reports: native)."""
-    if report.get("api") != "openai":
-        return []
-    return ["- **Turns via:** `POST /v1/chat/completions` with `X-Session-Id` (the OpenAI front door)"]
+    lines = []
+    if report.get("api") == "openai":
+        lines.append("- **Turns via:** `POST /v1/chat/completions` with `X-Session-Id` (the OpenAI front door)")
+    if report.get("double_text") == "enqueue":
+        lines.append(
+            "- **Double text:** each server turn is a pair in one session, the second sent with"
+            " `on_busy: enqueue` once the first started; both count in turns/s"
+        )
+    return lines
 
 
 def head_lines(report: dict[str, Any]) -> list[str]:
