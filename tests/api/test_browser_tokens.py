@@ -430,3 +430,27 @@ async def test_the_access_log_never_holds_a_token(world: World, http: aiohttp.Cl
     for path in world.data_dir.iterdir():
         if path.is_file():
             assert signature.encode() not in path.read_bytes(), path
+
+
+async def test_a_token_follows_its_run_and_no_other(world: World, http: aiohttp.ClientSession) -> None:
+    writer = await create_tenant_key(world.server.url, ADMIN_TOKEN, tenant_id="acme", scopes=[*SCOPES, "agents:write"])
+    url = world.server.url
+    async with http.post(f"{url}/v1/agents", json={"name": "helper", "tools": []}, headers=writer.headers) as r:
+        assert r.status == 201, await r.text()
+    runs = []
+    for _ in range(2):
+        async with http.post(f"{url}/v1/agents/helper/runs", json={"input": "hi"}, headers=writer.headers) as r:
+            assert r.status == 202, await r.text()
+            runs.append((await r.json())["run_id"])
+    headers = bearer(await mint(http, world, writer, session_ids=[], run_ids=[runs[0]], scopes=["runs:read"]))
+    async with http.get(f"{url}/v1/runs/{runs[0]}/events", headers=headers) as r:
+        assert r.status == 200, await r.text()
+        names = [e.name async for e in sse_events(r)]
+    assert names[-1] == "run.completed"
+    async with http.get(f"{url}/v1/runs/{runs[1]}/events", headers=headers) as r:
+        body = await expect_error(r, 404, "run_not_found")
+    assert body["error"]["message"] == f"run {runs[1]!r} not found"
+    async with http.post(f"{url}/v1/runs/{runs[0]}/cancel", headers=headers) as r:
+        await expect_error(r, 403, "insufficient_scope")  # runs:read only
+    async with http.get(f"{url}/v1/sessions/{world.mine}", headers=headers) as r:
+        await expect_error(r, 404, "session_not_found")
