@@ -20,7 +20,7 @@ and only on the resources it names (else the same 404 an unknown id answers). Th
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import jwt
 import msgspec
@@ -29,14 +29,14 @@ from aiohttp import web
 from agentos.agents.engine import run_not_found
 from agentos.api.body import read_body
 from agentos.api.keys import RUNS, RUNTIME, TENANTS
-from agentos.api.routes import BAD_BODY, Answer, Schema, json, tagged
+from agentos.api.routes import BAD_BODY, Answer, Schema, json, refines, tagged
 from agentos.api.routes import operation as described_as
 from agentos.api.sessions import json_response
 from agentos.errors import Forbidden, NotFound, SessionNotFound
 from agentos.tenancy.browser_tokens import (
+    BROWSER_SCOPES,
     DEFAULT_LIFETIME_S,
     MAX_LIFETIME_S,
-    MAX_RESOURCES,
     BrowserTokens,
     Grant,
     granted_scopes,
@@ -56,6 +56,7 @@ SUBPROTOCOL = "agentos.v1"
 BEARER_SUBPROTOCOL = "agentos.bearer."
 COOKIE = "agentos_token"
 COOKIE_ROUTE = "/v1/tokens/cookie"
+MAX_OF_A_KIND = 16  # sessions, and runs, a token may name
 
 # The routes a browser token may use, and the kind of resource whose id the route names (None:
 # the cookie exchange, which names none). Lists, admin, agents and deletes are absent on purpose.
@@ -142,11 +143,11 @@ class TokenCreate(msgspec.Struct, forbid_unknown_fields=True):
 
     session_ids: Annotated[
         list[Annotated[str, msgspec.Meta(min_length=1, max_length=200)]],
-        msgspec.Meta(max_length=MAX_RESOURCES, description="the sessions it may use (turns, streams, WebSocket)"),
+        msgspec.Meta(max_length=MAX_OF_A_KIND, description="the sessions it may use (turns, streams, WebSocket)"),
     ] = msgspec.field(default_factory=list)
     run_ids: Annotated[
         list[Annotated[str, msgspec.Meta(min_length=1, max_length=200)]],
-        msgspec.Meta(max_length=MAX_RESOURCES, description="the runs it may use (events, answers, steer, cancel)"),
+        msgspec.Meta(max_length=MAX_OF_A_KIND, description="the runs it may use (events, answers, steer, cancel)"),
     ] = msgspec.field(default_factory=list)
     scopes: Annotated[
         list[Scope] | None,
@@ -162,6 +163,18 @@ class TokenCreate(msgspec.Struct, forbid_unknown_fields=True):
     expires_in_s: Annotated[int, msgspec.Meta(ge=1, le=MAX_LIFETIME_S, description="its lifetime, in seconds")] = (
         DEFAULT_LIFETIME_S
     )
+
+
+@refines("TokenCreate")
+def _token_checks(schemas: dict[str, Any]) -> None:
+    """What `check_grant` and `granted_scopes` answer a 422 for, where JSON Schema can say it:
+    at least one session or run, and only the scopes a browser token may have."""
+    token = schemas["TokenCreate"]
+    token["anyOf"] = [
+        {"required": [name], "properties": {name: {"minItems": 1}}} for name in ("session_ids", "run_ids")
+    ]
+    scopes = {"type": "array", "items": {"enum": sorted(BROWSER_SCOPES)}}
+    token["properties"]["scopes"]["anyOf"] = [scopes, {"type": "null"}]
 
 
 _MINTED = Schema.object(

@@ -38,7 +38,7 @@ BROWSER_SCOPES = frozenset({Scope.SESSIONS_READ, Scope.SESSIONS_WRITE, Scope.RUN
 RESOURCE_KINDS = ("session", "run")
 DEFAULT_LIFETIME_S = 300
 MAX_LIFETIME_S = 3600
-MAX_RESOURCES = 16
+MAX_RESOURCES = 32  # sessions and runs together (the API takes 16 of each)
 LEEWAY_S = 5  # the nodes' clocks differ a little; the lifetime is minutes
 # The times are checked on the registry's clock (`_timely`), not by pyjwt on the system's.
 _CHECKS: Any = {
