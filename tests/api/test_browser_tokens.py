@@ -454,3 +454,12 @@ async def test_a_token_follows_its_run_and_no_other(world: World, http: aiohttp.
         await expect_error(r, 403, "insufficient_scope")  # runs:read only
     async with http.get(f"{url}/v1/sessions/{world.mine}", headers=headers) as r:
         await expect_error(r, 404, "session_not_found")
+
+
+async def test_a_tenant_key_is_taken_from_the_header_alone(world: World, http: aiohttp.ClientSession) -> None:
+    url = f"{world.server.url}/v1/sessions/{world.mine}"
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await http.ws_connect(f"{url}/ws", protocols=("agentos.v1", f"agentos.bearer.{world.a.key}"))
+    assert refused.value.status == 401
+    async with http.get(url, headers={"Cookie": f"agentos_token={world.a.key}"}) as r:
+        await expect_error(r, 401, "unauthorized")

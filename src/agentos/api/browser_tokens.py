@@ -40,6 +40,7 @@ from agentos.tenancy.browser_tokens import (
     BrowserTokens,
     Grant,
     granted_scopes,
+    is_browser_token,
 )
 from agentos.tenancy.entries import Refused
 from agentos.tenancy.principal import Principal, Scope, Via, principal
@@ -89,15 +90,18 @@ class BrowserGate:
         self._tokens = tokens
 
     def credential(self, request: web.Request) -> str:
-        """A token presented where a browser client without headers puts it ("" if none): a
-        WebSocket's `agentos.bearer.` subprotocol, or (on a GET) the `agentos_token` cookie."""
+        """A browser token presented where a client without headers puts it ("" if none): a
+        WebSocket's `agentos.bearer.` subprotocol, or (on a GET) the `agentos_token` cookie.
+        Browser tokens only: a tenant key is taken from the `Authorization` header alone."""
+        given = ""
         if request.headers.get("Upgrade", "").lower() == "websocket":
             for offered in request.headers.get("Sec-WebSocket-Protocol", "").split(","):
                 if (offered := offered.strip()).startswith(BEARER_SUBPROTOCOL):
-                    return offered.removeprefix(BEARER_SUBPROTOCOL)
-        if request.method in ("GET", "HEAD"):
-            return request.cookies.get(COOKIE, "")
-        return ""
+                    given = offered.removeprefix(BEARER_SUBPROTOCOL)
+                    break
+        elif request.method in ("GET", "HEAD"):
+            given = request.cookies.get(COOKIE, "")
+        return given if is_browser_token(given) else ""
 
     def authenticate(self, request: web.Request, route: str | None, token: str) -> Principal | Refused:
         """The token's principal if it may make this request; Refused (401) for a bad token.

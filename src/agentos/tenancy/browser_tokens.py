@@ -24,6 +24,7 @@ from typing import Any
 
 import jwt
 
+from agentos.config.tenants import TenantLimits
 from agentos.errors import InvalidInput
 from agentos.tenancy.entries import Refused
 from agentos.tenancy.principal import Principal, Scope, Via
@@ -124,7 +125,7 @@ class BrowserTokens:
             return Refused(parent, why)
         try:
             return self._principal(claims)
-        except (InvalidInput, ValueError, TypeError):  # well signed by us, yet not our shape
+        except (ValueError, TypeError):  # well signed by us, yet not our shape (a newer version's)
             return Refused(parent, "malformed claims")
 
     def _verified(self, token: str) -> dict[str, Any] | Refused:
@@ -159,6 +160,12 @@ class BrowserTokens:
             return "the tenant is disabled"
         return ""
 
+    def _limits(self, tenant_id: str) -> TenantLimits:
+        try:
+            return self._registry.limits_of(tenant_id)
+        except InvalidInput:  # a row written by a newer version: the defaults, as for its keys
+            return self._registry.defaults
+
     def _principal(self, claims: dict[str, Any]) -> Principal:
         tenant_id, key_id = str(claims["tid"]), str(claims["pk"])
         parent_scopes = frozenset(Scope(s) for s in self._registry.key(key_id).scopes if s in _SCOPE_NAMES)
@@ -169,7 +176,7 @@ class BrowserTokens:
             tenant_id,
             key_id,
             wanted & _effective(parent_scopes) & BROWSER_SCOPES,
-            self._registry.limits_of(tenant_id),
+            self._limits(tenant_id),
             subject=subject if isinstance(subject, str) else None,
             tenant_wide=True,  # minted by a tenant key: `resources` is the narrowing
             resources=resources,
