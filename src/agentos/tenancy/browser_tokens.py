@@ -17,12 +17,14 @@ those of the token that the parent still has.
 
 from __future__ import annotations
 
+import base64
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import jwt
+import msgspec
 
 from agentos.config.tenants import TenantLimits
 from agentos.errors import InvalidInput
@@ -41,6 +43,7 @@ DEFAULT_LIFETIME_S = 300
 MAX_LIFETIME_S = 3600
 MAX_RESOURCES = 32  # sessions and runs together (the API takes 16 of each)
 LEEWAY_S = 5  # the nodes' clocks differ a little; the lifetime is minutes
+_MAX_CACHED = 4096  # verified tokens whose signature is not checked again
 # The times are checked on the registry's clock (`_timely`), not by pyjwt on the system's.
 _CHECKS: Any = {
     "require": ["iss", "aud", "exp", "iat", "tid", "pk", "scope", "res"],
@@ -70,14 +73,34 @@ class Minted:
 
 def is_browser_token(token: str) -> bool:
     """Whether `token` claims to be one of ours (its unverified `iss`), so that the middleware
-    sends it here rather than to an identity provider's verifier. Proves nothing by itself."""
-    if token.count(".") != 2:
-        return False
+    sends it here rather than to an identity provider's verifier. Proves nothing by itself: a
+    routing peek (a few microseconds), the signature is checked by `authenticate`."""
+    return _segment(token, 1).iss == ISSUER
+
+
+class _Peeked(msgspec.Struct):
+    """What is read of a token before its signature is checked: where to send it (`iss`, of the
+    payload) and which key checks it (`kid`, of the header). pyjwt then checks all of it."""
+
+    iss: str | None = None
+    kid: str | None = None
+
+
+_peek = msgspec.json.Decoder(_Peeked).decode
+_NOTHING = _Peeked()
+_MAX_SEGMENT_CHARS = 8192
+
+
+def _segment(token: str, index: int) -> _Peeked:
+    """The unverified `iss` and `kid` of one segment of a JWS compact token (0: the header,
+    1: the payload); nothing for anything else."""
+    parts = token.split(".")
+    if len(parts) != 3 or len(parts[index]) > _MAX_SEGMENT_CHARS:
+        return _NOTHING
     try:
-        claims = jwt.decode(token, options={"verify_signature": False})
-    except jwt.InvalidTokenError:
-        return False
-    return isinstance(claims, dict) and claims.get("iss") == ISSUER
+        return _peek(base64.urlsafe_b64decode(parts[index] + "=" * (-len(parts[index]) % 4)))
+    except (ValueError, msgspec.DecodeError):  # binascii.Error is a ValueError
+        return _NOTHING
 
 
 class BrowserTokens:
@@ -91,6 +114,10 @@ class BrowserTokens:
     def __init__(self, keys: SigningKeys, registry: TenantRegistry) -> None:
         self.keys = keys
         self._registry = registry
+        # A page presents one token many times; its signature is checked once. Only tokens that
+        # verified are kept (a forged one costs its full check every time), and the time and the
+        # parent key are checked on every use.
+        self._verified_claims: dict[str, dict[str, Any]] = {}
 
     def mint(self, grant: Grant) -> Minted:
         """Sign `grant`. Raises: InvalidInput (a lifetime or resource count out of bounds)."""
@@ -129,9 +156,21 @@ class BrowserTokens:
             return Refused(parent, "malformed claims")
 
     def _verified(self, token: str) -> dict[str, Any] | Refused:
+        claims = self._verified_claims.get(token)
+        if claims is None:
+            checked = self._checked(token)
+            if isinstance(checked, Refused):
+                return checked
+            if len(self._verified_claims) >= _MAX_CACHED:
+                del self._verified_claims[next(iter(self._verified_claims))]  # the oldest
+            claims = self._verified_claims[token] = checked
+        return _timely(claims, self._registry.now_ms() / 1000)
+
+    def _checked(self, token: str) -> dict[str, Any] | Refused:
+        """The claims of a token signed by a live key of ours, its times not yet checked."""
         try:
-            kid = jwt.get_unverified_header(token).get("kid")
-            key = self.keys.verifying(kid) if isinstance(kid, str) else None
+            kid = _segment(token, 0).kid  # pyjwt parses the token again, and checks it whole
+            key = self.keys.verifying(kid) if kid is not None else None
             if key is None:
                 return Refused("", "unknown signing key (rotated out, or not this server's)")
             claims: dict[str, Any] = jwt.decode(
@@ -144,7 +183,7 @@ class BrowserTokens:
             )
         except jwt.InvalidTokenError as exc:
             return Refused("", f"invalid token ({type(exc).__name__})")
-        return _timely(claims, self._registry.now_ms() / 1000)
+        return claims
 
     def _parent_refusal(self, key_id: str, tenant_id: str) -> str:
         """Why the parent key no longer vouches for its tokens ("" when it does)."""
