@@ -23,6 +23,7 @@ from agentos.api.body import (
     SessionCreate,
     TurnCreate,
 )
+from agentos.api.browser_tokens import TokenCreate
 from agentos.api.openapi import document, served_routes, table_routes
 from agentos.api.schedules import ScheduleCreate
 from agentos.api.triggers import TriggerCreate
@@ -49,6 +50,7 @@ BODIES: dict[tuple[str, str], tuple[type[Any], str]] = {
     ("patch", "/v1/admin/keys/{key_id}"): (KeyUpdate, "KeyUpdate"),
     ("post", "/v1/triggers"): (TriggerCreate, "TriggerCreate"),
     ("post", "/v1/schedules"): (ScheduleCreate, "ScheduleCreate"),
+    ("post", "/v1/tokens"): (TokenCreate, "TokenCreate"),
     ("post", "/v1/collections"): (CollectionCreate, "CollectionCreate"),
     ("post", "/v1/collections/{name}/documents"): (DocumentUpload, "DocumentUpload"),
     ("post", "/v1/collections/{name}/query"): (QueryRequest, "QueryRequest"),
@@ -240,6 +242,7 @@ OPEN_ROUTES = {
     ("get", "/console"),
     ("get", "/console/{asset}"),
     ("post", "/v1/triggers/{trigger_id}/events"),
+    ("get", "/.well-known/jwks.json"),
 }
 ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
 OPENAI_ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAIError"}}}

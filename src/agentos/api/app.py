@@ -10,6 +10,7 @@ from aiohttp.typedefs import Middleware
 from agentos.api import (
     admin,
     agents,
+    browser_tokens,
     console,
     console_stream,
     docs,
@@ -28,6 +29,7 @@ from agentos.api import (
 )
 from agentos.api.admission import ADMISSION, Admission
 from agentos.api.browser import BrowserRules, browser_middleware
+from agentos.api.browser_tokens import TOKENS, BrowserGate
 from agentos.api.cluster_limits import ClusterLimiters
 from agentos.api.console_stream import CONSOLE
 from agentos.api.errors import error_middleware
@@ -50,6 +52,8 @@ from agentos.api.ratelimit import LIMITERS, Limiters, add_rate_headers, rate_lim
 from agentos.api.tracing import tracing_middleware
 from agentos.providers.router import Router
 from agentos.services import Services
+from agentos.tenancy.browser_tokens import BrowserTokens
+from agentos.tenancy.signing import SigningKeys
 
 SSE_KEEPALIVE_S_DEFAULT = 15.0
 # Every route the app serves, each described beside its handler (`agentos.api.routes`); the
@@ -66,6 +70,7 @@ ROUTES = (
     knowledge.routes,
     triggers.routes,
     schedules.routes,
+    browser_tokens.routes,
     openai_chat.routes,
     openai_responses.routes,
     console_stream.routes,
@@ -88,7 +93,10 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     middlewares.append(error_middleware)
     middlewares.append(browser_middleware(BrowserRules.from_settings(settings.server)))  # before auth: costs nothing
     loopback = is_loopback(settings.server.host)
-    middlewares.append(auth_middleware(settings.server.api_token, services.tenants, loopback=loopback))
+    registry = services.tenants
+    tokens = BrowserTokens(SigningKeys(registry.pepper, now_ms=registry.now_ms), registry)
+    gate = BrowserGate(tokens)
+    middlewares.append(auth_middleware(settings.server.api_token, registry, loopback=loopback, browser=gate))
     if services.tracing.on:  # after auth: the key decides whether a caller's traceparent is taken
         middlewares.append(tracing_middleware(services.tracing, settings.telemetry))
     clock = services.driver.clock  # the kernel's clock: a FakeClock in tests drives both
@@ -102,6 +110,7 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     app[RUNTIME] = services.runtime
     app[RUNS] = services.runs
     app[TENANTS] = services.tenants
+    app[TOKENS] = tokens
     app[SSE_KEEPALIVE_S] = sse_keepalive_s
     app[LIMITERS] = limiters
     app[QUOTAS] = services.quotas

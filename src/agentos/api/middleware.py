@@ -6,6 +6,9 @@ Who a request acts for (`request[PRINCIPAL]`), decided once per request, in memo
   lookup and one HMAC; `agentos.tenancy.registry`);
 - no token configured, no usable key in the registry, and a loopback bind: every request is
   `OPEN_PRINCIPAL` (a single user on their own machine; the README's commands need no key);
+- `Authorization: Bearer <JWT>` whose `iss` is the server's own: a browser token
+  (`agentos.api.browser_tokens`: its signature, its parent key, the routes and resources it may
+  use); a browser client without headers presents it as a WebSocket subprotocol or a cookie;
 - anything else: 401 with `WWW-Authenticate: Bearer`. A key is read only from the header,
   never from the URL (URLs end up in logs, histories and Referer headers).
 """
@@ -20,11 +23,13 @@ from dataclasses import replace
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from agentos.api.browser_tokens import BrowserGate
 from agentos.api.errors import Handler, error_response
 from agentos.api.keys import RUNTIME, TRACE_ID
 from agentos.clock import wall_ms
 from agentos.errors import InvalidInput
 from agentos.store.records import DEFAULT_TENANT, AccessRecord
+from agentos.tenancy.browser_tokens import is_browser_token
 from agentos.tenancy.principal import ALL_SCOPES, OPEN_PRINCIPAL, PRINCIPAL, Principal
 from agentos.tenancy.registry import Refused, TenantRegistry
 
@@ -42,6 +47,7 @@ OPEN_ROUTES = frozenset(
         "/console",
         "/console/{asset}",
         "/v1/triggers/{trigger_id}/events",
+        "/.well-known/jwks.json",
     }
 )
 
@@ -64,7 +70,9 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def auth_middleware(token: str, registry: TenantRegistry, *, loopback: bool) -> Middleware:
+def auth_middleware(
+    token: str, registry: TenantRegistry, *, loopback: bool, browser: BrowserGate | None = None
+) -> Middleware:
     """Sets `request[PRINCIPAL]` (see the module docstring) or answers 401."""
     token_bytes = token.encode()
     defaults = _DefaultPrincipals(registry)
@@ -74,11 +82,14 @@ def auth_middleware(token: str, registry: TenantRegistry, *, loopback: bool) -> 
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if route_of(request) in OPEN_ROUTES:
+        route = route_of(request)
+        if route in OPEN_ROUTES:
             return await handler(request)
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        given = given.strip()
-        if scheme.lower() != "bearer" or not given:
+        given = given.strip() if scheme.lower() == "bearer" else ""
+        if not given and browser is not None:
+            given = browser.credential(request)
+        if not given:
             if open_server():
                 request[PRINCIPAL] = defaults.open()
                 return await handler(request)
@@ -87,7 +98,10 @@ def auth_middleware(token: str, registry: TenantRegistry, *, loopback: bool) -> 
         if token and hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token_bytes):
             request[PRINCIPAL] = defaults.token()
             return await handler(request)
-        found = registry.authenticate(given)
+        if browser is not None and is_browser_token(given):  # dispatch on `iss`: the server's own
+            found = browser.authenticate(request, route, given)
+        else:
+            found = registry.authenticate(given)
         if isinstance(found, Refused):
             if open_server():  # today's open loopback server ignores whatever header comes
                 request[PRINCIPAL] = defaults.open()

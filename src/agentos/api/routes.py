@@ -23,7 +23,18 @@ from agentos.errors import ConfigError
 
 REF_TEMPLATE = "#/components/schemas/{name}"
 Tag = Literal[
-    "sessions", "turns", "agents", "runs", "admin", "usage", "knowledge", "triggers", "schedules", "openai", "server"
+    "sessions",
+    "turns",
+    "agents",
+    "runs",
+    "admin",
+    "usage",
+    "knowledge",
+    "triggers",
+    "schedules",
+    "tokens",
+    "openai",
+    "server",
 ]
 # The groups of operations on /docs, in the order shown.
 TAGS: dict[Tag, str] = {
@@ -36,6 +47,7 @@ TAGS: dict[Tag, str] = {
     "knowledge": "Collections, documents and hybrid retrieval (docs/knowledge.md)",
     "triggers": "Signed webhooks that start runs (docs/triggers.md)",
     "schedules": "Runs started on a cron or every N seconds (docs/schedules.md)",
+    "tokens": 'Short-lived browser tokens for a web page (docs/security.md, "Browser tokens")',
     "openai": "The OpenAI-compatible front door: models, chat completions, responses (docs/openai.md)",
     "server": "Health, metrics, and this documentation",
 }

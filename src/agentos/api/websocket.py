@@ -19,6 +19,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from agentos.api.admission import ADMISSION
 from agentos.api.body import decode_json
+from agentos.api.browser_tokens import SUBPROTOCOL
 from agentos.api.errors import INTERNAL_MESSAGE, STARTED, log_internal_error
 from agentos.api.keys import MAX_BODY_BYTES, RUNTIME
 from agentos.api.routes import Answer, tagged
@@ -55,7 +56,8 @@ async def session_socket(request: web.Request) -> web.WebSocketResponse:
     runtime = request.app[RUNTIME]
     session_id = request.match_info["session_id"]
     await runtime.ensure_loaded(who.tenant_id, session_id)  # 404 before the upgrade
-    ws = web.WebSocketResponse(heartbeat=30, max_msg_size=request.app[MAX_BODY_BYTES])
+    # agentos.v1: the subprotocol a browser offers beside its token's (agentos.api.browser_tokens)
+    ws = web.WebSocketResponse(heartbeat=30, max_msg_size=request.app[MAX_BODY_BYTES], protocols=(SUBPROTOCOL,))
     await upgrade(request, ws)
     running: set[asyncio.Task[None]] = set()
     sink = WebSocketSink(ws)
