@@ -53,3 +53,7 @@ def message_params(r: MessageRecord, event: EventRecord | None = None) -> tuple[
         return (*row, None, None, None, None)
     assert (event.tenant_id, event.session_id, event.turn_id) == row[:3], "an event of another turn"
     return (*row, event.type, _encode(event.data).decode(), event.created_at_ms, event.seq)
+
+
+# A session's access rows (`records.access_params`: its path and the range of those below it).
+DELETE_SESSION_ACCESS = "DELETE FROM access_log WHERE tenant_id = $1 AND (path = $2 OR (path >= $3 AND path < $4))"

@@ -43,6 +43,7 @@ from agentos.store.pg_fence import FENCED_INSERT_EVENT, FENCED_INSERT_MESSAGE, R
 from agentos.store.pg_health import HealthCheck, classify, outage_of, within
 from agentos.store.pg_pool import pooled
 from agentos.store.pg_rows import (
+    DELETE_SESSION_ACCESS,
     INSERT_ACCESS,
     INSERT_EVENT,
     INSERT_MESSAGE,
@@ -51,7 +52,7 @@ from agentos.store.pg_rows import (
     message_params,
 )
 from agentos.store.pg_writer import PgWriter
-from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
+from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord, access_params
 from agentos.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, message_from_row, session_from_row
 
 if TYPE_CHECKING:
@@ -178,16 +179,18 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
         return [session_from_row(row) for row in rows]
 
     async def delete_session(self, tenant_id: str, session_id: str) -> bool:
-        """Delete the tenant's session, its transcript and its events in one transaction, after
+        """Delete the tenant's session, its transcript, its events and its access rows (their
+        paths name it) in one transaction, after
         every write of theirs queued before the call.
 
         Raises:
             StoreError: the database failed; the transaction rolled back, nothing is deleted
                 (`StoreUnavailable` when it cannot be reached or a bound passed).
         """
-        messages, events, *_ = self._lanes
+        messages, events, access, _ = self._lanes
         await within(messages.barrier(), "waiting for earlier writes", self._bound_s)
         await within(events.barrier(), "waiting for earlier events", self._bound_s)
+        await within(access.barrier(), "waiting for earlier access rows", self._bound_s)
         key = (tenant_id, session_id)
         try:
             async with pooled(self._db, self._config.postgres_acquire_timeout_s) as conn, conn.transaction():
@@ -202,6 +205,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
                 await conn.execute(
                     "DELETE FROM events WHERE tenant_id = $1 AND session_id = $2", *key, timeout=self._bound_s
                 )
+                await conn.execute(DELETE_SESSION_ACCESS, *access_params(*key), timeout=self._bound_s)
         except Exception as exc:
             raise classify(exc, self._unavailable, "delete (nothing was deleted)") from exc
         if self._jsonl is not None:

@@ -33,10 +33,13 @@ from agentos.store.base import OneNodeTurns, StoreStatistics
 from agentos.store.event_rows import EVENT_COLUMNS, event_from_row, migrate_sqlite_events
 from agentos.store.jsonl import JsonlLog
 from agentos.store.ledger import UsageQuery, UsageRow, UsageTotal
-from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
+from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord, access_params
 from agentos.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, message_from_row, message_params, session_from_row
 from agentos.store.sqlite_rows import (
     ACCESS_SCHEMA,
+    DELETE_SESSION,
+    DELETE_SESSION_ACCESS,
+    DELETE_SESSION_EVENTS,
     EVENTS_SCHEMA,
     INSERT_ACCESS,
     INSERT_MESSAGE,
@@ -166,11 +169,14 @@ class SQLiteStore(OneNodeTurns):
 
         if not await self._sessions.submit(apply=delete_transcript):
             return False
-        cascade = [self._events.submit("DELETE FROM events WHERE tenant_id = ? AND session_id = ?", key)]
+        cascade = [
+            self._events.submit(apply=_wiping(self._events, DELETE_SESSION_EVENTS, key)),
+            self._access.submit(apply=_wiping(self._access, DELETE_SESSION_ACCESS, access_params(*key))),
+        ]
         if self._jsonl is not None:
             cascade.append(asyncio.ensure_future(self._jsonl.delete_session(session_id)))
         await asyncio.gather(*cascade)
-        gone: int = await self._sessions.submit("DELETE FROM sessions WHERE tenant_id = ? AND session_id = ?", key)
+        gone: int = await self._sessions.submit(apply=_wiping(self._sessions, DELETE_SESSION, key))
         return gone > 0
 
     async def session_counts(self) -> dict[str, int]:
@@ -381,6 +387,17 @@ class TurnEnds:
             return
         with suppress(StoreError):
             self._sessions.put("DELETE FROM turn_ends WHERE n <= ?", (upto,))
+
+
+def _wiping(writer: Writer, sql: str, params: Sequence[Any]) -> Callable[[sqlite3.Connection], int]:
+    """An apply that runs a deletion and has the writer truncate its WAL once it is committed:
+    with `secure_delete` (`agentos.store.ops.connect`) no copy of the rows stays readable."""
+
+    def apply(conn: sqlite3.Connection) -> int:
+        writer.truncate_wal_after_commit()
+        return conn.execute(sql, params).rowcount
+
+    return apply
 
 
 def _nothing(conn: sqlite3.Connection) -> None:

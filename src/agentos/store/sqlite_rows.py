@@ -32,6 +32,7 @@ ACCESS_LOG = Table(
     "access_log",
     "id INTEGER PRIMARY KEY AUTOINCREMENT, tenant_id TEXT, ts_ms INTEGER, method TEXT, path TEXT, status INTEGER,"
     " duration_ms REAL, remote TEXT, key_id TEXT DEFAULT '', trace_id TEXT DEFAULT ''",
+    indexes=("access_by_tenant_time (tenant_id, ts_ms)",),  # retention deletes the oldest rows
 )
 SESSIONS_SCHEMA = script(SESSIONS, MESSAGES, "DROP INDEX IF EXISTS messages_by_session;")
 EVENTS_SCHEMA = script(EVENTS, "DROP INDEX IF EXISTS events_by_session;")
@@ -62,3 +63,8 @@ INSERT_MESSAGE = MESSAGES.insert(generated=("message_id",)) + (
     " usage = excluded.usage"
 )
 INSERT_ACCESS = ACCESS_LOG.insert(generated=("id",))
+
+# A session's deletion (`SQLiteStore.delete_session`); the access rows by `records.access_params`.
+DELETE_SESSION = "DELETE FROM sessions WHERE tenant_id = ? AND session_id = ?"
+DELETE_SESSION_EVENTS = "DELETE FROM events WHERE tenant_id = ? AND session_id = ?"
+DELETE_SESSION_ACCESS = "DELETE FROM access_log WHERE tenant_id = ? AND (path = ? OR (path >= ? AND path < ?))"
