@@ -82,6 +82,11 @@ class JournalStore(Protocol):
 
     async def delete_session_runs(self, tenant_id: str, session_id: str) -> list[str]: ...
 
+    async def delete_idle_runs(self, tenant_id: str, before_ms: int, limit: int) -> list[str]:
+        """Retention: up to `limit` finished top-level runs outside any session, last updated
+        before `before_ms`, deleted with their children in one transaction; the deleted ids."""
+        ...
+
     async def model_tokens(self, since_ms: int, before_ms: int) -> dict[str, int]: ...
 
 
@@ -154,6 +159,9 @@ class SqliteJournalStore:
 
     async def delete_session_runs(self, tenant_id: str, session_id: str) -> list[str]:
         return await self.runs.apply(lambda db: self.journal.delete_session_runs(db, tenant_id, session_id))
+
+    async def delete_idle_runs(self, tenant_id: str, before_ms: int, limit: int) -> list[str]:
+        return await self.runs.apply(lambda db: self.journal.delete_idle_runs(db, tenant_id, before_ms, limit))
 
     async def model_tokens(self, since_ms: int, before_ms: int) -> dict[str, int]:
         return await model_tokens(self.runs, since_ms, before_ms)

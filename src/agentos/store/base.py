@@ -180,6 +180,32 @@ class Store(Protocol):
         """
         ...
 
+    # Retention (`agentos.runtime.retention`): each call is one bounded transaction.
+    async def idle_sessions(
+        self, tenant_id: str, before_ms: int, *, after: str, limit: int
+    ) -> tuple[list[str], str | None]:
+        """Of the tenant's next `limit` sessions after the id `after`, in id order, those with no
+        activity at or after `before_ms` (created before it, no message written since); and the
+        id to continue after, None after the last page.
+
+        Raises: StoreUnavailable, StoreError.
+        """
+        ...
+
+    async def expire_access(self, tenant_id: str, before_ms: int, *, limit: int) -> int:
+        """Delete up to `limit` of the tenant's oldest access rows logged before `before_ms`; how many.
+
+        Raises: StoreUnavailable, StoreError.
+        """
+        ...
+
+    async def expire_usage(self, tenant_id: str, before_ms: int, *, limit: int) -> int:
+        """Delete up to `limit` of the tenant's oldest ledger rows recorded before `before_ms`; how many.
+
+        Raises: StoreUnavailable, StoreError.
+        """
+        ...
+
     def statistics(self) -> StoreStatistics: ...
 
 

@@ -44,6 +44,9 @@ from agentos.store.pg_health import HealthCheck, classify, outage_of, within
 from agentos.store.pg_pool import pooled
 from agentos.store.pg_rows import (
     DELETE_SESSION_ACCESS,
+    EXPIRE_ACCESS,
+    EXPIRE_USAGE,
+    IDLE_SESSIONS,
     INSERT_ACCESS,
     INSERT_EVENT,
     INSERT_MESSAGE,
@@ -53,7 +56,7 @@ from agentos.store.pg_rows import (
 )
 from agentos.store.pg_writer import PgWriter
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord, access_params
-from agentos.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, message_from_row, session_from_row
+from agentos.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, idle_page, message_from_row, session_from_row
 
 if TYPE_CHECKING:
     import asyncpg
@@ -221,6 +224,17 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
 
     def forget_session(self, session_id: str) -> None:
         """Nothing to do: the session's state stays in the database when it leaves memory."""
+
+    async def idle_sessions(
+        self, tenant_id: str, before_ms: int, *, after: str, limit: int
+    ) -> tuple[list[str], str | None]:
+        return idle_page(await self._fetch(self._lanes[0], IDLE_SESSIONS, tenant_id, before_ms, after, limit), limit)
+
+    async def expire_access(self, tenant_id: str, before_ms: int, *, limit: int) -> int:
+        return int((await self._fetch(self._lanes[2], EXPIRE_ACCESS, tenant_id, before_ms, limit))[0][0])
+
+    async def expire_usage(self, tenant_id: str, before_ms: int, *, limit: int) -> int:
+        return int((await self._fetch(self._lanes[3], EXPIRE_USAGE, tenant_id, before_ms, limit))[0][0])
 
     async def _settled(self) -> None:  # every message and event queued so far is committed
         await asyncio.gather(self._lanes[0].barrier(), self._lanes[1].barrier())

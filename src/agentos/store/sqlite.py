@@ -34,13 +34,23 @@ from agentos.store.event_rows import EVENT_COLUMNS, event_from_row, migrate_sqli
 from agentos.store.jsonl import JsonlLog
 from agentos.store.ledger import UsageQuery, UsageRow, UsageTotal
 from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord, access_params
-from agentos.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, message_from_row, message_params, session_from_row
+from agentos.store.rows import (
+    MESSAGE_COLUMNS,
+    SESSION_COLUMNS,
+    idle_page,
+    message_from_row,
+    message_params,
+    session_from_row,
+)
 from agentos.store.sqlite_rows import (
     ACCESS_SCHEMA,
     DELETE_SESSION,
     DELETE_SESSION_ACCESS,
     DELETE_SESSION_EVENTS,
     EVENTS_SCHEMA,
+    EXPIRE_ACCESS,
+    EXPIRE_USAGE,
+    IDLE_SESSIONS,
     INSERT_ACCESS,
     INSERT_MESSAGE,
     INSERT_SESSION,
@@ -264,6 +274,23 @@ class SQLiteStore(OneNodeTurns):
     def log_access(self, r: AccessRecord) -> None:
         params = (r.tenant_id, r.ts_ms, r.method, r.path, r.status, r.duration_ms, r.remote, r.key_id, r.trace_id)
         self._access.put(INSERT_ACCESS, params, sheddable=True)
+
+    # -- retention -----------------------------------------------------------------------------
+
+    async def idle_sessions(
+        self, tenant_id: str, before_ms: int, *, after: str, limit: int
+    ) -> tuple[list[str], str | None]:
+        params = (tenant_id, before_ms, after, limit)
+        rows = await self._sessions.read(lambda conn: conn.execute(IDLE_SESSIONS, params).fetchall())
+        return idle_page(rows, limit)
+
+    async def expire_access(self, tenant_id: str, before_ms: int, *, limit: int) -> int:
+        deleted: int = await self._access.submit(EXPIRE_ACCESS, (tenant_id, before_ms, limit))
+        return deleted
+
+    async def expire_usage(self, tenant_id: str, before_ms: int, *, limit: int) -> int:
+        deleted: int = await self._ledger.submit(EXPIRE_USAGE, (tenant_id, before_ms, limit))
+        return deleted
 
     # -- the usage ledger ----------------------------------------------------------------------
 

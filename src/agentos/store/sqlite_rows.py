@@ -68,3 +68,19 @@ INSERT_ACCESS = ACCESS_LOG.insert(generated=("id",))
 DELETE_SESSION = "DELETE FROM sessions WHERE tenant_id = ? AND session_id = ?"
 DELETE_SESSION_EVENTS = "DELETE FROM events WHERE tenant_id = ? AND session_id = ?"
 DELETE_SESSION_ACCESS = "DELETE FROM access_log WHERE tenant_id = ? AND (path = ? OR (path >= ? AND path < ?))"
+
+# Retention (`agentos.runtime.retention`): a page of sessions with whether each is idle, and the
+# oldest rows of a tenant, `LIMIT` at a time (on the indexes led by tenant and time).
+IDLE_SESSIONS = (
+    "SELECT s.session_id, s.created_at_ms < ?2 AND NOT EXISTS (SELECT 1 FROM messages m"
+    " WHERE m.tenant_id = s.tenant_id AND m.session_id = s.session_id AND m.created_at_ms >= ?2)"
+    " FROM sessions s WHERE s.tenant_id = ?1 AND s.session_id > ?3 ORDER BY s.session_id LIMIT ?4"
+)
+EXPIRE_ACCESS = (
+    "DELETE FROM access_log WHERE id IN"
+    " (SELECT id FROM access_log WHERE tenant_id = ? AND ts_ms < ? ORDER BY ts_ms LIMIT ?)"
+)
+EXPIRE_USAGE = (
+    "DELETE FROM usage_ledger WHERE rowid IN"
+    " (SELECT rowid FROM usage_ledger WHERE tenant_id = ? AND at_ms < ? ORDER BY at_ms LIMIT ?)"
+)
