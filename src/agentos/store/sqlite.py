@@ -44,9 +44,12 @@ from agentos.store.rows import (
 )
 from agentos.store.sqlite_rows import (
     ACCESS_SCHEMA,
+    DELETE_BATCH_ROWS,
     DELETE_SESSION,
     DELETE_SESSION_ACCESS,
     DELETE_SESSION_EVENTS,
+    DELETE_SESSION_EVENTS_BATCH,
+    DELETE_SESSION_MESSAGES_BATCH,
     EVENTS_SCHEMA,
     EXPIRE_ACCESS,
     EXPIRE_USAGE,
@@ -160,8 +163,10 @@ class SQLiteStore(OneNodeTurns):
         """Delete the tenant's session with its transcript, its events and its JSONL lines.
 
         Each deletion goes through the queue of the file it cleans, so it is ordered after
-        every write of the session queued before it. The session row goes last: if the
-        process dies half-way, the session still exists and deleting it again finishes.
+        every write of the session queued before it. Messages and events go `DELETE_BATCH_ROWS`
+        per transaction: a long session's deletion never holds a writer (and the turns queued
+        behind it) for long. The session row goes last: if the process dies half-way, the
+        session still exists and deleting it again finishes.
 
         Raises:
             StoreError: a database or the JSONL log failed; the session may be half deleted.
@@ -173,14 +178,14 @@ class SQLiteStore(OneNodeTurns):
             owned = "SELECT 1 FROM sessions WHERE tenant_id = ? AND session_id = ?"
             if conn.execute(owned, key).fetchone() is None:
                 return False  # unknown, or another tenant's: nothing of it is touched
-            conn.execute("DELETE FROM messages WHERE tenant_id = ? AND session_id = ?", key)
             conn.execute("DELETE FROM turn_ends WHERE tenant_id = ? AND session_id = ?", key)
             return True
 
         if not await self._sessions.submit(apply=delete_transcript):
             return False
+        await _in_batches(self._sessions, DELETE_SESSION_MESSAGES_BATCH, key)
         cascade = [
-            self._events.submit(apply=_wiping(self._events, DELETE_SESSION_EVENTS, key)),
+            _in_batches(self._events, DELETE_SESSION_EVENTS_BATCH, key, wipe=DELETE_SESSION_EVENTS),
             self._access.submit(apply=_wiping(self._access, DELETE_SESSION_ACCESS, access_params(*key))),
         ]
         if self._jsonl is not None:
@@ -414,6 +419,15 @@ class TurnEnds:
             return
         with suppress(StoreError):
             self._sessions.put("DELETE FROM turn_ends WHERE n <= ?", (upto,))
+
+
+async def _in_batches(writer: Writer, sql: str, key: tuple[str, str], *, wipe: str = "") -> None:
+    """Run `sql` (a deletion of at most its last parameter's rows) until it deletes less than a
+    batch, each in a transaction of its own; then `wipe` (the whole deletion) with the WAL truncated."""
+    while await writer.submit(sql, (*key, DELETE_BATCH_ROWS)) == DELETE_BATCH_ROWS:
+        pass
+    if wipe:
+        await writer.submit(apply=_wiping(writer, wipe, key))
 
 
 def _wiping(writer: Writer, sql: str, params: Sequence[Any]) -> Callable[[sqlite3.Connection], int]:

@@ -67,6 +67,14 @@ INSERT_ACCESS = ACCESS_LOG.insert(generated=("id",))
 # A session's deletion (`SQLiteStore.delete_session`); the access rows by `records.access_params`.
 DELETE_SESSION = "DELETE FROM sessions WHERE tenant_id = ? AND session_id = ?"
 DELETE_SESSION_EVENTS = "DELETE FROM events WHERE tenant_id = ? AND session_id = ?"
+DELETE_BATCH_ROWS = 500  # a long session's rows go this many per transaction (`[retention] batch_rows`' default)
+DELETE_SESSION_MESSAGES_BATCH = (
+    "DELETE FROM messages WHERE message_id IN"
+    " (SELECT message_id FROM messages WHERE tenant_id = ? AND session_id = ? LIMIT ?)"
+)
+DELETE_SESSION_EVENTS_BATCH = (
+    "DELETE FROM events WHERE event_id IN (SELECT event_id FROM events WHERE tenant_id = ? AND session_id = ? LIMIT ?)"
+)
 DELETE_SESSION_ACCESS = "DELETE FROM access_log WHERE tenant_id = ? AND (path = ? OR (path >= ? AND path < ?))"
 
 # Retention (`agentos.runtime.retention`): a page of sessions with whether each is idle, and the
