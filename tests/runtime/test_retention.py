@@ -189,6 +189,31 @@ async def test_deletions_go_in_batches_of_batch_rows(
     assert stats.batches_total - before == 5
 
 
+async def test_a_session_with_an_unfinished_run_is_kept(
+    server_factory, mock: MockServer, backend: dict[str, Any]
+) -> None:
+    """A run waiting for a human outlives its session's retention: deleting the session would
+    terminate it. Its finished sibling session goes."""
+    server, wall = await start(server_factory, mock, backend)
+    journal_store = server.services.runs.store
+    journal = journal_store.journal
+    long_ago = int(wall.now() * 1000) - 2 * DAY_S * 1000
+    for session_id, status in (("ses_waits", "waiting"), ("ses_done", "completed")):
+        await old_session(server, "default", session_id, long_ago)
+        spec_ref, put_spec = journal.payload("default", {"name": "helper"})
+        row = RunRow(f"run_{session_id}", "default", "helper", session_id, None, 0, spec_ref, "in", status,
+                     None, None, long_ago, long_ago, None)  # fmt: skip
+        await journal_store.write([put_spec, journal.insert_run(row)])
+
+    await retention_of(server).sweep()
+
+    assert await server.runtime.store.get_session("default", "ses_waits") is not None
+    assert await journal_store.load_run("default", "run_ses_waits") is not None
+    assert await server.runtime.store.get_session("default", "ses_done") is None
+    assert await journal_store.load_run("default", "run_ses_done") is None  # went with its session
+    assert retention_of(server).statistics().skipped_active_total == 1
+
+
 async def test_finished_runs_outside_sessions_expire_and_working_ones_stay(
     server_factory, mock: MockServer, backend: dict[str, Any]
 ) -> None:

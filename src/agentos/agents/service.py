@@ -370,6 +370,10 @@ class RunService:
             workspaces = self._workspaces
             await asyncio.to_thread(remove_dirs, [workspaces / run_id for run_id in deleted])
 
+    async def session_has_open_runs(self, tenant_id: str, session_id: str) -> bool:
+        """Retention: whether a run of the session is unfinished (on any node: from the journal)."""
+        return await self.store.session_has_open_runs(tenant_id, session_id)
+
     async def delete_idle_runs(self, tenant_id: str, before_ms: int, *, limit: int) -> int:
         """Retention (`agentos.runtime.retention.ExpiringRuns`): delete up to `limit` finished
         runs of the tenant outside any session, last updated before `before_ms`, with their

@@ -404,6 +404,10 @@ class PgJournalStore:
             raise classify(exc, self.unavailable, "run deletion") from exc
         return sorted(r[0] for r in rows)
 
+    async def session_has_open_runs(self, tenant_id: str, session_id: str) -> bool:
+        sql = f"SELECT 1 FROM runs WHERE session_id = $1 AND tenant_id = $2 AND status NOT IN {_TERMINAL} LIMIT 1"
+        return bool(await self.fetch(sql, session_id, tenant_id))
+
     async def delete_idle_runs(self, tenant_id: str, before_ms: int, limit: int) -> list[str]:
         """As the SQLite journal's, in one statement (leases and requests included)."""
         try:

@@ -8,8 +8,9 @@ Theory of operation. Every `[retention] interval_s` one sweep visits each tenant
 - sessions are read `batch_rows` at a time in id order; one with no activity since the cut-off
   (created before it, no message written since) is deleted through the runtime, exactly as
   `DELETE /v1/sessions/{id}` deletes it: transcript, events, access rows, its runs, and its
-  in-memory state. A session whose turn runs (here, or on another node: `Store.running_turn`) is
-  skipped and counted; it is looked at again at the next sweep;
+  in-memory state. A session whose turn runs (here, or on another node: `Store.running_turn`),
+  or with an unfinished run (a run waiting for a human), is skipped and counted; it is looked at
+  again at the next sweep;
 - runs (`ExpiringRuns`, the run service): finished runs outside any session whose last update is
   before the cut-off, `batch_rows` at a time; a working run is never one of them.
 Each deletion is its own transaction on the store's writer thread (SQLite) or pool (PostgreSQL):
@@ -48,6 +49,10 @@ Policies = Callable[[], Iterable[tuple[str, int]]]  # (tenant_id, retention_s) o
 
 class ExpiringRuns(Protocol):
     """The run service's side (the agents layer implements it)."""
+
+    async def session_has_open_runs(self, tenant_id: str, session_id: str) -> bool:
+        """Whether a run of the session is unfinished (working, or waiting for a human)."""
+        ...
 
     async def delete_idle_runs(self, tenant_id: str, before_ms: int, *, limit: int) -> int:
         """Delete up to `limit` finished top-level runs of the tenant outside any session, last
@@ -145,13 +150,20 @@ class Retention:
                 await self._expire_session(tenant_id, session_id)
 
     async def _expire_session(self, tenant_id: str, session_id: str) -> None:
-        runtime = self._runtime
-        if runtime.kernel.active_turn(session_id) is not None or await runtime.store.running_turn(
-            tenant_id, session_id
-        ):
+        if await self._busy(tenant_id, session_id):
             self._stats.skipped_active_total += 1
             return
         with contextlib.suppress(SessionNotFound):  # deleted meanwhile (a DELETE, another node)
-            await runtime.delete_session(tenant_id, session_id)
+            await self._runtime.delete_session(tenant_id, session_id)
             self._stats.batches_total += 1
             self._stats.deleted["sessions"] += 1
+
+    async def _busy(self, tenant_id: str, session_id: str) -> bool:
+        """A turn of the session runs (here, or on another node), or one of its runs is unfinished:
+        deleting the session would stop it."""
+        runtime = self._runtime
+        if runtime.kernel.active_turn(session_id) is not None:
+            return True
+        if await runtime.store.running_turn(tenant_id, session_id) is not None:
+            return True
+        return self._runs is not None and await self._runs.session_has_open_runs(tenant_id, session_id)
