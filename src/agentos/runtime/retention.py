@@ -110,6 +110,9 @@ class Retention:
             except StoreError:  # a database away: the next sweep picks up where this one stopped
                 self._stats.failed_total += 1
                 log.warning("retention sweep failed; retrying in %.0f s", self._config.interval_s, exc_info=True)
+            except Exception:  # a bug must not end the sweeping for the process's lifetime, unseen
+                self._stats.failed_total += 1
+                log.exception("retention sweep failed")
 
     async def sweep(self) -> None:
         """Delete what every tenant keeps past its retention, now.
