@@ -52,6 +52,25 @@ async def test_deleting_a_session_leaves_no_readable_copy_in_the_sqlite_files(
     assert f"/v1/sessions/{kept}/turns" in paths  # another session's rows stay
 
 
+async def test_deleting_an_agent_session_leaves_no_readable_copy_in_runs_db(
+    server_factory, mock: MockServer, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """An agent's turn is a run: its journal (runs.db) holds the conversation too."""
+    server = await server_factory(mock.url)
+    async with http.post(f"{server.url}/v1/agents", json={"name": "helper", "tools": []}) as r:
+        assert r.status == 201, await r.text()
+    doomed = await new_session(http, server.url, agent="helper")
+    await turn_events(http, server.url, doomed, f"remember {MARKER} please")
+    before = file_bytes(tmp_path / "data")
+    assert [name for name, b in before.items() if MARKER.encode() in b and name.startswith("runs.db")]
+
+    async with http.delete(f"{server.url}/v1/sessions/{doomed}") as r:
+        assert r.status == 204
+
+    after = file_bytes(tmp_path / "data")
+    assert [name for name, b in after.items() if MARKER.encode() in b] == []
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 async def test_deleting_a_session_deletes_its_access_rows(
     backend: str, server_factory, mock: MockServer, http: aiohttp.ClientSession

@@ -167,14 +167,14 @@ class SqliteJournalStore:
         return await self.runs.read(lambda db: self.journal.agents_of_tenant(db, tenant_id))
 
     async def delete_session_runs(self, tenant_id: str, session_id: str) -> list[str]:
-        return await self.runs.apply(lambda db: self.journal.delete_session_runs(db, tenant_id, session_id))
+        return await self.runs.delete(lambda db: self.journal.delete_session_runs(db, tenant_id, session_id))
 
     async def session_has_open_runs(self, tenant_id: str, session_id: str) -> bool:
         params = (session_id, tenant_id)
         return await self.runs.read(lambda db: db.execute(OPEN_SESSION_RUN, params).fetchone() is not None)
 
     async def delete_idle_runs(self, tenant_id: str, before_ms: int, limit: int) -> list[str]:
-        return await self.runs.apply(lambda db: self.journal.delete_idle_runs(db, tenant_id, before_ms, limit))
+        return await self.runs.delete(lambda db: self.journal.delete_idle_runs(db, tenant_id, before_ms, limit))
 
     async def model_tokens(self, since_ms: int, before_ms: int) -> dict[str, int]:
         return await model_tokens(self.runs, since_ms, before_ms)
