@@ -234,3 +234,13 @@ async def test_finished_runs_outside_sessions_expire_and_working_ones_stay(
     assert await journal_store.load_run("default", "run_done.1") is None  # a child goes with its run
     assert await journal_store.load_run("default", "run_waiting") is not None
     assert retention_of(server).statistics().deleted["runs"] == 2
+
+
+async def test_the_server_sweeps_every_interval_by_itself(
+    server_factory, mock: MockServer, backend: dict[str, Any]
+) -> None:
+    server, wall = await start(server_factory, mock, backend, **{"retention.interval_s": 0.01})
+    await old_session(server, "default", "ses_old", int(wall.now() * 1000) - 2 * DAY_S * 1000)
+    assert await retention_of(server).wait_swept(5.0)  # one that may have begun before the session
+    assert await retention_of(server).wait_swept(5.0)  # one that began after it
+    assert await server.runtime.store.get_session("default", "ses_old") is None

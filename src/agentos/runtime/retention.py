@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from agentos.clock import Clock
 from agentos.config import RetentionConfig
 from agentos.errors import SessionNotFound, StoreError
+from agentos.waiting import wait_event
 
 if TYPE_CHECKING:
     from agentos.runtime.runtime import Runtime
@@ -86,9 +87,15 @@ class Retention:
         self._runs = runs
         self._stats = RetentionStatistics()
         self._task: asyncio.Task[None] | None = None
+        self._swept = asyncio.Event()  # set when a sweep ends; `wait_swept` clears it
 
     def statistics(self) -> RetentionStatistics:
         return self._stats
+
+    async def wait_swept(self, timeout_s: float) -> bool:
+        """Wait for the next sweep to end (True), or `timeout_s` (False)."""
+        self._swept.clear()
+        return await wait_event(self._swept, timeout_s)
 
     def start(self) -> None:
         """Sweep every `interval_s` from now on, in a task of its own (nothing to do when no
@@ -124,6 +131,7 @@ class Retention:
             if retention_s > 0:
                 await self._sweep_tenant(tenant_id, now_ms - retention_s * 1000)
         self._stats.sweeps_total += 1
+        self._swept.set()
 
     async def _sweep_tenant(self, tenant_id: str, before_ms: int) -> None:
         store, limit = self._runtime.store, self._config.batch_rows
