@@ -319,19 +319,24 @@ class Writer:
         applied = apply_batch(conn, batch, self.name)
         if self._truncate_wal:
             self._truncate_wal = False
-            _checkpoint(conn, self.name)
+            _checkpoint(conn, self.name, self._busy_timeout_ms)
         self._retried += applied.retried  # only this thread writes it; the loop reads it for statistics
         wait_ms = (time.perf_counter_ns() - batch[0].enqueued_ns) / 1e6
         post(self._loop, self._resolve, *self._outage.settle(batch, applied, stopping), wait_ms)
 
 
-def _checkpoint(conn: sqlite3.Connection, name: str) -> None:
-    """Copy the WAL into the file and truncate it; a failure (a reader holds the WAL: it cannot
-    be truncated now) is logged, and the next checkpoint overwrites the frames."""
+def _checkpoint(conn: sqlite3.Connection, name: str, busy_timeout_ms: int) -> None:
+    """Copy the WAL into the file and truncate it. Without waiting: a TRUNCATE checkpoint waits
+    out every reader of another process (a backup tool may hold one for long) on the busy
+    timeout, and the writer's queue would wait with it; when one is there the truncation is
+    skipped with a warning, and later checkpoints overwrite the frames."""
     try:
+        conn.execute("PRAGMA busy_timeout=0")
         busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
     except sqlite3.Error:
         log.warning("%s writer: checkpoint after a deletion failed", name, exc_info=True)
         return
+    finally:
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     if busy:
-        log.warning("%s writer: checkpoint after a deletion was blocked; the WAL keeps old frames", name)
+        log.warning("%s writer: another process reads the file; the WAL after a deletion was not truncated", name)
