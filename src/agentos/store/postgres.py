@@ -183,8 +183,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
 
     async def delete_session(self, tenant_id: str, session_id: str) -> bool:
         """Delete the tenant's session, its transcript, its events and its access rows (their
-        paths name it) in one transaction, after
-        every write of theirs queued before the call.
+        paths name it) in one transaction, after every write of theirs queued before the call.
 
         Raises:
             StoreError: the database failed; the transaction rolled back, nothing is deleted
