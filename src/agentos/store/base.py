@@ -80,8 +80,9 @@ class Store(Protocol):
         ...
 
     async def delete_session(self, tenant_id: str, session_id: str) -> bool:
-        """Delete the tenant's session with its transcript, its events and its JSONL lines; False
-        if unknown (or another tenant's).
+        """Delete the tenant's session with its transcript, its events, its access rows (every
+        path at or below `/v1/sessions/{id}`) and its JSONL lines; False if unknown (or another
+        tenant's). SQLite leaves no readable copy in its files (`secure_delete`, the WAL truncated).
 
         Each part is deleted after every write of the session queued before the call.
         """
