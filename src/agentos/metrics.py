@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -177,6 +177,35 @@ class BudgetCollector(Collector):
         for (budget, reason), count in sorted(self._statistics().refused.items()):
             refused.add_metric([budget, reason], count)
         yield refused
+
+
+class RetentionFigures(Protocol):
+    """What `RetentionCollector` reads (`agentos.runtime.retention.RetentionStatistics`)."""
+
+    deleted: dict[str, int]
+    skipped_active_total: int
+    failed_total: int
+
+
+class RetentionCollector(Collector):
+    """The retention sweeper (docs/deployment.md "Retention"): rows deleted per kind (a session
+    counts once, with its transcript, events and runs), expired sessions skipped while a turn ran,
+    and sweeps a store error cut short."""
+
+    def __init__(self, statistics: Callable[[], RetentionFigures]) -> None:
+        self._statistics = statistics
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._statistics()
+        deleted = CounterMetricFamily(
+            "agentos_retention_deleted_rows", "Rows deleted for being older than their retention", labels=["kind"]
+        )
+        for kind, count in sorted(s.deleted.items()):
+            deleted.add_metric([kind], count)
+        yield deleted
+        skipped = s.skipped_active_total
+        yield CounterMetricFamily("agentos_retention_skipped_active", "Expired sessions kept: a turn ran", skipped)
+        yield CounterMetricFamily("agentos_retention_failed_sweeps", "Sweeps a store error cut short", s.failed_total)
 
 
 class TracingCollector(Collector):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,10 +42,11 @@ from agentos.errors import ConfigError
 from agentos.kernel import Kernel
 from agentos.knowledge.embeddings import Embedder
 from agentos.knowledge.service import KnowledgeService, open_knowledge_storage
-from agentos.metrics import BudgetCollector, Metrics, RouterCollector, TracingCollector
+from agentos.metrics import BudgetCollector, Metrics, RetentionCollector, RouterCollector, TracingCollector
 from agentos.providers.base import Provider
 from agentos.providers.router import open_router
 from agentos.runtime.driver import Driver
+from agentos.runtime.retention import Retention
 from agentos.runtime.runtime import Runtime, kernel_limits
 from agentos.sandbox.metrics import SandboxCollector
 from agentos.schedules.service import ScheduleService, open_schedule_storage
@@ -86,6 +88,7 @@ class Services:
     bus: Bus | None = None  # pub/sub between nodes over that Redis
     tracing: Tracing = NO_TRACING  # traces over OTLP ([telemetry]); off: no OpenTelemetry loaded
     budgets: Budgets | None = None  # spending budgets (in Redis with a link): the router's meter
+    retention: Retention | None = None  # deletes what outlived its tenant's retention_s
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Refuse new turns and runs; let running turns finish (bounded), then cancel the rest."""
@@ -94,6 +97,8 @@ class Services:
     async def close(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Drain, then close everything in the reverse order of building it."""
         await self.drain(timeout_s)
+        if self.retention is not None:
+            await self.retention.close()  # a sweep deletes through the runtime and the store
         await self.schedules.close()  # its scheduler starts runs: stopped before them
         await self.triggers.close()  # its dispatcher starts runs: stopped before them
         await self.runs.close(min(timeout_s, 5.0))  # before the provider: draining runs may still call it
@@ -247,6 +252,10 @@ async def open_services(
     await runtime.start()
     runtime.start_lag_probe()
     await runtime.streams.start()
+    policies = _retention_policies(tenants)
+    retention = Retention(runtime, policies, settings.retention, wall_clock or WallClock(), runs=runs)
+    retention.start()
+    metrics.registry.register(RetentionCollector(retention.statistics))
     if driver.cluster is not None:
         await driver.cluster.start()  # its heartbeat; last, so a failed start-up leaves no task behind
     return Services(
@@ -267,7 +276,18 @@ async def open_services(
         bus,
         tracing,
         budgets,
+        retention,
     )
+
+
+def _retention_policies(tenants: TenantRegistry) -> Callable[[], list[tuple[str, int]]]:
+    """Every tenant with its effective `retention_s` (its override, else `[tenant_limits]`)."""
+
+    def policies() -> list[tuple[str, int]]:
+        every = tenants.tenants(after=None, limit=sys.maxsize)
+        return [(t.tenant_id, tenants.limits_of(t.tenant_id).retention_s) for t in every]
+
+    return policies
 
 
 def open_budgets(wall_clock: Clock, tenants: TenantRegistry, link: Link | None) -> Budgets:

@@ -28,7 +28,14 @@ from agentos.config.security import (
     MAX_TOKEN_BUDGET,
     MAX_TURNS,
 )
-from agentos.config.tenants import MAX_AT_ONCE, MAX_BUDGET, MAX_PER_MINUTE, MAX_TOKENS_PER_DAY, MAXIMA
+from agentos.config.tenants import (
+    MAX_AT_ONCE,
+    MAX_BUDGET,
+    MAX_PER_MINUTE,
+    MAX_RETENTION_S,
+    MAX_TOKENS_PER_DAY,
+    MAXIMA,
+)
 from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, start_server
 from tests.api.helpers import expect_error
@@ -73,6 +80,7 @@ def test_the_maxima_are_the_documented_ones() -> None:
         "tokens_per_day": MAX_TOKENS_PER_DAY,
         "weight": 1000,
         **dict.fromkeys(["budget_per_day", "budget_per_month"], MAX_BUDGET),  # currency: any number up to it
+        "retention_s": MAX_RETENTION_S,  # a century
     } == MAXIMA
     assert (MAX_PER_MINUTE, MAX_AT_ONCE, MAX_TOKENS_PER_DAY) == (10**9, 10**9, 10**12)
 

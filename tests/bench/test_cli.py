@@ -95,8 +95,9 @@ def test_bench_profiles_set_what_the_sweep_needs() -> None:
         assert settings.kernel.max_in_flight_turns == 0 and settings.kernel.concurrency_limit == 2000
     limits = load_settings(PROFILES / "full-store-limits.toml").tenant_limits
     # Budgets stay unset: the sweep's mock has no price, and a budget refuses an unpriced target
-    # (docs/providers.md, "Budgets"); the rest is every limit the sweep checks.
-    unset = {"weight", "budget_per_day", "budget_per_month"}
+    # (docs/providers.md, "Budgets"); retention deletes, it limits nothing a request meets; the
+    # rest is every limit the sweep checks.
+    unset = {"weight", "budget_per_day", "budget_per_month", "retention_s"}
     rates = [v for k, v in msgspec.structs.asdict(limits).items() if k not in unset]
     assert min(rates) >= 1_000_000  # every limit set (so it runs), none near what a sweep offers
 

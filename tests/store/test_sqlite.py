@@ -60,3 +60,34 @@ async def test_deleting_a_session_removes_its_jsonl_lines_and_its_queued_events(
     assert [p.name for p in jsonl.iterdir() if p.suffix == ".tmp"] == []
     with sqlite3.connect(tmp_path / "data" / "events.db") as db:
         assert db.execute("SELECT count(*) FROM events WHERE session_id = 'ses_gone'").fetchone()[0] == 0
+
+
+async def test_a_deletion_does_not_wait_for_another_process_reading_the_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The WAL truncation after a deletion skips (with a warning) while a reader of another
+    connection (a backup tool) holds a snapshot: it never waits the busy timeout out."""
+    store = SQLiteStore(tmp_path, StoreConfig(busy_timeout_ms=60_000))
+    await store.start()
+    for session_id in ("ses_a", "ses_b"):
+        await store.create_session(SessionRecord(tenant_id="default", session_id=session_id))
+        await store.commit_message(
+            MessageRecord(
+                tenant_id="default", session_id=session_id, turn_id=f"t-{session_id}", role="user", content="x"
+            )
+        )
+    reader = sqlite3.connect(tmp_path / "sessions.db", isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM messages").fetchone()  # holds its snapshot
+    await store.commit_message(  # a frame the reader does not see: a checkpoint must wait for it
+        MessageRecord(tenant_id="default", session_id="ses_b", turn_id="t-new", role="user", content="y")
+    )
+    try:
+        async with asyncio.timeout(20.0):  # far below busy_timeout_ms, far above a loaded machine's delete
+            assert await store.delete_session("default", "ses_a") is True
+    finally:
+        reader.execute("COMMIT")
+        reader.close()
+    assert "WAL after a deletion was not truncated" in caplog.text
+    assert await store.get_session("default", "ses_a") is None
+    await store.close()

@@ -404,6 +404,21 @@ class RunService:
             workspaces = self._workspaces
             await asyncio.to_thread(remove_dirs, [workspaces / run_id for run_id in deleted])
 
+    async def session_has_open_runs(self, tenant_id: str, session_id: str) -> bool:
+        """Retention: whether a run of the session is unfinished (on any node: from the journal)."""
+        return await self.store.session_has_open_runs(tenant_id, session_id)
+
+    async def delete_idle_runs(self, tenant_id: str, before_ms: int, *, limit: int) -> int:
+        """Retention (`agentos.runtime.retention.ExpiringRuns`): delete up to `limit` finished
+        runs of the tenant outside any session, last updated before `before_ms`, with their
+        children and workspaces; how many runs went (children included). A finished run has
+        no handle working on it: nothing in memory to stop."""
+        deleted = await self.store.delete_idle_runs(tenant_id, before_ms, limit)
+        if deleted and self._workspaces is not None:
+            workspaces = self._workspaces
+            await asyncio.to_thread(remove_dirs, [workspaces / run_id for run_id in deleted])
+        return len(deleted)
+
 
 def run_spec(spec: AgentSpec, max_cost: float | None) -> AgentSpec:
     """The spec a run keeps: the agent's, with the run's own `max_cost` where one is asked.

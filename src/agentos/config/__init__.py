@@ -19,7 +19,7 @@ from agentos.config.provider import (
 from agentos.config.security import CommandCaps, SandboxConfig, SecurityConfig
 from agentos.config.server import ServerConfig
 from agentos.config.settings import KernelConfig, Secret, Settings, load_settings, resolve_paths, settings_from_dict
-from agentos.config.store import CoordinationConfig, StoreConfig
+from agentos.config.store import CoordinationConfig, RetentionConfig, StoreConfig
 from agentos.config.tenants import TenantLimits
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "NamedProvider",
     "Price",
     "ProviderConfig",
+    "RetentionConfig",
     "Route",
     "RoutingConfig",
     "SandboxConfig",

@@ -34,7 +34,7 @@ from agentos.config.provider import (
 from agentos.config.security import SandboxConfig, SecurityConfig
 from agentos.config.server import ServerConfig, check_server
 from agentos.config.sources import InvalidSetting, Sources, from_validation_error
-from agentos.config.store import CoordinationConfig, StoreConfig
+from agentos.config.store import CoordinationConfig, RetentionConfig, StoreConfig
 from agentos.config.telemetry import TelemetryConfig
 from agentos.config.tenants import TenantLimits
 from agentos.errors import ConfigError
@@ -94,6 +94,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     routing: RoutingConfig = msgspec.field(default_factory=RoutingConfig)
     mock: MockConfig = msgspec.field(default_factory=MockConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    retention: RetentionConfig = msgspec.field(default_factory=RetentionConfig)
     security: SecurityConfig = msgspec.field(default_factory=SecurityConfig)
     sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
     tenant_limits: TenantLimits = msgspec.field(default_factory=TenantLimits)  # every tenant's defaults
@@ -144,6 +145,7 @@ _SECTIONS = (
     "provider",
     "mock",
     "store",
+    "retention",
     "security",
     "sandbox",
     "tenant_limits",

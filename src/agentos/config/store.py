@@ -1,6 +1,6 @@
 """The config groups of where state lives and what nodes share: `[store]` (SQLite or
-PostgreSQL) and `[coordination]` (Redis). `agentos.config.Settings` holds them; import them
-from either module."""
+PostgreSQL), `[retention]` (how expired data is swept) and `[coordination]` (Redis).
+`agentos.config.Settings` holds them; import them from either module."""
 
 from __future__ import annotations
 
@@ -49,3 +49,15 @@ class CoordinationConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     # store.backend = "postgres": a node owns each of its runs through a lease this long (renewed
     # every third of it); a run whose owner stopped renewing is taken over by another node
     run_lease_s: PosFloat = 15.0
+
+
+class RetentionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How expired data is deleted (`agentos.runtime.retention`, docs/deployment.md "Retention").
+
+    How long data is kept is a tenant limit, `retention_s`: `[tenant_limits] retention_s` is the
+    server's default (0: forever), a tenant's own row (`/v1/admin/tenants`) overrides it.
+    Every `interval_s` the sweeper deletes what outlived it, at most `batch_rows` rows (or
+    sessions) per transaction, so that no deletion holds a writer for long."""
+
+    interval_s: PosFloat = 300.0
+    batch_rows: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 500

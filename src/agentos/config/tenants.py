@@ -26,12 +26,14 @@ MAX_WEIGHT = 1000
 # counted in millionths (`agentos.tenancy.budgets`), and 10**9 of them stay below 2**53: exact in
 # a double, as Redis's Lua holds numbers.
 MAX_BUDGET = 10**9
+MAX_RETENTION_S = 100 * 365 * 86_400  # a century: a timestamp cut-off still far inside 64 bits of ms
 
 PerMinute = Annotated[int, msgspec.Meta(ge=0, le=MAX_PER_MINUTE)]
 AtOnce = Annotated[int, msgspec.Meta(ge=0, le=MAX_AT_ONCE)]
 TokensPerDay = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS_PER_DAY)]
 Weight = Annotated[int, msgspec.Meta(ge=1, le=MAX_WEIGHT)]
 Budget = Annotated[float, msgspec.Meta(ge=0, le=MAX_BUDGET)]  # the bounds refuse nan and inf too
+RetentionS = Annotated[int, msgspec.Meta(ge=0, le=MAX_RETENTION_S)]
 Overrides = dict[str, int | float]  # a tenant's own limits, by name (budgets are the floats)
 
 
@@ -47,6 +49,8 @@ class TenantLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     budget_per_day, budget_per_month: what the tenant's model calls may cost per UTC day and
         calendar month (UTC), in the operator's currency (402 `budget_exceeded` when the next
         call's worst case does not fit; `agentos.tenancy.budgets`).
+    retention_s: how long the tenant's sessions, runs, access rows and usage rows are kept after
+        their last activity, in seconds; 0 keeps them forever (`agentos.runtime.retention`).
     """
 
     requests_per_minute: PerMinute = 0
@@ -60,6 +64,7 @@ class TenantLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     weight: Weight = 1
     budget_per_day: Budget = 0.0
     budget_per_month: Budget = 0.0
+    retention_s: RetentionS = 0
 
 
 def _maxima() -> dict[str, int | float]:

@@ -1,10 +1,13 @@
-"""Deleting a session's runs from the SQLite journal (`runs.db`): the runs, their child runs,
-steps, events, and the payloads nothing else refers to, in the caller's transaction.
-(The PostgreSQL journal does the same in one statement: `agentos.journal.postgres`.)"""
+"""Deleting runs from the SQLite journal (`runs.db`): a session's runs, or the finished runs
+outside any session that outlived their tenant's retention (`agentos.runtime.retention`); with
+their child runs, steps, events, and the payloads nothing else refers to, in the caller's
+transaction. (The PostgreSQL journal does the same in one statement: `agentos.journal.postgres`.)"""
 
 from __future__ import annotations
 
 import sqlite3
+
+from agentos.kernel import RUN_TERMINAL_SQL
 
 _DELETION_SETUP = (
     "CREATE TEMP TABLE IF NOT EXISTS doomed_runs (run_id TEXT PRIMARY KEY)",
@@ -14,6 +17,11 @@ _DELETION_SETUP = (
 )
 _DOOM_SESSION_RUNS = (
     "INSERT OR IGNORE INTO temp.doomed_runs SELECT run_id FROM runs WHERE session_id = ? AND tenant_id = ?"
+)
+# Top-level runs only (their children follow by id), oldest first, a batch at a time.
+_DOOM_IDLE_RUNS = (
+    "INSERT OR IGNORE INTO temp.doomed_runs SELECT run_id FROM runs WHERE tenant_id = ? AND parent_run_id IS NULL"
+    f" AND session_id IS NULL AND status IN {RUN_TERMINAL_SQL} AND updated_ms < ? ORDER BY updated_ms LIMIT ?"
 )
 _DOOM_CHILD_RUNS = (
     "INSERT OR IGNORE INTO temp.doomed_runs SELECT c.run_id FROM temp.doomed_runs d"
@@ -51,6 +59,24 @@ def delete_session_runs(db: sqlite3.Connection, tenant_id: str, session_id: str)
     for statement in _DELETION_SETUP:
         db.execute(statement)
     db.execute(_DOOM_SESSION_RUNS, (session_id, tenant_id))
+    return _delete_doomed(db, tenant_id)
+
+
+def delete_idle_runs(db: sqlite3.Connection, tenant_id: str, before_ms: int, limit: int) -> list[str]:
+    """Delete up to `limit` finished top-level runs of the tenant outside any session, last updated
+    before `before_ms` (oldest first), with their child runs, steps, events and payloads.
+
+    Returns:
+        the ids of the deleted runs, children included.
+    """
+    for statement in _DELETION_SETUP:
+        db.execute(statement)
+    db.execute(_DOOM_IDLE_RUNS, (tenant_id, before_ms, limit))
+    return _delete_doomed(db, tenant_id)
+
+
+def _delete_doomed(db: sqlite3.Connection, tenant_id: str) -> list[str]:
+    """Delete the runs in `temp.doomed_runs`, their descendants and what only they used."""
     db.execute(_DOOM_CHILD_RUNS, (tenant_id,))
     run_ids = [row[0] for row in db.execute("SELECT run_id FROM temp.doomed_runs ORDER BY run_id")]
     if not run_ids:

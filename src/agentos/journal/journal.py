@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from agentos.journal.deletion import delete_session_runs
+from agentos.journal.deletion import delete_idle_runs, delete_session_runs
 from agentos.journal.run_store import Op
 from agentos.journal.schema import SCHEMA, migrate
 from agentos.kernel import RUN_TERMINAL_SQL, RUN_TERMINAL_STATUSES
@@ -219,6 +219,11 @@ class Journal:
         """Delete every run of the tenant's session, its children and what only they used
         (`agentos.journal.deletion`); the ids of the deleted runs."""
         return delete_session_runs(db, tenant_id, session_id)
+
+    def delete_idle_runs(self, db: sqlite3.Connection, tenant_id: str, before_ms: int, limit: int) -> list[str]:
+        """Delete up to `limit` finished runs outside any session last updated before `before_ms`
+        (`agentos.journal.deletion`); the ids of the deleted runs, children included."""
+        return delete_idle_runs(db, tenant_id, before_ms, limit)
 
     # --- reads (run on the store's thread) ---
 

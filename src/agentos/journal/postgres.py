@@ -131,10 +131,7 @@ WHERE s.kind = 'model' AND s.status = 'done' AND s.updated_ms >= $1 AND s.update
 # part of a statement sees the rows as they were before it, so a payload goes only when no run
 # or step outside the doomed ones refers to it (payloads are shared by hash within a tenant).
 _DOOMED = "run_id IN (SELECT run_id FROM doomed)"
-DELETE_SESSION_RUNS = f"""WITH doomed AS (
-  SELECT r.run_id FROM runs r WHERE r.tenant_id = $1 AND (r.session_id = $2 OR EXISTS (
-    SELECT 1 FROM runs p WHERE p.tenant_id = $1 AND p.session_id = $2 AND starts_with(r.run_id, p.run_id || '.')))
-), refs AS (
+_DELETE_DOOMED = f"""refs AS (
   SELECT spec_ref AS ref FROM runs WHERE {_DOOMED}
   UNION SELECT context_ref FROM runs WHERE {_DOOMED}
   UNION SELECT input_ref FROM steps WHERE tenant_id = $1 AND {_DOOMED}
@@ -150,6 +147,18 @@ DELETE_SESSION_RUNS = f"""WITH doomed AS (
                   AND (x.input_ref = d.hash OR x.payload_ref = d.hash))
 ), gone_runs AS (DELETE FROM runs WHERE {_DOOMED} RETURNING run_id)
 SELECT run_id FROM gone_runs"""
+DELETE_SESSION_RUNS = f"""WITH doomed AS (
+  SELECT r.run_id FROM runs r WHERE r.tenant_id = $1 AND (r.session_id = $2 OR EXISTS (
+    SELECT 1 FROM runs p WHERE p.tenant_id = $1 AND p.session_id = $2 AND starts_with(r.run_id, p.run_id || '.')))
+), {_DELETE_DOOMED}"""
+# Retention: up to $3 finished top-level runs outside any session updated before $2, with their children.
+DELETE_IDLE_RUNS = f"""WITH top AS (
+  SELECT run_id FROM runs WHERE tenant_id = $1 AND parent_run_id IS NULL AND session_id IS NULL
+  AND status IN {RUN_TERMINAL_SQL} AND updated_ms < $2 ORDER BY updated_ms LIMIT $3
+), doomed AS (
+  SELECT r.run_id FROM runs r WHERE r.tenant_id = $1 AND (r.run_id IN (SELECT run_id FROM top) OR EXISTS (
+    SELECT 1 FROM top p WHERE starts_with(r.run_id, p.run_id || '.')))
+), {_DELETE_DOOMED}"""
 
 
 class PgJournal(Journal):
@@ -392,6 +401,19 @@ class PgJournalStore:
         try:
             async with pooled(self.pool, self.config.postgres_acquire_timeout_s) as conn:
                 rows = await conn.fetch(DELETE_SESSION_RUNS, tenant_id, session_id, timeout=self._bound_s)
+        except Exception as exc:
+            raise classify(exc, self.unavailable, "run deletion") from exc
+        return sorted(r[0] for r in rows)
+
+    async def session_has_open_runs(self, tenant_id: str, session_id: str) -> bool:
+        sql = f"SELECT 1 FROM runs WHERE session_id = $1 AND tenant_id = $2 AND status NOT IN {_TERMINAL} LIMIT 1"
+        return bool(await self.fetch(sql, session_id, tenant_id))
+
+    async def delete_idle_runs(self, tenant_id: str, before_ms: int, limit: int) -> list[str]:
+        """As the SQLite journal's, in one statement (leases and requests included)."""
+        try:
+            async with pooled(self.pool, self.config.postgres_acquire_timeout_s) as conn:
+                rows = await conn.fetch(DELETE_IDLE_RUNS, tenant_id, before_ms, limit, timeout=self._bound_s)
         except Exception as exc:
             raise classify(exc, self.unavailable, "run deletion") from exc
         return sorted(r[0] for r in rows)

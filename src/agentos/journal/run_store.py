@@ -156,6 +156,22 @@ class RunStore:
         result: T = await self._writer.submit(apply=fn)
         return result
 
+    async def delete(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`apply(fn)` for a deletion: once it is committed the WAL is checkpointed and truncated,
+        so that no copy of the deleted rows stays readable (`Writer.truncate_wal_after_commit`;
+        the file's own pages are zeroed by `secure_delete`).
+
+        Raises:
+            StoreError: as `apply`.
+        """
+        writer = self._writer
+
+        def wiping(db: sqlite3.Connection) -> T:
+            writer.truncate_wal_after_commit()
+            return fn(db)
+
+        return await self.apply(wiping)
+
 
 def _execute(ops: Sequence[Op], db: sqlite3.Connection) -> None:
     for sql, params in ops:

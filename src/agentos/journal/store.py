@@ -21,6 +21,11 @@ from agentos.journal.journal import SCHEMA, EventRow, Journal, RunRow, Step, mig
 from agentos.journal.run_list import ListedRun, RunQuery, list_runs_sql, listed
 from agentos.journal.run_store import Op, RunStore, StoreStatistics
 from agentos.journal.usage import model_tokens
+from agentos.kernel import RUN_TERMINAL_SQL
+
+OPEN_SESSION_RUN = (
+    f"SELECT 1 FROM runs WHERE session_id = ? AND tenant_id = ? AND status NOT IN {RUN_TERMINAL_SQL} LIMIT 1"
+)
 
 
 class JournalStore(Protocol):
@@ -81,6 +86,15 @@ class JournalStore(Protocol):
     async def agents_of_tenant(self, tenant_id: str) -> list[tuple[str, str, str, str]]: ...
 
     async def delete_session_runs(self, tenant_id: str, session_id: str) -> list[str]: ...
+
+    async def session_has_open_runs(self, tenant_id: str, session_id: str) -> bool:
+        """Whether a run of the tenant's session is unfinished (working, or waiting for a human)."""
+        ...
+
+    async def delete_idle_runs(self, tenant_id: str, before_ms: int, limit: int) -> list[str]:
+        """Retention: up to `limit` finished top-level runs outside any session, last updated
+        before `before_ms`, deleted with their children in one transaction; the deleted ids."""
+        ...
 
     async def model_tokens(self, since_ms: int, before_ms: int) -> dict[str, int]: ...
 
@@ -153,7 +167,14 @@ class SqliteJournalStore:
         return await self.runs.read(lambda db: self.journal.agents_of_tenant(db, tenant_id))
 
     async def delete_session_runs(self, tenant_id: str, session_id: str) -> list[str]:
-        return await self.runs.apply(lambda db: self.journal.delete_session_runs(db, tenant_id, session_id))
+        return await self.runs.delete(lambda db: self.journal.delete_session_runs(db, tenant_id, session_id))
+
+    async def session_has_open_runs(self, tenant_id: str, session_id: str) -> bool:
+        params = (session_id, tenant_id)
+        return await self.runs.read(lambda db: db.execute(OPEN_SESSION_RUN, params).fetchone() is not None)
+
+    async def delete_idle_runs(self, tenant_id: str, before_ms: int, limit: int) -> list[str]:
+        return await self.runs.delete(lambda db: self.journal.delete_idle_runs(db, tenant_id, before_ms, limit))
 
     async def model_tokens(self, since_ms: int, before_ms: int) -> dict[str, int]:
         return await model_tokens(self.runs, since_ms, before_ms)

@@ -80,8 +80,9 @@ class Store(Protocol):
         ...
 
     async def delete_session(self, tenant_id: str, session_id: str) -> bool:
-        """Delete the tenant's session with its transcript, its events and its JSONL lines; False
-        if unknown (or another tenant's).
+        """Delete the tenant's session with its transcript, its events, its access rows (every
+        path at or below `/v1/sessions/{id}`) and its JSONL lines; False if unknown (or another
+        tenant's). SQLite leaves no readable copy in its files (`secure_delete`, the WAL truncated).
 
         Each part is deleted after every write of the session queued before the call.
         """
@@ -175,6 +176,32 @@ class Store(Protocol):
 
     async def usage_totals(self, query: UsageQuery) -> list[UsageTotal]:
         """The ledger's totals for `query`, after every row recorded before the call.
+
+        Raises: StoreUnavailable, StoreError.
+        """
+        ...
+
+    # Retention (`agentos.runtime.retention`): each call is one bounded transaction.
+    async def idle_sessions(
+        self, tenant_id: str, before_ms: int, *, after: str, limit: int
+    ) -> tuple[list[str], str | None]:
+        """Of the tenant's next `limit` sessions after the id `after`, in id order, those with no
+        activity at or after `before_ms` (created before it, no message written since); and the
+        id to continue after, None after the last page.
+
+        Raises: StoreUnavailable, StoreError.
+        """
+        ...
+
+    async def expire_access(self, tenant_id: str, before_ms: int, *, limit: int) -> int:
+        """Delete up to `limit` of the tenant's oldest access rows logged before `before_ms`; how many.
+
+        Raises: StoreUnavailable, StoreError.
+        """
+        ...
+
+    async def expire_usage(self, tenant_id: str, before_ms: int, *, limit: int) -> int:
+        """Delete up to `limit` of the tenant's oldest ledger rows recorded before `before_ms`; how many.
 
         Raises: StoreUnavailable, StoreError.
         """

@@ -83,6 +83,28 @@ class MemoryStore(OneNodeTurns):
         self._messages.pop(session_id, None)
         self._events.pop(session_id, None)
 
+    async def idle_sessions(
+        self, tenant_id: str, before_ms: int, *, after: str, limit: int
+    ) -> tuple[list[str], str | None]:
+        ids = sorted(s for s, r in self._sessions.items() if r.tenant_id == tenant_id and s > after)[:limit]
+        return [s for s in ids if self._idle(s, before_ms)], (ids[-1] if len(ids) == limit else None)
+
+    def _idle(self, session_id: str, before_ms: int) -> bool:
+        latest = max((m.created_at_ms for m in self._messages.get(session_id, [])), default=0)
+        return max(self._sessions[session_id].created_at_ms, latest) < before_ms
+
+    async def expire_access(self, tenant_id: str, before_ms: int, *, limit: int) -> int:
+        return 0  # access rows are not kept in memory
+
+    async def expire_usage(self, tenant_id: str, before_ms: int, *, limit: int) -> int:
+        doomed = [row for row in self._ledger if row.tenant_id == tenant_id and row.at_ms < before_ms]
+        doomed = sorted(doomed, key=lambda row: row.at_ms)[:limit]
+        gone = set(map(id, doomed))
+        kept = [row for row in self._ledger if id(row) not in gone]
+        self._ledger.clear()
+        self._ledger.extend(kept)
+        return len(doomed)
+
     async def wait_space(self) -> None:
         return None
 

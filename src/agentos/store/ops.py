@@ -179,6 +179,11 @@ def connect(
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
         conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        # Deleted content is zeroed, not left readable in the page or the free list: a deleted
+        # session must leave no copy in the file (docs/deployment.md "Retention" has the cost,
+        # measured against an incremental vacuum, which leaves the bytes of pages still in use).
+        # Explicit: some builds (Debian's) default to it, others (python.org's) do not.
+        conn.execute("PRAGMA secure_delete=ON")
         conn.executescript(schema)
         if migrate is not None:
             migrate(conn)

@@ -53,3 +53,22 @@ def message_params(r: MessageRecord, event: EventRecord | None = None) -> tuple[
         return (*row, None, None, None, None)
     assert (event.tenant_id, event.session_id, event.turn_id) == row[:3], "an event of another turn"
     return (*row, event.type, _encode(event.data).decode(), event.created_at_ms, event.seq)
+
+
+# A session's access rows (`records.access_params`: its path and the range of those below it).
+DELETE_SESSION_ACCESS = "DELETE FROM access_log WHERE tenant_id = $1 AND (path = $2 OR (path >= $3 AND path < $4))"
+
+# Retention (`agentos.runtime.retention`): as SQLite's (`sqlite_rows`), counted in one statement.
+IDLE_SESSIONS = (
+    "SELECT s.session_id, s.created_at_ms < $2 AND NOT EXISTS (SELECT 1 FROM messages m"
+    " WHERE m.tenant_id = s.tenant_id AND m.session_id = s.session_id AND m.created_at_ms >= $2)"
+    " FROM sessions s WHERE s.tenant_id = $1 AND s.session_id > $3 ORDER BY s.session_id LIMIT $4"
+)
+EXPIRE_ACCESS = (
+    "WITH gone AS (DELETE FROM access_log WHERE id IN (SELECT id FROM access_log WHERE tenant_id = $1"
+    " AND ts_ms < $2 ORDER BY ts_ms LIMIT $3) RETURNING 1) SELECT count(*) FROM gone"
+)
+EXPIRE_USAGE = (  # the ledger has no key of its own: its rows' physical ids, within the statement
+    "WITH gone AS (DELETE FROM usage_ledger WHERE ctid IN (SELECT ctid FROM usage_ledger WHERE tenant_id = $1"
+    " AND at_ms < $2 ORDER BY at_ms LIMIT $3) RETURNING 1) SELECT count(*) FROM gone"
+)

@@ -43,6 +43,10 @@ from agentos.store.pg_fence import FENCED_INSERT_EVENT, FENCED_INSERT_MESSAGE, R
 from agentos.store.pg_health import HealthCheck, classify, outage_of, within
 from agentos.store.pg_pool import pooled
 from agentos.store.pg_rows import (
+    DELETE_SESSION_ACCESS,
+    EXPIRE_ACCESS,
+    EXPIRE_USAGE,
+    IDLE_SESSIONS,
     INSERT_ACCESS,
     INSERT_EVENT,
     INSERT_MESSAGE,
@@ -51,8 +55,8 @@ from agentos.store.pg_rows import (
     message_params,
 )
 from agentos.store.pg_writer import PgWriter
-from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
-from agentos.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, message_from_row, session_from_row
+from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord, access_params
+from agentos.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, idle_page, message_from_row, session_from_row
 
 if TYPE_CHECKING:
     import asyncpg
@@ -178,16 +182,17 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
         return [session_from_row(row) for row in rows]
 
     async def delete_session(self, tenant_id: str, session_id: str) -> bool:
-        """Delete the tenant's session, its transcript and its events in one transaction, after
-        every write of theirs queued before the call.
+        """Delete the tenant's session, its transcript, its events and its access rows (their
+        paths name it) in one transaction, after every write of theirs queued before the call.
 
         Raises:
             StoreError: the database failed; the transaction rolled back, nothing is deleted
                 (`StoreUnavailable` when it cannot be reached or a bound passed).
         """
-        messages, events, *_ = self._lanes
+        messages, events, access, _ = self._lanes
         await within(messages.barrier(), "waiting for earlier writes", self._bound_s)
         await within(events.barrier(), "waiting for earlier events", self._bound_s)
+        await within(access.barrier(), "waiting for earlier access rows", self._bound_s)
         key = (tenant_id, session_id)
         try:
             async with pooled(self._db, self._config.postgres_acquire_timeout_s) as conn, conn.transaction():
@@ -202,6 +207,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
                 await conn.execute(
                     "DELETE FROM events WHERE tenant_id = $1 AND session_id = $2", *key, timeout=self._bound_s
                 )
+                await conn.execute(DELETE_SESSION_ACCESS, *access_params(*key), timeout=self._bound_s)
         except Exception as exc:
             raise classify(exc, self._unavailable, "delete (nothing was deleted)") from exc
         if self._jsonl is not None:
@@ -217,6 +223,17 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
 
     def forget_session(self, session_id: str) -> None:
         """Nothing to do: the session's state stays in the database when it leaves memory."""
+
+    async def idle_sessions(
+        self, tenant_id: str, before_ms: int, *, after: str, limit: int
+    ) -> tuple[list[str], str | None]:
+        return idle_page(await self._fetch(self._lanes[0], IDLE_SESSIONS, tenant_id, before_ms, after, limit), limit)
+
+    async def expire_access(self, tenant_id: str, before_ms: int, *, limit: int) -> int:
+        return int((await self._fetch(self._lanes[2], EXPIRE_ACCESS, tenant_id, before_ms, limit))[0][0])
+
+    async def expire_usage(self, tenant_id: str, before_ms: int, *, limit: int) -> int:
+        return int((await self._fetch(self._lanes[3], EXPIRE_USAGE, tenant_id, before_ms, limit))[0][0])
 
     async def _settled(self) -> None:  # every message and event queued so far is committed
         await asyncio.gather(self._lanes[0].barrier(), self._lanes[1].barrier())

@@ -59,3 +59,11 @@ class AccessRecord(msgspec.Struct, kw_only=True, array_like=True):
     tenant_id: str = DEFAULT_TENANT  # "" when the request had no principal (an open route, a 401)
     key_id: str = ""  # the public id of the key presented, never the key; "" if none or malformed
     trace_id: str = ""  # the request's trace ([telemetry]); "" when untraced
+
+
+def access_params(tenant_id: str, session_id: str) -> tuple[str, str, str, str]:
+    """The parameters of a deletion of the session's access rows (`DELETE_SESSION_ACCESS`):
+    every route of a session is `/v1/sessions/{id}` or below it, and the id range `[p/, p0)`
+    holds exactly the paths below `p` (`0` follows `/`)."""
+    prefix = f"/v1/sessions/{session_id}"
+    return (tenant_id, prefix, f"{prefix}/", f"{prefix}0")

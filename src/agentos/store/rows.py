@@ -3,6 +3,7 @@ in both; `usage` and `metadata` are JSON text)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -50,3 +51,9 @@ def session_from_row(row: Any) -> SessionRecord:
         created_at_ms=created,
         on_busy=on_busy if on_busy in ON_BUSY else None,
     )
+
+
+def idle_page(rows: Sequence[Sequence[Any]], limit: int) -> tuple[list[str], str | None]:
+    """`Store.idle_sessions`' answer from a page of (session_id, idle) rows in id order."""
+    idle = [row[0] for row in rows if row[1]]
+    return idle, (rows[-1][0] if len(rows) == limit else None)

@@ -33,11 +33,27 @@ from agentos.store.base import OneNodeTurns, StoreStatistics
 from agentos.store.event_rows import EVENT_COLUMNS, event_from_row, migrate_sqlite_events
 from agentos.store.jsonl import JsonlLog
 from agentos.store.ledger import UsageQuery, UsageRow, UsageTotal
-from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
-from agentos.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, message_from_row, message_params, session_from_row
+from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord, access_params
+from agentos.store.rows import (
+    MESSAGE_COLUMNS,
+    SESSION_COLUMNS,
+    idle_page,
+    message_from_row,
+    message_params,
+    session_from_row,
+)
 from agentos.store.sqlite_rows import (
     ACCESS_SCHEMA,
+    DELETE_BATCH_ROWS,
+    DELETE_SESSION,
+    DELETE_SESSION_ACCESS,
+    DELETE_SESSION_EVENTS,
+    DELETE_SESSION_EVENTS_BATCH,
+    DELETE_SESSION_MESSAGES_BATCH,
     EVENTS_SCHEMA,
+    EXPIRE_ACCESS,
+    EXPIRE_USAGE,
+    IDLE_SESSIONS,
     INSERT_ACCESS,
     INSERT_MESSAGE,
     INSERT_SESSION,
@@ -147,8 +163,10 @@ class SQLiteStore(OneNodeTurns):
         """Delete the tenant's session with its transcript, its events and its JSONL lines.
 
         Each deletion goes through the queue of the file it cleans, so it is ordered after
-        every write of the session queued before it. The session row goes last: if the
-        process dies half-way, the session still exists and deleting it again finishes.
+        every write of the session queued before it. Messages and events go `DELETE_BATCH_ROWS`
+        per transaction: a long session's deletion never holds a writer (and the turns queued
+        behind it) for long. The session row goes last: if the process dies half-way, the
+        session still exists and deleting it again finishes.
 
         Raises:
             StoreError: a database or the JSONL log failed; the session may be half deleted.
@@ -160,17 +178,20 @@ class SQLiteStore(OneNodeTurns):
             owned = "SELECT 1 FROM sessions WHERE tenant_id = ? AND session_id = ?"
             if conn.execute(owned, key).fetchone() is None:
                 return False  # unknown, or another tenant's: nothing of it is touched
-            conn.execute("DELETE FROM messages WHERE tenant_id = ? AND session_id = ?", key)
             conn.execute("DELETE FROM turn_ends WHERE tenant_id = ? AND session_id = ?", key)
             return True
 
         if not await self._sessions.submit(apply=delete_transcript):
             return False
-        cascade = [self._events.submit("DELETE FROM events WHERE tenant_id = ? AND session_id = ?", key)]
+        await _in_batches(self._sessions, DELETE_SESSION_MESSAGES_BATCH, key)
+        cascade = [
+            _in_batches(self._events, DELETE_SESSION_EVENTS_BATCH, key, wipe=DELETE_SESSION_EVENTS),
+            self._access.submit(apply=_wiping(self._access, DELETE_SESSION_ACCESS, access_params(*key))),
+        ]
         if self._jsonl is not None:
             cascade.append(asyncio.ensure_future(self._jsonl.delete_session(session_id)))
         await asyncio.gather(*cascade)
-        gone: int = await self._sessions.submit("DELETE FROM sessions WHERE tenant_id = ? AND session_id = ?", key)
+        gone: int = await self._sessions.submit(apply=_wiping(self._sessions, DELETE_SESSION, key))
         return gone > 0
 
     async def session_counts(self) -> dict[str, int]:
@@ -258,6 +279,23 @@ class SQLiteStore(OneNodeTurns):
     def log_access(self, r: AccessRecord) -> None:
         params = (r.tenant_id, r.ts_ms, r.method, r.path, r.status, r.duration_ms, r.remote, r.key_id, r.trace_id)
         self._access.put(INSERT_ACCESS, params, sheddable=True)
+
+    # -- retention -----------------------------------------------------------------------------
+
+    async def idle_sessions(
+        self, tenant_id: str, before_ms: int, *, after: str, limit: int
+    ) -> tuple[list[str], str | None]:
+        params = (tenant_id, before_ms, after, limit)
+        rows = await self._sessions.read(lambda conn: conn.execute(IDLE_SESSIONS, params).fetchall())
+        return idle_page(rows, limit)
+
+    async def expire_access(self, tenant_id: str, before_ms: int, *, limit: int) -> int:
+        deleted: int = await self._access.submit(EXPIRE_ACCESS, (tenant_id, before_ms, limit))
+        return deleted
+
+    async def expire_usage(self, tenant_id: str, before_ms: int, *, limit: int) -> int:
+        deleted: int = await self._ledger.submit(EXPIRE_USAGE, (tenant_id, before_ms, limit))
+        return deleted
 
     # -- the usage ledger ----------------------------------------------------------------------
 
@@ -381,6 +419,26 @@ class TurnEnds:
             return
         with suppress(StoreError):
             self._sessions.put("DELETE FROM turn_ends WHERE n <= ?", (upto,))
+
+
+async def _in_batches(writer: Writer, sql: str, key: tuple[str, str], *, wipe: str = "") -> None:
+    """Run `sql` (a deletion of at most its last parameter's rows) until it deletes less than a
+    batch, each in a transaction of its own; then `wipe` (the whole deletion) with the WAL truncated."""
+    while await writer.submit(sql, (*key, DELETE_BATCH_ROWS)) == DELETE_BATCH_ROWS:
+        pass
+    if wipe:
+        await writer.submit(apply=_wiping(writer, wipe, key))
+
+
+def _wiping(writer: Writer, sql: str, params: Sequence[Any]) -> Callable[[sqlite3.Connection], int]:
+    """An apply that runs a deletion and has the writer truncate its WAL once it is committed:
+    with `secure_delete` (`agentos.store.ops.connect`) no copy of the rows stays readable."""
+
+    def apply(conn: sqlite3.Connection) -> int:
+        writer.truncate_wal_after_commit()
+        return conn.execute(sql, params).rowcount
+
+    return apply
 
 
 def _nothing(conn: sqlite3.Connection) -> None:

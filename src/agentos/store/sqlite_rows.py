@@ -32,6 +32,7 @@ ACCESS_LOG = Table(
     "access_log",
     "id INTEGER PRIMARY KEY AUTOINCREMENT, tenant_id TEXT, ts_ms INTEGER, method TEXT, path TEXT, status INTEGER,"
     " duration_ms REAL, remote TEXT, key_id TEXT DEFAULT '', trace_id TEXT DEFAULT ''",
+    indexes=("access_by_tenant_time (tenant_id, ts_ms)",),  # retention deletes the oldest rows
 )
 SESSIONS_SCHEMA = script(SESSIONS, MESSAGES, "DROP INDEX IF EXISTS messages_by_session;")
 EVENTS_SCHEMA = script(EVENTS, "DROP INDEX IF EXISTS events_by_session;")
@@ -62,3 +63,32 @@ INSERT_MESSAGE = MESSAGES.insert(generated=("message_id",)) + (
     " usage = excluded.usage"
 )
 INSERT_ACCESS = ACCESS_LOG.insert(generated=("id",))
+
+# A session's deletion (`SQLiteStore.delete_session`); the access rows by `records.access_params`.
+DELETE_SESSION = "DELETE FROM sessions WHERE tenant_id = ? AND session_id = ?"
+DELETE_SESSION_EVENTS = "DELETE FROM events WHERE tenant_id = ? AND session_id = ?"
+DELETE_BATCH_ROWS = 500  # a long session's rows go this many per transaction (`[retention] batch_rows`' default)
+DELETE_SESSION_MESSAGES_BATCH = (
+    "DELETE FROM messages WHERE message_id IN"
+    " (SELECT message_id FROM messages WHERE tenant_id = ? AND session_id = ? LIMIT ?)"
+)
+DELETE_SESSION_EVENTS_BATCH = (
+    "DELETE FROM events WHERE event_id IN (SELECT event_id FROM events WHERE tenant_id = ? AND session_id = ? LIMIT ?)"
+)
+DELETE_SESSION_ACCESS = "DELETE FROM access_log WHERE tenant_id = ? AND (path = ? OR (path >= ? AND path < ?))"
+
+# Retention (`agentos.runtime.retention`): a page of sessions with whether each is idle, and the
+# oldest rows of a tenant, `LIMIT` at a time (on the indexes led by tenant and time).
+IDLE_SESSIONS = (
+    "SELECT s.session_id, s.created_at_ms < ?2 AND NOT EXISTS (SELECT 1 FROM messages m"
+    " WHERE m.tenant_id = s.tenant_id AND m.session_id = s.session_id AND m.created_at_ms >= ?2)"
+    " FROM sessions s WHERE s.tenant_id = ?1 AND s.session_id > ?3 ORDER BY s.session_id LIMIT ?4"
+)
+EXPIRE_ACCESS = (
+    "DELETE FROM access_log WHERE id IN"
+    " (SELECT id FROM access_log WHERE tenant_id = ? AND ts_ms < ? ORDER BY ts_ms LIMIT ?)"
+)
+EXPIRE_USAGE = (
+    "DELETE FROM usage_ledger WHERE rowid IN"
+    " (SELECT rowid FROM usage_ledger WHERE tenant_id = ? AND at_ms < ? ORDER BY at_ms LIMIT ?)"
+)

@@ -93,6 +93,7 @@ class Writer:
         self._lanes = Lanes(name, queue_max_rows, shed_max, on_batch)  # counted on the loop only
         self._outage = Outage(name, self._batcher, retry_puts, queue_max_rows + shed_max)  # the thread's
         self._retried = 0
+        self._truncate_wal = False  # the thread's: set by an apply, done after its batch commits
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._closing = False
@@ -307,8 +308,35 @@ class Writer:
             add(op, now, at_once=op.at_once)
         return False
 
+    def truncate_wal_after_commit(self) -> None:
+        """Called by an apply, on the writer's thread: once its batch is committed (before its
+        future resolves), checkpoint the WAL and truncate it to nothing. A deletion uses it: the
+        WAL still holds the frames that wrote the deleted rows, and `secure_delete` zeroes only
+        the database file's pages."""
+        self._truncate_wal = True
+
     def _apply(self, conn: sqlite3.Connection, batch: list[Operation], stopping: bool) -> None:
         applied = apply_batch(conn, batch, self.name)
+        if self._truncate_wal:
+            self._truncate_wal = False
+            _checkpoint(conn, self.name, self._busy_timeout_ms)
         self._retried += applied.retried  # only this thread writes it; the loop reads it for statistics
         wait_ms = (time.perf_counter_ns() - batch[0].enqueued_ns) / 1e6
         post(self._loop, self._resolve, *self._outage.settle(batch, applied, stopping), wait_ms)
+
+
+def _checkpoint(conn: sqlite3.Connection, name: str, busy_timeout_ms: int) -> None:
+    """Copy the WAL into the file and truncate it. Without waiting: a TRUNCATE checkpoint waits
+    out every reader of another process (a backup tool may hold one for long) on the busy
+    timeout, and the writer's queue would wait with it; when one is there the truncation is
+    skipped with a warning, and later checkpoints overwrite the frames."""
+    try:
+        conn.execute("PRAGMA busy_timeout=0")
+        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    except sqlite3.Error:
+        log.warning("%s writer: checkpoint after a deletion failed", name, exc_info=True)
+        return
+    finally:
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    if busy:
+        log.warning("%s writer: another process reads the file; the WAL after a deletion was not truncated", name)
