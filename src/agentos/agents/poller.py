@@ -97,8 +97,8 @@ class RunPoller(Generic[StorageT, ConfigT, MetricsT]):
         """One round; how much work it found (what `wait_s` is given)."""
         raise NotImplementedError
 
-    def wait_s(self, found: int) -> float:
-        """How long to wait after a round that found `found` (0: go on at once)."""
+    def wait_s(self, found: int) -> float | None:
+        """How long to wait (for `wake`) after a round that found `found`; None: go on at once."""
         raise NotImplementedError
 
     async def _work(self) -> int:
@@ -116,5 +116,5 @@ class RunPoller(Generic[StorageT, ConfigT, MetricsT]):
             except Exception:  # a bug: logged, tried again next round
                 self.logger.exception("%s round failed", self.task_name)
             wait_s = self.wait_s(found)
-            if wait_s > 0:
+            if wait_s is not None:
                 await wait_event(self._wake, wait_s)

@@ -85,9 +85,9 @@ class Dispatcher(RunPoller[TriggerStorage, TriggersConfig, TriggerMetrics]):
         self._poll.reset()
         super().wake()
 
-    def wait_s(self, found: int) -> float:
+    def wait_s(self, found: int) -> float | None:
         if found >= self._config.dispatch_batch:
-            return 0.0  # more are due
+            return None  # more are due
         self._poll.found(found > 0)
         return self._poll.wait_s(self._now_ms())
 
