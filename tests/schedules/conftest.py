@@ -63,7 +63,7 @@ def schedule(
 
 
 class FakeRuns:
-    """The runs a scheduler starts, in memory (`ScheduledRuns`): a start of an id that exists
+    """The runs a scheduler starts, in memory (`agents.poller.PolledRuns`): a start of an id that exists
     starts nothing, as `RunService.start_run`'s does; `refuse` makes starts fail as a tenant
     at its `max_active_runs` does."""
 

@@ -30,8 +30,8 @@ from agentos.journal.journal import EventRow, Journal, RunRow, Step
 from agentos.journal.run_list import ListedRun, RunQuery, list_runs_sql, listed
 from agentos.journal.run_store import Op, StoreStatistics
 from agentos.kernel import RUN_TERMINAL_SQL
-from agentos.store import pg_migrations, pg_pool
-from agentos.store.pg_health import classify, outage_of, within
+from agentos.store import pg_pool
+from agentos.store.pg_health import bounded_fetch, classify, outage_of, within
 from agentos.store.pg_pool import pooled
 from agentos.store.pg_writer import PgOp, PgWriter
 
@@ -237,14 +237,10 @@ class PgJournalStore:
             ConfigError: naming store.postgres_url (unreachable, refused, schema mismatch).
         """
         self.unavailable = pg_pool.connection_errors()
-        conn = await pg_pool.connect(self.config)
-        try:
-            await pg_migrations.migrate(conn, schema=self.config.postgres_schema)
+        async with pg_pool.migrated(self.config) as conn:
             schema = await conn.fetchval("SELECT current_schema()")
             self.channel = pg_pool.channel(REQUESTS_CHANNEL, schema)
             self.journal.agents_channel = pg_pool.channel(AGENTS_CHANNEL, schema)
-        finally:
-            await conn.close()
         self._pool = await pg_pool.create_pool(self.config)
         c = self.config
         self._writer = FencedWriter(
@@ -334,12 +330,7 @@ class PgJournalStore:
 
         Raises: StoreUnavailable, StoreError.
         """
-        try:
-            async with pooled(self.pool, self.config.postgres_acquire_timeout_s) as conn:
-                rows: list[Any] = await conn.fetch(sql, *args, timeout=self._bound_s)
-        except Exception as exc:
-            raise classify(exc, self.unavailable, "run journal query") from exc
-        return rows
+        return await bounded_fetch(self.pool, self.config, self.unavailable, "run journal query", sql, *args)
 
     async def load_run(self, tenant_id: str, run_id: str) -> RunRow | None:
         rows = await self.fetch("SELECT * FROM runs WHERE run_id = $1 AND tenant_id = $2", run_id, tenant_id)

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentos.errors import Conflict
 from agentos.schedules import storage
 from agentos.schedules.records import FireRow, FireStatus, ScheduleRow
 from agentos.store.pg_side_pool import SidePool
+from agentos.store.tenant_cap import check_cap_pg
 
 if TYPE_CHECKING:
     import asyncpg
@@ -32,8 +32,6 @@ _INSERT_FIRE = (
     f"INSERT INTO schedule_fires ({storage.FIRE_COLUMNS}, lease_owner, lease_until_ms)"
     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (schedule_id, slot_ms) DO NOTHING"
 )
-# Schedules of one tenant are counted and created one at a time (another node may be creating one).
-_TENANT_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('agentos.schedules:' || $1, 0))"
 _CLAIM = f"""
 WITH due AS MATERIALIZED (
     SELECT schedule_id, slot_ms FROM schedule_fires
@@ -84,10 +82,7 @@ class PgScheduleStorage:
     async def create(self, schedule: ScheduleRow, *, max_per_tenant: int) -> None:
         async def create(conn: asyncpg.Connection) -> None:
             async with conn.transaction():
-                await conn.execute(_TENANT_LOCK, schedule.tenant_id)
-                count = await conn.fetchval("SELECT count(*) FROM schedules WHERE tenant_id = $1", schedule.tenant_id)
-                if count >= max_per_tenant:
-                    raise Conflict(f"a tenant has at most {max_per_tenant} schedules", code="too_many_schedules")
+                await check_cap_pg(conn, "schedules", schedule.tenant_id, max_per_tenant)
                 await conn.execute(_INSERT, *storage.schedule_values(schedule))
 
         await self._db.use(create, "schedule create")

@@ -17,13 +17,11 @@ runs a round every `schedules.poll_s`, and at once when a schedule is created or
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable
-from typing import Any, Protocol
 
 from prometheus_client import Counter
 
+from agentos.agents.poller import RunPoller
 from agentos.config.knowledge import SchedulesConfig
 from agentos.errors import AdmissionRejected, InvalidInput, NotFound, PayloadTooLarge, ShuttingDown, StoreUnavailable
 from agentos.ids import new_run_id
@@ -31,20 +29,11 @@ from agentos.kernel import RUN_TERMINAL_STATUSES
 from agentos.schedules.records import FireRow, FireStatus, Overlap, ScheduleRow
 from agentos.schedules.slots import plan
 from agentos.schedules.storage import FIRE_LEASE_MS, ScheduleStorage
-from agentos.waiting import cancel_and_wait, wait_event
 
 log = logging.getLogger("agentos.schedules")
 
 BATCH = 64  # schedules decided, and fires claimed, per round
 PRUNE_EVERY_ROUNDS = 240  # a minute at the default poll
-
-
-class ScheduledRuns(Protocol):
-    """What the scheduler needs of the runs (`agentos.agents.service.RunService`)."""
-
-    async def start_run(self, tenant_id: str, agent: str, text: str, *, run_id: str | None = None) -> str: ...
-
-    async def get_run(self, tenant_id: str, run_id: str) -> dict[str, Any]: ...
 
 
 class ScheduleMetrics:
@@ -66,56 +55,15 @@ def admit(overlap: Overlap, max_in_flight: int, max_queued: int, running: int, w
     return "pending", ""
 
 
-class Scheduler:
-    def __init__(
-        self,
-        storage: ScheduleStorage,
-        runs: ScheduledRuns,
-        config: SchedulesConfig,
-        owner: str,
-        now_ms: Callable[[], int],
-        metrics: ScheduleMetrics,
-        *,
-        tenant_enabled: Callable[[str], bool] = lambda _: True,
-        reclaim: bool = False,
-    ) -> None:
-        """`reclaim`: this owner is the only one (SQLite): leases it finds at start are its own
-        previous process's, so its first round takes them back at once."""
-        self._storage = storage
-        self._runs = runs
-        self._config = config
-        self._owner = owner
-        self._now_ms = now_ms
-        self._metrics = metrics
-        self._tenant_enabled = tenant_enabled
-        self._reclaim = reclaim
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
-        self._rounds = 0
+class Scheduler(RunPoller[ScheduleStorage, SchedulesConfig, ScheduleMetrics]):
+    """A round every `schedules.poll_s`, and at once when woken (a schedule created or resumed)."""
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="scheduler")
+    task_name = "scheduler"
+    logger = log
+    _rounds = 0  # rounds run, counted from 0 by each instance (pruning every PRUNE_EVERY_ROUNDS)
 
-    def wake(self) -> None:
-        self._wake.set()
-
-    async def close(self) -> None:
-        self._stopping = True  # as well as the cancel: a driver may turn a cancel into another error
-        self._wake.set()
-        await cancel_and_wait(self._task)
-        self._task = None
-
-    async def _loop(self) -> None:
-        while not self._stopping:
-            self._wake.clear()  # before the round: a schedule created during it wakes the next one
-            try:
-                await self.round()
-            except StoreUnavailable as exc:  # the outage is logged where it is detected
-                log.debug("scheduler round failed: %s", exc)
-            except Exception:  # a bug: logged, tried again next round
-                log.exception("scheduler round failed")
-            await wait_event(self._wake, self._config.poll_s)
+    def wait_s(self, found: int) -> float:
+        return self._config.poll_s  # a slot falls due by the clock: work found says nothing of the next
 
     async def round(self) -> int:
         """Decide the due slots, then start the fires this node holds; how many fires started."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
+from agentos.agents.poller import lease_owner
 from agentos.agents.service import RunService
 from agentos.clock import wall_ms
 from agentos.errors import InvalidInput, NotFound
@@ -27,7 +28,6 @@ from agentos.schedules.storage_factory import open_storage
 if TYPE_CHECKING:
     from agentos.config import Settings
 
-LOCAL_OWNER = "local"  # the scheduler's lease owner on SQLite (one node: a restart takes its leases back)
 LAST_FIRES = 10  # fires a read of one schedule shows
 
 
@@ -75,10 +75,9 @@ class ScheduleService:
         self._now_ms = now_ms
         self._tenant_enabled = tenant_enabled
         self.metrics = ScheduleMetrics()
-        shared = settings.store.enabled and settings.store.backend == "postgres"
-        owner = _node_owner() if shared else LOCAL_OWNER
+        owner, reclaim = lease_owner(settings)
         self.scheduler = Scheduler(
-            storage, runs, self.config, owner, now_ms, self.metrics, tenant_enabled=tenant_enabled, reclaim=not shared
+            storage, runs, self.config, owner, now_ms, self.metrics, tenant_enabled=tenant_enabled, reclaim=reclaim
         )
 
     async def start(self) -> None:
@@ -169,12 +168,6 @@ class ScheduleService:
         if schedule is None or not self._tenant_enabled(tenant_id):
             raise schedule_not_found(schedule_id)
         return schedule
-
-
-def _node_owner() -> str:
-    from agentos.coordination.node import node_id  # only nodes sharing PostgreSQL need a unique one
-
-    return node_id()
 
 
 def open_schedule_storage(settings: Settings, data_dir: Path | None) -> ScheduleStorage:

@@ -10,16 +10,14 @@ transaction, and a fire is inserted under its unique key with `ON CONFLICT DO NO
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
 
-from agentos.errors import Conflict
 from agentos.schedules import storage
 from agentos.schedules.records import FireRow, FireStatus, ScheduleRow
+from agentos.store.tenant_cap import check_cap_sqlite
 from agentos.store.writer import Writer
-
-T = TypeVar("T")
+from agentos.store.writer_storage import WriterStorage, one_row
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS schedules (
@@ -72,33 +70,22 @@ DELETE FROM schedule_fires AS f WHERE f.status IN {storage.SETTLED} AND f.slot_m
 """
 
 
-class SqliteScheduleStorage:
+class SqliteScheduleStorage(WriterStorage):
     """A `ScheduleStorage` (`agentos.schedules.storage`) in `path` (None: in memory)."""
 
     def __init__(self, path: Path | None) -> None:
-        self._writer = Writer("schedules", path, SCHEMA, synchronous="full", queue_max_rows=10_000)
-
-    async def open(self) -> None:
-        """Raises: StoreError: the file cannot be opened."""
-        await self._writer.open()
-
-    async def close(self) -> None:
-        await self._writer.close()
+        super().__init__(Writer("schedules", path, SCHEMA, synchronous="full", queue_max_rows=10_000))
 
     async def create(self, schedule: ScheduleRow, *, max_per_tenant: int) -> None:
         def create(db: sqlite3.Connection) -> None:
-            (count,) = db.execute(
-                "SELECT count(*) FROM schedules WHERE tenant_id = ?", (schedule.tenant_id,)
-            ).fetchone()
-            if count >= max_per_tenant:
-                raise Conflict(f"a tenant has at most {max_per_tenant} schedules", code="too_many_schedules")
+            check_cap_sqlite(db, "schedules", schedule.tenant_id, max_per_tenant)
             db.execute(_INSERT, storage.schedule_values(schedule))
 
         await self._writer.run(create)
 
     async def get(self, tenant_id: str, schedule_id: str) -> ScheduleRow | None:
         sql = _SELECT + " WHERE schedule_id = ? AND tenant_id = ?"
-        return await self._writer.run(lambda db: _one(db, sql, (schedule_id, tenant_id), storage.schedule_row))
+        return await self._writer.run(lambda db: one_row(db, sql, (schedule_id, tenant_id), storage.schedule_row))
 
     async def list_schedules(self, tenant_id: str) -> list[ScheduleRow]:
         sql = _SELECT + " WHERE tenant_id = ? ORDER BY created_ms, schedule_id"
@@ -118,7 +105,7 @@ class SqliteScheduleStorage:
         def update(db: sqlite3.Connection) -> ScheduleRow | None:
             sql = "UPDATE schedules SET paused = ?, cursor_ms = ? WHERE schedule_id = ? AND tenant_id = ?"
             db.execute(sql, (paused, cursor_ms, schedule_id, tenant_id))
-            return _one(
+            return one_row(
                 db, _SELECT + " WHERE schedule_id = ? AND tenant_id = ?", (schedule_id, tenant_id), storage.schedule_row
             )
 
@@ -175,8 +162,3 @@ class SqliteScheduleStorage:
 
     async def prune(self, keep: int) -> int:
         return await self._writer.run(lambda db: db.execute(_PRUNE, (keep - 1,)).rowcount)
-
-
-def _one(db: sqlite3.Connection, sql: str, params: Sequence[Any], convert: Callable[[Any], T]) -> T | None:
-    row = db.execute(sql, params).fetchone()
-    return None if row is None else convert(row)

@@ -18,14 +18,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentos.errors import StoreError, StoreUnavailable
+from agentos.errors import AgentOSError, StoreError, StoreUnavailable
 from agentos.store.pg_pool import pooled, shown_url
 
 if TYPE_CHECKING:
     import asyncpg
+
+    from agentos.config import StoreConfig
 
 T = TypeVar("T")
 log = logging.getLogger("agentos.store")
@@ -56,6 +58,51 @@ async def within(awaitable: Awaitable[T], what: str, timeout_s: float) -> T:
         return await asyncio.wait_for(awaitable, timeout_s)
     except TimeoutError:
         raise StoreUnavailable(f"postgres: {what} took longer than {timeout_s:g}s") from None
+
+
+async def bounded_use(
+    pool: asyncpg.Pool,
+    config: StoreConfig,
+    unavailable: tuple[type[Exception], ...],
+    use: Callable[[asyncpg.Connection], Awaitable[T]],
+    what: str,
+) -> T:
+    """`use` a connection of `pool` within `store.postgres_request_timeout_s` (as a request would),
+    the wait for it included; the driver's errors classified (`unavailable`: its connection errors).
+
+    Raises: StoreUnavailable (unreachable, too slow), StoreError; our own errors unchanged."""
+
+    async def run() -> T:
+        async with pooled(pool, config.postgres_acquire_timeout_s) as conn:
+            return await use(conn)
+
+    try:
+        return await within(run(), what, config.postgres_request_timeout_s)
+    except AgentOSError:  # ours (Conflict, NotFound, StoreUnavailable ...) unchanged
+        raise
+    except Exception as exc:
+        raise classify(exc, unavailable, what) from exc
+
+
+async def bounded_fetch(
+    pool: asyncpg.Pool,
+    config: StoreConfig,
+    unavailable: tuple[type[Exception], ...],
+    what: str,
+    sql: str,
+    *args: Any,
+) -> list[Any]:
+    """The rows of `sql` on a connection of `pool`: the wait for it bounded by
+    `store.postgres_acquire_timeout_s`, the statement by `store.postgres_request_timeout_s`;
+    every failure classified (`unavailable`: the driver's connection errors).
+
+    Raises: StoreUnavailable (unreachable, too slow), StoreError."""
+    try:
+        async with pooled(pool, config.postgres_acquire_timeout_s) as conn:
+            rows: list[Any] = await conn.fetch(sql, *args, timeout=config.postgres_request_timeout_s)
+    except Exception as exc:
+        raise classify(exc, unavailable, what) from exc
+    return rows
 
 
 class Outage:

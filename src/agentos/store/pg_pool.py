@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from agentos.errors import ConfigError
+from agentos.store import pg_migrations
 
 if TYPE_CHECKING:
     import asyncpg
@@ -226,6 +227,29 @@ async def connect(config: StoreConfig) -> asyncpg.Connection:
     except Exception as exc:
         raise unreachable(config.postgres_url, exc) from None
     return conn
+
+
+@asynccontextmanager
+async def migrated(config: StoreConfig) -> AsyncIterator[asyncpg.Connection]:
+    """A direct connection with the migrations applied (`pg_migrations.migrate`), closed on exit:
+    what each part on PostgreSQL opens first, to set up or read what it needs before its pool.
+
+    Raises:
+        ConfigError: as `connect`; MigrationError (a ConfigError): a schema mismatch.
+    """
+    conn = await connect(config)
+    try:
+        await pg_migrations.migrate(conn, schema=config.postgres_schema)
+        yield conn
+    finally:
+        await conn.close()
+
+
+async def migrate(config: StoreConfig) -> None:
+    """Apply the pending migrations over a direct connection, for a part that needs nothing else
+    of it. Raises: as `migrated`."""
+    async with migrated(config):
+        pass
 
 
 async def create_pool(config: StoreConfig) -> asyncpg.Pool:

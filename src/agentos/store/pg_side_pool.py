@@ -19,10 +19,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from agentos.errors import AgentOSError
-from agentos.store import pg_migrations, pg_pool
-from agentos.store.pg_health import classify, within
-from agentos.store.pg_pool import pooled
+from agentos.store import pg_pool
+from agentos.store.pg_health import bounded_use
 
 if TYPE_CHECKING:
     import asyncpg
@@ -50,11 +48,7 @@ class SidePool:
                 store.backend (no asyncpg).
         """
         self._unavailable = pg_pool.connection_errors()
-        conn = await pg_pool.connect(self.config)
-        try:
-            await pg_migrations.migrate(conn, schema=self.config.postgres_schema)
-        finally:
-            await conn.close()
+        await pg_pool.migrate(self.config)
         size = min(SIZE, self.config.postgres_pool_max)
         self._pool = await pg_pool.create_pool(msgspec.structs.replace(self.config, postgres_pool_max=size))
 
@@ -72,18 +66,7 @@ class SidePool:
 
         Raises: StoreUnavailable (unreachable, too slow), StoreError; our own errors unchanged."""
         assert self._pool is not None, "open() first"
-        pool = self._pool
-
-        async def run() -> T:
-            async with pooled(pool, self.config.postgres_acquire_timeout_s) as conn:
-                return await use(conn)
-
-        try:
-            return await within(run(), what, self.config.postgres_request_timeout_s)
-        except AgentOSError:  # ours (Conflict, NotFound, StoreUnavailable ...) unchanged
-            raise
-        except Exception as exc:
-            raise classify(exc, self._unavailable, what) from exc
+        return await bounded_use(self._pool, self.config, self._unavailable, use, what)
 
     async def fetch(self, what: str, sql: str, *args: Any) -> list[asyncpg.Record]:
         """The rows of `sql`, bounded and classified as `use` is."""

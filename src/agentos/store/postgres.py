@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from agentos.store import ledger, pg_migrations, pg_pool
+from agentos.store import ledger, pg_pool
 from agentos.store.base import StoreStatistics
 from agentos.store.event_rows import EVENT_COLUMNS, event_from_row
 from agentos.store.jsonl import JsonlLog
 from agentos.store.ledger import UsageQuery, UsageRow, UsageTotal
 from agentos.store.pg_fence import FENCED_INSERT_EVENT, FENCED_INSERT_MESSAGE, RUNNING, FencedTurns, TurnEpochs
-from agentos.store.pg_health import HealthCheck, classify, outage_of, within
+from agentos.store.pg_health import HealthCheck, bounded_fetch, classify, outage_of, within
 from agentos.store.pg_pool import pooled
 from agentos.store.pg_rows import (
     DELETE_SESSION_ACCESS,
@@ -89,11 +89,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
                 (`MigrationError`); naming store.backend when asyncpg is not installed.
         """
         self._unavailable = pg_pool.connection_errors()
-        conn = await pg_pool.connect(self._config)
-        try:
-            await pg_migrations.migrate(conn, schema=self._config.postgres_schema)
-        finally:
-            await conn.close()
+        await pg_pool.migrate(self._config)
         self._pool = await pg_pool.create_pool(self._config)
         c = self._config
         opts: dict[str, Any] = {
@@ -147,12 +143,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
             StoreError: the database failed otherwise.
         """
         await within(lane.barrier(), "waiting for earlier writes", self._bound_s)
-        try:
-            async with pooled(self._db, self._config.postgres_acquire_timeout_s) as conn:
-                rows: list[Any] = await conn.fetch(sql, *args, timeout=self._bound_s)
-        except Exception as exc:
-            raise classify(exc, self._unavailable, "read") from exc
-        return rows
+        return await bounded_fetch(self._db, self._config, self._unavailable, "read", sql, *args)
 
     async def check(self) -> None:
         """Raises: StoreUnavailable: the database does not answer `SELECT 1` (cached ~1 s)."""

@@ -26,11 +26,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from agentos.config.tenants import Overrides, clamp_overrides
-from agentos.errors import ConfigError, StoreError
-from agentos.store import pg_migrations, pg_pool
+from agentos.errors import ConfigError
+from agentos.store import pg_pool
 from agentos.store.pg_follow import FULL_RELOAD_INTERVAL_S, Follower
-from agentos.store.pg_health import classify, outage_of, within
-from agentos.store.pg_pool import pooled
+from agentos.store.pg_health import bounded_use, outage_of
 from agentos.store.records import DEFAULT_TENANT
 from agentos.tenancy.pepper import pepper_check, pepper_matches
 from agentos.tenancy.records import ApiKey, Tenant
@@ -101,16 +100,12 @@ class PgTenantTables:
                 (no asyncpg) or security.key_pepper (another pepper than the database's).
         """
         self._unavailable = pg_pool.connection_errors()
-        conn = await pg_pool.connect(self._config)
-        try:
-            await pg_migrations.migrate(conn, schema=self._config.postgres_schema)
+        async with pg_pool.migrated(self._config) as conn:
             schema = await conn.fetchval("SELECT current_schema()")
             self.channel = pg_pool.channel("agentos_tenants", schema)
             await self._check_pepper(conn)
             if self._import_from is not None and self._import_from.exists():
                 await import_sqlite(conn, self._import_from)
-        finally:
-            await conn.close()
         self._pool = await pg_pool.create_pool(msgspec.structs.replace(self._config, postgres_pool_max=2))
 
     async def _check_pepper(self, conn: asyncpg.Connection) -> None:
@@ -155,18 +150,7 @@ class PgTenantTables:
     async def _bounded(self, use: Callable[[asyncpg.Connection], Awaitable[T]], what: str) -> T:
         """`use` a pooled connection, within `store.postgres_request_timeout_s` (as a request would)."""
         assert self._pool is not None, "open() first"
-        pool = self._pool
-
-        async def run() -> T:
-            async with pooled(pool, self._config.postgres_acquire_timeout_s) as conn:
-                return await use(conn)
-
-        try:
-            return await within(run(), what, self._config.postgres_request_timeout_s)
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise classify(exc, self._unavailable, what) from exc
+        return await bounded_use(self._pool, self._config, self._unavailable, use, what)
 
     async def follow(self, sink: ChangeSink) -> None:
         """Listen for every node's changes (this node's too: harmless, it re-reads its own row)."""

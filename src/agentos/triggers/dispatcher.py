@@ -22,17 +22,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from functools import cached_property
 
 from prometheus_client import Counter
 
-from agentos.agents.service import RunService
+from agentos.agents.poller import RunPoller
 from agentos.config.knowledge import TriggersConfig
-from agentos.errors import AdmissionRejected, InvalidInput, NotFound, PayloadTooLarge, ShuttingDown, StoreUnavailable
+from agentos.errors import AdmissionRejected, InvalidInput, NotFound, PayloadTooLarge, ShuttingDown
 from agentos.triggers.records import DeliveryRow, TriggerRow
 from agentos.triggers.storage import TriggerStorage
 from agentos.triggers.template import render
-from agentos.waiting import IdlePoll, cancel_and_wait, wait_event
+from agentos.waiting import IdlePoll
 
 log = logging.getLogger("agentos.triggers")
 
@@ -67,70 +67,37 @@ def retry_delay_s(config: TriggersConfig, attempts: int) -> float:
     return float(min(cap, config.retry_s * _GROWTH ** min(max(attempts - 1, 0), 32)))
 
 
-class Dispatcher:
-    def __init__(
-        self,
-        storage: TriggerStorage,
-        runs: RunService,
-        config: TriggersConfig,
-        owner: str,
-        now_ms: Callable[[], int],
-        metrics: TriggerMetrics,
-        *,
-        tenant_enabled: Callable[[str], bool] = lambda _: True,
-        reclaim: bool = False,
-    ) -> None:
-        """`reclaim`: this owner is the only one (SQLite): leases it finds at start are its own
-        previous process's, so its first rounds take them back at once instead of waiting
-        `LEASE_MS` for them to expire."""
-        self._tenant_enabled = tenant_enabled
-        self._reclaim = reclaim
-        self._storage = storage
-        self._runs = runs
-        self._config = config
-        self._owner = owner
-        self._now_ms = now_ms
-        self._metrics = metrics
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
-        self._poll = IdlePoll(min(POLL_S, config.retry_s), IDLE_POLL_MAX_S)
-        self.backlog = 0  # queued deliveries, every tenant's, as of the last round (the gauge)
+class Dispatcher(RunPoller[TriggerStorage, TriggersConfig, TriggerMetrics]):
+    """Rounds as the module says; `reclaim` takes the previous process's leases back at once
+    instead of waiting `LEASE_MS` for them to expire."""
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="trigger-dispatcher")
+    task_name = "trigger-dispatcher"
+    logger = log
+
+    backlog = 0  # queued deliveries, every tenant's, as of the last round (the gauge)
+    _next_prune = 0.0  # the loop's time of the next prune: the first round prunes
+
+    @cached_property
+    def _poll(self) -> IdlePoll:
+        return IdlePoll(min(POLL_S, self._config.retry_s), IDLE_POLL_MAX_S)
 
     def wake(self) -> None:
         self._poll.reset()
-        self._wake.set()
+        super().wake()
 
-    async def close(self) -> None:
-        # The flag as well as the cancel: a store driver may turn the cancel of a round into
-        # another error, which the loop logs and survives (`wait_event` itself never swallows it).
-        self._stopping = True
-        self._wake.set()
-        await cancel_and_wait(self._task)
-        self._task = None
+    def wait_s(self, found: int) -> float | None:
+        if found >= self._config.dispatch_batch:
+            return None  # more are due
+        self._poll.found(found > 0)
+        return self._poll.wait_s(self._now_ms())
 
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_prune = loop.time()
-        while not self._stopping:
-            self._wake.clear()  # before the round: a delivery accepted during it wakes the next one
-            claimed = 0
-            try:
-                claimed = await self.round()
-                if loop.time() >= next_prune:
-                    next_prune = loop.time() + PRUNE_EVERY_S
-                    await self.prune()
-            except StoreUnavailable as exc:  # the outage has its two lines (pg_health.Outage): no traceback
-                log.debug("trigger dispatch round failed: %s", exc)
-            except Exception:  # a bug: logged, tried again at the next poll
-                log.exception("trigger dispatch round failed")
-            if claimed >= self._config.dispatch_batch:
-                continue  # more are due
-            self._poll.found(claimed > 0)
-            await wait_event(self._wake, self._poll.wait_s(self._now_ms()))
+    async def _work(self) -> int:
+        claimed = await self.round()
+        now = asyncio.get_running_loop().time()
+        if now >= self._next_prune:
+            self._next_prune = now + PRUNE_EVERY_S
+            await self.prune()
+        return claimed
 
     async def round(self) -> int:
         """Claim due deliveries and start their runs; how many were claimed."""

@@ -25,6 +25,7 @@ from agentos.clock import wall_ms
 from agentos.errors import Conflict
 from agentos.store import pg_pool
 from agentos.store.pg_side_pool import SidePool
+from agentos.store.tenant_cap import check_cap_pg
 from agentos.triggers.records import DeliveryRow, SecretRow, TriggerRow
 from agentos.triggers.storage import (
     DELIVERY_COLUMNS,
@@ -46,8 +47,6 @@ T = TypeVar("T")
 _SELECT_TRIGGER = f"SELECT {TRIGGER_COLUMNS} FROM triggers"
 _SELECT_DELIVERY = f"SELECT {DELIVERY_COLUMNS} FROM trigger_deliveries"
 _INSERT_TRIGGER = f"INSERT INTO triggers ({TRIGGER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8)"
-# Triggers of one tenant are counted and created one at a time (another node may be creating one).
-_TENANT_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('agentos.triggers:' || $1, 0))"
 _INSERT_DELIVERY = (
     f"INSERT INTO trigger_deliveries ({DELIVERY_COLUMNS}, updated_ms)"
     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
@@ -108,10 +107,7 @@ class PgTriggerStorage:
 
         async def create(conn: asyncpg.Connection) -> None:
             async with conn.transaction():
-                await conn.execute(_TENANT_LOCK, trigger.tenant_id)
-                count = await conn.fetchval("SELECT count(*) FROM triggers WHERE tenant_id = $1", trigger.tenant_id)
-                if count >= max_per_tenant:
-                    raise Conflict(f"a tenant has at most {max_per_tenant} triggers", code="too_many_triggers")
+                await check_cap_pg(conn, "triggers", trigger.tenant_id, max_per_tenant)
                 try:
                     await conn.execute(_INSERT_TRIGGER, *trigger_values(trigger))
                 except driver.UniqueViolationError:

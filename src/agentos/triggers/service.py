@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 from prometheus_client import CollectorRegistry, Gauge
 
+from agentos.agents.poller import lease_owner
 from agentos.agents.service import RunService
 from agentos.clock import wall_ms
 from agentos.config import Settings
@@ -34,7 +35,6 @@ from agentos.triggers.storage import TriggerStorage
 
 MAX_SECRETS = 4  # the current one and up to three rotated out but still valid
 MAX_WEBHOOK_ID = 256
-LOCAL_OWNER = "local"  # the dispatcher's lease owner on SQLite (one node: a restart takes its leases back)
 
 
 def trigger_not_found(trigger_id: str) -> NotFound:
@@ -74,10 +74,9 @@ class TriggerService:
         self._pepper = pepper
         self._now_ms = now_ms
         self.metrics = TriggerMetrics()
-        shared = settings.store.enabled and settings.store.backend == "postgres"
-        owner = _node_owner() if shared else LOCAL_OWNER
+        owner, reclaim = lease_owner(settings)
         self.dispatcher = Dispatcher(
-            storage, runs, self.config, owner, now_ms, self.metrics, tenant_enabled=tenant_enabled, reclaim=not shared
+            storage, runs, self.config, owner, now_ms, self.metrics, tenant_enabled=tenant_enabled, reclaim=reclaim
         )
 
     async def start(self) -> None:
@@ -219,12 +218,6 @@ class TriggerService:
         if row is None:
             raise NotFound(f"delivery {webhook_id!r} not found", code="delivery_not_found")
         return row.to_dict()
-
-
-def _node_owner() -> str:
-    from agentos.coordination.node import node_id  # only nodes sharing PostgreSQL need a unique one
-
-    return node_id()
 
 
 def open_trigger_storage(settings: Settings, data_dir: Path | None) -> TriggerStorage:

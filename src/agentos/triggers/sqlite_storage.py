@@ -22,17 +22,16 @@ then, so it counts in the backlog and is claimed again once its lease expires.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
 
 from agentos.clock import wall_ms
 from agentos.errors import Conflict
+from agentos.store.tenant_cap import check_cap_sqlite
 from agentos.store.writer import Writer
+from agentos.store.writer_storage import WriterStorage, one_row
 from agentos.triggers import storage
 from agentos.triggers.records import DeliveryRow, SecretRow, TriggerRow
-
-T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS triggers (
@@ -90,18 +89,11 @@ _FAILED = (
 )
 
 
-class SqliteTriggerStorage:
+class SqliteTriggerStorage(WriterStorage):
     """A `TriggerStorage` (`agentos.triggers.storage`) in `path` (None: in memory)."""
 
     def __init__(self, path: Path | None) -> None:
-        self._writer = Writer("triggers", path, SCHEMA, synchronous="full", queue_max_rows=10_000)
-
-    async def open(self) -> None:
-        """Raises: StoreError: the file cannot be opened."""
-        await self._writer.open()
-
-    async def close(self) -> None:
-        await self._writer.close()
+        super().__init__(Writer("triggers", path, SCHEMA, synchronous="full", queue_max_rows=10_000))
 
     # -- triggers ------------------------------------------------------------------------------
 
@@ -109,9 +101,7 @@ class SqliteTriggerStorage:
         """Raises: Conflict (`too_many_triggers`; `trigger_exists` for a taken id)."""
 
         def create(db: sqlite3.Connection) -> None:
-            (count,) = db.execute("SELECT count(*) FROM triggers WHERE tenant_id = ?", (trigger.tenant_id,)).fetchone()
-            if count >= max_per_tenant:
-                raise Conflict(f"a tenant has at most {max_per_tenant} triggers", code="too_many_triggers")
+            check_cap_sqlite(db, "triggers", trigger.tenant_id, max_per_tenant)
             try:
                 db.execute(_INSERT_TRIGGER, storage.trigger_values(trigger))
             except sqlite3.IntegrityError:
@@ -121,11 +111,11 @@ class SqliteTriggerStorage:
 
     async def get_trigger(self, tenant_id: str, trigger_id: str) -> TriggerRow | None:
         sql = _SELECT_TRIGGER + " WHERE trigger_id = ? AND tenant_id = ?"
-        return await self._writer.run(lambda db: _one(db, sql, (trigger_id, tenant_id), storage.trigger_row))
+        return await self._writer.run(lambda db: one_row(db, sql, (trigger_id, tenant_id), storage.trigger_row))
 
     async def find_trigger(self, trigger_id: str) -> TriggerRow | None:
         return await self._writer.run(
-            lambda db: _one(db, _SELECT_TRIGGER + " WHERE trigger_id = ?", (trigger_id,), storage.trigger_row)
+            lambda db: one_row(db, _SELECT_TRIGGER + " WHERE trigger_id = ?", (trigger_id,), storage.trigger_row)
         )
 
     async def list_triggers(self, tenant_id: str) -> list[TriggerRow]:
@@ -151,7 +141,7 @@ class SqliteTriggerStorage:
             if db.execute(_INSERT_DELIVERY, (*storage.delivery_values(d), d.received_ms)).rowcount == 1:
                 return d, True
             sql = _SELECT_DELIVERY + " WHERE trigger_id = ? AND webhook_id = ?"
-            stored = _one(db, sql, _key(d), storage.delivery_row)
+            stored = one_row(db, sql, _key(d), storage.delivery_row)
             assert stored is not None  # the conflicting row, read in the same transaction
             return stored, False
 
@@ -161,7 +151,7 @@ class SqliteTriggerStorage:
     async def get_delivery(self, tenant_id: str, trigger_id: str, webhook_id: str) -> DeliveryRow | None:
         sql = _SELECT_DELIVERY + " WHERE trigger_id = ? AND webhook_id = ? AND tenant_id = ?"
         key = (trigger_id, webhook_id, tenant_id)
-        return await self._writer.run(lambda db: _one(db, sql, key, storage.delivery_row))
+        return await self._writer.run(lambda db: one_row(db, sql, key, storage.delivery_row))
 
     async def list_deliveries(
         self, tenant_id: str, trigger_id: str, *, limit: int, before_ms: int | None
@@ -211,8 +201,3 @@ class SqliteTriggerStorage:
 
 def _key(d: DeliveryRow) -> tuple[str, str]:
     return d.trigger_id, d.webhook_id
-
-
-def _one(db: sqlite3.Connection, sql: str, params: Sequence[Any], convert: Callable[[Any], T]) -> T | None:
-    row = db.execute(sql, params).fetchone()
-    return None if row is None else convert(row)
