@@ -164,19 +164,22 @@ _AFTER = {
 }
 
 
+# What refuses a new run, a start or a fork alike (the admission's order: docs/behaviour.md).
+_RUN_LIMITS = Limits(
+    more_429="`run_rate_limited` (runs per minute), `overloaded` (over `kernel.max_active_runs`), `tenant_active_runs`",
+    quota="`quota_tokens_per_day`: the tenant's provider tokens for the UTC day are spent"
+    " (Retry-After: until 00:00 UTC)",
+    budgets=True,
+)
+
+
 @routes.post("/v1/agents/{name}/runs")
 @operation(
     "Start a background run of the agent",
     body=RunCreate,
     answers={202: json("Queued", RunStarted)},
     errors=BAD_BODY | UNKNOWN_AGENT | {503: retry("Draining: the server starts no new runs")},
-    limits=Limits(
-        more_429="`run_rate_limited` (runs per minute), `overloaded` (over `kernel.max_active_runs`),"
-        " `tenant_active_runs`",
-        quota="`quota_tokens_per_day`: the tenant's provider tokens for the UTC day are spent"
-        " (Retry-After: until 00:00 UTC)",
-        budgets=True,
-    ),
+    limits=_RUN_LIMITS,
 )
 async def start_run(request: web.Request) -> web.Response:
     who = require(request, Scope.RUNS_WRITE)
@@ -303,13 +306,7 @@ _FORK_ERRORS: dict[int, str | Answer] = {
     body=RunFork,
     answers={202: json("Queued; the fork replays the copied steps without a model or tool call", RunForked)},
     errors=BAD_BODY | _UNKNOWN | _FORK_ERRORS | {503: retry("Draining: the server starts no new runs")},
-    limits=Limits(
-        more_429="`run_rate_limited` (runs per minute), `overloaded` (over `kernel.max_active_runs`),"
-        " `tenant_active_runs`",
-        quota="`quota_tokens_per_day`: the tenant's provider tokens for the UTC day are spent"
-        " (Retry-After: until 00:00 UTC)",
-        budgets=True,
-    ),
+    limits=_RUN_LIMITS,
 )
 async def fork_run(request: web.Request) -> web.Response:
     who = require(request, Scope.RUNS_WRITE)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping
-from typing import Any, TypedDict
+from typing import Any, TypedDict, Unpack
 
 import msgspec
 
@@ -52,6 +52,15 @@ class Approval(TypedDict, total=False):
 
     approve: bool | None
     args_hash: str | None
+
+
+class ForkEdit(TypedDict, total=False):
+    """The keyword arguments of `AsyncClient.fork_run` (and `Client.fork_run`): the forked
+    step's result, edited."""
+
+    content: str | None  # a tool step's result
+    answer: str | None  # a human step's answer
+    approve: bool | None  # an approval's decision
 
 
 class AsyncClient(HttpClient):
@@ -242,15 +251,7 @@ class AsyncClient(HttpClient):
         body |= {k: v for k, v in (("approve", approve), ("args_hash", args_hash)) if v is not None}
         return await self._http.call("POST", url_path("/v1/runs/{}/answer", run_id), Run, body=body)
 
-    async def fork_run(
-        self,
-        run_id: str,
-        at_seq: int,
-        *,
-        content: str | None = None,
-        answer: str | None = None,
-        approve: bool | None = None,
-    ) -> RunRef:
+    async def fork_run(self, run_id: str, at_seq: int, **edits: Unpack[ForkEdit]) -> RunRef:
         """Fork the run at step `at_seq`: a new run with its journal up to that step (replayed
         without a model or tool call), then live. Edit that step's result with `content` (a tool
         step) or `answer` and `approve` (a human step); none: an exact copy (docs/agents.md "Forks").
@@ -259,7 +260,7 @@ class AsyncClient(HttpClient):
             APIError: 404 `run_not_found`; 422 `fork_seq_out_of_range`, `fork_seq_not_a_boundary`,
                 `fork_edit_not_allowed`, `fork_edit_invalid`; 429, 503 as `start_run`.
         """
-        edit = {k: v for k, v in (("content", content), ("answer", answer), ("approve", approve)) if v is not None}
+        edit = {k: v for k, v in edits.items() if v is not None}
         body: dict[str, Any] = {"at_seq": at_seq} | ({"edit": edit} if edit else {})
         return await self._http.call("POST", url_path("/v1/runs/{}/fork", run_id), RunRef, body=body)
 

@@ -18,7 +18,7 @@ from collections.abc import AsyncGenerator, Coroutine, Generator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
-from agentos.client._async import Approval, AsyncClient, ClientOptions, RunFilter
+from agentos.client._async import Approval, AsyncClient, ClientOptions, ForkEdit, RunFilter
 from agentos.client._errors import ClientError
 from agentos.client._types import Message, Page, Run, RunEvent, RunRef, Session, SessionEvent, TurnEvent, TurnResult
 
@@ -154,16 +154,8 @@ class Client:
     def answer(self, run_id: str, operation_id: str, answer: str = "", **approval: Unpack[Approval]) -> Run:
         return self._run(self._async.answer(run_id, operation_id, answer, **approval))
 
-    def fork_run(
-        self,
-        run_id: str,
-        at_seq: int,
-        *,
-        content: str | None = None,
-        answer: str | None = None,
-        approve: bool | None = None,
-    ) -> RunRef:
-        return self._run(self._async.fork_run(run_id, at_seq, content=content, answer=answer, approve=approve))
+    def fork_run(self, run_id: str, at_seq: int, **edits: Unpack[ForkEdit]) -> RunRef:
+        return self._run(self._async.fork_run(run_id, at_seq, **edits))
 
     def run_events(self, run_id: str, after: int | None = None) -> Generator[RunEvent, None, None]:
         return self._iterate(self._async.run_events(run_id, after))
