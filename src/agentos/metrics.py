@@ -226,6 +226,23 @@ class TracingCollector(Collector):
         yield GaugeMetricFamily("agentos_trace_queue", "Spans waiting for export", s.get("queued", 0))
 
 
+class ForwardingCollector(Collector):
+    """Turns sent to (and served for) the node running their session's turn
+    (`agentos.runtime.forwarding`; `enqueue` and `steer` across nodes, docs/conversations.md)."""
+
+    def __init__(self, statistics: Callable[[], Any]) -> None:
+        self._statistics = statistics
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._statistics()
+        for name, help_text in (
+            ("asked", "Turn requests this node sent to the node running their session's turn (turns and cancels)"),
+            ("unanswered", "Of them, those no node answered in time"),
+            ("answered", "Requests of other nodes this node answered"),
+        ):
+            yield CounterMetricFamily(f"agentos_turn_forwarding_{name}", help_text, getattr(s, f"{name}_total"))
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)

@@ -42,7 +42,14 @@ from agentos.errors import ConfigError
 from agentos.kernel import Kernel
 from agentos.knowledge.embeddings import Embedder
 from agentos.knowledge.service import KnowledgeService, open_knowledge_storage
-from agentos.metrics import BudgetCollector, Metrics, RetentionCollector, RouterCollector, TracingCollector
+from agentos.metrics import (
+    BudgetCollector,
+    ForwardingCollector,
+    Metrics,
+    RetentionCollector,
+    RouterCollector,
+    TracingCollector,
+)
 from agentos.providers.base import Provider
 from agentos.providers.router import open_router
 from agentos.runtime.driver import Driver
@@ -250,6 +257,7 @@ async def open_services(
         tracing=tracing,
     )
     await runtime.start()
+    metrics.registry.register(ForwardingCollector(runtime.forwarding.statistics))
     runtime.start_lag_probe()
     await runtime.streams.start()
     policies = _retention_policies(tenants)

@@ -125,8 +125,11 @@ async def test_enqueue_on_another_node_runs_after_the_running_turn_within_its_bo
             assert (await r.json())["error"]["code"] == "turn_queue_full" and int(r.headers["Retry-After"]) >= 1
         events = await queued
         first_events = await first
+        async with http.get(f"{b_url}/metrics") as r:
+            b_metrics = await r.text()
     names = [e.name for e in events]
     assert names[0] == "turn.queued" and names[-1] == "turn.completed", names
+    assert "agentos_turn_forwarding_asked_total 2.0" in b_metrics  # "second" and "third" went to A
     assert "token" in names[names.index("turn.started") :]  # tokens reach B's client live
     assert first_events[-1].name == "turn.completed"  # never fenced out by the queued turn
     assert [row for row in await transcript(pg, sid) if row[0] == "user"] == [("user", "first"), ("user", "second")]

@@ -109,6 +109,7 @@ class Runtime:
         # Admit a turn (or raise ShuttingDown / SessionNotFound / AdmissionRejected): `Turns.start`
         # itself, so its signature and documentation are stated once.
         self.start_turn = self._turns.start
+        self.forwarding = self._turns.forwarding  # its statistics() are on /metrics
         self._lag_timer: asyncio.TimerHandle | None = None
         cluster = None if driver.cluster is None else driver.cluster.statistics
         metrics.bind(driver.kernel.statistics, store.statistics, lambda: len(self._turns), cluster)
