@@ -7,6 +7,7 @@ import errno
 import gc
 import logging
 import logging.handlers
+import os
 import queue
 import resource
 import signal
@@ -25,6 +26,7 @@ from agentos.api.connections import make_runner
 from agentos.api.middleware import is_loopback
 from agentos.clock import wall_ms
 from agentos.config import Settings, resolve_paths
+from agentos.coordination.node import node_id
 from agentos.errors import ConfigError
 from agentos.services import DRAIN_TIMEOUT_S, Services, open_services
 from agentos.telemetry.logs import JsonLineFormatter, stamp
@@ -169,13 +171,18 @@ class _RecordQueueHandler(logging.handlers.QueueHandler):
         return record
 
 
-def _configure_logging(level: str, log_format: str = "text") -> logging.handlers.QueueListener:
+def _configure_logging(
+    level: str, log_format: str = "text", worker: int | None = None
+) -> logging.handlers.QueueListener:
     """Format and write log lines on a thread of their own: a line per turn at info, formatted
-    and flushed on the event loop, cost it about 7% of its time at 300 concurrent turns."""
+    and flushed on the event loop, cost it about 7% of its time at 300 concurrent turns.
+    A worker's lines say which worker (and pid) wrote them: the workers share one stderr."""
     output = logging.StreamHandler(sys.stderr)
     json_lines = log_format == "json"
-    text = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
-    output.setFormatter(JsonLineFormatter() if json_lines else text)
+    tag = "" if worker is None else f"[w{worker} {os.getpid()}] "
+    text = logging.Formatter(f"%(asctime)s %(levelname)s %(name)s {tag}%(message)s")
+    fields: dict[str, object] = {} if worker is None else {"worker": worker, "pid": os.getpid()}
+    output.setFormatter(JsonLineFormatter(fields) if json_lines else text)
     records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
     listener = logging.handlers.QueueListener(records, output)
     handler = _RecordQueueHandler(records, stamped=json_lines)
@@ -185,11 +192,10 @@ def _configure_logging(level: str, log_format: str = "text") -> logging.handlers
     return listener
 
 
-def run_server(settings: Settings, *, provider_setup: ProviderSetup | None = None) -> int:
-    """Check the settings, then serve until SIGTERM/SIGINT.
-
-    The checks come first, cheapest first, so that a mistake is one line and nothing has
-    started yet (the built-in mock, the store, the fork server).
+def check_settings(settings: Settings, *, port: bool = True) -> Settings:
+    """The start-up checks, cheapest first, on `settings` with its paths resolved (returned):
+    a mistake is one line and nothing has started yet (the built-in mock, the store, the fork
+    server). `port`: probe the port too (a worker skips it: its siblings hold the port already).
 
     Raises:
         ConfigError: the address, the port, a directory or the PostgreSQL store cannot be used.
@@ -197,12 +203,27 @@ def run_server(settings: Settings, *, provider_setup: ProviderSetup | None = Non
     settings = resolve_paths(settings)
     check_bind(settings)
     check_directories(settings)
-    check_port(settings)
+    if port:
+        check_port(settings)
     if settings.store.enabled and settings.store.backend == "postgres":
         from agentos.store.pg_pool import check_reachable  # loads asyncpg: only for this backend
 
         check_reachable(settings.store)
-    listener = _configure_logging(settings.log_level, settings.telemetry.log_format)
+    return settings
+
+
+def run_server(settings: Settings, *, provider_setup: ProviderSetup | None = None, worker: int | None = None) -> int:
+    """Check the settings, then serve until SIGTERM/SIGINT.
+
+    `worker`: this process is worker `worker` of `agentos serve --workers N` (`agentos.supervisor`):
+    it shares the port with its siblings (SO_REUSEPORT), tags its log lines, and stops on SIGTERM
+    only (the supervisor forwards a Ctrl-C as SIGTERM; the terminal's own SIGINT would count twice).
+
+    Raises:
+        ConfigError: the address, the port, a directory or the PostgreSQL store cannot be used.
+    """
+    settings = check_settings(settings, port=worker is None)
+    listener = _configure_logging(settings.log_level, settings.telemetry.log_format, worker)
     raise_fd_limit()
     try:
         import uvloop
@@ -212,21 +233,26 @@ def run_server(settings: Settings, *, provider_setup: ProviderSetup | None = Non
         runner = asyncio.Runner()
     try:
         with runner:
-            runner.run(serve(settings, provider_setup=provider_setup))
+            runner.run(serve(settings, provider_setup=provider_setup, worker=worker))
     finally:
         listener.stop()  # writes out every queued line
     return 0
 
 
 async def serve(
-    settings: Settings, started: asyncio.Future[int] | None = None, *, provider_setup: ProviderSetup | None = None
+    settings: Settings,
+    started: asyncio.Future[int] | None = None,
+    *,
+    provider_setup: ProviderSetup | None = None,
+    worker: int | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT, then drain; a second signal stops at once. `provider_setup`
     may start a provider for the duration and return settings that point at it (the CLI's
-    built-in mock)."""
+    built-in mock). `worker`: see `run_server`."""
     stop = _Stop()
     loop = asyncio.get_running_loop()
-    for sig in _SIGNALS:  # from the start: a Ctrl-C while closing the stores must not cut them short
+    signals = _SIGNALS if worker is None else (signal.SIGTERM,)
+    for sig in signals:  # from the start: a Ctrl-C while closing the stores must not cut them short
         loop.add_signal_handler(sig, stop.signal)
     try:
         async with AsyncExitStack() as stack:
@@ -234,19 +260,23 @@ async def serve(
                 settings = await stack.enter_async_context(provider_setup(settings))
             services = await open_services(settings)
             try:
-                await _listen(settings, services, started, stop)
+                await _listen(settings, services, started, stop, worker)
             finally:
                 await services.close(0.0 if stop.now.is_set() else DRAIN_TIMEOUT_S)
         log.info("stopped")  # the last line: every store is closed, nothing is left running
     finally:
-        for sig in _SIGNALS:
+        for sig in signals:
             loop.remove_signal_handler(sig)
 
 
-async def _listen(settings: Settings, services: Services, started: asyncio.Future[int] | None, stop: _Stop) -> None:
+async def _listen(
+    settings: Settings, services: Services, started: asyncio.Future[int] | None, stop: _Stop, worker: int | None
+) -> None:
     runner = make_runner(create_app(services), settings.server, services.metrics, shutdown_timeout=5)
     await runner.setup()
-    site = web.TCPSite(runner, settings.server.host, settings.server.port, backlog=4096, reuse_address=True)
+    # Workers share one port: SO_REUSEPORT, and the kernel spreads the connections over them.
+    host, port = settings.server.host, settings.server.port
+    site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True, reuse_port=worker is not None)
     try:
         await site.start()
     except OSError as exc:  # taken since `check_port`: still one line, not a traceback
@@ -254,7 +284,9 @@ async def _listen(settings: Settings, services: Services, started: asyncio.Futur
         raise listen_error(settings, exc) from None
     port = runner.addresses[0][1]
     tune_gc()
-    print(f"agentos listening on http://{settings.server.host}:{port}", flush=True)
+    if worker is not None:
+        log.info("worker %d listening: pid %d, node %s", worker, os.getpid(), node_id())
+    print(f"agentos listening on http://{settings.server.host}:{port}", flush=True)  # a worker's: to the supervisor
     if started is not None:
         started.set_result(port)
     try:

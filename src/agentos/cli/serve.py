@@ -14,6 +14,7 @@ from agentos.config.toml import dump_toml, to_toml_dict
 _FLAG_KEYS = {
     "host": "server.host",
     "port": "server.port",
+    "workers": "server.workers",
     "log_level": "log_level",
     "data_dir": "data_dir",
     "provider_url": "provider.url",
@@ -35,6 +36,7 @@ def add_settings_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="TOML config file")
     p.add_argument("--host")
     p.add_argument("--port", type=int)
+    p.add_argument("--workers", type=int, help="server processes on this host (needs PostgreSQL + Redis above 1)")
     p.add_argument("--data-dir")
     p.add_argument("--log-level", type=str.lower, choices=("debug", "info", "warning", "error"))
     p.add_argument("--provider-url", help="OpenAI-compatible base URL (…/v1); empty: built-in mock")
@@ -84,10 +86,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _serve(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    if settings.server.workers > 1:
+        from agentos.supervisor import run_workers
+
+        return run_workers(settings, [sys.executable, "-m", "agentos.cli.worker"])
     from agentos.mock.builtin import builtin_mock
     from agentos.server import run_server
 
-    return run_server(settings_from_args(args), provider_setup=builtin_mock)
+    return run_server(settings, provider_setup=builtin_mock)
 
 
 def _config_show(args: argparse.Namespace) -> int:

@@ -25,6 +25,9 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
     host: str = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
+    # Server processes on this host (`agentos.supervisor`, docs/deployment.md "Workers"): 1 is one
+    # process; more need the cluster path (store.backend = "postgres" + coordination.redis_url).
+    workers: Annotated[int, msgspec.Meta(ge=1, le=512)] = 1
     max_body_bytes: PosInt = 1 << 20
     api_token: str = ""
     access_log: bool = True

@@ -24,10 +24,15 @@ def stamp(record: logging.LogRecord) -> None:
 
 class JsonLineFormatter(logging.Formatter):
     """One JSON object per line: time (UTC, ISO 8601), level, logger, message, trace_id,
-    span_id, and the traceback as `exception` when there is one."""
+    span_id, and the traceback as `exception` when there is one; `fields` are added to every line
+    (a worker's number and pid, `agentos serve --workers`)."""
+
+    def __init__(self, fields: dict[str, object] | None = None) -> None:
+        super().__init__()
+        self._fields = fields or {}
 
     def format(self, record: logging.LogRecord) -> str:
-        line = {
+        line: dict[str, object] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
@@ -35,6 +40,7 @@ class JsonLineFormatter(logging.Formatter):
             "trace_id": getattr(record, "trace_id", ""),
             "span_id": getattr(record, "span_id", ""),
         }
+        line.update(self._fields)
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False)

@@ -1,0 +1,213 @@
+"""`agentos serve --workers N`: real processes (a supervisor and its workers) on one loopback port,
+one PostgreSQL schema, one Redis key prefix, the bench mock as the provider.
+
+Which worker served a turn is read from the log: every worker's lines carry `[w<k> <pid>]`, and
+each turn ends with a `turn session=… turn=… outcome=…` line. The supervisor's stderr is a pipe
+read line by line here, so a test waits for a line (a worker listening) rather than for time.
+Every request goes on a connection of its own (`force_close`): the kernel picks a worker per
+connection, so one kept-alive connection would always reach the same one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from agentos.config import StoreConfig
+from agentos.mock.server import MockServer
+from tests.api.helpers import new_session, turn_events
+from tests.conftest import child_env
+from tests.coordination.cluster import node_env, pg_rows
+from tests.coordination.conftest import REDIS_URL
+
+pytest.importorskip("asyncpg")
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+LISTENING = re.compile(r"\[w(\d+) (\d+)\] worker \d+ listening: pid \d+, node (\S+)")
+TURN_LINE = re.compile(r"\[w(\d+) (\d+)\] turn session=(\S+) turn=(\S+) outcome=(\S+) reason=(\S+)")
+STARTED_S = 60  # PostgreSQL migrations, then two workers on a busy 2-core machine
+
+
+@dataclass
+class Workers:
+    """A running `agentos serve --workers N` and what its stderr said so far."""
+
+    proc: asyncio.subprocess.Process
+    url: str = ""
+    lines: list[str] = field(default_factory=list)
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    async def wait_line(self, pattern: re.Pattern[str], count: int = 1, timeout_s: float = STARTED_S) -> list[str]:
+        """The first `count` log lines that match `pattern`, once there are that many."""
+        async with asyncio.timeout(timeout_s), self.changed:
+            await self.changed.wait_for(lambda: len(self.matching(pattern)) >= count)
+        return self.matching(pattern)[:count]
+
+    def matching(self, pattern: re.Pattern[str]) -> list[str]:
+        return [line for line in self.lines if pattern.search(line)]
+
+    def pids(self) -> dict[int, int]:
+        """The pid of each worker now (the last to listen under its number)."""
+        return {int(m[1]): int(m[2]) for line in self.matching(LISTENING) if (m := LISTENING.search(line))}
+
+    def turns(self) -> dict[str, tuple[int, str, str]]:
+        """Each turn's worker pid, outcome and reason, from its last log line."""
+        found = (TURN_LINE.search(line) for line in self.lines)
+        return {m[4]: (int(m[2]), m[5], m[6]) for m in found if m}
+
+    async def stop(self, sig: int = signal.SIGINT) -> int:
+        """Signal the supervisor; its exit status, with the log's tail after a failure."""
+        self.proc.send_signal(sig)
+        async with asyncio.timeout(30):
+            code = await self.proc.wait()
+        if code != 0:
+            print("\n".join(self.lines[-40:]))
+        return code
+
+
+async def _read_stderr(workers: Workers) -> None:
+    assert workers.proc.stderr is not None
+    while line := await workers.proc.stderr.readline():
+        async with workers.changed:
+            workers.lines.append(line.decode(errors="replace").rstrip())
+            workers.changed.notify_all()
+
+
+@asynccontextmanager
+async def serve_workers(
+    count: int, data: Path, mock_url: str, env: dict[str, str], args: Sequence[str] = ()
+) -> AsyncIterator[Workers]:
+    """`agentos serve --workers count` on port 0, once every worker listens."""
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "agentos", "serve", "--workers", str(count), "--port", "0"),
+        *("--data-dir", str(data), "--provider-url", mock_url, *args),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=child_env(**env),
+    )
+    workers = Workers(proc)
+    reader = asyncio.create_task(_read_stderr(workers))
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), STARTED_S)).decode()
+        assert line.startswith("agentos listening on "), line + "\n".join(workers.lines[-30:])
+        workers.url = line.split()[-1]
+        await workers.wait_line(LISTENING, count)
+        yield workers
+    finally:
+        if proc.returncode is None:
+            proc.kill()  # the workers see their stdin close and stop by themselves
+            await proc.wait()
+        async with asyncio.timeout(30):
+            await reader  # the end of stderr: every worker has exited too
+
+
+@pytest.fixture
+async def fresh() -> AsyncIterator[aiohttp.ClientSession]:
+    """A client that opens a connection per request, so the kernel chooses a worker each time."""
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
+        yield session
+
+
+async def test_last_wins_holds_across_workers(
+    tmp_path: Path, mock_factory: Any, pg: StoreConfig, prefix: str, fresh: aiohttp.ClientSession
+) -> None:
+    """Twelve sessions, two turns each: the first waits for its first token when the second
+    arrives, on whichever worker the kernel picks. Each first turn ends superseded, each second
+    completes, and at least one session's two turns ran on different workers (all land on one
+    worker with probability 2^-11)."""
+    slow: MockServer = await mock_factory(ttft_ms=2500, tps=200, tokens=3)
+    sessions = 12
+    async with serve_workers(2, tmp_path, slow.url, node_env(pg, REDIS_URL, prefix)) as workers:
+        ids = [await new_session(fresh, workers.url) for _ in range(sessions)]
+        firsts = [asyncio.create_task(turn_events(fresh, workers.url, sid, "first")) for sid in ids]
+        await slow.stats.wait_for(lambda s: s.requests == sessions, what="every first turn upstream")
+        seconds = await asyncio.gather(*(turn_events(fresh, workers.url, sid, "second") for sid in ids))
+        events1 = await asyncio.gather(*firsts)
+        node_ids = {LISTENING.search(line)[3] for line in workers.matching(LISTENING)}  # type: ignore[index]
+        assert await workers.stop() == 0
+        ran = workers.turns()
+        rows = await pg_rows(pg, "SELECT turn_id, role FROM messages WHERE role = 'assistant'")
+    assert len(node_ids) == 2  # each worker is a node of its own
+    for first, second in zip(events1, seconds, strict=True):
+        assert (first[-1].name, first[-1].data["reason"]) == ("turn.cancelled", "superseded")
+        assert second[-1].name == "turn.completed"
+    pairs = [(ran[f[0].data["turn_id"]], ran[s[0].data["turn_id"]]) for f, s in zip(events1, seconds, strict=True)]
+    assert all(a[1:] == ("cancelled", "superseded") and b[1:] == ("completed", "-") for a, b in pairs)
+    assert len({pid for pair in pairs for pid, _, _ in pair}) == 2  # both workers served turns
+    assert any(a[0] != b[0] for a, b in pairs)  # a turn superseded by one on the other worker
+    answered = {row[0] for row in rows}
+    assert answered == {s[0].data["turn_id"] for s in seconds}  # no superseded answer stored
+
+
+async def test_a_killed_worker_is_replaced_and_acknowledged_turns_stay(
+    tmp_path: Path, mock: MockServer, pg: StoreConfig, prefix: str, fresh: aiohttp.ClientSession
+) -> None:
+    async with serve_workers(2, tmp_path, mock.url, node_env(pg, REDIS_URL, prefix)) as workers:
+        before = [await _one_turn(fresh, workers.url) for _ in range(8)]
+        victim = workers.pids()[1]
+        os.kill(victim, signal.SIGKILL)
+        await workers.wait_line(LISTENING, 3)  # worker 1 listens again, another process
+        after = [await _one_turn(fresh, workers.url) for _ in range(16)]
+        replacement = workers.pids()[1]
+        assert await workers.stop() == 0
+        ran = workers.turns()
+        rows = await pg_rows(pg, "SELECT turn_id FROM messages WHERE role = 'assistant' AND status = 'completed'")
+    assert replacement != victim
+    assert {row[0] for row in rows} >= set(before) | set(after)  # every acknowledged answer is stored
+    assert replacement in {ran[t][0] for t in after}  # the new worker serves turns
+
+
+async def test_sigint_drains_the_workers_and_exits_0(
+    tmp_path: Path, mock_factory: Any, pg: StoreConfig, prefix: str, fresh: aiohttp.ClientSession
+) -> None:
+    slow: MockServer = await mock_factory(ttft_ms=1500, tps=200, tokens=3)
+    async with serve_workers(2, tmp_path, slow.url, node_env(pg, REDIS_URL, prefix)) as workers:
+        sid = await new_session(fresh, workers.url)
+        turn = asyncio.create_task(turn_events(fresh, workers.url, sid, "drain me"))
+        await slow.stats.wait_for(lambda s: s.requests == 1, what="the turn upstream")
+        assert await workers.stop(signal.SIGINT) == 0
+        events = await turn
+    assert events[-1].name == "turn.completed"  # drained, not cut short
+    assert workers.matching(re.compile(r"\[w[01] \d+\] stopped$")) != []
+
+
+@pytest.mark.parametrize(
+    ("args", "missing"),
+    [((), "store.backend"), (("--store-backend", "postgres", "--postgres-url", "postgresql://x@127.0.0.1/x"), "redis")],
+)
+async def test_workers_without_postgres_and_redis_are_refused(
+    tmp_path: Path, args: tuple[str, ...], missing: str
+) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "agentos", "serve", "--workers", "2", "--port", "0", "--data-dir", str(tmp_path)),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=child_env(),
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    message = err.decode()
+    assert proc.returncode == 2, message
+    assert message.startswith("agentos: server.workers: 2 workers need the PostgreSQL store and Redis")
+    assert missing in message and "Traceback" not in message and out == b""
+
+
+async def _one_turn(http: aiohttp.ClientSession, url: str) -> str:
+    """A turn in a new session, answered to the end: its id."""
+    events = await turn_events(http, url, await new_session(http, url), "hello")
+    assert events[-1].name == "turn.completed"
+    turn_id: str = events[0].data["turn_id"]
+    return turn_id
