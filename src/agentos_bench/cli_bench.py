@@ -144,6 +144,15 @@ def _register_sweep(commands: argparse._SubParsersAction[argparse.ArgumentParser
         help="server processes per profile sharing its PostgreSQL store and Redis (default 1; >1 needs both)",
     )
     sweep.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="agentos serve --workers N for each profile's server (default 1; >1 needs PostgreSQL + Redis)",
+    )
+    sweep.add_argument("--server-cpus", default="", help="taskset CPU list for the server and its workers (0-3)")
+    sweep.add_argument("--mock-cpus", default="", help="taskset CPU list for the mock (4)")
+    sweep.add_argument("--loadgen-cpus", default="", help="CPU list for this process, the load generator (5)")
+    sweep.add_argument(
         "--spread",
         choices=["session", "turn"],
         default="session",
@@ -237,6 +246,21 @@ def _check_tenants(args: argparse.Namespace) -> None:
         raise SystemExit("agentos bench sweep: --tenants with --server-url needs that server's AGENTOS_API_TOKEN")
 
 
+def _check_workers(args: argparse.Namespace) -> None:
+    """Raises:
+    ConfigError: --workers N, or a CPU list, that cannot run: one line, exit 2.
+    """
+    from agentos.errors import ConfigError
+    from agentos_bench.common.pinning import parse_cpus
+
+    if args.workers < 1:
+        raise ConfigError(f"bench sweep --workers {args.workers}: must be 1 or more")
+    if args.workers > 1 and args.server_url:
+        raise ConfigError(f"bench sweep --workers {args.workers}: not with --server-url (the bench starts the server)")
+    for cpus in (args.server_cpus, args.mock_cpus, args.loadgen_cpus):
+        parse_cpus(cpus)
+
+
 def _check_nodes(args: argparse.Namespace) -> None:
     """Raises:
     ConfigError: --nodes N that the profiles (or an external server) cannot run: one line, exit 2.
@@ -260,6 +284,7 @@ def _check_nodes(args: argparse.Namespace) -> None:
 def _sweep(args: argparse.Namespace) -> int:
     from agentos.mock.loop import raise_fd_limit, run_loop
     from agentos.mock.server import MockSettings
+    from agentos_bench.common.pinning import pin_self
     from agentos_bench.load.sweep import SweepPlan, run_sweep
     from agentos_bench.peers.catalog import default_peers_dir
     from agentos_bench.peers.cli import peer_names
@@ -268,6 +293,8 @@ def _sweep(args: argparse.Namespace) -> int:
     peers = peer_names(args.peers)
     _check_tenants(args)
     _check_nodes(args)
+    _check_workers(args)
+    pin_self(args.loadgen_cpus)
     raise_fd_limit()
     plan = SweepPlan(
         points=_points(args),
@@ -288,6 +315,9 @@ def _sweep(args: argparse.Namespace) -> int:
         spread=args.spread,
         api=args.api,
         double_text=args.double_text,
+        workers=args.workers,
+        server_cpus=args.server_cpus,
+        mock_cpus=args.mock_cpus,
         peers=peers,
         peer_runner=peer_runner(args.peers_dir or default_peers_dir()) if peers else None,
     )
@@ -299,6 +329,8 @@ def _sweep(args: argparse.Namespace) -> int:
         label += f"-{args.double_text}"
     if args.nodes > 1 and report["profiles"]:
         label += f"-{args.nodes}nodes" + ("-turn-spread" if args.spread == "turn" else "")
+    if args.workers > 1 and report["profiles"]:
+        label += f"-{args.workers}workers"
     return _write(report, "sweep", label, args)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from agentos.mock.main import READY_LINE as _READY_LINE
 from agentos.mock.server import MockSettings
+from agentos_bench.common.pinning import pinned
 from agentos_bench.common.processes import BenchSetupError, Child, stop_child
 
 
@@ -24,8 +25,11 @@ def mock_argv(settings: MockSettings) -> list[str]:
     ]
 
 
-async def start_mock_process(settings: MockSettings, log_dir: Path, ready_timeout_s: float = 30.0) -> Child:
-    """Run `agentos mock-llm` and wait for its `listening on` line.
+async def start_mock_process(
+    settings: MockSettings, log_dir: Path, ready_timeout_s: float = 30.0, cpus: str = ""
+) -> Child:
+    """Run `agentos mock-llm` (on the cores `cpus`, `agentos_bench.common.pinning`; empty: any)
+    and wait for its `listening on` line.
 
     Raises:
         BenchSetupError: it exited or stayed silent past `ready_timeout_s`.
@@ -33,7 +37,10 @@ async def start_mock_process(settings: MockSettings, log_dir: Path, ready_timeou
     log_path = log_dir / "mock-llm.log"
     with log_path.open("wb") as log:
         process = await asyncio.create_subprocess_exec(
-            *mock_argv(settings), stdout=asyncio.subprocess.PIPE, stderr=log, stdin=asyncio.subprocess.DEVNULL
+            *pinned(mock_argv(settings), cpus),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
+            stdin=asyncio.subprocess.DEVNULL,
         )
     assert process.stdout is not None
     try:

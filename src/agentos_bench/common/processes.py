@@ -20,6 +20,8 @@ from pathlib import Path
 
 import aiohttp
 
+from agentos_bench.common.pinning import pinned
+
 
 class BenchSetupError(RuntimeError):
     """A process the bench needs did not start or did not become ready."""
@@ -53,6 +55,11 @@ class ServerPlan:
     ready_timeout_s: float = 60.0
     env: Mapping[str, str] = field(default_factory=dict)  # added to this process's environment
     log_name: str = "server"  # the log file is <log_dir>/<log_name>.log (one per node of a cluster)
+    cpus: str = ""  # taskset's CPU list for the server (and its workers); empty: not pinned
+    workers: int = 1  # `agentos serve --workers`: ready once every worker listens
+
+
+_LISTENING = b"agentos listening on "
 
 
 def server_argv(plan: ServerPlan, port: int) -> list[str]:
@@ -61,7 +68,9 @@ def server_argv(plan: ServerPlan, port: int) -> list[str]:
     argv += ["--data-dir", str(plan.data_dir)]
     if plan.session_ttl_s is not None:
         argv += ["--session-ttl-secs", str(plan.session_ttl_s)]
-    return argv
+    if plan.workers > 1:
+        argv += ["--workers", str(plan.workers)]
+    return pinned(argv, plan.cpus)
 
 
 async def start_server_process(plan: ServerPlan, log_dir: Path, port: int | None = None) -> Child:
@@ -83,7 +92,10 @@ async def start_server_process(plan: ServerPlan, log_dir: Path, port: int | None
             env={**os.environ, **plan.env} if plan.env else None,
         )
     child = Child(name="server", process=process, url=f"http://127.0.0.1:{port}", log_path=log_path)
-    if not await wait_ready(child, plan.ready_timeout_s):
+    ready = await wait_ready(child, plan.ready_timeout_s)
+    if ready and plan.workers > 1:  # /readyz answers once one worker listens; the line, once all do
+        ready = await _wait_logged(child, _LISTENING, plan.ready_timeout_s)
+    if not ready:
         await stop_child(process)
         raise BenchSetupError(f"server not ready in {plan.ready_timeout_s}s (see {str(log_path)!r})")
     return child
@@ -100,6 +112,17 @@ async def wait_ready(child: Child, timeout_s: float, path: str = "/readyz") -> b
                     if response.status == 200:
                         return True
             await asyncio.sleep(0.1)
+    return False
+
+
+async def _wait_logged(child: Child, text: bytes, timeout_s: float) -> bool:
+    """Poll the child's log until it holds `text`, the process exits, or the deadline passes."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline and child.process.returncode is None:
+        if text in child.log_path.read_bytes():
+            return True
+        await asyncio.sleep(0.1)
     return False
 
 

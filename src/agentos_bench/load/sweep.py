@@ -80,6 +80,9 @@ class SweepPlan:
     peer_runner: PeerRunner | None = None  # starts and measures one (bench.peers.launch.peer_runner)
     api: Api = "native"  # each turn via POST /v1/sessions/{id}/turns, or /v1/chat/completions (load.openai_target)
     double_text: DoubleText = "none"  # "enqueue": each turn a pair, the second enqueued (load.double_text)
+    workers: int = 1  # `agentos serve --workers` for each profile's server (docs/deployment.md "Workers")
+    server_cpus: str = ""  # taskset CPU lists (agentos_bench.common.pinning); empty: not pinned
+    mock_cpus: str = ""
 
 
 @dataclass(kw_only=True)
@@ -111,7 +114,7 @@ async def _mock(plan: SweepPlan, work_dir: Path) -> AsyncIterator[_Mock]:
     if plan.mock_url:
         yield _Mock(url=plan.mock_url.rstrip("/"), pid=plan.mock_pid)
         return
-    child = await start_mock_process(plan.mock, work_dir)
+    child = await start_mock_process(plan.mock, work_dir, cpus=plan.mock_cpus)
     _log(f"mock-llm pid {child.pid} at {child.url}")
     try:
         yield _Mock(url=child.url, pid=child.pid)
@@ -161,6 +164,8 @@ async def _server_rows(run: SweepRun, http: aiohttp.ClientSession, mock: _Mock, 
         data_dir=run.work_dir / f"data-{profile}",
         env=admin.env if admin else {},
         log_name=f"server-{path.stem}",
+        cpus=run.plan.server_cpus,
+        workers=run.plan.workers,
     )
     count, spread = run.plan.nodes, run.plan.spread
     async with start_nodes(plan, count, settings, run.work_dir, run.notes, keep=run.plan.keep_data) as nodes:
