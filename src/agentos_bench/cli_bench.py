@@ -318,6 +318,7 @@ def _sweep(args: argparse.Namespace) -> int:
         workers=args.workers,
         server_cpus=args.server_cpus,
         mock_cpus=args.mock_cpus,
+        loadgen_cpus=args.loadgen_cpus,
         peers=peers,
         peer_runner=peer_runner(args.peers_dir or default_peers_dir()) if peers else None,
     )

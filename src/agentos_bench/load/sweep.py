@@ -83,6 +83,7 @@ class SweepPlan:
     workers: int = 1  # `agentos serve --workers` for each profile's server (docs/deployment.md "Workers")
     server_cpus: str = ""  # taskset CPU lists (agentos_bench.common.pinning); empty: not pinned
     mock_cpus: str = ""
+    loadgen_cpus: str = ""  # recorded in the report; the CLI pins this process (pinning.pin_self)
 
 
 @dataclass(kw_only=True)

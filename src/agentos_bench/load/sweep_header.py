@@ -21,6 +21,14 @@ class SweepPlan(Protocol):
     def mock_url(self) -> str | None: ...
     @property
     def peers(self) -> Sequence[str]: ...
+    @property
+    def workers(self) -> int: ...
+    @property
+    def server_cpus(self) -> str: ...
+    @property
+    def mock_cpus(self) -> str: ...
+    @property
+    def loadgen_cpus(self) -> str: ...
 
 
 def tenancy(plan: SweepPlan) -> dict[str, Any]:
@@ -40,7 +48,14 @@ def tenancy(plan: SweepPlan) -> dict[str, Any]:
 def cluster(plan: SweepPlan) -> dict[str, Any]:
     """What the report's header says about the server nodes and how the load was spread."""
     if plan.nodes == 1:
-        return {"nodes": 1, "spread": None, "text": "one server process per profile"}
+        text = "one server process per profile"
+        if plan.workers > 1:
+            text = (
+                f"one `agentos serve --workers {plan.workers}` per profile ({plan.workers} worker processes on"
+                " one port, each a node of the cluster path); server CPU and memory summed over the supervisor"
+                " and its workers"
+            )
+        return {"nodes": 1, "workers": plan.workers, "spread": None, "text": text}
     how = {
         "session": "each session on one node, sessions round-robin (session i -> node i mod N)",
         "turn": "sessions created round-robin, each turn of a session on the node after its previous turn's",
@@ -49,17 +64,30 @@ def cluster(plan: SweepPlan) -> dict[str, Any]:
         f"{plan.nodes} server nodes per profile (`agentos serve` processes sharing a fresh PostgreSQL "
         f"schema and Redis key prefix); {how}; server CPU and memory summed over the nodes"
     )
-    return {"nodes": plan.nodes, "spread": plan.spread, "text": text}
+    return {"nodes": plan.nodes, "workers": plan.workers, "spread": plan.spread, "text": text}
 
 
 def topology(plan: SweepPlan) -> str:
     server = f"external server at {plan.server_url}" if plan.server_url else "server (one process per profile)"
     if plan.nodes > 1 and not plan.server_url:
         server = f"{plan.nodes} server nodes per profile"
+    if plan.workers > 1 and not plan.server_url:
+        server += f", {plan.workers} workers each"
     if plan.peers:
         server += f"; then each peer ({', '.join(plan.peers)}), one process, on the same mock"
     mock = f"external mock at {plan.mock_url}" if plan.mock_url else "mock-llm (one process, uvloop)"
+    pins = _pins(plan)
     return (
         f"one machine, loopback only: {mock}; {server}; load generator (one process, uvloop, "
-        "aiohttp TCPConnector(limit=0)); all three share the cores"
+        f"aiohttp TCPConnector(limit=0)); {pins}"
+    )
+
+
+def _pins(plan: SweepPlan) -> str:
+    """Which cores each part ran on (`--server-cpus`, `--mock-cpus`, `--loadgen-cpus`)."""
+    if not (plan.server_cpus or plan.mock_cpus or plan.loadgen_cpus):
+        return "all three share the cores"
+    return (
+        f"pinned: server on CPUs {plan.server_cpus or 'any'}, mock on {plan.mock_cpus or 'any'},"
+        f" load generator on {plan.loadgen_cpus or 'any'}"
     )
