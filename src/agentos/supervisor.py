@@ -117,9 +117,10 @@ def _status_of(proc: asyncio.subprocess.Process) -> int:
 class Supervisor:
     """Starts the workers, forwards stop signals, restarts a worker that dies (module docstring)."""
 
-    def __init__(self, settings: Settings, command: Sequence[str]) -> None:
+    def __init__(self, settings: Settings, command: Sequence[str], *, restart_delay_s: float = 1.0) -> None:
         self._settings = settings
         self._command = list(command)
+        self._restart_delay_s = restart_delay_s  # the n-th restart of a window waits (n - 1) x this
         self._workers: dict[int, asyncio.subprocess.Process] = {}
         self._exits: asyncio.Queue[tuple[int, asyncio.subprocess.Process]] = asyncio.Queue()
         self._stop = asyncio.Event()
@@ -215,7 +216,7 @@ class Supervisor:
             self._restarts.popleft()
         if len(self._restarts) >= RESTARTS:
             return False
-        delay = float(len(self._restarts))
+        delay = len(self._restarts) * self._restart_delay_s
         self._restarts.append(now)
         if delay:
             await wait_event(self._stop, delay)

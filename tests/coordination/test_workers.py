@@ -136,7 +136,7 @@ async def test_last_wins_holds_across_workers(
         await slow.stats.wait_for(lambda s: s.requests == sessions, what="every first turn upstream")
         seconds = await asyncio.gather(*(turn_events(fresh, workers.url, sid, "second") for sid in ids))
         events1 = await asyncio.gather(*firsts)
-        node_ids = {LISTENING.search(line)[3] for line in workers.matching(LISTENING)}  # type: ignore[index]
+        node_ids = {m[3] for line in workers.lines if (m := LISTENING.search(line))}
         assert await workers.stop() == 0
         ran = workers.turns()
         rows = await pg_rows(pg, "SELECT turn_id, role FROM messages WHERE role = 'assistant'")
@@ -182,6 +182,15 @@ async def test_sigint_drains_the_workers_and_exits_0(
         events = await turn
     assert events[-1].name == "turn.completed"  # drained, not cut short
     assert workers.matching(re.compile(r"\[w[01] \d+\] stopped$")) != []
+
+
+async def test_the_workers_drain_when_the_supervisor_is_killed(
+    tmp_path: Path, mock: MockServer, pg: StoreConfig, prefix: str, fresh: aiohttp.ClientSession
+) -> None:
+    async with serve_workers(2, tmp_path, mock.url, node_env(pg, REDIS_URL, prefix)) as workers:
+        await _one_turn(fresh, workers.url)
+        workers.proc.send_signal(signal.SIGKILL)  # no forwarded signal: the workers see their stdin close
+        await workers.wait_line(re.compile(r"\[w[01] \d+\] stopped$"), 2, timeout_s=30)
 
 
 @pytest.mark.parametrize(
