@@ -125,6 +125,7 @@ class Supervisor:
         self._exits: asyncio.Queue[tuple[int, asyncio.subprocess.Process]] = asyncio.Queue()
         self._stop = asyncio.Event()
         self._restarts: deque[float] = deque()
+        self._reapers: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references
         self._status = 0
 
     async def run(self) -> int:
@@ -148,7 +149,10 @@ class Supervisor:
         port = await self._start(0)
         server = msgspec.structs.replace(self._settings.server, port=port)
         self._settings = msgspec.structs.replace(self._settings, server=server)
-        await asyncio.gather(*(self._start(k) for k in range(1, server.workers)))
+        started = await asyncio.gather(*(self._start(k) for k in range(1, server.workers)), return_exceptions=True)
+        for result in started:
+            if isinstance(result, BaseException):
+                raise result
         pids = " ".join(str(p.pid) for _, p in sorted(self._workers.items()))
         log.info("%d workers listening on port %d: pids %s", server.workers, port, pids)
         print(f"agentos listening on http://{server.host}:{port}", flush=True)
@@ -165,7 +169,9 @@ class Supervisor:
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(msgspec.json.encode(WorkerOrder(worker=index, settings=self._settings)) + b"\n")
         self._workers[index] = proc
-        asyncio.get_running_loop().create_task(self._reap(index, proc))
+        reaper = asyncio.get_running_loop().create_task(self._reap(index, proc))
+        self._reapers.add(reaper)
+        reaper.add_done_callback(self._reapers.discard)
         line = (await proc.stdout.readline()).decode()
         if not line.startswith("agentos listening on "):
             await proc.wait()

@@ -23,7 +23,11 @@ def main() -> int:
     from agentos.server import run_server
     from agentos.supervisor import WorkerOrder
 
-    order = msgspec.json.decode(sys.stdin.buffer.readline(), type=WorkerOrder)
+    try:
+        order = msgspec.json.decode(sys.stdin.buffer.readline(), type=WorkerOrder)
+    except msgspec.DecodeError as exc:  # run by hand: `agentos serve --workers N` starts it
+        print(f"agentos: a worker reads its orders on stdin from `agentos serve --workers N` ({exc})", file=sys.stderr)
+        return 2
     threading.Thread(target=_stop_when_orphaned, name="supervisor-watch", daemon=True).start()
     try:
         return run_server(order.settings, provider_setup=builtin_mock, worker=order.worker)
