@@ -26,6 +26,14 @@ def test_file_then_env_then_flags(tmp_path: Path) -> None:
     assert s.kernel.concurrency_limit == 9
 
 
+def test_workers_come_from_the_file_the_env_or_the_flag(tmp_path: Path) -> None:
+    assert load_settings(None, environ={}).server.workers == 1  # one process: what serve always was
+    path = write(tmp_path, "[server]\nworkers = 2\n")
+    assert load_settings(path, environ={}).server.workers == 2
+    assert load_settings(path, environ={"AGENTOS_SERVER_WORKERS": "3"}).server.workers == 3
+    assert load_settings(path, environ={}, overrides={"server.workers": 4}).server.workers == 4
+
+
 def test_store_and_jsonl_keys(tmp_path: Path) -> None:
     s = load_settings(write(tmp_path, 'jsonl_dir = "/tmp/j"\n[store]\nenabled = false\n'), environ={})
     assert s.jsonl_dir == "/tmp/j" and s.store.enabled is False
@@ -41,6 +49,7 @@ def test_store_and_jsonl_keys(tmp_path: Path) -> None:
         ("[store]\nsynchronous = 'sometimes'\n", "store.synchronous"),
         ("[provider]\nurl = 'ftp://x'\n", "provider.url"),
         ("kernel = 3\n", "kernel"),
+        ("[server]\nworkers = 0\n", "server.workers"),
     ],
 )
 def test_an_invalid_config_names_the_key(tmp_path: Path, text: str, key: str) -> None:
