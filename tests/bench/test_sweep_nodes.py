@@ -108,3 +108,21 @@ async def test_a_sweep_over_two_nodes_on_postgres_and_redis(tmp_path: Path) -> N
 
     schemas_after, keys_after = await _leftovers()
     assert set(schemas_after) <= set(schemas_before) and set(keys_after) <= set(keys_before)
+
+
+async def test_a_sweep_of_one_server_with_two_workers_pinned(tmp_path: Path) -> None:
+    await _services_or_skip()
+    cpu = str(min(os.sched_getaffinity(0)))
+    plan = SweepPlan(
+        points=(4,), profiles=(str(_profile(tmp_path / "workers.toml")),), workers=2, server_cpus=cpu,
+        mock_cpus=cpu, direct=False, duration_s=2.0, warmup_s=0.5, settle_s=0.1,
+        mock=MockSettings(ttft_ms=50.0, tps=400.0, tokens=4), command="pytest",
+    )  # fmt: skip
+    report = await run_sweep(plan)
+    assert report["notes"] == []  # the supervisor drained its workers and exited 0
+    (row,) = report["rows"]
+    assert row["turns_ok"] > 0 and row["failures_total"] == 0, row
+    assert row["server_processes"] >= 3  # the supervisor and its two workers, CPU summed
+    assert report["cluster"]["workers"] == 2 and "--workers 2" in report["cluster"]["text"]
+    assert "each `agentos serve --workers 2`" in report["topology"]
+    assert f"server on CPUs {cpu}, mock on {cpu}, load generator on any" in report["topology"]

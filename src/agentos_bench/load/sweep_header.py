@@ -72,7 +72,7 @@ def topology(plan: SweepPlan) -> str:
     if plan.nodes > 1 and not plan.server_url:
         server = f"{plan.nodes} server nodes per profile"
     if plan.workers > 1 and not plan.server_url:
-        server += f", {plan.workers} workers each"
+        server += f", each `agentos serve --workers {plan.workers}`"
     if plan.peers:
         server += f"; then each peer ({', '.join(plan.peers)}), one process, on the same mock"
     mock = f"external mock at {plan.mock_url}" if plan.mock_url else "mock-llm (one process, uvloop)"
