@@ -8,13 +8,15 @@ so the policy is seen without waiting for servers to start.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
 from agentos.config import Settings, load_settings
-from agentos.supervisor import RESTARTS, Supervisor
+from agentos.errors import ConfigError
+from agentos.supervisor import RESTARTS, Supervisor, check_workers
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -48,3 +50,30 @@ async def test_a_worker_that_cannot_start_gives_its_status(tmp_path: Path) -> No
         load_settings(None, environ={}, overrides={"server.workers": 3}), [sys.executable, "-c", NEVER_LISTENS]
     )
     assert await supervisor.run() == 2
+
+
+CLUSTER = {
+    "store.backend": "postgres",
+    "store.postgres_url": "postgresql://a@127.0.0.1/a",
+    "coordination.redis_url": "redis://r",
+}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({}, "server.workers: 2 workers need the PostgreSQL store and Redis coordination"),
+        ({"store.backend": "postgres", "store.postgres_url": "postgresql://a@127.0.0.1/a"}, "coordination.redis_url"),
+        (CLUSTER | {"server.port": 9001, "server.worker_port_base": 9000}, "ports 9000-9001 include server.port 9001"),
+        (CLUSTER | {"server.worker_port_base": 65535}, "65535 + 2 workers runs past port 65535"),
+    ],
+)
+def test_workers_refuse_what_cannot_keep_their_guarantees_or_ports(overrides: dict[str, object], message: str) -> None:
+    settings = load_settings(None, environ={}, overrides={"server.workers": 2, **overrides})
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_workers(settings)
+
+
+def test_one_worker_needs_nothing_more_and_the_cluster_path_passes() -> None:
+    check_workers(_settings(1))
+    check_workers(load_settings(None, environ={}, overrides={"server.workers": 8, **CLUSTER}))

@@ -279,9 +279,14 @@ async def _listen(
     site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True, reuse_port=worker is not None)
     try:
         await site.start()
+        if worker is not None and settings.server.worker_port_base:
+            await _worker_site(runner, settings, worker)
     except OSError as exc:  # taken since `check_port`: still one line, not a traceback
         await runner.cleanup()
         raise listen_error(settings, exc) from None
+    except ConfigError:
+        await runner.cleanup()
+        raise
     port = runner.addresses[0][1]
     tune_gc()
     if worker is not None:
@@ -294,6 +299,23 @@ async def _listen(
         await _drain(services, stop)
     finally:
         await runner.cleanup()
+
+
+async def _worker_site(runner: web.AppRunner, settings: Settings, worker: int) -> None:
+    """Worker `worker` on a port of its own too (`server.worker_port_base` + `worker`): there a
+    scrape of /metrics reaches this worker, where the shared port reaches whichever the kernel picks.
+
+    Raises:
+        ConfigError: that port cannot be listened on.
+    """
+    port = settings.server.worker_port_base + worker
+    try:
+        await web.TCPSite(runner, settings.server.host, port, reuse_address=True).start()
+    except OSError as exc:
+        raise ConfigError(
+            f"server.worker_port_base: worker {worker} cannot listen on {settings.server.host}:{port}"
+            f" ({exc.strerror or exc}); choose another base"
+        ) from None
 
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)

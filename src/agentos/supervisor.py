@@ -69,14 +69,26 @@ def check_workers(settings: Settings) -> None:
     """
     workers = settings.server.workers
     store = settings.store
-    if workers == 1 or (store.enabled and store.backend == "postgres" and settings.coordination.redis_url):
+    if workers == 1:
         return
-    raise ConfigError(
-        f"server.workers: {workers} workers need the PostgreSQL store and Redis coordination, which"
-        " carry the guarantees across processes (last-wins fencing, durable turns, the provider limit,"
-        ' rate limits and quotas); set store.backend = "postgres" with store.postgres_url, and'
-        " coordination.redis_url (--store-backend postgres --postgres-url ... --redis-url ...), or run one worker"
-    )
+    if not (store.enabled and store.backend == "postgres" and settings.coordination.redis_url):
+        raise ConfigError(
+            f"server.workers: {workers} workers need the PostgreSQL store and Redis coordination, which"
+            " carry the guarantees across processes (last-wins fencing, durable turns, the provider limit,"
+            ' rate limits and quotas); set store.backend = "postgres" with store.postgres_url, and'
+            " coordination.redis_url (--store-backend postgres --postgres-url ... --redis-url ...), or run one worker"
+        )
+    _check_worker_ports(settings)
+
+
+def _check_worker_ports(settings: Settings) -> None:
+    base, workers, port = settings.server.worker_port_base, settings.server.workers, settings.server.port
+    if base and base + workers - 1 > 65535:
+        raise ConfigError(f"server.worker_port_base: {base} + {workers} workers runs past port 65535")
+    if base and base <= port < base + workers:
+        raise ConfigError(
+            f"server.worker_port_base: the workers' own ports {base}-{base + workers - 1} include server.port {port}"
+        )
 
 
 def run_workers(settings: Settings, command: Sequence[str]) -> int:

@@ -14,6 +14,7 @@ import asyncio
 import os
 import re
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -184,6 +185,23 @@ async def test_sigint_drains_the_workers_and_exits_0(
     assert workers.matching(re.compile(r"\[w[01] \d+\] stopped$")) != []
 
 
+async def test_each_worker_has_its_own_port_for_its_metrics(
+    tmp_path: Path, mock: MockServer, pg: StoreConfig, prefix: str, fresh: aiohttp.ClientSession
+) -> None:
+    """`server.worker_port_base`: worker k also listens on base + k. The shared port's /metrics
+    is one worker's; the two own ports' counts add up to every turn served."""
+    base = _free_ports(2)
+    config = tmp_path / "workers.toml"
+    config.write_text(f"[server]\nworker_port_base = {base}\n")
+    env = node_env(pg, REDIS_URL, prefix)
+    async with serve_workers(2, tmp_path / "data", mock.url, env, ["--config", str(config)]) as workers:
+        for _ in range(6):
+            await _one_turn(fresh, workers.url)
+        counts = [await _completed(fresh, f"http://127.0.0.1:{base + k}") for k in (0, 1)]
+        assert await workers.stop() == 0
+    assert sum(counts) == 6
+
+
 async def test_the_workers_drain_when_the_supervisor_is_killed(
     tmp_path: Path, mock: MockServer, pg: StoreConfig, prefix: str, fresh: aiohttp.ClientSession
 ) -> None:
@@ -220,3 +238,33 @@ async def _one_turn(http: aiohttp.ClientSession, url: str) -> str:
     assert events[-1].name == "turn.completed"
     turn_id: str = events[0].data["turn_id"]
     return turn_id
+
+
+async def _completed(http: aiohttp.ClientSession, url: str) -> int:
+    """Turns completed by the server at `url`, from its /metrics."""
+    async with http.get(f"{url}/metrics") as r:
+        assert r.status == 200
+        text = await r.text()
+    found = re.search(r'^agentos_turn_duration_ms_count\{outcome="completed"\} (\S+)$', text, re.M)
+    return int(float(found[1])) if found else 0
+
+
+def _free_ports(count: int) -> int:
+    """The first of `count` consecutive loopback ports free now (a few tries: another process may
+    take one in between; the test then fails to start, it does not pass wrongly)."""
+    for _ in range(20):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            first = int(probe.getsockname()[1])
+        if first + count <= 65536 and all(_free(first + k) for k in range(count)):
+            return first
+    raise AssertionError(f"no {count} consecutive free ports")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True

@@ -28,6 +28,8 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # Server processes on this host (`agentos.supervisor`, docs/deployment.md "Workers"): 1 is one
     # process; more need the cluster path (store.backend = "postgres" + coordination.redis_url).
     workers: Annotated[int, msgspec.Meta(ge=1, le=512)] = 1
+    # > 0: worker k also listens on worker_port_base + k, on its own: its own /metrics to scrape.
+    worker_port_base: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 0
     max_body_bytes: PosInt = 1 << 20
     api_token: str = ""
     access_log: bool = True
