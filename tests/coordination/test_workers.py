@@ -27,6 +27,7 @@ import pytest
 
 from agentos.config import StoreConfig
 from agentos.mock.server import MockServer
+from agentos.testing import eventually
 from tests.api.helpers import new_session, turn_events
 from tests.conftest import child_env
 from tests.coordination.cluster import node_env, pg_rows
@@ -171,6 +172,38 @@ async def test_a_killed_worker_is_replaced_and_acknowledged_turns_stay(
     assert replacement in {ran[t][0] for t in after}  # the new worker serves turns
 
 
+async def test_a_killed_workers_run_is_taken_over_and_finishes(
+    tmp_path: Path, mock_factory: Any, pg: StoreConfig, prefix: str, fresh: aiohttp.ClientSession
+) -> None:
+    """An agent run waits for a human on one worker; kill -9 of that worker. When its lease runs
+    out another worker (the sibling, or the one started in its place) takes the run over from
+    the journal; the answer then completes it."""
+    tools: MockServer = await mock_factory(scenario="tools", ttft_ms=10, tps=1000, tokens=3)
+    config = tmp_path / "runs.toml"
+    config.write_text(
+        '[coordination]\nrun_lease_s = 2.0\n[agents.ops]\ntools = ["run_command", "ask_human"]\n'
+        "[agents.ops.command]\ntimeout_s = 10\n"
+    )
+    env = node_env(pg, REDIS_URL, prefix)
+    async with serve_workers(2, tmp_path / "data", tools.url, env, ["--config", str(config)]) as workers:
+        async with fresh.post(f"{workers.url}/v1/agents/ops/runs", json={"input": "job"}) as r:
+            assert r.status == 202, await r.text()
+            run_id = (await r.json())["run_id"]
+        await eventually(lambda: _run_status(fresh, workers.url, run_id, "waiting_human"), 30, "the run to wait")
+        victim = await _lease_pid(pg, run_id)
+        assert victim in workers.pids().values()
+        os.kill(victim, signal.SIGKILL)
+        await eventually(lambda: _taken_over(pg, run_id, victim), 30, "another worker to take the run over")
+        await eventually(lambda: _run_status(fresh, workers.url, run_id, "waiting_human"), 30, "the run to wait again")
+        async with fresh.get(f"{workers.url}/v1/runs/{run_id}") as r:
+            pending = (await r.json())["pending"]
+        body = {"operation_id": pending["operation_id"], "answer": "yes"}
+        async with fresh.post(f"{workers.url}/v1/runs/{run_id}/answer", json=body) as r:
+            assert r.status == 200, await r.text()
+        await eventually(lambda: _run_status(fresh, workers.url, run_id, "completed"), 30, "the run to complete")
+        assert await workers.stop() == 0
+
+
 async def test_sigint_drains_the_workers_and_exits_0(
     tmp_path: Path, mock_factory: Any, pg: StoreConfig, prefix: str, fresh: aiohttp.ClientSession
 ) -> None:
@@ -268,3 +301,19 @@ def _free(port: int) -> bool:
         except OSError:
             return False
         return True
+
+
+async def _run_status(http: aiohttp.ClientSession, url: str, run_id: str, status: str) -> bool:
+    async with http.get(f"{url}/v1/runs/{run_id}") as r:
+        return bool(r.status == 200 and (await r.json())["status"] == status)
+
+
+async def _lease_pid(pg: StoreConfig, run_id: str) -> int:
+    """The pid in the node id (`host-pid-random`) of the worker holding the run's lease."""
+    [row] = await pg_rows(pg, "SELECT owner FROM run_leases WHERE run_id = $1", run_id)
+    return int(str(row[0]).rsplit("-", 2)[1])
+
+
+async def _taken_over(pg: StoreConfig, run_id: str, victim: int) -> bool:
+    rows = await pg_rows(pg, "SELECT owner FROM run_leases WHERE run_id = $1", run_id)
+    return bool(rows) and int(str(rows[0][0]).rsplit("-", 2)[1]) != victim
