@@ -154,6 +154,21 @@ async def test_last_wins_holds_across_workers(
     assert answered == {s[0].data["turn_id"] for s in seconds}  # no superseded answer stored
 
 
+async def test_the_provider_limit_holds_for_the_workers_together(
+    tmp_path: Path, mock_factory: Any, pg: StoreConfig, prefix: str, fresh: aiohttp.ClientSession
+) -> None:
+    """`kernel.concurrency_limit = 2` over two workers: 16 turns at once, both workers serve some
+    (all on one with probability 2^-15), and the provider never sees more than 2 streams."""
+    slow: MockServer = await mock_factory(ttft_ms=300, tps=200, tokens=3)
+    env = node_env(pg, REDIS_URL, prefix)
+    async with serve_workers(2, tmp_path, slow.url, env, ["--concurrency-limit", "2"]) as workers:
+        turns = await asyncio.gather(*(_one_turn(fresh, workers.url) for _ in range(16)))
+        assert await workers.stop() == 0
+        ran = workers.turns()
+    assert len({ran[t][0] for t in turns}) == 2
+    assert slow.stats.max_concurrent == 2
+
+
 async def test_a_killed_worker_is_replaced_and_acknowledged_turns_stay(
     tmp_path: Path, mock: MockServer, pg: StoreConfig, prefix: str, fresh: aiohttp.ClientSession
 ) -> None:
