@@ -32,11 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentos.sandbox.sandbox import Sandbox
-from agentos.config.agents import CommandLimits
-from agentos.sandbox.sandbox import Sandbox
-from agentos.config.agents import CommandLimits
 from agentos.config import SandboxConfig
+from agentos.config.agents import CommandLimits
+from agentos.sandbox.sandbox import Sandbox
 from agentos_bench.report.machine import git_commit, machine_info, result_stem, utc_now
 
 COMMAND = ["sh", "-c", "echo step-1 >> effects.log; echo one"]

@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 
 from agentos.agents import _mountns
-from agentos.sandbox.sandbox import Sandbox
-from agentos.config.agents import CommandLimits
 from agentos.config import SandboxConfig
+from agentos.config.agents import CommandLimits
+from agentos.sandbox.sandbox import Sandbox
 
 _CLONE_NEWNS, _CLONE_NEWPID = 0x00020000, 0x20000000
 
