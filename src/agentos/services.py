@@ -38,10 +38,12 @@ from agentos.coordination.node import node_id
 from agentos.coordination.permits import cluster_permits
 from agentos.coordination.quotas import ClusterQuotas
 from agentos.errors import ConfigError
+from agentos.identity import Fetcher, UserTokens, identity_policy
 from agentos.kernel import Kernel
 from agentos.knowledge.embeddings import Embedder
 from agentos.knowledge.service import KnowledgeService, open_knowledge_storage
 from agentos.metrics import BudgetCollector, Metrics, RouterCollector, TracingCollector
+from agentos.outbound import OutboundPolicy
 from agentos.providers.base import Provider
 from agentos.providers.router import open_router
 from agentos.runtime.driver import Driver
@@ -86,6 +88,7 @@ class Services:
     bus: Bus | None = None  # pub/sub between nodes over that Redis
     tracing: Tracing = NO_TRACING  # traces over OTLP ([telemetry]); off: no OpenTelemetry loaded
     budgets: Budgets | None = None  # spending budgets (in Redis with a link): the router's meter
+    users: UserTokens | None = None  # end users' tokens ([identity]); None: no issuer configured
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Refuse new turns and runs; let running turns finish (bounded), then cancel the rest."""
@@ -108,6 +111,8 @@ class Services:
         await self.store.close()
         if self.tracing.on:  # the last spans out, in a thread: a slow collector must not block the loop
             await asyncio.to_thread(self.tracing.shutdown)
+        if self.users is not None:
+            await self.users.close()
         await self.tenants.close()
         if self.bus is not None:
             await self.bus.close()
@@ -143,7 +148,7 @@ async def open_services(
     tracing = _tracing(settings, metrics)
     if provider is None and not (settings.provider.url or settings.providers):
         raise ConfigError("provider.url: no provider configured")
-    tenants = await open_tenants(settings, now_ms)
+    tenants, users = await _tenants_and_users(settings, now_ms)
     link: Link | None = None
     bus: Bus | None = None
     store = _make_store(settings, metrics)
@@ -267,7 +272,29 @@ async def open_services(
         bus,
         tracing,
         budgets,
+        users,
     )
+
+
+async def _tenants_and_users(settings: Settings, now_ms: Callable[[], int]) -> tuple[TenantRegistry, UserTokens | None]:
+    """The tenant registry, opened, and the verifier of its end users' tokens."""
+    tenants = await open_tenants(settings, now_ms)
+    try:
+        return tenants, open_users(settings, tenants)
+    except ConfigError:
+        await tenants.close()
+        raise
+
+
+def open_users(settings: Settings, tenants: TenantRegistry) -> UserTokens | None:
+    """The verifier of end users' tokens, when `[identity]` names an issuer (no I/O: the keys are
+    fetched at the first token). Raises: ConfigError (a scope no user may hold)."""
+    identity = settings.identity
+    if not identity.issuers:
+        return None
+    networks = OutboundPolicy.from_lists((), settings.security.outbound_allow_networks)
+    policy = identity_policy(networks, allow_loopback=identity.allow_loopback)
+    return UserTokens(identity, tenants, Fetcher(policy, timeout_s=identity.jwks_timeout_s))
 
 
 def open_budgets(wall_clock: Clock, tenants: TenantRegistry, link: Link | None) -> Budgets:

@@ -88,7 +88,9 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     middlewares.append(error_middleware)
     middlewares.append(browser_middleware(BrowserRules.from_settings(settings.server)))  # before auth: costs nothing
     loopback = is_loopback(settings.server.host)
-    middlewares.append(auth_middleware(settings.server.api_token, services.tenants, loopback=loopback))
+    middlewares.append(
+        auth_middleware(settings.server.api_token, services.tenants, loopback=loopback, users=services.users)
+    )
     if services.tracing.on:  # after auth: the key decides whether a caller's traceparent is taken
         middlewares.append(tracing_middleware(services.tracing, settings.telemetry))
     clock = services.driver.clock  # the kernel's clock: a FakeClock in tests drives both

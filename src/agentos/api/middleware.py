@@ -4,7 +4,10 @@ Who a request acts for (`request[PRINCIPAL]`), decided once per request, in memo
 - `Authorization: Bearer <server.api_token>`: `TOKEN_PRINCIPAL`, an admin of tenant "default";
 - `Authorization: Bearer aos_...`: the key's principal from the tenant registry (one dict
   lookup and one HMAC; `agentos.tenancy.registry`);
-- no token configured, no usable key in the registry, and a loopback bind: every request is
+- `Authorization: Bearer <JWT>`: chosen by its `iss`; an end user's token from a tenant's
+  identity provider (`[identity]`, `agentos.identity`) is verified against the provider's keys
+  (a token verified before: one dict lookup);
+- no token configured, no usable key in the registry, no identity provider, and a loopback bind: every request is
   `OPEN_PRINCIPAL` (a single user on their own machine; the README's commands need no key);
 - anything else: 401 with `WWW-Authenticate: Bearer`. A key is read only from the header,
   never from the URL (URLs end up in logs, histories and Referer headers).
@@ -24,6 +27,7 @@ from agentos.api.errors import Handler, error_response
 from agentos.api.keys import RUNTIME, TRACE_ID
 from agentos.clock import wall_ms
 from agentos.errors import InvalidInput
+from agentos.identity import UserTokens, looks_like_jwt
 from agentos.store.records import DEFAULT_TENANT, AccessRecord
 from agentos.tenancy.principal import ALL_SCOPES, OPEN_PRINCIPAL, PRINCIPAL, Principal
 from agentos.tenancy.registry import Refused, TenantRegistry
@@ -64,13 +68,15 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def auth_middleware(token: str, registry: TenantRegistry, *, loopback: bool) -> Middleware:
+def auth_middleware(
+    token: str, registry: TenantRegistry, *, loopback: bool, users: UserTokens | None = None
+) -> Middleware:
     """Sets `request[PRINCIPAL]` (see the module docstring) or answers 401."""
     token_bytes = token.encode()
     defaults = _DefaultPrincipals(registry)
 
     def open_server() -> bool:
-        return not token and loopback and not registry.has_usable_keys()
+        return not token and loopback and users is None and not registry.has_usable_keys()
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -87,7 +93,10 @@ def auth_middleware(token: str, registry: TenantRegistry, *, loopback: bool) -> 
         if token and hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token_bytes):
             request[PRINCIPAL] = defaults.token()
             return await handler(request)
-        found = registry.authenticate(given)
+        if looks_like_jwt(given):  # dispatched on its `iss`: one kind of JWT per issuer
+            found = await _token_principal(given, users)
+        else:
+            found = registry.authenticate(given)
         if isinstance(found, Refused):
             if open_server():  # today's open loopback server ignores whatever header comes
                 request[PRINCIPAL] = defaults.open()
@@ -98,6 +107,14 @@ def auth_middleware(token: str, registry: TenantRegistry, *, loopback: bool) -> 
         return await handler(request)
 
     return check
+
+
+async def _token_principal(token: str, users: UserTokens | None) -> Principal | Refused:
+    """A JWT's principal: an end user's token from a tenant's identity provider (`users`
+    checks the `iss` first; a verified token is a dict lookup)."""
+    if users is not None:
+        return await users.authenticate(token)
+    return Refused("", "no identity provider is configured")
 
 
 class _DefaultPrincipals:

@@ -1,0 +1,230 @@
+"""End users signed in by a real OpenID Connect provider on loopback (tests.identity.idp), over
+the real server: tokens it signs are accepted, and each attack is answered 401 with a JSON error.
+
+Tenant "acme" trusts the provider; tenant "bravo" does not. Real keys (RSA, EC, Ed25519), real
+discovery and key-set fetches over HTTP, the real server and SQLite files.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from cryptography.hazmat.primitives import serialization
+
+from agentos.config import settings_from_dict
+from agentos.mock.server import MockServer
+from agentos.testing import RunningServer
+from agentos.testing.tenants import create_tenant_key
+from tests.api.helpers import expect_error, start_app
+from tests.identity.idp import IdentityProvider, start_idp
+
+A, B = "acme", "bravo"
+ADMIN_TOKEN = "admin-token-for-the-identity-tests"
+USER_SCOPES = "sessions:read sessions:write runs:read runs:write agents:read"
+
+
+@dataclass
+class World:
+    server: RunningServer
+    idp: IdentityProvider
+    b: dict[str, str]  # a key of tenant B, every tenant scope
+
+    def user(self, sub: str = "alice", scope: str = USER_SCOPES, **claims: Any) -> dict[str, str]:
+        return bearer(self.idp.mint({"sub": sub, "scope": scope, **claims}))
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def identity_settings(tmp_path: Path, mock: MockServer, idp: IdentityProvider, **identity: Any) -> dict[str, Any]:
+    issuer = {"tenant": A, "issuer": idp.issuer, "audience": idp.audience}
+    return {
+        "data_dir": str(tmp_path / "data"),
+        "provider": {"url": mock.url},
+        "server": {"api_token": ADMIN_TOKEN},
+        "identity": {"issuers": [issuer], "allow_loopback": True, **identity},
+    }
+
+
+@pytest.fixture
+async def world(tmp_path: Path, mock_factory: Callable[..., Awaitable[MockServer]]) -> AsyncIterator[World]:
+    idp = await start_idp()
+    server = await start_app(settings_from_dict(identity_settings(tmp_path, await mock_factory(), idp)))
+    try:
+        await create_tenant_key(server.url, ADMIN_TOKEN, tenant_id=A)
+        b = (await create_tenant_key(server.url, ADMIN_TOKEN, tenant_id=B)).headers
+        yield World(server, idp, b)
+    finally:
+        await server.close()
+        await idp.close()
+
+
+async def status_of(
+    http: aiohttp.ClientSession, method: str, url: str, headers: dict[str, str], body: Any = None
+) -> int:
+    async with http.request(method, url, headers=headers, json=body) as response:
+        return response.status
+
+
+@pytest.mark.parametrize("alg", ["RS256", "ES256", "EdDSA"])
+async def test_a_token_signed_by_the_provider_signs_the_user_in(
+    world: World, http: aiohttp.ClientSession, alg: str
+) -> None:
+    token = world.idp.mint({"sub": "alice", "scope": USER_SCOPES}, alg=alg)
+    async with http.post(f"{world.server.url}/v1/sessions", headers=bearer(token), json={}) as response:
+        assert response.status == 201, await response.text()
+        assert (await response.json())["tenant_id"] == A
+    async with http.get(f"{world.server.url}/v1/sessions", headers=bearer(token)) as response:
+        assert response.status == 200
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def unsigned(idp: IdentityProvider) -> str:
+    """`alg: none`: a token signed with nothing."""
+    now = int(time.time())
+    header = _b64(json.dumps({"alg": "none", "typ": "JWT", "kid": "rsa-1"}).encode())
+    claims = {"iss": idp.issuer, "aud": idp.audience, "sub": "mallory", "iat": now, "exp": now + 600}
+    return f"{header}.{_b64(json.dumps(claims).encode())}."
+
+
+def hmac_with_public_key(idp: IdentityProvider) -> str:
+    """HS256 "signed" with the provider's RSA public key as the secret (the classic confusion);
+    made by hand, as pyjwt itself refuses to use a PEM key as an HMAC secret."""
+    now = int(time.time())
+    pem = (
+        idp.keys["RS256"]
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    header = _b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": "rsa-1"}).encode())
+    claims = {"iss": idp.issuer, "aud": idp.audience, "sub": "mallory", "iat": now, "exp": now + 600}
+    signing_input = f"{header}.{_b64(json.dumps(claims).encode())}"
+    return f"{signing_input}.{_b64(hmac.new(pem, signing_input.encode(), hashlib.sha256).digest())}"
+
+
+def attacks(idp: IdentityProvider) -> dict[str, str]:
+    now = int(time.time())
+    good = idp.mint({"sub": "alice"})
+    head, body, signature = good.split(".")
+    forged = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    forged["sub"] = "root"
+    return {
+        "wrong issuer": idp.mint({"iss": "https://evil.example"}),
+        "wrong audience": idp.mint({"aud": "another-app"}),
+        "expired": idp.mint({"iat": now - 7200, "exp": now - 3600}),
+        "not yet valid": idp.mint({"nbf": now + 3600}),
+        "issued in the future": idp.mint({"iat": now + 3600, "exp": now + 7200}),
+        "no exp": idp.mint({"exp": None}),
+        "no sub": idp.mint({"sub": None}),
+        "alg none": unsigned(idp),
+        "HS256 with the public key": hmac_with_public_key(idp),
+        "ES256 naming the RSA key": idp.mint(alg="ES256", kid="rsa-1"),
+        "claims changed after signing": f"{head}.{_b64(json.dumps(forged).encode())}.{signature}",
+        "unknown kid": idp.mint(kid="nobody-knows"),
+        "garbage": "eyJ.not.a-token",
+    }
+
+
+REASONS = {  # each attack is refused for its own reason, not by accident of another check
+    "wrong issuer": "unknown issuer",
+    "wrong audience": "wrong audience",
+    "expired": "expired",
+    "not yet valid": "not yet valid (nbf)",
+    "issued in the future": "not yet valid (iat)",
+    "no exp": '"exp"',
+    "no sub": '"sub"',
+    "alg none": "algorithm 'none' is not allowed",
+    "HS256 with the public key": "algorithm 'HS256' is not allowed",
+    "ES256 naming the RSA key": "not an ES256 key",
+    "claims changed after signing": "Signature verification failed",
+    "unknown kid": "no signing key 'nobody-knows'",
+    "garbage": "malformed token",
+}
+
+
+async def test_each_attack_is_answered_401_with_a_json_error(world: World, http: aiohttp.ClientSession) -> None:
+    url = f"{world.server.url}/v1/sessions"
+    async with http.get(url, headers=world.user()) as response:  # the provider's keys are in hand
+        assert response.status == 200
+    for name, token in attacks(world.idp).items():
+        async with http.get(url, headers=bearer(token)) as response:
+            error = await expect_error(response, 401, "unauthorized")
+            assert response.headers["WWW-Authenticate"].startswith("Bearer"), name
+            assert REASONS[name] in error["error"]["message"], (name, error)
+
+
+async def test_an_unknown_kid_storm_fetches_the_key_set_a_bounded_number_of_times(
+    world: World, http: aiohttp.ClientSession
+) -> None:
+    url = f"{world.server.url}/v1/sessions"
+    assert await status_of(http, "GET", url, world.user()) == 200
+    before = world.idp.jwks_fetches
+    for i in range(50):
+        token = world.idp.mint({"sub": f"u{i}"}, kid=f"made-up-{i}")
+        assert await status_of(http, "GET", url, bearer(token)) == 401
+    assert world.idp.jwks_fetches - before <= 1  # one refetch per interval (60 s), not one per token
+
+
+async def test_a_verified_token_is_not_verified_again_and_keys_outlive_a_provider_outage(
+    world: World, http: aiohttp.ClientSession
+) -> None:
+    url = f"{world.server.url}/v1/sessions"
+    headers = world.user()
+    assert await status_of(http, "GET", url, headers) == 200
+    fetches = world.idp.jwks_fetches
+    world.idp.down = True
+    assert await status_of(http, "GET", url, headers) == 200  # the same token: from the cache
+    assert await status_of(http, "GET", url, world.user(sub="bob")) == 200  # a new one: the cached keys
+    assert world.idp.jwks_fetches == fetches
+
+
+async def test_a_token_of_tenant_a_on_tenant_bs_resource_answers_404(world: World, http: aiohttp.ClientSession) -> None:
+    async with http.post(f"{world.server.url}/v1/sessions", headers=world.b, json={}) as response:
+        theirs = (await response.json())["id"]
+    async with http.get(
+        f"{world.server.url}/v1/sessions/{theirs}", headers=world.user(scope="all " + USER_SCOPES)
+    ) as r:
+        await expect_error(r, 404)
+    async with http.get(f"{world.server.url}/v1/sessions/{theirs}", headers=world.b) as response:
+        assert response.status == 200
+
+
+async def test_admin_routes_never_accept_a_users_token(world: World, http: aiohttp.ClientSession) -> None:
+    headers = world.user(scope="all admin " + USER_SCOPES)  # `admin` in the claim is never granted
+    for path in ("/v1/admin/tenants", f"/v1/admin/tenants/{A}", "/v1/admin/keys", "/metrics"):
+        async with http.get(f"{world.server.url}{path}", headers=headers) as response:
+            await expect_error(response, 403, "insufficient_scope")
+
+
+async def test_a_server_with_an_identity_provider_is_never_open(
+    tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    """A loopback server without keys is open to anyone (the README's commands need no key);
+    one that signs users in is not: no token is a 401, not the default tenant's admin."""
+    idp = await start_idp()
+    tree = identity_settings(tmp_path, mock, idp)
+    del tree["server"]
+    server = await start_app(settings_from_dict(tree))
+    try:
+        await server.services.tenants.create_tenant(A)
+        async with http.get(f"{server.url}/v1/sessions") as response:
+            await expect_error(response, 401, "unauthorized")
+        token = idp.mint({"sub": "alice", "scope": USER_SCOPES})
+        assert await status_of(http, "GET", f"{server.url}/v1/sessions", bearer(token)) == 200
+    finally:
+        await server.close()
+        await idp.close()
