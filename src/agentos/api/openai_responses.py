@@ -184,7 +184,8 @@ class ResponseStream(openai_run.OpenAIStream):
 )
 async def get_response(request: web.Request) -> web.Response:
     """A response as stored: its turn's answer and how the turn ended (`in_progress` before)."""
-    tenant_id = require(request, Scope.SESSIONS_READ).tenant_id
+    who = require(request, Scope.SESSIONS_READ)
+    tenant_id = who.tenant_id
     runtime = request.app[RUNTIME]
     rid = request.match_info["response_id"]
     ids = parse_response_id(rid)
@@ -196,6 +197,8 @@ async def get_response(request: web.Request) -> web.Response:
         record = await runtime.get_session(tenant_id, session_id)
     except NotFound:
         raise missing from None
+    if not who.may_see("session", session_id, record.owner):
+        raise missing
     messages = await _turn_messages(runtime.store, tenant_id, session_id, turn_id)
     if not messages:
         raise missing

@@ -21,6 +21,7 @@ from agentos.api.admission import ADMISSION
 from agentos.api.body import decode_json
 from agentos.api.errors import INTERNAL_MESSAGE, STARTED, log_internal_error
 from agentos.api.keys import MAX_BODY_BYTES, RUNTIME
+from agentos.api.owners import check_session
 from agentos.api.routes import Answer, tagged
 from agentos.api.sessions import UNKNOWN
 from agentos.errors import RequestError
@@ -54,6 +55,7 @@ async def session_socket(request: web.Request) -> web.WebSocketResponse:
     who = require(request, Scope.SESSIONS_WRITE)
     runtime = request.app[RUNTIME]
     session_id = request.match_info["session_id"]
+    await check_session(runtime, who, session_id)  # 404 before the upgrade: not this user's
     await runtime.ensure_loaded(who.tenant_id, session_id)  # 404 before the upgrade
     ws = web.WebSocketResponse(heartbeat=30, max_msg_size=request.app[MAX_BODY_BYTES])
     await upgrade(request, ws)

@@ -157,7 +157,8 @@ class PgJournal(Journal):
 
     PUT_PAYLOAD = "INSERT INTO payloads (hash, tenant_id, body) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING"
     INSERT_RUN = (
-        "INSERT INTO runs VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT DO NOTHING"
+        "INSERT INTO runs VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+        " ON CONFLICT DO NOTHING"
     )
     SET_STATUS = (
         "UPDATE runs SET status = $1, result = coalesce($2, result), reason = coalesce($3, reason), updated_ms = $4"

@@ -157,6 +157,7 @@ class Turns:
             raise AdmissionRejected(retry_after_s, code="tenant_concurrent_turns")
         turn = Turn(turn_id, tenant_id, session_id, text, self._clock.now(), agent)
         turn.prompt, turn.tools, turn.key_id = prompt, tools, key_id
+        turn.owner = self._sessions.owner_of(session_id)
         self._turns[turn.turn_id] = turn
         self.idle.clear()
         submitted = TurnSubmitted(session_id, turn.turn_id, agent is None, tenant_id, on_busy)
