@@ -1,4 +1,4 @@
-"""The owner rule on the HTTP side: which sessions and runs a principal may see (`Principal.may_see`).
+"""The owner rule on the HTTP side: which sessions, runs and schedules a principal may see (`Principal.may_see`).
 
 A tenant key (or a user token with the `all` scope) sees the whole tenant and costs nothing
 here; an end user's token sees only what its subject made, so its requests read the session's
@@ -11,6 +11,7 @@ from agentos.agents.engine import run_not_found
 from agentos.agents.service import RunService
 from agentos.errors import SessionNotFound
 from agentos.runtime.runtime import Runtime
+from agentos.schedules.service import ScheduleService, schedule_not_found
 from agentos.tenancy.principal import Principal
 
 
@@ -41,3 +42,11 @@ async def check_run(runs: RunService, who: Principal, run_id: str) -> None:
         return
     if not who.may_see("run", run_id, await runs.run_owner(who.tenant_id, run_id)):
         raise run_not_found(run_id)
+
+
+async def check_schedule(schedules: ScheduleService, who: Principal, schedule_id: str) -> None:
+    """Raises: NotFound `schedule_not_found`: unknown, another tenant's, or not `who`'s to see."""
+    if sees_everything(who):
+        return
+    if not who.may_see("schedule", schedule_id, await schedules.owner_of(who.tenant_id, schedule_id)):
+        raise schedule_not_found(schedule_id)

@@ -42,7 +42,9 @@ PRUNE_EVERY_ROUNDS = 240  # a minute at the default poll
 class ScheduledRuns(Protocol):
     """What the scheduler needs of the runs (`agentos.agents.service.RunService`)."""
 
-    async def start_run(self, tenant_id: str, agent: str, text: str, *, run_id: str | None = None) -> str: ...
+    async def start_run(
+        self, tenant_id: str, agent: str, text: str, *, run_id: str | None = None, owner: str | None = None
+    ) -> str: ...
 
     async def get_run(self, tenant_id: str, run_id: str) -> dict[str, Any]: ...
 
@@ -205,7 +207,9 @@ class Scheduler:
             await self._storage.release(fire, self._owner)  # queued: a later round starts it
             return 0
         try:
-            await self._runs.start_run(fire.tenant_id, schedule.agent, schedule.input, run_id=fire.run_id)
+            await self._runs.start_run(
+                fire.tenant_id, schedule.agent, schedule.input, run_id=fire.run_id, owner=schedule.owner
+            )
         except (AdmissionRejected, ShuttingDown, StoreUnavailable):  # the tenant's quota, a full or draining node
             await self._storage.release(fire, self._owner)
             self._metrics.fires.labels(outcome="postponed").inc()
