@@ -228,3 +228,41 @@ async def test_a_server_with_an_identity_provider_is_never_open(
     finally:
         await server.close()
         await idp.close()
+
+
+async def test_each_user_has_its_own_request_limit_with_the_usual_429_and_headers(
+    tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    """`key_requests_per_minute` limits each user's token as it limits a key: alice's requests
+    do not spend bob's (nor a key's), and her 429 is the keys' own, with its headers."""
+    idp = await start_idp()
+    tree = identity_settings(tmp_path, mock, idp) | {"tenant_limits": {"key_requests_per_minute": 2}}
+    server = await start_app(settings_from_dict(tree))
+    try:
+        await server.services.tenants.create_tenant(A)
+        url = f"{server.url}/v1/sessions"
+        alice, bob = (
+            bearer(idp.mint({"sub": "alice", "scope": USER_SCOPES})),
+            bearer(idp.mint({"sub": "bob", "scope": USER_SCOPES})),
+        )
+        for _ in range(2):
+            async with http.get(url, headers=alice) as response:
+                assert response.status == 200
+                assert response.headers["RateLimit-Policy"] == '"key";q=2;w=60'
+        async with http.get(url, headers=alice) as response:
+            await expect_error(response, 429)
+            assert int(response.headers["Retry-After"]) >= 1
+            assert response.headers["RateLimit"].startswith('"key";r=0')
+        async with http.get(url, headers=bob) as response:
+            assert response.status == 200
+    finally:
+        await server.close()
+        await idp.close()
+
+
+async def test_what_shows_the_whole_tenant_needs_the_all_scope(world: World, http: aiohttp.ClientSession) -> None:
+    for path in ("/v1/usage", "/v1/console/metrics", "/v1/console/stream"):
+        async with http.get(f"{world.server.url}{path}", headers=world.user()) as response:
+            await expect_error(response, 403, "insufficient_scope")
+    async with http.get(f"{world.server.url}/v1/usage", headers=world.user(scope="all " + USER_SCOPES)) as response:
+        assert response.status == 200

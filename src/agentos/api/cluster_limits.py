@@ -22,7 +22,7 @@ from dataclasses import replace
 import msgspec
 from aiohttp import web
 
-from agentos.api.ratelimit import OPEN_KEY, Limiters, raise_if_refused
+from agentos.api.ratelimit import Limiters, limit_key, raise_if_refused
 from agentos.clock import Clock
 from agentos.config.tenants import TenantLimits
 from agentos.coordination.gcra import RedisGcra
@@ -45,7 +45,7 @@ class ClusterLimiters(Limiters):
         limits = who.limits
         wanted: list[tuple[str, int]] = []
         if limits.key_requests_per_minute:
-            wanted.append((self._key("key", who.key_id or OPEN_KEY), limits.key_requests_per_minute))
+            wanted.append((self._key("key", limit_key(who)), limits.key_requests_per_minute))
         if limits.requests_per_minute:
             wanted.append((self._key("tenant", who.tenant_id), limits.requests_per_minute))
         decisions = await self._link.call(lambda: self._gcra.take(wanted))

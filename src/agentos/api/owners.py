@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from agentos.agents.engine import run_not_found
 from agentos.agents.service import RunService
-from agentos.errors import SessionNotFound
+from agentos.errors import Forbidden, SessionNotFound
 from agentos.runtime.runtime import Runtime
 from agentos.schedules.service import ScheduleService, schedule_not_found
 from agentos.tenancy.principal import Principal
@@ -18,6 +18,16 @@ from agentos.tenancy.principal import Principal
 def sees_everything(who: Principal) -> bool:
     """Whether no resource of the tenant is hidden from `who` (no read needed to decide)."""
     return who.tenant_wide and who.resources is None
+
+
+def require_tenant_wide(who: Principal, what: str) -> Principal:
+    """`who`, if it sees the whole tenant: `what` (usage, the console's numbers and run events)
+    is every user's at once. Raises: Forbidden `insufficient_scope`."""
+    if not who.tenant_wide:
+        raise Forbidden(
+            f"{what} shows the whole tenant: a user's token needs the 'all' scope", code="insufficient_scope"
+        )
+    return who
 
 
 def list_owner(who: Principal) -> str | None:

@@ -41,6 +41,17 @@ from agentos.tenancy.ratelimit import WINDOW_S, Decision, Gcra
 # The key the open (key-less) principal is counted under.
 OPEN_KEY = "-"
 
+
+def limit_key(who: Principal) -> str:
+    """The bucket of `key_requests_per_minute` that `who` draws from: its key's; an end user's
+    own (a user's token is limited as a key is, each user alone: a tenant's users do not share
+    one bucket, and one user cannot spend another's); the open principal's."""
+    if who.key_id is not None:
+        return who.key_id
+    if who.subject is not None:
+        return f"user:{who.tenant_id}:{who.subject}"  # ':' never appears in a key id
+    return OPEN_KEY
+
 RATE_HEADERS: web.RequestKey[dict[str, str]] = web.RequestKey("rate_headers", dict)
 
 
@@ -81,13 +92,14 @@ class Limiters:
         limits = who.limits
         now = self.clock.now()
         key_rate, tenant_rate = limits.key_requests_per_minute, limits.requests_per_minute
-        by_key = self.keys.decide(who.key_id or OPEN_KEY, key_rate, now, commit=False) if key_rate else None
+        bucket = limit_key(who)
+        by_key = self.keys.decide(bucket, key_rate, now, commit=False) if key_rate else None
         by_tenant = self.tenants.decide(who.tenant_id, tenant_rate, now, commit=False) if tenant_rate else None
         headers, refused = self.answer(who, by_key, by_tenant)
         if refused is not None:
             return headers, refused
         if by_key is not None:
-            self.keys.commit(who.key_id or OPEN_KEY, by_key, now)
+            self.keys.commit(bucket, by_key, now)
         if by_tenant is not None:
             self.tenants.commit(who.tenant_id, by_tenant, now)
         return headers, None
