@@ -266,3 +266,30 @@ async def test_what_shows_the_whole_tenant_needs_the_all_scope(world: World, htt
             await expect_error(response, 403, "insufficient_scope")
     async with http.get(f"{world.server.url}/v1/usage", headers=world.user(scope="all " + USER_SCOPES)) as response:
         assert response.status == 200
+
+
+async def test_each_user_has_its_own_turns_per_minute(
+    tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    """`user_turns_per_minute` beside the tenant's `turns_per_minute`: alice's second turn of the
+    minute is a 429 `turn_rate_limited` with Retry-After; bob's first is not."""
+    idp = await start_idp()
+    tree = identity_settings(tmp_path, mock, idp) | {"tenant_limits": {"user_turns_per_minute": 1}}
+    server = await start_app(settings_from_dict(tree))
+    try:
+        await server.services.tenants.create_tenant(A)
+        for sub, statuses in (("alice", (200, 429)), ("bob", (200,))):
+            headers = bearer(idp.mint({"sub": sub, "scope": USER_SCOPES}))
+            async with http.post(f"{server.url}/v1/sessions", headers=headers, json={}) as response:
+                session = (await response.json())["id"]
+            for status in statuses:
+                url = f"{server.url}/v1/sessions/{session}/turns"
+                async with http.post(url, headers=headers, json={"input": "hi"}) as response:
+                    if status == 429:
+                        await expect_error(response, 429, "turn_rate_limited")
+                        assert int(response.headers["Retry-After"]) >= 1
+                    else:
+                        assert response.status == status, await response.text()
+    finally:
+        await server.close()
+        await idp.close()

@@ -52,6 +52,7 @@ def limit_key(who: Principal) -> str:
         return f"user:{who.tenant_id}:{who.subject}"  # ':' never appears in a key id
     return OPEN_KEY
 
+
 RATE_HEADERS: web.RequestKey[dict[str, str]] = web.RequestKey("rate_headers", dict)
 
 
@@ -114,21 +115,54 @@ class Limiters:
         return {"RateLimit-Policy": policy, "RateLimit": state}, refused
 
     def check_turn(self, who: Principal) -> None:
-        """Raises: RateLimited (`turn_rate_limited`): the tenant started `turns_per_minute` turns."""
-        self._take(self.turns, who.tenant_id, who.limits.turns_per_minute, "turn_rate_limited", "turns")
+        """Raises: RateLimited (`turn_rate_limited`): the tenant started `turns_per_minute`
+        turns, or the end user `user_turns_per_minute`."""
+        self.check_user_turn(who)
+        try:
+            self.check_tenant_turn(who)
+        except RateLimited:
+            self._refund_user(self.turns, who, who.limits.user_turns_per_minute)
+            raise
 
     def check_run(self, who: Principal) -> None:
-        """Raises: RateLimited (`run_rate_limited`): the tenant started `runs_per_minute` runs."""
+        """Raises: RateLimited (`run_rate_limited`): the tenant started `runs_per_minute` runs,
+        or the end user `user_runs_per_minute`."""
+        self.check_user_run(who)
+        try:
+            self.check_tenant_run(who)
+        except RateLimited:
+            self._refund_user(self.runs, who, who.limits.user_runs_per_minute)
+            raise
+
+    def check_tenant_turn(self, who: Principal) -> None:
+        self._take(self.turns, who.tenant_id, who.limits.turns_per_minute, "turn_rate_limited", "turns")
+
+    def check_tenant_run(self, who: Principal) -> None:
         self._take(self.runs, who.tenant_id, who.limits.runs_per_minute, "run_rate_limited", "runs")
+
+    def check_user_turn(self, who: Principal) -> None:
+        """The end user's own turns per minute (in process; a key's principal passes)."""
+        if who.subject is not None:
+            self._take(self.turns, limit_key(who), who.limits.user_turns_per_minute, "turn_rate_limited", "turns")
+
+    def check_user_run(self, who: Principal) -> None:
+        if who.subject is not None:
+            self._take(self.runs, limit_key(who), who.limits.user_runs_per_minute, "run_rate_limited", "runs")
 
     def refund_turn(self, who: Principal) -> None:
         """The turn `check_turn` admitted did not start (no such session, the server is full)."""
         if who.limits.turns_per_minute:
             self.turns.refund(who.tenant_id, who.limits.turns_per_minute)
+        self._refund_user(self.turns, who, who.limits.user_turns_per_minute)
 
     def refund_run(self, who: Principal) -> None:
         if who.limits.runs_per_minute:
             self.runs.refund(who.tenant_id, who.limits.runs_per_minute)
+        self._refund_user(self.runs, who, who.limits.user_runs_per_minute)
+
+    def _refund_user(self, limiter: Gcra, who: Principal, per_minute: int) -> None:
+        if per_minute and who.subject is not None:
+            limiter.refund(limit_key(who), per_minute)
 
     def _take(self, limiter: Gcra, key: str, per_minute: int, code: str, what: str) -> None:
         if per_minute:
