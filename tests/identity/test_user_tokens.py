@@ -13,6 +13,7 @@ import hmac
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,9 @@ from cryptography.hazmat.primitives import serialization
 
 from agentos.config import settings_from_dict
 from agentos.mock.server import MockServer
-from agentos.testing import RunningServer
+from agentos.testing import RunningServer, sse_events
 from agentos.testing.tenants import create_tenant_key
-from tests.api.helpers import expect_error, start_app
+from tests.api.helpers import SSE, expect_error, start_app
 from tests.identity.idp import IdentityProvider, start_idp
 
 A, B = "acme", "bravo"
@@ -293,3 +294,62 @@ async def test_each_user_has_its_own_turns_per_minute(
     finally:
         await server.close()
         await idp.close()
+
+
+async def test_each_user_has_its_own_concurrent_turns(
+    tmp_path: Path, mock_factory: Callable[..., Awaitable[MockServer]], http: aiohttp.ClientSession
+) -> None:
+    """`user_max_concurrent_turns = 1`: while alice's turn runs (a slow provider), her second
+    session's turn is a 429 `user_concurrent_turns`; bob's turn is not; once hers ends, she may."""
+    idp = await start_idp()
+    mock = await mock_factory(ttft_ms=30_000)
+    tree = identity_settings(tmp_path, mock, idp) | {"tenant_limits": {"user_max_concurrent_turns": 1}}
+    server = await start_app(settings_from_dict(tree))
+    try:
+        await server.services.tenants.create_tenant(A)
+        alice, bob = world_user(idp, "alice"), world_user(idp, "bob")
+        first, second, bobs = [await new_session(http, server, h) for h in (alice, alice, bob)]
+        async with started_turn(http, server, alice, first):
+            async with http.post(f"{server.url}/v1/sessions/{second}/turns", headers=alice, json={"input": "hi"}) as r:
+                await expect_error(r, 429, "user_concurrent_turns")
+                assert int(r.headers["Retry-After"]) >= 1
+            async with started_turn(http, server, bob, bobs, settle=False):
+                pass  # bob's count is his own
+        async with started_turn(http, server, alice, second):
+            pass  # hers ended (cancelled): she may again
+    finally:
+        await server.close()
+        await idp.close()
+
+
+def world_user(idp: IdentityProvider, sub: str) -> dict[str, str]:
+    return bearer(idp.mint({"sub": sub, "scope": USER_SCOPES}))
+
+
+async def new_session(http: aiohttp.ClientSession, server: RunningServer, headers: dict[str, str]) -> str:
+    async with http.post(f"{server.url}/v1/sessions", headers=headers, json={}) as response:
+        assert response.status == 201, await response.text()
+        return str((await response.json())["id"])
+
+
+@asynccontextmanager
+async def started_turn(
+    http: aiohttp.ClientSession, server: RunningServer, headers: dict[str, str], session: str, *, settle: bool = True
+) -> AsyncIterator[None]:
+    """A turn of `session`, started (its `turn.started` read), cancelled and ended on exit;
+    `settle`: then wait until no turn is live (the count falls when the turn's task ends)."""
+    url = f"{server.url}/v1/sessions/{session}"
+    async with http.post(f"{url}/turns", headers={**headers, **SSE}, json={"input": "slow"}) as running:
+        assert running.status == 200, await running.text()
+        events = sse_events(running)
+        async for event in events:
+            if event.name == "turn.started":
+                break
+        yield
+        async with http.delete(f"{url}/turn", headers=headers) as response:
+            assert response.status < 300, await response.text()
+        async for event in events:
+            if event.name in ("turn.cancelled", "turn.completed", "turn.failed"):
+                break
+    if settle:
+        assert await server.services.runtime.wait_idle(10)

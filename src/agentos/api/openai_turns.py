@@ -154,6 +154,7 @@ async def _start(request: web.Request, who: Principal, session_id: str, plan: Tu
             prompt=plan.prompt,
             tools=plan.tools,
             key_id=who.key_id or "",
+            user_max_turns=who.limits.user_max_concurrent_turns,
             on_busy=plan.on_busy,
         )
         started.bind(turn.turn_id, turn.session_id)  # an agent's turn: its run's calls carry the session

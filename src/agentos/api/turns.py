@@ -114,7 +114,12 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     async with admission.starting(who, "turn", body.input) as started:
         await check_session(runtime, who, request.match_info["session_id"])
         turn = await runtime.start_turn(
-            who.tenant_id, request.match_info["session_id"], body.input, key_id=who.key_id or "", on_busy=body.on_busy
+            who.tenant_id,
+            request.match_info["session_id"],
+            body.input,
+            key_id=who.key_id or "",
+            user_max_turns=who.limits.user_max_concurrent_turns,
+            on_busy=body.on_busy,
         )
         started.bind(turn.turn_id, turn.session_id)  # an agent's turn: its run's calls carry the session
     if not sse:

@@ -103,7 +103,12 @@ async def _on_frame(app: web.Application, who: Principal, session_id: str, raw: 
     admission.offer(who, "turn")
     async with admission.starting(who, "turn", frame.input) as started:
         turn = await runtime.start_turn(
-            tenant_id, session_id, frame.input, key_id=who.key_id or "", on_busy=frame.on_busy
+            tenant_id,
+            session_id,
+            frame.input,
+            key_id=who.key_id or "",
+            user_max_turns=who.limits.user_max_concurrent_turns,
+            on_busy=frame.on_busy,
         )
         started.bind(turn.turn_id, turn.session_id)  # an agent's turn: its run's calls carry the session
         return turn
