@@ -94,7 +94,8 @@ def wants_sse(accept: str) -> bool:
     },
     limits=Limits(
         more_429="`turn_rate_limited` (turns per minute), `overloaded` (the server's admission limit),"
-        " `tenant_concurrent_turns`, `turn_queue_full` (`on_busy` enqueue or steer: the session's queue is full)",
+        " `tenant_concurrent_turns`, `user_concurrent_turns` (an end user's turns at once), `turn_queue_full`"
+        " (`on_busy` enqueue or steer: the session's queue is full)",
         quota=_TOKENS_QUOTA,
         budgets=True,
     ),
