@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 
@@ -117,6 +118,13 @@ def hmac_with_public_key(idp: IdentityProvider) -> str:
     return f"{signing_input}.{_b64(hmac.new(pem, signing_input.encode(), hashlib.sha256).digest())}"
 
 
+def signed_as_is(idp: IdentityProvider, claims: dict[str, Any]) -> str:
+    """A token the provider really signed, with claims pyjwt would refuse to encode."""
+    now = int(time.time())
+    body = {"aud": idp.audience, "sub": "mallory", "iat": now, "exp": now + 600, **claims}
+    return jwt.api_jws.encode(json.dumps(body).encode(), idp.keys["RS256"], "RS256", {"kid": "rsa-1"})
+
+
 def attacks(idp: IdentityProvider) -> dict[str, str]:
     now = int(time.time())
     good = idp.mint({"sub": "alice"})
@@ -137,6 +145,9 @@ def attacks(idp: IdentityProvider) -> dict[str, str]:
         "claims changed after signing": f"{head}.{_b64(json.dumps(forged).encode())}.{signature}",
         "unknown kid": idp.mint(kid="nobody-knows"),
         "garbage": "eyJ.not.a-token",
+        "iss a list": signed_as_is(idp, {"iss": [idp.issuer]}),
+        "aud of objects": idp.mint({"aud": [{"a": 1}]}),
+        "sub a number": idp.mint({"sub": 42}),
     }
 
 
@@ -154,6 +165,9 @@ REASONS = {  # each attack is refused for its own reason, not by accident of ano
     "claims changed after signing": "Signature verification failed",
     "unknown kid": "no signing key 'nobody-knows'",
     "garbage": "malformed token",
+    "iss a list": "unknown issuer",
+    "aud of objects": "wrong audience",
+    "sub a number": "Subject must be a string",
 }
 
 

@@ -142,11 +142,13 @@ class UserTokens:
         return self._checked(token, issuer, key, alg)
 
     def _issuer_of(self, claims: dict[str, Any]) -> _Issuer | Refused:
-        candidates = self._by_issuer.get(claims.get("iss"))  # type: ignore[arg-type]
+        issuer = claims.get("iss")
+        candidates = self._by_issuer.get(issuer) if isinstance(issuer, str) else None
         if not candidates:
             return Refused("", "unknown issuer")
-        audience = claims.get("aud")
-        audiences = {audience} if isinstance(audience, str) else set(audience) if isinstance(audience, list) else set()
+        audience = claims.get("aud")  # a string or a list of them; anything else names no audience
+        listed = audience if isinstance(audience, list) else [audience]
+        audiences = {a for a in listed if isinstance(a, str)}
         found = next((i for i in candidates if i.config.audience in audiences), None)
         return found if found is not None else Refused("", "wrong audience")
 
