@@ -28,7 +28,8 @@ import jwt
 import msgspec
 
 from agentos.config.identity import ALL_SCOPE, IdentityConfig, IssuerConfig
-from agentos.errors import ConfigError
+from agentos.config.tenants import TenantLimits
+from agentos.errors import ConfigError, InvalidInput
 from agentos.identity.fetch import Fetcher
 from agentos.identity.jwks import KeySource
 from agentos.tenancy.entries import Refused
@@ -132,13 +133,14 @@ class UserTokens:
             return issuer
         alg = header.get("alg")
         if alg not in issuer.config.algorithms:
-            return Refused("", f"algorithm {alg!r} is not allowed")
+            return Refused("", f"algorithm {repr(alg)[:40]} is not allowed")
         kid = header.get("kid")
         key = await issuer.keys.key(kid if isinstance(kid, str) else None)
+        named = repr(kid)[:80]  # the client's text, in a message: bounded
         if key is None:
-            return Refused("", f"no signing key {kid!r} at the issuer")
+            return Refused("", f"no signing key {named} at the issuer")
         if key.algorithm_name != alg:
-            return Refused("", f"key {kid!r} is not an {alg} key")
+            return Refused("", f"key {named} is not an {alg} key")
         return self._checked(token, issuer, key, alg)
 
     def _issuer_of(self, claims: dict[str, Any]) -> _Issuer | Refused:
@@ -177,13 +179,19 @@ class UserTokens:
             config.tenant,
             None,
             frozenset(Scope(s) for s in granted if s != ALL_SCOPE),
-            self._registry.limits_of(config.tenant),
+            self._limits(config.tenant),
             subject=subject,
             tenant_wide=ALL_SCOPE in granted,
             via=Via.USER,
         )
         self._remember(token, _Verified(principal, float(claims["exp"]), issuer.keys, issuer.keys.generation, tenant))
         return principal
+
+    def _limits(self, tenant_id: str) -> TenantLimits:
+        try:
+            return self._registry.limits_of(tenant_id)
+        except InvalidInput:  # a row written by a newer version: the defaults, as for keys
+            return self._registry.defaults
 
     def _remember(self, token: str, verified: _Verified) -> None:
         limit = self._config.verified_cache_size
