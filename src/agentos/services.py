@@ -42,7 +42,7 @@ from agentos.identity import Fetcher, UserTokens, identity_policy
 from agentos.kernel import Kernel
 from agentos.knowledge.embeddings import Embedder
 from agentos.knowledge.service import KnowledgeService, open_knowledge_storage
-from agentos.metrics import BudgetCollector, Metrics, RouterCollector, TracingCollector
+from agentos.metrics import BudgetCollector, IdentityCollector, Metrics, RouterCollector, TracingCollector
 from agentos.outbound import OutboundPolicy
 from agentos.providers.base import Provider
 from agentos.providers.router import open_router
@@ -148,7 +148,7 @@ async def open_services(
     tracing = _tracing(settings, metrics)
     if provider is None and not (settings.provider.url or settings.providers):
         raise ConfigError("provider.url: no provider configured")
-    tenants, users = await _tenants_and_users(settings, now_ms)
+    tenants, users = await _tenants_and_users(settings, now_ms, metrics)
     link: Link | None = None
     bus: Bus | None = None
     store = _make_store(settings, metrics)
@@ -276,14 +276,19 @@ async def open_services(
     )
 
 
-async def _tenants_and_users(settings: Settings, now_ms: Callable[[], int]) -> tuple[TenantRegistry, UserTokens | None]:
-    """The tenant registry, opened, and the verifier of its end users' tokens."""
+async def _tenants_and_users(
+    settings: Settings, now_ms: Callable[[], int], metrics: Metrics
+) -> tuple[TenantRegistry, UserTokens | None]:
+    """The tenant registry, opened, and the verifier of its end users' tokens (on /metrics)."""
     tenants = await open_tenants(settings, now_ms)
     try:
-        return tenants, open_users(settings, tenants)
+        users = open_users(settings, tenants)
     except ConfigError:
         await tenants.close()
         raise
+    if users is not None:
+        metrics.registry.register(IdentityCollector(users.statistics))
+    return tenants, users
 
 
 def open_users(settings: Settings, tenants: TenantRegistry) -> UserTokens | None:

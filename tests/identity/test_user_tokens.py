@@ -367,3 +367,17 @@ async def started_turn(
                 break
     if settle:
         assert await server.services.runtime.wait_idle(10)
+
+
+async def test_the_verifier_counts_on_metrics(world: World, http: aiohttp.ClientSession) -> None:
+    headers = world.user()
+    for _ in range(3):  # verified once, then from the cache
+        assert await status_of(http, "GET", f"{world.server.url}/v1/sessions", headers) == 200
+    assert await status_of(http, "GET", f"{world.server.url}/v1/sessions", bearer(world.idp.mint(kid="x"))) == 401
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    async with http.get(f"{world.server.url}/metrics", headers=admin) as response:
+        text = await response.text()
+    assert "agentos_user_tokens_verified_total 1.0" in text
+    assert "agentos_user_tokens_refused_total 1.0" in text
+    assert "agentos_user_tokens_cached 1.0" in text
+    assert "agentos_identity_fetches_total 2.0" in text  # the discovery document, then the key set

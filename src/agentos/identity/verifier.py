@@ -64,8 +64,10 @@ class _Verified:
 @dataclass(frozen=True, slots=True)
 class UserTokenStatistics:
     issuers: int
-    cached: int
-    jwks_fetches: int
+    cached: int  # verified tokens held (`verified_cache_size` at most)
+    verified: int  # signatures checked (a cached token's later requests are not)
+    refused: int
+    jwks_fetches: int  # requests for discovery documents and key sets
 
 
 class UserTokens:
@@ -93,6 +95,7 @@ class UserTokens:
         for index, issuer in enumerate(config.issuers):
             self._by_issuer.setdefault(issuer.issuer, []).append(_issuer(index, issuer, config, fetcher, monotonic_s))
         self._verified: dict[str, _Verified] = {}
+        self._counts = {"verified": 0, "refused": 0}
 
     def issues(self, issuer: str) -> bool:
         """Whether a token with this `iss` is one of ours to check."""
@@ -103,10 +106,15 @@ class UserTokens:
         hit = self._verified.get(token)
         if hit is not None and self._still_good(hit):
             return hit.principal
-        return await self._verify(token)
+        found = await self._verify(token)
+        self._counts["refused" if isinstance(found, Refused) else "verified"] += 1
+        return found
 
     def statistics(self) -> UserTokenStatistics:
-        return UserTokenStatistics(len(self._by_issuer), len(self._verified), self._fetcher.fetches)
+        counts = self._counts
+        return UserTokenStatistics(
+            len(self._by_issuer), len(self._verified), counts["verified"], counts["refused"], self._fetcher.fetches
+        )
 
     async def close(self) -> None:
         for issuers in self._by_issuer.values():
