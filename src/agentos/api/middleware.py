@@ -93,7 +93,7 @@ def auth_middleware(
         if token and hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token_bytes):
             request[PRINCIPAL] = defaults.token()
             return await handler(request)
-        if looks_like_jwt(given):  # dispatched on its `iss`: one kind of JWT per issuer
+        if looks_like_jwt(given):  # a JWT: its `iss` chooses who verifies it (`_token_principal`)
             found = await _token_principal(given, users)
         else:
             found = registry.authenticate(given)
@@ -111,7 +111,9 @@ def auth_middleware(
 
 async def _token_principal(token: str, users: UserTokens | None) -> Principal | Refused:
     """A JWT's principal: an end user's token from a tenant's identity provider (`users`
-    checks the `iss` first; a verified token is a dict lookup)."""
+    checks the `iss` first; a verified token is a dict lookup). Another kind of JWT (the
+    server's own browser tokens) is told apart by its `iss` here, before `users`
+    (`agentos.identity.unverified_issuer`)."""
     if users is not None:
         return await users.authenticate(token)
     return Refused("", "no identity provider is configured")
