@@ -243,6 +243,24 @@ class ForwardingCollector(Collector):
             yield CounterMetricFamily(f"agentos_turn_forwarding_{name}", help_text, getattr(s, f"{name}_total"))
 
 
+class IdentityCollector(Collector):
+    """End users' tokens ([identity], docs/security.md): what the verifier did and holds."""
+
+    def __init__(self, statistics: Callable[[], Any]) -> None:
+        self._statistics = statistics  # -> agentos.identity.UserTokenStatistics
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._statistics()
+        yield CounterMetricFamily("agentos_user_tokens_verified", "User tokens whose signature was checked", s.verified)
+        yield CounterMetricFamily("agentos_user_tokens_refused", "User tokens refused (401)", s.refused)
+        yield CounterMetricFamily(
+            "agentos_identity_fetches",
+            "Discovery documents and key sets fetched from identity providers",
+            s.jwks_fetches,
+        )
+        yield GaugeMetricFamily("agentos_user_tokens_cached", "Verified user tokens held for reuse", s.cached)
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)

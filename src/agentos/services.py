@@ -39,17 +39,20 @@ from agentos.coordination.node import node_id
 from agentos.coordination.permits import cluster_permits
 from agentos.coordination.quotas import ClusterQuotas
 from agentos.errors import ConfigError
+from agentos.identity import Fetcher, UserTokens, identity_policy
 from agentos.kernel import Kernel
 from agentos.knowledge.embeddings import Embedder
 from agentos.knowledge.service import KnowledgeService, open_knowledge_storage
 from agentos.metrics import (
     BudgetCollector,
     ForwardingCollector,
+    IdentityCollector,
     Metrics,
     RetentionCollector,
     RouterCollector,
     TracingCollector,
 )
+from agentos.outbound import OutboundPolicy
 from agentos.providers.base import Provider
 from agentos.providers.router import open_router
 from agentos.runtime.driver import Driver
@@ -96,6 +99,7 @@ class Services:
     tracing: Tracing = NO_TRACING  # traces over OTLP ([telemetry]); off: no OpenTelemetry loaded
     budgets: Budgets | None = None  # spending budgets (in Redis with a link): the router's meter
     retention: Retention | None = None  # deletes what outlived its tenant's retention_s
+    users: UserTokens | None = None  # end users' tokens ([identity]); None: no issuer configured
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Refuse new turns and runs; let running turns finish (bounded), then cancel the rest."""
@@ -120,6 +124,8 @@ class Services:
         await self.store.close()
         if self.tracing.on:  # the last spans out, in a thread: a slow collector must not block the loop
             await asyncio.to_thread(self.tracing.shutdown)
+        if self.users is not None:
+            await self.users.close()
         await self.tenants.close()
         if self.bus is not None:
             await self.bus.close()
@@ -155,7 +161,7 @@ async def open_services(
     tracing = _tracing(settings, metrics)
     if provider is None and not (settings.provider.url or settings.providers):
         raise ConfigError("provider.url: no provider configured")
-    tenants = await open_tenants(settings, now_ms)
+    tenants, users = await _tenants_and_users(settings, now_ms, metrics)
     link: Link | None = None
     bus: Bus | None = None
     store = _make_store(settings, metrics)
@@ -285,6 +291,7 @@ async def open_services(
         tracing,
         budgets,
         retention,
+        users,
     )
 
 
@@ -296,6 +303,32 @@ def _retention_policies(tenants: TenantRegistry) -> Callable[[], list[tuple[str,
         return [(t.tenant_id, tenants.limits_of(t.tenant_id).retention_s) for t in every]
 
     return policies
+
+
+async def _tenants_and_users(
+    settings: Settings, now_ms: Callable[[], int], metrics: Metrics
+) -> tuple[TenantRegistry, UserTokens | None]:
+    """The tenant registry, opened, and the verifier of its end users' tokens (on /metrics)."""
+    tenants = await open_tenants(settings, now_ms)
+    try:
+        users = open_users(settings, tenants)
+    except ConfigError:
+        await tenants.close()
+        raise
+    if users is not None:
+        metrics.registry.register(IdentityCollector(users.statistics))
+    return tenants, users
+
+
+def open_users(settings: Settings, tenants: TenantRegistry) -> UserTokens | None:
+    """The verifier of end users' tokens, when `[identity]` names an issuer (no I/O: the keys are
+    fetched at the first token). Raises: ConfigError (a scope no user may hold)."""
+    identity = settings.identity
+    if not identity.issuers:
+        return None
+    networks = OutboundPolicy.from_lists((), settings.security.outbound_allow_networks)
+    policy = identity_policy(networks, allow_loopback=identity.allow_loopback)
+    return UserTokens(identity, tenants, Fetcher(policy, timeout_s=identity.jwks_timeout_s))
 
 
 def open_budgets(wall_clock: Clock, tenants: TenantRegistry, link: Link | None) -> Budgets:

@@ -76,7 +76,9 @@ def test_the_maxima_are_the_documented_ones() -> None:
     assert {
         **dict.fromkeys(["requests_per_minute", "key_requests_per_minute", "turns_per_minute"], MAX_PER_MINUTE),
         "runs_per_minute": MAX_PER_MINUTE,
+        **dict.fromkeys(["user_turns_per_minute", "user_runs_per_minute"], MAX_PER_MINUTE),
         **dict.fromkeys(["max_sessions", "max_concurrent_turns", "max_active_runs"], MAX_AT_ONCE),
+        "user_max_concurrent_turns": MAX_AT_ONCE,
         "tokens_per_day": MAX_TOKENS_PER_DAY,
         "weight": 1000,
         **dict.fromkeys(["budget_per_day", "budget_per_month"], MAX_BUDGET),  # currency: any number up to it

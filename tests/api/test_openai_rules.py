@@ -2,6 +2,8 @@
 
 Through the official `openai` SDK where the SDK's own behaviour matters (which exception, how it
 retries), raw HTTP where the headers do. Real server with real tenant keys, real mock provider.
+The tests that need two tenants run again with two end users of one tenant (issue 30), signed
+in by the loopback OIDC provider (`tests.identity.idp`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from agentos.config import settings_from_dict
 from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, start_server
 from agentos.testing.tenants import create_tenant_key
+from tests.identity.idp import IdentityProvider, start_idp
 
 ADMIN_TOKEN = "admin-token-for-the-tests"
 USER_HI = [{"role": "user", "content": "hi"}]
@@ -31,24 +34,38 @@ class Keys:
     a: str  # tenant A, every tenant scope
     b: str  # tenant B, every tenant scope
     a_read: str  # tenant A, read scopes only
+    mode: str = "tenants"  # "users": a, b and a_read are alice's and bob's tokens, of tenant A
 
     def sdk(self, key: str) -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(base_url=f"{self.server.url}/v1", api_key=key, max_retries=0)
 
 
-@pytest.fixture
-async def keys(tmp_path: Path, mock_factory) -> AsyncIterator[Keys]:
+@pytest.fixture(params=["tenants", "users"])
+async def keys(request: pytest.FixtureRequest, tmp_path: Path, mock_factory) -> AsyncIterator[Keys]:
     mock: MockServer = await mock_factory()
+    idp: IdentityProvider | None = await start_idp() if request.param == "users" else None
     data = {"data_dir": str(tmp_path / "data"), "provider": {"url": mock.url}, "server": {"api_token": ADMIN_TOKEN}}
+    if idp is not None:
+        issuer = {"tenant": "acme", "issuer": idp.issuer, "audience": idp.audience}
+        data["identity"] = {"issuers": [issuer], "allow_loopback": True}
     server = await start_server(settings_from_dict(data))
     try:
         a = (await create_tenant_key(server.url, ADMIN_TOKEN, tenant_id="acme")).key
         b = (await create_tenant_key(server.url, ADMIN_TOKEN, tenant_id="bravo")).key
         read = ["sessions:read", "agents:read", "runs:read"]
         a_read = (await create_tenant_key(server.url, ADMIN_TOKEN, tenant_id="acme", scopes=read)).key
-        yield Keys(server, a, b, a_read)
+        if idp is not None:
+            every = ["sessions:write", "agents:write", "runs:write", *read]
+            a, b = (
+                idp.mint({"sub": "alice", "scope": " ".join(every)}),
+                idp.mint({"sub": "bob", "scope": " ".join(every)}),
+            )
+            a_read = idp.mint({"sub": "alice", "scope": " ".join(read)})
+        yield Keys(server, a, b, a_read, request.param)
     finally:
         await server.close()
+        if idp is not None:
+            await idp.close()
 
 
 async def test_keys_are_read_from_the_bearer_header(keys: Keys) -> None:
@@ -66,9 +83,11 @@ async def test_another_tenants_conversation_is_not_found(keys: Keys) -> None:
         await a.post("/agents", body={"name": "mine", "tools": []}, cast_to=object)
         plain = await a.chat.completions.with_raw_response.create(model="mock-1", messages=USER_HI)
         first = await a.responses.create(model="mock-1", input="one")
-        assert [m.id async for m in b.models.list()] == ["mock-1"]  # not A's agent
-        with pytest.raises(openai.NotFoundError) as agent:
-            await b.chat.completions.create(model="mine", messages=USER_HI)
+        if keys.mode == "tenants":  # agents are the tenant's: two users of one tenant share them
+            assert [m.id async for m in b.models.list()] == ["mock-1"]  # not A's agent
+            with pytest.raises(openai.NotFoundError) as agent:
+                await b.chat.completions.create(model="mine", messages=USER_HI)
+            assert agent.value.code == "model_not_found"
         with pytest.raises(openai.NotFoundError) as session:
             await b.chat.completions.create(
                 model="mock-1", messages=USER_HI, extra_headers={"X-Session-Id": plain.headers["X-Session-Id"]}
@@ -78,7 +97,10 @@ async def test_another_tenants_conversation_is_not_found(keys: Keys) -> None:
         with pytest.raises(openai.NotFoundError) as previous:
             await b.responses.create(model="mock-1", input="two", previous_response_id=first.id)
         assert (await a.responses.retrieve(first.id)).status == "completed"
-    assert agent.value.code == "model_not_found"
+        await a.responses.create(model="mock-1", input="two", previous_response_id=first.id)
+        with pytest.raises(openai.NotFoundError) as older:  # not 409: nothing says it exists
+            await b.responses.create(model="mock-1", input="three", previous_response_id=first.id)
+    assert older.value.code == "previous_response_not_found"
     assert (session.value.code, response.value.code) == ("session_not_found", "response_not_found")
     assert previous.value.code == "previous_response_not_found"
 

@@ -6,6 +6,11 @@ exactly as for an id that does not exist (the same status, code and message), li
 A's resources, and A's resources are untouched afterwards. A read-only key of A may read but gets
 `403 insufficient_scope` on every write. The real server, real keys (made through the admin API),
 a real mock provider over HTTP and real SQLite files.
+
+Every test runs twice (issue 30): with two tenants' keys, and with two end users of one tenant
+(alice and bob, signed in by a real OIDC provider on loopback, `tests.identity.idp`): bob gets
+the same 404s on alice's sessions and runs as another tenant does. Agents belong to the tenant,
+not to a user, so the agent routes are the tenants' case only.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, sse_events
 from agentos.testing.tenants import create_tenant_key
 from tests.api.helpers import SSE, expect_error, start_app
+from tests.identity.idp import IdentityProvider, start_idp
 
 A, B = "acme", "bravo"
 ADMIN_TOKEN = "admin-token-for-the-tests"
@@ -36,48 +42,69 @@ ALL_TENANT_SCOPES = [*READ_SCOPES, "sessions:write", "runs:write", "agents:write
 @dataclass
 class World:
     server: RunningServer
-    a: dict[str, str]  # headers of a key of tenant A, every tenant scope
-    b: dict[str, str]  # tenant B, every tenant scope
-    a_read: dict[str, str]  # tenant A, read scopes only
+    a: dict[str, str]  # headers of a key of tenant A, every tenant scope (users: alice's token)
+    b: dict[str, str]  # tenant B, every tenant scope (users: bob's token, of tenant A)
+    a_read: dict[str, str]  # tenant A, read scopes only (users: alice's token with those)
     session: str  # A's, with one turn
     run: str  # A's, waiting for a human, in `session`
     operation: str  # the run's pending request
+    mode: str = "tenants"  # or "users": two end users of tenant A
+    idp: IdentityProvider | None = None
     closed: bool = False
+
+    @property
+    def b_tenant(self) -> str:
+        return B if self.mode == "tenants" else A
 
     async def close(self) -> None:
         if not self.closed:
             self.closed = True
             await self.server.close()
+            if self.idp is not None:
+                await self.idp.close()
 
 
-@pytest.fixture
-async def world(tmp_path: Path, mock_factory: Callable[..., Awaitable[MockServer]]) -> AsyncIterator[World]:
+def user(idp: IdentityProvider, sub: str, scopes: list[str]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {idp.mint({'sub': sub, 'scope': ' '.join(scopes)})}"}
+
+
+@pytest.fixture(params=["tenants", "users"])
+async def world(
+    request: pytest.FixtureRequest, tmp_path: Path, mock_factory: Callable[..., Awaitable[MockServer]]
+) -> AsyncIterator[World]:
     mock = await mock_factory(scenario="tools")
-    settings = settings_from_dict(
-        {
-            "data_dir": str(tmp_path / "data"),
-            "provider": {"url": mock.url, "retry_budget_s": 2.0},
-            "agents": {"ops": {"tools": ["run_command", "ask_human"]}},
-            "server": {"api_token": ADMIN_TOKEN},
-        }
-    )
-    server = await start_app(settings, lambda app: app.__setitem__(SSE_KEEPALIVE_S, 0.05))
+    idp = await start_idp() if request.param == "users" else None
+    tree: dict[str, Any] = {
+        "data_dir": str(tmp_path / "data"),
+        "provider": {"url": mock.url, "retry_budget_s": 2.0},
+        "agents": {"ops": {"tools": ["run_command", "ask_human"]}},
+        "server": {"api_token": ADMIN_TOKEN},
+    }
+    if idp is not None:
+        issuer = {"tenant": A, "issuer": idp.issuer, "audience": idp.audience}
+        tree["identity"] = {"issuers": [issuer], "allow_loopback": True}
+    server = await start_app(settings_from_dict(tree), lambda app: app.__setitem__(SSE_KEEPALIVE_S, 0.05))
     world: World | None = None
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
             a = (await create_tenant_key(server.url, ADMIN_TOKEN, tenant_id=A, scopes=ALL_TENANT_SCOPES)).headers
             b = (await create_tenant_key(server.url, ADMIN_TOKEN, tenant_id=B, scopes=ALL_TENANT_SCOPES)).headers
             a_read = (await create_tenant_key(server.url, ADMIN_TOKEN, tenant_id=A, scopes=READ_SCOPES)).headers
+            if idp is not None:
+                a, b = user(idp, "alice", ALL_TENANT_SCOPES), user(idp, "bob", ALL_TENANT_SCOPES)
+                a_read = user(idp, "alice", READ_SCOPES)
             session = await call(http, "POST", f"{server.url}/v1/sessions", a, {}, 201)
             await call(http, "POST", f"{server.url}/v1/sessions/{session['id']}/turns", a, {"input": "hi"}, 200)
             body = {"input": "tidy up", "session_id": session["id"]}
             run = await call(http, "POST", f"{server.url}/v1/agents/ops/runs", a, body, 202)
             operation = await wait_human(http, server, a, run["run_id"])
             await call(http, "POST", f"{server.url}/v1/agents", a, {"name": "mine", "tools": []}, 201)
-        world = World(server, a, b, a_read, session["id"], run["run_id"], operation)
+        world = World(server, a, b, a_read, session["id"], run["run_id"], operation, request.param, idp)
         yield world
     finally:
         await (world.close() if world is not None else server.close())
+        if world is None and idp is not None:
+            await idp.close()
 
 
 async def call(
@@ -100,6 +127,10 @@ async def wait_human(http: aiohttp.ClientSession, server: RunningServer, headers
 def routes(w: World, session: str, run: str, agent: str) -> list[tuple[str, str, Any, dict[str, str]]]:
     """Every route that names a resource: (method, path, body, extra headers)."""
     s, r = f"/v1/sessions/{session}", f"/v1/runs/{run}"
+    agents = [  # a tenant's, shared by its users
+        ("GET", f"/v1/agents/{agent}", None, {}),
+        ("POST", f"/v1/agents/{agent}/runs", {"input": "run theirs"}, {}),
+    ]
     return [
         ("GET", s, None, {}),
         ("GET", f"{s}/messages", None, {}),
@@ -113,8 +144,9 @@ def routes(w: World, session: str, run: str, agent: str) -> list[tuple[str, str,
         ("POST", f"{r}/cancel", None, {}),
         ("POST", f"{r}/terminate", None, {}),
         ("POST", f"{r}/fork", {"at_seq": 1}, {}),
-        ("GET", f"/v1/agents/{agent}", None, {}),
-        ("POST", f"/v1/agents/{agent}/runs", {"input": "run theirs"}, {}),
+        *(agents if w.mode == "tenants" else []),
+        ("POST", f"{r}/steer", {"input": "steer theirs"}, {}),
+        ("GET", f"/v1/sessions/{session}/turns/turn_0000000000000000000000/events", None, {}),
         ("POST", "/v1/agents/ops/runs", {"input": "join theirs", "session_id": session}, {}),
         ("DELETE", s, None, {}),
     ]
@@ -160,20 +192,36 @@ async def test_lists_never_show_another_tenants_resources(world: World, http: ai
     theirs = await call(http, "GET", f"{url}/v1/sessions", w.b, None, 200)
     assert theirs["data"] == []
     own = await call(http, "POST", f"{url}/v1/sessions", w.b, {}, 201)
-    assert own["tenant_id"] == B
+    assert own["tenant_id"] == w.b_tenant
     listed = await call(http, "GET", f"{url}/v1/sessions", w.b, None, 200)
     assert [s["id"] for s in listed["data"]] == [own["id"]]
     ours = await call(http, "GET", f"{url}/v1/sessions", w.a, None, 200)
     assert [s["id"] for s in ours["data"]] == [w.session]
-    agents = await call(http, "GET", f"{url}/v1/agents", w.b, None, 200)
-    assert [a["name"] for a in agents["data"]] == ["ops"]  # the config's; not A's "mine"
     for query in ("", "?status=waiting_human", f"?session_id={w.session}", "?agent=ops"):
         assert (await call(http, "GET", f"{url}/v1/runs{query}", w.b, None, 200))["data"] == [], query
     [waiting] = (await call(http, "GET", f"{url}/v1/runs?status=waiting_human", w.a, None, 200))["data"]
     assert waiting["run_id"] == w.run and waiting["pending"]["operation_id"] == w.operation
+    if w.mode == "users":
+        await assert_the_tenant_sees_both_users(w, http, own["id"])
+        return
+    agents = await call(http, "GET", f"{url}/v1/agents", w.b, None, 200)
+    assert [a["name"] for a in agents["data"]] == ["ops"]  # the config's; not A's "mine"
     # the same name is free for B: its own agent, not A's
     await call(http, "POST", f"{url}/v1/agents", w.b, {"name": "mine", "tools": ["ask_human"]}, 201)
     assert (await call(http, "GET", f"{url}/v1/agents/mine", w.a, None, 200))["tools"] == []
+
+
+async def assert_the_tenant_sees_both_users(w: World, http: aiohttp.ClientSession, bobs: str) -> None:
+    """A tenant key, and a user token with the `all` scope, see every user's sessions and runs."""
+    assert w.idp is not None
+    key = (await create_tenant_key(w.server.url, ADMIN_TOKEN, tenant_id=A, scopes=READ_SCOPES)).headers
+    for headers in (key, user(w.idp, "carol", ["all", *READ_SCOPES])):
+        sessions = await call(http, "GET", f"{w.server.url}/v1/sessions", headers, None, 200)
+        assert {w.session, bobs} <= {s["id"] for s in sessions["data"]}
+        await call(http, "GET", f"{w.server.url}/v1/sessions/{bobs}", headers, None, 200)
+        runs = await call(http, "GET", f"{w.server.url}/v1/runs", headers, None, 200)
+        assert w.run in {r["run_id"] for r in runs["data"]}
+        await call(http, "GET", f"{w.server.url}/v1/runs/{w.run}", headers, None, 200)
 
 
 async def test_another_tenants_websocket_is_refused_before_the_upgrade(
@@ -231,7 +279,7 @@ async def test_the_access_log_records_the_callers_tenant(world: World, http: aio
     await w.close()  # flushes the access log
     with sqlite3.connect(data_dir / "access.db") as db:
         rows = set(db.execute("SELECT tenant_id, method, path FROM access_log WHERE path LIKE '/v1/sessions%'"))
-    assert (B, "GET", "/v1/sessions") in rows
+    assert (w.b_tenant, "GET", "/v1/sessions") in rows
     assert (A, "GET", f"/v1/sessions/{w.session}") in rows
 
 

@@ -73,7 +73,9 @@ class FakeRuns:
         self.starts: list[str] = []  # every run id started, in order (a repeat would show twice)
         self.refuse = False
 
-    async def start_run(self, tenant_id: str, agent: str, text: str, *, run_id: str | None = None) -> str:
+    async def start_run(
+        self, tenant_id: str, agent: str, text: str, *, run_id: str | None = None, owner: str | None = None
+    ) -> str:
         assert run_id is not None
         if self.refuse:
             raise AdmissionRejected(1, what="runs", code="tenant_run_limit")

@@ -15,6 +15,7 @@ from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, eventually
 from agentos.testing.tenants import create_tenant_key
 from tests.api.helpers import assert_documented, expect_error
+from tests.identity.idp import start_idp
 from tests.triggers.webhooks import (
     backend,  # noqa: F401  (the fixture: both store backends)
     metric,
@@ -138,21 +139,33 @@ async def test_bad_input_is_a_422(
         await server.close()
 
 
+@pytest.mark.parametrize("who", ["tenants", "users"])
 async def test_another_tenants_schedule_is_a_404_and_scopes_are_checked(
-    tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession
+    tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession, who: str
 ) -> None:
-    server = await serve(tmp_path / "data", mock, {}, server={"api_token": ADMIN})
+    """Run twice (issue 30): alice and bob as two tenants' keys, then as two end users of one
+    tenant signed in by the loopback OIDC provider."""
+    idp = await start_idp()
+    issuer = {"tenant": "alice", "issuer": idp.issuer, "audience": idp.audience}
+    identity = {"issuers": [issuer], "allow_loopback": True}
+    server = await serve(tmp_path / "data", mock, {}, server={"api_token": ADMIN}, identity=identity)
     try:
-        alice = await create_tenant_key(server.url, ADMIN, tenant_id="alice")
-        bob = await create_tenant_key(server.url, ADMIN, tenant_id="bob")
-        created = await create(http, server.url, alice.headers, every_s=3600)
+        alice = (await create_tenant_key(server.url, ADMIN, tenant_id="alice")).headers
+        bob = (await create_tenant_key(server.url, ADMIN, tenant_id="bob")).headers
+        if who == "users":
+            scopes = "schedules:read schedules:write"
+            alice = {"Authorization": f"Bearer {idp.mint({'sub': 'alice', 'scope': scopes})}"}
+            bob = {"Authorization": f"Bearer {idp.mint({'sub': 'bob', 'scope': scopes})}"}
+        created = await create(http, server.url, alice, every_s=3600)
         base = f"{server.url}/v1/schedules/{created['schedule_id']}"
         for method, path in [("GET", ""), ("POST", "/pause"), ("POST", "/resume"), ("DELETE", "")]:
-            async with http.request(method, base + path, headers=bob.headers) as r:
+            async with http.request(method, base + path, headers=bob) as r:
                 await expect_error(r, 404, "schedule_not_found")
-        async with http.get(f"{server.url}/v1/schedules", headers=bob.headers) as r:
+        async with http.get(f"{server.url}/v1/schedules", headers=bob) as r:
             assert (await r.json())["data"] == []
-        async with http.get(base, headers=alice.headers) as r:
+        async with http.get(f"{server.url}/v1/schedules", headers=alice) as r:
+            assert [s["schedule_id"] for s in (await r.json())["data"]] == [created["schedule_id"]]
+        async with http.get(base, headers=alice) as r:
             assert r.status == 200
         reader = await create_tenant_key(server.url, ADMIN, tenant_id="alice", scopes=["schedules:read"])
         body = {"agent": "echo", "input": "x", "every_s": 60}
@@ -162,6 +175,7 @@ async def test_another_tenants_schedule_is_a_404_and_scopes_are_checked(
             await expect_error(r, 403, "insufficient_scope")
     finally:
         await server.close()
+        await idp.close()
 
 
 async def test_a_tenant_has_at_most_max_schedules(

@@ -87,8 +87,10 @@ class RunLifecycle(RunEngine):
         *,
         parent: RunHandle | None = None,
         context: list[Message] | None = None,
+        owner: str | None = None,
     ) -> RunHandle:
-        """Admit and start a new run of `tenant_id`; returns once its row is committed.
+        """Admit and start a new run of `tenant_id`; returns once its row is committed. `owner`:
+        the end user it is for (a child run is its parent's user's).
 
         Raises:
             AdmissionRejected: over `kernel.max_active_runs` (code "overloaded") or the tenant's
@@ -113,6 +115,7 @@ class RunLifecycle(RunEngine):
             now,
             now,
             context_ref,
+            parent.row.owner if parent else owner,
         )
         return await self.admit(row, spec, context, writes)
 

@@ -31,7 +31,9 @@ MetricsT = TypeVar("MetricsT")
 class PolledRuns(Protocol):
     """What a poller needs of the runs (`agentos.agents.service.RunService`)."""
 
-    async def start_run(self, tenant_id: str, agent: str, text: str, *, run_id: str | None = None) -> str: ...
+    async def start_run(
+        self, tenant_id: str, agent: str, text: str, *, run_id: str | None = None, owner: str | None = None
+    ) -> str: ...
 
     async def get_run(self, tenant_id: str, run_id: str) -> dict[str, Any]: ...
 

@@ -220,6 +220,7 @@ class RunService:
         context: list[Message] | None = None,
         run_id: str | None = None,
         max_cost: float | None = None,
+        owner: str | None = None,
     ) -> str:
         """Start a run of `tenant_id` in the background and return its id. `context`: earlier
         messages (a session's transcript) the model sees before `text`; journaled with the run.
@@ -247,7 +248,7 @@ class RunService:
             run_id = new_run_id()
         elif run_id in self._runs.handles or await self.store.load_run(tenant_id, run_id) is not None:
             return run_id
-        handle = await self._runs.submit(tenant_id, spec, text, session_id, run_id, context=context)
+        handle = await self._runs.submit(tenant_id, spec, text, session_id, run_id, context=context, owner=owner)
         return handle.run_id
 
     async def fork_run(
@@ -269,6 +270,15 @@ class RunService:
             raise ShuttingDown("the server is shutting down")
         handle = await self._runs.fork(tenant_id, run_id, at_seq, edit, fork_id or new_run_id())
         return handle.run_id
+
+    async def run_owner(self, tenant_id: str, run_id: str) -> str | None:
+        """The end user the tenant's run is for (None: a tenant key's). Raises: NotFound (also
+        for another tenant's run)."""
+        handle = self._runs.handles.get(run_id)
+        row = handle.row if handle is not None else await self.store.load_run(tenant_id, run_id)
+        if row is None or row.tenant_id != tenant_id:
+            raise run_not_found(run_id)
+        return row.owner
 
     async def get_run(self, tenant_id: str, run_id: str) -> dict[str, Any]:
         """The tenant's run's row, plus its pending human request if any. Raises: NotFound (also

@@ -17,8 +17,10 @@ The order (docs/api.md, "Admission"); each step refuses before the next one cost
    `turn_rate_limited` / `run_rate_limited`). A start that fails inside (no such session, the
    gate full after all) gives the unit and the hold back, so only work that started counts.
 5. Inside the start, the runtime (`Turns.start`) or the runs (`RunService.start_run`): the
-   session (404), the tenant's place in the cluster (`Driver.hold_turn` / `hold_run`), and the
-   kernel's `TurnSubmitted` / `RunSubmitted`, which decides for real (429 again).
+   session (404; for an end user's token, also another user's: `agentos.api.owners`), the
+   user's turns at once (429 `user_concurrent_turns`), the tenant's place in the cluster
+   (`Driver.hold_turn` / `hold_run`), and the kernel's `TurnSubmitted` / `RunSubmitted`, which
+   decides for real (429 again).
 
 The tokens a turn or a run used are counted where the model call ends, by the runtime and the
 runs alike (`on_usage`, wired by `open_services` to the tenant's day).

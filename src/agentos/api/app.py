@@ -96,7 +96,9 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     registry = services.tenants
     tokens = BrowserTokens(SigningKeys(registry.pepper, now_ms=registry.now_ms), registry)
     gate = BrowserGate(tokens)
-    middlewares.append(auth_middleware(settings.server.api_token, registry, loopback=loopback, browser=gate))
+    middlewares.append(
+        auth_middleware(settings.server.api_token, registry, loopback=loopback, browser=gate, users=services.users)
+    )
     if services.tracing.on:  # after auth: the key decides whether a caller's traceparent is taken
         middlewares.append(tracing_middleware(services.tracing, settings.telemetry))
     clock = services.driver.clock  # the kernel's clock: a FakeClock in tests drives both

@@ -22,11 +22,12 @@ from dataclasses import replace
 import msgspec
 from aiohttp import web
 
-from agentos.api.ratelimit import OPEN_KEY, Limiters, raise_if_refused
+from agentos.api.ratelimit import Limiters, limit_key, raise_if_refused
 from agentos.clock import Clock
 from agentos.config.tenants import TenantLimits
 from agentos.coordination.gcra import RedisGcra
 from agentos.coordination.link import BackgroundCalls, Link
+from agentos.errors import RateLimited
 from agentos.tenancy.principal import Principal
 from agentos.tenancy.ratelimit import Decision
 
@@ -45,7 +46,7 @@ class ClusterLimiters(Limiters):
         limits = who.limits
         wanted: list[tuple[str, int]] = []
         if limits.key_requests_per_minute:
-            wanted.append((self._key("key", who.key_id or OPEN_KEY), limits.key_requests_per_minute))
+            wanted.append((self._key("key", limit_key(who)), limits.key_requests_per_minute))
         if limits.requests_per_minute:
             wanted.append((self._key("tenant", who.tenant_id), limits.requests_per_minute))
         decisions = await self._link.call(lambda: self._gcra.take(wanted))
@@ -56,10 +57,23 @@ class ClusterLimiters(Limiters):
         return self.answer(who, by_key, by_tenant)
 
     async def admit_turn(self, who: Principal) -> None:
-        await self._admit_one("turns", who, who.limits.turns_per_minute, self.check_turn, "turn_rate_limited")
+        # An end user's own rate is kept per node (its tenant's rate, in Redis, bounds the sum).
+        self.check_user_turn(who)
+        try:
+            await self._admit_one(
+                "turns", who, who.limits.turns_per_minute, self.check_tenant_turn, "turn_rate_limited"
+            )
+        except RateLimited:
+            self._refund_user(self.turns, who, who.limits.user_turns_per_minute)
+            raise
 
     async def admit_run(self, who: Principal) -> None:
-        await self._admit_one("runs", who, who.limits.runs_per_minute, self.check_run, "run_rate_limited")
+        self.check_user_run(who)
+        try:
+            await self._admit_one("runs", who, who.limits.runs_per_minute, self.check_tenant_run, "run_rate_limited")
+        except RateLimited:
+            self._refund_user(self.runs, who, who.limits.user_runs_per_minute)
+            raise
 
     async def _admit_one(
         self, what: str, who: Principal, per_minute: int, check_here: Callable[[Principal], None], code: str
@@ -80,12 +94,14 @@ class ClusterLimiters(Limiters):
             super().refund_turn(self._share(who))
         else:
             self._refund("turns", who.tenant_id, who.limits.turns_per_minute)
+            self._refund_user(self.turns, who, who.limits.user_turns_per_minute)
 
     def refund_run(self, who: Principal) -> None:
         if self._link.down:
             super().refund_run(self._share(who))
         else:
             self._refund("runs", who.tenant_id, who.limits.runs_per_minute)
+            self._refund_user(self.runs, who, who.limits.user_runs_per_minute)
 
     async def _decide_one(self, what: str, tenant_id: str, per_minute: int) -> Decision | None:
         """The decision in Redis; an allowing one when there is no limit; None: Redis is down."""

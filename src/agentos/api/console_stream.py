@@ -34,6 +34,7 @@ from typing import Any
 from aiohttp import web
 
 from agentos.api.keys import METRICS, RUNS, RUNTIME, SETTINGS, SSE_KEEPALIVE_S
+from agentos.api.owners import require_tenant_wide
 from agentos.api.routes import Schema, events, json, nullable, obj, tagged
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSEStream, failures_as_events
@@ -234,7 +235,8 @@ async def console_me(request: web.Request) -> web.Response:
     answers={200: json("The numbers now", _METRICS)},
 )
 async def console_metrics(request: web.Request) -> web.Response:
-    return json_response(request.app[CONSOLE].snapshot(principal(request)))
+    who = require_tenant_wide(principal(request), "the console")
+    return json_response(request.app[CONSOLE].snapshot(who))
 
 
 @routes.get("/v1/console/stream")
@@ -249,7 +251,7 @@ async def console_metrics(request: web.Request) -> web.Response:
     },
 )
 async def console_stream(request: web.Request) -> web.StreamResponse:
-    who = principal(request)
+    who = require_tenant_wide(principal(request), "the console")
     hub = request.app[CONSOLE]
     loop = asyncio.get_running_loop()
     # Checked per event (one comes every tick), not with a timeout that could cut a write.

@@ -4,7 +4,10 @@ Who a request acts for (`request[PRINCIPAL]`), decided once per request, in memo
 - `Authorization: Bearer <server.api_token>`: `TOKEN_PRINCIPAL`, an admin of tenant "default";
 - `Authorization: Bearer aos_...`: the key's principal from the tenant registry (one dict
   lookup and one HMAC; `agentos.tenancy.registry`);
-- no token configured, no usable key in the registry, and a loopback bind: every request is
+- `Authorization: Bearer <JWT>`: chosen by its `iss`; an end user's token from a tenant's
+  identity provider (`[identity]`, `agentos.identity`) is verified against the provider's keys
+  (a token verified before: one dict lookup);
+- no token configured, no usable key in the registry, no identity provider, and a loopback bind: every request is
   `OPEN_PRINCIPAL` (a single user on their own machine; the README's commands need no key);
 - `Authorization: Bearer <JWT>` whose `iss` is the server's own: a browser token
   (`agentos.api.browser_tokens`: its signature, its parent key, the routes and resources it may
@@ -28,6 +31,7 @@ from agentos.api.errors import Handler, error_response
 from agentos.api.keys import RUNTIME, TRACE_ID
 from agentos.clock import wall_ms
 from agentos.errors import InvalidInput
+from agentos.identity import UserTokens, looks_like_jwt
 from agentos.store.records import DEFAULT_TENANT, AccessRecord
 from agentos.tenancy.browser_tokens import is_browser_token
 from agentos.tenancy.principal import ALL_SCOPES, OPEN_PRINCIPAL, PRINCIPAL, Principal
@@ -71,14 +75,19 @@ def is_loopback(host: str) -> bool:
 
 
 def auth_middleware(
-    token: str, registry: TenantRegistry, *, loopback: bool, browser: BrowserGate | None = None
+    token: str,
+    registry: TenantRegistry,
+    *,
+    loopback: bool,
+    browser: BrowserGate | None = None,
+    users: UserTokens | None = None,
 ) -> Middleware:
     """Sets `request[PRINCIPAL]` (see the module docstring) or answers 401."""
     token_bytes = token.encode()
     defaults = _DefaultPrincipals(registry)
 
     def open_server() -> bool:
-        return not token and loopback and not registry.has_usable_keys()
+        return not token and loopback and users is None and not registry.has_usable_keys()
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -100,6 +109,8 @@ def auth_middleware(
             return await handler(request)
         if browser is not None and is_browser_token(given):  # dispatch on `iss`: the server's own
             found = browser.authenticate(request, route, given)
+        elif looks_like_jwt(given):  # another JWT: its `iss` chooses the identity provider (`_token_principal`)
+            found = await _token_principal(given, users)
         else:
             found = registry.authenticate(given)
         if isinstance(found, Refused):
@@ -112,6 +123,16 @@ def auth_middleware(
         return await handler(request)
 
     return check
+
+
+async def _token_principal(token: str, users: UserTokens | None) -> Principal | Refused:
+    """A JWT's principal: an end user's token from a tenant's identity provider (`users`
+    checks the `iss` first; a verified token is a dict lookup). Another kind of JWT (the
+    server's own browser tokens) is told apart by its `iss` here, before `users`
+    (`agentos.identity.unverified_issuer`)."""
+    if users is not None:
+        return await users.authenticate(token)
+    return Refused("", "no identity provider is configured")
 
 
 class _DefaultPrincipals:

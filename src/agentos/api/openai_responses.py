@@ -19,6 +19,7 @@ from agentos.api.openai_errors import BAD_BODY, TURN_ERRORS, openai_error
 from agentos.api.openai_responses_wire import parse_response_id, response_id
 from agentos.api.openai_turns import InvalidParam, TurnPlan, open_turn, plan_turn, resolve_model
 from agentos.api.openai_wire import ChatMessage, ResponseCreate
+from agentos.api.owners import check_session
 from agentos.api.routes import Schema, json, nullable, tagged
 from agentos.api.sessions import json_response
 from agentos.clock import wall_ms
@@ -26,7 +27,7 @@ from agentos.errors import Conflict, NotFound
 from agentos.providers.responses_wire import EventWriter, response_object
 from agentos.store.base import Store
 from agentos.store.records import MessageRecord
-from agentos.tenancy.principal import Scope, require
+from agentos.tenancy.principal import Principal, Scope, require
 
 routes = web.RouteTableDef()
 operation = tagged("openai")
@@ -78,7 +79,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     plan = _plan(body, agent, continued=body.previous_response_id is not None)  # before any store read
     session_id = None
     if body.previous_response_id is not None:
-        session_id = await _continued(request, who.tenant_id, body.previous_response_id)
+        session_id = await _continued(request, who, body.previous_response_id)
     turn = await open_turn(request, who, agent, session_id, plan)
     rid = response_id(turn.session_id, turn.turn_id)
     start = response_object(rid, wall_ms() // 1000, body.model, "in_progress", None, previous=body.previous_response_id)
@@ -113,16 +114,23 @@ def _plan(body: ResponseCreate, agent: str | None, *, continued: bool) -> TurnPl
         raise
 
 
-async def _continued(request: web.Request, tenant_id: str, previous: str) -> str:
+async def _continued(request: web.Request, who: Principal, previous: str) -> str:
     """The session `previous` continues, when it is the session's latest response.
 
-    Raises: NotFound `previous_response_not_found` (also another tenant's); Conflict `branching_not_supported`.
+    Raises: NotFound `previous_response_not_found` (also another tenant's, or another user's);
+    Conflict `branching_not_supported`.
     """
     ids = parse_response_id(previous)
-    store = request.app[RUNTIME].store
-    latest = [] if ids is None else await store.history(tenant_id, ids[0], limit=1)
+    runtime = request.app[RUNTIME]
+    missing = NotFound(f"Previous response with id {previous!r} not found.", code="previous_response_not_found")
+    try:
+        if ids is not None:  # another user's conversation: not found, before anything tells it exists
+            await check_session(runtime, who, ids[0])
+    except NotFound:
+        raise missing from None
+    latest = [] if ids is None else await runtime.store.history(who.tenant_id, ids[0], limit=1)
     if ids is None or not latest:
-        raise NotFound(f"Previous response with id {previous!r} not found.", code="previous_response_not_found")
+        raise missing
     if latest[-1].turn_id != ids[1]:
         raise Conflict(
             f"{previous!r} is not the latest response of its conversation; branching is not supported",
@@ -184,7 +192,8 @@ class ResponseStream(openai_run.OpenAIStream):
 )
 async def get_response(request: web.Request) -> web.Response:
     """A response as stored: its turn's answer and how the turn ended (`in_progress` before)."""
-    tenant_id = require(request, Scope.SESSIONS_READ).tenant_id
+    who = require(request, Scope.SESSIONS_READ)
+    tenant_id = who.tenant_id
     runtime = request.app[RUNTIME]
     rid = request.match_info["response_id"]
     ids = parse_response_id(rid)
@@ -196,6 +205,8 @@ async def get_response(request: web.Request) -> web.Response:
         record = await runtime.get_session(tenant_id, session_id)
     except NotFound:
         raise missing from None
+    if not who.may_see("session", session_id, record.owner):
+        raise missing
     messages = await _turn_messages(runtime.store, tenant_id, session_id, turn_id)
     if not messages:
         raise missing

@@ -26,6 +26,7 @@ from aiohttp import web
 from agentos.api.admission import ADMISSION
 from agentos.api.keys import QUOTAS, RUNS, RUNTIME
 from agentos.api.openai_wire import ChatMessage, text_of
+from agentos.api.owners import check_session
 from agentos.errors import BadRequest, NotFound, StoreUnavailable
 from agentos.kernel import OnBusy
 from agentos.providers.base import Message
@@ -128,6 +129,7 @@ async def open_turn(
     runtime = request.app[RUNTIME]
     check_input(plan.text, runtime.settings.kernel.max_input_chars)
     if session_id is not None:
+        await check_session(runtime, who, session_id)  # a user continues only its own conversation
         runs_it = await runtime.sessions.agent_running(who.tenant_id, session_id)  # no store read when in memory
         if runs_it != agent:
             raise InvalidParam("model", f"session {session_id!r} runs {runs_it or 'the plain chat turn'!r}")
@@ -152,6 +154,7 @@ async def _start(request: web.Request, who: Principal, session_id: str, plan: Tu
             prompt=plan.prompt,
             tools=plan.tools,
             key_id=who.key_id or "",
+            user_max_turns=who.limits.user_max_concurrent_turns,
             on_busy=plan.on_busy,
         )
         started.bind(turn.turn_id, turn.session_id)  # an agent's turn: its run's calls carry the session
@@ -162,7 +165,7 @@ async def _new_session(request: web.Request, who: Principal, agent: str | None) 
     quotas = request.app[QUOTAS]
     await quotas.admit_session(who)  # counted before creating, as POST /v1/sessions does
     try:
-        record = await request.app[RUNTIME].create_session(who.tenant_id, agent, dict(_METADATA))
+        record = await request.app[RUNTIME].create_session(who.tenant_id, agent, dict(_METADATA), owner=who.subject)
     except BaseException:
         quotas.release_session(who.tenant_id)
         raise

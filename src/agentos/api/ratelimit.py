@@ -41,6 +41,18 @@ from agentos.tenancy.ratelimit import WINDOW_S, Decision, Gcra
 # The key the open (key-less) principal is counted under.
 OPEN_KEY = "-"
 
+
+def limit_key(who: Principal) -> str:
+    """The bucket of `key_requests_per_minute` that `who` draws from: its key's; an end user's
+    own (a user's token is limited as a key is, each user alone: a tenant's users do not share
+    one bucket, and one user cannot spend another's); the open principal's."""
+    if who.key_id is not None:
+        return who.key_id
+    if who.subject is not None:
+        return f"user:{who.tenant_id}:{who.subject}"  # ':' never appears in a key id
+    return OPEN_KEY
+
+
 RATE_HEADERS: web.RequestKey[dict[str, str]] = web.RequestKey("rate_headers", dict)
 
 
@@ -81,13 +93,14 @@ class Limiters:
         limits = who.limits
         now = self.clock.now()
         key_rate, tenant_rate = limits.key_requests_per_minute, limits.requests_per_minute
-        by_key = self.keys.decide(who.key_id or OPEN_KEY, key_rate, now, commit=False) if key_rate else None
+        bucket = limit_key(who)
+        by_key = self.keys.decide(bucket, key_rate, now, commit=False) if key_rate else None
         by_tenant = self.tenants.decide(who.tenant_id, tenant_rate, now, commit=False) if tenant_rate else None
         headers, refused = self.answer(who, by_key, by_tenant)
         if refused is not None:
             return headers, refused
         if by_key is not None:
-            self.keys.commit(who.key_id or OPEN_KEY, by_key, now)
+            self.keys.commit(bucket, by_key, now)
         if by_tenant is not None:
             self.tenants.commit(who.tenant_id, by_tenant, now)
         return headers, None
@@ -102,21 +115,54 @@ class Limiters:
         return {"RateLimit-Policy": policy, "RateLimit": state}, refused
 
     def check_turn(self, who: Principal) -> None:
-        """Raises: RateLimited (`turn_rate_limited`): the tenant started `turns_per_minute` turns."""
-        self._take(self.turns, who.tenant_id, who.limits.turns_per_minute, "turn_rate_limited", "turns")
+        """Raises: RateLimited (`turn_rate_limited`): the tenant started `turns_per_minute`
+        turns, or the end user `user_turns_per_minute`."""
+        self.check_user_turn(who)
+        try:
+            self.check_tenant_turn(who)
+        except RateLimited:
+            self._refund_user(self.turns, who, who.limits.user_turns_per_minute)
+            raise
 
     def check_run(self, who: Principal) -> None:
-        """Raises: RateLimited (`run_rate_limited`): the tenant started `runs_per_minute` runs."""
+        """Raises: RateLimited (`run_rate_limited`): the tenant started `runs_per_minute` runs,
+        or the end user `user_runs_per_minute`."""
+        self.check_user_run(who)
+        try:
+            self.check_tenant_run(who)
+        except RateLimited:
+            self._refund_user(self.runs, who, who.limits.user_runs_per_minute)
+            raise
+
+    def check_tenant_turn(self, who: Principal) -> None:
+        self._take(self.turns, who.tenant_id, who.limits.turns_per_minute, "turn_rate_limited", "turns")
+
+    def check_tenant_run(self, who: Principal) -> None:
         self._take(self.runs, who.tenant_id, who.limits.runs_per_minute, "run_rate_limited", "runs")
+
+    def check_user_turn(self, who: Principal) -> None:
+        """The end user's own turns per minute (in process; a key's principal passes)."""
+        if who.subject is not None:
+            self._take(self.turns, limit_key(who), who.limits.user_turns_per_minute, "turn_rate_limited", "turns")
+
+    def check_user_run(self, who: Principal) -> None:
+        if who.subject is not None:
+            self._take(self.runs, limit_key(who), who.limits.user_runs_per_minute, "run_rate_limited", "runs")
 
     def refund_turn(self, who: Principal) -> None:
         """The turn `check_turn` admitted did not start (no such session, the server is full)."""
         if who.limits.turns_per_minute:
             self.turns.refund(who.tenant_id, who.limits.turns_per_minute)
+        self._refund_user(self.turns, who, who.limits.user_turns_per_minute)
 
     def refund_run(self, who: Principal) -> None:
         if who.limits.runs_per_minute:
             self.runs.refund(who.tenant_id, who.limits.runs_per_minute)
+        self._refund_user(self.runs, who, who.limits.user_runs_per_minute)
+
+    def _refund_user(self, limiter: Gcra, who: Principal, per_minute: int) -> None:
+        if per_minute and who.subject is not None:
+            limiter.refund(limit_key(who), per_minute)
 
     def _take(self, limiter: Gcra, key: str, per_minute: int, code: str, what: str) -> None:
         if per_minute:

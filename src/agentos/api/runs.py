@@ -19,6 +19,7 @@ tenant's sessions (else 404 `session_not_found`).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 import msgspec
@@ -39,6 +40,7 @@ from agentos.api.body import (
     read_body,
 )
 from agentos.api.keys import RUNS, RUNTIME, SSE_KEEPALIVE_S
+from agentos.api.owners import check_run, check_session, list_owner
 from agentos.api.routes import (
     BAD_BODY,
     SEQ,
@@ -196,7 +198,10 @@ async def start_run(request: web.Request) -> web.Response:
     async with admission.starting(who, "run", body.input, run=(run_id, max_cost), model=model) as started:
         if body.session_id is not None:
             await runtime.get_session(tenant_id, body.session_id)  # 404 unless it is the tenant's
-        await runs.start_run(tenant_id, agent, body.input, body.session_id, run_id=run_id, max_cost=body.max_cost)
+            await check_session(runtime, who, body.session_id)  # and the user's
+        await runs.start_run(
+            tenant_id, agent, body.input, body.session_id, run_id=run_id, max_cost=body.max_cost, owner=who.subject
+        )
         started.bind(run_id)  # its steps' calls carry the run id
     links = {"run_url": f"/v1/runs/{run_id}", "events_url": f"/v1/runs/{run_id}/events"}
     return json_response(RunStarted(run_id, "queued", **links), status=202)
@@ -223,8 +228,9 @@ async def start_run(request: web.Request) -> web.Response:
 )
 async def list_runs(request: web.Request) -> web.Response:
     """The tenant's runs, newest first; `status=waiting_human` is the inbox (each with its `pending`)."""
-    tenant_id = require(request, Scope.RUNS_READ).tenant_id
-    return json_response(await request.app[RUNS].list_runs(tenant_id, _run_query(request)))
+    who = require(request, Scope.RUNS_READ)
+    query = dataclasses.replace(_run_query(request), owner=list_owner(who))
+    return json_response(await request.app[RUNS].list_runs(who.tenant_id, query))
 
 
 def _run_query(request: web.Request) -> RunQuery:
@@ -245,22 +251,25 @@ def _run_query(request: web.Request) -> RunQuery:
 @routes.get("/v1/runs/{run_id}")
 @operation("A run's status, result and pending human request", answers=_THE_RUN, errors=_UNKNOWN)
 async def get_run(request: web.Request) -> web.Response:
-    tenant_id = require(request, Scope.RUNS_READ).tenant_id
-    return json_response(await request.app[RUNS].get_run(tenant_id, request.match_info["run_id"]))
+    who, run_id = require(request, Scope.RUNS_READ), request.match_info["run_id"]
+    await check_run(request.app[RUNS], who, run_id)
+    return json_response(await request.app[RUNS].get_run(who.tenant_id, run_id))
 
 
 @routes.post("/v1/runs/{run_id}/cancel")
 @operation("Soft cancel: the loop stops at its next step", answers=_THE_RUN, errors=_UNKNOWN)
 async def cancel_run(request: web.Request) -> web.Response:
-    tenant_id = require(request, Scope.RUNS_WRITE).tenant_id
-    return json_response(await request.app[RUNS].cancel(tenant_id, request.match_info["run_id"]))
+    who, run_id = require(request, Scope.RUNS_WRITE), request.match_info["run_id"]
+    await check_run(request.app[RUNS], who, run_id)
+    return json_response(await request.app[RUNS].cancel(who.tenant_id, run_id))
 
 
 @routes.post("/v1/runs/{run_id}/terminate")
 @operation("Hard stop in every state; records run.cancelled", answers=_THE_RUN, errors=_UNKNOWN)
 async def terminate_run(request: web.Request) -> web.Response:
-    tenant_id = require(request, Scope.RUNS_WRITE).tenant_id
-    return json_response(await request.app[RUNS].terminate(tenant_id, request.match_info["run_id"]))
+    who, run_id = require(request, Scope.RUNS_WRITE), request.match_info["run_id"]
+    await check_run(request.app[RUNS], who, run_id)
+    return json_response(await request.app[RUNS].terminate(who.tenant_id, run_id))
 
 
 _STEERED = Schema.object(
@@ -286,9 +295,10 @@ _STEERED = Schema.object(
     | {409: "`run_not_working`: finished, waiting for a human, or ended before its next step"},
 )
 async def steer_run(request: web.Request) -> web.Response:
-    tenant_id = require(request, Scope.RUNS_WRITE).tenant_id
+    who, run_id = require(request, Scope.RUNS_WRITE), request.match_info["run_id"]
     body = await read_body(request, RunSteer)
-    return json_response(await request.app[RUNS].steer_run(tenant_id, request.match_info["run_id"], body.input))
+    await check_run(request.app[RUNS], who, run_id)
+    return json_response(await request.app[RUNS].steer_run(who.tenant_id, run_id, body.input))
 
 
 _FORK_ERRORS: dict[int, str | Answer] = {
@@ -314,6 +324,7 @@ async def fork_run(request: web.Request) -> web.Response:
     admission.offer(who, "run")  # draining or full: refused before the body, like a start
     body = await read_body(request, RunFork)
     runs, run_id, fork_id = request.app[RUNS], request.match_info["run_id"], new_run_id()
+    await check_run(runs, who, run_id)  # another user's run: the same 404 (the fork keeps its owner)
     original = await runs.get_run(tenant_id, run_id)  # a 404 before any budget is held
     edit = ForkEdit(body.edit.content, body.edit.answer, body.edit.approve) if body.edit is not None else None
     async with admission.starting(who, "run", original["input"], run=(fork_id, 0.0)) as started:
@@ -331,12 +342,13 @@ async def fork_run(request: web.Request) -> web.Response:
     errors=BAD_BODY | _UNKNOWN | {409: "Not waiting, or the hash does not match"},
 )
 async def answer_run(request: web.Request) -> web.Response:
-    tenant_id = require(request, Scope.RUNS_WRITE).tenant_id
+    who, run_id = require(request, Scope.RUNS_WRITE), request.match_info["run_id"]
     body = await read_body(request, AnswerCreate)
     runs = request.app[RUNS]
+    await check_run(runs, who, run_id)
     info = await runs.answer(
-        tenant_id,
-        request.match_info["run_id"],
+        who.tenant_id,
+        run_id,
         body.operation_id,
         body.answer,
         approve=body.approve,
@@ -365,11 +377,13 @@ async def answer_run(request: web.Request) -> web.Response:
     errors={400: "Bad Last-Event-ID or after: not an integer from 0 to 2**62", 404: "Unknown run"},
 )
 async def run_events(request: web.Request) -> web.StreamResponse:
-    tenant_id = require(request, Scope.RUNS_READ).tenant_id
+    who = require(request, Scope.RUNS_READ)
+    tenant_id = who.tenant_id
     runs = request.app[RUNS]
     run_id = request.match_info["run_id"]
     after = _after_seq(request)
     await runs.get_run(tenant_id, run_id)  # a 404 before the stream starts
+    await check_run(runs, who, run_id)
     stream = await SSEStream.open(request, RUN_TERMINAL_EVENTS)
     keepalive_s = request.app[SSE_KEEPALIVE_S]
     events = runs.events(tenant_id, run_id, after)

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from agentos.api.body import read_body
 from agentos.api.keys import SCHEDULES
+from agentos.api.owners import check_schedule, list_owner
 from agentos.api.routes import BAD_BODY, Answer, Schema, json, nullable, operation, page, page_params
 from agentos.api.sessions import json_response, page_by_id
 from agentos.schedules.service import ScheduleSpec
@@ -93,10 +94,10 @@ _NOT_FOUND: dict[int, str | Answer] = {404: "Unknown schedule (another tenant's 
     },
 )
 async def create_schedule(request: web.Request) -> web.Response:
-    tenant_id = require(request, Scope.SCHEDULES_WRITE).tenant_id
+    who = require(request, Scope.SCHEDULES_WRITE)
     body = await read_body(request, ScheduleCreate)
     spec = ScheduleSpec(**msgspec.structs.asdict(body))
-    return json_response(await request.app[SCHEDULES].create(tenant_id, spec), status=201)
+    return json_response(await request.app[SCHEDULES].create(who.tenant_id, spec, owner=who.subject), status=201)
 
 
 @routes.get("/v1/schedules")
@@ -109,8 +110,9 @@ async def create_schedule(request: web.Request) -> web.Response:
 )
 async def list_schedules(request: web.Request) -> web.Response:
     """By id; `?after=` the `next_cursor` of the page before."""
-    tenant_id = require(request, Scope.SCHEDULES_READ).tenant_id
-    return page_by_id(request, await request.app[SCHEDULES].list_schedules(tenant_id), "schedule_id", 100)
+    who = require(request, Scope.SCHEDULES_READ)
+    schedules = await request.app[SCHEDULES].list_schedules(who.tenant_id, owner=list_owner(who))
+    return page_by_id(request, schedules, "schedule_id", 100)
 
 
 @routes.get("/v1/schedules/{schedule_id}")
@@ -121,8 +123,9 @@ async def list_schedules(request: web.Request) -> web.Response:
     errors=_NOT_FOUND,
 )
 async def get_schedule(request: web.Request) -> web.Response:
-    tenant_id = require(request, Scope.SCHEDULES_READ).tenant_id
-    return json_response(await request.app[SCHEDULES].get(tenant_id, request.match_info["schedule_id"]))
+    who, schedule_id = require(request, Scope.SCHEDULES_READ), request.match_info["schedule_id"]
+    await check_schedule(request.app[SCHEDULES], who, schedule_id)
+    return json_response(await request.app[SCHEDULES].get(who.tenant_id, schedule_id))
 
 
 @routes.post("/v1/schedules/{schedule_id}/pause")
@@ -133,8 +136,9 @@ async def get_schedule(request: web.Request) -> web.Response:
     errors=_NOT_FOUND,
 )
 async def pause_schedule(request: web.Request) -> web.Response:
-    tenant_id = require(request, Scope.SCHEDULES_WRITE).tenant_id
-    return json_response(await request.app[SCHEDULES].set_paused(tenant_id, request.match_info["schedule_id"], True))
+    who, schedule_id = require(request, Scope.SCHEDULES_WRITE), request.match_info["schedule_id"]
+    await check_schedule(request.app[SCHEDULES], who, schedule_id)
+    return json_response(await request.app[SCHEDULES].set_paused(who.tenant_id, schedule_id, True))
 
 
 @routes.post("/v1/schedules/{schedule_id}/resume")
@@ -145,8 +149,9 @@ async def pause_schedule(request: web.Request) -> web.Response:
     errors=_NOT_FOUND,
 )
 async def resume_schedule(request: web.Request) -> web.Response:
-    tenant_id = require(request, Scope.SCHEDULES_WRITE).tenant_id
-    return json_response(await request.app[SCHEDULES].set_paused(tenant_id, request.match_info["schedule_id"], False))
+    who, schedule_id = require(request, Scope.SCHEDULES_WRITE), request.match_info["schedule_id"]
+    await check_schedule(request.app[SCHEDULES], who, schedule_id)
+    return json_response(await request.app[SCHEDULES].set_paused(who.tenant_id, schedule_id, False))
 
 
 @routes.delete("/v1/schedules/{schedule_id}")
@@ -157,6 +162,7 @@ async def resume_schedule(request: web.Request) -> web.Response:
     errors=_NOT_FOUND,
 )
 async def delete_schedule(request: web.Request) -> web.Response:
-    tenant_id = require(request, Scope.SCHEDULES_WRITE).tenant_id
-    await request.app[SCHEDULES].delete(tenant_id, request.match_info["schedule_id"])
+    who, schedule_id = require(request, Scope.SCHEDULES_WRITE), request.match_info["schedule_id"]
+    await check_schedule(request.app[SCHEDULES], who, schedule_id)
+    await request.app[SCHEDULES].delete(who.tenant_id, schedule_id)
     return web.Response(status=204)

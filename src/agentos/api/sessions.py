@@ -14,6 +14,7 @@ from aiohttp import web
 
 from agentos.api.body import MAX_AFTER, SessionCreate, page_limit, query_int, query_text, read_body
 from agentos.api.keys import QUOTAS, RUNTIME
+from agentos.api.owners import check_session, list_owner
 from agentos.api.routes import (
     BAD_BODY,
     Answer,
@@ -25,6 +26,7 @@ from agentos.api.routes import (
     query,
     tagged,
 )
+from agentos.errors import SessionNotFound
 from agentos.runtime.runtime import Runtime
 from agentos.store.records import EventRecord, MessageRecord, SessionRecord
 from agentos.tenancy.principal import Scope, require
@@ -132,7 +134,9 @@ async def create_session(request: web.Request) -> web.Response:
     quotas = request.app[QUOTAS]
     await quotas.admit_session(who)  # counted before creating: concurrent creates cannot overshoot
     try:
-        record = await runtime.create_session(who.tenant_id, body.agent, body.metadata, on_busy=body.on_busy)
+        record = await runtime.create_session(
+            who.tenant_id, body.agent, body.metadata, on_busy=body.on_busy, owner=who.subject
+        )
     except BaseException:
         quotas.release_session(who.tenant_id)
         raise
@@ -156,7 +160,8 @@ async def list_sessions(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     limit = page_limit(request, 50)
     after, agent = query_text(request, "after"), query_text(request, "agent")
-    records = await runtime.store.list_sessions(who.tenant_id, limit=limit, after=after, agent=agent)
+    owner = list_owner(who)
+    records = await runtime.store.list_sessions(who.tenant_id, limit=limit, after=after, agent=agent, owner=owner)
     return page_response(records, limit, lambda r: session_json(runtime, r), lambda r: r.session_id)
 
 
@@ -167,6 +172,8 @@ async def get_session(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     session_id = request.match_info["session_id"]
     record = await runtime.get_session(who.tenant_id, session_id)
+    if not who.may_see("session", session_id, record.owner):
+        raise SessionNotFound(session_id)
     data = session_json(runtime, record) | {"active_turn": runtime.kernel.active_turn(session_id)}
     return json_response(data)
 
@@ -175,7 +182,9 @@ async def get_session(request: web.Request) -> web.Response:
 @operation("Delete a session and its transcript", answers={204: Answer(description="Deleted")}, errors=UNKNOWN)
 async def delete_session(request: web.Request) -> web.Response:
     who = require(request, Scope.SESSIONS_WRITE)
-    await request.app[RUNTIME].delete_session(who.tenant_id, request.match_info["session_id"])
+    session_id = request.match_info["session_id"]
+    await check_session(request.app[RUNTIME], who, session_id)
+    await request.app[RUNTIME].delete_session(who.tenant_id, session_id)
     request.app[QUOTAS].release_session(who.tenant_id)
     return web.Response(status=204)
 
@@ -188,7 +197,9 @@ async def _page(request: web.Request) -> tuple[Runtime, str, str, int, int]:
     session_id = request.match_info["session_id"]
     limit = page_limit(request, 100)
     after = query_int(request, "after", 0, low=0, high=MAX_AFTER)
-    await runtime.get_session(who.tenant_id, session_id)  # 404 for an unknown (or another tenant's) session
+    record = await runtime.get_session(who.tenant_id, session_id)  # 404 for an unknown (or another tenant's) session
+    if not who.may_see("session", session_id, record.owner):
+        raise SessionNotFound(session_id)
     return runtime, who.tenant_id, session_id, after, limit
 
 

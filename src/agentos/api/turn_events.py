@@ -18,6 +18,7 @@ from aiohttp import web
 
 from agentos.api.body import MAX_AFTER, decimal
 from agentos.api.keys import RUNTIME, SSE_KEEPALIVE_S
+from agentos.api.owners import check_session
 from agentos.api.routes import SEQ, events, header, query, tagged
 from agentos.api.sse import SSEStream, failures_as_events
 from agentos.errors import BadRequest
@@ -57,9 +58,11 @@ _EVENT_ID = {
     },
 )
 async def turn_events(request: web.Request) -> web.StreamResponse:
-    tenant_id = require(request, Scope.SESSIONS_READ).tenant_id
+    who = require(request, Scope.SESSIONS_READ)
+    tenant_id = who.tenant_id
     session_id, turn_id = request.match_info["session_id"], request.match_info["turn_id"]
     after = after_seq(request, turn_id)
+    await check_session(request.app[RUNTIME], who, session_id)
     # 404s before the stream starts: another tenant's session, a turn the session never had.
     events = await request.app[RUNTIME].follow_turn(tenant_id, session_id, turn_id, after)
     stream = await SSEStream.open(request, _ENDS)

@@ -9,6 +9,7 @@ from aiohttp import web
 from agentos.api.admission import ADMISSION
 from agentos.api.body import TurnCreate, read_body
 from agentos.api.keys import RUNTIME
+from agentos.api.owners import check_session
 from agentos.api.routes import (
     BAD_BODY,
     SERVER_SENT_EVENT,
@@ -93,7 +94,8 @@ def wants_sse(accept: str) -> bool:
     },
     limits=Limits(
         more_429="`turn_rate_limited` (turns per minute), `overloaded` (the server's admission limit),"
-        " `tenant_concurrent_turns`, `turn_queue_full` (`on_busy` enqueue or steer: the session's queue is full)",
+        " `tenant_concurrent_turns`, `user_concurrent_turns` (an end user's turns at once), `turn_queue_full`"
+        " (`on_busy` enqueue or steer: the session's queue is full)",
         quota=_TOKENS_QUOTA,
         budgets=True,
     ),
@@ -111,8 +113,14 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     body = await read_body(request, TurnCreate)
     check_input(body.input, runtime.settings.kernel.max_input_chars)
     async with admission.starting(who, "turn", body.input) as started:
+        await check_session(runtime, who, request.match_info["session_id"])
         turn = await runtime.start_turn(
-            who.tenant_id, request.match_info["session_id"], body.input, key_id=who.key_id or "", on_busy=body.on_busy
+            who.tenant_id,
+            request.match_info["session_id"],
+            body.input,
+            key_id=who.key_id or "",
+            user_max_turns=who.limits.user_max_concurrent_turns,
+            on_busy=body.on_busy,
         )
         started.bind(turn.turn_id, turn.session_id)  # an agent's turn: its run's calls carry the session
     if not sse:
@@ -155,6 +163,7 @@ async def cancel_turn(request: web.Request) -> web.Response:
     who = require(request, Scope.SESSIONS_WRITE)
     runtime = request.app[RUNTIME]
     session_id = request.match_info["session_id"]
+    await check_session(runtime, who, session_id)
     await runtime.ensure_loaded(who.tenant_id, session_id)
     turn_id = await runtime.cancel_turn_anywhere(who.tenant_id, session_id)
     return json_response({"cancelled": turn_id is not None, "turn_id": turn_id})
@@ -170,6 +179,7 @@ async def cancel_turn_by_id(request: web.Request) -> web.Response:
     who = require(request, Scope.SESSIONS_WRITE)
     runtime = request.app[RUNTIME]
     session_id, turn_id = request.match_info["session_id"], request.match_info["turn_id"]
+    await check_session(runtime, who, session_id)
     await runtime.ensure_loaded(who.tenant_id, session_id)
     cancelled = await runtime.cancel_turn_by_id_anywhere(who.tenant_id, session_id, turn_id)
     return json_response({"cancelled": cancelled, "turn_id": turn_id if cancelled else None})

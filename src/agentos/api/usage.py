@@ -20,6 +20,7 @@ from aiohttp import web
 
 from agentos.api.body import query_text
 from agentos.api.keys import RUNTIME
+from agentos.api.owners import require_tenant_wide
 from agentos.api.routes import json, operation, query
 from agentos.api.sessions import json_response
 from agentos.clock import wall_ms
@@ -73,7 +74,7 @@ _GROUP_BY = query(
     },
 )
 async def usage(request: web.Request) -> web.Response:
-    who = require(request, Scope.SESSIONS_READ)
+    who = require_tenant_wide(require(request, Scope.SESSIONS_READ), "usage")
     query = usage_query(request, who, now_ms=wall_ms())
     found = await request.app[RUNTIME].store.usage_totals(query)
     report = UsageReport(

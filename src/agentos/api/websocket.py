@@ -22,6 +22,7 @@ from agentos.api.body import decode_json
 from agentos.api.browser_tokens import SUBPROTOCOL
 from agentos.api.errors import INTERNAL_MESSAGE, STARTED, log_internal_error
 from agentos.api.keys import MAX_BODY_BYTES, RUNTIME
+from agentos.api.owners import check_session
 from agentos.api.routes import Answer, tagged
 from agentos.api.sessions import UNKNOWN
 from agentos.errors import RequestError
@@ -55,6 +56,7 @@ async def session_socket(request: web.Request) -> web.WebSocketResponse:
     who = require(request, Scope.SESSIONS_WRITE)
     runtime = request.app[RUNTIME]
     session_id = request.match_info["session_id"]
+    await check_session(runtime, who, session_id)  # 404 before the upgrade: not this user's
     await runtime.ensure_loaded(who.tenant_id, session_id)  # 404 before the upgrade
     # agentos.v1: the subprotocol a browser offers beside its token's (agentos.api.browser_tokens)
     ws = web.WebSocketResponse(heartbeat=30, max_msg_size=request.app[MAX_BODY_BYTES], protocols=(SUBPROTOCOL,))
@@ -103,7 +105,12 @@ async def _on_frame(app: web.Application, who: Principal, session_id: str, raw: 
     admission.offer(who, "turn")
     async with admission.starting(who, "turn", frame.input) as started:
         turn = await runtime.start_turn(
-            tenant_id, session_id, frame.input, key_id=who.key_id or "", on_busy=frame.on_busy
+            tenant_id,
+            session_id,
+            frame.input,
+            key_id=who.key_id or "",
+            user_max_turns=who.limits.user_max_concurrent_turns,
+            on_busy=frame.on_busy,
         )
         started.bind(turn.turn_id, turn.session_id)  # an agent's turn: its run's calls carry the session
         return turn

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from agentos.config.identity import IdentityConfig, check_identity
 from agentos.config.knowledge import KnowledgeConfig, SchedulesConfig, TriggersConfig
 from agentos.config.provider import (
     MockConfig,
@@ -104,6 +105,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     schedules: SchedulesConfig = msgspec.field(default_factory=SchedulesConfig)
     memory: MemoryConfig = msgspec.field(default_factory=MemoryConfig)
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
+    identity: IdentityConfig = msgspec.field(default_factory=IdentityConfig)  # end users' identity providers
     agents: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
 
     @property
@@ -167,7 +169,7 @@ def _known_keys() -> dict[str, str]:
         if name in _SECTIONS:
             for sub in getattr(defaults, name).__struct_fields__:
                 keys[f"{name}.{sub}"] = f"AGENTOS_{name}_{sub}".upper()
-        elif name not in ("agents", "providers", "models"):  # tables of their own: config file only
+        elif name not in ("agents", "providers", "models", "identity"):  # tables of their own: config file only
             keys[name] = f"AGENTOS_{name}".upper()
     return keys
 
@@ -324,6 +326,7 @@ def check_settings(settings: Settings) -> None:
         routes(settings.provider, settings.providers, settings.models, settings.routing)  # raises ConfigError
     _check_store(settings.store)
     check_server(settings.server)
+    check_identity(settings.identity)
     redis_url = settings.coordination.redis_url
     if redis_url and not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise InvalidSetting("coordination.redis_url", "must start with redis://, rediss:// or unix://")

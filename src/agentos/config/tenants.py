@@ -42,6 +42,10 @@ class TenantLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     requests_per_minute: every request of the tenant, all its keys together.
     key_requests_per_minute: every request of one key.
     turns_per_minute, runs_per_minute: turns and runs started.
+    user_turns_per_minute, user_runs_per_minute: turns and runs started by one end user's token
+        (`agentos.identity`), beside the tenant's; a key's are not counted here.
+    user_max_concurrent_turns: turns running at once in one end user's sessions (429
+        `user_concurrent_turns`).
     max_sessions: sessions stored at once (a quota: 403 when over).
     max_concurrent_turns, max_active_runs: at once (429 when over: they free themselves).
     tokens_per_day: provider tokens (prompt + completion) per UTC day (403 when over).
@@ -57,6 +61,9 @@ class TenantLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     key_requests_per_minute: PerMinute = 0
     turns_per_minute: PerMinute = 0
     runs_per_minute: PerMinute = 0
+    user_turns_per_minute: PerMinute = 0
+    user_runs_per_minute: PerMinute = 0
+    user_max_concurrent_turns: AtOnce = 0
     max_sessions: AtOnce = 0
     max_concurrent_turns: AtOnce = 0
     max_active_runs: AtOnce = 0

@@ -83,6 +83,7 @@ class RunRow:
     created_ms: int
     updated_ms: int
     context_ref: str | None = None  # payload: earlier messages of the session the run continues
+    owner: str | None = None  # the end user who started it, or whose session it runs in; None: a tenant key
     forked_from: str | None = None  # a fork (`agentos.agents.forks`): the run it was forked from
     forked_at_seq: int | None = None  # ... and the last step of that run's journal it copied
 
@@ -129,7 +130,7 @@ class Journal:
     with the same parameters); reads run on the store's thread."""
 
     PUT_PAYLOAD = "INSERT OR IGNORE INTO payloads (hash, tenant_id, body) VALUES (?, ?, ?)"
-    INSERT_RUN = "INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    INSERT_RUN = "INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     SET_STATUS = (
         "UPDATE runs SET status = ?, result = coalesce(?, result), reason = coalesce(?, reason), updated_ms = ?"
         " WHERE run_id = ?"
@@ -175,6 +176,7 @@ class Journal:
                 row.created_ms,
                 row.updated_ms,
                 row.context_ref,
+                row.owner,
                 row.forked_from,
                 row.forked_at_seq,
             ),

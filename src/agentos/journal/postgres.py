@@ -166,7 +166,7 @@ class PgJournal(Journal):
 
     PUT_PAYLOAD = "INSERT INTO payloads (hash, tenant_id, body) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING"
     INSERT_RUN = (
-        "INSERT INTO runs VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+        "INSERT INTO runs VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
         " ON CONFLICT DO NOTHING"
     )
     SET_STATUS = (

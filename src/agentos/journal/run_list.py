@@ -39,7 +39,7 @@ INPUT_MAX_CHARS = 500
 _COLUMNS = (
     "r.run_id, r.tenant_id, r.agent, r.session_id, r.parent_run_id, r.depth, r.spec_ref,"
     f" substr(r.input, 1, {INPUT_MAX_CHARS + 1}), r.status, r.result, r.reason, r.created_ms, r.updated_ms,"
-    " r.context_ref, r.forked_from, r.forked_at_seq"
+    " r.context_ref, r.owner, r.forked_from, r.forked_at_seq"
 )
 
 
@@ -71,6 +71,7 @@ class RunQuery:
     agent: str | None = None
     session_id: str | None = None
     after: RunCursor | None = None
+    owner: str | None = None  # only the runs of this end user (`Principal.subject`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +104,13 @@ def list_runs_sql(tenant_id: str, query: RunQuery, *, numbered: bool = False) ->
     """The statement and its parameters; `numbered`: PostgreSQL's `$1, $2...` for SQLite's `?`."""
     where = ["r.tenant_id = ?"]
     params: list[Any] = [tenant_id]
-    for column, value in (("status", query.status), ("agent", query.agent), ("session_id", query.session_id)):
+    filters = (
+        ("status", query.status),
+        ("agent", query.agent),
+        ("session_id", query.session_id),
+        ("owner", query.owner),
+    )
+    for column, value in filters:
         if value is not None:
             where.append(f"r.{column} = ?")
             params.append(value)

@@ -18,7 +18,7 @@ CREATE TABLE IF NOT EXISTS runs (
   run_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, agent TEXT NOT NULL, session_id TEXT,
   parent_run_id TEXT, depth INTEGER NOT NULL, spec_ref TEXT NOT NULL, input TEXT NOT NULL,
   status TEXT NOT NULL, result TEXT, reason TEXT, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,
-  context_ref TEXT,
+  context_ref TEXT, owner TEXT,
   forked_from TEXT, forked_at_seq INTEGER);
 CREATE INDEX IF NOT EXISTS runs_open ON runs (status) WHERE status NOT IN {RUN_TERMINAL_SQL};
 CREATE INDEX IF NOT EXISTS runs_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS run_events (
 # older runs.db lacks, so a data dir from an earlier version keeps working.
 _ADDED_COLUMNS = (
     ("runs", "context_ref", "TEXT"),
+    ("runs", "owner", "TEXT"),
     ("runs", "forked_from", "TEXT"),
     ("runs", "forked_at_seq", "INTEGER"),
 )

@@ -42,7 +42,14 @@ class AgentRuns(Protocol):
     accepting: bool
 
     async def start_run(
-        self, tenant_id: str, agent: str, text: str, session_id: str, *, context: list[Message] | None
+        self,
+        tenant_id: str,
+        agent: str,
+        text: str,
+        session_id: str,
+        *,
+        context: list[Message] | None,
+        owner: str | None = None,
     ) -> str: ...
 
     def events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> AsyncIterator[RunEventView]: ...
@@ -76,7 +83,7 @@ class AgentTurns:
         if turn.prompt is not None:  # a client's conversation, ending with the turn's input
             context = turn.prompt[:-1]
         turn.run_id = await self._runs.start_run(
-            turn.tenant_id, turn.agent, turn.input, turn.session_id, context=context
+            turn.tenant_id, turn.agent, turn.input, turn.session_id, context=context, owner=turn.owner
         )
         for text, claim in turn.steers:  # sent while the run was being started
             self._runs.steer(turn.tenant_id, turn.run_id, text, claim)

@@ -135,9 +135,15 @@ class Runtime:
     # Every call names the caller's tenant: another tenant's session is a SessionNotFound.
 
     async def create_session(
-        self, tenant_id: str, agent: str | None, metadata: dict[str, Any], *, on_busy: OnBusy | None = None
+        self,
+        tenant_id: str,
+        agent: str | None,
+        metadata: dict[str, Any],
+        *,
+        on_busy: OnBusy | None = None,
+        owner: str | None = None,
     ) -> SessionRecord:
-        return await self.sessions.create(tenant_id, agent, metadata, on_busy=on_busy)
+        return await self.sessions.create(tenant_id, agent, metadata, on_busy=on_busy, owner=owner)
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord:
         return await self.sessions.get(tenant_id, session_id)

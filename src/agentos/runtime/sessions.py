@@ -47,6 +47,7 @@ class Sessions:
         self._agents: dict[str, str] = {}
         self._tenants: dict[str, str] = {}  # session id -> tenant, for the sessions in memory
         self._on_busy: dict[str, OnBusy] = {}  # a default other than "replace", for the sessions in memory
+        self._owners: dict[str, str] = {}  # the end user of each in-memory session a user opened
         driver.on(EvictSession, self._evict)
 
     def agent_of(self, session_id: str) -> str | None:
@@ -74,16 +75,27 @@ class Sessions:
             return self._agents.get(record.session_id)
         return DEFAULT_AGENT if self._has_default_agent(record.tenant_id) else None
 
+    def owner_of(self, session_id: str) -> str | None:
+        """The end user who opened the in-memory session (None: a tenant key)."""
+        return self._owners.get(session_id)
+
     def on_busy_of(self, session_id: str) -> OnBusy:
         """The default `on_busy` of the in-memory session's turns: its own (set when it was
         opened), else its agent's, else "replace"."""
         return self._on_busy.get(session_id, DEFAULT_ON_BUSY)
 
     async def create(
-        self, tenant_id: str, agent: str | None, metadata: dict[str, Any], *, on_busy: OnBusy | None = None
+        self,
+        tenant_id: str,
+        agent: str | None,
+        metadata: dict[str, Any],
+        *,
+        on_busy: OnBusy | None = None,
+        owner: str | None = None,
     ) -> SessionRecord:
         """Open a session of `tenant_id` run by `agent` (None: the default, see `DEFAULT_AGENT`);
-        the agent must be one the tenant sees (a config agent or one of its own).
+        the agent must be one the tenant sees (a config agent or one of its own). `owner`: the
+        end user who opens it (None: a tenant key).
 
         Raises: NotFound `agent_not_found` (404, as for a run or a trigger of an unknown agent).
         """
@@ -99,6 +111,7 @@ class Sessions:
             metadata=metadata,
             created_at_ms=wall_ms(),
             on_busy=on_busy,
+            owner=owner,
         )
         await self._store.create_session(record)
         self._open(record)
@@ -143,6 +156,7 @@ class Sessions:
         self._driver.handle(SessionClosed(session_id))  # cancels its running turn
         self._agents.pop(session_id, None)
         self._on_busy.pop(session_id, None)
+        self._owners.pop(session_id, None)
         self._tenants.pop(session_id, None)
         if self._runs is not None:
             await self._runs.delete_session_runs(tenant_id, session_id)
@@ -157,6 +171,8 @@ class Sessions:
             on_busy = self._runs.agent_on_busy(record.tenant_id, record.agent)
         if on_busy is not None and on_busy != DEFAULT_ON_BUSY:
             self._on_busy[record.session_id] = on_busy
+        if record.owner is not None:
+            self._owners[record.session_id] = record.owner
         self._tenants[record.session_id] = record.tenant_id
         self._driver.handle(SessionOpened(record.session_id))
 
@@ -167,6 +183,7 @@ class Sessions:
         self._store.forget_session(command.session_id)
         self._agents.pop(command.session_id, None)
         self._on_busy.pop(command.session_id, None)
+        self._owners.pop(command.session_id, None)
         self._tenants.pop(command.session_id, None)
         if self._on_evicted is not None:
             self._on_evicted()

@@ -76,6 +76,7 @@ class Turn:
         "run_id",
         "agent",
         "key_id",
+        "owner",
         "span",
         "superseded_by",
         "submitted_s",
@@ -108,6 +109,7 @@ class Turn:
         self.finishing = False  # the answer is complete: a cancel no longer applies
         self.agent = agent  # the agent that runs the turn; None: a plain chat turn
         self.key_id = ""  # the key that asked for it ("": none, or not known)
+        self.owner: str | None = None  # its session's end user: the owner of the run an agent turn starts
         self.span: Span = NULL_SPAN  # its trace span while it runs (agentos.telemetry)
         self.superseded_by = ""  # the traceparent of the request whose turn cancelled it (last-wins)
         self.run_id: str | None = None  # set when the session's agent runs the turn

@@ -106,6 +106,7 @@ class Turns:
         self._agents = agents
         self._streams = streams  # followers of a turn, here and on other nodes
         self._turns: dict[str, Turn] = {}
+        self._by_owner: dict[tuple[str, str], int] = {}  # live turns in each end user's sessions
         self.accepting = True
         self.idle = asyncio.Event()  # set while no turn is live
         self.idle.set()
@@ -141,9 +142,12 @@ class Turns:
         on_busy: OnBusy | None = None,
         turn_id: str | None = None,
         forward: bool = True,
+        user_max_turns: int = 0,
     ) -> Turn:
         """Admit a turn in the tenant's session; `run` runs it. `key_id`: the key that asked
         (its model calls are counted against it: the usage ledger, the key's budget).
+        `user_max_turns`: at most this many live turns in the sessions of the session's end user
+        (`user_max_concurrent_turns`; 0: no cap; a session a tenant key opened has no user).
         `on_busy`: what it does if the session runs a turn (None: the session's default,
         docs/conversations.md); a queued turn is admitted and `run` waits for its turn. With
         PostgreSQL and a bus, such a turn for a session whose turn runs on another node is
@@ -166,6 +170,9 @@ class Turns:
         await self._sessions.ensure_loaded(tenant_id, session_id)
         on_busy = on_busy or self._sessions.on_busy_of(session_id)
         agent = self._sessions.agent_of(session_id) if self._agents is not None else None
+        owner = self._sessions.owner_of(session_id)
+        if owner is not None and user_max_turns and self._by_owner.get((tenant_id, owner), 0) >= user_max_turns:
+            raise AdmissionRejected(self._driver.kernel.limits.retry_after_s, code="user_concurrent_turns")
         if on_busy not in _REPLACING:
             if forward and prompt is None and tools is None:
                 elsewhere = await self._forward(tenant_id, session_id, text, on_busy, key_id, agent)
@@ -179,7 +186,10 @@ class Turns:
             raise AdmissionRejected(retry_after_s, code="tenant_concurrent_turns")
         turn = Turn(turn_id, tenant_id, session_id, text, self._clock.now(), agent)
         turn.prompt, turn.tools, turn.key_id = prompt, tools, key_id
+        turn.owner = owner
         self._turns[turn.turn_id] = turn
+        if owner is not None:
+            self._by_owner[(tenant_id, owner)] = self._by_owner.get((tenant_id, owner), 0) + 1
         self.idle.clear()
         submitted = TurnSubmitted(session_id, turn.turn_id, agent is None, tenant_id, on_busy)
         commands = self._driver.handle(submitted)
@@ -515,7 +525,11 @@ class Turns:
             turn.task.cancel()
 
     def _forget(self, turn: Turn) -> None:
-        self._turns.pop(turn.turn_id, None)
+        if self._turns.pop(turn.turn_id, None) is not None and turn.owner is not None:
+            key = (turn.tenant_id, turn.owner)
+            left = self._by_owner.pop(key) - 1
+            if left:
+                self._by_owner[key] = left
         if not self._turns:
             self.idle.set()
 

@@ -27,7 +27,7 @@ T = TypeVar("T")
 
 _SELECT = f"SELECT {storage.SCHEDULE_COLUMNS} FROM schedules"
 _SELECT_FIRE = f"SELECT {storage.FIRE_COLUMNS} FROM schedule_fires"
-_INSERT = f"INSERT INTO schedules ({storage.SCHEDULE_COLUMNS}) VALUES ({', '.join(f'${i}' for i in range(1, 14))})"
+_INSERT = f"INSERT INTO schedules ({storage.SCHEDULE_COLUMNS}) VALUES ({', '.join(f'${i}' for i in range(1, 15))})"
 _INSERT_FIRE = (
     f"INSERT INTO schedule_fires ({storage.FIRE_COLUMNS}, lease_owner, lease_until_ms)"
     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (schedule_id, slot_ms) DO NOTHING"

@@ -29,6 +29,7 @@ class ScheduleRow:
     paused: bool
     created_ms: int
     cursor_ms: int  # the first slot the scheduler has not decided yet: the next fire
+    owner: str | None = None  # the end user who made it (its runs are that user's); None: a tenant key
 
     @property
     def timing(self) -> Timing:

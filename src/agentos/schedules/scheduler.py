@@ -153,7 +153,9 @@ class Scheduler(RunPoller[ScheduleStorage, SchedulesConfig, ScheduleMetrics]):
             await self._storage.release(fire, self._owner)  # queued: a later round starts it
             return 0
         try:
-            await self._runs.start_run(fire.tenant_id, schedule.agent, schedule.input, run_id=fire.run_id)
+            await self._runs.start_run(
+                fire.tenant_id, schedule.agent, schedule.input, run_id=fire.run_id, owner=schedule.owner
+            )
         except (AdmissionRejected, ShuttingDown, StoreUnavailable):  # the tenant's quota, a full or draining node
             await self._storage.release(fire, self._owner)
             self._metrics.fires.labels(outcome="postponed").inc()

@@ -91,8 +91,10 @@ class ScheduleService:
     def register_metrics(self, registry: CollectorRegistry) -> None:
         registry.register(self.metrics.fires)
 
-    async def create(self, tenant_id: str, spec: ScheduleSpec) -> dict[str, Any]:
-        """Raises: InvalidInput (422: `invalid_cron`, `unknown_time_zone`, `invalid_every`,
+    async def create(self, tenant_id: str, spec: ScheduleSpec, *, owner: str | None = None) -> dict[str, Any]:
+        """`owner`: the end user making it (its runs are that user's).
+
+        Raises: InvalidInput (422: `invalid_cron`, `unknown_time_zone`, `invalid_every`,
         `invalid_schedule`, `unknown_agent`, `invalid_input`), Conflict (`too_many_schedules`)."""
         now = self._now_ms()
         timing = self._timing(spec, now)
@@ -112,6 +114,7 @@ class ScheduleService:
             paused=spec.paused,
             created_ms=now,
             cursor_ms=first_slot(timing, now),
+            owner=owner,
         )
         await self.storage.create(row, max_per_tenant=self.config.max_schedules)
         self.scheduler.wake()
@@ -136,8 +139,14 @@ class ScheduleService:
         except NotFound:
             raise InvalidInput(f"agent {agent!r} is not an agent this tenant can run", code="unknown_agent") from None
 
-    async def list_schedules(self, tenant_id: str) -> list[dict[str, Any]]:
-        return [s.to_dict() for s in await self.storage.list_schedules(tenant_id)]
+    async def list_schedules(self, tenant_id: str, *, owner: str | None = None) -> list[dict[str, Any]]:
+        """The tenant's schedules (`owner`: only that end user's)."""
+        schedules = await self.storage.list_schedules(tenant_id)
+        return [s.to_dict() for s in schedules if owner is None or s.owner == owner]
+
+    async def owner_of(self, tenant_id: str, schedule_id: str) -> str | None:
+        """The end user who made the tenant's schedule (None: a tenant key). Raises: NotFound."""
+        return (await self._schedule(tenant_id, schedule_id)).owner
 
     async def get(self, tenant_id: str, schedule_id: str) -> dict[str, Any]:
         """The schedule, its next fire and its last fires (newest first). Raises: NotFound."""

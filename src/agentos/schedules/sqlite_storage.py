@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS schedules (
     misfire TEXT NOT NULL,
     paused INTEGER NOT NULL,
     created_ms INTEGER NOT NULL,
-    cursor_ms INTEGER NOT NULL
+    cursor_ms INTEGER NOT NULL,
+    owner TEXT
 );
 CREATE INDEX IF NOT EXISTS schedules_by_tenant ON schedules (tenant_id, created_ms);
 CREATE INDEX IF NOT EXISTS schedules_due ON schedules (paused, cursor_ms);
@@ -54,7 +55,7 @@ CREATE INDEX IF NOT EXISTS schedule_fires_to_claim ON schedule_fires (status, le
 
 _SELECT = f"SELECT {storage.SCHEDULE_COLUMNS} FROM schedules"
 _SELECT_FIRE = f"SELECT {storage.FIRE_COLUMNS} FROM schedule_fires"
-_INSERT = f"INSERT INTO schedules ({storage.SCHEDULE_COLUMNS}) VALUES ({', '.join('?' * 13)})"
+_INSERT = f"INSERT INTO schedules ({storage.SCHEDULE_COLUMNS}) VALUES ({', '.join('?' * 14)})"
 _INSERT_FIRE = (
     f"INSERT INTO schedule_fires ({storage.FIRE_COLUMNS}, lease_owner, lease_until_ms)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -70,11 +71,18 @@ DELETE FROM schedule_fires AS f WHERE f.status IN {storage.SETTLED} AND f.slot_m
 """
 
 
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Files made before owners (issue 30) lack the column: add it (old schedules: a tenant key's)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(schedules)")}
+    if "owner" not in columns:
+        conn.execute("ALTER TABLE schedules ADD COLUMN owner TEXT")
+
+
 class SqliteScheduleStorage(WriterStorage):
     """A `ScheduleStorage` (`agentos.schedules.storage`) in `path` (None: in memory)."""
 
     def __init__(self, path: Path | None) -> None:
-        super().__init__(Writer("schedules", path, SCHEMA, synchronous="full", queue_max_rows=10_000))
+        super().__init__(Writer("schedules", path, SCHEMA, migrate=_migrate, synchronous="full", queue_max_rows=10_000))
 
     async def create(self, schedule: ScheduleRow, *, max_per_tenant: int) -> None:
         def create(db: sqlite3.Connection) -> None:

@@ -86,7 +86,7 @@ class ScheduleStorage(Protocol):
 
 SCHEDULE_COLUMNS = (
     "schedule_id, tenant_id, agent, input, cron, zone, every_s, max_runs_in_flight, overlap, misfire, paused,"
-    " created_ms, cursor_ms"
+    " created_ms, cursor_ms, owner"
 )
 FIRE_COLUMNS = "schedule_id, slot_ms, tenant_id, run_id, status, updated_ms, reason"
 SETTLED = "('finished', 'skipped', 'failed')"
@@ -110,6 +110,7 @@ def schedule_values(s: ScheduleRow) -> tuple[Any, ...]:
         s.paused,
         s.created_ms,
         s.cursor_ms,
+        s.owner,
     )
 
 
@@ -118,9 +119,24 @@ def fire_values(f: FireRow) -> tuple[Any, ...]:
 
 
 def schedule_row(row: Sequence[Any]) -> ScheduleRow:
-    (sid, tenant, agent, text, cron, zone, every_s, max_in_flight, overlap, misfire, paused, created, cursor) = row
+    (sid, tenant, agent, text, cron, zone, every_s, max_in_flight, overlap, misfire, paused, created, cursor, owner) = (
+        row
+    )
     return ScheduleRow(
-        sid, tenant, agent, text, cron, zone, every_s, max_in_flight, overlap, misfire, bool(paused), created, cursor
+        sid,
+        tenant,
+        agent,
+        text,
+        cron,
+        zone,
+        every_s,
+        max_in_flight,
+        overlap,
+        misfire,
+        bool(paused),
+        created,
+        cursor,
+        owner,
     )
 
 

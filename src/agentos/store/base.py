@@ -73,10 +73,10 @@ class Store(Protocol):
     async def create_session(self, record: SessionRecord) -> None: ...
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None: ...
     async def list_sessions(
-        self, tenant_id: str, *, limit: int, after: str | None, agent: str | None = None
+        self, tenant_id: str, *, limit: int, after: str | None, agent: str | None = None, owner: str | None = None
     ) -> list[SessionRecord]:
         """The tenant's sessions after the id `after`, in id order; `agent`: only those opened
-        with that agent (`"default"`: those opened without one)."""
+        with that agent (`"default"`: those opened without one); `owner`: only that user's."""
         ...
 
     async def delete_session(self, tenant_id: str, session_id: str) -> bool:

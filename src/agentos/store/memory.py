@@ -52,12 +52,12 @@ class MemoryStore(OneNodeTurns):
         return self._owned(tenant_id, session_id)
 
     async def list_sessions(
-        self, tenant_id: str, *, limit: int, after: str | None, agent: str | None = None
+        self, tenant_id: str, *, limit: int, after: str | None, agent: str | None = None, owner: str | None = None
     ) -> list[SessionRecord]:
         ids = sorted(
             s
             for s, r in self._sessions.items()
-            if r.tenant_id == tenant_id and s > (after or "") and agent in (None, r.agent)
+            if r.tenant_id == tenant_id and s > (after or "") and agent in (None, r.agent) and owner in (None, r.owner)
         )
         return [self._sessions[s] for s in ids[:limit]]
 

@@ -16,8 +16,8 @@ _encode = msgspec.json.encode
 # A batch applied again after a failure may repeat a write, so the writes with a natural key
 # are idempotent. Events and access rows have none; they are sheddable anyway.
 INSERT_SESSION = (
-    "INSERT INTO sessions (session_id, tenant_id, agent, metadata, created_at_ms, on_busy)"
-    " VALUES ($1, $2, $3, $4::jsonb, $5, $6) ON CONFLICT (session_id) DO NOTHING"
+    "INSERT INTO sessions (session_id, tenant_id, agent, metadata, created_at_ms, on_busy, owner)"
+    " VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7) ON CONFLICT (session_id) DO NOTHING"
 )
 # A message, with its turn's terminal event when $9 (its type) is not NULL (`commit_answer`):
 # one statement, so the event is stored exactly when the answer is, and every write of the

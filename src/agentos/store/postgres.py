@@ -154,7 +154,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
     # -- sessions ----------------------------------------------------------------------------
 
     async def create_session(self, r: SessionRecord) -> None:
-        params = (r.session_id, r.tenant_id, r.agent, _encode(r.metadata).decode(), r.created_at_ms, r.on_busy)
+        params = (r.session_id, r.tenant_id, r.agent, _encode(r.metadata).decode(), r.created_at_ms, r.on_busy, r.owner)
         await within(self._lanes[0].submit(INSERT_SESSION, params), "creating a session", self._bound_s)
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
@@ -163,13 +163,13 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
         return session_from_row(rows[0]) if rows else None
 
     async def list_sessions(
-        self, tenant_id: str, *, limit: int, after: str | None, agent: str | None = None
+        self, tenant_id: str, *, limit: int, after: str | None, agent: str | None = None, owner: str | None = None
     ) -> list[SessionRecord]:
         sql = (
             f"SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant_id = $1 AND session_id > $2"
-            " AND ($4::text IS NULL OR agent = $4) ORDER BY session_id LIMIT $3"
+            " AND ($4::text IS NULL OR agent = $4) AND ($5::text IS NULL OR owner = $5) ORDER BY session_id LIMIT $3"
         )
-        rows = await self._fetch(self._lanes[0], sql, tenant_id, after or "", limit, agent)
+        rows = await self._fetch(self._lanes[0], sql, tenant_id, after or "", limit, agent, owner)
         return [session_from_row(row) for row in rows]
 
     async def delete_session(self, tenant_id: str, session_id: str) -> bool:

@@ -24,6 +24,7 @@ class SessionRecord(msgspec.Struct, kw_only=True):
     metadata: dict[str, Any] = {}
     created_at_ms: int = 0
     on_busy: OnBusy | None = None  # its turns' default `on_busy`; None: its agent's, else "replace"
+    owner: str | None = None  # the end user who made it (`Principal.subject`); None: a tenant key
 
 
 class MessageRecord(msgspec.Struct, kw_only=True):

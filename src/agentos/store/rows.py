@@ -38,11 +38,11 @@ def message_from_row(row: Any) -> MessageRecord:
     )
 
 
-SESSION_COLUMNS = "session_id, tenant_id, agent, metadata, created_at_ms, on_busy"
+SESSION_COLUMNS = "session_id, tenant_id, agent, metadata, created_at_ms, on_busy, owner"
 
 
 def session_from_row(row: Any) -> SessionRecord:
-    sid, tenant, agent, metadata, created, on_busy = row
+    sid, tenant, agent, metadata, created, on_busy, owner = row
     return SessionRecord(
         session_id=sid,
         tenant_id=tenant,
@@ -50,6 +50,7 @@ def session_from_row(row: Any) -> SessionRecord:
         metadata=_decode(metadata),
         created_at_ms=created,
         on_busy=on_busy if on_busy in ON_BUSY else None,
+        owner=owner,
     )
 
 

@@ -131,7 +131,7 @@ class SQLiteStore(OneNodeTurns):
     # -- sessions ----------------------------------------------------------------------------
 
     async def create_session(self, r: SessionRecord) -> None:
-        params = (r.session_id, r.tenant_id, r.agent, _encode(r.metadata).decode(), r.created_at_ms, r.on_busy)
+        params = (r.session_id, r.tenant_id, r.agent, _encode(r.metadata).decode(), r.created_at_ms, r.on_busy, r.owner)
         await self._sessions.submit(INSERT_SESSION, params)
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
@@ -146,13 +146,13 @@ class SQLiteStore(OneNodeTurns):
         return result
 
     async def list_sessions(
-        self, tenant_id: str, *, limit: int, after: str | None, agent: str | None = None
+        self, tenant_id: str, *, limit: int, after: str | None, agent: str | None = None, owner: str | None = None
     ) -> list[SessionRecord]:
         def read(conn: sqlite3.Connection) -> list[SessionRecord]:
             rows = conn.execute(
                 f"SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant_id = ? AND session_id > ?"
-                " AND (? IS NULL OR agent = ?) ORDER BY session_id LIMIT ?",
-                (tenant_id, after or "", agent, agent, limit),
+                " AND (? IS NULL OR agent = ?) AND (? IS NULL OR owner = ?) ORDER BY session_id LIMIT ?",
+                (tenant_id, after or "", agent, agent, owner, owner, limit),
             ).fetchall()
             return [session_from_row(row) for row in rows]
 

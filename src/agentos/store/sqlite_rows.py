@@ -10,8 +10,9 @@ from agentos.store.sqlite_table import Table, script
 
 SESSIONS = Table(
     "sessions",
-    "session_id TEXT PRIMARY KEY, tenant_id TEXT, agent TEXT, metadata TEXT, created_at_ms INTEGER, on_busy TEXT",
-    nullable=("on_busy",),  # NULL: the session's turns default to its agent's on_busy, else replace
+    "session_id TEXT PRIMARY KEY, tenant_id TEXT, agent TEXT, metadata TEXT, created_at_ms INTEGER, on_busy TEXT,"
+    " owner TEXT",
+    nullable=("on_busy", "owner"),  # on_busy NULL: its agent's, else replace; owner NULL: a tenant key's
     indexes=("sessions_by_tenant (tenant_id, session_id)",),
 )
 MESSAGES = Table(
@@ -40,10 +41,12 @@ ACCESS_SCHEMA = script(ACCESS_LOG)
 
 
 def migrate_sessions(conn: sqlite3.Connection) -> None:
-    """Files made before `on_busy` lack the column: add it (old sessions read NULL: the default)."""
+    """Files made before `on_busy` (`owner`) lack the column: add it (old sessions read NULL: the
+    default, and made by a tenant key)."""
     columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
-    if "on_busy" not in columns:
-        conn.execute("ALTER TABLE sessions ADD COLUMN on_busy TEXT")
+    for column in ("on_busy", "owner"):
+        if column not in columns:
+            conn.execute(f"ALTER TABLE sessions ADD COLUMN {column} TEXT")
 
 
 def migrate_access(conn: sqlite3.Connection) -> None:

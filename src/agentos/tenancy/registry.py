@@ -159,6 +159,10 @@ class TenantRegistry:
         except KeyError:
             raise TenantNotFound(tenant_id) from None
 
+    def tenant_or_none(self, tenant_id: str) -> Tenant | None:
+        """The tenant's row as held now (a change replaces the object), or None. No I/O."""
+        return self._tenants.get(tenant_id)
+
     def is_enabled(self, tenant_id: str) -> bool:
         """False for a disabled tenant, and for one that does not exist."""
         tenant = self._tenants.get(tenant_id)
