@@ -7,7 +7,8 @@ import sqlite3
 from agentos.journal.journal import SCHEMA, RunRow, migrate
 
 FORKS = ",\n  forked_from TEXT, forked_at_seq INTEGER"  # added by the release that made forks
-BEFORE_FORKS = SCHEMA.replace(FORKS, "")
+OWNERS = ", owner TEXT"  # added by the release that made end users (issue 30), with forks
+BEFORE_FORKS = SCHEMA.replace(FORKS, "").replace(OWNERS, "")
 
 
 def test_migrate_adds_the_context_column_to_an_older_runs_table() -> None:
@@ -30,9 +31,11 @@ def test_opening_an_older_runs_db_adds_the_session_index_deletion_uses() -> None
     assert "runs_session" in plan
 
 
-def test_migrate_adds_the_fork_columns_after_the_others() -> None:
+def test_migrate_adds_the_owner_and_fork_columns_after_the_others() -> None:
+    """In the order PostgreSQL's migrations add them (0017 owners, 0019 forks): a run's row is
+    written and read by position."""
     db = sqlite3.connect(":memory:")
-    assert FORKS in SCHEMA
+    assert FORKS in SCHEMA and OWNERS in SCHEMA
     db.executescript(BEFORE_FORKS)
     db.execute(
         "INSERT INTO runs VALUES ('r', 't', 'a', NULL, NULL, 0, 's', 'in', 'completed', 'ok', 'done', 1, 2, NULL)"
@@ -40,6 +43,7 @@ def test_migrate_adds_the_fork_columns_after_the_others() -> None:
     migrate(db)
     migrate(db)
     columns = [row[1] for row in db.execute("PRAGMA table_info(runs)")]
-    assert columns[-3:] == ["context_ref", "forked_from", "forked_at_seq"]
+    assert columns[-4:] == ["context_ref", "owner", "forked_from", "forked_at_seq"]
     row = RunRow(*db.execute("SELECT * FROM runs").fetchone())  # an older run reads as no fork
     assert row.result == "ok" and row.origin() is None and row.to_dict()["forked_from"] is None
+    assert row.owner is None  # an older run: a tenant key's
