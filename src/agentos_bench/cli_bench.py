@@ -138,6 +138,12 @@ def _register_sweep(commands: argparse._SubParsersAction[argparse.ArgumentParser
         help="spread the users round-robin over N tenants, one API key each (default 0: one tenant, no keys)",
     )
     sweep.add_argument(
+        "--idp-url",
+        default="",
+        help="with --tenants: each tenant's requests carry an end user's JWT from this identity provider"
+        " (bench/scripts/bench_idp.py; the profile's [identity] must trust it) instead of an API key",
+    )
+    sweep.add_argument(
         "--nodes",
         type=int,
         default=1,
@@ -242,6 +248,8 @@ def _sweep_profiles(args: argparse.Namespace) -> list[str]:
 def _check_tenants(args: argparse.Namespace) -> None:
     if args.tenants < 0:
         raise SystemExit("agentos bench sweep: --tenants must be 0 (one tenant, no keys) or more")
+    if args.idp_url and not args.tenants:
+        raise SystemExit("agentos bench sweep: --idp-url signs in each tenant's user: it needs --tenants N")
     if args.tenants and args.server_url and not os.environ.get("AGENTOS_API_TOKEN"):
         raise SystemExit("agentos bench sweep: --tenants with --server-url needs that server's AGENTOS_API_TOKEN")
 
@@ -311,6 +319,7 @@ def _sweep(args: argparse.Namespace) -> int:
         command=command_line(),
         keep_data=args.keep_data,
         tenants=args.tenants,
+        idp_url=args.idp_url,
         nodes=args.nodes,
         spread=args.spread,
         api=args.api,

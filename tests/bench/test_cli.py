@@ -49,7 +49,11 @@ def test_sessions_must_equal_concurrency() -> None:
 
 @pytest.mark.parametrize(
     ("argv", "problem"),
-    [(["--tenants", "-1"], "must be 0"), (["--tenants", "3", "--server-url", "http://127.0.0.1:1"], "API_TOKEN")],
+    [
+        (["--tenants", "-1"], "must be 0"),
+        (["--tenants", "3", "--server-url", "http://127.0.0.1:1"], "API_TOKEN"),
+        (["--idp-url", "http://127.0.0.1:4319"], "needs --tenants"),
+    ],
 )
 def test_tenants_need_a_count_and_an_admin_token(
     argv: list[str], problem: str, monkeypatch: pytest.MonkeyPatch
@@ -100,6 +104,17 @@ def test_bench_profiles_set_what_the_sweep_needs() -> None:
     unset = {"weight", "budget_per_day", "budget_per_month", "retention_s"}
     rates = [v for k, v in msgspec.structs.asdict(limits).items() if k not in unset]
     assert min(rates) >= 1_000_000  # every limit set (so it runs), none near what a sweep offers
+
+
+def test_the_jwt_profile_trusts_the_bench_identity_provider() -> None:
+    """bench/profiles/full-store-jwt.toml and bench/scripts/bench_idp.py name the same issuer,
+    audience and port, and the sweep's first tenant (`--tenants 1`)."""
+    repo = Path(__file__).resolve().parents[2]
+    (issuer,) = load_settings(repo / "bench/profiles/full-store-jwt.toml").identity.issuers
+    idp = (repo / "bench/scripts/bench_idp.py").read_text()
+    assert f'ISSUER = "{issuer.issuer}"' in idp and f'AUDIENCE = "{issuer.audience}"' in idp
+    assert issuer.jwks_url == "http://127.0.0.1:4319/jwks.json" and "default=4319" in idp
+    assert issuer.tenant == "bench-t001"  # AdminKeys' name of the first tenant
 
 
 def test_server_and_mock_command_lines(tmp_path: Path) -> None:

@@ -74,6 +74,7 @@ class SweepPlan:
     command: str = ""
     keep_data: bool = False
     tenants: int = 0  # 0: one tenant, no keys; N: N tenants with a key each, users round-robin
+    idp_url: str = ""  # with tenants: each tenant's users sign in with a JWT from this bench IdP, not a key
     nodes: int = 1  # server processes per profile; >1 needs the postgres store and Redis (load.cluster)
     spread: Spread = "session"  # over the nodes: per session, or every turn to the next node (load.nodes)
     peers: Sequence[str] = ()  # peer servers measured after the profiles, on the same mock
@@ -156,7 +157,7 @@ def _progress(row: dict[str, Any]) -> str:
 
 
 async def _server_rows(run: SweepRun, http: aiohttp.ClientSession, mock: _Mock, profile: str) -> None:
-    admin = AdminKeys() if run.plan.tenants else None
+    admin = AdminKeys(idp_url=run.plan.idp_url) if run.plan.tenants else None
     path = resolve_profile(profile)
     settings = profile_settings(path)
     plan = ServerPlan(
@@ -202,7 +203,8 @@ async def _server_measure(
         keys = [await make_tenant_keys(http, url, admin, plan.tenants) for url in urls]
     except (RuntimeError, aiohttp.ClientError) as exc:
         raise BenchSetupError(f"making {plan.tenants} tenants: {exc}") from exc
-    _log(f"{plan.tenants} tenants with one key each (per node)")
+    how = f"one user signed in at {plan.idp_url}" if plan.idp_url else "one key"
+    _log(f"{plan.tenants} tenants with {how} each (per node)")
 
     async def measure(point: PointPlan) -> dict[str, Any]:
         targets = point_targets(urls, plan.spread, keys, plan.api, plan.double_text)
@@ -241,7 +243,7 @@ async def run_sweep(plan: SweepPlan) -> dict[str, Any]:
                 await _points(run, _measure(DirectTarget(mock.url), http, direct_probes), None)
             if plan.server_url:
                 probes = Probes(server_pid=plan.server_pid, mock_pid=mock.pid, mock_base_url=mock.base_url)
-                admin = AdminKeys(os.environ.get("AGENTOS_API_TOKEN")) if plan.tenants else None
+                admin = AdminKeys(os.environ.get("AGENTOS_API_TOKEN"), idp_url=plan.idp_url) if plan.tenants else None
                 await _points(run, await _server_measure(plan, http, [plan.server_url], probes, admin), EXTERNAL)
             else:
                 for profile in plan.profiles:

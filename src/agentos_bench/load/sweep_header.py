@@ -35,6 +35,16 @@ def tenancy(plan: SweepPlan) -> dict[str, Any]:
     """What the report's header says about tenants: how many, and how the users were spread."""
     if not plan.tenants:
         return {"tenants": 0, "text": "single tenant: no admin token, no keys (the default tenant, open on loopback)"}
+    if plan.idp_url:
+        return {
+            "tenants": plan.tenants,
+            "idp_url": plan.idp_url,
+            "text": (
+                f"{plan.tenants} tenants (made through /v1/admin after start), one end user each, signed in with "
+                f"a JWT from the bench identity provider at {plan.idp_url} (RS256, keys fetched by the server "
+                "from its JWKS); users assigned round-robin, every request with its tenant's user's token"
+            ),
+        }
     return {
         "tenants": plan.tenants,
         "text": (
