@@ -381,3 +381,36 @@ async def test_the_verifier_counts_on_metrics(world: World, http: aiohttp.Client
     assert "agentos_user_tokens_refused_total 1.0" in text
     assert "agentos_user_tokens_cached 1.0" in text
     assert "agentos_identity_fetches_total 2.0" in text  # the discovery document, then the key set
+
+
+async def test_a_signed_in_user_mints_browser_tokens_for_their_own_sessions_only(
+    world: World, http: aiohttp.ClientSession
+) -> None:
+    """POST /v1/tokens with a user's token: the browser token is that user's (their subject, their
+    resources only), narrowed to the sessions named; another user's session is a 404 to mint."""
+    url = world.server.url
+    alice, bob = world.user(sub="alice"), world.user(sub="bob")
+    sessions = {}
+    for name, headers in (("alice", alice), ("bob", bob)):
+        async with http.post(f"{url}/v1/sessions", headers=headers, json={}) as response:
+            sessions[name] = (await response.json())["id"]
+    async with http.post(f"{url}/v1/tokens", headers=alice, json={"session_ids": [sessions["bob"]]}) as response:
+        await expect_error(response, 404)  # bob's session, as an unknown one
+    async with http.post(
+        f"{url}/v1/tokens", headers=alice, json={"session_ids": [sessions["alice"]], "subject": "bob"}
+    ) as response:
+        await expect_error(response, 403, "insufficient_scope")  # not for another user
+    async with http.post(f"{url}/v1/tokens", headers=alice, json={"session_ids": [sessions["alice"]]}) as response:
+        assert response.status == 201, await response.text()
+        minted = await response.json()
+    assert minted["subject"] == "alice" and minted["key_id"] is None
+    page = bearer(minted["token"])
+    async with http.post(
+        f"{url}/v1/sessions/{sessions['alice']}/turns", headers=page | SSE, json={"input": "hi"}
+    ) as response:
+        assert response.status == 200
+        assert [e.name async for e in sse_events(response)][-1] == "turn.completed"
+    async with http.get(f"{url}/v1/sessions/{sessions['bob']}/messages", headers=page) as response:
+        await expect_error(response, 404)  # outside its resources
+    async with http.post(f"{url}/v1/tokens", headers=page, json={"session_ids": [sessions["alice"]]}) as response:
+        await expect_error(response, 403, "insufficient_scope")  # a browser token mints nothing: not its route

@@ -29,6 +29,7 @@ from aiohttp import web
 from agentos.agents.engine import run_not_found
 from agentos.api.body import read_body
 from agentos.api.keys import RUNS, RUNTIME, TENANTS
+from agentos.api.owners import check_run, check_session
 from agentos.api.routes import BAD_BODY, Answer, Schema, json, refines, tagged
 from agentos.api.routes import operation as described_as
 from agentos.api.sessions import json_response
@@ -191,7 +192,10 @@ _MINTED = Schema.object(
         "session_ids": {"type": "array", "items": {"type": "string"}},
         "run_ids": {"type": "array", "items": {"type": "string"}},
         "subject": {"type": ["string", "null"]},
-        "key_id": {"type": "string", "description": "the parent key: revoking it refuses this token at once"},
+        "key_id": {
+            "type": ["string", "null"],
+            "description": "the parent key: revoking it refuses this token at once (null: minted by an end user)",
+        },
     },
 )
 
@@ -211,13 +215,20 @@ async def create_token(request: web.Request) -> web.Response:
     scopes = granted_scopes(who, body.scopes)
     if not scopes:
         raise Forbidden("this key has none of the scopes asked for", code="insufficient_scope")
-    for session_id in body.session_ids:  # each must be the caller's: 404 as for any unknown id
+    by_user = who.via is Via.USER
+    if by_user and body.subject not in (None, who.subject):
+        raise Forbidden("a user's token mints browser tokens for that user only", code="insufficient_scope")
+    for session_id in body.session_ids:  # each must be the caller's to see: 404 as for any unknown id
         await request.app[RUNTIME].ensure_loaded(who.tenant_id, session_id)
+        await check_session(request.app[RUNTIME], who, session_id)
     for run_id in body.run_ids:
         await request.app[RUNS].get_run(who.tenant_id, run_id)
+        await check_run(request.app[RUNS], who, run_id)
     resources = frozenset({*(("session", s) for s in body.session_ids), *(("run", r) for r in body.run_ids)})
-    assert who.key_id is not None  # _minting_key
-    grant = Grant(who.tenant_id, who.key_id, scopes, resources, body.subject, body.expires_in_s)
+    subject = who.subject if by_user else body.subject
+    parent = "" if by_user else who.key_id
+    assert parent is not None  # _minting_key
+    grant = Grant(who.tenant_id, parent, scopes, resources, subject, body.expires_in_s, by_user=by_user)
     minted = request.app[TOKENS].mint(grant)
     answer = {
         "token": minted.token,
@@ -226,24 +237,30 @@ async def create_token(request: web.Request) -> web.Response:
         "scopes": sorted(scopes),
         "session_ids": sorted(set(body.session_ids)),
         "run_ids": sorted(set(body.run_ids)),
-        "subject": body.subject,
+        "subject": subject,
         "key_id": who.key_id,
     }
     return json_response(answer, status=201)
 
 
 def _minting_key(request: web.Request) -> Principal:
-    """The caller, if it holds a tenant API key (the parent a token's revocation follows).
+    """The caller, if it holds a tenant API key (the parent a token's revocation follows), or is
+    an end user signed in with their identity provider's token (minting for themselves).
 
     Raises: Forbidden (`key_required`): the server's api_token, an open server, a browser token."""
     who = principal(request)
+    if who.via is Via.USER and who.subject is not None:
+        return who
     if who.via is Via.KEY and who.key_id is not None:
         try:
             request.app[TENANTS].key(who.key_id)
             return who
         except KeyNotFound:
             pass
-    raise Forbidden("browser tokens are minted with a tenant API key (POST /v1/admin/keys)", code="key_required")
+    raise Forbidden(
+        "browser tokens are minted with a tenant API key (POST /v1/admin/keys) or an end user's token",
+        code="key_required",
+    )
 
 
 @routes.post(COOKIE_ROUTE)

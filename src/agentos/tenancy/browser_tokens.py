@@ -1,18 +1,20 @@
 """Browser tokens: short-lived JWTs the server mints for a web page (`POST /v1/tokens`) and
 verifies itself (docs/security.md, "Browser tokens").
 
-A browser token is a tenant key's grant, narrowed: a few resources (sessions, runs), a subset of
-the key's scopes, a lifetime of minutes. Its claims:
+A browser token is a tenant key's grant, or a signed-in end user's, narrowed: a few resources
+(sessions, runs), a subset of the parent's scopes, a lifetime of minutes. Its claims:
 
     iss  ISSUER (the server's own: the auth middleware dispatches on it)   aud  AUDIENCE
-    tid  the tenant          pk   the parent key's id        sub  the end user (optional)
+    tid  the tenant          pk   the parent key's id ("" for a user's)   sub  the end user
+    pu   1: minted by the end user `sub` with their identity provider's token (sees only theirs)
     scope  space-separated scopes   res  [[kind, id], ...]   iat, exp, jti
 
 Verification (`authenticate`, memory only, no I/O): the signature with a live signing key
 (`agentos.tenancy.signing`, picked by `kid`; EdDSA only, so no `alg: none` or HMAC confusion),
 `iss`, `aud`, `exp` and `iat` with a small leeway, then the parent key *as it is now*: a revoked,
 expired or deleted key, or a disabled tenant, refuses its browser tokens at once. The scopes are
-those of the token that the parent still has.
+those of the token that the parent still has. A user's token has no key behind it: its browser
+tokens live out their minutes unless the tenant is disabled, and see only that user's resources.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class Grant:
     resources: frozenset[tuple[str, str]]
     subject: str | None = None
     lifetime_s: int = DEFAULT_LIFETIME_S
+    by_user: bool = False  # minted by the end user `subject` (parent_key_id ""): sees only theirs
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +140,8 @@ class BrowserTokens:
         }
         if grant.subject is not None:
             claims["sub"] = grant.subject
+        if grant.by_user:
+            claims["pu"] = 1
         key = self.keys.current()
         token = jwt.encode(claims, key.private, algorithm=ALGORITHM, headers={"kid": key.kid})
         return Minted(token, expires_s * 1000)
@@ -147,7 +152,8 @@ class BrowserTokens:
         if isinstance(claims, Refused):
             return claims
         parent = str(claims["pk"])
-        why = self._parent_refusal(parent, str(claims["tid"]))
+        by_user = claims.get("pu") == 1 and isinstance(claims.get("sub"), str)
+        why = self._user_refusal(str(claims["tid"])) if by_user else self._parent_refusal(parent, str(claims["tid"]))
         if why:
             return Refused(parent, why)
         try:
@@ -185,6 +191,10 @@ class BrowserTokens:
             return Refused("", f"invalid token ({type(exc).__name__})")
         return claims
 
+    def _user_refusal(self, tenant_id: str) -> str:
+        """Why a user's browser token is refused now ("" when it is not): its tenant is gone or disabled."""
+        return "" if self._registry.is_enabled(tenant_id) else "the tenant is disabled"
+
     def _parent_refusal(self, key_id: str, tenant_id: str) -> str:
         """Why the parent key no longer vouches for its tokens ("" when it does)."""
         try:
@@ -207,17 +217,23 @@ class BrowserTokens:
 
     def _principal(self, claims: dict[str, Any]) -> Principal:
         tenant_id, key_id = str(claims["tid"]), str(claims["pk"])
-        parent_scopes = frozenset(Scope(s) for s in self._registry.key(key_id).scopes if s in _SCOPE_NAMES)
         wanted = frozenset(Scope(s) for s in str(claims["scope"]).split())
         resources = frozenset(_resource(r) for r in claims["res"])
         subject = claims.get("sub")
+        by_user = claims.get("pu") == 1 and isinstance(subject, str)
+        if by_user:  # the user's scopes were intersected when it was minted; no key to ask now
+            scopes = wanted & BROWSER_SCOPES
+        else:
+            parent_scopes = frozenset(Scope(s) for s in self._registry.key(key_id).scopes if s in _SCOPE_NAMES)
+            scopes = wanted & _effective(parent_scopes) & BROWSER_SCOPES
         return Principal(
             tenant_id,
-            key_id,
-            wanted & _effective(parent_scopes) & BROWSER_SCOPES,
+            None if by_user else key_id,
+            scopes,
             self._limits(tenant_id),
             subject=subject if isinstance(subject, str) else None,
-            tenant_wide=True,  # minted by a tenant key: `resources` is the narrowing
+            # a key's grant sees the tenant, narrowed by `resources`; a user's also only its own
+            tenant_wide=not by_user,
             resources=resources,
             via=Via.BROWSER,
         )
