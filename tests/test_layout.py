@@ -68,3 +68,5 @@ async def test_a_started_server_loads_no_bench_module(tmp_path: Path) -> None:
     assert [m for m in imported if m.startswith("agentos_bench")] == []
     # tracing off (the default): nothing of OpenTelemetry is loaded (docs/observability.md)
     assert [m for m in imported if m.startswith("opentelemetry")] == []
+    # no JWT seen: neither pyjwt nor cryptography (about 16 MB of RSS) is loaded (docs/security.md)
+    assert [m for m in imported if m.split(".")[0] in ("jwt", "cryptography")] == []

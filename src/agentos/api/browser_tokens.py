@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import jwt
 import msgspec
 from aiohttp import web
 
@@ -277,6 +276,8 @@ async def token_cookie(request: web.Request) -> web.Response:
     token = request.get(PRESENTED)
     if who.via is not Via.BROWSER or token is None or who.resources is None:
         raise Forbidden("only a browser token is traded for cookies", code="key_required")
+    import jwt  # here: it loads cryptography (agentos.tenancy.signing says why)
+
     expires_s = int(jwt.decode(token, options={"verify_signature": False})["exp"])  # verified by the gate
     max_age = max(0, expires_s - request.app[TENANTS].now_ms() // 1000)
     secure = request.secure or request.url.host not in ("127.0.0.1", "localhost", "::1")

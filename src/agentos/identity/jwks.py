@@ -20,12 +20,13 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable
-from typing import Any
-
-import jwt
+from typing import TYPE_CHECKING, Any
 
 from agentos.config.identity import IdentityConfig, IssuerConfig
 from agentos.identity.fetch import Fetched, Fetcher, FetchFailed, json_object
+
+if TYPE_CHECKING:  # imported where keys are parsed: it loads cryptography (~16 MB of RSS)
+    import jwt
 
 log = logging.getLogger("agentos.identity")
 
@@ -127,6 +128,8 @@ def parse_key_set(document: dict[str, Any]) -> dict[str, jwt.PyJWK]:
     entries = document.get("keys")
     if not isinstance(entries, list):
         raise FetchFailed("the key set has no keys list")
+    import jwt  # here, not at the top: a server without an identity provider never loads it
+
     keys: dict[str, jwt.PyJWK] = {}
     for entry in entries[:MAX_KEYS]:
         if not isinstance(entry, dict) or entry.get("kty") not in _KEY_TYPES or entry.get("use", "sig") != "sig":

@@ -22,9 +22,8 @@ import binascii
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jwt
 import msgspec
 
 from agentos.config.identity import ALL_SCOPE, IdentityConfig, IssuerConfig
@@ -36,6 +35,9 @@ from agentos.tenancy.entries import Refused
 from agentos.tenancy.principal import TENANT_SCOPES, Principal, Scope, Via
 from agentos.tenancy.records import Tenant
 from agentos.tenancy.registry import TenantRegistry
+
+if TYPE_CHECKING:  # imported where a token is checked: it loads cryptography (~16 MB of RSS)
+    import jwt
 
 MAX_TOKEN_BYTES = 16 * 1024  # a signed-in user's token is 1-2 KiB; parsing more is work for nobody
 MAX_SUBJECT_CHARS = 255  # `sub` is stored as the owner of what the user makes
@@ -163,6 +165,8 @@ class UserTokens:
         return found if found is not None else Refused("", "wrong audience")
 
     def _checked(self, token: str, issuer: _Issuer, key: jwt.PyJWK, alg: str) -> Principal | Refused:
+        import jwt  # here, not at the top: a server without an identity provider never loads it
+
         config = issuer.config
         try:
             claims = jwt.decode(

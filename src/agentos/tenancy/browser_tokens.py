@@ -25,7 +25,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import jwt
 import msgspec
 
 from agentos.config.tenants import TenantLimits
@@ -142,6 +141,8 @@ class BrowserTokens:
             claims["sub"] = grant.subject
         if grant.by_user:
             claims["pu"] = 1
+        import jwt  # here: it loads cryptography (agentos.tenancy.signing says why)
+
         key = self.keys.current()
         token = jwt.encode(claims, key.private, algorithm=ALGORITHM, headers={"kid": key.kid})
         return Minted(token, expires_s * 1000)
@@ -174,6 +175,8 @@ class BrowserTokens:
 
     def _checked(self, token: str) -> dict[str, Any] | Refused:
         """The claims of a token signed by a live key of ours, its times not yet checked."""
+        import jwt  # here: it loads cryptography (agentos.tenancy.signing says why)
+
         try:
             kid = _segment(token, 0).kid  # pyjwt parses the token again, and checks it whole
             key = self.keys.verifying(kid) if kid is not None else None

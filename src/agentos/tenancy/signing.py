@@ -22,14 +22,14 @@ import base64
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.hashes import SHA256
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from typing import TYPE_CHECKING, Any
 
 from agentos.errors import ConfigError
+
+# cryptography is imported where a key is derived or encoded, not here: its bindings cost about
+# 16 MB of RSS (the bench gate saw it), which a server that never mints a browser token must not pay.
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 ALGORITHM = "EdDSA"
 DEFAULT_ROTATION_S = 24 * 3600
@@ -47,6 +47,8 @@ class SigningKey:
 
     def jwk(self) -> dict[str, Any]:
         """The public key as a JWK (RFC 8037: `kty` OKP, `crv` Ed25519)."""
+        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
         raw = self.public.public_bytes(Encoding.Raw, PublicFormat.Raw)
         return {"kty": "OKP", "crv": "Ed25519", "x": _b64(raw), "kid": self.kid, "alg": ALGORITHM, "use": "sig"}
 
@@ -93,6 +95,11 @@ class SigningKeys:
 
 
 def _derive(pepper: bytes, generation: int) -> SigningKey:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.hashes import SHA256
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
     seed = HKDF(SHA256(), length=32, salt=None, info=_INFO + str(generation).encode()).derive(pepper)
     private = Ed25519PrivateKey.from_private_bytes(seed)
     raw = private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)

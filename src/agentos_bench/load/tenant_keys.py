@@ -37,7 +37,8 @@ class AdminKeys:
             async with http.get(f"{self.idp_url}/mint", params=mint) as r:
                 if r.status != 200:
                     raise RuntimeError(f"a token for {tenant_id!r} from {self.idp_url}: {r.status} {await r.text()}")
-                return (await r.json())["token"]
+                token: str = (await r.json())["token"]
+                return token
         async with http.post(f"{base_url}/v1/admin/keys", json={"tenant_id": tenant_id}, headers=auth) as r:
             if r.status != 201:
                 raise RuntimeError(f"creating a key of {tenant_id!r}: {r.status} {await r.text()}")
