@@ -83,6 +83,7 @@ _CROSS_FIELD = {
     ("/v1/chat/completions", "post"): "the last message is a user's (or a tool's), with text; tools go with no agent",
     ("/v1/responses", "post"): "input holds text and ends with a user's message",
     ("/v1/collections/{name}/documents", "post"): "exactly one of content and content_base64, valid base64",
+    ("/v1/runs/{run_id}/fork", "post"): "at_seq a finished step of that run; an edit that fits that step's kind",
     (
         "/v1/sessions/{session_id}/turns/{turn_id}/events",
         "get",

@@ -137,6 +137,7 @@ BASES: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/v1/chat/completions"): {"model": "mock-1", "messages": [{"role": "user", "content": "hi"}]},
     ("POST", "/v1/schedules"): {"agent": "a", "input": "x", "every_s": 3600, "paused": True},
     ("POST", "/v1/runs/{run_id}/fork"): {"at_seq": 0},
+    ("POST", "/v1/tokens"): {"session_ids": ["ses_none"]},
 }
 READ_BACK = ["/v1/agents", "/v1/admin/tenants", "/v1/admin/keys", "/v1/collections", "/v1/collections/docs/documents"]
 READ_BACK += ["/v1/schedules"]

@@ -209,8 +209,8 @@ _MINTED = Schema.object(
     errors=BAD_BODY | {404: "A session or run that is not this tenant's"},
 )
 async def create_token(request: web.Request) -> web.Response:
+    body = await read_body(request, TokenCreate)  # a bad body is a 4xx naming its field, whoever asks
     who = _minting_key(request)
-    body = await read_body(request, TokenCreate)
     scopes = granted_scopes(who, body.scopes)
     if not scopes:
         raise Forbidden("this key has none of the scopes asked for", code="insufficient_scope")
