@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agentos.clock import Clock
 from agentos.config import Settings
 from agentos.errors import AdmissionRejected, ShuttingDown
 from agentos.ids import new_id
-from agentos.kernel import Kernel, KernelLimits, OnBusy, RejectRun, RejectTurn, RunOffered, TenantShare, TurnOffered
+from agentos.kernel import Kernel, KernelLimits, RejectRun, RejectTurn, RunOffered, TenantShare, TurnOffered
 from agentos.metrics import Metrics
 from agentos.providers.base import Provider
 from agentos.runtime.agent_turn import AgentTurns
@@ -100,6 +100,8 @@ class Runtime:
             on_trim=metrics.observe_trim,
         )
         self.sessions = Sessions(driver, store, runs, on_evicted=self.reclaimer.evicted)
+        # The tenant's new session (`Sessions.create`: its agent, metadata, on_busy and owner).
+        self.create_session = self.sessions.create
         chat = ChatTurns(driver, store, provider, metrics, self.clock, history, on_usage, tracing)
         agents = AgentTurns(runs, store, history) if runs is not None else None
         self.streams = TurnStreams(store, bus, live=lambda turn_id: self._turns.get(turn_id) is not None)
@@ -133,17 +135,6 @@ class Runtime:
     # -- sessions ---------------------------------------------------------------------------
 
     # Every call names the caller's tenant: another tenant's session is a SessionNotFound.
-
-    async def create_session(
-        self,
-        tenant_id: str,
-        agent: str | None,
-        metadata: dict[str, Any],
-        *,
-        on_busy: OnBusy | None = None,
-        owner: str | None = None,
-    ) -> SessionRecord:
-        return await self.sessions.create(tenant_id, agent, metadata, on_busy=on_busy, owner=owner)
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord:
         return await self.sessions.get(tenant_id, session_id)
