@@ -10,11 +10,9 @@ by the test (`retention.sweep()`), never by waiting for the interval.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-import pytest
 
 from agentos.journal.journal import RunRow
 from agentos.mock.server import MockServer
@@ -24,25 +22,13 @@ from agentos.store.records import AccessRecord, MessageRecord, SessionRecord
 from agentos.testing import FakeClock, RunningServer, sse_events
 from agentos.testing.tenants import create_tenant_key
 from tests.api.helpers import SSE
-from tests.postgres import fresh_schema
+from tests.knowledge import conftest as knowledge
+
+backend = knowledge.backend  # the fixture: each store backend, as dotted settings
 
 DAY_S = 86_400
 ADMIN = "admin-token-for-retention"
 AUTH = {"Authorization": f"Bearer {ADMIN}"}  # the server's token: tenant "default"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def backend(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, Any]]:
-    """The settings that pick the store: SQLite files, or a fresh PostgreSQL schema."""
-    if request.param == "sqlite":
-        yield {}
-        return
-    async for config in fresh_schema():
-        yield {
-            "store.backend": "postgres",
-            "store.postgres_url": config.postgres_url,
-            "store.postgres_schema": config.postgres_schema,
-        }
 
 
 async def start(
