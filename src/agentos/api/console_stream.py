@@ -254,7 +254,6 @@ async def console_stream(request: web.Request) -> web.StreamResponse:
     who = require_tenant_wide(principal(request), "the console")
     hub = request.app[CONSOLE]
     loop = asyncio.get_running_loop()
-    # Checked per event (one comes every tick), not with a timeout that could cut a write.
     ends_at = loop.time() + request.app[SETTINGS].server.console_stream_s
     keepalive_s = request.app[SSE_KEEPALIVE_S]
     stream = await SSEStream.open(request)
@@ -263,7 +262,7 @@ async def console_stream(request: web.Request) -> web.StreamResponse:
         try:
             await stream.send(None, "hello", me(who))
             listener.offer("metrics", hub.snapshot(who))  # the charts' first point, before the first tick
-            while loop.time() < ends_at and (item := await stream.next_or_keepalive(listener, keepalive_s)):
+            while loop.time() < ends_at and (item := await stream.next_or_keepalive(listener, keepalive_s, ends_at)):
                 await stream.send(None, *item)
             await stream.send(None, "reconnect", {})
         finally:

@@ -76,15 +76,23 @@ class SSEStream:
         await self.response.write_eof(frame)
         self.ended = True
 
-    async def next_or_keepalive(self, events: AsyncIterator[T], keepalive_s: float) -> T | None:
+    async def next_or_keepalive(
+        self, events: AsyncIterator[T], keepalive_s: float, until: float | None = None
+    ) -> T | None:
         """The next item of `events` (None at its end); while none comes (a run waiting for a
-        human), a comment line every `keepalive_s` keeps proxies from closing the idle stream."""
+        human), a comment line every `keepalive_s` keeps proxies from closing the idle stream.
+        `until` (the loop's clock): None once it passes with no item, so a stream with a time
+        limit ends on time; only the wait is cut, never a write."""
+        loop = asyncio.get_running_loop()
         pending = asyncio.ensure_future(anext(events, None))
         try:
             while True:
-                done, _ = await asyncio.wait({pending}, timeout=keepalive_s)
+                left = keepalive_s if until is None else min(keepalive_s, until - loop.time())
+                done, _ = await asyncio.wait({pending}, timeout=max(left, 0.0))
                 if done:
                     return pending.result()
+                if until is not None and loop.time() >= until:
+                    return None
                 await self.response.write(KEEPALIVE)
         finally:
             if not pending.done():  # the client went away: stop reading, let the generator unwind
