@@ -20,7 +20,8 @@ _NEEDED = ("opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http")
 def open_tracing(config: TelemetryConfig, *, node: str = "", exporter: Any = None) -> Tracing:
     """The tracing `config` asks for: `NO_TRACING` when off (nothing of OpenTelemetry imported),
     else spans of this server's own, sent over OTLP/HTTP by the export process, or to `exporter`
-    (an OpenTelemetry `SpanExporter`, in a thread of this process) when one is given. Without the
+    (an object with `export_request(request, spans) -> bool` and `shutdown()`, like
+    `otel.OtlpExporter`, called in a thread of this process) when one is given. Without the
     `telemetry` extra installed, tracing asked for is refused with one clear log line and the
     server runs untraced."""
     if exporter is None and not tracing_wanted(config):

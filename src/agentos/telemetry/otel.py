@@ -1,10 +1,18 @@
-"""The OpenTelemetry side of tracing: recorded spans as the SDK's `ReadableSpan`s, sent over
-OTLP/HTTP by the SDK's exporter, in the export process (`python -m agentos.telemetry.otel`).
+"""The OpenTelemetry side of tracing, in the export process (`python -m agentos.telemetry.otel`):
+recorded spans encoded straight into an OTLP `ExportTraceServiceRequest` and sent by the SDK's
+OTLP/HTTP exporter.
 
-The server itself records spans without the SDK (`agentos.telemetry.recording`) and ships them
-here through a pipe (`agentos.telemetry.shipping`); this module is imported by the server only
-when a test hands it an exporter of its own (`ExporterSink`). The export process reads the
-standard `OTEL_*` variables it inherits (resource attributes, exporter settings) as the SDK does.
+Why not the SDK's `ReadableSpan`s and its `encode_spans`: building a span object per record,
+then encoding it attribute by attribute through generic helpers, was most of the export
+process's CPU (bench/scripts/otlp_encode_cost.py), and the whole export process counts in the
+server's cost per turn. Here each record is written once into the request's protobuf, the
+resource and scope once per batch; a test encodes the same records both ways and asserts equal
+messages (tests/telemetry/test_otel.py). The HTTP side is the SDK's own client: endpoint,
+headers, timeout, compression and TLS from the standard `OTEL_EXPORTER_OTLP_*` variables, and its
+retries with backoff on 429/502/503/504 and connection errors.
+
+The server imports this module only when a test hands it an exporter of its own
+(`shipping.ExporterSink`).
 """
 
 from __future__ import annotations
@@ -12,30 +20,42 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
+from opentelemetry.exporter.otlp.proto.http._common import _is_request_too_large
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource as ResourceMessage
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, SpanFlags, Status
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExportResult
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.semconv.schemas import Schemas
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from agentos.telemetry.wire import STATUS_ERROR, SpanRecord, read_frame
 
-SUCCESS = SpanExportResult.SUCCESS
+log = logging.getLogger("agentos.telemetry")
+
 # The semantic conventions the attribute names follow (the GenAI ones from the incubating module
 # of opentelemetry-semantic-conventions 0.66b2, pinned with the SDK): every span's scope says so.
 SCHEMA_URL = Schemas.V1_44_0.value
-_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-_UNSET = Status(StatusCode.UNSET)
+SCOPE_NAME = "agentos"
+# The flags the SDK writes: whether the parent is remote is known (and, for a remote parent or a
+# link, that it is). A link's own trace flags are not written, as in the SDK.
+_LOCAL = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+_REMOTE = _LOCAL | SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
+# OTLP's kinds by the recorded kind (`wire.KINDS`: OTel's SpanKind, internal = 0); OTLP counts
+# from SPAN_KIND_UNSPECIFIED = 0.
+_KINDS = (
+    Span.SPAN_KIND_INTERNAL, Span.SPAN_KIND_SERVER, Span.SPAN_KIND_CLIENT, Span.SPAN_KIND_PRODUCER,
+    Span.SPAN_KIND_CONSUMER,
+)  # fmt: skip
 
 
 def resource_for(service_name: str, node: str) -> Resource:
-    """`service.name` (the config's, else OTEL_SERVICE_NAME, else "agentos") and the node."""
+    """`service.name` (the config's, else OTEL_SERVICE_NAME, else "agentos") and the node; the
+    SDK's `Resource.create` reads OTEL_RESOURCE_ATTRIBUTES and adds the telemetry.sdk.* ones."""
     resource = Resource.create({"service.name": service_name} if service_name else {})
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):  # no OTEL_SERVICE_NAME
         resource = resource.merge(Resource({"service.name": "agentos"}))
@@ -44,52 +64,169 @@ def resource_for(service_name: str, node: str) -> Resource:
     return resource
 
 
-class SpanConverter:
-    """Recorded span tuples (`recording.SpanRecord`) into the SDK's `ReadableSpan`s."""
+def _set_value(target: AnyValue, value: Any) -> None:
+    """`value` into `target` as the SDK's `_encode_value` writes it (the same order of checks:
+    a bool before an int, a str before a sequence)."""
+    setter = _SETTERS.get(type(value))
+    if setter is not None:
+        setter(target, value)
+    elif value is None:
+        target.SetInParent()  # present and empty, as the SDK's `AnyValue()`
+    elif isinstance(value, bool):
+        target.bool_value = value
+    elif isinstance(value, str):
+        target.string_value = value
+    elif isinstance(value, int):
+        target.int_value = value
+    elif isinstance(value, float):
+        target.double_value = value
+    elif isinstance(value, bytes):
+        target.bytes_value = value
+    elif isinstance(value, Sequence):
+        _set_array(target, value)
+    elif isinstance(value, Mapping):
+        target.kvlist_value.SetInParent()
+        for key, item in value.items():  # one bad item fails the whole attribute, as in the SDK
+            pair = target.kvlist_value.values.add()
+            pair.key = str(key)
+            _set_value(pair.value, item)
+    else:
+        raise TypeError(f"invalid attribute type {type(value)!r} of value {value!r}")
+
+
+def _set_array(target: AnyValue, values: Sequence[Any]) -> None:
+    array = target.array_value
+    array.SetInParent()  # an empty list is an empty array, not a missing value
+    for value in values:
+        _set_value(array.values.add(), value)
+
+
+def _set_str(target: AnyValue, value: str) -> None:
+    target.string_value = value
+
+
+def _set_bool(target: AnyValue, value: bool) -> None:
+    target.bool_value = value
+
+
+def _set_int(target: AnyValue, value: int) -> None:
+    target.int_value = value
+
+
+def _set_float(target: AnyValue, value: float) -> None:
+    target.double_value = value
+
+
+# The exact types a recorded attribute almost always has: one dict lookup instead of the chain.
+_SETTERS: dict[type, Callable[[AnyValue, Any], None]] = {
+    str: _set_str,
+    bool: _set_bool,
+    int: _set_int,
+    float: _set_float,
+    list: _set_array,
+}
+
+
+def _set_attributes(target: Any, attributes: Mapping[str, Any]) -> None:
+    """`attributes` appended to a repeated `KeyValue` field; one that cannot be encoded (an int
+    beyond 64 bits, a stray type) is left out and logged, as the SDK does."""
+    for key, value in attributes.items():
+        pair: KeyValue = target.add()
+        pair.key = key
+        try:
+            _set_value(pair.value, value)
+        except Exception:
+            del target[-1]
+            log.exception("attribute %r not encoded", key)
+
+
+class SpanEncoder:
+    """Recorded span tuples (`wire.SpanRecord`) into one OTLP request: one resource, one scope,
+    every span under them (what the SDK's `encode_spans` makes of the same spans)."""
 
     def __init__(self, service_name: str, node: str) -> None:
-        self._resource = resource_for(service_name, node)
-        self._scope = InstrumentationScope("agentos", schema_url=SCHEMA_URL)
+        self._resource = ResourceMessage()
+        _set_attributes(self._resource.attributes, resource_for(service_name, node).attributes)
+        self._scope = InstrumentationScope(name=SCOPE_NAME)
 
-    def __call__(self, records: Iterable[SpanRecord]) -> list[ReadableSpan]:
-        return [self._one(*record) for record in records]
+    def __call__(self, records: Iterable[SpanRecord]) -> ExportTraceServiceRequest:
+        request = ExportTraceServiceRequest()
+        resource_spans = request.resource_spans.add()
+        resource_spans.resource.CopyFrom(self._resource)
+        scope_spans = resource_spans.scope_spans.add()
+        scope_spans.scope.CopyFrom(self._scope)
+        scope_spans.schema_url = SCHEMA_URL
+        add = scope_spans.spans.add
+        for record in records:
+            _encode_span(add(), *record)
+        return request
 
-    def _one(
-        self,
-        name: str,
-        trace_id: str,
-        span_id: str,
-        parent_id: str,
-        remote_parent: bool,
-        kind: int,
-        start_ns: int,
-        end_ns: int,
-        attributes: dict[str, Any],
-        events: Sequence[tuple[str, int, dict[str, Any]]],
-        links: Sequence[tuple[str, str, int, dict[str, Any]]],
-        status_code: int,
-        status_description: str,
-    ) -> ReadableSpan:
-        trace = int(trace_id, 16)
-        return ReadableSpan(
-            name=name,
-            context=SpanContext(trace, int(span_id, 16), is_remote=False, trace_flags=_SAMPLED),
-            parent=SpanContext(trace, int(parent_id, 16), is_remote=remote_parent, trace_flags=_SAMPLED)
-            if parent_id
-            else None,
-            resource=self._resource,
-            attributes=attributes,
-            events=[Event(event, event_attributes, at_ns) for event, at_ns, event_attributes in events],
-            links=[
-                Link(SpanContext(int(t, 16), int(s, 16), is_remote=True, trace_flags=TraceFlags(f)), a or None)
-                for t, s, f, a in links
-            ],
-            kind=SpanKind(kind),
-            status=Status(StatusCode.ERROR, status_description) if status_code == STATUS_ERROR else _UNSET,
-            start_time=start_ns,
-            end_time=end_ns,
-            instrumentation_scope=self._scope,
-        )
+
+def _encode_span(
+    span: Span,
+    name: str,
+    trace_id: str,
+    span_id: str,
+    parent_id: str,
+    remote_parent: bool,
+    kind: int,
+    start_ns: int,
+    end_ns: int,
+    attributes: dict[str, Any],
+    events: Sequence[tuple[str, int, dict[str, Any]]],
+    links: Sequence[tuple[str, str, int, dict[str, Any]]],
+    status_code: int,
+    status_description: str,
+) -> None:
+    span.trace_id = bytes.fromhex(trace_id)
+    span.span_id = bytes.fromhex(span_id)
+    if parent_id:
+        span.parent_span_id = bytes.fromhex(parent_id)
+    span.flags = _REMOTE if remote_parent and parent_id else _LOCAL
+    span.name = name
+    span.kind = _KINDS[kind]
+    span.start_time_unix_nano = start_ns
+    span.end_time_unix_nano = end_ns
+    _set_attributes(span.attributes, attributes)
+    for event_name, at_ns, event_attributes in events:
+        event = span.events.add()
+        event.name = event_name
+        event.time_unix_nano = at_ns
+        _set_attributes(event.attributes, event_attributes)
+    for link_trace_id, link_span_id, _flags, link_attributes in links:
+        link = span.links.add()
+        link.trace_id = bytes.fromhex(link_trace_id)
+        link.span_id = bytes.fromhex(link_span_id)
+        link.flags = _REMOTE  # a link's context is always another's: remote, as the SDK says
+        _set_attributes(link.attributes, link_attributes)
+    span.status.SetInParent()  # the SDK always writes a status, an empty one when unset
+    if status_code == STATUS_ERROR:
+        span.status.code = Status.STATUS_CODE_ERROR
+        span.status.message = status_description
+
+
+class OtlpExporter(OTLPSpanExporter):
+    """The SDK's OTLP/HTTP span exporter, sent a request already encoded. Its constructor
+    resolves the endpoint, headers, timeout, compression and TLS from the arguments and the
+    `OTEL_EXPORTER_OTLP_*` variables; `export_request` is its `export` without the encoding,
+    handing the bytes to the same HTTP client (the SDK's retries and backoff). That client is
+    the exporter's private `_client` (pinned SDK 1.45.2): reused rather than rewritten, so the
+    wire and the retry rules stay the SDK's."""
+
+    def export_request(self, request: ExportTraceServiceRequest, spans: int) -> bool:
+        """Send `request` (of `spans` spans); True when the collector took it."""
+        if self._shutdown:
+            return False
+        with self._metrics.export_operation(spans) as result:
+            data = request.SerializePartialToString()
+            if _is_request_too_large(data, self._max_request_size):
+                log.warning("dropping a span batch of %d bytes (max_request_size)", len(data))
+                return False
+            outcome = self._client.export(data)
+            if not outcome.success:
+                result.error = outcome.error
+                return False
+        return True
 
 
 def export_process(settings: dict[str, Any]) -> None:
@@ -97,10 +234,10 @@ def export_process(settings: dict[str, Any]) -> None:
     with a line per batch ("ok N" / "failed N") and per flush ("flushed K")."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's: it closes our stdin
     logging.basicConfig(level=logging.WARNING, format="agentos-span-export: %(levelname)s %(name)s: %(message)s")
-    exporter = OTLPSpanExporter(
+    exporter = OtlpExporter(
         endpoint=settings["endpoint"], headers=settings.get("headers") or None, timeout=settings["timeout_s"]
     )
-    convert = SpanConverter(settings.get("service_name", ""), settings.get("node", ""))
+    encode = SpanEncoder(settings.get("service_name", ""), settings.get("node", ""))
     decode = msgspec.msgpack.Decoder(list[tuple[Any, ...]]).decode
     answers = sys.stdout
     while (frame := read_frame(sys.stdin.buffer)) is not None:
@@ -110,9 +247,9 @@ def export_process(settings: dict[str, Any]) -> None:
         else:
             batch = decode(payload)
             try:
-                ok = exporter.export(convert(batch)) is SUCCESS
+                ok = exporter.export_request(encode(batch), len(batch))
             except Exception:  # never let one batch end the process
-                logging.getLogger("agentos.telemetry").exception("export failed")
+                log.exception("export failed")
                 ok = False
             answers.write(f"{'ok' if ok else 'failed'} {len(batch)}\n")
         answers.flush()
