@@ -14,40 +14,13 @@ import pytest
 from aiohttp import web
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from agentos.telemetry.otel import SCHEMA_URL, OtlpExporter, SpanEncoder, resource_for
+from agentos.telemetry.otel import OtlpExporter, SpanEncoder
 from agentos.telemetry.wire import KINDS, STATUS_ERROR, SpanRecord
 from tests.telemetry.otlp_sink import received
+from tests.telemetry.sdk_spans import SdkSpans
 
 T1, T2 = "0af7651916cd43dd8448eb211c80319c", "4bf92f3577b34da6a3ce929d0e0e4736"
-
-
-def _sdk_span(record: SpanRecord, service_name: str, node: str) -> ReadableSpan:
-    """What the export process built before: the SDK's span for one record."""
-    name, trace_id, span_id, parent_id, remote, kind, start_ns, end_ns, attrs, events, links, code, text = record
-    sampled = TraceFlags(TraceFlags.SAMPLED)
-    trace = int(trace_id, 16)
-    parent = SpanContext(trace, int(parent_id, 16), is_remote=remote, trace_flags=sampled) if parent_id else None
-    return ReadableSpan(
-        name=name,
-        context=SpanContext(trace, int(span_id, 16), is_remote=False, trace_flags=sampled),
-        parent=parent,
-        resource=resource_for(service_name, node),
-        attributes=attrs,
-        events=[Event(event, event_attributes, at_ns) for event, at_ns, event_attributes in events],
-        links=[
-            Link(SpanContext(int(t, 16), int(s, 16), is_remote=True, trace_flags=TraceFlags(f)), a or None)
-            for t, s, f, a in links
-        ],
-        kind=SpanKind(kind),
-        status=Status(StatusCode.ERROR, text) if code == STATUS_ERROR else Status(StatusCode.UNSET),
-        start_time=start_ns,
-        end_time=end_ns,
-        instrumentation_scope=InstrumentationScope("agentos", schema_url=SCHEMA_URL),
-    )
 
 
 def _record(name: str, span_id: str, parent_id: str = "", **fields: Any) -> SpanRecord:
@@ -106,7 +79,7 @@ def test_the_encoding_is_the_sdks_for_the_same_spans(caplog: pytest.LogCaptureFi
     records = msgspec.msgpack.decode(msgspec.msgpack.encode(RECORDS), type=list[tuple[Any, ...]])
     with caplog.at_level(logging.ERROR):
         ours = SpanEncoder("agentos-test", "node-1")(records)
-        sdks = encode_spans([_sdk_span(record, "agentos-test", "node-1") for record in records])
+        sdks = encode_spans(SdkSpans("agentos-test", "node-1")(records))
     assert ours == sdks
     assert ours.SerializeToString(deterministic=True) == sdks.SerializeToString(deterministic=True)
     (span,) = [s for s in received(ours) if s.name == "chat mock-1"]
