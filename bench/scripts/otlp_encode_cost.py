@@ -1,6 +1,6 @@
 """What a traced chat turn's spans cost to encode for OTLP, per span: the export process's old
 path (each record as the SDK's `ReadableSpan`, then the SDK's `encode_spans`) against the one
-it has now (`agentos.telemetry.otel.SpanEncoder`, protobuf written straight from the records),
+it has now (`agentos.telemetry.otlp.SpanEncoder`, protobuf written straight from the records),
 and beside them what the server itself pays per span (recording it, MessagePack for the pipe).
 
 The spans are a chat turn's as the server records them at 1000 concurrent turns (the request,
@@ -28,7 +28,7 @@ import msgspec
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from tests.telemetry.sdk_spans import SdkSpans
 
-from agentos.telemetry.otel import SpanEncoder
+from agentos.telemetry.otlp import SpanEncoder
 from agentos.telemetry.recording import RecordingTracing
 from agentos.telemetry.wire import SpanRecord
 

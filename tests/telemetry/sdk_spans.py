@@ -1,5 +1,5 @@
 """The path the export process took before it encoded OTLP itself: recorded span tuples as the
-OpenTelemetry SDK's `ReadableSpan`s, for its `encode_spans`. The oracle of tests/telemetry/test_otel.py
+OpenTelemetry SDK's `ReadableSpan`s, for its `encode_spans`. The oracle of tests/telemetry/test_otlp.py
 and the "before" of bench/scripts/otlp_encode_cost.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from agentos.telemetry.otel import SCHEMA_URL, SCOPE_NAME, resource_for
+from agentos.telemetry.otlp import SCHEMA_URL, SCOPE_NAME, resource_for
 from agentos.telemetry.wire import STATUS_ERROR, SpanRecord
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)

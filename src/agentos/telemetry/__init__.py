@@ -6,7 +6,7 @@ attributes, nothing else. On, `agentos.telemetry.opening.open_tracing` builds a 
 server's own (never a process-global one: several nodes in one test process each trace on their
 own) that records spans as tuples (`agentos.telemetry.recording`) and ships them to an export
 process that sends them with the OpenTelemetry SDK's OTLP/HTTP exporter
-(`agentos.telemetry.shipping`, `agentos.telemetry.otel`).
+(`agentos.telemetry.shipping`, `agentos.telemetry.otlp`, `agentos.telemetry.otel`).
 
 Span names and attributes follow the OpenTelemetry GenAI semantic conventions
 (`agentos.telemetry.names`); docs/observability.md lists them.

@@ -5,7 +5,7 @@ VMs, an SDK span costs about 50 us to start and end and about 75 us more to enco
 turn makes four of them: about a third of a turn's whole CPU (docs/observability.md, "Cost").
 Here a span is a small slotted object with W3C ids, ended into a tuple on a bounded queue
 (`agentos.telemetry.shipping`); the OTLP encoding (the same message the SDK's encoder makes) and
-the HTTP export, with the SDK's exporter, run in a process of their own (`agentos.telemetry.otel`),
+the HTTP export, with the SDK's exporter, run in a process of their own (`agentos.telemetry.otlp`, `otel`),
 and the loop pays a few microseconds a span. Sampling follows the SDK's ParentBased(TraceIdRatioBased) rule to
 the bit, so that a trace is sampled the same way on every node and by the SDK in other services.
 

@@ -128,15 +128,15 @@ class Shipper:
 
 class ExporterSink:
     """An exporter called in the shipping thread with each batch encoded as the export process
-    encodes it (`otel.SpanEncoder`): an `otel.OtlpExporter`, or a test's own (in memory, stuck).
+    encodes it (`otlp.SpanEncoder`): an `otel.OtlpExporter`, or a test's own (in memory, stuck).
     It has `export_request(request, spans) -> bool` and `shutdown()`."""
 
     def __init__(self, counts: Counts, exporter: Any, service_name: str, node: str) -> None:
-        from agentos.telemetry import otel  # the OTLP encoder and the SDK: only for this sink
+        from agentos.telemetry import otlp  # the OTLP encoder and the SDK: only for this sink
 
         self._counts = counts
         self._exporter = exporter
-        self._encode = otel.SpanEncoder(service_name, node)
+        self._encode = otlp.SpanEncoder(service_name, node)
 
     def send(self, batch: list[SpanRecord]) -> None:
         if self._exporter.export_request(self._encode(batch), len(batch)):
