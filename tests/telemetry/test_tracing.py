@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -53,7 +52,7 @@ def test_traceparents_are_checked() -> None:
         assert not valid_traceparent(bad), bad
 
 
-def _tracing(exporter: Any, **config: object) -> RecordingTracing:
+def _tracing(exporter: shipping.RequestExporter, **config: object) -> RecordingTracing:
     tracing = open_tracing(TelemetryConfig(enabled=True, **config), node="node-1", exporter=exporter)  # type: ignore[arg-type]
     assert isinstance(tracing, RecordingTracing)
     return tracing

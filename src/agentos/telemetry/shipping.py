@@ -126,12 +126,23 @@ class Shipper:
         self._sink.close()
 
 
+class RequestExporter(Protocol):
+    """What `ExporterSink` hands an encoded batch to: `otel.OtlpExporter`, or a test's own (in
+    memory, stuck). `request` is an OTLP `ExportTraceServiceRequest` (typed loosely: this module
+    is imported by the server, which never loads OpenTelemetry)."""
+
+    def export_request(self, request: Any, spans: int) -> bool:
+        """Send `request` (of `spans` spans); True when the collector took it."""
+        ...
+
+    def shutdown(self) -> None: ...
+
+
 class ExporterSink:
     """An exporter called in the shipping thread with each batch encoded as the export process
-    encodes it (`otlp.SpanEncoder`): an `otel.OtlpExporter`, or a test's own (in memory, stuck).
-    It has `export_request(request, spans) -> bool` and `shutdown()`."""
+    encodes it (`otlp.SpanEncoder`)."""
 
-    def __init__(self, counts: Counts, exporter: Any, service_name: str, node: str) -> None:
+    def __init__(self, counts: Counts, exporter: RequestExporter, service_name: str, node: str) -> None:
         from agentos.telemetry import otlp  # the OTLP encoder and the SDK: only for this sink
 
         self._counts = counts
