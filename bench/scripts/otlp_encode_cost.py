@@ -33,7 +33,7 @@ from agentos.telemetry.recording import RecordingTracing
 from agentos.telemetry.wire import SpanRecord
 
 
-class _Kept:
+class Kept:
     """A shipper that keeps what it is given (the bench's, in place of the export thread)."""
 
     def __init__(self) -> None:
@@ -92,7 +92,7 @@ def medians(steps: dict[str, Callable[[], Any]], spans: int, repeats: int) -> di
 
 
 def main(turns: int, batch: int, repeats: int) -> None:
-    kept = _Kept()
+    kept = Kept()
     tracing = RecordingTracing(kept, sample_ratio=1.0)
 
     def record() -> None:
