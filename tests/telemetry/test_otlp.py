@@ -70,7 +70,10 @@ RECORDS: Sequence[SpanRecord] = [
 ]
 
 
-def test_the_encoding_is_the_sdks_for_the_same_spans(caplog: pytest.LogCaptureFixture) -> None:
+def test_the_encoding_is_the_sdks_for_the_same_spans(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=test,region=eu")
     # through MessagePack as the pipe carries them: lists, not tuples, and msgpack's own types
     records = msgspec.msgpack.decode(msgspec.msgpack.encode(RECORDS), type=list[tuple[Any, ...]])
     with caplog.at_level(logging.ERROR):
@@ -81,4 +84,5 @@ def test_the_encoding_is_the_sdks_for_the_same_spans(caplog: pytest.LogCaptureFi
     (span,) = [s for s in received(ours) if s.name == "chat mock-1"]
     assert "big" not in span.attributes and span.attributes["nested"] is not None
     assert span.resource["service.name"] == "agentos-test" and span.resource["service.instance.id"] == "node-1"
+    assert span.resource["region"] == "eu"
     assert "'big' not encoded" in caplog.text

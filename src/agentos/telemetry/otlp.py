@@ -18,8 +18,7 @@ from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
-from opentelemetry.proto.resource.v1.resource_pb2 import Resource as ResourceMessage
-from opentelemetry.proto.trace.v1.trace_pb2 import Span, SpanFlags, Status
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, SpanFlags, Status
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.semconv.schemas import Schemas
 
@@ -135,18 +134,16 @@ class SpanEncoder:
     every span under them (what the SDK's `encode_spans` makes of the same spans)."""
 
     def __init__(self, service_name: str, node: str) -> None:
-        self._resource = ResourceMessage()
-        _set_attributes(self._resource.attributes, resource_for(service_name, node).attributes)
-        self._scope = InstrumentationScope(name=SCOPE_NAME)
+        resource = resource_for(service_name, node)
+        self._head = ResourceSpans(schema_url=resource.schema_url)  # each request's, spans aside
+        _set_attributes(self._head.resource.attributes, resource.attributes)
+        self._head.scope_spans.add(scope=InstrumentationScope(name=SCOPE_NAME), schema_url=SCHEMA_URL)
 
     def __call__(self, records: Iterable[SpanRecord]) -> ExportTraceServiceRequest:
         request = ExportTraceServiceRequest()
         resource_spans = request.resource_spans.add()
-        resource_spans.resource.CopyFrom(self._resource)
-        scope_spans = resource_spans.scope_spans.add()
-        scope_spans.scope.CopyFrom(self._scope)
-        scope_spans.schema_url = SCHEMA_URL
-        add = scope_spans.spans.add
+        resource_spans.CopyFrom(self._head)
+        add = resource_spans.scope_spans[0].spans.add
         for record in records:
             _encode_span(add(), *record)
         return request
