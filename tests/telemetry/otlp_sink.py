@@ -1,9 +1,11 @@
 """A small OTLP/HTTP receiver on loopback: what the exporter really sends, decoded from its
-protobuf. The trace store tests (Phoenix) prove what a backend keeps; this proves the wire."""
+protobuf. The trace store tests (Phoenix) prove what a backend keeps; this proves the wire.
+`MemoryExporter` keeps the same decoded spans from requests handed to it in process."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -27,6 +29,7 @@ class Received:
     events: list[str]
     links: list[tuple[str, str]]  # (trace id, span id)
     resource: dict[str, Any]
+    status_code: int  # 0 unset, 2 error
 
 
 def _value(v: Any) -> Any:
@@ -34,6 +37,50 @@ def _value(v: Any) -> Any:
     if kind == "array_value":
         return [_value(x) for x in v.array_value.values]
     return getattr(v, kind) if kind else None
+
+
+def received(message: ExportTraceServiceRequest) -> list[Received]:
+    """The spans of one OTLP request, each with its resource's attributes."""
+    spans = []
+    for resource_spans in message.resource_spans:
+        resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
+        for scope in resource_spans.scope_spans:
+            for s in scope.spans:
+                spans.append(
+                    Received(
+                        name=s.name,
+                        trace_id=s.trace_id.hex(),
+                        span_id=s.span_id.hex(),
+                        parent_span_id=s.parent_span_id.hex(),
+                        kind=s.kind,
+                        attributes={a.key: _value(a.value) for a in s.attributes},
+                        events=[e.name for e in s.events],
+                        links=[(link.trace_id.hex(), link.span_id.hex()) for link in s.links],
+                        resource=resource,
+                        status_code=s.status.code,
+                    )
+                )
+    return spans
+
+
+class MemoryExporter:
+    """An exporter for `open_tracing(exporter=...)` that keeps what it is sent, decoded."""
+
+    def __init__(self) -> None:
+        self.spans: list[Received] = []
+        self._lock = threading.Lock()  # the shipping thread appends, the test reads
+
+    def export_request(self, request: ExportTraceServiceRequest, spans: int) -> bool:
+        with self._lock:
+            self.spans.extend(received(request))
+        return True
+
+    def shutdown(self) -> None:
+        return None
+
+    def finished(self) -> list[Received]:
+        with self._lock:
+            return list(self.spans)
 
 
 @dataclass
@@ -45,23 +92,7 @@ class OtlpSink:
     async def handle(self, request: web.Request) -> web.Response:
         message = ExportTraceServiceRequest()
         message.ParseFromString(await request.read())
-        for resource_spans in message.resource_spans:
-            resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
-            for scope in resource_spans.scope_spans:
-                for s in scope.spans:
-                    self.spans.append(
-                        Received(
-                            name=s.name,
-                            trace_id=s.trace_id.hex(),
-                            span_id=s.span_id.hex(),
-                            parent_span_id=s.parent_span_id.hex(),
-                            kind=s.kind,
-                            attributes={a.key: _value(a.value) for a in s.attributes},
-                            events=[e.name for e in s.events],
-                            links=[(link.trace_id.hex(), link.span_id.hex()) for link in s.links],
-                            resource=resource,
-                        )
-                    )
+        self.spans.extend(received(message))
         self.arrived.set()
         body = ExportTraceServiceResponse().SerializeToString()
         return web.Response(body=body, content_type="application/x-protobuf")

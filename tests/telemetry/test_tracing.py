@@ -6,17 +6,15 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from agentos.config.telemetry import TelemetryConfig, traces_endpoint, tracing_wanted
 from agentos.telemetry import NO_TRACING, shipping, trace_id_of, valid_traceparent
 from agentos.telemetry.opening import open_tracing
 from agentos.telemetry.recording import RecordingTracing
+from tests.telemetry.otlp_sink import MemoryExporter
 
 CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -54,14 +52,14 @@ def test_traceparents_are_checked() -> None:
         assert not valid_traceparent(bad), bad
 
 
-def _tracing(exporter: SpanExporter, **config: object) -> RecordingTracing:
+def _tracing(exporter: shipping.RequestExporter, **config: object) -> RecordingTracing:
     tracing = open_tracing(TelemetryConfig(enabled=True, **config), node="node-1", exporter=exporter)  # type: ignore[arg-type]
     assert isinstance(tracing, RecordingTracing)
     return tracing
 
 
 def test_spans_nest_continue_a_callers_trace_and_link() -> None:
-    exporter = InMemorySpanExporter()
+    exporter = MemoryExporter()
     tracing = _tracing(exporter)
     with tracing.span("POST /v1/sessions/{id}/turns", kind="server", parent=CALLER) as request:
         with tracing.span("turn", {"session.id": "s1"}) as turn:
@@ -69,20 +67,20 @@ def test_spans_nest_continue_a_callers_trace_and_link() -> None:
         follower = tracing.start("turn", links=[turn.traceparent])
         follower.end()
     assert tracing.flush()
-    spans = {s.name: s for s in exporter.get_finished_spans() if s.name != "turn"}
-    turns = [s for s in exporter.get_finished_spans() if s.name == "turn"]
+    spans = {s.name: s for s in exporter.finished() if s.name != "turn"}
+    turns = [s for s in exporter.finished() if s.name == "turn"]
     server = spans["POST /v1/sessions/{id}/turns"]
-    assert format(server.context.trace_id, "032x") == trace_id_of(CALLER) == request.trace_id
-    assert server.parent is not None and format(server.parent.span_id, "016x") == "b7ad6b7169203331"
-    assert turns[0].parent is not None and turns[0].parent.span_id == server.context.span_id
-    assert [link.context.span_id for link in turns[1].links] == [turns[0].context.span_id]
-    assert server.resource.attributes["service.instance.id"] == "node-1"
-    assert server.resource.attributes["service.name"] == "agentos"
+    assert server.trace_id == trace_id_of(CALLER) == request.trace_id
+    assert server.parent_span_id == "b7ad6b7169203331"
+    assert turns[0].parent_span_id == server.span_id
+    assert turns[1].links == [(turns[0].trace_id, turns[0].span_id)]
+    assert server.resource["service.instance.id"] == "node-1"
+    assert server.resource["service.name"] == "agentos"
     tracing.shutdown()
 
 
 def test_an_error_escaping_a_span_is_recorded_on_it() -> None:
-    exporter = InMemorySpanExporter()
+    exporter = MemoryExporter()
     tracing = _tracing(exporter)
     try:
         with tracing.span("execute_tool run_command"):
@@ -90,23 +88,24 @@ def test_an_error_escaping_a_span_is_recorded_on_it() -> None:
     except ValueError:
         pass
     tracing.flush()
-    (span,) = exporter.get_finished_spans()
-    assert span.attributes is not None and span.attributes["error.type"] == "ValueError"
-    assert not span.status.is_ok
+    (span,) = exporter.finished()
+    assert span.attributes["error.type"] == "ValueError"
+    assert span.events == ["exception"]
+    assert span.status_code == 2  # STATUS_CODE_ERROR
     tracing.shutdown()
 
 
-class _Stuck(SpanExporter):
+class _Stuck:
     """A collector that does not answer until released."""
 
     def __init__(self) -> None:
         self.release = threading.Event()
         self.entered = threading.Event()
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def export_request(self, request: ExportTraceServiceRequest, spans: int) -> bool:
         self.entered.set()
         self.release.wait(10)
-        return SpanExportResult.SUCCESS
+        return True
 
     def shutdown(self) -> None:
         self.release.set()
@@ -128,7 +127,7 @@ def test_a_stuck_collector_costs_dropped_spans_not_a_blocked_caller() -> None:
 
 
 def test_content_is_captured_only_for_the_tenants_named() -> None:
-    tracing = _tracing(InMemorySpanExporter(), capture_content=["t1"], content_max_chars=50)
+    tracing = _tracing(MemoryExporter(), capture_content=["t1"], content_max_chars=50)
     assert tracing.capture("t1") == 50 and tracing.capture("t2") == 0
     assert NO_TRACING.capture("t1") == 0
     tracing.shutdown()
@@ -140,7 +139,7 @@ def test_json_log_lines_carry_the_trace_of_the_moment() -> None:
 
     from agentos.telemetry.logs import JsonLineFormatter, stamp
 
-    tracing = _tracing(InMemorySpanExporter())
+    tracing = _tracing(MemoryExporter())
     formatter = JsonLineFormatter()
 
     def line(message: str) -> dict[str, str]:
@@ -165,12 +164,12 @@ def test_a_runs_view_names_its_trace_and_links_it_only_when_sampled() -> None:
     trace_id = derived_ids(run_id)[0]
     template = "https://grafana.example/explore?traceId={trace_id}"
     assert RunTraces(NO_TRACING).view(run_id) == {}  # off: nothing
-    every = _tracing(InMemorySpanExporter(), trace_url_template=template)
+    every = _tracing(MemoryExporter(), trace_url_template=template)
     link = f"https://grafana.example/explore?traceId={trace_id}"
     assert RunTraces(every).view(run_id) == {"trace_id": trace_id, "trace_url": link}
-    plain = _tracing(InMemorySpanExporter())
+    plain = _tracing(MemoryExporter())
     assert RunTraces(plain).view(run_id) == {"trace_id": trace_id}  # no template
-    none = _tracing(InMemorySpanExporter(), trace_url_template=template, sample_ratio=0.0)
+    none = _tracing(MemoryExporter(), trace_url_template=template, sample_ratio=0.0)
     assert RunTraces(none).view(run_id) == {"trace_id": trace_id}  # not sampled: no trace to open
     for tracing in (every, plain, none):
         tracing.shutdown()

@@ -6,7 +6,7 @@ attributes, nothing else. On, `agentos.telemetry.opening.open_tracing` builds a 
 server's own (never a process-global one: several nodes in one test process each trace on their
 own) that records spans as tuples (`agentos.telemetry.recording`) and ships them to an export
 process that sends them with the OpenTelemetry SDK's OTLP/HTTP exporter
-(`agentos.telemetry.shipping`, `agentos.telemetry.otel`).
+(`agentos.telemetry.shipping`, `agentos.telemetry.otlp`, `agentos.telemetry.otel`).
 
 Span names and attributes follow the OpenTelemetry GenAI semantic conventions
 (`agentos.telemetry.names`); docs/observability.md lists them.
@@ -21,8 +21,8 @@ Usage::
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal, Protocol, Required, TypedDict, Unpack
 
 Kind = Literal["internal", "server", "client", "consumer", "producer"]
@@ -86,6 +86,7 @@ class _NullSpan:
 
 
 NULL_SPAN: Span = _NullSpan()
+_NO_SCOPE: AbstractContextManager[Span] = nullcontext(NULL_SPAN)  # stateless: one for every block
 
 
 class SpanOptions(TypedDict, total=False):
@@ -124,26 +125,12 @@ class Tracing:
         does)."""
         return NULL_SPAN
 
-    @contextmanager
-    def span(self, name: str, attributes: Attributes | None = None, **options: Unpack[SpanOptions]) -> Iterator[Span]:
+    def span(
+        self, name: str, attributes: Attributes | None = None, **options: Unpack[SpanOptions]
+    ) -> AbstractContextManager[Span]:
         """A span made current for the block, ended after it; an exception escaping the block
         (not a cancel) is recorded on it."""
-        if not self.on:
-            yield NULL_SPAN
-            return
-        started = self.start(name, attributes, **options)
-        try:
-            with self._current(started):
-                yield started
-        except Exception as exc:  # not a cancel: that is how a superseded turn ends
-            started.record_error(exc)
-            raise
-        finally:
-            started.end()
-
-    def _current(self, span: Span) -> AbstractContextManager[object]:
-        """`span` made the current span for a block (the implementation's context)."""
-        return nullcontext()
+        return _NO_SCOPE
 
     def record(self, name: str, attributes: Attributes | None = None, **options: Unpack[RecordOptions]) -> None:
         """A span that already happened, sent at once: a run's root (known whole only at its

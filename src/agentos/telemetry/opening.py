@@ -5,22 +5,21 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-from typing import Any
 
 from agentos.config.telemetry import TelemetryConfig, traces_endpoint, tracing_wanted
 from agentos.telemetry import NO_TRACING, Tracing
 from agentos.telemetry.recording import RecordingTracing
-from agentos.telemetry.shipping import Counts, ExporterSink, ProcessSink, Shipper, Sink
+from agentos.telemetry.shipping import Counts, ExporterSink, ProcessSink, RequestExporter, Shipper, Sink
 
 log = logging.getLogger("agentos.telemetry")
 # Looked up by distribution, not imported: the server process never loads OpenTelemetry.
 _NEEDED = ("opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http")
 
 
-def open_tracing(config: TelemetryConfig, *, node: str = "", exporter: Any = None) -> Tracing:
+def open_tracing(config: TelemetryConfig, *, node: str = "", exporter: RequestExporter | None = None) -> Tracing:
     """The tracing `config` asks for: `NO_TRACING` when off (nothing of OpenTelemetry imported),
     else spans of this server's own, sent over OTLP/HTTP by the export process, or to `exporter`
-    (an OpenTelemetry `SpanExporter`, in a thread of this process) when one is given. Without the
+    (`shipping.RequestExporter`, called in a thread of this process) when one is given. Without the
     `telemetry` extra installed, tracing asked for is refused with one clear log line and the
     server runs untraced."""
     if exporter is None and not tracing_wanted(config):

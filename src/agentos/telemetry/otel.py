@@ -1,10 +1,11 @@
-"""The OpenTelemetry side of tracing: recorded spans as the SDK's `ReadableSpan`s, sent over
-OTLP/HTTP by the SDK's exporter, in the export process (`python -m agentos.telemetry.otel`).
+"""The span export process (`python -m agentos.telemetry.otel`): batches of recorded spans read
+from the server's pipe, encoded for OTLP (`agentos.telemetry.otlp`) and sent by the SDK's
+OTLP/HTTP exporter: endpoint, headers, timeout, compression and TLS from the standard
+`OTEL_EXPORTER_OTLP_*` variables (or the `[telemetry]` settings the server passes), and its
+retries with backoff on 429/502/503/504 and connection errors.
 
-The server itself records spans without the SDK (`agentos.telemetry.recording`) and ships them
-here through a pipe (`agentos.telemetry.shipping`); this module is imported by the server only
-when a test hands it an exporter of its own (`ExporterSink`). The export process reads the
-standard `OTEL_*` variables it inherits (resource attributes, exporter settings) as the SDK does.
+The server imports this module only when a test hands it an exporter of its own
+(`shipping.ExporterSink`).
 """
 
 from __future__ import annotations
@@ -12,84 +13,41 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
+from opentelemetry.exporter.otlp.proto.http._common import _is_request_too_large
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExportResult
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.semconv.schemas import Schemas
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from agentos.telemetry.wire import STATUS_ERROR, SpanRecord, read_frame
+from agentos.telemetry.otlp import SpanEncoder
+from agentos.telemetry.wire import read_frame
 
-SUCCESS = SpanExportResult.SUCCESS
-# The semantic conventions the attribute names follow (the GenAI ones from the incubating module
-# of opentelemetry-semantic-conventions 0.66b2, pinned with the SDK): every span's scope says so.
-SCHEMA_URL = Schemas.V1_44_0.value
-_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-_UNSET = Status(StatusCode.UNSET)
+log = logging.getLogger("agentos.telemetry")
 
 
-def resource_for(service_name: str, node: str) -> Resource:
-    """`service.name` (the config's, else OTEL_SERVICE_NAME, else "agentos") and the node."""
-    resource = Resource.create({"service.name": service_name} if service_name else {})
-    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):  # no OTEL_SERVICE_NAME
-        resource = resource.merge(Resource({"service.name": "agentos"}))
-    if node:
-        resource = resource.merge(Resource({"service.instance.id": node}))
-    return resource
+class OtlpExporter(OTLPSpanExporter):
+    """The SDK's OTLP/HTTP span exporter, sent a request already encoded. Its constructor
+    resolves the endpoint, headers, timeout, compression and TLS from the arguments and the
+    `OTEL_EXPORTER_OTLP_*` variables; `export_request` is its `export` without the encoding,
+    handing the bytes to the same HTTP client (the SDK's retries and backoff). That client is
+    the exporter's private `_client` (pinned SDK 1.45.2): reused rather than rewritten, so the
+    wire and the retry rules stay the SDK's."""
 
-
-class SpanConverter:
-    """Recorded span tuples (`recording.SpanRecord`) into the SDK's `ReadableSpan`s."""
-
-    def __init__(self, service_name: str, node: str) -> None:
-        self._resource = resource_for(service_name, node)
-        self._scope = InstrumentationScope("agentos", schema_url=SCHEMA_URL)
-
-    def __call__(self, records: Iterable[SpanRecord]) -> list[ReadableSpan]:
-        return [self._one(*record) for record in records]
-
-    def _one(
-        self,
-        name: str,
-        trace_id: str,
-        span_id: str,
-        parent_id: str,
-        remote_parent: bool,
-        kind: int,
-        start_ns: int,
-        end_ns: int,
-        attributes: dict[str, Any],
-        events: Sequence[tuple[str, int, dict[str, Any]]],
-        links: Sequence[tuple[str, str, int, dict[str, Any]]],
-        status_code: int,
-        status_description: str,
-    ) -> ReadableSpan:
-        trace = int(trace_id, 16)
-        return ReadableSpan(
-            name=name,
-            context=SpanContext(trace, int(span_id, 16), is_remote=False, trace_flags=_SAMPLED),
-            parent=SpanContext(trace, int(parent_id, 16), is_remote=remote_parent, trace_flags=_SAMPLED)
-            if parent_id
-            else None,
-            resource=self._resource,
-            attributes=attributes,
-            events=[Event(event, event_attributes, at_ns) for event, at_ns, event_attributes in events],
-            links=[
-                Link(SpanContext(int(t, 16), int(s, 16), is_remote=True, trace_flags=TraceFlags(f)), a or None)
-                for t, s, f, a in links
-            ],
-            kind=SpanKind(kind),
-            status=Status(StatusCode.ERROR, status_description) if status_code == STATUS_ERROR else _UNSET,
-            start_time=start_ns,
-            end_time=end_ns,
-            instrumentation_scope=self._scope,
-        )
+    def export_request(self, request: ExportTraceServiceRequest, spans: int) -> bool:
+        """Send `request` (of `spans` spans); True when the collector took it."""
+        if self._shutdown:
+            return False
+        with self._metrics.export_operation(spans) as result:
+            data = request.SerializePartialToString()
+            if _is_request_too_large(data, self._max_request_size):
+                log.warning("dropping a span batch of %d bytes (max_request_size)", len(data))
+                return False
+            outcome = self._client.export(data)
+            if not outcome.success:
+                result.error = outcome.error
+                return False
+        return True
 
 
 def export_process(settings: dict[str, Any]) -> None:
@@ -97,10 +55,10 @@ def export_process(settings: dict[str, Any]) -> None:
     with a line per batch ("ok N" / "failed N") and per flush ("flushed K")."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's: it closes our stdin
     logging.basicConfig(level=logging.WARNING, format="agentos-span-export: %(levelname)s %(name)s: %(message)s")
-    exporter = OTLPSpanExporter(
+    exporter = OtlpExporter(
         endpoint=settings["endpoint"], headers=settings.get("headers") or None, timeout=settings["timeout_s"]
     )
-    convert = SpanConverter(settings.get("service_name", ""), settings.get("node", ""))
+    encode = SpanEncoder(settings.get("service_name", ""), settings.get("node", ""))
     decode = msgspec.msgpack.Decoder(list[tuple[Any, ...]]).decode
     answers = sys.stdout
     while (frame := read_frame(sys.stdin.buffer)) is not None:
@@ -110,9 +68,9 @@ def export_process(settings: dict[str, Any]) -> None:
         else:
             batch = decode(payload)
             try:
-                ok = exporter.export(convert(batch)) is SUCCESS
+                ok = exporter.export_request(encode(batch), len(batch))
             except Exception:  # never let one batch end the process
-                logging.getLogger("agentos.telemetry").exception("export failed")
+                log.exception("export failed")
                 ok = False
             answers.write(f"{'ok' if ok else 'failed'} {len(batch)}\n")
         answers.flush()

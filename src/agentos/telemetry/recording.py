@@ -4,9 +4,9 @@ Why not the OpenTelemetry SDK's own spans on the event loop: measured on this pr
 VMs, an SDK span costs about 50 us to start and end and about 75 us more to encode for OTLP, and a
 turn makes four of them: about a third of a turn's whole CPU (docs/observability.md, "Cost").
 Here a span is a small slotted object with W3C ids, ended into a tuple on a bounded queue
-(`agentos.telemetry.shipping`); the OTLP encoding and the HTTP export run in a process of their
-own with the SDK's exporter (`agentos.telemetry.otel`), so the wire is the SDK's and the loop
-pays a few microseconds a span. Sampling follows the SDK's ParentBased(TraceIdRatioBased) rule to
+(`agentos.telemetry.shipping`); the OTLP encoding (the same message the SDK's encoder makes) and
+the HTTP export, with the SDK's exporter, run in a process of their own (`agentos.telemetry.otlp`, `otel`),
+and the loop pays a few microseconds a span. Sampling follows the SDK's ParentBased(TraceIdRatioBased) rule to
 the bit, so that a trace is sampled the same way on every node and by the SDK in other services.
 
 This module imports nothing of OpenTelemetry.
@@ -17,9 +17,8 @@ from __future__ import annotations
 import random
 import time
 import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
+from types import TracebackType
 from typing import Any, Protocol, Unpack
 
 from agentos.telemetry import Attributes, RecordOptions, Span, SpanOptions, Tracing, valid_traceparent
@@ -124,6 +123,28 @@ def current_ids() -> tuple[str, str]:
     return ("", "") if span is None else (span.trace_id, span.span_id)
 
 
+class SpanScope:
+    """`RecordingTracing.span`'s block: the span current inside it, an exception escaping it
+    (not a cancel: that is how a superseded turn ends) recorded, the span ended after it. A
+    class rather than a generator: `contextmanager` cost about 2 us a span on the event loop
+    (bench/scripts/otlp_encode_cost.py, "record")."""
+
+    __slots__ = ("_span", "_token")
+
+    def __init__(self, span: RecordedSpan) -> None:
+        self._span = span
+
+    def __enter__(self) -> RecordedSpan:
+        self._token = CURRENT.set(self._span)
+        return self._span
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        CURRENT.reset(self._token)
+        if isinstance(error, Exception):
+            self._span.record_error(error)
+        self._span.end()
+
+
 class RecordingTracing(Tracing):
     """The facade, on: spans recorded here, shipped by `shipper` (a `shipping.Shipper`)."""
 
@@ -177,14 +198,8 @@ class RecordingTracing(Tracing):
     def start(self, name: str, attributes: Attributes | None = None, **options: Unpack[SpanOptions]) -> Span:
         return self._open(name, attributes, options)
 
-    @contextmanager
-    def _current(self, span: Span) -> Iterator[object]:
-        assert isinstance(span, RecordedSpan)
-        token = CURRENT.set(span)
-        try:
-            yield span
-        finally:
-            CURRENT.reset(token)
+    def span(self, name: str, attributes: Attributes | None = None, **options: Unpack[SpanOptions]) -> SpanScope:
+        return SpanScope(self._open(name, attributes, options))
 
     def record(self, name: str, attributes: Attributes | None = None, **options: Unpack[RecordOptions]) -> None:
         end_ms = options["end_ms"]

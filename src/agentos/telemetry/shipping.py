@@ -4,11 +4,11 @@ A finished span is one tuple appended to a bounded deque (`Shipper.put`, under t
 A daemon thread takes batches off it and hands them to a sink:
 
 - `ProcessSink` (the server's): the batch is encoded with msgspec's MessagePack (in C) and
-  written to the stdin of the export process (`python -m agentos.telemetry.otel`), which builds
-  the OTLP request and sends it. A write blocks only this thread, with the GIL released: a slow
+  written to the stdin of the export process (`python -m agentos.telemetry.otel`), which encodes
+  the OTLP request from the tuples and sends it. A write blocks only this thread, with the GIL released: a slow
   collector fills the pipe, then the queue, then spans are dropped and counted.
-- `ExporterSink`: an OpenTelemetry `SpanExporter` called in this thread (a test's in-memory
-  exporter, or a stuck one).
+- `ExporterSink`: the same OTLP encoding, handed to an exporter in this thread (a test's
+  in-memory exporter, or a stuck one).
 
 When the queue is full a new span is dropped and counted, and a warning is logged at most once
 per `DROP_LOG_INTERVAL_S`: a collector that is down or slow costs nothing but dropped spans.
@@ -126,20 +126,31 @@ class Shipper:
         self._sink.close()
 
 
-class ExporterSink:
-    """An OpenTelemetry `SpanExporter`, called in the shipping thread."""
+class RequestExporter(Protocol):
+    """What `ExporterSink` hands an encoded batch to: `otel.OtlpExporter`, or a test's own (in
+    memory, stuck). `request` is an OTLP `ExportTraceServiceRequest` (typed loosely: this module
+    is imported by the server, which never loads OpenTelemetry)."""
 
-    def __init__(self, counts: Counts, exporter: Any, service_name: str, node: str) -> None:
-        from agentos.telemetry import otel  # the SDK: only for this sink
+    def export_request(self, request: Any, spans: int) -> bool:
+        """Send `request` (of `spans` spans); True when the collector took it."""
+        ...
+
+    def shutdown(self) -> None: ...
+
+
+class ExporterSink:
+    """An exporter called in the shipping thread with each batch encoded as the export process
+    encodes it (`otlp.SpanEncoder`)."""
+
+    def __init__(self, counts: Counts, exporter: RequestExporter, service_name: str, node: str) -> None:
+        from agentos.telemetry import otlp  # the OTLP encoder and the SDK: only for this sink
 
         self._counts = counts
         self._exporter = exporter
-        self._convert = otel.SpanConverter(service_name, node)
-        self._success = otel.SUCCESS
+        self._encode = otlp.SpanEncoder(service_name, node)
 
     def send(self, batch: list[SpanRecord]) -> None:
-        ok = self._exporter.export(self._convert(batch)) is self._success
-        if ok:
+        if self._exporter.export_request(self._encode(batch), len(batch)):
             self._counts.exported += len(batch)
         else:
             self._counts.failed += len(batch)
