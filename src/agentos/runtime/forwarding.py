@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 from agentos.clock import Clock
+from agentos.coordination.bus import reading
 from agentos.coordination.node import node_id
 from agentos.errors import (
     AdmissionRejected,
@@ -57,11 +58,8 @@ from agentos.errors import (
 )
 from agentos.ids import new_id
 from agentos.kernel import ON_BUSY, OnBusy
-from agentos.runtime.driver import Driver
-from agentos.runtime.epochs import TurnEpochs
 from agentos.runtime.streams import Following, TurnStreams
 from agentos.runtime.turn import TERMINAL_EVENTS, Turn, TurnSink
-from agentos.store.base import Store
 
 if TYPE_CHECKING:
     from agentos.coordination.bus import Bus
@@ -140,8 +138,11 @@ class TurnForwarding:
 
     async def start(self) -> None:
         if self._bus is not None:
-            await self._bus.subscribe(CHANNEL, self._on_request)
-            await self._bus.subscribe(reply_channel(self._node), self._on_reply)
+            unreadable = "turn forwarding: an unreadable %s was ignored"
+            on_request = reading(_decode_request, self._on_request, log, unreadable % "request")
+            await self._bus.subscribe(CHANNEL, on_request)
+            on_reply = reading(_decode_reply, self._on_reply, log, unreadable % "reply")
+            await self._bus.subscribe(reply_channel(self._node), on_reply)
 
     async def ask(self, request: Forwarded) -> Reply | None:
         """Send `request` and wait (`ASK_S`) for the reply of the node it concerns; None if none came."""
@@ -170,12 +171,7 @@ class TurnForwarding:
         if self._bus is not None:
             self._bus.publish(CHANNEL, _encode(request))
 
-    def _on_request(self, data: bytes) -> None:
-        try:
-            request = _decode_request(data)
-        except msgspec.DecodeError:
-            log.warning("turn forwarding: an unreadable request was ignored")
-            return
+    def _on_request(self, request: Forwarded) -> None:
         if request.origin == self._node:
             return
         task = asyncio.get_running_loop().create_task(self._answer(request))
@@ -188,12 +184,7 @@ class TurnForwarding:
             self._answered += 1
             self._bus.publish(reply_channel(request.origin), _encode(reply))
 
-    def _on_reply(self, data: bytes) -> None:
-        try:
-            reply = _decode_reply(data)
-        except msgspec.DecodeError:
-            log.warning("turn forwarding: an unreadable reply was ignored")
-            return
+    def _on_reply(self, reply: Reply) -> None:
         future = self._waiting.get(reply.request_id)
         if future is not None and not future.done():
             future.set_result(reply)
@@ -232,6 +223,10 @@ class TurnHost(Protocol):
 
     def cancel_by_id(self, turn_id: str) -> bool: ...
 
+    async def running_elsewhere(self, tenant_id: str, session_id: str) -> str | None: ...
+
+    def runs_here(self, tenant_id: str, session_id: str) -> bool: ...
+
 
 class ForwardedTurns:
     """The turns that cross nodes: those this node asks another to admit and run (then relays
@@ -240,19 +235,18 @@ class ForwardedTurns:
     def __init__(
         self,
         turns: TurnHost,
-        driver: Driver,
-        store: Store,
         clock: Clock,
-        epochs: TurnEpochs,
         streams: TurnStreams | None,
         bus: Bus | None,
+        *,
+        fencing: bool,
     ) -> None:
+        """`fencing`: the store knows which node runs a session's turn (PostgreSQL); without it
+        no turn crosses nodes."""
         self._turns = turns
-        self._driver = driver
-        self._store = store
         self._clock = clock
-        self._epochs = epochs
         self._streams = streams
+        self._fencing = fencing
         self._link = TurnForwarding(bus, self._serve)
         self._elsewhere: dict[str, Following] = {}  # turns asked here, admitted and run by another node
         self._serving: set[asyncio.Task[None]] = set()  # turns other nodes asked for, run here
@@ -265,13 +259,13 @@ class ForwardedTurns:
 
     async def cancel(self, tenant_id: str, session_id: str, turn_id: str) -> bool:
         """Cancel a turn of the session by id on whichever other node it lives; whether one did."""
-        if not self._epochs.fencing or not self._link.available:
+        if not self._fencing or not self._link.available:
             return False
         reply = await self._link.ask(self._link.request("cancel", tenant_id, session_id, turn_id))
         return reply is not None and reply.status == 0
 
-    def runs_elsewhere(self, turn_id: str) -> bool:
-        """Whether `forward` sent this turn to another node (`relay` streams it from there)."""
+    def relays(self, turn_id: str) -> bool:
+        """Whether `forward` sent this turn to another node: `relay` streams it from there."""
         return turn_id in self._elsewhere
 
     async def forward(
@@ -284,13 +278,10 @@ class ForwardedTurns:
 
         Raises: the running node's refusal (AdmissionRejected `turn_queue_full`, TurnInProgress...);
             StoreUnavailable."""
-        if not self._epochs.fencing or self._streams is None or not self._link.available:
+        if self._streams is None or not self._link.available:
             return None
-        if self._driver.kernel.active_turn(session_id) is not None:
-            return None  # busy here: the kernel decides
-        running = await self._store.running_turn(tenant_id, session_id)
-        if running is None or self._turns.get(running) is not None:
-            return None
+        if await self._turns.running_elsewhere(tenant_id, session_id) is None:
+            return None  # one node, busy here (the kernel decides), or idle everywhere
         turn = Turn(new_id("turn"), tenant_id, session_id, text, self._clock.now(), agent)
         following = await self._streams.open(tenant_id, session_id, turn.turn_id, local=False)  # before asking
         ask = self._link.request
@@ -317,7 +308,7 @@ class ForwardedTurns:
             if request.kind == "cancel":
                 self._turns.cancel_by_id(request.turn_id)
             return self._link.admitted(request)
-        if request.on_busy not in ON_BUSY or not self._runs_here(request.tenant_id, request.session_id):
+        if request.on_busy not in ON_BUSY or not self._turns.runs_here(request.tenant_id, request.session_id):
             return None
         try:
             turn = await self._turns.start(
@@ -339,14 +330,6 @@ class ForwardedTurns:
         self._serving.add(task)
         task.add_done_callback(self._serving.discard)
         return self._link.admitted(request)
-
-    def _runs_here(self, tenant_id: str, session_id: str) -> bool:
-        """This node runs the session's current turn: live, not fenced out, not being cancelled."""
-        turn_id = self._driver.kernel.active_turn(session_id)
-        turn = None if turn_id is None else self._turns.get(turn_id)
-        if turn is None or turn.tenant_id != tenant_id:
-            return False
-        return not turn.fenced_out and turn.cancel_reason is None
 
     async def relay(self, turn: Turn, sink: TurnSink) -> None:
         """Stream a turn another node runs to this node's client. A quiet while (a queued turn

@@ -109,7 +109,7 @@ class Turns:
         driver.on(DeliverSteer, self._on_deliver)
         self.epochs = TurnEpochs(driver, store, bus, self.get)
         # Turns that must wait for another node's turn of their session go there (with a bus).
-        self.forwarding = ForwardedTurns(self, driver, store, clock, self.epochs, streams, bus)
+        self.forwarding = ForwardedTurns(self, clock, streams, bus, fencing=self.epochs.fencing)
 
     def __len__(self) -> int:
         return len(self._turns)
@@ -208,11 +208,27 @@ class Turns:
         refuses them too, rather than starting a turn that would fence the running one out.
 
         Raises: TurnInProgress; StoreUnavailable."""
-        if not self.epochs.fencing or self._driver.kernel.active_turn(session_id) is not None:
-            return  # one node, or busy here: the kernel decides
-        running = await self._store.running_turn(tenant_id, session_id)
-        if running is not None and running not in self._turns:
+        running = await self.running_elsewhere(tenant_id, session_id)
+        if running is not None:
             raise TurnInProgress(session_id, running)
+
+    async def running_elsewhere(self, tenant_id: str, session_id: str) -> str | None:
+        """The id of the session's turn when another node runs it (PostgreSQL); None on one node,
+        when the session is busy here (the kernel decides), or idle everywhere.
+
+        Raises: StoreUnavailable."""
+        if not self.epochs.fencing or self._driver.kernel.active_turn(session_id) is not None:
+            return None
+        running = await self._store.running_turn(tenant_id, session_id)
+        return None if running is None or running in self._turns else running
+
+    def runs_here(self, tenant_id: str, session_id: str) -> bool:
+        """This node runs the session's current turn: live, not fenced out, not being cancelled."""
+        turn_id = self._driver.kernel.active_turn(session_id)
+        turn = None if turn_id is None else self._turns.get(turn_id)
+        if turn is None or turn.tenant_id != tenant_id:
+            return False
+        return not turn.fenced_out and turn.cancel_reason is None
 
     def cancel(self, session_id: str, reason: str = "cancelled") -> str | None:
         """Cancel the session's running turn; returns its id, or None if none was running."""
@@ -240,7 +256,7 @@ class Turns:
 
     async def run(self, turn: Turn, sink: TurnSink) -> None:
         """Run an admitted turn in the calling task, sending its events to `sink`."""
-        if self.forwarding.runs_elsewhere(turn.turn_id):
+        if self.forwarding.relays(turn.turn_id):
             return await self.forwarding.relay(turn, sink)
         if not self._tracing.on:
             return await self._run(turn, sink)
