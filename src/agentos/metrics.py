@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 _MS_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2000, 2500, 5000, 10000, 30000, 60000, 120000)
 CLOSE_REASONS = ("header_timeout", "body_timeout", "per_client_limit")
 _WAIT_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 25, 50, 100, 250, 1000)
+S = TypeVar("S")
 
 
 class _StatsCollector(Collector):
@@ -162,11 +163,21 @@ class RouterCollector(Collector):
         yield from (requests, failures, fallbacks, breaker, ttft)
 
 
-class BudgetCollector(Collector):
-    """The spending budgets (`agentos.tenancy.budgets`): refusals, read at scrape time."""
+class _FiguresCollector(Collector, Generic[S]):
+    """The metrics of one component, read from its `statistics()` at each scrape."""
 
-    def __init__(self, statistics: Callable[[], BudgetStatistics]) -> None:
+    def __init__(self, statistics: Callable[[], S]) -> None:
         self._statistics = statistics
+
+
+def _counters(prefix: str, helps: Iterable[tuple[str, str]], value: Callable[[str], int]) -> Iterator[Metric]:
+    """A counter `<prefix><name>` for each (name, help text), valued `value(name)`."""
+    for name, help_text in helps:
+        yield CounterMetricFamily(prefix + name, help_text, value(name))
+
+
+class BudgetCollector(_FiguresCollector[BudgetStatistics]):
+    """The spending budgets (`agentos.tenancy.budgets`): refusals, read at scrape time."""
 
     def collect(self) -> Iterator[Metric]:
         refused = CounterMetricFamily(
@@ -187,13 +198,10 @@ class RetentionFigures(Protocol):
     failed_total: int
 
 
-class RetentionCollector(Collector):
+class RetentionCollector(_FiguresCollector[RetentionFigures]):
     """The retention sweeper (docs/deployment.md "Retention"): rows deleted per kind (a session
     counts once, with its transcript, events and runs), expired sessions skipped while a turn ran,
     and sweeps a store error cut short."""
-
-    def __init__(self, statistics: Callable[[], RetentionFigures]) -> None:
-        self._statistics = statistics
 
     def collect(self) -> Iterator[Metric]:
         s = self._statistics()
@@ -208,46 +216,39 @@ class RetentionCollector(Collector):
         yield CounterMetricFamily("agentos_retention_failed_sweeps", "Sweeps a store error cut short", s.failed_total)
 
 
-class TracingCollector(Collector):
+_SPANS = (
+    ("exported", "Spans sent to the OTLP collector"),
+    ("dropped", "Spans dropped: the export queue was full (telemetry.max_queue)"),
+    ("failed", "Spans the collector refused or did not take (down, slow)"),
+)
+_FORWARDED = (
+    ("asked", "Turn requests this node sent to the node running their session's turn (turns and cancels)"),
+    ("unanswered", "Of them, those no node answered in time"),
+    ("answered", "Requests of other nodes this node answered"),
+)
+
+
+class TracingCollector(_FiguresCollector[dict[str, int]]):
     """The span exporter's counters ([telemetry], docs/observability.md): what a collector that
     is down or slow costs is dropped spans, counted here."""
 
-    def __init__(self, statistics: Callable[[], dict[str, int]]) -> None:
-        self._statistics = statistics
-
     def collect(self) -> Iterator[Metric]:
         s = self._statistics()
-        for name, help_text in (
-            ("exported", "Spans sent to the OTLP collector"),
-            ("dropped", "Spans dropped: the export queue was full (telemetry.max_queue)"),
-            ("failed", "Spans the collector refused or did not take (down, slow)"),
-        ):
-            yield CounterMetricFamily(f"agentos_trace_spans_{name}", help_text, s.get(name, 0))
+        yield from _counters("agentos_trace_spans_", _SPANS, lambda name: s.get(name, 0))
         yield GaugeMetricFamily("agentos_trace_queue", "Spans waiting for export", s.get("queued", 0))
 
 
-class ForwardingCollector(Collector):
+class ForwardingCollector(_FiguresCollector[Any]):
     """Turns sent to (and served for) the node running their session's turn
     (`agentos.runtime.forwarding`; `enqueue` and `steer` across nodes, docs/conversations.md)."""
 
-    def __init__(self, statistics: Callable[[], Any]) -> None:
-        self._statistics = statistics
-
     def collect(self) -> Iterator[Metric]:
         s = self._statistics()
-        for name, help_text in (
-            ("asked", "Turn requests this node sent to the node running their session's turn (turns and cancels)"),
-            ("unanswered", "Of them, those no node answered in time"),
-            ("answered", "Requests of other nodes this node answered"),
-        ):
-            yield CounterMetricFamily(f"agentos_turn_forwarding_{name}", help_text, getattr(s, f"{name}_total"))
+        yield from _counters("agentos_turn_forwarding_", _FORWARDED, lambda name: getattr(s, f"{name}_total"))
 
 
-class IdentityCollector(Collector):
+class IdentityCollector(_FiguresCollector[Any]):  # -> agentos.identity.UserTokenStatistics
     """End users' tokens ([identity], docs/security.md): what the verifier did and holds."""
-
-    def __init__(self, statistics: Callable[[], Any]) -> None:
-        self._statistics = statistics  # -> agentos.identity.UserTokenStatistics
 
     def collect(self) -> Iterator[Metric]:
         s = self._statistics()

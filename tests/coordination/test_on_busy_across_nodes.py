@@ -17,7 +17,7 @@ import pytest
 
 from agentos.config import StoreConfig
 from agentos.mock.server import MockServer
-from agentos.runtime.turns import QUIET_S
+from agentos.runtime.forwarding import QUIET_S
 from agentos.testing import sse_events
 from tests.api.helpers import SSE, new_session, turn_events
 from tests.api.test_websocket import ended, receive_until

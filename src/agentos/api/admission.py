@@ -30,11 +30,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Literal, Protocol
+from typing import Protocol
 
 from aiohttp import web
 
-from agentos.api.ratelimit import Limiters
+from agentos.api.ratelimit import Limiters, Work
 from agentos.config.provider import Route
 from agentos.providers.base import CallContext
 from agentos.providers.metering import Estimate, worst_case
@@ -42,8 +42,6 @@ from agentos.runtime.runtime import Runtime
 from agentos.tenancy.budgets import Budgets, Hold
 from agentos.tenancy.principal import Principal
 from agentos.tenancy.quotas import Quotas
-
-Work = Literal["turn", "run"]
 
 
 class Models(Protocol):
@@ -133,20 +131,14 @@ class Admission:
         await self._quotas.admit_tokens(who)
         started = Started(self._budgets, await self._hold(who, text, run, model))
         try:
-            if work == "turn":
-                await self._limiters.admit_turn(who)
-            else:
-                await self._limiters.admit_run(who)
+            await self._limiters.admit_start(work, who)
         except BaseException:
             await started.release()
             raise
         try:
             yield started
         except BaseException:
-            if work == "turn":
-                self._limiters.refund_turn(who)
-            else:
-                self._limiters.refund_run(who)
+            self._limiters.refund_start(work, who)
             await started.release()
             raise
 

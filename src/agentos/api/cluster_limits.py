@@ -1,7 +1,7 @@
 """The API's rate limits, decided in Redis for every node together.
 
 `ClusterLimiters` is `api.ratelimit.Limiters` with its awaitable half (`admit_request`,
-`admit_turn`, `admit_run`, the refunds) answered by the Redis GCRA (`coordination.gcra`): a
+`admit_start` for turns and runs, the refunds) answered by the Redis GCRA (`coordination.gcra`): a
 limited request costs one round trip (its key's and its tenant's limit in one script call), a
 caller without limits none. The headers and 429s are built from the decisions exactly as in
 process.
@@ -16,13 +16,12 @@ evenly. A refund that cannot reach Redis is lost (the tenant loses one unit for 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import replace
 
 import msgspec
 from aiohttp import web
 
-from agentos.api.ratelimit import Limiters, limit_key, raise_if_refused
+from agentos.api.ratelimit import STARTS, Limiters, Starts, Work, limit_key, raise_if_refused
 from agentos.clock import Clock
 from agentos.config.tenants import TenantLimits
 from agentos.coordination.gcra import RedisGcra
@@ -56,52 +55,34 @@ class ClusterLimiters(Limiters):
         by_tenant = decisions[0] if decisions else None
         return self.answer(who, by_key, by_tenant)
 
-    async def admit_turn(self, who: Principal) -> None:
+    async def admit_start(self, work: Work, who: Principal) -> None:
+        starts = STARTS[work]
         # An end user's own rate is kept per node (its tenant's rate, in Redis, bounds the sum).
-        self.check_user_turn(who)
+        self.check_user_start(starts, who)
         try:
-            await self._admit_one(
-                "turns", who, who.limits.turns_per_minute, self.check_tenant_turn, "turn_rate_limited"
-            )
+            await self._admit_tenant(starts, who)
         except RateLimited:
-            self._refund_user(self.turns, who, who.limits.user_turns_per_minute)
+            self._refund_user(starts, who)
             raise
 
-    async def admit_run(self, who: Principal) -> None:
-        self.check_user_run(who)
-        try:
-            await self._admit_one("runs", who, who.limits.runs_per_minute, self.check_tenant_run, "run_rate_limited")
-        except RateLimited:
-            self._refund_user(self.runs, who, who.limits.user_runs_per_minute)
-            raise
-
-    async def _admit_one(
-        self, what: str, who: Principal, per_minute: int, check_here: Callable[[Principal], None], code: str
-    ) -> None:
-        """One unit of `what` from the tenant's bucket in Redis; from the node's share
-        (`check_here`) while Redis is down.
+    async def _admit_tenant(self, starts: Starts, who: Principal) -> None:
+        """One start from the tenant's bucket in Redis; from the node's share while Redis is down.
 
         Raises:
-            RateLimited: refused (`code`), with when to retry."""
-        decision = await self._decide_one(what, who.tenant_id, per_minute)
+            RateLimited: refused (`starts.code`), with when to retry."""
+        decision = await self._decide_one(starts.what, who.tenant_id, starts.tenant_rate(who.limits))
         if decision is None:
-            check_here(self._share(who))
+            self.check_tenant_start(starts, self._share(who))
         else:
-            raise_if_refused(decision, code, what)
+            raise_if_refused(decision, starts.code, starts.what)
 
-    def refund_turn(self, who: Principal) -> None:
+    def refund_start(self, work: Work, who: Principal) -> None:
         if self._link.down:  # the unit was taken here, from the node's share
-            super().refund_turn(self._share(who))
+            super().refund_start(work, self._share(who))
         else:
-            self._refund("turns", who.tenant_id, who.limits.turns_per_minute)
-            self._refund_user(self.turns, who, who.limits.user_turns_per_minute)
-
-    def refund_run(self, who: Principal) -> None:
-        if self._link.down:
-            super().refund_run(self._share(who))
-        else:
-            self._refund("runs", who.tenant_id, who.limits.runs_per_minute)
-            self._refund_user(self.runs, who, who.limits.user_runs_per_minute)
+            starts = STARTS[work]
+            self._refund(starts.what, who.tenant_id, starts.tenant_rate(who.limits))
+            self._refund_user(starts, who)
 
     async def _decide_one(self, what: str, tenant_id: str, per_minute: int) -> Decision | None:
         """The decision in Redis; an allowing one when there is no limit; None: Redis is down."""

@@ -26,6 +26,9 @@ decisions in Redis, for every node together.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -40,6 +43,24 @@ from agentos.tenancy.ratelimit import WINDOW_S, Decision, Gcra
 
 # The key the open (key-less) principal is counted under.
 OPEN_KEY = "-"
+
+Work = Literal["turn", "run"]
+
+
+@dataclass(frozen=True, slots=True)
+class Starts:
+    """Starts of one kind of work that a tenant, and each of its end users, may make per minute."""
+
+    what: str  # "turns", "runs": in the 429's message, and the limiter's name
+    code: str  # the 429's code
+    tenant_rate: Callable[[TenantLimits], int]
+    user_rate: Callable[[TenantLimits], int]
+
+
+STARTS: dict[Work, Starts] = {
+    "turn": Starts("turns", "turn_rate_limited", lambda ls: ls.turns_per_minute, lambda ls: ls.user_turns_per_minute),
+    "run": Starts("runs", "run_rate_limited", lambda ls: ls.runs_per_minute, lambda ls: ls.user_runs_per_minute),
+}
 
 
 def limit_key(who: Principal) -> str:
@@ -68,8 +89,7 @@ class Limiters:
         self.clock = clock
         self.keys = Gcra()
         self.tenants = Gcra()
-        self.turns = Gcra()
-        self.runs = Gcra()
+        self.started = {starts.what: Gcra() for starts in STARTS.values()}
         self._policies: dict[tuple[int, int], str] = {}
 
     # -- what the API awaits: `ClusterLimiters` (agentos.coordination) decides these in Redis --
@@ -78,13 +98,9 @@ class Limiters:
         """`check_request`, awaitable."""
         return self.check_request(who)
 
-    async def admit_turn(self, who: Principal) -> None:
-        """`check_turn`, awaitable."""
-        self.check_turn(who)
-
-    async def admit_run(self, who: Principal) -> None:
-        """`check_run`, awaitable."""
-        self.check_run(who)
+    async def admit_start(self, work: Work, who: Principal) -> None:
+        """`check_start`, awaitable."""
+        self.check_start(STARTS[work], who)
 
     # -- in process -------------------------------------------------------------------------------
 
@@ -114,59 +130,40 @@ class Limiters:
         policy = self._policy(who.limits.key_requests_per_minute, who.limits.requests_per_minute)
         return {"RateLimit-Policy": policy, "RateLimit": state}, refused
 
-    def check_turn(self, who: Principal) -> None:
-        """Raises: RateLimited (`turn_rate_limited`): the tenant started `turns_per_minute`
-        turns, or the end user `user_turns_per_minute`."""
-        self.check_user_turn(who)
+    def check_start(self, starts: Starts, who: Principal) -> None:
+        """Raises: RateLimited (`turn_rate_limited`, `run_rate_limited`): the tenant made its
+        `turns_per_minute` (`runs_per_minute`) starts, or the end user its `user_...` ones."""
+        self.check_user_start(starts, who)
         try:
-            self.check_tenant_turn(who)
+            self.check_tenant_start(starts, who)
         except RateLimited:
-            self._refund_user(self.turns, who, who.limits.user_turns_per_minute)
+            self._refund_user(starts, who)
             raise
 
-    def check_run(self, who: Principal) -> None:
-        """Raises: RateLimited (`run_rate_limited`): the tenant started `runs_per_minute` runs,
-        or the end user `user_runs_per_minute`."""
-        self.check_user_run(who)
-        try:
-            self.check_tenant_run(who)
-        except RateLimited:
-            self._refund_user(self.runs, who, who.limits.user_runs_per_minute)
-            raise
+    def check_tenant_start(self, starts: Starts, who: Principal) -> None:
+        self._take(starts, who.tenant_id, starts.tenant_rate(who.limits))
 
-    def check_tenant_turn(self, who: Principal) -> None:
-        self._take(self.turns, who.tenant_id, who.limits.turns_per_minute, "turn_rate_limited", "turns")
-
-    def check_tenant_run(self, who: Principal) -> None:
-        self._take(self.runs, who.tenant_id, who.limits.runs_per_minute, "run_rate_limited", "runs")
-
-    def check_user_turn(self, who: Principal) -> None:
-        """The end user's own turns per minute (in process; a key's principal passes)."""
+    def check_user_start(self, starts: Starts, who: Principal) -> None:
+        """The end user's own starts per minute (in process; a key's principal passes)."""
         if who.subject is not None:
-            self._take(self.turns, limit_key(who), who.limits.user_turns_per_minute, "turn_rate_limited", "turns")
+            self._take(starts, limit_key(who), starts.user_rate(who.limits))
 
-    def check_user_run(self, who: Principal) -> None:
-        if who.subject is not None:
-            self._take(self.runs, limit_key(who), who.limits.user_runs_per_minute, "run_rate_limited", "runs")
+    def refund_start(self, work: Work, who: Principal) -> None:
+        """The start `admit_start` admitted did not happen (no such session, the server is full)."""
+        starts = STARTS[work]
+        if per_minute := starts.tenant_rate(who.limits):
+            self.started[starts.what].refund(who.tenant_id, per_minute)
+        self._refund_user(starts, who)
 
-    def refund_turn(self, who: Principal) -> None:
-        """The turn `check_turn` admitted did not start (no such session, the server is full)."""
-        if who.limits.turns_per_minute:
-            self.turns.refund(who.tenant_id, who.limits.turns_per_minute)
-        self._refund_user(self.turns, who, who.limits.user_turns_per_minute)
-
-    def refund_run(self, who: Principal) -> None:
-        if who.limits.runs_per_minute:
-            self.runs.refund(who.tenant_id, who.limits.runs_per_minute)
-        self._refund_user(self.runs, who, who.limits.user_runs_per_minute)
-
-    def _refund_user(self, limiter: Gcra, who: Principal, per_minute: int) -> None:
+    def _refund_user(self, starts: Starts, who: Principal) -> None:
+        per_minute = starts.user_rate(who.limits)
         if per_minute and who.subject is not None:
-            limiter.refund(limit_key(who), per_minute)
+            self.started[starts.what].refund(limit_key(who), per_minute)
 
-    def _take(self, limiter: Gcra, key: str, per_minute: int, code: str, what: str) -> None:
+    def _take(self, starts: Starts, key: str, per_minute: int) -> None:
         if per_minute:
-            raise_if_refused(limiter.decide(key, per_minute, self.clock.now()), code, what)
+            decision = self.started[starts.what].decide(key, per_minute, self.clock.now())
+            raise_if_refused(decision, starts.code, starts.what)
 
     def _policy(self, key_rate: int, tenant_rate: int) -> str:
         policy = self._policies.get((key_rate, tenant_rate))

@@ -26,7 +26,7 @@ from agentos.api.keys import SCHEDULES
 from agentos.api.owners import check_schedule, list_owner
 from agentos.api.routes import BAD_BODY, Answer, Schema, json, nullable, operation, page, page_params
 from agentos.api.sessions import json_response, page_by_id
-from agentos.schedules.service import ScheduleSpec
+from agentos.schedules.service import ScheduleService, ScheduleSpec
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
@@ -80,6 +80,17 @@ _DETAIL = Schema.object(
 _NOT_FOUND: dict[int, str | Answer] = {404: "Unknown schedule (another tenant's too): schedule_not_found"}
 
 
+async def _schedule(request: web.Request, scope: Scope) -> tuple[ScheduleService, str, str]:
+    """The schedules, the caller's tenant and the path's schedule, checked once for every route
+    of one schedule.
+
+    Raises: NotFound `schedule_not_found`: unknown, another tenant's, or not the caller's to see."""
+    who, schedule_id = require(request, scope), request.match_info["schedule_id"]
+    schedules = request.app[SCHEDULES]
+    await check_schedule(schedules, who, schedule_id)
+    return schedules, who.tenant_id, schedule_id
+
+
 @routes.post("/v1/schedules")
 @operation(
     "Create a schedule: a run of the agent on each slot of a cron (in a time zone) or every N seconds",
@@ -123,9 +134,8 @@ async def list_schedules(request: web.Request) -> web.Response:
     errors=_NOT_FOUND,
 )
 async def get_schedule(request: web.Request) -> web.Response:
-    who, schedule_id = require(request, Scope.SCHEDULES_READ), request.match_info["schedule_id"]
-    await check_schedule(request.app[SCHEDULES], who, schedule_id)
-    return json_response(await request.app[SCHEDULES].get(who.tenant_id, schedule_id))
+    schedules, tenant_id, schedule_id = await _schedule(request, Scope.SCHEDULES_READ)
+    return json_response(await schedules.get(tenant_id, schedule_id))
 
 
 @routes.post("/v1/schedules/{schedule_id}/pause")
@@ -136,9 +146,8 @@ async def get_schedule(request: web.Request) -> web.Response:
     errors=_NOT_FOUND,
 )
 async def pause_schedule(request: web.Request) -> web.Response:
-    who, schedule_id = require(request, Scope.SCHEDULES_WRITE), request.match_info["schedule_id"]
-    await check_schedule(request.app[SCHEDULES], who, schedule_id)
-    return json_response(await request.app[SCHEDULES].set_paused(who.tenant_id, schedule_id, True))
+    schedules, tenant_id, schedule_id = await _schedule(request, Scope.SCHEDULES_WRITE)
+    return json_response(await schedules.set_paused(tenant_id, schedule_id, True))
 
 
 @routes.post("/v1/schedules/{schedule_id}/resume")
@@ -149,9 +158,8 @@ async def pause_schedule(request: web.Request) -> web.Response:
     errors=_NOT_FOUND,
 )
 async def resume_schedule(request: web.Request) -> web.Response:
-    who, schedule_id = require(request, Scope.SCHEDULES_WRITE), request.match_info["schedule_id"]
-    await check_schedule(request.app[SCHEDULES], who, schedule_id)
-    return json_response(await request.app[SCHEDULES].set_paused(who.tenant_id, schedule_id, False))
+    schedules, tenant_id, schedule_id = await _schedule(request, Scope.SCHEDULES_WRITE)
+    return json_response(await schedules.set_paused(tenant_id, schedule_id, False))
 
 
 @routes.delete("/v1/schedules/{schedule_id}")
@@ -162,7 +170,6 @@ async def resume_schedule(request: web.Request) -> web.Response:
     errors=_NOT_FOUND,
 )
 async def delete_schedule(request: web.Request) -> web.Response:
-    who, schedule_id = require(request, Scope.SCHEDULES_WRITE), request.match_info["schedule_id"]
-    await check_schedule(request.app[SCHEDULES], who, schedule_id)
-    await request.app[SCHEDULES].delete(who.tenant_id, schedule_id)
+    schedules, tenant_id, schedule_id = await _schedule(request, Scope.SCHEDULES_WRITE)
+    await schedules.delete(tenant_id, schedule_id)
     return web.Response(status=204)

@@ -17,7 +17,7 @@ from typing import Literal
 
 import msgspec
 
-from agentos.coordination.bus import Bus
+from agentos.coordination.bus import Bus, reading
 from agentos.providers.breaker import Breakers
 
 log = logging.getLogger("agentos.coordination")
@@ -52,7 +52,8 @@ class BusBreakerShare:
 
     async def start(self, breakers: Breakers) -> None:
         self._breakers = breakers
-        await self._bus.subscribe(CHANNEL, self._on_message)
+        unreadable = "breakers: a message that is not one of ours on the bus; ignored"
+        await self._bus.subscribe(CHANNEL, reading(_decode, self._on_message, log, unreadable))
 
     def opened(self, target: str, until_s: float) -> None:
         self._publish("opened", target, until_s)
@@ -66,12 +67,7 @@ class BusBreakerShare:
     def _publish(self, kind: Literal["opened", "closed", "held"], target: str, for_s: float) -> None:
         self._bus.publish(CHANNEL, _encode(_Message(self._node, kind, target, for_s)))
 
-    def _on_message(self, data: bytes) -> None:
-        try:
-            message = _decode(data)
-        except msgspec.DecodeError:
-            log.warning("breakers: a message that is not one of ours on the bus; ignored")
-            return
+    def _on_message(self, message: _Message) -> None:
         if message.node == self._node or self._breakers is None:
             return
         self.received += 1

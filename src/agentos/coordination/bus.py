@@ -22,7 +22,9 @@ import logging
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
 
 from agentos.config import CoordinationConfig
 
@@ -33,9 +35,28 @@ if TYPE_CHECKING:
 log = logging.getLogger("agentos.coordination")
 
 Callback = Callable[[bytes], None]
+T = TypeVar("T")
 MAX_QUEUED = 100_000
 PING_EVERY_S = 1.0
 RECONNECT_S = 0.5
+
+
+def reading(
+    decode: Callable[[bytes], T], handle: Callable[[T], None], logger: logging.Logger, unreadable: str
+) -> Callback:
+    """A callback that hands `handle` each message `decode` reads. One it cannot read (another
+    version's, not ours) is a warning (`unreadable`, on the subscriber's `logger`) and is
+    ignored: it must not end the subscription."""
+
+    def receive(data: bytes) -> None:
+        try:
+            message = decode(data)
+        except msgspec.DecodeError:
+            logger.warning("%s", unreadable)
+            return
+        handle(message)
+
+    return receive
 
 
 class Bus:

@@ -125,13 +125,13 @@ class KnowledgeService:
         """Raises: NotFound (another tenant's reads the same as a missing one)."""
         collection = await self.storage.get_collection(tenant_id, name)
         if collection is None or collection.tenant_id != tenant_id:
-            raise NotFound(f"collection {name[:80]!r} not found", code="collection_not_found")
+            raise _not_found("collection", name)
         return collection
 
     async def delete_collection(self, tenant_id: str, name: str) -> None:
         deleted = await self.storage.delete_collection(tenant_id, name)
         if deleted is None:
-            raise NotFound(f"collection {name[:80]!r} not found", code="collection_not_found")
+            raise _not_found("collection", name)
         self._indexes.drop(deleted.collection_id)
 
     # --- documents ---
@@ -183,7 +183,7 @@ class KnowledgeService:
         owner = await self.get_collection(tenant_id, collection)
         document = await self.storage.get_document(tenant_id, owner.collection_id, document_id)
         if document is None or document.tenant_id != tenant_id or document.collection_id != owner.collection_id:
-            raise NotFound(f"document {document_id[:80]!r} not found", code="document_not_found")
+            raise _not_found("document", document_id)
         return owner, document
 
     async def list_documents(
@@ -195,7 +195,7 @@ class KnowledgeService:
     async def delete_document(self, tenant_id: str, collection: str, document_id: str) -> None:
         owner = await self.get_collection(tenant_id, collection)
         if not await self.storage.delete_document(tenant_id, owner.collection_id, document_id):
-            raise NotFound(f"document {document_id[:80]!r} not found", code="document_not_found")
+            raise _not_found("document", document_id)
         self._indexes.invalidate(owner.collection_id)
 
     # --- queries ---
@@ -285,3 +285,8 @@ def open_knowledge_storage(settings: Settings, data_dir: Path | None) -> Knowled
     from agentos.knowledge.storage import open_storage
 
     return open_storage(settings, data_dir)
+
+
+def _not_found(kind: str, name: str) -> NotFound:
+    """The 404 of a collection or document (`collection_not_found`, `document_not_found`)."""
+    return NotFound(f"{kind} {name[:80]!r} not found", code=f"{kind}_not_found")

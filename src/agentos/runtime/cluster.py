@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from agentos.coordination.bus import reading
 from agentos.coordination.node import node_id
 
 if TYPE_CHECKING:
@@ -60,18 +61,14 @@ class CancelRelay:
 
     async def start(self) -> None:
         if self._bus is not None:
-            await self._bus.subscribe(CHANNEL, self._receive)
+            unreadable = "cluster: an unreadable cancel message was ignored"
+            await self._bus.subscribe(CHANNEL, reading(_decode, self._receive, log, unreadable))
 
     def announce(self, tenant_id: str, session_id: str, epoch: int, reason: str) -> None:
         if self._bus is not None:
             self._bus.publish(CHANNEL, _encode(CancelMessage(tenant_id, session_id, epoch, reason, self._node)))
 
-    def _receive(self, data: bytes) -> None:
-        try:
-            message = _decode(data)
-        except msgspec.DecodeError:
-            log.warning("cluster: an unreadable cancel message was ignored")
-            return
+    def _receive(self, message: CancelMessage) -> None:
         if message.node != self._node:
             self.received_total += 1
             self._on_cancel(message)

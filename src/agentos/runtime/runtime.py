@@ -202,7 +202,7 @@ class Runtime:
         """
         if self.cancel_turn_by_id(tenant_id, session_id, turn_id):
             return True
-        return await self._turns.cancel_elsewhere(tenant_id, session_id, turn_id)
+        return await self._turns.forwarding.cancel(tenant_id, session_id, turn_id)
 
     async def follow_turn(
         self, tenant_id: str, session_id: str, turn_id: str, after_seq: int

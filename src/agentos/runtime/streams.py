@@ -272,33 +272,26 @@ class TurnStreams:
                 follower.lose()
 
 
+@dataclass(slots=True, eq=False)
 class Following:
-    """One follower of one turn (`TurnStreams.open`)."""
+    """One follower of one turn (`TurnStreams.open`): a handle on what `open` set up."""
 
-    def __init__(
-        self,
-        streams: TurnStreams,
-        follower: _Follower,
-        key: tuple[str, str, str],
-        local: bool,
-        unsubscribe: Callable[[], None] | None,
-    ) -> None:
-        self._streams = streams
-        self._follower = follower
-        self._key = key
-        self._local = local
-        self._unsubscribe = unsubscribe
+    streams: TurnStreams
+    follower: _Follower
+    key: tuple[str, str, str]  # tenant, session, turn
+    local: bool  # the turn runs on this node: no bus subscription
+    unsubscribe: Callable[[], None] | None
 
     def events(self, after_seq: int = 0, stall_s: float | None = None) -> AsyncGenerator[TurnEvent, None]:
         """Stored then live events after `after_seq`; an `error` event (seq 0) after `stall_s`
         without one (default: the streams' `stall_s`), after which `events` may be read again."""
-        return self._streams._events(self._follower, self._key, after_seq, self._local, stall_s)
+        return self.streams._events(self.follower, self.key, after_seq, self.local, stall_s)
 
     def close(self) -> None:
-        self._streams._leave(self._key[2], self._follower)
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
+        self.streams._leave(self.key[2], self.follower)
+        if self.unsubscribe is not None:
+            self.unsubscribe()
+            self.unsubscribe = None  # closing twice unsubscribes once
 
 
 _STALLED = "no event of this turn for a while (it may wait on a human, or its node is gone); resume with Last-Event-ID"

@@ -21,18 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from contextlib import aclosing, suppress
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from agentos.clock import Clock, wall_ms
 from agentos.errors import (
     AdmissionRejected,
-    AgentOSError,
     BudgetExceeded,
-    Conflict,
-    NotFound,
     ProviderError,
-    RequestError,
     SessionNotFound,
     ShuttingDown,
     StaleTurn,
@@ -42,7 +38,6 @@ from agentos.errors import (
 )
 from agentos.ids import new_id
 from agentos.kernel import (
-    ON_BUSY,
     AcceptTurn,
     CancelRequested,
     CancelTurn,
@@ -64,11 +59,11 @@ from agentos.runtime.agent_turn import AgentTurns
 from agentos.runtime.chat import ChatTurns
 from agentos.runtime.driver import Driver
 from agentos.runtime.epochs import TurnEpochs
-from agentos.runtime.forwarding import Forwarded, Reply, TurnForwarding
+from agentos.runtime.forwarding import ForwardedTurns
 from agentos.runtime.sessions import Sessions
-from agentos.runtime.streams import Following, PublishingSink, TurnStreams
+from agentos.runtime.streams import PublishingSink, TurnStreams
 from agentos.runtime.transcript import event, message, record_event
-from agentos.runtime.turn import TERMINAL_EVENTS, Outcome, Turn, TurnSink
+from agentos.runtime.turn import Outcome, Turn, TurnSink
 from agentos.store.base import Store
 from agentos.store.records import EventRecord, MessageRecord
 from agentos.telemetry import NO_TRACING, Tracing
@@ -78,8 +73,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentos.turns")
 _REPLACING = frozenset({"replace", "rollback"})  # strategies that never wait for a running turn
-QUIET_S = 15.0  # a turn run by another node that sends nothing this long: is it still alive there?
-_NODE_LOST = "the node that held this turn is gone, and the turn with it; send it again"
 
 
 class Turns:
@@ -116,9 +109,7 @@ class Turns:
         driver.on(DeliverSteer, self._on_deliver)
         self.epochs = TurnEpochs(driver, store, bus, self.get)
         # Turns that must wait for another node's turn of their session go there (with a bus).
-        self.forwarding = TurnForwarding(bus, self._serve_forwarded)
-        self._elsewhere: dict[str, Following] = {}  # turns asked here, admitted and run by another node
-        self._serving: set[asyncio.Task[None]] = set()  # turns other nodes asked for, run here
+        self.forwarding = ForwardedTurns(self, clock, streams, bus, fencing=self.epochs.fencing)
 
     def __len__(self) -> int:
         return len(self._turns)
@@ -175,7 +166,7 @@ class Turns:
             raise AdmissionRejected(self._driver.kernel.limits.retry_after_s, code="user_concurrent_turns")
         if on_busy not in _REPLACING:
             if forward and prompt is None and tools is None:
-                elsewhere = await self._forward(tenant_id, session_id, text, on_busy, key_id, agent)
+                elsewhere = await self.forwarding.forward(tenant_id, session_id, text, on_busy, key_id, agent)
                 if elsewhere is not None:
                     return elsewhere
             await self._check_elsewhere(tenant_id, session_id)
@@ -217,141 +208,27 @@ class Turns:
         refuses them too, rather than starting a turn that would fence the running one out.
 
         Raises: TurnInProgress; StoreUnavailable."""
-        if not self.epochs.fencing or self._driver.kernel.active_turn(session_id) is not None:
-            return  # one node, or busy here: the kernel decides
-        running = await self._store.running_turn(tenant_id, session_id)
-        if running is not None and running not in self._turns:
+        running = await self.running_elsewhere(tenant_id, session_id)
+        if running is not None:
             raise TurnInProgress(session_id, running)
 
-    async def _forward(
-        self, tenant_id: str, session_id: str, text: str, on_busy: OnBusy, key_id: str, agent: str | None
-    ) -> Turn | None:
-        """A turn that must wait, in a session idle here that runs a turn on another node: that
-        node admits it (queued or steered by its kernel) and runs it; this node follows it. None:
-        not forwarded (one node, no bus, busy here, idle everywhere, or no reply: `start` goes
-        on and `_check_elsewhere` decides).
+    async def running_elsewhere(self, tenant_id: str, session_id: str) -> str | None:
+        """The id of the session's turn when another node runs it (PostgreSQL); None on one node,
+        when the session is busy here (the kernel decides), or idle everywhere.
 
-        Raises: the running node's refusal (AdmissionRejected `turn_queue_full`, TurnInProgress...);
-            StoreUnavailable."""
-        if not self.epochs.fencing or self._streams is None or not self.forwarding.available:
+        Raises: StoreUnavailable."""
+        if not self.epochs.fencing or self._driver.kernel.active_turn(session_id) is not None:
             return None
-        if self._driver.kernel.active_turn(session_id) is not None:
-            return None  # busy here: the kernel decides
         running = await self._store.running_turn(tenant_id, session_id)
-        if running is None or running in self._turns:
-            return None
-        turn = Turn(new_id("turn"), tenant_id, session_id, text, self._clock.now(), agent)
-        following = await self._streams.open(tenant_id, session_id, turn.turn_id, local=False)  # before asking
-        ask = self.forwarding.request
-        reply = await self.forwarding.ask(
-            ask("turn", tenant_id, session_id, turn.turn_id, input=text, on_busy=on_busy, key_id=key_id)
-        )
-        if reply is not None and reply.status == 0:
-            self._elsewhere[turn.turn_id] = following
-            return turn
-        following.close()
-        if reply is not None:
-            raise _forward_refusal(session_id, reply)
-        # No reply: the running node is gone or the turn just ended. Should the reply only be
-        # late, the turn admitted there is cancelled: it must not run besides one started here.
-        self.forwarding.tell(ask("cancel", tenant_id, session_id, turn.turn_id))
-        return None
+        return None if running is None or running in self._turns else running
 
-    async def _serve_forwarded(self, request: Forwarded) -> Reply | None:
-        """Another node's turn (or cancel) for a session whose turn runs here; None: not ours."""
-        if request.kind in ("cancel", "alive"):
-            turn = self._turns.get(request.turn_id)
-            if turn is None or (turn.tenant_id, turn.session_id) != (request.tenant_id, request.session_id):
-                return None
-            if request.kind == "cancel":
-                self.cancel_by_id(request.turn_id)
-            return self.forwarding.admitted(request)
-        if request.on_busy not in ON_BUSY or not self._runs_here(request.tenant_id, request.session_id):
-            return None
-        try:
-            turn = await self.start(
-                request.tenant_id,
-                request.session_id,
-                request.input,
-                key_id=request.key_id,
-                on_busy=request.on_busy,  # checked against ON_BUSY just above
-                turn_id=request.turn_id,
-                forward=False,
-            )
-        except RequestError as exc:
-            return self.forwarding.refused(request, exc.status, exc.code, str(exc), exc.retry_after_s, exc.turn_id)
-        except AgentOSError as exc:  # the store away: the asking node's client may retry
-            return self.forwarding.refused(request, 503, "store_unavailable", str(exc), 1, None)
-        if self._streams is not None:
-            self._streams.followed_elsewhere(turn.turn_id)
-        task = asyncio.create_task(self.run(turn, _Elsewhere()))
-        self._serving.add(task)
-        task.add_done_callback(self._serving.discard)
-        return self.forwarding.admitted(request)
-
-    def _runs_here(self, tenant_id: str, session_id: str) -> bool:
+    def runs_here(self, tenant_id: str, session_id: str) -> bool:
         """This node runs the session's current turn: live, not fenced out, not being cancelled."""
         turn_id = self._driver.kernel.active_turn(session_id)
         turn = None if turn_id is None else self._turns.get(turn_id)
         if turn is None or turn.tenant_id != tenant_id:
             return False
         return not turn.fenced_out and turn.cancel_reason is None
-
-    async def _relay(self, turn: Turn, following: Following, sink: TurnSink) -> None:
-        """Stream a turn another node runs to this node's client. A quiet while (a queued turn
-        waits, perhaps behind a human) asks that node whether the turn still lives there: if no
-        node says so, its node died with it (`node_lost`). The client leaving (or this task
-        cancelled) cancels it there."""
-        last, ended = 0, False
-        try:
-            while not ended:
-                last, ended = await self._pump(turn, following, sink, last, QUIET_S)
-                if ended or await self._lives_elsewhere(turn):
-                    continue
-                # Gone from every node; it may have ended just before, its end missed live: the store says.
-                last, ended = await self._pump(turn, following, sink, last, 0.0)
-                if not ended:
-                    data = {"turn_id": turn.turn_id, "reason": "node_lost", "message": _NODE_LOST}
-                    ended = True
-                    await sink.send(f"{turn.turn_id}:{last}", "turn.failed", data)
-        except (asyncio.CancelledError, ConnectionError) as exc:
-            if not ended:
-                self.forwarding.tell(self.forwarding.request("cancel", turn.tenant_id, turn.session_id, turn.turn_id))
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-        finally:
-            following.close()
-            self._elsewhere.pop(turn.turn_id, None)
-
-    async def _pump(
-        self, turn: Turn, following: Following, sink: TurnSink, last: int, quiet_s: float
-    ) -> tuple[int, bool]:
-        """Send the turn's events after `last` until its end, or until it was quiet `quiet_s`
-        (0: only what is stored now); returns the last seq sent and whether it ended."""
-        async with aclosing(following.events(last, stall_s=quiet_s)) as events:
-            async for event in events:
-                if event.seq == 0:  # quiet
-                    break
-                last = event.seq
-                await sink.send(f"{turn.turn_id}:{event.seq}", event.name, event.data)
-                if event.name in TERMINAL_EVENTS:
-                    return last, True
-        return last, False
-
-    async def _lives_elsewhere(self, turn: Turn) -> bool:
-        """Whether a node says the turn is live there (asked twice: one lost message is no death)."""
-        for _ in range(2):
-            request = self.forwarding.request("alive", turn.tenant_id, turn.session_id, turn.turn_id)
-            if await self.forwarding.ask(request) is not None:
-                return True
-        return False
-
-    async def cancel_elsewhere(self, tenant_id: str, session_id: str, turn_id: str) -> bool:
-        """Cancel a turn of the session by id on whichever other node it lives; whether one did."""
-        if not self.epochs.fencing or not self.forwarding.available:
-            return False
-        reply = await self.forwarding.ask(self.forwarding.request("cancel", tenant_id, session_id, turn_id))
-        return reply is not None and reply.status == 0
 
     def cancel(self, session_id: str, reason: str = "cancelled") -> str | None:
         """Cancel the session's running turn; returns its id, or None if none was running."""
@@ -379,9 +256,8 @@ class Turns:
 
     async def run(self, turn: Turn, sink: TurnSink) -> None:
         """Run an admitted turn in the calling task, sending its events to `sink`."""
-        following = self._elsewhere.get(turn.turn_id)
-        if following is not None:  # another node runs it
-            return await self._relay(turn, following, sink)
+        if self.forwarding.relays(turn.turn_id):
+            return await self.forwarding.relay(turn, sink)
         if not self._tracing.on:
             return await self._run(turn, sink)
         attributes = {"gen_ai.conversation.id": turn.session_id, "agentos.turn.id": turn.turn_id}
@@ -613,29 +489,6 @@ class Turns:
             data.get("reason", "-"),
             duration_ms,
         )
-
-
-class _Elsewhere:
-    """The sink of a turn another node asked for: its client is there, and hears every event
-    through the turn's stream (`TurnStreams`), so nothing is sent from here."""
-
-    async def send(self, event_id: str, name: str, data: dict[str, Any]) -> None:
-        pass
-
-
-def _forward_refusal(session_id: str, reply: Reply) -> AgentOSError:
-    """The error the running node raised for a forwarded turn, raised again here."""
-    if reply.code == "turn_in_progress" and reply.turn_id is not None:
-        return TurnInProgress(session_id, reply.turn_id)
-    if reply.status == 429:
-        return AdmissionRejected(reply.retry_after_s or 1, code=reply.code)
-    if reply.status == 404:
-        return NotFound(reply.message, code=reply.code)
-    if reply.code == "store_unavailable":
-        return StoreUnavailable(reply.message)
-    if reply.status >= 500:
-        return ShuttingDown(reply.message)
-    return Conflict(reply.message, code=reply.code)
 
 
 def _refusal(session_id: str, rejected: RejectTurn) -> Exception:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, in_work_dir
+from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, in_work_dir, print_report
 
 if TYPE_CHECKING:
     from agentos_bench.common.deployment import Deployment
@@ -89,10 +89,11 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
         "plan": {"scale": plan.scale, "rate_multiplier": plan.rate_multiplier, "connections": plan.connection_limit},
         **result,
     }  # fmt: skip
-    for path in write_load_report(report, args.out_dir, report_stem("load", args.name)):
-        print(path)
-    verdict = report["verdict"] or {}
-    print("verdict: " + (", ".join(f"{k} {v['status']}" for k, v in verdict.items()) or "none (unusable report)"))
+    verdict = ", ".join(f"{k} {v['status']}" for k, v in (report["verdict"] or {}).items())
+    print_report(
+        write_load_report(report, args.out_dir, report_stem("load", args.name)),
+        f"verdict: {verdict or 'none (unusable report)'}",
+    )
     return 0
 
 

@@ -10,19 +10,24 @@ from __future__ import annotations
 
 import argparse
 
-from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, in_work_dir, plan_from_args
+from agentos_bench.common.cli import BenchCommand, add_output_arguments, add_plan_arguments, command_line, in_work_dir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from agentos_bench.authcost.plan import AuthCostPlan
 
-    p.add_argument("--rounds", type=int, default=5, help="rounds per configuration (A and B alternate)")
-    p.add_argument("--requests", type=int, default=20_000, help="measured requests per round")
-    p.add_argument("--concurrency", type=int, default=32, help="client keep-alive connections")
-    p.add_argument("--tenants", type=int, default=100)
-    p.add_argument("--keys-per-tenant", type=int, default=10)
-    p.add_argument("--warmup-requests", type=int, default=1_000)
-    p.add_argument("--round-timeout-secs", type=float, default=120.0)
-    p.add_argument("--micro-calls", type=int, default=20_000, help="calls per microbench figure (0: skip)")
+    add_plan_arguments(
+        p,
+        AuthCostPlan(),
+        rounds="rounds per configuration (A and B alternate)",
+        requests="measured requests per round",
+        concurrency="client keep-alive connections",
+        tenants=None,
+        keys_per_tenant=None,
+        warmup_requests=None,
+        round_timeout_s=None,
+        micro_calls="calls per microbench figure (0: skip)",
+    )
     add_output_arguments(p)
 
 
@@ -32,6 +37,7 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     from agentos_bench.authcost.bench import run_auth_cost
     from agentos_bench.authcost.plan import AuthCostPlan
     from agentos_bench.authcost.report import write_auth_cost_report
+    from agentos_bench.common.cli import plan_from_args, print_report
     from agentos_bench.report.machine import machine_info, machine_slug, utc_now
 
     if min(args.rounds, args.requests, args.concurrency, args.tenants, args.keys_per_tenant) < 1:
@@ -40,12 +46,11 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     plan = plan_from_args(AuthCostPlan, args, command=command_line(command))
     report = in_work_dir(args.keep_dir, "agentos-auth-cost-", lambda work: run_auth_cost(plan, work))
     stem = f"{utc_now():%Y-%m-%dT%H%M%SZ}-{args.name or machine_slug(machine_info())}-auth-cost"
-    for path in write_auth_cost_report(report, args.out_dir, stem):
-        print(path)
     summary = report["summary"]
-    print(
+    print_report(
+        write_auth_cost_report(report, args.out_dir, stem),
         f"server CPU ms/request: A {summary['open']['server_cpu_ms_per_request_median']:.4f}, "
-        f"B {summary['keys']['server_cpu_ms_per_request_median']:.4f}, B - A {summary['added_cpu_ms_per_request']:.4f}"
+        f"B {summary['keys']['server_cpu_ms_per_request_median']:.4f}, B - A {summary['added_cpu_ms_per_request']:.4f}",
     )
     return 0 if summary["valid"] else 1
 

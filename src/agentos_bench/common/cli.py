@@ -80,18 +80,38 @@ def in_work_dir(keep_dir: Path | None, prefix: str, body: Callable[[Path], T]) -
         return body(Path(work))
 
 
+def _option(field: str) -> str:
+    """The option of a plan's field: `x` is `--x`, `x_s` is `--x-secs` (the bench's spelling of
+    seconds); as argparse names its value."""
+    return field[:-2] + "_secs" if field.endswith("_s") else field
+
+
+def add_plan_arguments(p: argparse.ArgumentParser, defaults: DataclassInstance, **helps: str | None) -> None:
+    """An option for each named field of the plan `defaults` (a number or a string), typed and
+    defaulted by it, with its help text (None: none), in the order named: a default is stated
+    once, in the plan, and `plan_from_args` reads the options back."""
+    for field, help_text in helps.items():
+        value = getattr(defaults, field)
+        assert isinstance(value, int | float | str), f"{field}: not a number or a string"
+        p.add_argument("--" + _option(field).replace("_", "-"), type=type(value), default=value, help=help_text)
+
+
 def plan_from_args(plan: type[P], args: argparse.Namespace, **given: Any) -> P:
-    """The dataclass `plan` with each field the command line sets: a field `x` reads `--x`, a
-    field `x_s` reads `--x-secs` (the bench's spelling of seconds); a field with no option keeps
-    its default; `given` wins over both."""
-    options = {f.name: f.name[:-2] + "_secs" if f.name.endswith("_s") else f.name for f in fields(plan)}
+    """The dataclass `plan` with each field the command line sets (`_option`); a field with no
+    option keeps its default; `given` wins over both."""
+    options = {f.name: _option(f.name) for f in fields(plan)}
     read = {name: getattr(args, option) for name, option in options.items() if hasattr(args, option)}
     return plan(**(read | given))
 
 
+def print_report(paths: Iterable[Path], *summary: str) -> None:
+    """The report's files, one a line, then its summary lines."""
+    for line in (*paths, *summary):
+        print(line)
+
+
 def print_outcome(paths: Iterable[Path], verdict: dict[str, dict[str, Any]]) -> None:
     """The report's files, then each target of its verdict: `met` or `NOT MET`, with its value."""
-    for path in paths:
-        print(path)
-    for target, v in verdict.items():
-        print(f"{'met' if v['met'] else 'NOT MET'}: {target} ({v['value']})")
+    print_report(
+        paths, *(f"{'met' if v['met'] else 'NOT MET'}: {target} ({v['value']})" for target, v in verdict.items())
+    )

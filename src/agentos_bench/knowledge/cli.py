@@ -9,25 +9,29 @@ from __future__ import annotations
 
 import argparse
 
-from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, in_work_dir
+from agentos_bench.common.cli import BenchCommand, add_output_arguments, add_plan_arguments, command_line, in_work_dir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from agentos_bench.knowledge.plan import KnowledgePlan
 
-    p.add_argument("--scale", type=float, default=1.0, help="sizes x this (1: 10k and 100k chunks, 200 queries)")
-    p.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
-    p.add_argument("--postgres-url", default="", help="with --backend postgres (a fresh schema, dropped after)")
-    p.add_argument("--dimensions", type=int, default=256)
-    p.add_argument("--seed", type=int, default=1)
-    budget = "per query configuration: after 20 queries, stop measuring once this much time is spent"
-    p.add_argument("--budget-secs", type=float, default=60.0, help=budget)
+    p.add_argument("--backend", choices=["sqlite", "postgres"], default=KnowledgePlan.backend)
+    add_plan_arguments(
+        p,
+        KnowledgePlan(),
+        scale="sizes x this (1: 10k and 100k chunks, 200 queries)",
+        postgres_url="with --backend postgres (a fresh schema, dropped after)",
+        dimensions=None,
+        seed=None,
+        budget_s="per query configuration: after 20 queries, stop measuring once this much time is spent",
+    )
     add_output_arguments(p)
 
 
 def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     """Run the bench, write the report, print the files written and the verdict."""
     from agentos.mock.loop import run_loop
-    from agentos_bench.common.cli import report_stem
+    from agentos_bench.common.cli import plan_from_args, print_report, report_stem
     from agentos_bench.knowledge.bench import run_knowledge
     from agentos_bench.knowledge.plan import KnowledgePlan
     from agentos_bench.knowledge.report import build_report, write_knowledge_report
@@ -36,18 +40,15 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
         raise SystemExit("agentos bench knowledge: --scale must be > 0 and --dimensions >= 1")
     if args.backend == "postgres" and not args.postgres_url:
         raise SystemExit("agentos bench knowledge: --backend postgres needs --postgres-url")
-    command = command_line(command)
-    plan = KnowledgePlan(
-        scale=args.scale, backend=args.backend, postgres_url=args.postgres_url, dimensions=args.dimensions,
-        seed=args.seed, budget_s=args.budget_secs, command=command,
-    )  # fmt: skip
+    plan = plan_from_args(KnowledgePlan, args, command=command_line(command))
     result = in_work_dir(args.keep_dir, "agentos-knowledge-", lambda work: run_loop(run_knowledge(plan, work)))
     report = build_report(plan, result)
-    for path in write_knowledge_report(report, args.out_dir, report_stem(f"knowledge-{args.backend}", args.name)):
-        print(path)
     s = report["summary"]
-    print(f"query p95 at {s['largest_chunks']} chunks: {s['p95_ms_largest']} ms; "
-          f"recall@10 vector {s['vector_recall_min']}, hybrid {s['hybrid_recall_min']}")  # fmt: skip
+    print_report(
+        write_knowledge_report(report, args.out_dir, report_stem(f"knowledge-{args.backend}", args.name)),
+        f"query p95 at {s['largest_chunks']} chunks: {s['p95_ms_largest']} ms; "
+        f"recall@10 vector {s['vector_recall_min']}, hybrid {s['hybrid_recall_min']}",
+    )
     return 0
 
 

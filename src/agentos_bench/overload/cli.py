@@ -11,22 +11,25 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, in_work_dir, plan_from_args
+from agentos_bench.common.cli import BenchCommand, add_output_arguments, add_plan_arguments, command_line, in_work_dir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from agentos_bench.overload.plan import OverloadPlan
 
-    d = OverloadPlan()
-    p.add_argument("--max-in-flight", type=int, default=d.max_in_flight, help="the server's max_in_flight_turns")
-    p.add_argument("--offered", type=int, default=d.offered, help="load workers posting turns at once")
-    p.add_argument("--ttft-ms", type=float, default=d.ttft_ms, help="the mock's time to first token")
-    p.add_argument("--tokens", type=int, default=d.tokens, help="tokens per answer")
-    p.add_argument("--tps", type=float, default=d.tps, help="the mock's tokens per second")
-    p.add_argument("--retry-pause-ms", type=float, default=d.retry_pause_ms, help="a refused worker's pause")
-    p.add_argument("--probes", type=int, default=d.probes, help="fresh-connection turn probes (and /healthz ones)")
-    p.add_argument("--probe-interval-ms", type=float, default=d.probe_interval_ms)
-    p.add_argument("--warmup-secs", type=float, default=d.warmup_s, help="load alone before the probes")
+    add_plan_arguments(
+        p,
+        OverloadPlan(),
+        max_in_flight="the server's max_in_flight_turns",
+        offered="load workers posting turns at once",
+        ttft_ms="the mock's time to first token",
+        tokens="tokens per answer",
+        tps="the mock's tokens per second",
+        retry_pause_ms="a refused worker's pause",
+        probes="fresh-connection turn probes (and /healthz ones)",
+        probe_interval_ms=None,
+        warmup_s="load alone before the probes",
+    )
     add_output_arguments(p)
     p.add_argument("--label", help="a word in the file names (before, after, ...)")
 
@@ -34,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     """Run the bench, write the report, print the files written; exit 1 unless every answer was as it must be."""
     from agentos.mock.loop import raise_fd_limit
+    from agentos_bench.common.cli import plan_from_args, print_report
     from agentos_bench.overload.bench import run_overload
     from agentos_bench.overload.plan import OverloadPlan
     from agentos_bench.overload.report import write_overload_report
@@ -54,13 +58,12 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     report = in_work_dir(args.keep_dir, "agentos-overload-", lambda work: run_overload(plan, work))
     label = f"-{args.label}" if args.label else ""
     stem = f"{utc_now():%Y-%m-%dT%H%M%SZ}-{args.name or machine_slug(machine_info())}{label}-overload"
-    for path in write_overload_report(report, args.out_dir, stem):
-        print(path)
     s = report["summary"]
     refused, floor = s["refused_429_ms"], s["healthz_ms"]
-    print(
+    print_report(
+        write_overload_report(report, args.out_dir, stem),
         f"429 on a fresh connection: p50 {refused['p50']} ms, p99 {refused['p99']} ms "
-        f"(/healthz p50 {floor['p50']} ms, p99 {floor['p99']} ms); valid: {s['valid']}"
+        f"(/healthz p50 {floor['p50']} ms, p99 {floor['p99']} ms); valid: {s['valid']}",
     )
     return 0 if s["valid"] else 1
 

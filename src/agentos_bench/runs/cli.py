@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line
+from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, print_report
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -133,11 +133,12 @@ def _campaign(args: argparse.Namespace, command: str, fd_limit: int) -> int:
     if args.keep_dir is not None:
         args.keep_dir.mkdir(parents=True, exist_ok=True)
     report = run_loop(run_runs_bench(plan, keep_dir=args.keep_dir)) | {"fd_limit": fd_limit, "scale": args.scale}
-    for path in write_runs_report(report, args.out_dir, report_stem(f"runs-{args.campaign}", args.name)):
-        print(path)
     judged = report["judged"]
-    print(f"campaign {args.campaign}: p95 {judged['p95_holds']}; start errors {judged['start_errors']}; "
-          f"completion {judged['completion']}")  # fmt: skip
+    print_report(
+        write_runs_report(report, args.out_dir, report_stem(f"runs-{args.campaign}", args.name)),
+        f"campaign {args.campaign}: p95 {judged['p95_holds']}; start errors {judged['start_errors']}; "
+        f"completion {judged['completion']}",
+    )
     return 0
 
 
