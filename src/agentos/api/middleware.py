@@ -176,7 +176,8 @@ def route_of(request: web.Request) -> str | None:
 
 @web.middleware
 async def access_log_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """One row per request: who (tenant and key_id, never the key), what, how it ended."""
+    """One row per request: who (tenant, key_id, never the key, and the end user's subject), what,
+    how it ended."""
     start = time.perf_counter()
     status = 500
     try:
@@ -198,6 +199,7 @@ async def access_log_middleware(request: web.Request, handler: Handler) -> web.S
                     tenant_id=who.tenant_id if who is not None else "",
                     key_id=(who.key_id or "") if who is not None else request.get(REFUSED_KEY_ID, ""),
                     trace_id=request.get(TRACE_ID, ""),
+                    subject=(who.subject or "") if who is not None else "",
                 )
             )
 
