@@ -99,7 +99,7 @@ class Services:
     tracing: Tracing = NO_TRACING  # traces over OTLP ([telemetry]); off: no OpenTelemetry loaded
     budgets: Budgets | None = None  # spending budgets (in Redis with a link): the router's meter
     retention: Retention | None = None  # deletes what outlived its tenant's retention_s
-    users: UserTokens | None = None  # end users' tokens ([identity]); None: no issuer configured
+    users: UserTokens | None = None  # end users' tokens: the config's issuers and the tenants' (admin API)
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Refuse new turns and runs; let running turns finish (bounded), then cancel the rest."""
@@ -307,7 +307,7 @@ def _retention_policies(tenants: TenantRegistry) -> Callable[[], list[tuple[str,
 
 async def _tenants_and_users(
     settings: Settings, now_ms: Callable[[], int], metrics: Metrics
-) -> tuple[TenantRegistry, UserTokens | None]:
+) -> tuple[TenantRegistry, UserTokens]:
     """The tenant registry, opened, and the verifier of its end users' tokens (on /metrics)."""
     tenants = await open_tenants(settings, now_ms)
     try:
@@ -315,17 +315,15 @@ async def _tenants_and_users(
     except ConfigError:
         await tenants.close()
         raise
-    if users is not None:
-        metrics.registry.register(IdentityCollector(users.statistics))
+    metrics.registry.register(IdentityCollector(users.statistics))
     return tenants, users
 
 
-def open_users(settings: Settings, tenants: TenantRegistry) -> UserTokens | None:
-    """The verifier of end users' tokens, when `[identity]` names an issuer (no I/O: the keys are
-    fetched at the first token). Raises: ConfigError (a scope no user may hold)."""
+def open_users(settings: Settings, tenants: TenantRegistry) -> UserTokens:
+    """The verifier of end users' tokens, of `[identity]`'s issuers and those the tenants are
+    given over the admin API (no I/O: the keys are fetched at the first token; nor is pyjwt
+    loaded before). Raises: ConfigError (a scope no user may hold)."""
     identity = settings.identity
-    if not identity.issuers:
-        return None
     networks = OutboundPolicy.from_lists((), settings.security.outbound_allow_networks)
     policy = identity_policy(networks, allow_loopback=identity.allow_loopback)
     return UserTokens(identity, tenants, Fetcher(policy, timeout_s=identity.jwks_timeout_s))

@@ -87,7 +87,8 @@ def auth_middleware(
     defaults = _DefaultPrincipals(registry)
 
     def open_server() -> bool:
-        return not token and loopback and users is None and not registry.has_usable_keys()
+        no_users = users is None or not users.has_issuers()  # a tenant's provider closes it too
+        return not token and loopback and no_users and not registry.has_usable_keys()
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
