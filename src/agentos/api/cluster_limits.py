@@ -3,8 +3,9 @@
 `ClusterLimiters` is `api.ratelimit.Limiters` with its awaitable half (`admit_request`,
 `admit_turn`, `admit_run`, the refunds) answered by the Redis GCRA (`coordination.gcra`): a
 limited request costs one round trip (its key's and its tenant's limit in one script call), a
-caller without limits none. The headers and 429s are built from the decisions exactly as in
-process.
+caller without limits none; so does a turn or run start (an end user's own rate and the tenant's,
+in one call: a user's `user_turns_per_minute` holds across the cluster as the tenant's does).
+The headers and 429s are built from the decisions exactly as in process.
 
 While Redis is down (`Link.call` answers None) the in-process limiter of the base class decides
 instead, with this node's share of each limit: `ceil(limit / coordination.expected_nodes)`.
@@ -15,6 +16,7 @@ evenly. A refund that cannot reach Redis is lost (the tenant loses one unit for 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import replace
@@ -22,16 +24,21 @@ from dataclasses import replace
 import msgspec
 from aiohttp import web
 
-from agentos.api.ratelimit import Limiters, limit_key, raise_if_refused
+from agentos.api.ratelimit import Limiters, limit_key, raise_if_refused, user_key
 from agentos.clock import Clock
 from agentos.config.tenants import TenantLimits
 from agentos.coordination.gcra import RedisGcra
 from agentos.coordination.link import BackgroundCalls, Link
-from agentos.errors import RateLimited
 from agentos.tenancy.principal import Principal
-from agentos.tenancy.ratelimit import Decision
 
-_RATES = ("requests_per_minute", "key_requests_per_minute", "turns_per_minute", "runs_per_minute")
+_RATES = (
+    "requests_per_minute",
+    "key_requests_per_minute",
+    "turns_per_minute",
+    "runs_per_minute",
+    "user_turns_per_minute",
+    "user_runs_per_minute",
+)
 
 
 class ClusterLimiters(Limiters):
@@ -57,65 +64,58 @@ class ClusterLimiters(Limiters):
         return self.answer(who, by_key, by_tenant)
 
     async def admit_turn(self, who: Principal) -> None:
-        # An end user's own rate is kept per node (its tenant's rate, in Redis, bounds the sum).
-        self.check_user_turn(who)
-        try:
-            await self._admit_one(
-                "turns", who, who.limits.turns_per_minute, self.check_tenant_turn, "turn_rate_limited"
-            )
-        except RateLimited:
-            self._refund_user(self.turns, who, who.limits.user_turns_per_minute)
-            raise
+        rates = (who.limits.user_turns_per_minute, who.limits.turns_per_minute)
+        await self._admit_start("turns", who, rates, self.check_turn, "turn_rate_limited")
 
     async def admit_run(self, who: Principal) -> None:
-        self.check_user_run(who)
-        try:
-            await self._admit_one("runs", who, who.limits.runs_per_minute, self.check_tenant_run, "run_rate_limited")
-        except RateLimited:
-            self._refund_user(self.runs, who, who.limits.user_runs_per_minute)
-            raise
+        rates = (who.limits.user_runs_per_minute, who.limits.runs_per_minute)
+        await self._admit_start("runs", who, rates, self.check_run, "run_rate_limited")
 
-    async def _admit_one(
-        self, what: str, who: Principal, per_minute: int, check_here: Callable[[Principal], None], code: str
+    async def _admit_start(
+        self, what: str, who: Principal, rates: tuple[int, int], check_here: Callable[[Principal], None], code: str
     ) -> None:
-        """One unit of `what` from the tenant's bucket in Redis; from the node's share
-        (`check_here`) while Redis is down.
+        """One unit of `what` from the end user's bucket and the tenant's, in Redis, in one call
+        (a refusal takes from neither); from this node's shares (`check_here`) while Redis is down.
 
         Raises:
-            RateLimited: refused (`code`), with when to retry."""
-        decision = await self._decide_one(what, who.tenant_id, per_minute)
-        if decision is None:
+            RateLimited: refused (`code`), naming whose limit, with when to retry."""
+        wanted = self._buckets(what, who, rates)
+        if not wanted:
+            return
+        decisions = await self._link.call(lambda: self._gcra.take([(key, rate) for key, rate, _ in wanted]))
+        if decisions is None:
             check_here(self._share(who))
-        else:
-            raise_if_refused(decision, code, what)
+            return
+        for (_, _, whose), decision in zip(wanted, decisions, strict=True):
+            raise_if_refused(decision, code, what, whose)
 
     def refund_turn(self, who: Principal) -> None:
         if self._link.down:  # the unit was taken here, from the node's share
             super().refund_turn(self._share(who))
         else:
-            self._refund("turns", who.tenant_id, who.limits.turns_per_minute)
-            self._refund_user(self.turns, who, who.limits.user_turns_per_minute)
+            self._refund(self._buckets("turns", who, (who.limits.user_turns_per_minute, who.limits.turns_per_minute)))
 
     def refund_run(self, who: Principal) -> None:
         if self._link.down:
             super().refund_run(self._share(who))
         else:
-            self._refund("runs", who.tenant_id, who.limits.runs_per_minute)
-            self._refund_user(self.runs, who, who.limits.user_runs_per_minute)
+            self._refund(self._buckets("runs", who, (who.limits.user_runs_per_minute, who.limits.runs_per_minute)))
 
-    async def _decide_one(self, what: str, tenant_id: str, per_minute: int) -> Decision | None:
-        """The decision in Redis; an allowing one when there is no limit; None: Redis is down."""
-        if not per_minute:
-            return Decision(True, 0, 0, 0.0, 0.0, 0.0)
-        decisions = await self._link.call(lambda: self._gcra.take([(self._key(what, tenant_id), per_minute)]))
-        return None if decisions is None else decisions[0]
+    def _buckets(self, what: str, who: Principal, rates: tuple[int, int]) -> list[tuple[str, int, str]]:
+        """(Redis key, per minute, whose) of the limits a start of `what` draws from: the end
+        user's own (`user_key`; none for a tenant key) and the tenant's, those that are set."""
+        user_rate, tenant_rate = rates
+        bucket = user_key(who)
+        wanted = [(self._key(what, bucket), user_rate, "user")] if user_rate and bucket is not None else []
+        if tenant_rate:
+            wanted.append((self._key(what, who.tenant_id), tenant_rate, "tenant"))
+        return wanted
 
-    def _refund(self, what: str, tenant_id: str, per_minute: int) -> None:
-        """Give the unit back in the background: a refund runs on an error path, maybe while
+    def _refund(self, buckets: list[tuple[str, int, str]]) -> None:
+        """Give the units back in the background: a refund runs on an error path, maybe while
         the request is being cancelled, where awaiting Redis is not wanted."""
-        if per_minute:
-            key = self._key(what, tenant_id)
-            self._background.spawn(self._link.call(lambda: self._gcra.refund(key, per_minute)))
+        for key, per_minute, _ in buckets:
+            self._background.spawn(self._link.call(functools.partial(self._gcra.refund, key, per_minute)))
 
     async def flush(self) -> None:
         """Wait for the refunds started so far (each is bounded by the link's timeout)."""

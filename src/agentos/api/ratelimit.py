@@ -53,6 +53,13 @@ def limit_key(who: Principal) -> str:
     return OPEN_KEY
 
 
+def user_key(who: Principal) -> str | None:
+    """The bucket of an end user's own turns and runs per minute (`user_turns_per_minute`,
+    `user_runs_per_minute`): the user's, whatever credential carries them (their token, or a
+    browser token minted for them by a key); None: no user (a tenant key)."""
+    return None if who.subject is None else f"user:{who.tenant_id}:{who.subject}"
+
+
 RATE_HEADERS: web.RequestKey[dict[str, str]] = web.RequestKey("rate_headers", dict)
 
 
@@ -142,12 +149,14 @@ class Limiters:
 
     def check_user_turn(self, who: Principal) -> None:
         """The end user's own turns per minute (in process; a key's principal passes)."""
-        if who.subject is not None:
-            self._take(self.turns, limit_key(who), who.limits.user_turns_per_minute, "turn_rate_limited", "turns")
+        bucket = user_key(who)
+        if bucket is not None:
+            self._take(self.turns, bucket, who.limits.user_turns_per_minute, "turn_rate_limited", "turns", "user")
 
     def check_user_run(self, who: Principal) -> None:
-        if who.subject is not None:
-            self._take(self.runs, limit_key(who), who.limits.user_runs_per_minute, "run_rate_limited", "runs")
+        bucket = user_key(who)
+        if bucket is not None:
+            self._take(self.runs, bucket, who.limits.user_runs_per_minute, "run_rate_limited", "runs", "user")
 
     def refund_turn(self, who: Principal) -> None:
         """The turn `check_turn` admitted did not start (no such session, the server is full)."""
@@ -161,12 +170,13 @@ class Limiters:
         self._refund_user(self.runs, who, who.limits.user_runs_per_minute)
 
     def _refund_user(self, limiter: Gcra, who: Principal, per_minute: int) -> None:
-        if per_minute and who.subject is not None:
-            limiter.refund(limit_key(who), per_minute)
+        bucket = user_key(who)
+        if per_minute and bucket is not None:
+            limiter.refund(bucket, per_minute)
 
-    def _take(self, limiter: Gcra, key: str, per_minute: int, code: str, what: str) -> None:
+    def _take(self, limiter: Gcra, key: str, per_minute: int, code: str, what: str, whose: str = "tenant") -> None:
         if per_minute:
-            raise_if_refused(limiter.decide(key, per_minute, self.clock.now()), code, what)
+            raise_if_refused(limiter.decide(key, per_minute, self.clock.now()), code, what, whose)
 
     def _policy(self, key_rate: int, tenant_rate: int) -> str:
         policy = self._policies.get((key_rate, tenant_rate))
@@ -181,12 +191,13 @@ class Limiters:
 LIMITERS: web.AppKey[Limiters] = web.AppKey("limiters")
 
 
-def raise_if_refused(decision: Decision, code: str, what: str) -> None:
-    """Raises: RateLimited (`code`) when `decision` refused a start of `what` (turns, runs)."""
+def raise_if_refused(decision: Decision, code: str, what: str, whose: str = "tenant") -> None:
+    """Raises: RateLimited (`code`) when `decision` refused a start of `what` (turns, runs) by
+    `whose` limit (the tenant's, or an end user's own)."""
     if not decision.allowed:
         wait = retry_after(decision.retry_after)
         raise RateLimited(
-            f"over the tenant's {decision.limit} {what} per minute; retry after {wait}s",
+            f"over the {whose}'s {decision.limit} {what} per minute; retry after {wait}s",
             code=code,
             retry_after_s=wait,
         )
