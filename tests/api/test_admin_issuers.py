@@ -86,6 +86,9 @@ async def test_a_provider_set_over_the_api_signs_users_in_until_removed(
     ]
     assert await status_of(http, url, token) == 200
     assert await status_of(http, url, idp.mint({"sub": "alice"}, alg="EdDSA")) == 401  # not an allowed alg
+    assert (await put(http, url, TENANT, provider(idp, algorithms=["RS256", "ES256"]))).status == 200  # the same
+    assert await status_of(http, url, token) == 200
+    assert idp.jwks_fetches == 1  # an unchanged provider keeps the keys it fetched
     async with http.delete(f"{url}/v1/admin/tenants/{TENANT}/issuers", headers=ADMIN_HEADERS) as r:
         assert r.status == 204
     assert await status_of(http, url, token) == 401  # the verified token is not kept past the change

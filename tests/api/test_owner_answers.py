@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from agentos.client import AsyncClient
 from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
 from agentos.testing.tenants import create_tenant_key
@@ -108,3 +109,16 @@ async def test_answers_name_the_user_who_made_it_and_null_for_a_key(
     assert await shown_owners(http, url, alice, alices) == {"alice"}  # the user sees her own
     assert await shown_owners(http, url, key, alices) == {"alice"}  # and the tenant sees who made it
     assert await shown_owners(http, url, key, keys) == {None}
+
+
+async def test_the_typed_client_reads_the_owner(
+    server: RunningServer, idp: IdentityProvider, http: aiohttp.ClientSession
+) -> None:
+    """`agentos.client` shows what the server answers: a user's session and run name her."""
+    await create_tenant_key(server.url, ADMIN, tenant_id=TENANT)  # the tenant her provider signs in to
+    token = idp.mint({"sub": "alice", "scope": SCOPES})
+    session_id, run_id, _ = await make_all(http, server.url, {"Authorization": f"Bearer {token}"})
+    async with AsyncClient(server.url, token=token) as client:
+        assert (await client.get_session(session_id)).owner == "alice"
+        assert (await client.get_run(run_id)).owner == "alice"
+        assert (await client.create_session()).owner == "alice"
