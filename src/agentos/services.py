@@ -36,7 +36,7 @@ from agentos.coordination.bus import Bus
 from agentos.coordination.holds import ClusterHolds
 from agentos.coordination.link import Link, open_link
 from agentos.coordination.node import node_id
-from agentos.coordination.permits import cluster_permits
+from agentos.coordination.permits import ClusterPermits, cluster_permits
 from agentos.coordination.quotas import ClusterQuotas
 from agentos.errors import ConfigError
 from agentos.identity import Fetcher, UserTokens, identity_policy
@@ -99,7 +99,7 @@ class Services:
     tracing: Tracing = NO_TRACING  # traces over OTLP ([telemetry]); off: no OpenTelemetry loaded
     budgets: Budgets | None = None  # spending budgets (in Redis with a link): the router's meter
     retention: Retention | None = None  # deletes what outlived its tenant's retention_s
-    users: UserTokens | None = None  # end users' tokens ([identity]); None: no issuer configured
+    users: UserTokens | None = None  # end users' tokens: the config's issuers and the tenants' (admin API)
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Refuse new turns and runs; let running turns finish (bounded), then cancel the rest."""
@@ -117,7 +117,7 @@ class Services:
         self.driver.close()
         if self.driver.cluster is not None:
             await self.driver.cluster.close()  # gives back what is held; before the link closes
-        for holds in (self.driver.turn_holds, self.driver.run_holds):
+        for holds in (self.driver.turn_holds, self.driver.run_holds, self.driver.user_turn_holds):
             if holds is not None:
                 await holds.close()
         await self.provider.aclose()
@@ -192,15 +192,16 @@ async def open_services(
                 await share.start(provider.breakers)
             metrics.registry.register(RouterCollector(provider))
         cluster = None if link is None else cluster_permits(settings, link, bus)  # the limit, cluster-wide
-        turn_holds = run_holds = None
-        if link is not None and cluster is not None:  # tenants' turn caps over every node, same heartbeat
-            lease_s, hold_s = settings.coordination.permit_lease_s, cluster.hold_s
-            turn_holds = ClusterHolds(link, node_id(), "turns", lease_s=lease_s, hold_s=hold_s)
-            run_holds = ClusterHolds(link, node_id(), "runs", lease_s=lease_s, hold_s=hold_s)
-            cluster.renew_also(turn_holds.refresh)
-            cluster.renew_also(run_holds.refresh)
+        holds = {} if link is None or cluster is None else cluster_holds(settings, link, cluster)
         kernel = Kernel(kernel_limits(settings))
-        driver = Driver(kernel, clock or MonotonicClock(), cluster, turn_holds=turn_holds, run_holds=run_holds)
+        driver = Driver(
+            kernel,
+            clock or MonotonicClock(),
+            cluster,
+            turn_holds=holds.get("turns"),
+            run_holds=holds.get("runs"),
+            user_turn_holds=holds.get("user-turns"),
+        )
         tenants.watch_limits(driver.configure_tenant)  # weights and caps per tenant, kept current
         data_dir = Path(settings.data_dir) if settings.store.enabled else None
         knowledge = KnowledgeService(settings, open_knowledge_storage(settings, data_dir), Embedder(settings, driver))
@@ -307,7 +308,7 @@ def _retention_policies(tenants: TenantRegistry) -> Callable[[], list[tuple[str,
 
 async def _tenants_and_users(
     settings: Settings, now_ms: Callable[[], int], metrics: Metrics
-) -> tuple[TenantRegistry, UserTokens | None]:
+) -> tuple[TenantRegistry, UserTokens]:
     """The tenant registry, opened, and the verifier of its end users' tokens (on /metrics)."""
     tenants = await open_tenants(settings, now_ms)
     try:
@@ -315,17 +316,26 @@ async def _tenants_and_users(
     except ConfigError:
         await tenants.close()
         raise
-    if users is not None:
-        metrics.registry.register(IdentityCollector(users.statistics))
+    metrics.registry.register(IdentityCollector(users.statistics))
     return tenants, users
 
 
-def open_users(settings: Settings, tenants: TenantRegistry) -> UserTokens | None:
-    """The verifier of end users' tokens, when `[identity]` names an issuer (no I/O: the keys are
-    fetched at the first token). Raises: ConfigError (a scope no user may hold)."""
+def cluster_holds(settings: Settings, link: Link, cluster: ClusterPermits) -> dict[str, ClusterHolds]:
+    """The caps counted over every node, by kind: tenants' turns and runs, end users' turns;
+    renewed by the provider permits' heartbeat."""
+    holds: dict[str, ClusterHolds] = {}
+    lease_s, hold_s = settings.coordination.permit_lease_s, cluster.hold_s
+    for kind in ("turns", "runs", "user-turns"):
+        holds[kind] = ClusterHolds(link, node_id(), kind, lease_s=lease_s, hold_s=hold_s)
+        cluster.renew_also(holds[kind].refresh)
+    return holds
+
+
+def open_users(settings: Settings, tenants: TenantRegistry) -> UserTokens:
+    """The verifier of end users' tokens, of `[identity]`'s issuers and those the tenants are
+    given over the admin API (no I/O: the keys are fetched at the first token; nor is pyjwt
+    loaded before). Raises: ConfigError (a scope no user may hold)."""
     identity = settings.identity
-    if not identity.issuers:
-        return None
     networks = OutboundPolicy.from_lists((), settings.security.outbound_allow_networks)
     policy = identity_policy(networks, allow_loopback=identity.allow_loopback)
     return UserTokens(identity, tenants, Fetcher(policy, timeout_s=identity.jwks_timeout_s))

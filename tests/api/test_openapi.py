@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from jsonschema import Draft202012Validator
 
-from agentos.api.admin import KeyCreate, KeyUpdate, TenantCreate, TenantUpdate
+from agentos.api.admin import IssuersPut, KeyCreate, KeyUpdate, TenantCreate, TenantUpdate
 from agentos.api.app import ROUTES
 from agentos.api.body import (
     MAX_AFTER,
@@ -48,6 +48,7 @@ BODIES: dict[tuple[str, str], tuple[type[Any], str]] = {
     ("patch", "/v1/admin/tenants/{tenant_id}"): (TenantUpdate, "TenantUpdate"),
     ("post", "/v1/admin/keys"): (KeyCreate, "KeyCreate"),
     ("patch", "/v1/admin/keys/{key_id}"): (KeyUpdate, "KeyUpdate"),
+    ("put", "/v1/admin/tenants/{tenant_id}/issuers"): (IssuersPut, "IssuersPut"),
     ("post", "/v1/triggers"): (TriggerCreate, "TriggerCreate"),
     ("post", "/v1/schedules"): (ScheduleCreate, "ScheduleCreate"),
     ("post", "/v1/tokens"): (TokenCreate, "TokenCreate"),

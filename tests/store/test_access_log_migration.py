@@ -1,4 +1,4 @@
-"""An access.db made before API keys gains the key_id column when the store opens it."""
+"""An access.db made before API keys gains the key_id (and later subject) column when the store opens it."""
 
 from __future__ import annotations
 
@@ -31,10 +31,10 @@ def _make_old_file(path: Path) -> None:
     conn.close()
 
 
-def _rows(path: Path) -> list[tuple[str, str, str]]:
+def _rows(path: Path) -> list[tuple[str, str, str, str]]:
     conn = sqlite3.connect(path)
     try:
-        return list(conn.execute("SELECT path, tenant_id, key_id FROM access_log ORDER BY id"))
+        return list(conn.execute("SELECT path, tenant_id, key_id, subject FROM access_log ORDER BY id"))
     finally:
         conn.close()
 
@@ -45,8 +45,16 @@ async def test_an_old_access_log_is_migrated_and_keeps_its_rows(tmp_path: Path) 
     await store.start()
     store.log_access(AccessRecord(ts_ms=2, method="GET", path="/new", status=200, duration_ms=1.0, remote=""))
     store.log_access(AccessRecord(ts_ms=3, method="GET", path="/k", status=401, duration_ms=1, remote="", key_id="k1"))
+    store.log_access(
+        AccessRecord(ts_ms=4, method="GET", path="/u", status=200, duration_ms=1, remote="", subject="bob")
+    )
     await store.close()
-    assert _rows(tmp_path / "access.db") == [("/old", "default", ""), ("/new", "default", ""), ("/k", "default", "k1")]
+    assert _rows(tmp_path / "access.db") == [
+        ("/old", "default", "", ""),
+        ("/new", "default", "", ""),
+        ("/k", "default", "k1", ""),
+        ("/u", "default", "", "bob"),
+    ]
     reopened = SQLiteStore(tmp_path, StoreConfig())  # a second open finds the column: no second ALTER
     await reopened.start()
     await reopened.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentos.clock import wall_ms
+from agentos.config.identity import IssuerConfig
 from agentos.config.tenants import TenantLimits
 from agentos.errors import InvalidInput
 from agentos.tenancy.keys import checksum, parse
@@ -266,5 +267,31 @@ async def test_a_tenants_db_from_before_key_budgets_gains_their_columns(tmp_path
         assert registry.key_budgets("k_old") == (0.0, 0.0)
         await registry.update_key("k_old", budget_per_day=1.0)
         assert registry.key("k_old").budget_per_day == 1.0
+        assert registry.tenant("default").issuers == ()  # and tenants their issuers' (issue 30)
+        await registry.set_issuers("default", (ISSUER,))
+        assert registry.tenant("default").issuers == (ISSUER,)
     finally:
         await registry.close()
+
+
+ISSUER = IssuerConfig(tenant="acme", issuer="https://login.example.com", audience="agentos", algorithms=["ES256"])
+
+
+async def test_a_tenants_issuers_are_kept_beside_its_limits_and_read_back(make: Callable[..., TenantRegistry]) -> None:
+    first = make()
+    await first.open()
+    await first.create_tenant("acme", limits={"max_sessions": 3})
+    await first.set_issuers("acme", (ISSUER,))
+    await first.update_tenant("acme", name="Acme")  # a later change of the tenant keeps them
+    with pytest.raises(TenantNotFound):
+        await first.set_issuers("nobody", (ISSUER,))
+    await first.close()
+    second = make()
+    await second.open()
+    try:
+        acme = second.tenant("acme")
+        assert acme.issuers == (ISSUER,) and acme.name == "Acme" and acme.limits == {"max_sessions": 3}
+        await second.set_issuers("acme", ())
+        assert second.tenant("acme").issuers == ()
+    finally:
+        await second.close()

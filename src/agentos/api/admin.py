@@ -1,4 +1,5 @@
-"""The admin API: tenants and their API keys (`admin` scope; docs/api.md, docs/security.md).
+"""The admin API: tenants, their API keys and their identity providers (`admin` scope;
+docs/api.md, docs/security.md).
 
 A key is in the answer to its creation and nowhere else: the registry keeps only its hash.
 Revocation and a tenant's `disabled` take effect on the next request.
@@ -12,10 +13,12 @@ import msgspec
 from aiohttp import web
 
 from agentos.api.body import page_limit, query_text, read_body
-from agentos.api.keys import TENANTS
-from agentos.api.routes import BAD_BODY, Schema, json, listing, query, refines, tagged
+from agentos.api.keys import TENANTS, USERS
+from agentos.api.routes import BAD_BODY, Answer, Schema, json, listing, query, refines, tagged
 from agentos.api.sessions import json_response, page_response
 from agentos.config.tenants import Budget, TenantLimits
+from agentos.errors import BadRequest
+from agentos.identity.issuers import MAX_ISSUERS_PER_TENANT, IssuerSetting, IssuerTaken, checked_issuers
 from agentos.tenancy.principal import TENANT_SCOPES, Scope, require
 from agentos.tenancy.records import TENANT_ID_PATTERN, key_json, tenant_json
 from agentos.tenancy.registry import MAX_EXPIRES_IN_S, TenantRegistry
@@ -63,6 +66,19 @@ class KeyUpdate(msgspec.Struct, forbid_unknown_fields=True):
 
     budget_per_day: Budget | None = None
     budget_per_month: Budget | None = None
+
+
+class IssuersPut(msgspec.Struct, forbid_unknown_fields=True):
+    """The tenant's identity providers, the whole list (an empty one: none)."""
+
+    issuers: Annotated[list[IssuerSetting], msgspec.Meta(max_length=MAX_ISSUERS_PER_TENANT)]
+
+
+class TenantIssuers(msgspec.Struct):
+    """The identity providers set for a tenant over this API (the config file's are not listed)."""
+
+    tenant_id: str
+    issuers: list[IssuerSetting]
 
 
 def _ranges() -> dict[str, Any]:
@@ -251,3 +267,64 @@ async def revoke_key(request: web.Request) -> web.StreamResponse:
 async def delete_key(request: web.Request) -> web.StreamResponse:
     """The same as `revoke`: the row stays (the access log names its key_id), unusable."""
     return await revoke_key(request)
+
+
+_ISSUERS_ERRORS: dict[int, Any] = (
+    BAD_BODY
+    | {
+        400: f"{BAD_BODY[400]}; `invalid_issuer`: an algorithm other than RS256, ES256, EdDSA (none, HS*),"
+        " a scope a user may not hold (admin), a JWKS or discovery URL the outbound rules refuse, a pair listed twice",
+        409: "`issuer_taken`: another tenant's users sign in with that issuer and audience",
+    }
+    | _UNKNOWN_TENANT
+)
+
+
+def _issuers_of(tenant_id: str, registry: TenantRegistry) -> TenantIssuers:
+    issuers = registry.tenant(tenant_id).issuers
+    return TenantIssuers(tenant_id, [IssuerSetting.of(issuer) for issuer in issuers])
+
+
+@routes.get("/v1/admin/tenants/{tenant_id}/issuers")
+@operation(
+    "A tenant's identity providers (those set over this API)",
+    answers={200: json("The tenant's identity providers", TenantIssuers)},
+    errors=_UNKNOWN_TENANT,
+)
+async def get_issuers(request: web.Request) -> web.Response:
+    return json_response(_issuers_of(request.match_info["tenant_id"], _registry(request)))
+
+
+@routes.put("/v1/admin/tenants/{tenant_id}/issuers")
+@operation(
+    "Set a tenant's identity providers (the whole list; every node trusts them from the next request)",
+    body=IssuersPut,
+    answers={200: json("The tenant's identity providers", TenantIssuers)},
+    errors=_ISSUERS_ERRORS,
+)
+async def put_issuers(request: web.Request) -> web.Response:
+    registry = _registry(request)
+    tenant_id = request.match_info["tenant_id"]
+    registry.tenant(tenant_id)  # 404 before reading the body
+    users = request.app.get(USERS)
+    if users is None:  # a server built without the verifier (an app a test assembles)
+        raise BadRequest("this server does not sign end users in")
+    issuers = checked_issuers(tenant_id, (await read_body(request, IssuersPut)).issuers, users.policy)
+    for issuer in issuers:
+        holder = users.tenant_of(issuer.issuer, issuer.audience)
+        if holder is not None and holder != tenant_id:
+            raise IssuerTaken(issuer.issuer, issuer.audience, holder)
+    await registry.set_issuers(tenant_id, issuers)
+    return json_response(_issuers_of(tenant_id, registry))
+
+
+@routes.delete("/v1/admin/tenants/{tenant_id}/issuers")
+@operation(
+    "Remove a tenant's identity providers set over this API: their users' tokens are refused (401)",
+    answers={204: Answer(description="Removed")},
+    errors=_UNKNOWN_TENANT,
+)
+async def delete_issuers(request: web.Request) -> web.Response:
+    registry = _registry(request)
+    await registry.set_issuers(request.match_info["tenant_id"], ())
+    return web.Response(status=204)

@@ -45,6 +45,7 @@ from agentos.api.keys import (
     SSE_KEEPALIVE_S,
     TENANTS,
     TRIGGERS,
+    USERS,
 )
 from agentos.api.middleware import access_log_middleware, auth_middleware, is_loopback
 from agentos.api.openai_errors import openai_error_middleware
@@ -112,6 +113,8 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     app[RUNTIME] = services.runtime
     app[RUNS] = services.runs
     app[TENANTS] = services.tenants
+    if services.users is not None:
+        app[USERS] = services.users
     app[TOKENS] = tokens
     app[SSE_KEEPALIVE_S] = sse_keepalive_s
     app[LIMITERS] = limiters

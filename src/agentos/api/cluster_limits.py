@@ -3,8 +3,9 @@
 `ClusterLimiters` is `api.ratelimit.Limiters` with its awaitable half (`admit_request`,
 `admit_start` for turns and runs, the refunds) answered by the Redis GCRA (`coordination.gcra`): a
 limited request costs one round trip (its key's and its tenant's limit in one script call), a
-caller without limits none. The headers and 429s are built from the decisions exactly as in
-process.
+caller without limits none; so does a turn or run start (an end user's own rate and the tenant's,
+in one call: a user's `user_turns_per_minute` holds across the cluster as the tenant's does).
+The headers and 429s are built from the decisions exactly as in process.
 
 While Redis is down (`Link.call` answers None) the in-process limiter of the base class decides
 instead, with this node's share of each limit: `ceil(limit / coordination.expected_nodes)`.
@@ -15,22 +16,28 @@ evenly. A refund that cannot reach Redis is lost (the tenant loses one unit for 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
 import msgspec
 from aiohttp import web
 
-from agentos.api.ratelimit import STARTS, Limiters, Starts, Work, limit_key, raise_if_refused
+from agentos.api.ratelimit import STARTS, Limiters, Starts, Work, limit_key, raise_if_refused, user_key
 from agentos.clock import Clock
 from agentos.config.tenants import TenantLimits
 from agentos.coordination.gcra import RedisGcra
 from agentos.coordination.link import BackgroundCalls, Link
-from agentos.errors import RateLimited
 from agentos.tenancy.principal import Principal
-from agentos.tenancy.ratelimit import Decision
 
-_RATES = ("requests_per_minute", "key_requests_per_minute", "turns_per_minute", "runs_per_minute")
+_RATES = (
+    "requests_per_minute",
+    "key_requests_per_minute",
+    "turns_per_minute",
+    "runs_per_minute",
+    "user_turns_per_minute",
+    "user_runs_per_minute",
+)
 
 
 class ClusterLimiters(Limiters):
@@ -56,47 +63,43 @@ class ClusterLimiters(Limiters):
         return self.answer(who, by_key, by_tenant)
 
     async def admit_start(self, work: Work, who: Principal) -> None:
-        starts = STARTS[work]
-        # An end user's own rate is kept per node (its tenant's rate, in Redis, bounds the sum).
-        self.check_user_start(starts, who)
-        try:
-            await self._admit_tenant(starts, who)
-        except RateLimited:
-            self._refund_user(starts, who)
-            raise
-
-    async def _admit_tenant(self, starts: Starts, who: Principal) -> None:
-        """One start from the tenant's bucket in Redis; from the node's share while Redis is down.
+        """One start from the end user's bucket and the tenant's, in Redis, in one call (a
+        refusal takes from neither); from this node's shares while Redis is down.
 
         Raises:
-            RateLimited: refused (`starts.code`), with when to retry."""
-        decision = await self._decide_one(starts.what, who.tenant_id, starts.tenant_rate(who.limits))
-        if decision is None:
-            self.check_tenant_start(starts, self._share(who))
-        else:
-            raise_if_refused(decision, starts.code, starts.what)
+            RateLimited: refused (`code`), naming whose limit, with when to retry."""
+        starts = STARTS[work]
+        wanted = self._buckets(starts, who)
+        if not wanted:
+            return
+        decisions = await self._link.call(lambda: self._gcra.take([(key, rate) for key, rate, _ in wanted]))
+        if decisions is None:
+            self.check_start(starts, self._share(who))
+            return
+        for (_, _, whose), decision in zip(wanted, decisions, strict=True):
+            raise_if_refused(decision, starts.code, starts.what, whose)
 
     def refund_start(self, work: Work, who: Principal) -> None:
         if self._link.down:  # the unit was taken here, from the node's share
             super().refund_start(work, self._share(who))
         else:
-            starts = STARTS[work]
-            self._refund(starts.what, who.tenant_id, starts.tenant_rate(who.limits))
-            self._refund_user(starts, who)
+            self._refund(self._buckets(STARTS[work], who))
 
-    async def _decide_one(self, what: str, tenant_id: str, per_minute: int) -> Decision | None:
-        """The decision in Redis; an allowing one when there is no limit; None: Redis is down."""
-        if not per_minute:
-            return Decision(True, 0, 0, 0.0, 0.0, 0.0)
-        decisions = await self._link.call(lambda: self._gcra.take([(self._key(what, tenant_id), per_minute)]))
-        return None if decisions is None else decisions[0]
+    def _buckets(self, starts: Starts, who: Principal) -> list[tuple[str, int, str]]:
+        """(Redis key, per minute, whose) of the limits a start draws from: the end user's own
+        (`user_key`; none for a tenant key) and the tenant's, those that are set."""
+        user_rate, tenant_rate = starts.user_rate(who.limits), starts.tenant_rate(who.limits)
+        bucket = user_key(who)
+        wanted = [(self._key(starts.what, bucket), user_rate, "user")] if user_rate and bucket is not None else []
+        if tenant_rate:
+            wanted.append((self._key(starts.what, who.tenant_id), tenant_rate, "tenant"))
+        return wanted
 
-    def _refund(self, what: str, tenant_id: str, per_minute: int) -> None:
-        """Give the unit back in the background: a refund runs on an error path, maybe while
+    def _refund(self, buckets: list[tuple[str, int, str]]) -> None:
+        """Give the units back in the background: a refund runs on an error path, maybe while
         the request is being cancelled, where awaiting Redis is not wanted."""
-        if per_minute:
-            key = self._key(what, tenant_id)
-            self._background.spawn(self._link.call(lambda: self._gcra.refund(key, per_minute)))
+        for key, per_minute, _ in buckets:
+            self._background.spawn(self._link.call(functools.partial(self._gcra.refund, key, per_minute)))
 
     async def flush(self) -> None:
         """Wait for the refunds started so far (each is bounded by the link's timeout)."""

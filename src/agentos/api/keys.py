@@ -10,6 +10,7 @@ from aiohttp import web
 if TYPE_CHECKING:
     from agentos.agents.service import RunService
     from agentos.config import Settings
+    from agentos.identity import UserTokens
     from agentos.knowledge.service import KnowledgeService
     from agentos.metrics import Metrics
     from agentos.runtime.runtime import Runtime
@@ -31,3 +32,4 @@ QUOTAS: web.AppKey[Quotas] = web.AppKey("quotas")
 KNOWLEDGE: web.AppKey[KnowledgeService] = web.AppKey("knowledge")
 TRIGGERS: web.AppKey[TriggerService] = web.AppKey("triggers")
 SCHEDULES: web.AppKey[ScheduleService] = web.AppKey("schedules")
+USERS: web.AppKey[UserTokens] = web.AppKey("users")  # end users' tokens: their identity providers

@@ -87,7 +87,8 @@ def auth_middleware(
     defaults = _DefaultPrincipals(registry)
 
     def open_server() -> bool:
-        return not token and loopback and users is None and not registry.has_usable_keys()
+        no_users = users is None or not users.has_issuers()  # a tenant's provider closes it too
+        return not token and loopback and no_users and not registry.has_usable_keys()
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -176,7 +177,8 @@ def route_of(request: web.Request) -> str | None:
 
 @web.middleware
 async def access_log_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """One row per request: who (tenant and key_id, never the key), what, how it ended."""
+    """One row per request: who (tenant, key_id, never the key, and the end user's subject), what,
+    how it ended."""
     start = time.perf_counter()
     status = 500
     try:
@@ -198,6 +200,7 @@ async def access_log_middleware(request: web.Request, handler: Handler) -> web.S
                     tenant_id=who.tenant_id if who is not None else "",
                     key_id=(who.key_id or "") if who is not None else request.get(REFUSED_KEY_ID, ""),
                     trace_id=request.get(TRACE_ID, ""),
+                    subject=(who.subject or "") if who is not None else "",
                 )
             )
 

@@ -74,6 +74,13 @@ def limit_key(who: Principal) -> str:
     return OPEN_KEY
 
 
+def user_key(who: Principal) -> str | None:
+    """The bucket of an end user's own turns and runs per minute (`user_turns_per_minute`,
+    `user_runs_per_minute`): the user's, whatever credential carries them (their token, or a
+    browser token minted for them by a key); None: no user (a tenant key)."""
+    return None if who.subject is None else f"user:{who.tenant_id}:{who.subject}"
+
+
 RATE_HEADERS: web.RequestKey[dict[str, str]] = web.RequestKey("rate_headers", dict)
 
 
@@ -145,8 +152,9 @@ class Limiters:
 
     def check_user_start(self, starts: Starts, who: Principal) -> None:
         """The end user's own starts per minute (in process; a key's principal passes)."""
-        if who.subject is not None:
-            self._take(starts, limit_key(who), starts.user_rate(who.limits))
+        bucket = user_key(who)
+        if bucket is not None:
+            self._take(starts, bucket, starts.user_rate(who.limits), "user")
 
     def refund_start(self, work: Work, who: Principal) -> None:
         """The start `admit_start` admitted did not happen (no such session, the server is full)."""
@@ -157,13 +165,14 @@ class Limiters:
 
     def _refund_user(self, starts: Starts, who: Principal) -> None:
         per_minute = starts.user_rate(who.limits)
-        if per_minute and who.subject is not None:
-            self.started[starts.what].refund(limit_key(who), per_minute)
+        bucket = user_key(who)
+        if per_minute and bucket is not None:
+            self.started[starts.what].refund(bucket, per_minute)
 
-    def _take(self, starts: Starts, key: str, per_minute: int) -> None:
+    def _take(self, starts: Starts, key: str, per_minute: int, whose: str = "tenant") -> None:
         if per_minute:
             decision = self.started[starts.what].decide(key, per_minute, self.clock.now())
-            raise_if_refused(decision, starts.code, starts.what)
+            raise_if_refused(decision, starts.code, starts.what, whose)
 
     def _policy(self, key_rate: int, tenant_rate: int) -> str:
         policy = self._policies.get((key_rate, tenant_rate))
@@ -178,12 +187,13 @@ class Limiters:
 LIMITERS: web.AppKey[Limiters] = web.AppKey("limiters")
 
 
-def raise_if_refused(decision: Decision, code: str, what: str) -> None:
-    """Raises: RateLimited (`code`) when `decision` refused a start of `what` (turns, runs)."""
+def raise_if_refused(decision: Decision, code: str, what: str, whose: str = "tenant") -> None:
+    """Raises: RateLimited (`code`) when `decision` refused a start of `what` (turns, runs) by
+    `whose` limit (the tenant's, or an end user's own)."""
     if not decision.allowed:
         wait = retry_after(decision.retry_after)
         raise RateLimited(
-            f"over the tenant's {decision.limit} {what} per minute; retry after {wait}s",
+            f"over the {whose}'s {decision.limit} {what} per minute; retry after {wait}s",
             code=code,
             retry_after_s=wait,
         )

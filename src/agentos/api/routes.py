@@ -246,6 +246,13 @@ def nullable(kind: str) -> dict[str, Any]:
     return {"type": [kind, "null"]}
 
 
+# The creating end user of a session, run or schedule (`Principal.subject`; docs/security.md).
+OWNER: dict[str, Any] = {
+    **nullable("string"),
+    "description": "the end user who made it (their token's `sub`); null: made with a tenant key",
+}
+
+
 def ref_of(body: Body) -> dict[str, str]:
     """The `$ref` of a body's component (msgspec names a struct's after its class)."""
     return body.ref if isinstance(body, Schema) else ref(body.__name__)

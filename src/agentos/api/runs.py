@@ -43,6 +43,7 @@ from agentos.api.keys import RUNS, RUNTIME, SSE_KEEPALIVE_S
 from agentos.api.owners import check_run, check_session, list_owner
 from agentos.api.routes import (
     BAD_BODY,
+    OWNER,
     SEQ,
     Answer,
     Limits,
@@ -130,6 +131,7 @@ RUN = Schema.object(
         "reason": nullable("string"),
         "created_ms": {"type": "integer"},
         "updated_ms": {"type": "integer"},
+        "owner": OWNER,
         "pending": {**ref("HumanRequest"), "description": "only while status is waiting_human"},
         "forked_from": {
             "description": "a fork (POST /v1/runs/{run_id}/fork): the run it was forked from and the last"
@@ -154,7 +156,7 @@ RUN = Schema.object(
             " operator's backend; only when the template is set and the run's trace is sampled",
         },
     },
-    ["run_id", "agent", "input", "input_truncated", "status", "created_ms", "updated_ms"],
+    ["run_id", "agent", "input", "input_truncated", "status", "created_ms", "updated_ms", "owner"],
     uses=(_HUMAN_REQUEST,),
 )
 _THE_RUN = {200: json("The run", RUN)}

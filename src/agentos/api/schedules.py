@@ -24,7 +24,7 @@ from aiohttp import web
 from agentos.api.body import read_body
 from agentos.api.keys import SCHEDULES
 from agentos.api.owners import check_schedule, list_owner
-from agentos.api.routes import BAD_BODY, Answer, Schema, json, nullable, operation, page, page_params
+from agentos.api.routes import BAD_BODY, OWNER, Answer, Schema, json, nullable, operation, page, page_params
 from agentos.api.sessions import json_response, page_by_id
 from agentos.schedules.service import ScheduleService, ScheduleSpec
 from agentos.tenancy.principal import Scope, require
@@ -70,6 +70,7 @@ _SCHEDULE_PROPERTIES: dict[str, Any] = {
     "paused": {"type": "boolean"},
     "created_ms": {"type": "integer"},
     "next_fire_ms": {**_NULLABLE_MS, "description": "the next slot (epoch ms); null while paused"},
+    "owner": OWNER,
 }
 _SCHEDULE = Schema.object("Schedule", _SCHEDULE_PROPERTIES)
 _DETAIL = Schema.object(

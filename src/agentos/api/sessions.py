@@ -17,6 +17,7 @@ from agentos.api.keys import QUOTAS, RUNTIME
 from agentos.api.owners import check_session, list_owner
 from agentos.api.routes import (
     BAD_BODY,
+    OWNER,
     Answer,
     Limits,
     Schema,
@@ -49,8 +50,9 @@ SESSION = Schema.object(
             "description": "the default `on_busy` of its turns as opened; null: its agent's, else replace",
         },
         "active_turn": {**nullable("string"), "description": "GET of one session only"},
+        "owner": OWNER,
     },
-    ["id", "agent", "metadata", "tenant_id", "created_at_ms"],
+    ["id", "agent", "metadata", "tenant_id", "created_at_ms", "owner"],
 )
 _MESSAGE = Schema.object(
     "Message",
@@ -115,6 +117,7 @@ def session_json(runtime: Runtime, record: SessionRecord) -> dict[str, Any]:
         "tenant_id": record.tenant_id,
         "created_at_ms": record.created_at_ms,
         "on_busy": record.on_busy,
+        "owner": record.owner,
     }
 
 

@@ -28,6 +28,7 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     tenant_id: str | None = None
     created_at_ms: int = 0
     active_turn: str | None = None  # only `get_session` reports it
+    owner: str | None = None  # the end user who opened it (their token's `sub`); None: a tenant key
 
 
 class Page(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
@@ -139,6 +140,7 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     trace_id: str | None = None  # `get_run` with tracing on: the run's own trace
     trace_url: str | None = None  # and its page in the operator's backend (`trace_url_template`)
     forked_from: ForkOrigin | None = None  # a fork: the run and step it was forked from
+    owner: str | None = None  # the end user who started it (their token's `sub`); None: a tenant key
 
 
 class RunEvent(msgspec.Struct, frozen=True):

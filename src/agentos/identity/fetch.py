@@ -84,6 +84,10 @@ class Fetcher:
         self._session: aiohttp.ClientSession | None = None
         self.fetches = 0  # requests sent (statistics; tests count them)
 
+    @property
+    def policy(self) -> OutboundPolicy:
+        return self._policy
+
     async def get(self, url: str) -> Fetched:
         """Raises: FetchFailed (refused by the policy, unreachable, not 200, too large)."""
         try:

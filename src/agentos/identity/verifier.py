@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,20 +31,22 @@ from agentos.config.identity import ALL_SCOPE, IdentityConfig, IssuerConfig
 from agentos.config.tenants import TenantLimits
 from agentos.errors import ConfigError, InvalidInput
 from agentos.identity.fetch import Fetcher
+from agentos.identity.issuers import USER_SCOPES, check_user_scopes
 from agentos.identity.jwks import KeySource
+from agentos.outbound import OutboundPolicy
 from agentos.tenancy.entries import Refused
-from agentos.tenancy.principal import TENANT_SCOPES, Principal, Scope, Via
+from agentos.tenancy.principal import Principal, Scope, Via
 from agentos.tenancy.records import Tenant
 from agentos.tenancy.registry import TenantRegistry
 
 if TYPE_CHECKING:  # imported where a token is checked: it loads cryptography (~16 MB of RSS)
     import jwt
 
+log = logging.getLogger("agentos.identity")
 MAX_TOKEN_BYTES = 16 * 1024  # a signed-in user's token is 1-2 KiB; parsing more is work for nobody
 MAX_SUBJECT_CHARS = 255  # `sub` is stored as the owner of what the user makes
 _REQUIRED = ["exp", "iat", "sub"]
 _JSON = msgspec.json.Decoder()
-_USER_SCOPES = frozenset(s.value for s in TENANT_SCOPES) | {ALL_SCOPE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,15 +96,70 @@ class UserTokens:
         self._registry = registry
         self._fetcher = fetcher
         self._now_s = now_s
+        self._monotonic_s = monotonic_s
         self._by_issuer: dict[str, list[_Issuer]] = {}
         for index, issuer in enumerate(config.issuers):
-            self._by_issuer.setdefault(issuer.issuer, []).append(_issuer(index, issuer, config, fetcher, monotonic_s))
+            self._add(_issuer(index, issuer, config, fetcher, monotonic_s))
+        self._by_tenant: dict[str, list[_Issuer]] = {}  # those set over the admin API, by tenant
+        self._retired: list[KeySource] = []  # their key sources, closed with the rest
         self._verified: dict[str, _Verified] = {}
         self._counts = {"verified": 0, "refused": 0}
+        # Every change of a tenant (here, or on another node) comes through the registry's
+        # watchers, now for every tenant and after each change: its issuers follow it.
+        registry.watch_limits(lambda tenant_id, _limits: self._tenant_changed(tenant_id))
+
+    @property
+    def policy(self) -> OutboundPolicy:
+        """The outbound rules the providers' URLs obey (`agentos.identity.issuers` checks with them)."""
+        return self._fetcher.policy
 
     def issues(self, issuer: str) -> bool:
         """Whether a token with this `iss` is one of ours to check."""
         return issuer in self._by_issuer
+
+    def has_issuers(self) -> bool:
+        """Whether any identity provider is trusted (the config file's, or a tenant's)."""
+        return bool(self._by_issuer)
+
+    def tenant_of(self, issuer: str, audience: str) -> str | None:
+        """The tenant whose users a token of (`issuer`, `audience`) signs in; None: no one's."""
+        found = (i for i in self._by_issuer.get(issuer, ()) if i.config.audience == audience)
+        return next((i.config.tenant for i in found), None)
+
+    def _tenant_changed(self, tenant_id: str) -> None:
+        """Take the tenant's issuers as its row has them now; an issuer unchanged keeps its keys."""
+        tenant = self._registry.tenant_or_none(tenant_id)
+        wanted = tenant.issuers if tenant is not None else ()
+        held = self._by_tenant.pop(tenant_id, [])
+        if not wanted and not held:
+            return
+        kept = {msgspec.json.encode(i.config): i for i in held}
+        now: list[_Issuer] = []
+        for config in wanted:
+            found = kept.pop(msgspec.json.encode(config), None)
+            if found is None and (found := self._made(tenant_id, config)) is not None:
+                self._add(found)
+            if found is not None:
+                now.append(found)
+        for gone in kept.values():
+            others = [i for i in self._by_issuer[gone.config.issuer] if i is not gone]
+            if others:
+                self._by_issuer[gone.config.issuer] = others
+            else:
+                del self._by_issuer[gone.config.issuer]
+            self._retired.append(gone.keys)
+        if now:
+            self._by_tenant[tenant_id] = now
+
+    def _made(self, tenant_id: str, config: IssuerConfig) -> _Issuer | None:
+        try:
+            return _issuer(0, config, self._config, self._fetcher, self._monotonic_s)
+        except ConfigError as exc:  # checked when set; a row from a newer version may still hold one
+            log.warning("tenant %r: identity provider %r is not trusted: %s", tenant_id, config.issuer, exc)
+            return None
+
+    def _add(self, issuer: _Issuer) -> None:
+        self._by_issuer.setdefault(issuer.config.issuer, []).append(issuer)
 
     async def authenticate(self, token: str) -> Principal | Refused:
         """The token's principal, or why it is refused. A verified token costs a dict lookup."""
@@ -122,6 +180,8 @@ class UserTokens:
         for issuers in self._by_issuer.values():
             for issuer in issuers:
                 await issuer.keys.close()
+        for keys in self._retired:
+            await keys.close()
         await self._fetcher.close()
 
     def _still_good(self, hit: _Verified) -> bool:
@@ -218,10 +278,8 @@ def _issuer(
     index: int, config: IssuerConfig, identity: IdentityConfig, fetcher: Fetcher, now_s: Callable[[], float]
 ) -> _Issuer:
     """Raises: ConfigError, for a scope no user may hold."""
-    allowed = frozenset(config.allowed_scopes) or _USER_SCOPES
-    for name in (*allowed, *config.default_scopes):
-        if name not in _USER_SCOPES:
-            raise ConfigError(f"identity.issuers[{index}]: {name!r} is not a scope a user may hold")
+    check_user_scopes(index, config)
+    allowed = frozenset(config.allowed_scopes) or USER_SCOPES
     keys = KeySource(config, identity, fetcher, now_s=now_s)  # monotonic: ages must not jump with the wall clock
     return _Issuer(config, keys, allowed, frozenset(config.default_scopes))
 

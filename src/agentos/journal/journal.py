@@ -64,7 +64,7 @@ def arguments_hash(arguments_json: str) -> str:
 
 # What the API answers of a run, in this order, around `input_truncated` (`RunRow.to_dict`).
 _RUN_ANSWER_HEAD = ["run_id", "agent", "session_id", "parent_run_id", "input"]
-_RUN_ANSWER_TAIL = ["status", "result", "reason", "created_ms", "updated_ms"]
+_RUN_ANSWER_TAIL = ["status", "result", "reason", "created_ms", "updated_ms", "owner"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,12 +73,14 @@ class Driver:
         *,
         turn_holds: ClusterHolds | None = None,
         run_holds: ClusterHolds | None = None,
+        user_turn_holds: ClusterHolds | None = None,
     ) -> None:
         self.kernel = kernel
         self.clock = clock
         self.cluster = cluster  # the cluster's provider slots, when nodes share the limit
         self.turn_holds = turn_holds  # tenants' `max_concurrent_turns`, cluster-wide
         self.run_holds = run_holds  # tenants' `max_active_runs`, cluster-wide
+        self.user_turn_holds = user_turn_holds  # end users' `user_max_concurrent_turns`, cluster-wide
         self._executors: dict[type[Any], Callable[[Any], None]] = {}
         self._permits: dict[str, asyncio.Future[None]] = {}  # model calls waiting for a permit
         self._timer: asyncio.TimerHandle | None = None
@@ -95,8 +97,8 @@ class Driver:
         """Feed one event to the kernel and carry out what it answers."""
         if self.cluster is not None and isinstance(event, ProviderReleased | TurnEnded):
             self.cluster.release(event.turn_id)  # a no-op for a stream without a slot
-        if self.turn_holds is not None and isinstance(event, TurnEnded):
-            self.turn_holds.release(event.turn_id)  # a no-op for a turn without a place
+        if isinstance(event, TurnEnded):
+            self.release_turn(event.turn_id)
         commands = self.kernel.handle(event, self.clock.now())
         if self.run_holds is not None and isinstance(event, _RUN_EVENTS):
             self._sync_run_hold(event.run_id)
@@ -123,6 +125,20 @@ class Driver:
         if self.turn_holds is None or not cap:
             return True
         return await self.turn_holds.acquire(turn_id, tenant_id, cap)
+
+    async def hold_user_turn(self, turn_id: str, tenant_id: str, owner: str | None, cap: int) -> bool:
+        """`hold_turn` for the turn's end user (the session's owner) and their
+        `user_max_concurrent_turns` (`cap`) over every node. True at no cost without a cluster,
+        a user or the cap: the runtime's count on this node decides then."""
+        if self.user_turn_holds is None or owner is None or not cap:
+            return True
+        return await self.user_turn_holds.acquire(turn_id, f"{tenant_id}:{owner}", cap)  # ':' is in no tenant id
+
+    def release_turn(self, turn_id: str) -> None:
+        """Give back the turn's places in the cluster (a no-op for one without: not held, or no cluster)."""
+        for holds in (self.turn_holds, self.user_turn_holds):
+            if holds is not None:
+                holds.release(turn_id)
 
     async def hold_run(self, run_id: str, tenant_id: str, parent_run_id: str | None) -> bool:
         """`hold_turn` for a plain run and the tenant's `max_active_runs`. A child of a working

@@ -171,10 +171,7 @@ class Turns:
                     return elsewhere
             await self._check_elsewhere(tenant_id, session_id)
         turn_id = turn_id or new_id("turn")
-        held = self._driver.turn_holds is None or await self._driver.hold_turn(turn_id, tenant_id)
-        if not held:  # the tenant's cap over every node (a cluster only: one attribute test without)
-            retry_after_s = self._driver.kernel.limits.retry_after_s
-            raise AdmissionRejected(retry_after_s, code="tenant_concurrent_turns")
+        await self._hold(turn_id, tenant_id, owner, user_max_turns)
         turn = Turn(turn_id, tenant_id, session_id, text, self._clock.now(), agent)
         turn.prompt, turn.tools, turn.key_id = prompt, tools, key_id
         turn.owner = owner
@@ -186,8 +183,7 @@ class Turns:
         commands = self._driver.handle(submitted)
         if isinstance(commands[0], RejectTurn):
             self._forget(turn)
-            if self._driver.turn_holds is not None:
-                self._driver.turn_holds.release(turn_id)  # held above, never started
+            self._driver.release_turn(turn_id)  # held above, never started
             raise _refusal(session_id, commands[0])
         turn.rolls_back = [c.turn_id for c in commands if isinstance(c, CancelTurn) and c.rollback]
         turn.rollback_elsewhere = on_busy == "rollback" and not turn.rolls_back and self.epochs.fencing
@@ -201,6 +197,20 @@ class Turns:
                 "agentos.turn.admitted", {"agentos.turn.id": turn_id, "agentos.permit.waits": turn.permit is not None}
             )
         return turn
+
+    async def _hold(self, turn_id: str, tenant_id: str, owner: str | None, user_max_turns: int) -> None:
+        """The turn's places in a cluster: under its tenant's `max_concurrent_turns` and its end
+        user's `user_max_concurrent_turns` over every node (one attribute test without a cluster).
+
+        Raises: AdmissionRejected (`tenant_concurrent_turns`, `user_concurrent_turns`)."""
+        driver = self._driver
+        if driver.turn_holds is not None and not await driver.hold_turn(turn_id, tenant_id):
+            raise AdmissionRejected(driver.kernel.limits.retry_after_s, code="tenant_concurrent_turns")
+        if driver.user_turn_holds is not None and not await driver.hold_user_turn(
+            turn_id, tenant_id, owner, user_max_turns
+        ):
+            driver.release_turn(turn_id)  # the tenant's place, taken just above
+            raise AdmissionRejected(driver.kernel.limits.retry_after_s, code="user_concurrent_turns")
 
     async def _check_elsewhere(self, tenant_id: str, session_id: str) -> None:
         """A turn that must not replace: refuse it if the session runs a turn on another node

@@ -52,6 +52,7 @@ class ScheduleRow:
             "paused": self.paused,
             "created_ms": self.created_ms,
             "next_fire_ms": None if self.paused else self.cursor_ms,
+            "owner": self.owner,
         }
 
 

@@ -38,8 +38,8 @@ INSERT_EVENT = (
     " VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7)"
 )
 INSERT_ACCESS = (
-    "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote, key_id, trace_id)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+    "INSERT INTO access_log (tenant_id, ts_ms, method, path, status, duration_ms, remote, key_id, trace_id, subject)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
 )
 TOKENS_SINCE = """SELECT tenant_id, SUM(COALESCE((usage->>'prompt_tokens')::bigint, 0)
 + COALESCE((usage->>'completion_tokens')::bigint, 0)) FROM messages

@@ -309,8 +309,7 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
         return [event_from_row(row) for row in rows]
 
     def log_access(self, r: AccessRecord) -> None:
-        params = (r.tenant_id, r.ts_ms, r.method, r.path, r.status, r.duration_ms, r.remote, r.key_id, r.trace_id)
-        self._lanes[2].put(INSERT_ACCESS, params, sheddable=True)
+        self._lanes[2].put(INSERT_ACCESS, r.params(), sheddable=True)
 
     # -- the usage ledger ----------------------------------------------------------------------
 

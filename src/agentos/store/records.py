@@ -60,6 +60,22 @@ class AccessRecord(msgspec.Struct, kw_only=True, array_like=True):
     tenant_id: str = DEFAULT_TENANT  # "" when the request had no principal (an open route, a 401)
     key_id: str = ""  # the public id of the key presented, never the key; "" if none or malformed
     trace_id: str = ""  # the request's trace ([telemetry]); "" when untraced
+    subject: str = ""  # the end user: a user token's `sub`, a browser token's user; "" for a tenant key
+
+    def params(self) -> tuple[str, int, str, str, int, float, str, str, str, str]:
+        """The row's values in the order of both stores' `INSERT_ACCESS`."""
+        return (
+            self.tenant_id,
+            self.ts_ms,
+            self.method,
+            self.path,
+            self.status,
+            self.duration_ms,
+            self.remote,
+            self.key_id,
+            self.trace_id,
+            self.subject,
+        )
 
 
 def access_params(tenant_id: str, session_id: str) -> tuple[str, str, str, str]:

@@ -277,8 +277,7 @@ class SQLiteStore(OneNodeTurns):
         return [event_from_row(row) for row in rows]
 
     def log_access(self, r: AccessRecord) -> None:
-        params = (r.tenant_id, r.ts_ms, r.method, r.path, r.status, r.duration_ms, r.remote, r.key_id, r.trace_id)
-        self._access.put(INSERT_ACCESS, params, sheddable=True)
+        self._access.put(INSERT_ACCESS, r.params(), sheddable=True)
 
     # -- retention -----------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ EVENTS = Table(
 ACCESS_LOG = Table(
     "access_log",
     "id INTEGER PRIMARY KEY AUTOINCREMENT, tenant_id TEXT, ts_ms INTEGER, method TEXT, path TEXT, status INTEGER,"
-    " duration_ms REAL, remote TEXT, key_id TEXT DEFAULT '', trace_id TEXT DEFAULT ''",
+    " duration_ms REAL, remote TEXT, key_id TEXT DEFAULT '', trace_id TEXT DEFAULT '', subject TEXT DEFAULT ''",
     indexes=("access_by_tenant_time (tenant_id, ts_ms)",),  # retention deletes the oldest rows
 )
 SESSIONS_SCHEMA = script(SESSIONS, MESSAGES, "DROP INDEX IF EXISTS messages_by_session;")
@@ -50,9 +50,10 @@ def migrate_sessions(conn: sqlite3.Connection) -> None:
 
 
 def migrate_access(conn: sqlite3.Connection) -> None:
-    """Files made before keys (or traces) existed lack `key_id` (`trace_id`): add it (old rows read '')."""
+    """Files made before keys (traces, end users) existed lack `key_id` (`trace_id`, `subject`):
+    add it (old rows read '')."""
     columns = {row[1] for row in conn.execute("PRAGMA table_info(access_log)")}
-    for column in ("key_id", "trace_id"):
+    for column in ("key_id", "trace_id", "subject"):
         if column not in columns:
             conn.execute(f"ALTER TABLE access_log ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
 

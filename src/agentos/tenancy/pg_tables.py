@@ -32,7 +32,7 @@ from agentos.store.pg_follow import FULL_RELOAD_INTERVAL_S, Follower
 from agentos.store.pg_health import bounded_use, outage_of
 from agentos.store.records import DEFAULT_TENANT
 from agentos.tenancy.pepper import pepper_check, pepper_matches
-from agentos.tenancy.records import ApiKey, Tenant
+from agentos.tenancy.records import ApiKey, Tenant, decode_issuers, encode_issuers
 from agentos.tenancy.storage import ChangeSink, Rows
 from agentos.tenancy.tables import TenantTables
 
@@ -45,14 +45,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentos.tenancy")
 T = TypeVar("T")
-_TENANT_COLUMNS = "tenant_id, name, limits, disabled, created_ms"
+_TENANT_COLUMNS = "tenant_id, name, limits, disabled, created_ms, issuers"
 _KEY_COLUMNS = (
     "key_id, tenant_id, name, scopes, created_ms, expires_ms, revoked_ms, hash, budget_per_day, budget_per_month"
 )
-_INSERT_TENANT = f"INSERT INTO tenants ({_TENANT_COLUMNS}) VALUES ($1, $2, $3::jsonb, $4, $5)"
+_INSERT_TENANT = f"INSERT INTO tenants ({_TENANT_COLUMNS}) VALUES ($1, $2, $3::jsonb, $4, $5, $6::jsonb)"
 _UPSERT_TENANT = (
     _INSERT_TENANT + " ON CONFLICT (tenant_id) DO UPDATE"
-    " SET name = excluded.name, limits = excluded.limits, disabled = excluded.disabled"
+    " SET name = excluded.name, limits = excluded.limits, disabled = excluded.disabled, issuers = excluded.issuers"
 )
 _UPSERT_KEY = (
     f"INSERT INTO api_keys ({_KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
@@ -124,12 +124,9 @@ class PgTenantTables:
 
     async def put_tenant(self, tenant: Tenant, *, create: bool = False) -> bool:
         """Raises: StoreError (StoreUnavailable: the database cannot be reached)."""
-        t = tenant
-        row = (t.tenant_id, t.name, msgspec.json.encode(t.limits).decode(), t.disabled, t.created_ms)
+        row, change = _tenant_row(tenant), f"t:{tenant.tenant_id}"
         sql = _INSERT_TENANT + " ON CONFLICT (tenant_id) DO NOTHING" if create else _UPSERT_TENANT
-        written: bool = await self._bounded(
-            lambda conn: self._write(conn, sql, row, f"t:{t.tenant_id}"), "tenant write"
-        )
+        written: bool = await self._bounded(lambda conn: self._write(conn, sql, row, change), "tenant write")
         return written
 
     async def put_key(self, key: ApiKey) -> None:
@@ -193,12 +190,16 @@ async def import_sqlite(conn: asyncpg.Connection, path: Path) -> None:
         if await conn.fetchval(_ANYTHING_BUT_DEFAULT, DEFAULT_TENANT):
             return  # another node imported first
         for t in tenants:
-            limits = msgspec.json.encode(t.limits).decode()
-            await conn.execute(_UPSERT_TENANT, t.tenant_id, t.name, limits, t.disabled, t.created_ms)
+            await conn.execute(_UPSERT_TENANT, *_tenant_row(t))
         for k in keys:
             scopes = " ".join(k.scopes)
             await conn.execute(_UPSERT_KEY, k.key_id, k.tenant_id, k.name, scopes, *_times(k), k.hash, *_budgets(k))
     log.info("tenants: imported %d tenants and %d keys from %s", len(tenants), len(keys), path)
+
+
+def _tenant_row(t: Tenant) -> tuple[str, str, str, bool, int, str]:
+    limits = msgspec.json.encode(t.limits).decode()
+    return t.tenant_id, t.name, limits, t.disabled, t.created_ms, encode_issuers(t.issuers)
 
 
 def _times(k: ApiKey) -> tuple[int, int | None, int | None]:
@@ -231,6 +232,7 @@ def _tenant(row: asyncpg.Record) -> Tenant:
         limits=limits,
         disabled=row["disabled"],
         created_ms=row["created_ms"],
+        issuers=decode_issuers(row["tenant_id"], row["issuers"]),
     )
 
 

@@ -6,27 +6,32 @@ only in the answer to its creation.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any, Literal
 
 import msgspec
 
+from agentos.config.identity import IssuerConfig
 from agentos.config.tenants import MAX_BUDGET, MAXIMA, WHOLE_LIMITS, Overrides, TenantLimits
 from agentos.errors import Conflict, InvalidInput, NotFound
 
+log = logging.getLogger("agentos.tenancy")
 TENANT_ID_PATTERN = "^[a-z0-9][a-z0-9_-]{0,62}$"
 _TENANT_ID = re.compile(TENANT_ID_PATTERN)
 KeyStatus = Literal["active", "expired", "revoked"]
 
 
 class Tenant(msgspec.Struct, frozen=True, kw_only=True):
-    """`limits`: the tenant's own overrides of `Settings.tenant_limits` (a partial table)."""
+    """`limits`: the tenant's own overrides of `Settings.tenant_limits` (a partial table).
+    `issuers`: its identity providers set over the admin API (beside the config file's)."""
 
     tenant_id: str
     name: str = ""
     limits: Overrides = {}
     disabled: bool = False
     created_ms: int = 0
+    issuers: tuple[IssuerConfig, ...] = ()
 
 
 class ApiKey(msgspec.Struct, frozen=True, kw_only=True):
@@ -73,6 +78,22 @@ class TenantExists(Conflict):
 
     def __init__(self, tenant_id: str) -> None:
         super().__init__(f"tenant {tenant_id!r} already exists")
+
+
+def encode_issuers(issuers: tuple[IssuerConfig, ...]) -> str:
+    """The stored form of a tenant's issuers (a JSON list, both storages)."""
+    return msgspec.json.encode(issuers).decode()
+
+
+def decode_issuers(tenant_id: str, raw: str | bytes) -> tuple[IssuerConfig, ...]:
+    """A tenant's stored issuers, each bound to the row's tenant whatever the JSON says. A row
+    this version cannot read (a newer version's fields) trusts no issuer, and says so."""
+    try:
+        found = msgspec.json.decode(raw, type=tuple[IssuerConfig, ...])
+    except msgspec.ValidationError as exc:
+        log.warning("tenant %r: its identity providers cannot be read (%s); none is trusted", tenant_id, exc)
+        return ()
+    return tuple(msgspec.structs.replace(issuer, tenant=tenant_id) for issuer in found)
 
 
 def check_tenant_id(tenant_id: str) -> str:

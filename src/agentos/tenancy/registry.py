@@ -27,6 +27,7 @@ from pathlib import Path
 import msgspec
 
 from agentos.clock import wall_ms
+from agentos.config.identity import IssuerConfig
 from agentos.config.tenants import Overrides, TenantLimits
 from agentos.errors import InvalidInput
 from agentos.store.records import DEFAULT_TENANT
@@ -225,6 +226,18 @@ class TenantRegistry:
         """
         async with self._lock:
             tenant = updated_tenant(self.tenant(tenant_id), self.defaults, name=name, limits=limits, disabled=disabled)
+            await self._storage.put_tenant(tenant)
+            self._apply([tenant], [])
+        return tenant
+
+    async def set_issuers(self, tenant_id: str, issuers: tuple[IssuerConfig, ...]) -> Tenant:
+        """The tenant's identity providers are now `issuers` (checked by the caller,
+        `agentos.identity.issuers`); every node applies them as any change of the tenant.
+
+        Raises: TenantNotFound, StoreError.
+        """
+        async with self._lock:
+            tenant = msgspec.structs.replace(self.tenant(tenant_id), issuers=issuers)
             await self._storage.put_tenant(tenant)
             self._apply([tenant], [])
         return tenant

@@ -17,7 +17,7 @@ import msgspec
 
 from agentos.config.tenants import Overrides, clamp_overrides
 from agentos.store.writer import Writer
-from agentos.tenancy.records import ApiKey, Tenant
+from agentos.tenancy.records import ApiKey, Tenant, decode_issuers, encode_issuers
 from agentos.tenancy.storage import ChangeSink
 
 SCHEMA = """
@@ -26,7 +26,8 @@ CREATE TABLE IF NOT EXISTS tenants (
     name TEXT NOT NULL,
     limits TEXT NOT NULL,
     disabled INTEGER NOT NULL,
-    created_ms INTEGER NOT NULL
+    created_ms INTEGER NOT NULL,
+    issuers TEXT NOT NULL DEFAULT '[]'
 );
 CREATE TABLE IF NOT EXISTS api_keys (
     key_id TEXT PRIMARY KEY,
@@ -41,11 +42,12 @@ CREATE TABLE IF NOT EXISTS api_keys (
     budget_per_month REAL NOT NULL DEFAULT 0
 );
 """
-# A file written before keys had budgets gains their columns at open (`_add_budgets`).
+# A file written before keys had budgets (tenants had issuers) gains the columns at open (`_add_columns`).
 _BUDGET_COLUMNS = ("budget_per_day", "budget_per_month")
 
-_UPSERT_TENANT = "INSERT OR REPLACE INTO tenants VALUES (?, ?, ?, ?, ?)"
-_CREATE_TENANT = "INSERT OR IGNORE INTO tenants VALUES (?, ?, ?, ?, ?)"
+_TENANT_COLUMNS = "tenant_id, name, limits, disabled, created_ms, issuers"
+_UPSERT_TENANT = f"INSERT OR REPLACE INTO tenants ({_TENANT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
+_CREATE_TENANT = f"INSERT OR IGNORE INTO tenants ({_TENANT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
 _KEY_COLUMNS = (
     "key_id, tenant_id, name, scopes, created_ms, expires_ms, revoked_ms, hash, budget_per_day, budget_per_month"
 )
@@ -62,7 +64,7 @@ class TenantTables:
     async def open(self) -> None:
         """Raises: StoreError: the file cannot be opened."""
         await self._writer.open()
-        await self._writer.submit(apply=_add_budgets)
+        await self._writer.submit(apply=_add_columns)
 
     async def load(self) -> tuple[list[Tenant], list[ApiKey]]:
         """Every row (the registry serves from memory after this). Raises: StoreError."""
@@ -76,7 +78,8 @@ class TenantTables:
         await self._writer.close()
 
     async def put_tenant(self, t: Tenant, *, create: bool = False) -> bool:
-        row = (t.tenant_id, t.name, msgspec.json.encode(t.limits).decode(), int(t.disabled), t.created_ms)
+        limits = msgspec.json.encode(t.limits).decode()
+        row = (t.tenant_id, t.name, limits, int(t.disabled), t.created_ms, encode_issuers(t.issuers))
         if not create:
             await self._writer.submit(_UPSERT_TENANT, row)
             return True
@@ -91,8 +94,15 @@ class TenantTables:
 
 def _load(conn: sqlite3.Connection) -> tuple[list[Tenant], list[ApiKey]]:
     tenants = [
-        Tenant(tenant_id=t, name=n, limits=_decode_limits(lim), disabled=bool(d), created_ms=c)
-        for t, n, lim, d, c in conn.execute("SELECT * FROM tenants ORDER BY tenant_id")
+        Tenant(
+            tenant_id=t,
+            name=n,
+            limits=_decode_limits(lim),
+            disabled=bool(d),
+            created_ms=c,
+            issuers=decode_issuers(t, issuers),
+        )
+        for t, n, lim, d, c, issuers in conn.execute(f"SELECT {_TENANT_COLUMNS} FROM tenants ORDER BY tenant_id")
     ]
     keys = [
         ApiKey(
@@ -112,11 +122,13 @@ def _load(conn: sqlite3.Connection) -> tuple[list[Tenant], list[ApiKey]]:
     return tenants, keys
 
 
-def _add_budgets(conn: sqlite3.Connection) -> None:
+def _add_columns(conn: sqlite3.Connection) -> None:
     have = {row[1] for row in conn.execute("PRAGMA table_info(api_keys)")}
     for column in _BUDGET_COLUMNS:
         if column not in have:
             conn.execute(f"ALTER TABLE api_keys ADD COLUMN {column} REAL NOT NULL DEFAULT 0")
+    if "issuers" not in {row[1] for row in conn.execute("PRAGMA table_info(tenants)")}:
+        conn.execute("ALTER TABLE tenants ADD COLUMN issuers TEXT NOT NULL DEFAULT '[]'")
 
 
 def _decode_limits(raw: str) -> Overrides:
