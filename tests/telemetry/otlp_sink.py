@@ -30,6 +30,7 @@ class Received:
     links: list[tuple[str, str]]  # (trace id, span id)
     resource: dict[str, Any]
     status_code: int  # 0 unset, 2 error
+    trace_state: str = ""  # the W3C tracestate the span carries
 
 
 def _value(v: Any) -> Any:
@@ -58,6 +59,7 @@ def received(message: ExportTraceServiceRequest) -> list[Received]:
                         links=[(link.trace_id.hex(), link.span_id.hex()) for link in s.links],
                         resource=resource,
                         status_code=s.status.code,
+                        trace_state=s.trace_state,
                     )
                 )
     return spans

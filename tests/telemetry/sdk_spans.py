@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from agentos.telemetry.otlp import SCHEMA_URL, SCOPE_NAME, resource_for
 from agentos.telemetry.wire import STATUS_ERROR, SpanRecord
@@ -28,12 +28,17 @@ class SdkSpans:
         return [self._one(record) for record in records]
 
     def _one(self, record: SpanRecord) -> ReadableSpan:
-        name, trace_id, span_id, parent_id, remote, kind, start_ns, end_ns, attrs, events, links, code, text = record
+        name, trace_id, span_id, parent_id, remote, kind, start_ns, end_ns, attrs, events, links, code, text, state = (
+            record
+        )
         trace = int(trace_id, 16)
+        trace_state = TraceState.from_header([state]) if state else None
         parent = SpanContext(trace, int(parent_id, 16), is_remote=remote, trace_flags=_SAMPLED) if parent_id else None
         return ReadableSpan(
             name=name,
-            context=SpanContext(trace, int(span_id, 16), is_remote=False, trace_flags=_SAMPLED),
+            context=SpanContext(
+                trace, int(span_id, 16), is_remote=False, trace_flags=_SAMPLED, trace_state=trace_state
+            ),
             parent=parent,
             resource=self._resource,
             attributes=attrs,

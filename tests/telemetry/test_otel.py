@@ -17,7 +17,7 @@ from agentos.telemetry.wire import KINDS
 RECORD = (
     "POST /v1/sessions/{session_id}/turns", "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331",
     "00f067aa0ba902b7", True, KINDS["server"], 1_000, 2_000, {"http.response.status_code": 200},
-    [("agentos.turn.admitted", 1_500, {"agentos.permit.waits": False})], [], 0, "",
+    [("agentos.turn.admitted", 1_500, {"agentos.permit.waits": False})], [], 0, "", "rojo=1",
 )  # fmt: skip
 
 

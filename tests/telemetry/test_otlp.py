@@ -24,6 +24,7 @@ def _record(name: str, span_id: str, parent_id: str = "", **fields: Any) -> Span
         name, fields.get("trace_id", T1), span_id, parent_id, fields.get("remote", False),
         KINDS[fields.get("kind", "internal")], 1_000, 2_000, fields.get("attributes", {}),
         fields.get("events", []), fields.get("links", []), *fields.get("status", (0, "")),
+        fields.get("tracestate", ""),
     )  # fmt: skip
 
 
@@ -34,6 +35,7 @@ RECORDS: Sequence[SpanRecord] = [
         "00f067aa0ba902b7",
         remote=True,
         kind="server",
+        tracestate="congo=t61rcWkgMzE,rojo=00f067aa0ba902b7",
         attributes={"http.request.method": "POST", "http.response.status_code": 200, "agentos.tenant.id": "t1"},
         events=[("agentos.turn.admitted", 1_500, {"agentos.turn.id": "turn_1", "agentos.permit.waits": False})],
     ),
@@ -81,6 +83,8 @@ def test_the_encoding_is_the_sdks_for_the_same_spans(
         sdks = encode_spans(SdkSpans("agentos-test", "node-1")(records))
     assert ours == sdks
     assert ours.SerializeToString(deterministic=True) == sdks.SerializeToString(deterministic=True)
+    (server,) = [s for s in received(ours) if s.kind == 2]  # SPAN_KIND_SERVER
+    assert server.trace_state == "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
     (span,) = [s for s in received(ours) if s.name == "chat mock-1"]
     assert "big" not in span.attributes and span.attributes["nested"] is not None
     assert span.resource["service.name"] == "agentos-test" and span.resource["service.instance.id"] == "node-1"

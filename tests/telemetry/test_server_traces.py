@@ -67,6 +67,29 @@ async def test_a_chat_turn_is_one_trace_request_turn_chat(tmp_path: Any) -> None
     assert server.services.tracing.statistics()["exported"] >= 4
 
 
+async def test_a_callers_tracestate_is_carried_exported_and_passed_to_the_provider(tmp_path: Any) -> None:
+    """W3C Trace Context: the caller's tracestate goes with its trace, on every span under its
+    request (OTLP `trace_state`) and beside the traceparent of the provider call."""
+    state = "rojo=00f067aa0ba902b7, congo=t61rcWkgMzE"
+    async with traced_server(tmp_path) as (server, sink, mock), aiohttp.ClientSession() as http:
+        await _turn(http, server.url, {"traceparent": CALLER, "tracestate": state})
+        sent = dict(mock.trace_context)
+        await sink.wait_for({TURN_ROUTE, "turn", "chat mock-1"})
+        await _turn(http, server.url, {"traceparent": CALLER, "tracestate": "rojo=1,Bad Key=2"})  # malformed
+        malformed = dict(mock.trace_context)
+        await _turn(http, server.url, {"tracestate": state})  # without a traceparent: means nothing
+        alone = dict(mock.trace_context)
+        await eventually_count(sink, "chat mock-1", 3)
+    (chat, *_) = [s for s in sink.named("chat mock-1") if s.span_id == sent["traceparent"].split("-")[2]]
+    assert sent["tracestate"] == "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"
+    (request, *_) = sink.named(TURN_ROUTE)
+    (turn, *_) = sink.named("turn")
+    assert request.trace_state == turn.trace_state == chat.trace_state == sent["tracestate"]
+    assert "tracestate" not in malformed and malformed["traceparent"].split("-")[1] == CALLER.split("-")[1]
+    assert "tracestate" not in alone
+    assert all(s.trace_state == "" for s in sink.spans if s.trace_id != CALLER.split("-")[1])
+
+
 async def test_a_callers_traceparent_is_refused_where_the_config_says(tmp_path: Any) -> None:
     async with traced_server(tmp_path, accept_traceparent="none") as (server, sink, _), aiohttp.ClientSession() as http:
         await _turn(http, server.url, {"traceparent": CALLER})
@@ -151,7 +174,7 @@ async def test_a_signed_delivery_joins_the_senders_trace_and_links_its_run(tmp_p
                 forged = Sender(http, server.url, created["trigger_id"], "whsec_" + "A" * 44)
                 forged_parent = "00-11111111111111111111111111111111-2222222222222222-01"
                 assert (await forged.send({"n": 1}, headers={"traceparent": forged_parent})).status == 401
-                answer = await sender.send({"n": 1}, headers={"traceparent": CALLER})
+                answer = await sender.send({"n": 1}, headers={"traceparent": CALLER, "tracestate": "rojo=1"})
                 run_id = answer.body["run_id"]
                 assert await run_outcome(http, server.url, run_id) == "run.completed"
                 await sink.wait_for({"agentos.trigger.delivery", "invoke_agent echo"})
@@ -160,6 +183,7 @@ async def test_a_signed_delivery_joins_the_senders_trace_and_links_its_run(tmp_p
             await mock.close()
     (delivery,) = sink.named("agentos.trigger.delivery")
     assert delivery.trace_id == CALLER.split("-")[1] and delivery.parent_span_id == "b7ad6b7169203331"
+    assert delivery.trace_state == "rojo=1"  # the sender's, with its trace
     assert derived_ids(run_id) in delivery.links
     assert not any(s.trace_id == "1" * 32 for s in sink.spans)  # a forged delivery writes into no trace
 

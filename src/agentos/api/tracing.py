@@ -7,7 +7,9 @@ they start no work and would drown the traces that matter.
 
 The caller's W3C `traceparent`/`tracestate` continue its trace when its key may set them
 (`telemetry.accept_traceparent`): every authenticated caller, admins only, or none. A malformed
-one is ignored, never an error. Placed after authentication, which decides that.
+one is ignored, never an error; a tracestate is bounded and checked as the W3C spec says
+(`agentos.telemetry.tracestate`) and used only with a valid traceparent. Placed after
+authentication, which decides that.
 """
 
 from __future__ import annotations
@@ -19,19 +21,20 @@ from agentos.api.errors import Handler
 from agentos.api.keys import TRACE_ID
 from agentos.config.telemetry import TelemetryConfig
 from agentos.telemetry import Tracing, valid_traceparent
+from agentos.telemetry.tracestate import parse_tracestate
 from agentos.tenancy.principal import PRINCIPAL, Principal
 
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def tracing_middleware(tracing: Tracing, config: TelemetryConfig) -> Middleware:
-    def caller_context(request: web.Request, who: Principal | None) -> str:
+    def caller_context(request: web.Request, who: Principal | None) -> tuple[str, str]:
+        """The caller's (traceparent, tracestate) to continue, ("", "") for none."""
         if config.accept_traceparent == "none" or who is None:
-            return ""
+            return "", ""
         if config.accept_traceparent == "admin" and not who.is_admin:
-            return ""
-        value = request.headers.get("traceparent", "")
-        return value.strip() if valid_traceparent(value) else ""
+            return "", ""
+        return w3c_context(request)
 
     @web.middleware
     async def traced(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -49,10 +52,20 @@ def tracing_middleware(tracing: Tracing, config: TelemetryConfig) -> Middleware:
             if who.key_id:
                 attributes["agentos.key.id"] = who.key_id
         name = f"{request.method} {template}"
-        with tracing.span(name, attributes, kind="server", parent=caller_context(request, who)) as span:
+        parent, state = caller_context(request, who)
+        with tracing.span(name, attributes, kind="server", parent=parent, tracestate=state) as span:
             request[TRACE_ID] = span.trace_id
             response = await handler(request)
             span.set_attribute("http.response.status_code", response.status)
             return response
 
     return traced
+
+
+def w3c_context(request: web.Request) -> tuple[str, str]:
+    """The request's W3C (traceparent, tracestate): ("", "") without a valid traceparent (a
+    tracestate alone means nothing), the tracestate "" when absent or invalid."""
+    value = request.headers.get("traceparent", "")
+    if not valid_traceparent(value):
+        return "", ""
+    return value.strip(), parse_tracestate(request.headers.getall("tracestate", ()))

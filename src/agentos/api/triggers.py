@@ -45,9 +45,10 @@ from agentos.api.routes import (
     tagged,
 )
 from agentos.api.sessions import json_response, page_by_id, page_response
+from agentos.api.tracing import w3c_context
 from agentos.clock import wall_ms
 from agentos.errors import RequestError
-from agentos.telemetry import Tracing, valid_traceparent
+from agentos.telemetry import Tracing
 from agentos.tenancy.principal import Scope, require
 from agentos.triggers.service import MAX_WEBHOOK_ID
 from agentos.triggers.template import MAX_TEMPLATE_CHARS
@@ -268,7 +269,7 @@ def _trace_delivery(
     """The delivery in the sender's trace: its `traceparent` is taken only now, the signature
     checked (a forged request writes nothing into anyone's trace), with links to this request's
     span and to the run it starts (a trace of its own, `agentos.agents.traces`)."""
-    sender = request.headers.get("traceparent", "").strip()
+    sender, state = w3c_context(request)
     attributes = {
         "agentos.trigger.id": trigger_id,
         "agentos.run.id": run_id,
@@ -281,6 +282,7 @@ def _trace_delivery(
         attributes,
         start_ms=started_ms,
         end_ms=wall_ms(),
-        parent=sender if valid_traceparent(sender) else "",
+        parent=sender,
+        tracestate=state,
         links=[link for link in links if link],
     )

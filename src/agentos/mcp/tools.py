@@ -34,7 +34,7 @@ from agentos.config.agents import MCP_TOOL_SEPARATOR, AgentSpec, McpServerSpec
 from agentos.errors import Forbidden
 from agentos.mcp.checks import TIMEOUT_CODE, McpUnavailable, connection_closed, describe_failure
 from agentos.outbound import OutboundPolicy, Resolver, check_url, resolve_checked
-from agentos.telemetry import NO_TRACING, Tracing
+from agentos.telemetry import NO_TRACING, Tracing, trace_context
 
 log = logging.getLogger(__name__)
 
@@ -225,12 +225,10 @@ class McpHub:
         name = tool_name.partition(MCP_TOOL_SEPARATOR)[2]
         if (
             self._tracing.on
-        ):  # a client span, its traceparent in the request's `_meta` (MCP carries no headers per call)
+        ):  # a client span, its trace context in the request's `_meta` (MCP carries no headers per call)
             attributes = {"rpc.system": "mcp", "rpc.method": "tools/call", "agentos.mcp.server": server.name}
             with self._tracing.span(f"tools/call {name}", attributes, kind="client") as span:
-                return await self._call(
-                    connection, server, tool_name, name, arguments, {"traceparent": span.traceparent}
-                )
+                return await self._call(connection, server, tool_name, name, arguments, trace_context(span))
         return await self._call(connection, server, tool_name, name, arguments, None)
 
     async def _call(

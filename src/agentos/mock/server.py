@@ -121,6 +121,9 @@ class _Metrics:
         peak.set_function(lambda: stats.max_concurrent)
 
 
+_TRACE_HEADERS = ("traceparent", "tracestate")
+
+
 class _MockApp:
     """The request handlers and the state they share."""
 
@@ -134,6 +137,8 @@ class _MockApp:
         self._rng = random.Random(settings.seed)
         self._ids = itertools.count(1)
         self._cache: set[bytes] = set()  # the prompt prefixes "cached" so far (cache tokens)
+        # The W3C trace context headers of the last chat request (tests read what a caller passes on)
+        self.trace_context: dict[str, str] = {}
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, _CHAT)
@@ -155,6 +160,7 @@ class _MockApp:
     async def _serve(self, request: web.Request, dialect: _Wire) -> web.StreamResponse:
         body = await _read_json(request)
         started = asyncio.get_running_loop().time()
+        self.trace_context = {k: v for k in _TRACE_HEADERS if (v := request.headers.get(k)) is not None}
         self.stats.requests += 1
         self.stats.enter()
         try:
@@ -376,6 +382,12 @@ class MockServer:
     url: str  # base URL ending in /v1
     stats: MockStats
     runner: web.AppRunner
+
+    @property
+    def trace_context(self) -> dict[str, str]:
+        """The `traceparent` and `tracestate` headers of the last chat request (those it had)."""
+        mock: _MockApp = self.runner.app[MOCK_KEY]
+        return mock.trace_context
 
     def set_faults(self, **changes: float) -> MockSettings:
         """`POST /faults`, in process: see `_MockApp.set_faults`."""

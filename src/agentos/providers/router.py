@@ -45,7 +45,7 @@ from agentos.providers.base import ChatRequest, Completion, Provider, StreamItem
 from agentos.providers.breaker import Breakers, BreakerShare
 from agentos.providers.metering import Estimate, Ledger, Meter, Spend, cost_of, worst_case
 from agentos.providers.wires import client_for, session_for
-from agentos.telemetry import NO_TRACING, NULL_SPAN, Span, Tracing
+from agentos.telemetry import NO_TRACING, NULL_SPAN, Span, Tracing, trace_context
 
 log = logging.getLogger("agentos.providers")
 
@@ -160,7 +160,7 @@ class Router:
             span = self._tracing.start(
                 name, attributes, kind="client", parent=at.parent, span_id=at.span_id, links=at.links
             )
-        request = replace(request, headers={**(request.headers or {}), "traceparent": span.traceparent})
+        request = replace(request, headers={**(request.headers or {}), **trace_context(span)})
         capture = self._tracing.capture(request.context.tenant_id) if request.context is not None else 0
         if capture:  # the administrator turned content on for this tenant ([telemetry] capture_content)
             span.set_attribute("gen_ai.input.messages", _bounded(request.messages, capture))

@@ -54,6 +54,11 @@ class Span(Protocol):
     @property
     def trace_id(self) -> str: ...
 
+    @property
+    def tracestate(self) -> str:
+        """The W3C tracestate to pass on beside `traceparent` ("" for none)."""
+        ...
+
 
 class _NullSpan:
     __slots__ = ()
@@ -84,6 +89,10 @@ class _NullSpan:
     def trace_id(self) -> str:
         return ""
 
+    @property
+    def tracestate(self) -> str:
+        return ""
+
 
 NULL_SPAN: Span = _NullSpan()
 _NO_SCOPE: AbstractContextManager[Span] = nullcontext(NULL_SPAN)  # stateless: one for every block
@@ -91,13 +100,15 @@ _NO_SCOPE: AbstractContextManager[Span] = nullcontext(NULL_SPAN)  # stateless: o
 
 class SpanOptions(TypedDict, total=False):
     """Where a span goes. `kind`: internal (default), server, client...; `parent`: a W3C
-    traceparent to continue (else the current span); `links`: traceparents of spans this one
+    traceparent to continue (else the current span); `tracestate`: the W3C tracestate that came
+    with `parent` (checked: `agentos.telemetry.tracestate`); `links`: traceparents of spans this one
     follows from; `span_id`: the span's own id, where it must be known beforehand
     (`derived_ids`); `trace_id`: a root span's trace id (the same); `start_ms`: when it began,
     epoch milliseconds (else now)."""
 
     kind: Kind
     parent: str
+    tracestate: str
     links: Sequence[str]
     span_id: str
     trace_id: str
@@ -173,6 +184,14 @@ class Tracing:
 
 
 NO_TRACING = Tracing()
+
+
+def trace_context(span: Span) -> dict[str, str]:
+    """What passes `span`'s context on (an outbound call's headers, an MCP request's `_meta`):
+    its `traceparent`, and the `tracestate` of its trace when it has one (W3C Trace Context)."""
+    if span.tracestate:
+        return {"traceparent": span.traceparent, "tracestate": span.tracestate}
+    return {"traceparent": span.traceparent}
 
 
 def trace_id_of(traceparent: str) -> str:

@@ -164,9 +164,12 @@ def _encode_span(
     links: Sequence[tuple[str, str, int, dict[str, Any]]],
     status_code: int,
     status_description: str,
+    trace_state: str,
 ) -> None:
     span.trace_id = bytes.fromhex(trace_id)
     span.span_id = bytes.fromhex(span_id)
+    if trace_state:
+        span.trace_state = trace_state
     if parent_id:
         span.parent_span_id = bytes.fromhex(parent_id)
     span.flags = _REMOTE if remote_parent and parent_id else _LOCAL

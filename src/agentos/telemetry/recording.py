@@ -42,14 +42,16 @@ class RecordedSpan:
     travel in traceparents) and records nothing."""
 
     __slots__ = (
-        "name", "trace_id", "span_id", "parent_id", "remote_parent", "kind", "start_ns", "attributes",
-        "events", "links", "status", "sampled", "_ship", "_ended",
+        "name", "trace_id", "span_id", "parent_id", "remote_parent", "tracestate", "kind", "start_ns",
+        "attributes", "events", "links", "status", "sampled", "_ship", "_ended",
     )  # fmt: skip
 
     def __init__(
-        self, ship: Any, name: str, ids: tuple[str, str, str, bool], sampled: bool, kind: int, start_ns: int
+        self, ship: Any, name: str, ids: tuple[str, str, str, bool, str], sampled: bool, kind: int, start_ns: int
     ) -> None:
-        self.trace_id, self.span_id, self.parent_id, self.remote_parent = ids
+        # tracestate: the W3C tracestate of the trace as it reached this span (the caller's,
+        # checked by `agentos.telemetry.tracestate`), carried by every span under it
+        self.trace_id, self.span_id, self.parent_id, self.remote_parent, self.tracestate = ids
         self.name = name
         self.sampled = sampled
         self.kind = kind
@@ -105,7 +107,7 @@ class RecordedSpan:
             self._ship(
                 (self.name, self.trace_id, self.span_id, self.parent_id, self.remote_parent, self.kind,
                  self.start_ns, time.time_ns() if end_ns is None else end_ns, self.attributes, self.events,
-                 self.links, *self.status)
+                 self.links, *self.status, self.tracestate)
             )  # fmt: skip
 
     @property
@@ -177,12 +179,13 @@ class RecordingTracing(Tracing):
         span_id = options.get("span_id", "") or f"{random.getrandbits(64) or 1:016x}"
         if parent and valid_traceparent(parent):  # a remote parent: the caller's, or a journal's
             _, parent_trace, parent_span, flags = parent.strip().split("-")
-            ids, sampled = (parent_trace, span_id, parent_span, True), bool(int(flags, 16) & 1)
+            state = options.get("tracestate", "")
+            ids, sampled = (parent_trace, span_id, parent_span, True, state), bool(int(flags, 16) & 1)
         elif not parent and not trace_id and (current := CURRENT.get()) is not None:
-            ids, sampled = (current.trace_id, span_id, current.span_id, False), current.sampled
+            ids, sampled = (current.trace_id, span_id, current.span_id, False, current.tracestate), current.sampled
         else:  # a root: a new trace, or one whose id is derived from a run's
             trace_id = trace_id or f"{random.getrandbits(128) or 1:032x}"
-            ids, sampled = (trace_id, span_id, "", False), self._sampled(trace_id)
+            ids, sampled = (trace_id, span_id, "", False, ""), self._sampled(trace_id)
         start_ms = options.get("start_ms")
         span = RecordedSpan(
             self._ship, name, ids, sampled, KINDS[options.get("kind", "internal")],

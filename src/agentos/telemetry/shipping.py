@@ -29,7 +29,7 @@ from typing import IO, Any, Protocol
 
 import msgspec
 
-from agentos.telemetry.wire import SpanRecord, frame
+from agentos.telemetry.wire import SpanRecord, UnencodableValues, frame
 
 log = logging.getLogger("agentos.telemetry")
 
@@ -170,6 +170,7 @@ class ProcessSink:
         self._counts = counts
         self._argv = [sys.executable, "-m", "agentos.telemetry.otel", msgspec.json.encode(settings).decode()]
         self._encode = msgspec.msgpack.Encoder().encode
+        self._unencodable = UnencodableValues(self._encode)
         self._answered = threading.Condition()
         self._flushes_sent = 0
         self._flushes_done = 0
@@ -213,7 +214,11 @@ class ProcessSink:
             self._counts.failed += len(batch)
             return
         try:
-            self._write(b"B", self._encode(batch))
+            payload = self._encode(batch)
+        except (OverflowError, TypeError):  # a value MessagePack cannot carry: drop it, not the batch
+            payload = self._encode([self._unencodable.carried(record) for record in batch])
+        try:
+            self._write(b"B", payload)
         except OSError:  # it died as we wrote: the next batch starts another
             self._counts.failed += len(batch)
 
