@@ -85,6 +85,10 @@ _CROSS_FIELD = {
     ("/v1/collections/{name}/documents", "post"): "exactly one of content and content_base64, valid base64",
     ("/v1/runs/{run_id}/fork", "post"): "at_seq a finished step of that run; an edit that fits that step's kind",
     (
+        "/v1/admin/tenants/{tenant_id}/issuers",
+        "put",
+    ): "asymmetric algorithms only; the issuer's and JWKS URLs pass the outbound (SSRF) rules; no provider twice",
+    (
         "/v1/sessions/{session_id}/turns/{turn_id}/events",
         "get",
     ): "a Last-Event-ID `<turn_id>:<seq>` names the path's turn",
