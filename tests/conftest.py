@@ -16,6 +16,39 @@ from agentos.config import Settings, StoreConfig, load_settings
 from agentos.mock.server import MockServer, MockSettings, start_mock
 from agentos.testing import RunningServer, start_server
 
+# Files whose tests start clusters of nodes on the one PostgreSQL: a three-node cluster holds up
+# to 46 connections at its peak (measured), so three at once (one per xdist worker) pass the
+# server's 100 and a node's store calls fail as unavailable. They run as one unit of work, one
+# after another on one worker, beside the other files (~460 of the suite's ~2100 test-seconds).
+_CLUSTER_FILES = (
+    "tests/coordination/",
+    "tests/schedules/test_nodes.py",
+    "tests/schedules/test_crash.py",
+    "tests/agents/test_takeover.py",
+    "tests/e2e/test_pg_tenants.py",
+    "tests/e2e/test_knowledge_process.py",
+    "tests/bench/test_faults_cluster.py",
+    "tests/bench/test_sweep_nodes.py",
+    "tests/bench/test_arrival_deployment.py",
+)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook (absent without it)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """--dist loadfile, but the cluster files (`_CLUSTER_FILES`) are one unit of work.
+
+    (xdist's own `--dist loadgroup` cannot do it here: it renames items by `_nodeid`, which
+    pytest 9 no longer reads.)"""
+    from xdist.scheduler import LoadFileScheduling
+
+    class ClustersApart(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(_CLUSTER_FILES):
+                return "postgres-clusters"
+            return super()._split_scope(nodeid)
+
+    return ClustersApart(config, log)
+
 
 @pytest.fixture(autouse=True)
 def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
