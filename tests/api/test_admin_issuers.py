@@ -201,3 +201,25 @@ async def test_a_tenants_provider_closes_the_open_loopback_server(
         assert await status_of(http, server.url, idp.mint({"sub": "alice", "scope": "sessions:read"})) == 200
     finally:
         await server.close()
+
+
+async def test_removing_the_provider_revokes_the_browser_tokens_its_users_minted(
+    server: RunningServer, idp: IdentityProvider, http: aiohttp.ClientSession
+) -> None:
+    """A browser token a user minted follows its user's provider, as a key's follows the key."""
+    url = server.url
+    assert (await put(http, url, TENANT, provider(idp))).status == 200
+    alice = {"Authorization": f"Bearer {idp.mint({'sub': 'alice', 'scope': 'sessions:read sessions:write'})}"}
+    async with http.post(f"{url}/v1/sessions", json={}, headers=alice) as r:
+        assert r.status == 201, await r.text()
+        session_id = (await r.json())["id"]
+    async with http.post(f"{url}/v1/tokens", json={"session_ids": [session_id]}, headers=alice) as r:
+        assert r.status == 201, await r.text()
+        browser = {"Authorization": f"Bearer {(await r.json())['token']}"}
+    async with http.get(f"{url}/v1/sessions/{session_id}", headers=browser) as r:
+        assert r.status == 200, await r.text()
+    async with http.delete(f"{url}/v1/admin/tenants/{TENANT}/issuers", headers=ADMIN_HEADERS) as r:
+        assert r.status == 204
+    async with http.get(f"{url}/v1/sessions/{session_id}", headers=browser) as r:
+        refused = await expect_error(r, 401, "unauthorized")
+    assert "no longer trusts the identity provider" in refused["error"]["message"]

@@ -95,7 +95,8 @@ def create_app(services: Services, *, sse_keepalive_s: float = SSE_KEEPALIVE_S_D
     middlewares.append(browser_middleware(BrowserRules.from_settings(settings.server)))  # before auth: costs nothing
     loopback = is_loopback(settings.server.host)
     registry = services.tenants
-    tokens = BrowserTokens(SigningKeys(registry.pepper, now_ms=registry.now_ms), registry)
+    trusts = services.users.trusts if services.users is not None else None
+    tokens = BrowserTokens(SigningKeys(registry.pepper, now_ms=registry.now_ms), registry, trusts)
     gate = BrowserGate(tokens)
     middlewares.append(
         auth_middleware(settings.server.api_token, registry, loopback=loopback, browser=gate, users=services.users)

@@ -227,7 +227,9 @@ async def create_token(request: web.Request) -> web.Response:
     subject = who.subject if by_user else body.subject
     parent = "" if by_user else who.key_id
     assert parent is not None  # _minting_key
-    grant = Grant(who.tenant_id, parent, scopes, resources, subject, body.expires_in_s, by_user=by_user)
+    grant = Grant(
+        who.tenant_id, parent, scopes, resources, subject, body.expires_in_s, by_user=by_user, issuer=who.issuer
+    )
     minted = request.app[TOKENS].mint(grant)
     answer = {
         "token": minted.token,

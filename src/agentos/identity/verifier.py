@@ -121,6 +121,10 @@ class UserTokens:
         """Whether any identity provider is trusted (the config file's, or a tenant's)."""
         return bool(self._by_issuer)
 
+    def trusts(self, tenant_id: str, issuer: str) -> bool:
+        """Whether `issuer` still signs in users of `tenant_id` (the config file's or the admin API's)."""
+        return any(i.config.tenant == tenant_id for i in self._by_issuer.get(issuer, ()))
+
     def tenant_of(self, issuer: str, audience: str) -> str | None:
         """The tenant whose users a token of (`issuer`, `audience`) signs in; None: no one's."""
         found = (i for i in self._by_issuer.get(issuer, ()) if i.config.audience == audience)
@@ -255,6 +259,7 @@ class UserTokens:
             subject=subject,
             tenant_wide=ALL_SCOPE in granted,
             via=Via.USER,
+            issuer=config.issuer,
         )
         self._remember(token, _Verified(principal, float(claims["exp"]), issuer.keys, issuer.keys.generation, tenant))
         return principal

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import base64
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +65,7 @@ class Grant:
     subject: str | None = None
     lifetime_s: int = DEFAULT_LIFETIME_S
     by_user: bool = False  # minted by the end user `subject` (parent_key_id ""): sees only theirs
+    issuer: str | None = None  # by_user: the identity provider that signed the user in
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +114,14 @@ class BrowserTokens:
     tokens.authenticate(minted.token)   # -> Principal (via BROWSER), or Refused
     """
 
-    def __init__(self, keys: SigningKeys, registry: TenantRegistry) -> None:
+    def __init__(
+        self, keys: SigningKeys, registry: TenantRegistry, trusts: Callable[[str, str], bool] | None = None
+    ) -> None:
         self.keys = keys
         self._registry = registry
+        # (tenant, issuer): whether the tenant still trusts the provider that signed a user in
+        # (`UserTokens.trusts`); None: no provider is trusted at all.
+        self._trusts = trusts
         # A page presents one token many times; its signature is checked once. Only tokens that
         # verified are kept (a forged one costs its full check every time), and the time and the
         # parent key are checked on every use.
@@ -141,6 +147,7 @@ class BrowserTokens:
             claims["sub"] = grant.subject
         if grant.by_user:
             claims["pu"] = 1
+            claims["pi"] = grant.issuer or ""
         import jwt  # here: it loads cryptography (agentos.tenancy.signing says why)
 
         key = self.keys.current()
@@ -154,7 +161,8 @@ class BrowserTokens:
             return claims
         parent = str(claims["pk"])
         by_user = claims.get("pu") == 1 and isinstance(claims.get("sub"), str)
-        why = self._user_refusal(str(claims["tid"])) if by_user else self._parent_refusal(parent, str(claims["tid"]))
+        tenant_id = str(claims["tid"])
+        why = self._user_refusal(tenant_id, claims.get("pi")) if by_user else self._parent_refusal(parent, tenant_id)
         if why:
             return Refused(parent, why)
         try:
@@ -194,9 +202,15 @@ class BrowserTokens:
             return Refused("", f"invalid token ({type(exc).__name__})")
         return claims
 
-    def _user_refusal(self, tenant_id: str) -> str:
-        """Why a user's browser token is refused now ("" when it is not): its tenant is gone or disabled."""
-        return "" if self._registry.is_enabled(tenant_id) else "the tenant is disabled"
+    def _user_refusal(self, tenant_id: str, issuer: object) -> str:
+        """Why a user's browser token is refused now ("" when it is not): its tenant is gone or
+        disabled, or no longer trusts the identity provider that signed its user in (removing a
+        provider revokes what its users minted, as revoking a key revokes its tokens)."""
+        if not self._registry.is_enabled(tenant_id):
+            return "the tenant is disabled"
+        if not isinstance(issuer, str) or self._trusts is None or not self._trusts(tenant_id, issuer):
+            return "the tenant no longer trusts the identity provider of the token's user"
+        return ""
 
     def _parent_refusal(self, key_id: str, tenant_id: str) -> str:
         """Why the parent key no longer vouches for its tokens ("" when it does)."""

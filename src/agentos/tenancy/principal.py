@@ -63,6 +63,8 @@ class Principal:
     resources: for a browser token, the only resources it may touch, as (kind, id) pairs such as
         ("session", "s_...") or ("run", "r_..."); None: no narrowing beyond the owner rule.
     via: the kind of credential (key, user token, browser token).
+    issuer: for an end user, the identity provider (`iss`) that signed them in; a browser token a
+        user minted carries it on, and is refused once the tenant no longer trusts that provider.
     """
 
     tenant_id: str
@@ -73,6 +75,7 @@ class Principal:
     tenant_wide: bool = True
     resources: frozenset[tuple[str, str]] | None = None
     via: Via = Via.KEY
+    issuer: str | None = None
 
     @property
     def is_admin(self) -> bool:
