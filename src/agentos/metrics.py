@@ -236,6 +236,11 @@ class TracingCollector(_FiguresCollector[dict[str, int]]):
         s = self._statistics()
         yield from _counters("agentos_trace_spans_", _SPANS, lambda name: s.get(name, 0))
         yield GaugeMetricFamily("agentos_trace_queue", "Spans waiting for export", s.get("queued", 0))
+        yield CounterMetricFamily(
+            "agentos_trace_attribute_values_dropped",
+            "Span attribute values the export cannot carry (an int beyond 64 bits), dropped alone",
+            s.get("attribute_values_dropped", 0),
+        )
 
 
 class ForwardingCollector(_FiguresCollector[Any]):

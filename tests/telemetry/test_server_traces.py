@@ -256,3 +256,4 @@ async def test_the_exporters_counters_are_on_metrics(tmp_path: Any) -> None:
     for name in ("exported", "dropped", "failed"):
         assert f"agentos_trace_spans_{name}_total" in text
     assert "agentos_trace_queue" in text
+    assert "agentos_trace_attribute_values_dropped_total 0.0" in text

@@ -34,6 +34,8 @@ async def test_an_unencodable_attribute_costs_that_attribute_not_its_batch() -> 
             await asyncio.to_thread(tracing.shutdown)
         await sink.wait_for({"before", "chat mock-1", "after"})
     assert stats["failed"] == 0 and stats["exported"] == 3
+    # max_tokens, input_tokens, the list holding one, the event's: counted (agentos_trace_attribute_values_dropped)
+    assert stats["attribute_values_dropped"] == 4
     (chat,) = sink.named("chat mock-1")
     assert chat.attributes == {"gen_ai.request.model": "m", "gen_ai.usage.output_tokens": 3}
     assert chat.events == ["gen_ai.first_token"]

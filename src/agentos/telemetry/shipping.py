@@ -55,6 +55,7 @@ class Counts:
     def __init__(self) -> None:
         self.exported = 0
         self.failed = 0
+        self.values_dropped = 0  # attribute values the pipe cannot carry (`wire.UnencodableValues`)
 
 
 class Shipper:
@@ -116,7 +117,13 @@ class Shipper:
 
     def statistics(self) -> dict[str, int]:
         c = self.counts
-        return {"exported": c.exported, "dropped": self.dropped, "failed": c.failed, "queued": len(self._queue)}
+        return {
+            "exported": c.exported,
+            "dropped": self.dropped,
+            "failed": c.failed,
+            "queued": len(self._queue),
+            "attribute_values_dropped": c.values_dropped,
+        }
 
     def close(self) -> None:
         self._stop = True
@@ -217,6 +224,7 @@ class ProcessSink:
             payload = self._encode(batch)
         except (OverflowError, TypeError):  # a value MessagePack cannot carry: drop it, not the batch
             payload = self._encode([self._unencodable.carried(record) for record in batch])
+            self._counts.values_dropped = self._unencodable.dropped
         try:
             self._write(b"B", payload)
         except OSError:  # it died as we wrote: the next batch starts another
