@@ -11,6 +11,7 @@ import msgspec
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
+from agentos.telemetry import otlp
 from agentos.telemetry.otlp import SpanEncoder
 from agentos.telemetry.wire import KINDS, STATUS_ERROR, SpanRecord
 from tests.telemetry.otlp_sink import received
@@ -76,6 +77,7 @@ def test_the_encoding_is_the_sdks_for_the_same_spans(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=test,region=eu")
+    monkeypatch.setattr(otlp, "DROPS", otlp._DropLog())  # nothing logged yet in this process
     # through MessagePack as the pipe carries them: lists, not tuples, and msgpack's own types
     records = msgspec.msgpack.decode(msgspec.msgpack.encode(RECORDS), type=list[tuple[Any, ...]])
     with caplog.at_level(logging.ERROR):
@@ -90,3 +92,16 @@ def test_the_encoding_is_the_sdks_for_the_same_spans(
     assert span.resource["service.name"] == "agentos-test" and span.resource["service.instance.id"] == "node-1"
     assert span.resource["region"] == "eu"
     assert "'big' not encoded" in caplog.text
+
+
+def test_dropped_attributes_are_logged_once_a_minute_and_all_counted(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tenant can send an unencodable value with every request: one line, every drop counted."""
+    monkeypatch.setattr(otlp, "DROPS", otlp._DropLog())
+    spans = [_record(f"chat {i}", f"{i + 1:016x}", attributes={"big": 2**63, "ok": i}) for i in range(3)]
+    with caplog.at_level(logging.ERROR):
+        request = SpanEncoder("agentos-test", "node-1")(spans)
+    assert [s.attributes for s in received(request)] == [{"ok": i} for i in range(3)]
+    assert otlp.DROPS.dropped == 3
+    assert caplog.text.count("not encoded") == 1

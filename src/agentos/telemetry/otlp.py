@@ -13,6 +13,7 @@ records both ways and asserts equal messages.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -25,6 +26,9 @@ from opentelemetry.semconv.schemas import Schemas
 from agentos.telemetry.wire import STATUS_ERROR, SpanRecord
 
 log = logging.getLogger("agentos.telemetry")
+# A tenant can put an unencodable value into some attributes with every request: one line a
+# minute says so, not one per span.
+DROP_LOG_INTERVAL_S = 60.0
 
 # The semantic conventions the attribute names follow (the GenAI ones from the incubating module
 # of opentelemetry-semantic-conventions 0.66b2, pinned with the SDK): every span's scope says so.
@@ -116,9 +120,27 @@ _SETTERS: dict[type, Callable[[AnyValue, Any], None]] = {
 }
 
 
+class _DropLog:
+    """The dropped attributes' log line, at most once per `DROP_LOG_INTERVAL_S`."""
+
+    def __init__(self) -> None:
+        self.dropped = 0
+        self._logged_at = -DROP_LOG_INTERVAL_S
+
+    def dropped_one(self, key: str) -> None:
+        self.dropped += 1
+        now = time.monotonic()
+        if now - self._logged_at >= DROP_LOG_INTERVAL_S:
+            self._logged_at = now
+            log.exception("attribute %r not encoded (%d dropped so far; logged once a minute)", key, self.dropped)
+
+
+DROPS = _DropLog()
+
+
 def _set_attributes(target: Any, attributes: Mapping[str, Any]) -> None:
     """`attributes` appended to a repeated `KeyValue` field; one that cannot be encoded (an int
-    beyond 64 bits, a stray type) is left out and logged, as the SDK does."""
+    beyond 64 bits, a stray type) is left out and logged (`DROPS`), as the SDK does."""
     for key, value in attributes.items():
         pair: KeyValue = target.add()
         pair.key = key
@@ -126,7 +148,7 @@ def _set_attributes(target: Any, attributes: Mapping[str, Any]) -> None:
             _set_value(pair.value, value)
         except Exception:
             del target[-1]
-            log.exception("attribute %r not encoded", key)
+            DROPS.dropped_one(key)
 
 
 class SpanEncoder:
