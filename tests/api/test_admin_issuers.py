@@ -93,7 +93,7 @@ async def test_a_provider_set_over_the_api_signs_users_in_until_removed(
         assert r.status == 204
     assert await status_of(http, url, token) == 401  # the verified token is not kept past the change
     async with http.get(f"{url}/v1/admin/tenants/{TENANT}/issuers", headers=ADMIN_HEADERS) as got:
-        assert (await got.json())["issuers"] == []
+        assert (await got.json())["issuers"] == [] and (await got.json())["from_config"] == []
 
 
 async def test_another_node_trusts_and_drops_the_provider_as_it_hears_of_the_tenant(
@@ -223,3 +223,20 @@ async def test_removing_the_provider_revokes_the_browser_tokens_its_users_minted
     async with http.get(f"{url}/v1/sessions/{session_id}", headers=browser) as r:
         refused = await expect_error(r, 401, "unauthorized")
     assert "no longer trusts the identity provider" in refused["error"]["message"]
+
+
+async def test_the_config_files_providers_are_shown_apart_and_a_put_leaves_them(
+    tmp_path: Path, mock: MockServer, idp: IdentityProvider, http: aiohttp.ClientSession
+) -> None:
+    configured = {"tenant": TENANT, "issuer": "https://login.example.com/", "audience": "acme-app"}
+    identity = {**NODE["identity"], "issuers": [configured]}
+    running = await serve(tmp_path / "a", mock, {}, **{**NODE, "identity": identity})
+    try:
+        await create_tenant_key(running.url, ADMIN, tenant_id=TENANT)
+        assert (await put(http, running.url, TENANT, provider(idp))).status == 200
+        async with http.get(f"{running.url}/v1/admin/tenants/{TENANT}/issuers", headers=ADMIN_HEADERS) as got:
+            shown = await got.json()
+    finally:
+        await running.close()
+    assert [i["issuer"] for i in shown["issuers"]] == [idp.issuer]
+    assert [(i["issuer"], i["audience"]) for i in shown["from_config"]] == [("https://login.example.com/", "acme-app")]

@@ -13,7 +13,7 @@ import msgspec
 from aiohttp import web
 
 from agentos.api.body import page_limit, query_text, read_body
-from agentos.api.keys import TENANTS, USERS
+from agentos.api.keys import SETTINGS, TENANTS, USERS
 from agentos.api.routes import BAD_BODY, Answer, Schema, json, listing, query, refines, tagged
 from agentos.api.sessions import json_response, page_response
 from agentos.config.tenants import Budget, TenantLimits
@@ -75,10 +75,12 @@ class IssuersPut(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class TenantIssuers(msgspec.Struct):
-    """The identity providers set for a tenant over this API (the config file's are not listed)."""
+    """A tenant's identity providers: `issuers`, set over this API (a PUT replaces them), and
+    `from_config`, the config file's `[[identity.issuers]]` for the tenant (read-only here)."""
 
     tenant_id: str
     issuers: list[IssuerSetting]
+    from_config: list[IssuerSetting] = msgspec.field(default_factory=list)
 
 
 def _ranges() -> dict[str, Any]:
@@ -280,19 +282,22 @@ _ISSUERS_ERRORS: dict[int, Any] = (
 )
 
 
-def _issuers_of(tenant_id: str, registry: TenantRegistry) -> TenantIssuers:
-    issuers = registry.tenant(tenant_id).issuers
-    return TenantIssuers(tenant_id, [IssuerSetting.of(issuer) for issuer in issuers])
+def _issuers_of(request: web.Request, tenant_id: str) -> TenantIssuers:
+    issuers = _registry(request).tenant(tenant_id).issuers
+    configured = [i for i in request.app[SETTINGS].identity.issuers if i.tenant == tenant_id]
+    return TenantIssuers(
+        tenant_id, [IssuerSetting.of(issuer) for issuer in issuers], [IssuerSetting.of(i) for i in configured]
+    )
 
 
 @routes.get("/v1/admin/tenants/{tenant_id}/issuers")
 @operation(
-    "A tenant's identity providers (those set over this API)",
+    "A tenant's identity providers (those set over this API, and the config file's)",
     answers={200: json("The tenant's identity providers", TenantIssuers)},
     errors=_UNKNOWN_TENANT,
 )
 async def get_issuers(request: web.Request) -> web.Response:
-    return json_response(_issuers_of(request.match_info["tenant_id"], _registry(request)))
+    return json_response(_issuers_of(request, request.match_info["tenant_id"]))
 
 
 @routes.put("/v1/admin/tenants/{tenant_id}/issuers")
@@ -315,7 +320,7 @@ async def put_issuers(request: web.Request) -> web.Response:
         if holder is not None and holder != tenant_id:
             raise IssuerTaken(issuer.issuer, issuer.audience, holder)
     await registry.set_issuers(tenant_id, issuers)
-    return json_response(_issuers_of(tenant_id, registry))
+    return json_response(_issuers_of(request, tenant_id))
 
 
 @routes.delete("/v1/admin/tenants/{tenant_id}/issuers")
