@@ -20,7 +20,7 @@ from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, eventually
 from agentos.testing.tenants import create_tenant_key
 from tests.api.helpers import expect_error
-from tests.identity.idp import IdentityProvider, start_idp
+from tests.identity.idp import IdentityProvider, idp_fixture  # noqa: F401  (the fixture `idp`)
 from tests.triggers.webhooks import (
     backend,  # noqa: F401  (the fixture: both store backends)
     serve,
@@ -32,13 +32,6 @@ TENANT = "acme"
 PEPPER = "the-same-pepper-on-every-node-of-this-test"  # keys hashed on one node check on the other
 NODE = {"server": {"api_token": ADMIN}, "identity": {"allow_loopback": True}, "security": {"key_pepper": PEPPER}}
 PROPAGATION_S = 10.0  # a change on one node reaches the other through PostgreSQL's NOTIFY
-
-
-@pytest.fixture
-async def idp() -> AsyncIterator[IdentityProvider]:
-    provider = await start_idp()
-    yield provider
-    await provider.close()
 
 
 @pytest.fixture

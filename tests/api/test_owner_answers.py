@@ -19,7 +19,7 @@ from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
 from agentos.testing.tenants import create_tenant_key
 from tests.api.helpers import assert_documented
-from tests.identity.idp import IdentityProvider, start_idp
+from tests.identity.idp import IdentityProvider, idp_fixture  # noqa: F401  (the fixture `idp`)
 from tests.triggers.webhooks import (
     backend,  # noqa: F401  (the fixture: both store backends)
     run_outcome,
@@ -29,13 +29,6 @@ from tests.triggers.webhooks import (
 ADMIN = "admin-token"
 TENANT = "acme"
 SCOPES = "sessions:read sessions:write runs:read runs:write schedules:read schedules:write"
-
-
-@pytest.fixture
-async def idp() -> AsyncIterator[IdentityProvider]:
-    provider = await start_idp()
-    yield provider
-    await provider.close()
 
 
 @pytest.fixture

@@ -22,20 +22,13 @@ from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, eventually, start_server
 from tests.api.helpers import expect_error
 from tests.coordination.conftest import REDIS_URL
-from tests.identity.idp import IdentityProvider, start_idp
+from tests.identity.idp import IdentityProvider, idp_fixture  # noqa: F401  (the fixture `idp`)
 from tests.identity.test_user_tokens import new_session, started_turn
 
 TENANT = "acme"
 SCOPES = "sessions:read sessions:write runs:read runs:write"
 HI = {"input": "hi"}
 Nodes = Callable[..., Awaitable[list[RunningServer]]]
-
-
-@pytest.fixture
-async def idp() -> AsyncIterator[IdentityProvider]:
-    provider = await start_idp()
-    yield provider
-    await provider.close()
 
 
 @pytest.fixture

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
+import pytest
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
@@ -119,3 +121,11 @@ async def start_idp(*, audience: str = "agentos", max_age_s: int = 300) -> Ident
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     idp.url = f"http://127.0.0.1:{port}"
     return idp
+
+
+@pytest.fixture(name="idp")
+async def idp_fixture() -> AsyncIterator[IdentityProvider]:
+    """`idp`: a provider on loopback for one test (a module imports `idp_fixture` to use it)."""
+    provider = await start_idp()
+    yield provider
+    await provider.close()

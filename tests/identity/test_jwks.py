@@ -14,7 +14,7 @@ from agentos.config.identity import IdentityConfig, IssuerConfig
 from agentos.identity import Fetcher, identity_policy
 from agentos.identity.jwks import KeySource
 from agentos.outbound import OutboundPolicy
-from tests.identity.idp import IdentityProvider, start_idp
+from tests.identity.idp import IdentityProvider, idp_fixture  # noqa: F401  (the fixture `idp`)
 
 
 class Clock:
@@ -23,13 +23,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-async def idp() -> AsyncIterator[IdentityProvider]:
-    provider = await start_idp(max_age_s=300)
-    yield provider
-    await provider.close()
 
 
 def config(**changes: float) -> IdentityConfig:
