@@ -54,6 +54,7 @@ async def test_a_burst_of_deliveries_each_runs_exactly_once(
             assert metric(text, 'agentos_trigger_deliveries_total{outcome="accepted"}') == DELIVERIES
             return metric(text, "agentos_trigger_runs_started_total") == DELIVERIES
 
-        await eventually(all_marked_started, what="every delivery marked started")
+        # A loaded CI machine marks them late; a lost mark never arrives at all.
+        await eventually(all_marked_started, what="every delivery marked started", timeout_s=30.0)
     finally:
         await server.close()
