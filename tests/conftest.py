@@ -17,8 +17,8 @@ from agentos.mock.server import MockServer, MockSettings, start_mock
 from agentos.testing import RunningServer, start_server
 
 # Files whose tests start clusters of nodes on the one PostgreSQL: a three-node cluster holds up
-# to 46 connections at its peak (measured), so three at once (one per xdist worker) pass the
-# server's 100 and a node's store calls fail as unavailable. They run as one unit of work, one
+# to 46 connections at its peak (measured), so two or three at once (one per xdist worker) reach
+# the server's 100 and a node's store calls fail as unavailable. They run as one unit of work, one
 # after another on one worker, beside the other files (~460 of the suite's ~2100 test-seconds).
 _CLUSTER_FILES = (
     "tests/coordination/",

@@ -19,7 +19,8 @@ async def test_direct_point_row() -> None:
     try:
         async with bench_http_session() as http:
             # a warm-up long enough that its turns, if counted, would show in the rate
-            plan = PointPlan(concurrency=3, warmup_s=0.3, duration_s=0.5, turn_timeout_s=5.0)
+            # two seconds: a busy CI machine stalled a half-second window to no turn at all
+            plan = PointPlan(concurrency=3, warmup_s=0.3, duration_s=2.0, turn_timeout_s=5.0)
             result = await run_point(DirectTarget(server.url), http, plan, Probes(mock_base_url=base))
     finally:
         await server.close()
