@@ -17,7 +17,6 @@ import pytest
 
 from agentos.config import StoreConfig
 from agentos.mock.server import MockServer
-from agentos.runtime.forwarding import QUIET_S
 from agentos.testing import sse_events
 from tests.api.helpers import SSE, new_session, turn_events
 from tests.api.test_websocket import ended, receive_until
@@ -26,6 +25,8 @@ from tests.coordination.conftest import REDIS_URL
 
 pytest.importorskip("asyncpg")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+_QUIET_S = 3.0  # coordination.forward_quiet_s for the node-lost test (the default 15 s, shortened)
 
 AGENTS = """
 [agents.ops]
@@ -196,9 +197,11 @@ async def test_a_turn_queued_on_a_node_that_dies_ends_node_lost(
     tmp_path: Path, mock_factory: Any, pg: StoreConfig, prefix: str, http: aiohttp.ClientSession
 ) -> None:
     """Kill -9 of the node holding B's queued turn: B's client is told `node_lost` once the turn
-    was quiet for `QUIET_S` and no node says it lives, instead of waiting for ever."""
+    was quiet for `coordination.forward_quiet_s` and no node says it lives, instead of waiting
+    for ever."""
     mock: MockServer = await mock_factory(ttft_ms=60_000, tps=200, tokens=3)  # "first" never ends
-    async with serve_nodes(2, tmp_path, mock.url, node_env(pg, REDIS_URL, prefix)) as (a, b):
+    env = node_env(pg, REDIS_URL, prefix) | {"AGENTOS_COORDINATION_FORWARD_QUIET_S": str(_QUIET_S)}
+    async with serve_nodes(2, tmp_path, mock.url, env) as (a, b):
         sid = await new_session(http, a.url)
         first = asyncio.create_task(turn_events(http, a.url, sid, "first"))
         await mock.stats.wait_for(lambda s: s.requests == 1, what="turn 1 upstream")
@@ -206,7 +209,7 @@ async def test_a_turn_queued_on_a_node_that_dies_ends_node_lost(
         queued = asyncio.create_task(stream_turn(http, b.url, sid, "second", "enqueue", in_queue))
         await asyncio.wait_for(in_queue.wait(), 10)
         await a.kill()
-        events = await asyncio.wait_for(queued, QUIET_S + 15)
+        events = await asyncio.wait_for(queued, _QUIET_S + 15)
         first.cancel()
         await asyncio.gather(first, return_exceptions=True)  # its node is gone: no answer to wait for
     assert [e.name for e in events] == ["turn.queued", "turn.failed"]

@@ -16,6 +16,7 @@ from tests.triggers.webhooks import Answer, Sender, backends, create_trigger, me
 
 DELIVERIES = 1000
 AT_ONCE = 50
+RETRIES = 5
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -35,8 +36,15 @@ async def test_a_burst_of_deliveries_each_runs_exactly_once(
         gate = asyncio.Semaphore(AT_ONCE)
 
         async def send(i: int) -> Answer:
-            async with gate:
-                return await sender.send({"i": i}, f"burst-{i}")
+            # As a webhook sender does: a 503 (the store slow on a saturated machine) is sent
+            # again with the same webhook-id after its Retry-After; it must still run once.
+            for _ in range(RETRIES):
+                async with gate:
+                    answer = await sender.send({"i": i}, f"burst-{i}")
+                if answer.status != 503:
+                    return answer
+                await asyncio.sleep(1.0)  # the sender's back-off before it sends again
+            return answer
 
         answers = await asyncio.gather(*(send(i) for i in range(DELIVERIES)))
         assert {a.status for a in answers} == {202}

@@ -49,6 +49,9 @@ class CoordinationConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     # store.backend = "postgres": a node owns each of its runs through a lease this long (renewed
     # every third of it); a run whose owner stopped renewing is taken over by another node
     run_lease_s: PosFloat = 15.0
+    # store.backend = "postgres" with Redis: a turn queued on (or forwarded to) another node that
+    # sends nothing this long is asked after there; no node answering for it ends it `node_lost`
+    forward_quiet_s: PosFloat = 15.0
 
 
 class RetentionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -20,12 +20,13 @@ events from there (`TurnStreams`, as any follower on another node does).
   refuses it with `409 turn_in_progress`, as without a bus.
 - A cancel by id (`DELETE /v1/sessions/{id}/turns/{turn_id}`, or the client of a forwarded turn
   leaving) goes the same way: the node where the turn lives cancels it and replies. So does
-  "alive": a forwarded turn quiet for `QUIET_S` (queued behind a long turn) is asked after; when
-  no node says it lives (twice), its stream ends `turn.failed` `node_lost`.
+  "alive": a forwarded turn quiet for `coordination.forward_quiet_s` (queued behind a long
+  turn) is asked after; when no node says it lives (twice), its stream ends `turn.failed`
+  `node_lost`.
 
 What is not guaranteed: a queued turn lives in the memory of the node that runs its session's
 turn, as on one node. If that node dies, the turns queued there are lost with it (nothing of
-them was written but `turn.queued`); their clients hear `node_lost` within about 20 s.
+them was written but `turn.queued`); their clients hear `node_lost` within about `forward_quiet_s` + 5 s.
 
 Two rooms here: `TurnForwarding` is the wire (requests and replies on the bus), and
 `ForwardedTurns` the turns that cross it, asked for by `agentos.runtime.turns.Turns`, which it
@@ -68,7 +69,6 @@ log = logging.getLogger("agentos.turns")
 
 CHANNEL = "turn-forward"
 ASK_S = 2.0  # how long the asking node waits for the running node's reply
-QUIET_S = 15.0  # a turn run by another node that sends nothing this long: is it still alive there?
 _NODE_LOST = "the node that held this turn is gone, and the turn with it; send it again"
 
 
@@ -240,13 +240,16 @@ class ForwardedTurns:
         bus: Bus | None,
         *,
         fencing: bool,
+        quiet_s: float = 15.0,
     ) -> None:
         """`fencing`: the store knows which node runs a session's turn (PostgreSQL); without it
-        no turn crosses nodes."""
+        no turn crosses nodes. `quiet_s`: a turn run by another node that sends nothing this
+        long is asked after (is it still alive there?)."""
         self._turns = turns
         self._clock = clock
         self._streams = streams
         self._fencing = fencing
+        self._quiet_s = quiet_s
         self._link = TurnForwarding(bus, self._serve)
         self._elsewhere: dict[str, Following] = {}  # turns asked here, admitted and run by another node
         self._serving: set[asyncio.Task[None]] = set()  # turns other nodes asked for, run here
@@ -339,7 +342,7 @@ class ForwardedTurns:
         following, last, ended = self._elsewhere[turn.turn_id], 0, False
         try:
             while not ended:
-                last, ended = await self._pump(turn, following, sink, last, QUIET_S)
+                last, ended = await self._pump(turn, following, sink, last, self._quiet_s)
                 if ended or await self._lives_elsewhere(turn):
                     continue
                 # Gone from every node; it may have ended just before, its end missed live: the store says.

@@ -106,7 +106,17 @@ class Runtime:
         agents = AgentTurns(runs, store, history) if runs is not None else None
         self.streams = TurnStreams(store, bus, live=lambda turn_id: self._turns.get(turn_id) is not None)
         self._turns = Turns(
-            driver, store, metrics, self.clock, self.sessions, chat, agents, self.streams, bus, tracing=tracing
+            driver,
+            store,
+            metrics,
+            self.clock,
+            self.sessions,
+            chat,
+            agents,
+            self.streams,
+            bus,
+            tracing=tracing,
+            forward_quiet_s=settings.coordination.forward_quiet_s,
         )
         # Admit a turn (or raise ShuttingDown / SessionNotFound / AdmissionRejected): `Turns.start`
         # itself, so its signature and documentation are stated once.

@@ -88,6 +88,7 @@ class Turns:
         streams: TurnStreams | None = None,
         bus: Bus | None = None,
         tracing: Tracing = NO_TRACING,
+        forward_quiet_s: float = 15.0,
     ) -> None:
         self._tracing = tracing
         self._driver = driver
@@ -109,7 +110,9 @@ class Turns:
         driver.on(DeliverSteer, self._on_deliver)
         self.epochs = TurnEpochs(driver, store, bus, self.get)
         # Turns that must wait for another node's turn of their session go there (with a bus).
-        self.forwarding = ForwardedTurns(self, clock, streams, bus, fencing=self.epochs.fencing)
+        self.forwarding = ForwardedTurns(
+            self, clock, streams, bus, fencing=self.epochs.fencing, quiet_s=forward_quiet_s
+        )
 
     def __len__(self) -> int:
         return len(self._turns)
