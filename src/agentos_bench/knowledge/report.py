@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agentos_bench.knowledge.plan import CHUNK_OVERLAP, CHUNK_TOKENS, TARGET_P95_MS, TARGET_RECALL, KnowledgePlan
-from agentos_bench.report.document import SCHEMA_VERSION, _header
+from agentos_bench.report.document import SCHEMA_VERSION, opening
 from agentos_bench.report.machine import report_head
 from agentos_bench.report.output import claim_stem, write_json
 from agentos_bench.report.stats import cell
@@ -140,8 +140,7 @@ def _part_lines(report: dict[str, Any]) -> list[str]:
 def knowledge_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
     s = report["summary"]
     plan = report["plan"]
-    lines = [f"# Knowledge: ingest, query latency, recall, index memory ({report['created_utc'][:10]})", ""]
-    lines += _header(report)
+    lines = opening("Knowledge: ingest, query latency, recall, index memory", report)
     lines += [f"- **Corpus:** made-up words with a Zipf-like frequency, about 300 tokens per document, chunks of "
               f"{CHUNK_TOKENS} tokens with {CHUNK_OVERLAP} of overlap, {plan['dimensions']} dimensions; metadata "
               "`group` g0..g9 (the filter keeps one: a tenth of the documents); queries are 8 consecutive words of "
