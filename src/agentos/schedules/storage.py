@@ -18,6 +18,7 @@ fire only while the given owner holds it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any, Protocol
 
 from agentos.schedules.records import FireRow, FireStatus, ScheduleRow
@@ -91,6 +92,7 @@ SCHEDULE_COLUMNS = (
 FIRE_COLUMNS = "schedule_id, slot_ms, tenant_id, run_id, status, updated_ms, reason"
 SELECT_SCHEDULES = f"SELECT {SCHEDULE_COLUMNS} FROM schedules"
 SELECT_FIRES = f"SELECT {FIRE_COLUMNS} FROM schedule_fires"
+_SCHEDULE_VALUES = attrgetter(*SCHEDULE_COLUMNS.split(", "))  # a ScheduleRow's fields are named as its columns
 SETTLED = "('finished', 'skipped', 'failed')"
 # A fire is inserted leased to the node that decided it, for this long: that node starts it at
 # once (milliseconds); should it die first, another node's claim takes the fire after this.
@@ -113,22 +115,9 @@ def inserts(mark: Callable[[int], str]) -> tuple[str, str]:
 
 
 def schedule_values(s: ScheduleRow) -> tuple[Any, ...]:
-    return (
-        s.schedule_id,
-        s.tenant_id,
-        s.agent,
-        s.input,
-        s.cron,
-        s.zone,
-        s.every_s,
-        s.max_runs_in_flight,
-        s.overlap,
-        s.misfire,
-        s.paused,
-        s.created_ms,
-        s.cursor_ms,
-        s.owner,
-    )
+    """The values of `SCHEDULE_COLUMNS` for `s` (its fields are named as the columns)."""
+    values: tuple[Any, ...] = _SCHEDULE_VALUES(s)
+    return values
 
 
 def fire_values(f: FireRow) -> tuple[Any, ...]:
