@@ -1,5 +1,6 @@
 """`wait_event` never swallows a cancel, even one that meets the event or the timeout;
-`wait_tasks` cancels what is still running when its time is up.
+`wait_tasks` cancels what is still running when its time is up; a `Mailbox` reader wakes for
+each item and ends once it is closed and empty.
 
 Each race is staged step by step on the loop (`sleep(0)` only yields), so the outcome is
 deterministic; `asyncio.wait_for` loses the cancel in the first race on Python 3.11.
@@ -11,7 +12,7 @@ import asyncio
 
 import pytest
 
-from agentos.waiting import IdlePoll, wait_event, wait_tasks
+from agentos.waiting import IdlePoll, Mailbox, wait_event, wait_tasks
 
 
 class _Waiter:
@@ -117,3 +118,27 @@ async def test_wait_tasks_cancels_only_what_outlives_the_timeout() -> None:
     assert cancelled == {stuck} and stuck.cancelled()
     assert quick.done() and not quick.cancelled() and isinstance(failed.exception(), ValueError)
     assert await wait_tasks([], timeout_s=0.05) == set()
+
+
+async def test_a_mailbox_reader_waits_for_each_item_and_ends_once_closed_and_empty() -> None:
+    box: Mailbox[int] = Mailbox()
+    reader = asyncio.create_task(box.get())
+    await asyncio.sleep(0)  # yields once: the reader now waits
+    assert not reader.done()
+    box.put(1)
+    assert await reader == 1
+    box.put(2)
+    box.put(3)
+    box.close()
+    assert len(box) == 2
+    assert [await box.get(), await box.get(), await box.get()] == [2, 3, None]  # the items first, then the end
+
+
+async def test_a_cleared_and_closed_mailbox_wakes_its_reader_with_none() -> None:
+    box: Mailbox[int] = Mailbox()
+    reader = asyncio.create_task(box.get())
+    await asyncio.sleep(0)
+    box.put(1)
+    box.clear()
+    box.close()
+    assert await reader is None

@@ -1,5 +1,6 @@
 """Waiting with a timeout, without ever swallowing a cancel: for an `asyncio.Event`
-(`wait_event`), and for tasks that are cancelled once the time is up (`wait_tasks`).
+(`wait_event`), and for tasks that are cancelled once the time is up (`wait_tasks`); and a
+reader's wait for the next of the items sync code hands it (`Mailbox`).
 
 Python 3.11's `asyncio.wait_for` runs the wait as a task of its own; when a cancel reaches the
 caller in the same loop step as that task completes (the event was set, or the timeout fired),
@@ -14,10 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+from collections import deque
 from collections.abc import Collection
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-__all__ = ["IdlePoll", "cancel_and_wait", "wait_event", "wait_tasks"]
+__all__ = ["IdlePoll", "Mailbox", "cancel_and_wait", "wait_event", "wait_tasks"]
+
+T = TypeVar("T")
 
 
 async def wait_event(event: asyncio.Event, timeout_s: float | None) -> bool:
@@ -66,6 +70,43 @@ async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+class Mailbox(Generic[T]):
+    """The items sync code hands one async reader, in order: `put` never waits, `get` waits for
+    the next item. After `close`, `get` answers None once no item is left. The holder bounds it
+    (`len`, `clear`): a live event stream's subscriber, its queue full, drops what it holds and
+    tells its reader to catch up from the source instead of growing memory."""
+
+    __slots__ = ("_items", "_ready", "closed")
+
+    def __init__(self) -> None:
+        self._items: deque[T] = deque()
+        self._ready = asyncio.Event()
+        self.closed = False
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, item: T) -> None:
+        self._items.append(item)
+        self._ready.set()
+
+    def clear(self) -> None:
+        self._items.clear()
+
+    def close(self) -> None:
+        self.closed = True
+        self._ready.set()
+
+    async def get(self) -> T | None:
+        """The next item, waiting for one; None once closed with none left."""
+        while not self._items:
+            if self.closed:
+                return None
+            self._ready.clear()  # before the wait: a put after the check sets it again
+            await self._ready.wait()
+        return self._items.popleft()
 
 
 class IdlePoll:

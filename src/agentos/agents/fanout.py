@@ -11,10 +11,11 @@ one, and never grows memory past the bound.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from agentos.waiting import Mailbox
 
 DEFAULT_MAX_QUEUED = 256
 
@@ -39,11 +40,10 @@ class Bridge(Protocol):
 
 
 class Subscription:
-    __slots__ = ("_events", "_ready", "_max", "behind")
+    __slots__ = ("_events", "_max", "behind")
 
     def __init__(self, max_queued: int) -> None:
-        self._events: deque[RunEvent] = deque()
-        self._ready = asyncio.Event()
+        self._events: Mailbox[RunEvent] = Mailbox()
         self._max = max_queued
         self.behind = False  # the queue overflowed: re-read the journal
 
@@ -51,26 +51,19 @@ class Subscription:
         if self.behind:
             return
         if len(self._events) >= self._max:
-            self._events.clear()
-            self.behind = True
+            self.fall_behind()
         else:
-            self._events.append(event)
-        self._ready.set()
+            self._events.put(event)
 
     def fall_behind(self) -> None:
         """Events may have been lost (the bus reconnected): the reader re-reads the journal."""
         self._events.clear()
         self.behind = True
-        self._ready.set()
+        self._events.close()
 
     async def get(self) -> RunEvent | None:
         """The next event, or None when the subscription fell behind."""
-        while not self._events:
-            if self.behind:
-                return None
-            self._ready.clear()
-            await self._ready.wait()
-        return self._events.popleft()
+        return await self._events.get()
 
 
 class Fanout:

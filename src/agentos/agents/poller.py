@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 from agentos.errors import StoreUnavailable
 from agentos.waiting import cancel_and_wait, wait_event
@@ -80,6 +80,22 @@ class RunPoller(Generic[StorageT, ConfigT, MetricsT]):
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+
+    @classmethod
+    def on_this_node(
+        cls,
+        settings: Settings,
+        storage: StorageT,
+        runs: PolledRuns,
+        config: ConfigT,
+        now_ms: Callable[[], int],
+        metrics: MetricsT,
+        *,
+        tenant_enabled: Callable[[str], bool],
+    ) -> Self:
+        """The poller of this node's service: its leases under this node's owner (`lease_owner`)."""
+        owner, reclaim = lease_owner(settings)
+        return cls(storage, runs, config, owner, now_ms, metrics, tenant_enabled=tenant_enabled, reclaim=reclaim)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name=self.task_name)

@@ -26,7 +26,6 @@ A run driven by another node (PostgreSQL clusters) reaches only that node's list
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -41,6 +40,7 @@ from agentos.api.sse import SSEStream, failures_as_events
 from agentos.clock import wall_ms
 from agentos.metrics import Metrics
 from agentos.tenancy.principal import Principal, Scope, principal
+from agentos.waiting import Mailbox
 
 routes = web.RouteTableDef()
 operation = tagged("server")
@@ -57,35 +57,29 @@ def me(who: Principal) -> dict[str, Any]:
 class Listener:
     """One tab's queue of events; iterate it to read them (it ends when the hub closes)."""
 
-    __slots__ = ("who", "_items", "_ready", "_closed")
+    __slots__ = ("who", "_items")
 
     def __init__(self, who: Principal) -> None:
         self.who = who
-        self._items: deque[Item] = deque()
-        self._ready = asyncio.Event()
-        self._closed = False
+        self._items: Mailbox[Item] = Mailbox()
 
     def offer(self, name: str, data: dict[str, Any]) -> None:
         if len(self._items) >= MAX_QUEUED:  # not read: drop it all, the tab reloads instead
             self._items.clear()
             name, data = "resync", {}
-        self._items.append((name, data))
-        self._ready.set()
+        self._items.put((name, data))
 
     def close(self) -> None:
-        self._closed = True
-        self._ready.set()
+        self._items.close()
 
     def __aiter__(self) -> Listener:
         return self
 
     async def __anext__(self) -> Item:
-        while not self._items:
-            if self._closed:
-                raise StopAsyncIteration
-            self._ready.clear()
-            await self._ready.wait()
-        return self._items.popleft()
+        item = await self._items.get()
+        if item is None:
+            raise StopAsyncIteration
+        return item
 
 
 class ConsoleHub:

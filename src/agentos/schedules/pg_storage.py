@@ -25,13 +25,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-_SELECT = f"SELECT {storage.SCHEDULE_COLUMNS} FROM schedules"
-_SELECT_FIRE = f"SELECT {storage.FIRE_COLUMNS} FROM schedule_fires"
-_INSERT = f"INSERT INTO schedules ({storage.SCHEDULE_COLUMNS}) VALUES ({', '.join(f'${i}' for i in range(1, 15))})"
-_INSERT_FIRE = (
-    f"INSERT INTO schedule_fires ({storage.FIRE_COLUMNS}, lease_owner, lease_until_ms)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (schedule_id, slot_ms) DO NOTHING"
-)
+_INSERT, _INSERT_FIRE = storage.inserts(lambda n: f"${n}")
 _CLAIM = f"""
 WITH due AS MATERIALIZED (
     SELECT schedule_id, slot_ms FROM schedule_fires
@@ -88,11 +82,15 @@ class PgScheduleStorage:
         await self._db.use(create, "schedule create")
 
     async def get(self, tenant_id: str, schedule_id: str) -> ScheduleRow | None:
-        rows = await self._fetch(_SELECT + " WHERE schedule_id = $1 AND tenant_id = $2", schedule_id, tenant_id)
+        rows = await self._fetch(
+            storage.SELECT_SCHEDULES + " WHERE schedule_id = $1 AND tenant_id = $2", schedule_id, tenant_id
+        )
         return storage.schedule_row(rows[0]) if rows else None
 
     async def list_schedules(self, tenant_id: str) -> list[ScheduleRow]:
-        rows = await self._fetch(_SELECT + " WHERE tenant_id = $1 ORDER BY created_ms, schedule_id", tenant_id)
+        rows = await self._fetch(
+            storage.SELECT_SCHEDULES + " WHERE tenant_id = $1 ORDER BY created_ms, schedule_id", tenant_id
+        )
         return [storage.schedule_row(r) for r in rows]
 
     async def delete(self, tenant_id: str, schedule_id: str) -> bool:
@@ -115,7 +113,9 @@ class PgScheduleStorage:
         return storage.schedule_row(rows[0]) if rows else None
 
     async def due(self, now_ms: int, limit: int) -> list[ScheduleRow]:
-        sql = _SELECT + " WHERE NOT paused AND cursor_ms <= $1 ORDER BY cursor_ms, schedule_id LIMIT $2"
+        sql = (
+            storage.SELECT_SCHEDULES + " WHERE NOT paused AND cursor_ms <= $1 ORDER BY cursor_ms, schedule_id LIMIT $2"
+        )
         return [storage.schedule_row(r) for r in await self._fetch(sql, now_ms, limit)]
 
     async def advance(self, schedule: ScheduleRow, cursor_ms: int, fires: Sequence[FireRow], owner: str) -> bool:
@@ -132,7 +132,7 @@ class PgScheduleStorage:
         return await self._db.use(advance, "schedule advance")
 
     async def active(self, schedule_id: str) -> list[FireRow]:
-        sql = _SELECT_FIRE + " WHERE schedule_id = $1 AND status IN ('pending', 'started') ORDER BY slot_ms"
+        sql = storage.SELECT_FIRES + " WHERE schedule_id = $1 AND status IN ('pending', 'started') ORDER BY slot_ms"
         return [storage.fire_row(r) for r in await self._fetch(sql, schedule_id)]
 
     async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[FireRow]:
@@ -150,7 +150,7 @@ class PgScheduleStorage:
         await self._execute(_RELEASE, fire.schedule_id, fire.slot_ms, owner)
 
     async def fires(self, tenant_id: str, schedule_id: str, limit: int) -> list[FireRow]:
-        sql = _SELECT_FIRE + " WHERE schedule_id = $1 AND tenant_id = $2 ORDER BY slot_ms DESC LIMIT $3"
+        sql = storage.SELECT_FIRES + " WHERE schedule_id = $1 AND tenant_id = $2 ORDER BY slot_ms DESC LIMIT $3"
         return [storage.fire_row(r) for r in await self._fetch(sql, schedule_id, tenant_id, limit)]
 
     async def prune(self, keep: int) -> int:

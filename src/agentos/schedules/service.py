@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
-from agentos.agents.poller import lease_owner
 from agentos.agents.service import RunService
 from agentos.clock import wall_ms
 from agentos.errors import InvalidInput, NotFound
@@ -75,9 +74,8 @@ class ScheduleService:
         self._now_ms = now_ms
         self._tenant_enabled = tenant_enabled
         self.metrics = ScheduleMetrics()
-        owner, reclaim = lease_owner(settings)
-        self.scheduler = Scheduler(
-            storage, runs, self.config, owner, now_ms, self.metrics, tenant_enabled=tenant_enabled, reclaim=reclaim
+        self.scheduler = Scheduler.on_this_node(
+            settings, storage, runs, self.config, now_ms, self.metrics, tenant_enabled=tenant_enabled
         )
 
     async def start(self) -> None:

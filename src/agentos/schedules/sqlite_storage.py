@@ -53,14 +53,7 @@ CREATE TABLE IF NOT EXISTS schedule_fires (
 CREATE INDEX IF NOT EXISTS schedule_fires_to_claim ON schedule_fires (status, lease_until_ms);
 """
 
-_SELECT = f"SELECT {storage.SCHEDULE_COLUMNS} FROM schedules"
-_SELECT_FIRE = f"SELECT {storage.FIRE_COLUMNS} FROM schedule_fires"
-_INSERT = f"INSERT INTO schedules ({storage.SCHEDULE_COLUMNS}) VALUES ({', '.join('?' * 14)})"
-_INSERT_FIRE = (
-    f"INSERT INTO schedule_fires ({storage.FIRE_COLUMNS}, lease_owner, lease_until_ms)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (schedule_id, slot_ms) DO NOTHING"
-)
+_INSERT, _INSERT_FIRE = storage.inserts(lambda _: "?")
 _KEY = " WHERE schedule_id = ? AND slot_ms = ?"
 _HELD = _KEY + " AND status = 'pending' AND (? IS NULL OR lease_owner = ?)"
 _PRUNE = f"""
@@ -92,11 +85,11 @@ class SqliteScheduleStorage(WriterStorage):
         await self._writer.run(create)
 
     async def get(self, tenant_id: str, schedule_id: str) -> ScheduleRow | None:
-        sql = _SELECT + " WHERE schedule_id = ? AND tenant_id = ?"
+        sql = storage.SELECT_SCHEDULES + " WHERE schedule_id = ? AND tenant_id = ?"
         return await self._writer.run(lambda db: one_row(db, sql, (schedule_id, tenant_id), storage.schedule_row))
 
     async def list_schedules(self, tenant_id: str) -> list[ScheduleRow]:
-        sql = _SELECT + " WHERE tenant_id = ? ORDER BY created_ms, schedule_id"
+        sql = storage.SELECT_SCHEDULES + " WHERE tenant_id = ? ORDER BY created_ms, schedule_id"
         return await self._writer.run(lambda db: [storage.schedule_row(r) for r in db.execute(sql, (tenant_id,))])
 
     async def delete(self, tenant_id: str, schedule_id: str) -> bool:
@@ -114,13 +107,16 @@ class SqliteScheduleStorage(WriterStorage):
             sql = "UPDATE schedules SET paused = ?, cursor_ms = ? WHERE schedule_id = ? AND tenant_id = ?"
             db.execute(sql, (paused, cursor_ms, schedule_id, tenant_id))
             return one_row(
-                db, _SELECT + " WHERE schedule_id = ? AND tenant_id = ?", (schedule_id, tenant_id), storage.schedule_row
+                db,
+                storage.SELECT_SCHEDULES + " WHERE schedule_id = ? AND tenant_id = ?",
+                (schedule_id, tenant_id),
+                storage.schedule_row,
             )
 
         return await self._writer.run(update)
 
     async def due(self, now_ms: int, limit: int) -> list[ScheduleRow]:
-        sql = _SELECT + " WHERE paused = 0 AND cursor_ms <= ? ORDER BY cursor_ms, schedule_id LIMIT ?"
+        sql = storage.SELECT_SCHEDULES + " WHERE paused = 0 AND cursor_ms <= ? ORDER BY cursor_ms, schedule_id LIMIT ?"
         return await self._writer.run(lambda db: [storage.schedule_row(r) for r in db.execute(sql, (now_ms, limit))])
 
     async def advance(self, schedule: ScheduleRow, cursor_ms: int, fires: Sequence[FireRow], owner: str) -> bool:
@@ -135,13 +131,14 @@ class SqliteScheduleStorage(WriterStorage):
         return await self._writer.run(advance)
 
     async def active(self, schedule_id: str) -> list[FireRow]:
-        sql = _SELECT_FIRE + " WHERE schedule_id = ? AND status IN ('pending', 'started') ORDER BY slot_ms"
+        sql = storage.SELECT_FIRES + " WHERE schedule_id = ? AND status IN ('pending', 'started') ORDER BY slot_ms"
         return await self._writer.run(lambda db: [storage.fire_row(r) for r in db.execute(sql, (schedule_id,))])
 
     async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[FireRow]:
         def claim(db: sqlite3.Connection) -> list[FireRow]:
             sql = (
-                _SELECT_FIRE + " WHERE status = 'pending' AND lease_until_ms < ? ORDER BY slot_ms, schedule_id LIMIT ?"
+                storage.SELECT_FIRES
+                + " WHERE status = 'pending' AND lease_until_ms < ? ORDER BY slot_ms, schedule_id LIMIT ?"
             )
             found = [storage.fire_row(r) for r in db.execute(sql, (now_ms, limit))]
             lease = "UPDATE schedule_fires SET lease_owner = ?, lease_until_ms = ?" + _KEY
@@ -163,7 +160,7 @@ class SqliteScheduleStorage(WriterStorage):
         await self._writer.submit(sql, (fire.schedule_id, fire.slot_ms, owner, owner))
 
     async def fires(self, tenant_id: str, schedule_id: str, limit: int) -> list[FireRow]:
-        sql = _SELECT_FIRE + " WHERE schedule_id = ? AND tenant_id = ? ORDER BY slot_ms DESC LIMIT ?"
+        sql = storage.SELECT_FIRES + " WHERE schedule_id = ? AND tenant_id = ? ORDER BY slot_ms DESC LIMIT ?"
         return await self._writer.run(
             lambda db: [storage.fire_row(r) for r in db.execute(sql, (schedule_id, tenant_id, limit))]
         )

@@ -17,7 +17,8 @@ fire only while the given owner holds it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any, Protocol
 
 from agentos.schedules.records import FireRow, FireStatus, ScheduleRow
@@ -89,29 +90,34 @@ SCHEDULE_COLUMNS = (
     " created_ms, cursor_ms, owner"
 )
 FIRE_COLUMNS = "schedule_id, slot_ms, tenant_id, run_id, status, updated_ms, reason"
+SELECT_SCHEDULES = f"SELECT {SCHEDULE_COLUMNS} FROM schedules"
+SELECT_FIRES = f"SELECT {FIRE_COLUMNS} FROM schedule_fires"
+_SCHEDULE_VALUES = attrgetter(*SCHEDULE_COLUMNS.split(", "))  # a ScheduleRow's fields are named as its columns
 SETTLED = "('finished', 'skipped', 'failed')"
 # A fire is inserted leased to the node that decided it, for this long: that node starts it at
 # once (milliseconds); should it die first, another node's claim takes the fire after this.
 FIRE_LEASE_MS = 10_000
 
 
-def schedule_values(s: ScheduleRow) -> tuple[Any, ...]:
+def inserts(mark: Callable[[int], str]) -> tuple[str, str]:
+    """The INSERT of a schedule and that of a (leased) fire, the same text on both backends but for
+    the driver's placeholder of the n-th value (`$n` for asyncpg, `?` for sqlite3): a fire already
+    decided, by this node or another, is left as it is."""
+
+    def values(count: int) -> str:
+        return ", ".join(mark(n) for n in range(1, count + 1))
+
     return (
-        s.schedule_id,
-        s.tenant_id,
-        s.agent,
-        s.input,
-        s.cron,
-        s.zone,
-        s.every_s,
-        s.max_runs_in_flight,
-        s.overlap,
-        s.misfire,
-        s.paused,
-        s.created_ms,
-        s.cursor_ms,
-        s.owner,
+        f"INSERT INTO schedules ({SCHEDULE_COLUMNS}) VALUES ({values(14)})",
+        f"INSERT INTO schedule_fires ({FIRE_COLUMNS}, lease_owner, lease_until_ms) VALUES ({values(9)})"
+        " ON CONFLICT (schedule_id, slot_ms) DO NOTHING",
     )
+
+
+def schedule_values(s: ScheduleRow) -> tuple[Any, ...]:
+    """The values of `SCHEDULE_COLUMNS` for `s` (its fields are named as the columns)."""
+    values: tuple[Any, ...] = _SCHEDULE_VALUES(s)
+    return values
 
 
 def fire_values(f: FireRow) -> tuple[Any, ...]:

@@ -29,6 +29,7 @@ from agentos.store.tenant_cap import check_cap_pg
 from agentos.triggers.records import DeliveryRow, SecretRow, TriggerRow
 from agentos.triggers.storage import (
     DELIVERY_COLUMNS,
+    SELECT_TRIGGERS,
     TRIGGER_COLUMNS,
     delivery_row,
     delivery_values,
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-_SELECT_TRIGGER = f"SELECT {TRIGGER_COLUMNS} FROM triggers"
 _SELECT_DELIVERY = f"SELECT {DELIVERY_COLUMNS} FROM trigger_deliveries"
 _INSERT_TRIGGER = f"INSERT INTO triggers ({TRIGGER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8)"
 _INSERT_DELIVERY = (
@@ -116,15 +116,15 @@ class PgTriggerStorage:
         await self._bounded(create, "trigger create")
 
     async def get_trigger(self, tenant_id: str, trigger_id: str) -> TriggerRow | None:
-        rows = await self._fetch(_SELECT_TRIGGER + " WHERE trigger_id = $1 AND tenant_id = $2", trigger_id, tenant_id)
+        rows = await self._fetch(SELECT_TRIGGERS + " WHERE trigger_id = $1 AND tenant_id = $2", trigger_id, tenant_id)
         return trigger_row(rows[0]) if rows else None
 
     async def find_trigger(self, trigger_id: str) -> TriggerRow | None:
-        rows = await self._fetch(_SELECT_TRIGGER + " WHERE trigger_id = $1", trigger_id)
+        rows = await self._fetch(SELECT_TRIGGERS + " WHERE trigger_id = $1", trigger_id)
         return trigger_row(rows[0]) if rows else None
 
     async def list_triggers(self, tenant_id: str) -> list[TriggerRow]:
-        rows = await self._fetch(_SELECT_TRIGGER + " WHERE tenant_id = $1 ORDER BY created_ms, trigger_id", tenant_id)
+        rows = await self._fetch(SELECT_TRIGGERS + " WHERE tenant_id = $1 ORDER BY created_ms, trigger_id", tenant_id)
         return [trigger_row(r) for r in rows]
 
     async def set_secrets(self, tenant_id: str, trigger_id: str, secrets: Sequence[SecretRow]) -> bool:

@@ -21,7 +21,6 @@ from typing import Any
 import msgspec
 from prometheus_client import CollectorRegistry, Gauge
 
-from agentos.agents.poller import lease_owner
 from agentos.agents.service import RunService
 from agentos.clock import wall_ms
 from agentos.config import Settings
@@ -74,9 +73,8 @@ class TriggerService:
         self._pepper = pepper
         self._now_ms = now_ms
         self.metrics = TriggerMetrics()
-        owner, reclaim = lease_owner(settings)
-        self.dispatcher = Dispatcher(
-            storage, runs, self.config, owner, now_ms, self.metrics, tenant_enabled=tenant_enabled, reclaim=reclaim
+        self.dispatcher = Dispatcher.on_this_node(
+            settings, storage, runs, self.config, now_ms, self.metrics, tenant_enabled=tenant_enabled
         )
 
     async def start(self) -> None:

@@ -66,7 +66,6 @@ CREATE INDEX IF NOT EXISTS deliveries_by_trigger ON deliveries (trigger_id, rece
 """
 
 _INSERT_TRIGGER = f"INSERT INTO triggers ({storage.TRIGGER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-_SELECT_TRIGGER = f"SELECT {storage.TRIGGER_COLUMNS} FROM triggers"
 _SELECT_DELIVERY = f"SELECT {storage.DELIVERY_COLUMNS} FROM deliveries"
 _INSERT_DELIVERY = (
     f"INSERT INTO deliveries ({storage.DELIVERY_COLUMNS}, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -110,16 +109,18 @@ class SqliteTriggerStorage(WriterStorage):
         await self._writer.run(create)
 
     async def get_trigger(self, tenant_id: str, trigger_id: str) -> TriggerRow | None:
-        sql = _SELECT_TRIGGER + " WHERE trigger_id = ? AND tenant_id = ?"
+        sql = storage.SELECT_TRIGGERS + " WHERE trigger_id = ? AND tenant_id = ?"
         return await self._writer.run(lambda db: one_row(db, sql, (trigger_id, tenant_id), storage.trigger_row))
 
     async def find_trigger(self, trigger_id: str) -> TriggerRow | None:
         return await self._writer.run(
-            lambda db: one_row(db, _SELECT_TRIGGER + " WHERE trigger_id = ?", (trigger_id,), storage.trigger_row)
+            lambda db: one_row(
+                db, storage.SELECT_TRIGGERS + " WHERE trigger_id = ?", (trigger_id,), storage.trigger_row
+            )
         )
 
     async def list_triggers(self, tenant_id: str) -> list[TriggerRow]:
-        sql = _SELECT_TRIGGER + " WHERE tenant_id = ? ORDER BY created_ms, trigger_id"
+        sql = storage.SELECT_TRIGGERS + " WHERE tenant_id = ? ORDER BY created_ms, trigger_id"
         return await self._writer.run(lambda db: [storage.trigger_row(r) for r in db.execute(sql, (tenant_id,))])
 
     async def set_secrets(self, tenant_id: str, trigger_id: str, secrets: Sequence[SecretRow]) -> bool:

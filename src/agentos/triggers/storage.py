@@ -91,6 +91,7 @@ class TriggerStorage(Protocol):
 
 
 TRIGGER_COLUMNS = "trigger_id, tenant_id, agent, input_template, description, enabled, secrets, created_ms"
+SELECT_TRIGGERS = f"SELECT {TRIGGER_COLUMNS} FROM triggers"
 DELIVERY_COLUMNS = (
     "tenant_id, trigger_id, webhook_id, run_id, payload, received_ms, status, attempts, next_attempt_ms, reason"
 )

@@ -37,18 +37,16 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     from agentos_bench.authcost.bench import run_auth_cost
     from agentos_bench.authcost.plan import AuthCostPlan
     from agentos_bench.authcost.report import write_auth_cost_report
-    from agentos_bench.common.cli import plan_from_args, print_report
-    from agentos_bench.report.machine import machine_info, machine_slug, utc_now
+    from agentos_bench.common.cli import plan_from_args, print_report, report_stem
 
     if min(args.rounds, args.requests, args.concurrency, args.tenants, args.keys_per_tenant) < 1:
         raise SystemExit("agentos bench auth-cost: rounds, requests, concurrency, tenants and keys must be >= 1")
     raise_fd_limit()
     plan = plan_from_args(AuthCostPlan, args, command=command_line(command))
     report = in_work_dir(args.keep_dir, "agentos-auth-cost-", lambda work: run_auth_cost(plan, work))
-    stem = f"{utc_now():%Y-%m-%dT%H%M%SZ}-{args.name or machine_slug(machine_info())}-auth-cost"
     summary = report["summary"]
     print_report(
-        write_auth_cost_report(report, args.out_dir, stem),
+        write_auth_cost_report(report, args.out_dir, report_stem("auth-cost", args.name)),
         f"server CPU ms/request: A {summary['open']['server_cpu_ms_per_request_median']:.4f}, "
         f"B {summary['keys']['server_cpu_ms_per_request_median']:.4f}, B - A {summary['added_cpu_ms_per_request']:.4f}",
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 # the header is document.py's, so every report's header reads the same
 from agentos_bench.authcost.plan import NEVER_REFUSING_RATE, AuthCostPlan, config_toml
-from agentos_bench.report.document import SCHEMA_VERSION, _header
+from agentos_bench.report.document import SCHEMA_VERSION, opening
 from agentos_bench.report.machine import report_head
 from agentos_bench.report.output import write_json_and_markdown
 
@@ -96,8 +96,7 @@ def auth_cost_markdown(report: dict[str, Any]) -> str:
     s, plan = report["summary"], report["plan"]
     a, b = s["open"], s["keys"]
     verdict = "within" if s["within_bar"] else "OVER"
-    lines = [f"# Auth cost: key lookup, tenant filtering, rate limiting ({report['created_utc'][:10]})", ""]
-    lines += _header(report)
+    lines = opening("Auth cost: key lookup, tenant filtering, rate limiting", report)
     lines += [
         f"- **Route:** `{report['route']}`, {plan['requests']} measured requests per round after "
         f"{plan['warmup_requests']} warm-up, {plan['concurrency']} keep-alive connections, "

@@ -9,7 +9,7 @@ from typing import Any
 from agentos_bench.fallback.findings import p95_difference
 from agentos_bench.report.document import head_lines
 from agentos_bench.report.output import write_json_and_markdown
-from agentos_bench.report.stats import cell
+from agentos_bench.report.stats import cell, table
 
 
 def fallback_markdown(report: dict[str, Any]) -> str:
@@ -117,19 +117,14 @@ def _breaker(breaker: dict[str, Any]) -> list[str]:
 def _targets(run: dict[str, Any]) -> list[str]:
     head = ("target", "requests", "fallbacks", "failures by reason", "mean TTFT on the server ms")
     keys = ("requests", "fallbacks", "failures", "ttft_mean_ms")
-    return _table(head, [(target, *(t[k] or 0 if k == "failures" else t[k] for k in keys))
+    return table(head, [(target, *(t[k] or 0 if k == "failures" else t[k] for k in keys))
                          for target, t in run["targets"].items()])  # fmt: skip
 
 
 def _mocks(run: dict[str, Any]) -> list[str]:
     head = ("mock", "requests", "completed", "errors injected", "aborted", "peak concurrent")
     keys = ("requests", "completed", "errors_injected", "aborted", "max_concurrent")
-    return _table(head, [(name, *(m[k] for k in keys)) for name, m in run["mock_calls"].items()])
-
-
-def _table(head: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return lines + ["| " + " | ".join(cell(value) for value in row) + " |" for row in rows]
+    return table(head, [(name, *(m[k] for k in keys)) for name, m in run["mock_calls"].items()])
 
 
 def write_fallback_report(report: dict[str, Any], out_dir: Path, stem: str) -> list[Path]:

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from agentos_bench.knowledge.plan import CHUNK_OVERLAP, CHUNK_TOKENS, TARGET_P95_MS, TARGET_RECALL, KnowledgePlan
-from agentos_bench.report.document import SCHEMA_VERSION, _header
+from agentos_bench.report.document import SCHEMA_VERSION, opening
 from agentos_bench.report.machine import report_head
 from agentos_bench.report.output import claim_stem, write_json
-from agentos_bench.report.stats import cell
+from agentos_bench.report.stats import cell, table
 
 
 def topology(plan: KnowledgePlan) -> str:
@@ -92,32 +92,70 @@ def _ingest_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+_QUERY_HEAD = (
+    "collection",
+    "chunks",
+    "filter",
+    "p50 ms",
+    "p95 ms",
+    "p99 ms",
+    "max ms (n)",
+    "hybrid top 10 in exact top 10",
+    "hits outside the filter",
+    "failed queries",
+)
+_INDEX_HEAD = (
+    "collection",
+    "chunks",
+    "VectorIndex.nbytes MB",
+    "per 100k chunks MB",
+    "vector recall@10 (none / filter)",
+    "TextIndex.nbytes MB",
+    "first query ms (loads both)",
+    "server's index gauge growth MB",
+    "server RSS growth MB",
+)
+
+
 def _query_lines(report: dict[str, Any]) -> list[str]:
-    lines = ["| collection | chunks | filter | p50 ms | p95 ms | p99 ms | max ms (n) | hybrid top 10 in exact top 10 "
-             "| hits outside the filter | failed queries |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in report["queries"]:
-        lat = r["latency_ms"]
-        lines.append(f"| `{r['collection']}` | {r['chunks']} | {r['filter'] or 'none'} | {_f(lat['p50'])} | "
-                     f"{_f(lat['p95'])} | {_f(lat['p99'])} | {_f(lat['max'])} (n={lat['n']}) | "
-                     f"{_f(r['hybrid_recall_at_10'], 3)} | {r['hits_outside_filter']} | "
-                     f"{r.get('errors', 0)} |")  # fmt: skip
-    return lines
+    return table(_QUERY_HEAD, (_query_row(r) for r in report["queries"]))
+
+
+def _query_row(r: dict[str, Any]) -> tuple[str, ...]:
+    lat = r["latency_ms"]
+    return (
+        f"`{r['collection']}`",
+        str(r["chunks"]),
+        r["filter"] or "none",
+        _f(lat["p50"]),
+        _f(lat["p95"]),
+        _f(lat["p99"]),
+        f"{_f(lat['max'])} (n={lat['n']})",
+        _f(r["hybrid_recall_at_10"], 3),
+        str(r["hits_outside_filter"]),
+        str(r.get("errors", 0)),
+    )
 
 
 def _index_lines(report: dict[str, Any]) -> list[str]:
-    lines = ["| collection | chunks | VectorIndex.nbytes MB | per 100k chunks MB | vector recall@10 (none / filter) "
-             "| TextIndex.nbytes MB | first query ms (loads both) | server's index gauge growth MB "
-             "| server RSS growth MB |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     loads = {r["collection"]: r["index_load"] for r in report["queries"]}
-    for c in report["collections"]:
-        index, load = c["index"], loads.get(c["name"], {})
-        recall = index["vector_recall_at_10"]
-        lines.append(f"| `{c['name']}` | {index['chunks']} | {_mb(index['nbytes'])} | "
-                     f"{_mb(index['nbytes_per_100k_chunks'])} | {_f(recall['none'], 3)} / {_f(recall['group'], 3)} | "
-                     f"{_mb(index['full_text_ms'].get('nbytes'))} | {_f(load.get('first_query_ms'))} | "
-                     f"{_mb(load.get('index_bytes_gauge'))} | {_mb(load.get('rss_growth'))} |")  # fmt: skip
-    return lines
+    return table(_INDEX_HEAD, (_index_row(c, loads.get(c["name"], {})) for c in report["collections"]))
+
+
+def _index_row(c: dict[str, Any], load: dict[str, Any]) -> tuple[str, ...]:
+    index = c["index"]
+    recall = index["vector_recall_at_10"]
+    return (
+        f"`{c['name']}`",
+        str(index["chunks"]),
+        _mb(index["nbytes"]),
+        _mb(index["nbytes_per_100k_chunks"]),
+        f"{_f(recall['none'], 3)} / {_f(recall['group'], 3)}",
+        _mb(index["full_text_ms"].get("nbytes")),
+        _f(load.get("first_query_ms")),
+        _mb(load.get("index_bytes_gauge")),
+        _mb(load.get("rss_growth")),
+    )
 
 
 def _errors(timing: dict[str, Any]) -> str:
@@ -140,8 +178,7 @@ def _part_lines(report: dict[str, Any]) -> list[str]:
 def knowledge_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
     s = report["summary"]
     plan = report["plan"]
-    lines = [f"# Knowledge: ingest, query latency, recall, index memory ({report['created_utc'][:10]})", ""]
-    lines += _header(report)
+    lines = opening("Knowledge: ingest, query latency, recall, index memory", report)
     lines += [f"- **Corpus:** made-up words with a Zipf-like frequency, about 300 tokens per document, chunks of "
               f"{CHUNK_TOKENS} tokens with {CHUNK_OVERLAP} of overlap, {plan['dimensions']} dimensions; metadata "
               "`group` g0..g9 (the filter keeps one: a tenth of the documents); queries are 8 consecutive words of "

@@ -37,11 +37,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     """Run the bench, write the report, print the files written; exit 1 unless every answer was as it must be."""
     from agentos.mock.loop import raise_fd_limit
-    from agentos_bench.common.cli import plan_from_args, print_report
+    from agentos_bench.common.cli import plan_from_args, print_report, report_stem
     from agentos_bench.overload.bench import run_overload
     from agentos_bench.overload.plan import OverloadPlan
     from agentos_bench.overload.report import write_overload_report
-    from agentos_bench.report.machine import machine_info, machine_slug, utc_now
 
     if min(args.max_in_flight, args.offered, args.probes, args.tokens) < 1 or args.offered <= args.max_in_flight:
         raise SystemExit("agentos bench overload: sizes must be >= 1 and --offered above --max-in-flight")
@@ -56,8 +55,7 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     elif plan.ttft_ms / 1000 <= plan.warmup_s + plan.window_s:
         print("note: the admitted turns stream during the probe window; its CPU figure includes that", file=sys.stderr)
     report = in_work_dir(args.keep_dir, "agentos-overload-", lambda work: run_overload(plan, work))
-    label = f"-{args.label}" if args.label else ""
-    stem = f"{utc_now():%Y-%m-%dT%H%M%SZ}-{args.name or machine_slug(machine_info())}{label}-overload"
+    stem = report_stem(f"{args.label}-overload" if args.label else "overload", args.name)
     s = report["summary"]
     refused, floor = s["refused_429_ms"], s["healthz_ms"]
     print_report(

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agentos_bench.overload.plan import OverloadPlan, config_toml
-from agentos_bench.report.document import SCHEMA_VERSION, _header
+from agentos_bench.report.document import SCHEMA_VERSION, opening
 from agentos_bench.report.machine import report_head
 from agentos_bench.report.output import write_json_and_markdown
 from agentos_bench.report.stats import min_samples
@@ -94,8 +94,7 @@ def overload_markdown(report: dict[str, Any]) -> str:
     s, plan, load = report["summary"], report["plan"], report["load"]
     probes = report["probes"]
     verdict = "met" if s["target_met"] else "NOT met"
-    lines = [f"# Overload: the cost of a refused turn ({report['created_utc'][:10]})", ""]
-    lines += _header(report)
+    lines = opening("Overload: the cost of a refused turn", report)
     lines += [
         f"- **Load:** {plan['offered']} workers posting turns against `max_in_flight_turns = "
         f"{plan['max_in_flight']}` ({plan['offered'] / max(plan['max_in_flight'], 1):.1f}x), each turn "

@@ -50,6 +50,11 @@ def head_lines(report: dict[str, Any]) -> list[str]:
     ]
 
 
+def opening(title: str, report: dict[str, Any]) -> list[str]:
+    """A report's Markdown opening: `# <title> (<its date>)`, then the header every bench report has."""
+    return [f"# {title} ({report['created_utc'][:10]})", "", *_header(report)]
+
+
 def _header(report: dict[str, Any]) -> list[str]:
     machine, versions = report["machine"], report["versions"]
     version_text = ", ".join(f"{k} {v}" for k, v in versions.items())
@@ -180,8 +185,7 @@ _SWEEP_NOTES = """
 
 
 def sweep_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
-    lines = [f"# Sweep: {', '.join(report['profiles']) or 'direct only'} ({report['created_utc'][:10]})", ""]
-    lines += _header(report)
+    lines = opening(f"Sweep: {', '.join(report['profiles']) or 'direct only'}", report)
     window = report["window"]
     lines.append(f"- **Window:** {window['warmup_s']} s warm-up, then {window['duration_s']} s measured per point")
     lines += ["", "## Results"]
@@ -201,8 +205,7 @@ def memory_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
     summary = report["summary"]
     item = report.get("item", "session with one completed turn")
     workload = f" ({report['workload']})" if report.get("workload", "turn") != "turn" else ""
-    lines = [f"# Memory staircase: {report['profile']}{workload} ({report['created_utc'][:10]})", ""]
-    lines += _header(report)
+    lines = opening(f"Memory staircase: {report['profile']}{workload}", report)
     if report.get("skipped"):
         return "\n".join([*lines, "", f"**Not measured:** {report['skipped']}", ""])
     columns = [(key, label) for key, label in _MEMORY_COLUMNS if key in summary.get("base_mb", {})]

@@ -9,7 +9,7 @@ sample lies above it. With fewer, a "p99" would only be the maximum under anothe
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 PERCENTILES = (50, 95, 99)
@@ -21,6 +21,12 @@ def cell(value: Any, spec: str = "g") -> str:
     if value is None:
         return "–"
     return format(value, spec) if isinstance(value, float) else str(value)
+
+
+def table(head: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    """A Markdown table's lines: `head`, the rule under it, then a line a row, each value as `cell` shows it."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return lines + ["| " + " | ".join(cell(value) for value in row) + " |" for row in rows]
 
 
 def min_samples(percentile: float) -> int:

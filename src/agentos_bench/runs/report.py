@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 # document.py keeps its header and percentile cells private; reusing them keeps every report's header identical
-from agentos_bench.report.document import PLOTS_SKIPPED, _header, _pcts
+from agentos_bench.report.document import PLOTS_SKIPPED, _pcts, opening
 from agentos_bench.report.output import claim_stem, write_json
 from agentos_bench.report.stats import cell
 
@@ -195,8 +195,7 @@ def _statuses(statuses: dict[str, int]) -> str:
 
 
 def runs_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
-    lines = [f"# Agent runs: {report['profile']} ({report['created_utc'][:10]})", ""]
-    lines += _header(report)
+    lines = opening(f"Agent runs: {report['profile']}", report)
     lines.append(
         f"- **Runs:** agent `{report['agent']}`, answer delay {report['answer_delay_s']} s, "
         f"run timeout {report['run_timeout_s']} s, client open-files limit {cell(report.get('fd_limit'))}"
