@@ -37,8 +37,11 @@ class ServerProcess:
         self.url = url
 
 
-async def start_server(tmp_path: Path, mock: CountingMock, n: int, *options: str) -> ServerProcess:
-    """`tests.agents.run_server` as a process on `tmp_path/data` (`options`: its PostgreSQL ones)."""
+async def start_server(
+    tmp_path: Path, mock: CountingMock, n: int, *options: str, env: dict[str, str] | None = None
+) -> ServerProcess:
+    """`tests.agents.run_server` as a process on `tmp_path/data` (`options`: its PostgreSQL ones;
+    `env`: the process's environment instead of `child_env()`)."""
     port_file = tmp_path / f"port-{n}"
     argv = [
         "-m",
@@ -53,7 +56,7 @@ async def start_server(tmp_path: Path, mock: CountingMock, n: int, *options: str
     ]
     with (tmp_path / f"server-{n}.log").open("wb") as log:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, *argv, cwd=REPO, env=child_env(), stdout=log, stderr=log
+            sys.executable, *argv, cwd=REPO, env=env or child_env(), stdout=log, stderr=log
         )
     await eventually(lambda: port_file.exists() or proc.returncode is not None, 20.0, "the server to listen")
     assert proc.returncode is None, (tmp_path / f"server-{n}.log").read_text()

@@ -9,6 +9,7 @@ of the `tools` scenario is written there); the journal, sessions and leases are 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -18,6 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+import agentos_bench.chaos
 from agentos.config import StoreConfig
 from agentos.mock.server import MockSettings
 from agentos.store import pg_pool
@@ -37,8 +39,10 @@ from tests.agents.test_durability import (
     start_server,
     statuses,
 )
+from tests.conftest import child_env
 
 LEASE_S = 2.0
+CLOCK_STEP = Path(agentos_bench.chaos.__file__).parent / "clockstep"  # its sitecustomize steps time.time
 RUNS = 50
 
 
@@ -49,8 +53,11 @@ async def mock() -> AsyncIterator[CountingMock]:
     await counting.close()
 
 
-async def node(tmp_path: Path, mock: CountingMock, n: int, pg: StoreConfig, *extra: str) -> ServerProcess:
-    """A node of the cluster on `pg` (`extra`: more `tests.agents.run_server` options, e.g. Redis)."""
+async def node(
+    tmp_path: Path, mock: CountingMock, n: int, pg: StoreConfig, *extra: str, env: dict[str, str] | None = None
+) -> ServerProcess:
+    """A node of the cluster on `pg` (`extra`: more `tests.agents.run_server` options, e.g. Redis;
+    `env`: its environment, `child_env()` if None)."""
     options = [
         "--postgres-url",
         pg.postgres_url,
@@ -60,7 +67,7 @@ async def node(tmp_path: Path, mock: CountingMock, n: int, pg: StoreConfig, *ext
         str(LEASE_S),
         *extra,
     ]
-    return await start_server(tmp_path, mock, n, *options)
+    return await start_server(tmp_path, mock, n, *options, env=env)
 
 
 async def stop(*servers: ServerProcess) -> None:
@@ -131,6 +138,48 @@ async def test_a_run_is_answered_on_a_node_that_does_not_run_it(
                 assert response.status == 200, await response.text()
                 terminated = await response.json()  # answered once the owner (A) ended it
             assert (terminated["status"], terminated["reason"]) == ("cancelled", "terminated")
+    finally:
+        await stop(a, b)
+
+
+@pytest.mark.slow
+async def test_a_node_whose_clock_stepped_an_hour_ahead_takes_over_a_waiting_run_without_expiring_it(
+    tmp_path: Path, mock: CountingMock, pg: StoreConfig
+) -> None:
+    """A human deadline is journaled in wall time (now + `human_timeout_s`, an hour here) and
+    judged by the node that resumes the run. B's wall clock is an hour ahead (the chaos
+    campaign's clock step, `agentos_bench/chaos/clockstep`): judged by B's own clock, the run
+    taken over from A would fail `human_timeout` at once; the nodes keep deadlines by
+    PostgreSQL's clock, so it still waits, and an answer completes it."""
+    step = tmp_path / "clock-step"
+    step.write_text("3600")
+    stepped = child_env(AGENTOS_BENCH_CLOCK_STEP_FILE=str(step))
+    stepped["PYTHONPATH"] = os.pathsep.join([str(CLOCK_STEP), stepped["PYTHONPATH"]])
+    a = await node(tmp_path, mock, 0, pg)
+    b = await node(tmp_path, mock, 1, pg, env=stepped)
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as http:
+            run_id = await start_run(http, a.url, "job-waiting-through-a-takeover")
+
+            async def waiting() -> bool:
+                return (await statuses(http, b.url, [run_id]))[run_id]["status"] == "waiting_human"
+
+            await eventually(waiting, 20.0, "the run to wait for a human on A")
+            await kill_9(a)
+
+            async def owned_by_b() -> bool:
+                [row] = await sql(pg, "SELECT owner FROM run_leases WHERE run_id = $1", run_id)
+                return f"-{b.proc.pid}-" in row[0]
+
+            await eventually(owned_by_b, 20.0, "B to take the run over")
+            info = (await statuses(http, b.url, [run_id]))[run_id]
+            assert info["status"] == "waiting_human", info  # not failed: human_timeout
+            body = {"operation_id": info["pending"]["operation_id"], "answer": "yes"}
+            async with http.post(f"{b.url}/v1/runs/{run_id}/answer", json=body) as response:
+                assert response.status == 200, await response.text()
+            async with http.get(f"{b.url}/v1/runs/{run_id}/events") as response:
+                names = [event.name async for event in sse_events(response)]
+            assert names[-1] == "run.completed" and "human.answered" in names
     finally:
         await stop(a, b)
 

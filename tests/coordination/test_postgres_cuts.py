@@ -120,5 +120,6 @@ async def test_a_cut_in_the_middle_is_store_unavailable_and_two_log_lines(
         began, ended_lines = outage_lines(log)
         assert began == ended_lines, (case, node, log[-3000:])  # every outage logged as begun has ended
         # One outage, two lines; the follow case cuts twice (to make the followers LISTEN again,
-        # then at their LISTEN), which the node may see as one outage or two.
-        assert began == 1 or (needle == b"LISTEN" and began == 2), (case, node, log[-3000:])
+        # then at their LISTEN), which the node may see as one outage, two, or (a CI machine at
+        # three workers, once) three: a reconnect between the cuts failing too. Each is closed.
+        assert began == 1 or (needle == b"LISTEN" and began <= 3), (case, node, log[-3000:])

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import msgspec
 
 from agentos.errors import ConfigError, StoreUnavailable
+from agentos.journal.postgres import DB_NOW_MS
 from agentos.store import pg_pool
 from agentos.store.pg_health import outage_of
 from agentos.store.pg_pool import pooled
@@ -77,10 +78,10 @@ FROM (SELECT run_id FROM run_leases WHERE expires_at < now() AND strpos(run_id, 
 WHERE l.expires_at < now() AND (l.run_id = roots.run_id OR starts_with(l.run_id, roots.run_id || '.'))
 RETURNING l.run_id, l.epoch"""
 # Expired roots and live nodes; and the rows of nodes long gone go (SKIP LOCKED: nodes never wait on each other).
-_ORPHANS = """WITH gone AS (DELETE FROM run_nodes WHERE node IN (SELECT node FROM run_nodes
+_ORPHANS = f"""WITH gone AS (DELETE FROM run_nodes WHERE node IN (SELECT node FROM run_nodes
   WHERE expires_at < now() - interval '1 hour' FOR UPDATE SKIP LOCKED))
 SELECT (SELECT count(*) FROM run_leases WHERE expires_at < now() AND strpos(run_id, '.') = 0),
-       (SELECT count(*) FROM run_nodes WHERE expires_at > now())"""
+       (SELECT count(*) FROM run_nodes WHERE expires_at > now()), {DB_NOW_MS}"""
 _REQUESTS = """SELECT id, tenant_id, run_id, body FROM run_requests
 WHERE run_id = any($1::text[]) AND outcome IS NULL ORDER BY id"""
 _SEND = """INSERT INTO run_requests (tenant_id, run_id, body, created_ms) VALUES ($1, $2, $3::jsonb, $4)
@@ -217,7 +218,10 @@ class LeaseKeeper:
     async def claim(self) -> None:
         """Take over this node's share of the expired runs (`more`: some are left for another round)."""
         self.more = False
-        [(orphans, live)] = await self._store.query(_ORPHANS)
+        sent = time.monotonic_ns()
+        [(orphans, live, db_ms)] = await self._store.query(_ORPHANS)
+        # Before any run is resumed: its human deadline is judged by the database's clock.
+        self._store.clock.rebase(db_ms, sent, time.monotonic_ns())
         if not orphans:
             return
         share = min(CLAIM_MAX, math.ceil(orphans / max(1, live)))

@@ -38,7 +38,6 @@ from agentos.agents.interventions import apply_answer, terminate_here
 from agentos.agents.lifecycle import RunLifecycle
 from agentos.agents.policy import AgentPolicy
 from agentos.agents.statistics import RunServiceStatistics, run_statistics
-from agentos.clock import wall_ms
 from agentos.config import Settings
 from agentos.config.agents import AgentSpec
 from agentos.errors import Conflict, InvalidInput, ShuttingDown
@@ -68,7 +67,7 @@ class RunService:
         driver: Driver,
         workspace_dir: Path | None = None,
         mcp: ToolHub | None = None,
-        now_ms: Callable[[], int] = wall_ms,
+        now_ms: Callable[[], int] | None = None,
         on_usage: Callable[[str, int], None] | None = None,  # (tenant_id, tokens) after each model call
         knowledge: KnowledgeService | None = None,  # what the `search_knowledge` tool searches
         tracing: Tracing = NO_TRACING,  # runs' traces (agentos.agents.traces)
@@ -100,7 +99,7 @@ class RunService:
                 tracing=tracing,
             ),
             driver=driver,
-            now_ms=now_ms,
+            now_ms=now_ms or store.now_ms,  # the database's clock on PostgreSQL: nodes agree on deadlines
             on_usage=on_usage,
             sandbox=Sandbox(settings.sandbox),
             knowledge=knowledge,

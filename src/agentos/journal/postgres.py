@@ -19,11 +19,13 @@ the indexes those reads use are led by `tenant_id`.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
+from agentos.clock import ReferenceWall
 from agentos.coordination.node import node_id
 from agentos.errors import LeaseLost, StoreError, StoreUnavailable
 from agentos.journal.journal import EventRow, Journal, RunRow, Step
@@ -42,6 +44,9 @@ if TYPE_CHECKING:
 
 REQUESTS_CHANNEL = "agentos_run_requests"  # `pg_pool.channel` adds the schema
 AGENTS_CHANNEL = "agentos_agents"  # a write of an agent NOTIFYs its tenant here (`agentos.agents.changes`)
+# The database's clock in epoch milliseconds (`clock_timestamp()`: the time of the read, not of
+# the transaction's start), the reference of `PgJournalStore.clock`.
+DB_NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::float8"
 log = logging.getLogger("agentos.agents")
 
 _WRITER_ACQUIRE_TIMEOUT_S = 30.0
@@ -229,6 +234,8 @@ class PgJournalStore:
         self.unavailable: tuple[type[Exception], ...] = ()
         self._statements = 0
         self.channel = ""  # the NOTIFY of `run_requests`, per schema (`agentos.agents.leases`): set by `open`
+        self.clock = ReferenceWall()  # the database's clock here, rebased at open and each lease round
+        self.now_ms = self.clock.now_ms
 
     async def open(self) -> None:
         """Migrate, open the pool, start the writer.
@@ -238,7 +245,9 @@ class PgJournalStore:
         """
         self.unavailable = pg_pool.connection_errors()
         async with pg_pool.migrated(self.config) as conn:
-            schema = await conn.fetchval("SELECT current_schema()")
+            sent = time.monotonic_ns()
+            schema, db_ms = await conn.fetchrow(f"SELECT current_schema(), {DB_NOW_MS}")
+            self.clock.rebase(db_ms, sent, time.monotonic_ns())
             self.channel = pg_pool.channel(REQUESTS_CHANNEL, schema)
             self.journal.agents_channel = pg_pool.channel(AGENTS_CHANNEL, schema)
         self._pool = await pg_pool.create_pool(self.config)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from agentos.clock import wall_ms
 from agentos.config import Settings
 from agentos.journal.journal import SCHEMA, EventRow, Journal, RunRow, Step, migrate
 from agentos.journal.run_list import ListedRun, RunQuery, list_runs_sql, listed
@@ -39,6 +40,12 @@ class JournalStore(Protocol):
     async def open(self) -> None: ...
 
     async def close(self) -> None: ...
+
+    def now_ms(self) -> int:
+        """The wall clock of the runs' timestamps and human deadlines: this host's (one node), or
+        the database's carried forward by the monotonic clock (nodes that take each other's runs
+        over must agree on it, whatever a node's own clock does)."""
+        ...
 
     def statistics(self) -> StoreStatistics: ...
 
@@ -111,6 +118,9 @@ class SqliteJournalStore:
 
     async def close(self) -> None:
         await self.runs.close()
+
+    def now_ms(self) -> int:
+        return wall_ms()
 
     def statistics(self) -> StoreStatistics:
         return self.runs.statistics()
