@@ -85,6 +85,15 @@ async def sql(pg: StoreConfig, statement: str, *params: Any) -> list[Any]:
         await conn.close()
 
 
+async def waiting_human(http: aiohttp.ClientSession, url: str, run_id: str, what: str) -> None:
+    """Until the run waits for a human, as `url` reads it."""
+
+    async def waiting() -> bool:
+        return (await statuses(http, url, [run_id]))[run_id]["status"] == "waiting_human"
+
+    await eventually(waiting, 20.0, what)
+
+
 def owned_by(server: ServerProcess) -> str:
     """A LIKE pattern for the node ids of `server`'s process (hostname-pid-random)."""
     return f"%-{server.proc.pid}-%"
@@ -115,10 +124,7 @@ async def test_a_run_is_answered_on_a_node_that_does_not_run_it(
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as http:
             run_id = await start_run(http, a.url, "job-answered-elsewhere")
 
-            async def waiting_seen_from_b() -> bool:
-                return (await statuses(http, b.url, [run_id]))[run_id]["status"] == "waiting_human"
-
-            await eventually(waiting_seen_from_b, 20.0, "the run to wait for a human, read on the other node")
+            await waiting_human(http, b.url, run_id, "the run to wait for a human, read on the other node")
             [owner] = await sql(pg, "SELECT owner FROM run_leases WHERE run_id = $1", run_id)
             assert f"-{a.proc.pid}-" in owner[0]  # A runs it, B only reads it
             pending = (await statuses(http, b.url, [run_id]))[run_id]["pending"]
@@ -161,10 +167,7 @@ async def test_a_node_whose_clock_stepped_an_hour_ahead_takes_over_a_waiting_run
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as http:
             run_id = await start_run(http, a.url, "job-waiting-through-a-takeover")
 
-            async def waiting() -> bool:
-                return (await statuses(http, b.url, [run_id]))[run_id]["status"] == "waiting_human"
-
-            await eventually(waiting, 20.0, "the run to wait for a human on A")
+            await waiting_human(http, b.url, run_id, "the run to wait for a human on A")
             await kill_9(a)
 
             async def owned_by_b() -> bool:
