@@ -27,7 +27,6 @@ from aiohttp import web
 
 from agentos.api.errors import INTERNAL_MESSAGE, STARTED, log_internal_error
 from agentos.errors import RequestError, StoreUnavailable
-from agentos.providers.base import READ_AHEAD
 
 T = TypeVar("T")
 
@@ -51,13 +50,12 @@ class SSEStream:
     Remembers whether one of the `terminal` events was sent, so a failure after it adds none.
     """
 
-    __slots__ = ("ended", "response", "_held", "_terminal")
+    __slots__ = ("ended", "response", "_terminal")
 
     def __init__(self, response: web.StreamResponse, terminal: Collection[str] = ()) -> None:
         self.response = response
         self.ended = False
         self._terminal = terminal
-        self._held: list[bytes] = []  # token frames not written yet (`send`)
 
     @classmethod
     async def open(cls, request: web.Request, terminal: Collection[str] = ()) -> SSEStream:
@@ -70,16 +68,7 @@ class SSEStream:
 
     async def send(self, event_id: str | int | None, name: str, data: dict[str, Any]) -> None:
         frame = encode_event(event_id, name, data)
-        if self._held:  # tokens of the same provider read, held back: they leave with this one
-            self._held.append(frame)
-            frame = b"".join(self._held)
-            self._held = []
         if name not in self._terminal:
-            if name == "token" and READ_AHEAD.get():
-                # More of the provider's events came in the read this token came in, and will
-                # be handed out before this task waits again: one write for them all.
-                self._held = [frame]
-                return
             await self.response.write(frame)
             return
         # Nothing follows a terminal event: it and the stream's end (the last chunk) leave in
@@ -111,9 +100,8 @@ class SSEStream:
                 await asyncio.wait({pending})
 
     async def close(self) -> None:
-        held, self._held = b"".join(self._held), []
         with suppress(ConnectionError):  # the client may leave right after the last event
-            await self.response.write_eof(held)
+            await self.response.write_eof()
 
     async def end_with_failure(self, exc: Exception) -> web.StreamResponse:
         """The error middleware's end of a stream that failed (call it while `exc` is being

@@ -13,7 +13,6 @@ router (`agentos.providers.router`) is a `Provider` too: it picks the target tha
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -74,14 +73,6 @@ class Usage:
 @dataclass(frozen=True, slots=True)
 class TextDelta:
     text: str
-
-
-# How many of the provider's events were read with the item being handed out and are not yet
-# handed out (set by the transport for each event; the task that reads the stream sees it).
-# A saturated server reads several tokens at once (3.4 events per read at 1000 turns:
-# bench/results/2026-12-07T045346Z-2c-amd-epyc-s15-events-per-read.md): a client stream holds
-# a token while more are already here and writes them in one piece (`agentos.api.sse`).
-READ_AHEAD: ContextVar[int] = ContextVar("agentos_provider_read_ahead", default=0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ import msgspec
 
 from agentos.config import Route
 from agentos.errors import ProviderError, ProviderHTTPError, ProviderProtocolError, ProviderTimeout, ProviderUnavailable
-from agentos.providers.base import READ_AHEAD, ChatRequest, Completion, StreamItem, TextDelta
+from agentos.providers.base import ChatRequest, Completion, StreamItem, TextDelta
 from agentos.providers.sse_parser import SSEParser
 
 log = logging.getLogger("agentos.providers")
@@ -276,20 +276,14 @@ class OpenStream:
             ProviderProtocolError: an event that `decode` refuses (a `msgspec.DecodeError`).
         """
         parser = SSEParser()
-        try:
-            async for raw in self.response.content.iter_any():
-                events = parser.feed(raw)
-                last = len(events) - 1
-                for i, event in enumerate(events):
-                    if event.data == "[DONE]":
-                        return
-                    READ_AHEAD.set(last - i)  # read with this one, not yet handed out
-                    try:
-                        yield decode(event.data)
-                    except msgspec.DecodeError:
-                        raise ProviderProtocolError("the provider sent an event that is not valid JSON") from None
-        finally:
-            READ_AHEAD.set(0)
+        async for raw in self.response.content.iter_any():
+            for event in parser.feed(raw):
+                if event.data == "[DONE]":
+                    return
+                try:
+                    yield decode(event.data)
+                except msgspec.DecodeError:
+                    raise ProviderProtocolError("the provider sent an event that is not valid JSON") from None
 
     @contextmanager
     def guard(self) -> Iterator[None]:
