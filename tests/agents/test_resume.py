@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from agentos.agents.service import RunService
 from agentos.clock import wall_ms
 from agentos.config import Settings
 from agentos.errors import InvalidInput
+from agentos.kernel import RunEnded
 from agentos.providers.base import ChatRequest, Completion
 from tests.agents.conftest import ServiceFactory, collect, journal_sql
 from tests.agents.fakes import ScriptedProvider, answer, call, tool_messages_since_user
@@ -65,6 +67,38 @@ async def test_model_calls_and_tools_are_not_repeated(make_service: ServiceFacto
         "run.completed",
     ]
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+
+async def test_a_waiting_run_taken_over_is_never_owned_without_its_wait(make_service: ServiceFactory) -> None:
+    """A node that takes a waiting run over (`agentos.agents.cluster`, `recover_one`) must not be
+    seen owning it before its kernel holds the wait: an answer arriving then was refused
+    `409 not_waiting` (seen in a clean-clone run). A watcher looks at every turn of the loop while
+    the run is resumed from the journal; then the answer is taken at once."""
+    service = await make_service(ScriptedProvider())
+    run_id = await service.start_run("default", "ops", "x")
+    request = await pending(service, run_id)
+    runs = service._runs
+    row = await runs.store.load_run("default", run_id)
+    assert row is not None and row.status == "waiting_human"
+    runs.handles.pop(run_id)  # as the node that lost it does (`RunCluster._lost`)
+    runs.driver.handle(RunEnded(run_id, "suspended"))
+    assert runs.driver.kernel.pending_human(run_id) is None
+    seen: list[bool] = []
+
+    async def watch() -> None:
+        while True:
+            if run_id in runs.handles:
+                seen.append(runs.driver.kernel.pending_human(run_id) is not None)
+            await asyncio.sleep(0)
+
+    watcher = asyncio.create_task(watch())
+    await runs.recover_one(row)
+    await asyncio.sleep(0)  # the watcher looks once more, with the run resumed
+    watcher.cancel()
+    assert seen and all(seen), seen
+    await service.answer("default", run_id, request["operation_id"], "yes")
+    await collect(service, run_id)
+    assert (await service.get_run("default", run_id))["status"] == "completed"
 
 
 def slow_command(request: ChatRequest) -> Completion:

@@ -374,6 +374,10 @@ class RunLifecycle(RunEngine):
         return len(rows)
 
     async def recover_one(self, row: RunRow) -> None:
+        # The steps are read before the handle is registered, and nothing is awaited between its
+        # registration and the kernel's hearing of the wait: an answer in between would find a
+        # run this node owns but the kernel does not hold waiting, and be refused `not_waiting`.
+        steps = await self.store.load_steps(row.tenant_id, row.run_id)
         try:
             handle = await self.load_handle(row)
         except Exception as exc:  # a broken snapshot must not stop the others from resuming
@@ -382,7 +386,6 @@ class RunLifecycle(RunEngine):
             stub.next_event_seq = 1 + await self.store.last_event_seq(row.run_id)
             await self.record_finish(stub, "failed", None, f"cannot resume: {type(exc).__name__}")
             return
-        steps = await self.store.load_steps(row.tenant_id, row.run_id)
         last = steps[-1] if steps else None
         if row.status == "waiting_human" and last is not None and last.kind == "human" and last.status == "waiting":
             self.driver.handle(self._human_requested(handle, last.input))
