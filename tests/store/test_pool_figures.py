@@ -62,3 +62,24 @@ async def test_no_pool_line_once_the_pools_are_closed(pool: asyncpg.Pool) -> Non
     await pool.close()
     assert not pg_pool.FIGURES.live()
     assert "agentos_store_pool" not in Metrics().render().decode()
+
+
+async def test_a_released_connection_costs_no_reset_round_trip_and_keeps_its_schema(pool: asyncpg.Pool) -> None:
+    """On release the pool sends nothing when the connection is clean (asyncpg's default sends
+    `pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`: a round trip per use,
+    `pg_pool.keep_session`); a transaction left open is still rolled back; the schema stays."""
+    sent: list[str] = []
+    async with pool.acquire() as conn:
+        schema = await conn.fetchval("SHOW search_path")  # the fresh schema (the migrations would make it)
+        await conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.add_query_logger(lambda record: sent.append(record.query))
+        await conn.execute("CREATE TABLE kept (n int)")
+    assert sent == ["CREATE TABLE kept (n int)"]  # nothing more after the last use
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT current_schema()") == schema
+        left_open = conn.transaction()
+        await left_open.start()
+        await conn.execute("INSERT INTO kept VALUES (1)")
+    async with pool.acquire() as conn:
+        assert not conn.is_in_transaction()
+        assert await conn.fetchval("SELECT count(*) FROM kept") == 0  # the open one was rolled back
