@@ -4,7 +4,7 @@ overlap and misfire policies, refused starts, a node that dies between claim and
 from __future__ import annotations
 
 from agentos.config import SchedulesConfig
-from agentos.schedules.scheduler import ScheduleMetrics, Scheduler, admit
+from agentos.schedules.scheduler import IDLE_MAX_S, ScheduleMetrics, Scheduler, admit
 from agentos.schedules.storage import FIRE_LEASE_MS, ScheduleStorage
 from agentos.testing import FakeClock
 from tests.schedules.conftest import FakeRuns, schedule
@@ -210,3 +210,26 @@ async def test_with_one_place_free_only_the_oldest_waiting_fire_starts(storage: 
     assert await a._start(pending[0]) == 1
     assert await b._start(pending[1]) == 0  # the one place is taken now
     assert len(runs.starts) == 2
+
+
+async def test_an_idle_scheduler_sleeps_until_the_earliest_slot_and_polls_while_fires_wait(
+    storage: ScheduleStorage,
+) -> None:
+    """No schedule: one look every IDLE_MAX_S (a server with none used to look four times a
+    second); a schedule: until its next slot; a fire waiting to start: every poll_s."""
+    clock, runs = FakeClock(0.0), FakeRuns()
+    s = scheduler(storage, runs, clock)
+    await s.round()
+    assert s.wait_s(0) == IDLE_MAX_S
+    row = schedule(every_s=10, overlap="queue")
+    await storage.create(row, max_per_tenant=10)
+    clock.advance(4)
+    await s.round()
+    assert s.wait_s(0) == 6.0  # the first slot is at 10 s
+    clock.advance(6)
+    assert await s.round() == 1
+    assert s.wait_s(0) == 10.0  # slot 10 started; the next is at 20 s
+    clock.advance(10)
+    assert await s.round() == 0  # slot 20 waits behind slot 10's run (max_runs_in_flight 1)
+    assert s.wait_s(0) == CONFIG.poll_s
+    assert s.wait_s(0) == CONFIG.poll_s  # a round that failed (nothing learned): poll

@@ -135,6 +135,14 @@ class PgScheduleStorage:
         sql = storage.SELECT_FIRES + " WHERE schedule_id = $1 AND status IN ('pending', 'started') ORDER BY slot_ms"
         return [storage.fire_row(r) for r in await self._fetch(sql, schedule_id)]
 
+    async def next_work(self) -> tuple[int | None, bool]:
+        sql = (
+            "SELECT (SELECT min(cursor_ms) FROM schedules WHERE NOT paused),"
+            " EXISTS (SELECT 1 FROM schedule_fires WHERE status = 'pending')"
+        )
+        earliest, busy = (await self._fetch(sql))[0]
+        return earliest, bool(busy)
+
     async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[FireRow]:
         rows = await self._db.use(lambda conn: conn.fetch(_CLAIM, owner, now_ms, lease_ms, limit), "fire claim")
         return sorted(

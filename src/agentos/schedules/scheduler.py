@@ -12,7 +12,10 @@ fire tried again after a crash never makes a second run. The run counts against 
 quotas like any run (`max_active_runs`: a refused start leaves the fire pending for a later round).
 
 Time is an input (`now_ms`): tests drive `round()` on a fake clock, with no sleeps. The loop
-runs a round every `schedules.poll_s`, and at once when a schedule is created or resumed.
+runs a round every `schedules.poll_s` while fires wait to start, otherwise when the earliest
+schedule falls due (at most `IDLE_MAX_S` later: another node's new schedule), and at once when a
+schedule is created or resumed on this node: a server with no schedule costs a look every 16 s,
+not four a second.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from agentos.schedules.storage import FIRE_LEASE_MS, ScheduleStorage
 log = logging.getLogger("agentos.schedules")
 
 BATCH = 64  # schedules decided, and fires claimed, per round
-PRUNE_EVERY_ROUNDS = 240  # a minute at the default poll
+IDLE_MAX_S = 16.0  # with nothing in flight, the longest wait (a schedule another node created)
+PRUNE_EVERY_ROUNDS = 240  # a minute at the default poll, while fires wait to start
 
 
 class ScheduleMetrics:
@@ -62,8 +66,23 @@ class Scheduler(RunPoller[ScheduleStorage, SchedulesConfig, ScheduleMetrics]):
     logger = log
     _rounds = 0  # rounds run, counted from 0 by each instance (pruning every PRUNE_EVERY_ROUNDS)
 
+    _next_wait_s: float | None = None  # what the last round learned; None: it failed, poll
+
     def wait_s(self, found: int) -> float:
-        return self._config.poll_s  # a slot falls due by the clock: work found says nothing of the next
+        # A slot falls due by the clock: work found says nothing of the next; the round read when.
+        wait_s = self._next_wait_s
+        self._next_wait_s = None
+        return self._config.poll_s if wait_s is None else wait_s
+
+    def idle_wait_s(self, earliest_ms: int | None, busy: bool, now_ms: int) -> float:
+        """How long the scheduler may sleep: `poll_s` while fires wait to start (a queued one
+        starts when a run ends), else until the earliest cursor, between `poll_s` and `IDLE_MAX_S`."""
+        poll_s = self._config.poll_s
+        if busy:
+            return poll_s
+        if earliest_ms is None:
+            return max(poll_s, IDLE_MAX_S)
+        return min(max(poll_s, (earliest_ms - now_ms) / 1000), max(poll_s, IDLE_MAX_S))
 
     async def round(self) -> int:
         """Decide the due slots, then start the fires this node holds; how many fires started."""
@@ -85,6 +104,8 @@ class Scheduler(RunPoller[ScheduleStorage, SchedulesConfig, ScheduleMetrics]):
         self._rounds += 1
         if self._rounds % PRUNE_EVERY_ROUNDS == 0:
             await self._storage.prune(self._config.fire_history)
+        earliest, busy = await self._storage.next_work()
+        self._next_wait_s = self.idle_wait_s(earliest, busy, self._now_ms())
         return started
 
     async def _decide(self, schedule: ScheduleRow, now: int) -> list[FireRow]:

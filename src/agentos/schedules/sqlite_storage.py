@@ -134,6 +134,14 @@ class SqliteScheduleStorage(WriterStorage):
         sql = storage.SELECT_FIRES + " WHERE schedule_id = ? AND status IN ('pending', 'started') ORDER BY slot_ms"
         return await self._writer.run(lambda db: [storage.fire_row(r) for r in db.execute(sql, (schedule_id,))])
 
+    async def next_work(self) -> tuple[int | None, bool]:
+        sql = (
+            "SELECT (SELECT min(cursor_ms) FROM schedules WHERE paused = 0),"
+            " EXISTS (SELECT 1 FROM schedule_fires WHERE status = 'pending')"
+        )
+        earliest, busy = await self._writer.run(lambda db: db.execute(sql).fetchone())
+        return earliest, bool(busy)
+
     async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[FireRow]:
         def claim(db: sqlite3.Connection) -> list[FireRow]:
             sql = (

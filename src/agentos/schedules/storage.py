@@ -58,6 +58,12 @@ class ScheduleStorage(Protocol):
         """The schedule's pending and started fires, oldest slot first."""
         ...
 
+    async def next_work(self) -> tuple[int | None, bool]:
+        """When the scheduler next has work: the earliest cursor of a schedule not paused (None:
+        there is none), and whether any fire is pending (to start as soon as there is room, or
+        once its lease runs out). A started fire needs nothing until its schedule's next slot."""
+        ...
+
     async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[FireRow]:
         """Pending fires whose lease ran out (or was released), oldest slot first; leased to
         `owner` until `now_ms + lease_ms`."""
