@@ -96,7 +96,7 @@ def test_bench_profiles_set_what_the_sweep_needs() -> None:
     for name, store in (("no-store", False), ("full-store", True), ("full-store-limits", True)):
         settings = load_settings(PROFILES / f"{name}.toml")
         assert settings.store.enabled is store
-        assert settings.kernel.max_in_flight_turns == 0 and settings.kernel.concurrency_limit == 2000
+        assert settings.kernel.max_in_flight_turns == 0 and settings.kernel.concurrency_limit == 4000
     limits = load_settings(PROFILES / "full-store-limits.toml").tenant_limits
     # Budgets stay unset: the sweep's mock has no price, and a budget refuses an unpriced target
     # (docs/providers.md, "Budgets"); retention deletes, it limits nothing a request meets; the
