@@ -56,8 +56,14 @@ async def run(kind: str, url: str, streams: int) -> dict[str, Any]:
             results = await asyncio.gather(*(httpx_stream(c, url) for _ in range(streams)), return_exceptions=True)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     failures = sum(1 for r in results if isinstance(r, BaseException))
-    return {"client": kind, "streams": streams, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
-            "cpu_ms_per_stream": round(cpu * 1000 / streams, 3), "failures": failures}
+    return {
+        "client": kind,
+        "streams": streams,
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "cpu_ms_per_stream": round(cpu * 1000 / streams, 3),
+        "failures": failures,
+    }
 
 
 def main() -> None:
@@ -69,8 +75,9 @@ def main() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     env = os.environ | {"MOCK_TTFT_MS": str(args.ttft_ms), "MOCK_TPS": "200", "MOCK_TOKENS": "8"}
-    mock = subprocess.Popen([sys.executable, "-m", "agentos", "mock-llm", "--port", "0"], env=env,
-                            stdout=subprocess.PIPE, text=True)
+    mock = subprocess.Popen(
+        [sys.executable, "-m", "agentos", "mock-llm", "--port", "0"], env=env, stdout=subprocess.PIPE, text=True
+    )
     try:
         line = mock.stdout.readline() if mock.stdout else ""
         url = line.split()[-1] + "/chat/completions"
@@ -82,9 +89,17 @@ def main() -> None:
     finally:
         mock.terminate()
         mock.wait()
-    print(json.dumps({"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                      "versions": {"aiohttp": aiohttp.__version__, "httpx": httpx.__version__},
-                      "command": " ".join(sys.argv), "rows": rows}))
+    print(
+        json.dumps(
+            {
+                "machine": platform.processor() or platform.machine(),
+                "cores": os.cpu_count(),
+                "versions": {"aiohttp": aiohttp.__version__, "httpx": httpx.__version__},
+                "command": " ".join(sys.argv),
+                "rows": rows,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

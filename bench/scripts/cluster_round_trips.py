@@ -21,7 +21,6 @@ import asyncio
 import os
 import platform
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,17 +32,12 @@ from typing import Any
 import aiohttp
 import asyncpg
 import redis.asyncio as aioredis
+from local_processes import emit, free_port, start_mock, stop
 
 PROFILE = Path(__file__).resolve().parents[2] / "src/agentos_bench/profiles/postgres-3node.toml"
 PG = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS = "redis://127.0.0.1:6379/0"
 SSE = {"Accept": "text/event-stream"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def wait_http(url: str, proc: subprocess.Popen[bytes], what: str) -> None:
@@ -122,11 +116,7 @@ def per(delta: Counter[str], n: int) -> dict[str, float]:
 def start(args: argparse.Namespace, data: Path, schema: str, prefix: str) -> tuple[subprocess.Popen[bytes], ...]:
     """The mock and the node, each in its own process (before the loop: no blocking call in it)."""
     mock_port, port = free_port(), free_port()
-    mock = subprocess.Popen(
-        [sys.executable, "-m", "agentos", "mock-llm", "--port", str(mock_port), "--ttft-ms", "20", "--tokens", "8"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    mock = start_mock(mock_port, "--ttft-ms", "20", "--tokens", "8")
     env = {**os.environ, "AGENTOS_STORE_POSTGRES_SCHEMA": schema, "AGENTOS_COORDINATION_KEY_PREFIX": prefix}
     with (data / "server.log").open("wb") as log:  # the child keeps its own descriptor
         server = subprocess.Popen(
@@ -243,13 +233,8 @@ def main(args: argparse.Namespace) -> None:
     try:
         report = asyncio.run(measure(args, mock, server, schema, prefix))
     finally:
-        server.terminate()
-        server.wait(30)
-        mock.terminate()
-        mock.wait(10)
-    print(report)
-    if args.out:
-        Path(args.out).write_text(report)
+        stop(server, mock)
+    emit(report, args.out)
 
 
 def parse() -> argparse.Namespace:

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+from local_processes import emit, free_port, start_mock, stop
 
 from agentos.clock import MonotonicClock
 from agentos.config import resolve_paths, settings_from_dict
@@ -65,18 +65,10 @@ class Round:
         return 1000 * self.cpu_s / self.calls
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_mock(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str]:
+def spawn_mock(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str]:
     """The mock in its own process (before the loop starts: no blocking call inside it)."""
     port = free_port()
-    command = [sys.executable, "-m", "agentos", "mock-llm", "--port", str(port), "--ttft-ms", str(args.ttft_ms)]
-    command += ["--tps", str(args.tps), "--tokens", str(args.tokens)]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start_mock(port, "--ttft-ms", str(args.ttft_ms), "--tps", str(args.tps), "--tokens", str(args.tokens))
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
@@ -227,12 +219,9 @@ if __name__ == "__main__":
     import uvloop  # the server's event loop (agentos.server), so the calls run as they do there
 
     options = parse()
-    mock, mock_url = start_mock(options)
+    mock, mock_url = spawn_mock(options)
     try:
         report = uvloop.run(main(options, mock_url))
     finally:
-        mock.terminate()
-        mock.wait()
-    print(report)
-    if options.out:
-        Path(options.out).write_text(report)
+        stop(mock)
+    emit(report, options.out)

@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ import tracemalloc
 from pathlib import Path
 
 import aiohttp
+from local_processes import emit, free_port, start_mock, stop
 
 PROFILE = Path(__file__).resolve().parents[2] / "src/agentos_bench/profiles/full-store.toml"
 SITECUSTOMIZE = """
@@ -38,12 +38,6 @@ def _dump(signum, frame):
     open(os.path.join(_dir, f"done{_count[0]}"), "w").close()
 signal.signal(signal.SIGUSR1, _dump)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def memory_kb(pid: int) -> dict[str, int]:
@@ -163,11 +157,7 @@ def main(args: argparse.Namespace) -> None:
     (folder / "site").mkdir()
     (folder / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
     mock_port, port = free_port(), free_port()
-    mock = subprocess.Popen(
-        [sys.executable, "-m", "agentos", "mock-llm", "--port", str(mock_port), "--ttft-ms", str(args.ttft_ms)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    mock = start_mock(mock_port, "--ttft-ms", str(args.ttft_ms))
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(folder / "site"), os.environ.get("PYTHONPATH", "")]),
@@ -185,13 +175,8 @@ def main(args: argparse.Namespace) -> None:
             measure(args, server, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{mock_port}/v1", folder)
         )
     finally:
-        server.terminate()
-        server.wait(60)
-        mock.terminate()
-        mock.wait(10)
-    print(report)
-    if args.out:
-        Path(args.out).write_text(report)
+        stop(server, mock)
+    emit(report, args.out)
 
 
 def parse() -> argparse.Namespace:

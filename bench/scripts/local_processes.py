@@ -1,0 +1,38 @@
+"""What the one-off bench scripts share: a free loopback port, the mock and a server started as
+processes of their own (before the event loop: no blocking call inside it), their stop, and the
+report printed and written. Imported by its siblings (`python bench/scripts/X.py` puts this
+folder on `sys.path`)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_mock(port: int, *options: str) -> subprocess.Popen[bytes]:
+    """`agentos mock-llm` on `port` with `options` (`--ttft-ms`, `--tokens`, ...)."""
+    command = [sys.executable, "-m", "agentos", "mock-llm", "--port", str(port), *options]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop(*processes: subprocess.Popen[bytes], wait_s: float = 60.0) -> None:
+    """SIGTERM each (the server drains on it), then wait for each, in order."""
+    for proc in processes:
+        proc.terminate()
+    for proc in processes:
+        proc.wait(wait_s)
+
+
+def emit(report: str, out: str) -> None:
+    """The report on stdout, and in `out` when one is named."""
+    print(report)
+    if out:
+        Path(out).write_text(report)
