@@ -36,7 +36,7 @@ from agentos.schedules.storage import FIRE_LEASE_MS, ScheduleStorage
 log = logging.getLogger("agentos.schedules")
 
 BATCH = 64  # schedules decided, and fires claimed, per round
-IDLE_MAX_S = 16.0  # with nothing in flight, the longest wait (a schedule another node created)
+IDLE_MAX_S = 16.0  # with no fire waiting to start, the longest wait (a schedule another node created)
 PRUNE_EVERY_ROUNDS = 240  # a minute at the default poll, while fires wait to start
 
 
