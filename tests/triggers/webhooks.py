@@ -119,15 +119,22 @@ async def _chunks(body: bytes) -> AsyncIterator[bytes]:
         yield body[start : start + 65536]
 
 
-async def run_outcome(http: aiohttp.ClientSession, url: str, run_id: str, headers: dict[str, str] | None = None) -> str:
+async def run_outcome(
+    http: aiohttp.ClientSession,
+    url: str,
+    run_id: str,
+    headers: dict[str, str] | None = None,
+    start_timeout_s: float = 30,
+) -> str:
     """The name of the run's terminal event (its events stream ends with it). A delivery's run
-    exists once the dispatcher has started it, moments after the 2xx: waited for first."""
+    exists once the dispatcher has started it, moments after the 2xx: waited for first (up to
+    `start_timeout_s`)."""
 
     async def exists() -> bool:
         async with http.get(f"{url}/v1/runs/{run_id}", headers=headers) as r:
             return r.status == 200
 
-    await eventually(exists, timeout_s=30, what=f"run {run_id} to start")
+    await eventually(exists, timeout_s=start_timeout_s, what=f"run {run_id} to start")
     async with http.get(f"{url}/v1/runs/{run_id}/events", headers=headers) as r:
         assert r.status == 200, await r.text()
         async for event in sse_events(r):
