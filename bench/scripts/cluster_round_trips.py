@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 import asyncpg
 import redis.asyncio as aioredis
-from local_processes import emit, free_port, start_mock, stop
+from local_processes import emit, free_port, start_mock, start_server, stop
 
 PROFILE = Path(__file__).resolve().parents[2] / "src/agentos_bench/profiles/postgres-3node.toml"
 PG = "postgresql://postgres@127.0.0.1:5432/test"
@@ -119,13 +119,7 @@ def start(args: argparse.Namespace, data: Path, schema: str, prefix: str) -> tup
     mock = start_mock(mock_port, "--ttft-ms", "20", "--tokens", "8")
     env = {**os.environ, "AGENTOS_STORE_POSTGRES_SCHEMA": schema, "AGENTOS_COORDINATION_KEY_PREFIX": prefix}
     with (data / "server.log").open("wb") as log:  # the child keeps its own descriptor
-        server = subprocess.Popen(
-            [sys.executable, "-m", "agentos", "serve", "--config", str(PROFILE), "--host", "127.0.0.1",
-             "--port", str(port), "--provider-url", f"http://127.0.0.1:{mock_port}/v1", "--data-dir", str(data)],
-            stdout=log,
-            stderr=log,
-            env=env,
-        )  # fmt: skip
+        server = start_server(PROFILE, port, mock_port, data, log, env)
     args.mock_port, args.port = mock_port, port
     return mock, server
 

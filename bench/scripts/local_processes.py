@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO
 
 
 def free_port() -> int:
@@ -36,3 +37,13 @@ def emit(report: str, out: str) -> None:
     print(report)
     if out:
         Path(out).write_text(report)
+
+
+def start_server(
+    config: Path, port: int, mock_port: int, data_dir: Path, log: IO[bytes], env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """`agentos serve` with `config` on `port`, the mock on `mock_port` as its provider."""
+    command = [sys.executable, "-m", "agentos", "serve", "--config", str(config), "--host", "127.0.0.1",
+               "--port", str(port), "--provider-url", f"http://127.0.0.1:{mock_port}/v1",
+               "--data-dir", str(data_dir)]  # fmt: skip
+    return subprocess.Popen(command, stdout=log, stderr=log, env=env)

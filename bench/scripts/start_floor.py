@@ -13,15 +13,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO
 
 import aiohttp
-from local_processes import emit, free_port, start_mock, stop
+from local_processes import emit, free_port, start_mock, start_server, stop
 
 PROFILE = Path(__file__).resolve().parents[2] / "src/agentos_bench/profiles/runs.toml"
 WAYS = (
@@ -66,7 +64,7 @@ def main(args: argparse.Namespace) -> None:
     mock_port, port = free_port(), free_port()
     mock = start_mock(mock_port, "--scenario", "tools", "--ttft-ms", "50")
     with (folder / "server.log").open("wb") as log:
-        server = subprocess_serve(port, mock_port, folder, log)
+        server = start_server(PROFILE, port, mock_port, folder / "data", log)
     try:
         rows = asyncio.run(measure(args, f"http://127.0.0.1:{port}"))
     finally:
@@ -84,13 +82,6 @@ def main(args: argparse.Namespace) -> None:
     ]
     lines += [f"| {way} | {i} | {p50:.1f} | {p99:.1f} |" for way, i, p50, p99 in rows]
     emit("\n".join(lines) + "\n", args.out)
-
-
-def subprocess_serve(port: int, mock_port: int, folder: Path, log: IO[bytes]) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "agentos", "serve", "--config", str(PROFILE), "--host", "127.0.0.1",
-               "--port", str(port), "--provider-url", f"http://127.0.0.1:{mock_port}/v1",
-               "--data-dir", str(folder / "data")]  # fmt: skip
-    return subprocess.Popen(command, stdout=log, stderr=log)
 
 
 def parse() -> argparse.Namespace:

@@ -24,7 +24,7 @@ import tracemalloc
 from pathlib import Path
 
 import aiohttp
-from local_processes import emit, free_port, start_mock, stop
+from local_processes import emit, free_port, start_mock, start_server, stop
 
 PROFILE = Path(__file__).resolve().parents[2] / "src/agentos_bench/profiles/full-store.toml"
 SITECUSTOMIZE = """
@@ -164,12 +164,7 @@ def main(args: argparse.Namespace) -> None:
         "TURN_MEMORY_SNAPSHOTS": str(folder),
     }
     with (folder / "server.log").open("wb") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "agentos", "serve", "--config", str(PROFILE), "--host", "127.0.0.1",
-             "--port", str(port), "--provider-url", f"http://127.0.0.1:{mock_port}/v1",
-             "--data-dir", str(folder / "data")],
-            stdout=log, stderr=log, env=env,
-        )  # fmt: skip
+        server = start_server(PROFILE, port, mock_port, folder / "data", log, env)
     try:
         report = asyncio.run(
             measure(args, server, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{mock_port}/v1", folder)
