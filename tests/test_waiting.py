@@ -106,6 +106,18 @@ def test_an_idle_poll_never_waits_past_a_due_time_it_knows() -> None:
     assert poll.wait_s(20_000) == 16.0
 
 
+def test_an_idle_poll_waits_no_longer_than_the_store_said_but_at_least_its_base() -> None:
+    poll = IdlePoll(1.0, 16.0)
+    for _ in range(5):
+        poll.found(False)
+    poll.seen_due(10_000)  # another node's lease ends then
+    assert poll.wait_s(1_000) == 9.0
+    assert poll.wait_s(9_800) == 1.0  # due in 0.2 s, or already: not sooner than base_s
+    assert poll.wait_s(12_000) == 1.0
+    poll.seen_due(None)  # the next look found nothing queued
+    assert poll.wait_s(12_000) == 16.0
+
+
 async def test_wait_tasks_cancels_only_what_outlives_the_timeout() -> None:
     stuck = asyncio.create_task(asyncio.Event().wait())
     quick = asyncio.create_task(asyncio.sleep(0))

@@ -113,7 +113,9 @@ class IdlePoll:
     """How long a worker that polls a store waits between looks: `base_s` after a look found
     work, doubling with each look that found none up to `max_s` (an idle server's pollers then
     cost almost nothing), and never past a time it knows work is due (`due_at`: a postponement
-    it made itself). Whatever adds work on this node wakes the worker and calls `reset`.
+    it made itself; `seen_due`: the earliest due time its last look at the store saw, such as
+    another node's lease that runs out). Whatever adds work on this node wakes the worker and
+    calls `reset`.
 
     Usage::
 
@@ -122,12 +124,13 @@ class IdlePoll:
         await wait_event(wake, poll.wait_s(now_ms))
     """
 
-    __slots__ = ("base_s", "max_s", "current_s", "_due_ms")
+    __slots__ = ("base_s", "max_s", "current_s", "_due_ms", "_seen_ms")
 
     def __init__(self, base_s: float, max_s: float) -> None:
         self.base_s, self.max_s = base_s, max(base_s, max_s)
         self.current_s = base_s
         self._due_ms: list[int] = []  # a heap
+        self._seen_ms: int | None = None
 
     def found(self, work: bool) -> None:
         self.current_s = self.base_s if work else min(2 * self.current_s, self.max_s)
@@ -138,11 +141,22 @@ class IdlePoll:
     def due_at(self, at_ms: int) -> None:
         heapq.heappush(self._due_ms, at_ms)
 
+    def seen_due(self, at_ms: int | None) -> None:
+        """The last look at the store saw work due at `at_ms` (None: none), replacing what the
+        look before saw."""
+        self._seen_ms = at_ms
+
     def wait_s(self, now_ms: int) -> float:
-        """The wait from `now_ms`; 0 when a known due time has come (it is then forgotten)."""
+        """The wait from `now_ms`; 0 when a known due time has come (it is then forgotten). A due
+        time `seen_due` bounds it too, though never below `base_s`: what a look saw due and did
+        not take may be another node's claim in progress, which a look at once would see again."""
         due = self._due_ms
         wait_s = self.current_s
         while due and due[0] <= now_ms:
             heapq.heappop(due)
             wait_s = 0.0
-        return min(wait_s, (due[0] - now_ms) / 1000) if due else wait_s
+        if due:
+            wait_s = min(wait_s, (due[0] - now_ms) / 1000)
+        if self._seen_ms is not None:
+            wait_s = min(wait_s, max(self.base_s, (self._seen_ms - now_ms) / 1000))
+        return wait_s

@@ -54,8 +54,8 @@ async def test_deliveries_answered_before_a_kill_9_each_run_once_after_the_resta
     assert mock.stats.completed < DELIVERIES  # the kill did interrupt work
     async with agentos_process(*flags) as (proc, url):
         # On PostgreSQL the restarted server is a new lease owner: the killed one's claims come
-        # back when their 10 s lease ends, which a dispatcher backed off while it found nothing
-        # may notice up to 16 s later; then 20 runs go two at a time (seen over 30 s in CI).
+        # back when their 10 s lease ends (the dispatcher looks again then); then 20 runs go two
+        # at a time.
         outcomes = await asyncio.gather(*(run_outcome(http, url, r, start_timeout_s=60) for r in run_ids))
         assert set(outcomes) == {"run.completed"}
         sender.url = url

@@ -17,6 +17,7 @@ from agentos.clock import wall_ms
 from agentos.errors import NotFound, Unauthorized
 from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
+from agentos.triggers.dispatcher import IDLE_POLL_MAX_S, LEASE_MS
 from agentos.triggers.records import SecretRow, TriggerRow
 from agentos.triggers.service import TriggerService
 from agentos.triggers.signatures import decode_secret, derive_secret, encode_secret, sign
@@ -210,3 +211,23 @@ async def test_a_restarted_single_node_takes_back_its_own_leases_at_once(setup: 
     assert await waiting.dispatcher.round() == 0  # once: reclaiming ends with the first short round
     started = await setup.service.delivery("default", trigger["trigger_id"], "leased")
     assert started["status"] == "started"
+
+
+async def test_an_idle_dispatcher_looks_again_when_another_nodes_lease_ends(setup: Setup) -> None:
+    """A delivery another node claimed and never started (that node died): however far the
+    dispatcher has backed off, it looks again just after the lease ends, not up to 16 s later."""
+    dispatcher = setup.service.dispatcher
+    assert await dispatcher.round() == 0  # the first round: reclaiming (one node) is over
+    trigger = await setup.service.create("default", "echo", "{payload}", "")
+    await deliver(setup, trigger, "orphaned")
+    assert len(await setup.service.storage.claim("dead-node", setup.clock.ms, LEASE_MS, 10)) == 1
+    setup.clock.ms += 2_000
+    assert await dispatcher.round() == 0
+    waits = [dispatcher.wait_s(0) for _ in range(12)]  # idle rounds' waits, backing off
+    assert waits[1] == 2 * waits[0]  # doubling ...
+    assert max(waits) == waits[-1] == (LEASE_MS - 2_000 + 1) / 1000 < IDLE_POLL_MAX_S  # ... up to the lease's end
+    setup.clock.ms += LEASE_MS - 2_000 + 1
+    assert await dispatcher.round() == 1
+    assert dispatcher.wait_s(1) == waits[0] / 2  # found work: back to the base
+    started = await setup.service.delivery("default", trigger["trigger_id"], "orphaned")
+    assert (started["status"], started["attempts"]) == ("started", 2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agentos.triggers.records import DeliveryRow, TriggerRow
+from agentos.triggers.records import Backlog, DeliveryRow, TriggerRow
 from agentos.triggers.storage import TriggerStorage
 from tests.triggers.conftest import delivery, trigger
 
@@ -34,7 +34,7 @@ async def test_claims_are_oldest_first_leased_and_counted(storage: TriggerStorag
     assert keys(await storage.claim("node-b", now_ms=600, lease_ms=LEASE, limit=10)) == keys(rows[2:])
     assert await storage.claim("node-b", now_ms=700, lease_ms=LEASE, limit=10) == []  # all leased
     assert await storage.claim("node-a", now_ms=700, lease_ms=LEASE, limit=10) == []  # its own too
-    assert await storage.backlog() == 3  # leased is still queued
+    assert (await storage.backlog()).queued == 3  # leased is still queued
 
 
 async def test_an_expired_lease_is_claimed_again(storage: TriggerStorage) -> None:
@@ -46,9 +46,9 @@ async def test_an_expired_lease_is_claimed_again(storage: TriggerStorage) -> Non
 
     # node-a's lease is gone: its outcome changes nothing; node-b's does
     await storage.mark_failed("node-a", again[0].trigger_id, again[0].webhook_id, "late", now_ms=2000)
-    assert await storage.backlog() == 1
+    assert (await storage.backlog()).queued == 1
     await storage.mark_started("node-b", again[0].trigger_id, again[0].webhook_id, now_ms=2000)
-    assert await storage.backlog() == 0
+    assert (await storage.backlog()).queued == 0
 
 
 async def test_a_started_delivery_is_not_claimed_again(storage: TriggerStorage) -> None:
@@ -58,7 +58,7 @@ async def test_a_started_delivery_is_not_claimed_again(storage: TriggerStorage) 
     stored = await storage.get_delivery(row.tenant_id, row.trigger_id, row.webhook_id)
     assert stored is not None and stored.status == "started" and stored.attempts == 1
     assert await storage.claim("node-b", now_ms=10_000_000, lease_ms=LEASE, limit=10) == []
-    assert await storage.backlog() == 0
+    assert (await storage.backlog()).queued == 0
 
 
 async def test_a_failed_delivery_keeps_its_reason(storage: TriggerStorage) -> None:
@@ -77,6 +77,24 @@ async def test_a_postponed_delivery_waits_until_its_next_attempt(storage: Trigge
     assert await storage.claim("node-b", now_ms=799, lease_ms=LEASE, limit=10) == []
     again = await storage.claim("node-b", now_ms=800, lease_ms=LEASE, limit=10)  # before node-a's lease ends
     assert [(r.attempts, r.next_attempt_ms) for r in again] == [(2, 800)]
+
+
+async def test_the_backlog_says_when_its_first_delivery_can_be_claimed(storage: TriggerStorage) -> None:
+    """What bounds an idle dispatcher's wait: the earliest `next_attempt_ms`, or the end of a
+    lease (claimable at `lease_until_ms + 1`), over the deliveries still queued."""
+    assert await storage.backlog() == Backlog(0, None)
+    first, second = await queue(storage, 2)
+    assert await storage.backlog() == Backlog(2, 0)  # both due at once
+    await storage.claim("node-a", now_ms=500, lease_ms=LEASE, limit=10)
+    assert await storage.backlog() == Backlog(2, 500 + LEASE + 1)  # both leased until 1500
+    await storage.postpone("node-a", first.trigger_id, first.webhook_id, next_attempt_ms=900)
+    assert await storage.backlog() == Backlog(2, 900)
+    await storage.mark_started("node-a", first.trigger_id, first.webhook_id, now_ms=950)  # not its lease any more
+    await storage.claim("node-b", now_ms=900, lease_ms=LEASE, limit=10)  # takes the postponed one
+    assert await storage.backlog() == Backlog(2, 500 + LEASE + 1)
+    await storage.mark_started("node-b", first.trigger_id, first.webhook_id, now_ms=950)
+    await storage.mark_started("node-a", second.trigger_id, second.webhook_id, now_ms=950)
+    assert await storage.backlog() == Backlog(0, None)
 
 
 async def test_only_the_lease_owner_postpones(storage: TriggerStorage) -> None:
@@ -99,7 +117,7 @@ async def test_prune_deletes_only_old_deliveries_no_longer_queued(storage: Trigg
     t, tenant = rows[0].trigger_id, rows[0].tenant_id
     assert keys(await storage.list_deliveries(tenant, t, limit=10, before_ms=None)) == keys(rows[:1:-1])
     assert await storage.prune(before_ms=10_000) == 1  # row 2; row 3 is still queued
-    assert await storage.backlog() == 1
+    assert (await storage.backlog()).queued == 1
 
 
 async def test_two_owners_claiming_at_once_never_share_a_delivery(storage: TriggerStorage) -> None:

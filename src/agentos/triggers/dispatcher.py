@@ -12,10 +12,11 @@ the delivery queued until `next_attempt_ms` (`triggers.retry_s`, growing, capped
 waiting cannot fix fails it: the agent or the trigger is gone, the rendered input is refused.
 
 It wakes when this node accepts a delivery and when one of its postponements ends, and polls
-for the rest (deliveries another node accepted, a dead node's leases that ran out): a second
-after a round that found work, the wait doubling with each round that found none, up to
-`IDLE_POLL_MAX_S` (`waiting.IdlePoll`). Old deliveries are pruned past
-`triggers.dedup_horizon_s`.
+for the rest (deliveries another node accepted): a second after a round that found work, the
+wait doubling with each round that found none, up to `IDLE_POLL_MAX_S` (`waiting.IdlePoll`),
+and never past the earliest time a queued delivery can be claimed, which each round reads with
+the backlog (another node's postponement, a dead node's lease that runs out). Old deliveries
+are pruned past `triggers.dedup_horizon_s`.
 """
 
 from __future__ import annotations
@@ -116,7 +117,9 @@ class Dispatcher(RunPoller[TriggerStorage, TriggersConfig, TriggerMetrics]):
             for outcome in outcomes:  # a mark that failed: the lease expires, the next claim marks it
                 if isinstance(outcome, Exception):
                     log.warning("a trigger delivery's outcome was not recorded: %r", outcome)
-        self.backlog = await self._storage.backlog()
+        backlog = await self._storage.backlog()
+        self.backlog = backlog.queued
+        self._poll.seen_due(backlog.next_due_ms)  # a dead node's lease ends then, say
         return len(claimed)
 
     async def _triggers_of(self, deliveries: list[DeliveryRow]) -> dict[str, TriggerRow]:

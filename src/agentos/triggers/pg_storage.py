@@ -26,7 +26,7 @@ from agentos.errors import Conflict
 from agentos.store import pg_pool
 from agentos.store.pg_side_pool import SidePool
 from agentos.store.tenant_cap import check_cap_pg
-from agentos.triggers.records import DeliveryRow, SecretRow, TriggerRow
+from agentos.triggers.records import Backlog, DeliveryRow, SecretRow, TriggerRow
 from agentos.triggers.storage import (
     DELIVERY_COLUMNS,
     SELECT_TRIGGERS,
@@ -64,6 +64,11 @@ UPDATE trigger_deliveries d SET lease_owner = $1, lease_until_ms = $2 + $3, atte
 FROM due WHERE d.trigger_id = due.trigger_id AND d.webhook_id = due.webhook_id
 RETURNING {", ".join("d." + c.strip() for c in DELIVERY_COLUMNS.split(","))}
 """
+# A leased delivery can be claimed once its lease is over (`lease_until_ms < now`).
+_BACKLOG = (
+    "SELECT count(*), min(GREATEST(next_attempt_ms, COALESCE(lease_until_ms + 1, 0)))"
+    " FROM trigger_deliveries WHERE status = 'queued'"
+)
 _RELEASE = "UPDATE trigger_deliveries SET lease_owner = NULL, lease_until_ms = NULL, updated_ms = $1"
 # Only the lease's owner moves a claimed delivery on.
 _BY_OWNER = " WHERE trigger_id = $2 AND webhook_id = $3 AND lease_owner = $4 AND status = 'queued'"
@@ -193,9 +198,9 @@ class PgTriggerStorage:
         """Only while `owner` holds the lease (else nothing changes)."""
         await self._execute(_FAILED, now_ms, trigger_id, webhook_id, owner, reason)
 
-    async def backlog(self) -> int:
-        rows = await self._fetch("SELECT count(*) FROM trigger_deliveries WHERE status = 'queued'")
-        return int(rows[0][0])
+    async def backlog(self) -> Backlog:
+        queued, due = (await self._fetch(_BACKLOG))[0]
+        return Backlog(queued, due)
 
     async def prune(self, before_ms: int) -> int:
         return await self._execute(

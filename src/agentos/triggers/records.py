@@ -60,3 +60,12 @@ class DeliveryRow:
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _DELIVERY_ANSWER}
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """The deliveries still queued (every tenant's), and the earliest time one of them can be
+    claimed: its `next_attempt_ms`, or just after its lease ends (None: nothing is queued)."""
+
+    queued: int
+    next_due_ms: int | None

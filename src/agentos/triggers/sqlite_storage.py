@@ -31,7 +31,7 @@ from agentos.store.tenant_cap import check_cap_sqlite
 from agentos.store.writer import Writer
 from agentos.store.writer_storage import WriterStorage, one_row
 from agentos.triggers import storage
-from agentos.triggers.records import DeliveryRow, SecretRow, TriggerRow
+from agentos.triggers.records import Backlog, DeliveryRow, SecretRow, TriggerRow
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS triggers (
@@ -74,6 +74,11 @@ _INSERT_DELIVERY = (
 _DUE = (
     "SELECT trigger_id, webhook_id FROM deliveries WHERE status = 'queued' AND next_attempt_ms <= ?"
     " AND (lease_until_ms IS NULL OR lease_until_ms < ?) ORDER BY received_ms, trigger_id, webhook_id LIMIT ?"
+)
+# A leased delivery can be claimed once its lease is over (`lease_until_ms < now`).
+_BACKLOG = (
+    "SELECT count(*), min(max(next_attempt_ms, coalesce(lease_until_ms + 1, 0)))"
+    " FROM deliveries WHERE status = 'queued'"
 )
 _LEASE = (
     "UPDATE deliveries SET lease_owner = ?, lease_until_ms = ?, attempts = attempts + 1, updated_ms = ?"
@@ -190,10 +195,9 @@ class SqliteTriggerStorage(WriterStorage):
         """Only while `owner` holds the lease (else nothing changes)."""
         await self._writer.submit(_FAILED + _BY_OWNER, (reason, now_ms, trigger_id, webhook_id, owner))
 
-    async def backlog(self) -> int:
-        return await self._writer.run(
-            lambda db: int(db.execute("SELECT count(*) FROM deliveries WHERE status = 'queued'").fetchone()[0])
-        )
+    async def backlog(self) -> Backlog:
+        queued, due = await self._writer.run(lambda db: db.execute(_BACKLOG).fetchone())
+        return Backlog(queued, due)
 
     async def prune(self, before_ms: int) -> int:
         sql = "DELETE FROM deliveries WHERE received_ms < ? AND status <> 'queued'"

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from agentos.triggers.records import DeliveryRow, SecretRow, TriggerRow
+from agentos.triggers.records import Backlog, DeliveryRow, SecretRow, TriggerRow
 
 
 class TriggerStorage(Protocol):
@@ -73,8 +73,9 @@ class TriggerStorage(Protocol):
 
     async def mark_failed(self, owner: str, trigger_id: str, webhook_id: str, reason: str, now_ms: int) -> None: ...
 
-    async def backlog(self) -> int:
-        """Deliveries still queued (every tenant's): the backlog gauge."""
+    async def backlog(self) -> Backlog:
+        """Deliveries still queued (every tenant's: the backlog gauge), and when the first of them
+        can be claimed (the dispatcher's idle wait ends by then)."""
         ...
 
     async def prune(self, before_ms: int) -> int:
