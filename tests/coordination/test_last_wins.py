@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import msgspec
 import pytest
 
-from agentos.config import StoreConfig
+from agentos.config import CoordinationConfig, StoreConfig
+from agentos.coordination.bus import Bus
 from agentos.mock.server import MockServer, start_mock
 from agentos.mock.settings import MockSettings
+from agentos.runtime.cluster import CHANNEL, CancelMessage
 from tests.api.helpers import new_session, turn_events
 from tests.coordination.cluster import node_env, pg_rows, serve_nodes
 from tests.coordination.conftest import REDIS_URL
@@ -44,6 +47,11 @@ async def transcript(pg: StoreConfig, session_id: str) -> list[tuple[int, str, s
 async def test_a_turn_on_another_node_cancels_the_running_one_at_once(
     tmp_path: Path, slow_mock: MockServer, pg: StoreConfig, prefix: str, http: aiohttp.ClientSession
 ) -> None:
+    heard: list[CancelMessage] = []
+    listener = Bus(CoordinationConfig(redis_url=REDIS_URL, key_prefix=prefix))
+    await listener.start()
+    await listener.wait_connected()
+    await listener.subscribe(CHANNEL, lambda data: heard.append(msgspec.msgpack.decode(data, type=CancelMessage)))
     async with serve_nodes(3, tmp_path, slow_mock.url, node_env(pg, REDIS_URL, prefix)) as (a, b, _):
         sid = await new_session(http, a.url)
         first = asyncio.create_task(turn_events(http, a.url, sid, "first"))
@@ -58,6 +66,11 @@ async def test_a_turn_on_another_node_cancels_the_running_one_at_once(
         rows = await transcript(pg, sid)
         async with http.get(f"{b.url}/v1/sessions/{sid}/events") as r:
             log = [(e["turn_id"], e["type"], e["data"].get("reason")) for e in (await r.json())["data"]]
+        third = await turn_events(http, a.url, sid, "third")  # turn 2 has ended
+        assert third[-1].name == "turn.completed"
+    await listener.close()
+    # Turns 1 and 3 found no turn running: only turn 2's start, which fenced turn 1 out, was announced.
+    assert [(m.session_id, m.epoch, m.reason) for m in heard] == [(sid, 2, "superseded")]
     turn1, turn2 = events1[0].data["turn_id"], events2[0].data["turn_id"]
     # One terminal event per turn, turn 1's (written by turn 2's bump) first. Turn 1's own
     # turn.started is kept only if its batch committed before the bump: a race this test leaves open.

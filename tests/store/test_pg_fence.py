@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from agentos.errors import SessionNotFound, StaleTurn
+from agentos.store.base import EpochBump
 from agentos.store.postgres import PostgresStore
 from agentos.store.records import EventRecord, MessageRecord, SessionRecord
 from tests.postgres import fresh_schema
@@ -45,11 +46,11 @@ async def test_a_write_with_a_stale_epoch_is_refused_after_a_newer_turn_started(
     nodes: tuple[PostgresStore, PostgresStore],
 ) -> None:
     a, b = nodes
-    assert await a.begin_turn(T, S, "turn_1") == 1
+    assert await a.begin_turn(T, S, "turn_1") == EpochBump(1, None)
     await a.commit_message(answer("turn_1", "question 1", role="user"))  # before its successor: kept
     a.add_event(event("turn_1", "turn.started"))
     assert len(await a.list_events(T, S, after=0, limit=10)) == 1  # committed (a read waits for its lane)
-    assert await b.begin_turn(T, S, "turn_2") == 2  # another node: a never hears of it
+    assert await b.begin_turn(T, S, "turn_2") == EpochBump(2, "turn_1")  # another node: a never hears of it
     with pytest.raises(StaleTurn):
         await a.commit_message(answer("turn_1", "late answer"))
     a.add_event(event("turn_1", "turn.completed"))  # fire and forget: refused and counted
@@ -98,7 +99,7 @@ async def test_epochs_of_one_session_bumped_from_two_nodes_at_once_are_all_disti
 ) -> None:
     a, b = nodes
     starts = [(a if i % 2 else b).begin_turn(T, S, f"turn_{i}") for i in range(20)]
-    assert sorted(e or 0 for e in await asyncio.gather(*starts)) == list(range(1, 21))
+    assert sorted(b.epoch for b in await asyncio.gather(*starts) if b) == list(range(1, 21))
 
 
 async def test_a_cancel_fences_out_the_running_turn_and_names_it(nodes: tuple[PostgresStore, PostgresStore]) -> None:
@@ -121,8 +122,8 @@ async def test_the_bump_records_the_end_of_the_turn_it_fences_out(nodes: tuple[P
     a, b = nodes
     await a.begin_turn(T, S, "turn_1")
     await a.commit_message(answer("turn_1"))  # turn 1 ended (its answer is stored)
-    await b.begin_turn(T, S, "turn_2")  # supersedes nothing
-    await b.begin_turn(T, S, "turn_3")  # supersedes turn 2, still running
+    assert await b.begin_turn(T, S, "turn_2") == EpochBump(2, None)  # supersedes nothing: no node is told
+    assert await b.begin_turn(T, S, "turn_3") == EpochBump(3, "turn_2")  # supersedes turn 2, still running
     await b.begin_turn(T, S, "turn_4")
     assert await a.cancel_turn(T, S) is not None  # turn 4, from another node
     events = await a.list_events(T, S, after=0, limit=10)

@@ -3,14 +3,16 @@
 The correct half is in the database: a turn's start bumps its session's turn epoch, and every
 write of an older turn is refused from then on (`agentos.store.pg_fence`). That alone would
 let a superseded turn on another node stream to its client (and spend provider tokens) until
-its next write. So after each bump the node publishes one message on the bus channel
-`cancel` (tenant, session, epoch, reason, node); every node subscribes once at start, and a
-node running an older turn of that session cancels it at once, exactly as local last-wins
-does: its stream ends `turn.cancelled` and its upstream request is aborted.
+its next write. So after a bump that fenced out a running turn (the bump names it) the node
+publishes one message on the bus channel `cancel` (tenant, session, epoch, reason, node); every
+node subscribes once at start, and a node running an older turn of that session cancels it at
+once, exactly as local last-wins does: its stream ends `turn.cancelled` and its upstream
+request is aborted. A turn whose session's last turn had ended publishes nothing: no node has
+anything to stop, and every node would decode the message.
 
 A lost message (Redis down, a reconnect) costs promptness, never correctness: the old turn
-runs until its next write is refused, then ends `turn.cancelled` "superseded". One message
-per turn start, batched by the bus with everything else: nothing per token.
+runs until its next write is refused, then ends `turn.cancelled` "superseded". At most one
+message per turn start, batched by the bus with everything else: nothing per token.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """Turn epochs: which node's turn of a session may still write (PostgreSQL only).
 
 Before its first write a turn takes its session's turn epoch (`Store.begin_turn`, one round
-trip: it bumps the session's epoch) and announces it to the other nodes (`CancelRelay`). A
-node that hears of a newer epoch than its own turn's fences that turn out: it cancels it as a
-local last-wins would (`CancelRequested` with the message's reason). The store refuses every
+trip: it bumps the session's epoch) and, if the bump fenced out a turn still running (on any
+node), announces it to the other nodes (`CancelRelay`); the usual turn, whose session's last
+turn has ended, publishes nothing. A node that hears of a newer epoch than its own turn's
+fences that turn out: it cancels it as a local last-wins would (`CancelRequested` with the
+message's reason). The store refuses every
 write of an older epoch anyway (`StaleTurn`); the announcement only makes the stop prompt.
 
 A message can arrive while this node's own bump is still under way (the turn has no epoch
@@ -54,12 +56,14 @@ class TurnEpochs:
         """
         self._newer.setdefault(turn.session_id, 0)
         try:
-            turn.epoch = await self._store.begin_turn(turn.tenant_id, turn.session_id, turn.turn_id)
+            bumped = await self._store.begin_turn(turn.tenant_id, turn.session_id, turn.turn_id)
         finally:
             newer = self._newer.pop(turn.session_id, 0)
-        if turn.epoch is None:
+        if bumped is None:
             return
-        self.relay.announce(turn.tenant_id, turn.session_id, turn.epoch, "superseded")
+        turn.epoch = bumped.epoch
+        if bumped.previous_turn is not None:  # else no node runs a turn of the session to stop
+            self.relay.announce(turn.tenant_id, turn.session_id, turn.epoch, "superseded")
         if newer > turn.epoch:
             raise StaleTurn(f"turn {turn.turn_id!r} was superseded while it started")
 

@@ -53,7 +53,8 @@ class StoreStatistics:
 
 @dataclass(frozen=True, slots=True)
 class EpochBump:
-    """A session's turn epoch after a bump (`Store.cancel_turn`), and the turn it fenced out."""
+    """A session's turn epoch after a bump (`Store.begin_turn`, `Store.cancel_turn`), and the turn
+    it fenced out: the one that held the epoch and was still running (None: none was)."""
 
     epoch: int
     previous_turn: str | None
@@ -103,8 +104,9 @@ class Store(Protocol):
 
     # Last-wins across nodes (PostgreSQL; `agentos.store.pg_fence`). The one-node stores answer
     # None and do nothing: there, the kernel's per-process last-wins is the whole story.
-    async def begin_turn(self, tenant_id: str, session_id: str, turn_id: str) -> int | None:
+    async def begin_turn(self, tenant_id: str, session_id: str, turn_id: str) -> EpochBump | None:
         """Bump the session's turn epoch for `turn_id`; its writes from now on are fenced by it.
+        The bump names the turn it fenced out, if one was still running (on any node).
 
         Raises: SessionNotFound (the session is gone), StoreUnavailable.
         """
@@ -214,7 +216,7 @@ class OneNodeTurns:
     """The turn epochs of the one-node stores (SQLite, memory): none. In one process the
     kernel's last-wins is the whole story, and this costs a turn nothing."""
 
-    async def begin_turn(self, tenant_id: str, session_id: str, turn_id: str) -> int | None:
+    async def begin_turn(self, tenant_id: str, session_id: str, turn_id: str) -> EpochBump | None:
         return None
 
     async def cancel_turn(self, tenant_id: str, session_id: str) -> EpochBump | None:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import asyncpg
 
 Key = tuple[str, str]  # (tenant_id, session_id)
-Row = tuple[int, str | None]  # the session's new epoch, the turn that held it before
+Row = tuple[int, str | None]  # the session's new epoch, the turn it fenced out (still running before)
 
 DEADLOCK = "40P01"
 ATTEMPTS = 3
@@ -63,7 +63,8 @@ ended AS (
          WHERE e.tenant_id = running.tenant_id AND e.turn_id = running.previous)
     FROM running
 )
-SELECT tenant_id, session_id, turn_epoch, previous FROM bumped
+SELECT b.tenant_id, b.session_id, b.turn_epoch, r.previous
+FROM bumped b LEFT JOIN running r ON r.tenant_id = b.tenant_id AND r.session_id = b.session_id
 """
 
 

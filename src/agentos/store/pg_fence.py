@@ -139,8 +139,8 @@ class TurnEpochs:
         held = self._epochs.get(turn_id)
         return (plain, params) if held is None else (fenced, (*params, held[0]))
 
-    async def begin(self, tenant_id: str, session_id: str, turn_id: str) -> int:
-        """Bump the session's epoch for `turn_id` and return it.
+    async def begin(self, tenant_id: str, session_id: str, turn_id: str) -> Bumped:
+        """Bump the session's epoch for `turn_id`: the new epoch, and the turn it fenced out.
 
         Raises:
             SessionNotFound: the session is gone (deleted, perhaps on another node).
@@ -149,7 +149,7 @@ class TurnEpochs:
         bumped = await self._chained(tenant_id, session_id, turn_id)
         if bumped is None:
             raise SessionNotFound(session_id)
-        return bumped.epoch
+        return bumped
 
     async def cancel(self, tenant_id: str, session_id: str) -> Bumped | None:
         """Fence out the session's running turn, wherever it runs; None if none is running.
@@ -214,7 +214,7 @@ class FencedTurns:
 
     _epochs: TurnEpochs
 
-    async def begin_turn(self, tenant_id: str, session_id: str, turn_id: str) -> int | None:
+    async def begin_turn(self, tenant_id: str, session_id: str, turn_id: str) -> Bumped | None:
         return await self._epochs.begin(tenant_id, session_id, turn_id)
 
     async def cancel_turn(self, tenant_id: str, session_id: str) -> Bumped | None:
