@@ -119,9 +119,13 @@ class Store(Protocol):
         """
         ...
 
-    def end_turn(self, turn_id: str, *, pending_writes: bool = True) -> None:
+    def end_turn(self, turn_id: str, *, pending_writes: bool = True, answered: bool = True) -> None:
         """The turn has made its last fenced write: forget its epoch. `pending_writes=False`:
-        none of its fenced writes can still be queued (its answer was committed)."""
+        none of its fenced writes can still be queued (its answer was committed).
+        `answered=False`: it stored no answer, whole or partial (its client left before its
+        question was stored, a rollback turn ended, an agent turn ended without one), which is
+        what tells the other nodes a turn ended: the store records its end otherwise, after the
+        writes queued so far (PostgreSQL: the session no longer names it as its running turn)."""
         ...
 
     async def running_turn(self, tenant_id: str, session_id: str) -> str | None:
@@ -222,7 +226,7 @@ class OneNodeTurns:
     async def cancel_turn(self, tenant_id: str, session_id: str) -> EpochBump | None:
         return None
 
-    def end_turn(self, turn_id: str, *, pending_writes: bool = True) -> None:
+    def end_turn(self, turn_id: str, *, pending_writes: bool = True, answered: bool = True) -> None:
         return None
 
     async def running_turn(self, tenant_id: str, session_id: str) -> str | None:

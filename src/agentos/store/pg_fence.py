@@ -85,8 +85,16 @@ CANCEL = _BUMP.format(
 )
 
 
+# A turn that ended with no answer stored lets go of its session (`end_turn(answered=False)`),
+# unless a newer turn holds it already.
+RELEASE = (
+    "UPDATE sessions SET active_turn = NULL"
+    " WHERE tenant_id = $1 AND session_id = $2 AND active_turn = $3 AND turn_epoch = $4"
+)
+
 # The session's running turn on any node, by the same rule as CANCEL's: it holds the epoch and
-# has stored no answer (every turn stores one, whole or partial, when it ends).
+# has stored no answer (a turn stores one, whole or partial, when it ends, or lets go of the
+# session: RELEASE).
 RUNNING = """
 SELECT s.active_turn FROM sessions s WHERE s.tenant_id = $1 AND s.session_id = $2 AND s.active_turn IS NOT NULL
 AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.turn_id = s.active_turn AND m.role = 'assistant')
@@ -102,8 +110,11 @@ class TurnEpochs:
         pool: Callable[[], asyncpg.Pool],
         settled: Callable[[], Awaitable[None]],
         unavailable: Callable[[], tuple[type[Exception], ...]],
+        on_events_lane: Callable[[str, tuple[Any, ...]], object],
     ) -> None:
+        """`on_events_lane(sql, params)`: queue a write behind the events queued so far."""
         self._pool = pool
+        self._on_events_lane = on_events_lane
         self._settled = settled  # every write queued so far is committed
         self._acquire_timeout_s = config.postgres_acquire_timeout_s
         self._bound_s = config.postgres_request_timeout_s  # a bump is awaited by a request
@@ -123,9 +134,17 @@ class TurnEpochs:
         held = self._epochs.get(turn_id)
         return None if held is None else held[0]
 
-    def end(self, turn_id: str, *, pending_writes: bool) -> None:
+    def end(self, turn_id: str, *, pending_writes: bool, answered: bool = True) -> None:
         held = self._epochs.pop(turn_id, None)
-        if held is None or not pending_writes:
+        if held is None:
+            return
+        if not answered:
+            # On the events' lane, after the turn's terminal event: a newer turn's bump that
+            # still finds this turn holding the session writes that event itself (and this
+            # one's is refused); once the session is let go, this one's is committed.
+            (tenant_id, session_id), epoch = held[1], held[0]
+            self._on_events_lane(RELEASE, (tenant_id, session_id, turn_id, epoch))
+        if not pending_writes:
             return
         now = asyncio.get_running_loop().time()
         self._unsettled.pop(held[1], None)
@@ -220,8 +239,8 @@ class FencedTurns:
     async def cancel_turn(self, tenant_id: str, session_id: str) -> Bumped | None:
         return await self._epochs.cancel(tenant_id, session_id)
 
-    def end_turn(self, turn_id: str, *, pending_writes: bool = True) -> None:
-        self._epochs.end(turn_id, pending_writes=pending_writes)
+    def end_turn(self, turn_id: str, *, pending_writes: bool = True, answered: bool = True) -> None:
+        self._epochs.end(turn_id, pending_writes=pending_writes, answered=answered)
 
 
 async def _connect(config: StoreConfig) -> asyncpg.Connection:

@@ -79,7 +79,13 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
         self._unavailable: tuple[type[Exception], ...] = ()  # the driver's: known once started
         self._health = HealthCheck(config.postgres_acquire_timeout_s, outage_of(config.postgres_url))
         self._bound_s = config.postgres_request_timeout_s  # of every store call a request awaits
-        self._epochs = TurnEpochs(config, lambda: self._db, self._settled, lambda: self._unavailable)
+        self._epochs = TurnEpochs(
+            config,
+            lambda: self._db,
+            self._settled,
+            lambda: self._unavailable,
+            lambda sql, p: self._lanes[1].put(sql, p),
+        )
 
     async def start(self) -> None:
         """Migrate, open the pool, start the writers.
@@ -244,6 +250,8 @@ class PostgresStore(FencedTurns):  # begin_turn, cancel_turn, end_turn: agentos.
         await within(self._lanes[0].submit(*op), "committing a message", self._bound_s)
 
     async def running_turn(self, tenant_id: str, session_id: str) -> str | None:
+        # behind the events' lane too: a turn that ended with no answer lets go of its session there
+        await within(self._lanes[1].barrier(), "waiting for earlier writes", self._bound_s)
         rows = await self._fetch(self._lanes[0], RUNNING, tenant_id, session_id)
         return str(rows[0][0]) if rows else None
 
