@@ -465,11 +465,11 @@ class Turns:
         elif data.get("reason") != "session_deleted" and not fenced:
             # A closed store refuses the records; the client is still told how the turn ended.
             with suppress(StoreUnavailable):
-                answered = partial is not None and turn.asked and not turn.rollback  # no answer without its question
-                if answered:
+                partial_answer = partial is not None and turn.asked and not turn.rollback  # none without its question
+                if partial_answer:
                     self._store.add_message(message(turn, "assistant", "".join(partial or ()), outcome))
                 record_event(self._store, turn, name, data)
-                if not answered:  # nothing says it ended: the store records that (PostgreSQL: other nodes ask)
+                if not partial_answer:  # nothing says it ended: the store records that (PostgreSQL: other nodes ask)
                     self._store.end_turn(turn.turn_id, answered=False)
         self._ended(turn, name, data)
         if data.get("reason") == "client_disconnected":
