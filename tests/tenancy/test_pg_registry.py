@@ -110,6 +110,10 @@ async def test_the_full_reload_catches_a_change_nobody_was_told_of(node: Node, p
     b = await node(full_reload_interval_s=0.2)
     key, record = await a.create_key("default", scopes=[Scope.SESSIONS_READ])
     await eventually(usable(b, key), PROPAGATION_S, "the key on b")
+    # a follows b's changes, so its first full read (when it began to listen) is behind it: on a
+    # busy machine it may come later than a's start, and would read the silent change below.
+    other, _ = await b.create_key("default", scopes=[Scope.SESSIONS_READ])
+    await eventually(usable(a, other), PROPAGATION_S, "b's key on a")
     conn = await asyncpg.connect(pg.postgres_url, server_settings={"search_path": pg.postgres_schema})
     try:
         await conn.execute("UPDATE api_keys SET revoked_ms = 1 WHERE key_id = $1", record.key_id)
