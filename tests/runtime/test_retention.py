@@ -39,6 +39,10 @@ async def start(
     return await server_factory(mock.url, wall_clock=wall, **settings), wall
 
 
+# Each test asks for `backend` first: its PostgreSQL schema is then dropped after the server has
+# closed (fixtures end in the reverse order of their start), never under a running sweep.
+
+
 def retention_of(server: RunningServer) -> Retention:
     retention = server.services.retention
     assert retention is not None
@@ -94,7 +98,7 @@ async def metric(http: aiohttp.ClientSession, server: RunningServer, line: str) 
 
 
 async def test_older_than_the_retention_is_deleted_newer_kept_and_a_tenant_override_wins(
-    server_factory, mock: MockServer, http: aiohttp.ClientSession, backend: dict[str, Any]
+    backend: dict[str, Any], server_factory, mock: MockServer, http: aiohttp.ClientSession
 ) -> None:
     server, wall = await start(server_factory, mock, backend)
     await create_tenant_key(server.url, ADMIN, tenant_id="keeper", limits={"retention_s": 3 * DAY_S})
@@ -131,7 +135,7 @@ async def test_older_than_the_retention_is_deleted_newer_kept_and_a_tenant_overr
 
 
 async def test_a_session_whose_turn_runs_is_skipped_until_it_ends(
-    server_factory, mock: MockServer, http: aiohttp.ClientSession, backend: dict[str, Any]
+    backend: dict[str, Any], server_factory, mock: MockServer, http: aiohttp.ClientSession
 ) -> None:
     server, wall = await start(server_factory, mock, backend)
     async with http.post(f"{server.url}/v1/sessions", json={}, headers=AUTH) as r:
@@ -155,7 +159,7 @@ async def test_a_session_whose_turn_runs_is_skipped_until_it_ends(
 
 
 async def test_deletions_go_in_batches_of_batch_rows(
-    server_factory, mock: MockServer, http: aiohttp.ClientSession, backend: dict[str, Any]
+    backend: dict[str, Any], server_factory, mock: MockServer, http: aiohttp.ClientSession
 ) -> None:
     server, wall = await start(server_factory, mock, backend, **{"retention.batch_rows": 10})
     long_ago = int(wall.now() * 1000) - 2 * DAY_S * 1000
@@ -176,7 +180,7 @@ async def test_deletions_go_in_batches_of_batch_rows(
 
 
 async def test_a_session_with_an_unfinished_run_is_kept(
-    server_factory, mock: MockServer, backend: dict[str, Any]
+    backend: dict[str, Any], server_factory, mock: MockServer
 ) -> None:
     """A run waiting for a human outlives its session's retention: deleting the session would
     terminate it. Its finished sibling session goes."""
@@ -201,7 +205,7 @@ async def test_a_session_with_an_unfinished_run_is_kept(
 
 
 async def test_finished_runs_outside_sessions_expire_and_working_ones_stay(
-    server_factory, mock: MockServer, backend: dict[str, Any]
+    backend: dict[str, Any], server_factory, mock: MockServer
 ) -> None:
     server, wall = await start(server_factory, mock, backend)
     journal_store = server.services.runs.store
@@ -223,7 +227,7 @@ async def test_finished_runs_outside_sessions_expire_and_working_ones_stay(
 
 
 async def test_the_server_sweeps_every_interval_by_itself(
-    server_factory, mock: MockServer, backend: dict[str, Any]
+    backend: dict[str, Any], server_factory, mock: MockServer
 ) -> None:
     server, wall = await start(server_factory, mock, backend, **{"retention.interval_s": 0.01})
     await old_session(server, "default", "ses_old", int(wall.now() * 1000) - 2 * DAY_S * 1000)
