@@ -142,7 +142,7 @@ class TurnEpochs:
             # On the events' lane, after the turn's terminal event: a newer turn's bump that
             # still finds this turn holding the session writes that event itself (and this
             # one's is refused); once the session is let go, this one's is committed.
-            (tenant_id, session_id), epoch = held[1], held[0]
+            epoch, (tenant_id, session_id) = held
             self._on_events_lane(RELEASE, (tenant_id, session_id, turn_id, epoch))
         if not pending_writes:
             return
