@@ -5,9 +5,11 @@ real `triggers.db` of their own."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -17,7 +19,7 @@ from agentos.clock import wall_ms
 from agentos.errors import NotFound, Unauthorized
 from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
-from agentos.triggers.dispatcher import IDLE_POLL_MAX_S, LEASE_MS
+from agentos.triggers.dispatcher import IDLE_POLL_MAX_S, LEASE_MS, WaitingForRoom
 from agentos.triggers.records import SecretRow, TriggerRow
 from agentos.triggers.service import TriggerService
 from agentos.triggers.signatures import decode_secret, derive_secret, encode_secret, sign
@@ -231,3 +233,52 @@ async def test_an_idle_dispatcher_looks_again_when_another_nodes_lease_ends(setu
     assert dispatcher.wait_s(1) == waits[0] / 2  # found work: back to the base
     started = await setup.service.delivery("default", trigger["trigger_id"], "orphaned")
     assert (started["status"], started["attempts"]) == ("started", 2)
+
+
+async def test_a_delivery_refused_at_the_tenants_cap_starts_when_a_place_frees(
+    tmp_path: Path, mock_factory: Any, http: aiohttp.ClientSession
+) -> None:
+    """Refused at `max_active_runs`, a delivery does not wait out its retry: the tenant's run
+    that ends makes it due at once (the clock here never reaches its retry)."""
+    mock: MockServer = await mock_factory(ttft_ms=200, tokens=2)  # the first run outlasts the second's start
+    server = await serve(tmp_path / "data", mock, {}, tenant_limits={"max_active_runs": 1})
+    clock = Clock()
+    service = TriggerService(
+        server.services.settings, SqliteTriggerStorage(tmp_path / "t.db"), server.services.runs, b"p" * 32, now_ms=clock
+    )
+    await service.storage.open()  # no dispatcher task: the test runs its rounds
+    stop = server.services.runs.when_runs_free(service.dispatcher.room_freed)
+    freed = asyncio.Event()
+    server.services.runs.when_runs_free(lambda tenant, runs: freed.set())  # told after the dispatcher
+    try:
+        trigger = await service.create("default", "echo", "{payload}", "")
+        setup = Setup(server, service, clock)
+        answers = [(await deliver(setup, trigger, webhook_id))[0] for webhook_id in ("a", "b")]
+        assert await service.dispatcher.round() == 2  # one starts, one is refused: no place
+        rows = [await service.storage.get_delivery("default", trigger["trigger_id"], w) for w in ("a", "b")]
+        assert sorted(r.status for r in rows if r is not None) == ["queued", "started"]
+        (waiting,) = [r for r in rows if r is not None and r.status == "queued"]
+        assert waiting.next_attempt_ms > clock.ms
+        (running,) = [a["run_id"] for a in answers if a["run_id"] != waiting.run_id]
+        assert await service.dispatcher.round() == 0  # not due, and no place freed yet
+        assert await run_outcome(http, server.url, str(running)) == "run.completed"
+        await asyncio.wait_for(freed.wait(), 10)
+        assert await service.dispatcher.round() == 1  # the same clock: due because a place freed
+        assert await run_outcome(http, server.url, waiting.run_id) == "run.completed"
+    finally:
+        stop()
+        await service.close()
+        await server.close()
+
+
+def test_a_place_freed_is_counted_for_the_tenant_refused_and_for_a_full_server() -> None:
+    room = WaitingForRoom()
+    assert not room.freed("acme", 1)  # nobody waits: the dispatcher is not woken
+    room.refused("acme")
+    assert room.freed("acme", 1) and not room.freed("other", 2)
+    room.refused(WaitingForRoom.ANY_TENANT)  # the server was full: any tenant's place will do
+    assert room.freed("other", 2) and room.freed("acme", 1)
+    assert room.take() == {"acme": 2, None: 3}
+    assert room.take() == {}
+    room.none_left("acme")
+    assert room.freed("acme", 1) and room.take() == {None: 1}

@@ -79,6 +79,31 @@ async def test_a_postponed_delivery_waits_until_its_next_attempt(storage: Trigge
     assert [(r.attempts, r.next_attempt_ms) for r in again] == [(2, 800)]
 
 
+async def test_a_freed_place_hurries_the_oldest_postponed_deliveries_of_its_tenant(storage: TriggerStorage) -> None:
+    """`hurry`: a run's place freed makes postponed deliveries due now, the tenant's oldest
+    first (any tenant's for None); due, leased and finished ones are left alone."""
+    ours, theirs = trigger("t1"), trigger("t2")
+    rows = [delivery(ours, f"ours_{i}", received_ms=100 + i) for i in range(3)]
+    rows.append(delivery(theirs, "theirs", received_ms=50))
+    for row in reversed(rows):
+        await storage.accept(row)
+    claimed = await storage.claim("node-a", now_ms=500, lease_ms=LEASE, limit=10)
+    assert keys(claimed) == ["theirs", "ours_0", "ours_1", "ours_2"]
+    for row in claimed[:3]:  # postponed far ahead; ours_2 stays leased
+        await storage.postpone("node-a", row.trigger_id, row.webhook_id, next_attempt_ms=60_000)
+
+    assert await storage.hurry("t1", 600, 1) == 1
+    assert keys(await storage.claim("node-b", now_ms=600, lease_ms=LEASE, limit=10)) == ["ours_0"]
+    assert await storage.hurry("t1", 700, 5) == 1  # ours_1; ours_0 (leased to node-b now), ours_2 (leased) stay
+    assert await storage.hurry("t1", 700, 5) == 0  # already due
+    assert await storage.hurry(None, 800, 5) == 1  # theirs
+    again = await storage.claim("node-c", now_ms=800, lease_ms=LEASE, limit=10)
+    assert [(r.webhook_id, r.next_attempt_ms) for r in again] == [("theirs", 800), ("ours_1", 700)]
+    for row in again:
+        await storage.mark_started("node-c", row.trigger_id, row.webhook_id, now_ms=900)
+    assert await storage.hurry(None, 900, 5) == 0  # nothing postponed is left
+
+
 async def test_the_backlog_says_when_its_first_delivery_can_be_claimed(storage: TriggerStorage) -> None:
     """What bounds an idle dispatcher's wait: the earliest `next_attempt_ms`, or the end of a
     lease (claimable at `lease_until_ms + 1`), over the deliveries still queued."""

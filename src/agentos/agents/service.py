@@ -166,6 +166,12 @@ class RunService:
         self._runs.watchers.append(watcher)
         return lambda: self._runs.watchers.remove(watcher)
 
+    def when_runs_free(self, listener: Callable[[str, int], None]) -> Callable[[], None]:
+        """Call `listener(tenant_id, runs)` when `runs` of the tenant's runs on this node stop
+        counting against `max_active_runs` (ended, or parked on a human); returns the function
+        that stops it (`Driver.when_runs_free`)."""
+        return self._driver.when_runs_free(listener)
+
     def bridge_events(self, bridge: Bridge) -> None:
         """Publish every run's events to other nodes, and follow their runs' (over the bus)."""
         self._runs.fanout.bridge(bridge)

@@ -19,7 +19,9 @@ kernel's count is this node's only, and a cap kept per node multiplies by the no
 `max_active_runs` (`hold_run`; a run's place then follows the kernel's count, `_sync_run_hold`).
 
 Tenants: the kernel shares the permits among tenants by weight and caps each one's turns and
-runs (`agentos.kernel.permits`, `tenants`); `configure_tenant` tells it a tenant's limits.
+runs (`agentos.kernel.permits`, `tenants`); `configure_tenant` tells it a tenant's limits. Who
+waits for a run's place (the trigger dispatcher's postponed deliveries) hears when one frees
+(`when_runs_free`) instead of polling for it.
 
 One real timer is armed for `kernel.next_deadline()`; when it fires the driver feeds `Tick`.
 Tests with a `FakeClock` call `tick()` themselves.
@@ -62,6 +64,10 @@ if TYPE_CHECKING:
 C = TypeVar("C")
 # The events that change whether a run is counted (has a task): its place in Redis follows.
 _RUN_EVENTS = (RunSubmitted, RunResumed, HumanRequested, HumanAnswered, RunCancelRequested, RunEnded)
+_COUNTED = (RunState.RUNNING, RunState.STOPPING, RunState.TERMINATING)
+# The events after which a tenant may count fewer runs: a run (and the children it takes along) ends, or parks.
+_FREEING = (RunEnded, HumanRequested)
+RoomListener = Callable[[str, int], None]
 
 
 class Driver:
@@ -86,6 +92,7 @@ class Driver:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
         self._closed = False
+        self._room_listeners: list[RoomListener] = []
 
     def on(self, kind: type[C], execute: Callable[[C], None]) -> None:
         """Carry out every command of type `kind` with `execute` (synchronous: it may start
@@ -93,18 +100,30 @@ class Driver:
         assert kind not in self._executors, f"two executors for {kind.__name__}"
         self._executors[kind] = execute
 
+    def when_runs_free(self, listener: RoomListener) -> Callable[[], None]:
+        """Call `listener(tenant_id, runs)` each time `runs` of the tenant's runs stop counting
+        against `max_active_runs` on this node (they ended, or one parked on a human), once the
+        kernel let go of them (in a cluster, Redis's count is told in the background, so a start
+        at once may still be refused there); returns the function that stops it. It runs on the
+        event loop, inside `handle`: it must not block or raise."""
+        self._room_listeners.append(listener)
+        return lambda: self._room_listeners.remove(listener)
+
     def handle(self, event: Event) -> list[Command]:
         """Feed one event to the kernel and carry out what it answers."""
         if self.cluster is not None and isinstance(event, ProviderReleased | TurnEnded):
             self.cluster.release(event.turn_id)  # a no-op for a stream without a slot
         if isinstance(event, TurnEnded):
             self.release_turn(event.turn_id)
+        counting = self._counting(event)
         commands = self.kernel.handle(event, self.clock.now())
         if self.run_holds is not None and isinstance(event, _RUN_EVENTS):
             self._sync_run_hold(event.run_id)
         for command in commands:
             self._execute(command)
         self._arm_timer()
+        if counting is not None:
+            self._tell_freed(*counting)
         return commands
 
     def tick(self) -> None:
@@ -154,13 +173,26 @@ class Driver:
         """Keep the run's place in Redis as the kernel counts it: held while it has a task (a
         resumed or answered run too, never refused), given back when it parks or ends."""
         assert self.run_holds is not None
-        counted = self.kernel.run_state(run_id) in (RunState.RUNNING, RunState.STOPPING, RunState.TERMINATING)
-        if not counted:
+        if self.kernel.run_state(run_id) not in _COUNTED:
             self.run_holds.release(run_id)  # a no-op for a run without a place
             return
         tenant = self.kernel.run_tenant(run_id)
         if tenant is not None and self.kernel.tenant_share(tenant).max_active_runs:
             self.run_holds.add(run_id, tenant)  # a no-op for one that holds its place
+
+    def _counting(self, event: Event) -> tuple[str, int] | None:
+        """Before an event that may free runs' places, with someone listening: the run's tenant
+        and how many runs it counts now."""
+        if not self._room_listeners or not isinstance(event, _FREEING):
+            return None
+        tenant = self.kernel.run_tenant(event.run_id)
+        return None if tenant is None else (tenant, self.kernel.tenant_usage(tenant).active_runs)
+
+    def _tell_freed(self, tenant: str, counted: int) -> None:
+        freed = counted - self.kernel.tenant_usage(tenant).active_runs
+        if freed > 0:
+            for listener in list(self._room_listeners):
+                listener(tenant, freed)
 
     def close(self) -> None:
         self._closed = True

@@ -11,6 +11,12 @@ A refused start is never dropped: a full server or a tenant at its `max_active_r
 the delivery queued until `next_attempt_ms` (`triggers.retry_s`, growing, capped). Only what
 waiting cannot fix fails it: the agent or the trigger is gone, the rendered input is refused.
 
+A delivery refused for want of a run's place does not wait out its retry when a place frees on
+this node: each run of the tenant that ends (or parks on a human) makes one of its postponed
+deliveries due at once, oldest first, and wakes the dispatcher (`room_freed`; any tenant's run,
+when the server as a whole was full). The retry is what is left for places freed on other nodes
+(a cluster) and for a start that loses the freed place to another caller.
+
 It wakes when this node accepts a delivery and when one of its postponements ends, and polls
 for the rest (deliveries another node accepted): a second after a round that found work, the
 wait doubling with each round that found none, up to `IDLE_POLL_MAX_S` (`waiting.IdlePoll`),
@@ -68,6 +74,38 @@ def retry_delay_s(config: TriggersConfig, attempts: int) -> float:
     return float(min(cap, config.retry_s * _GROWTH ** min(max(attempts - 1, 0), 32)))
 
 
+class WaitingForRoom:
+    """Who waits for a run's place on this node: the tenants whose deliveries were postponed at
+    their `max_active_runs` (`ANY_TENANT`: at the server's), and the places freed for each since
+    the dispatcher last looked. Plain bookkeeping: the dispatcher acts on it."""
+
+    ANY_TENANT = None
+
+    def __init__(self) -> None:
+        self._waiting: set[str | None] = set()
+        self._freed: dict[str | None, int] = {}
+
+    def refused(self, tenant_id: str | None) -> None:
+        """A delivery of `tenant_id` (`ANY_TENANT`: the server was full) was postponed."""
+        self._waiting.add(tenant_id)
+
+    def freed(self, tenant_id: str, runs: int) -> bool:
+        """`runs` places of the tenant freed; whether a postponed delivery may take them."""
+        takers = [key for key in (tenant_id, self.ANY_TENANT) if key in self._waiting]
+        for key in takers:
+            self._freed[key] = self._freed.get(key, 0) + runs
+        return bool(takers)
+
+    def take(self) -> dict[str | None, int]:
+        """The places freed since the last call, by whom they are for."""
+        freed, self._freed = self._freed, {}
+        return freed
+
+    def none_left(self, tenant_id: str | None) -> None:
+        """No delivery of `tenant_id` waits any more: its places go unheeded until the next refusal."""
+        self._waiting.discard(tenant_id)
+
+
 class Dispatcher(RunPoller[TriggerStorage, TriggersConfig, TriggerMetrics]):
     """Rounds as the module says; `reclaim` takes the previous process's leases back at once
     instead of waiting `LEASE_MS` for them to expire."""
@@ -82,9 +120,19 @@ class Dispatcher(RunPoller[TriggerStorage, TriggersConfig, TriggerMetrics]):
     def _poll(self) -> IdlePoll:
         return IdlePoll(min(POLL_S, self._config.retry_s), IDLE_POLL_MAX_S)
 
+    @cached_property
+    def _room(self) -> WaitingForRoom:
+        return WaitingForRoom()
+
     def wake(self) -> None:
         self._poll.reset()
         super().wake()
+
+    def room_freed(self, tenant_id: str, runs: int) -> None:
+        """`runs` of the tenant's runs stopped counting on this node (`RunService.when_runs_free`):
+        if a postponed delivery waits for the place, the next round, at once, makes it due."""
+        if self._room.freed(tenant_id, runs):
+            self.wake()
 
     def wait_s(self, found: int) -> float | None:
         if found >= self._config.dispatch_batch:
@@ -103,6 +151,7 @@ class Dispatcher(RunPoller[TriggerStorage, TriggersConfig, TriggerMetrics]):
     async def round(self) -> int:
         """Claim due deliveries and start their runs; how many were claimed."""
         now = self._now_ms()
+        await self._hurry(now)
         # Reclaiming: as if every lease had expired (a lease ends before now + LEASE_MS).
         claim_now = now + LEASE_MS + 1 if self._reclaim else now
         claimed = await self._storage.claim(self._owner, claim_now, LEASE_MS, self._config.dispatch_batch)
@@ -121,6 +170,12 @@ class Dispatcher(RunPoller[TriggerStorage, TriggersConfig, TriggerMetrics]):
         self.backlog = backlog.queued
         self._poll.seen_due(backlog.next_due_ms)  # a dead node's lease ends then, say
         return len(claimed)
+
+    async def _hurry(self, now_ms: int) -> None:
+        """Make as many postponed deliveries due as places freed for them since the last round."""
+        for tenant_id, runs in self._room.take().items():
+            if not await self._storage.hurry(tenant_id, now_ms, runs):
+                self._room.none_left(tenant_id)
 
     async def _triggers_of(self, deliveries: list[DeliveryRow]) -> dict[str, TriggerRow]:
         found: dict[str, TriggerRow] = {}
@@ -141,7 +196,10 @@ class Dispatcher(RunPoller[TriggerStorage, TriggersConfig, TriggerMetrics]):
         try:
             text = render(trigger.input_template, delivery.payload)
             await self._runs.start_run(delivery.tenant_id, trigger.agent, text, run_id=delivery.run_id)
-        except (AdmissionRejected, ShuttingDown):
+        except AdmissionRejected as exc:  # no place for the run now: a freed one makes it due
+            self._room.refused(delivery.tenant_id if exc.code == "tenant_active_runs" else WaitingForRoom.ANY_TENANT)
+            await self._postpone(delivery)
+        except ShuttingDown:
             await self._postpone(delivery)
         except NotFound:
             await self._agent_gone(delivery)

@@ -69,6 +69,17 @@ _BACKLOG = (
     "SELECT count(*), min(GREATEST(next_attempt_ms, COALESCE(lease_until_ms + 1, 0)))"
     " FROM trigger_deliveries WHERE status = 'queued'"
 )
+# Postponed (queued, unleased, not yet due): the oldest first, as `_CLAIM` takes them.
+_HURRY = """
+WITH late AS MATERIALIZED (
+    SELECT trigger_id, webhook_id FROM trigger_deliveries
+    WHERE status = 'queued' AND next_attempt_ms > $1 AND lease_until_ms IS NULL AND ($3::text IS NULL OR tenant_id = $3)
+    ORDER BY received_ms, trigger_id, webhook_id LIMIT $4
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE trigger_deliveries d SET next_attempt_ms = $1, updated_ms = $2
+FROM late WHERE d.trigger_id = late.trigger_id AND d.webhook_id = late.webhook_id
+"""
 _RELEASE = "UPDATE trigger_deliveries SET lease_owner = NULL, lease_until_ms = NULL, updated_ms = $1"
 # Only the lease's owner moves a claimed delivery on.
 _BY_OWNER = " WHERE trigger_id = $2 AND webhook_id = $3 AND lease_owner = $4 AND status = 'queued'"
@@ -197,6 +208,9 @@ class PgTriggerStorage:
     async def mark_failed(self, owner: str, trigger_id: str, webhook_id: str, reason: str, now_ms: int) -> None:
         """Only while `owner` holds the lease (else nothing changes)."""
         await self._execute(_FAILED, now_ms, trigger_id, webhook_id, owner, reason)
+
+    async def hurry(self, tenant_id: str | None, now_ms: int, limit: int) -> int:
+        return await self._execute(_HURRY, now_ms, wall_ms(), tenant_id, limit)
 
     async def backlog(self) -> Backlog:
         queued, due = (await self._fetch(_BACKLOG))[0]

@@ -80,6 +80,12 @@ _BACKLOG = (
     "SELECT count(*), min(max(next_attempt_ms, coalesce(lease_until_ms + 1, 0)))"
     " FROM deliveries WHERE status = 'queued'"
 )
+# Postponed (queued, unleased, not yet due): the oldest first, as `_DUE` claims them.
+_HURRY = (
+    "UPDATE deliveries SET next_attempt_ms = ?, updated_ms = ? WHERE rowid IN (SELECT rowid FROM deliveries"
+    " WHERE status = 'queued' AND next_attempt_ms > ? AND lease_until_ms IS NULL AND (? IS NULL OR tenant_id = ?)"
+    " ORDER BY received_ms, trigger_id, webhook_id LIMIT ?)"
+)
 _LEASE = (
     "UPDATE deliveries SET lease_owner = ?, lease_until_ms = ?, attempts = attempts + 1, updated_ms = ?"
     " WHERE trigger_id = ? AND webhook_id = ?"
@@ -194,6 +200,10 @@ class SqliteTriggerStorage(WriterStorage):
     async def mark_failed(self, owner: str, trigger_id: str, webhook_id: str, reason: str, now_ms: int) -> None:
         """Only while `owner` holds the lease (else nothing changes)."""
         await self._writer.submit(_FAILED + _BY_OWNER, (reason, now_ms, trigger_id, webhook_id, owner))
+
+    async def hurry(self, tenant_id: str | None, now_ms: int, limit: int) -> int:
+        params = (now_ms, wall_ms(), now_ms, tenant_id, tenant_id, limit)
+        return await self._writer.run(lambda db: db.execute(_HURRY, params).rowcount)
 
     async def backlog(self) -> Backlog:
         queued, due = await self._writer.run(lambda db: db.execute(_BACKLOG).fetchone())

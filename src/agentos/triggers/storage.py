@@ -73,6 +73,11 @@ class TriggerStorage(Protocol):
 
     async def mark_failed(self, owner: str, trigger_id: str, webhook_id: str, reason: str, now_ms: int) -> None: ...
 
+    async def hurry(self, tenant_id: str | None, now_ms: int, limit: int) -> int:
+        """Make up to `limit` postponed deliveries of the tenant (of any tenant: None) due at
+        `now_ms`, oldest first: a run's place just freed. Leased ones are left alone; how many."""
+        ...
+
     async def backlog(self) -> Backlog:
         """Deliveries still queued (every tenant's: the backlog gauge), and when the first of them
         can be claimed (the dispatcher's idle wait ends by then)."""
