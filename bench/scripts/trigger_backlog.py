@@ -101,12 +101,14 @@ def main(args: argparse.Namespace) -> None:
     finally:
         stop(server, mock)
     waves = math.ceil(args.deliveries / args.cap)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    source = os.environ.get("PYTHONPATH") or "src"  # the server's checkout: this one, or a worktree's
+    git = ["git", "-C", source, "rev-parse", "--short", "HEAD"]
+    commit = subprocess.run(git, capture_output=True, text=True).stdout.strip()
     lines = [
         "# A burst of trigger deliveries at a tenant's max_active_runs",
         "",
         f"- Date (UTC): {time.strftime('%Y-%m-%d %H:%M', time.gmtime())}; {os.cpu_count()} cores;"
-        f" server from `{os.environ.get('PYTHONPATH') or 'src'}` (checkout at {commit})",
+        f" server from `{source}` (commit {commit})",
         f"- Command: `python bench/scripts/trigger_backlog.py {' '.join(sys.argv[1:])}`",
         f"- {args.deliveries} deliveries at once, the tenant's `max_active_runs = {args.cap}`, mock"
         f" `--ttft-ms {args.ttft_ms} --tokens 2`; the floor is {waves} runs back to back",
