@@ -14,7 +14,7 @@ stays the one place that decides.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Literal, Protocol
 
 from agentos.clock import Clock
@@ -43,28 +43,24 @@ class BreakerShare(Protocol):
     def held(self, target: str, for_s: float) -> None: ...
 
 
+@dataclass(eq=False)
 class Breakers:
-    def __init__(
-        self,
-        clock: Clock,
-        *,
-        failures: int = 5,
-        cooldown_s: float = 10.0,
-        probes: int = 1,
-        share: BreakerShare | None = None,
-    ) -> None:
-        self._clock = clock
-        self._failures = failures
-        self._cooldown_s = cooldown_s
-        self._probes = probes
-        self._share = share
-        self._by_target: dict[str, _Breaker] = {}
+    """The breakers of every target (made on first use): open after `failures` in a row, for
+    `cooldown_s`, then `probes` requests at once; what opens, closes or holds is told to `share`."""
+
+    clock: Clock
+    _: KW_ONLY
+    failures: int = 5
+    cooldown_s: float = 10.0
+    probes: int = 1
+    share: BreakerShare | None = None
+    _by_target: dict[str, _Breaker] = field(init=False, default_factory=dict)
 
     def state(self, target: str) -> State:
         b = self._by_target.get(target)
         if b is None or b.opened_at is None:
             return "closed"
-        return "open" if self._clock.now() < b.opened_at + self._cooldown_s else "half_open"
+        return "open" if self.clock.now() < b.opened_at + self.cooldown_s else "half_open"
 
     def states(self) -> dict[str, State]:
         return {target: self.state(target) for target in self._by_target}
@@ -76,14 +72,14 @@ class Breakers:
         b = self._by_target.get(target)
         if b is None:
             return True
-        now = self._clock.now()
+        now = self.clock.now()
         if now < b.held_until:
             return False
         if b.opened_at is None:
             return True
-        if now < b.opened_at + self._cooldown_s:
+        if now < b.opened_at + self.cooldown_s:
             return False
-        if b.probing >= self._probes:
+        if b.probing >= self.probes:
             return False
         b.probing += 1
         return True
@@ -100,18 +96,18 @@ class Breakers:
             return
         was_open = b.opened_at is not None
         b.failures, b.opened_at, b.probing = 0, None, 0
-        if was_open and self._share is not None:
-            self._share.closed(target)
+        if was_open and self.share is not None:
+            self.share.closed(target)
 
     def failure(self, target: str) -> None:
         b = self._by_target.setdefault(target, _Breaker())
-        b.failed_at = self._clock.now()
+        b.failed_at = self.clock.now()
         if b.opened_at is not None:  # a probe failed (or a request let through before it opened)
             b.probing = max(0, b.probing - 1)
             self._open(target, b)
             return
         b.failures += 1
-        if b.failures >= self._failures:
+        if b.failures >= self.failures:
             self._open(target, b)
 
     def release(self, target: str) -> None:
@@ -123,18 +119,18 @@ class Breakers:
     def hold(self, target: str, for_s: float) -> None:
         """Send nothing to `target` for `for_s` seconds (its Retry-After)."""
         self._hold(target, for_s)
-        if self._share is not None:
-            self._share.held(target, for_s)
+        if self.share is not None:
+            self.share.held(target, for_s)
 
     def _open(self, target: str, b: _Breaker) -> None:
-        b.opened_at = self._clock.now()
+        b.opened_at = self.clock.now()
         b.failures = b.probing = 0  # a new cool-down: its probes are counted afresh
-        if self._share is not None:
-            self._share.opened(target, self._cooldown_s)
+        if self.share is not None:
+            self.share.opened(target, self.cooldown_s)
 
     def _hold(self, target: str, for_s: float) -> None:
         b = self._by_target.setdefault(target, _Breaker())
-        b.held_until = max(b.held_until, self._clock.now() + for_s)
+        b.held_until = max(b.held_until, self.clock.now() + for_s)
 
     # --- what another node found (BreakerShare's deliveries) ---
 
@@ -142,7 +138,7 @@ class Breakers:
         """Another node opened `target`'s breaker for `until_s` more seconds: open it here too,
         so that its cool-down ends when the other node's does."""
         b = self._by_target.setdefault(target, _Breaker())
-        opened_at = self._clock.now() + until_s - self._cooldown_s
+        opened_at = self.clock.now() + until_s - self.cooldown_s
         if b.opened_at is None or opened_at > b.opened_at:
             b.opened_at, b.failures, b.probing = opened_at, 0, 0
 

@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from agentos.clock import Clock
@@ -70,24 +70,18 @@ class RetentionStatistics:
     failed_total: int = 0  # sweeps cut short by a store error (retried at the next)
 
 
+@dataclass(eq=False)
 class Retention:
-    def __init__(
-        self,
-        runtime: Runtime,
-        policies: Policies,
-        config: RetentionConfig,
-        wall_clock: Clock,
-        *,
-        runs: ExpiringRuns | None = None,
-    ) -> None:
-        self._runtime = runtime
-        self._policies = policies
-        self._config = config
-        self._clock = wall_clock
-        self._runs = runs
-        self._stats = RetentionStatistics()
-        self._task: asyncio.Task[None] | None = None
-        self._swept = asyncio.Event()  # set when a sweep ends; `wait_swept` clears it
+    runtime: Runtime
+    policies: Policies
+    config: RetentionConfig
+    wall_clock: Clock
+    _: KW_ONLY
+    runs: ExpiringRuns | None = None
+    _stats: RetentionStatistics = field(init=False, default_factory=RetentionStatistics)
+    _task: asyncio.Task[None] | None = field(init=False, default=None)
+    # set when a sweep ends; `wait_swept` clears it
+    _swept: asyncio.Event = field(init=False, default_factory=asyncio.Event)
 
     def statistics(self) -> RetentionStatistics:
         return self._stats
@@ -111,12 +105,12 @@ class Retention:
 
     async def _every_interval(self) -> None:
         while True:
-            await asyncio.sleep(self._config.interval_s)
+            await asyncio.sleep(self.config.interval_s)
             try:
                 await self.sweep()
             except StoreError:  # a database away: the next sweep picks up where this one stopped
                 self._stats.failed_total += 1
-                log.warning("retention sweep failed; retrying in %.0f s", self._config.interval_s, exc_info=True)
+                log.warning("retention sweep failed; retrying in %.0f s", self.config.interval_s, exc_info=True)
             except Exception:  # a bug must not end the sweeping for the process's lifetime, unseen
                 self._stats.failed_total += 1
                 log.exception("retention sweep failed")
@@ -126,20 +120,20 @@ class Retention:
 
         Raises: StoreError (StoreUnavailable): a store failed; what was deleted before stays deleted.
         """
-        now_ms = int(self._clock.now() * 1000)
-        for tenant_id, retention_s in list(self._policies()):
+        now_ms = int(self.wall_clock.now() * 1000)
+        for tenant_id, retention_s in list(self.policies()):
             if retention_s > 0:
                 await self._sweep_tenant(tenant_id, now_ms - retention_s * 1000)
         self._stats.sweeps_total += 1
         self._swept.set()
 
     async def _sweep_tenant(self, tenant_id: str, before_ms: int) -> None:
-        store, limit = self._runtime.store, self._config.batch_rows
+        store, limit = self.runtime.store, self.config.batch_rows
         await self._drain("access", lambda: store.expire_access(tenant_id, before_ms, limit=limit))
         await self._drain("usage", lambda: store.expire_usage(tenant_id, before_ms, limit=limit))
         await self._expire_sessions(tenant_id, before_ms)
-        if self._runs is not None:
-            runs = self._runs
+        if self.runs is not None:
+            runs = self.runs
             await self._drain("runs", lambda: runs.delete_idle_runs(tenant_id, before_ms, limit=limit))
 
     async def _drain(self, kind: Kind, delete_batch: Callable[[], Awaitable[int]]) -> None:
@@ -148,14 +142,14 @@ class Retention:
             deleted = await delete_batch()
             self._stats.batches_total += 1
             self._stats.deleted[kind] += deleted
-            if deleted < self._config.batch_rows:
+            if deleted < self.config.batch_rows:
                 return
 
     async def _expire_sessions(self, tenant_id: str, before_ms: int) -> None:
         after: str | None = ""
         while after is not None:
-            idle, after = await self._runtime.store.idle_sessions(
-                tenant_id, before_ms, after=after, limit=self._config.batch_rows
+            idle, after = await self.runtime.store.idle_sessions(
+                tenant_id, before_ms, after=after, limit=self.config.batch_rows
             )
             for session_id in idle:
                 await self._expire_session(tenant_id, session_id)
@@ -165,16 +159,16 @@ class Retention:
             self._stats.skipped_active_total += 1
             return
         with contextlib.suppress(SessionNotFound):  # deleted meanwhile (a DELETE, another node)
-            await self._runtime.delete_session(tenant_id, session_id)
+            await self.runtime.delete_session(tenant_id, session_id)
             self._stats.batches_total += 1
             self._stats.deleted["sessions"] += 1
 
     async def _busy(self, tenant_id: str, session_id: str) -> bool:
         """A turn of the session runs (here, or on another node), or one of its runs is unfinished:
         deleting the session would stop it."""
-        runtime = self._runtime
+        runtime = self.runtime
         if runtime.kernel.active_turn(session_id) is not None:
             return True
         if await runtime.store.running_turn(tenant_id, session_id) is not None:
             return True
-        return self._runs is not None and await self._runs.session_has_open_runs(tenant_id, session_id)
+        return self.runs is not None and await self.runs.session_has_open_runs(tenant_id, session_id)
