@@ -29,7 +29,7 @@ import math
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import ClassVar, Generic, Protocol, Self, TypeVar
 
 import aiohttp
@@ -138,67 +138,51 @@ async def http_error(response: aiohttp.ClientResponse) -> ProviderError:
     return ProviderHTTPError(response.status, message, retry_after_s=retry_after)
 
 
+@dataclass(slots=True, eq=False)
 class Watchdog:
     """One timer per stream, re-armed lazily: `touch()` only moves the deadline.
 
     It closes the response at its deadline rather than cancelling a task: a wire client's
     generator yields to its consumer, so a cancel-based timeout could hit the consumer."""
 
-    __slots__ = (
-        "_loop",
-        "_response",
-        "_deadline",
-        "_armed_at",
-        "_handle",
-        "_idle_s",
-        "_total_deadline",
-        "fired",
-        "phase",
-    )
+    loop: asyncio.AbstractEventLoop
+    response: aiohttp.ClientResponse
+    deadline: float  # the first token's; then `idle_s` after the last content
+    _: KW_ONLY
+    idle_s: float
+    total_deadline: float
+    fired: bool = field(init=False, default=False)
+    phase: str = field(init=False, default="first_token")
+    _handle: asyncio.TimerHandle | None = field(init=False, default=None)
+    _armed_at: float = field(init=False, default=0.0)
 
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        response: aiohttp.ClientResponse,
-        deadline: float,
-        *,
-        idle_s: float,
-        total_deadline: float,
-    ) -> None:
-        self._loop = loop
-        self._response = response
-        self._deadline = deadline
-        self._idle_s = idle_s
-        self._total_deadline = total_deadline
-        self.fired = False
-        self.phase = "first_token"
-        self._handle: asyncio.TimerHandle | None = None
-        self._arm(deadline)
+    def __post_init__(self) -> None:
+        self._arm(self.deadline)
 
     def _arm(self, when: float) -> None:
         if self._handle is not None:
             self._handle.cancel()
         self._armed_at = when
-        self._handle = self._loop.call_at(when, self._fire)
+        self._handle = self.loop.call_at(when, self._fire)
 
     def touch(self) -> None:
         """Content arrived: the deadline is now `idle_s` away (never past the total deadline);
         the timer is re-armed only when that comes earlier than the armed one."""
-        deadline = self._loop.time() + self._idle_s
-        if deadline > self._total_deadline:
-            deadline = self._total_deadline
+        deadline = self.loop.time() + self.idle_s
+        if deadline > self.total_deadline:
+            deadline = self.total_deadline
         self.phase = "idle"
-        self._deadline = deadline
+        self.deadline = deadline
         if deadline < self._armed_at:
             self._arm(deadline)
 
     def _fire(self) -> None:
         self._handle = None
-        if self._loop.time() < self._deadline:
-            self._arm(self._deadline)
+        if self.loop.time() < self.deadline:
+            self._arm(self.deadline)
             return
         self.fired = True
-        self._response.close()
+        self.response.close()
 
     def cancel(self) -> None:
         if self._handle is not None:
