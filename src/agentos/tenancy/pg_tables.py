@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -70,26 +71,20 @@ _PEPPER_MISMATCH = (
 )
 
 
+@dataclass(eq=False)
 class PgTenantTables:
-    """A `RegistryStorage` (`agentos.tenancy.storage`) in the store's PostgreSQL database."""
+    """A `RegistryStorage` (`agentos.tenancy.storage`) in the store's PostgreSQL database.
+    `import_from`: the `tenants.db` of an embedded install, copied in once (`import_sqlite`)."""
 
-    def __init__(
-        self,
-        config: StoreConfig,
-        pepper: bytes,
-        *,
-        import_from: Path | None = None,
-        full_reload_interval_s: float = FULL_RELOAD_INTERVAL_S,
-    ) -> None:
-        """`import_from`: the `tenants.db` of an embedded install, copied in once (`import_sqlite`)."""
-        self._config = config
-        self._pepper = pepper
-        self._import_from = import_from
-        self._full_reload_interval_s = full_reload_interval_s
-        self._pool: asyncpg.Pool | None = None
-        self.channel = ""  # LISTEN/NOTIFY, per schema: set by `open`
-        self._unavailable: tuple[type[Exception], ...] = ()
-        self._follower: Follower[Rows] | None = None
+    config: StoreConfig
+    pepper: bytes
+    _: KW_ONLY
+    import_from: Path | None = None
+    full_reload_interval_s: float = FULL_RELOAD_INTERVAL_S
+    channel: str = field(init=False, default="")  # LISTEN/NOTIFY, per schema: set by `open`
+    _pool: asyncpg.Pool | None = field(init=False, default=None)
+    _unavailable: tuple[type[Exception], ...] = field(init=False, default=())
+    _follower: Follower[Rows] | None = field(init=False, default=None)
 
     async def open(self) -> None:
         """Migrate, check the pepper, import `import_from` into empty tables, open a small pool
@@ -100,23 +95,23 @@ class PgTenantTables:
                 (no asyncpg) or security.key_pepper (another pepper than the database's).
         """
         self._unavailable = pg_pool.connection_errors()
-        async with pg_pool.migrated(self._config) as conn:
+        async with pg_pool.migrated(self.config) as conn:
             schema = await conn.fetchval("SELECT current_schema()")
             self.channel = pg_pool.channel("agentos_tenants", schema)
             await self._check_pepper(conn)
-            if self._import_from is not None and self._import_from.exists():
-                await import_sqlite(conn, self._import_from)
-        self._pool = await pg_pool.create_pool(msgspec.structs.replace(self._config, postgres_pool_max=2))
+            if self.import_from is not None and self.import_from.exists():
+                await import_sqlite(conn, self.import_from)
+        self._pool = await pg_pool.create_pool(msgspec.structs.replace(self.config, postgres_pool_max=2))
 
     async def _check_pepper(self, conn: asyncpg.Connection) -> None:
         stored = await conn.fetchval("SELECT value FROM tenancy_meta WHERE name = $1", _PEPPER_CHECK)
         if stored is None:  # the first node: record ours (a node racing it may win; then compare)
-            check = await asyncio.to_thread(pepper_check, self._pepper)
+            check = await asyncio.to_thread(pepper_check, self.pepper)
             insert = "INSERT INTO tenancy_meta VALUES ($1, $2) ON CONFLICT (name) DO NOTHING"
             await conn.execute(insert, _PEPPER_CHECK, check)
             stored = await conn.fetchval("SELECT value FROM tenancy_meta WHERE name = $1", _PEPPER_CHECK)
-        if not await asyncio.to_thread(pepper_matches, self._pepper, stored):
-            raise ConfigError(_PEPPER_MISMATCH.format(url=pg_pool.shown_url(self._config.postgres_url)))
+        if not await asyncio.to_thread(pepper_matches, self.pepper, stored):
+            raise ConfigError(_PEPPER_MISMATCH.format(url=pg_pool.shown_url(self.config.postgres_url)))
 
     async def load(self) -> Rows:
         """Raises: StoreError (StoreUnavailable: the database cannot be reached)."""
@@ -147,18 +142,18 @@ class PgTenantTables:
     async def _bounded(self, use: Callable[[asyncpg.Connection], Awaitable[T]], what: str) -> T:
         """`use` a pooled connection, within `store.postgres_request_timeout_s` (as a request would)."""
         assert self._pool is not None, "open() first"
-        return await bounded_use(self._pool, self._config, self._unavailable, use, what)
+        return await bounded_use(self._pool, self.config, self._unavailable, use, what)
 
     async def follow(self, sink: ChangeSink) -> None:
         """Listen for every node's changes (this node's too: harmless, it re-reads its own row)."""
         self._follower = Follower(
-            lambda: pg_pool.connect(self._config),
+            lambda: pg_pool.connect(self.config),
             self.channel,
             sink,
             read_rows,
-            full_reload_interval_s=self._full_reload_interval_s,
+            full_reload_interval_s=self.full_reload_interval_s,
             understood=lambda name: name[:2] in ("t:", "k:"),
-            outage=outage_of(self._config.postgres_url),
+            outage=outage_of(self.config.postgres_url),
         )
         self._follower.start()
 
