@@ -137,6 +137,24 @@ async def test_nul_in_a_text_field_is_refused_alike(storage: KnowledgeStorage) -
     assert await storage.pending() == 0
 
 
+async def test_the_next_claim_is_now_while_queued_then_when_the_first_lease_ends(storage: KnowledgeStorage) -> None:
+    assert await storage.next_claim_ms() is None
+    col = await storage.create_collection(collection(), max_per_tenant=5)
+    await storage.insert_document(document(col, "doc_1", at=1), b"one", max_documents=10)
+    await storage.insert_document(document(col, "doc_2", at=2), b"two", max_documents=10)
+    assert await storage.next_claim_ms() == 0  # queued: claimable now
+    await storage.claim_documents("a", 100, LEASE, 1)
+    assert await storage.next_claim_ms() == 0  # doc_2 still queued
+    await storage.claim_documents("b", 200, LEASE, 1)
+    assert await storage.next_claim_ms() == 100 + LEASE + 1  # a's lease is the first to end
+    await storage.renew_lease("a", ["doc_1"], 5000)
+    assert await storage.next_claim_ms() == 200 + LEASE + 1
+    await storage.fail_document("b", "doc_2", "unreadable", 300)
+    assert await storage.next_claim_ms() == 5001
+    await storage.fail_document("a", "doc_1", "unreadable", 300)
+    assert await storage.next_claim_ms() is None
+
+
 async def test_claim_lease_expiry_and_renew(storage: KnowledgeStorage) -> None:
     col = await storage.create_collection(collection(), max_per_tenant=5)
     await storage.insert_document(document(col, "doc_1", at=1), b"one", max_documents=10)

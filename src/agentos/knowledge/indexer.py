@@ -4,9 +4,11 @@
 (`knowledge.lease_s`, renewed while they work), so a document is indexed by one worker at a
 time on any node, and a crashed worker's document is taken again when its lease runs out. They
 wake when a document is added here, and at the end of this node's postponements (a transient
-failure); for the rest (documents accepted by other nodes while theirs were busy, leases of a
-dead node that ran out) they poll: every `POLL_S` after work was found, the wait doubling while
-none is, up to `IDLE_POLL_MAX_S` (an idle server's indexers then cost almost nothing).
+failure); for the rest (documents accepted by other nodes while theirs were busy) they poll:
+every `POLL_S` after work was found, the wait doubling while none is, up to `IDLE_POLL_MAX_S`
+(an idle server's indexers then cost almost nothing), and on PostgreSQL never past the moment
+the first lease in the store runs out (a dead node's document, another node's postponement),
+which a look that found nothing reads (`next_claim_ms`).
 
 Failures:
   - permanent (an unreadable PDF, no text, a provider that answers vectors of another size, a
@@ -155,15 +157,17 @@ class Indexer:
         claimed = await self.storage.claim_documents(self.owner, now, self._lease_ms, 1)
         if not claimed:
             self._recover_until = None
+            if not self.embedded:  # other nodes' leases: looked at again when the first runs out
+                self._poll.seen_due(await self.storage.next_claim_ms())
         self._poll.found(bool(claimed))
         return claimed[0] if claimed else None
 
     async def _idle(self) -> None:
         """Until a document is added here, or it is time to look at the store again: the wait
         doubles while nothing is found (an idle server's indexers cost almost nothing), and
-        ends at this node's earliest postponement. What this waits for alone: another node's
-        documents whose lease ran out (their node died), and a document added on another node
-        while every one of its workers was busy."""
+        ends at this node's earliest postponement, or when the first lease the last empty look
+        saw runs out (another node's documents: their node died, or postponed them). What this
+        waits for alone: a document added on another node while every one of its workers was busy."""
         await wait_event(self._wake, self._poll.wait_s(self.now_ms()))
 
     async def _index(self, document: DocumentRow, collection: Collection, content: bytes) -> None:

@@ -247,6 +247,10 @@ class PgKnowledgeStorage:
         rows = await self._fetch("pending", PENDING)
         return int(rows[0][0])
 
+    async def next_claim_ms(self) -> int | None:
+        due = (await self._fetch("next claim", NEXT_CLAIM))[0][0]
+        return None if due is None else int(due)
+
 
 # -- The statements of `PgKnowledgeStorage` (tables of migrations 0006 and 0010) and its row conversions ----
 
@@ -351,6 +355,11 @@ CHUNKS = (
     " AND chunk_id = ANY($2) ORDER BY chunk_id"
 )
 PENDING = "SELECT count(*) FROM knowledge_documents WHERE status IN ('queued', 'indexing')"
+# What CLAIM takes: queued ones now, indexing ones after their lease.
+NEXT_CLAIM = (
+    "SELECT min(CASE WHEN status = 'queued' THEN 0 ELSE lease_until_ms + 1 END) FROM knowledge_documents"
+    " WHERE status IN ('queued', 'indexing')"
+)
 
 
 def document_params(d: DocumentRow) -> tuple[Any, ...]:

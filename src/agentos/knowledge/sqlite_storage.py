@@ -137,6 +137,9 @@ class SqliteKnowledgeStorage:
     async def pending(self) -> int:
         return await self._run(t.pending)
 
+    async def next_claim_ms(self) -> int | None:
+        return await self._read(t.next_claim_ms)
+
 
 # -- The tables of `knowledge.db` (created at open) and its migrations (`migrate`, run by the ------
 # writer after the schema at every open, as for runs.db).

@@ -230,3 +230,15 @@ def chunks(collection_id: str, chunk_ids: Sequence[int], db: sqlite3.Connection)
 def pending(db: sqlite3.Connection) -> int:
     (count,) = db.execute("SELECT count(*) FROM documents WHERE status IN ('queued', 'indexing')").fetchone()
     return int(count)
+
+
+def next_claim_ms(db: sqlite3.Connection) -> int | None:
+    (due,) = db.execute(NEXT_CLAIM).fetchone()
+    return None if due is None else int(due)
+
+
+# What `claim_documents` takes: queued ones now, indexing ones after their lease (`_PENDING`).
+NEXT_CLAIM = (
+    "SELECT min(CASE WHEN status = 'queued' THEN 0 ELSE lease_until_ms + 1 END) FROM documents"
+    " WHERE status IN ('queued', 'indexing')"
+)

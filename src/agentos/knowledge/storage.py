@@ -125,6 +125,12 @@ class KnowledgeStorage(Protocol):
         """Documents `queued` or `indexing` (every tenant's): the backlog gauge."""
         ...
 
+    async def next_claim_ms(self) -> int | None:
+        """When `claim_documents` can take a document next: 0 while one is `queued`, else just
+        after the earliest lease of an `indexing` one ends (a dead node's, a postponement); None
+        with neither. An idle indexer looks again by then."""
+        ...
+
 
 # -- Which `KnowledgeStorage` a node opens: the store's PostgreSQL database with -------------------
 # `store.backend = "postgres"` (asyncpg is imported only then, when the storage opens), else
