@@ -32,27 +32,12 @@ from typing import Any
 import aiohttp
 import asyncpg
 import redis.asyncio as aioredis
-from local_processes import emit, free_port, start_mock, start_server, stop
+from local_processes import emit, free_port, start_mock, start_server, stop, wait_http
 
 PROFILE = Path(__file__).resolve().parents[2] / "src/agentos_bench/profiles/postgres-3node.toml"
 PG = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS = "redis://127.0.0.1:6379/0"
 SSE = {"Accept": "text/event-stream"}
-
-
-async def wait_http(url: str, proc: subprocess.Popen[bytes], what: str) -> None:
-    async with aiohttp.ClientSession() as http:
-        for _ in range(600):
-            if proc.poll() is not None:
-                raise SystemExit(f"{what} exited with {proc.returncode}")
-            try:
-                async with http.get(url) as answer:
-                    if answer.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
-    raise SystemExit(f"{what} did not answer at {url}")
 
 
 async def redis_calls(r: aioredis.Redis) -> Counter[str]:

@@ -5,11 +5,14 @@ folder on `sys.path`)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import IO
+
+import aiohttp
 
 
 def free_port() -> int:
@@ -30,6 +33,22 @@ def stop(*processes: subprocess.Popen[bytes], wait_s: float = 60.0) -> None:
         proc.terminate()
     for proc in processes:
         proc.wait(wait_s)
+
+
+async def wait_http(url: str, proc: subprocess.Popen[bytes], what: str) -> None:
+    """Until `url` answers 200 (a minute at most); SystemExit if `proc` exits first."""
+    async with aiohttp.ClientSession() as http:
+        for _ in range(600):
+            if proc.poll() is not None:
+                raise SystemExit(f"{what} exited with {proc.returncode}")
+            try:
+                async with http.get(url) as answer:
+                    if answer.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise SystemExit(f"{what} did not answer at {url}")
 
 
 def emit(report: str, out: str) -> None:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import aiohttp
-from local_processes import emit, free_port, start_mock, start_server, stop
+from local_processes import emit, free_port, start_mock, start_server, stop, wait_http
 
 PROFILE = Path(__file__).resolve().parents[2] / "src/agentos_bench/profiles/runs.toml"
 WAYS = (
@@ -39,17 +40,13 @@ async def burst(http: aiohttp.ClientSession, method: str, url: str, n: int) -> l
     return sorted(await asyncio.gather(*(one() for _ in range(n))))
 
 
-async def measure(args: argparse.Namespace, url: str) -> list[tuple[str, int, float, float]]:
+Row = tuple[str, int, float, float]  # (way, round, p50 ms, p99 ms)
+
+
+async def measure(args: argparse.Namespace, url: str, server: subprocess.Popen[bytes]) -> list[Row]:
     rows = []
+    await wait_http(f"{url}/healthz", server, "the server")
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-        for _ in range(600):
-            try:
-                async with http.get(f"{url}/healthz") as answer:
-                    if answer.status == 200:
-                        break
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
         await asyncio.gather(*(http.get(f"{url}/healthz") for _ in range(args.burst)))  # warm connections
         for way, method, path in WAYS:
             for i in range(args.rounds):
@@ -66,7 +63,7 @@ def main(args: argparse.Namespace) -> None:
     with (folder / "server.log").open("wb") as log:
         server = start_server(PROFILE, port, mock_port, folder / "data", log)
     try:
-        rows = asyncio.run(measure(args, f"http://127.0.0.1:{port}"))
+        rows = asyncio.run(measure(args, f"http://127.0.0.1:{port}", server))
     finally:
         stop(server, mock)
     lines = [

@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 import aiohttp
-from local_processes import emit, free_port, start_mock, start_server, stop
+from local_processes import emit, free_port, start_mock, start_server, stop, wait_http
 
 from agentos_bench.arrival.webhook import secret_bytes, signed_headers
 
@@ -34,18 +34,6 @@ tools = []
 max_active_runs = {cap}
 """
 ENDED = {"completed", "failed", "cancelled"}
-
-
-async def ready(http: aiohttp.ClientSession, url: str) -> None:
-    for _ in range(600):
-        try:
-            async with http.get(f"{url}/healthz") as answer:
-                if answer.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.1)
-    raise RuntimeError("the server never answered /healthz")
 
 
 async def deliver(http: aiohttp.ClientSession, url: str, trigger: dict[str, str]) -> str:
@@ -74,11 +62,11 @@ async def burst(http: aiohttp.ClientSession, url: str, trigger: dict[str, str], 
     return time.perf_counter() - started
 
 
-async def measure(args: argparse.Namespace, url: str) -> list[tuple[float, float]]:
+async def measure(args: argparse.Namespace, url: str, server: subprocess.Popen[bytes]) -> list[tuple[float, float]]:
     """(one delivery alone, the burst) per round."""
     rows = []
+    await wait_http(f"{url}/healthz", server, "the server")
     async with aiohttp.ClientSession() as http:
-        await ready(http, url)
         async with http.post(f"{url}/v1/triggers", json={"agent": "echo", "input_template": "{payload.text}"}) as r:
             assert r.status == 201, await r.text()
             trigger = await r.json()
@@ -97,7 +85,7 @@ def main(args: argparse.Namespace) -> None:
     with (folder / "server.log").open("wb") as log:
         server = start_server(config, port, mock_port, folder / "data", log)
     try:
-        rows = asyncio.run(measure(args, f"http://127.0.0.1:{port}"))
+        rows = asyncio.run(measure(args, f"http://127.0.0.1:{port}", server))
     finally:
         stop(server, mock)
     waves = math.ceil(args.deliveries / args.cap)

@@ -104,10 +104,15 @@ class Driver:
         """Call `listener(tenant_id, runs)` each time `runs` of the tenant's runs stop counting
         against `max_active_runs` on this node (they ended, or one parked on a human), once the
         kernel let go of them (in a cluster, Redis's count is told in the background, so a start
-        at once may still be refused there); returns the function that stops it. It runs on the
-        event loop, inside `handle`: it must not block or raise."""
+        at once may still be refused there); returns the function that stops it (once or more:
+        a service closed twice). It runs on the event loop, inside `handle`: it must not block or raise."""
         self._room_listeners.append(listener)
-        return lambda: self._room_listeners.remove(listener)
+
+        def stop() -> None:
+            if listener in self._room_listeners:
+                self._room_listeners.remove(listener)
+
+        return stop
 
     def handle(self, event: Event) -> list[Command]:
         """Feed one event to the kernel and carry out what it answers."""
