@@ -245,3 +245,53 @@ async def test_over_the_tenants_active_runs_a_burst_waits_and_every_delivery_run
 
 async def _positive(value: Any) -> bool:
     return bool(await value > 0)
+
+
+async def test_a_failed_delivery_is_retried_by_its_tenant_only_and_a_started_one_is_409(
+    tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession
+) -> None:
+    server = await serve(tmp_path / "data", mock, {}, server={"api_token": ADMIN})
+    try:
+        alice = await create_tenant_key(server.url, ADMIN, tenant_id="alice")
+        bob = await create_tenant_key(server.url, ADMIN, tenant_id="bob")
+        empty = await create_trigger(http, server.url, alice.headers, input_template="{payload.missing}")
+        fine = await create_trigger(http, server.url, alice.headers)
+        base = f"{server.url}/v1/triggers/{empty['trigger_id']}/deliveries/w1"
+        assert (
+            await Sender(http, server.url, empty["trigger_id"], empty["secret"]).send(webhook_id="w1")
+        ).status == 202
+        ran = await Sender(http, server.url, fine["trigger_id"], fine["secret"]).send(webhook_id="w2")
+
+        async def failed() -> bool:
+            async with http.get(base, headers=alice.headers) as r:
+                return bool((await r.json())["status"] == "failed")
+
+        await eventually(failed, what="the delivery to fail (its input renders empty)")
+        async with http.post(f"{base}/retry", headers=bob.headers) as r:
+            await expect_error(r, 404, "trigger_not_found")  # another tenant's
+        reader = await create_tenant_key(server.url, ADMIN, tenant_id="alice", scopes=["triggers:read"])
+        async with http.post(f"{base}/retry", headers=reader.headers) as r:
+            await expect_error(r, 403, "insufficient_scope")
+        async with http.post(f"{base[:-2]}nope/retry", headers=alice.headers) as r:
+            await expect_error(r, 404, "delivery_not_found")
+        async with http.post(f"{base}/retry", headers=alice.headers) as r:
+            assert r.status == 202, await r.text()
+            retried = await r.json()
+        assert_documented(retried, "Delivery")
+        assert (retried["status"], retried["reason"], retried["attempts"]) == ("queued", None, 0)
+        await eventually(failed, what="the retried delivery to fail again (nothing was fixed)")
+        assert await run_outcome(http, server.url, ran.body["run_id"], alice.headers) == "run.completed"
+
+        async def started() -> bool:
+            async with http.get(
+                f"{server.url}/v1/triggers/{fine['trigger_id']}/deliveries/w2", headers=alice.headers
+            ) as r:
+                return bool((await r.json())["status"] == "started")
+
+        await eventually(started, what="the other delivery to be marked started")
+        async with http.post(
+            f"{server.url}/v1/triggers/{fine['trigger_id']}/deliveries/w2/retry", headers=alice.headers
+        ) as r:
+            await expect_error(r, 409, "delivery_not_failed")
+    finally:
+        await server.close()

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from agentos.clock import wall_ms
-from agentos.errors import NotFound, Unauthorized
+from agentos.errors import Conflict, NotFound, Unauthorized
 from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
 from agentos.triggers.dispatcher import IDLE_POLL_MAX_S, LEASE_MS, WaitingForRoom
@@ -165,6 +165,28 @@ async def test_unknown_and_other_tenants_triggers_are_not_found(setup: Setup) ->
     with pytest.raises(NotFound) as caught:
         await setup.service.create("default", "nobody", "{payload}", "")
     assert caught.value.code == "agent_not_found"
+
+
+async def test_a_failed_delivery_retried_once_its_agent_is_back_runs_under_its_first_run_id(
+    setup: Setup, http: aiohttp.ClientSession
+) -> None:
+    service, storage = setup.service, setup.service.storage
+    later = TriggerRow("trg_later", "default", "later", "{payload}", "", (SecretRow("ab", T0),), T0)
+    await storage.create_trigger(later, max_per_tenant=100)
+    answer, _ = await deliver(setup, {"trigger_id": "trg_later", "secret": _secret_of(later)}, "evt")
+    assert await service.dispatcher.round() == 1
+    failed = await service.delivery("default", "trg_later", "evt")
+    assert (failed["status"], failed["reason"]) == ("failed", "agent_not_found")
+    await setup.server.services.runs.create_agent("default", {"name": "later", "tools": []})  # fixed
+    retried = await service.retry("default", "trg_later", "evt")
+    assert (retried["status"], retried["reason"], retried["attempts"]) == ("queued", None, 0)
+    with pytest.raises(Conflict):  # queued: nothing to retry
+        await service.retry("default", "trg_later", "evt")
+    with pytest.raises(NotFound):
+        await service.retry("default", "trg_later", "no-such-event")
+    assert await service.dispatcher.round() == 1  # at the same clock: due now
+    assert await run_outcome(http, setup.server.url, str(answer["run_id"])) == "run.completed"
+    assert (await service.delivery("default", "trg_later", "evt"))["status"] == "started"
 
 
 def _secret_of(trigger: TriggerRow) -> str:

@@ -79,6 +79,24 @@ async def test_a_postponed_delivery_waits_until_its_next_attempt(storage: Trigge
     assert [(r.attempts, r.next_attempt_ms) for r in again] == [(2, 800)]
 
 
+async def test_only_a_failed_delivery_of_the_tenant_is_queued_again(storage: TriggerStorage) -> None:
+    failed, started = await queue(storage, 2)
+    await storage.claim("node-a", now_ms=500, lease_ms=LEASE, limit=10)
+    await storage.mark_failed("node-a", failed.trigger_id, failed.webhook_id, "agent_not_found", now_ms=600)
+    await storage.mark_started("node-a", started.trigger_id, started.webhook_id, now_ms=600)
+    assert await storage.requeue_failed("t2", failed.trigger_id, failed.webhook_id, 700) is None  # another tenant's
+    assert await storage.requeue_failed("t1", started.trigger_id, started.webhook_id, 700) is None
+    assert await storage.requeue_failed("t1", failed.trigger_id, "no-such-id", 700) is None
+    again = await storage.requeue_failed("t1", failed.trigger_id, failed.webhook_id, 700)
+    assert again is not None and again == await storage.get_delivery("t1", failed.trigger_id, failed.webhook_id)
+    assert (again.status, again.reason, again.attempts, again.next_attempt_ms) == ("queued", None, 0, 700)
+    assert again.run_id == failed.run_id and again.received_ms == failed.received_ms  # the same event, the same run id
+    assert await storage.requeue_failed("t1", failed.trigger_id, failed.webhook_id, 800) is None  # queued now
+    assert [r.webhook_id for r in await storage.claim("node-b", now_ms=700, lease_ms=LEASE, limit=10)] == [
+        failed.webhook_id
+    ]
+
+
 async def test_a_freed_place_hurries_the_oldest_postponed_deliveries_of_its_tenant(storage: TriggerStorage) -> None:
     """`hurry`: a run's place freed makes postponed deliveries due now, the tenant's oldest
     first (any tenant's for None); due, leased and finished ones are left alone."""

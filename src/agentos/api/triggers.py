@@ -9,6 +9,7 @@ Routes::
     POST   /v1/triggers/{trigger_id}/rotate                             200 trigger + new secret
     GET    /v1/triggers/{trigger_id}/deliveries   ?limit&before         200 {"data", "next_cursor"}
     GET    /v1/triggers/{trigger_id}/deliveries/{webhook_id}            200 delivery
+    POST   /v1/triggers/{trigger_id}/deliveries/{webhook_id}/retry      202 delivery (a failed one, queued again)
     POST   /v1/triggers/{trigger_id}/events  Standard Webhooks headers  202 new | 200 redelivery
 
 Reads take `triggers:read`, the rest `triggers:write`, and act for the key's tenant. The events
@@ -210,6 +211,21 @@ async def get_delivery(request: web.Request) -> web.Response:
     tenant_id = require(request, Scope.TRIGGERS_READ).tenant_id
     trigger_id, webhook_id = request.match_info["trigger_id"], request.match_info["webhook_id"]
     return json_response(await request.app[TRIGGERS].delivery(tenant_id, trigger_id, webhook_id))
+
+
+@routes.post("/v1/triggers/{trigger_id}/deliveries/{webhook_id}/retry")
+@operation(
+    "Queue a failed delivery again, once what failed it is fixed; its run keeps the id it was answered with",
+    answers={202: json("The delivery, queued: its run starts shortly", _DELIVERY)},
+    errors={
+        404: "Unknown trigger or delivery: trigger_not_found, delivery_not_found",
+        409: "`delivery_not_failed`: it is queued or started",
+    },
+)
+async def retry_delivery(request: web.Request) -> web.Response:
+    tenant_id = require(request, Scope.TRIGGERS_WRITE).tenant_id
+    trigger_id, webhook_id = request.match_info["trigger_id"], request.match_info["webhook_id"]
+    return json_response(await request.app[TRIGGERS].retry(tenant_id, trigger_id, webhook_id), status=202)
 
 
 @routes.post("/v1/triggers/{trigger_id}/events")

@@ -69,6 +69,11 @@ _BACKLOG = (
     "SELECT count(*), min(GREATEST(next_attempt_ms, COALESCE(lease_until_ms + 1, 0)))"
     " FROM trigger_deliveries WHERE status = 'queued'"
 )
+_REQUEUE = (
+    "UPDATE trigger_deliveries SET status = 'queued', reason = NULL, attempts = 0, next_attempt_ms = $1,"
+    " updated_ms = $1 WHERE tenant_id = $2 AND trigger_id = $3 AND webhook_id = $4 AND status = 'failed'"
+    f" RETURNING {DELIVERY_COLUMNS}"
+)
 # Postponed (queued, unleased, not yet due): the oldest first, as `_CLAIM` takes them.
 _HURRY = """
 WITH late AS MATERIALIZED (
@@ -208,6 +213,10 @@ class PgTriggerStorage:
     async def mark_failed(self, owner: str, trigger_id: str, webhook_id: str, reason: str, now_ms: int) -> None:
         """Only while `owner` holds the lease (else nothing changes)."""
         await self._execute(_FAILED, now_ms, trigger_id, webhook_id, owner, reason)
+
+    async def requeue_failed(self, tenant_id: str, trigger_id: str, webhook_id: str, now_ms: int) -> DeliveryRow | None:
+        rows = await self._fetch(_REQUEUE, now_ms, tenant_id, trigger_id, webhook_id)
+        return delivery_row(rows[0]) if rows else None
 
     async def hurry(self, tenant_id: str | None, now_ms: int, limit: int) -> int:
         return await self._execute(_HURRY, now_ms, wall_ms(), tenant_id, limit)

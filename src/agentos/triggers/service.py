@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from agentos.agents.service import RunService
 from agentos.clock import wall_ms
 from agentos.config import Settings
-from agentos.errors import BadRequest, NotFound
+from agentos.errors import BadRequest, Conflict, NotFound
 from agentos.ids import new_run_id
 from agentos.json_limits import check_json, too_deep
 from agentos.triggers.dispatcher import Dispatcher, TriggerMetrics
@@ -217,8 +217,32 @@ class TriggerService:
         await self._trigger(tenant_id, trigger_id)
         row = await self.storage.get_delivery(tenant_id, trigger_id, webhook_id)
         if row is None:
-            raise NotFound(f"delivery {webhook_id!r} not found", code="delivery_not_found")
+            raise _delivery_not_found(webhook_id)
         return row.to_dict()
+
+    async def retry(self, tenant_id: str, trigger_id: str, webhook_id: str) -> dict[str, Any]:
+        """Queue a failed delivery again (what failed it is fixed: the agent is back, the tenant
+        enabled again): the dispatcher starts its run under the run id it was answered with. A
+        sender's own redelivery cannot do this: it answers the first delivery, failed.
+
+        Raises: NotFound (`delivery_not_found`, or `trigger_not_found`), Conflict
+        (`delivery_not_failed`: it is queued or started)."""
+        await self._trigger(tenant_id, trigger_id)
+        queued = await self.storage.requeue_failed(tenant_id, trigger_id, webhook_id, self._now_ms())
+        if queued is None:
+            row = await self.storage.get_delivery(tenant_id, trigger_id, webhook_id)
+            if row is None:
+                raise _delivery_not_found(webhook_id)
+            raise Conflict(
+                f"delivery {webhook_id!r} is {row.status}: only a failed one is retried", code="delivery_not_failed"
+            )
+        self.metrics.deliveries.labels(outcome="retried").inc()
+        self.dispatcher.wake()
+        return queued.to_dict()
+
+
+def _delivery_not_found(webhook_id: str) -> NotFound:
+    return NotFound(f"delivery {webhook_id!r} not found", code="delivery_not_found")
 
 
 def open_trigger_storage(settings: Settings, data_dir: Path | None) -> TriggerStorage:

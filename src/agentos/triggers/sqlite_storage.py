@@ -80,6 +80,10 @@ _BACKLOG = (
     "SELECT count(*), min(max(next_attempt_ms, coalesce(lease_until_ms + 1, 0)))"
     " FROM deliveries WHERE status = 'queued'"
 )
+_REQUEUE = (
+    "UPDATE deliveries SET status = 'queued', reason = NULL, attempts = 0, next_attempt_ms = ?, updated_ms = ?"
+    " WHERE tenant_id = ? AND trigger_id = ? AND webhook_id = ? AND status = 'failed'"
+)
 # Postponed (queued, unleased, not yet due): the oldest first, as `_DUE` claims them.
 _HURRY = (
     "UPDATE deliveries SET next_attempt_ms = ?, updated_ms = ? WHERE rowid IN (SELECT rowid FROM deliveries"
@@ -200,6 +204,15 @@ class SqliteTriggerStorage(WriterStorage):
     async def mark_failed(self, owner: str, trigger_id: str, webhook_id: str, reason: str, now_ms: int) -> None:
         """Only while `owner` holds the lease (else nothing changes)."""
         await self._writer.submit(_FAILED + _BY_OWNER, (reason, now_ms, trigger_id, webhook_id, owner))
+
+    async def requeue_failed(self, tenant_id: str, trigger_id: str, webhook_id: str, now_ms: int) -> DeliveryRow | None:
+        def requeue(db: sqlite3.Connection) -> DeliveryRow | None:
+            if not db.execute(_REQUEUE, (now_ms, now_ms, tenant_id, trigger_id, webhook_id)).rowcount:
+                return None
+            where = " WHERE trigger_id = ? AND webhook_id = ?"
+            return one_row(db, _SELECT_DELIVERY + where, (trigger_id, webhook_id), storage.delivery_row)
+
+        return await self._writer.run(requeue)  # one writer call: the row before any claim
 
     async def hurry(self, tenant_id: str | None, now_ms: int, limit: int) -> int:
         params = (now_ms, wall_ms(), now_ms, tenant_id, tenant_id, limit)

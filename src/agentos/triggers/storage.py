@@ -73,6 +73,12 @@ class TriggerStorage(Protocol):
 
     async def mark_failed(self, owner: str, trigger_id: str, webhook_id: str, reason: str, now_ms: int) -> None: ...
 
+    async def requeue_failed(self, tenant_id: str, trigger_id: str, webhook_id: str, now_ms: int) -> DeliveryRow | None:
+        """Queue a `failed` delivery of the tenant again, due at `now_ms`: its reason cleared, its
+        attempts from 0, its run id kept (no run was started under it); the row as it was then.
+        None when there is no such delivery of the tenant, or it is not `failed`."""
+        ...
+
     async def hurry(self, tenant_id: str | None, now_ms: int, limit: int) -> int:
         """Make up to `limit` postponed deliveries of the tenant (of any tenant: None) due at
         `now_ms`, oldest first: a run's place just freed. Leased ones are left alone; how many."""
