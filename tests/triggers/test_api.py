@@ -267,6 +267,12 @@ async def test_a_failed_delivery_is_retried_by_its_tenant_only_and_a_started_one
                 return bool((await r.json())["status"] == "failed")
 
         await eventually(failed, what="the delivery to fail (its input renders empty)")
+        async with http.get(f"{base[:-3]}?status=failed", headers=alice.headers) as r:
+            assert [d["webhook_id"] for d in (await r.json())["data"]] == ["w1"]
+        async with http.get(f"{base[:-3]}?status=started", headers=alice.headers) as r:
+            assert (await r.json())["data"] == []
+        async with http.get(f"{base[:-3]}?status=lost", headers=alice.headers) as r:
+            await expect_error(r, 422, "invalid_input")
         async with http.post(f"{base}/retry", headers=bob.headers) as r:
             await expect_error(r, 404, "trigger_not_found")  # another tenant's
         reader = await create_tenant_key(server.url, ADMIN, tenant_id="alice", scopes=["triggers:read"])

@@ -92,6 +92,11 @@ async def test_only_a_failed_delivery_of_the_tenant_is_queued_again(storage: Tri
     assert (again.status, again.reason, again.attempts, again.next_attempt_ms) == ("queued", None, 0, 700)
     assert again.run_id == failed.run_id and again.received_ms == failed.received_ms  # the same event, the same run id
     assert await storage.requeue_failed("t1", failed.trigger_id, failed.webhook_id, 800) is None  # queued now
+    by_status = {
+        status: keys(await storage.list_deliveries("t1", failed.trigger_id, limit=10, before_ms=None, status=status))
+        for status in ("queued", "started", "failed")
+    }
+    assert by_status == {"queued": [failed.webhook_id], "started": [started.webhook_id], "failed": []}
     assert [r.webhook_id for r in await storage.claim("node-b", now_ms=700, lease_ms=LEASE, limit=10)] == [
         failed.webhook_id
     ]

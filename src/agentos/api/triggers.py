@@ -7,7 +7,7 @@ Routes::
     GET    /v1/triggers/{trigger_id}                                    200 trigger (never the secret)
     DELETE /v1/triggers/{trigger_id}                                    204
     POST   /v1/triggers/{trigger_id}/rotate                             200 trigger + new secret
-    GET    /v1/triggers/{trigger_id}/deliveries   ?limit&before         200 {"data", "next_cursor"}
+    GET    /v1/triggers/{trigger_id}/deliveries   ?limit&before&status  200 {"data", "next_cursor"}
     GET    /v1/triggers/{trigger_id}/deliveries/{webhook_id}            200 delivery
     POST   /v1/triggers/{trigger_id}/deliveries/{webhook_id}/retry      202 delivery (a failed one, queued again)
     POST   /v1/triggers/{trigger_id}/events  Standard Webhooks headers  202 new | 200 redelivery
@@ -22,13 +22,13 @@ verified); signature and timestamp 401; not JSON (or nested too deep), or a bad 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import msgspec
 from aiohttp import web
 
 from agentos.agents.traces import RunTraces
-from agentos.api.body import MAX_AFTER, page_limit, query_int, read_body
+from agentos.api.body import MAX_AFTER, page_limit, query_int, query_text, read_body
 from agentos.api.body_encoding import read_raw
 from agentos.api.keys import RUNTIME, TRIGGERS
 from agentos.api.routes import (
@@ -48,9 +48,10 @@ from agentos.api.routes import (
 from agentos.api.sessions import json_response, page_by_id, page_response
 from agentos.api.tracing import w3c_context
 from agentos.clock import wall_ms
-from agentos.errors import RequestError
+from agentos.errors import InvalidInput, RequestError
 from agentos.telemetry import Tracing
 from agentos.tenancy.principal import Scope, require
+from agentos.triggers.records import DELIVERY_STATUSES, DeliveryStatus
 from agentos.triggers.service import MAX_WEBHOOK_ID
 from agentos.triggers.template import MAX_TEMPLATE_CHARS
 
@@ -98,7 +99,7 @@ _CREATED = Schema.object("TriggerCreated", {**_TRIGGER_PROPERTIES, "secret": _SE
 _DELIVERY_PROPERTIES: dict[str, Any] = {
     "webhook_id": {"type": "string"},
     "run_id": {"type": "string", "description": "the run it starts (chosen when it was accepted)"},
-    "status": {"enum": ["queued", "started", "failed"]},
+    "status": {"enum": list(DELIVERY_STATUSES)},
     "received_ms": {"type": "integer"},
     "attempts": {"type": "integer", "description": "starts tried (a refused start is tried again later)"},
     "reason": {**nullable("string"), "description": "why it failed: agent_not_found, trigger_deleted, ..."},
@@ -109,7 +110,7 @@ _ACCEPTED = Schema.object(
     {
         "webhook_id": {"type": "string"},
         "run_id": {"type": "string", "description": "the run it starts: GET /v1/runs/{run_id} once started"},
-        "status": {"enum": ["queued", "started", "failed"]},
+        "status": {"enum": list(DELIVERY_STATUSES)},
         "duplicate": {"type": "boolean", "description": "true: a redelivery; nothing new was stored or started"},
     },
 )
@@ -187,17 +188,25 @@ async def rotate_secret(request: web.Request) -> web.Response:
             "the next_cursor of the page before (a received_ms)",
             {"type": "integer", "minimum": 0, "maximum": MAX_AFTER},
         ),
+        query("status", "only deliveries in this status (failed: those to retry)", {"enum": list(DELIVERY_STATUSES)}),
     ),
     answers={200: json("A page of deliveries", page("DeliveryPage", _DELIVERY))},
-    errors=_NOT_FOUND | {422: "A bad limit or before"},
+    errors=_NOT_FOUND | {422: "A bad limit, before or status"},
 )
 async def list_deliveries(request: web.Request) -> web.Response:
-    """Newest first; `?before=` the `next_cursor` of the page before (a received_ms)."""
+    """Newest first; `?before=` the `next_cursor` of the page before (a received_ms); `?status=`."""
     tenant_id = require(request, Scope.TRIGGERS_READ).tenant_id
     limit = page_limit(request, 100)
     before = query_int(request, "before", 0, low=0, high=MAX_AFTER) if "before" in request.query else None
+    status = query_text(request, "status")
+    if status is not None and status not in DELIVERY_STATUSES:
+        raise InvalidInput(
+            f"query parameter 'status' must be one of {', '.join(DELIVERY_STATUSES)}, got {status[:40]!r}"
+        )
     service = request.app[TRIGGERS]
-    page = await service.deliveries(tenant_id, request.match_info["trigger_id"], limit=limit, before_ms=before)
+    page = await service.deliveries(
+        tenant_id, request.match_info["trigger_id"], limit=limit, before_ms=before, status=cast(DeliveryStatus, status)
+    )
     return page_response(page, limit, lambda d: d, lambda d: str(d["received_ms"]))
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 DeliveryStatus = Literal["queued", "started", "failed"]
+DELIVERY_STATUSES: tuple[DeliveryStatus, ...] = get_args(DeliveryStatus)
 
 
 @dataclass(frozen=True, slots=True)
