@@ -20,7 +20,7 @@ from agentos.errors import Conflict, NotFound, Unauthorized
 from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
 from agentos.triggers.dispatcher import IDLE_POLL_MAX_S, LEASE_MS, WaitingForRoom
-from agentos.triggers.records import SecretRow, TriggerRow
+from agentos.triggers.records import DeliveryQuery, SecretRow, TriggerRow
 from agentos.triggers.service import TriggerService
 from agentos.triggers.signatures import decode_secret, derive_secret, encode_secret, sign
 from agentos.triggers.sqlite_storage import SqliteTriggerStorage
@@ -157,7 +157,7 @@ async def test_unknown_and_other_tenants_triggers_are_not_found(setup: Setup) ->
         setup.service.get("other", trigger["trigger_id"]),
         setup.service.rotate("other", trigger["trigger_id"]),
         setup.service.delete("other", trigger["trigger_id"]),
-        setup.service.deliveries("other", trigger["trigger_id"], limit=10, before_ms=None),
+        setup.service.deliveries("other", trigger["trigger_id"], DeliveryQuery(10)),
         setup.service.find("trg_nope"),
     ):
         with pytest.raises(NotFound):

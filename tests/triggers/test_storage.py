@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from agentos.errors import Conflict
-from agentos.triggers.records import SecretRow
+from agentos.triggers.records import DeliveryQuery, SecretRow
 from agentos.triggers.storage import TriggerStorage
 from tests.triggers.conftest import delivery, trigger
 
@@ -105,11 +105,11 @@ async def test_deliveries_are_listed_newest_first_in_pages_and_per_tenant(storag
         await storage.accept(row)
     await storage.accept(delivery(trigger(), "msg_other"))  # another trigger's
 
-    page = await storage.list_deliveries("t1", t.trigger_id, limit=3, before_ms=None)
+    page = await storage.list_deliveries("t1", t.trigger_id, DeliveryQuery(3))
     assert page == rows[:1:-1]
-    rest = await storage.list_deliveries("t1", t.trigger_id, limit=3, before_ms=page[-1].received_ms)
+    rest = await storage.list_deliveries("t1", t.trigger_id, DeliveryQuery(3, page[-1].received_ms))
     assert rest == rows[1::-1]
-    assert await storage.list_deliveries("t2", t.trigger_id, limit=10, before_ms=None) == []
+    assert await storage.list_deliveries("t2", t.trigger_id, DeliveryQuery(10)) == []
     assert await storage.get_delivery("t2", t.trigger_id, "msg_0") is None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agentos.triggers.records import Backlog, DeliveryRow, TriggerRow
+from agentos.triggers.records import Backlog, DeliveryQuery, DeliveryRow, TriggerRow
 from agentos.triggers.storage import TriggerStorage
 from tests.triggers.conftest import delivery, trigger
 
@@ -93,7 +93,7 @@ async def test_only_a_failed_delivery_of_the_tenant_is_queued_again(storage: Tri
     assert again.run_id == failed.run_id and again.received_ms == failed.received_ms  # the same event, the same run id
     assert await storage.requeue_failed("t1", failed.trigger_id, failed.webhook_id, 800) is None  # queued now
     by_status = {
-        status: keys(await storage.list_deliveries("t1", failed.trigger_id, limit=10, before_ms=None, status=status))
+        status: keys(await storage.list_deliveries("t1", failed.trigger_id, DeliveryQuery(10, status=status)))
         for status in ("queued", "started", "failed")
     }
     assert by_status == {"queued": [failed.webhook_id], "started": [started.webhook_id], "failed": []}
@@ -163,7 +163,7 @@ async def test_prune_deletes_only_old_deliveries_no_longer_queued(storage: Trigg
 
     assert await storage.prune(before_ms=102) == 2  # rows 0 and 1; row 2 is newer, row 3 queued
     t, tenant = rows[0].trigger_id, rows[0].tenant_id
-    assert keys(await storage.list_deliveries(tenant, t, limit=10, before_ms=None)) == keys(rows[:1:-1])
+    assert keys(await storage.list_deliveries(tenant, t, DeliveryQuery(10))) == keys(rows[:1:-1])
     assert await storage.prune(before_ms=10_000) == 1  # row 2; row 3 is still queued
     assert (await storage.backlog()).queued == 1
 

@@ -22,7 +22,7 @@ verified); signature and timestamp 401; not JSON (or nested too deep), or a bad 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 import msgspec
 from aiohttp import web
@@ -51,7 +51,7 @@ from agentos.clock import wall_ms
 from agentos.errors import InvalidInput, RequestError
 from agentos.telemetry import Tracing
 from agentos.tenancy.principal import Scope, require
-from agentos.triggers.records import DELIVERY_STATUSES, DeliveryStatus
+from agentos.triggers.records import DELIVERY_STATUSES, DeliveryQuery
 from agentos.triggers.service import MAX_WEBHOOK_ID
 from agentos.triggers.template import MAX_TEMPLATE_CHARS
 
@@ -204,9 +204,8 @@ async def list_deliveries(request: web.Request) -> web.Response:
             f"query parameter 'status' must be one of {', '.join(DELIVERY_STATUSES)}, got {status[:40]!r}"
         )
     service = request.app[TRIGGERS]
-    page = await service.deliveries(
-        tenant_id, request.match_info["trigger_id"], limit=limit, before_ms=before, status=cast(DeliveryStatus, status)
-    )
+    query = DeliveryQuery(limit, before, status)
+    page = await service.deliveries(tenant_id, request.match_info["trigger_id"], query)
     return page_response(page, limit, lambda d: d, lambda d: str(d["received_ms"]))
 
 

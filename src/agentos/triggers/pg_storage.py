@@ -26,7 +26,7 @@ from agentos.errors import Conflict
 from agentos.store import pg_pool
 from agentos.store.pg_side_pool import SidePool
 from agentos.store.tenant_cap import check_cap_pg
-from agentos.triggers.records import Backlog, DeliveryRow, DeliveryStatus, SecretRow, TriggerRow
+from agentos.triggers.records import Backlog, DeliveryQuery, DeliveryRow, SecretRow, TriggerRow
 from agentos.triggers.storage import (
     DELIVERY_COLUMNS,
     SELECT_TRIGGERS,
@@ -184,21 +184,13 @@ class PgTriggerStorage:
         rows = await self._fetch(_SELECT_DELIVERY + where, trigger_id, webhook_id, tenant_id)
         return delivery_row(rows[0]) if rows else None
 
-    async def list_deliveries(
-        self,
-        tenant_id: str,
-        trigger_id: str,
-        *,
-        limit: int,
-        before_ms: int | None,
-        status: DeliveryStatus | None = None,
-    ) -> list[DeliveryRow]:
-        """Newest first; `before_ms`: only those received before it (the next page)."""
+    async def list_deliveries(self, tenant_id: str, trigger_id: str, query: DeliveryQuery) -> list[DeliveryRow]:
         sql = (
             _SELECT_DELIVERY + " WHERE trigger_id = $1 AND tenant_id = $2 AND ($3::bigint IS NULL OR received_ms < $3)"
             " AND ($5::text IS NULL OR status = $5) ORDER BY received_ms DESC, webhook_id DESC LIMIT $4"
         )
-        return [delivery_row(r) for r in await self._fetch(sql, trigger_id, tenant_id, before_ms, limit, status)]
+        rows = await self._fetch(sql, trigger_id, tenant_id, query.before_ms, query.limit, query.status)
+        return [delivery_row(r) for r in rows]
 
     async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[DeliveryRow]:
         """Due, unleased (or lease expired) deliveries, oldest first; a delivery still leased to

@@ -64,6 +64,16 @@ class DeliveryRow:
 
 
 @dataclass(frozen=True, slots=True)
+class DeliveryQuery:
+    """A page of one trigger's deliveries, newest first: up to `limit`, received before
+    `before_ms` (the page before's cursor; None: from the newest), in `status` (None: any)."""
+
+    limit: int = 100
+    before_ms: int | None = None
+    status: DeliveryStatus | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Backlog:
     """The deliveries still queued (every tenant's), and the earliest time one of them can be
     claimed: its `next_attempt_ms`, or just after its lease ends (None: nothing is queued)."""

@@ -28,7 +28,7 @@ from agentos.errors import BadRequest, Conflict, NotFound
 from agentos.ids import new_run_id
 from agentos.json_limits import check_json, too_deep
 from agentos.triggers.dispatcher import Dispatcher, TriggerMetrics
-from agentos.triggers.records import DeliveryRow, DeliveryStatus, SecretRow, TriggerRow
+from agentos.triggers.records import DeliveryQuery, DeliveryRow, SecretRow, TriggerRow
 from agentos.triggers.signatures import derive_secret, encode_secret, verify
 from agentos.triggers.storage import TriggerStorage
 
@@ -204,20 +204,10 @@ class TriggerService:
         """Count a delivery refused (4xx)."""
         self.metrics.deliveries.labels(outcome="rejected").inc()
 
-    async def deliveries(
-        self,
-        tenant_id: str,
-        trigger_id: str,
-        *,
-        limit: int,
-        before_ms: int | None,
-        status: DeliveryStatus | None = None,
-    ) -> list[dict[str, Any]]:
-        """The trigger's deliveries, newest first (`status`: only those in it). Raises: NotFound."""
+    async def deliveries(self, tenant_id: str, trigger_id: str, query: DeliveryQuery) -> list[dict[str, Any]]:
+        """The trigger's deliveries, newest first (`DeliveryQuery`). Raises: NotFound."""
         await self._trigger(tenant_id, trigger_id)
-        rows = await self.storage.list_deliveries(
-            tenant_id, trigger_id, limit=limit, before_ms=before_ms, status=status
-        )
+        rows = await self.storage.list_deliveries(tenant_id, trigger_id, query)
         return [r.to_dict() for r in rows]
 
     async def delivery(self, tenant_id: str, trigger_id: str, webhook_id: str) -> dict[str, Any]:

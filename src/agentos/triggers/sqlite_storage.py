@@ -31,7 +31,7 @@ from agentos.store.tenant_cap import check_cap_sqlite
 from agentos.store.writer import Writer
 from agentos.store.writer_storage import WriterStorage, one_row
 from agentos.triggers import storage
-from agentos.triggers.records import Backlog, DeliveryRow, DeliveryStatus, SecretRow, TriggerRow
+from agentos.triggers.records import Backlog, DeliveryQuery, DeliveryRow, SecretRow, TriggerRow
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS triggers (
@@ -169,22 +169,14 @@ class SqliteTriggerStorage(WriterStorage):
         key = (trigger_id, webhook_id, tenant_id)
         return await self._writer.run(lambda db: one_row(db, sql, key, storage.delivery_row))
 
-    async def list_deliveries(
-        self,
-        tenant_id: str,
-        trigger_id: str,
-        *,
-        limit: int,
-        before_ms: int | None,
-        status: DeliveryStatus | None = None,
-    ) -> list[DeliveryRow]:
-        """Newest first; `before_ms`: only those received before it (the next page)."""
+    async def list_deliveries(self, tenant_id: str, trigger_id: str, query: DeliveryQuery) -> list[DeliveryRow]:
         sql = (
             _SELECT_DELIVERY
             + " WHERE trigger_id = ? AND tenant_id = ? AND received_ms < ? AND (? IS NULL OR status = ?)"
             " ORDER BY received_ms DESC, webhook_id DESC LIMIT ?"
         )
-        params = (trigger_id, tenant_id, before_ms if before_ms is not None else 2**62, status, status, limit)
+        before_ms = query.before_ms if query.before_ms is not None else 2**62
+        params = (trigger_id, tenant_id, before_ms, query.status, query.status, query.limit)
         return await self._writer.run(lambda db: [storage.delivery_row(r) for r in db.execute(sql, params)])
 
     async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[DeliveryRow]:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from agentos.triggers.records import Backlog, DeliveryRow, DeliveryStatus, SecretRow, TriggerRow
+from agentos.triggers.records import Backlog, DeliveryQuery, DeliveryRow, SecretRow, TriggerRow
 
 
 class TriggerStorage(Protocol):
@@ -53,16 +53,8 @@ class TriggerStorage(Protocol):
 
     async def get_delivery(self, tenant_id: str, trigger_id: str, webhook_id: str) -> DeliveryRow | None: ...
 
-    async def list_deliveries(
-        self,
-        tenant_id: str,
-        trigger_id: str,
-        *,
-        limit: int,
-        before_ms: int | None,
-        status: DeliveryStatus | None = None,
-    ) -> list[DeliveryRow]:
-        """Newest first; `status`: only those in it (the failed ones, to retry)."""
+    async def list_deliveries(self, tenant_id: str, trigger_id: str, query: DeliveryQuery) -> list[DeliveryRow]:
+        """Newest first (`DeliveryQuery`)."""
         ...
 
     async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[DeliveryRow]:
