@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, eventually
-from agentos.testing.tenants import create_tenant_key
+from agentos.testing.tenants import TenantKey, create_tenant_key
 from tests.api.helpers import assert_documented, expect_error
 from tests.triggers.webhooks import (
     Answer,
@@ -34,6 +35,24 @@ async def server(tmp_path: Path, mock: MockServer, backend: dict[str, Any]) -> A
     running = await serve(tmp_path / "data", mock, backend)
     yield running
     await running.close()
+
+
+@dataclass
+class TwoTenants:
+    server: RunningServer
+    alice: TenantKey
+    bob: TenantKey
+
+
+@pytest.fixture
+async def tenants(tmp_path: Path, mock: MockServer) -> AsyncIterator[TwoTenants]:
+    """A server with an admin token, and a key of each of two tenants."""
+    server = await serve(tmp_path / "data", mock, {}, server={"api_token": ADMIN})
+    try:
+        alice = await create_tenant_key(server.url, ADMIN, tenant_id="alice")
+        yield TwoTenants(server, alice, await create_tenant_key(server.url, ADMIN, tenant_id="bob"))
+    finally:
+        await server.close()
 
 
 async def test_a_trigger_shows_its_secret_once_and_a_delivery_starts_a_run(
@@ -162,36 +181,32 @@ async def test_an_agent_the_tenant_cannot_run_is_404(server: RunningServer, http
 
 
 async def test_another_tenant_cannot_see_rotate_or_delete_a_trigger(
-    tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession
+    tenants: TwoTenants, http: aiohttp.ClientSession
 ) -> None:
-    server = await serve(tmp_path / "data", mock, {}, server={"api_token": ADMIN})
-    try:
-        alice = await create_tenant_key(server.url, ADMIN, tenant_id="alice")
-        bob = await create_tenant_key(server.url, ADMIN, tenant_id="bob")
-        created = await create_trigger(http, server.url, alice.headers)
-        trigger_id = created["trigger_id"]
-        sent = await Sender(http, server.url, trigger_id, created["secret"]).send(webhook_id="w1")
-        assert sent.status == 202
-        base = f"{server.url}/v1/triggers/{trigger_id}"
-        for method, path in [
-            ("GET", ""),
-            ("POST", "/rotate"),
-            ("DELETE", ""),
-            ("GET", "/deliveries"),
-            ("GET", "/deliveries/w1"),
-        ]:
-            async with http.request(method, base + path, headers=bob.headers) as r:
-                await expect_error(r, 404, "trigger_not_found")
-        async with http.get(f"{server.url}/v1/triggers", headers=bob.headers) as r:
-            assert (await r.json())["data"] == []
-        async with http.get(f"{server.url}/v1/runs/{sent.body['run_id']}", headers=bob.headers) as r:
-            await expect_error(r, 404)
-        assert await run_outcome(http, server.url, sent.body["run_id"], alice.headers) == "run.completed"
-        reader = await create_tenant_key(server.url, ADMIN, tenant_id="alice", scopes=["triggers:read"])
-        async with http.post(f"{server.url}/v1/triggers", json={"agent": "echo"}, headers=reader.headers) as r:
-            await expect_error(r, 403, "insufficient_scope")
-    finally:
-        await server.close()
+    server, alice, bob = tenants.server, tenants.alice, tenants.bob
+    created = await create_trigger(http, server.url, alice.headers)
+    trigger_id = created["trigger_id"]
+    sent = await Sender(http, server.url, trigger_id, created["secret"]).send(webhook_id="w1")
+    assert sent.status == 202
+    base = f"{server.url}/v1/triggers/{trigger_id}"
+    for method, path in [
+        ("GET", ""),
+        ("POST", "/rotate"),
+        ("DELETE", ""),
+        ("GET", "/deliveries"),
+        ("GET", "/deliveries/w1"),
+        ("POST", "/deliveries/w1/retry"),
+    ]:
+        async with http.request(method, base + path, headers=bob.headers) as r:
+            await expect_error(r, 404, "trigger_not_found")
+    async with http.get(f"{server.url}/v1/triggers", headers=bob.headers) as r:
+        assert (await r.json())["data"] == []
+    async with http.get(f"{server.url}/v1/runs/{sent.body['run_id']}", headers=bob.headers) as r:
+        await expect_error(r, 404)
+    assert await run_outcome(http, server.url, sent.body["run_id"], alice.headers) == "run.completed"
+    reader = await create_tenant_key(server.url, ADMIN, tenant_id="alice", scopes=["triggers:read"])
+    async with http.post(f"{server.url}/v1/triggers", json={"agent": "echo"}, headers=reader.headers) as r:
+        await expect_error(r, 403, "insufficient_scope")
 
 
 @pytest.mark.parametrize("overlap_s", [0, 3600])
@@ -248,56 +263,47 @@ async def _positive(value: Any) -> bool:
 
 
 async def test_a_failed_delivery_is_retried_by_its_tenant_only_and_a_started_one_is_409(
-    tmp_path: Path, mock: MockServer, http: aiohttp.ClientSession
+    tenants: TwoTenants, http: aiohttp.ClientSession
 ) -> None:
-    server = await serve(tmp_path / "data", mock, {}, server={"api_token": ADMIN})
-    try:
-        alice = await create_tenant_key(server.url, ADMIN, tenant_id="alice")
-        bob = await create_tenant_key(server.url, ADMIN, tenant_id="bob")
-        empty = await create_trigger(http, server.url, alice.headers, input_template="{payload.missing}")
-        fine = await create_trigger(http, server.url, alice.headers)
-        base = f"{server.url}/v1/triggers/{empty['trigger_id']}/deliveries/w1"
-        assert (
-            await Sender(http, server.url, empty["trigger_id"], empty["secret"]).send(webhook_id="w1")
-        ).status == 202
-        ran = await Sender(http, server.url, fine["trigger_id"], fine["secret"]).send(webhook_id="w2")
+    server, alice, bob = tenants.server, tenants.alice, tenants.bob
+    empty = await create_trigger(http, server.url, alice.headers, input_template="{payload.missing}")
+    fine = await create_trigger(http, server.url, alice.headers)
+    base = f"{server.url}/v1/triggers/{empty['trigger_id']}/deliveries/w1"
+    assert (await Sender(http, server.url, empty["trigger_id"], empty["secret"]).send(webhook_id="w1")).status == 202
+    ran = await Sender(http, server.url, fine["trigger_id"], fine["secret"]).send(webhook_id="w2")
 
-        async def failed() -> bool:
-            async with http.get(base, headers=alice.headers) as r:
-                return bool((await r.json())["status"] == "failed")
+    async def failed() -> bool:
+        async with http.get(base, headers=alice.headers) as r:
+            return bool((await r.json())["status"] == "failed")
 
-        await eventually(failed, what="the delivery to fail (its input renders empty)")
-        async with http.get(f"{base[:-3]}?status=failed", headers=alice.headers) as r:
-            assert [d["webhook_id"] for d in (await r.json())["data"]] == ["w1"]
-        async with http.get(f"{base[:-3]}?status=started", headers=alice.headers) as r:
-            assert (await r.json())["data"] == []
-        async with http.get(f"{base[:-3]}?status=lost", headers=alice.headers) as r:
-            await expect_error(r, 422, "invalid_input")
-        async with http.post(f"{base}/retry", headers=bob.headers) as r:
-            await expect_error(r, 404, "trigger_not_found")  # another tenant's
-        reader = await create_tenant_key(server.url, ADMIN, tenant_id="alice", scopes=["triggers:read"])
-        async with http.post(f"{base}/retry", headers=reader.headers) as r:
-            await expect_error(r, 403, "insufficient_scope")
-        async with http.post(f"{base[:-2]}nope/retry", headers=alice.headers) as r:
-            await expect_error(r, 404, "delivery_not_found")
-        async with http.post(f"{base}/retry", headers=alice.headers) as r:
-            assert r.status == 202, await r.text()
-            retried = await r.json()
-        assert_documented(retried, "Delivery")
-        assert (retried["status"], retried["reason"], retried["attempts"]) == ("queued", None, 0)
-        await eventually(failed, what="the retried delivery to fail again (nothing was fixed)")
-        assert await run_outcome(http, server.url, ran.body["run_id"], alice.headers) == "run.completed"
+    await eventually(failed, what="the delivery to fail (its input renders empty)")
+    async with http.get(f"{base[:-3]}?status=failed", headers=alice.headers) as r:
+        assert [d["webhook_id"] for d in (await r.json())["data"]] == ["w1"]
+    async with http.get(f"{base[:-3]}?status=started", headers=alice.headers) as r:
+        assert (await r.json())["data"] == []
+    async with http.get(f"{base[:-3]}?status=lost", headers=alice.headers) as r:
+        await expect_error(r, 422, "invalid_input")
+    async with http.post(f"{base}/retry", headers=bob.headers) as r:
+        await expect_error(r, 404, "trigger_not_found")  # another tenant's
+    reader = await create_tenant_key(server.url, ADMIN, tenant_id="alice", scopes=["triggers:read"])
+    async with http.post(f"{base}/retry", headers=reader.headers) as r:
+        await expect_error(r, 403, "insufficient_scope")
+    async with http.post(f"{base[:-2]}nope/retry", headers=alice.headers) as r:
+        await expect_error(r, 404, "delivery_not_found")
+    async with http.post(f"{base}/retry", headers=alice.headers) as r:
+        assert r.status == 202, await r.text()
+        retried = await r.json()
+    assert_documented(retried, "Delivery")
+    assert (retried["status"], retried["reason"], retried["attempts"]) == ("queued", None, 0)
+    await eventually(failed, what="the retried delivery to fail again (nothing was fixed)")
+    assert await run_outcome(http, server.url, ran.body["run_id"], alice.headers) == "run.completed"
 
-        async def started() -> bool:
-            async with http.get(
-                f"{server.url}/v1/triggers/{fine['trigger_id']}/deliveries/w2", headers=alice.headers
-            ) as r:
-                return bool((await r.json())["status"] == "started")
+    async def started() -> bool:
+        async with http.get(f"{server.url}/v1/triggers/{fine['trigger_id']}/deliveries/w2", headers=alice.headers) as r:
+            return bool((await r.json())["status"] == "started")
 
-        await eventually(started, what="the other delivery to be marked started")
-        async with http.post(
-            f"{server.url}/v1/triggers/{fine['trigger_id']}/deliveries/w2/retry", headers=alice.headers
-        ) as r:
-            await expect_error(r, 409, "delivery_not_failed")
-    finally:
-        await server.close()
+    await eventually(started, what="the other delivery to be marked started")
+    async with http.post(
+        f"{server.url}/v1/triggers/{fine['trigger_id']}/deliveries/w2/retry", headers=alice.headers
+    ) as r:
+        await expect_error(r, 409, "delivery_not_failed")
