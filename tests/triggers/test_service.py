@@ -214,6 +214,10 @@ async def test_a_disabled_tenants_trigger_answers_404_and_its_queued_deliveries_
         assert await service.dispatcher.round() == 1
         failed = await service.delivery("default", trigger["trigger_id"], "before")
         assert failed["status"] == "failed" and failed["reason"] == "tenant_disabled"
+        enabled["default"] = True  # enabled again: the tenant retries what failed meanwhile
+        assert (await service.retry("default", trigger["trigger_id"], "before"))["status"] == "queued"
+        assert await service.dispatcher.round() == 1
+        assert (await service.delivery("default", trigger["trigger_id"], "before"))["status"] == "started"
     finally:
         await service.close()
         await server.close()
