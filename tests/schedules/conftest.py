@@ -72,13 +72,15 @@ class FakeRuns:
         self.status: dict[str, str] = {}
         self.starts: list[str] = []  # every run id started, in order (a repeat would show twice)
         self.refuse = False
+        self.refused: list[str] = []  # the run ids of the starts refused, in order
 
     async def start_run(
         self, tenant_id: str, agent: str, text: str, *, run_id: str | None = None, owner: str | None = None
     ) -> str:
         assert run_id is not None
         if self.refuse:
-            raise AdmissionRejected(1, what="runs", code="tenant_run_limit")
+            self.refused.append(run_id)
+            raise AdmissionRejected(1, what="runs", code="tenant_active_runs")
         if agent not in self.agents:
             raise NotFound(f"agent {agent!r} not found", code="agent_not_found")
         if run_id not in self.status:

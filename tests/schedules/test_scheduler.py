@@ -129,6 +129,28 @@ async def test_a_refused_start_waits_and_keeps_its_run_id(storage: ScheduleStora
     assert runs.starts == [fire.run_id]
 
 
+async def test_a_tenant_without_a_place_is_asked_once_a_round_not_once_a_fire(storage: ScheduleStorage) -> None:
+    """Refused at its max_active_runs, a tenant's other fires wait for the next round without
+    asking again (each ask costs its schedule's reads and a refused start); another tenant's
+    fires are still asked."""
+    clock, runs = FakeClock(0.0), FakeRuns()
+    ours = [schedule(every_s=10, max_runs_in_flight=5) for _ in range(3)]
+    theirs = schedule(every_s=10, tenant="t2")
+    for row in (*ours, theirs):
+        await storage.create(row, max_per_tenant=10)
+    s = scheduler(storage, runs, clock)
+    runs.refuse = True  # every start refused: the tenants at their max_active_runs
+    clock.advance(10)
+    assert await s.round() == 0
+    assert len(runs.refused) == 2  # one of t1's three fires, and t2's
+    pending = [f for row in ours for f in await storage.fires("t1", row.schedule_id, 10)]
+    assert [f.status for f in pending] == ["pending"] * 3  # none dropped
+    runs.refuse = False
+    clock.advance(1)
+    assert await s.round() == 4  # all start at the next round
+    assert sorted(runs.starts) == sorted([*(f.run_id for f in pending), *runs.refused[1:]])
+
+
 async def test_a_node_that_dies_between_claim_and_start_leaves_the_fire_to_another(storage: ScheduleStorage) -> None:
     clock, runs = FakeClock(0.0), FakeRuns()
     row = schedule(every_s=10)
@@ -206,9 +228,9 @@ async def test_with_one_place_free_only_the_oldest_waiting_fire_starts(storage: 
         (f for f in await storage.fires("t1", row.schedule_id, 10) if f.status == "pending"), key=lambda f: f.slot_ms
     )
     assert [f.slot_ms // S for f in pending] == [20, 30]
-    assert await b._start(pending[1]) == 0  # not the oldest: left waiting
-    assert await a._start(pending[0]) == 1
-    assert await b._start(pending[1]) == 0  # the one place is taken now
+    assert await b._start(pending[1], set()) == 0  # not the oldest: left waiting
+    assert await a._start(pending[0], set()) == 1
+    assert await b._start(pending[1], set()) == 0  # the one place is taken now
     assert len(runs.starts) == 2
 
 

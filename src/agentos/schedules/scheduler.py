@@ -99,8 +99,12 @@ class Scheduler(RunPoller[ScheduleStorage, SchedulesConfig, ScheduleMetrics]):
         self._reclaim = False
         owned += await self._storage.claim(self._owner, claim_now, FIRE_LEASE_MS, BATCH)
         started = 0
+        full: set[str | None] = set()  # no place for their runs this round (None: for anyone's)
         for fire in sorted(owned, key=lambda f: f.slot_ms):
-            started += await self._start(fire)
+            if fire.tenant_id in full or None in full:  # refused just now: not asked again this round
+                await self._postpone(fire)
+                continue
+            started += await self._start(fire, full)
         self._rounds += 1
         if self._rounds % PRUNE_EVERY_ROUNDS == 0:
             await self._storage.prune(self._config.fire_history)
@@ -159,8 +163,9 @@ class Scheduler(RunPoller[ScheduleStorage, SchedulesConfig, ScheduleMetrics]):
             return self._now_ms() - fire.updated_ms > FIRE_LEASE_MS
         return run.get("status") in RUN_TERMINAL_STATUSES
 
-    async def _start(self, fire: FireRow) -> int:
-        """Start the fire's run, or leave it pending (no room yet, refused for now), or fail it."""
+    async def _start(self, fire: FireRow, full: set[str | None]) -> int:
+        """Start the fire's run, or leave it pending (no room yet, refused for now), or fail it.
+        A start refused for want of a place adds its tenant to `full` (None: the server is full)."""
         schedule = await self._storage.get(fire.tenant_id, fire.schedule_id)
         if schedule is None:  # deleted meanwhile (its fires went with it)
             return 0
@@ -177,10 +182,11 @@ class Scheduler(RunPoller[ScheduleStorage, SchedulesConfig, ScheduleMetrics]):
             await self._runs.start_run(
                 fire.tenant_id, schedule.agent, schedule.input, run_id=fire.run_id, owner=schedule.owner
             )
-        except (AdmissionRejected, ShuttingDown, StoreUnavailable):  # the tenant's quota, a full or draining node
-            await self._storage.release(fire, self._owner)
-            self._metrics.fires.labels(outcome="postponed").inc()
-            return 0
+        except AdmissionRejected as exc:  # the tenant at its quota (or the server full): no place this round
+            full.add(None if exc.code == "overloaded" else fire.tenant_id)
+            return await self._postpone(fire)
+        except (ShuttingDown, StoreUnavailable):  # a draining node, the store away
+            return await self._postpone(fire)
         except NotFound:
             await self._settle(fire, "failed", "agent_not_found")
             return 0
@@ -193,6 +199,12 @@ class Scheduler(RunPoller[ScheduleStorage, SchedulesConfig, ScheduleMetrics]):
             return 0
         await self._settle(fire, "started", None)
         return 1
+
+    async def _postpone(self, fire: FireRow) -> int:
+        """Leave the fire pending for a later round (its lease released): no run started."""
+        await self._storage.release(fire, self._owner)
+        self._metrics.fires.labels(outcome="postponed").inc()
+        return 0
 
     async def _settle(self, fire: FireRow, status: FireStatus, reason: str | None) -> None:
         await self._storage.settle(fire, status, self._owner, self._now_ms(), reason)
