@@ -6,6 +6,7 @@ folder on `sys.path`)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 import sys
@@ -49,6 +50,14 @@ async def wait_http(url: str, proc: subprocess.Popen[bytes], what: str) -> None:
                 pass
             await asyncio.sleep(0.1)
     raise SystemExit(f"{what} did not answer at {url}")
+
+
+def server_source() -> tuple[str, str]:
+    """Where the server's code comes from (`PYTHONPATH`: another commit's worktree, else this
+    checkout's `src`) and that checkout's short commit, for a report's header."""
+    source = os.environ.get("PYTHONPATH") or "src"
+    git = ["git", "-C", source, "rev-parse", "--short", "HEAD"]
+    return source, subprocess.run(git, capture_output=True, text=True).stdout.strip()
 
 
 def emit(report: str, out: str) -> None:

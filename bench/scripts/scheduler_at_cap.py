@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import aiohttp
-from local_processes import emit, free_port, start_mock, start_server, stop, wait_http
+from local_processes import emit, free_port, server_source, start_mock, start_server, stop, wait_http
 
 CONFIG = """\
 [agents.ops]
@@ -69,8 +69,7 @@ def main(args: argparse.Namespace) -> None:
     rows = []
     for i in range(args.rounds):
         rows.append((i + 1, one(args, 0), one(args, args.schedules)))
-    git = ["git", "-C", os.environ.get("PYTHONPATH") or "src", "rev-parse", "--short", "HEAD"]
-    commit = subprocess.run(git, capture_output=True, text=True).stdout.strip()
+    _, commit = server_source()
     lines = [
         "# The scheduler while fires wait for a tenant's place",
         "",

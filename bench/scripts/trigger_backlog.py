@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 import aiohttp
-from local_processes import emit, free_port, start_mock, start_server, stop, wait_http
+from local_processes import emit, free_port, server_source, start_mock, start_server, stop, wait_http
 
 from agentos_bench.arrival.webhook import secret_bytes, signed_headers
 
@@ -89,9 +89,7 @@ def main(args: argparse.Namespace) -> None:
     finally:
         stop(server, mock)
     waves = math.ceil(args.deliveries / args.cap)
-    source = os.environ.get("PYTHONPATH") or "src"  # the server's checkout: this one, or a worktree's
-    git = ["git", "-C", source, "rev-parse", "--short", "HEAD"]
-    commit = subprocess.run(git, capture_output=True, text=True).stdout.strip()
+    source, commit = server_source()
     lines = [
         "# A burst of trigger deliveries at a tenant's max_active_runs",
         "",
