@@ -34,7 +34,7 @@ from agentos_bench.common.http import bench_http_session
 from agentos_bench.common.mock_process import start_mock_process
 from agentos_bench.common.processes import ServerPlan, resolve_profile, start_server_process, stop_child
 from agentos_bench.load.loadgen import Group, PointPlan, Probes, run_groups
-from agentos_bench.load.sweep import BENCH_MOCK
+from agentos_bench.load.sweep_plan import BENCH_MOCK
 from agentos_bench.load.targets import ServerTarget
 from agentos_bench.load.tenant_keys import AdminKeys
 from agentos_bench.report.document import SCHEMA_VERSION

@@ -24,67 +24,26 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from agentos.mock.server import MockSettings
 from agentos_bench.common.http import bench_http_session
 from agentos_bench.common.mock_process import start_mock_process
 from agentos_bench.common.processes import BenchSetupError, ServerPlan, resolve_profile, stop_child
 from agentos_bench.load.cluster import local_service_pids, profile_settings, start_nodes
-from agentos_bench.load.double_text import DoubleText
 from agentos_bench.load.loadgen import PointPlan, Probes, run_point
-from agentos_bench.load.nodes import Spread, point_targets, provider_fields
-from agentos_bench.load.openai_target import Api
+from agentos_bench.load.nodes import point_targets, provider_fields
 from agentos_bench.load.sweep_header import cluster, tenancy, topology
+from agentos_bench.load.sweep_plan import EXTERNAL, SweepPlan
 from agentos_bench.load.sweep_tenants import make_tenant_keys, tenant_point_row
 from agentos_bench.load.targets import DirectTarget, Target
 from agentos_bench.load.tenant_keys import AdminKeys
 from agentos_bench.report.document import SCHEMA_VERSION
 from agentos_bench.report.machine import report_head
-
-DEFAULT_POINTS = (1, 2, 4, 8, 16, 32, 64)
-BENCH_MOCK = MockSettings(ttft_ms=2000.0, tps=200.0, tokens=8)  # a turn ≈ 2.04 s, as in the reference bench
-EXTERNAL = "external"
-# A peer (bench.peers, which stacks on this package): (name, mock URL, work dir, client, measure(target,
-# pid)) -> its report entry. Handed in by the CLI, so the load package never imports the peers'.
-PeerRunner = Callable[
-    [str, str, Path, aiohttp.ClientSession, Callable[[Target, int], Awaitable[None]]], Awaitable[dict[str, Any]]
-]
-
-
-@dataclass(frozen=True, kw_only=True)
-class SweepPlan:
-    points: Sequence[int] = DEFAULT_POINTS
-    profiles: Sequence[str] = ("no-store",)
-    direct: bool = True
-    duration_s: float = 15.0
-    warmup_s: float = 3.0
-    settle_s: float = 1.0
-    turn_timeout_s: float = 60.0
-    mock: MockSettings = BENCH_MOCK
-    mock_url: str | None = None  # an already running mock (…/v1)
-    mock_pid: int | None = None
-    server_url: str | None = None  # an already running server: replaces `profiles`
-    server_pid: int | None = None
-    command: str = ""
-    keep_data: bool = False
-    tenants: int = 0  # 0: one tenant, no keys; N: N tenants with a key each, users round-robin
-    idp_url: str = ""  # with tenants: each tenant's users sign in with a JWT from this bench IdP, not a key
-    nodes: int = 1  # server processes per profile; >1 needs the postgres store and Redis (load.cluster)
-    spread: Spread = "session"  # over the nodes: per session, or every turn to the next node (load.nodes)
-    peers: Sequence[str] = ()  # peer servers measured after the profiles, on the same mock
-    peer_runner: PeerRunner | None = None  # starts and measures one (bench.peers.launch.peer_runner)
-    api: Api = "native"  # each turn via POST /v1/sessions/{id}/turns, or /v1/chat/completions (load.openai_target)
-    double_text: DoubleText = "none"  # "enqueue": each turn a pair, the second enqueued (load.double_text)
-    workers: int = 1  # `agentos serve --workers` for each profile's server (docs/deployment.md "Workers")
-    server_cpus: str = ""  # taskset CPU lists (agentos_bench.common.pinning); empty: not pinned
-    mock_cpus: str = ""
-    loadgen_cpus: str = ""  # recorded in the report; the CLI pins this process (pinning.pin_self)
 
 
 @dataclass(kw_only=True)

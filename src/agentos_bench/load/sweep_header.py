@@ -2,35 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
-
-class SweepPlan(Protocol):
-    """What these lines read of `agentos_bench.load.sweep.SweepPlan` (which imports this module)."""
-
-    @property
-    def tenants(self) -> int: ...
-    @property
-    def idp_url(self) -> str: ...
-    @property
-    def nodes(self) -> int: ...
-    @property
-    def spread(self) -> str: ...
-    @property
-    def server_url(self) -> str | None: ...
-    @property
-    def mock_url(self) -> str | None: ...
-    @property
-    def peers(self) -> Sequence[str]: ...
-    @property
-    def workers(self) -> int: ...
-    @property
-    def server_cpus(self) -> str: ...
-    @property
-    def mock_cpus(self) -> str: ...
-    @property
-    def loadgen_cpus(self) -> str: ...
+from agentos_bench.load.sweep_plan import SweepPlan
 
 
 def tenancy(plan: SweepPlan) -> dict[str, Any]:
