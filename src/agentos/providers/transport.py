@@ -13,10 +13,11 @@ the body it sends and what it makes of each decoded event. Usage::
         stream.check_timeout()
         await stream.drain()
 
-Timeouts: `connect_timeout_s` for the TCP connect (the session's), `first_token_timeout_s`
-from the request to the first content, `idle_timeout_s` between pieces of content after that,
-`total_timeout_s` for the whole stream. 429 and 5xx answers, and connection failures, are
-retried before the first token while `max_retries` and `retry_budget_s` allow, honouring
+Timeouts, from the upstream's config (`agentos.config.provider.Upstream`): `connect_timeout_s`
+for the TCP connect (the session's), `first_token_timeout_s` from the request to the first
+content, `idle_timeout_s` between pieces of content after that, `total_timeout_s` for the whole
+stream. 429 and 5xx answers, and connection failures, are retried before the first token while
+`max_retries` and `retry_budget_s` allow, honouring
 Retry-After. The embeddings client (`agentos.knowledge.embeddings`) reuses `RetryPolicy`,
 `http_error` and `connection_errors`, so every call to a provider maps errors and retries one way.
 """
@@ -36,6 +37,7 @@ import aiohttp
 import msgspec
 
 from agentos.config import Route
+from agentos.config.provider import Upstream as UpstreamConfig
 from agentos.errors import ProviderError, ProviderHTTPError, ProviderProtocolError, ProviderTimeout, ProviderUnavailable
 from agentos.providers.base import ChatRequest, Completion, StreamItem, TextDelta
 from agentos.providers.sse_parser import SSEParser
@@ -46,20 +48,7 @@ E = TypeVar("E")
 E_contra = TypeVar("E_contra", contravariant=True)
 
 
-class Timeouts(Protocol):
-    """The timeout fields `ProviderConfig` and `NamedProvider` share."""
-
-    @property
-    def connect_timeout_s(self) -> float: ...
-    @property
-    def first_token_timeout_s(self) -> float: ...
-    @property
-    def idle_timeout_s(self) -> float: ...
-    @property
-    def total_timeout_s(self) -> float: ...
-
-
-def new_client_session(config: Timeouts) -> aiohttp.ClientSession:
+def new_client_session(config: UpstreamConfig) -> aiohttp.ClientSession:
     # No connection cap here: the kernel's permits are the one limit on concurrent streams.
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
     timeout = aiohttp.ClientTimeout(total=None, connect=config.connect_timeout_s, sock_connect=config.connect_timeout_s)
@@ -201,7 +190,7 @@ class Upstream:
         url: str,
         headers: Mapping[str, str],
         *,
-        timeouts: Timeouts,
+        timeouts: UpstreamConfig,
         retries: RetryPolicy,
     ) -> None:
         self._session = session
