@@ -1,6 +1,6 @@
 """What the schedules' scheduler costs while fires wait for a tenant's place: one `agentos serve`
 whose tenant runs one run at a time (`max_active_runs = 1`), the mock holding that run's answer
-for minutes, and S schedules firing every second (`overlap = "queue"`, room for 10 runs each in
+for minutes, and S schedules firing every second (or `--every-s`; `overlap = "queue"`, room for 10 runs each in
 flight, so each fire asks the tenant's cap and is refused); after the queues fill, the server's
 CPU over a window, beside the same server with no schedule.
 
@@ -41,7 +41,7 @@ async def measure(args: argparse.Namespace, url: str, server: subprocess.Popen[b
     async with aiohttp.ClientSession() as http:
         async with http.post(f"{url}/v1/agents/ops/runs", json={"input": "hold the place"}) as r:
             assert r.status == 202, await r.text()  # the tenant's one place, held for minutes
-        body = {"agent": "ops", "input": "tick", "every_s": 1, "overlap": "queue", "max_runs_in_flight": 10}
+        body = {"agent": "ops", "input": "tick", "every_s": args.every_s, "overlap": "queue", "max_runs_in_flight": 10}
         for _ in range(schedules):
             async with http.post(f"{url}/v1/schedules", json=body) as r:
                 assert r.status == 201, await r.text()
@@ -75,7 +75,8 @@ def main(args: argparse.Namespace) -> None:
         "",
         f"- Date (UTC): {time.strftime('%Y-%m-%d %H:%M', time.gmtime())}; {os.cpu_count()} cores; server at {commit}",
         f"- Command: `python bench/scripts/scheduler_at_cap.py {' '.join(sys.argv[1:])}`",
-        f"- `max_active_runs = 1`, held by one run for the whole window; {args.schedules} schedules every 1 s,"
+        f"- `max_active_runs = 1`, held by one run for the whole window; {args.schedules} schedules every"
+        f" {args.every_s} s,"
         f' `overlap = "queue"`, `max_runs_in_flight = 10`; {args.fill_secs} s to fill,'
         f" then {args.window_secs} s measured",
         "",
@@ -89,6 +90,7 @@ def main(args: argparse.Namespace) -> None:
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedules", type=int, default=5)
+    parser.add_argument("--every-s", type=int, default=1, help="each schedule's period")
     parser.add_argument("--fill-secs", type=float, default=15.0)
     parser.add_argument("--window-secs", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=2)

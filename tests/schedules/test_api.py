@@ -209,3 +209,35 @@ async def test_fires_count_against_the_tenants_active_runs(
             assert metric(await r.text(), 'agentos_schedule_fires_total{outcome="postponed"}') > 0
     finally:
         await server.close()
+
+
+async def test_a_place_freed_on_this_node_wakes_the_scheduler_for_the_fire_that_waits(
+    tmp_path: Path, mock_factory: Any, http: aiohttp.ClientSession
+) -> None:
+    """The tenant's one place is held by a run; its schedule's fire is refused and waits (the
+    scheduler then polls less and less). The held run's end wakes the scheduler in the same call
+    that tells the run's place is free (`ScheduleService.start` listens), and the fire starts."""
+    mock: MockServer = await mock_factory(ttft_ms=3000, tokens=2)
+    server = await serve(tmp_path / "data", mock, {}, tenant_limits={"max_active_runs": 1})
+    scheduler = server.services.schedules.scheduler
+    woken_when_freed: list[bool] = []
+    stop = server.services.runs.when_runs_free(lambda tenant, runs: woken_when_freed.append(scheduler.woken))
+    try:
+        async with http.post(f"{server.url}/v1/agents/echo/runs", json={"input": "hold the place"}) as r:
+            assert r.status == 202, await r.text()
+            held = (await r.json())["run_id"]
+        await create(http, server.url, every_s=1, max_runs_in_flight=5, overlap="queue")
+
+        async def postponed_twice() -> bool:  # refused, and a whole round since that knew it
+            async with http.get(f"{server.url}/metrics") as r:
+                text = await r.text()
+            postponed = 'agentos_schedule_fires_total{outcome="postponed"}'
+            return postponed in text and metric(text, postponed) >= 2
+
+        await eventually(postponed_twice, timeout_s=10, what="the fire refused at the tenant's cap")
+        assert await run_outcome(http, server.url, held) == "run.completed"
+        await mock.stats.wait_for(lambda s: s.requests >= 2, timeout_s=10, what="the waiting fire's run")
+        assert woken_when_freed and woken_when_freed[0]  # the held run's end woke it
+    finally:
+        stop()
+        await server.close()

@@ -4,7 +4,7 @@ overlap and misfire policies, refused starts, a node that dies between claim and
 from __future__ import annotations
 
 from agentos.config import SchedulesConfig
-from agentos.schedules.scheduler import IDLE_MAX_S, ScheduleMetrics, Scheduler, admit
+from agentos.schedules.scheduler import BUSY_MAX_S, IDLE_MAX_S, ScheduleMetrics, Scheduler, admit
 from agentos.schedules.storage import FIRE_LEASE_MS, ScheduleStorage
 from agentos.testing import FakeClock
 from tests.schedules.conftest import FakeRuns, schedule
@@ -257,3 +257,44 @@ async def test_an_idle_scheduler_sleeps_until_the_earliest_slot_and_polls_while_
     assert await s.round() == 0  # slot 20 waits behind slot 10's run (max_runs_in_flight 1)
     assert s.wait_s(0) == CONFIG.poll_s
     assert s.wait_s(0) == CONFIG.poll_s  # a round that failed (nothing learned): poll
+
+
+async def test_fires_that_no_round_can_start_are_polled_less_and_less_until_a_place_frees(
+    storage: ScheduleStorage,
+) -> None:
+    """A tenant at its max_active_runs for long: its waiting fires are asked every poll_s,
+    doubling while no round starts one, up to BUSY_MAX_S (it used to be every poll_s for as long
+    as the cap held); a run of that tenant ending on this node wakes the scheduler at once, and
+    one of another tenant does not."""
+    clock, runs = FakeClock(0.0), FakeRuns()
+    row = schedule(every_s=3600, overlap="queue", max_runs_in_flight=5)  # the next slot is an hour away
+    await storage.create(row, max_per_tenant=10)
+    s = scheduler(storage, runs, clock)
+    runs.refuse = True
+    clock.advance(3600)
+    waits = []
+    for _ in range(6):
+        assert await s.round() == 0
+        waits.append(s.wait_s(0))
+        clock.advance(waits[-1])
+    assert waits == [CONFIG.poll_s, 0.5, 1.0, BUSY_MAX_S, BUSY_MAX_S, BUSY_MAX_S]
+    s.room_freed("t2", 1)  # not the tenant whose fire waits
+    assert not s.woken
+    s.room_freed("t1", 1)
+    assert s.woken
+    runs.refuse = False
+    assert await s.round() == 1  # the round the wake runs starts it
+    assert s.wait_s(0) == IDLE_MAX_S  # nothing waits, the next slot an hour away
+
+
+async def test_the_longer_poll_never_passes_a_slot_that_falls_due(storage: ScheduleStorage) -> None:
+    clock, runs = FakeClock(0.0), FakeRuns()
+    row = schedule(every_s=1, overlap="queue", max_runs_in_flight=5)
+    await storage.create(row, max_per_tenant=10)
+    s = scheduler(storage, runs, clock)
+    runs.refuse = True
+    clock.advance(1)
+    for _ in range(5):
+        assert await s.round() == 0
+        assert s.wait_s(0) <= 1.0  # a slot a second: never a wait of BUSY_MAX_S past one
+        clock.advance(1)

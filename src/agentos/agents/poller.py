@@ -103,6 +103,11 @@ class RunPoller(Generic[StorageT, ConfigT, MetricsT]):
     def wake(self) -> None:
         self._wake.set()
 
+    @property
+    def woken(self) -> bool:
+        """A wake is pending: the loop's next wait ends at once."""
+        return self._wake.is_set()
+
     async def close(self) -> None:
         # The flag as well as the cancel: a store driver may turn the cancel of a round into
         # another error, which the loop logs and survives (`wait_event` itself never swallows it).

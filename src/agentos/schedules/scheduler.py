@@ -12,10 +12,13 @@ fire tried again after a crash never makes a second run. The run counts against 
 quotas like any run (`max_active_runs`: a refused start leaves the fire pending for a later round).
 
 Time is an input (`now_ms`): tests drive `round()` on a fake clock, with no sleeps. The loop
-runs a round every `schedules.poll_s` while fires wait to start, otherwise when the earliest
-schedule falls due (at most `IDLE_MAX_S` later: another node's new schedule), and at once when a
-schedule is created or resumed on this node: a server with no schedule costs a look every 16 s,
-not four a second.
+runs a round when the earliest schedule falls due (at most `IDLE_MAX_S` later: another node's new
+schedule), at once when a schedule is created or resumed on this node, and while fires wait to
+start, every `schedules.poll_s`, doubling while rounds start none of them up to `BUSY_MAX_S`:
+a tenant at its `max_active_runs` for an hour is asked a few times a minute, not four times a
+second. A run of a tenant whose fires wait that ends (or parks on a human) on this node wakes
+the scheduler at once (`room_freed`, told by `RunService.when_runs_free`); one that ends on
+another node is seen within `BUSY_MAX_S`. A server with no schedule costs a look every 16 s.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ log = logging.getLogger("agentos.schedules")
 
 BATCH = 64  # schedules decided, and fires claimed, per round
 IDLE_MAX_S = 16.0  # with no fire waiting to start, the longest wait (a schedule another node created)
+BUSY_MAX_S = 2.0  # with fires waiting that no round could start, the longest wait (a place freed on another node)
 PRUNE_EVERY_ROUNDS = 240  # a minute at the default poll, while fires wait to start
 
 
@@ -67,6 +71,19 @@ class Scheduler(RunPoller[ScheduleStorage, SchedulesConfig, ScheduleMetrics]):
     _rounds = 0  # rounds run, counted from 0 by each instance (pruning every PRUNE_EVERY_ROUNDS)
 
     _next_wait_s: float | None = None  # what the last round learned; None: it failed, poll
+    _stalled_rounds = 0  # rounds in a row that left fires waiting and started none
+    # The tenants whose fires the last round left waiting for a place (None: the server was full).
+    _waiting: frozenset[str | None] = frozenset()
+
+    def wake(self) -> None:
+        self._stalled_rounds = 0
+        super().wake()
+
+    def room_freed(self, tenant_id: str, runs: int) -> None:
+        """`runs` of the tenant's runs stopped counting on this node (`RunService.when_runs_free`):
+        if a fire of the tenant waits for a place (or any fire, the server full), a round at once."""
+        if tenant_id in self._waiting or None in self._waiting:
+            self.wake()
 
     def wait_s(self, found: int) -> float:
         # A slot falls due by the clock: work found says nothing of the next; the round read when.
@@ -75,14 +92,16 @@ class Scheduler(RunPoller[ScheduleStorage, SchedulesConfig, ScheduleMetrics]):
         return self._config.poll_s if wait_s is None else wait_s
 
     def idle_wait_s(self, earliest_ms: int | None, busy: bool, now_ms: int) -> float:
-        """How long the scheduler may sleep: `poll_s` while fires wait to start (a queued one
-        starts when a run ends), else until the earliest cursor, between `poll_s` and `IDLE_MAX_S`."""
+        """How long the scheduler may sleep: while fires wait to start, `poll_s`, doubled for each
+        round in a row that started none, up to `BUSY_MAX_S`; else until the earliest cursor,
+        between `poll_s` and `IDLE_MAX_S`."""
         poll_s = self._config.poll_s
+        cap_s = max(poll_s, BUSY_MAX_S if busy else IDLE_MAX_S)
         if busy:
-            return poll_s
+            cap_s = min(cap_s, poll_s * 2 ** min(max(self._stalled_rounds - 1, 0), 16))
         if earliest_ms is None:
-            return max(poll_s, IDLE_MAX_S)
-        return min(max(poll_s, (earliest_ms - now_ms) / 1000), max(poll_s, IDLE_MAX_S))
+            return cap_s
+        return min(max(poll_s, (earliest_ms - now_ms) / 1000), cap_s)
 
     async def round(self) -> int:
         """Decide the due slots, then start the fires this node holds; how many fires started."""
@@ -100,15 +119,22 @@ class Scheduler(RunPoller[ScheduleStorage, SchedulesConfig, ScheduleMetrics]):
         owned += await self._storage.claim(self._owner, claim_now, FIRE_LEASE_MS, BATCH)
         started = 0
         full: set[str | None] = set()  # no place for their runs this round (None: for anyone's)
+        waiting: set[str | None] = set()  # the tenants of the fires left pending
         for fire in sorted(owned, key=lambda f: f.slot_ms):
             if fire.tenant_id in full or None in full:  # refused just now: not asked again this round
                 await self._postpone(fire)
+                waiting.add(fire.tenant_id)
                 continue
-            started += await self._start(fire, full)
+            if await self._start(fire, full):
+                started += 1
+            else:
+                waiting.add(fire.tenant_id)
+        self._waiting = frozenset(waiting | full)
         self._rounds += 1
         if self._rounds % PRUNE_EVERY_ROUNDS == 0:
             await self._storage.prune(self._config.fire_history)
         earliest, busy = await self._storage.next_work()
+        self._stalled_rounds = self._stalled_rounds + 1 if busy and not started else 0
         self._next_wait_s = self.idle_wait_s(earliest, busy, self._now_ms())
         return started
 
