@@ -293,7 +293,8 @@ def _sweep(args: argparse.Namespace) -> int:
     from agentos.mock.loop import raise_fd_limit, run_loop
     from agentos.mock.server import MockSettings
     from agentos_bench.common.pinning import pin_self
-    from agentos_bench.load.sweep import SweepPlan, run_sweep
+    from agentos_bench.load.sweep import run_sweep
+    from agentos_bench.load.sweep_plan import SweepPlan
     from agentos_bench.peers.catalog import default_peers_dir
     from agentos_bench.peers.cli import peer_names
     from agentos_bench.peers.launch import peer_runner

@@ -12,7 +12,8 @@ import pytest
 from agentos.mock.server import MockSettings
 from agentos_bench.common.http import bench_http_session
 from agentos_bench.load.double_text import EnqueueTarget
-from agentos_bench.load.sweep import SweepPlan, run_sweep
+from agentos_bench.load.sweep import run_sweep
+from agentos_bench.load.sweep_plan import SweepPlan
 from agentos_bench.report.document import sweep_markdown
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from agentos.mock.server import MockSettings
-from agentos_bench.load.sweep import SweepPlan, run_sweep
+from agentos_bench.load.sweep import run_sweep
+from agentos_bench.load.sweep_plan import SweepPlan
 from agentos_bench.memory.staircase import MemoryPlan, run_memory
 from agentos_bench.report.document import load_report, write_report
 

@@ -12,7 +12,8 @@ import pytest
 from agentos.mock.server import MockSettings
 from agentos.providers.sse_parser import SSEEvent
 from agentos_bench.load.openai_target import openai_verdict
-from agentos_bench.load.sweep import SweepPlan, run_sweep
+from agentos_bench.load.sweep import run_sweep
+from agentos_bench.load.sweep_plan import SweepPlan
 from agentos_bench.report.document import sweep_markdown
 
 

@@ -16,7 +16,8 @@ from tests.postgres import REQUIRED, URL
 
 from agentos.mock.server import MockSettings
 from agentos_bench.load.cluster import local_service_pids, profile_settings
-from agentos_bench.load.sweep import SweepPlan, run_sweep
+from agentos_bench.load.sweep import run_sweep
+from agentos_bench.load.sweep_plan import SweepPlan
 from agentos_bench.report.document import load_report, write_report
 
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

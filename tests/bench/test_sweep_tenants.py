@@ -13,7 +13,8 @@ import pytest
 
 from agentos.mock.server import MockSettings
 from agentos_bench.load.loadgen import PointResult
-from agentos_bench.load.sweep import SweepPlan, run_sweep
+from agentos_bench.load.sweep import run_sweep
+from agentos_bench.load.sweep_plan import SweepPlan
 from agentos_bench.load.sweep_tenants import merge_results, tenant_spread, users_per_tenant
 from agentos_bench.load.targets import TurnSample
 from agentos_bench.report.document import write_report

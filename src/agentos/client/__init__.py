@@ -16,7 +16,9 @@ See docs/client.md.
 
 from agentos.client._admin import AdminClient
 from agentos.client._async import AsyncClient
+from agentos.client._automation import Delivery, Schedule, ScheduleFire, ScheduleOptions, Trigger, TriggerSecret
 from agentos.client._errors import APIError, ClientError, ProtocolError, StreamError, TransportError
+from agentos.client._knowledge import Collection, Document, Hit
 from agentos.client._sync import Client
 from agentos.client._types import (
     ForkOrigin,
@@ -38,7 +40,11 @@ __all__ = [
     "AsyncClient",
     "Client",
     "ClientError",
+    "Collection",
+    "Delivery",
+    "Document",
     "ForkOrigin",
+    "Hit",
     "HumanRequest",
     "Message",
     "Page",
@@ -46,10 +52,15 @@ __all__ = [
     "Run",
     "RunEvent",
     "RunRef",
+    "Schedule",
+    "ScheduleFire",
+    "ScheduleOptions",
     "Session",
     "SessionEvent",
     "StreamError",
     "TransportError",
+    "Trigger",
+    "TriggerSecret",
     "TurnEvent",
     "TurnResult",
 ]

@@ -7,8 +7,10 @@ from typing import Any, TypedDict, Unpack
 
 import msgspec
 
+from agentos.client._automation import AutomationCalls
 from agentos.client._errors import TransportError
-from agentos.client._http import DEFAULT_TIMEOUT_S, HttpClient, Params, decode, event_data, url_path
+from agentos.client._http import DEFAULT_TIMEOUT_S, decode, event_data, query_params, url_path
+from agentos.client._knowledge import KnowledgeCalls
 from agentos.client._run_events import Reconnects, resumed_run_events
 from agentos.client._types import Message, Page, Run, RunEvent, RunRef, Session, SessionEvent, TurnEvent, TurnResult
 
@@ -21,10 +23,6 @@ DEFAULT_RECONNECT_DELAY_S = 0.5
 class _TurnCancel(msgspec.Struct):
     cancelled: bool
     turn_id: str | None = None
-
-
-def _params(**values: str | int | None) -> Params:
-    return {name: value for name, value in values.items() if value is not None}
 
 
 class ClientOptions(TypedDict, total=False):
@@ -63,8 +61,9 @@ class ForkEdit(TypedDict, total=False):
     approve: bool | None  # an approval's decision
 
 
-class AsyncClient(HttpClient):
-    """A client of one Agent OS server.
+class AsyncClient(KnowledgeCalls, AutomationCalls):
+    """A client of one Agent OS server: sessions, turns, agents and runs here; knowledge
+    (`KnowledgeCalls`), triggers and schedules (`AutomationCalls`) from its bases.
 
     Usage::
 
@@ -118,7 +117,9 @@ class AsyncClient(HttpClient):
 
     async def list_sessions(self, limit: int | None = None, after: str | None = None) -> Page[Session]:
         """One page of sessions, oldest first; `after`: the previous page's `next_cursor`."""
-        return await self._http.call("GET", "/v1/sessions", Page[Session], params=_params(limit=limit, after=after))
+        return await self._http.call(
+            "GET", "/v1/sessions", Page[Session], params=query_params(limit=limit, after=after)
+        )
 
     async def delete_session(self, session_id: str) -> None:
         """Delete a session (its running turn is cancelled). Raises: APIError: 404 `session_not_found`."""
@@ -127,14 +128,14 @@ class AsyncClient(HttpClient):
     async def messages(self, session_id: str, *, after: int | None = None, limit: int | None = None) -> Page[Message]:
         """The session's transcript, one page. Raises: APIError: 404 `session_not_found`."""
         path = url_path("/v1/sessions/{}/messages", session_id)
-        return await self._http.call("GET", path, Page[Message], params=_params(after=after, limit=limit))
+        return await self._http.call("GET", path, Page[Message], params=query_params(after=after, limit=limit))
 
     async def events(
         self, session_id: str, *, after: int | None = None, limit: int | None = None
     ) -> Page[SessionEvent]:
         """The session's stored turn events, one page. Raises: APIError: 404 `session_not_found`."""
         path = url_path("/v1/sessions/{}/events", session_id)
-        return await self._http.call("GET", path, Page[SessionEvent], params=_params(after=after, limit=limit))
+        return await self._http.call("GET", path, Page[SessionEvent], params=query_params(after=after, limit=limit))
 
     # --- turns ---
 
@@ -220,7 +221,7 @@ class AsyncClient(HttpClient):
     ) -> Page[Run]:
         """One page of runs, newest first; `status="waiting_human"`: those waiting for a person,
         each with its `pending` request. Raises: APIError: 422 `invalid_input` (a bad filter)."""
-        params = _params(status=status, agent=agent, session_id=session_id, limit=limit, after=after)
+        params = query_params(status=status, agent=agent, session_id=session_id, limit=limit, after=after)
         return await self._http.call("GET", "/v1/runs", Page[Run], params=params)
 
     async def cancel_run(self, run_id: str) -> Run:

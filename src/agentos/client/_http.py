@@ -19,6 +19,12 @@ T = TypeVar("T")
 
 Params = Mapping[str, str | int]
 
+
+def query_params(**values: str | int | None) -> Params:
+    """The query parameters given (None: left out, the server's default)."""
+    return {name: value for name, value in values.items() if value is not None}
+
+
 DEFAULT_TIMEOUT_S = 30.0
 
 _JSON = {"Content-Type": "application/json"}
@@ -57,8 +63,18 @@ class Transport:
             await self._session.close()
             self._session = None
 
-    async def call(self, method: str, path: str, kind: type[T], *, body: Any = None, params: Params | None = None) -> T:
-        """Send one request and decode its JSON answer as `kind` (None for an empty answer).
+    async def call(
+        self,
+        method: str,
+        path: str,
+        kind: type[T],
+        *,
+        body: Any = None,
+        params: Params | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> T:
+        """Send one request (`headers` beside the client's) and decode its JSON answer as `kind`
+        (None for an empty answer).
 
         Raises:
             APIError: the server answered with an error status.
@@ -66,10 +82,10 @@ class Transport:
             ProtocolError: an answer that does not decode as `kind`.
         """
         url = self.base_url + path
-        data, headers = _encode(body)
+        data, content_type = _encode(body)
         try:
             async with self._http().request(
-                method, url, data=data, params=params, headers={**_ACCEPT_JSON, **headers}
+                method, url, data=data, params=params, headers={**_ACCEPT_JSON, **content_type, **(headers or {})}
             ) as response:
                 raw = await response.read()
                 raise_for_status(response.status, response.headers, raw)

@@ -13,16 +13,31 @@ Do not call a `Client` from a coroutine: it blocks the calling loop until the an
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
-from collections.abc import AsyncGenerator, Coroutine, Generator, Mapping
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
 from types import TracebackType
-from typing import Any, TypeVar, Unpack
+from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 
-from agentos.client._async import Approval, AsyncClient, ClientOptions, ForkEdit, RunFilter
+from agentos.client._async import AsyncClient, ClientOptions
 from agentos.client._errors import ClientError
-from agentos.client._types import Message, Page, Run, RunEvent, RunRef, Session, SessionEvent, TurnEvent, TurnResult
+from agentos.client._types import RunEvent, TurnEvent
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def _blocking(
+    method: Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[Client, P], T]:
+    """The blocking twin of an `AsyncClient` method: the same parameters (typed from the method,
+    so the two cannot drift), its result waited for on the client's loop."""
+
+    @functools.wraps(method)
+    def call(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(method(self._async, *args, **kwargs))
+
+    return call
 
 
 class Client:
@@ -94,68 +109,70 @@ class Client:
 
     # --- sessions ---
 
-    def create_session(self, agent: str | None = None, metadata: Mapping[str, Any] | None = None) -> Session:
-        return self._run(self._async.create_session(agent, metadata))
-
-    def get_session(self, session_id: str) -> Session:
-        return self._run(self._async.get_session(session_id))
-
-    def list_sessions(self, limit: int | None = None, after: str | None = None) -> Page[Session]:
-        return self._run(self._async.list_sessions(limit, after))
-
-    def delete_session(self, session_id: str) -> None:
-        self._run(self._async.delete_session(session_id))
-
-    def messages(self, session_id: str, *, after: int | None = None, limit: int | None = None) -> Page[Message]:
-        return self._run(self._async.messages(session_id, after=after, limit=limit))
-
-    def events(self, session_id: str, *, after: int | None = None, limit: int | None = None) -> Page[SessionEvent]:
-        return self._run(self._async.events(session_id, after=after, limit=limit))
+    create_session = _blocking(AsyncClient.create_session)
+    get_session = _blocking(AsyncClient.get_session)
+    list_sessions = _blocking(AsyncClient.list_sessions)
+    delete_session = _blocking(AsyncClient.delete_session)
+    messages = _blocking(AsyncClient.messages)
+    events = _blocking(AsyncClient.events)
 
     # --- turns ---
 
-    def send_turn(self, session_id: str, text: str) -> TurnResult:
-        return self._run(self._async.send_turn(session_id, text))
-
-    def stream_turn(self, session_id: str, text: str) -> Generator[TurnEvent, None, None]:
-        return self._iterate(self._async.stream_turn(session_id, text))
-
-    def cancel_turn(self, session_id: str) -> str | None:
-        return self._run(self._async.cancel_turn(session_id))
+    send_turn = _blocking(AsyncClient.send_turn)
+    cancel_turn = _blocking(AsyncClient.cancel_turn)
 
     # --- agents ---
 
-    def create_agent(self, spec: Mapping[str, Any]) -> dict[str, Any]:
-        return self._run(self._async.create_agent(spec))
-
-    def list_agents(self) -> list[dict[str, Any]]:
-        return self._run(self._async.list_agents())
-
-    def get_agent(self, name: str) -> dict[str, Any]:
-        return self._run(self._async.get_agent(name))
+    create_agent = _blocking(AsyncClient.create_agent)
+    list_agents = _blocking(AsyncClient.list_agents)
+    get_agent = _blocking(AsyncClient.get_agent)
 
     # --- runs ---
 
-    def start_run(self, agent: str, text: str, session_id: str | None = None) -> RunRef:
-        return self._run(self._async.start_run(agent, text, session_id))
+    start_run = _blocking(AsyncClient.start_run)
+    get_run = _blocking(AsyncClient.get_run)
+    list_runs = _blocking(AsyncClient.list_runs)
+    cancel_run = _blocking(AsyncClient.cancel_run)
+    terminate_run = _blocking(AsyncClient.terminate_run)
+    answer = _blocking(AsyncClient.answer)
+    fork_run = _blocking(AsyncClient.fork_run)
 
-    def get_run(self, run_id: str) -> Run:
-        return self._run(self._async.get_run(run_id))
+    # --- knowledge ---
 
-    def list_runs(self, **filters: Unpack[RunFilter]) -> Page[Run]:
-        return self._run(self._async.list_runs(**filters))
+    create_collection = _blocking(AsyncClient.create_collection)
+    list_collections = _blocking(AsyncClient.list_collections)
+    get_collection = _blocking(AsyncClient.get_collection)
+    delete_collection = _blocking(AsyncClient.delete_collection)
+    add_document = _blocking(AsyncClient.add_document)
+    list_documents = _blocking(AsyncClient.list_documents)
+    get_document = _blocking(AsyncClient.get_document)
+    delete_document = _blocking(AsyncClient.delete_document)
+    query = _blocking(AsyncClient.query)
 
-    def cancel_run(self, run_id: str) -> Run:
-        return self._run(self._async.cancel_run(run_id))
+    # --- triggers ---
 
-    def terminate_run(self, run_id: str) -> Run:
-        return self._run(self._async.terminate_run(run_id))
+    create_trigger = _blocking(AsyncClient.create_trigger)
+    list_triggers = _blocking(AsyncClient.list_triggers)
+    get_trigger = _blocking(AsyncClient.get_trigger)
+    delete_trigger = _blocking(AsyncClient.delete_trigger)
+    rotate_trigger_secret = _blocking(AsyncClient.rotate_trigger_secret)
+    list_deliveries = _blocking(AsyncClient.list_deliveries)
+    get_delivery = _blocking(AsyncClient.get_delivery)
+    retry_delivery = _blocking(AsyncClient.retry_delivery)
 
-    def answer(self, run_id: str, operation_id: str, answer: str = "", **approval: Unpack[Approval]) -> Run:
-        return self._run(self._async.answer(run_id, operation_id, answer, **approval))
+    # --- schedules ---
 
-    def fork_run(self, run_id: str, at_seq: int, **edits: Unpack[ForkEdit]) -> RunRef:
-        return self._run(self._async.fork_run(run_id, at_seq, **edits))
+    create_schedule = _blocking(AsyncClient.create_schedule)
+    list_schedules = _blocking(AsyncClient.list_schedules)
+    get_schedule = _blocking(AsyncClient.get_schedule)
+    pause_schedule = _blocking(AsyncClient.pause_schedule)
+    resume_schedule = _blocking(AsyncClient.resume_schedule)
+    delete_schedule = _blocking(AsyncClient.delete_schedule)
+
+    # --- streams: plain iterators ---
+
+    def stream_turn(self, session_id: str, text: str) -> Generator[TurnEvent, None, None]:
+        return self._iterate(self._async.stream_turn(session_id, text))
 
     def run_events(self, run_id: str, after: int | None = None) -> Generator[RunEvent, None, None]:
         return self._iterate(self._async.run_events(run_id, after))
