@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,6 +24,9 @@ class _Runs:
 
     async def get_run(self, tenant_id: str, run_id: str) -> dict[str, Any]:
         raise AssertionError("this poller reads no run")
+
+    def when_runs_free(self, listener: Callable[[str, int], None]) -> Callable[[], None]:
+        return lambda: None
 
 
 class _Poller(RunPoller[None, None, None]):

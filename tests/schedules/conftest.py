@@ -4,7 +4,7 @@ fresh schema per test, tests/postgres.py); fake runs and a fake clock for the sc
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,9 @@ class FakeRuns:
         if run_id not in self.status:
             raise NotFound(f"run {run_id!r} not found")
         return {"run_id": run_id, "status": self.status[run_id]}
+
+    def when_runs_free(self, listener: Callable[[str, int], None]) -> Callable[[], None]:
+        return lambda: None  # the scheduler's rounds are driven by the tests
 
     def finish_all(self) -> None:
         for run_id in self.status:

@@ -5,7 +5,8 @@ deliveries).
 Both hold leases in their store under one owner (this node on PostgreSQL, `local` on SQLite),
 start each run under an id chosen when the work was stored (a start of an id that exists starts
 nothing), and loop the same way: a round, then a wait that ends early on `wake()`. What a round
-does and how long the wait is are theirs (`round`, `wait_s`).
+does and how long the wait is are theirs (`round`, `wait_s`), and what a run's place freed on
+this node means to them (`room_freed`, heard from `start` to `close`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class PolledRuns(Protocol):
     ) -> str: ...
 
     async def get_run(self, tenant_id: str, run_id: str) -> dict[str, Any]: ...
+
+    def when_runs_free(self, listener: Callable[[str, int], None]) -> Callable[[], None]: ...
 
 
 def lease_owner(settings: Settings) -> tuple[str, bool]:
@@ -80,6 +83,7 @@ class RunPoller(Generic[StorageT, ConfigT, MetricsT]):
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._unlisten: Callable[[], None] = lambda: None
 
     @classmethod
     def on_this_node(
@@ -98,7 +102,13 @@ class RunPoller(Generic[StorageT, ConfigT, MetricsT]):
         return cls(storage, runs, config, owner, now_ms, metrics, tenant_enabled=tenant_enabled, reclaim=reclaim)
 
     def start(self) -> None:
+        """The loop, as a task; from now until `close`, each run place freed on this node is told to `room_freed`."""
+        self._unlisten = self._runs.when_runs_free(self.room_freed)
         self._task = asyncio.create_task(self._loop(), name=self.task_name)
+
+    def room_freed(self, tenant_id: str, runs: int) -> None:
+        """`runs` of the tenant's runs stopped counting on this node (`RunService.when_runs_free`):
+        a subclass whose work waits for a place wakes; here, nothing."""
 
     def wake(self) -> None:
         self._wake.set()
@@ -112,6 +122,7 @@ class RunPoller(Generic[StorageT, ConfigT, MetricsT]):
         # The flag as well as the cancel: a store driver may turn the cancel of a round into
         # another error, which the loop logs and survives (`wait_event` itself never swallows it).
         self._stopping = True
+        self._unlisten()
         self._wake.set()
         await cancel_and_wait(self._task)
         self._task = None

@@ -77,15 +77,12 @@ class ScheduleService:
         self.scheduler = Scheduler.on_this_node(
             settings, storage, runs, self.config, now_ms, self.metrics, tenant_enabled=tenant_enabled
         )
-        self._unlisten: Callable[[], None] = lambda: None  # `start` listens for freed run places
 
     async def start(self) -> None:
         await self.storage.open()
-        self._unlisten = self._runs.when_runs_free(self.scheduler.room_freed)
         self.scheduler.start()
 
     async def close(self) -> None:
-        self._unlisten()
         await self.scheduler.close()
         await self.storage.close()
 

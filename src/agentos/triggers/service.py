@@ -76,15 +76,12 @@ class TriggerService:
         self.dispatcher = Dispatcher.on_this_node(
             settings, storage, runs, self.config, now_ms, self.metrics, tenant_enabled=tenant_enabled
         )
-        self._unlisten: Callable[[], None] = lambda: None  # `start` listens for freed run places
 
     async def start(self) -> None:
         await self.storage.open()
-        self._unlisten = self._runs.when_runs_free(self.dispatcher.room_freed)
         self.dispatcher.start()
 
     async def close(self) -> None:
-        self._unlisten()
         await self.dispatcher.close()
         await self.storage.close()
 
