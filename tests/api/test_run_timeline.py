@@ -17,7 +17,6 @@ import aiohttp
 import pytest
 
 from agentos.agents.model_events import TEXT_MAX_CHARS
-from agentos.clock import wall_ms
 from agentos.config import settings_from_dict
 from agentos.journal.run_list import INPUT_MAX_CHARS
 from agentos.mock.server import MockServer
@@ -45,9 +44,12 @@ TIMELINE = [
 
 
 class Api:
-    def __init__(self, url: str, http: aiohttp.ClientSession) -> None:
+    def __init__(self, url: str, http: aiohttp.ClientSession, now_ms: Callable[[], int]) -> None:
         self.url = url
         self.http = http
+        # The runs' clock (`at_ms`): on PostgreSQL the database's, as this node reads it, which may
+        # stand a millisecond or so from this process's wall clock.
+        self.now_ms = now_ms
 
     async def get(self, path: str, **params: str) -> Any:
         async with self.http.get(f"{self.url}{path}", params=params) as response:
@@ -92,7 +94,7 @@ async def api(
         server = await start_app(settings_from_dict(config))
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-                yield Api(server.url, http)
+                yield Api(server.url, http, server.services.runs.store.now_ms)
         finally:
             await server.close()
 
@@ -106,13 +108,13 @@ def journaled(events: list[Event]) -> list[Event]:
 
 
 async def test_a_finished_runs_replay_is_its_timeline(api: Api) -> None:
-    before_ms = wall_ms()
+    before_ms = api.now_ms()
     run_id = (await api.post("/v1/agents/ops/runs", {"input": "tidy up the logs"}, 202))["run_id"]
     first = await api.events(run_id, "human.requested")  # live, as the run works
     request = first[-1].data
     await api.post(f"/v1/runs/{run_id}/answer", {"operation_id": request["operation_id"], "answer": "yes"})
     rest = await api.events(run_id, "run.completed", last_event_id=first[-1].id)
-    after_ms = wall_ms()
+    after_ms = api.now_ms()
 
     replay = await api.events(run_id, "run.completed")  # the finished run, from the journal
     assert [e.name for e in replay] == TIMELINE
