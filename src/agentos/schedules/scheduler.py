@@ -41,7 +41,7 @@ log = logging.getLogger("agentos.schedules")
 BATCH = 64  # schedules decided, and fires claimed, per round
 IDLE_MAX_S = 16.0  # with no fire waiting to start, the longest wait (a schedule another node created)
 BUSY_MAX_S = 2.0  # with fires waiting that no round could start, the longest wait (a place freed on another node)
-PRUNE_EVERY_ROUNDS = 240  # a minute at the default poll, while fires wait to start
+PRUNE_EVERY_ROUNDS = 240  # a minute at the default poll while fires start; longer while they wait (BUSY_MAX_S)
 
 
 class ScheduleMetrics:
