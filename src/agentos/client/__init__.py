@@ -21,6 +21,7 @@ from agentos.client._errors import APIError, ClientError, ProtocolError, StreamE
 from agentos.client._knowledge import Collection, Document, Hit
 from agentos.client._sync import Client
 from agentos.client._types import (
+    BrowserToken,
     ForkOrigin,
     HumanRequest,
     Message,
@@ -28,6 +29,7 @@ from agentos.client._types import (
     Run,
     RunEvent,
     RunRef,
+    RunSteered,
     Session,
     SessionEvent,
     TurnEvent,
@@ -38,6 +40,7 @@ __all__ = [
     "APIError",
     "AdminClient",
     "AsyncClient",
+    "BrowserToken",
     "Client",
     "ClientError",
     "Collection",
@@ -52,6 +55,7 @@ __all__ = [
     "Run",
     "RunEvent",
     "RunRef",
+    "RunSteered",
     "Schedule",
     "ScheduleFire",
     "ScheduleOptions",

@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
 import msgspec
 
 from agentos.client._automation import AutomationCalls
-from agentos.client._errors import TransportError
+from agentos.client._errors import StreamError, TransportError
 from agentos.client._http import DEFAULT_TIMEOUT_S, decode, event_data, query_params, url_path
 from agentos.client._knowledge import KnowledgeCalls
 from agentos.client._run_events import Reconnects, resumed_run_events
-from agentos.client._types import Message, Page, Run, RunEvent, RunRef, Session, SessionEvent, TurnEvent, TurnResult
+from agentos.client._types import (
+    BrowserToken,
+    Message,
+    Page,
+    Run,
+    RunEvent,
+    RunRef,
+    RunSteered,
+    Session,
+    SessionEvent,
+    TurnEvent,
+    TurnResult,
+)
+from agentos.kernel import OnBusy
 
 # The server sends a comment every 15 s on an idle run stream; four missed ones mean it is gone.
 DEFAULT_STREAM_IDLE_TIMEOUT_S = 60.0
@@ -23,6 +36,10 @@ DEFAULT_RECONNECT_DELAY_S = 0.5
 class _TurnCancel(msgspec.Struct):
     cancelled: bool
     turn_id: str | None = None
+
+
+def _turn(text: str, on_busy: OnBusy | None) -> dict[str, Any]:
+    return {"input": text} | ({} if on_busy is None else {"on_busy": on_busy})
 
 
 class ClientOptions(TypedDict, total=False):
@@ -98,17 +115,18 @@ class AsyncClient(KnowledgeCalls, AutomationCalls):
 
     # --- sessions ---
 
-    async def create_session(self, agent: str | None = None, metadata: Mapping[str, Any] | None = None) -> Session:
-        """Open a session; `agent`: the agent whose runs answer its turns (None: the server's default).
+    async def create_session(
+        self, agent: str | None = None, metadata: Mapping[str, Any] | None = None, *, on_busy: OnBusy | None = None
+    ) -> Session:
+        """Open a session; `agent`: the agent whose runs answer its turns (None: the server's
+        default); `on_busy`: what its turns do by default when one is still running
+        (docs/conversations.md; None: the agent's, else "replace").
 
         Raises:
             APIError: 404 `agent_not_found`, 422 `invalid_input`; and every method's ClientErrors.
         """
-        body: dict[str, Any] = {}
-        if agent is not None:
-            body["agent"] = agent
-        if metadata is not None:
-            body["metadata"] = dict(metadata)
+        body: dict[str, Any] = {} if metadata is None else {"metadata": dict(metadata)}
+        body |= {k: v for k, v in (("agent", agent), ("on_busy", on_busy)) if v is not None}
         return await self._http.call("POST", "/v1/sessions", Session, body=body)
 
     async def get_session(self, session_id: str) -> Session:
@@ -139,18 +157,25 @@ class AsyncClient(KnowledgeCalls, AutomationCalls):
 
     # --- turns ---
 
-    async def send_turn(self, session_id: str, text: str) -> TurnResult:
-        """Run a turn and return it whole, once it has ended.
+    async def send_turn(self, session_id: str, text: str, *, on_busy: OnBusy | None = None) -> TurnResult:
+        """Run a turn and return it whole, once it has ended. `on_busy`: what it does if the
+        session runs a turn (None: the session's default): "replace" cancels it, "reject" is a
+        409, "enqueue" waits its turn, "rollback" replaces it and drops its messages, "steer"
+        hands the message to a running agent turn (`TurnResult.steered_into`).
 
         Raises:
-            APIError: 404 `session_not_found`, 422 `invalid_input`, 429 `overloaded` (with
-                `retry_after_s`), 503 `shutting_down`.
+            APIError: 404 `session_not_found`, 409 `turn_in_progress` (reject), 422
+                `invalid_input`, 429 `overloaded` or `turn_queue_full` (with `retry_after_s`),
+                503 `shutting_down`.
         """
         path = url_path("/v1/sessions/{}/turns", session_id)
-        return await self._http.call("POST", path, TurnResult, body={"input": text})
+        return await self._http.call("POST", path, TurnResult, body=_turn(text, on_busy))
 
-    async def stream_turn(self, session_id: str, text: str) -> AsyncGenerator[TurnEvent, None]:
-        """Run a turn and yield its events as they come, ending with the terminal one.
+    async def stream_turn(
+        self, session_id: str, text: str, *, on_busy: OnBusy | None = None
+    ) -> AsyncGenerator[TurnEvent, None]:
+        """Run a turn and yield its events as they come, ending with the terminal one
+        (`on_busy` as `send_turn`; a queued turn first sends `turn.queued`).
 
         Leaving the loop early closes the connection, which cancels the turn; wrap the iterator
         in `contextlib.aclosing` to close it at once rather than when it is collected.
@@ -161,13 +186,45 @@ class AsyncClient(KnowledgeCalls, AutomationCalls):
                 outcome is in `messages` and `events`).
         """
         path = url_path("/v1/sessions/{}/turns", session_id)
-        async with self._http.stream("POST", path, body={"input": text}) as events:
+        async with self._http.stream("POST", path, body=_turn(text, on_busy)) as events:
             async for sse in events:
                 event = TurnEvent(sse.event, sse.id, event_data(sse))
                 yield event
                 if event.terminal:
                     return
         raise TransportError(f"the stream of a turn in session {session_id!r} ended before the turn did")
+
+    async def follow_turn(
+        self, session_id: str, turn_id: str, after: int | None = None
+    ) -> AsyncGenerator[TurnEvent, None]:
+        """Follow a turn another request started (a second tab, a reconnect, another node): its
+        stored events after seq `after` (None: from its start), then the live ones, until the
+        terminal one. `event_id` is `<turn_id>:<seq>`; pass the seq of the last one received as
+        `after` to resume. Live `token` events have no id and are not replayed.
+
+        Raises:
+            APIError: 404 `session_not_found`, `turn_not_found`; 400 a bad `after`.
+            StreamError: the server's stream failed (its `error` event): follow again from `after`.
+            TransportError: the connection broke.
+        """
+        path = url_path("/v1/sessions/{}/turns/{}/events", session_id, turn_id)
+        resume = None if after is None else {"Last-Event-ID": str(after)}
+        async with self._http.stream("GET", path, headers=resume) as events:
+            async for sse in events:
+                data = event_data(sse)
+                if sse.event == "error":
+                    raise StreamError(str(data.get("code", "stream_failed")), str(data.get("message", "")))
+                event = TurnEvent(sse.event, sse.id, data)
+                yield event
+                if event.terminal:
+                    return
+        raise TransportError(f"the events of turn {turn_id!r} ended before the turn did")
+
+    async def cancel_turn_by_id(self, session_id: str, turn_id: str) -> bool:
+        """Cancel one turn: a queued one leaves the session's queue, the running one is
+        cancelled; whether it was live. Raises: APIError: 404 `session_not_found`."""
+        path = url_path("/v1/sessions/{}/turns/{}", session_id, turn_id)
+        return (await self._http.call("DELETE", path, _TurnCancel)).cancelled
 
     async def cancel_turn(self, session_id: str) -> str | None:
         """Cancel the session's running turn; the id of the turn cancelled, None when none ran.
@@ -196,15 +253,29 @@ class AsyncClient(KnowledgeCalls, AutomationCalls):
 
     # --- runs ---
 
-    async def start_run(self, agent: str, text: str, session_id: str | None = None) -> RunRef:
+    async def start_run(
+        self, agent: str, text: str, session_id: str | None = None, *, max_cost: float | None = None
+    ) -> RunRef:
         """Start a run of `agent` on `text`; it works in the background. Follow it with `run_events`.
+        `max_cost`: what its model calls may cost together (at most the agent's own; docs/providers.md).
 
         Raises:
             APIError: 404 `agent_not_found`, 422 `invalid_input`, 429 `overloaded` (with
                 `retry_after_s`), 503 `shutting_down`.
         """
-        body: dict[str, Any] = {"input": text} | ({} if session_id is None else {"session_id": session_id})
+        body: dict[str, Any] = {"input": text}
+        body |= {k: v for k, v in (("session_id", session_id), ("max_cost", max_cost)) if v is not None}
         return await self._http.call("POST", url_path("/v1/agents/{}/runs", agent), RunRef, body=body)
+
+    async def steer_run(self, run_id: str, text: str) -> RunSteered:
+        """Hand a working run a message: it joins the run at its next step, before its next
+        model call (docs/agents.md).
+
+        Raises: APIError: 404 `run_not_found`; 409 a run that is not working (ended, or waiting
+            for a human: answer it instead); 422 `invalid_input`.
+        """
+        path = url_path("/v1/runs/{}/steer", run_id)
+        return await self._http.call("POST", path, RunSteered, body={"input": text})
 
     async def get_run(self, run_id: str) -> Run:
         """Raises: APIError: 404 `run_not_found`."""
@@ -264,6 +335,32 @@ class AsyncClient(KnowledgeCalls, AutomationCalls):
         edit = {k: v for k, v in edits.items() if v is not None}
         body: dict[str, Any] = {"at_seq": at_seq} | ({"edit": edit} if edit else {})
         return await self._http.call("POST", url_path("/v1/runs/{}/fork", run_id), RunRef, body=body)
+
+    # --- browser tokens ---
+
+    async def create_browser_token(
+        self,
+        *,
+        session_ids: Sequence[str] = (),
+        run_ids: Sequence[str] = (),
+        scopes: Sequence[str] | None = None,
+        subject: str | None = None,
+        expires_in_s: int | None = None,
+    ) -> BrowserToken:
+        """Mint a short-lived token for one end user's page, from your back end with a tenant
+        key: it may use only `session_ids` and `run_ids`, with `scopes` (of sessions:read,
+        sessions:write, runs:read, runs:write; None: those of the key) (docs/security.md).
+
+        Raises: APIError: 403 `insufficient_scope`; 404 a session or run not the tenant's; 422.
+        """
+        body: dict[str, Any] = {"session_ids": list(session_ids), "run_ids": list(run_ids)}
+        given = (
+            ("scopes", None if scopes is None else list(scopes)),
+            ("subject", subject),
+            ("expires_in_s", expires_in_s),
+        )
+        body |= {k: v for k, v in given if v is not None}
+        return await self._http.call("POST", "/v1/tokens", BrowserToken, body=body)
 
     def run_events(self, run_id: str, after: int | None = None) -> AsyncGenerator[RunEvent, None]:
         """The run's events after seq `after` (None: from its start), stored then live, until the

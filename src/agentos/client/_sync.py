@@ -22,6 +22,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 from agentos.client._async import AsyncClient, ClientOptions
 from agentos.client._errors import ClientError
 from agentos.client._types import RunEvent, TurnEvent
+from agentos.kernel import OnBusy
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -120,6 +121,7 @@ class Client:
 
     send_turn = _blocking(AsyncClient.send_turn)
     cancel_turn = _blocking(AsyncClient.cancel_turn)
+    cancel_turn_by_id = _blocking(AsyncClient.cancel_turn_by_id)
 
     # --- agents ---
 
@@ -136,6 +138,11 @@ class Client:
     terminate_run = _blocking(AsyncClient.terminate_run)
     answer = _blocking(AsyncClient.answer)
     fork_run = _blocking(AsyncClient.fork_run)
+    steer_run = _blocking(AsyncClient.steer_run)
+
+    # --- browser tokens ---
+
+    create_browser_token = _blocking(AsyncClient.create_browser_token)
 
     # --- knowledge ---
 
@@ -171,8 +178,13 @@ class Client:
 
     # --- streams: plain iterators ---
 
-    def stream_turn(self, session_id: str, text: str) -> Generator[TurnEvent, None, None]:
-        return self._iterate(self._async.stream_turn(session_id, text))
+    def stream_turn(
+        self, session_id: str, text: str, *, on_busy: OnBusy | None = None
+    ) -> Generator[TurnEvent, None, None]:
+        return self._iterate(self._async.stream_turn(session_id, text, on_busy=on_busy))
+
+    def follow_turn(self, session_id: str, turn_id: str, after: int | None = None) -> Generator[TurnEvent, None, None]:
+        return self._iterate(self._async.follow_turn(session_id, turn_id, after))
 
     def run_events(self, run_id: str, after: int | None = None) -> Generator[RunEvent, None, None]:
         return self._iterate(self._async.run_events(run_id, after))

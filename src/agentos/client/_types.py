@@ -11,7 +11,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 
-from agentos.kernel import RUN_TERMINAL_EVENTS
+from agentos.kernel import RUN_TERMINAL_EVENTS, OnBusy
 
 T = TypeVar("T")
 
@@ -29,6 +29,7 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     created_at_ms: int = 0
     active_turn: str | None = None  # only `get_session` reports it
     owner: str | None = None  # the end user who opened it (their token's `sub`); None: a tenant key
+    on_busy: OnBusy | None = None  # its turns' default (docs/conversations.md); None: its agent's, else replace
 
 
 class Page(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
@@ -69,6 +70,7 @@ class TurnResult(msgspec.Struct, frozen=True, kw_only=True):
     reason: str | None = None
     message: str | None = None
     finish_reason: str | None = None
+    steered_into: str | None = None  # `on_busy="steer"`: the running agent turn that took the message
 
 
 class TurnEvent(msgspec.Struct, frozen=True):
@@ -108,6 +110,32 @@ class RunRef(msgspec.Struct, frozen=True, kw_only=True):
     run_url: str = ""
     events_url: str = ""
     forked_from: ForkOrigin | None = None  # `fork_run`: the run and step it was forked from
+
+
+class RunSteered(msgspec.Struct, frozen=True, kw_only=True):
+    """A message steered into a working run (`steer_run`): `seq` is the journal step that holds
+    it; None when the run works on another node that has not taken it in yet (it stays queued
+    for the run's next step)."""
+
+    run_id: str
+    seq: int | None = None
+
+
+class BrowserToken(msgspec.Struct, frozen=True, kw_only=True):
+    """A short-lived token for one end user's page (`create_browser_token`), narrowed to
+    `session_ids` and `run_ids`; `token` is shown this once (docs/security.md, "Browser tokens")."""
+
+    token: str
+    expires_at_ms: int
+    scopes: list[str]
+    session_ids: list[str] = []
+    run_ids: list[str] = []
+    subject: str | None = None
+    key_id: str | None = None  # the parent key: revoking it refuses this token at once
+    token_type: str = "Bearer"
+
+    def __repr__(self) -> str:  # the token stays out of logs and tracebacks
+        return f"BrowserToken(scopes={self.scopes!r}, expires_at_ms={self.expires_at_ms!r})"
 
 
 class HumanRequest(msgspec.Struct, frozen=True, kw_only=True):
