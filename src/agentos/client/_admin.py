@@ -74,7 +74,38 @@ class AdminClient(HttpClient):
         return await self._call("GET", f"/v1/admin/keys/{quote(key_id, safe='')}")
 
     async def revoke_key(self, key_id: str) -> Json:
+        """Revoked at once on every node; the row stays (the access log names its key_id)."""
         return await self._call("POST", f"/v1/admin/keys/{quote(key_id, safe='')}/revoke")
+
+    async def update_key(
+        self, key_id: str, *, budget_per_day: float | None = None, budget_per_month: float | None = None
+    ) -> Json:
+        """Change what is given of the key's spending budgets (0: none; docs/providers.md)."""
+        given = (("budget_per_day", budget_per_day), ("budget_per_month", budget_per_month))
+        body = {k: v for k, v in given if v is not None}
+        return await self._call("PATCH", f"/v1/admin/keys/{quote(key_id, safe='')}", body=body)
+
+    # -- end users' identity providers ---------------------------------------------------------
+
+    async def get_issuers(self, tenant_id: str) -> Json:
+        """The tenant's identity providers: `issuers` (set over this API) and `from_config`."""
+        return await self._call("GET", f"/v1/admin/tenants/{quote(tenant_id, safe='')}/issuers")
+
+    async def set_issuers(self, tenant_id: str, issuers: Iterable[Mapping[str, Any]]) -> Json:
+        """Replace the tenant's identity providers (docs/security.md, "End users"); every node
+        trusts them from its next request."""
+        body = {"issuers": [dict(issuer) for issuer in issuers]}
+        return await self._call("PUT", f"/v1/admin/tenants/{quote(tenant_id, safe='')}/issuers", body=body)
+
+    async def delete_issuers(self, tenant_id: str) -> None:
+        """Remove those set over this API: their users' tokens are refused (401) from then on."""
+        await self._http.call("DELETE", f"/v1/admin/tenants/{quote(tenant_id, safe='')}/issuers", type(None))
+
+    # -- diagnostics -----------------------------------------------------------------------------
+
+    async def memory(self) -> Json:
+        """The server's memory as its allocators see it (docs/capacity.md, "Memory")."""
+        return await self._call("GET", "/v1/admin/memory")
 
     # -- usage -----------------------------------------------------------------------------------
 

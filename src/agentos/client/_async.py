@@ -1,4 +1,6 @@
-"""`AsyncClient`: every route of the Agent OS HTTP API as a typed coroutine or async iterator."""
+"""`AsyncClient`: every route of the Agent OS HTTP API a client program calls, as a typed coroutine
+or async iterator (`AdminClient` has the admin API; tests/client/test_coverage.py names the
+routes no client calls, and why: the OpenAI-compatible door, a webhook's sender, the console)."""
 
 from __future__ import annotations
 
