@@ -19,22 +19,9 @@ from agentos.client._async import AsyncClient
 from agentos.client._automation import Delivery, Schedule, ScheduleFire, ScheduleOptions, Trigger, TriggerSecret
 from agentos.client._errors import APIError, ClientError, ProtocolError, StreamError, TransportError
 from agentos.client._knowledge import Collection, Document, Hit
+from agentos.client._runs import ForkOrigin, HumanRequest, Run, RunEvent, RunRef, RunSteered
 from agentos.client._sync import Client
-from agentos.client._types import (
-    BrowserToken,
-    ForkOrigin,
-    HumanRequest,
-    Message,
-    Page,
-    Run,
-    RunEvent,
-    RunRef,
-    RunSteered,
-    Session,
-    SessionEvent,
-    TurnEvent,
-    TurnResult,
-)
+from agentos.client._types import BrowserToken, Message, Page, Session, SessionEvent, TurnEvent, TurnResult
 
 __all__ = [
     "APIError",

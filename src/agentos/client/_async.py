@@ -13,20 +13,8 @@ from agentos.client._automation import AutomationCalls
 from agentos.client._errors import StreamError, TransportError
 from agentos.client._http import DEFAULT_TIMEOUT_S, decode, event_data, query_params, url_path
 from agentos.client._knowledge import KnowledgeCalls
-from agentos.client._run_events import Reconnects, resumed_run_events
-from agentos.client._types import (
-    BrowserToken,
-    Message,
-    Page,
-    Run,
-    RunEvent,
-    RunRef,
-    RunSteered,
-    Session,
-    SessionEvent,
-    TurnEvent,
-    TurnResult,
-)
+from agentos.client._runs import Reconnects, Run, RunEvent, RunRef, RunSteered, resumed_run_events
+from agentos.client._types import BrowserToken, Message, Page, Session, SessionEvent, TurnEvent, TurnResult
 from agentos.kernel import OnBusy
 
 # The server sends a comment every 15 s on an idle run stream; four missed ones mean it is gone.

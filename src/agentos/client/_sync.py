@@ -21,7 +21,8 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 
 from agentos.client._async import AsyncClient, ClientOptions
 from agentos.client._errors import ClientError
-from agentos.client._types import RunEvent, TurnEvent
+from agentos.client._runs import RunEvent
+from agentos.client._types import TurnEvent
 from agentos.kernel import OnBusy
 
 T = TypeVar("T")

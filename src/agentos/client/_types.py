@@ -1,4 +1,5 @@
-"""What the client returns: frozen msgspec Structs decoded straight from the server's JSON.
+"""What the client returns of sessions and turns (runs': `_runs`; knowledge's, triggers' and
+schedules': their modules): frozen msgspec Structs decoded straight from the server's JSON.
 
 Unknown fields are ignored, so a newer server that adds a field does not break an older client.
 Field names follow the server's, except that a bare `id` becomes `session_id`, `message_id`
@@ -11,14 +12,12 @@ from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 
-from agentos.kernel import RUN_TERMINAL_EVENTS, OnBusy
+from agentos.client._runs import HumanRequest, human_request
+from agentos.kernel import OnBusy
 
 T = TypeVar("T")
 
 TURN_TERMINAL = frozenset({"turn.completed", "turn.cancelled", "turn.failed"})
-RUN_TERMINAL = RUN_TERMINAL_EVENTS
-
-RunStatus = Literal["queued", "running", "waiting_human", "completed", "failed", "cancelled"]
 
 
 class Session(msgspec.Struct, frozen=True, kw_only=True):
@@ -92,33 +91,7 @@ class TurnEvent(msgspec.Struct, frozen=True):
         Raises:
             ValueError: this is another kind of event.
         """
-        return _human_request(self.name, self.data)
-
-
-class ForkOrigin(msgspec.Struct, frozen=True, kw_only=True):
-    """The run a fork was forked from, and the last step of its journal the fork copied."""
-
-    run_id: str
-    at_seq: int
-
-
-class RunRef(msgspec.Struct, frozen=True, kw_only=True):
-    """A run just started (`start_run`, `fork_run`): it is queued; follow it with `run_events(run_id)`."""
-
-    run_id: str
-    status: str
-    run_url: str = ""
-    events_url: str = ""
-    forked_from: ForkOrigin | None = None  # `fork_run`: the run and step it was forked from
-
-
-class RunSteered(msgspec.Struct, frozen=True, kw_only=True):
-    """A message steered into a working run (`steer_run`): `seq` is the journal step that holds
-    it; None when the run works on another node that has not taken it in yet (it stays queued
-    for the run's next step)."""
-
-    run_id: str
-    seq: int | None = None
+        return human_request(self.name, self.data)
 
 
 class BrowserToken(msgspec.Struct, frozen=True, kw_only=True):
@@ -136,68 +109,3 @@ class BrowserToken(msgspec.Struct, frozen=True, kw_only=True):
 
     def __repr__(self) -> str:  # the token stays out of logs and tracebacks
         return f"BrowserToken(scopes={self.scopes!r}, expires_at_ms={self.expires_at_ms!r})"
-
-
-class HumanRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """What a run waits for: a `question` to answer, or an `approval` of `tool` with `arguments`,
-    which must quote `args_hash`; `uncertain`: answer "retry" or "skip"."""
-
-    operation_id: str
-    kind: Literal["question", "approval", "uncertain"]
-    args_hash: str | None = None
-    question: str | None = None
-    tool: str | None = None
-    arguments: Any = None
-    deadline_ms: int | None = None
-    call_id: str | None = None
-
-
-class Run(msgspec.Struct, frozen=True, kw_only=True):
-    run_id: str
-    agent: str
-    status: RunStatus
-    session_id: str | None = None
-    parent_run_id: str | None = None
-    input: str = ""  # in `list_runs`, cut at 500 characters when `input_truncated`
-    input_truncated: bool = False
-    result: str | None = None
-    reason: str | None = None
-    created_ms: int = 0
-    updated_ms: int = 0
-    pending: HumanRequest | None = None  # only while `status` is "waiting_human"
-    trace_id: str | None = None  # `get_run` with tracing on: the run's own trace
-    trace_url: str | None = None  # and its page in the operator's backend (`trace_url_template`)
-    forked_from: ForkOrigin | None = None  # a fork: the run and step it was forked from
-    owner: str | None = None  # the end user who started it (their token's `sub`); None: a tenant key
-
-
-class RunEvent(msgspec.Struct, frozen=True):
-    """One event of a run. `seq` is its place in the run's journal; live `token` events have none."""
-
-    name: str
-    seq: int | None
-    data: dict[str, Any]
-
-    @property
-    def terminal(self) -> bool:
-        return self.name in RUN_TERMINAL
-
-    @property
-    def at_ms(self) -> int | None:
-        """When the event was journaled (ms since the epoch); None for a live `token`."""
-        at_ms = self.data.get("at_ms")
-        return at_ms if isinstance(at_ms, int) else None
-
-    def human_request(self) -> HumanRequest:
-        """The request of a `human.requested` event.
-
-        Raises:
-            ValueError: this is another kind of event.
-        """
-        return _human_request(self.name, self.data)
-
-
-def _human_request(name: str, data: dict[str, Any]) -> HumanRequest:
-    if name != "human.requested":
-        raise ValueError(f"{name!r} is not a human.requested event")
-    return msgspec.convert(data, HumanRequest)

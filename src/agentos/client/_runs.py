@@ -1,4 +1,5 @@
-"""A run's events as one stream, resumed across broken connections (`AsyncClient.run_events`).
+"""Runs: what the client returns of them (`Run`, `RunRef`, `RunEvent`, `HumanRequest`, ...), and
+their events as one stream, resumed across broken connections (`AsyncClient.run_events`).
 
 Each connection asks for the events after the last seq received (`Last-Event-ID`), so no
 journaled event is lost or repeated. A connection that breaks, falls silent for the idle
@@ -13,13 +14,109 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
 
 from agentos.client._errors import ProtocolError, StreamError, TransportError
 from agentos.client._http import Transport, event_data, url_path
-from agentos.client._types import RunEvent
+from agentos.kernel import RUN_TERMINAL_EVENTS
 from agentos.providers.sse_parser import SSEEvent
 
 MAX_RECONNECT_DELAY_S = 8.0
+RUN_TERMINAL = RUN_TERMINAL_EVENTS
+RunStatus = Literal["queued", "running", "waiting_human", "completed", "failed", "cancelled"]
+
+
+class ForkOrigin(msgspec.Struct, frozen=True, kw_only=True):
+    """The run a fork was forked from, and the last step of its journal the fork copied."""
+
+    run_id: str
+    at_seq: int
+
+
+class RunRef(msgspec.Struct, frozen=True, kw_only=True):
+    """A run just started (`start_run`, `fork_run`): it is queued; follow it with `run_events(run_id)`."""
+
+    run_id: str
+    status: str
+    run_url: str = ""
+    events_url: str = ""
+    forked_from: ForkOrigin | None = None  # `fork_run`: the run and step it was forked from
+
+
+class RunSteered(msgspec.Struct, frozen=True, kw_only=True):
+    """A message steered into a working run (`steer_run`): `seq` is the journal step that holds
+    it; None when the run works on another node that has not taken it in yet (it stays queued
+    for the run's next step)."""
+
+    run_id: str
+    seq: int | None = None
+
+
+class HumanRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """What a run waits for: a `question` to answer, or an `approval` of `tool` with `arguments`,
+    which must quote `args_hash`; `uncertain`: answer "retry" or "skip"."""
+
+    operation_id: str
+    kind: Literal["question", "approval", "uncertain"]
+    args_hash: str | None = None
+    question: str | None = None
+    tool: str | None = None
+    arguments: Any = None
+    deadline_ms: int | None = None
+    call_id: str | None = None
+
+
+class Run(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    agent: str
+    status: RunStatus
+    session_id: str | None = None
+    parent_run_id: str | None = None
+    input: str = ""  # in `list_runs`, cut at 500 characters when `input_truncated`
+    input_truncated: bool = False
+    result: str | None = None
+    reason: str | None = None
+    created_ms: int = 0
+    updated_ms: int = 0
+    pending: HumanRequest | None = None  # only while `status` is "waiting_human"
+    trace_id: str | None = None  # `get_run` with tracing on: the run's own trace
+    trace_url: str | None = None  # and its page in the operator's backend (`trace_url_template`)
+    forked_from: ForkOrigin | None = None  # a fork: the run and step it was forked from
+    owner: str | None = None  # the end user who started it (their token's `sub`); None: a tenant key
+
+
+class RunEvent(msgspec.Struct, frozen=True):
+    """One event of a run. `seq` is its place in the run's journal; live `token` events have none."""
+
+    name: str
+    seq: int | None
+    data: dict[str, Any]
+
+    @property
+    def terminal(self) -> bool:
+        return self.name in RUN_TERMINAL
+
+    @property
+    def at_ms(self) -> int | None:
+        """When the event was journaled (ms since the epoch); None for a live `token`."""
+        at_ms = self.data.get("at_ms")
+        return at_ms if isinstance(at_ms, int) else None
+
+    def human_request(self) -> HumanRequest:
+        """The request of a `human.requested` event.
+
+        Raises:
+            ValueError: this is another kind of event.
+        """
+        return human_request(self.name, self.data)
+
+
+def human_request(name: str, data: dict[str, Any]) -> HumanRequest:
+    if name != "human.requested":
+        raise ValueError(f"{name!r} is not a human.requested event")
+    return msgspec.convert(data, HumanRequest)
 
 
 @dataclass(frozen=True)
