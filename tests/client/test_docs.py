@@ -39,3 +39,9 @@ async def test_the_streamed_turn_example(server: RunningServer, capsys: pytest.C
     out = capsys.readouterr().out
     assert out.startswith("tok tok tok tok \n[turn.completed]")
     assert "user hello\nassistant tok tok tok tok \nuser and again, in one piece\n" in out
+
+
+async def test_the_knowledge_example(server: RunningServer, capsys: pytest.CaptureFixture[str]) -> None:
+    await asyncio.to_thread(run, example("Knowledge: a collection, a document, a query"), server.url)
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.endswith("Expenses Expenses are filed by the 5th of each month.")
