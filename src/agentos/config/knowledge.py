@@ -51,5 +51,6 @@ class SchedulesConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     # paused loop): its schedule's `misfire` decides (skip it, or one run for all missed)
     misfire_grace_s: PosFloat = 30.0
     max_queued: PosInt = 10  # `overlap = "queue"`: fires waiting for a run to end, per schedule; past it skipped
-    poll_s: PosFloat = 0.25  # a slot fires at most this late; the poll while fires wait to start
+    # A slot fires at most this late; the poll while fires wait to start (doubling to 2 s while none can).
+    poll_s: PosFloat = 0.25
     fire_history: PosInt = 1000  # fires kept per schedule (the oldest beyond are pruned)
