@@ -26,7 +26,7 @@ async def test_a_trigger_its_deliveries_and_a_failed_one_retried(
     async with AsyncClient(server.url) as client, aiohttp.ClientSession() as http:
         await client.create_agent({"name": "echo", "tools": []})
         trigger = await client.create_trigger("echo", "report: {payload}", "the nightly hook")
-        assert trigger.secret and trigger.secret.startswith("whsec_")
+        assert trigger.secret and trigger.secret.startswith("whsec_") and trigger.secret not in repr(trigger)
         shown = await client.get_trigger(trigger.trigger_id)
         assert shown.secret is None and shown.description == "the nightly hook"  # never shown again
         assert [t.trigger_id for t in (await client.list_triggers()).data] == [trigger.trigger_id]

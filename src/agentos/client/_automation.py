@@ -38,6 +38,9 @@ class Trigger(msgspec.Struct, frozen=True, kw_only=True):
     secrets: list[TriggerSecret] = []  # newest first
     secret: str | None = None
 
+    def __repr__(self) -> str:  # the secret stays out of logs and tracebacks
+        return f"Trigger(trigger_id={self.trigger_id!r}, agent={self.agent!r}, enabled={self.enabled!r})"
+
 
 class Delivery(msgspec.Struct, frozen=True, kw_only=True):
     """One delivery of a trigger, by its `webhook-id`; `failed` ones can be retried."""
