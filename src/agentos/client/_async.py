@@ -42,23 +42,6 @@ class ClientOptions(TypedDict, total=False):
     reconnect_delay_s: float
 
 
-class RunFilter(TypedDict, total=False):
-    """The keyword arguments of `AsyncClient.list_runs` (and `Client.list_runs`)."""
-
-    status: str | None
-    agent: str | None
-    session_id: str | None
-    limit: int | None
-    after: str | None
-
-
-class Approval(TypedDict, total=False):
-    """The keyword arguments of `AsyncClient.answer` (and `Client.answer`)."""
-
-    approve: bool | None
-    args_hash: str | None
-
-
 class ForkEdit(TypedDict, total=False):
     """The keyword arguments of `AsyncClient.fork_run` (and `Client.fork_run`): the forked
     step's result, edited."""
