@@ -3,6 +3,8 @@ overlap and misfire policies, refused starts, a node that dies between claim and
 
 from __future__ import annotations
 
+import pytest
+
 from agentos.config import SchedulesConfig
 from agentos.schedules.scheduler import BUSY_MAX_S, IDLE_MAX_S, ScheduleMetrics, Scheduler, admit
 from agentos.schedules.storage import FIRE_LEASE_MS, ScheduleStorage
@@ -298,3 +300,24 @@ async def test_the_longer_poll_never_passes_a_slot_that_falls_due(storage: Sched
         assert await s.round() == 0
         assert s.wait_s(0) <= 1.0  # a slot a second: never a wait of BUSY_MAX_S past one
         clock.advance(1)
+
+
+async def test_a_dead_nodes_fire_is_taken_as_its_lease_ends_not_a_grown_poll_later(storage: ScheduleStorage) -> None:
+    """The survivor's rounds find the fire leased to the dead node and start nothing, so its look
+    grows; it never grows past the moment that lease ends (a millisecond after), when the fire
+    can be claimed."""
+    clock, runs = FakeClock(0.0), FakeRuns()
+    row = schedule(every_s=3600)  # no other slot for an hour
+    await storage.create(row, max_per_tenant=10)
+    dead = scheduler(storage, runs, clock, "node-dead")
+    clock.advance(3600)
+    (decided,) = await dead._decide(row, int(clock.now() * 1000))  # claimed, then the node died
+    lease_end_s = 3600 + FIRE_LEASE_MS / 1000
+    alive = scheduler(storage, runs, clock, "node-b")
+    waits = []
+    while clock.now() < lease_end_s:
+        assert await alive.round() == 0  # held by the dead node
+        waits.append(alive.wait_s(0))
+        clock.advance(waits[-1])
+    assert max(waits) == BUSY_MAX_S and clock.now() == pytest.approx(lease_end_s + 0.001)  # just as it ran out
+    assert await alive.round() == 1 and runs.starts == [decided.run_id]

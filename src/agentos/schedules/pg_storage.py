@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentos.schedules import storage
-from agentos.schedules.records import FireRow, FireStatus, ScheduleRow
+from agentos.schedules.records import FireRow, FireStatus, NextWork, ScheduleRow
 from agentos.store.pg_side_pool import SidePool
 from agentos.store.tenant_cap import check_cap_pg
 
@@ -135,13 +135,14 @@ class PgScheduleStorage:
         sql = storage.SELECT_FIRES + " WHERE schedule_id = $1 AND status IN ('pending', 'started') ORDER BY slot_ms"
         return [storage.fire_row(r) for r in await self._fetch(sql, schedule_id)]
 
-    async def next_work(self) -> tuple[int | None, bool]:
+    async def next_work(self, now_ms: int) -> NextWork:
         sql = (
             "SELECT (SELECT min(cursor_ms) FROM schedules WHERE NOT paused),"
-            " EXISTS (SELECT 1 FROM schedule_fires WHERE status = 'pending')"
+            " EXISTS (SELECT 1 FROM schedule_fires WHERE status = 'pending'),"
+            " (SELECT min(lease_until_ms) FROM schedule_fires WHERE status = 'pending' AND lease_until_ms >= $1)"
         )
-        earliest, busy = (await self._fetch(sql))[0]
-        return earliest, bool(busy)
+        earliest, busy, lease_end = (await self._fetch(sql, now_ms))[0]
+        return NextWork(earliest, bool(busy), None if lease_end is None else lease_end + 1)
 
     async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[FireRow]:
         rows = await self._db.use(lambda conn: conn.fetch(_CLAIM, owner, now_ms, lease_ms, limit), "fire claim")

@@ -78,3 +78,15 @@ class FireRow:
             "reason": self.reason,
             "updated_ms": self.updated_ms,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class NextWork:
+    """When the scheduler next has work (`ScheduleStorage.next_work`): the earliest cursor of a
+    schedule not paused (None: none), whether any fire is pending, and the earliest time a
+    pending fire another owner holds can be claimed, just after its lease ends (None: none is
+    held; a dead node's fires are taken then)."""
+
+    earliest_ms: int | None
+    busy: bool
+    lease_end_ms: int | None = None

@@ -18,7 +18,8 @@ start, every `schedules.poll_s`, doubling while rounds start none of them up to 
 a tenant at its `max_active_runs` for an hour is asked a few times a minute, not four times a
 second. A run of a tenant whose fires wait that ends (or parks on a human) on this node wakes
 the scheduler at once (`room_freed`, told by `RunService.when_runs_free`); one that ends on
-another node is seen within `BUSY_MAX_S`. A server with no schedule costs a look every 16 s.
+another node is seen within `BUSY_MAX_S`; a fire another node holds is looked at as its lease
+ends (a dead node's fires). A server with no schedule costs a look every 16 s.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from agentos.config.knowledge import SchedulesConfig
 from agentos.errors import AdmissionRejected, InvalidInput, NotFound, PayloadTooLarge, ShuttingDown, StoreUnavailable
 from agentos.ids import new_run_id
 from agentos.kernel import RUN_TERMINAL_STATUSES
-from agentos.schedules.records import FireRow, FireStatus, Overlap, ScheduleRow
+from agentos.schedules.records import FireRow, FireStatus, NextWork, Overlap, ScheduleRow
 from agentos.schedules.slots import plan
 from agentos.schedules.storage import FIRE_LEASE_MS, ScheduleStorage
 
@@ -91,17 +92,19 @@ class Scheduler(RunPoller[ScheduleStorage, SchedulesConfig, ScheduleMetrics]):
         self._next_wait_s = None
         return self._config.poll_s if wait_s is None else wait_s
 
-    def idle_wait_s(self, earliest_ms: int | None, busy: bool, now_ms: int) -> float:
+    def idle_wait_s(self, work: NextWork, now_ms: int) -> float:
         """How long the scheduler may sleep: while fires wait to start, `poll_s`, doubled for each
-        round in a row that started none, up to `BUSY_MAX_S`; else until the earliest cursor,
-        between `poll_s` and `IDLE_MAX_S`."""
+        round in a row that started none, up to `BUSY_MAX_S`, and no later than another owner's
+        lease on one of them ends (a dead node's fires are taken then); else until the earliest
+        cursor, between `poll_s` and `IDLE_MAX_S`."""
         poll_s = self._config.poll_s
-        cap_s = max(poll_s, BUSY_MAX_S if busy else IDLE_MAX_S)
-        if busy:
+        cap_s = max(poll_s, BUSY_MAX_S if work.busy else IDLE_MAX_S)
+        if work.busy:
             cap_s = min(cap_s, poll_s * 2 ** min(max(self._stalled_rounds - 1, 0), 16))
-        if earliest_ms is None:
+        due = [at for at in (work.earliest_ms, work.lease_end_ms) if at is not None]
+        if not due:
             return cap_s
-        return min(max(poll_s, (earliest_ms - now_ms) / 1000), cap_s)
+        return min(max(poll_s, (min(due) - now_ms) / 1000), cap_s)
 
     async def round(self) -> int:
         """Decide the due slots, then start the fires this node holds; how many fires started."""
@@ -133,9 +136,10 @@ class Scheduler(RunPoller[ScheduleStorage, SchedulesConfig, ScheduleMetrics]):
         self._rounds += 1
         if self._rounds % PRUNE_EVERY_ROUNDS == 0:
             await self._storage.prune(self._config.fire_history)
-        earliest, busy = await self._storage.next_work()
-        self._stalled_rounds = self._stalled_rounds + 1 if busy and not started else 0
-        self._next_wait_s = self.idle_wait_s(earliest, busy, self._now_ms())
+        ended_ms = self._now_ms()
+        work = await self._storage.next_work(ended_ms)
+        self._stalled_rounds = self._stalled_rounds + 1 if work.busy and not started else 0
+        self._next_wait_s = self.idle_wait_s(work, ended_ms)
         return started
 
     async def _decide(self, schedule: ScheduleRow, now: int) -> list[FireRow]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentos.schedules import storage
-from agentos.schedules.records import FireRow, FireStatus, ScheduleRow
+from agentos.schedules.records import FireRow, FireStatus, NextWork, ScheduleRow
 from agentos.store.tenant_cap import check_cap_sqlite
 from agentos.store.writer import Writer
 from agentos.store.writer_storage import WriterStorage, one_row
@@ -134,13 +134,14 @@ class SqliteScheduleStorage(WriterStorage):
         sql = storage.SELECT_FIRES + " WHERE schedule_id = ? AND status IN ('pending', 'started') ORDER BY slot_ms"
         return await self._writer.run(lambda db: [storage.fire_row(r) for r in db.execute(sql, (schedule_id,))])
 
-    async def next_work(self) -> tuple[int | None, bool]:
+    async def next_work(self, now_ms: int) -> NextWork:
         sql = (
             "SELECT (SELECT min(cursor_ms) FROM schedules WHERE paused = 0),"
-            " EXISTS (SELECT 1 FROM schedule_fires WHERE status = 'pending')"
+            " EXISTS (SELECT 1 FROM schedule_fires WHERE status = 'pending'),"
+            " (SELECT min(lease_until_ms) FROM schedule_fires WHERE status = 'pending' AND lease_until_ms >= ?)"
         )
-        earliest, busy = await self._writer.run(lambda db: db.execute(sql).fetchone())
-        return earliest, bool(busy)
+        earliest, busy, lease_end = await self._writer.run(lambda db: db.execute(sql, (now_ms,)).fetchone())
+        return NextWork(earliest, bool(busy), None if lease_end is None else lease_end + 1)
 
     async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[FireRow]:
         def claim(db: sqlite3.Connection) -> list[FireRow]:

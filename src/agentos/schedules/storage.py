@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any, Protocol
 
-from agentos.schedules.records import FireRow, FireStatus, ScheduleRow
+from agentos.schedules.records import FireRow, FireStatus, NextWork, ScheduleRow
 
 
 class ScheduleStorage(Protocol):
@@ -58,10 +58,11 @@ class ScheduleStorage(Protocol):
         """The schedule's pending and started fires, oldest slot first."""
         ...
 
-    async def next_work(self) -> tuple[int | None, bool]:
-        """When the scheduler next has work: the earliest cursor of a schedule not paused (None:
-        there is none), and whether any fire is pending (to start as soon as there is room, or
-        once its lease runs out). A started fire needs nothing until its schedule's next slot."""
+    async def next_work(self, now_ms: int) -> NextWork:
+        """When the scheduler next has work: the earliest cursor of a schedule not paused,
+        whether any fire is pending (to start as soon as there is room, or once its lease runs
+        out), and when the first lease still held at `now_ms` runs out. A started fire needs
+        nothing until its schedule's next slot."""
         ...
 
     async def claim(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[FireRow]:
