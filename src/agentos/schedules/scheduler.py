@@ -65,7 +65,8 @@ def admit(overlap: Overlap, max_in_flight: int, max_queued: int, running: int, w
 
 
 class Scheduler(RunPoller[ScheduleStorage, SchedulesConfig, ScheduleMetrics]):
-    """A round every `schedules.poll_s`, and at once when woken (a schedule created or resumed)."""
+    """Rounds as the module says: when a slot falls due, while fires wait (a look that grows while none
+    can start), and at once when woken (a schedule created or resumed, a waiting tenant's place freed)."""
 
     task_name = "scheduler"
     logger = log
