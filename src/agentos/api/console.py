@@ -12,13 +12,7 @@ Content-Security-Policy as /docs: same-origin scripts, styles and requests, noth
 
 from __future__ import annotations
 
-from aiohttp import web
-
-from agentos.api.routes import tagged, text
-from agentos.api.static_assets import Asset, named_asset, serve_asset
-
-routes = web.RouteTableDef()
-operation = tagged("server")
+from agentos.api.static_assets import Asset, StaticPage
 
 _JS = "text/javascript; charset=utf-8"
 _CSS = "text/css; charset=utf-8"
@@ -46,24 +40,9 @@ ASSETS = {
 }
 
 
-@routes.get("/console")
-@operation(
-    "The web console (docs/console.md); it signs in with an API key",
-    open=True,
-    answers={200: text("The page", "text/html")},
+# no-cache: the files are not content-hashed, and a server upgrade must not meet old scripts
+routes = StaticPage(path="/console", page=PAGE, assets=ASSETS, assets_cache_control="no-cache").routes(
+    page="The web console (docs/console.md); it signs in with an API key",
+    assets="The console's scripts and styles (and vendored uPlot)",
+    asset_types=("text/javascript", "text/css"),
 )
-async def console_page(request: web.Request) -> web.Response:
-    return serve_asset(request, PAGE, cache_control="no-cache")
-
-
-@routes.get("/console/{asset}")
-@operation(
-    "The console's scripts and styles (and vendored uPlot)",
-    open=True,
-    answers={200: text("The asset", "text/javascript", "text/css")},
-    errors={404: "Not one of the console's assets"},
-)
-async def console_asset(request: web.Request) -> web.Response:
-    """Raises: NotFound: not one of `ASSETS`."""
-    # no-cache: the files are not content-hashed, and a server upgrade must not meet old scripts
-    return serve_asset(request, named_asset(request, ASSETS, "/console"), cache_control="no-cache")

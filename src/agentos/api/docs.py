@@ -9,13 +9,7 @@ inline.
 
 from __future__ import annotations
 
-from aiohttp import web
-
-from agentos.api.routes import tagged, text
-from agentos.api.static_assets import Asset, named_asset, serve_asset
-
-routes = web.RouteTableDef()
-operation = tagged("server")
+from agentos.api.static_assets import Asset, StaticPage
 
 PAGE = Asset("docs.html", "text/html; charset=utf-8", gzipped=False)
 # What /docs/{asset} serves, by name: nothing else under static/ is reachable.
@@ -27,23 +21,8 @@ ASSETS = {
 }
 
 
-@routes.get("/docs")
-@operation(
-    "This page: the document, browsable, with requests you can try",
-    open=True,
-    answers={200: text("The page", "text/html")},
+routes = StaticPage(path="/docs", page=PAGE, assets=ASSETS, assets_cache_control="public, max-age=3600").routes(
+    page="This page: the document, browsable, with requests you can try",
+    assets="The page's scripts and styles (vendored Swagger UI)",
+    asset_types=("text/javascript", "text/css", "text/plain"),
 )
-async def docs_page(request: web.Request) -> web.Response:
-    return serve_asset(request, PAGE, cache_control="no-cache")
-
-
-@routes.get("/docs/{asset}")
-@operation(
-    "The page's scripts and styles (vendored Swagger UI)",
-    open=True,
-    answers={200: text("The asset", "text/javascript", "text/css", "text/plain")},
-    errors={404: "Not one of the page's assets"},
-)
-async def docs_asset(request: web.Request) -> web.Response:
-    """Raises: NotFound: not one of `ASSETS`."""
-    return serve_asset(request, named_asset(request, ASSETS, "/docs"), cache_control="public, max-age=3600")

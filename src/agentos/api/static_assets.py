@@ -1,7 +1,7 @@
 """Files of the package served as they are (agentos/api/static/): the /docs page and the console.
 
 Each page names the files it serves (`Asset`s by name: nothing else under static/ is
-reachable) and answers with `serve_asset`, always under the strict Content-Security-Policy:
+reachable) and its routes come from one `StaticPage`, always under the strict Content-Security-Policy:
 same-origin scripts, styles and requests, nothing inline. Files are read once and kept; a file
 stored gzip-compressed is sent as it is to a client that takes gzip, decompressed otherwise.
 """
@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import gzip
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import NamedTuple
 
 from aiohttp import web
 
+from agentos.api.routes import tagged, text
 from agentos.errors import NotFound
+
+operation = tagged("server")
 
 # Same-origin everything; `data:` images for the icons inlined in swagger-ui.css.
 CSP = (
@@ -30,6 +34,42 @@ class Asset(NamedTuple):
     file: str  # under agentos/api/static/
     content_type: str
     gzipped: bool  # stored gzip-compressed
+
+
+@dataclass(frozen=True, kw_only=True)
+class StaticPage:
+    """A page and its files: `GET {path}` answers the page, `GET {path}/{asset}` one of `assets`
+    by name (a 404 for any other name). The page is never cached unrevalidated (a server upgrade
+    must not meet an old page); the assets as `assets_cache_control` says."""
+
+    path: str
+    page: Asset
+    assets: Mapping[str, Asset]
+    assets_cache_control: str
+
+    def routes(self, *, page: str, assets: str, asset_types: tuple[str, ...]) -> web.RouteTableDef:
+        """The page's two routes, described by `page` and `assets` (their summaries) and the media
+        types its assets are served as."""
+        routes = web.RouteTableDef()
+
+        @routes.get(self.path)
+        @operation(page, open=True, answers={200: text("The page", "text/html")})
+        async def serve_page(request: web.Request) -> web.Response:
+            return serve_asset(request, self.page, cache_control="no-cache")
+
+        @routes.get(self.path + "/{asset}")
+        @operation(
+            assets,
+            open=True,
+            answers={200: text("The asset", *asset_types)},
+            errors={404: "Not one of the page's assets"},
+        )
+        async def serve_named_asset(request: web.Request) -> web.Response:
+            """Raises: NotFound: not one of `assets`."""
+            asset = named_asset(request, self.assets, self.path)
+            return serve_asset(request, asset, cache_control=self.assets_cache_control)
+
+        return routes
 
 
 def named_asset(request: web.Request, assets: Mapping[str, Asset], under: str) -> Asset:
