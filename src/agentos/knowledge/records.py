@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 # The columns a collection's and a document's row is read by, the same on both storages
@@ -44,18 +44,8 @@ class Collection:
     chunks: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "collection_id": self.collection_id,
-            "embedding_model": self.embedding_model,
-            "dimensions": self.dimensions,
-            "chunk_tokens": self.chunk_tokens,
-            "chunk_overlap": self.chunk_overlap,
-            "description": self.description,
-            "documents": self.documents,
-            "chunks": self.chunks,
-            "created_ms": self.created_ms,
-        }
+        """Every field but the tenant's id: the caller is that tenant."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "tenant_id"}
 
 
 @dataclass(frozen=True, slots=True)
