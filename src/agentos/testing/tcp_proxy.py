@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from typing import Any
 
 
 class TcpProxy:
@@ -29,6 +30,9 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        # Relays still connecting to the target: a cut cancels them too, so that none is left
+        # pending (its sockets unclosed) when the test's loop closes.
+        self._connecting: set[asyncio.Task[Any]] = set()
         self.port = 0
         self._stalled = False
         self.accepted = 0  # connections relayed so far
@@ -58,7 +62,7 @@ class TcpProxy:
         for writer in list(self._writers):
             writer.transport.abort()
         self._writers.clear()
-        tasks = list(self._tasks)
+        tasks = [*self._tasks, *self._connecting]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -94,11 +98,19 @@ class TcpProxy:
             self._writers.add(client_writer)  # held open, never answered
             return
         cuts = self._cuts
+        relay = asyncio.current_task()
+        assert relay is not None
+        self._connecting.add(relay)
         try:
             target_reader, target_writer = await asyncio.open_connection(*self._target)
         except OSError:
             client_writer.transport.abort()
             return
+        except asyncio.CancelledError:  # by a cut (open_connection closed its own socket)
+            client_writer.transport.abort()
+            raise
+        finally:
+            self._connecting.discard(relay)
         if cuts != self._cuts:  # a cut came while this one was connecting: it must not outlive it
             client_writer.transport.abort()
             target_writer.transport.abort()
