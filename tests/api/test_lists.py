@@ -55,6 +55,17 @@ async def test_a_bad_numeric_cursor_is_the_same_error(server: RunningServer, htt
     assert "'after'" in body["error"]["message"]
 
 
+@pytest.mark.parametrize("name", ["limit", "after"])
+@pytest.mark.parametrize("path", sorted(LISTS))
+async def test_a_parameter_given_twice_is_refused_not_one_of_them_taken(
+    server: RunningServer, http, sid: str, path: str, name: str
+) -> None:
+    """`?limit=1&limit=2`: neither is the client's meaning (it was the first, silently)."""
+    async with http.get(server.url + path.format(sid=sid), params=[(name, "1"), (name, "2")]) as r:
+        body = await expect_error(r, 422, "invalid_input")
+    assert f"'{name}'" in body["error"]["message"] and "give it once" in body["error"]["message"]
+
+
 @pytest.mark.parametrize("path", sorted(LISTS))
 async def test_the_largest_limit_is_accepted(server: RunningServer, http, sid: str, path: str) -> None:
     async with http.get(server.url + path.format(sid=sid), params={"limit": str(MAX_PAGE_LIMIT)}) as r:

@@ -249,9 +249,9 @@ def query_int(request: web.Request, name: str, default: int, *, low: int, high: 
     kind: 422 `invalid_input`, its message naming the parameter and the range.
 
     Raises:
-        InvalidInput: not an integer, or outside `low..high`.
+        InvalidInput: not an integer, or outside `low..high` (given twice is not one integer).
     """
-    raw = request.query.get(name)
+    raw = _query_once(request, name)
     if raw is None:
         return default
     value = decimal(raw)
@@ -264,12 +264,53 @@ def query_text(request: web.Request, name: str) -> str | None:
     """The text query parameter `name` (a cursor, an id; None when absent).
 
     Raises:
-        InvalidInput: it holds NUL (`%00`): no id has one, and PostgreSQL takes it in no text.
+        InvalidInput: it holds NUL (`%00`): no id has one, and PostgreSQL takes it in no text;
+            or it is given twice.
     """
-    raw = request.query.get(name)
+    raw = _query_once(request, name)
     if raw is not None and "\x00" in raw:
         raise InvalidInput(f"query parameter {name!r} must not contain NUL (%00)")
     return raw
+
+
+def _query_once(request: web.Request, name: str) -> str | None:
+    """The query parameter `name`, given at most once: of `?limit=5&limit=500` neither is
+    the client's meaning, so the answer says so instead of taking one."""
+    values = request.query.getall(name, ())
+    if len(values) > 1:
+        raise InvalidInput(f"query parameter {name!r}: give it once, got {len(values)}")
+    return values[0] if values else None
+
+
+def resume_after(request: web.Request, stream_id: str | None = None) -> int:
+    """The seq a resumed event stream starts after: `Last-Event-ID`, else `?after=`, else 0. The
+    same for a turn's stream and a run's. `stream_id`: a Last-Event-ID may also be
+    `<stream_id>:<seq>`, as a turn's stream numbers its events.
+
+    Raises:
+        BadRequest: either, when given, is not one integer from 0 to `MAX_AFTER` (an empty one, or
+            `after` given twice, is not one either), or the Last-Event-ID names another stream.
+    """
+    after = request.query.getall("after", ())
+    if len(after) > 1:
+        raise BadRequest(f"after: give it once, got {len(after)}")
+    last_event_id = request.headers.get("Last-Event-ID")
+    if last_event_id is not None and stream_id is not None:
+        prefix, colon, seq = last_event_id.rpartition(":")
+        if colon and prefix != stream_id:
+            raise BadRequest(f"Last-Event-ID {last_event_id[:80]!r} names another stream than {stream_id!r}")
+        last_event_id = seq
+    given = [("Last-Event-ID", last_event_id), ("after", after[0] if after else None)]
+    seqs = [_seq(name, raw) for name, raw in given if raw is not None]
+    return seqs[0] if seqs else 0
+
+
+def _seq(name: str, raw: str) -> int:
+    value = decimal(raw)
+    # checked before the stream starts: a larger one overflowed SQLite's integer mid-stream
+    if value is None or value > MAX_AFTER:
+        raise BadRequest(f"{name} must be an event seq from 0 to {MAX_AFTER}, got {raw[:40]!r}")
+    return value
 
 
 def decimal(raw: str) -> int | None:

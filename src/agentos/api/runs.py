@@ -29,15 +29,14 @@ from agentos.agents.forks import ForkEdit
 from agentos.api.admission import ADMISSION
 from agentos.api.agents import UNKNOWN_AGENT
 from agentos.api.body import (
-    MAX_AFTER,
     AnswerCreate,
     RunCreate,
     RunFork,
     RunSteer,
-    decimal,
     page_limit,
     query_text,
     read_body,
+    resume_after,
 )
 from agentos.api.keys import RUNS, RUNTIME, SSE_KEEPALIVE_S
 from agentos.api.owners import check_run, check_session, list_owner
@@ -61,7 +60,7 @@ from agentos.api.routes import (
 )
 from agentos.api.sessions import json_response
 from agentos.api.sse import SSEStream, failures_as_events
-from agentos.errors import BadRequest, InvalidInput
+from agentos.errors import InvalidInput
 from agentos.ids import new_run_id
 from agentos.journal.run_list import CURSOR_PATTERN, RUN_STATUSES, RunCursor, RunQuery
 from agentos.kernel import RUN_TERMINAL_EVENTS
@@ -383,7 +382,7 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     tenant_id = who.tenant_id
     runs = request.app[RUNS]
     run_id = request.match_info["run_id"]
-    after = _after_seq(request)
+    after = resume_after(request)
     await runs.get_run(tenant_id, run_id)  # a 404 before the stream starts
     await check_run(runs, who, run_id)
     stream = await SSEStream.open(request, RUN_TERMINAL_EVENTS)
@@ -399,26 +398,3 @@ async def run_events(request: web.Request) -> web.StreamResponse:
         finally:
             await events.aclose()
     return stream.response
-
-
-def _after_seq(request: web.Request) -> int:
-    """The seq to resume after: `Last-Event-ID`, else `?after=`, else 0.
-
-    Raises:
-        BadRequest: either, when given, is not one integer from 0 to `MAX_AFTER` (an empty one,
-            or `after` given twice, is not one either).
-    """
-    after = request.query.getall("after", [])
-    if len(after) > 1:
-        raise BadRequest(f"after: give it once, got {len(after)}")
-    given = [("Last-Event-ID", request.headers.get("Last-Event-ID")), ("after", after[0] if after else None)]
-    seqs = [_seq(name, raw) for name, raw in given if raw is not None]
-    return seqs[0] if seqs else 0
-
-
-def _seq(name: str, raw: str) -> int:
-    value = decimal(raw)  # ASCII digits only: int() also takes "+5", "1_0", "٣" and 4300 digits
-    # checked before the stream starts: a larger one overflowed SQLite's integer mid-stream
-    if value is None or value > MAX_AFTER:
-        raise BadRequest(f"{name} must be an event seq from 0 to {MAX_AFTER}, got {raw[:40]!r}")
-    return value

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from agentos.api.body import MAX_AFTER, decimal
+from agentos.api.body import MAX_AFTER, resume_after
 from agentos.api.keys import RUNTIME, SSE_KEEPALIVE_S
 from agentos.api.owners import check_session
 from agentos.api.routes import SEQ, events, header, query, tagged
 from agentos.api.sse import SSEStream, failures_as_events
-from agentos.errors import BadRequest
 from agentos.runtime.turn import TERMINAL_EVENTS
 from agentos.tenancy.principal import Scope, require
 
@@ -61,7 +60,7 @@ async def turn_events(request: web.Request) -> web.StreamResponse:
     who = require(request, Scope.SESSIONS_READ)
     tenant_id = who.tenant_id
     session_id, turn_id = request.match_info["session_id"], request.match_info["turn_id"]
-    after = after_seq(request, turn_id)
+    after = resume_after(request, turn_id)
     await check_session(request.app[RUNTIME], who, session_id)
     # 404s before the stream starts: another tenant's session, a turn the session never had.
     events = await request.app[RUNTIME].follow_turn(tenant_id, session_id, turn_id, after)
@@ -77,18 +76,3 @@ async def turn_events(request: web.Request) -> web.StreamResponse:
         finally:
             await events.aclose()
     return stream.response
-
-
-def after_seq(request: web.Request, turn_id: str) -> int:
-    """The seq to resume after: `Last-Event-ID` (`<turn_id>:<seq>` or `<seq>`), else `?after=`.
-
-    Raises: BadRequest: not a seq from 0 to MAX_AFTER, or an event id of another turn.
-    """
-    raw = request.headers.get("Last-Event-ID") or request.query.get("after") or "0"
-    prefix, colon, number = raw.rpartition(":")
-    if colon and prefix != turn_id:
-        raise BadRequest(f"Last-Event-ID {raw[:80]!r} names another turn than {turn_id!r}")
-    value = decimal(number)
-    if value is None or value > MAX_AFTER:
-        raise BadRequest(f"Last-Event-ID must be `<turn_id>:<seq>` or a seq from 0 to {MAX_AFTER}, got {raw[:80]!r}")
-    return value
