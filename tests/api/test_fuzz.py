@@ -158,8 +158,22 @@ def finished_run(fuzz_server: _ServerThread) -> str:
     return run_id
 
 
+@pytest.fixture(scope="module")
+def finished_turn(fuzz_server: _ServerThread) -> tuple[str, str]:
+    """A session and a turn of it that ended, made once: a turn per test would reach the tenant's
+    turns per minute (`_LIMITS`)."""
+    session_id = str(_post(fuzz_server, "/v1/sessions", {})["id"])
+    url = f"{fuzz_server.url}/v1/sessions/{session_id}/turns"
+    headers = _auth(fuzz_server) | {"Accept": "application/json"}
+    answer = requests.post(url, json={"input": "hi"}, headers=headers, timeout=_CALL_TIMEOUT_S)
+    assert answer.status_code == 200 and answer.json()["status"] == "completed", answer.text
+    return session_id, str(answer.json()["turn_id"])
+
+
 @pytest.fixture
-def existing(fuzz_server: _ServerThread, finished_run: str, request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+def existing(
+    fuzz_server: _ServerThread, finished_run: str, finished_turn: tuple[str, str], request: pytest.FixtureRequest
+) -> Iterator[dict[str, str]]:
     """Path parameters that name things that exist (a session, an agent, a finished run, a
     trigger and one of its deliveries, a collection and a document, a response), so that half the cases get
     past the 404 into the handlers' real work. The session and the trigger are new for each test
@@ -177,7 +191,7 @@ def existing(fuzz_server: _ServerThread, finished_run: str, request: pytest.Fixt
         "key_id": victim.key_id,
     }
     if "{turn_id}" in path:  # a turn that ended: an unknown id's 404 waits ~1.5 s for another node's
-        known["turn_id"] = _finished_turn(fuzz_server, known["session_id"])
+        known["session_id"], known["turn_id"] = finished_turn
     trigger = None
     if path.startswith("/v1/triggers/"):
         trigger = _post(fuzz_server, "/v1/triggers", {"agent": "fuzz"})
@@ -198,15 +212,6 @@ def existing(fuzz_server: _ServerThread, finished_run: str, request: pytest.Fixt
     if schedule is not None:  # schedules.max_schedules is per tenant too
         url = f"{fuzz_server.url}/v1/schedules/{schedule['schedule_id']}"
         requests.delete(url, headers=_auth(fuzz_server), timeout=10)
-
-
-def _finished_turn(server: _ServerThread, session_id: str) -> str:
-    """The id of a turn of the session, run to its end (its whole answer, as JSON)."""
-    url = f"{server.url}/v1/sessions/{session_id}/turns"
-    headers = _auth(server) | {"Accept": "application/json"}
-    answer = requests.post(url, json={"input": "hi"}, headers=headers, timeout=_CALL_TIMEOUT_S)
-    assert answer.status_code == 200 and answer.json()["status"] == "completed", answer.text
-    return str(answer.json()["turn_id"])
 
 
 def _deliver(server: _ServerThread, trigger: dict[str, Any], webhook_id: str) -> None:
@@ -397,15 +402,18 @@ def test_the_documented_agent_name_pattern_is_what_the_parser_checks(name: str) 
 )
 @pytest.mark.parametrize("stream", ["run", "turn"])
 def test_a_resume_point_past_any_seq_is_a_400_not_a_failed_stream(
-    fuzz_server: _ServerThread, existing: dict[str, str], resume: dict[str, Any], stream: str
+    fuzz_server: _ServerThread,
+    existing: dict[str, str],
+    finished_turn: tuple[str, str],
+    resume: dict[str, Any],
+    stream: str,
 ) -> None:
     """Found: a Last-Event-ID over SQLite's 64-bit integer opened the stream, then failed it with
     an `error` event (internal_error, a logged exception) instead of refusing the request. A
     turn's stream took the first of two `after`s (found once the fuzzer named a real turn)."""
     url = f"{fuzz_server.url}/v1/runs/{existing['run_id']}/events"
     if stream == "turn":
-        session_id = existing["session_id"]
-        turn_id = _finished_turn(fuzz_server, session_id)
+        session_id, turn_id = finished_turn
         url = f"{fuzz_server.url}/v1/sessions/{session_id}/turns/{turn_id}/events"
     headers = _auth(fuzz_server) | resume.get("headers", {})
     response = requests.get(url, headers=headers, params=resume.get("params"), timeout=_CALL_TIMEOUT_S)
