@@ -83,7 +83,8 @@ def test_the_noise_rule_and_acceptance() -> None:
 @pytest.mark.timeout(180)
 def test_a_short_hitl_campaign_runs_twice_and_reports(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    assert main(["--campaign", "hitl", "--scale", "0.03", "--out-dir", str(out)]) == 0
+    # The human answers after 0.2 s, not the scaled 1.35 s: the wait is not what this checks (-21 s).
+    assert main(["--campaign", "hitl", "--scale", "0.03", "--answer-delay-secs", "0.2", "--out-dir", str(out)]) == 0
     (json_path,) = out.glob("*-runs-hitl.json")
     report = json.loads(json_path.read_text())
     assert len(report["repeats"]) == 2 and report["judged"]["completion"] == 1.0
