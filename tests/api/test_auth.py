@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from multidict import CIMultiDict
 
 from agentos.mock.server import MockServer
 from agentos.services import open_services
@@ -73,6 +74,19 @@ async def test_a_missing_or_wrong_credential_is_a_401(
     async with http.get(f"{guarded.url}/v1/sessions", headers=headers) as r:
         await expect_error(r, 401, "unauthorized")
         assert r.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+@pytest.mark.parametrize("second", [f"Bearer {TOKEN}", "Bearer wrong", ""])
+async def test_two_authorization_headers_are_a_400_whichever_comes_first(
+    guarded: RunningServer, http: aiohttp.ClientSession, second: str
+) -> None:
+    """A singleton field sent twice: a proxy in front may have judged the other one, so neither
+    is taken (it was the first, silently)."""
+    for pair in ([f"Bearer {TOKEN}", second], [second, f"Bearer {TOKEN}"]):
+        headers = CIMultiDict(("Authorization", value) for value in pair)
+        async with http.get(f"{guarded.url}/v1/sessions", headers=headers) as r:
+            body = await expect_error(r, 400, "bad_request")
+        assert "Authorization: send it once" in body["error"]["message"]
 
 
 async def test_a_key_is_never_taken_from_the_url(guarded: RunningServer, http: aiohttp.ClientSession) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from multidict import CIMultiDict
 
 from agentos.config import settings_from_dict
 from agentos.mock.server import MockServer
@@ -144,6 +145,20 @@ async def test_a_hostile_last_event_id_is_a_400(
     async with http.get(path, headers={"Last-Event-ID": last_event_id}) as r:
         await expect_error(r, 400, "bad_request")
     async with http.get(path, params={"after": last_event_id}) as r:
+        await expect_error(r, 400, "bad_request")
+
+
+async def test_a_resume_point_sent_twice_is_a_400(server: RunningServer, http: aiohttp.ClientSession) -> None:
+    """Neither of two Last-Event-IDs (or two afters) is surely the client's: it was the first."""
+    sid = await new_session(http, server.url)
+    async with http.post(f"{server.url}/v1/sessions/{sid}/turns", json={"input": "hi"}) as r:
+        turn_id = (await r.json())["turn_id"]
+    path = f"{server.url}/v1/sessions/{sid}/turns/{turn_id}/events"
+    twice = CIMultiDict([("Last-Event-ID", f"{turn_id}:1"), ("Last-Event-ID", f"{turn_id}:2")])
+    async with http.get(path, headers=twice) as r:
+        body = await expect_error(r, 400, "bad_request")
+    assert "Last-Event-ID: send it once" in body["error"]["message"]
+    async with http.get(path, params=[("after", "1"), ("after", "1")]) as r:
         await expect_error(r, 400, "bad_request")
 
 

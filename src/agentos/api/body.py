@@ -289,12 +289,15 @@ def resume_after(request: web.Request, stream_id: str | None = None) -> int:
 
     Raises:
         BadRequest: either, when given, is not one integer from 0 to `MAX_AFTER` (an empty one, or
-            `after` given twice, is not one either), or the Last-Event-ID names another stream.
+            one given twice, is not one either), or the Last-Event-ID names another stream.
     """
     after = request.query.getall("after", ())
     if len(after) > 1:
         raise BadRequest(f"after: give it once, got {len(after)}")
-    last_event_id = request.headers.get("Last-Event-ID")
+    last_event_ids = request.headers.getall("Last-Event-ID", ())
+    if len(last_event_ids) > 1:
+        raise BadRequest(f"Last-Event-ID: send it once, got {len(last_event_ids)}")
+    last_event_id = last_event_ids[0] if last_event_ids else None
     if last_event_id is not None and stream_id is not None:
         prefix, colon, seq = last_event_id.rpartition(":")
         if colon and prefix != stream_id:

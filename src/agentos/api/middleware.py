@@ -95,7 +95,10 @@ def auth_middleware(
         route = route_of(request)
         if route in OPEN_ROUTES:
             return await handler(request)
-        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        authorization = request.headers.getall("Authorization", ())
+        if len(authorization) > 1:  # a singleton field (RFC 9110): which one counts is anyone's guess
+            return error_response(400, "bad_request", f"Authorization: send it once, got {len(authorization)}")
+        scheme, _, given = (authorization[0] if authorization else "").partition(" ")
         given = given.strip() if scheme.lower() == "bearer" else ""
         if not given and browser is not None:
             given = browser.credential(request)
