@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from multidict import CIMultiDict
 
 from agentos.testing import RunningServer
 from tests.api.helpers import assert_documented, expect_error
@@ -83,6 +84,20 @@ async def test_a_bad_upload_is_a_json_4xx(
         await expect_error(r, status, code)
     async with http.get(f"{docs}/v1/collections/docs/documents") as r:
         assert (await r.json())["data"] == []  # nothing was stored
+
+
+@pytest.mark.parametrize("name", ["Idempotency-Key", "Agentos-Title", "Agentos-Metadata"])
+async def test_an_upload_header_sent_twice_is_a_400_and_stores_nothing(
+    docs: str, http: aiohttp.ClientSession, name: str
+) -> None:
+    """Two Idempotency-Keys name two uploads: neither is taken (it was the first, silently)."""
+    value = "{}" if name == "Agentos-Metadata" else "k1"
+    headers = CIMultiDict([("Content-Type", "text/plain"), (name, value), (name, value.replace("1", "2"))])
+    async with http.post(f"{docs}/v1/collections/docs/documents", data=b"text", headers=headers) as r:
+        body = await expect_error(r, 400, "bad_request")
+    assert f"{name}: send it once" in body["error"]["message"]
+    async with http.get(f"{docs}/v1/collections/docs/documents") as r:
+        assert (await r.json())["data"] == []
 
 
 @pytest.mark.parametrize(

@@ -294,10 +294,7 @@ def resume_after(request: web.Request, stream_id: str | None = None) -> int:
     after = request.query.getall("after", ())
     if len(after) > 1:
         raise BadRequest(f"after: give it once, got {len(after)}")
-    last_event_ids = request.headers.getall("Last-Event-ID", ())
-    if len(last_event_ids) > 1:
-        raise BadRequest(f"Last-Event-ID: send it once, got {len(last_event_ids)}")
-    last_event_id = last_event_ids[0] if last_event_ids else None
+    last_event_id = header_text(request, "Last-Event-ID")
     if last_event_id is not None and stream_id is not None:
         prefix, colon, seq = last_event_id.rpartition(":")
         if colon and prefix != stream_id:
@@ -325,13 +322,17 @@ def decimal(raw: str) -> int | None:
 
 
 def header_text(request: web.Request, name: str) -> str | None:
-    """The header `name` as text (None when absent).
+    """The header `name` as text (None when absent), sent at most once.
 
     Raises:
         BadRequest: its bytes are not UTF-8 (aiohttp keeps such bytes as lone surrogates, which
-            no store, log or JSON encoder takes).
+            no store, log or JSON encoder takes); it was sent twice (neither is surely the
+            client's, and a proxy in front may have read the other).
     """
-    value = request.headers.get(name)
+    values = request.headers.getall(name, ())
+    if len(values) > 1:
+        raise BadRequest(f"{name}: send it once, got {len(values)}")
+    value = values[0] if values else None
     if value is not None and not value.isascii():
         try:
             value.encode()

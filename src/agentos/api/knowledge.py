@@ -264,7 +264,7 @@ async def delete_collection(request: web.Request) -> web.Response:
     },
     errors=_NO_COLLECTION
     | {
-        400: "Malformed JSON, base64 or Agentos-Metadata",
+        400: "Malformed JSON, base64 or Agentos-Metadata; a header sent twice or not UTF-8",
         409: "`idempotency_key_reused` (other content), `too_many_documents`",
         413: "Over knowledge.max_document_bytes",
         415: "`unsupported_media_type`",

@@ -68,7 +68,7 @@ async def read_upload(request: web.Request, config: KnowledgeConfig) -> Upload:
 
 
 def idempotency_key(request: web.Request) -> str | None:
-    raw = request.headers.get("Idempotency-Key")
+    raw = header_text(request, "Idempotency-Key")
     if raw is None:
         return None
     if not _KEY.match(raw):
