@@ -19,7 +19,7 @@ from agentos.clock import wall_ms
 from agentos.errors import Conflict, NotFound, Unauthorized
 from agentos.mock.server import MockServer
 from agentos.testing import RunningServer
-from agentos.triggers.dispatcher import IDLE_POLL_MAX_S, LEASE_MS, WaitingForRoom
+from agentos.triggers.dispatcher import IDLE_POLL_MAX_S, LEASE_MS, Dispatcher, TriggerMetrics, WaitingForRoom
 from agentos.triggers.records import DeliveryQuery, SecretRow, TriggerRow
 from agentos.triggers.service import TriggerService
 from agentos.triggers.signatures import decode_secret, derive_secret, encode_secret, sign
@@ -290,6 +290,44 @@ async def test_a_delivery_refused_at_the_tenants_cap_starts_when_a_place_frees(
         assert await run_outcome(http, server.url, str(running)) == "run.completed"
         await asyncio.wait_for(freed.wait(), 10)
         assert await service.dispatcher.round() == 1  # the same clock: due because a place freed
+        assert await run_outcome(http, server.url, waiting.run_id) == "run.completed"
+    finally:
+        stop()
+        await service.close()
+        await server.close()
+
+
+async def test_a_place_freed_on_this_node_hurries_a_delivery_another_node_postponed(
+    tmp_path: Path, mock_factory: Any, http: aiohttp.ClientSession
+) -> None:
+    """Node A postponed the delivery at the tenant's cap and does not hear the run that ends
+    here; this node (B) learned from its round's backlog that the tenant waits, so the place
+    that frees here makes the delivery due and B starts it, on the same clock (no retry)."""
+    mock: MockServer = await mock_factory(ttft_ms=200, tokens=2)
+    server = await serve(tmp_path / "data", mock, {}, tenant_limits={"max_active_runs": 1})
+    clock = Clock()
+    runs = server.services.runs
+    storage = SqliteTriggerStorage(tmp_path / "t.db")
+    service = TriggerService(server.services.settings, storage, runs, b"p" * 32, now_ms=clock)
+    await service.storage.open()  # no dispatcher task: the test runs the rounds of both nodes
+    node_a = service.dispatcher  # hears no run's end: another node's
+    node_b = Dispatcher(service.storage, runs, service.config, "node-b", clock, TriggerMetrics())
+    stop = runs.when_runs_free(node_b.room_freed)
+    freed = asyncio.Event()
+    runs.when_runs_free(lambda tenant, count: freed.set())  # told after node B
+    try:
+        trigger = await service.create("default", "echo", "{payload}", "")
+        setup = Setup(server, service, clock)
+        answers = [(await deliver(setup, trigger, webhook_id))[0] for webhook_id in ("a", "b")]
+        assert await node_a.round() == 2  # one starts, one is postponed by node A
+        rows = [await service.storage.get_delivery("default", trigger["trigger_id"], w) for w in ("a", "b")]
+        (waiting,) = [r for r in rows if r is not None and r.status == "queued"]
+        assert waiting.next_attempt_ms > clock.ms
+        assert await node_b.round() == 0  # not due; its backlog names the tenant that waits
+        (running,) = [a["run_id"] for a in answers if a["run_id"] != waiting.run_id]
+        assert await run_outcome(http, server.url, str(running)) == "run.completed"
+        await asyncio.wait_for(freed.wait(), 10)
+        assert await node_b.round() == 1  # the same clock: due because a place freed here
         assert await run_outcome(http, server.url, waiting.run_id) == "run.completed"
     finally:
         stop()

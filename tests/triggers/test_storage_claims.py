@@ -136,13 +136,26 @@ async def test_the_backlog_says_when_its_first_delivery_can_be_claimed(storage: 
     await storage.claim("node-a", now_ms=500, lease_ms=LEASE, limit=10)
     assert await storage.backlog() == Backlog(2, 500 + LEASE + 1)  # both leased until 1500
     await storage.postpone("node-a", first.trigger_id, first.webhook_id, next_attempt_ms=900)
-    assert await storage.backlog() == Backlog(2, 900)
+    assert await storage.backlog() == Backlog(2, 900, (first.tenant_id,))
     await storage.mark_started("node-a", first.trigger_id, first.webhook_id, now_ms=950)  # not its lease any more
     await storage.claim("node-b", now_ms=900, lease_ms=LEASE, limit=10)  # takes the postponed one
     assert await storage.backlog() == Backlog(2, 500 + LEASE + 1)
     await storage.mark_started("node-b", first.trigger_id, first.webhook_id, now_ms=950)
     await storage.mark_started("node-a", second.trigger_id, second.webhook_id, now_ms=950)
     assert await storage.backlog() == Backlog(0, None)
+
+
+async def test_the_backlog_names_the_tenants_whose_deliveries_were_postponed(storage: TriggerStorage) -> None:
+    """Tried and put back to wait, by any node: not a delivery never tried, nor one leased now."""
+    first, second = await queue(storage, 2)
+    assert (await storage.backlog()).postponed_tenants == ()
+    await storage.claim("node-a", now_ms=500, lease_ms=LEASE, limit=10)
+    assert (await storage.backlog()).postponed_tenants == ()  # leased: being tried
+    await storage.postpone("node-a", first.trigger_id, first.webhook_id, next_attempt_ms=900)
+    assert (await storage.backlog()).postponed_tenants == (first.tenant_id,)
+    await storage.claim("node-b", now_ms=900, lease_ms=LEASE, limit=10)
+    await storage.mark_started("node-b", first.trigger_id, first.webhook_id, now_ms=950)
+    assert (await storage.backlog()).postponed_tenants == ()
 
 
 async def test_only_the_lease_owner_postpones(storage: TriggerStorage) -> None:

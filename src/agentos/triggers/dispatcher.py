@@ -14,8 +14,13 @@ waiting cannot fix fails it: the agent or the trigger is gone, the rendered inpu
 A delivery refused for want of a run's place does not wait out its retry when a place frees on
 this node: each run of the tenant that ends (or parks on a human) makes one of its postponed
 deliveries due at once, oldest first, and wakes the dispatcher (`room_freed`; any tenant's run,
-when the server as a whole was full). The retry is what is left for places freed on other nodes
-(a cluster) and for a start that loses the freed place to another caller.
+when the server as a whole was full), which claims it. Which tenants have postponed deliveries
+the node knows from its own refusals and from each round's backlog, which names those postponed
+by any node sharing the store: a node whose run ends hurries another node's postponed delivery
+of the tenant, and starts it itself, without a message between nodes; only that node hurries,
+so the nodes do not all rush for the one place. The retry is what is left for a place freed
+before this node's round has seen the postponement, and for a start that loses the freed place
+to another caller.
 
 It wakes when this node accepts a delivery and when one of its postponements ends, and polls
 for the rest (deliveries another node accepted): a second after a round that found work, the
@@ -169,6 +174,8 @@ class Dispatcher(RunPoller[TriggerStorage, TriggersConfig, TriggerMetrics]):
         backlog = await self._storage.backlog()
         self.backlog = backlog.queued
         self._poll.seen_due(backlog.next_due_ms)  # a dead node's lease ends then, say
+        for tenant_id in backlog.postponed_tenants:  # postponed here or on another node (PostgreSQL)
+            self._room.refused(tenant_id)
         return len(claimed)
 
     async def _hurry(self, now_ms: int) -> None:

@@ -26,7 +26,7 @@ from agentos.errors import Conflict
 from agentos.store import pg_pool
 from agentos.store.pg_side_pool import SidePool
 from agentos.store.tenant_cap import check_cap_pg
-from agentos.triggers.records import Backlog, DeliveryQuery, DeliveryRow, SecretRow, TriggerRow
+from agentos.triggers.records import MAX_POSTPONED_TENANTS, Backlog, DeliveryQuery, DeliveryRow, SecretRow, TriggerRow
 from agentos.triggers.storage import (
     DELIVERY_COLUMNS,
     SELECT_TRIGGERS,
@@ -68,6 +68,11 @@ RETURNING {", ".join("d." + c.strip() for c in DELIVERY_COLUMNS.split(","))}
 _BACKLOG = (
     "SELECT count(*), min(GREATEST(next_attempt_ms, COALESCE(lease_until_ms + 1, 0)))"
     " FROM trigger_deliveries WHERE status = 'queued'"
+)
+# Tried and put back to wait: queued, unleased, attempted (a claim counts the attempt).
+_POSTPONED_TENANTS = (
+    "SELECT DISTINCT tenant_id FROM trigger_deliveries"
+    " WHERE status = 'queued' AND lease_until_ms IS NULL AND attempts > 0 LIMIT $1"
 )
 _REQUEUE = (
     "UPDATE trigger_deliveries SET status = 'queued', reason = NULL, attempts = 0, next_attempt_ms = $1,"
@@ -221,7 +226,8 @@ class PgTriggerStorage:
 
     async def backlog(self) -> Backlog:
         queued, due = (await self._fetch(_BACKLOG))[0]
-        return Backlog(queued, due)
+        tenants = await self._fetch(_POSTPONED_TENANTS, MAX_POSTPONED_TENANTS) if queued else []
+        return Backlog(queued, due, tuple(row[0] for row in tenants))
 
     async def prune(self, before_ms: int) -> int:
         return await self._execute(

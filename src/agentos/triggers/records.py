@@ -76,7 +76,13 @@ class DeliveryQuery:
 @dataclass(frozen=True, slots=True)
 class Backlog:
     """The deliveries still queued (every tenant's), and the earliest time one of them can be
-    claimed: its `next_attempt_ms`, or just after its lease ends (None: nothing is queued)."""
+    claimed: its `next_attempt_ms`, or just after its lease ends (None: nothing is queued).
+    `postponed_tenants`: the tenants of the deliveries tried and put back to wait (at most
+    `MAX_POSTPONED_TENANTS` of them), whichever node tried them."""
 
     queued: int
     next_due_ms: int | None
+    postponed_tenants: tuple[str, ...] = ()
+
+
+MAX_POSTPONED_TENANTS = 1000

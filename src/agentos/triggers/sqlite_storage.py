@@ -31,7 +31,7 @@ from agentos.store.tenant_cap import check_cap_sqlite
 from agentos.store.writer import Writer
 from agentos.store.writer_storage import WriterStorage, one_row
 from agentos.triggers import storage
-from agentos.triggers.records import Backlog, DeliveryQuery, DeliveryRow, SecretRow, TriggerRow
+from agentos.triggers.records import MAX_POSTPONED_TENANTS, Backlog, DeliveryQuery, DeliveryRow, SecretRow, TriggerRow
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS triggers (
@@ -79,6 +79,11 @@ _DUE = (
 _BACKLOG = (
     "SELECT count(*), min(max(next_attempt_ms, coalesce(lease_until_ms + 1, 0)))"
     " FROM deliveries WHERE status = 'queued'"
+)
+# Tried and put back to wait: queued, unleased, attempted (a claim counts the attempt).
+_POSTPONED_TENANTS = (
+    "SELECT DISTINCT tenant_id FROM deliveries"
+    " WHERE status = 'queued' AND lease_until_ms IS NULL AND attempts > 0 LIMIT ?"
 )
 _REQUEUE = (
     "UPDATE deliveries SET status = 'queued', reason = NULL, attempts = 0, next_attempt_ms = ?, updated_ms = ?"
@@ -218,8 +223,12 @@ class SqliteTriggerStorage(WriterStorage):
         return await self._writer.run(lambda db: db.execute(_HURRY, params).rowcount)
 
     async def backlog(self) -> Backlog:
-        queued, due = await self._writer.run(lambda db: db.execute(_BACKLOG).fetchone())
-        return Backlog(queued, due)
+        def read(db: sqlite3.Connection) -> Backlog:
+            queued, due = db.execute(_BACKLOG).fetchone()
+            tenants = db.execute(_POSTPONED_TENANTS, (MAX_POSTPONED_TENANTS,)).fetchall() if queued else []
+            return Backlog(queued, due, tuple(tenant for (tenant,) in tenants))
+
+        return await self._writer.run(read)
 
     async def prune(self, before_ms: int) -> int:
         sql = "DELETE FROM deliveries WHERE received_ms < ? AND status <> 'queued'"

@@ -83,8 +83,9 @@ class TriggerStorage(Protocol):
         ...
 
     async def backlog(self) -> Backlog:
-        """Deliveries still queued (every tenant's: the backlog gauge), and when the first of them
-        can be claimed (the dispatcher's idle wait ends by then)."""
+        """Deliveries still queued (every tenant's: the backlog gauge), when the first of them
+        can be claimed (the dispatcher's idle wait ends by then), and the tenants whose
+        deliveries were postponed, by any node (a place freed on this node hurries them)."""
         ...
 
     async def prune(self, before_ms: int) -> int:
