@@ -55,7 +55,7 @@ async def wait_http(url: str, proc: subprocess.Popen[bytes], what: str) -> None:
 def server_source() -> tuple[str, str]:
     """Where the server's code comes from (`PYTHONPATH`: another commit's worktree, else this
     checkout's `src`) and that checkout's short commit, for a report's header."""
-    source = os.environ.get("PYTHONPATH") or "src"
+    source = os.environ.get("PYTHONPATH") or str(Path(__file__).resolve().parents[2] / "src")  # run from anywhere
     git = ["git", "-C", source, "rev-parse", "--short", "HEAD"]
     return source, subprocess.run(git, capture_output=True, text=True).stdout.strip()
 

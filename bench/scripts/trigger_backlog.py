@@ -6,6 +6,10 @@ back; what the dispatcher adds is the wait between a place freeing and the next 
 
     python bench/scripts/trigger_backlog.py --deliveries 40 --cap 4 --rounds 3 --out <result file>
 
+`--nodes N` (N > 1) runs N servers sharing PostgreSQL and Redis (`--postgres-url`, `--redis-url`;
+a schema and key prefix of their own), the deliveries sent to them in turn: a place freed on one
+node must hurry a delivery another node postponed.
+
 `PYTHONPATH=<worktree>/src` runs another commit's server with the same script (a before/after pair).
 """
 
@@ -15,6 +19,7 @@ import argparse
 import asyncio
 import math
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -32,6 +37,17 @@ CONFIG = """\
 tools = []
 [tenant_limits]
 max_active_runs = {cap}
+"""
+CLUSTER = """\
+[store]
+backend = "postgres"
+postgres_url = "{postgres_url}"
+postgres_schema = "{schema}"
+[coordination]
+redis_url = "{redis_url}"
+key_prefix = "{schema}:"
+[security]
+key_pepper = "{pepper}"  # one for every node: they share the tenants table
 """
 ENDED = {"completed", "failed", "cancelled"}
 
@@ -54,40 +70,52 @@ async def ended(http: aiohttp.ClientSession, url: str, run_id: str, deadline: fl
     raise TimeoutError(f"run {run_id} did not end in time")
 
 
-async def burst(http: aiohttp.ClientSession, url: str, trigger: dict[str, str], n: int) -> float:
-    """Seconds from the first send until the runs of `n` deliveries sent at once have all ended."""
+async def burst(http: aiohttp.ClientSession, urls: list[str], trigger: dict[str, str], n: int) -> float:
+    """Seconds from the first send until the runs of `n` deliveries sent at once (to the nodes
+    in turn) have all ended."""
     started = time.perf_counter()
-    run_ids = await asyncio.gather(*(deliver(http, url, trigger) for _ in range(n)))
-    await asyncio.gather(*(ended(http, url, r, started + 120) for r in run_ids))
+    run_ids = await asyncio.gather(*(deliver(http, urls[i % len(urls)], trigger) for i in range(n)))
+    await asyncio.gather(*(ended(http, urls[0], r, started + 120) for r in run_ids))
     return time.perf_counter() - started
 
 
-async def measure(args: argparse.Namespace, url: str, server: subprocess.Popen[bytes]) -> list[tuple[float, float]]:
+async def measure(
+    args: argparse.Namespace, urls: list[str], servers: list[subprocess.Popen[bytes]]
+) -> list[tuple[float, float]]:
     """(one delivery alone, the burst) per round."""
     rows = []
-    await wait_http(f"{url}/healthz", server, "the server")
+    for url, server in zip(urls, servers, strict=True):
+        await wait_http(f"{url}/healthz", server, "the server")
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"{url}/v1/triggers", json={"agent": "echo", "input_template": "{payload.text}"}) as r:
+        body = {"agent": "echo", "input_template": "{payload.text}"}
+        async with http.post(f"{urls[0]}/v1/triggers", json=body) as r:
             assert r.status == 201, await r.text()
             trigger = await r.json()
-        await burst(http, url, trigger, 1)  # warm: the agent's first run, the connections
+        await burst(http, urls, trigger, len(urls))  # warm: the agent's first run, the connections
         for _ in range(args.rounds):
-            rows.append((await burst(http, url, trigger, 1), await burst(http, url, trigger, args.deliveries)))
+            rows.append((await burst(http, urls, trigger, 1), await burst(http, urls, trigger, args.deliveries)))
     return rows
 
 
 def main(args: argparse.Namespace) -> None:
     folder = Path(tempfile.mkdtemp(prefix="trigger-backlog-"))
     config = folder / "agentos.toml"
-    config.write_text(CONFIG.format(cap=args.cap))
-    mock_port, port = free_port(), free_port()
+    text = CONFIG.format(cap=args.cap)
+    if args.nodes > 1:
+        schema = f"bench_triggers_{uuid.uuid4().hex[:8]}"
+        pepper = secrets.token_urlsafe(32)
+        text += CLUSTER.format(postgres_url=args.postgres_url, redis_url=args.redis_url, schema=schema, pepper=pepper)
+    config.write_text(text)
+    mock_port, ports = free_port(), [free_port() for _ in range(args.nodes)]
     mock = start_mock(mock_port, "--ttft-ms", str(args.ttft_ms), "--tokens", "2")
-    with (folder / "server.log").open("wb") as log:
-        server = start_server(config, port, mock_port, folder / "data", log)
+    servers = []
+    for i, port in enumerate(ports):
+        with (folder / f"server-{i}.log").open("wb") as log:
+            servers.append(start_server(config, port, mock_port, folder / f"data-{i}", log))
     try:
-        rows = asyncio.run(measure(args, f"http://127.0.0.1:{port}", server))
+        rows = asyncio.run(measure(args, [f"http://127.0.0.1:{port}" for port in ports], servers))
     finally:
-        stop(server, mock)
+        stop(*servers, mock)
     waves = math.ceil(args.deliveries / args.cap)
     source, commit = server_source()
     lines = [
@@ -96,6 +124,8 @@ def main(args: argparse.Namespace) -> None:
         f"- Date (UTC): {time.strftime('%Y-%m-%d %H:%M', time.gmtime())}; {os.cpu_count()} cores;"
         f" server from `{source}` (commit {commit})",
         f"- Command: `python bench/scripts/trigger_backlog.py {' '.join(sys.argv[1:])}`",
+        f"- {args.nodes} node(s){' sharing PostgreSQL and Redis' if args.nodes > 1 else ''}, the deliveries"
+        " sent to them in turn",
         f"- {args.deliveries} deliveries at once, the tenant's `max_active_runs = {args.cap}`, mock"
         f" `--ttft-ms {args.ttft_ms} --tokens 2`; the floor is {waves} runs back to back",
         "",
@@ -113,6 +143,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--cap", type=int, default=4)
     parser.add_argument("--ttft-ms", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument("--postgres-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--out", default="")
     return parser.parse_args()
 
