@@ -10,9 +10,12 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from agentos_bench.common.cli import command_line
+from agentos_bench.common.cli import command_line, plan_from_args
+
+if TYPE_CHECKING:
+    from agentos.mock.server import MockSettings
 
 _RESULTS = Path("bench/results")
 
@@ -106,6 +109,13 @@ def _add_mock_flags(p: argparse.ArgumentParser, ttft_ms: float, tps: float, toke
     p.add_argument("--mock-ttft-ms", type=float, default=ttft_ms)
     p.add_argument("--mock-tps", type=float, default=tps)
     p.add_argument("--mock-tokens", type=int, default=tokens)
+
+
+def _mock_settings(args: argparse.Namespace, **more: Any) -> MockSettings:
+    """The mock of `_add_mock_flags`' options (`more`: its other settings)."""
+    from agentos.mock.server import MockSettings
+
+    return MockSettings(ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens, **more)
 
 
 def _add_output_flags(p: argparse.ArgumentParser) -> None:
@@ -291,7 +301,6 @@ def _check_nodes(args: argparse.Namespace) -> None:
 
 def _sweep(args: argparse.Namespace) -> int:
     from agentos.mock.loop import raise_fd_limit, run_loop
-    from agentos.mock.server import MockSettings
     from agentos_bench.common.pinning import pin_self
     from agentos_bench.load.sweep import run_sweep
     from agentos_bench.load.sweep_plan import SweepPlan
@@ -305,30 +314,15 @@ def _sweep(args: argparse.Namespace) -> int:
     _check_workers(args)
     pin_self(args.loadgen_cpus)
     raise_fd_limit()
-    plan = SweepPlan(
+    plan = plan_from_args(
+        SweepPlan,
+        args,
         points=_points(args),
         profiles=[] if args.target == "direct" else [p for p in args.profile.split(",") if p],
         direct=args.target in ("both", "direct"),
-        duration_s=args.duration_secs,
-        warmup_s=args.warmup_secs,
-        turn_timeout_s=args.turn_timeout_secs,
-        mock=MockSettings(ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens),
-        mock_url=args.mock_url,
-        mock_pid=args.mock_pid,
+        mock=_mock_settings(args),
         server_url=args.server_url if args.target != "direct" else None,
-        server_pid=args.server_pid,
         command=command_line(),
-        keep_data=args.keep_data,
-        tenants=args.tenants,
-        idp_url=args.idp_url,
-        nodes=args.nodes,
-        spread=args.spread,
-        api=args.api,
-        double_text=args.double_text,
-        workers=args.workers,
-        server_cpus=args.server_cpus,
-        mock_cpus=args.mock_cpus,
-        loadgen_cpus=args.loadgen_cpus,
         peers=peers,
         peer_runner=peer_runner(args.peers_dir or default_peers_dir()) if peers else None,
     )
@@ -347,7 +341,6 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _memory(args: argparse.Namespace) -> int:
     from agentos.mock.loop import raise_fd_limit, run_loop
-    from agentos.mock.server import MockSettings
     from agentos_bench.memory.staircase import MemoryPlan, run_memory
 
     if args.sessions < 1 or args.step < 1 or args.sandbox_points < 1:
@@ -355,18 +348,13 @@ def _memory(args: argparse.Namespace) -> int:
     raise_fd_limit()
     profile = _memory_profile(args)
     scenario: Literal["tools", "plain"] = "tools" if args.workload == "waiting" else "plain"
-    plan = MemoryPlan(
-        sessions=args.sessions,
-        workload=args.workload,
-        step=args.step,
+    plan = plan_from_args(
+        MemoryPlan,
+        args,
         profile=profile,
-        session_ttl_s=args.session_ttl_secs,
-        settle_s=args.settle_secs,
-        tracemalloc=args.tracemalloc,
         server_env=_server_env(args.server_env),
-        sandbox_points=args.sandbox_points,
         input_bytes=max(0, args.input_bytes),
-        mock=MockSettings(ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens, scenario=scenario),
+        mock=_mock_settings(args, scenario=scenario),
         command=command_line(),
     )
     report = run_loop(run_memory(plan))
