@@ -104,7 +104,12 @@ class Runtime:
         self.create_session = self.sessions.create
         chat = ChatTurns(driver, store, provider, metrics, self.clock, history, on_usage, tracing)
         agents = AgentTurns(runs, store, history) if runs is not None else None
-        self.streams = TurnStreams(store, bus, live=lambda turn_id: self._turns.get(turn_id) is not None)
+        self.streams = TurnStreams(
+            store,
+            bus,
+            live=lambda turn_id: self._turns.get(turn_id) is not None,
+            shared_store=settings.store.backend == "postgres",
+        )
         self._turns = Turns(
             driver,
             store,

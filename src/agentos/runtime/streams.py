@@ -46,8 +46,12 @@ SLOW_POLL_S = 8.0
 STALL_S = 300.0
 PAGE = 500
 # A turn id the store does not know yet may be one just started on another node whose
-# `turn.started` is still in the batched events lane: look again for about 1.5 s.
+# `turn.started` is still in that node's batched events lane: look again for about 1.5 s.
 _LOOKUPS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 0.0)
+# A store no other node writes has nothing to wait for: its reads see every write this node
+# queued before them (each lane answers a read after what is queued ahead of it), and a turn of
+# this node is live, or has queued its events, from its start on. One look answers.
+_ONE_LOOK_S = (0.0,)
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.Decoder(tuple[int, str, dict[str, Any]]).decode
@@ -135,12 +139,20 @@ class TurnStreams:
     """The live followers of each turn on this node, and the turn events' way onto the bus."""
 
     def __init__(
-        self, store: Store, bus: Bus | None = None, *, live: Callable[[str], bool], stall_s: float = STALL_S
+        self,
+        store: Store,
+        bus: Bus | None = None,
+        *,
+        live: Callable[[str], bool],
+        shared_store: bool = True,
+        stall_s: float = STALL_S,
     ) -> None:
-        """`live(turn_id)`: the turn runs on this node."""
+        """`live(turn_id)`: the turn runs on this node. `shared_store`: other nodes may write the
+        store (PostgreSQL), so a turn unknown to it may be one just started elsewhere."""
         self._store = store
         self._bus = bus
         self._live = live
+        self._lookups_s = _LOOKUPS_S if shared_store else _ONE_LOOK_S
         self._stall_s = stall_s
         self._followers: dict[str, set[_Follower]] = {}
         self._followed: set[str] = set()  # turns running here that another node follows
@@ -166,11 +178,12 @@ class TurnStreams:
 
     async def check_exists(self, tenant_id: str, session_id: str, turn_id: str) -> None:
         """Raises: NotFound (`turn_not_found`): no event of the turn is stored, even after a
-        short wait (a turn just started on another node)."""
-        for delay_s in _LOOKUPS_S:
+        short wait where the store is shared (a turn just started on another node)."""
+        for delay_s in self._lookups_s:
             if await self._store.list_turn_events(tenant_id, session_id, turn_id, after_seq=0, limit=1):
                 return
-            await asyncio.sleep(delay_s)  # the events lane commits in batches: look again shortly
+            if delay_s:
+                await asyncio.sleep(delay_s)  # the other node's events lane commits in batches
         raise NotFound(f"turn {turn_id!r} not found in session {session_id!r}", code="turn_not_found")
 
     async def follow(
