@@ -28,8 +28,8 @@ class LookedStore(SQLiteStore):
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[LookedStore]:
-    # A long linger: a put waits in its lane, as under load, unless a read takes it along.
-    s = LookedStore(tmp_path, StoreConfig(linger_ms=5_000, put_linger_ms=5_000))
+    # A put lingers 5 s in its lane for company (as a put under load does) unless a read takes it along.
+    s = LookedStore(tmp_path, StoreConfig(put_linger_ms=5_000))
     await s.start()
     await s.create_session(SessionRecord(tenant_id="t", session_id="s"))
     yield s
