@@ -117,7 +117,7 @@ class _ServerThread:
         mock = await start_mock(MockSettings(ttft_ms=1, tps=5000, tokens=4))
         self._closers.append(mock.close)
         # The console's stream ends after server.console_stream_s: short here, so reading it is no hang.
-        overrides = {"server.api_token": _TOKEN, "server.access_log": True, "server.console_stream_s": 0.2, **_LIMITS}
+        overrides = {"server.api_token": _TOKEN, "server.access_log": True, "server.console_stream_s": 0.05, **_LIMITS}
         server = await start_server(make_settings(data_dir, mock.url, **overrides))
         self._closers.insert(0, server.close)
         return server.url
