@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -199,10 +201,22 @@ def test_an_export_process_that_dies_is_started_again(monkeypatch: pytest.Monkey
     sink = tracing.shipper._sink
     assert isinstance(sink, shipping.ProcessSink) and sink._process is not None
     first = sink._process
-    first.kill()
-    first.wait(10)
-    tracing.start("after the death").end()
-    assert tracing.flush(30)  # answered by a new export process
+    with sink._answered:  # the dead process's reader, once at its end, waits here for the flush below
+        first.kill()
+        first.wait(10)
+        assert first.stdout is not None
+        _wait_until(lambda: first.stdout.closed)  # type: ignore[union-attr]
+        tracing.start("after the death").end()
+        # Found at -n 3: the dead process's late reader settled this flush, sent to the new process,
+        # before the new one had answered (failed was still 0).
+        assert tracing.flush(30)  # answered by a new export process
     assert sink._process is not first and sink._process.poll() is None
     assert tracing.statistics()["failed"] == 1  # the collector is down: the span is counted, not lost silently
     tracing.shutdown()
+
+
+def _wait_until(done: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)

@@ -191,11 +191,10 @@ class ProcessSink:
         if now - self._started < RESTART_INTERVAL_S:
             return False
         self._started = now
-        self._process = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
-        assert self._process.stdout is not None
-        threading.Thread(
-            target=self._read, args=(self._process.stdout,), name="agentos-span-answers", daemon=True
-        ).start()
+        process = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        self._process = process
+        self._reader = threading.Thread(target=self._read, args=(process,), name="agentos-span-answers", daemon=True)
+        self._reader.start()
         return True
 
     def _alive(self) -> bool:
@@ -230,11 +229,16 @@ class ProcessSink:
         except OSError:  # it died as we wrote: the next batch starts another
             self._counts.failed += len(batch)
 
-    def _read(self, answers: IO[bytes]) -> None:
-        with answers:
+    def _read(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None
+        with process.stdout as answers:
             self._answers(answers)
-        with self._answered:  # the process ended: nothing more will answer
-            self._flushes_done = self._flushes_sent
+        with self._answered:
+            # The process ended: the flushes sent to it will not be answered. Only while it is
+            # still the current one: a reader that sees its end late must not settle the flushes
+            # sent to the process started after it (they would return before it answered).
+            if self._process is process:
+                self._flushes_done = self._flushes_sent
             self._answered.notify_all()
 
     def _answers(self, answers: IO[bytes]) -> None:
