@@ -14,6 +14,8 @@ import time
 
 # What `new_id("ses")` makes: a string of this form may name a session (whether it does is the store's).
 SESSION_ID = re.compile(r"ses_[0-9a-f]{36}")
+# What `new_id("turn")` makes, on whichever node: a string of another form names no turn.
+TURN_ID = re.compile(r"turn_[0-9a-f]{36}")
 
 
 def new_id(prefix: str) -> str:

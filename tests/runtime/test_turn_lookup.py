@@ -11,6 +11,7 @@ import pytest
 
 from agentos.config import StoreConfig
 from agentos.errors import NotFound
+from agentos.ids import new_id
 from agentos.runtime.streams import TurnStreams
 from agentos.store.records import EventRecord, SessionRecord
 from agentos.store.sqlite import SQLiteStore
@@ -42,15 +43,27 @@ def sole_writer(store: LookedStore) -> TurnStreams:
 
 async def test_an_unknown_turn_is_a_404_at_the_first_look(store: LookedStore) -> None:
     with pytest.raises(NotFound) as raised:
-        await sole_writer(store).check_exists("t", "s", "turn_nope")
+        await sole_writer(store).check_exists("t", "s", new_id("turn"))
     assert raised.value.code == "turn_not_found"
     assert store.looks == 1  # nothing to wait for: no other node writes this store
 
 
+@pytest.mark.parametrize("guess", ["turn_nope", "x" * 300, "turn_" + "0" * 35, "TURN_" + "0" * 36, "turn_" + "g" * 36])
+async def test_an_id_no_node_makes_is_a_404_without_a_look_even_at_a_shared_store(
+    store: LookedStore, guess: str
+) -> None:
+    """A scanner's guesses hold no request open for the shared store's 1.5 s look."""
+    shared = TurnStreams(store, live=lambda _turn_id: False, shared_store=True)
+    with pytest.raises(NotFound):
+        await shared.check_exists("t", "s", guess)
+    assert store.looks == 0
+
+
 async def test_a_turn_whose_events_are_only_queued_is_found_at_the_first_look(store: LookedStore) -> None:
     """What makes one look enough: the read is answered after the writes queued before it."""
-    store.add_event(EventRecord(tenant_id="t", session_id="s", turn_id="turn_1", type="turn.started", data={}, seq=1))
-    await sole_writer(store).check_exists("t", "s", "turn_1")
+    turn_id = new_id("turn")
+    store.add_event(EventRecord(tenant_id="t", session_id="s", turn_id=turn_id, type="turn.started", data={}, seq=1))
+    await sole_writer(store).check_exists("t", "s", turn_id)
     assert store.looks == 1
     with pytest.raises(NotFound):  # the same turn named by another tenant
-        await sole_writer(store).check_exists("u", "s", "turn_1")
+        await sole_writer(store).check_exists("u", "s", turn_id)

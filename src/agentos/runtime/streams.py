@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from agentos.errors import NotFound
+from agentos.ids import TURN_ID
 from agentos.runtime.turn import TERMINAL_EVENTS, Turn, TurnSink
 from agentos.store.base import Store
 
@@ -178,8 +179,10 @@ class TurnStreams:
 
     async def check_exists(self, tenant_id: str, session_id: str, turn_id: str) -> None:
         """Raises: NotFound (`turn_not_found`): no event of the turn is stored, even after a
-        short wait where the store is shared (a turn just started on another node)."""
-        for delay_s in self._lookups_s:
+        short wait where the store is shared (a turn just started on another node); at once for
+        an id no node makes (a scanner's guess holds no request open, costs no query)."""
+        lookups_s = self._lookups_s if TURN_ID.fullmatch(turn_id) else ()
+        for delay_s in lookups_s:
             if await self._store.list_turn_events(tenant_id, session_id, turn_id, after_seq=0, limit=1):
                 return
             if delay_s:
