@@ -128,7 +128,7 @@ async def test_every_offer_leaves_one_sample_named_by_its_outcome() -> None:
 async def test_latency_counts_from_the_due_time_and_a_late_dispatch_is_counted() -> None:
     async def send(offer: Offer, attempt: Attempt) -> None:
         if offer.index == 0:
-            time.sleep(0.3)  # noqa: ASYNC251 -- the generator itself is busy past the next request's due time
+            time.sleep(0.3)  # noqa: ASYNC251, TID251 -- the generator itself is busy past the next request's due time
         attempt.first_token()
 
     offers = _offers("api_read", "api_read", gap_s=0.1)

@@ -36,7 +36,7 @@ async def test_a_blocked_loop_is_measured_and_then_sampled_at_ten_hertz() -> Non
         timer = runtime._lag_timer
         assert timer is not None and timer.when() - loop.time() <= LAG_PROBE_SLOW_S + 0.01  # a quiet loop: 1 s
         # Block the loop past the probe's due time, as a slow callback would: it must run late.
-        time.sleep(LAG_PROBE_SLOW_S + 0.2)  # noqa: ASYNC251 - the blocked loop is what is measured
+        time.sleep(LAG_PROBE_SLOW_S + 0.2)  # noqa: ASYNC251, TID251 - the blocked loop is what is measured
         async with asyncio.timeout(5.0):
             await sampled.wait()
         assert len(observed) == 1 and observed[0] >= 150  # it saw the ~200 ms it was late
