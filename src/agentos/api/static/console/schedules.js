@@ -9,6 +9,8 @@ let ctx = null;
 const mono = (text) => el("span", { class: "mono", text });
 const when = (s) => (s.cron ? `${s.cron} (${s.time_zone})` : `every ${s.every_s} s`);
 const lastFire = (s) => s.last_fires.find((f) => f.status !== "pending") ?? null;
+// The newest fire that started a run: the last fire may be one skipped behind it (overlap).
+const lastRun = (s) => s.last_fires.find((f) => f.run_id)?.run_id ?? "-";
 const COLUMNS = [
   ["schedule", (s) => mono(s.schedule_id)],
   ["agent", (s) => s.agent],
@@ -17,7 +19,7 @@ const COLUMNS = [
   ["next fire", (s) => (s.paused ? "-" : time(s.next_fire_ms))],
   ["last fire", (s) => (lastFire(s) ? time(lastFire(s).slot_ms) : "-")],
   ["last outcome", (s) => (lastFire(s) ? status(lastFire(s).reason ?? lastFire(s).status) : "-")],
-  ["last run", (s) => mono(lastFire(s)?.run_id ?? "-")],
+  ["last run", (s) => mono(lastRun(s))],
 ];
 
 async function load() {
