@@ -10,12 +10,9 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
-from agentos_bench.common.cli import command_line, plan_from_args
-
-if TYPE_CHECKING:
-    from agentos.mock.server import MockSettings
+from agentos_bench.common.cli import command_line, mock_settings, plan_from_args
 
 _RESULTS = Path("bench/results")
 
@@ -109,13 +106,6 @@ def _add_mock_flags(p: argparse.ArgumentParser, ttft_ms: float, tps: float, toke
     p.add_argument("--mock-ttft-ms", type=float, default=ttft_ms)
     p.add_argument("--mock-tps", type=float, default=tps)
     p.add_argument("--mock-tokens", type=int, default=tokens)
-
-
-def _mock_settings(args: argparse.Namespace, **more: Any) -> MockSettings:
-    """The mock of `_add_mock_flags`' options (`more`: its other settings)."""
-    from agentos.mock.server import MockSettings
-
-    return MockSettings(ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens, **more)
 
 
 def _add_output_flags(p: argparse.ArgumentParser) -> None:
@@ -320,7 +310,7 @@ def _sweep(args: argparse.Namespace) -> int:
         points=_points(args),
         profiles=[] if args.target == "direct" else [p for p in args.profile.split(",") if p],
         direct=args.target in ("both", "direct"),
-        mock=_mock_settings(args),
+        mock=mock_settings(args),
         server_url=args.server_url if args.target != "direct" else None,
         command=command_line(),
         peers=peers,
@@ -354,7 +344,7 @@ def _memory(args: argparse.Namespace) -> int:
         profile=profile,
         server_env=_server_env(args.server_env),
         input_bytes=max(0, args.input_bytes),
-        mock=_mock_settings(args, scenario=scenario),
+        mock=mock_settings(args, scenario=scenario),
         command=command_line(),
     )
     report = run_loop(run_memory(plan))

@@ -46,12 +46,11 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     """Run, write the report, print the files written and the verdict; 2 when the run could not start."""
     from agentos.errors import ConfigError
     from agentos.mock.loop import raise_fd_limit, run_loop
-    from agentos.mock.server import MockSettings
     from agentos_bench.arrival.bench import LoadPlan, run_deployment, run_load
     from agentos_bench.arrival.fixture import PreflightError
     from agentos_bench.arrival.report import write_load_report
     from agentos_bench.arrival.scenario import ScenarioError, read_scenario
-    from agentos_bench.common.cli import report_stem
+    from agentos_bench.common.cli import mock_settings, report_stem
     from agentos_bench.common.deployment import DeploymentError
     from agentos_bench.common.processes import BenchSetupError
     from agentos_bench.report.machine import report_head
@@ -60,10 +59,7 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
         raise SystemExit("agentos bench load: --scale and --rate-multiplier must be > 0, --connections >= 1")
     try:
         scenario = read_scenario(args.scenario)
-        mock = MockSettings(
-            ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens,
-            error_rate=args.mock_error_rate, hang_rate=args.mock_hang_rate, scenario="tools",
-        )  # fmt: skip
+        mock = mock_settings(args, error_rate=args.mock_error_rate, hang_rate=args.mock_hang_rate, scenario="tools")
     except (ScenarioError, ConfigError) as exc:
         raise SystemExit(f"agentos bench load: {exc}") from None
     command = redacted(command_line(command))

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+    from agentos.mock.server import MockSettings
+
 T = TypeVar("T")
 P = TypeVar("P", bound="DataclassInstance")
 
@@ -78,6 +80,14 @@ def in_work_dir(keep_dir: Path | None, prefix: str, body: Callable[[Path], T]) -
         return body(keep_dir)
     with tempfile.TemporaryDirectory(prefix=prefix) as work:
         return body(Path(work))
+
+
+def mock_settings(args: argparse.Namespace, **more: Any) -> MockSettings:
+    """The mock of the `--mock-ttft-ms`, `--mock-tps` and `--mock-tokens` options (`more`: its
+    other settings). The mock is imported here, not at the top: registering a command stays cheap."""
+    from agentos.mock.server import MockSettings
+
+    return MockSettings(ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens, **more)
 
 
 def _option(field: str) -> str:

@@ -40,8 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     from agentos.mock.loop import raise_fd_limit, run_loop
-    from agentos.mock.server import MockSettings
-    from agentos_bench.common.cli import report_stem
+    from agentos_bench.common.cli import mock_settings, report_stem
     from agentos_bench.fallback.bench import run_fallback
     from agentos_bench.fallback.plan import FallbackPlan
     from agentos_bench.fallback.report import write_fallback_report
@@ -50,7 +49,7 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     plan = FallbackPlan(
         users=args.users, seconds=args.seconds, fault_at_s=args.fault_at, fault_for_s=args.fault_for,
         warmup_s=args.warmup_secs, turn_timeout_s=args.turn_timeout_secs,
-        mock=MockSettings(ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens),
+        mock=mock_settings(args),
         breaker_failures=args.breaker_failures, breaker_cooldown_s=args.breaker_cooldown_s,
         breaker_probes=args.breaker_probes, poll_s=args.poll_ms / 1000, profile=args.profile,
         control=not args.no_control, notes=tuple(args.note),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agentos_bench.common.cli import command_line
+from agentos_bench.common.cli import command_line, mock_settings
 from agentos_bench.report.output import DEFAULT_OUT_DIR
 
 
@@ -30,7 +30,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def run_command(args: argparse.Namespace) -> int:
     from agentos.mock.loop import raise_fd_limit, run_loop
-    from agentos.mock.server import MockSettings
     from agentos_bench.load.fairness import FairnessPlan, run_fairness
     from agentos_bench.load.fairness_doc import write_fairness
     from agentos_bench.load.tenant_keys import AdminKeys
@@ -45,7 +44,7 @@ def run_command(args: argparse.Namespace) -> int:
         fifo_src=args.fifo_src,
         warmup_s=args.warmup_secs,
         duration_s=args.duration_secs,
-        mock=MockSettings(ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens),
+        mock=mock_settings(args),
         command=command_line(),
         keep_data=args.keep_data,
     )

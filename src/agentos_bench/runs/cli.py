@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, print_report
+from agentos_bench.common.cli import BenchCommand, add_output_arguments, command_line, mock_settings, print_report
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,7 +55,6 @@ def _points(text: str) -> tuple[int, ...]:
 def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     """Run the bench and write the report; print the files written."""
     from agentos.mock.loop import raise_fd_limit, run_loop
-    from agentos.mock.server import MockSettings
     from agentos_bench.report.machine import machine_info, result_stem, utc_now
     from agentos_bench.runs.bench import run_runs_bench
     from agentos_bench.runs.plan import RunsPlan
@@ -77,7 +76,7 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
         settle_s=args.settle_secs,
         profile=args.profile,
         agent=args.agent,
-        mock=MockSettings(ttft_ms=args.mock_ttft_ms, tps=args.mock_tps, tokens=args.mock_tokens, scenario="tools"),
+        mock=mock_settings(args, scenario="tools"),
         command=command,
     )
     if args.keep_dir is not None:
