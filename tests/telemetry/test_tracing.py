@@ -3,6 +3,8 @@ caller's trace, links, and drops (counted) rather than block when the exporter c
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -220,3 +222,26 @@ def _wait_until(done: Callable[[], bool], timeout_s: float = 10.0) -> None:
     while not done():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)  # noqa: TID251 -- a pipe closed in another thread signals no event: polled
+
+
+def test_spans_in_the_pipe_of_an_export_process_that_dies_are_counted_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shipping, "RESTART_INTERVAL_S", 0.0)
+    tracing = open_tracing(TelemetryConfig(enabled=True, endpoint="http://127.0.0.1:9/v1/traces", export_timeout_s=1))
+    assert isinstance(tracing, RecordingTracing)
+    sink = tracing.shipper._sink
+    assert isinstance(sink, shipping.ProcessSink) and sink._process is not None
+    first = sink._process
+    os.kill(first.pid, signal.SIGSTOP)  # it reads nothing more: what is written waits in its pipe
+    for name in ("one", "two", "three"):
+        tracing.start(name).end()
+    assert not tracing.flush(0.5)  # the batch is written (the pipe holds it); no answer comes
+    assert tracing.statistics()["failed"] == 0
+    first.kill()
+    first.wait(10)
+    _wait_until(lambda: tracing.statistics()["failed"] == 3)  # counted when its answers end
+    stats = tracing.statistics()
+    assert (stats["exported"], stats["dropped"], stats["queued"]) == (0, 0, 0), stats
+    tracing.start("after the death").end()
+    assert tracing.flush(30)  # answered by a new export process (the collector is down: failed)
+    assert tracing.statistics()["failed"] == 4
+    tracing.shutdown()

@@ -171,7 +171,9 @@ class ExporterSink:
 
 class ProcessSink:
     """The export process: started at once, restarted (at most every RESTART_INTERVAL_S) if it
-    dies; each answer it writes back ("ok N", "failed N", "flushed K") updates the counts."""
+    dies; each answer it writes back ("ok N", "failed N", "flushed K") updates the counts. The
+    spans a process took into its pipe and never answered for (it died first) count as failed
+    when its answers end: every span is counted once, exported, failed or dropped."""
 
     def __init__(self, counts: Counts, settings: dict[str, Any]) -> None:
         self._counts = counts
@@ -181,6 +183,9 @@ class ProcessSink:
         self._answered = threading.Condition()
         self._flushes_sent = 0
         self._flushes_done = 0
+        # Spans written to each live export process and not yet answered for (under `_answered`);
+        # a process leaves it when its answers end.
+        self._unanswered: dict[subprocess.Popen[bytes], int] = {}
         self._process: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
         self._started = -RESTART_INTERVAL_S
@@ -192,6 +197,8 @@ class ProcessSink:
             return False
         self._started = now
         process = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        with self._answered:
+            self._unanswered[process] = 0
         self._process = process
         self._reader = threading.Thread(target=self._read, args=(process,), name="agentos-span-answers", daemon=True)
         self._reader.start()
@@ -207,9 +214,8 @@ class ProcessSink:
                 self._process.stdin.close()
         return self._start()
 
-    def _write(self, kind: bytes, payload: bytes) -> None:
-        process = self._process
-        assert process is not None and process.stdin is not None
+    def _write(self, process: subprocess.Popen[bytes], kind: bytes, payload: bytes) -> None:
+        assert process.stdin is not None
         fd = process.stdin.fileno()
         data = memoryview(frame(kind, payload))
         while data:  # os.write releases the GIL while the pipe is full
@@ -224,27 +230,43 @@ class ProcessSink:
         except (OverflowError, TypeError):  # a value MessagePack cannot carry: drop it, not the batch
             payload = self._encode([self._unencodable.carried(record) for record in batch])
             self._counts.values_dropped = self._unencodable.dropped
+        process = self._process
+        assert process is not None
+        with self._answered:
+            if process not in self._unanswered:  # its answers have ended: it is dead
+                self._counts.failed += len(batch)
+                return
+            self._unanswered[process] += len(batch)
         try:
-            self._write(b"B", payload)
+            self._write(process, b"B", payload)
         except OSError:  # it died as we wrote: the next batch starts another
-            self._counts.failed += len(batch)
+            with self._answered:
+                if process in self._unanswered:  # else its end counted this batch already
+                    self._unanswered[process] -= len(batch)
+                    self._counts.failed += len(batch)
 
     def _read(self, process: subprocess.Popen[bytes]) -> None:
         assert process.stdout is not None
         with process.stdout as answers:
-            self._answers(answers)
+            self._answers(process, answers)
         with self._answered:
+            lost = self._unanswered.pop(process, 0)
+            self._counts.failed += lost
             # The process ended: the flushes sent to it will not be answered. Only while it is
             # still the current one: a reader that sees its end late must not settle the flushes
             # sent to the process started after it (they would return before it answered).
             if self._process is process:
                 self._flushes_done = self._flushes_sent
             self._answered.notify_all()
+        if lost:
+            log.warning("telemetry: the span export process ended with %d spans unanswered: counted as failed", lost)
 
-    def _answers(self, answers: IO[bytes]) -> None:
+    def _answers(self, process: subprocess.Popen[bytes], answers: IO[bytes]) -> None:
         for line in answers:
             word, _, number = line.decode().partition(" ")
             with self._answered:
+                if word in ("ok", "failed"):
+                    self._unanswered[process] -= int(number)
                 if word == "ok":
                     self._counts.exported += int(number)
                 elif word == "failed":
@@ -254,13 +276,14 @@ class ProcessSink:
                 self._answered.notify_all()
 
     def flush(self, timeout_s: float) -> bool:
-        if self._process is None or self._process.poll() is not None:
+        process = self._process
+        if process is None or process.poll() is not None:
             return False
         with self._answered:
             self._flushes_sent += 1
             wanted = self._flushes_sent
         try:
-            self._write(b"F", str(wanted).encode())
+            self._write(process, b"F", str(wanted).encode())
         except OSError:
             return False
         with self._answered:
