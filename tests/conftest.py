@@ -41,11 +41,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     pytest 9 no longer reads.)"""
     from xdist.scheduler import LoadFileScheduling
 
-    class ClustersApart(LoadFileScheduling):
+    class ClustersApart(LoadFileScheduling):  # type: ignore[misc]  # xdist ships no types
         def _split_scope(self, nodeid: str) -> str:
             if nodeid.startswith(_CLUSTER_FILES):
                 return "postgres-clusters"
-            return super()._split_scope(nodeid)
+            scope: str = super()._split_scope(nodeid)
+            return scope
 
     return ClustersApart(config, log)
 

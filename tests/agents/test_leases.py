@@ -48,7 +48,7 @@ class Keeper:
     async def _claimed(self, epochs: dict[str, int]) -> None:
         self.claimed.update(epochs)
 
-    async def _none(self, requests: list[Any]) -> None:
+    async def _none(self, requests: list[Any]) -> dict[int, dict[str, Any] | None]:
         raise AssertionError(requests)
 
 
@@ -131,7 +131,12 @@ async def test_a_broken_notify_connection_is_opened_again_at_once(nodes: tuple[P
     a, b = nodes
     await create(a, "run_1")
     heard: asyncio.Queue[list[Any]] = asyncio.Queue()
-    keeper = LeaseKeeper(a, on_claimed=_nothing, on_lost=lambda _: None, on_requests=heard.put)
+
+    async def hear(requests: list[Any]) -> dict[int, dict[str, Any] | None]:
+        await heard.put(requests)
+        return {}  # none settled: they stay queued
+
+    keeper = LeaseKeeper(a, on_claimed=_nothing, on_lost=lambda _: None, on_requests=hear)
     await keeper.start()
     try:
         listener = keeper._listener  # this keeper's own connection, nobody else's

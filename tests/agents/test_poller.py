@@ -19,7 +19,9 @@ log = logging.getLogger("tests.poller")
 
 
 class _Runs:
-    async def start_run(self, tenant_id: str, agent: str, text: str, *, run_id: str | None = None) -> str:
+    async def start_run(
+        self, tenant_id: str, agent: str, text: str, *, run_id: str | None = None, owner: str | None = None
+    ) -> str:
         raise AssertionError("this poller starts no run")
 
     async def get_run(self, tenant_id: str, run_id: str) -> dict[str, Any]:

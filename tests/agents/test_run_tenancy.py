@@ -196,8 +196,8 @@ async def test_recovery_resumes_each_tenants_runs_under_its_tenant(make_service:
         info = await resumed.get_run(tenant, run_id)
         assert info["status"] == "waiting_human"
         with pytest.raises(NotFound):
-            await resumed.answer(other, run_id, str(info["pending"]["operation_id"]), "yes")  # type: ignore[index]
-        await resumed.answer(tenant, run_id, str(info["pending"]["operation_id"]), "yes")  # type: ignore[index]
+            await resumed.answer(other, run_id, str(info["pending"]["operation_id"]), "yes")
+        await resumed.answer(tenant, run_id, str(info["pending"]["operation_id"]), "yes")
         events = await collect(resumed, run_id, tenant=tenant)
         assert events[-1].type == "run.completed"
         assert events[-1].data["result"] == "All done."

@@ -89,7 +89,8 @@ async def waiting_human(http: aiohttp.ClientSession, url: str, run_id: str, what
     """Until the run waits for a human, as `url` reads it."""
 
     async def waiting() -> bool:
-        return (await statuses(http, url, [run_id]))[run_id]["status"] == "waiting_human"
+        status: str = (await statuses(http, url, [run_id]))[run_id]["status"]
+        return status == "waiting_human"
 
     await eventually(waiting, 20.0, what)
 

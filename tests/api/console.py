@@ -49,8 +49,8 @@ async def start_console_server(
             **({"telemetry": telemetry} if telemetry else {}),
         }
     )
-    server = await start_server(settings)
-    admin = await create_tenant_key(server.url, TOKEN, tenant_id="ops", scopes=["admin"])
-    alice = await create_tenant_key(server.url, TOKEN, tenant_id="alice")
-    bob = await create_tenant_key(server.url, TOKEN, tenant_id="bob")
-    return ConsoleServer(server, admin, alice, bob)
+    running = await start_server(settings)
+    admin = await create_tenant_key(running.url, TOKEN, tenant_id="ops", scopes=["admin"])
+    alice = await create_tenant_key(running.url, TOKEN, tenant_id="alice")
+    bob = await create_tenant_key(running.url, TOKEN, tenant_id="bob")
+    return ConsoleServer(running, admin, alice, bob)

@@ -36,7 +36,7 @@ async def turn_events(http: aiohttp.ClientSession, url: str, session_id: str, te
         return [e async for e in sse_events(r)]
 
 
-async def start_app(settings: Settings, change: Callable[[web.Application], None] | None = None) -> RunningServer:
+async def start_app(settings: Settings, change: Callable[[web.Application], object] | None = None) -> RunningServer:
     """The real application on loopback, like `agentos.testing.start_server`, after `change`
     has had the app before it starts (a test-only route, a shorter keepalive)."""
     return await serve_services(await open_services(settings), change)

@@ -30,7 +30,11 @@ ADMIN = "admin-token"
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 TENANT = "acme"
 PEPPER = "the-same-pepper-on-every-node-of-this-test"  # keys hashed on one node check on the other
-NODE = {"server": {"api_token": ADMIN}, "identity": {"allow_loopback": True}, "security": {"key_pepper": PEPPER}}
+NODE: dict[str, Any] = {
+    "server": {"api_token": ADMIN},
+    "identity": {"allow_loopback": True},
+    "security": {"key_pepper": PEPPER},
+}
 PROPAGATION_S = 10.0  # a change on one node reaches the other through PostgreSQL's NOTIFY
 
 
@@ -170,7 +174,7 @@ async def test_admin_routes_never_take_a_users_token_nor_a_tenant_key(
     key = (await create_tenant_key(url, ADMIN, tenant_id=TENANT)).headers
     for headers in (user, key):
         for method in ("GET", "PUT", "DELETE"):
-            body = {"issuers": []} if method == "PUT" else None
+            body: dict[str, Any] | None = {"issuers": []} if method == "PUT" else None
             async with http.request(
                 method, f"{url}/v1/admin/tenants/{TENANT}/issuers", json=body, headers=headers
             ) as r:

@@ -13,7 +13,7 @@ import aiohttp
 from agentos.client import AsyncClient
 from agentos.config import settings_from_dict
 from agentos.mock.server import MockServer, MockSettings, start_mock
-from agentos.testing import RunningServer, sse_events, start_server
+from agentos.testing import Event, RunningServer, sse_events, start_server
 from tests.api.helpers import SSE, new_session
 
 OPS = {"tools": ["run_command", "ask_human"], "command": {"timeout_s": 10}}
@@ -56,7 +56,7 @@ async def test_last_wins_terminates_the_run_behind_a_turn(tmp_path: Path, mock_f
     try:
         sid = await new_session(http, server.url, agent="ops")
         url = f"{server.url}/v1/sessions/{sid}/turns"
-        first: list = []
+        first: list[Event] = []
         async with http.post(url, json={"input": "one"}, headers=SSE) as r:
             async for event in sse_events(r):
                 first.append(event)
@@ -96,7 +96,7 @@ async def test_an_agent_named_default_runs_every_plain_session(tmp_path: Path, m
 
 
 async def test_a_runs_model_sees_the_sessions_earlier_turns(tmp_path: Path, http) -> None:
-    requests: list[list[dict]] = []
+    requests: list[list[dict[str, Any]]] = []
     mock = await start_mock(MockSettings(scenario="tools", ttft_ms=1, tps=5000), on_completed=requests.append)
     server = await start(tmp_path, mock)
     try:
@@ -147,7 +147,8 @@ async def test_runs_and_turns_share_the_provider_limit(tmp_path: Path, http) -> 
 
         async def plain_turn(sid: str) -> str:
             async with http.post(f"{server.url}/v1/sessions/{sid}/turns", json={"input": "hi"}) as r:
-                return (await r.json())["status"]
+                status: str = (await r.json())["status"]
+                return status
 
         results = await asyncio.gather(*map(until_human, sessions), *map(plain_turn, plain))
         assert results == ["human.requested"] * 3 + ["completed"] * 3
@@ -254,7 +255,7 @@ async def test_steer_delivers_a_message_to_the_running_agent_at_its_next_step(
         sid = await new_session(http, server.url, agent="ops")
         url = f"{server.url}/v1/sessions/{sid}/turns"
         names: list[str] = []
-        steered: list = []
+        steered: list[Event] = []
         queued = asyncio.Event()
 
         async def steer() -> None:

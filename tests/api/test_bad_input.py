@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -64,7 +65,7 @@ async def test_a_body_over_the_limit_is_413(server_factory, mock, http: aiohttp.
     async with http.post(f"{server.url}/v1/sessions/{sid}/turns", json={"input": "x" * 5000}) as r:
         await expect_error(r, 413, "payload_too_large")
 
-    async def chunked():  # no Content-Length: the limit must hold while reading
+    async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: the limit must hold while reading
         for _ in range(10):
             yield b"x" * 500
 

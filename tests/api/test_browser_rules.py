@@ -199,16 +199,18 @@ def test_the_rules_from_the_settings() -> None:
     def rules(**server: Any) -> BrowserRules:
         return BrowserRules.from_settings(load_settings(None, environ={}, overrides=server).server)
 
-    assert rules().hosts == {"localhost", "127.0.0.1", "::1"}
-    assert rules(**{"server.host": "127.0.0.2"}).hosts == {"localhost", "127.0.0.1", "::1", "127.0.0.2"}
+    assert rules().hosts == frozenset({"localhost", "127.0.0.1", "::1"})
+    assert rules(**{"server.host": "127.0.0.2"}).hosts == frozenset({"localhost", "127.0.0.1", "::1", "127.0.0.2"})
     assert rules(**{"server.host": "0.0.0.0"}).hosts is None  # beyond loopback the keys guard it
-    assert rules(**{"server.host": "0.0.0.0", "server.allowed_hosts": ["a.example"]}).hosts == {
-        "localhost",
-        "127.0.0.1",
-        "::1",
-        "0.0.0.0",
-        "a.example",
-    }
+    assert rules(**{"server.host": "0.0.0.0", "server.allowed_hosts": ["a.example"]}).hosts == frozenset(
+        {
+            "localhost",
+            "127.0.0.1",
+            "::1",
+            "0.0.0.0",
+            "a.example",
+        }
+    )
     assert rules(**{"server.allowed_hosts": ["*"]}).hosts is None
     loaded = load_settings(None, environ={"AGENTOS_SERVER_ALLOWED_ORIGINS": "https://a.example, http://b.example:3000"})
     assert loaded.server.allowed_origins == ["https://a.example", "http://b.example:3000"]

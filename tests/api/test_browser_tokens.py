@@ -68,8 +68,8 @@ async def world(tmp_path: Path, mock: MockServer) -> AsyncIterator[World]:
         a = await create_tenant_key(server.url, ADMIN_TOKEN, tenant_id="acme", scopes=SCOPES)
         b = await create_tenant_key(server.url, ADMIN_TOKEN, tenant_id="bravo", scopes=SCOPES)
         async with aiohttp.ClientSession() as http:
-            sessions = [await _session(http, server.url, key) for key in (a, a, b)]
-        world = World(server, clock, tmp_path / "data", a, b, *sessions)
+            mine, other, theirs = [await _session(http, server.url, key) for key in (a, a, b)]
+        world = World(server, clock, tmp_path / "data", a, b, mine, other, theirs)
         yield world
     finally:
         await (world.close() if world is not None else server.close())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import msgspec
@@ -103,7 +104,7 @@ async def test_a_store_that_fails_mid_turn_ends_a_websocket_turn_with_turn_faile
     try:
         sid = await new_session(http, server.url)
         caplog.set_level(logging.ERROR)
-        frames = []
+        frames: list[dict[str, Any]] = []
         async with http.ws_connect(f"{server.url}/v1/sessions/{sid}/ws") as ws:
             await ws.send_json({"type": "turn", "input": "x"})
             while not frames or frames[-1]["type"] not in ("error", "turn.failed", "turn.completed"):

@@ -226,7 +226,7 @@ def _deliver(server: _ServerThread, trigger: dict[str, Any], webhook_id: str) ->
 def _knowledge(server: _ServerThread) -> str:
     """The collection `fuzz` of both keys' tenants (again: the fuzzer may delete it), and a
     document in the admin's."""
-    body = {"name": "fuzz", "embedding_model": "mock-embed", "dimensions": 8}
+    body: dict[str, Any] = {"name": "fuzz", "embedding_model": "mock-embed", "dimensions": 8}
     for key in (server.admin, server.tenant):
         made = requests.post(f"{server.url}/v1/collections", json=body, headers=key.headers, timeout=_CALL_TIMEOUT_S)
         assert made.status_code in (201, 409), made.text

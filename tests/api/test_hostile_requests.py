@@ -183,7 +183,7 @@ async def test_a_trigger_delivery_too_deep_or_with_nul_is_refused(
         bad_id = "\udcff\udcfe"  # how aiohttp hands over b"\xff\xfe" (surrogateescape)
         good_sig = sign(decode_secret(created["secret"]), bad_id, int(ts), body).encode()
         path = f"/v1/triggers/{created['trigger_id']}/events"
-        for headers, expected, code in [
+        cases: list[tuple[tuple[bytes, ...], int, str | None]] = [
             (
                 (b"webhook-id: \xff\xfe", b"webhook-timestamp: " + ts, b"webhook-signature: " + good_sig),
                 400,
@@ -195,11 +195,12 @@ async def test_a_trigger_delivery_too_deep_or_with_nul_is_refused(
                 "invalid_signature",
             ),
             ((b"webhook-id: m1", b"webhook-timestamp: \xff", b"webhook-signature: " + good_sig), 401, None),
-        ]:
-            status, got, answer = await raw_request(
+        ]
+        for headers, expected, want in cases:
+            status, got, raw = await raw_request(
                 server.url, post(path, body, b"Content-Type: application/json", *headers)
             )
-            assert_json_error(status, got, answer, expected, code)
+            assert_json_error(status, got, raw, expected, want)
     finally:
         await server.close()
 

@@ -7,6 +7,7 @@ purpose, so these tests give their own app routes that do."""
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -45,9 +46,9 @@ def add_failing_streams(app: web.Application) -> None:
 
 
 @pytest.fixture
-async def app_server(tmp_path: Path, mock: MockServer) -> RunningServer:
+async def app_server(tmp_path: Path, mock: MockServer) -> AsyncIterator[RunningServer]:
     server = await start_app(make_settings(tmp_path / "data", mock.url), add_failing_streams)
-    yield server  # type: ignore[misc]
+    yield server
     await server.close()
 
 
@@ -79,5 +80,5 @@ async def test_a_websocket_that_fails_after_the_upgrade_is_closed_1011(
         closing = await ws.receive(timeout=5)
         assert closing.type is aiohttp.WSMsgType.CLOSE, closing
         assert ws.close_code == WSCloseCode.INTERNAL_ERROR
-        assert closing.extra.startswith("err_") and SECRET not in closing.extra
+        assert isinstance(closing.extra, str) and closing.extra.startswith("err_") and SECRET not in closing.extra
     assert not [r for r in caplog.records if r.name.startswith("aiohttp")]

@@ -16,6 +16,7 @@ import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
+from pydantic import SecretStr
 
 from agentos.config import settings_from_dict
 from agentos.mock.server import MockServer
@@ -43,7 +44,7 @@ async def server(tmp_path: Path, mock_factory) -> AsyncIterator[RunningServer]:
 
 
 def chat(server: RunningServer, model: str) -> ChatOpenAI:
-    return ChatOpenAI(base_url=f"{server.url}/v1", api_key="unused-on-loopback", model=model, max_retries=0)
+    return ChatOpenAI(base_url=f"{server.url}/v1", api_key=SecretStr("unused-on-loopback"), model=model, max_retries=0)
 
 
 async def test_an_agent_answers_langchain(server: RunningServer) -> None:

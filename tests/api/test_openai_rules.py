@@ -16,6 +16,7 @@ from pathlib import Path
 import aiohttp
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from agentos.config import settings_from_dict
 from agentos.mock.server import MockServer
@@ -24,7 +25,7 @@ from agentos.testing.tenants import create_tenant_key
 from tests.identity.idp import IdentityProvider, start_idp
 
 ADMIN_TOKEN = "admin-token-for-the-tests"
-USER_HI = [{"role": "user", "content": "hi"}]
+USER_HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 CHAT = "/v1/chat/completions"
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from openai.types.responses import ResponseCompletedEvent
 
 from agentos.config import settings_from_dict
 from agentos.mock.server import MockServer
@@ -50,7 +51,8 @@ async def test_a_completion_of_the_plain_model(server: RunningServer) -> None:
         )
         answer = raw.parse()
     assert answer.object == "chat.completion" and answer.model == "mock-1"
-    assert answer.choices[0].message.content.strip() == MOCK_TEXT
+    content = answer.choices[0].message.content
+    assert content is not None and content.strip() == MOCK_TEXT
     assert answer.choices[0].finish_reason == "stop"
     assert answer.usage is not None and answer.usage.completion_tokens == 4
     assert raw.headers["X-Session-Id"].startswith("ses_")
@@ -93,7 +95,8 @@ async def test_the_stream_helper_accumulates_the_completion(server: RunningServe
         client.chat.completions.stream(model="mock-1", messages=[{"role": "user", "content": "hi"}]) as stream,
     ):
         final = await stream.get_final_completion()
-    assert final.choices[0].message.content.strip() == MOCK_TEXT
+    content = final.choices[0].message.content
+    assert content is not None and content.strip() == MOCK_TEXT
 
 
 async def test_an_agent_runs_its_tools_and_answers(server: RunningServer) -> None:
@@ -174,4 +177,6 @@ async def test_responses_stream_their_events(server: RunningServer) -> None:
     assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
     assert "response.output_text.delta" in kinds
     assert [e.sequence_number for e in events] == list(range(len(events)))
-    assert events[-1].response.output_text.strip() == MOCK_TEXT
+    done = events[-1]
+    assert isinstance(done, ResponseCompletedEvent)
+    assert done.response.output_text.strip() == MOCK_TEXT

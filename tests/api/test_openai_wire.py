@@ -60,7 +60,8 @@ async def openai_error(response: aiohttp.ClientResponse, status: int, code: str 
     assert body["error"]["message"] and body["error"]["type"]
     if code is not None:
         assert body["error"]["code"] == code
-    return body["error"]
+    error: dict[str, Any] = body["error"]
+    return error
 
 
 BAD_BODIES: list[tuple[str, Any, int, str | None]] = [

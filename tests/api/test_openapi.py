@@ -221,7 +221,8 @@ def test_an_openai_body_is_its_struct(key: tuple[str, str]) -> None:
 
 
 def _spec() -> dict[str, Any]:
-    return msgspec.json.schema_components([AgentSpec])[1]["AgentSpec"]
+    spec: dict[str, Any] = msgspec.json.schema_components([AgentSpec])[1]["AgentSpec"]
+    return spec
 
 
 def _refs(node: Any) -> list[str]:

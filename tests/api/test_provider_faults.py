@@ -7,11 +7,11 @@ import socket
 import aiohttp
 
 from agentos.mock.server import MockServer
-from agentos.testing import RunningServer
+from agentos.testing import Event, RunningServer
 from tests.api.helpers import new_session, turn_events
 
 
-async def run_one(server: RunningServer, http: aiohttp.ClientSession) -> list:
+async def run_one(server: RunningServer, http: aiohttp.ClientSession) -> list[Event]:
     sid = await new_session(http, server.url)
     return await turn_events(http, server.url, sid)
 

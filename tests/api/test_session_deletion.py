@@ -4,12 +4,15 @@ truncated WAL, docs/deployment.md "Retention")."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
 from agentos.mock.server import MockServer
+from agentos.store.postgres import PostgresStore
+from agentos.store.sqlite import SQLiteStore
 from agentos.testing import RunningServer
 from tests.api.helpers import new_session, turn_events
 from tests.postgres import fresh_schema
@@ -24,8 +27,10 @@ def file_bytes(data: Path) -> dict[str, bytes]:
 
 async def access_paths(server: RunningServer) -> list[str]:
     store = server.services.runtime.store
-    if hasattr(store, "_access"):  # SQLite: access.db's own writer, after every queued row
-        return await store._access.read(lambda c: [r[0] for r in c.execute("SELECT path FROM access_log")])
+    if isinstance(store, SQLiteStore):  # access.db's own writer, after every queued row
+        paths: list[str] = await store._access.read(lambda c: [r[0] for r in c.execute("SELECT path FROM access_log")])
+        return paths
+    assert isinstance(store, PostgresStore)
     rows = await store._fetch(store._lanes[2], "SELECT path FROM access_log")
     return [r[0] for r in rows]
 
@@ -99,5 +104,5 @@ async def test_deleting_a_session_deletes_its_access_rows(
         await server.close()
 
 
-async def _once():  # type: ignore[no-untyped-def]
+async def _once() -> AsyncIterator[None]:
     yield None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import msgspec
@@ -69,10 +70,10 @@ async def test_a_session_without_an_agent_reports_what_runs_its_turns(tmp_path: 
         await again.close()
 
 
-async def _session(http: aiohttp.ClientSession, server: RunningServer, sid: str) -> dict:
+async def _session(http: aiohttp.ClientSession, server: RunningServer, sid: str) -> dict[str, Any]:
     async with http.get(f"{server.url}/v1/sessions/{sid}") as r:
         assert r.status == 200, await r.text()
-        session: dict = await r.json()
+        session: dict[str, Any] = await r.json()
     assert_documented(session, "Session")
     return session
 
@@ -163,7 +164,7 @@ async def test_a_websocket_turn_completes(server: RunningServer, http) -> None:
     sid = await new_session(http, server.url)
     async with http.ws_connect(f"{server.url}/v1/sessions/{sid}/ws") as ws:
         await ws.send_json({"type": "turn", "input": "hello"})
-        frames = []
+        frames: list[dict[str, Any]] = []
         while not frames or frames[-1]["type"] != "turn.completed":
             frames.append(await ws.receive_json(timeout=5))
     assert [f["type"] for f in frames].count("token") == 4

@@ -127,7 +127,7 @@ async def wait_human(http: aiohttp.ClientSession, server: RunningServer, headers
 def routes(w: World, session: str, run: str, agent: str) -> list[tuple[str, str, Any, dict[str, str]]]:
     """Every route that names a resource: (method, path, body, extra headers)."""
     s, r = f"/v1/sessions/{session}", f"/v1/runs/{run}"
-    agents = [  # a tenant's, shared by its users
+    agents: list[tuple[str, str, Any, dict[str, str]]] = [  # a tenant's, shared by its users
         ("GET", f"/v1/agents/{agent}", None, {}),
         ("POST", f"/v1/agents/{agent}/runs", {"input": "run theirs"}, {}),
     ]

@@ -7,7 +7,7 @@ import asyncio
 import aiohttp
 
 from agentos.mock.server import MockServer
-from agentos.testing import RunningServer, sse_events
+from agentos.testing import Event, RunningServer, sse_events
 from tests.api.helpers import SSE, new_session, turn_events
 
 
@@ -92,7 +92,7 @@ async def test_last_wins_cancels_the_running_turn_and_aborts_its_upstream(
     assert len(cancelled) == 1 and cancelled[0]["content"].startswith("tok tok")
 
 
-async def _collect(http: aiohttp.ClientSession, url: str, text: str) -> list:
+async def _collect(http: aiohttp.ClientSession, url: str, text: str) -> list[Event]:
     async with http.post(url, json={"input": text}, headers=SSE) as r:
         return [e async for e in sse_events(r)]
 
@@ -190,7 +190,7 @@ async def test_overload_gets_fast_429s_and_accepted_turns_finish_cleanly(
     )
     sessions = [await new_session(http, server.url) for _ in range(40)]
 
-    async def attempt(sid: str) -> tuple[int, list]:
+    async def attempt(sid: str) -> tuple[int, list[Event]]:
         async with http.post(f"{server.url}/v1/sessions/{sid}/turns", json={"input": "x"}, headers=SSE) as r:
             if r.status != 200:
                 return r.status, []

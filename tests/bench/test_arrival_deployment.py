@@ -64,7 +64,7 @@ def test_the_recorded_command_hides_a_database_password() -> None:
 
 def test_figures_per_phase_take_peaks_and_the_timeouts_within_it() -> None:
     samples = DeploymentSamples(("node 1",))
-    rows = [
+    rows: list[dict[str, float]] = [
         {"rss_bytes": 2**20 * r, "pool_timeouts": t, "pool_waiting": w}
         for r, t, w in [(10, 0, 0), (30, 4, 9), (20, 6, 1)]
     ]

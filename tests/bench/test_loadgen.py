@@ -77,5 +77,6 @@ async def test_groups_share_one_window_and_each_tenant_gets_its_own_row_and_key(
 def test_the_workers_of_groups_interleave_in_the_stagger() -> None:
     a, b = Group(ServerTarget("http://x", name="A"), 4), Group(ServerTarget("http://x", name="B"), 2)
     result = PointResult(target="-", concurrency=0, duration_s=1.0)
-    live = [(a, f"a{i}", result) for i in range(4)] + [(b, f"b{i}", result) for i in range(2)]
+    live: list[tuple[Group, str | None, PointResult]] = [(a, f"a{i}", result) for i in range(4)]
+    live += [(b, f"b{i}", result) for i in range(2)]
     assert [w for _, w, _ in _interleave(live)] == ["a0", "b0", "a1", "a2", "b1", "a3"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -69,7 +70,7 @@ async def test_key_and_run_lines_across_nodes(link_factory: LinkFactory) -> None
     with pytest.raises(BudgetExceeded) as key_full:
         await b.reserve(estimate(0.6, key_id="k1"))
     assert key_full.value.budget == "key:k1:month" and key_full.value.retry_after_s is not None
-    run = {"run_id": "r1", "max_cost": 1.0}
+    run: dict[str, Any] = {"run_id": "r1", "max_cost": 1.0}
     await a.settle(await a.reserve(estimate(0.6, **run)), spend(0.6, run_id="r1"))
     with pytest.raises(BudgetExceeded) as run_full:  # the run taken over by node b: same count
         await b.reserve(estimate(0.6, **run))
@@ -136,9 +137,7 @@ async def test_a_redis_back_empty_is_seeded_from_the_ledger_again_before_anythin
     from agentos.store.memory import MemoryStore
 
     store = MemoryStore()
-    store.record_usage(
-        UsageRow(tenant_id="t1", model="m", target="p/m", cost=0.25, at_ms=int(NOON * 1000) - 1000)  # type: ignore[call-arg]
-    )
+    store.record_usage(UsageRow(tenant_id="t1", model="m", target="p/m", cost=0.25, at_ms=int(NOON * 1000) - 1000))
     proxied = await link_factory(redis_proxy.url, timeout_s=2.0)
     config = CoordinationConfig(redis_url=redis_proxy.url, key_prefix=prefix, timeout_s=2.0)
     link = Link(proxied.redis, config, retry_s=0.0)  # probes Redis again at once after a failure

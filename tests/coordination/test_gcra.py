@@ -22,7 +22,9 @@ SLACK_S = 0.5  # round trips between the script's TIME and the test's reading
 
 async def pass_time(redis: Redis, key: str, seconds: float) -> None:
     """As if `seconds` went by for `key`: its TAT moves back (the expiry with it)."""
-    tat = int(await redis.get(key))
+    stored = await redis.get(key)
+    assert stored is not None, key
+    tat = int(stored)
     ttl = await redis.pttl(key)
     await redis.set(key, str(tat - int(seconds * 1_000_000)), px=max(1, ttl - int(seconds * 1000)))
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -84,7 +85,7 @@ async def test_while_redis_is_away_each_node_applies_its_share_then_returns(
     http: aiohttp.ClientSession,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    overrides = {"coordination.redis_url": redis_proxy.url, "coordination.key_prefix": prefix}
+    overrides: dict[str, Any] = {"coordination.redis_url": redis_proxy.url, "coordination.key_prefix": prefix}
     overrides |= {"coordination.timeout_s": 0.2, "coordination.expected_nodes": 2}
     server = await start_server(
         make_settings(tmp_path, mock.url, **overrides, **{"tenant_limits.key_requests_per_minute": 100})
@@ -103,7 +104,8 @@ async def test_while_redis_is_away_each_node_applies_its_share_then_returns(
         await eventually(back_on_redis, timeout_s=10.0, what="the node decides in Redis again")
         await redis_proxy.stop()  # now Redis refuses connections
         async with http.get(f"{server.url}/v1/sessions") as r:  # the share again, where it was left
-            assert policies(r.headers["RateLimit"])["key"]["r"] <= 47
+            remaining = policies(r.headers["RateLimit"])["key"]["r"]
+            assert isinstance(remaining, int) and remaining <= 47
         outages = [r for r in caplog.records if "Redis unreachable" in r.getMessage()]
         recoveries = [r for r in caplog.records if "Redis answers again" in r.getMessage()]
         assert len(outages) == 2 and len(recoveries) == 1  # once per outage, not per request
@@ -114,7 +116,7 @@ async def test_while_redis_is_away_each_node_applies_its_share_then_returns(
 async def test_a_redis_that_comes_back_empty_is_seeded_again(
     tmp_path: Path, mock: MockServer, prefix: str, redis_proxy: RedisProxy, http: aiohttp.ClientSession
 ) -> None:
-    overrides = {"coordination.redis_url": redis_proxy.url, "coordination.key_prefix": prefix}
+    overrides: dict[str, Any] = {"coordination.redis_url": redis_proxy.url, "coordination.key_prefix": prefix}
     overrides |= {"coordination.timeout_s": 0.2, "tenant_limits.max_sessions": 10_000}
     server = await start_server(make_settings(tmp_path, mock.url, **overrides))
     direct = Redis.from_url(REDIS_URL)

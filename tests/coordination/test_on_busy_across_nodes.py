@@ -158,7 +158,8 @@ async def test_a_turn_queued_on_another_node_is_cancelled_by_id_from_any_node(
     """DELETE .../turns/{turn_id} on B reaches the turn queued on A: it leaves A's queue, its
     stream on B ends `turn.cancelled`, and "first" runs on untouched; it wrote no message."""
     async with busy_on_a(tmp_path, slow_mock, pg, prefix, http) as (b_url, sid, first):
-        in_queue, events = asyncio.Event(), []
+        in_queue = asyncio.Event()
+        events: list[Any] = []
         queued = asyncio.create_task(stream_turn(http, b_url, sid, "second", "enqueue", in_queue, events))
         await asyncio.wait_for(in_queue.wait(), 10)
         turn_id = events[0].data["turn_id"]
@@ -179,7 +180,8 @@ async def test_a_client_of_another_node_that_leaves_cancels_its_queued_turn(
     """The client of B's enqueued turn goes away: the turn leaves A's queue (as a local turn's
     client leaving cancels it), and "first" runs on untouched."""
     async with busy_on_a(tmp_path, slow_mock, pg, prefix, http) as (b_url, sid, first):
-        in_queue, events = asyncio.Event(), []
+        in_queue = asyncio.Event()
+        events: list[Any] = []
         queued = asyncio.create_task(stream_turn(http, b_url, sid, "second", "enqueue", in_queue, events))
         await asyncio.wait_for(in_queue.wait(), 10)
         queued.cancel()  # the connection closes with the task

@@ -114,12 +114,12 @@ async def test_a_cut_in_the_middle_is_store_unavailable_and_two_log_lines(
     assert [name for name, _ in second] == ["turn.completed"] * TURNS, case  # both nodes serve again
     for status, run in answers:
         assert status == 200 and run.get("reason") != "internal_error", (case, run)
-    for node in ("node0", "node1"):
-        log = (tmp_path / f"{node}.stderr").read_text()
+    for name in ("node0", "node1"):
+        log = (tmp_path / f"{name}.stderr").read_text()
         assert "Traceback" not in log and "pool connection floor" not in log, (case, log[-3000:])
         began, ended_lines = outage_lines(log)
-        assert began == ended_lines, (case, node, log[-3000:])  # every outage logged as begun has ended
+        assert began == ended_lines, (case, name, log[-3000:])  # every outage logged as begun has ended
         # One outage, two lines; the follow case cuts twice (to make the followers LISTEN again,
         # then at their LISTEN), which the node may see as one outage, two, or (a CI machine at
         # three workers, once) three: a reconnect between the cuts failing too. Each is closed.
-        assert began == 1 or (needle == b"LISTEN" and began <= 3), (case, node, log[-3000:])
+        assert began == 1 or (needle == b"LISTEN" and began <= 3), (case, name, log[-3000:])

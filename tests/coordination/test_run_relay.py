@@ -61,7 +61,7 @@ async def test_a_followed_runs_events_are_published_once_on_its_channel(
             rest = await _until_channel(pubsub, f"{prefix}marker")
     finally:
         await server.close()
-        await pubsub.aclose()  # type: ignore[no-untyped-call]
+        await pubsub.aclose()
         await redis.aclose()
     published = [(seq, name) for seq, name, _ in heard if name != "token"]
     assert published and published == journal[len(journal) - len(published) :]  # each once, in order, to the end
@@ -81,7 +81,7 @@ async def _until_completed(pubsub: Any, channel: str) -> list[tuple[int, str, di
         while not heard or heard[-1][1] != "run.completed":
             message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
             if message is not None and message["channel"].decode() == channel:
-                heard.append(tuple(msgspec.json.decode(message["data"])))  # type: ignore[arg-type]
+                heard.append(tuple(msgspec.json.decode(message["data"])))
     return heard
 
 

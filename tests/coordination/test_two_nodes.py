@@ -145,7 +145,7 @@ async def test_a_first_start_over_an_existing_store_seeds_the_count(
         async with http.post(f"{server.url}/v1/sessions", json={}, headers=AUTH) as r:
             assert r.status == 201
     await server.close()
-    shared = {"coordination.redis_url": REDIS_URL, "coordination.key_prefix": prefix}
+    shared: dict[str, Any] = {"coordination.redis_url": REDIS_URL, "coordination.key_prefix": prefix}
     shared |= {"server.api_token": TOKEN, "tenant_limits.max_sessions": 3}
     old = await start_server(make_settings(tmp_path / "old", mock.url, **shared))
     new = await start_server(make_settings(tmp_path / "new", mock.url, **shared))

@@ -85,7 +85,7 @@ class IdentityProvider:
 
 def _public_jwk(alg: str, private: Any) -> dict[str, Any]:
     algorithm = jwt.get_algorithm_by_name(alg)
-    return algorithm.to_jwk(private.public_key(), as_dict=True)  # type: ignore[no-any-return]
+    return algorithm.to_jwk(private.public_key(), as_dict=True)
 
 
 async def start_idp(*, audience: str = "agentos", max_age_s: int = 300) -> IdentityProvider:

@@ -97,7 +97,7 @@ class FairShareMachine(RuleBasedStateMachine):
                     self.holding.add(t)
                 case CancelTurn(t, _) | FailTurn(t, _):
                     self.leave_line(t)
-                case RejectTurn(t, code):
+                case RejectTurn(t, code=code):
                     assert code == "overloaded" or self.caps[self.tenant[t]], "a tenant without a cap was capped"
 
     def leave_line(self, turn: str) -> None:

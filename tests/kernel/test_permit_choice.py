@@ -8,6 +8,7 @@ tenants and compares every choice, tie-breaks included, with the plain scan it r
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -44,7 +45,7 @@ operation = st.one_of(  # requests thrice as often: lines form, and several tena
 
 @settings(max_examples=1000, deadline=None)
 @given(st.lists(operation, max_size=200), st.integers(1, 5), st.sampled_from([0.0, 0.25]))
-def test_the_heap_chooses_what_a_scan_chooses(ops: list[tuple], limit: int, reserve: float) -> None:
+def test_the_heap_chooses_what_a_scan_chooses(ops: list[tuple[Any, ...]], limit: int, reserve: float) -> None:
     tenants = Tenants(TenantShare())
     pool = PermitPool(limit, 30.0, tenants, fair_reserve=reserve)
     holders: list[str] = []

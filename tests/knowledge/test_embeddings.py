@@ -36,8 +36,8 @@ def settings_for(tmp_path: Path, url: str, **overrides: Any) -> Settings:
     return msgspec.structs.replace(settings, knowledge=msgspec.structs.replace(settings.knowledge, **knowledge))
 
 
-def embedder_for(tmp_path: Path, url: str, driver: Driver | None = None, **overrides: Any) -> Embedder:
-    return Embedder(settings_for(tmp_path, url, **overrides), driver)
+def embedder_for(tmp_path: Path, url: str, overrides: dict[str, Any] | None = None) -> Embedder:
+    return Embedder(settings_for(tmp_path, url, **(overrides or {})))
 
 
 async def test_vectors_are_unit_rows_in_input_order_and_near_when_texts_share_words(
@@ -60,7 +60,7 @@ async def test_vectors_are_unit_rows_in_input_order_and_near_when_texts_share_wo
 
 
 async def test_texts_are_sent_in_batches_of_embed_batch(tmp_path: Path, mock: MockServer) -> None:
-    embedder = embedder_for(tmp_path, mock.url, **{"knowledge.embed_batch": 3})
+    embedder = embedder_for(tmp_path, mock.url, {"knowledge.embed_batch": 3})
     texts = [f"text number {i}" for i in range(10)]
     try:
         vectors = await embedder.embed("acme", "m", 32, texts)
@@ -68,7 +68,7 @@ async def test_texts_are_sent_in_batches_of_embed_batch(tmp_path: Path, mock: Mo
         await embedder.aclose()
     assert mock.stats.embedding_requests == 4 and mock.stats.embedding_inputs == 10
     # each row is its own text's, whatever batch it went in
-    again = embedder_for(tmp_path, mock.url, **{"knowledge.embed_batch": 64})
+    again = embedder_for(tmp_path, mock.url, {"knowledge.embed_batch": 64})
     try:
         whole = await again.embed("acme", "m", 32, texts)
     finally:
@@ -89,7 +89,7 @@ async def test_an_empty_list_sends_nothing(tmp_path: Path, mock: MockServer) -> 
 
 async def test_429_and_500_are_retried_until_they_succeed(tmp_path: Path, mock_factory: MockFactory) -> None:
     mock = await mock_factory(fail_every=2, error_rate=0.3, retry_after_s=0.01, seed=3)
-    embedder = embedder_for(tmp_path, mock.url, **{"knowledge.embed_batch": 2, "knowledge.embed_retries": 8})
+    embedder = embedder_for(tmp_path, mock.url, {"knowledge.embed_batch": 2, "knowledge.embed_retries": 8})
     texts = [f"document {i}" for i in range(12)]
     try:
         vectors = await embedder.embed("acme", "m", 16, texts)
@@ -108,7 +108,7 @@ async def test_429_and_500_are_retried_until_they_succeed(tmp_path: Path, mock_f
 
 async def test_retries_are_bounded_and_the_error_says_why(tmp_path: Path, mock_factory: MockFactory) -> None:
     mock = await mock_factory(error_rate=1.0)
-    embedder = embedder_for(tmp_path, mock.url, **{"knowledge.embed_retries": 2})
+    embedder = embedder_for(tmp_path, mock.url, {"knowledge.embed_retries": 2})
     try:
         with pytest.raises(EmbeddingError) as caught:
             await embedder.embed("acme", "m", 16, ["x"])
@@ -134,7 +134,7 @@ async def test_an_unreachable_provider_fails_after_its_retries(tmp_path: Path) -
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed at once: nothing listens there
-    embedder = embedder_for(tmp_path, f"http://127.0.0.1:{port}/v1", **{"knowledge.embed_retries": 1})
+    embedder = embedder_for(tmp_path, f"http://127.0.0.1:{port}/v1", {"knowledge.embed_retries": 1})
     try:
         with pytest.raises(EmbeddingError) as caught:
             await embedder.embed("acme", "m", 8, ["x"])

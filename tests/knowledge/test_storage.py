@@ -271,4 +271,4 @@ async def test_tenant_isolation(storage: KnowledgeStorage) -> None:
 
 
 def _fields(row: DocumentRow) -> dict[str, Any]:
-    return {name: getattr(row, name) for name in row.__slots__}  # type: ignore[attr-defined]
+    return {name: getattr(row, name) for name in row.__slots__}

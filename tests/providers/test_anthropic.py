@@ -4,6 +4,8 @@ stop sequence, the key header). What both new wires do alike is test_wire_contra
 
 from __future__ import annotations
 
+from typing import Any
+
 import aiohttp
 import pytest
 
@@ -18,7 +20,7 @@ from tests.providers.wire_helpers import AGENT_TOOLS, MockFactory, chat, collect
 
 
 def test_system_is_top_level_and_tool_calls_and_results_become_blocks() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": "list and count"},
         {

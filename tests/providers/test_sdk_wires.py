@@ -10,6 +10,8 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from anthropic.types import ToolUseBlock
+from openai.types.responses import ResponseCompletedEvent, ResponseFunctionToolCall, ResponseStreamEvent
 
 from agentos.mock.server import MockServer
 
@@ -30,6 +32,15 @@ def anthropic_client(mock: MockServer) -> anthropic.AsyncAnthropic:
 
 def openai_client(mock: MockServer) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(api_key="mock-key", base_url=mock.url, max_retries=0)
+
+
+def completed_call(events: list[ResponseStreamEvent]) -> ResponseFunctionToolCall:
+    """The first output item of the response a stream completed with, checked to be a function call."""
+    done = events[-1]
+    assert isinstance(done, ResponseCompletedEvent)
+    call = done.response.output[0]
+    assert isinstance(call, ResponseFunctionToolCall)
+    return call
 
 
 async def test_anthropic_stream_text_and_cache_usage(mock_factory: MockFactory) -> None:
@@ -63,7 +74,9 @@ async def test_anthropic_create_stream_parallel_tool_use(mock_factory: MockFacto
     kinds = [e.type for e in events]
     assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
     starts = [e.content_block for e in events if e.type == "content_block_start"]
-    assert [(b.type, b.name) for b in starts] == [("tool_use", "run_command"), ("tool_use", "run_command")]
+    tool_uses = [b for b in starts if isinstance(b, ToolUseBlock)]
+    assert tool_uses == starts  # every block started is a tool use
+    assert [(b.type, b.name) for b in tool_uses] == [("tool_use", "run_command"), ("tool_use", "run_command")]
     pieces: dict[int, str] = {}
     for e in events:
         if e.type == "content_block_delta" and e.delta.type == "input_json_delta":
@@ -129,7 +142,7 @@ async def test_responses_parallel_function_calls_and_outputs(mock_factory: MockF
     async with openai_client(mock) as client:
         stream = await client.responses.create(model="gpt-mock", input="go", tools=RESPONSES_TOOLS, stream=True)
         first = [event async for event in stream]
-        call = first[-1].response.output[0]
+        call = completed_call(first)
         assert call.type == "function_call" and call.name == "run_command"
         arguments = "".join(e.delta for e in first if e.type == "response.function_call_arguments.delta")
         assert arguments == call.arguments
@@ -142,7 +155,7 @@ async def test_responses_parallel_function_calls_and_outputs(mock_factory: MockF
         ]
         stream = await client.responses.create(model="gpt-mock", input=history, tools=RESPONSES_TOOLS, stream=True)
         second = [event async for event in stream]
-    asked = second[-1].response.output[0]
+    asked = completed_call(second)
     assert asked.type == "function_call" and asked.name == "ask_human"
 
 

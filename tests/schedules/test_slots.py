@@ -14,8 +14,8 @@ S = 1000
 PARIS = ZoneInfo("Europe/Paris")
 
 
-def ms(*args: int, tz: ZoneInfo = PARIS) -> int:
-    return int(datetime(*args, tzinfo=tz).timestamp() * 1000)  # type: ignore[misc]  # year, month, day, ...
+def ms(year: int, month: int, day: int, hour: int = 0, minute: int = 0, *, tz: ZoneInfo = PARIS) -> int:
+    return int(datetime(year, month, day, hour, minute, tzinfo=tz).timestamp() * 1000)
 
 
 def test_every_slots_come_from_the_anchor_not_from_the_last_fire() -> None:

@@ -8,6 +8,7 @@ import asyncio
 import sqlite3
 from collections import Counter
 from pathlib import Path
+from typing import TypedDict
 
 import msgspec
 import pytest
@@ -19,7 +20,14 @@ from agentos.store.records import MessageRecord, SessionRecord
 from agentos.store.sqlite import SQLiteStore
 
 DAY0 = 20_000 * DAY_MS  # 2024-10-04, UTC midnight
-ALL_TIME = {"from_ms": 0, "to_ms": 2**62}
+
+
+class Window(TypedDict):
+    from_ms: int
+    to_ms: int
+
+
+ALL_TIME = Window(from_ms=0, to_ms=2**62)
 
 
 def row(n: int, *, tenant: str = "acme", cost: float | None = 0.25, at_ms: int | None = None) -> UsageRow:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import msgspec
 import pytest
@@ -13,18 +14,21 @@ from agentos.metrics import Metrics
 from agentos.store import pg_pool
 from tests.postgres import fresh_schema
 
+if TYPE_CHECKING:
+    from asyncpg import Pool
+
 asyncpg = pytest.importorskip("asyncpg")
 
 
 @pytest.fixture
-async def pool() -> AsyncIterator[asyncpg.Pool]:
+async def pool() -> AsyncIterator[Pool]:
     async for config in fresh_schema():
         one = await pg_pool.create_pool(msgspec.structs.replace(config, postgres_pool_max=1))
         yield one
         await one.close()
 
 
-async def test_a_wait_past_the_timeout_is_counted_and_nothing_stays_lent(pool: asyncpg.Pool) -> None:
+async def test_a_wait_past_the_timeout_is_counted_and_nothing_stays_lent(pool: Pool) -> None:
     figures = pg_pool.FIGURES
     timeouts, acquired = figures.acquire_timeouts_total, figures.acquired_total
     held, release = asyncio.Event(), asyncio.Event()
@@ -48,7 +52,7 @@ async def test_a_wait_past_the_timeout_is_counted_and_nothing_stays_lent(pool: a
     assert figures.waiting == 0
 
 
-async def test_metrics_show_the_pools_once_one_exists(pool: asyncpg.Pool) -> None:
+async def test_metrics_show_the_pools_once_one_exists(pool: Pool) -> None:
     text = Metrics().render().decode()
     for name in ("agentos_store_pool_in_use", "agentos_store_pool_waiting", "agentos_store_pool_acquire_timeouts"):
         assert name in text
@@ -56,7 +60,7 @@ async def test_metrics_show_the_pools_once_one_exists(pool: asyncpg.Pool) -> Non
     assert "process_cpu_seconds_total" in text and "process_resident_memory_bytes" in text
 
 
-async def test_no_pool_line_once_the_pools_are_closed(pool: asyncpg.Pool) -> None:
+async def test_no_pool_line_once_the_pools_are_closed(pool: Pool) -> None:
     """The embedded default (SQLite) has no pool, and a closed pool is no pool: no line at all,
     since a zero would read as a pool that is idle."""
     await pool.close()
@@ -64,7 +68,7 @@ async def test_no_pool_line_once_the_pools_are_closed(pool: asyncpg.Pool) -> Non
     assert "agentos_store_pool" not in Metrics().render().decode()
 
 
-async def test_a_released_connection_costs_no_reset_round_trip_and_keeps_its_schema(pool: asyncpg.Pool) -> None:
+async def test_a_released_connection_costs_no_reset_round_trip_and_keeps_its_schema(pool: Pool) -> None:
     """On release the pool sends nothing when the connection is clean (asyncpg's default sends
     `pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`: a round trip per use,
     `pg_pool.keep_session`); a transaction left open is still rolled back; the schema stays."""

@@ -10,14 +10,16 @@ import msgspec
 
 from agentos.config import StoreConfig
 from agentos.store.base import Store
-from agentos.store.records import AccessRecord, EventRecord, MessageRecord, SessionRecord
+from agentos.store.records import AccessRecord, EventRecord, MessageRecord, MessageRole, MessageStatus, SessionRecord
 from agentos.store.sqlite import SQLiteStore
 
 
-def msg(session_id: str, turn_id: str, role: str, content: str, status: str = "completed") -> MessageRecord:
+def msg(
+    session_id: str, turn_id: str, role: MessageRole, content: str, status: MessageStatus = "completed"
+) -> MessageRecord:
     return MessageRecord(
         tenant_id="default", session_id=session_id, turn_id=turn_id, role=role, content=content, status=status
-    )  # type: ignore[arg-type]
+    )
 
 
 async def test_sessions(store: Store) -> None:

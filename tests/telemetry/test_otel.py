@@ -11,10 +11,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from agentos.telemetry.otel import OtlpExporter
 from agentos.telemetry.otlp import SpanEncoder
-from agentos.telemetry.wire import KINDS
+from agentos.telemetry.wire import KINDS, SpanRecord
 
 # a server span with a remote parent, an attribute and an event
-RECORD = (
+RECORD: SpanRecord = (
     "POST /v1/sessions/{session_id}/turns", "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331",
     "00f067aa0ba902b7", True, KINDS["server"], 1_000, 2_000, {"http.response.status_code": 200},
     [("agentos.turn.admitted", 1_500, {"agentos.permit.waits": False})], [], 0, "", "rojo=1",

@@ -198,23 +198,30 @@ def test_on_the_server_records_without_the_sdk_and_a_down_collector_costs_failed
 
 def test_an_export_process_that_dies_is_started_again(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shipping, "RESTART_INTERVAL_S", 0.0)
-    tracing = open_tracing(TelemetryConfig(enabled=True, endpoint="http://127.0.0.1:9/v1/traces", export_timeout_s=1))
-    assert isinstance(tracing, RecordingTracing)
-    sink = tracing.shipper._sink
-    assert isinstance(sink, shipping.ProcessSink) and sink._process is not None
-    first = sink._process
+    tracing, sink, first = _down_collector()
     with sink._answered:  # the dead process's reader, once at its end, waits here for the flush below
         first.kill()
         first.wait(10)
-        assert first.stdout is not None
-        _wait_until(lambda: first.stdout.closed)  # type: ignore[union-attr]
+        answers = first.stdout
+        assert answers is not None
+        _wait_until(lambda: answers.closed)
         tracing.start("after the death").end()
         # Found at -n 3: the dead process's late reader settled this flush, sent to the new process,
         # before the new one had answered (failed was still 0).
         assert tracing.flush(30)  # answered by a new export process
-    assert sink._process is not first and sink._process.poll() is None
+    again = sink._process
+    assert again is not None and again is not first and again.poll() is None
     assert tracing.statistics()["failed"] == 1  # the collector is down: the span is counted, not lost silently
     tracing.shutdown()
+
+
+def _down_collector() -> tuple[RecordingTracing, shipping.ProcessSink, subprocess.Popen[bytes]]:
+    """Tracing on, its collector refusing connections; the sink and the export process it writes to."""
+    tracing = open_tracing(TelemetryConfig(enabled=True, endpoint="http://127.0.0.1:9/v1/traces", export_timeout_s=1))
+    assert isinstance(tracing, RecordingTracing) and isinstance(tracing.shipper, shipping.Shipper)
+    sink = tracing.shipper._sink
+    assert isinstance(sink, shipping.ProcessSink) and sink._process is not None
+    return tracing, sink, sink._process
 
 
 def _wait_until(done: Callable[[], bool], timeout_s: float = 10.0) -> None:
@@ -226,11 +233,7 @@ def _wait_until(done: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 def test_spans_in_the_pipe_of_an_export_process_that_dies_are_counted_failed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shipping, "RESTART_INTERVAL_S", 0.0)
-    tracing = open_tracing(TelemetryConfig(enabled=True, endpoint="http://127.0.0.1:9/v1/traces", export_timeout_s=1))
-    assert isinstance(tracing, RecordingTracing)
-    sink = tracing.shipper._sink
-    assert isinstance(sink, shipping.ProcessSink) and sink._process is not None
-    first = sink._process
+    tracing, sink, first = _down_collector()
     os.kill(first.pid, signal.SIGSTOP)  # it reads nothing more: what is written waits in its pipe
     for name in ("one", "two", "three"):
         tracing.start(name).end()

@@ -53,7 +53,7 @@ async def test_a_token_minted_on_one_node_is_verified_on_the_other_until_its_key
     found = b.authenticate(token)
     assert isinstance(found, Principal)
     assert (found.tenant_id, found.key_id, found.subject, found.via) == ("default", record.key_id, "alice", Via.BROWSER)
-    assert found.scopes == {Scope.SESSIONS_READ} and found.resources == {("session", "ses_1")}
+    assert found.scopes == {Scope.SESSIONS_READ} and found.resources == frozenset({("session", "ses_1")})
 
     await registry_a.revoke_key(record.key_id)
     assert a.authenticate(token) == Refused(record.key_id, "the parent key was revoked or has expired")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import calendar
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -44,7 +45,7 @@ def estimate(worst: float | None = 1.0, **context: str | float) -> Estimate:
     return Estimate(context=who, model="m", target="p/m", worst_cost=worst, max_tokens=100)
 
 
-def spend(cost: float | None, **context: str) -> Spend:
+def spend(cost: float | None, **context: Any) -> Spend:
     return Spend(CallContext(**{"tenant_id": "t1", **context}), "m", "p/m", Usage(), cost, 0)
 
 

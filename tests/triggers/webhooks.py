@@ -22,7 +22,8 @@ from agentos.testing import RunningServer, eventually, sse_events, start_server
 from agentos.triggers.signatures import decode_secret, sign
 from tests.postgres import fresh_schema
 
-AGENTS = {"echo": {"tools": []}}  # one model call per run, no tools: a run is one mock request
+# one model call per run, no tools: a run is one mock request
+AGENTS: dict[str, dict[str, Any]] = {"echo": {"tools": []}}
 
 
 async def backends(name: str) -> AsyncIterator[dict[str, Any]]:

@@ -14,6 +14,7 @@ from agentos.kernel import OnBusy
 
 DEFAULT_TENANT = "default"
 
+MessageRole = Literal["user", "assistant", "system", "tool"]
 MessageStatus = Literal["completed", "cancelled", "failed"]
 
 
@@ -30,7 +31,7 @@ class SessionRecord(msgspec.Struct, kw_only=True):
 class MessageRecord(msgspec.Struct, kw_only=True):
     session_id: str
     turn_id: str
-    role: Literal["user", "assistant", "system", "tool"]
+    role: MessageRole
     content: str
     status: MessageStatus = "completed"
     tenant_id: str

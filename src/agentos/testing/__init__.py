@@ -67,7 +67,9 @@ async def start_server(
     return await serve_services(await open_services(settings, clock=clock, wall_clock=wall_clock))
 
 
-async def serve_services(services: Services, change: Callable[[web.Application], None] | None = None) -> RunningServer:
+async def serve_services(
+    services: Services, change: Callable[[web.Application], object] | None = None
+) -> RunningServer:
     """`services`' application on 127.0.0.1 and a free port, served as `agentos serve` serves it
     (`agentos.api.connections.make_runner`: its deadlines, per-address bound, JSON parser
     errors and `Expect` handling), for services a test opened itself (a scripted provider, a

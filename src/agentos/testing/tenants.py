@@ -40,7 +40,7 @@ async def create_tenant_key(
     tenant_id: str | None = None,
     scopes: Iterable[str] | None = None,
     name: str = "test",
-    limits: Mapping[str, int] | None = None,
+    limits: Mapping[str, float] | None = None,  # counts and budgets (a budget may be fractional)
     expires_in_s: int | None = None,
 ) -> TenantKey:
     """Create tenant `tenant_id` (random when None; reused if it exists, `limits` then ignored)
