@@ -104,8 +104,8 @@ async def test_while_redis_is_away_each_node_applies_its_share_then_returns(
         await eventually(back_on_redis, timeout_s=10.0, what="the node decides in Redis again")
         await redis_proxy.stop()  # now Redis refuses connections
         async with http.get(f"{server.url}/v1/sessions") as r:  # the share again, where it was left
-            remaining = policies(r.headers["RateLimit"])["key"]["r"]
-            assert isinstance(remaining, int) and remaining <= 47
+            left = policies(r.headers["RateLimit"])["key"]["r"]
+            assert isinstance(left, int) and left <= 47
         outages = [r for r in caplog.records if "Redis unreachable" in r.getMessage()]
         recoveries = [r for r in caplog.records if "Redis answers again" in r.getMessage()]
         assert len(outages) == 2 and len(recoveries) == 1  # once per outage, not per request
