@@ -25,9 +25,14 @@ print(" ".join(sorted(m for m in sys.modules if m == "agentos_bench" or m.starts
 
 async def _loaded_bench_modules(mode: str) -> list[str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _PROBE, mode, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-c",
+        _PROBE,
+        mode,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         env=child_env(),
-    )  # fmt: skip
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()
     return out.decode().split()

@@ -98,8 +98,11 @@ def check_plots(command: str) -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        print(f"agentos: bench {command}: matplotlib is not installed: the report's plots will be skipped"
-              " (pip install 'agentos[bench]' draws them)", file=sys.stderr)  # fmt: skip
+        print(
+            f"agentos: bench {command}: matplotlib is not installed: the report's plots will be skipped"
+            " (pip install 'agentos[bench]' draws them)",
+            file=sys.stderr,
+        )
 
 
 def _add_mock_flags(p: argparse.ArgumentParser, ttft_ms: float, tps: float, tokens: int) -> None:

@@ -22,9 +22,15 @@ _WITHOUT_MATPLOTLIB = (
 async def test_a_sweep_runs_from_an_empty_directory_without_matplotlib(tmp_path: Path) -> None:
     argv = ["bench", "sweep", "--sweep", "1,4", "--duration-secs", "3"]  # the README's smoke test, as given
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _WITHOUT_MATPLOTLIB, *argv, cwd=tmp_path, env=child_env(),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-c",
+        _WITHOUT_MATPLOTLIB,
+        *argv,
+        cwd=tmp_path,
+        env=child_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 170)
     assert proc.returncode == 0, err.decode()[-3000:]
     assert "Traceback" not in err.decode()

@@ -22,11 +22,19 @@ from agentos_bench.arrival.summary import FAILED, NOT_MEASURED, PASSED, summariz
 def test_the_shipped_scenario_is_the_seeds() -> None:
     s = read_scenario()
     assert [(load.kind, round(load.share * 100)) for load in s.loads] == [
-        ("api_read", 45), ("chat_stream", 20), ("agent_run", 15), ("rag_query", 12), ("ingest", 5), ("trigger_fire", 3),
-    ]  # fmt: skip
+        ("api_read", 45),
+        ("chat_stream", 20),
+        ("agent_run", 15),
+        ("rag_query", 12),
+        ("ingest", 5),
+        ("trigger_fire", 3),
+    ]
     assert [(p.name, p.seconds, p.rate) for p in s.phases] == [
-        ("ramp", 60, 4), ("sustain", 180, 12), ("burst", 45, 36), ("recover", 60, 12),
-    ]  # fmt: skip
+        ("ramp", 60, 4),
+        ("sustain", 180, 12),
+        ("burst", 45, 36),
+        ("recover", 60, 12),
+    ]
     assert s.load("chat_stream").metric == "first_token" and s.load("chat_stream").p95_ms == 1500
     assert s.load("ingest").max_error_rate == 0.0 and s.load("ingest").p95_ms is None
     assert s.connection_limit() == 36 * 90  # peak rate x the longest timeout: the seed's 3240
@@ -62,8 +70,11 @@ def test_the_schedule_offers_each_phase_its_rate_evenly() -> None:
     s = read_scenario()
     windows = plan_phases(s)
     assert [(w.name, w.start_s, w.end_s, w.offered) for w in windows] == [
-        ("ramp", 0, 60, 240), ("sustain", 60, 240, 2160), ("burst", 240, 285, 1620), ("recover", 285, 345, 720),
-    ]  # fmt: skip
+        ("ramp", 0, 60, 240),
+        ("sustain", 60, 240, 2160),
+        ("burst", 240, 285, 1620),
+        ("recover", 285, 345, 720),
+    ]
     offers = build_schedule(s)
     assert len(offers) == 4740  # the seed's run: 4740 requests
     burst = [o.at_s for o in offers if o.phase == "burst"]
@@ -75,8 +86,11 @@ def test_scale_shortens_the_phases_and_keeps_the_rates() -> None:
     s = read_scenario()
     short = plan_phases(s, scale=0.1)
     assert [(w.end_s - w.start_s, w.rate) for w in short] == [
-        pytest.approx((6, 4)), pytest.approx((18, 12)), pytest.approx((4.5, 36)), pytest.approx((6, 12)),
-    ]  # fmt: skip
+        pytest.approx((6, 4)),
+        pytest.approx((18, 12)),
+        pytest.approx((4.5, 36)),
+        pytest.approx((6, 12)),
+    ]
     assert [w.offered for w in short] == [24, 216, 162, 72]
     assert [w.rate for w in plan_phases(s, rate_multiplier=2)] == [8, 24, 72, 24]
     with pytest.raises(ValueError):
@@ -119,9 +133,12 @@ async def test_every_offer_leaves_one_sample_named_by_its_outcome() -> None:
     timeouts = {"api_read": 5, "ingest": 5, "rag_query": 5, "agent_run": 0.05, "trigger_fire": 60}
     samples, stats = await dispatch(offers, send, timeouts=timeouts, connection_limit=100, drain_s=0.2)
     assert [(s.kind, s.error) for s in samples] == [
-        ("api_read", None), ("ingest", "http_503"), ("rag_query", "RuntimeError"), ("agent_run", "timeout"),
+        ("api_read", None),
+        ("ingest", "http_503"),
+        ("rag_query", "RuntimeError"),
+        ("agent_run", "timeout"),
         ("trigger_fire", "abandoned"),
-    ]  # fmt: skip
+    ]
     assert stats.in_flight == 0 and stats.peak_in_flight >= 2
 
 
@@ -210,9 +227,18 @@ def _decorated(report: dict[str, object]) -> dict[str, object]:
     machine = {"cpu": "cpu", "cores": 2, "ram_gib": 1, "os": "os"}
     mock = {"ttft_ms": 1, "tps": 1, "tokens": 1, "scenario": "tools", "error_rate": 0, "hang_rate": 0}
     cpu = {"cores_by_phase": {"sustain": {"server": 0.5}}, "peak_cores": {"server": 0.7}}
-    return {**report, "created_utc": "2026-12-01T00:00:00", "machine": machine, "versions": {}, "topology": "t",
-            "mock": mock, "scenario_text": "s", "command": "c", "load_average": {"before_1m": 0, "after_1m": 0},
-            "cpu": cpu}  # fmt: skip
+    return {
+        **report,
+        "created_utc": "2026-12-01T00:00:00",
+        "machine": machine,
+        "versions": {},
+        "topology": "t",
+        "mock": mock,
+        "scenario_text": "s",
+        "command": "c",
+        "load_average": {"before_1m": 0, "after_1m": 0},
+        "cpu": cpu,
+    }
 
 
 def test_the_default_scenario_file_ships_with_the_package() -> None:

@@ -128,12 +128,25 @@ async def test_a_two_node_deployment_is_measured_from_outside(tmp_path: Path, mo
     mock = await start_mock_process(MockSettings(ttft_ms=50, tps=400, tokens=8, scenario="tools"), tmp_path)
     notes: list[str] = []
     try:
-        plan = ServerPlan(profile_path=profile, provider_url=mock.url, data_dir=tmp_path / "data",
-                          env={"AGENTOS_API_TOKEN": token})  # fmt: skip
+        plan = ServerPlan(
+            profile_path=profile, provider_url=mock.url, data_dir=tmp_path / "data", env={"AGENTOS_API_TOKEN": token}
+        )
         async with start_nodes(plan, 2, profile_settings(profile), tmp_path, notes) as nodes:
             urls = ",".join(child.url for child in nodes.children)
-            argv = ["--server-url", urls, "--admin-token-env", "AGENTOS_TEST_BENCH_ADMIN", "--database-url", URL,
-                    "--mock-url", mock.url, "--scale", "0.02", "--out-dir", str(tmp_path / "out")]  # fmt: skip
+            argv = [
+                "--server-url",
+                urls,
+                "--admin-token-env",
+                "AGENTOS_TEST_BENCH_ADMIN",
+                "--database-url",
+                URL,
+                "--mock-url",
+                mock.url,
+                "--scale",
+                "0.02",
+                "--out-dir",
+                str(tmp_path / "out"),
+            ]
             assert await asyncio.to_thread(main, argv) == 0
     finally:
         await stop_child(mock.process)
@@ -171,12 +184,28 @@ async def test_runs_against_a_running_node_approve_by_args_hash(
     monkeypatch.setenv("AGENTOS_TEST_BENCH_ADMIN", token)
     mock = await start_mock_process(MockSettings(ttft_ms=20, tps=1000, tokens=4, scenario="tools"), tmp_path)
     try:
-        plan = ServerPlan(profile_path=resolve_profile("runs-hitl"), provider_url=mock.url,
-                          data_dir=tmp_path / "data", env={"AGENTOS_API_TOKEN": token})  # fmt: skip
+        plan = ServerPlan(
+            profile_path=resolve_profile("runs-hitl"),
+            provider_url=mock.url,
+            data_dir=tmp_path / "data",
+            env={"AGENTOS_API_TOKEN": token},
+        )
         server = await start_server_process(plan, tmp_path)
         try:
-            argv = ["--server-url", server.url, "--admin-token-env", "AGENTOS_TEST_BENCH_ADMIN", "--runs", "4",
-                    "--answer-delay-secs", "0.05", "--ramp-secs", "0.2", "--out-dir", f"{tmp_path}/out"]  # fmt: skip
+            argv = [
+                "--server-url",
+                server.url,
+                "--admin-token-env",
+                "AGENTOS_TEST_BENCH_ADMIN",
+                "--runs",
+                "4",
+                "--answer-delay-secs",
+                "0.05",
+                "--ramp-secs",
+                "0.2",
+                "--out-dir",
+                f"{tmp_path}/out",
+            ]
             assert await asyncio.to_thread(runs_main, argv) == 0
         finally:
             await stop_child(server.process)

@@ -61,8 +61,12 @@ def test_runs_alive_at_once_over_a_ramp() -> None:
 
 
 def _row(runs: int, p95: float | None, completed: int | None = None, **failures: int) -> dict[str, Any]:
-    return {"runs": runs, "duration_ms": {"p95": p95}, "failures": failures,
-            "completed": runs if completed is None else completed}  # fmt: skip
+    return {
+        "runs": runs,
+        "duration_ms": {"p95": p95},
+        "failures": failures,
+        "completed": runs if completed is None else completed,
+    }
 
 
 def test_the_noise_rule_and_acceptance() -> None:

@@ -19,9 +19,15 @@ async def test_a_short_fairness_run_measures_each_tenant_with_its_own_key(
 ) -> None:
     monkeypatch.chdir(tmp_path)  # anywhere: the profiles are package data
     plan = FairnessPlan(
-        users=2, ratio=3, concurrency_limit=4, reserves=(0.25,), warmup_s=0.3, duration_s=1.5,
-        mock=MockSettings(ttft_ms=50.0, tps=400.0, tokens=4), command="pytest",
-    )  # fmt: skip
+        users=2,
+        ratio=3,
+        concurrency_limit=4,
+        reserves=(0.25,),
+        warmup_s=0.3,
+        duration_s=1.5,
+        mock=MockSettings(ttft_ms=50.0, tps=400.0, tokens=4),
+        command="pytest",
+    )
     report = await run_fairness(plan, AdminKeys())
     rows = {(r["phase"], r["tenant"]): r for r in report["rows"]}
     assert set(rows) == {("B alone", "B"), ("B with A", "B"), ("B with A", "A")}

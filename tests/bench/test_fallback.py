@@ -41,9 +41,17 @@ def test_turns_fall_in_the_phase_they_were_sent_in_and_failures_are_counted_by_k
 
 
 def test_the_breaker_counts_as_open_from_the_scrape_after_which_it_stayed_open() -> None:
-    scrapes = [_scrape(1.9, 0, 100), _scrape(2.05, 1, 110, 5), _scrape(2.1, 0, 112, 6), _scrape(2.2, 0, 120, 8),
-               _scrape(2.3, 1, 125, 12), _scrape(3.0, 2, 126, 13), _scrape(3.9, 1, 127, 14), _scrape(4.1, 1, 127, 14),
-               _scrape(4.2, 0, 140, 14)]  # fmt: skip
+    scrapes = [
+        _scrape(1.9, 0, 100),
+        _scrape(2.05, 1, 110, 5),
+        _scrape(2.1, 0, 112, 6),
+        _scrape(2.2, 0, 120, 8),
+        _scrape(2.3, 1, 125, 12),
+        _scrape(3.0, 2, 126, 13),
+        _scrape(3.9, 1, 127, 14),
+        _scrape(4.1, 1, 127, 14),
+        _scrape(4.2, 0, 140, 14),
+    ]
     b = breaker_moments(scrapes, ORIGIN, PRIMARY, 2.0, 4.0)
     assert (b["first_open_after_s"], b["first_open_after_s_at_least"]) == (pytest.approx(0.05), 0.0)
     assert (b["opened_after_s"], b["opened_after_s_at_least"]) == (pytest.approx(0.3), pytest.approx(0.19))
@@ -58,17 +66,26 @@ def test_the_breaker_counts_as_open_from_the_scrape_after_which_it_stayed_open()
 
 
 def _fault(**changes: Any) -> dict[str, Any]:
-    run = {"primary": PRIMARY, "failed_turns": {"turns": 100, "failed": 0, "by_kind": {}}, "ttft_p95_added_ms": 12.0,
-           "breaker": {"opened_after_s": 0.4, "opened_after_s_at_least": 0.35, "first_open_after_s": 0.1},
-           "targets": {PRIMARY: {"failures": {"provider_http_error": 7}, "fallbacks": 7}}}  # fmt: skip
+    run = {
+        "primary": PRIMARY,
+        "failed_turns": {"turns": 100, "failed": 0, "by_kind": {}},
+        "ttft_p95_added_ms": 12.0,
+        "breaker": {"opened_after_s": 0.4, "opened_after_s_at_least": 0.35, "first_open_after_s": 0.1},
+        "targets": {PRIMARY: {"failures": {"provider_http_error": 7}, "fallbacks": 7}},
+    }
     return run | changes
 
 
 def test_the_verdict_meets_a_target_only_on_its_number() -> None:
     assert all(v["met"] for v in verdict(_fault()).values()) and len(verdict(_fault())) == 4
-    bad = verdict(_fault(failed_turns={"turns": 100, "failed": 1, "by_kind": {"5xx": 1}}, ttft_p95_added_ms=50.1,
-                         breaker={"opened_after_s": 1.01, "opened_after_s_at_least": 0.9, "first_open_after_s": 0.1},
-                         targets={PRIMARY: {"failures": {}, "fallbacks": 0}}))  # fmt: skip
+    bad = verdict(
+        _fault(
+            failed_turns={"turns": 100, "failed": 1, "by_kind": {"5xx": 1}},
+            ttft_p95_added_ms=50.1,
+            breaker={"opened_after_s": 1.01, "opened_after_s_at_least": 0.9, "first_open_after_s": 0.1},
+            targets={PRIMARY: {"failures": {}, "fallbacks": 0}},
+        )
+    )
     assert not any(v["met"] for v in bad.values())
     unknown = verdict(_fault(ttft_p95_added_ms=None, breaker={"opened_after_s": None}))  # too few samples, never open
     assert [v["met"] for v in unknown.values()] == [True, True, False, False]
@@ -78,15 +95,22 @@ def test_the_verdict_meets_a_target_only_on_its_number() -> None:
 
 def test_provider_figures_are_read_from_a_metrics_answer() -> None:
     p, s = f'target="{PRIMARY}"', f'target="{SECONDARY}"'
-    text = "\n".join([
-        "# TYPE agentos_provider_requests counter", f"agentos_provider_requests_total{{{p}}} 12.0",
-        "# TYPE agentos_provider_failures counter",
-        f'agentos_provider_failures_total{{reason="provider_http_error",{p}}} 5.0',
-        f"agentos_provider_fallbacks_total{{{p}}} 5.0", f"agentos_provider_breaker_state{{{p}}} 1.0",
-        f"agentos_provider_requests_total{{{s}}} 7.0", f'agentos_provider_ttft_seconds_bucket{{le="0.005",{s}}} 3.0',
-        f"agentos_provider_ttft_seconds_sum{{{s}}} 0.5", f"agentos_provider_ttft_seconds_count{{{s}}} 5.0",
-        'agentos_turns_total{status="completed"} 9.0', "",
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            "# TYPE agentos_provider_requests counter",
+            f"agentos_provider_requests_total{{{p}}} 12.0",
+            "# TYPE agentos_provider_failures counter",
+            f'agentos_provider_failures_total{{reason="provider_http_error",{p}}} 5.0',
+            f"agentos_provider_fallbacks_total{{{p}}} 5.0",
+            f"agentos_provider_breaker_state{{{p}}} 1.0",
+            f"agentos_provider_requests_total{{{s}}} 7.0",
+            f'agentos_provider_ttft_seconds_bucket{{le="0.005",{s}}} 3.0',
+            f"agentos_provider_ttft_seconds_sum{{{s}}} 0.5",
+            f"agentos_provider_ttft_seconds_count{{{s}}} 5.0",
+            'agentos_turns_total{status="completed"} 9.0',
+            "",
+        ]
+    )
     found = provider_figures(text, buckets=True)
     assert found[PRIMARY] == TargetFigures(requests=12, fallbacks=5, breaker=1, failures={"provider_http_error": 5})
     assert (found[SECONDARY].requests, found[SECONDARY].ttft_count, found[SECONDARY].ttft_sum_s) == (7, 5, 0.5)
@@ -108,9 +132,26 @@ def test_the_server_config_routes_one_model_over_both_mocks_and_checks_the_kerne
 @pytest.mark.timeout(180)
 def test_a_tiny_campaign_falls_back_and_writes_its_report(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    argv = ["--users", "20", "--seconds", "6", "--fault-at", "2", "--fault-for", "2", "--mock-ttft-ms", "50",
-            "--breaker-cooldown-s", "1", "--warmup-secs", "1", "--out-dir", str(out),
-            "--keep-dir", str(tmp_path / "run")]  # fmt: skip
+    argv = [
+        "--users",
+        "20",
+        "--seconds",
+        "6",
+        "--fault-at",
+        "2",
+        "--fault-for",
+        "2",
+        "--mock-ttft-ms",
+        "50",
+        "--breaker-cooldown-s",
+        "1",
+        "--warmup-secs",
+        "1",
+        "--out-dir",
+        str(out),
+        "--keep-dir",
+        str(tmp_path / "run"),
+    ]
     assert main(argv) == 0
     (json_path,) = out.glob("*-fallback.json")
     report = json.loads(json_path.read_text())

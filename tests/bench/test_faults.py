@@ -16,22 +16,41 @@ from agentos_bench.faults.storm import _integrity, _repeated_lines
 
 
 def _storm(**changes: Any) -> dict[str, Any]:
-    return {"lost_turns": 0, "duplicated_turns": 0, "lost_steps": 0, "duplicated_effects": 0,
-            "integrity": {"sessions.db": "ok"}} | changes  # fmt: skip
+    return {
+        "lost_turns": 0,
+        "duplicated_turns": 0,
+        "lost_steps": 0,
+        "duplicated_effects": 0,
+        "integrity": {"sessions.db": "ok"},
+    } | changes
 
 
 def _overload(**changes: Any) -> dict[str, Any]:
-    return {"refusal_ms": {"p99": 2.0}, "goodput_share": 0.95, "accepted": 10, "completed": 10,
-            "recovery_s": 1.0} | changes  # fmt: skip
+    return {
+        "refusal_ms": {"p99": 2.0},
+        "goodput_share": 0.95,
+        "accepted": 10,
+        "completed": 10,
+        "recovery_s": 1.0,
+    } | changes
 
 
 def test_the_verdict_meets_a_target_only_on_its_number() -> None:
-    good = verdict({"storm": _storm(), "overload": _overload(),
-                    "provider": {"streams": 5, "streams_with_one_terminal_event": 5, "responses_5xx": 0}})  # fmt: skip
+    good = verdict(
+        {
+            "storm": _storm(),
+            "overload": _overload(),
+            "provider": {"streams": 5, "streams_with_one_terminal_event": 5, "responses_5xx": 0},
+        }
+    )
     assert all(v["met"] for v in good.values()) and len(good) == 8
-    bad = verdict({"storm": _storm(lost_turns=1, integrity={"runs.db": "row 3 missing"}),
-                   "overload": _overload(refusal_ms={"p99": None}, goodput_share=0.5, completed=9, recovery_s=None),
-                   "provider": {"streams": 5, "streams_with_one_terminal_event": 4, "responses_5xx": 1}})  # fmt: skip
+    bad = verdict(
+        {
+            "storm": _storm(lost_turns=1, integrity={"runs.db": "row 3 missing"}),
+            "overload": _overload(refusal_ms={"p99": None}, goodput_share=0.5, completed=9, recovery_s=None),
+            "provider": {"streams": 5, "streams_with_one_terminal_event": 4, "responses_5xx": 1},
+        }
+    )
     assert not any(v["met"] for v in bad.values())  # a p99 with too few samples is not "met"
     nothing = verdict({"provider": {"streams": 0, "streams_with_one_terminal_event": 0, "responses_5xx": 0}})
     assert not nothing["every stream ends with exactly one terminal event"]["met"]  # no stream: nothing shown

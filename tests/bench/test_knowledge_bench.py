@@ -90,24 +90,53 @@ def test_the_server_config_round_trips_through_toml() -> None:
 def _result(p95_big: float) -> dict[str, Any]:
     def row(name: str, chunks: int, flt: Any, p95: float, recall: float) -> dict[str, Any]:
         latency = {"n": 200, "p50": 1.0, "p95": p95, "p99": p95, "max": p95, "mean": 1.0}
-        load = {"first_query_ms": 50.0, "rss_before": 100, "rss_after": 2**20 + 100, "rss_growth": 2**20,
-                "index_bytes_gauge": 2**21}  # fmt: skip
-        return {"collection": name, "chunks": chunks, "filter": flt, "latency_ms": latency,
-                "hybrid_recall_at_10": recall, "hits_outside_filter": 0, "index_load": load}  # fmt: skip
+        load = {
+            "first_query_ms": 50.0,
+            "rss_before": 100,
+            "rss_after": 2**20 + 100,
+            "rss_growth": 2**20,
+            "index_bytes_gauge": 2**21,
+        }
+        return {
+            "collection": name,
+            "chunks": chunks,
+            "filter": flt,
+            "latency_ms": latency,
+            "hybrid_recall_at_10": recall,
+            "hits_outside_filter": 0,
+            "index_load": load,
+        }
 
     def coll(name: str, chunks: int) -> dict[str, Any]:
-        fill = {"documents": 10, "chunks": chunks, "seconds": 1.0, "documents_per_s": 10.0,
-                "chunks_per_s": float(chunks), "embed_in_process_s": 0.5}  # fmt: skip
-        index = {"chunks": chunks, "nbytes": chunks * 1024, "nbytes_per_100k_chunks": 100_000 * 1024,
-                 "vector_recall_at_10": {"none": 1.0, "group": 0.99},
-                 "vector_search_ms": {"none": latency_ms([0.001] * 20), "group": latency_ms([0.002] * 20)},
-                 "full_text_ms": {"none": latency_ms([0.003] * 20), "group": latency_ms([0.004] * 20),
-                                  "nbytes": chunks * 512}}  # fmt: skip
+        fill = {
+            "documents": 10,
+            "chunks": chunks,
+            "seconds": 1.0,
+            "documents_per_s": 10.0,
+            "chunks_per_s": float(chunks),
+            "embed_in_process_s": 0.5,
+        }
+        index = {
+            "chunks": chunks,
+            "nbytes": chunks * 1024,
+            "nbytes_per_100k_chunks": 100_000 * 1024,
+            "vector_recall_at_10": {"none": 1.0, "group": 0.99},
+            "vector_search_ms": {"none": latency_ms([0.001] * 20), "group": latency_ms([0.002] * 20)},
+            "full_text_ms": {
+                "none": latency_ms([0.003] * 20),
+                "group": latency_ms([0.004] * 20),
+                "nbytes": chunks * 512,
+            },
+        }
         return {"name": name, "target_chunks": chunks, "fill": fill, "index": index}
 
     api = {"method": "m", "documents": 5, "chunks": 25, "seconds": 2.0, "documents_per_s": 2.5, "chunks_per_s": 12.5}
-    queries = [row("c10", 10, None, 3.0, 0.9), row("c10", 10, {"group": "g3"}, 4.0, 0.8),
-               row("c100", 100, None, p95_big, 0.7), row("c100", 100, {"group": "g3"}, 5.0, 0.95)]  # fmt: skip
+    queries = [
+        row("c10", 10, None, 3.0, 0.9),
+        row("c10", 10, {"group": "g3"}, 4.0, 0.8),
+        row("c100", 100, None, p95_big, 0.7),
+        row("c100", 100, {"group": "g3"}, 5.0, 0.95),
+    ]
     return {"ingest_api": api, "collections": [coll("c10", 10), coll("c100", 100)], "queries": queries}
 
 

@@ -87,8 +87,11 @@ async def test_tenants_share_one_placement_and_use_each_nodes_own_key(stubs: lis
             sample = await b.turn(http, b1, 5.0)
             assert isinstance(sample, TurnSample) and sample.ok
     created = [dict(s.state.auth) for s in stubs]  # one placement: a1, b1, a2 on nodes 0, 1, 2
-    assert created == [{"create Bearer a0": 1}, {"create Bearer b1": 1, "turn Bearer b1": 1}, {
-        "create Bearer a2": 1, "turn Bearer b2": 1}]  # fmt: skip
+    assert created == [
+        {"create Bearer a0": 1},
+        {"create Bearer b1": 1, "turn Bearer b1": 1},
+        {"create Bearer a2": 1, "turn Bearer b2": 1},
+    ]
     assert a1 and a2
     (single,) = point_targets([stubs[0].url], "turn")
     assert not isinstance(single, NodesTarget)  # one node: the plain target, as before
@@ -103,17 +106,14 @@ def test_overshoot_is_the_peak_above_the_limit() -> None:
 
 def test_the_report_says_what_an_overshoot_of_zero_shows() -> None:
     rows: list[dict[str, Any]] = [
-        {"profile": "p", "concurrency": 1000, "mock_max_concurrent": 1000} | provider_fields(
-            {"mock_max_concurrent": 1000}, 1000, 3, "session"
-        ),
-        {"profile": "p", "concurrency": 1500, "mock_max_concurrent": 1000} | provider_fields(
-            {"mock_max_concurrent": 1000}, 1000, 3, "session"
-        ),
-        {"profile": "p", "concurrency": 1500, "mock_max_concurrent": 1500} | provider_fields(
-            {"mock_max_concurrent": 1500}, 1000, 3, "session"
-        ),
+        {"profile": "p", "concurrency": 1000, "mock_max_concurrent": 1000}
+        | provider_fields({"mock_max_concurrent": 1000}, 1000, 3, "session"),
+        {"profile": "p", "concurrency": 1500, "mock_max_concurrent": 1000}
+        | provider_fields({"mock_max_concurrent": 1000}, 1000, 3, "session"),
+        {"profile": "p", "concurrency": 1500, "mock_max_concurrent": 1500}
+        | provider_fields({"mock_max_concurrent": 1500}, 1000, 3, "session"),
         {"profile": None, "concurrency": 4, "target": "direct"},  # no limit: not in the table
-    ]  # fmt: skip
+    ]
     table = provider_limit_table(rows)
     assert len(table) == 3 + 2 + 3
     assert table[-3].endswith("| 1000 | 1000 | 0 | c <= limit: cannot overshoot |")

@@ -61,10 +61,12 @@ def test_two_runs_with_the_same_arguments_write_different_files(
 def test_the_commit_is_the_running_codes_not_the_working_directorys(tmp_path: Path) -> None:
     """A run started elsewhere (here: a directory outside any checkout) still names the commit of
     the checkout its code came from, as a bisect with `PYTHONPATH` on another worktree needs."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout.strip()  # fmt: skip
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
     script = "from agentos_bench.report.machine import git_commit; print(git_commit())"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    found = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
-                           check=True, timeout=30).stdout.strip()  # fmt: skip
+    found = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, check=True, timeout=30
+    ).stdout.strip()
     assert found.removesuffix("+dirty") == head

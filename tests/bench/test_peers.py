@@ -212,8 +212,11 @@ def test_langgraph_verdicts() -> None:
 
 def test_langgraph_run_body() -> None:
     body = msgspec.json.decode(langgraph_run_body("hi", "g"))
-    assert body == {"assistant_id": "g", "input": {"messages": [{"role": "user", "content": "hi"}]},
-                    "stream_mode": ["messages-tuple", "values"]}  # fmt: skip
+    assert body == {
+        "assistant_id": "g",
+        "input": {"messages": [{"role": "user", "content": "hi"}]},
+        "stream_mode": ["messages-tuple", "values"],
+    }
 
 
 async def test_a_missing_peer_is_not_measured_and_says_how_to_install(tmp_path: Path) -> None:
@@ -257,15 +260,31 @@ def test_langgraph_starts_its_dev_server_on_a_graph_file_it_writes(tmp_path: Pat
 def test_peer_rows_are_set_against_the_direct_row() -> None:
     def row(target: str, profile: str | None, ttft: float) -> dict[str, Any]:
         pcts = {"p50": ttft, "p95": None, "p99": None, "n": 10}
-        return {"target": target, "profile": profile, "concurrency": 1, "turns_per_s": 2.0, "turns_ok": 10,
-                "ttft_ms": pcts, "turn_ms": pcts, "failures": {}}  # fmt: skip
+        return {
+            "target": target,
+            "profile": profile,
+            "concurrency": 1,
+            "turns_per_s": 2.0,
+            "turns_ok": 10,
+            "ttft_ms": pcts,
+            "turn_ms": pcts,
+            "failures": {},
+        }
 
     rows = [row("direct", None, 200.0), row("server", "no-store", 203.0), row("agno", "peer:agno", 260.0)]
     overhead = {o["profile"]: o["ttft_ms"]["p50"] for o in overhead_rows(rows)}
     assert overhead == {"no-store": 3.0, "peer:agno": 60.0}
-    report = {"profiles": ["no-store"], "created_utc": "2026-12-01T00:00:00", "rows": rows, "window": {
-        "warmup_s": 1, "duration_s": 1}, "machine": {"cpu": "c", "cores": 2, "ram_gib": 1, "os": "l"},
-        "versions": {}, "topology": "t", "mock": {}, "command": "c"}  # fmt: skip
+    report = {
+        "profiles": ["no-store"],
+        "created_utc": "2026-12-01T00:00:00",
+        "rows": rows,
+        "window": {"warmup_s": 1, "duration_s": 1},
+        "machine": {"cpu": "c", "cores": 2, "ram_gib": 1, "os": "l"},
+        "versions": {},
+        "topology": "t",
+        "mock": {},
+        "command": "c",
+    }
     assert "### peer `agno`" in sweep_markdown(report, {})
 
 

@@ -76,10 +76,16 @@ async def test_a_sweep_over_two_nodes_on_postgres_and_redis(tmp_path: Path) -> N
     profile = _profile(tmp_path / "cluster.toml")
     services = local_service_pids(profile_settings(profile))
     plan = SweepPlan(
-        points=(2, 6), profiles=(str(profile),), nodes=2, spread="turn",
-        duration_s=2.0, warmup_s=0.5, settle_s=0.1, mock=MockSettings(ttft_ms=50.0, tps=400.0, tokens=4),
+        points=(2, 6),
+        profiles=(str(profile),),
+        nodes=2,
+        spread="turn",
+        duration_s=2.0,
+        warmup_s=0.5,
+        settle_s=0.1,
+        mock=MockSettings(ttft_ms=50.0, tps=400.0, tokens=4),
         command="pytest",
-    )  # fmt: skip
+    )
     report = await run_sweep(plan)
     assert report["notes"] == []  # both nodes stopped cleanly, schema and keys removed
     rows = {(r["target"], r["concurrency"]): r for r in report["rows"]}
@@ -115,10 +121,18 @@ async def test_a_sweep_of_one_server_with_two_workers_pinned(tmp_path: Path) -> 
     await _services_or_skip()
     cpu = str(min(os.sched_getaffinity(0)))
     plan = SweepPlan(
-        points=(4,), profiles=(str(_profile(tmp_path / "workers.toml")),), workers=2, server_cpus=cpu,
-        mock_cpus=cpu, direct=False, duration_s=2.0, warmup_s=0.5, settle_s=0.1,
-        mock=MockSettings(ttft_ms=50.0, tps=400.0, tokens=4), command="pytest",
-    )  # fmt: skip
+        points=(4,),
+        profiles=(str(_profile(tmp_path / "workers.toml")),),
+        workers=2,
+        server_cpus=cpu,
+        mock_cpus=cpu,
+        direct=False,
+        duration_s=2.0,
+        warmup_s=0.5,
+        settle_s=0.1,
+        mock=MockSettings(ttft_ms=50.0, tps=400.0, tokens=4),
+        command="pytest",
+    )
     report = await run_sweep(plan)
     assert report["notes"] == []  # the supervisor drained its workers and exited 0
     (row,) = report["rows"]

@@ -28,9 +28,16 @@ async def test_a_sweep_over_three_tenants_runs_each_users_turns_as_its_tenant(
 ) -> None:
     monkeypatch.chdir(tmp_path)  # anywhere: the profiles are package data
     plan = SweepPlan(
-        points=(1, 4), profiles=("full-store-limits",), tenants=3, duration_s=1.5, warmup_s=0.5, settle_s=0.1,
-        mock=MockSettings(ttft_ms=50.0, tps=400.0, tokens=4), command="pytest", keep_data=True,
-    )  # fmt: skip
+        points=(1, 4),
+        profiles=("full-store-limits",),
+        tenants=3,
+        duration_s=1.5,
+        warmup_s=0.5,
+        settle_s=0.1,
+        mock=MockSettings(ttft_ms=50.0, tps=400.0, tokens=4),
+        command="pytest",
+        keep_data=True,
+    )
     report = await run_sweep(plan)
     request.addfinalizer(lambda: shutil.rmtree(report["kept_data"], ignore_errors=True))
     rows = {(r["target"], r["concurrency"]): r for r in report["rows"]}

@@ -78,9 +78,14 @@ def outage_lines(log: str) -> tuple[int, int]:
     [("a batch commit", b"COMMIT"), ("a fenced write", b"agentos_turn_fence"), ("the follow connection", b"LISTEN")],
 )
 async def test_a_cut_in_the_middle_is_store_unavailable_and_two_log_lines(
-    case: str, needle: bytes, tmp_path: Path, mock_factory: Any, pg: StoreConfig, prefix: str,
+    case: str,
+    needle: bytes,
+    tmp_path: Path,
+    mock_factory: Any,
+    pg: StoreConfig,
+    prefix: str,
     http: aiohttp.ClientSession,
-) -> None:  # fmt: skip
+) -> None:
     mock: MockServer = await mock_factory(ttft_ms=200, tps=50, tokens=10)  # ~0.4 s per turn
     target = urlsplit(pg.postgres_url)
     async with TcpProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy:

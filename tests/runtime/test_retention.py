@@ -191,8 +191,22 @@ async def test_a_session_with_an_unfinished_run_is_kept(
     for session_id, status in (("ses_waits", "waiting"), ("ses_done", "completed")):
         await old_session(server, "default", session_id, long_ago)
         spec_ref, put_spec = journal.payload("default", {"name": "helper"})
-        row = RunRow(f"run_{session_id}", "default", "helper", session_id, None, 0, spec_ref, "in", status,
-                     None, None, long_ago, long_ago, None)  # fmt: skip
+        row = RunRow(
+            f"run_{session_id}",
+            "default",
+            "helper",
+            session_id,
+            None,
+            0,
+            spec_ref,
+            "in",
+            status,
+            None,
+            None,
+            long_ago,
+            long_ago,
+            None,
+        )
         await journal_store.write([put_spec, journal.insert_run(row)])
 
     await retention_of(server).sweep()
@@ -214,8 +228,22 @@ async def test_finished_runs_outside_sessions_expire_and_working_ones_stay(
     for run_id, status in (("run_done", "completed"), ("run_done.1", "completed"), ("run_waiting", "waiting")):
         spec_ref, put_spec = journal.payload("default", {"name": "helper"})
         parent = "run_done" if run_id == "run_done.1" else None
-        row = RunRow(run_id, "default", "helper", None, parent, int(parent is not None), spec_ref, "in", status,
-                     None, None, long_ago, long_ago, None)  # fmt: skip
+        row = RunRow(
+            run_id,
+            "default",
+            "helper",
+            None,
+            parent,
+            int(parent is not None),
+            spec_ref,
+            "in",
+            status,
+            None,
+            None,
+            long_ago,
+            long_ago,
+            None,
+        )
         await journal_store.write([put_spec, journal.insert_run(row)])
 
     await retention_of(server).sweep()

@@ -15,10 +15,21 @@ from agentos.telemetry.wire import KINDS, SpanRecord
 
 # a server span with a remote parent, an attribute and an event
 RECORD: SpanRecord = (
-    "POST /v1/sessions/{session_id}/turns", "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331",
-    "00f067aa0ba902b7", True, KINDS["server"], 1_000, 2_000, {"http.response.status_code": 200},
-    [("agentos.turn.admitted", 1_500, {"agentos.permit.waits": False})], [], 0, "", "rojo=1",
-)  # fmt: skip
+    "POST /v1/sessions/{session_id}/turns",
+    "0af7651916cd43dd8448eb211c80319c",
+    "b7ad6b7169203331",
+    "00f067aa0ba902b7",
+    True,
+    KINDS["server"],
+    1_000,
+    2_000,
+    {"http.response.status_code": 200},
+    [("agentos.turn.admitted", 1_500, {"agentos.permit.waits": False})],
+    [],
+    0,
+    "",
+    "rojo=1",
+)
 
 
 async def test_the_exporter_sends_with_the_standard_variables_and_retries(monkeypatch: pytest.MonkeyPatch) -> None:

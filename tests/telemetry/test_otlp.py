@@ -22,11 +22,20 @@ T1, T2 = "0af7651916cd43dd8448eb211c80319c", "4bf92f3577b34da6a3ce929d0e0e4736"
 
 def _record(name: str, span_id: str, parent_id: str = "", **fields: Any) -> SpanRecord:
     return (
-        name, fields.get("trace_id", T1), span_id, parent_id, fields.get("remote", False),
-        KINDS[fields.get("kind", "internal")], 1_000, 2_000, fields.get("attributes", {}),
-        fields.get("events", []), fields.get("links", []), *fields.get("status", (0, "")),
+        name,
+        fields.get("trace_id", T1),
+        span_id,
+        parent_id,
+        fields.get("remote", False),
+        KINDS[fields.get("kind", "internal")],
+        1_000,
+        2_000,
+        fields.get("attributes", {}),
+        fields.get("events", []),
+        fields.get("links", []),
+        *fields.get("status", (0, "")),
         fields.get("tracestate", ""),
-    )  # fmt: skip
+    )
 
 
 RECORDS: Sequence[SpanRecord] = [

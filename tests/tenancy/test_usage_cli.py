@@ -44,8 +44,17 @@ async def test_a_table_by_target_and_day(cli: Cli) -> None:
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == [
-        "tenant", "target", "day", "calls", "prompt", "completion", "cache_read", "cache_write", "cost", "unpriced"
-    ]  # fmt: skip
+        "tenant",
+        "target",
+        "day",
+        "calls",
+        "prompt",
+        "completion",
+        "cache_read",
+        "cache_write",
+        "cost",
+        "unpriced",
+    ]
     assert lines[1].split() == ["acme", "p/big", "2024-10-04", "1", "1000", "10", "0", "0", "0.500000", "0"]
     assert lines[2].split() == ["acme", "p/free", "2024-10-05", "1", "2000", "10", "0", "0", "-", "1"]
     assert lines[3].split()[:2] == ["bravo", "p/big"]

@@ -270,8 +270,21 @@ class _Attempt:
     """The bookkeeping of one target's try: its request, budget reservation, first token,
     priced completion and failure accounting (the tokens themselves pass in `Router.stream`)."""
 
-    __slots__ = ("router", "request", "model", "route", "has_next", "span", "capture", "stats", "sub",
-                 "reservation", "started", "answered", "settled")  # fmt: skip
+    __slots__ = (
+        "router",
+        "request",
+        "model",
+        "route",
+        "has_next",
+        "span",
+        "capture",
+        "stats",
+        "sub",
+        "reservation",
+        "started",
+        "answered",
+        "settled",
+    )
 
     def __init__(
         self,

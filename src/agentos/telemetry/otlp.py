@@ -41,9 +41,12 @@ _REMOTE = _LOCAL | SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 # OTLP's kinds by the recorded kind (`wire.KINDS`: OTel's SpanKind, internal = 0); OTLP counts
 # from SPAN_KIND_UNSPECIFIED = 0.
 _KINDS = (
-    Span.SPAN_KIND_INTERNAL, Span.SPAN_KIND_SERVER, Span.SPAN_KIND_CLIENT, Span.SPAN_KIND_PRODUCER,
+    Span.SPAN_KIND_INTERNAL,
+    Span.SPAN_KIND_SERVER,
+    Span.SPAN_KIND_CLIENT,
+    Span.SPAN_KIND_PRODUCER,
     Span.SPAN_KIND_CONSUMER,
-)  # fmt: skip
+)
 
 
 def resource_for(service_name: str, node: str) -> Resource:

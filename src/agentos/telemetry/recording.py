@@ -42,9 +42,22 @@ class RecordedSpan:
     travel in traceparents) and records nothing."""
 
     __slots__ = (
-        "name", "trace_id", "span_id", "parent_id", "remote_parent", "tracestate", "kind", "start_ns",
-        "attributes", "events", "links", "status", "sampled", "_ship", "_ended",
-    )  # fmt: skip
+        "name",
+        "trace_id",
+        "span_id",
+        "parent_id",
+        "remote_parent",
+        "tracestate",
+        "kind",
+        "start_ns",
+        "attributes",
+        "events",
+        "links",
+        "status",
+        "sampled",
+        "_ship",
+        "_ended",
+    )
 
     def __init__(
         self, ship: Any, name: str, ids: tuple[str, str, str, bool, str], sampled: bool, kind: int, start_ns: int
@@ -105,10 +118,22 @@ class RecordedSpan:
         self._ended = True
         if self.sampled:
             self._ship(
-                (self.name, self.trace_id, self.span_id, self.parent_id, self.remote_parent, self.kind,
-                 self.start_ns, time.time_ns() if end_ns is None else end_ns, self.attributes, self.events,
-                 self.links, *self.status, self.tracestate)
-            )  # fmt: skip
+                (
+                    self.name,
+                    self.trace_id,
+                    self.span_id,
+                    self.parent_id,
+                    self.remote_parent,
+                    self.kind,
+                    self.start_ns,
+                    time.time_ns() if end_ns is None else end_ns,
+                    self.attributes,
+                    self.events,
+                    self.links,
+                    *self.status,
+                    self.tracestate,
+                )
+            )
 
     @property
     def traceparent(self) -> str:
@@ -188,9 +213,13 @@ class RecordingTracing(Tracing):
             ids, sampled = (trace_id, span_id, "", False, ""), self._sampled(trace_id)
         start_ms = options.get("start_ms")
         span = RecordedSpan(
-            self._ship, name, ids, sampled, KINDS[options.get("kind", "internal")],
+            self._ship,
+            name,
+            ids,
+            sampled,
+            KINDS[options.get("kind", "internal")],
             time.time_ns() if start_ms is None else start_ms * 1_000_000,
-        )  # fmt: skip
+        )
         if sampled:
             if attributes:
                 span.attributes.update(attributes)

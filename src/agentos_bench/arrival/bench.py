@@ -56,8 +56,12 @@ async def run_load(plan: LoadPlan, work_dir: Path) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     mock = await start_mock_process(plan.mock, work_dir)
     try:
-        server_plan = ServerPlan(profile_path=config, provider_url=mock.url, data_dir=work_dir / "data",
-                                 env={"AGENTOS_API_TOKEN": admin_token})  # fmt: skip
+        server_plan = ServerPlan(
+            profile_path=config,
+            provider_url=mock.url,
+            data_dir=work_dir / "data",
+            env={"AGENTOS_API_TOKEN": admin_token},
+        )
         server = await start_server_process(server_plan, work_dir)
         try:
             target = Deployment(urls=(server.url,), admin_token=admin_token, mock_url=mock.url)
@@ -138,17 +142,24 @@ def _run_timeout(plan: LoadPlan) -> float:
 def _cpu_table(cpu: CpuSamples, windows: list[Any]) -> dict[str, Any]:
     groups = cpu.groups
     by_phase = {w.name: {g: _round(cpu.cores(g, w.start_s, w.end_s)) for g in groups} for w in windows}
-    return {"cores_by_phase": by_phase, "peak_cores": {g: _round(cpu.peak_cores(g)) for g in groups},
-            "samples": len(cpu.times_s)}  # fmt: skip
+    return {
+        "cores_by_phase": by_phase,
+        "peak_cores": {g: _round(cpu.peak_cores(g)) for g in groups},
+        "samples": len(cpu.times_s),
+    }
 
 
 def _timeline(samples: list[Any]) -> list[list[Any]]:
     """[due_s, kind, latency_ms or None (failed), first_token_ms or None] per request: the plot's data."""
     return [
-        [round(s.due_s, 3), s.kind, round(s.latency_s * 1000, 1) if s.ok else None,
-         None if s.first_token_s is None else round(s.first_token_s * 1000, 1)]
+        [
+            round(s.due_s, 3),
+            s.kind,
+            round(s.latency_s * 1000, 1) if s.ok else None,
+            None if s.first_token_s is None else round(s.first_token_s * 1000, 1),
+        ]
         for s in samples
-    ]  # fmt: skip
+    ]
 
 
 def _round(value: float | None) -> float | None:

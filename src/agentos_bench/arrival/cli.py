@@ -63,8 +63,14 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     except (ScenarioError, ConfigError) as exc:
         raise SystemExit(f"agentos bench load: {exc}") from None
     command = redacted(command_line(command))
-    plan = LoadPlan(scenario=scenario, scale=args.scale, rate_multiplier=args.rate_multiplier,
-                    connections=args.connections, mock=mock, command=command)  # fmt: skip
+    plan = LoadPlan(
+        scenario=scenario,
+        scale=args.scale,
+        rate_multiplier=args.rate_multiplier,
+        connections=args.connections,
+        mock=mock,
+        command=command,
+    )
     raise_fd_limit()  # the connection limit can be thousands of sockets
     try:
         deployment = _deployment(args)
@@ -78,13 +84,20 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     topology = _STARTED if deployment is None else deployment.topology()
     report = {
         **report_head("load", topology, command),
-        "mock": None if deployment is not None else
-                {"ttft_ms": mock.ttft_ms, "tps": mock.tps, "tokens": mock.tokens, "scenario": mock.scenario,
-                 "error_rate": mock.error_rate, "hang_rate": mock.hang_rate},
+        "mock": None
+        if deployment is not None
+        else {
+            "ttft_ms": mock.ttft_ms,
+            "tps": mock.tps,
+            "tokens": mock.tokens,
+            "scenario": mock.scenario,
+            "error_rate": mock.error_rate,
+            "hang_rate": mock.hang_rate,
+        },
         "scenario_text": _scenario_text(plan),
         "plan": {"scale": plan.scale, "rate_multiplier": plan.rate_multiplier, "connections": plan.connection_limit},
         **result,
-    }  # fmt: skip
+    }
     verdict = ", ".join(f"{k} {v['status']}" for k, v in (report["verdict"] or {}).items())
     print_report(
         write_load_report(report, args.out_dir, report_stem("load", args.name)),

@@ -54,8 +54,16 @@ async def create_fixture(admin: aiohttp.ClientSession, url: str) -> Fixture:
     await _call(admin, "POST", f"{url}/v1/admin/tenants", {"tenant_id": tenant_id, "name": "agentos bench load"})
     created = await _call(admin, "POST", f"{url}/v1/admin/keys", {"tenant_id": tenant_id, "name": "bench-load"})
     key = str(created["key"])
-    fixture = Fixture(url=url, key=key, agent=AGENT, collection=COLLECTION, trigger_id="", trigger_secret=b"",
-                      tenant_id=tenant_id, key_id=str(created["key_id"]))  # fmt: skip
+    fixture = Fixture(
+        url=url,
+        key=key,
+        agent=AGENT,
+        collection=COLLECTION,
+        trigger_id="",
+        trigger_secret=b"",
+        tenant_id=tenant_id,
+        key_id=str(created["key_id"]),
+    )
     async with aiohttp.ClientSession(headers=fixture.headers) as tenant:
         await _call(tenant, "POST", f"{url}/v1/agents", {"name": AGENT})
         try:

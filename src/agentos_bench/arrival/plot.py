@@ -26,8 +26,7 @@ def plot_timeline(report: dict[str, Any], path: Path) -> Path:
         ax.scatter(failed, [floor] * len(failed), s=10, marker="x", color="red", label=f"failed ({len(failed)})")
     for name, phase in report["phases"].items():
         ax.axvline(phase["start_s"], color="grey", linewidth=0.8, linestyle=":")
-        ax.text(phase["start_s"], 1.02, f" {name} {phase['rate']:g}/s", transform=ax.get_xaxis_transform(),
-                fontsize=8)  # fmt: skip
+        ax.text(phase["start_s"], 1.02, f" {name} {phase['rate']:g}/s", transform=ax.get_xaxis_transform(), fontsize=8)
     ax.set_yscale("log")
     ax.set_xlabel("due time, s from the start")
     ax.set_ylabel("latency from due time, ms (log)")

@@ -47,10 +47,11 @@ def _header(report: dict[str, Any]) -> list[str]:
     versions = ", ".join(f"{k} {v}" for k, v in report["versions"].items())
     mock = report["mock"]
     provider = (
-        "the deployment's own (the bench did not start it)" if mock is None else
-        f"TTFT {mock['ttft_ms']} ms, {mock['tps']} tokens/s, {mock['tokens']} tokens, "
+        "the deployment's own (the bench did not start it)"
+        if mock is None
+        else f"TTFT {mock['ttft_ms']} ms, {mock['tps']} tokens/s, {mock['tokens']} tokens, "
         f"scenario {mock['scenario']}, error rate {mock['error_rate']}, hang rate {mock['hang_rate']}"
-    )  # fmt: skip
+    )
     return [
         f"- **Date (UTC):** {report['created_utc']}",
         f"- **Machine:** {machine['cpu']}, {machine['cores']} cores, {machine['ram_gib']} GiB RAM, {machine['os']}",
@@ -93,10 +94,15 @@ def _phase(phase: dict[str, Any]) -> list[str]:
     for kind, s in phase["loads"].items():
         failures = ", ".join(f"{name} {count}" for name, count in s["failures"].items()) or "–"
         first = _pcts(s["first_token_ms"]) if "first_token_ms" in s else ""
-        lines.append(f"| `{kind}` | {s['offered']} | {s['ok']} | {s['failed']}: {failures} | "
-                     f"{_pcts(s['latency_ms'])} | {first} |")  # fmt: skip
-    lines += ["", "Latency is from the time each request was due (not sent), over successful requests only; "
-              "percentiles are nearest rank (p95 needs 20 samples, p99 100)."]  # fmt: skip
+        lines.append(
+            f"| `{kind}` | {s['offered']} | {s['ok']} | {s['failed']}: {failures} | "
+            f"{_pcts(s['latency_ms'])} | {first} |"
+        )
+    lines += [
+        "",
+        "Latency is from the time each request was due (not sent), over successful requests only; "
+        "percentiles are nearest rank (p95 needs 20 samples, p99 100).",
+    ]
     return lines
 
 
@@ -124,19 +130,30 @@ def _deployment(by_phase: dict[str, Any]) -> list[str]:
     for phase, figures in by_phase.items():
         for node, n in figures["nodes"].items():
             pool = f"{_f(n.get('peak_pool_in_use'))} / {_f(n.get('peak_pool_waiting'))} / {_f(n.get('pool_timeouts'))}"
-            lines.append(f"| {phase} | {node} | {_f(n.get('peak_rss_mb'))} | {_f(n.get('peak_in_flight_turns'))} | "
-                         f"{pool} | {n['scrapes']} ({n['scrape_failures']} failed) |")  # fmt: skip
+            lines.append(
+                f"| {phase} | {node} | {_f(n.get('peak_rss_mb'))} | {_f(n.get('peak_in_flight_turns'))} | "
+                f"{pool} | {n['scrapes']} ({n['scrape_failures']} failed) |"
+            )
     databases = [(phase, f["database_peak"]) for phase, f in by_phase.items() if f["database_peak"]]
     if databases:
-        lines += ["", "| phase | database: peak connections / active / idle in transaction / waiting on a lock | "
-                  "max_connections |", "|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            "| phase | database: peak connections / active / idle in transaction / waiting on a lock | "
+            "max_connections |",
+            "|---|---|---|",
+        ]
         for phase, d in databases:
-            lines.append(f"| {phase} | {d['connections']} / {d['active']} / {d['idle_in_transaction']} / "
-                         f"{d['waiting_on_locks']} | {d['max_connections']} |")  # fmt: skip
-    lines += ["", "From each node's GET /metrics once a second (a pool figure is `–` on SQLite) and, with "
-              "`--database-url`, from `pg_stat_activity` (every client of that database, not only these nodes); "
-              "timeouts: waits for a pool connection past "
-              "`store.postgres_acquire_timeout_s` in the phase."]  # fmt: skip
+            lines.append(
+                f"| {phase} | {d['connections']} / {d['active']} / {d['idle_in_transaction']} / "
+                f"{d['waiting_on_locks']} | {d['max_connections']} |"
+            )
+    lines += [
+        "",
+        "From each node's GET /metrics once a second (a pool figure is `–` on SQLite) and, with "
+        "`--database-url`, from `pg_stat_activity` (every client of that database, not only these nodes); "
+        "timeouts: waits for a pool connection past "
+        "`store.postgres_acquire_timeout_s` in the phase.",
+    ]
     return lines
 
 
@@ -151,12 +168,18 @@ def _cpu(cpu: dict[str, Any], *, deployment: bool = False) -> list[str]:
         lines.append(f"| {phase} (mean cores) | " + " | ".join(_f(values[g]) for g in groups) + " |")
     lines.append("| peak over 1 s | " + " | ".join(_f(cpu["peak_cores"][g]) for g in groups) + " |")
     if deployment:
-        lines += ["", "Cores = the difference of cumulative CPU time over the interval, divided by its length: "
-                  "each node's `process_cpu_seconds_total` (its GET /metrics), this process's from /proc."]  # fmt: skip
+        lines += [
+            "",
+            "Cores = the difference of cumulative CPU time over the interval, divided by its length: "
+            "each node's `process_cpu_seconds_total` (its GET /metrics), this process's from /proc.",
+        ]
         return lines
-    lines += ["", "Cores = the difference of cumulative CPU time (/proc) over the interval, divided by its length. "
-              "server: the server process; sandboxes: its descendants (the fork server and the sandboxed "
-              "commands); mock: the mock provider; generator: this bench process."]  # fmt: skip
+    lines += [
+        "",
+        "Cores = the difference of cumulative CPU time (/proc) over the interval, divided by its length. "
+        "server: the server process; sandboxes: its descendants (the fork server and the sandboxed "
+        "commands); mock: the mock provider; generator: this bench process.",
+    ]
     return lines
 
 

@@ -41,19 +41,23 @@ def summarize(
     return {
         "usable": usable,
         "what_ran": {
-            "offered": len(offers), "recorded": len(samples),
-            "by_load": {load.kind: {"offered": offered[load.kind], "recorded": recorded[load.kind]}
-                        for load in scenario.loads},
-            "late_dispatches": stats.late, "max_lag_ms": round(stats.max_lag_s * 1000, 1),
+            "offered": len(offers),
+            "recorded": len(samples),
+            "by_load": {
+                load.kind: {"offered": offered[load.kind], "recorded": recorded[load.kind]} for load in scenario.loads
+            },
+            "late_dispatches": stats.late,
+            "max_lag_ms": round(stats.max_lag_s * 1000, 1),
             "lag_p99_ms": percentiles_ms(lags)["p99"] if lags else None,
-            "connection_limit": connection_limit, "peak_in_flight": stats.peak_in_flight,
+            "connection_limit": connection_limit,
+            "peak_in_flight": stats.peak_in_flight,
             "dispatched_at_limit": stats.capped,
             "abandoned": sum(1 for s in samples if s.error == "abandoned"),
         },
         "phases": phases,
         "recovery": recovery(windows, samples),
         "verdict": verdict(scenario, phases.get(SUSTAIN)) if usable else None,
-    }  # fmt: skip
+    }
 
 
 def recovery(windows: Sequence[PhaseWindow], samples: Sequence[Sample]) -> dict[str, Any] | None:
@@ -68,8 +72,10 @@ def recovery(windows: Sequence[PhaseWindow], samples: Sequence[Sample]) -> dict[
     window, peak = by_name[RECOVER], max(windows, key=lambda w: w.rate)  # the burst: the highest rate
     third = (window.end_s - window.start_s) / 3
     recover = [s for s in samples if s.phase == RECOVER]
-    thirds = [[s for s in recover if window.start_s + i * third <= s.due_s < window.start_s + (i + 1) * third]
-              for i in range(3)]  # fmt: skip
+    thirds = [
+        [s for s in recover if window.start_s + i * third <= s.due_s < window.start_s + (i + 1) * third]
+        for i in range(3)
+    ]
     sustain_rate = _error_rate([s for s in samples if s.phase == SUSTAIN]) or 0.0
     last = _error_rate(thirds[-1])
     return {
@@ -78,7 +84,7 @@ def recovery(windows: Sequence[PhaseWindow], samples: Sequence[Sample]) -> dict[
         "peak_error_rate": _error_rate([s for s in samples if s.phase == peak.name]),
         "recover_thirds": [_third(t) for t in thirds],
         "recovered": None if last is None else last <= max(2 * sustain_rate, 0.01),
-    }  # fmt: skip
+    }
 
 
 def _third(samples: Sequence[Sample]) -> dict[str, Any]:
@@ -95,12 +101,14 @@ def phase_summary(scenario: Scenario, window: PhaseWindow, samples: Sequence[Sam
     mine = [s for s in samples if s.phase == window.name]
     completed = sum(1 for s in samples if s.ok and window.start_s <= s.done_s < window.end_s)
     return {
-        "start_s": round(window.start_s, 3), "seconds": round(seconds, 3), "rate": window.rate,
+        "start_s": round(window.start_s, 3),
+        "seconds": round(seconds, 3),
+        "rate": window.rate,
         "offered": len(mine),
         "offered_per_s": _per_s(len(mine), seconds),
         "completed_in_window_per_s": _per_s(completed, seconds),
         "loads": {load.kind: load_summary(load, [s for s in mine if s.kind == load.kind]) for load in scenario.loads},
-    }  # fmt: skip
+    }
 
 
 def load_summary(load: Load, samples: Sequence[Sample]) -> dict[str, Any]:
@@ -136,14 +144,17 @@ def judge(load: Load, summary: dict[str, Any] | None) -> dict[str, Any]:
             return {"status": NOT_MEASURED, "reasons": [f"{n} successful requests: too few for a p95 (20 needed)"]}
         ok = p95 <= load.p95_ms
         status = status if ok else FAILED
-        reasons.append(f"{metric.removesuffix('_ms').replace('_', ' ')} p95 {p95:g} ms {'<=' if ok else '>'} "
-                       f"{load.p95_ms:g} ms")  # fmt: skip
+        reasons.append(
+            f"{metric.removesuffix('_ms').replace('_', ' ')} p95 {p95:g} ms {'<=' if ok else '>'} {load.p95_ms:g} ms"
+        )
     if load.max_error_rate is not None:
         rate = summary["error_rate"]
         ok = rate <= load.max_error_rate
         status = status if ok else FAILED
-        reasons.append(f"errors {rate * 100:.2f}% {'<=' if ok else '>'} {load.max_error_rate * 100:g}%"
-                       f" ({summary['failed']} of {summary['offered']})")  # fmt: skip
+        reasons.append(
+            f"errors {rate * 100:.2f}% {'<=' if ok else '>'} {load.max_error_rate * 100:g}%"
+            f" ({summary['failed']} of {summary['offered']})"
+        )
     if not reasons:
         return {"status": NOT_JUDGED, "reasons": ["the scenario sets no threshold for it"]}
     return {"status": status, "reasons": reasons}

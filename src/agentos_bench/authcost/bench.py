@@ -16,7 +16,15 @@ from typing import Any
 from agentos_bench.authcost.client import Job, Outcome, as_dict, job_json, outcome_from_line
 from agentos_bench.authcost.plan import ADMIN_TOKEN, MODES, AuthCostPlan, config_toml
 from agentos_bench.authcost.provision import Target, provision_keys, provision_open
-from agentos_bench.common.processes import BenchSetupError, Child, free_port, read_line, stop_child, wait_ready
+from agentos_bench.common.processes import (
+    BenchSetupError,
+    Child,
+    free_port,
+    read_line,
+    start_job_child,
+    stop_child,
+    wait_ready,
+)
 from agentos_bench.common.procfs import sample_tree
 
 _READY_TIMEOUT_S = 60.0
@@ -86,11 +94,7 @@ async def measure_round(mode: Mode, targets: list[Target], plan: AuthCostPlan, l
         job = Job(server.url, targets, plan.requests, plan.concurrency, plan.warmup_requests, plan.round_timeout_s)
         job_path = mode.log_dir / f"job-{label}.json"
         job_path.write_bytes(job_json(job))
-        with (mode.log_dir / f"client-{label}.log").open("wb") as log:
-            client = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "agentos_bench.authcost.client", str(job_path),
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log,
-            )  # fmt: skip
+        client = await start_job_child("agentos_bench.authcost.client", job_path, mode.log_dir / f"client-{label}.log")
         try:
             await read_line(client, plan.round_timeout_s, "auth-cost client", "'ready'")
             before = sample_tree(server.pid, memory=False)

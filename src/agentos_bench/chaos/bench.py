@@ -116,9 +116,13 @@ async def _campaign(plan: ChaosPlan, cluster: Cluster, postgres: Postgres, redis
     for fault, figures in faults.items():
         figures["clients"] = phases.get(fault, {})
     unfinished = sorted(found.get("unfinished", {}))
-    return {"warm_up": phases.get("warm-up", {}), "faults": faults, "drain": phases.get("drain", {}),
-            "unfinished_runs": unfinished,
-            "verdict": fault_verdicts(faults, plan.provider_limit, plan.nodes)}  # fmt: skip
+    return {
+        "warm_up": phases.get("warm-up", {}),
+        "faults": faults,
+        "drain": phases.get("drain", {}),
+        "unfinished_runs": unfinished,
+        "verdict": fault_verdicts(faults, plan.provider_limit, plan.nodes),
+    }
 
 
 async def _one_fault(fault: str, ctx: Context, plan: ChaosPlan) -> dict[str, Any]:
@@ -161,8 +165,9 @@ async def _mock(http: aiohttp.ClientSession, v1_url: str, what: str) -> dict[str
         return body
 
 
-async def _stop(users: list[asyncio.Task[None]], runs: list[asyncio.Task[None]], stop: asyncio.Event,
-                drain_s: float) -> None:  # fmt: skip
+async def _stop(
+    users: list[asyncio.Task[None]], runs: list[asyncio.Task[None]], stop: asyncio.Event, drain_s: float
+) -> None:
     """Stop the users (their last turns end) and the runs' starts; follow the runs left to their
     ends for at most `drain_s` (then their followers are cancelled: the read-back judges them)."""
     stop.set()

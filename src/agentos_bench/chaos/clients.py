@@ -126,8 +126,12 @@ async def _one_turn(http: aiohttp.ClientSession, url: str, turn: Turn, ledger: L
     began = time.perf_counter()
     timeout = aiohttp.ClientTimeout(total=TURN_TIMEOUT_S)
     try:
-        async with http.post(f"{url}/v1/sessions/{turn.session_id}/turns", json={"input": turn.text},
-                             headers={"Accept": "text/event-stream"}, timeout=timeout) as response:  # fmt: skip
+        async with http.post(
+            f"{url}/v1/sessions/{turn.session_id}/turns",
+            json={"input": turn.text},
+            headers={"Accept": "text/event-stream"},
+            timeout=timeout,
+        ) as response:
             ledger.answered(response, began)
             if response.status != 200:
                 await response.read()
@@ -175,8 +179,9 @@ async def run_loop(
 
 async def _start_run(http: aiohttp.ClientSession, url: str, agent: str, text: str, ledger: Ledger) -> Run | None:
     began = time.perf_counter()
-    async with http.post(f"{url}/v1/agents/{agent}/runs", json={"input": text},
-                         timeout=aiohttp.ClientTimeout(total=30)) as response:  # fmt: skip
+    async with http.post(
+        f"{url}/v1/agents/{agent}/runs", json={"input": text}, timeout=aiohttp.ClientTimeout(total=30)
+    ) as response:
         ledger.answered(response, began)
         body = await response.json(content_type=None)
         if response.status != 202:
@@ -211,8 +216,9 @@ async def _events(http: aiohttp.ClientSession, url: str, run: Run, ledger: Ledge
     (TimeoutError: a question answered in vain during a fault leaves a run waiting, silently)."""
     read = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=QUIET_S)
     began = time.perf_counter()
-    async with http.get(f"{url}/v1/runs/{run.run_id}/events", params={"after": str(run.last_seq)},
-                        timeout=read) as response:  # fmt: skip
+    async with http.get(
+        f"{url}/v1/runs/{run.run_id}/events", params={"after": str(run.last_seq)}, timeout=read
+    ) as response:
         ledger.answered(response, began)
         if response.status != 200:
             await response.read()

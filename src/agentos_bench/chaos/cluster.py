@@ -55,8 +55,13 @@ class Cluster:
     async def start(self, node: int, port: int | None = None) -> Child:
         self.starts[node] += 1
         name = f"node{node}" if self.starts[node] == 1 else f"node{node}-start{self.starts[node]}"
-        plan = ServerPlan(profile_path=self.setup.profile, provider_url=self.setup.provider_url,
-                          data_dir=self.log_dir / f"data-node{node}", env=self._env(node), log_name=name)  # fmt: skip
+        plan = ServerPlan(
+            profile_path=self.setup.profile,
+            provider_url=self.setup.provider_url,
+            data_dir=self.log_dir / f"data-node{node}",
+            env=self._env(node),
+            log_name=name,
+        )
         return await start_server_process(plan, self.log_dir, port=port)
 
     async def kill(self, node: int) -> None:
@@ -110,8 +115,9 @@ async def chaos_cluster(setup: ClusterSetup, log_dir: Path, notes: list[str]) ->
     pg_proxy, redis_proxy = TcpProxy("127.0.0.1", setup.postgres.port), TcpProxy("127.0.0.1", setup.redis.port)
     await pg_proxy.start()
     await redis_proxy.start()
-    cluster = Cluster(setup=setup, log_dir=log_dir, pg_proxy=pg_proxy, redis_proxy=redis_proxy,
-                      starts=[0] * setup.nodes)  # fmt: skip
+    cluster = Cluster(
+        setup=setup, log_dir=log_dir, pg_proxy=pg_proxy, redis_proxy=redis_proxy, starts=[0] * setup.nodes
+    )
     try:
         for node in range(setup.nodes):
             cluster.children.append(await cluster.start(node))

@@ -51,14 +51,26 @@ def cluster_plan(args: argparse.Namespace) -> Any:
     # The permit lease stays >= 4 s: after a Redis restart the hold-off on grants (a third of it
     # + 0.5 s) must outlast a node's second of deciding alone, or that node's streams are not yet
     # back in Redis when grants resume (docs/deployment.md, the cluster under faults: known limits).
-    times = FaultTimes(hold_s=max(1.5 * lease + 1, args.hold_s * s), pg_down_s=max(0.5, args.pg_down_s * s),
-                       redis_down_s=max(1.0, args.redis_down_s * s), clock_step_s=args.clock_step_s)  # fmt: skip
+    times = FaultTimes(
+        hold_s=max(1.5 * lease + 1, args.hold_s * s),
+        pg_down_s=max(0.5, args.pg_down_s * s),
+        redis_down_s=max(1.0, args.redis_down_s * s),
+        clock_step_s=args.clock_step_s,
+    )
     return ChaosPlan(
-        nodes=args.nodes, users=max(args.nodes, round(args.users * s)), runs=max(2, round(args.runs * s)),
-        faults=faults, provider_limit=max(4, round(args.provider_limit * s)), ttft_ms=max(200.0, args.ttft_ms * s),
-        warmup_s=max(2.0, 20.0 * s), settle_s=max(2.0, 20.0 * s), drain_s=max(15.0, 120.0 * s),
-        run_lease_s=lease, permit_lease_s=max(4.0, 10.0 * s), times=times,
-    )  # fmt: skip
+        nodes=args.nodes,
+        users=max(args.nodes, round(args.users * s)),
+        runs=max(2, round(args.runs * s)),
+        faults=faults,
+        provider_limit=max(4, round(args.provider_limit * s)),
+        ttft_ms=max(200.0, args.ttft_ms * s),
+        warmup_s=max(2.0, 20.0 * s),
+        settle_s=max(2.0, 20.0 * s),
+        drain_s=max(15.0, 120.0 * s),
+        run_lease_s=lease,
+        permit_lease_s=max(4.0, 10.0 * s),
+        times=times,
+    )
 
 
 def run_cluster(args: argparse.Namespace, command: str) -> int:

@@ -62,8 +62,12 @@ async def kill(ctx: Context) -> dict[str, Any]:
     await asyncio.sleep(ctx.times.hold_s)
     started = time.perf_counter()
     await ctx.cluster.restart(0)
-    return {"killed_node": 0, "down_s": ctx.times.hold_s, "runs_started_on_it_and_open": open_runs,
-            "restart_to_ready_s": round(time.perf_counter() - started, 2)}  # fmt: skip
+    return {
+        "killed_node": 0,
+        "down_s": ctx.times.hold_s,
+        "runs_started_on_it_and_open": open_runs,
+        "restart_to_ready_s": round(time.perf_counter() - started, 2),
+    }
 
 
 async def postgres_restart(ctx: Context) -> dict[str, Any]:
@@ -86,8 +90,12 @@ async def redis_stop(ctx: Context) -> dict[str, Any]:
     back = time.perf_counter()
     cluster_wide = await _each_logged(ctx.cluster, before, REDIS_UP, back)
     lines = await _lines_after(ctx.cluster, before, (REDIS_DOWN, REDIS_UP), want=(REDIS_UP,))
-    return {"down_s": ctx.times.redis_down_s, "permits_held_at_the_stop": held,
-            "cluster_wide_again_after_s": cluster_wide, **lines}  # fmt: skip
+    return {
+        "down_s": ctx.times.redis_down_s,
+        "permits_held_at_the_stop": held,
+        "cluster_wide_again_after_s": cluster_wide,
+        **lines,
+    }
 
 
 async def node_cut(ctx: Context) -> dict[str, Any]:
@@ -103,9 +111,14 @@ async def node_cut(ctx: Context) -> dict[str, Any]:
     lines = await _lines_after(ctx.cluster, before, patterns, want=(PG_UP, REDIS_UP), nodes=(node,))
     others = sum(1 for t in during if t.node != node and t.outcome == "completed")
     own = sum(1 for t in during if t.node == node and t.outcome == "completed")
-    return {"cut_node": node, "cut_s": ctx.times.hold_s, "turns_completed_on_the_others_during_the_cut": others,
-            "turns_completed_on_the_cut_node_during_the_cut": own, "all_nodes_ready_after_s": ready_s,
-            **lines}  # fmt: skip
+    return {
+        "cut_node": node,
+        "cut_s": ctx.times.hold_s,
+        "turns_completed_on_the_others_during_the_cut": others,
+        "turns_completed_on_the_cut_node_during_the_cut": own,
+        "all_nodes_ready_after_s": ready_s,
+        **lines,
+    }
 
 
 async def clock_step(ctx: Context) -> dict[str, Any]:
@@ -114,14 +127,21 @@ async def clock_step(ctx: Context) -> dict[str, Any]:
     await asyncio.sleep(ctx.times.hold_s)
     ctx.cluster.step_clock(1, 0.0)
     own = sum(1 for t in ctx.ledger.turns[first:] if t.node == 1 and t.outcome == "completed")
-    return {"stepped_node": 1, "step_s": ctx.times.clock_step_s, "held_s": ctx.times.hold_s,
-            "turns_completed_on_it_while_stepped": own}  # fmt: skip
+    return {
+        "stepped_node": 1,
+        "step_s": ctx.times.clock_step_s,
+        "held_s": ctx.times.hold_s,
+        "turns_completed_on_it_while_stepped": own,
+    }
 
 
 INJECT: dict[str, Callable[[Context], Awaitable[dict[str, Any]]]] = {
-    "kill": kill, "postgres-restart": postgres_restart, "redis-stop": redis_stop, "node-cut": node_cut,
+    "kill": kill,
+    "postgres-restart": postgres_restart,
+    "redis-stop": redis_stop,
+    "node-cut": node_cut,
     "clock-step": clock_step,
-}  # fmt: skip
+}
 
 
 async def _permits_held(ctx: Context) -> list[int | None]:
@@ -163,8 +183,11 @@ def outage_lines(cluster: Cluster) -> dict[tuple[int, str], int]:
 def lines_since(cluster: Cluster, before: dict[tuple[int, str], int]) -> dict[str, int]:
     """The outage lines each node logged since `before`, as `node<i>: <line>` (those that moved)."""
     now = outage_lines(cluster)
-    return {f"node{node}: {line}": n - before.get((node, line), 0)
-            for (node, line), n in now.items() if n != before.get((node, line), 0)}  # fmt: skip
+    return {
+        f"node{node}: {line}": n - before.get((node, line), 0)
+        for (node, line), n in now.items()
+        if n != before.get((node, line), 0)
+    }
 
 
 def _counts(cluster: Cluster, patterns: tuple[str, ...]) -> dict[tuple[int, str], int]:

@@ -12,7 +12,8 @@ from agentos_bench.report.output import write_json_and_markdown
 def chaos_markdown(report: dict[str, Any]) -> str:
     machine, plan = report["machine"], report["plan"]
     lines = [
-        f"# Faults on a cluster: the chaos campaign ({report['created_utc'][:10]})", "",
+        f"# Faults on a cluster: the chaos campaign ({report['created_utc'][:10]})",
+        "",
         f"- **Date (UTC):** {report['created_utc']}",
         f"- **Machine:** {machine['cpu']}, {machine['cores']} cores, {machine['ram_gib']} GiB RAM, {machine['os']}",
         f"- **Versions:** {', '.join(f'{k} {v}' for k, v in report['versions'].items())}",
@@ -20,8 +21,9 @@ def chaos_markdown(report: dict[str, Any]) -> str:
         f"- **Command:** `{report['command']}`",
         f"- **Plan:** {plan['nodes']} nodes, {plan['users']} users, {plan['runs']} runs, provider limit "
         f"{plan['provider_limit']}, mock TTFT {plan['ttft_ms']:g} ms, run lease {plan['run_lease_s']:g} s, "
-        f"permit lease {plan['permit_lease_s']:g} s, faults {', '.join(plan['faults'])}", "",
-    ]  # fmt: skip
+        f"permit lease {plan['permit_lease_s']:g} s, faults {', '.join(plan['faults'])}",
+        "",
+    ]
     for fault, reason in report.get("skipped", {}).items():
         lines.append(f"- **{fault}: skipped** ({reason})")
     for fault, figures in report.get("faults", {}).items():

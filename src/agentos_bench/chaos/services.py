@@ -100,14 +100,16 @@ class Postgres:
 
     async def start_again(self) -> None:
         """Start the server on its data dir and port; wait until it accepts a connection."""
-        argv = [str(PG_BIN / "postgres"), "-D", str(self.data_dir), "-p", str(self.port),
-                "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.data_dir}",
-                "-c", "max_connections=300",
-                "-c", "fsync=off", "-c", "full_page_writes=off"]  # fmt: skip
-        with self.log_path.open("ab") as log:
-            self.process = await asyncio.create_subprocess_exec(
-                *_as_pg_user(argv), stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL
-            )
+        options = {
+            "listen_addresses": "127.0.0.1",
+            "unix_socket_directories": str(self.data_dir),
+            "max_connections": "300",
+            "fsync": "off",
+            "full_page_writes": "off",
+        }
+        argv = [str(PG_BIN / "postgres"), "-D", str(self.data_dir), "-p", str(self.port)]
+        argv += [arg for name, value in options.items() for arg in ("-c", f"{name}={value}")]
+        self.process = await _start(_as_pg_user(argv), self.log_path)
         self.starts += 1
         await _wait_port(self.port, self.process, "postgres")
 
@@ -138,12 +140,16 @@ class RedisServer:
 
     async def start_again(self) -> None:
         """Start on the same port, empty (no persistence: what a restart without it gives)."""
-        argv = [str(REDIS_SERVER), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--daemonize", "no", "--maxclients", "2000"]  # fmt: skip
-        with self.log_path.open("ab") as log:
-            self.process = await asyncio.create_subprocess_exec(
-                *argv, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL
-            )
+        options = {
+            "port": str(self.port),
+            "bind": "127.0.0.1",
+            "save": "",
+            "appendonly": "no",
+            "daemonize": "no",
+            "maxclients": "2000",
+        }
+        argv = [str(REDIS_SERVER), *(arg for name, value in options.items() for arg in (f"--{name}", value))]
+        self.process = await _start(argv, self.log_path)
         await _wait_port(self.port, self.process, "redis-server")
 
     async def stop(self) -> None:
@@ -157,6 +163,12 @@ async def _run(argv: list[str], log_path: Path) -> None:
         )
     if await asyncio.wait_for(process.wait(), 120) != 0:
         raise BenchSetupError(f"{Path(argv[0]).name} failed (see {str(log_path)!r})")
+
+
+async def _start(argv: list[str], log_path: Path) -> asyncio.subprocess.Process:
+    """`argv` started with its output appended to `log_path` and nothing on its stdin."""
+    with log_path.open("ab") as log:
+        return await asyncio.create_subprocess_exec(*argv, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL)
 
 
 async def _wait_port(port: int, process: asyncio.subprocess.Process, who: str) -> None:

@@ -8,8 +8,16 @@ from typing import Any
 
 from agentos_bench.chaos.clients import Ledger
 
-FINDINGS = ("lost_turns", "duplicated_turns", "stale_writes", "lost_steps", "repeated_steps", "repeated_effects",
-            "runs", "unfinished_runs")  # fmt: skip
+FINDINGS = (
+    "lost_turns",
+    "duplicated_turns",
+    "stale_writes",
+    "lost_steps",
+    "repeated_steps",
+    "repeated_effects",
+    "runs",
+    "unfinished_runs",
+)
 
 
 def phase_summary(ledger: Ledger, found: dict[str, Counter[str]]) -> dict[str, dict[str, Any]]:

@@ -58,24 +58,30 @@ def _common(f: dict[str, Any], fault: str, limit: int, nodes: int) -> dict[str, 
     errors["503_without_retry_after"] = c.get("responses_503", 0) - c.get("responses_503_with_retry_after", 0)
     acked = c.get("turns_completed", 0)
     return {
-        "acknowledged turns: 0 lost, 0 duplicated": _met(lost + dup == 0 and acked > 0,
-                                                         f"{lost} lost, {dup} duplicated of {acked}"),
+        "acknowledged turns: 0 lost, 0 duplicated": _met(
+            lost + dup == 0 and acked > 0, f"{lost} lost, {dup} duplicated of {acked}"
+        ),
         "no stale write after a successor turn started": _met(c.get("stale_writes", 0) == 0, c.get("stale_writes", 0)),
-        "no journaled run step repeated (or lost)": _met(sum(steps.values()) == 0 and c.get("runs", 0) > 0,
-                                                         steps | {"runs": c.get("runs", 0)}),
-        "every run open in the fault finishes": _met(c.get("unfinished_runs", 0) == 0,
-                                                     f"{c.get('unfinished_runs', 0)} unfinished of {c.get('runs', 0)}"),
-        f"provider peak <= limit + {bound}": _met(peak is not None and peak <= limit + bound,
-                                                  f"{peak} (limit {limit})"),
+        "no journaled run step repeated (or lost)": _met(
+            sum(steps.values()) == 0 and c.get("runs", 0) > 0, steps | {"runs": c.get("runs", 0)}
+        ),
+        "every run open in the fault finishes": _met(
+            c.get("unfinished_runs", 0) == 0, f"{c.get('unfinished_runs', 0)} unfinished of {c.get('runs', 0)}"
+        ),
+        f"provider peak <= limit + {bound}": _met(
+            peak is not None and peak <= limit + bound, f"{peak} (limit {limit})"
+        ),
         "clear errors (503 + Retry-After, store_unavailable), no hangs": _met(sum(errors.values()) == 0, errors),
-    }  # fmt: skip
+    }
 
 
 def _own(fault: str, f: dict[str, Any]) -> dict[str, dict[str, Any]]:
     if fault == "postgres-restart":
         lines = f.get("log_lines", {})
-        both = all(v.get("database unreachable since", 0) >= 1 and v.get("database reachable again", 0) >= 1
-                   for v in lines.values())  # fmt: skip
+        both = all(
+            v.get("database unreachable since", 0) >= 1 and v.get("database reachable again", 0) >= 1
+            for v in lines.values()
+        )
         return {
             f"every node ready within {READY_BOUND_S} s of the database": _ready(f.get("all_nodes_ready_after_s")),
             "every node logged the outage's start and end": _met(bool(lines) and both, lines),

@@ -82,8 +82,13 @@ def _check_session(turns: list[Turn], messages: list[dict[str, Any]], found: dic
         latest = max(latest, turn.index)
 
 
-def _check_run(item: Run, journal: list[tuple[int, str, dict[str, Any]]], status: str | None,
-               effects: list[str], found: dict[str, Counter[str]]) -> None:  # fmt: skip
+def _check_run(
+    item: Run,
+    journal: list[tuple[int, str, dict[str, Any]]],
+    status: str | None,
+    effects: list[str],
+    found: dict[str, Counter[str]],
+) -> None:
     seqs = {seq: name for seq, name, _ in journal}
     results = Counter(_call_id(data) for _, name, data in journal if name == "tool.result")
     counts = {

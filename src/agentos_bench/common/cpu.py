@@ -66,8 +66,11 @@ class CpuSamples:
     def peak_cores(self, group: str) -> float | None:
         """The most cores `group` used over one sampling interval."""
         values, times = self.cumulative[group], self.times_s
-        rates = [(values[i] - values[i - 1]) / (times[i] - times[i - 1]) for i in range(1, len(times))
-                 if times[i] > times[i - 1]]  # fmt: skip
+        rates = [
+            (values[i] - values[i - 1]) / (times[i] - times[i - 1])
+            for i in range(1, len(times))
+            if times[i] > times[i - 1]
+        ]
         return max(rates) if rates else None
 
 

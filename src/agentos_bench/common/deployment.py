@@ -141,12 +141,14 @@ def _node_window(rows: list[dict[str, float] | None]) -> dict[str, Any]:
     timeouts = [r["pool_timeouts"] for r in seen if "pool_timeouts" in r]
     rss = peak("rss_bytes")
     return {
-        "scrapes": len(seen), "scrape_failures": len(rows) - len(seen),
+        "scrapes": len(seen),
+        "scrape_failures": len(rows) - len(seen),
         "peak_rss_mb": None if rss is None else round(rss / 2**20, 1),
         "peak_in_flight_turns": peak("in_flight_turns"),
-        "peak_pool_in_use": peak("pool_in_use"), "peak_pool_waiting": peak("pool_waiting"),
+        "peak_pool_in_use": peak("pool_in_use"),
+        "peak_pool_waiting": peak("pool_waiting"),
         "pool_timeouts": timeouts[-1] - timeouts[0] if timeouts else None,
-    }  # fmt: skip
+    }
 
 
 def node_figures(text: str) -> dict[str, float]:

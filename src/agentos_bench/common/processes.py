@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import sys
+from asyncio.subprocess import PIPE
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.resources.abc import Traversable
@@ -124,6 +125,15 @@ async def _wait_logged(child: Child, text: bytes, timeout_s: float) -> bool:
             return True
         await asyncio.sleep(0.1)
     return False
+
+
+async def start_job_child(module: str, job_path: Path, log_path: Path) -> asyncio.subprocess.Process:
+    """`python -m module job_path`: a bench child that reads its job from the file, prints its
+    answers on stdout (`read_line`), its log to `log_path`, and takes commands on stdin."""
+    with log_path.open("wb") as log:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", module, str(job_path), stdin=PIPE, stdout=PIPE, stderr=log
+        )
 
 
 async def read_line(process: asyncio.subprocess.Process, timeout_s: float, who: str, what: str) -> bytes:

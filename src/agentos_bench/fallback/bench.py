@@ -55,8 +55,9 @@ async def run_campaign(plan: FallbackPlan, work_dir: Path, *, fault: bool) -> di
     try:
         secondary = await start_mock_process(plan.mock, _log_dir(work_dir, "secondary"))
         try:
-            config = _write_config(work_dir, server_config(plan, resolve_profile(plan.profile), primary.url,
-                                                           secondary.url))  # fmt: skip
+            config = _write_config(
+                work_dir, server_config(plan, resolve_profile(plan.profile), primary.url, secondary.url)
+            )
             server_plan = ServerPlan(profile_path=config, provider_url="", data_dir=work_dir / "data")
             server = await start_server_process(server_plan, work_dir)
             try:
@@ -103,11 +104,15 @@ async def _measure(plan: FallbackPlan, server: Child, primary: Child, secondary:
         point = await run_point(
             ServerTarget(server.url),
             http,
-            PointPlan(concurrency=plan.users, warmup_s=plan.warmup_s, duration_s=plan.seconds,
-                      turn_timeout_s=plan.turn_timeout_s),
+            PointPlan(
+                concurrency=plan.users,
+                warmup_s=plan.warmup_s,
+                duration_s=plan.seconds,
+                turn_timeout_s=plan.turn_timeout_s,
+            ),
             Probes(server_pid=server.pid),
             on_window,
-        )  # fmt: skip
+        )
         poller.stop.set()
         await asyncio.gather(*tasks)
         last = await scrape(http, server.url, buckets=True)
@@ -123,18 +128,23 @@ async def _measure(plan: FallbackPlan, server: Child, primary: Child, secondary:
     table = phase_table(samples, origin, _phases(plan, fault, fault_on, fault_off, breaker.get("opened_after_s")))
     during = "open" if fault else "during"
     return {
-        "fault": fault, "primary": PRIMARY, "secondary": SECONDARY,
-        "fault_on_s": round(fault_on, 3), "fault_off_s": round(fault_off, 3),
+        "fault": fault,
+        "primary": PRIMARY,
+        "secondary": SECONDARY,
+        "fault_on_s": round(fault_on, 3),
+        "fault_off_s": round(fault_off, 3),
         "fault_switch_ms": {k: round(v * 1000, 1) for k, v in events.items() if k.endswith("_took")},
-        "failed_turns": failed_turns(samples), "phases": table,
+        "failed_turns": failed_turns(samples),
+        "phases": table,
         "ttft_p95_added_ms": p95_difference(table, during),
-        "breaker": breaker | {"poll_ms": round(plan.poll_s * 1000, 1), "poll_failures": poller.failed,
-                              "poll_gap_ms": _gaps(poller)},
+        "breaker": breaker
+        | {"poll_ms": round(plan.poll_s * 1000, 1), "poll_failures": poller.failed, "poll_gap_ms": _gaps(poller)},
         "targets": target_totals(first, last),
         "mock_calls": {name: _calls(stats) for name, stats in mock_stats.items()},
         "mock_cpu_s": mock_cpu,
-        "server": point.server, "loadgen_cpu_cores": point.loadgen_cpu_cores,
-    }  # fmt: skip
+        "server": point.server,
+        "loadgen_cpu_cores": point.loadgen_cpu_cores,
+    }
 
 
 def _phases(plan: FallbackPlan, fault: bool, on: float, off: float, opened_after: float | None) -> list[Phase]:

@@ -47,13 +47,21 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     from agentos_bench.report.machine import report_head
 
     plan = FallbackPlan(
-        users=args.users, seconds=args.seconds, fault_at_s=args.fault_at, fault_for_s=args.fault_for,
-        warmup_s=args.warmup_secs, turn_timeout_s=args.turn_timeout_secs,
+        users=args.users,
+        seconds=args.seconds,
+        fault_at_s=args.fault_at,
+        fault_for_s=args.fault_for,
+        warmup_s=args.warmup_secs,
+        turn_timeout_s=args.turn_timeout_secs,
         mock=mock_settings(args),
-        breaker_failures=args.breaker_failures, breaker_cooldown_s=args.breaker_cooldown_s,
-        breaker_probes=args.breaker_probes, poll_s=args.poll_ms / 1000, profile=args.profile,
-        control=not args.no_control, notes=tuple(args.note),
-    )  # fmt: skip
+        breaker_failures=args.breaker_failures,
+        breaker_cooldown_s=args.breaker_cooldown_s,
+        breaker_probes=args.breaker_probes,
+        poll_s=args.poll_ms / 1000,
+        profile=args.profile,
+        control=not args.no_control,
+        notes=tuple(args.note),
+    )
     if problems := plan.problems():
         raise SystemExit(f"agentos bench fallback: {'; '.join(problems)}")
     command = command_line(command)

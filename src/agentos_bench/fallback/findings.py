@@ -40,11 +40,15 @@ def phase_table(samples: Sequence[TurnSample], origin: float, phases: Sequence[P
         failures = Counter(str(s.failure) for s in mine if s.failure)
         length = phase.end_s - phase.start_s
         table[phase.name] = {
-            "from_s": round(phase.start_s, 3), "to_s": round(phase.end_s, 3), "turns": len(mine),
-            "completed": len(ok), "failed": sum(failures.values()), "failures": dict(sorted(failures.items())),
+            "from_s": round(phase.start_s, 3),
+            "to_s": round(phase.end_s, 3),
+            "turns": len(mine),
+            "completed": len(ok),
+            "failed": sum(failures.values()),
+            "failures": dict(sorted(failures.items())),
             "ttft_ms": percentiles_ms([s.ttft_s for s in ok if s.ttft_s is not None]),
             "turns_per_s": round(len(ok) / length, 1) if length > 0 else None,
-        }  # fmt: skip
+        }
     return table
 
 
@@ -98,7 +102,7 @@ def breaker_moments(
         "failures_while_open": _failures(at_off, target) - _failures(opened, target),
         "half_open_seen": sum(1 for i in inside if i >= held_i and _figures(rel[i][2], target).breaker == 2),
         "closed_after_fault_end_s": None if closed is None else round(closed - fault_off_s, 3),
-    }  # fmt: skip
+    }
 
 
 def _moment(name: str, rel: Sequence[tuple[float, float, Scrape]], i: int | None, since: float) -> dict[str, Any]:
@@ -107,8 +111,10 @@ def _moment(name: str, rel: Sequence[tuple[float, float, Scrape]], i: int | None
     if i is None:
         return {f"{name}_after_s": None, f"{name}_after_s_at_least": None}
     previous_sent = rel[i - 1][0] if i > 0 else since
-    return {f"{name}_after_s": round(rel[i][1] - since, 3),
-            f"{name}_after_s_at_least": round(max(0.0, previous_sent - since), 3)}  # fmt: skip
+    return {
+        f"{name}_after_s": round(rel[i][1] - since, 3),
+        f"{name}_after_s_at_least": round(max(0.0, previous_sent - since), 3),
+    }
 
 
 def _changes(rel: Sequence[tuple[float, float, Scrape]], target: str) -> list[list[float]]:
@@ -132,9 +138,11 @@ def target_totals(first: Scrape | None, last: Scrape | None) -> dict[str, dict[s
         count = b.ttft_count - a.ttft_count
         reasons = {r: n - a.failures.get(r, 0) for r, n in sorted(b.failures.items()) if n - a.failures.get(r, 0)}
         totals[target] = {
-            "requests": b.requests - a.requests, "fallbacks": b.fallbacks - a.fallbacks, "failures": reasons,
+            "requests": b.requests - a.requests,
+            "fallbacks": b.fallbacks - a.fallbacks,
+            "failures": reasons,
             "ttft_mean_ms": round((b.ttft_sum_s - a.ttft_sum_s) / count * 1000, 1) if count else None,
-        }  # fmt: skip
+        }
     return totals
 
 
@@ -160,15 +168,19 @@ def verdict(fault: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "met": failed_primary > 0 and primary.get("fallbacks", 0) > 0,
             "value": f"{failed_primary} primary failures, {primary.get('fallbacks', 0)} fallbacks",
         },
-        "0 failed turns": {"met": failed["failed"] == 0 and failed["turns"] > 0,
-                           "value": f"{failed['failed']} of {failed['turns']} {failed['by_kind'] or ''}".rstrip()},
+        "0 failed turns": {
+            "met": failed["failed"] == 0 and failed["turns"] > 0,
+            "value": f"{failed['failed']} of {failed['turns']} {failed['by_kind'] or ''}".rstrip(),
+        },
         f"TTFT p95 added by the fallback <= {TTFT_ADDED_LIMIT_MS:g} ms once the breaker is open": {
             "met": added is not None and added <= TTFT_ADDED_LIMIT_MS,
             "value": None if added is None else f"{added:+g} ms",
         },
         f"the breaker opens within {BREAKER_OPEN_LIMIT_S:g} s": {
             "met": opened is not None and opened <= BREAKER_OPEN_LIMIT_S,
-            "value": None if opened is None else f"open for good after {opened:g} s (at least "
+            "value": None
+            if opened is None
+            else f"open for good after {opened:g} s (at least "
             f"{breaker['opened_after_s_at_least']:g} s); first seen open after {breaker['first_open_after_s']:g} s",
         },
-    }  # fmt: skip
+    }

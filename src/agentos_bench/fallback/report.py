@@ -17,7 +17,9 @@ def fallback_markdown(report: dict[str, Any]) -> str:
     mock = plan["mock"]
     lines = [
         f"# Fallback: the primary target failing {plan['fault_for_s']:g} s under {plan['users']} users "
-        f"({report['created_utc'][:10]})", "", *head_lines(report),
+        f"({report['created_utc'][:10]})",
+        "",
+        *head_lines(report),
         f"- **Plan:** {plan['users']} closed-loop users for {plan['seconds']:g} s (+{plan['warmup_s']:g} s warm-up); "
         f"the primary answers every request 500 from {plan['fault_at_s']:g} s to "
         f"{plan['fault_at_s'] + plan['fault_for_s']:g} s; breaker: {plan['breaker_failures']} failures, "
@@ -26,12 +28,23 @@ def fallback_markdown(report: dict[str, Any]) -> str:
         f"- **Mocks (both):** ttft_ms={mock['ttft_ms']:g}, tps={mock['tps']:g}, tokens={mock['tokens']}",
         f"- **Load average (1/5/15 min):** {_avg(report['loadavg_start'])} at the start, "
         f"{_avg(report['loadavg_end'])} at the end (everything on the machine)",
-        *(f"- **Note:** {note}" for note in plan["notes"]), "",
-        "## Verdict", "", "| target | met | value |", "|---|---|---|",
+        *(f"- **Note:** {note}" for note in plan["notes"]),
+        "",
+        "## Verdict",
+        "",
+        "| target | met | value |",
+        "|---|---|---|",
         *(f"| {t} | **{'yes' if v['met'] else 'NO'}** | {cell(v['value'])} |" for t, v in report["verdict"].items()),
-        "", "## The arithmetic", "", *_arithmetic(fault, plan), "",
-        "## Phases of the fault run", "", *_phases(fault), "",
-    ]  # fmt: skip
+        "",
+        "## The arithmetic",
+        "",
+        *_arithmetic(fault, plan),
+        "",
+        "## Phases of the fault run",
+        "",
+        *_phases(fault),
+        "",
+    ]
     if control := report.get("control"):
         lines += ["## Phases of the control run (no fault, same sitting)", "", *_phases(control), ""]
     lines += ["## The primary's breaker (fault run)", "", *_breaker(fault["breaker"]), ""]
@@ -57,9 +70,11 @@ def _arithmetic(fault: dict[str, Any], plan: dict[str, Any]) -> list[str]:
     probes = int(open_s // plan["breaker_cooldown_s"]) if open_s > 0 else None
     before = phases["before"]["ttft_ms"].get("p95")
     open_ = phases.get("open", {}).get("ttft_ms", {}).get("p95")
-    lines = [f"- TTFT p95 added = p95 while the breaker is open ({cell(open_)} ms) - p95 before the fault "
-             f"({cell(before)} ms) = **{cell(fault['ttft_p95_added_ms'])} ms** (client-side, every completed turn "
-             "sent in the phase)"]  # fmt: skip
+    lines = [
+        f"- TTFT p95 added = p95 while the breaker is open ({cell(open_)} ms) - p95 before the fault "
+        f"({cell(before)} ms) = **{cell(fault['ttft_p95_added_ms'])} ms** (client-side, every completed turn "
+        "sent in the phase)"
+    ]
     if against := fault.get("against_control"):
         lines += [
             f"- The control's own difference over the same seconds (no fault): "
@@ -90,16 +105,23 @@ def _arithmetic(fault: dict[str, Any], plan: dict[str, Any]) -> list[str]:
 
 
 def _phases(run: dict[str, Any]) -> list[str]:
-    rows = ["| phase | seconds | turns sent | completed | failed | TTFT p50 / p95 / p99 ms | completed/s |",
-            "|---|---|---|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| phase | seconds | turns sent | completed | failed | TTFT p50 / p95 / p99 ms | completed/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, p in run["phases"].items():
         failed = f"{p['failed']} {p['failures']}" if p["failed"] else "0"
-        rows.append(f"| {name} | {p['from_s']:g}–{p['to_s']:g} | {p['turns']} | {p['completed']} | {failed} | "
-                    f"{_pcts(p['ttft_ms'])} | {cell(p['turns_per_s'])} |")  # fmt: skip
+        rows.append(
+            f"| {name} | {p['from_s']:g}–{p['to_s']:g} | {p['turns']} | {p['completed']} | {failed} | "
+            f"{_pcts(p['ttft_ms'])} | {cell(p['turns_per_s'])} |"
+        )
     server = run.get("server") or {}
-    rows += ["", f"Server CPU {cell(server.get('server_cpu_cores'))} cores, peak RSS "
-             f"{cell(server.get('server_rss_mb_peak'))} MB; load generator {cell(run.get('loadgen_cpu_cores'))} "
-             f"cores; mocks' CPU s {run.get('mock_cpu_s')} (over the window)."]  # fmt: skip
+    rows += [
+        "",
+        f"Server CPU {cell(server.get('server_cpu_cores'))} cores, peak RSS "
+        f"{cell(server.get('server_rss_mb_peak'))} MB; load generator {cell(run.get('loadgen_cpu_cores'))} "
+        f"cores; mocks' CPU s {run.get('mock_cpu_s')} (over the window).",
+    ]
     return rows
 
 
@@ -117,8 +139,10 @@ def _breaker(breaker: dict[str, Any]) -> list[str]:
 def _targets(run: dict[str, Any]) -> list[str]:
     head = ("target", "requests", "fallbacks", "failures by reason", "mean TTFT on the server ms")
     keys = ("requests", "fallbacks", "failures", "ttft_mean_ms")
-    return table(head, [(target, *(t[k] or 0 if k == "failures" else t[k] for k in keys))
-                         for target, t in run["targets"].items()])  # fmt: skip
+    return table(
+        head,
+        [(target, *(t[k] or 0 if k == "failures" else t[k] for k in keys)) for target, t in run["targets"].items()],
+    )
 
 
 def _mocks(run: dict[str, Any]) -> list[str]:

@@ -42,13 +42,23 @@ async def run_faults(plan: FaultsPlan, work_dir: Path) -> dict[str, Any]:
     result: dict[str, Any] = {}
     if "storm" in plan.parts:
         result["storm"] = await _with_processes(
-            work_dir / "storm", MockSettings(ttft_ms=50.0, tps=200.0, tokens=10, scenario="tools"), "",
-            lambda server_plan, url, log_dir: crash_storm(plan.storm, server_plan, log_dir), start_server=False,
-        )  # fmt: skip
+            work_dir / "storm",
+            MockSettings(ttft_ms=50.0, tps=200.0, tokens=10, scenario="tools"),
+            "",
+            lambda server_plan, url, log_dir: crash_storm(plan.storm, server_plan, log_dir),
+            start_server=False,
+        )
     if "provider" in plan.parts:
         p = plan.provider
-        mock = MockSettings(ttft_ms=50.0, tps=200.0, tokens=10, error_rate=p.error_rate, hang_rate=p.hang_rate,
-                            fail_every=p.fail_every, retry_after_s=0.2)  # fmt: skip
+        mock = MockSettings(
+            ttft_ms=50.0,
+            tps=200.0,
+            tokens=10,
+            error_rate=p.error_rate,
+            hang_rate=p.hang_rate,
+            fail_every=p.fail_every,
+            retry_after_s=0.2,
+        )
         result["provider"] = await _with_processes(
             work_dir / "provider", mock, PROVIDER_CONFIG, lambda _, url, __: provider_faults(p, url)
         )
@@ -106,14 +116,18 @@ def verdict(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     if provider := result.get("provider"):
         one = provider["streams_with_one_terminal_event"] == provider["streams"] > 0
         found["every stream ends with exactly one terminal event"] = {"met": one, "value": provider["streams"]}
-        found["0 responses 5xx under provider faults"] = {"met": provider["responses_5xx"] == 0,
-                                                          "value": provider["responses_5xx"]}  # fmt: skip
+        found["0 responses 5xx under provider faults"] = {
+            "met": provider["responses_5xx"] == 0,
+            "value": provider["responses_5xx"],
+        }
     if over := result.get("overload"):
         p99 = over["refusal_ms"]["p99"]
         found["429 p99 < 5 ms"] = {"met": p99 is not None and p99 < 5.0, "value": p99}
         found["goodput >= 90% of capacity"] = {"met": over["goodput_share"] >= 0.9, "value": over["goodput_share"]}
-        found["every accepted turn completes"] = {"met": over["accepted"] == over["completed"],
-                                                  "value": f"{over['completed']} of {over['accepted']}"}  # fmt: skip
+        found["every accepted turn completes"] = {
+            "met": over["accepted"] == over["completed"],
+            "value": f"{over['completed']} of {over['accepted']}",
+        }
         recovery = over["recovery_s"]
         found["recovery <= 5 s"] = {"met": recovery is not None and recovery <= 5.0, "value": recovery}
     return found

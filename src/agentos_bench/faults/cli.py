@@ -44,14 +44,20 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     scale = args.scale
     plan = FaultsPlan(
         parts=parts,
-        storm=StormPlan(kills=max(1, round(args.kills * scale)), users=max(2, round(50 * scale)),
-                        automations=max(1, round(10 * scale)), seed=args.seed,
-                        gap_s=(1.0, 3.0) if scale >= 0.5 else (0.5, 1.0), settle_s=2.0 if scale >= 0.5 else 0.5),
+        storm=StormPlan(
+            kills=max(1, round(args.kills * scale)),
+            users=max(2, round(50 * scale)),
+            automations=max(1, round(10 * scale)),
+            seed=args.seed,
+            gap_s=(1.0, 3.0) if scale >= 0.5 else (0.5, 1.0),
+            settle_s=2.0 if scale >= 0.5 else 0.5,
+        ),
         provider=ProviderFaultPlan(users=max(2, round(20 * scale)), seconds=max(2.0, 30 * scale)),
-        overload=OverloadPlan(limit=max(4, round(50 * scale)), seconds=max(3.0, 20 * scale),
-                              probes=max(20, round(200 * scale))),
+        overload=OverloadPlan(
+            limit=max(4, round(50 * scale)), seconds=max(3.0, 20 * scale), probes=max(20, round(200 * scale))
+        ),
         command=command,
-    )  # fmt: skip
+    )
     raise_fd_limit()
     result = in_work_dir(args.keep_dir, "agentos-faults-", lambda work: run_loop(run_faults(plan, work)))
     topology = (
@@ -61,7 +67,7 @@ def run_command(args: argparse.Namespace, command: str | None = None) -> int:
     report = {
         **report_head("faults", topology, command),
         **result,
-    }  # fmt: skip
+    }
     print_outcome(write_faults_report(report, args.out_dir, report_stem("faults", args.name)), report["verdict"])
     return 0
 

@@ -67,8 +67,9 @@ async def _new_session(http: aiohttp.ClientSession, url: str) -> str:
 async def _one_turn(http: aiohttp.ClientSession, url: str, session_id: str, text: str, ledger: Ledger) -> None:
     headers = {"Accept": "text/event-stream"}
     timeout = aiohttp.ClientTimeout(total=TURN_TIMEOUT_S)
-    async with http.post(f"{url}/v1/sessions/{session_id}/turns", json={"input": text}, headers=headers,
-                         timeout=timeout) as response:  # fmt: skip
+    async with http.post(
+        f"{url}/v1/sessions/{session_id}/turns", json={"input": text}, headers=headers, timeout=timeout
+    ) as response:
         ledger.statuses[response.status] += 1
         if response.status != 200:
             await response.read()
@@ -105,8 +106,9 @@ async def run_loop(
 
 
 async def _start_run(http: aiohttp.ClientSession, url: str, agent: str, text: str) -> str:
-    async with http.post(f"{url}/v1/agents/{agent}/runs", json={"input": text},
-                         timeout=aiohttp.ClientTimeout(total=10)) as response:  # fmt: skip
+    async with http.post(
+        f"{url}/v1/agents/{agent}/runs", json={"input": text}, timeout=aiohttp.ClientTimeout(total=10)
+    ) as response:
         if response.status != 202:
             raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
         return str((await response.json())["run_id"])

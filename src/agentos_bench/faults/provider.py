@@ -69,14 +69,19 @@ async def provider_faults(plan: ProviderFaultPlan, url: str) -> dict[str, Any]:
     streams = sum(ledger.terminal_counts.values())
     five_xx = sum(count for status, count in ledger.statuses.items() if status >= 500)
     return {
-        "users": plan.users, "seconds": plan.seconds, "error_rate": plan.error_rate, "hang_rate": plan.hang_rate,
-        "fail_every": plan.fail_every, "streams": streams,
+        "users": plan.users,
+        "seconds": plan.seconds,
+        "error_rate": plan.error_rate,
+        "hang_rate": plan.hang_rate,
+        "fail_every": plan.fail_every,
+        "streams": streams,
         "streams_with_one_terminal_event": ledger.terminal_counts.get(1, 0),
         "terminal_events_per_stream": {str(k): v for k, v in sorted(ledger.terminal_counts.items())},
-        "statuses": {str(k): v for k, v in sorted(ledger.statuses.items())}, "responses_5xx": five_xx,
+        "statuses": {str(k): v for k, v in sorted(ledger.statuses.items())},
+        "responses_5xx": five_xx,
         "completed_turns": sum(len(t) for t in ledger.turns.values()),
         "client_errors": dict(sorted(ledger.errors.items())),
-    }  # fmt: skip
+    }
 
 
 async def overload(plan: OverloadPlan, url: str, turn_s: float, work_dir: Path) -> dict[str, Any]:
@@ -97,17 +102,21 @@ async def overload(plan: OverloadPlan, url: str, turn_s: float, work_dir: Path) 
     capacity = plan.limit / turn_s
     accepted = ledger.statuses.get(200, 0)
     return {
-        "limit": plan.limit, "users": users, "seconds": plan.seconds, "capacity_turns_per_s": round(capacity, 2),
+        "limit": plan.limit,
+        "users": users,
+        "seconds": plan.seconds,
+        "capacity_turns_per_s": round(capacity, 2),
         "goodput_turns_per_s": round(in_window / plan.seconds, 2),
         "goodput_share": round(in_window / plan.seconds / capacity, 3),
-        "accepted": accepted, "completed": completed,
+        "accepted": accepted,
+        "completed": completed,
         "refused_429": ledger.statuses.get(429, 0),
         "refusal_ms": percentiles_ms(refusals["turn"]["latencies_s"]),
         "refusals_timed": len(refusals["turn"]["latencies_s"]),
         "healthz_floor_ms": percentiles_ms(refusals["healthz"]["latencies_s"]),
         "recovery_s": None if recovered_s is None else round(recovered_s, 3),
         "client_errors": dict(sorted(ledger.errors.items())),
-    }  # fmt: skip
+    }
 
 
 async def _users(url: str, users: int, seconds: float, on_stop: Callable[[], None] = lambda: None) -> Ledger:
@@ -146,8 +155,11 @@ async def _time_to_accept(url: str, since: float, limit_s: float = 30.0) -> floa
         async with http.post(f"{url}/v1/sessions", json={}) as response:
             session_id = (await response.json())["id"]
         while time.perf_counter() - since < limit_s:
-            async with http.post(f"{url}/v1/sessions/{session_id}/turns", json={"input": "again"},
-                                 headers={"Accept": "text/event-stream"}) as response:  # fmt: skip
+            async with http.post(
+                f"{url}/v1/sessions/{session_id}/turns",
+                json={"input": "again"},
+                headers={"Accept": "text/event-stream"},
+            ) as response:
                 await response.read()
                 if response.status == 200:
                     return time.perf_counter() - since

@@ -10,8 +10,12 @@ from agentos_bench.report.output import write_json_and_markdown
 
 
 def faults_markdown(report: dict[str, Any]) -> str:
-    lines = [f"# Faults: crash storm, provider faults, overload ({report['created_utc'][:10]})", "",
-             *head_lines(report), ""]  # fmt: skip
+    lines = [
+        f"# Faults: crash storm, provider faults, overload ({report['created_utc'][:10]})",
+        "",
+        *head_lines(report),
+        "",
+    ]
     if storm := report.get("storm"):
         lines += ["## Crash storm", "", _table(storm), ""]
     if provider := report.get("provider"):

@@ -66,7 +66,10 @@ async def crash_storm(plan: StormPlan, server_plan: ServerPlan, log_dir: Path) -
         check = await _verify(http, server.url, ledger, server_plan.data_dir)
     await stop_child(server.process)
     return {
-        "kills": plan.kills, "users": plan.users, "automations": plan.automations, "seed": plan.seed,
+        "kills": plan.kills,
+        "users": plan.users,
+        "automations": plan.automations,
+        "seed": plan.seed,
         "acknowledged_turns": sum(len(t) for t in ledger.turns.values()),
         "acknowledged_steps": sum(len(s) for s in ledger.steps.values()),
         "runs_completed": len(ledger.runs_completed),
@@ -74,7 +77,7 @@ async def crash_storm(plan: StormPlan, server_plan: ServerPlan, log_dir: Path) -
         "time_to_ready_ms": percentiles_ms(ready_s) | {"max": round(max(ready_s) * 1000, 1) if ready_s else None},
         "integrity": _integrity(server_plan.data_dir),
         **check,
-    }  # fmt: skip
+    }
 
 
 async def _create_agent(http: aiohttp.ClientSession, url: str) -> None:
@@ -98,8 +101,11 @@ async def _kill_and_restart(server: Child, plan: ServerPlan, log_dir: Path, url:
 async def _verify(http: aiohttp.ClientSession, url: str, ledger: Ledger, data_dir: Path) -> dict[str, Any]:
     lost_turns = duplicated_turns = 0
     for session_id, acknowledged in ledger.turns.items():
-        answers = Counter(m["turn_id"] for m in await _all(http, f"{url}/v1/sessions/{session_id}/messages")
-                          if m["role"] == "assistant" and m.get("status") == "completed")  # fmt: skip
+        answers = Counter(
+            m["turn_id"]
+            for m in await _all(http, f"{url}/v1/sessions/{session_id}/messages")
+            if m["role"] == "assistant" and m.get("status") == "completed"
+        )
         lost_turns += sum(1 for turn_id in acknowledged if answers[turn_id] == 0)
         duplicated_turns += sum(1 for count in answers.values() if count > 1)
     lost_steps = 0
@@ -108,9 +114,13 @@ async def _verify(http: aiohttp.ClientSession, url: str, ledger: Ledger, data_di
             journal = await _run_events(http, url, run_id)
             lost_steps += sum(1 for seq, name in steps.items() if journal.get(seq) != name)
     duplicated_effects = sum(_repeated_lines(path) for path in (data_dir / "workspaces").glob("*/effects.log"))
-    return {"lost_turns": lost_turns, "duplicated_turns": duplicated_turns, "lost_steps": lost_steps,
-            "duplicated_effects": duplicated_effects,
-            "terminal_events_per_stream": {str(k): v for k, v in sorted(ledger.terminal_counts.items())}}  # fmt: skip
+    return {
+        "lost_turns": lost_turns,
+        "duplicated_turns": duplicated_turns,
+        "lost_steps": lost_steps,
+        "duplicated_effects": duplicated_effects,
+        "terminal_events_per_stream": {str(k): v for k, v in sorted(ledger.terminal_counts.items())},
+    }
 
 
 async def _all(http: aiohttp.ClientSession, url: str) -> list[dict[str, Any]]:

@@ -62,15 +62,19 @@ async def api_phase(plan: KnowledgePlan, url: str, corpus: Corpus) -> dict[str, 
         seconds = await client.ingest(http, url, "ingest", documents, plan.api_concurrency, plan.ingest_timeout_s)
         chunks = int((await client.collection(http, url, "ingest"))["chunks"])
         for size in plan.sizes:
-            await client.create_collection(http, url, collection_name(size), plan.dimensions, CHUNK_TOKENS,
-                                           CHUNK_OVERLAP)  # fmt: skip
+            await client.create_collection(
+                http, url, collection_name(size), plan.dimensions, CHUNK_TOKENS, CHUNK_OVERLAP
+            )
     return {
         "method": "POST /v1/collections/ingest/documents (JSON, concurrency "
         f"{plan.api_concurrency}), then GET each document until ready; the clock runs from the first upload to "
         "the last document seen ready (polled every 50 ms); embeddings through the mock provider over HTTP",
-        "documents": len(documents), "chunks": chunks, "seconds": round(seconds, 3),
-        "documents_per_s": rate(len(documents), seconds), "chunks_per_s": rate(chunks, seconds),
-    }  # fmt: skip
+        "documents": len(documents),
+        "chunks": chunks,
+        "seconds": round(seconds, 3),
+        "documents_per_s": rate(len(documents), seconds),
+        "chunks_per_s": rate(chunks, seconds),
+    }
 
 
 async def run_knowledge(plan: KnowledgePlan, work_dir: Path) -> dict[str, Any]:
@@ -103,8 +107,12 @@ async def run_knowledge(plan: KnowledgePlan, work_dir: Path) -> dict[str, Any]:
         if plan.backend == "postgres":
             await _drop_schema(plan.postgres_url, schema)
     load = {"before_1m": round(load_before, 2), "after_1m": round(os.getloadavg()[0], 2)}
-    return {"ingest_api": ingest, "collections": [truths[s].summary() for s in plan.sizes], "queries": queries,
-            "load_average": load}  # fmt: skip
+    return {
+        "ingest_api": ingest,
+        "collections": [truths[s].summary() for s in plan.sizes],
+        "queries": queries,
+        "load_average": load,
+    }
 
 
 async def _drop_schema(url: str, schema: str) -> None:

@@ -31,8 +31,13 @@ async def _json(response: aiohttp.ClientResponse, *expected: int) -> Any:
 async def create_collection(
     http: aiohttp.ClientSession, url: str, name: str, dimensions: int, chunk_tokens: int, overlap: int
 ) -> dict[str, Any]:
-    body = {"name": name, "embedding_model": EMBEDDING_MODEL, "dimensions": dimensions,
-            "chunk_tokens": chunk_tokens, "chunk_overlap": overlap}  # fmt: skip
+    body = {
+        "name": name,
+        "embedding_model": EMBEDDING_MODEL,
+        "dimensions": dimensions,
+        "chunk_tokens": chunk_tokens,
+        "chunk_overlap": overlap,
+    }
     async with http.post(f"{url}/v1/collections", json=body) as response:
         created: dict[str, Any] = await _json(response, 200, 201)
         return created
@@ -45,8 +50,12 @@ async def collection(http: aiohttp.ClientSession, url: str, name: str) -> dict[s
 
 
 async def upload(http: aiohttp.ClientSession, url: str, name: str, document: Document) -> str:
-    body = {"content_type": CONTENT_TYPE, "content": document.text, "title": document.title,
-            "metadata": document.metadata}  # fmt: skip
+    body = {
+        "content_type": CONTENT_TYPE,
+        "content": document.text,
+        "title": document.title,
+        "metadata": document.metadata,
+    }
     async with http.post(f"{url}/v1/collections/{name}/documents", json=body) as response:
         accepted = await _json(response, 200, 201, 202)
         return str(accepted["document_id"])

@@ -26,14 +26,20 @@ def topology(plan: KnowledgePlan) -> str:
 
 def build_report(plan: KnowledgePlan, result: dict[str, Any]) -> dict[str, Any]:
     return {
-        "schema_version": SCHEMA_VERSION, **report_head("knowledge", topology(plan), plan.command),
+        "schema_version": SCHEMA_VERSION,
+        **report_head("knowledge", topology(plan), plan.command),
         "profiles": [f"knowledge on {plan.backend}"],
         "mock": {"process": "agentos mock-llm", "embeddings": "word feature hashing (bench/mock/embeddings.py)"},
-        "plan": {**asdict(plan), "postgres_url": redact(plan.postgres_url), "sizes": list(plan.sizes),
-                 "queries": plan.queries},
+        "plan": {
+            **asdict(plan),
+            "postgres_url": redact(plan.postgres_url),
+            "sizes": list(plan.sizes),
+            "queries": plan.queries,
+        },
         "corpus": {"chunk_tokens": CHUNK_TOKENS, "chunk_overlap": CHUNK_OVERLAP, "dimensions": plan.dimensions},
-        "summary": summarize(plan, result), **result,
-    }  # fmt: skip
+        "summary": summarize(plan, result),
+        **result,
+    }
 
 
 def redact(url: str) -> str:
@@ -76,19 +82,27 @@ def _mb(value: Any) -> str:
 def _ingest_lines(report: dict[str, Any]) -> list[str]:
     api = report["ingest_api"]
     lines = ["| path | documents | chunks | seconds | documents/s | chunks/s |", "|---|---|---|---|---|---|"]
-    lines.append(f"| API, embedding included | {api['documents']} | {api['chunks']} | {_f(api['seconds'])} | "
-                 f"{_f(api['documents_per_s'], 1)} | {_f(api['chunks_per_s'], 1)} |")  # fmt: skip
+    lines.append(
+        f"| API, embedding included | {api['documents']} | {api['chunks']} | {_f(api['seconds'])} | "
+        f"{_f(api['documents_per_s'], 1)} | {_f(api['chunks_per_s'], 1)} |"
+    )
     for c in report["collections"]:
         fill = c["fill"]
         rates = f"{_f(fill['documents_per_s'], 1)} | {_f(fill['chunks_per_s'], 1)}"
-        lines.append(f"| in process into `{c['name']}`, embedding excluded | {fill['documents']} | {fill['chunks']} "
-                     f"| {_f(fill['seconds'])} | {rates} |")  # fmt: skip
-    lines += ["", f"API method: {api['method']}.", "",
-              "In process: the indexer's pipeline through the server's own `KnowledgeStorage` (insert committed, "
-              "claim, extract, split, save chunks with vectors, ready), with the vectors computed before the clock "
-              "starts by the mock's embedding function (the time that took, in process: "
-              + ", ".join(f"`{c['name']}` {_f(c['fill']['embed_in_process_s'])} s" for c in report["collections"])
-              + "). The server was stopped meanwhile; it loads these collections at their first query."]  # fmt: skip
+        lines.append(
+            f"| in process into `{c['name']}`, embedding excluded | {fill['documents']} | {fill['chunks']} "
+            f"| {_f(fill['seconds'])} | {rates} |"
+        )
+    lines += [
+        "",
+        f"API method: {api['method']}.",
+        "",
+        "In process: the indexer's pipeline through the server's own `KnowledgeStorage` (insert committed, "
+        "claim, extract, split, save chunks with vectors, ready), with the vectors computed before the clock "
+        "starts by the mock's embedding function (the time that took, in process: "
+        + ", ".join(f"`{c['name']}` {_f(c['fill']['embed_in_process_s'])} s" for c in report["collections"])
+        + "). The server was stopped meanwhile; it loads these collections at their first query.",
+    ]
     return lines
 
 
@@ -163,15 +177,19 @@ def _errors(timing: dict[str, Any]) -> str:
 
 
 def _part_lines(report: dict[str, Any]) -> list[str]:
-    lines = ["| collection | chunks | filter | vector search p50 / p95 ms (n) | full-text search p50 / p95 ms (n) |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| collection | chunks | filter | vector search p50 / p95 ms (n) | full-text search p50 / p95 ms (n) |",
+        "|---|---|---|---|---|",
+    ]
     for c in report["collections"]:
         index = c["index"]
         for key in ("none", "group"):
             vector, words = index["vector_search_ms"][key], index["full_text_ms"][key]
-            lines.append(f"| `{c['name']}` | {index['chunks']} | {'none' if key == 'none' else 'group'} | "
-                         f"{_f(vector['p50'])} / {_f(vector['p95'])} (n={vector['n']}) | "
-                         f"{_f(words['p50'])} / {_f(words['p95'])} (n={words['n']}{_errors(words)}) |")  # fmt: skip
+            lines.append(
+                f"| `{c['name']}` | {index['chunks']} | {'none' if key == 'none' else 'group'} | "
+                f"{_f(vector['p50'])} / {_f(vector['p95'])} (n={vector['n']}) | "
+                f"{_f(words['p50'])} / {_f(words['p95'])} (n={words['n']}{_errors(words)}) |"
+            )
     return lines
 
 
@@ -179,41 +197,65 @@ def knowledge_markdown(report: dict[str, Any], images: dict[str, str]) -> str:
     s = report["summary"]
     plan = report["plan"]
     lines = opening("Knowledge: ingest, query latency, recall, index memory", report)
-    lines += [f"- **Corpus:** made-up words with a Zipf-like frequency, about 300 tokens per document, chunks of "
-              f"{CHUNK_TOKENS} tokens with {CHUNK_OVERLAP} of overlap, {plan['dimensions']} dimensions; metadata "
-              "`group` g0..g9 (the filter keeps one: a tenth of the documents); queries are 8 consecutive words of "
-              f"a random chunk, {plan['queries']} per configuration, one at a time, top_k 10 (fewer where a "
-              f"configuration's {plan['budget_s']:g} s budget ran out after 20: the `n` says how many)", "",
-              f"- **Load average (1 min) before / after:** {_load(report)}", "",
-              "## Verdict", "",
-              f"- Query p95 at {s['largest_chunks']} chunks: **{_f(s['p95_ms_largest'])} ms** (target ≤ "
-              f"{s['p95_target_ms']:g} ms on the embedded backend: {'met' if s['p95_within_target'] else 'NOT met'})",
-              f"- recall@10 of the vector search against exact float64 search (ties with the 10th counted as found): "
-              f"**{_f(s['vector_recall_min'], 3)}** (lowest of every collection and filter; target ≥ "
-              f"{s['recall_target']}: {'met' if s['vector_recall_within_target'] else 'NOT met'}). The server's "
-              "vector index is exact search over float32 (no approximate index), measured here in process: the API "
-              "answers only the fused list",
-              f"- The API's hybrid top 10 shares **{_f(s['hybrid_recall_min'], 3)}** (lowest) of the exact vector top "
-              "10: fusion with full-text matches changes the list by design, so this is no recall of the index",
-              "", "## Ingest", "", *_ingest_lines(report), "", "## Queries through the API", "",
-              *_query_lines(report), "",
-              "Latency is the client's: the HTTP request, the query's embedding by the mock over HTTP, the vector "
-              "search, the full-text search, the fusion and the chunk reads. The overlap compares the fused top 10 "
-              "(vector + full text, reciprocal rank) with the exact vector top 10: the full-text half is meant to "
-              "bring in other chunks, so this is a lower bound on what the vector half finds.", ""]  # fmt: skip
-    lines += ["## The two searches alone, in process", "", *_part_lines(report), "",
-              "Timed in the bench process on the filled storage (server stopped): `VectorIndex.search` for the "
-              "candidates a top 10 asks (40), and the in-memory full-text index (`TextIndex.search`, exact BM25) "
-              "with the same limit, the filter inside. With the server's other storage reads (the collection, the "
-              "index version, the chunks) and the query's embedding they make up the API latency above.",
-              ""]  # fmt: skip
-    lines += ["## Index memory", "", *_index_lines(report), "",
-              "`VectorIndex.nbytes`: the index built in process from the collection's vectors (its capacity grows "
-              "by doubling, so per 100k chunks depends on where the size falls). The gauge: the server's "
-              "`agentos_knowledge_index_bytes` before and after the collection's first query, which loads its "
-              "indexes (vectors and full text). `TextIndex.nbytes`: the full-text index built in process the same "
-              "way. RSS: the server process's, at the same two moments (it also holds what the first query's "
-              "other work allocated, e.g. the database's page cache).", ""]  # fmt: skip
+    lines += [
+        f"- **Corpus:** made-up words with a Zipf-like frequency, about 300 tokens per document, chunks of "
+        f"{CHUNK_TOKENS} tokens with {CHUNK_OVERLAP} of overlap, {plan['dimensions']} dimensions; metadata "
+        "`group` g0..g9 (the filter keeps one: a tenth of the documents); queries are 8 consecutive words of "
+        f"a random chunk, {plan['queries']} per configuration, one at a time, top_k 10 (fewer where a "
+        f"configuration's {plan['budget_s']:g} s budget ran out after 20: the `n` says how many)",
+        "",
+        f"- **Load average (1 min) before / after:** {_load(report)}",
+        "",
+        "## Verdict",
+        "",
+        f"- Query p95 at {s['largest_chunks']} chunks: **{_f(s['p95_ms_largest'])} ms** (target ≤ "
+        f"{s['p95_target_ms']:g} ms on the embedded backend: {'met' if s['p95_within_target'] else 'NOT met'})",
+        f"- recall@10 of the vector search against exact float64 search (ties with the 10th counted as found): "
+        f"**{_f(s['vector_recall_min'], 3)}** (lowest of every collection and filter; target ≥ "
+        f"{s['recall_target']}: {'met' if s['vector_recall_within_target'] else 'NOT met'}). The server's "
+        "vector index is exact search over float32 (no approximate index), measured here in process: the API "
+        "answers only the fused list",
+        f"- The API's hybrid top 10 shares **{_f(s['hybrid_recall_min'], 3)}** (lowest) of the exact vector top "
+        "10: fusion with full-text matches changes the list by design, so this is no recall of the index",
+        "",
+        "## Ingest",
+        "",
+        *_ingest_lines(report),
+        "",
+        "## Queries through the API",
+        "",
+        *_query_lines(report),
+        "",
+        "Latency is the client's: the HTTP request, the query's embedding by the mock over HTTP, the vector "
+        "search, the full-text search, the fusion and the chunk reads. The overlap compares the fused top 10 "
+        "(vector + full text, reciprocal rank) with the exact vector top 10: the full-text half is meant to "
+        "bring in other chunks, so this is a lower bound on what the vector half finds.",
+        "",
+    ]
+    lines += [
+        "## The two searches alone, in process",
+        "",
+        *_part_lines(report),
+        "",
+        "Timed in the bench process on the filled storage (server stopped): `VectorIndex.search` for the "
+        "candidates a top 10 asks (40), and the in-memory full-text index (`TextIndex.search`, exact BM25) "
+        "with the same limit, the filter inside. With the server's other storage reads (the collection, the "
+        "index version, the chunks) and the query's embedding they make up the API latency above.",
+        "",
+    ]
+    lines += [
+        "## Index memory",
+        "",
+        *_index_lines(report),
+        "",
+        "`VectorIndex.nbytes`: the index built in process from the collection's vectors (its capacity grows "
+        "by doubling, so per 100k chunks depends on where the size falls). The gauge: the server's "
+        "`agentos_knowledge_index_bytes` before and after the collection's first query, which loads its "
+        "indexes (vectors and full text). `TextIndex.nbytes`: the full-text index built in process the same "
+        "way. RSS: the server process's, at the same two moments (it also holds what the first query's "
+        "other work allocated, e.g. the database's page cache).",
+        "",
+    ]
     lines += [f"![{name}]({path})" for name, path in images.items()]
     return "\n".join(lines) + "\n"
 

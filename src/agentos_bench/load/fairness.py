@@ -97,9 +97,13 @@ async def run_fairness(plan: FairnessPlan, keys: AdminKeys) -> dict[str, Any]:
 
 
 async def _variant_rows(
-    plan: FairnessPlan, variant: Variant, http: aiohttp.ClientSession, mock_url: str,
-    keys: AdminKeys, data_dir: Path,
-) -> list[dict[str, Any]]:  # fmt: skip
+    plan: FairnessPlan,
+    variant: Variant,
+    http: aiohttp.ClientSession,
+    mock_url: str,
+    keys: AdminKeys,
+    data_dir: Path,
+) -> list[dict[str, Any]]:
     env = {**variant.env, **keys.env} if variant.keyed else variant.env
     server_plan = ServerPlan(
         profile_path=resolve_profile(plan.profile), provider_url=mock_url, data_dir=data_dir, env=env

@@ -26,8 +26,9 @@ class OpenAITarget(ServerTarget):
     """Agent OS through `/v1/chat/completions`; rows keep the name "server" (the overhead
     report compares them with the direct rows as it does the native ones)."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, name: str = "server",
-                 model: str = PLAIN_MODEL) -> None:  # fmt: skip
+    def __init__(
+        self, base_url: str, *, api_key: str | None = None, name: str = "server", model: str = PLAIN_MODEL
+    ) -> None:
         super().__init__(base_url, api_key=api_key, name=name)
         self._chat_url = f"{self.base_url}/v1/chat/completions"
         self._chat = msgspec.json.encode(

@@ -121,8 +121,9 @@ async def ingest(
     storage: KnowledgeStorage, collection: Collection, docs: list[tuple[str, dict[str, Any], list[str]]]
 ) -> None:
     """Insert, claim and save these documents as the indexer would (one transaction each)."""
-    await asyncio.gather(*(storage.insert_document(_row(collection, d, m), b"x", max_documents=10**9)
-                           for d, m, _ in docs))  # fmt: skip
+    await asyncio.gather(
+        *(storage.insert_document(_row(collection, d, m), b"x", max_documents=10**9) for d, m, _ in docs)
+    )
     claimed = await storage.claim_documents("bench", 1, 10**9, len(docs))
     texts = {d: t for d, _, t in docs}
     saves = []
@@ -162,9 +163,19 @@ def _cells(times: tuple[float, ...]) -> str:
 
 def _row(collection: Collection, document_id: str, metadata: dict[str, Any]) -> DocumentRow:
     return DocumentRow(
-        document_id, TENANT, collection.collection_id, f"title {document_id}", "text/plain", 1, "0" * 64,
-        metadata, "queued", 1, 1, None,
-    )  # fmt: skip
+        document_id,
+        TENANT,
+        collection.collection_id,
+        f"title {document_id}",
+        "text/plain",
+        1,
+        "0" * 64,
+        metadata,
+        "queued",
+        1,
+        1,
+        None,
+    )
 
 
 async def timed(calls: Sequence[Callable[[], Awaitable[Any]]], rounds: int) -> tuple[float, float, float, float]:
@@ -262,9 +273,11 @@ async def report(service: KnowledgeService, collection: Collection, texts: list[
         ("query + filter (service)", [partial(query, t, metadata_filter=filtered) for t in texts]),
     ]
     print(f"{len(texts)} queries x {rounds} rounds, e.g. {texts[:3]}\n")
-    print(f"first query (loads both indexes of {len(entry.text)} chunks): {loaded_ms:.0f} ms ({loaded_cpu_ms:.0f} ms"
-          f" CPU); load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}; index memory:"
-          f" vectors {entry.index.nbytes / 1e6:.1f} MB, full text {entry.text.nbytes / 1e6:.1f} MB\n")  # fmt: skip
+    print(
+        f"first query (loads both indexes of {len(entry.text)} chunks): {loaded_ms:.0f} ms ({loaded_cpu_ms:.0f} ms"
+        f" CPU); load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}; index memory:"
+        f" vectors {entry.index.nbytes / 1e6:.1f} MB, full text {entry.text.nbytes / 1e6:.1f} MB\n"
+    )
     print("| step | p50 ms | p95 ms | CPU p50 ms | CPU p95 ms |\n| --- | ---: | ---: | ---: | ---: |")
     for name, calls in steps:
         print(f"| {name} | {_cells(await timed(calls, rounds))} |")

@@ -87,8 +87,9 @@ async def fill(
     for start in range(0, len(prepared), _CLAIM_BATCH):
         batch = prepared[start : start + _CLAIM_BATCH]
         for item in batch:
-            row = await storage.insert_document(_row(collection, item.document), _content(item.document),
-                                                max_documents=max_documents)  # fmt: skip
+            row = await storage.insert_document(
+                _row(collection, item.document), _content(item.document), max_documents=max_documents
+            )
             vectors[row.document_id] = item.vectors
         chunks += await _index_claimed(storage, vectors, len(batch))
     return chunks, time.perf_counter() - started
@@ -116,11 +117,18 @@ def _row(collection: Collection, document: Document) -> DocumentRow:
     content = _content(document)
     now = _now_ms()
     return DocumentRow(
-        document_id=f"doc_{secrets.token_hex(10)}", tenant_id=collection.tenant_id,
-        collection_id=collection.collection_id, title=document.title, content_type=CONTENT_TYPE,
-        size_bytes=len(content), sha256=hashlib.sha256(content).hexdigest(), metadata=document.metadata,
-        status="queued", created_ms=now, updated_ms=now,
-    )  # fmt: skip
+        document_id=f"doc_{secrets.token_hex(10)}",
+        tenant_id=collection.tenant_id,
+        collection_id=collection.collection_id,
+        title=document.title,
+        content_type=CONTENT_TYPE,
+        size_bytes=len(content),
+        sha256=hashlib.sha256(content).hexdigest(),
+        metadata=document.metadata,
+        status="queued",
+        created_ms=now,
+        updated_ms=now,
+    )
 
 
 def _content(document: Document) -> bytes:

@@ -74,10 +74,13 @@ async def build_truth(storage: KnowledgeStorage, plan: KnowledgePlan, corpus: Co
     documents = [p.document for p in prepared]
     chunks, seconds = await fill(storage, collection, prepared, max_documents=MAX_DOCUMENTS)
     fill_result = {
-        "documents": len(documents), "chunks": chunks, "seconds": round(seconds, 3),
-        "documents_per_s": rate(len(documents), seconds), "chunks_per_s": rate(chunks, seconds),
+        "documents": len(documents),
+        "chunks": chunks,
+        "seconds": round(seconds, 3),
+        "documents_per_s": rate(len(documents), seconds),
+        "chunks_per_s": rate(chunks, seconds),
         "embed_in_process_s": round(embed_s, 3),
-    }  # fmt: skip
+    }
     truth = await _judge(storage, plan, collection, size)
     truth.fill = fill_result
     return truth
@@ -174,8 +177,13 @@ def _index_in_process(
             found.append([c for c, _ in ranked[:TOP_K]])
         recall[key] = mean([recall_at_k(f, e, TOP_K) for f, e in zip(found, truth.exact[key], strict=True)])
         timing[key] = latency_ms(seconds)
-    return {"chunks": len(index), "nbytes": index.nbytes, "nbytes_per_100k_chunks": per_100k(index.nbytes, len(index)),
-            "vector_recall_at_10": recall, "vector_search_ms": timing}  # fmt: skip
+    return {
+        "chunks": len(index),
+        "nbytes": index.nbytes,
+        "nbytes_per_100k_chunks": per_100k(index.nbytes, len(index)),
+        "vector_recall_at_10": recall,
+        "vector_search_ms": timing,
+    }
 
 
 async def fill_phase(plan: KnowledgePlan, settings: Any, data_dir: Path, corpus: Corpus) -> dict[int, Truth]:
@@ -225,10 +233,15 @@ async def _query_collection(
         if warmup_errors >= MAX_ERRORS:
             break
         warmup_errors += await _attempt(http, server.url, truth.name, text, ONE_GROUP)
-    loading = {"first_query_ms": round(load_s * 1000, 2), "first_query_failed": bool(first_error),
-               "warmup_errors": warmup_errors, "rss_before": before, "rss_after": after,
-               "rss_growth": _difference(after, before),
-               "index_bytes_gauge": _difference(gauge_after, gauge_before)}  # fmt: skip
+    loading = {
+        "first_query_ms": round(load_s * 1000, 2),
+        "first_query_failed": bool(first_error),
+        "warmup_errors": warmup_errors,
+        "rss_before": before,
+        "rss_after": after,
+        "rss_growth": _difference(after, before),
+        "index_bytes_gauge": _difference(gauge_after, gauge_before),
+    }
     return [await _measure(http, server.url, truth, key, loading, plan.budget_s) for key in ("none", "group")]
 
 
@@ -269,7 +282,12 @@ async def _measure(
         if metadata_filter:
             outside += sum(1 for h in hits if h["document_id"] not in truth.group_documents)
     return {
-        "collection": truth.name, "chunks": truth.fill.get("chunks"), "filter": metadata_filter,
-        "latency_ms": latency_ms(latencies), "hybrid_recall_at_10": mean(recalls),
-        "hits_outside_filter": outside, "errors": errors, "index_load": loading,
-    }  # fmt: skip
+        "collection": truth.name,
+        "chunks": truth.fill.get("chunks"),
+        "filter": metadata_filter,
+        "latency_ms": latency_ms(latencies),
+        "hybrid_recall_at_10": mean(recalls),
+        "hits_outside_filter": outside,
+        "errors": errors,
+        "index_load": loading,
+    }

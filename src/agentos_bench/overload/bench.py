@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -17,7 +16,7 @@ import msgspec
 from agentos.mock.server import MockSettings
 from agentos_bench.common.http import bench_http_session
 from agentos_bench.common.mock_process import start_mock_process
-from agentos_bench.common.processes import ServerPlan, read_line, start_server_process, stop_child
+from agentos_bench.common.processes import ServerPlan, read_line, start_job_child, start_server_process, stop_child
 from agentos_bench.common.procfs import sample_tree
 from agentos_bench.load.targets import create_session
 from agentos_bench.overload.load import Load
@@ -42,11 +41,7 @@ async def start_probe(job: Job, work_dir: Path) -> asyncio.subprocess.Process:
     """The probe process, started and ready (it has printed `ready`)."""
     job_path = work_dir / "probe-job.json"
     job_path.write_bytes(msgspec.json.encode(job))
-    with (work_dir / "probe.log").open("wb") as log:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "agentos_bench.overload.probe", str(job_path),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log,
-        )  # fmt: skip
+    process = await start_job_child("agentos_bench.overload.probe", job_path, work_dir / "probe.log")
     try:
         await read_line(process, 30.0, "overload probe", "'ready'")
     except BaseException:
@@ -82,8 +77,9 @@ async def _under_load(plan: OverloadPlan, base_url: str, server_pid: int, work_d
     sessions = await make_sessions(base_url, plan.offered + 1)
     address = urlsplit(base_url)
     assert address.hostname is not None and address.port is not None
-    job = Job(address.hostname, address.port, sessions[-1], plan.probes, plan.probe_interval_ms / 1000,
-              plan.request_timeout_s)  # fmt: skip
+    job = Job(
+        address.hostname, address.port, sessions[-1], plan.probes, plan.probe_interval_ms / 1000, plan.request_timeout_s
+    )
     probe = await start_probe(job, work_dir)
     loadavg_before = os.getloadavg()
     try:

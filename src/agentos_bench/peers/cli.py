@@ -15,8 +15,11 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
         default="",
         help=f"peer servers to measure beside Agent OS on the same mock, comma-separated ({', '.join(PEERS)})",
     )
-    p.add_argument("--peers-dir", type=Path, help=f"where the peers are installed (default: ${PEERS_DIR_ENV} or "
-                   "~/.cache/agentos-bench/peers)")  # fmt: skip
+    p.add_argument(
+        "--peers-dir",
+        type=Path,
+        help=f"where the peers are installed (default: ${PEERS_DIR_ENV} or ~/.cache/agentos-bench/peers)",
+    )
 
 
 def peer_names(text: str) -> list[str]:

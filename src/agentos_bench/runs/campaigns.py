@@ -28,27 +28,36 @@ from agentos_bench.runs.plan import RunsPlan
 NOISE = 0.20  # p95 spread between the two runs of a point beyond which nothing is concluded
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class Campaign:
-    name: str
-    points: tuple[int, ...]
+    name: str  # its server profile is `runs-<name>`
     ramp_s: float  # the runs of a point start evenly over this long (0: all at once)
-    mock: MockSettings
-    profile: str
     answer_delay_s: float
     run_timeout_s: float
+    mock: MockSettings
+    points: tuple[int, ...] = (50, 100, 200)
     repeats: int = 2
 
+    @property
+    def profile(self) -> str:
+        return f"runs-{self.name}"
 
+
+_CHAT = MockSettings(ttft_ms=200.0, tps=200.0, tokens=8)
 CAMPAIGNS = {
-    "light": Campaign(name="light", points=(50, 100, 200), ramp_s=60.0, profile="runs-light", answer_delay_s=0.0,
-                      run_timeout_s=300.0, mock=MockSettings(ttft_ms=200.0, tps=200.0, tokens=8, scenario="light")),
-    "heavy": Campaign(name="heavy", points=(50, 100, 200), ramp_s=0.0, profile="runs-heavy", answer_delay_s=1.0,
-                      run_timeout_s=1500.0,
-                      mock=MockSettings(ttft_ms=200.0, tps=1 / 1.5, tokens=300, scenario="heavy")),
-    "hitl": Campaign(name="hitl", points=(50, 100, 200), ramp_s=60.0, profile="runs-hitl", answer_delay_s=45.0,
-                     run_timeout_s=300.0, mock=MockSettings(ttft_ms=200.0, tps=200.0, tokens=8, scenario="tools")),
-}  # fmt: skip
+    campaign.name: campaign
+    for campaign in (
+        Campaign("light", 60.0, answer_delay_s=0.0, run_timeout_s=300.0, mock=replace(_CHAT, scenario="light")),
+        Campaign(
+            "heavy",
+            0.0,
+            answer_delay_s=1.0,
+            run_timeout_s=1500.0,
+            mock=MockSettings(ttft_ms=200.0, tps=1 / 1.5, tokens=300, scenario="heavy"),
+        ),
+        Campaign("hitl", 60.0, answer_delay_s=45.0, run_timeout_s=300.0, mock=replace(_CHAT, scenario="tools")),
+    )
+}
 
 
 def campaign_plan(campaign: Campaign, scale: float, command: str, answer_delay_s: float | None = None) -> RunsPlan:
@@ -79,8 +88,9 @@ def judge(runs: list[list[dict[str, Any]]]) -> dict[str, Any]:
     for i, row in enumerate(first):
         p95s = [r[i]["duration_ms"]["p95"] for r in runs if i < len(r)]
         spread = _spread(p95s)
-        points.append({"runs": row["runs"], "p95_ms": p95s, "spread": spread,
-                       "noisy": spread is None or spread > NOISE})  # fmt: skip
+        points.append(
+            {"runs": row["runs"], "p95_ms": p95s, "spread": spread, "noisy": spread is None or spread > NOISE}
+        )
     every = [row for rows in runs for row in rows]
     start_errors = sum(v for row in every for k, v in row["failures"].items() if k.startswith("start_"))
     completed = sum(row["completed"] for row in every)

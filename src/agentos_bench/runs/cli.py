@@ -111,8 +111,15 @@ def _deployment(args: argparse.Namespace, command: str) -> int:
         print(f"agentos bench runs: refused to start: {exc}", file=sys.stderr)
         return 2
     delay = 1.0 if args.answer_delay_secs is None else args.answer_delay_secs
-    plan = RunsPlan(points=_points(args.runs), answer_delay_s=delay, run_timeout_s=args.run_timeout_secs,
-                    waiting_runs=0, agent=args.agent, ramp_s=args.ramp_secs, command=command)  # fmt: skip
+    plan = RunsPlan(
+        points=_points(args.runs),
+        answer_delay_s=delay,
+        run_timeout_s=args.run_timeout_secs,
+        waiting_runs=0,
+        agent=args.agent,
+        ramp_s=args.ramp_secs,
+        command=command,
+    )
     report = run_loop(run_deployment_points(plan, deployment))
     for path in write_deployment_report(report, args.out_dir, report_stem("runs-deployment", args.name)):
         print(path)

@@ -263,8 +263,9 @@ async def answer_request(
         answer["answer"] = "skip"
     # refused or lost (a crash, a cut): asked again after the next break in the stream
     with contextlib.suppress(aiohttp.ClientError, TimeoutError, ConnectionError):
-        async with http.post(f"{url}/v1/runs/{run_id}/answer", json=answer,
-                             timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:  # fmt: skip
+        async with http.post(
+            f"{url}/v1/runs/{run_id}/answer", json=answer, timeout=aiohttp.ClientTimeout(total=timeout_s)
+        ) as response:
             await response.read()
 
 
@@ -273,8 +274,9 @@ async def stored_events(http: aiohttp.ClientSession, url: str, run_id: str) -> l
     (a run that has not ended keeps its stream open)."""
     found: list[tuple[int, str, dict[str, Any]]] = []
     with contextlib.suppress(TimeoutError):
-        async with http.get(f"{url}/v1/runs/{run_id}/events",
-                            timeout=aiohttp.ClientTimeout(total=None, sock_read=2.0)) as response:  # fmt: skip
+        async with http.get(
+            f"{url}/v1/runs/{run_id}/events", timeout=aiohttp.ClientTimeout(total=None, sock_read=2.0)
+        ) as response:
             parser = SSEParser()
             async for chunk in response.content.iter_any():
                 for event in parser.feed(chunk):

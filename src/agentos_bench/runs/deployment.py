@@ -39,9 +39,12 @@ async def run_deployment_points(plan: RunsPlan, deployment: Deployment) -> dict[
             rows.append(await _point(plan, deployment, http, n))
     return {
         **report_head("runs-deployment", deployment.topology(), plan.command),
-        "agent": plan.agent, "answer_delay_s": plan.answer_delay_s, "ramp_s": plan.ramp_s,
-        "run_timeout_s": plan.run_timeout_s, "points": rows,
-    }  # fmt: skip
+        "agent": plan.agent,
+        "answer_delay_s": plan.answer_delay_s,
+        "ramp_s": plan.ramp_s,
+        "run_timeout_s": plan.run_timeout_s,
+        "points": rows,
+    }
 
 
 async def _point(plan: RunsPlan, deployment: Deployment, http: Any, n: int) -> dict[str, Any]:
@@ -76,14 +79,17 @@ def deployment_row(n: int, outcomes: list[RunOutcome], wall_s: float) -> dict[st
     failures = Counter(o.failure for o in outcomes if o.failure)
     steps = sum(o.tool_results + o.human_answers for o in outcomes)
     return {
-        "runs": n, "completed": len(ok),
+        "runs": n,
+        "completed": len(ok),
         "failures": {kind: failures[kind] for kind in FAILURE_KINDS if failures[kind]},
         "start_ms": percentiles_ms([o.start_s for o in outcomes if o.start_s is not None]),
         "duration_ms": percentiles_ms([o.duration_s for o in ok if o.duration_s is not None]),
-        "phase_ms": phase_percentiles(ok), "wall_s": round(wall_s, 2),
-        "tool_results": sum(o.tool_results for o in outcomes), "steps_seen": steps,
+        "phase_ms": phase_percentiles(ok),
+        "wall_s": round(wall_s, 2),
+        "tool_results": sum(o.tool_results for o in outcomes),
+        "steps_seen": steps,
         "human": human_summary(outcomes),
-    }  # fmt: skip
+    }
 
 
 def _memory(samples: DeploymentSamples) -> dict[str, Any]:
@@ -96,25 +102,32 @@ def _memory(samples: DeploymentSamples) -> dict[str, Any]:
 
 def deployment_markdown(report: dict[str, Any]) -> str:
     lines = [
-        f"# Agent runs against a deployment ({report['created_utc'][:10]})", "",
+        f"# Agent runs against a deployment ({report['created_utc'][:10]})",
+        "",
         *head_lines(report),
         f"- **Runs:** agent `{report['agent']}`, ramp {report['ramp_s']} s, human answers after "
-        f"{report['answer_delay_s']} s, run timeout {report['run_timeout_s']} s", "",
+        f"{report['answer_delay_s']} s, run timeout {report['run_timeout_s']} s",
+        "",
         "| N | completed | failures | start ms p50/p95/p99 (n) | run ms p50/p95/p99 (n) | wall s | requests answered "
         "(approvals) | peak cores per node | peak of the sum | runs alive at once | runs per core | peak RSS MB |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for row in report["points"]:
         human = row["human"]
         nodes = ", ".join(f"{k} {cell(v)}" for k, v in row["cpu_peak_cores"].items() if k != "generator")
         rss = ", ".join(f"{k} {cell(v)}" for k, v in row["peak_rss_mb"].items())
         failures = ", ".join(f"{k}: {v}" for k, v in row["failures"].items()) or "0"
         peak, per_core = cell(row["cpu_peak_total_cores"]), cell(row["runs_per_core"])
-        lines.append(f"| {row['runs']} | {row['completed']} | {failures} | {_pcts(row['start_ms'])} | "
-                     f"{_pcts(row['duration_ms'])} | {row['wall_s']} | {human['answered']} ({human['approvals']}) | "
-                     f"{nodes} | {peak} | {row['peak_concurrent_runs']} | {per_core} | {rss} |")  # fmt: skip
-    lines += ["", "Cores: each node's `process_cpu_seconds_total` (GET /metrics) over 1 s intervals; runs per "
-              "core: runs alive at once over the peak of the nodes' sum (no database, provider, client)."]  # fmt: skip
+        lines.append(
+            f"| {row['runs']} | {row['completed']} | {failures} | {_pcts(row['start_ms'])} | "
+            f"{_pcts(row['duration_ms'])} | {row['wall_s']} | {human['answered']} ({human['approvals']}) | "
+            f"{nodes} | {peak} | {row['peak_concurrent_runs']} | {per_core} | {rss} |"
+        )
+    lines += [
+        "",
+        "Cores: each node's `process_cpu_seconds_total` (GET /metrics) over 1 s intervals; runs per "
+        "core: runs alive at once over the peak of the nodes' sum (no database, provider, client).",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -66,9 +66,14 @@ def _campaign_lines(report: dict[str, Any]) -> list[str]:
     judged = report.get("judged")
     if judged is None:
         return []
-    lines = ["", f"## Campaign `{report['campaign']}` (scale {report.get('scale', 1)}, ramp {report['ramp_s']} s): "
-             "two runs, fresh servers", "",
-             _CAMPAIGN_COLUMNS, "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "",
+        f"## Campaign `{report['campaign']}` (scale {report.get('scale', 1)}, ramp {report['ramp_s']} s): "
+        "two runs, fresh servers",
+        "",
+        _CAMPAIGN_COLUMNS,
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for i, point in enumerate(judged["points"]):
         rows = [run[i] for run in report["repeats"] if i < len(run)]
         human = rows[0]["human"]
@@ -79,9 +84,12 @@ def _campaign_lines(report: dict[str, Any]) -> list[str]:
             f"({human.get('approvals', 0)}) | "
             f"{cell(human['mean_wait_ms'])} | {rows[0]['server_processes_peak']} |"
         )
-    lines += ["", f"Acceptance (printed, not asserted): run p95 across concurrency levels: **{judged['p95_holds']}**; "
-              f"start errors **{judged['start_errors']}** (0 wanted); completion **{judged['completion']}** "
-              "(1.0 wanted). A spread over 20% between the two runs of a point marks it noisy."]  # fmt: skip
+    lines += [
+        "",
+        f"Acceptance (printed, not asserted): run p95 across concurrency levels: **{judged['p95_holds']}**; "
+        f"start errors **{judged['start_errors']}** (0 wanted); completion **{judged['completion']}** "
+        "(1.0 wanted). A spread over 20% between the two runs of a point marks it noisy.",
+    ]
     return lines
 
 
@@ -91,19 +99,29 @@ def _cpu_lines(repeats: list[list[dict[str, Any]]]) -> list[str]:
     if not rows:
         return []
     groups = list(rows[0][1]["cpu_peak_cores"])
-    lines = ["", "### CPU per service (peak cores over 1 s; mean over the point in brackets)", "",
-             "| N | run | " + " | ".join(groups) + " | peak of the sum | runs alive at once | runs per core |",
-             "|---|---|" + "---|" * (len(groups) + 3)]  # fmt: skip
+    lines = [
+        "",
+        "### CPU per service (peak cores over 1 s; mean over the point in brackets)",
+        "",
+        "| N | run | " + " | ".join(groups) + " | peak of the sum | runs alive at once | runs per core |",
+        "|---|---|" + "---|" * (len(groups) + 3),
+    ]
     for repeat, row in rows:
         cells = [f"{cell(row['cpu_peak_cores'][g])} ({cell(row['cpu_mean_cores'][g])})" for g in groups]
-        lines.append(f"| {row['runs']} | {repeat} | " + " | ".join(cells) +
-                     f" | {cell(row['cpu_peak_total_cores'])} | {cell(row.get('peak_concurrent_runs'))} | "
-                     f"{cell(row['runs_per_core'])} |")  # fmt: skip
-    lines += ["", "server: the server process; sandboxes: its descendants (the fork server and the commands); "
-              "mock: the mock provider; generator: this bench client; postgres, redis: their process trees when "
-              "the profile uses them on this machine. Runs alive at once: the most runs started and not yet "
-              "ended at one moment (over a ramp, fewer than N). Runs per core: those over the peak of the sum, "
-              "the bench client left out."]  # fmt: skip
+        lines.append(
+            f"| {row['runs']} | {repeat} | "
+            + " | ".join(cells)
+            + f" | {cell(row['cpu_peak_total_cores'])} | {cell(row.get('peak_concurrent_runs'))} | "
+            f"{cell(row['runs_per_core'])} |"
+        )
+    lines += [
+        "",
+        "server: the server process; sandboxes: its descendants (the fork server and the commands); "
+        "mock: the mock provider; generator: this bench client; postgres, redis: their process trees when "
+        "the profile uses them on this machine. Runs alive at once: the most runs started and not yet "
+        "ended at one moment (over a ramp, fewer than N). Runs per core: those over the peak of the sum, "
+        "the bench client left out.",
+    ]
     return lines
 
 
