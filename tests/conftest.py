@@ -83,7 +83,7 @@ def _print_unfinished_tasks(timeout_s: float) -> None:
     print(f"--- unfinished asyncio tasks, 5 s before the {timeout_s:g} s timeout ---", file=sys.stderr)
     for _ in range(3):  # the loop may add a task while this thread copies the set
         try:
-            tasks = list(asyncio.tasks._all_tasks)  # type: ignore[attr-defined]
+            tasks = list(asyncio.tasks._all_tasks)  # type: ignore[attr-defined]  # every loop's, not one
             break
         except RuntimeError:
             continue

@@ -87,7 +87,7 @@ async def start_counting_mock(settings: MockSettings) -> CountingMock:
             counting.completions[(key, counting.epoch)] += 1
         original(outcome)
 
-    mock._count_outcome = count_outcome  # type: ignore[method-assign]
+    mock._count_outcome = count_outcome  # type: ignore[method-assign]  # counts what the real mock decides
     app.middlewares.append(tag)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -127,7 +127,8 @@ def test_the_mock_searches_then_quotes_the_first_citation() -> None:
     assert second.tool_call is None and second.text == 'According to [1] docs/doc_1 "T" (chunk 0): thirty days'
     # without the tool offered, the scenario is the one agent runs rely on
     agent_tools = frozenset({"run_command", "ask_human"})
-    assert plan_answer("tools", [{"role": "user", "content": "x"}], 4, agent_tools).tool_call.name == "run_command"  # type: ignore[union-attr]
+    call = plan_answer("tools", [{"role": "user", "content": "x"}], 4, agent_tools).tool_call
+    assert call is not None and call.name == "run_command"
     assert plan_answer("tools", [{"role": "user", "content": "x"}], 4).tool_call is None  # a chat turn offers none
 
 

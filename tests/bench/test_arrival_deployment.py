@@ -104,7 +104,8 @@ def test_recovery_reads_the_last_third_of_the_recover_phase() -> None:
     assert [t["error_rate"] for t in found["recover_thirds"]] == [1.0, 1.0, 0.0]
     # still failing a third of its requests at the end: did not recover (the seed's default pool)
     stuck = [_sample(i, "recover", 40 + i * 0.1, i % 3 != 0) for i in range(300)]
-    assert recovery(WINDOWS, sustain + burst + stuck)["recovered"] is False  # type: ignore[index]
+    never = recovery(WINDOWS, sustain + burst + stuck)
+    assert never is not None and never["recovered"] is False
 
 
 def test_a_deployment_needs_its_admin_key_in_the_named_variable(capsys: pytest.CaptureFixture[str]) -> None:

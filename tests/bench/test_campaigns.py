@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agentos.mock.scenario import plan_answer
+from agentos.mock.scenario import Scenario, plan_answer
 from agentos_bench.runs.bench import peak_concurrency
 from agentos_bench.runs.campaigns import CAMPAIGNS, campaign_plan, judge
 from agentos_bench.runs.cli import main
@@ -18,11 +18,11 @@ from agentos_bench.runs.client import RunOutcome
 AGENT_TOOLS = frozenset({"run_command", "ask_human"})
 
 
-def _calls(scenario: str) -> list[str]:
+def _calls(scenario: Scenario) -> list[str]:
     """The tool names a run of `scenario` is asked to call, step by step, until the answer."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
     names = []
-    while (call := plan_answer(scenario, messages, 4, AGENT_TOOLS).tool_call) is not None:  # type: ignore[arg-type]
+    while (call := plan_answer(scenario, messages, 4, AGENT_TOOLS).tool_call) is not None:
         names.append(call.name)
         messages.append({"role": "tool", "tool_call_id": call.call_id, "content": "ok"})
         assert len(names) < 10

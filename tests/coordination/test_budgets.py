@@ -112,9 +112,9 @@ async def test_the_first_node_seeds_redis_from_the_ledger_and_a_later_one_resets
     from agentos.store.memory import MemoryStore
 
     store = MemoryStore()
-    row = {"model": "m", "target": "p/m", "completion_tokens": 4, "at_ms": int(NOON * 1000) - 1000}
-    store.record_usage(UsageRow(tenant_id="t1", key_id="k1", cost=0.25, **row))  # type: ignore[arg-type]
-    store.record_usage(UsageRow(tenant_id="t1", cost=None, **{**row, "target": "free/m"}))  # type: ignore[arg-type]
+    row: dict[str, Any] = {"model": "m", "target": "p/m", "completion_tokens": 4, "at_ms": int(NOON * 1000) - 1000}
+    store.record_usage(UsageRow(tenant_id="t1", key_id="k1", cost=0.25, **row))
+    store.record_usage(UsageRow(tenant_id="t1", cost=None, **{**row, "target": "free/m"}))
     limits = Limits(tenants={"t1": (1.0, 0.0)}, keys={"k1": (0.5, 0.0)})
     first, later = await nodes(link_factory, limits, FakeClock(NOON), 2)
     await first.seed(store)

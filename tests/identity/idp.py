@@ -118,7 +118,7 @@ async def start_idp(*, audience: str = "agentos", max_age_s: int = 300) -> Ident
     await idp._runner.setup()
     site = web.TCPSite(idp._runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = idp._runner.addresses[0][1]
     idp.url = f"http://127.0.0.1:{port}"
     return idp
 

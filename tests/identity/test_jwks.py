@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -26,8 +27,13 @@ class Clock:
 
 
 def config(**changes: float) -> IdentityConfig:
-    values = {"jwks_min_ttl_s": 60.0, "jwks_max_ttl_s": 3600.0, "jwks_stale_s": 600.0, "jwks_refetch_interval_s": 30.0}
-    return IdentityConfig(**(values | changes))  # type: ignore[arg-type]
+    values: dict[str, Any] = {
+        "jwks_min_ttl_s": 60.0,
+        "jwks_max_ttl_s": 3600.0,
+        "jwks_stale_s": 600.0,
+        "jwks_refetch_interval_s": 30.0,
+    }
+    return IdentityConfig(**(values | changes))
 
 
 @pytest.fixture

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from agentos.kernel import (
@@ -23,11 +25,11 @@ from agentos.kernel import (
     TurnState,
     TurnSubmitted,
 )
-from agentos.kernel.busy import Enqueue, Refuse, Replace, decide
+from agentos.kernel.busy import Enqueue, OnBusy, Refuse, Replace, decide
 
 
-def make(**limits: float) -> Kernel:
-    return Kernel(KernelLimits(**limits))  # type: ignore[arg-type]
+def make(**limits: Any) -> Kernel:
+    return Kernel(KernelLimits(**limits))
 
 
 @pytest.mark.parametrize(
@@ -43,8 +45,8 @@ def make(**limits: float) -> Kernel:
         ("steer", False, 0, Replace(rollback=False)),  # a chat turn has nothing to steer
     ],
 )
-def test_the_decision_table(on_busy: str, agent: bool, queued: int, expected: object) -> None:
-    assert decide(on_busy, agent_running=agent, queued=queued, max_queued=2) == expected  # type: ignore[arg-type]
+def test_the_decision_table(on_busy: OnBusy, agent: bool, queued: int, expected: object) -> None:
+    assert decide(on_busy, agent_running=agent, queued=queued, max_queued=2) == expected
 
 
 def test_a_turn_in_an_idle_session_is_admitted_whatever_its_strategy() -> None:

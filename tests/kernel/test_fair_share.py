@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentos.kernel import (
     CancelRequested,
     Command,
@@ -18,8 +20,8 @@ from agentos.kernel import (
 )
 
 
-def make(**limits: float) -> Kernel:
-    return Kernel(KernelLimits(**limits))  # type: ignore[arg-type]
+def make(**limits: Any) -> Kernel:
+    return Kernel(KernelLimits(**limits))
 
 
 def submit(k: Kernel, tenant: str, turn: str, now: float = 0.0) -> list[Command]:

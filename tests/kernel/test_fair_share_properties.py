@@ -23,6 +23,7 @@ from agentos.kernel import (
     CancelRequested,
     CancelTurn,
     Command,
+    Event,
     FailTurn,
     GrantPermit,
     Kernel,
@@ -61,11 +62,11 @@ class FairShareMachine(RuleBasedStateMachine):
     def held(self, tenant: str) -> int:
         return sum(1 for h in self.holding if self.tenant[h] == tenant)
 
-    def handle(self, event: object, releasing: str | None = None) -> None:
+    def handle(self, event: Event, releasing: str | None = None) -> None:
         cap = self.kernel.statistics().tenant_permit_cap
         held_before = {t: self.held(t) - (releasing is not None and self.tenant[releasing] == t) for t in TENANTS}
         waiting_before = {t: bool(line) for t, line in self.lines.items()}
-        commands = self.kernel.handle(event, self.now)  # type: ignore[arg-type]
+        commands = self.kernel.handle(event, self.now)
         grants = [c.turn_id for c in commands if isinstance(c, GrantPermit)]
         if releasing is not None:
             assert len(grants) <= 1, "one release freed more than one permit"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,8 +32,8 @@ from agentos.kernel import (
 )
 
 
-def make(**limits: float) -> Kernel:
-    return Kernel(KernelLimits(**limits))  # type: ignore[arg-type]
+def make(**limits: Any) -> Kernel:
+    return Kernel(KernelLimits(**limits))
 
 
 def test_a_turn_is_accepted_and_granted_a_permit() -> None:

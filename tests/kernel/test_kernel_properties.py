@@ -19,6 +19,7 @@ from agentos.kernel import (
     GrantPermit,
     Kernel,
     KernelLimits,
+    OnBusy,
     ProviderReleased,
     QueueTurn,
     RejectTurn,
@@ -101,13 +102,13 @@ class KernelMachine(RuleBasedStateMachine):
                     assert self.kernel.active_turn(s) is None
 
     @rule(session=SESSIONS, wants_permit=st.booleans(), on_busy=st.sampled_from(ON_BUSY))
-    def submit(self, session: str, wants_permit: bool, on_busy: str) -> None:
+    def submit(self, session: str, wants_permit: bool, on_busy: OnBusy) -> None:
         self.next_id += 1
         turn = f"t{self.next_id}"
         self.session_of[turn] = session
         if not wants_permit:
             self.no_permit.add(turn)
-        event = TurnSubmitted(session, turn, wants_permit, on_busy=on_busy)  # type: ignore[arg-type]
+        event = TurnSubmitted(session, turn, wants_permit, on_busy=on_busy)
         self.apply(self.kernel.handle(event, self.now))
 
     @precondition(lambda self: self.steers)

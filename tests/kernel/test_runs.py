@@ -8,6 +8,8 @@ stopped) are answered without a change: [] , `RejectAnswer`, or `FailTurn("run_n
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from agentos.kernel import (
@@ -15,6 +17,7 @@ from agentos.kernel import (
     AcceptRun,
     CancelTurn,
     Command,
+    Event,
     ExpireHuman,
     FailTurn,
     FinishRun,
@@ -29,6 +32,7 @@ from agentos.kernel import (
     RejectRun,
     RunCancelRequested,
     RunEnded,
+    RunOutcome,
     RunResumed,
     RunState,
     RunSubmitted,
@@ -41,8 +45,8 @@ from agentos.kernel import (
 )
 
 
-def make(**limits: float) -> Kernel:
-    return Kernel(KernelLimits(**limits))  # type: ignore[arg-type]
+def make(**limits: Any) -> Kernel:
+    return Kernel(KernelLimits(**limits))
 
 
 def ask(run_id: str, seq: int = 2, args_hash: str | None = None, deadline_s: float = 100.0) -> HumanRequested:
@@ -54,14 +58,14 @@ def started(k: Kernel, *run_ids: str, now: float = 0.0) -> None:
         assert k.handle(RunSubmitted(run_id), now) == [AcceptRun(run_id), StartRun(run_id)]
 
 
-def waiting(k: Kernel, run_id: str, **kwargs: float | str | None) -> None:
+def waiting(k: Kernel, run_id: str, **kwargs: Any) -> None:
     started(k, run_id)
-    assert k.handle(ask(run_id, **kwargs), 0.0) == []  # type: ignore[arg-type]
+    assert k.handle(ask(run_id, **kwargs), 0.0) == []
 
 
-def unchanged(k: Kernel, event: object, before: KernelStatistics) -> None:
+def unchanged(k: Kernel, event: Event, before: KernelStatistics) -> None:
     with pytest.raises(AssertionError):
-        k.handle(event, 0.0)  # type: ignore[arg-type]
+        k.handle(event, 0.0)
     assert k.statistics() == before
 
 
@@ -212,7 +216,8 @@ def test_asking_twice_is_a_bug_that_changes_nothing() -> None:
     k = make()
     waiting(k, "r1")
     unchanged(k, ask("r1", seq=3), k.statistics())
-    assert k.pending_human("r1") is not None and k.pending_human("r1").step_seq == 2  # type: ignore[union-attr]
+    pending = k.pending_human("r1")
+    assert pending is not None and pending.step_seq == 2
 
 
 # -- HumanAnswered ------------------------------------------------------------------------------
@@ -355,11 +360,11 @@ def test_a_run_that_ends_is_forgotten_and_frees_its_slot() -> None:
 
 
 @pytest.mark.parametrize("status", ["completed", "suspended"])
-def test_a_run_that_completes_or_suspends_leaves_its_children_alone(status: str) -> None:
+def test_a_run_that_completes_or_suspends_leaves_its_children_alone(status: RunOutcome) -> None:
     k = make()
     started(k, "p")
     k.handle(RunSubmitted("p.1", parent_run_id="p"), 0.0)
-    assert k.handle(RunEnded("p", status), 0.0) == []  # type: ignore[arg-type]
+    assert k.handle(RunEnded("p", status), 0.0) == []
     assert k.run_state("p.1") is RunState.RUNNING
     assert k.handle(RunEnded("p.1", "completed"), 0.0) == []
 
@@ -479,7 +484,7 @@ def snapshot(k: Kernel, ids: list[str]) -> object:
         Tick(),
     ],
 )
-def test_events_that_race_the_kernel_are_answered_and_change_nothing(event: object) -> None:
+def test_events_that_race_the_kernel_are_answered_and_change_nothing(event: Event) -> None:
     k = make(concurrency_limit=1, max_active_runs=1)
     started(k, "stopping")
     k.handle(StreamRequested("s", owner="stopping"), 0.0)
@@ -490,5 +495,5 @@ def test_events_that_race_the_kernel_are_answered_and_change_nothing(event: obje
     k.handle(HumanRequested("waiting", "waiting:2", 2, "h", 50.0), 0.0)
     ids = ["stopping", "terminating", "waiting", "ghost", "s", "w", "m9"]
     before = snapshot(k, ids)
-    k.handle(event, 1.0)  # type: ignore[arg-type]
+    k.handle(event, 1.0)
     assert snapshot(k, ids) == before

@@ -33,6 +33,7 @@ from agentos.kernel import (
     RejectTurn,
     RunCancelRequested,
     RunEnded,
+    RunOutcome,
     RunResumed,
     RunState,
     RunSubmitted,
@@ -224,12 +225,12 @@ class RunMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.has(*WORKING))
     @rule(data=st.data(), status=st.sampled_from(["completed", "failed", "cancelled"]))
-    def end_run(self, data: st.DataObject, status: str) -> None:
+    def end_run(self, data: st.DataObject, status: RunOutcome) -> None:
         run_id = self.pick(data, WORKING)
         self.finish(run_id)
         if status != "completed":
             self.doomed.add(run_id)
-        self.apply(self.kernel.handle(RunEnded(run_id, status), self.now))  # type: ignore[arg-type]
+        self.apply(self.kernel.handle(RunEnded(run_id, status), self.now))
 
     @rule(data=st.data())
     def restart(self, data: st.DataObject) -> None:

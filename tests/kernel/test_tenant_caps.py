@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from agentos.kernel import (
@@ -26,8 +28,8 @@ from agentos.kernel import (
 )
 
 
-def make(**limits: object) -> Kernel:
-    return Kernel(KernelLimits(**limits))  # type: ignore[arg-type]
+def make(**limits: Any) -> Kernel:
+    return Kernel(KernelLimits(**limits))
 
 
 def test_over_its_concurrent_turns_a_tenants_turn_is_refused_and_others_are_not() -> None:

@@ -30,7 +30,7 @@ async def test_a_blocked_loop_is_measured_and_then_sampled_at_ten_hertz() -> Non
         observed.append(lag_ms)
         sampled.set()
 
-    runtime.metrics.loop_lag_ms.observe = observe  # type: ignore[method-assign,assignment]
+    runtime.metrics.loop_lag_ms.observe = observe  # type: ignore[method-assign,assignment]  # a probe on the real histogram
     runtime.start_lag_probe()
     try:
         timer = runtime._lag_timer

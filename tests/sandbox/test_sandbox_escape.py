@@ -25,6 +25,7 @@ import pytest
 from agentos.config import SandboxConfig, Settings, settings_from_dict
 from agentos.config.agents import CommandLimits
 from agentos.providers.base import ChatRequest, Completion
+from agentos.sandbox.isolation import SandboxStatus
 from agentos.sandbox.sandbox import Sandbox
 from agentos.services import open_services
 from agentos.testing import RunningServer, eventually, serve_services
@@ -67,6 +68,13 @@ async def victim() -> AsyncIterator[asyncio.subprocess.Process]:
     if proc.returncode is None:
         proc.kill()
     await proc.wait()
+
+
+def started(sandbox: Sandbox) -> SandboxStatus:
+    """What the started `sandbox` found."""
+    status = sandbox.status()
+    assert status is not None
+    return status
 
 
 def searchable(directory: Path) -> None:
@@ -129,7 +137,7 @@ async def test_workspaces_belong_to_their_own_identity(strict: Sandbox, tmp_path
         inside.add(uid)
     assert len(inside) == 2
     assert {os.stat(w).st_mode & 0o777 for w in (a, b)} == {0o700}
-    if strict.status().identity != "setuid":  # type: ignore[union-attr]
+    if started(strict).identity != "setuid":
         pytest.skip("a user namespace maps every workspace to the server's uid: Landlock alone keeps them apart")
     assert {str(os.stat(a).st_uid), str(os.stat(b).st_uid)} == inside == {str(os.stat(w / "f").st_uid) for w in (a, b)}
     uid_b = os.stat(b).st_uid
@@ -168,7 +176,7 @@ async def test_cannot_read_the_servers_environment(
     script = f"cat /proc/{server}/environ; cat /proc/{server}/cmdline; ls /proc; cat /proc/1/environ; echo end"
     result = await strict.run(["sh", "-c", script], tmp_path / "w", LIMITS)
     assert "hunter2" not in result.stdout + result.stderr and result.stdout == "end\n"
-    if strict.status().identity != "setuid":  # type: ignore[union-attr]
+    if started(strict).identity != "setuid":
         return
     # Without Landlock, the identity still keeps it out: another uid may not read a process's environ.
     uid = os.stat(tmp_path / "w").st_uid
@@ -275,7 +283,7 @@ async def test_a_run_that_kills_everything_leaves_the_server_serving(
     try:
         async with http.get(f"{server.url}/readyz") as r:
             sandbox = (await r.json())["sandbox"]
-            assert sandbox == {"mode": "strict", "missing": [], "landlock_scoping": list(guard.status().scoping)}  # type: ignore[union-attr]
+            assert sandbox == {"mode": "strict", "missing": [], "landlock_scoping": list(started(guard).scoping)}
         events = await turn_events(http, server.url, await new_session(http, server.url, agent="ops"), "attack")
         assert events[-1].name == "turn.completed"
         assert json.loads(events[-1].data["result"])["stdout"] == "survived\n"

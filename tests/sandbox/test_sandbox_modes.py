@@ -9,6 +9,7 @@ import platform
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,7 +70,7 @@ async def test_root_that_cannot_change_uid_maps_itself_in_a_user_namespace() -> 
     assert nothing.missing == ("identity",) and nothing.identity is None
 
 
-async def serve_without_mounts(data_dir: Path) -> tuple[dict[str, object], str]:
+async def serve_without_mounts(data_dir: Path) -> tuple[dict[str, Any], str]:
     """The real server under a seccomp filter that refuses `mount` (tests/sandbox/sandbox_child.py)."""
     if platform.machine() not in ("x86_64", "aarch64"):
         pytest.skip("the seccomp filter knows mount's number on x86_64 and aarch64 only")
@@ -84,7 +85,7 @@ async def serve_without_mounts(data_dir: Path) -> tuple[dict[str, object], str]:
 async def test_without_a_mount_namespace_commands_are_refused(tmp_path: Path) -> None:
     """Issue 14: where no mount namespace can be set up, no command runs (unless weaker is allowed)."""
     report, log = await serve_without_mounts(tmp_path / "data")
-    sandbox = report["readyz"]["sandbox"]  # type: ignore[index]
+    sandbox = report["readyz"]["sandbox"]
     if "mount_namespace" not in sandbox["missing"] or sandbox["missing"] != ["mount_namespace"]:
         pytest.skip(f"this OS lacks more than a mount namespace: {sandbox}")
     assert sandbox["mode"] == "refused"

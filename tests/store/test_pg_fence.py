@@ -14,7 +14,7 @@ import pytest
 from agentos.errors import SessionNotFound, StaleTurn
 from agentos.store.base import EpochBump
 from agentos.store.postgres import PostgresStore
-from agentos.store.records import EventRecord, MessageRecord, SessionRecord
+from agentos.store.records import EventRecord, MessageRecord, MessageRole, SessionRecord
 from tests.postgres import fresh_schema
 
 pytest.importorskip("asyncpg")
@@ -34,8 +34,8 @@ async def nodes() -> AsyncIterator[tuple[PostgresStore, PostgresStore]]:
         await a.close()
 
 
-def answer(turn_id: str, content: str = "answer", role: str = "assistant") -> MessageRecord:
-    return MessageRecord(tenant_id=T, session_id=S, turn_id=turn_id, role=role, content=content)  # type: ignore[arg-type]
+def answer(turn_id: str, content: str = "answer", role: MessageRole = "assistant") -> MessageRecord:
+    return MessageRecord(tenant_id=T, session_id=S, turn_id=turn_id, role=role, content=content)
 
 
 def event(turn_id: str, kind: str) -> EventRecord:

@@ -15,13 +15,14 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agentos.config import StoreConfig
 from agentos.errors import StoreUnavailable
 from agentos.store.ops import transient
-from agentos.store.records import MessageRecord, SessionRecord
+from agentos.store.records import MessageRecord, MessageRole, SessionRecord
 from agentos.store.sqlite import SQLiteStore
 from agentos.store.writer import Writer
 from tests.store.test_writer import Gate
@@ -57,8 +58,8 @@ def turns(path: Path) -> list[str]:
         return [row[0] for row in db.execute("SELECT turn FROM rows ORDER BY n")]
 
 
-async def started(path: Path, **options: object) -> Writer:
-    writer = Writer("test", path, SCHEMA, busy_timeout_ms=BUSY_MS, **options)  # type: ignore[arg-type]
+async def started(path: Path, **options: Any) -> Writer:
+    writer = Writer("test", path, SCHEMA, busy_timeout_ms=BUSY_MS, **options)
     writer.start()
     return writer
 
@@ -67,8 +68,8 @@ def kept_logged(caplog: pytest.LogCaptureFixture) -> bool:
     return any("durable writes kept" in r.getMessage() and " 0 durable" not in r.getMessage() for r in caplog.records)
 
 
-def msg(turn: str, role: str = "user") -> MessageRecord:
-    return MessageRecord(tenant_id="default", session_id="s", turn_id=turn, role=role, content=turn)  # type: ignore[arg-type]
+def msg(turn: str, role: MessageRole = "user") -> MessageRecord:
+    return MessageRecord(tenant_id="default", session_id="s", turn_id=turn, role=role, content=turn)
 
 
 async def test_a_question_that_met_a_locked_file_is_committed_after_it_before_later_writes(

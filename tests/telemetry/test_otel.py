@@ -57,7 +57,7 @@ async def test_the_exporter_sends_with_the_standard_variables_and_retries(monkey
     try:
         assert await asyncio.to_thread(exporter.export_request, request, 1)
     finally:
-        exporter.shutdown()  # type: ignore[no-untyped-call]
+        exporter.shutdown()  # type: ignore[no-untyped-call]  # the SDK leaves it unannotated
         await runner.cleanup()
     assert seen == [("k1", "gzip"), ("k1", "gzip")]
     assert bodies == [request, request]

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -56,8 +57,8 @@ def test_traceparents_are_checked() -> None:
         assert not valid_traceparent(bad), bad
 
 
-def _tracing(exporter: shipping.RequestExporter, **config: object) -> RecordingTracing:
-    tracing = open_tracing(TelemetryConfig(enabled=True, **config), node="node-1", exporter=exporter)  # type: ignore[arg-type]
+def _tracing(exporter: shipping.RequestExporter, **config: Any) -> RecordingTracing:
+    tracing = open_tracing(TelemetryConfig(enabled=True, **config), node="node-1", exporter=exporter)
     assert isinstance(tracing, RecordingTracing)
     return tracing
 

@@ -45,7 +45,7 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     from agentos.tenancy.pg_tables import PgTenantTables
 
     async for config in fresh_schema():
-        yield lambda pepper, config=config: PgTenantTables(config, pepper)  # type: ignore[misc]
+        yield lambda pepper, config=config: PgTenantTables(config, pepper)  # type: ignore[misc]  # the default binds this schema
 
 
 @pytest.fixture

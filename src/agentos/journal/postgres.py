@@ -88,7 +88,8 @@ class FencedWriter(PgWriter):
         self._node = node
 
     async def _commit(self, batch: Sequence[PgOp]) -> bool:
-        units: list[Unit] = [op.params for op in batch if op.sql is not None]  # type: ignore[misc]
+        # A unit writer is handed only Units (`_unit`) and barriers (no sql).
+        units: list[Unit] = [op.params for op in batch if op.sql is not None]  # type: ignore[misc]  # see above
         if not units:
             return False
         fences = dict(unit.fence for unit in units if unit.fence is not None)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
 import msgspec
@@ -58,6 +58,15 @@ class _Answer(msgspec.Struct):
 
 
 _decode_answer = msgspec.json.Decoder(_Answer).decode
+
+
+class Embeddings(Protocol):
+    """What the knowledge service and its indexer ask of an embedder: `Embedder` (the
+    provider's /embeddings), or the FTS micro-bench's in-process one."""
+
+    async def embed(self, tenant_id: str, model: str, dimensions: int, texts: Sequence[str]) -> np.ndarray: ...
+
+    async def aclose(self) -> None: ...
 
 
 class Embedder:

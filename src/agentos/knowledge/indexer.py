@@ -41,7 +41,7 @@ from typing import Any
 from agentos.config.knowledge import KnowledgeConfig
 from agentos.errors import ProviderError, ProviderLimitTimeout, RequestError, StoreError, StoreUnavailable
 from agentos.knowledge.chunking import split
-from agentos.knowledge.embeddings import Embedder
+from agentos.knowledge.embeddings import Embeddings
 from agentos.knowledge.extract import extract_text
 from agentos.knowledge.records import ChunkRow, Collection, DocumentRow
 from agentos.knowledge.storage import KnowledgeStorage
@@ -82,7 +82,7 @@ class Indexer:
 
     config: KnowledgeConfig
     storage: KnowledgeStorage
-    embedder: Embedder
+    embedder: Embeddings
     now_ms: Callable[[], int]
     _: KW_ONLY
     embedded: bool

@@ -23,7 +23,7 @@ from agentos.config import Settings
 from agentos.errors import Conflict, NotFound, ProviderError, ProviderLimitTimeout, RequestError
 from agentos.ids import new_id
 from agentos.knowledge import filters, indexes
-from agentos.knowledge.embeddings import Embedder
+from agentos.knowledge.embeddings import Embeddings
 from agentos.knowledge.indexer import Indexer
 from agentos.knowledge.indexes import IndexCache, IndexEntry
 from agentos.knowledge.inputs import CollectionCreate, as_struct, collection_settings, query_text, query_top_k
@@ -68,7 +68,7 @@ class KnowledgeService:
         self,
         settings: Settings,
         storage: KnowledgeStorage,
-        embedder: Embedder,
+        embedder: Embeddings,
         *,
         now_ms: Callable[[], int] = wall_ms,
     ) -> None:

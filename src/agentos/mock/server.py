@@ -330,7 +330,7 @@ class _MockApp:
         unknown = set(changes) - _SWITCHABLE
         if unknown:
             raise ConfigError(f"mock-llm: faults cannot change {sorted(unknown)}")
-        self.settings = dataclasses.replace(self.settings, **changes)  # type: ignore[arg-type]
+        self.settings = dataclasses.replace(self.settings, **changes)  # type: ignore[arg-type]  # names checked above
         return self.settings
 
     async def post_faults(self, request: web.Request) -> web.Response:

@@ -17,7 +17,7 @@ import socket
 import struct
 from typing import Any
 
-import _mountns  # type: ignore[import-not-found]
+import _mountns  # type: ignore[import-not-found]  # a sibling script, on sys.path by its directory
 
 _CLONE_NEWUSER = 0x10000000
 _NAMESPACES = {"pid": 0x20000000 | 0x08000000, "net": 0x40000000, "mount": 0x00020000}  # pid: with CLONE_NEWIPC

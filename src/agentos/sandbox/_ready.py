@@ -32,8 +32,8 @@ import socket
 import sys
 from typing import Any
 
-import _confine  # type: ignore[import-not-found]
-import _mountns  # type: ignore[import-not-found]
+import _confine  # type: ignore[import-not-found]  # a sibling script, on sys.path by its directory
+import _mountns  # type: ignore[import-not-found]  # a sibling script, on sys.path by its directory
 
 _FAILURES_MAX = 3
 

@@ -52,8 +52,8 @@ import time
 from typing import Any
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # its stdlib-only helpers beside it (run with -I)
-import _confine  # type: ignore[import-not-found]
-import _ready  # type: ignore[import-not-found]
+import _confine  # type: ignore[import-not-found]  # a sibling script, on sys.path by its directory
+import _ready  # type: ignore[import-not-found]  # a sibling script, on sys.path by its directory
 
 
 def _child(request: dict[str, Any], out_fd: int, err_fd: int, born: bool) -> None:

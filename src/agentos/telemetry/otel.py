@@ -74,7 +74,7 @@ def export_process(settings: dict[str, Any]) -> None:
                 ok = False
             answers.write(f"{'ok' if ok else 'failed'} {len(batch)}\n")
         answers.flush()
-    exporter.shutdown()  # type: ignore[no-untyped-call]
+    exporter.shutdown()  # type: ignore[no-untyped-call]  # the SDK leaves it unannotated
 
 
 if __name__ == "__main__":

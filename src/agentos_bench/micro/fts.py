@@ -202,7 +202,7 @@ async def open_service(backend: str, path: Path, keep: bool = False) -> AsyncIte
     if backend == "sqlite":
         settings = Settings()
         storage: KnowledgeStorage = SqliteKnowledgeStorage(path)
-        service = KnowledgeService(settings, storage, LocalEmbedder())  # type: ignore[arg-type]
+        service = KnowledgeService(settings, storage, LocalEmbedder())
         await service.start()
         try:
             yield service
@@ -226,7 +226,7 @@ async def _pg_service(keep: bool) -> AsyncIterator[KnowledgeService]:
     schema = f"bench_{secrets.token_hex(4)}"
     config = StoreConfig(backend="postgres", postgres_url=url, postgres_schema=schema)
     settings = Settings(store=config)
-    service = KnowledgeService(settings, PgKnowledgeStorage(config), LocalEmbedder())  # type: ignore[arg-type]
+    service = KnowledgeService(settings, PgKnowledgeStorage(config), LocalEmbedder())
     await service.start()
     try:
         yield service
