@@ -87,6 +87,8 @@ class Sandbox:
         self._landlock_abi = _landlock.abi_version()
         self._identities = Identities(self._config.uid_base, self._config.uid_count)
         self._warned_parents: set[Path] = set()
+        # One workspace claimed at a time: two drawing a free uid at once could draw the same.
+        self._claiming = asyncio.Lock()
         self._probe_lock = asyncio.Lock()
 
     def status(self) -> SandboxStatus | None:
@@ -164,9 +166,8 @@ class Sandbox:
         status = await self.start()
         if status.mode == "refused":
             return CommandResult.refusal(status.refusal())
-        workdir = _absolute(workdir)
         private_root = "mount" in status.namespaces
-        uid = await self._prepare(workdir, status.identity, private_root)
+        workdir, uid = await self._prepare(workdir, status.identity, private_root)
         env = {"PATH": _SAFE_PATH, "HOME": str(workdir), "TMPDIR": str(workdir / ".tmp"), "LANG": "C.UTF-8"}
         if operation_id:
             env["AGENTOS_OPERATION_ID"] = operation_id
@@ -186,16 +187,28 @@ class Sandbox:
     def _policy(self, workdir: str, private_tmp: bool) -> dict[str, Any]:
         return _landlock.policy(workdir, self._landlock_abi, private_tmp=private_tmp)
 
-    async def _prepare(self, workdir: Path, identity: IdentityKind | None, private_root: bool) -> int:
-        """The workspace's uid; the workspace made, private, and owned by it."""
-        uid = self._identities.of(workdir)
-        if private_workspace(workdir, uid if identity == "setuid" else None):
+    async def _prepare(
+        self, workdir: Path, identity: IdentityKind | None, private_root: bool
+    ) -> tuple[Path, int]:
+        """The workspace (absolute) and its uid; the workspace made, private, and owned by it.
+        Its files are looked at in threads, never on the loop (a first look lists the parent)."""
+        setuid = identity == "setuid"
+        async with self._claiming:
+            workdir, uid, made = await asyncio.to_thread(self._claim, workdir, setuid)
+        if made:
             await asyncio.to_thread(chown_tree, workdir, uid)
         # In a root of its own, the workspace's parents are the mount namespace's, searchable.
-        if identity == "setuid" and not private_root and workdir.parent not in self._warned_parents:
+        if setuid and not private_root and workdir.parent not in self._warned_parents:
             self._warned_parents.add(workdir.parent)
-            self._warn_if_unsearchable(workdir)
-        return uid
+            await asyncio.to_thread(self._warn_if_unsearchable, workdir)
+        return workdir, uid
+
+    def _claim(self, workdir: Path, setuid: bool) -> tuple[Path, int, bool]:
+        """(In a thread.) The workspace taken from the server's current directory, its uid, and
+        whether it was just made private (its tree then to be given to that uid)."""
+        workdir = Path(os.path.abspath(workdir))
+        uid = self._identities.of(workdir)
+        return workdir, uid, private_workspace(workdir, uid if setuid else None)
 
     @staticmethod
     def _warn_if_unsearchable(workdir: Path) -> None:
@@ -260,11 +273,6 @@ class Sandbox:
 def _kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-
-
-def _absolute(workdir: Path) -> Path:
-    """Taken from the server's current directory (a getcwd: microseconds, fine on the loop)."""
-    return Path(os.path.abspath(workdir))
 
 
 def _identity(kind: IdentityKind | None, uid: int) -> dict[str, Any] | None:

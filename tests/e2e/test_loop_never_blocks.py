@@ -1,0 +1,143 @@
+"""The event loop never blocks on a request's path: caught by blockbuster, not guessed.
+
+The claim (README, docs/architecture.md): persistence, provider calls and sandboxed commands
+never block the event loop. blockbuster wraps the blocking calls of the stdlib (file and socket
+I/O, `time.sleep`, the `os` calls that touch the disk, sqlite3) and raises `BlockingError` when
+one runs on a thread with a running loop, called from a frame of `agentos`. Here it is on while
+a real server (SQLite store, the built-in mock provider in the same loop, the sandbox) serves
+what clients do most: sessions, turns over SSE and WebSocket, a turn superseded by the next
+(last-wins), the transcript and events, an agent run that runs commands and waits for a human,
+the answer, the run's events, /metrics, /readyz, a session deleted. A blocking call on any of
+those paths (a handler, the turn driver, a run's task, the store's adapter, the mock) fails its
+request or its run with `internal_error` and logs the `BlockingError`: the test checks both.
+
+One call is allowed, for a reason: prometheus_client's process collector reading
+`/proc/self/*` at /metrics (procfs files are the kernel's memory, read once per scrape, not per
+turn).
+Start-up and shutdown (opening files, migrations) are outside the guard: they run before the
+server serves and after it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from blockbuster import blockbuster_ctx
+
+from agentos.config import settings_from_dict
+from agentos.mock.server import MockServer
+from agentos.testing import Event, sse_events, start_server
+from tests.api.helpers import SSE, new_session
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+
+@contextmanager
+def loop_guard() -> Iterator[None]:
+    with blockbuster_ctx(["agentos"]) as guard:
+        for function in guard.functions.values():  # procfs: the kernel's memory, read per scrape
+            function.can_block_in("prometheus_client/process_collector.py", "collect")
+        yield
+
+
+def blocked(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What was logged with a BlockingError (a failed request, run or background task)."""
+    return [r.getMessage() for r in caplog.records if r.exc_info and "BlockingError" in repr(r.exc_info[1])]
+
+
+async def test_what_clients_do_most_never_blocks_the_loop(
+    tmp_path: Path, mock_factory: Any, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 200 ms to the first token: long enough for a second turn to supersede the first
+    mock: MockServer = await mock_factory(scenario="tools", ttft_ms=200, tps=2000, tokens=4)
+    settings = settings_from_dict(
+        {
+            "data_dir": str(tmp_path / "data"),
+            "provider": {"url": mock.url, "retry_budget_s": 2.0},
+            "agents": {"ops": {"tools": ["run_command", "ask_human"]}},
+        }
+    )
+    server = await start_server(settings)
+    caplog.set_level(logging.ERROR)
+    try:
+        with loop_guard():
+            await turns(http, server.url)
+            await a_run(http, server.url)
+            for path in ("/metrics", "/readyz"):
+                async with http.get(f"{server.url}{path}") as r:
+                    assert r.status == 200, (path, await r.text())
+    finally:
+        await server.close()
+    assert blocked(caplog) == []
+
+
+async def turns(http: aiohttp.ClientSession, url: str) -> None:
+    sid = await new_session(http, url)
+    first_started = asyncio.Event()
+    first = asyncio.create_task(stream_turn(http, f"{url}/v1/sessions/{sid}/turns", "one", first_started))
+    await asyncio.wait_for(first_started.wait(), 10)
+    second = await stream_turn(http, f"{url}/v1/sessions/{sid}/turns", "two")  # last-wins
+    assert [e.name for e in await first][-1] == "turn.cancelled"
+    assert second[-1].name == "turn.completed"
+    async with http.ws_connect(f"{url}/v1/sessions/{sid}/ws") as ws:
+        await ws.send_json({"type": "turn", "input": "three"})
+        frames: list[dict[str, Any]] = []
+        while not frames or frames[-1]["type"] not in ("turn.completed", "turn.failed"):
+            frames.append(await ws.receive_json(timeout=10))
+        assert frames[-1]["type"] == "turn.completed", frames
+    for listing in ("messages", "events"):
+        async with http.get(f"{url}/v1/sessions/{sid}/{listing}") as r:
+            assert r.status == 200, await r.text()
+            assert (await r.json())["data"], listing
+    async with http.delete(f"{url}/v1/sessions/{sid}") as r:
+        assert r.status == 204, await r.text()
+
+
+async def stream_turn(
+    http: aiohttp.ClientSession, turns_url: str, text: str, started: asyncio.Event | None = None
+) -> list[Event]:
+    events = []
+    async with http.post(turns_url, json={"input": text}, headers=SSE) as r:
+        assert r.status == 200, await r.text()
+        async for event in sse_events(r):
+            events.append(event)
+            if started is not None and event.name == "turn.started":
+                started.set()
+    return events
+
+
+async def a_run(http: aiohttp.ClientSession, url: str) -> None:
+    async with http.post(f"{url}/v1/agents/ops/runs", json={"input": "go"}) as r:
+        assert r.status == 202, await r.text()
+        run_id = (await r.json())["run_id"]
+    run = await run_status(http, url, run_id, {"waiting_human", "completed", "failed"})
+    if run["status"] == "waiting_human":
+        answer = {"operation_id": run["pending"]["operation_id"], "answer": "yes"}
+        async with http.post(f"{url}/v1/runs/{run_id}/answer", json=answer) as r:
+            assert r.status in (200, 202), await r.text()
+        run = await run_status(http, url, run_id, {"completed", "failed"})
+    assert run["status"] == "completed", run
+    async with http.get(f"{url}/v1/runs/{run_id}/events") as r:  # the journal, streamed
+        assert r.status == 200, await r.text()
+        names = [e.name async for e in sse_events(r)]
+    # two sandboxed commands, a human's answer, the end: every step of a run's path was taken
+    assert names.count("tool.result") == 2 and "human.answered" in names and names[-1] == "run.completed", names
+
+
+async def run_status(http: aiohttp.ClientSession, url: str, run_id: str, wanted: set[str]) -> dict[str, Any]:
+    run: dict[str, Any] = {}
+    for _ in range(500):  # bounded: each look is a request that must not block either
+        async with http.get(f"{url}/v1/runs/{run_id}") as r:
+            assert r.status == 200, await r.text()
+            run = await r.json()
+        if run["status"] in wanted:
+            return run
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"run {run_id} never reached {wanted}: {run}")
