@@ -9,7 +9,9 @@ what clients do most: sessions, turns over SSE and WebSocket, a turn superseded 
 (last-wins), the transcript and events, an agent run that runs commands and waits for a human,
 the answer, the run's events, /metrics, /readyz, a session deleted. A blocking call on any of
 those paths (a handler, the turn driver, a run's task, the store's adapter, the mock) fails its
-request or its run with `internal_error` and logs the `BlockingError`: the test checks both.
+request or its run with `internal_error` and logs the `BlockingError`: the test checks both. A second test
+does the same for a tenant's key at the other doors: knowledge, the OpenAI door, a signed
+webhook, schedules.
 
 One call is allowed, for a reason: prometheus_client's process collector reading
 `/proc/self/*` at /metrics (procfs files are the kernel's memory, read once per scrape, not per
@@ -34,9 +36,13 @@ from blockbuster import blockbuster_ctx
 from agentos.config import settings_from_dict
 from agentos.mock.server import MockServer
 from agentos.testing import Event, sse_events, start_server
+from agentos.testing.tenants import create_tenant_key
 from tests.api.helpers import SSE, new_session
+from tests.triggers.webhooks import Sender, create_trigger
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+ADMIN = "admin-token-of-this-test"
 
 
 @contextmanager
@@ -141,3 +147,86 @@ async def run_status(http: aiohttp.ClientSession, url: str, run_id: str, wanted:
             return run
         await asyncio.sleep(0.02)
     raise AssertionError(f"run {run_id} never reached {wanted}: {run}")
+
+
+async def test_the_other_doors_never_block_the_loop(
+    tmp_path: Path, mock_factory: Any, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tenants and keys, knowledge (upload, indexing, query), the OpenAI door, a signed webhook
+    that starts a run, a schedule that fires one: each with a key of a tenant, on SQLite."""
+    mock: MockServer = await mock_factory(ttft_ms=5, tps=2000, tokens=4)
+    settings = settings_from_dict(
+        {
+            "data_dir": str(tmp_path / "data"),
+            "provider": {"url": mock.url, "retry_budget_s": 2.0},
+            "server": {"api_token": ADMIN},
+            "agents": {"echo": {"tools": []}},
+            "schedules": {"poll_s": 0.05},
+            "triggers": {"retry_s": 0.05},
+        }
+    )
+    server = await start_server(settings)
+    caplog.set_level(logging.ERROR)
+    try:
+        with loop_guard():
+            key = await create_tenant_key(server.url, ADMIN, tenant_id="acme")
+            await knowledge(http, server.url, key.headers)
+            await openai_door(http, server.url, key.headers)
+            await webhook_and_schedule(http, server.url, key.headers)
+    finally:
+        await server.close()
+    assert blocked(caplog) == []
+
+
+async def knowledge(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> None:
+    collection = {"name": "notes", "embedding_model": "mock-embed", "dimensions": 8}
+    async with http.post(f"{url}/v1/collections", json=collection, headers=headers) as r:
+        assert r.status == 201, await r.text()
+    document = {"content": "refunds within thirty days", "content_type": "text/plain"}
+    async with http.post(f"{url}/v1/collections/notes/documents", json=document, headers=headers) as r:
+        assert r.status in (201, 202), await r.text()
+        document_id = (await r.json())["document_id"]
+    for _ in range(500):  # bounded: indexing runs in the background
+        async with http.get(f"{url}/v1/collections/notes/documents/{document_id}", headers=headers) as r:
+            state = (await r.json())["status"]
+        if state in ("ready", "failed"):
+            break
+        await asyncio.sleep(0.02)
+    assert state == "ready"
+    async with http.post(f"{url}/v1/collections/notes/query", json={"query": "refunds"}, headers=headers) as r:
+        assert r.status == 200, await r.text()
+        assert (await r.json())["results"]
+
+
+async def openai_door(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> None:
+    hi = [{"role": "user", "content": "hi"}]
+    for stream in (False, True):
+        body = {"model": "mock-1", "messages": hi, "stream": stream}
+        async with http.post(f"{url}/v1/chat/completions", json=body, headers=headers) as r:
+            assert r.status == 200, await r.text()
+            await r.read()
+    async with http.post(f"{url}/v1/responses", json={"model": "mock-1", "input": "hi"}, headers=headers) as r:
+        assert r.status == 200, await r.text()
+
+
+async def webhook_and_schedule(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> None:
+    trigger = await create_trigger(http, url, headers)
+    sender = Sender(http, url, trigger["trigger_id"], trigger["secret"])
+    delivered = await sender.send({"n": 1})
+    assert delivered.status == 202, delivered.body
+    async with http.post(
+        f"{url}/v1/schedules", json={"agent": "echo", "input": "x", "every_s": 1}, headers=headers
+    ) as r:
+        assert r.status == 201, await r.text()
+        schedule_id = (await r.json())["schedule_id"]
+    fired = False
+    for _ in range(500):  # bounded: the first slot fires within a second
+        async with http.get(f"{url}/v1/schedules/{schedule_id}", headers=headers) as r:
+            fired = any(f["status"] in ("started", "finished") for f in (await r.json())["last_fires"])
+        if fired:
+            break
+        await asyncio.sleep(0.02)
+    assert fired
+    cron = {"agent": "echo", "input": "x", "cron": "30 9 * * *", "time_zone": "Asia/Kolkata"}  # a zone read
+    async with http.post(f"{url}/v1/schedules", json=cron, headers=headers) as r:
+        assert r.status == 201, await r.text()

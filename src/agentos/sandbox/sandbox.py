@@ -187,9 +187,7 @@ class Sandbox:
     def _policy(self, workdir: str, private_tmp: bool) -> dict[str, Any]:
         return _landlock.policy(workdir, self._landlock_abi, private_tmp=private_tmp)
 
-    async def _prepare(
-        self, workdir: Path, identity: IdentityKind | None, private_root: bool
-    ) -> tuple[Path, int]:
+    async def _prepare(self, workdir: Path, identity: IdentityKind | None, private_root: bool) -> tuple[Path, int]:
         """The workspace (absolute) and its uid; the workspace made, private, and owned by it.
         Its files are looked at in threads, never on the loop (a first look lists the parent)."""
         setuid = identity == "setuid"

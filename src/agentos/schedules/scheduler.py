@@ -34,7 +34,7 @@ from agentos.errors import AdmissionRejected, InvalidInput, NotFound, PayloadToo
 from agentos.ids import new_run_id
 from agentos.kernel import RUN_TERMINAL_STATUSES
 from agentos.schedules.records import FireRow, FireStatus, NextWork, Overlap, ScheduleRow
-from agentos.schedules.slots import plan
+from agentos.schedules.slots import load_zone, plan
 from agentos.schedules.storage import FIRE_LEASE_MS, ScheduleStorage
 
 log = logging.getLogger("agentos.schedules")
@@ -145,6 +145,7 @@ class Scheduler(RunPoller[ScheduleStorage, SchedulesConfig, ScheduleMetrics]):
 
     async def _decide(self, schedule: ScheduleRow, now: int) -> list[FireRow]:
         """Move the schedule's cursor past `now`, deciding each slot; the pending fires, if this node won."""
+        await load_zone(schedule.zone)  # read once per process, off the loop
         decided = plan(
             schedule.timing,
             schedule.cursor_ms,

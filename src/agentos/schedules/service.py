@@ -20,7 +20,7 @@ from agentos.errors import InvalidInput, NotFound
 from agentos.runtime.turn import check_input
 from agentos.schedules.records import Overlap, ScheduleRow
 from agentos.schedules.scheduler import ScheduleMetrics, Scheduler
-from agentos.schedules.slots import Every, Misfire, Timing, check_cron, check_zone, first_slot
+from agentos.schedules.slots import Every, Misfire, Timing, check_cron, check_zone, first_slot, load_zone
 from agentos.schedules.storage import ScheduleStorage
 from agentos.schedules.storage_factory import open_storage
 
@@ -95,6 +95,7 @@ class ScheduleService:
         Raises: InvalidInput (422: `invalid_cron`, `unknown_time_zone`, `invalid_every`,
         `invalid_schedule`, `unknown_agent`, `invalid_input`), Conflict (`too_many_schedules`)."""
         now = self._now_ms()
+        await load_zone(spec.time_zone)
         timing = self._timing(spec, now)
         check_input(spec.input, self._max_input_chars)
         await self._check_agent(tenant_id, spec.agent)
@@ -158,6 +159,7 @@ class ScheduleService:
         schedule = await self._schedule(tenant_id, schedule_id)
         cursor = schedule.cursor_ms
         if not paused and schedule.paused:
+            await load_zone(schedule.zone)
             cursor = first_slot(schedule.timing, self._now_ms())
         updated = await self.storage.set_paused(tenant_id, schedule_id, paused, cursor)
         if updated is None:

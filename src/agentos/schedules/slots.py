@@ -16,6 +16,7 @@ the latest missed slot once, for all of them. Either way the cursor moves past t
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -71,12 +72,28 @@ def check_cron(expr: str, zone: str) -> Cron:
     return timing
 
 
-def check_zone(zone: str) -> None:
-    """Raises: InvalidInput (`unknown_time_zone`): not a zone of the IANA database."""
+def check_zone(zone: str) -> ZoneInfo:
+    """The zone: a file of the IANA database read, unless `load_zone` read it before.
+
+    Raises: InvalidInput (`unknown_time_zone`): not a zone of the IANA database."""
     try:
-        ZoneInfo(zone)
+        return ZoneInfo(zone)
     except (ZoneInfoNotFoundError, ValueError):  # ValueError: not a key at all ("../etc", "")
         raise InvalidInput(f"time zone {zone!r} is not an IANA time zone", code="unknown_time_zone") from None
+
+
+# Every zone read so far, kept for the process's life (the database has about 600): ZoneInfo's
+# own cache holds only its last eight for sure, and a zone it let go is read again from disk.
+_LOADED: dict[str, ZoneInfo] = {}
+
+
+async def load_zone(zone: str) -> None:
+    """Read `zone` in a thread, once per process: afterwards every `ZoneInfo(zone)` (a slot
+    computed, a cron checked) is a cache hit, never a file read on the event loop.
+
+    Raises: InvalidInput (`unknown_time_zone`)."""
+    if zone not in _LOADED:
+        _LOADED[zone] = await asyncio.to_thread(check_zone, zone)
 
 
 def next_after(timing: Timing, t_ms: int) -> int:
