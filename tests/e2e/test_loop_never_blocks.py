@@ -153,7 +153,8 @@ async def test_the_other_doors_never_block_the_loop(
     tmp_path: Path, mock_factory: Any, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Tenants and keys, knowledge (upload, indexing, query), the OpenAI door, a signed webhook
-    that starts a run, a schedule that fires one: each with a key of a tenant, on SQLite."""
+    that starts a run, a schedule that fires one, the pages and the usage ledger: each with a key
+    of a tenant, on SQLite."""
     mock: MockServer = await mock_factory(ttft_ms=5, tps=2000, tokens=4)
     settings = settings_from_dict(
         {
@@ -173,6 +174,9 @@ async def test_the_other_doors_never_block_the_loop(
             await knowledge(http, server.url, key.headers)
             await openai_door(http, server.url, key.headers)
             await webhook_and_schedule(http, server.url, key.headers)
+            for path in ("/docs", "/console", "/openapi.json", "/v1/usage"):
+                async with http.get(f"{server.url}{path}", headers=key.headers) as r:
+                    assert r.status == 200, (path, await r.text())
     finally:
         await server.close()
     assert blocked(caplog) == []

@@ -8,10 +8,10 @@ stored gzip-compressed is sent as it is to a client that takes gzip, decompresse
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
 from importlib import resources
 from typing import NamedTuple
 
@@ -55,7 +55,7 @@ class StaticPage:
         @routes.get(self.path)
         @operation(page, open=True, answers={200: text("The page", "text/html")})
         async def serve_page(request: web.Request) -> web.Response:
-            return serve_asset(request, self.page, cache_control="no-cache")
+            return await serve_asset(request, self.page, cache_control="no-cache")
 
         @routes.get(self.path + "/{asset}")
         @operation(
@@ -67,7 +67,7 @@ class StaticPage:
         async def serve_named_asset(request: web.Request) -> web.Response:
             """Raises: NotFound: not one of `assets`."""
             asset = named_asset(request, self.assets, self.path)
-            return serve_asset(request, asset, cache_control=self.assets_cache_control)
+            return await serve_asset(request, asset, cache_control=self.assets_cache_control)
 
         return routes
 
@@ -84,16 +84,16 @@ def named_asset(request: web.Request, assets: Mapping[str, Asset], under: str) -
     return asset
 
 
-def serve_asset(request: web.Request, asset: Asset, *, cache_control: str) -> web.Response:
+async def serve_asset(request: web.Request, asset: Asset, *, cache_control: str) -> web.Response:
     """`asset` under the strict CSP; a gzipped one as it is stored, or decompressed for a client
     that does not take gzip."""
     headers = {**_HEADERS, "Content-Type": asset.content_type, "Cache-Control": cache_control}
     if not asset.gzipped:
-        return web.Response(body=_read(asset.file), headers=headers)
+        return web.Response(body=await _loaded(asset.file, False), headers=headers)
     headers["Vary"] = "Accept-Encoding"
     if accepts_gzip(request.headers.get("Accept-Encoding", "")):
-        return web.Response(body=_read(asset.file), headers={**headers, "Content-Encoding": "gzip"})
-    return web.Response(body=_decompressed(asset.file), headers=headers)
+        return web.Response(body=await _loaded(asset.file, False), headers={**headers, "Content-Encoding": "gzip"})
+    return web.Response(body=await _loaded(asset.file, True), headers=headers)
 
 
 def accepts_gzip(accept_encoding: str) -> bool:
@@ -112,11 +112,19 @@ def accepts_gzip(accept_encoding: str) -> bool:
     return False
 
 
-@cache
-def _read(file: str) -> bytes:
-    return resources.files("agentos.api").joinpath("static", *file.split("/")).read_bytes()
+# Each file as served (stored, or decompressed), read at its first request and kept: a server
+# that never serves /docs never holds Swagger UI.
+_LOADED: dict[tuple[str, bool], bytes] = {}
 
 
-@cache
-def _decompressed(file: str) -> bytes:
-    return gzip.decompress(_read(file))
+async def _loaded(file: str, decompressed: bool) -> bytes:
+    """The file's bytes: read (and decompressed) in a thread the first time, never on the loop."""
+    body = _LOADED.get((file, decompressed))
+    if body is None:
+        body = _LOADED[file, decompressed] = await asyncio.to_thread(_read, file, decompressed)
+    return body
+
+
+def _read(file: str, decompressed: bool) -> bytes:
+    stored = resources.files("agentos.api").joinpath("static", *file.split("/")).read_bytes()
+    return gzip.decompress(stored) if decompressed else stored
