@@ -4,7 +4,8 @@ The claim (README, docs/architecture.md): persistence, provider calls and sandbo
 never block the event loop. blockbuster wraps the blocking calls of the stdlib (file and socket
 I/O, `time.sleep`, the `os` calls that touch the disk, sqlite3) and raises `BlockingError` when
 one runs on a thread with a running loop, called from a frame of `agentos`. Here it is on while
-a real server (SQLite store, the built-in mock provider in the same loop, the sandbox) serves
+a real server (the built-in mock provider in the same loop, the sandbox; SQLite, or a node on
+PostgreSQL and Redis) serves
 what clients do most: sessions, turns over SSE and WebSocket, a turn superseded by the next
 (last-wins), the transcript and events, an agent run that runs commands and waits for a human,
 the answer, the run's events, /metrics, /readyz, a session deleted. A blocking call on any of
@@ -13,9 +14,10 @@ request or its run with `internal_error` and logs the `BlockingError`: the test 
 does the same for a tenant's key at the other doors: knowledge, the OpenAI door, a signed
 webhook, schedules.
 
-One call is allowed, for a reason: prometheus_client's process collector reading
-`/proc/self/*` at /metrics (procfs files are the kernel's memory, read once per scrape, not per
-turn).
+Two are allowed, each for a reason: prometheus_client's process collector reading `/proc/self/*`
+at /metrics (procfs files are the kernel's memory, read once per scrape, not per turn), and
+asyncpg looking for `~/.pgpass` and TLS files as it opens a connection (per new connection, which
+the pool keeps, never per query).
 Start-up and shutdown (opening files, migrations) are outside the guard: they run before the
 server serves and after it stops.
 """
@@ -24,7 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+import secrets
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,8 @@ from agentos.mock.server import MockServer
 from agentos.testing import Event, sse_events, start_server
 from agentos.testing.tenants import create_tenant_key
 from tests.api.helpers import SSE, new_session
-from tests.triggers.webhooks import Sender, create_trigger
+from tests.coordination.conftest import REDIS_URL
+from tests.triggers.webhooks import Sender, backends, create_trigger
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
@@ -48,9 +52,32 @@ ADMIN = "admin-token-of-this-test"
 @contextmanager
 def loop_guard() -> Iterator[None]:
     with blockbuster_ctx(["agentos"]) as guard:
-        for function in guard.functions.values():  # procfs: the kernel's memory, read per scrape
-            function.can_block_in("prometheus_client/process_collector.py", "collect")
+        for function in guard.functions.values():
+            function.can_block_in("prometheus_client/process_collector.py", "collect")  # procfs, per scrape
+            # asyncpg looks for ~/.pgpass and the TLS files as it opens a connection: per new
+            # connection (the pool keeps them), never per query
+            function.can_block_in("asyncpg/connect_utils.py", "_parse_connect_dsn_and_args")
         yield
+
+
+@pytest.fixture(params=["sqlite", "postgres+redis"])
+async def deployment(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, Any]]:
+    """The embedded default, or a node of a cluster: a fresh PostgreSQL schema, and Redis under
+    a prefix of its own (its keys deleted after)."""
+    if request.param == "sqlite":
+        yield {}
+        return
+    from redis.asyncio import Redis
+
+    prefix = f"agentos:test:{secrets.token_hex(6)}:"
+    async for store in backends("postgres"):
+        yield store | {"coordination": {"redis_url": REDIS_URL, "key_prefix": prefix}}
+    redis = Redis.from_url(REDIS_URL)
+    try:
+        if keys := [key async for key in redis.scan_iter(match=f"{prefix}*", count=1000)]:
+            await redis.delete(*keys)
+    finally:
+        await redis.aclose()
 
 
 def blocked(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -59,7 +86,11 @@ def blocked(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 async def test_what_clients_do_most_never_blocks_the_loop(
-    tmp_path: Path, mock_factory: Any, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    mock_factory: Any,
+    http: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+    deployment: dict[str, Any],
 ) -> None:
     # 200 ms to the first token: long enough for a second turn to supersede the first
     mock: MockServer = await mock_factory(scenario="tools", ttft_ms=200, tps=2000, tokens=4)
@@ -68,6 +99,7 @@ async def test_what_clients_do_most_never_blocks_the_loop(
             "data_dir": str(tmp_path / "data"),
             "provider": {"url": mock.url, "retry_budget_s": 2.0},
             "agents": {"ops": {"tools": ["run_command", "ask_human"]}},
+            **deployment,
         }
     )
     server = await start_server(settings)
@@ -150,7 +182,11 @@ async def run_status(http: aiohttp.ClientSession, url: str, run_id: str, wanted:
 
 
 async def test_the_other_doors_never_block_the_loop(
-    tmp_path: Path, mock_factory: Any, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    mock_factory: Any,
+    http: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+    deployment: dict[str, Any],
 ) -> None:
     """Tenants and keys, knowledge (upload, indexing, query), the OpenAI door, a signed webhook
     that starts a run, a schedule that fires one, the pages and the usage ledger: each with a key
@@ -164,6 +200,7 @@ async def test_the_other_doors_never_block_the_loop(
             "agents": {"echo": {"tools": []}},
             "schedules": {"poll_s": 0.05},
             "triggers": {"retry_s": 0.05},
+            **deployment,
         }
     )
     server = await start_server(settings)
