@@ -190,7 +190,7 @@ async def test_the_other_doors_never_block_the_loop(
 ) -> None:
     """Tenants and keys, knowledge (upload, indexing, query), the OpenAI door, a signed webhook
     that starts a run, a schedule that fires one, the pages and the usage ledger: each with a key
-    of a tenant, on SQLite."""
+    of a tenant."""
     mock: MockServer = await mock_factory(ttft_ms=5, tps=2000, tokens=4)
     settings = settings_from_dict(
         {

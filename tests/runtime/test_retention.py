@@ -179,6 +179,27 @@ async def test_deletions_go_in_batches_of_batch_rows(
     assert stats.batches_total - before == 5
 
 
+def old_run(
+    run_id: str, spec_ref: str, status: str, at_ms: int, *, session_id: str | None = None, parent: str | None = None
+) -> RunRow:
+    """A run of the default tenant's `helper` agent, last changed at `at_ms`."""
+    return RunRow(
+        run_id=run_id,
+        tenant_id="default",
+        agent="helper",
+        session_id=session_id,
+        parent_run_id=parent,
+        depth=int(parent is not None),
+        spec_ref=spec_ref,
+        input="in",
+        status=status,
+        result=None,
+        reason=None,
+        created_ms=at_ms,
+        updated_ms=at_ms,
+    )
+
+
 async def test_a_session_with_an_unfinished_run_is_kept(
     backend: dict[str, Any], server_factory, mock: MockServer
 ) -> None:
@@ -191,22 +212,7 @@ async def test_a_session_with_an_unfinished_run_is_kept(
     for session_id, status in (("ses_waits", "waiting"), ("ses_done", "completed")):
         await old_session(server, "default", session_id, long_ago)
         spec_ref, put_spec = journal.payload("default", {"name": "helper"})
-        row = RunRow(
-            f"run_{session_id}",
-            "default",
-            "helper",
-            session_id,
-            None,
-            0,
-            spec_ref,
-            "in",
-            status,
-            None,
-            None,
-            long_ago,
-            long_ago,
-            None,
-        )
+        row = old_run(f"run_{session_id}", spec_ref, status, long_ago, session_id=session_id)
         await journal_store.write([put_spec, journal.insert_run(row)])
 
     await retention_of(server).sweep()
@@ -228,22 +234,7 @@ async def test_finished_runs_outside_sessions_expire_and_working_ones_stay(
     for run_id, status in (("run_done", "completed"), ("run_done.1", "completed"), ("run_waiting", "waiting")):
         spec_ref, put_spec = journal.payload("default", {"name": "helper"})
         parent = "run_done" if run_id == "run_done.1" else None
-        row = RunRow(
-            run_id,
-            "default",
-            "helper",
-            None,
-            parent,
-            int(parent is not None),
-            spec_ref,
-            "in",
-            status,
-            None,
-            None,
-            long_ago,
-            long_ago,
-            None,
-        )
+        row = old_run(run_id, spec_ref, status, long_ago, parent=parent)
         await journal_store.write([put_spec, journal.insert_run(row)])
 
     await retention_of(server).sweep()
