@@ -45,7 +45,28 @@ DIMS = 256
 CHUNKS_PER_DOC = 20
 WORDS_PER_CHUNK = 60
 # The head of the vocabulary: real English stopwords are the commonest words of real text.
-STOPWORDS = "the of and to a in is that for it as with on be by this are or from at".split()
+STOPWORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "a",
+    "in",
+    "is",
+    "that",
+    "for",
+    "it",
+    "as",
+    "with",
+    "on",
+    "be",
+    "by",
+    "this",
+    "are",
+    "or",
+    "from",
+    "at",
+]
 VOCABULARY = STOPWORDS + [f"w{i}" for i in range(20_000)]
 QUESTIONS = ["how do i", "what is the", "why does the", "where can i find the", ""]
 
