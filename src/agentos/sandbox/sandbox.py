@@ -33,6 +33,7 @@ import os
 import resource
 import signal
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,8 +88,10 @@ class Sandbox:
         self._landlock_abi = _landlock.abi_version()
         self._identities = Identities(self._config.uid_base, self._config.uid_count)
         self._warned_parents: set[Path] = set()
-        # One workspace claimed at a time: two drawing a free uid at once could draw the same.
-        self._claiming = asyncio.Lock()
+        # The workspaces' files are looked at by one thread of their own: one claim at a time (two
+        # drawing a free uid at once could draw the same), never queued behind the default
+        # executor's work (a large PDF being extracted), never on the loop.
+        self._claims = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentos-workspaces")
         self._probe_lock = asyncio.Lock()
 
     def status(self) -> SandboxStatus | None:
@@ -146,6 +149,7 @@ class Sandbox:
 
     async def close(self) -> None:
         await self._forks.close()
+        self._claims.shutdown(wait=False)
 
     async def run(
         self, argv: Sequence[str], workdir: Path, limits: CommandLimits, *, operation_id: str = ""
@@ -191,18 +195,18 @@ class Sandbox:
         """The workspace (absolute) and its uid; the workspace made, private, and owned by it.
         Its files are looked at in threads, never on the loop (a first look lists the parent)."""
         setuid = identity == "setuid"
-        async with self._claiming:
-            workdir, uid, made = await asyncio.to_thread(self._claim, workdir, setuid)
+        loop = asyncio.get_running_loop()
+        workdir, uid, made = await loop.run_in_executor(self._claims, self._claim, workdir, setuid)
         if made:
             await asyncio.to_thread(chown_tree, workdir, uid)
         # In a root of its own, the workspace's parents are the mount namespace's, searchable.
         if setuid and not private_root and workdir.parent not in self._warned_parents:
             self._warned_parents.add(workdir.parent)
-            await asyncio.to_thread(self._warn_if_unsearchable, workdir)
+            await loop.run_in_executor(self._claims, self._warn_if_unsearchable, workdir)
         return workdir, uid
 
     def _claim(self, workdir: Path, setuid: bool) -> tuple[Path, int, bool]:
-        """(In a thread.) The workspace taken from the server's current directory, its uid, and
+        """(In the workspaces' thread.) The workspace taken from the server's current directory, its uid, and
         whether it was just made private (its tree then to be given to that uid)."""
         workdir = Path(os.path.abspath(workdir))
         uid = self._identities.of(workdir)
