@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from agentos.errors import ConfigError, Forbidden
-from agentos.mcp.http import pinned_client
+from agentos.mcp.http import pinned_client, system_cas
 from agentos.outbound import OutboundPolicy, check_url, resolve_checked
 
 DEFAULT = OutboundPolicy()
@@ -243,6 +243,13 @@ async def test_the_environment_proxy_is_not_used(origin: Origin, monkeypatch: py
 def test_the_client_follows_no_redirect_by_itself() -> None:
     client = pinned_client(DEFAULT)
     assert client.follow_redirects is False and isinstance(client, httpx2.AsyncClient)
+
+
+async def test_every_mcp_connection_shares_one_context_of_the_system_cas() -> None:
+    """Making one parses the CA bundle (60-150 ms of CPU): once per process, in a thread, never
+    per MCP connection on the loop."""
+    first = await system_cas()
+    assert await system_cas() is first and first.verify_mode is ssl.CERT_REQUIRED and first.check_hostname
 
 
 # --- TLS: pinned to an address, the certificate is still checked against the name ---

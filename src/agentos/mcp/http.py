@@ -13,6 +13,7 @@ passes through `handle_async_request` again; this client itself follows none.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Iterable
 from typing import Any
@@ -72,12 +73,15 @@ class PinnedTransport(httpx2.AsyncHTTPTransport):
     def __init__(
         self, policy: OutboundPolicy, resolver: Resolver | None = None, ssl_context: ssl.SSLContext | None = None
     ) -> None:
-        super().__init__(trust_env=False)  # no proxy from the environment: it would connect for us
+        # One context for both pools below: making one parses the CA bundle (~60 ms of CPU).
+        ssl_context = ssl_context or httpx2.create_ssl_context(trust_env=False)
+        # No proxy from the environment: it would connect for us.
+        super().__init__(verify=ssl_context, trust_env=False)
         self._policy = policy
         # httpx2's transport has no `network_backend` argument: build its pool again with one.
         # tests/agents/test_outbound_http.py proves the pin, so a change in httpx2 shows there.
         self._pool = httpcore2.AsyncConnectionPool(
-            ssl_context=ssl_context or httpx2.create_ssl_context(trust_env=False),
+            ssl_context=ssl_context,
             network_backend=PinnedBackend(policy, resolver),
             max_connections=100,  # httpx2's DEFAULT_LIMITS
             max_keepalive_connections=20,
@@ -87,6 +91,19 @@ class PinnedTransport(httpx2.AsyncHTTPTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         check_url(str(request.url), self._policy)
         return await super().handle_async_request(request)
+
+
+_SYSTEM_CAS: ssl.SSLContext | None = None
+
+
+async def system_cas() -> ssl.SSLContext:
+    """The system's CAs as httpx2 trusts them by default, as one context made once per process
+    in a thread and shared by every pinned client: making it parses the CA bundle, ~60-150 ms of
+    CPU that on the loop would stall every turn at each new MCP connection."""
+    global _SYSTEM_CAS
+    if _SYSTEM_CAS is None:
+        _SYSTEM_CAS = await asyncio.to_thread(httpx2.create_ssl_context, trust_env=False)
+    return _SYSTEM_CAS
 
 
 def pinned_client(

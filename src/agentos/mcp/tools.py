@@ -163,14 +163,14 @@ def _transport(server: McpServerSpec, trust: _Trust) -> Any:
 async def _pinned_http(url: str, trust: _Trust) -> AsyncIterator[Any]:
     from mcp.client.streamable_http import streamable_http_client
 
-    from agentos.mcp.http import pinned_client
+    from agentos.mcp.http import pinned_client, system_cas
 
     target = check_url(url, trust.policy)
     # Resolved and checked here too, so a refusal is reported as such rather than from
     # inside the MCP client's task group; the client checks again at every connection.
     await resolve_checked(target.host, target.port, trust.policy, trust.resolver)
     async with (
-        pinned_client(trust.policy, trust.resolver) as client,
+        pinned_client(trust.policy, trust.resolver, await system_cas()) as client,
         streamable_http_client(url, http_client=client) as streams,
     ):
         yield streams
