@@ -8,7 +8,17 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from agentos.errors import InvalidInput
-from agentos.schedules.slots import MAX_SLOTS_PER_PLAN, Cron, Every, check_cron, latest_before, next_after, plan
+from agentos.schedules import slots
+from agentos.schedules.slots import (
+    MAX_SLOTS_PER_PLAN,
+    Cron,
+    Every,
+    check_cron,
+    latest_before,
+    load_zone,
+    next_after,
+    plan,
+)
 
 S = 1000
 PARIS = ZoneInfo("Europe/Paris")
@@ -54,6 +64,16 @@ def test_bad_cron_or_zone_is_refused(expr: str, zone: str, code: str) -> None:
     with pytest.raises(InvalidInput) as caught:
         check_cron(expr, zone)
     assert caught.value.code == code
+
+
+@pytest.mark.parametrize("zone", ["Mars/Olympus", "../etc/passwd", "", "x" * 5000])
+async def test_a_zone_that_is_not_one_is_refused_and_never_kept(zone: str) -> None:
+    """Zones are kept once read (off the loop); only real ones: a caller cannot grow the cache."""
+    with pytest.raises(InvalidInput) as caught:
+        await load_zone(zone)
+    assert caught.value.code == "unknown_time_zone" and zone not in slots._LOADED
+    await load_zone("Asia/Kolkata")
+    assert slots._LOADED["Asia/Kolkata"] is ZoneInfo("Asia/Kolkata")  # the instance ZoneInfo hands out
 
 
 def test_a_valid_cron_is_normalised() -> None:

@@ -27,6 +27,7 @@ from agentos.api.owners import check_schedule, list_owner
 from agentos.api.routes import BAD_BODY, OWNER, Answer, Schema, json, nullable, operation, page, page_params
 from agentos.api.sessions import json_response, page_by_id
 from agentos.schedules.service import ScheduleService, ScheduleSpec
+from agentos.schedules.slots import MAX_ZONE_CHARS
 from agentos.tenancy.principal import Scope, require
 
 routes = web.RouteTableDef()
@@ -38,7 +39,7 @@ class ScheduleCreate(msgspec.Struct, forbid_unknown_fields=True):
     agent: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
     input: Annotated[str, msgspec.Meta(min_length=1)]
     cron: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
-    time_zone: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] = "UTC"
+    time_zone: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ZONE_CHARS)] = "UTC"
     every_s: Annotated[int, msgspec.Meta(ge=1, le=1 << 40)] | None = None
     max_runs_in_flight: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
     overlap: Literal["skip", "queue"] = "skip"

@@ -72,10 +72,15 @@ def check_cron(expr: str, zone: str) -> Cron:
     return timing
 
 
+MAX_ZONE_CHARS = 64  # the API's bound on `time_zone` too; the longest IANA name has 30
+
+
 def check_zone(zone: str) -> ZoneInfo:
     """The zone: a file of the IANA database read, unless `load_zone` read it before.
 
     Raises: InvalidInput (`unknown_time_zone`): not a zone of the IANA database."""
+    if len(zone) > MAX_ZONE_CHARS:  # no zone is; a name past the file system's limit is an OSError
+        raise InvalidInput(f"time zone {zone[:MAX_ZONE_CHARS]!r}... is not an IANA time zone", code="unknown_time_zone")
     try:
         return ZoneInfo(zone)
     except (ZoneInfoNotFoundError, ValueError):  # ValueError: not a key at all ("../etc", "")
