@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -15,6 +16,8 @@ from agentos.clock import Clock
 from agentos.config import Settings, StoreConfig, load_settings
 from agentos.mock.server import MockServer, MockSettings, start_mock
 from agentos.testing import RunningServer, start_server
+
+REDIS_URL = "redis://127.0.0.1:6379/0"  # started before each session and CI run
 
 # Files whose tests start clusters of nodes on the one PostgreSQL: a three-node cluster holds up
 # to 46 connections at its peak (measured), so two or three at once (one per xdist worker) reach
@@ -92,6 +95,22 @@ def _print_unfinished_tasks(timeout_s: float) -> None:
     for task in tasks:
         if not task.done():
             task.print_stack(file=sys.stderr)
+
+
+@pytest.fixture
+async def prefix() -> AsyncIterator[str]:
+    """A Redis key prefix of this test's own (`agentos:test:<random>:`), its keys deleted after."""
+    from redis.asyncio import Redis
+
+    name = f"agentos:test:{secrets.token_hex(6)}:"
+    yield name
+    redis = Redis.from_url(REDIS_URL)
+    try:
+        keys = [key async for key in redis.scan_iter(match=f"{name}*", count=1000)]
+        if keys:
+            await redis.delete(*keys)
+    finally:
+        await redis.aclose()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
-import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -20,28 +19,12 @@ import pytest
 
 from agentos.config import CoordinationConfig
 from agentos.coordination.link import Link, open_link
+from tests.conftest import REDIS_URL  # the Redis and `prefix` are every test's (tests/conftest.py)
 
 # These tests need the `redis` extra (CI installs `.[test]`, which has it); without it they are
 # not collected, and the rest of the suite still runs.
 if importlib.util.find_spec("redis") is None:
     collect_ignore_glob = ["test_*.py"]
-
-REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-@pytest.fixture
-async def prefix() -> AsyncIterator[str]:
-    from redis.asyncio import Redis
-
-    name = f"agentos:test:{secrets.token_hex(6)}:"
-    yield name
-    redis = Redis.from_url(REDIS_URL)
-    try:
-        keys = [key async for key in redis.scan_iter(match=f"{name}*", count=1000)]
-        if keys:
-            await redis.delete(*keys)
-    finally:
-        await redis.aclose()
 
 
 @pytest.fixture

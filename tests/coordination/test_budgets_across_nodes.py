@@ -23,8 +23,8 @@ from agentos.config import StoreConfig
 from agentos.mock.server import MockServer
 from agentos.testing import sse_events
 from tests.api.helpers import SSE, new_session
+from tests.conftest import REDIS_URL
 from tests.coordination.cluster import node_env, serve_nodes
-from tests.coordination.conftest import REDIS_URL
 
 pytestmark = pytest.mark.slow
 

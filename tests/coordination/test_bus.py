@@ -10,7 +10,8 @@ import pytest
 
 from agentos.config import CoordinationConfig
 from agentos.coordination.bus import Bus
-from tests.coordination.conftest import REDIS_URL, RedisProxy
+from tests.conftest import REDIS_URL
+from tests.coordination.conftest import RedisProxy
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from agentos.runtime.cluster import CHANNEL, CancelMessage
 from agentos.store.records import DEFAULT_TENANT
 from agentos.testing import RunningServer
 from tests.api.helpers import new_session, turn_events
-from tests.coordination.conftest import REDIS_URL
+from tests.conftest import REDIS_URL
 
 pytest.importorskip("asyncpg")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(30)]

@@ -24,7 +24,8 @@ from agentos.coordination.permits import ClusterPermits
 from agentos.kernel import HumanAnswered, HumanRequested, Kernel, KernelLimits, RunEnded, RunSubmitted
 from agentos.runtime.driver import Driver
 from agentos.testing import eventually
-from tests.coordination.conftest import REDIS_URL, RedisProxy
+from tests.conftest import REDIS_URL
+from tests.coordination.conftest import RedisProxy
 
 Links = Callable[..., Awaitable[Link]]
 

@@ -23,7 +23,8 @@ from agentos.coordination.permits import ClusterPermits, PermitStatistics
 from agentos.coordination.semaphore import CAPPED, FULL, GRANTED, RedisSemaphore
 from agentos.errors import ProviderLimitTimeout
 from agentos.testing import eventually
-from tests.coordination.conftest import REDIS_URL, RedisProxy
+from tests.conftest import REDIS_URL
+from tests.coordination.conftest import RedisProxy
 
 Nodes = Callable[..., Awaitable[ClusterPermits]]
 

@@ -23,8 +23,8 @@ from agentos.mock.server import MockServer, start_mock
 from agentos.mock.settings import MockSettings
 from agentos.runtime.cluster import CHANNEL, CancelMessage
 from tests.api.helpers import new_session, turn_events
+from tests.conftest import REDIS_URL
 from tests.coordination.cluster import node_env, pg_rows, serve_nodes
-from tests.coordination.conftest import REDIS_URL
 
 pytest.importorskip("asyncpg")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]

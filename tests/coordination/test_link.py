@@ -22,8 +22,8 @@ from agentos.errors import ConfigError
 from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, eventually, start_server
 from tests.api.structured_fields import policies
-from tests.conftest import child_env, make_settings
-from tests.coordination.conftest import REDIS_URL, RedisProxy
+from tests.conftest import REDIS_URL, child_env, make_settings
+from tests.coordination.conftest import RedisProxy
 
 
 def closed_port() -> int:

@@ -39,7 +39,7 @@ from tests.agents.test_durability import (
 )
 from tests.agents.test_takeover import LEASE_S, done_model_keys, node, sql, stop
 from tests.api.helpers import new_session
-from tests.coordination.conftest import REDIS_URL
+from tests.conftest import REDIS_URL
 from tests.coordination.test_node_loss import completed_turn
 
 pytest.importorskip("asyncpg")

@@ -18,8 +18,8 @@ from agentos.config import StoreConfig
 from agentos.mock.server import MockServer
 from agentos.testing import sse_events
 from tests.api.helpers import SSE, new_session
+from tests.conftest import REDIS_URL
 from tests.coordination.cluster import Endpoint, node_env, pg_rows, serve_nodes
-from tests.coordination.conftest import REDIS_URL
 
 pytest.importorskip("asyncpg")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

@@ -20,8 +20,8 @@ from agentos.mock.server import MockServer
 from agentos.testing import sse_events
 from tests.api.helpers import SSE, new_session, turn_events
 from tests.api.test_websocket import ended, receive_until
+from tests.conftest import REDIS_URL
 from tests.coordination.cluster import node_env, pg_rows, serve_nodes
-from tests.coordination.conftest import REDIS_URL
 
 pytest.importorskip("asyncpg")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]

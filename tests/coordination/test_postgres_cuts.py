@@ -28,8 +28,8 @@ from agentos.config import StoreConfig
 from agentos.mock.server import MockServer
 from agentos.testing.tcp_proxy import TcpProxy
 from tests.api.helpers import new_session
+from tests.conftest import REDIS_URL
 from tests.coordination.cluster import Node, node_env, pg_rows, serve_nodes
-from tests.coordination.conftest import REDIS_URL
 from tests.coordination.test_postgres_restart import load, ready
 
 pytest.importorskip("asyncpg")

@@ -24,8 +24,8 @@ from agentos.mock.server import MockServer
 from agentos.testing import sse_events
 from agentos.testing.tcp_proxy import TcpProxy
 from tests.api.helpers import SSE, new_session
+from tests.conftest import REDIS_URL
 from tests.coordination.cluster import Node, node_env, pg_rows, serve_nodes
-from tests.coordination.conftest import REDIS_URL
 
 pytest.importorskip("asyncpg")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

@@ -24,7 +24,8 @@ from agentos.coordination.bus import Bus
 from agentos.mock.server import MockServer
 from agentos.testing import eventually, sse_events
 from tests.api.helpers import start_app
-from tests.coordination.conftest import REDIS_URL, RedisProxy
+from tests.conftest import REDIS_URL
+from tests.coordination.conftest import RedisProxy
 
 
 async def test_a_followed_runs_events_are_published_once_on_its_channel(

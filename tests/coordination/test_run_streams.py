@@ -18,8 +18,8 @@ import pytest
 from agentos.config import StoreConfig
 from agentos.mock.server import MockServer
 from agentos.testing import Event, sse_events
+from tests.conftest import REDIS_URL
 from tests.coordination.cluster import node_env
-from tests.coordination.conftest import REDIS_URL
 from tests.coordination.test_turn_streams import serve
 
 pytest.importorskip("asyncpg")

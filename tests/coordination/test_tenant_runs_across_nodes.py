@@ -13,7 +13,7 @@ from agentos.config import settings_from_dict
 from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, eventually, start_server
 from tests.api.helpers import expect_error
-from tests.coordination.conftest import REDIS_URL
+from tests.conftest import REDIS_URL
 
 CAP = 2
 Nodes = Callable[[MockServer], Awaitable[list[RunningServer]]]

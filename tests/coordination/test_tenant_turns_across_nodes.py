@@ -20,8 +20,7 @@ import pytest
 from agentos.mock.server import MockServer
 from agentos.testing import eventually
 from tests.api.helpers import SSE, expect_error, new_session
-from tests.conftest import child_env
-from tests.coordination.conftest import REDIS_URL
+from tests.conftest import REDIS_URL, child_env
 
 pytestmark = pytest.mark.slow
 

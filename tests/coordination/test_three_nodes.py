@@ -19,8 +19,7 @@ import pytest
 
 from agentos.mock.server import MockServer
 from tests.api.helpers import new_session, turn_events
-from tests.conftest import child_env
-from tests.coordination.conftest import REDIS_URL
+from tests.conftest import REDIS_URL, child_env
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from agentos.config import CoordinationConfig
 from agentos.coordination.bus import Bus
 from agentos.runtime import forwarding
 from agentos.runtime.forwarding import Forwarded, Reply, TurnForwarding
-from tests.coordination.conftest import REDIS_URL
+from tests.conftest import REDIS_URL
 
 pytestmark = [pytest.mark.timeout(30)]
 

@@ -19,9 +19,9 @@ from agentos.mock.server import MockServer
 from agentos.testing import Event, sse_events, start_server
 from tests.api.helpers import new_session
 from tests.api.test_turn_follow import follow, post_turn
-from tests.conftest import child_env, make_settings
+from tests.conftest import REDIS_URL, child_env, make_settings
 from tests.coordination.cluster import node_env
-from tests.coordination.conftest import REDIS_URL, RedisProxy
+from tests.coordination.conftest import RedisProxy
 
 pytest.importorskip("asyncpg")
 pytestmark = pytest.mark.slow

@@ -22,8 +22,7 @@ from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, start_server
 from tests.api.helpers import SSE, expect_error
 from tests.api.structured_fields import policies
-from tests.conftest import make_settings
-from tests.coordination.conftest import REDIS_URL
+from tests.conftest import REDIS_URL, make_settings
 
 TOKEN = "cluster-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

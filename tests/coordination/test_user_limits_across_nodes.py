@@ -21,7 +21,7 @@ from agentos.config import settings_from_dict
 from agentos.mock.server import MockServer
 from agentos.testing import RunningServer, eventually, start_server
 from tests.api.helpers import expect_error
-from tests.coordination.conftest import REDIS_URL
+from tests.conftest import REDIS_URL
 from tests.identity.idp import IdentityProvider, idp_fixture  # noqa: F401  (the fixture `idp`)
 from tests.identity.test_user_tokens import new_session, started_turn
 

@@ -29,9 +29,8 @@ from agentos.config import StoreConfig
 from agentos.mock.server import MockServer
 from agentos.testing import eventually
 from tests.api.helpers import new_session, turn_events
-from tests.conftest import child_env
+from tests.conftest import REDIS_URL, child_env
 from tests.coordination.cluster import node_env, pg_rows
-from tests.coordination.conftest import REDIS_URL
 
 pytest.importorskip("asyncpg")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,7 +40,7 @@ from agentos.mock.server import MockServer
 from agentos.testing import Event, sse_events, start_server
 from agentos.testing.tenants import create_tenant_key
 from tests.api.helpers import SSE, new_session
-from tests.coordination.conftest import REDIS_URL
+from tests.conftest import REDIS_URL
 from tests.triggers.webhooks import Sender, backends, create_trigger
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
@@ -61,23 +60,14 @@ def loop_guard() -> Iterator[None]:
 
 
 @pytest.fixture(params=["sqlite", "postgres+redis"])
-async def deployment(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, Any]]:
+async def deployment(request: pytest.FixtureRequest, prefix: str) -> AsyncIterator[dict[str, Any]]:
     """The embedded default, or a node of a cluster: a fresh PostgreSQL schema, and Redis under
-    a prefix of its own (its keys deleted after)."""
+    this test's prefix."""
     if request.param == "sqlite":
         yield {}
         return
-    from redis.asyncio import Redis
-
-    prefix = f"agentos:test:{secrets.token_hex(6)}:"
     async for store in backends("postgres"):
         yield store | {"coordination": {"redis_url": REDIS_URL, "key_prefix": prefix}}
-    redis = Redis.from_url(REDIS_URL)
-    try:
-        if keys := [key async for key in redis.scan_iter(match=f"{prefix}*", count=1000)]:
-            await redis.delete(*keys)
-    finally:
-        await redis.aclose()
 
 
 def blocked(caplog: pytest.LogCaptureFixture) -> list[str]:
